@@ -1,0 +1,40 @@
+//! Small files written atomically (temp file, fsync, rename, fsync the directory) and the
+//! per-partition markers kafkalite keeps beside Kafka's own files.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+
+use crate::error::{IoContext, Result};
+
+/// Present after a clean close; its absence at open means "recover the active segment".
+pub const CLEAN_SHUTDOWN_FILE: &str = ".kafkalite-clean-shutdown";
+/// The log start offset, when it is above the first segment's base (Kafka keeps this in
+/// the log directory's `log-start-offset-checkpoint`).
+pub const LOG_START_OFFSET_FILE: &str = ".kafkalite-log-start-offset";
+
+/// Replace `dir/name` with `contents` atomically and durably.
+pub fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let dst = dir.join(name);
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .context(|| format!("cannot write {}", tmp.display()))?;
+    f.write_all(contents).and_then(|_| f.sync_all()).context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, &dst).context(|| format!("cannot rename {} to {}", tmp.display(), dst.display()))?;
+    sync_dir(dir)
+}
+
+/// fsync a directory so that renames and creations in it are durable.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).context(|| format!("cannot sync directory {}", dir.display()))
+}
+
+/// Read a decimal offset file; None when absent or unreadable (Kafka treats a bad
+/// checkpoint as empty).
+pub fn read_offset(dir: &Path, name: &str) -> Option<i64> {
+    std::fs::read_to_string(dir.join(name)).ok()?.trim().parse().ok()
+}

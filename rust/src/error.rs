@@ -1,0 +1,74 @@
+//! The engine's one error type. The Python layer maps each variant to one exception class
+//! under `kafkalite.KafkaliteError`, so every message here is written for the end user:
+//! it says what went wrong and what to do about it.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Every way the engine can fail.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bytes that are not a valid v2 record batch (bad length, CRC, varint, magic, ...).
+    #[error("corrupt record data: {0}")]
+    Corrupt(String),
+
+    /// An offset outside `[log start offset, log end offset]`.
+    #[error("offset {offset} is out of range: the log holds offsets [{start}, {end})")]
+    OffsetOutOfRange { offset: i64, start: i64, end: i64 },
+
+    /// Another writer holds the partition's lock file.
+    #[error("{path} is locked by another writer ({holder}); close that writer first, or open this log with readonly=True")]
+    Locked { path: PathBuf, holder: String },
+
+    /// A setting or argument the caller can fix.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+
+    /// A batch or record larger than `max_message_bytes`.
+    #[error("record batch of {size} bytes exceeds max_message_bytes ({max}); send fewer or smaller records per batch")]
+    RecordTooLarge { size: usize, max: usize },
+
+    /// Data we can read in principle but do not support (magic v0/v1, unknown codec, ...).
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+
+    /// The log was closed, or opened read-only and asked to write.
+    #[error("{0}")]
+    Closed(String),
+
+    /// An fsync failed earlier: the fate of unflushed data is unknown, so writes stop.
+    #[error("the log refuses writes after a failed flush ({0}); reopen it to run recovery")]
+    Poisoned(String),
+
+    /// Any I/O failure, with the file it concerned.
+    #[error("{context}: {source}")]
+    Io { context: String, source: io::Error },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// Wrap an I/O error with what we were doing and to which file.
+    pub fn io(context: impl Into<String>, source: io::Error) -> Self {
+        Error::Io { context: context.into(), source }
+    }
+
+    pub fn corrupt(msg: impl Into<String>) -> Self {
+        Error::Corrupt(msg.into())
+    }
+
+    pub fn config(msg: impl Into<String>) -> Self {
+        Error::InvalidConfig(msg.into())
+    }
+}
+
+/// Attach a context message to an `io::Result`.
+pub trait IoContext<T> {
+    fn context(self, what: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T> IoContext<T> for io::Result<T> {
+    fn context(self, what: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|e| Error::io(what(), e))
+    }
+}

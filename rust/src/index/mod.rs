@@ -1,0 +1,176 @@
+//! Kafka's sparse segment indexes: fixed-width big-endian entries in a file beside the `.log`.
+//!
+//! Entries are kept in memory for lookups and appended to the file with plain writes, so the
+//! file always holds exactly `entries × entry size` bytes: what Kafka leaves after trimming an
+//! index on roll or close. A file that is not a whole number of entries, or whose entries stop
+//! increasing, is cut at the last good entry (Kafka's untrimmed indexes end in zeros).
+
+pub mod offset;
+pub mod time;
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use crate::error::{IoContext, Result};
+
+pub use offset::{OffsetIndex, OffsetPosition};
+pub use time::{TimeIndex, TimestampOffset};
+
+/// One fixed-width entry type.
+pub trait Entry: Copy + std::fmt::Debug {
+    const SIZE: usize;
+    fn decode(bytes: &[u8]) -> Self;
+    fn encode(&self, out: &mut Vec<u8>);
+    /// Entries must strictly increase by this key (Kafka's binary search relies on it).
+    fn increases_from(&self, prev: &Self) -> bool;
+}
+
+/// An index file and its entries.
+pub struct IndexFile<E: Entry> {
+    path: PathBuf,
+    file: Option<File>,
+    entries: Vec<E>,
+    /// Bytes of the file already read (for a read-only follower of a live index).
+    read_len: u64,
+    max_entries: usize,
+}
+
+impl<E: Entry> IndexFile<E> {
+    /// Open (or, when writable, create) an index and load its valid entries.
+    /// Returns the index and whether the file had to be cut (a sign of a crash or damage).
+    pub fn open(path: &Path, writable: bool, max_index_bytes: usize) -> Result<(Self, bool)> {
+        let file = if writable {
+            Some(
+                OpenOptions::new()
+                    .read(true)
+                    .append(true)
+                    .create(true)
+                    .open(path)
+                    .context(|| format!("cannot open index {}", path.display()))?,
+            )
+        } else {
+            None
+        };
+        let mut index = IndexFile {
+            path: path.to_path_buf(),
+            file,
+            entries: Vec::new(),
+            read_len: 0,
+            max_entries: (max_index_bytes / E::SIZE).max(1),
+        };
+        let damaged = index.load_more()?;
+        if damaged && writable {
+            index.rewrite()?;
+        }
+        Ok((index, damaged))
+    }
+
+    /// Read entries appended since the last load. Returns true if bad entries were skipped.
+    pub fn load_more(&mut self) -> Result<bool> {
+        let mut bytes = Vec::new();
+        match File::open(&self.path) {
+            Ok(mut f) => {
+                use std::io::Seek;
+                f.seek(std::io::SeekFrom::Start(self.read_len))
+                    .and_then(|_| f.read_to_end(&mut bytes))
+                    .context(|| format!("cannot read index {}", self.path.display()))?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(crate::error::Error::io(format!("cannot read index {}", self.path.display()), e)),
+        }
+        let whole = bytes.len() / E::SIZE * E::SIZE;
+        for chunk in bytes[..whole].chunks_exact(E::SIZE) {
+            let e = E::decode(chunk);
+            if let Some(prev) = self.entries.last() {
+                if !e.increases_from(prev) {
+                    return Ok(true);
+                }
+            }
+            self.entries.push(e);
+            self.read_len += E::SIZE as u64;
+        }
+        Ok(false)
+    }
+
+    /// Rewrite the file to hold exactly the in-memory entries.
+    fn rewrite(&mut self) -> Result<()> {
+        let mut bytes = Vec::with_capacity(self.entries.len() * E::SIZE);
+        for e in &self.entries {
+            e.encode(&mut bytes);
+        }
+        if let Some(f) = &self.file {
+            f.set_len(0).context(|| format!("cannot truncate index {}", self.path.display()))?;
+            (&*f).write_all(&bytes).context(|| format!("cannot write index {}", self.path.display()))?;
+        }
+        self.read_len = bytes.len() as u64;
+        Ok(())
+    }
+
+    pub fn entries(&self) -> &[E] {
+        &self.entries
+    }
+
+    pub fn last(&self) -> Option<&E> {
+        self.entries.last()
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn max_entries(&self) -> usize {
+        self.max_entries
+    }
+
+    /// Append one entry to memory and file.
+    pub fn push(&mut self, e: E) -> Result<()> {
+        let mut bytes = Vec::with_capacity(E::SIZE);
+        e.encode(&mut bytes);
+        if let Some(f) = &self.file {
+            (&*f).write_all(&bytes).context(|| format!("cannot append to index {}", self.path.display()))?;
+        }
+        self.entries.push(e);
+        self.read_len += E::SIZE as u64;
+        Ok(())
+    }
+
+    /// Drop every entry (before a rebuild).
+    pub fn clear(&mut self) -> Result<()> {
+        self.entries.clear();
+        self.rewrite()
+    }
+
+    /// Drop entries for which `keep` is false at the end (truncation of the log).
+    pub fn truncate_while(&mut self, mut drop_last: impl FnMut(&E) -> bool) -> Result<()> {
+        let before = self.entries.len();
+        while self.entries.last().is_some_and(&mut drop_last) {
+            self.entries.pop();
+        }
+        if self.entries.len() != before {
+            self.rewrite()?;
+        }
+        Ok(())
+    }
+
+    /// Largest entry at or below `target` by `key`, using binary search.
+    pub fn floor_by<K: Ord>(&self, target: K, key: impl Fn(&E) -> K) -> Option<E> {
+        let idx = self.entries.partition_point(|e| key(e) <= target);
+        idx.checked_sub(1).map(|i| self.entries[i])
+    }
+
+    pub fn sync(&self) -> Result<()> {
+        if let Some(f) = &self.file {
+            f.sync_data().context(|| format!("cannot sync index {}", self.path.display()))?;
+        }
+        Ok(())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}

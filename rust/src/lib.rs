@@ -1,0 +1,41 @@
+//! kafkalite's storage engine: Apache Kafka's partition log format, embedded.
+//!
+//! A data directory holds one folder per partition, `<topic>-<partition>/`, and in it
+//! segments named by their base offset, exactly as a Kafka broker writes them:
+//!
+//! ```text
+//! events-0/
+//!   00000000000000000000.log        v2 record batches back to back (CRC-32C each)
+//!   00000000000000000000.index      8-byte entries: relative offset, position
+//!   00000000000000000000.timeindex  12-byte entries: timestamp, relative offset
+//!   00000000000000104857.log ...    the next segment, based at its first offset
+//!   .kafkalite.lock                 the single writer's lock (pid inside)
+//!   .kafkalite-clean-shutdown       present after a clean close
+//!   .kafkalite-log-start-offset     the log start offset, when above the first segment
+//! ```
+//!
+//! Layers, bottom up: `record` (the v2 codec), `index` and `segment` (one `.log` with its
+//! indexes, appended through `mmap`), `log` (a partition: roll, read, recovery, retention),
+//! `arrow` (batches to Arrow). `py` is the PyO3 binding, built only with the `python` feature.
+
+pub mod arrow;
+pub mod checkpoint;
+pub mod error;
+pub mod index;
+pub mod lock;
+pub mod log;
+pub mod log_read;
+pub mod mmap;
+pub mod options;
+pub mod partitioner;
+pub mod record;
+pub mod retention;
+pub mod segment;
+
+#[cfg(feature = "python")]
+mod py;
+
+pub use error::{Error, Result};
+pub use log::{Log, SegmentInfo};
+pub use log_read::{BatchSlice, RecordSink};
+pub use options::{FlushPolicy, LogConfig};

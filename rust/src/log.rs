@@ -1,0 +1,520 @@
+//! One partition: an ordered run of segments in a `<topic>-<partition>` directory.
+//!
+//! This file opens (with Kafka's recovery), appends, rolls and closes. Reads live in
+//! `log_read.rs`, retention in `retention.rs`.
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::checkpoint::{read_offset, sync_dir, write_atomically, CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_FILE};
+use crate::error::{Error, IoContext, Result};
+use crate::lock::PartitionLock;
+use crate::options::{FlushPolicy, LogConfig};
+use crate::record::header::{compute_crc, set_base_offset, BatchHeader, ATTR_TIMESTAMP_LOG_APPEND};
+use crate::record::scan::{next_batch, Next};
+use crate::record::{for_each_record, record_area, BatchBuilder, RecordInput, TimestampType};
+use crate::segment::{RecoveryReport, Segment, SegmentSettings};
+
+/// Upper bound for the batches `append_records` builds, below `max_message_bytes`.
+const TARGET_BATCH_BYTES: usize = 1 << 20;
+
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// What `Log::segments` reports for one segment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentInfo {
+    pub base_offset: i64,
+    pub next_offset: i64,
+    pub size: u64,
+    pub max_timestamp: i64,
+}
+
+pub struct Log {
+    pub(crate) dir: PathBuf,
+    pub(crate) config: LogConfig,
+    /// Sorted by base offset; the last one is the active segment.
+    pub(crate) segments: Vec<Segment>,
+    pub(crate) start_offset: i64,
+    _lock: Option<PartitionLock>,
+    pub(crate) closed: bool,
+    poisoned: Option<String>,
+    unflushed_messages: u64,
+    /// Position in the active segment up to which data is durable.
+    flushed_position: usize,
+    recovery: Vec<RecoveryReport>,
+}
+
+impl Log {
+    /// Open (creating when writable) the partition directory `dir`.
+    pub fn open(dir: impl AsRef<Path>, config: LogConfig) -> Result<Log> {
+        config.validate()?;
+        let dir = dir.as_ref().to_path_buf();
+        if config.readonly {
+            if !dir.is_dir() {
+                return Err(Error::config(format!("{} is not a partition directory", dir.display())));
+            }
+        } else {
+            std::fs::create_dir_all(&dir).context(|| format!("cannot create {}", dir.display()))?;
+        }
+        let lock = if config.readonly { None } else { Some(PartitionLock::acquire(&dir)?) };
+        let mut log = Log {
+            dir,
+            config,
+            segments: Vec::new(),
+            start_offset: 0,
+            _lock: lock,
+            closed: false,
+            poisoned: None,
+            unflushed_messages: 0,
+            flushed_position: 0,
+            recovery: Vec::new(),
+        };
+        if log.config.readonly {
+            log.load_readonly()?;
+        } else {
+            log.load_writable()?;
+        }
+        Ok(log)
+    }
+
+    pub(crate) fn settings(&self) -> SegmentSettings {
+        SegmentSettings {
+            segment_bytes: self.config.segment_bytes as usize,
+            index_interval_bytes: self.config.index_interval_bytes as usize,
+            max_index_bytes: self.config.max_index_bytes,
+        }
+    }
+
+    /// Base offsets of the `.log` files in the directory, sorted.
+    pub(crate) fn list_segment_files(&self) -> Result<Vec<i64>> {
+        let mut bases = Vec::new();
+        for entry in std::fs::read_dir(&self.dir).context(|| format!("cannot list {}", self.dir.display()))? {
+            let entry = entry.context(|| format!("cannot list {}", self.dir.display()))?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if let Some(stem) = name.strip_suffix(".log") {
+                if let Ok(base) = stem.parse::<i64>() {
+                    if stem.len() >= 20 && base >= 0 {
+                        bases.push(base);
+                    }
+                }
+            }
+        }
+        bases.sort_unstable();
+        Ok(bases)
+    }
+
+    /// Kafka's temp-file cleanup: unfinished deletes and cleanings are removed, and index
+    /// files without a `.log` are dropped.
+    fn remove_leftovers(&self) -> Result<()> {
+        for entry in std::fs::read_dir(&self.dir).context(|| format!("cannot list {}", self.dir.display()))? {
+            let entry = entry.context(|| format!("cannot list {}", self.dir.display()))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let orphan_index = ["index", "timeindex", "txnindex"].iter().any(|ext| {
+                name.strip_suffix(&format!(".{ext}"))
+                    .is_some_and(|stem| stem.parse::<i64>().is_ok() && !self.dir.join(format!("{stem}.log")).exists())
+            });
+            if name.ends_with(".deleted") || name.ends_with(".cleaned") || name.ends_with(".tmp") || orphan_index {
+                std::fs::remove_file(entry.path()).context(|| format!("cannot remove {}", entry.path().display()))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn load_writable(&mut self) -> Result<()> {
+        self.remove_leftovers()?;
+        let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
+        // As Kafka does: drop the marker first, so a crash while loading counts as unclean.
+        let clean = marker.exists();
+        if clean {
+            std::fs::remove_file(&marker).context(|| format!("cannot remove {}", marker.display()))?;
+            sync_dir(&self.dir)?;
+        }
+        let bases = self.list_segment_files()?;
+        let now = now_ms();
+        let settings = self.settings();
+        for (i, &base) in bases.iter().enumerate() {
+            let is_last = i + 1 == bases.len();
+            let indexes_present = ["index", "timeindex"]
+                .iter()
+                .all(|ext| self.dir.join(crate::segment::file_name(base, ext)).exists());
+            let mut seg = Segment::open(&self.dir, base, true, settings, now)?;
+            let needs_recovery = !indexes_present || (is_last && !clean) || seg.load_trusted().is_err();
+            if needs_recovery {
+                let report = seg.recover()?;
+                let truncated = report.dropped_bytes > 0;
+                if truncated || report.reason.is_some() {
+                    self.recovery.push(report);
+                }
+                if truncated && !is_last {
+                    // Kafka: bytes were cut from a segment, so everything after it goes too.
+                    self.segments.push(seg);
+                    for &later in &bases[i + 1..] {
+                        let doomed = Segment::open(&self.dir, later, true, settings, now)?;
+                        doomed.delete_files()?;
+                    }
+                    break;
+                }
+            }
+            self.segments.push(seg);
+        }
+        let checkpoint = read_offset(&self.dir, LOG_START_OFFSET_FILE).unwrap_or(0);
+        if let Some(last) = self.segments.last() {
+            if last.next_offset() < checkpoint {
+                for seg in self.segments.drain(..) {
+                    seg.delete_files()?;
+                }
+            }
+        }
+        if self.segments.is_empty() {
+            let start = checkpoint.max(0);
+            self.segments.push(Segment::create(&self.dir, start, settings, now)?);
+        }
+        self.start_offset = checkpoint.max(self.segments[0].base_offset);
+        let active = self.segments.last_mut().unwrap();
+        active.reopen_for_append()?;
+        self.flushed_position = active.size();
+        Ok(())
+    }
+
+    fn load_readonly(&mut self) -> Result<()> {
+        let bases = self.list_segment_files()?;
+        let now = now_ms();
+        let settings = self.settings();
+        for (i, &base) in bases.iter().enumerate() {
+            let mut seg = match Segment::open(&self.dir, base, false, settings, now) {
+                Ok(seg) => seg,
+                // Deleted by a writer's retention between listing and opening.
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            if i + 1 < bases.len() && seg.load_trusted().is_ok() {
+                seg.seal()?;
+            } else {
+                seg.discover()?;
+            }
+            self.segments.push(seg);
+        }
+        let first_base = self.segments.first().map(|s| s.base_offset).unwrap_or(0);
+        self.start_offset = read_offset(&self.dir, LOG_START_OFFSET_FILE).unwrap_or(0).max(first_base);
+        Ok(())
+    }
+
+    /// Reader side: pick up batches and segments a writer added since we last looked.
+    pub fn refresh(&mut self) -> Result<()> {
+        if !self.config.readonly || self.closed {
+            return Ok(());
+        }
+        let known_last = self.segments.last().map(|s| s.base_offset);
+        let newer: Vec<i64> = self.list_segment_files()?.into_iter().filter(|&b| known_last.is_none_or(|k| b > k)).collect();
+        if let Some(last) = self.segments.last_mut() {
+            last.discover()?;
+            if !newer.is_empty() {
+                last.seal()?;
+            }
+        }
+        let settings = self.settings();
+        for base in newer {
+            match Segment::open(&self.dir, base, false, settings, now_ms()) {
+                Ok(mut seg) => {
+                    seg.discover()?;
+                    self.segments.push(seg);
+                }
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if let Some(cp) = read_offset(&self.dir, LOG_START_OFFSET_FILE) {
+            self.start_offset = self.start_offset.max(cp);
+        }
+        Ok(())
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    /// Segments cut short by recovery at open, with what was dropped.
+    pub fn recovery_reports(&self) -> &[RecoveryReport] {
+        &self.recovery
+    }
+
+    /// The log end offset: the offset the next record will get.
+    pub fn end_offset(&self) -> i64 {
+        self.segments.last().map(|s| s.next_offset()).unwrap_or(self.start_offset)
+    }
+
+    /// The earliest offset still readable.
+    pub fn start_offset(&self) -> i64 {
+        self.start_offset
+    }
+
+    pub fn segments(&self) -> Vec<SegmentInfo> {
+        self.segments
+            .iter()
+            .map(|s| SegmentInfo {
+                base_offset: s.base_offset,
+                next_offset: s.next_offset(),
+                size: s.size() as u64,
+                max_timestamp: s.max_timestamp(),
+            })
+            .collect()
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.size() as u64).sum()
+    }
+
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closed {
+            return Err(Error::Closed(format!("the log {} is closed", self.dir.display())));
+        }
+        Ok(())
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        self.check_open()?;
+        if self.config.readonly {
+            return Err(Error::Closed(format!("the log {} was opened read-only", self.dir.display())));
+        }
+        if let Some(why) = &self.poisoned {
+            return Err(Error::Poisoned(why.clone()));
+        }
+        Ok(())
+    }
+
+    fn log_append_time(&self) -> Option<i64> {
+        match self.config.timestamp_type {
+            TimestampType::LogAppendTime => Some(now_ms()),
+            TimestampType::CreateTime => None,
+        }
+    }
+
+    /// Append records, building batches of up to ~1 MiB. Returns (first, last) offset.
+    pub fn append_records(&mut self, records: &[RecordInput<'_>]) -> Result<(i64, i64)> {
+        self.check_writable()?;
+        if records.is_empty() {
+            return Err(Error::config("append needs at least one record"));
+        }
+        let first = self.end_offset();
+        let target = TARGET_BATCH_BYTES.min(self.config.max_message_bytes);
+        let mut builder = self.new_builder(target);
+        for r in records {
+            let size = crate::record::record::record_size_upper_bound(r);
+            if builder.count() > 0 && builder.size() + size > target {
+                let full = std::mem::replace(&mut builder, self.new_builder(target));
+                self.append_built(full)?;
+            }
+            builder.push(r);
+        }
+        self.append_built(builder)?;
+        self.after_append(records.len() as u64)?;
+        Ok((first, self.end_offset() - 1))
+    }
+
+    /// Append values with null keys and no headers, all stamped `timestamp`.
+    pub fn append_values(&mut self, values: &[&[u8]], timestamp: i64) -> Result<(i64, i64)> {
+        self.check_writable()?;
+        if values.is_empty() {
+            return Err(Error::config("append_values needs at least one value"));
+        }
+        let first = self.end_offset();
+        let target = TARGET_BATCH_BYTES.min(self.config.max_message_bytes);
+        let mut builder = self.new_builder(target);
+        for v in values {
+            let r = RecordInput { key: None, value: Some(v), headers: &[], timestamp };
+            if builder.count() > 0 && builder.size() + v.len() + 24 > target {
+                let full = std::mem::replace(&mut builder, self.new_builder(target));
+                self.append_built(full)?;
+            }
+            builder.push(&r);
+        }
+        self.append_built(builder)?;
+        self.after_append(values.len() as u64)?;
+        Ok((first, self.end_offset() - 1))
+    }
+
+    fn new_builder(&self, capacity: usize) -> BatchBuilder {
+        BatchBuilder::new(self.config.compression, self.log_append_time(), capacity)
+    }
+
+    fn append_built(&mut self, builder: BatchBuilder) -> Result<()> {
+        let (bytes, header) = builder.finish(0)?;
+        self.append_batch(bytes, header)
+    }
+
+    /// Append pre-built v2 batches (from another Kafka client or broker): each is validated
+    /// (CRC, structure, every record decodes), then given this log's next offsets. Control
+    /// batches and batches whose offsets are not dense are refused. All or nothing: nothing
+    /// is appended unless every batch is valid.
+    pub fn append_raw_batches(&mut self, data: &[u8]) -> Result<(i64, i64)> {
+        self.check_writable()?;
+        let mut batches = Vec::new();
+        let mut pos = 0;
+        while pos < data.len() {
+            let header = match next_batch(data, pos, true)? {
+                Next::Batch(h) => h,
+                _ => {
+                    return Err(Error::corrupt(format!(
+                        "{} bytes at position {pos} are not a whole record batch",
+                        data.len() - pos
+                    )))
+                }
+            };
+            if header.is_control() {
+                return Err(Error::config("control batches are written by brokers, not appended by clients"));
+            }
+            if header.records_count <= 0 || header.last_offset_delta + 1 != header.records_count {
+                return Err(Error::corrupt(format!(
+                    "batch at position {pos} has {} records but lastOffsetDelta {}; appended batches must have dense offsets",
+                    header.records_count, header.last_offset_delta
+                )));
+            }
+            let bytes = &data[pos..pos + header.total_size()];
+            let area = record_area(bytes, &header)?;
+            for_each_record(&area, &header, |_| Ok(()))?;
+            batches.push((bytes, header));
+            pos += header.total_size();
+        }
+        if batches.is_empty() {
+            return Err(Error::config("append_batches needs at least one record batch"));
+        }
+        let first = self.end_offset();
+        let mut count = 0u64;
+        for (bytes, mut header) in batches {
+            let mut bytes = bytes.to_vec();
+            if let Some(now) = self.log_append_time() {
+                // Broker behaviour for LogAppendTime: stamp maxTimestamp and bit 3, new CRC.
+                header.attributes |= ATTR_TIMESTAMP_LOG_APPEND;
+                header.max_timestamp = now;
+                header.write(&mut bytes);
+                header.crc = compute_crc(&bytes);
+                header.write(&mut bytes);
+            }
+            count += header.records_count as u64;
+            self.append_batch(bytes, header)?;
+        }
+        self.after_append(count)?;
+        Ok((first, self.end_offset() - 1))
+    }
+
+    /// Give a finished batch this log's next offsets, roll if needed, and write it.
+    fn append_batch(&mut self, mut bytes: Vec<u8>, mut header: BatchHeader) -> Result<()> {
+        if bytes.len() > self.config.max_message_bytes {
+            return Err(Error::RecordTooLarge { size: bytes.len(), max: self.config.max_message_bytes });
+        }
+        let base = self.end_offset();
+        header.base_offset = base;
+        set_base_offset(&mut bytes, base);
+        self.maybe_roll(bytes.len(), &header)?;
+        self.segments.last_mut().unwrap().append(&bytes, &header)?;
+        Ok(())
+    }
+
+    /// Kafka's `maybeRoll`: size, time, full index or relative-offset overflow.
+    fn maybe_roll(&mut self, size: usize, header: &BatchHeader) -> Result<()> {
+        let active = self.segments.last().unwrap();
+        let by_time = self
+            .config
+            .segment_ms
+            .is_some_and(|ms| active.size() > 0 && active.time_waited_for_roll(now_ms(), header.max_timestamp) > ms);
+        if by_time || active.is_full_for(size, header.last_offset()) {
+            self.roll()?;
+        }
+        Ok(())
+    }
+
+    /// Seal the active segment and start a new one at the log end offset.
+    pub fn roll(&mut self) -> Result<()> {
+        self.check_writable()?;
+        let base = self.end_offset();
+        let active = self.segments.last_mut().unwrap();
+        if active.is_empty() {
+            return Ok(());
+        }
+        active.seal()?;
+        if self.config.flush != FlushPolicy::Os {
+            active.sync_all().inspect_err(|e| self.poisoned = Some(e.to_string()))?;
+        }
+        let seg = Segment::create(&self.dir, base, self.settings(), now_ms())?;
+        self.segments.push(seg);
+        self.flushed_position = 0;
+        Ok(())
+    }
+
+    fn after_append(&mut self, records: u64) -> Result<()> {
+        self.unflushed_messages += records;
+        let due = match self.config.flush {
+            FlushPolicy::Os => false,
+            FlushPolicy::Always => true,
+            FlushPolicy::EveryMessages(n) => self.unflushed_messages >= n,
+        };
+        if due {
+            self.flush_data()?;
+        }
+        Ok(())
+    }
+
+    /// Make every appended byte durable (msync of the new bytes of the active segment).
+    fn flush_data(&mut self) -> Result<()> {
+        let active = self.segments.last().unwrap();
+        if let Err(e) = active.flush_range(self.flushed_position) {
+            self.poisoned = Some(e.to_string());
+            return Err(e);
+        }
+        self.flushed_position = active.size();
+        self.unflushed_messages = 0;
+        Ok(())
+    }
+
+    /// Flush everything to disk: data, indexes and the directory.
+    pub fn flush(&mut self) -> Result<()> {
+        self.check_open()?;
+        if self.config.readonly {
+            return Ok(());
+        }
+        self.flush_data()?;
+        let active = self.segments.last().unwrap();
+        active.sync_all().inspect_err(|e| self.poisoned = Some(e.to_string()))?;
+        sync_dir(&self.dir)
+    }
+
+    /// Seal the active segment (final time entry, trimmed files), flush, and leave the
+    /// clean-shutdown marker so the next open skips recovery. Idempotent.
+    pub fn close(&mut self) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        if !self.config.readonly && self.poisoned.is_none() {
+            let active = self.segments.last_mut().unwrap();
+            active.seal()?;
+            active.sync_all()?;
+            write_atomically(&self.dir, CLEAN_SHUTDOWN_FILE, b"")?;
+        }
+        self.closed = true;
+        self.segments.clear();
+        self._lock = None;
+        Ok(())
+    }
+
+    pub(crate) fn set_start_offset(&mut self, offset: i64) -> Result<()> {
+        self.start_offset = offset;
+        let first_base = self.segments.first().map(|s| s.base_offset).unwrap_or(0);
+        if offset > first_base || self.dir.join(LOG_START_OFFSET_FILE).exists() {
+            write_atomically(&self.dir, LOG_START_OFFSET_FILE, offset.to_string().as_bytes())?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Log {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}

@@ -1,0 +1,181 @@
+//! Reading a partition: zero-copy batch slices, decoded records and timestamp lookup.
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::log::Log;
+use crate::mmap::MappedFile;
+use crate::record::header::BatchHeader;
+use crate::record::scan::{next_batch, Next};
+use crate::record::{for_each_record, record_area, OwnedRecord, RecordRef};
+
+/// Whole batches inside one segment's map: `[start, start + len)`. Holding it keeps the map
+/// (and so the bytes) alive even after the segment is rolled, closed or deleted.
+#[derive(Clone)]
+pub struct BatchSlice {
+    pub map: Option<Arc<MappedFile>>,
+    pub start: usize,
+    pub len: usize,
+}
+
+impl BatchSlice {
+    pub fn bytes(&self) -> &[u8] {
+        match &self.map {
+            Some(m) => m.bytes(self.start, self.start + self.len),
+            None => &[],
+        }
+    }
+}
+
+/// Receives decoded records; implemented by owned vectors, Arrow builders and the Python layer.
+pub trait RecordSink {
+    fn push(&mut self, record: &RecordRef<'_>) -> Result<()>;
+}
+
+impl RecordSink for Vec<OwnedRecord> {
+    fn push(&mut self, record: &RecordRef<'_>) -> Result<()> {
+        Vec::push(self, OwnedRecord::from(record));
+        Ok(())
+    }
+}
+
+impl Log {
+    fn check_range(&self, offset: i64) -> Result<()> {
+        let end = self.end_offset();
+        if offset < self.start_offset || offset > end {
+            return Err(Error::OffsetOutOfRange { offset, start: self.start_offset, end });
+        }
+        Ok(())
+    }
+
+    /// Index of the segment that holds `offset` (the last with base <= offset).
+    fn segment_index_for(&self, offset: i64) -> usize {
+        self.segments.partition_point(|s| s.base_offset <= offset).saturating_sub(1)
+    }
+
+    /// The first batch at or after `offset` with lastOffset >= offset: (segment, position, header).
+    fn locate(&self, offset: i64) -> Result<Option<(usize, usize, BatchHeader)>> {
+        for i in self.segment_index_for(offset)..self.segments.len() {
+            if let Some((pos, h)) = self.segments[i].translate_offset(offset)? {
+                return Ok(Some((i, pos, h)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whole batches starting with the one that holds `offset`, up to `max_bytes` (at least one
+    /// batch, as Kafka's fetch returns). Empty at the log end.
+    pub fn read(&mut self, offset: i64, max_bytes: usize) -> Result<BatchSlice> {
+        self.check_open()?;
+        if offset >= self.end_offset() {
+            self.refresh()?;
+        }
+        self.check_range(offset)?;
+        let Some((seg_idx, start, first)) = self.locate(offset)? else {
+            return Ok(BatchSlice { map: None, start: 0, len: 0 });
+        };
+        let seg = &self.segments[seg_idx];
+        let bytes = seg.bytes(0, seg.size());
+        let mut end = start + first.total_size();
+        while end < seg.size() {
+            match next_batch(bytes, end, false)? {
+                Next::Batch(h) if end + h.total_size() - start <= max_bytes => end += h.total_size(),
+                _ => break,
+            }
+        }
+        Ok(BatchSlice { map: seg.map().cloned(), start, len: end - start })
+    }
+
+    /// Decode records with offsets in `[start, end)` (end defaults to the log end), at most
+    /// `max_records`, into `sink`. Control batches are skipped; every batch's CRC is checked.
+    /// Returns the offset to continue from.
+    pub fn scan_records(&mut self, start: i64, end: Option<i64>, max_records: usize, sink: &mut impl RecordSink) -> Result<i64> {
+        self.check_open()?;
+        if start >= self.end_offset() {
+            self.refresh()?;
+        }
+        self.check_range(start)?;
+        let end = end.unwrap_or(i64::MAX).min(self.end_offset());
+        let mut next = start;
+        let mut taken = 0usize;
+        if start >= end || max_records == 0 {
+            return Ok(start);
+        }
+        let Some((mut seg_idx, mut pos, _)) = self.locate(start)? else { return Ok(end) };
+        'segments: while seg_idx < self.segments.len() {
+            let seg = &self.segments[seg_idx];
+            let bytes = seg.bytes(0, seg.size());
+            loop {
+                let header = match next_batch(bytes, pos, true)? {
+                    Next::Batch(h) => h,
+                    _ => break,
+                };
+                let batch = &bytes[pos..pos + header.total_size()];
+                pos += header.total_size();
+                if header.base_offset >= end {
+                    break 'segments;
+                }
+                if header.last_offset() < next || header.is_control() {
+                    next = next.max(header.next_offset());
+                    continue;
+                }
+                let area = record_area(batch, &header)?;
+                let mut full = false;
+                for_each_record(&area, &header, |r| {
+                    if full || r.offset < next || r.offset >= end {
+                        return Ok(());
+                    }
+                    sink.push(&r)?;
+                    taken += 1;
+                    if taken >= max_records {
+                        full = true;
+                        next = r.offset + 1;
+                    }
+                    Ok(())
+                })?;
+                if full {
+                    return Ok(next);
+                }
+                next = next.max(header.next_offset());
+            }
+            seg_idx += 1;
+            pos = 0;
+        }
+        Ok(next.min(end).max(start))
+    }
+
+    /// Kafka's ListOffsets by timestamp: the earliest offset whose record timestamp >= ts,
+    /// with that timestamp, or None. Searches the first segment whose largest timestamp >= ts,
+    /// from its time-index hint.
+    pub fn offset_for_timestamp(&mut self, ts: i64) -> Result<Option<(i64, i64)>> {
+        self.check_open()?;
+        self.refresh()?;
+        let start_offset = self.start_offset;
+        for seg in &self.segments {
+            if seg.max_timestamp() < ts || seg.next_offset() <= start_offset {
+                continue;
+            }
+            let mut pos = seg.timestamp_search_start(ts, start_offset)?;
+            let bytes = seg.bytes(0, seg.size());
+            while let Next::Batch(h) = next_batch(bytes, pos, true)? {
+                let batch = &bytes[pos..pos + h.total_size()];
+                pos += h.total_size();
+                if h.max_timestamp < ts || h.is_control() || h.last_offset() < start_offset {
+                    continue;
+                }
+                let area = record_area(batch, &h)?;
+                let mut found = None;
+                for_each_record(&area, &h, |r| {
+                    if found.is_none() && r.timestamp >= ts && r.offset >= start_offset {
+                        found = Some((r.offset, r.timestamp));
+                    }
+                    Ok(())
+                })?;
+                if found.is_some() {
+                    return Ok(found);
+                }
+            }
+        }
+        Ok(None)
+    }
+}

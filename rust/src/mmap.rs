@@ -1,0 +1,83 @@
+//! Memory maps over segment files: the one place (with the Python buffer) that uses `unsafe`.
+//!
+//! The invariants that make the maps sound, kept by `segment.rs` and `log.rs`:
+//! 1. A file is never shrunk below the bytes any reader may touch: a segment is trimmed only
+//!    to its *valid* length (the end of its last complete batch), and readers only touch
+//!    bytes below the valid length they were given.
+//! 2. Published bytes are never written again. The writer only writes past the published end;
+//!    a segment's files are replaced (compaction) or removed (retention) by rename/unlink, which
+//!    leaves existing maps intact.
+//! 3. Mapped regions of the active segment are backed by real blocks (`fallocate`), so a full
+//!    disk fails the allocation with an error instead of raising SIGBUS on a store.
+//! 4. No other process writes the file while we hold its partition lock, except readers,
+//!    which never write.
+
+use std::fs::File;
+use std::sync::Arc;
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use crate::error::{IoContext, Result};
+
+/// A shared mapping of one file, readable by any number of holders.
+pub struct MappedFile {
+    map: MmapRaw,
+}
+
+impl MappedFile {
+    /// Map `len` bytes of `file` for reading and writing (`MAP_SHARED`).
+    pub fn writable(file: &File, len: usize, what: &str) -> Result<Arc<MappedFile>> {
+        let map = MmapOptions::new().len(len).map_raw(file).context(|| format!("cannot map {what}"))?;
+        Ok(Arc::new(MappedFile { map }))
+    }
+
+    /// Map `len` bytes of `file` read-only (`MAP_SHARED`), seeing a writer's later stores.
+    pub fn readonly(file: &File, len: usize, what: &str) -> Result<Arc<MappedFile>> {
+        let map = MmapOptions::new().len(len).map_raw_read_only(file).context(|| format!("cannot map {what}"))?;
+        Ok(Arc::new(MappedFile { map }))
+    }
+
+    /// Bytes mapped.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.len() == 0
+    }
+
+    /// Published bytes `[start, end)`. Panics if the range is outside the mapping.
+    #[inline]
+    pub fn bytes(&self, start: usize, end: usize) -> &[u8] {
+        assert!(start <= end && end <= self.map.len(), "read {start}..{end} outside a map of {}", self.map.len());
+        // SAFETY: the range lies inside the mapping (checked above) and below the valid length
+        // of the file (invariant 1, the callers pass published ranges only), so every page is
+        // backed by the file and no SIGBUS can occur. Published bytes are never written again
+        // (invariant 2), so no store can alias this shared reference while it lives.
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(start), end - start) }
+    }
+
+    /// Raw start address and length, for handing published ranges to Python's buffer protocol.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.map.as_ptr()
+    }
+
+    /// Copy `data` to `[at, at + data.len())`, an unpublished range of a writable map.
+    #[inline]
+    pub fn write(&self, at: usize, data: &[u8]) {
+        assert!(at + data.len() <= self.map.len(), "write past the end of a map");
+        // SAFETY: the range is inside the mapping (checked) and inside the file's allocated
+        // blocks (invariant 3: writable maps cover exactly the fallocated length). Only the
+        // writer, which holds the partition lock and `&mut` on its segment, writes; it writes
+        // only past the published end, where no reader holds a reference (invariant 2).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.map.as_mut_ptr().add(at), data.len()) }
+    }
+
+    /// msync the range to disk (`MS_SYNC`): makes the bytes durable like fdatasync.
+    pub fn flush_range(&self, at: usize, len: usize) -> std::io::Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.map.flush_range(at, len)
+    }
+}

@@ -1,0 +1,104 @@
+//! Settings of one partition log, with Kafka's names and defaults where Kafka has them.
+
+use crate::error::{Error, Result};
+use crate::record::{Compression, TimestampType};
+
+/// When appended data is forced to disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushPolicy {
+    /// Leave it to the page cache (Kafka's default): a process crash loses nothing, a power
+    /// loss may lose the tail.
+    Os,
+    /// msync before `append` returns: nothing acknowledged is lost even on power loss.
+    Always,
+    /// Flush after every N messages (Kafka's `flush.messages`).
+    EveryMessages(u64),
+}
+
+/// Configuration of a partition log.
+#[derive(Clone, Debug)]
+pub struct LogConfig {
+    /// `segment.bytes`: roll when a segment would exceed this size (default 1 GiB).
+    pub segment_bytes: u64,
+    /// `index.interval.bytes`: bytes between offset-index entries (default 4096).
+    pub index_interval_bytes: u64,
+    /// `segment.ms`: roll a segment after this much time (default none).
+    pub segment_ms: Option<i64>,
+    /// `retention.bytes`: delete oldest segments past this total size (default none).
+    pub retention_bytes: Option<u64>,
+    /// `retention.ms`: delete segments whose newest record is older (default none).
+    pub retention_ms: Option<i64>,
+    /// `compression.type` for batches this log builds.
+    pub compression: Compression,
+    pub flush: FlushPolicy,
+    /// `message.timestamp.type`.
+    pub timestamp_type: TimestampType,
+    /// `max.message.bytes`: the largest batch accepted (default 1048588).
+    pub max_message_bytes: usize,
+    /// `segment.index.bytes`: the size of a full index (default 10 MiB).
+    pub max_index_bytes: usize,
+    /// Open without writing anything.
+    pub readonly: bool,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 1 << 30,
+            index_interval_bytes: 4096,
+            segment_ms: None,
+            retention_bytes: None,
+            retention_ms: None,
+            compression: Compression::None,
+            flush: FlushPolicy::Os,
+            timestamp_type: TimestampType::CreateTime,
+            max_message_bytes: 1_048_588,
+            max_index_bytes: 10 * 1024 * 1024,
+            readonly: false,
+        }
+    }
+}
+
+impl LogConfig {
+    /// Check every setting and say which one is wrong and why.
+    pub fn validate(&self) -> Result<()> {
+        // Segments are addressed with i32 positions in the index.
+        if self.segment_bytes < 14 || self.segment_bytes > i32::MAX as u64 {
+            return Err(Error::config(format!(
+                "segment_bytes must be between 14 and {} (2 GiB - 1), got {}",
+                i32::MAX,
+                self.segment_bytes
+            )));
+        }
+        if self.index_interval_bytes == 0 {
+            return Err(Error::config("index_interval_bytes must be positive"));
+        }
+        if let Some(ms) = self.segment_ms {
+            if ms <= 0 {
+                return Err(Error::config(format!("segment_ms must be positive, got {ms}")));
+            }
+        }
+        if let Some(ms) = self.retention_ms {
+            if ms < 0 {
+                return Err(Error::config(format!("retention_ms must be >= 0 (or None for no limit), got {ms}")));
+            }
+        }
+        if let FlushPolicy::EveryMessages(0) = self.flush {
+            return Err(Error::config("flush every N messages needs N >= 1"));
+        }
+        if self.max_message_bytes < 61 || self.max_message_bytes > i32::MAX as usize {
+            return Err(Error::config(format!(
+                "max_message_bytes must be between 61 (one batch header) and {}, got {}",
+                i32::MAX,
+                self.max_message_bytes
+            )));
+        }
+        if self.max_index_bytes < 12 {
+            return Err(Error::config("max_index_bytes must hold at least one time index entry (12 bytes)"));
+        }
+        if self.compression != Compression::None && self.compression != Compression::Zstd {
+            return Err(Error::config("compression must be \"none\" or \"zstd\" for writing"));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,186 @@
+//! The compression codecs of a v2 batch's record area (attribute bits 0-2).
+//!
+//! We write `none` and `zstd`; we read every codec a broker or another client may have
+//! written: gzip (any RFC 1952 stream), snappy (xerial's framing and plain raw blocks),
+//! lz4 (Kafka's LZ4 frame) and zstd (one or more frames). Decompression is bounded so that
+//! hostile bytes cannot make us allocate without limit.
+
+use std::io::Read;
+
+use crate::error::{Error, Result};
+
+/// Output limit for one batch's decompressed records. Kafka's default `max.message.bytes`
+/// is 1 MiB; compressed batches of real data stay far below this.
+pub const MAX_DECOMPRESSED_BYTES: usize = 256 << 20;
+
+/// The codec named in a batch's attributes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Compression {
+    None = 0,
+    Gzip = 1,
+    Snappy = 2,
+    Lz4 = 3,
+    Zstd = 4,
+}
+
+impl Compression {
+    /// Decode attribute bits 0-2.
+    pub fn from_attributes(attributes: i16) -> Result<Self> {
+        match attributes & 0x07 {
+            0 => Ok(Compression::None),
+            1 => Ok(Compression::Gzip),
+            2 => Ok(Compression::Snappy),
+            3 => Ok(Compression::Lz4),
+            4 => Ok(Compression::Zstd),
+            other => Err(Error::corrupt(format!("unknown compression codec id {other} in batch attributes"))),
+        }
+    }
+
+    /// Kafka's name for the codec (`compression.type`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Gzip => "gzip",
+            Compression::Snappy => "snappy",
+            Compression::Lz4 => "lz4",
+            Compression::Zstd => "zstd",
+        }
+    }
+
+    /// Parse a codec name for writing; only the codecs we write are accepted.
+    pub fn parse_for_writing(name: &str) -> Result<Self> {
+        match name {
+            "none" | "uncompressed" => Ok(Compression::None),
+            "zstd" => Ok(Compression::Zstd),
+            "gzip" | "snappy" | "lz4" => Err(Error::config(format!(
+                "compression {name:?} can be read but not written; use \"none\" or \"zstd\""
+            ))),
+            _ => Err(Error::config(format!("unknown compression {name:?}; use \"none\" or \"zstd\""))),
+        }
+    }
+}
+
+/// Compress a record area. Only `None` and `Zstd` are written.
+pub fn compress(codec: Compression, data: &[u8]) -> Result<Vec<u8>> {
+    match codec {
+        Compression::None => Ok(data.to_vec()),
+        // Level 3 is zstd-jni's default, which is what a Java producer writes.
+        Compression::Zstd => zstd::bulk::compress(data, 3)
+            .map_err(|e| Error::io("zstd compression failed", e)),
+        other => Err(Error::Unsupported(format!("writing {} batches", other.name()))),
+    }
+}
+
+/// Decompress a record area into at most `MAX_DECOMPRESSED_BYTES`.
+pub fn decompress(codec: Compression, data: &[u8]) -> Result<Vec<u8>> {
+    match codec {
+        Compression::None => Ok(data.to_vec()),
+        Compression::Gzip => read_bounded(flate2::read::MultiGzDecoder::new(data), "gzip"),
+        Compression::Snappy => decompress_snappy(data),
+        Compression::Lz4 => read_bounded(lz4_flex::frame::FrameDecoder::new(data), "lz4"),
+        Compression::Zstd => read_bounded(
+            zstd::stream::read::Decoder::new(data).map_err(|e| Error::corrupt(format!("zstd: {e}")))?,
+            "zstd",
+        ),
+    }
+}
+
+/// Read a decoder to its end, failing rather than growing past the limit.
+fn read_bounded(reader: impl Read, codec: &str) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let limit = MAX_DECOMPRESSED_BYTES as u64 + 1;
+    reader
+        .take(limit)
+        .read_to_end(&mut out)
+        .map_err(|e| Error::corrupt(format!("{codec} record data does not decompress: {e}")))?;
+    if out.len() > MAX_DECOMPRESSED_BYTES {
+        return Err(Error::corrupt(format!(
+            "{codec} record data decompresses past {MAX_DECOMPRESSED_BYTES} bytes"
+        )));
+    }
+    Ok(out)
+}
+
+/// xerial snappy-java's stream header: magic, then two big-endian ints (version, compat)
+/// that some writers put little-endian, so they are not checked.
+const XERIAL_MAGIC: &[u8; 8] = b"\x82SNAPPY\x00";
+const XERIAL_HEADER_LEN: usize = 16;
+
+fn decompress_snappy(data: &[u8]) -> Result<Vec<u8>> {
+    if data.len() >= XERIAL_HEADER_LEN && &data[..8] == XERIAL_MAGIC {
+        let mut out = Vec::new();
+        let mut pos = XERIAL_HEADER_LEN;
+        while pos < data.len() {
+            let len_bytes = data
+                .get(pos..pos + 4)
+                .ok_or_else(|| Error::corrupt("snappy: truncated xerial chunk length"))?;
+            let len = u32::from_be_bytes(len_bytes.try_into().unwrap()) as usize;
+            pos += 4;
+            let block = data
+                .get(pos..pos.saturating_add(len))
+                .ok_or_else(|| Error::corrupt("snappy: xerial chunk runs past the batch"))?;
+            snappy_raw_into(block, &mut out)?;
+            pos += len;
+        }
+        Ok(out)
+    } else {
+        let mut out = Vec::new();
+        snappy_raw_into(data, &mut out)?;
+        Ok(out)
+    }
+}
+
+fn snappy_raw_into(block: &[u8], out: &mut Vec<u8>) -> Result<()> {
+    let len = snap::raw::decompress_len(block).map_err(|e| Error::corrupt(format!("snappy: {e}")))?;
+    if out.len() + len > MAX_DECOMPRESSED_BYTES {
+        return Err(Error::corrupt(format!("snappy record data decompresses past {MAX_DECOMPRESSED_BYTES} bytes")));
+    }
+    let start = out.len();
+    out.resize(start + len, 0);
+    snap::raw::Decoder::new()
+        .decompress(block, &mut out[start..])
+        .map_err(|e| Error::corrupt(format!("snappy: {e}")))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zstd_round_trip() {
+        let data = b"hello hello hello hello".repeat(100);
+        let c = compress(Compression::Zstd, &data).unwrap();
+        assert!(c.len() < data.len());
+        assert_eq!(decompress(Compression::Zstd, &c).unwrap(), data);
+    }
+
+    #[test]
+    fn xerial_and_raw_snappy() {
+        let data = b"abcabcabcabcabc".repeat(50);
+        let raw = snap::raw::Encoder::new().compress_vec(&data).unwrap();
+        assert_eq!(decompress(Compression::Snappy, &raw).unwrap(), data);
+        let mut framed = XERIAL_MAGIC.to_vec();
+        framed.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1]);
+        for chunk in data.chunks(300) {
+            let block = snap::raw::Encoder::new().compress_vec(chunk).unwrap();
+            framed.extend_from_slice(&(block.len() as u32).to_be_bytes());
+            framed.extend_from_slice(&block);
+        }
+        assert_eq!(decompress(Compression::Snappy, &framed).unwrap(), data);
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        for codec in [Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd] {
+            assert!(decompress(codec, &[0xde, 0xad, 0xbe, 0xef, 1, 2, 3]).is_err(), "{codec:?}");
+        }
+    }
+
+    #[test]
+    fn decompression_bombs_are_bounded() {
+        let data = vec![0u8; MAX_DECOMPRESSED_BYTES + 10];
+        let c = compress(Compression::Zstd, &data).unwrap();
+        assert!(decompress(Compression::Zstd, &c).is_err());
+    }
+}

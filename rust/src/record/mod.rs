@@ -1,0 +1,14 @@
+//! Kafka's v2 record format: varints, records, batch headers, batches and codecs.
+
+pub mod batch;
+pub mod compression;
+pub mod header;
+#[allow(clippy::module_inception)]
+pub mod record;
+pub mod scan;
+pub mod varint;
+
+pub use batch::{decode_batch_owned, for_each_record, record_area, BatchBuilder, OwnedRecord};
+pub use compression::Compression;
+pub use header::{BatchHeader, TimestampType};
+pub use record::{Header, RecordInput, RecordRef};

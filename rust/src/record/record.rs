@@ -1,0 +1,158 @@
+//! One record inside a v2 batch (`DefaultRecord`):
+//!
+//! ```text
+//! length varint | attributes i8 | timestampDelta varlong | offsetDelta varint
+//! keyLength varint (-1 = null) | key | valueLength varint (-1 = null) | value
+//! headerCount varint | { keyLength varint | key utf-8 | valueLength varint (-1 = null) | value }*
+//! ```
+
+use crate::error::{Error, Result};
+use crate::record::varint::{get_varint, get_varlong, put_varint, put_varlong, varint_len, varlong_len};
+
+/// A header: a UTF-8 key and a nullable value.
+pub type Header<'a> = (&'a str, Option<&'a [u8]>);
+
+/// A decoded record borrowing from the batch's (decompressed) record area.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordRef<'a> {
+    pub offset: i64,
+    pub timestamp: i64,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub headers: Vec<Header<'a>>,
+}
+
+/// Read a nullable length-prefixed byte string.
+#[inline]
+fn get_nullable_bytes<'a>(buf: &'a [u8], pos: &mut usize, what: &str) -> Result<Option<&'a [u8]>> {
+    let len = get_varint(buf, pos)?;
+    if len < 0 {
+        if len != -1 {
+            return Err(Error::corrupt(format!("record {what} has negative length {len}")));
+        }
+        return Ok(None);
+    }
+    let end = pos
+        .checked_add(len as usize)
+        .filter(|&e| e <= buf.len())
+        .ok_or_else(|| Error::corrupt(format!("record {what} of {len} bytes runs past the record")))?;
+    let bytes = &buf[*pos..end];
+    *pos = end;
+    Ok(Some(bytes))
+}
+
+/// Decode the record starting at `buf[*pos..]` and advance `pos` past it.
+/// `base_offset`/`base_timestamp` come from the batch header; `log_append_time` is the
+/// batch's maxTimestamp when the batch uses LogAppendTime (then every record reports it).
+pub fn decode_record<'a>(
+    buf: &'a [u8],
+    pos: &mut usize,
+    base_offset: i64,
+    base_timestamp: i64,
+    log_append_time: Option<i64>,
+) -> Result<RecordRef<'a>> {
+    let body_len = get_varint(buf, pos)?;
+    if body_len < 0 {
+        return Err(Error::corrupt(format!("record declares negative length {body_len}")));
+    }
+    let body_end = pos
+        .checked_add(body_len as usize)
+        .filter(|&e| e <= buf.len())
+        .ok_or_else(|| Error::corrupt(format!("record of {body_len} bytes runs past its batch")))?;
+    let body = &buf[..body_end];
+    *pos += 1; // attributes: an int8, unused by Kafka so far
+    if *pos > body_end {
+        return Err(Error::corrupt("record ends before its attributes"));
+    }
+    let timestamp_delta = get_varlong(body, pos)?;
+    let offset_delta = get_varint(body, pos)?;
+    let key = get_nullable_bytes(body, pos, "key")?;
+    let value = get_nullable_bytes(body, pos, "value")?;
+    let header_count = get_varint(body, pos)?;
+    if header_count < 0 || header_count as usize > body_end - *pos {
+        return Err(Error::corrupt(format!("record declares {header_count} headers, more than its bytes can hold")));
+    }
+    let mut headers = Vec::with_capacity(header_count as usize);
+    for _ in 0..header_count {
+        let key_bytes = get_nullable_bytes(body, pos, "header key")?
+            .ok_or_else(|| Error::corrupt("record header has a null key"))?;
+        let key = std::str::from_utf8(key_bytes)
+            .map_err(|_| Error::corrupt("record header key is not valid UTF-8"))?;
+        let value = get_nullable_bytes(body, pos, "header value")?;
+        headers.push((key, value));
+    }
+    if *pos != body_end {
+        return Err(Error::corrupt(format!(
+            "record declares {body_len} bytes but its fields take {}",
+            body_len as usize + *pos - body_end
+        )));
+    }
+    Ok(RecordRef {
+        offset: base_offset + offset_delta as i64,
+        timestamp: log_append_time.unwrap_or(base_timestamp.wrapping_add(timestamp_delta)),
+        key,
+        value,
+        headers,
+    })
+}
+
+/// What a writer hands us for one record.
+#[derive(Clone, Copy, Debug)]
+pub struct RecordInput<'a> {
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub headers: &'a [Header<'a>],
+    pub timestamp: i64,
+}
+
+#[inline]
+fn nullable_len(b: Option<&[u8]>) -> usize {
+    match b {
+        None => 1,
+        Some(b) => varint_len(b.len() as i32) + b.len(),
+    }
+}
+
+#[inline]
+fn put_nullable(out: &mut Vec<u8>, b: Option<&[u8]>) {
+    match b {
+        None => put_varint(out, -1),
+        Some(b) => {
+            put_varint(out, b.len() as i32);
+            out.extend_from_slice(b);
+        }
+    }
+}
+
+/// Append one encoded record (length prefix included) to `out`.
+#[inline]
+pub fn encode_record(out: &mut Vec<u8>, offset_delta: i32, timestamp_delta: i64, r: &RecordInput<'_>) {
+    let mut body = 1 + varlong_len(timestamp_delta) + varint_len(offset_delta);
+    body += nullable_len(r.key) + nullable_len(r.value) + varint_len(r.headers.len() as i32);
+    for (k, v) in r.headers {
+        body += nullable_len(Some(k.as_bytes())) + nullable_len(*v);
+    }
+    out.reserve(body + 5);
+    put_varint(out, body as i32);
+    out.push(0);
+    put_varlong(out, timestamp_delta);
+    put_varint(out, offset_delta);
+    put_nullable(out, r.key);
+    put_nullable(out, r.value);
+    put_varint(out, r.headers.len() as i32);
+    for (k, v) in r.headers {
+        put_nullable(out, Some(k.as_bytes()));
+        put_nullable(out, *v);
+    }
+}
+
+/// Size in bytes of one record as `encode_record` writes it (an upper bound when the
+/// timestamp delta is not yet known: we assume the 10-byte worst case).
+#[inline]
+pub fn record_size_upper_bound(r: &RecordInput<'_>) -> usize {
+    let mut body = 1 + 10 + 5 + nullable_len(r.key) + nullable_len(r.value) + 5;
+    for (k, v) in r.headers {
+        body += nullable_len(Some(k.as_bytes())) + nullable_len(*v);
+    }
+    body + 5
+}

@@ -1,0 +1,98 @@
+//! Finding batch boundaries in a run of bytes, with the rules of Kafka's
+//! `FileLogInputStream.nextBatch` and `DefaultRecordBatch.ensureValid`.
+
+use crate::error::{Error, Result};
+use crate::record::header::{compute_crc, BatchHeader, HEADER_LEN, LOG_OVERHEAD, MAGIC_V2, MIN_BATCH_LENGTH};
+
+/// What lies at a position of a log file.
+#[derive(Debug)]
+pub enum Next {
+    /// A complete batch with a valid header (and CRC, when checked).
+    Batch(BatchHeader),
+    /// No complete batch starts here: 17 bytes or fewer remain, or the batch runs past the end.
+    /// For a reader this is the end of the data; for recovery, where to truncate.
+    End,
+    /// Zero-filled bytes (a preallocated tail, or a length of 0): the end of written data.
+    Zeros,
+}
+
+/// Examine the bytes at `buf[pos..]`, Kafka's way.
+///
+/// `check_crc` verifies the CRC-32C of the batch, as every read and recovery should.
+/// An invalid batch is an `Error::Corrupt`; magic 0/1 is `Error::Unsupported`.
+pub fn next_batch(buf: &[u8], pos: usize, check_crc: bool) -> Result<Next> {
+    let remaining = buf.len().saturating_sub(pos);
+    // Kafka: `if (position >= end - HEADER_SIZE_UP_TO_MAGIC) return null` with 17 bytes.
+    if remaining <= LOG_OVERHEAD + 5 {
+        return Ok(Next::End);
+    }
+    let at = &buf[pos..];
+    let batch_length = i32::from_be_bytes(at[8..12].try_into().unwrap());
+    if batch_length == 0 && at[..LOG_OVERHEAD].iter().all(|&b| b == 0) {
+        return Ok(Next::Zeros);
+    }
+    if batch_length < MIN_BATCH_LENGTH {
+        return Err(Error::corrupt(format!(
+            "batch at position {pos} declares length {batch_length}, below the minimum of {MIN_BATCH_LENGTH}"
+        )));
+    }
+    let size = LOG_OVERHEAD + batch_length as usize;
+    if size > remaining {
+        return Ok(Next::End);
+    }
+    let magic = at[16] as i8;
+    if magic != MAGIC_V2 {
+        return Err(Error::Unsupported(format!(
+            "batch at position {pos} has magic {magic}; only v2 record batches (Kafka 0.11+) are supported"
+        )));
+    }
+    if size < HEADER_LEN {
+        return Err(Error::corrupt(format!("v2 batch at position {pos} is {size} bytes, below the 61-byte header")));
+    }
+    let header = BatchHeader::parse(&at[..size])?;
+    if check_crc {
+        let actual = compute_crc(&at[..size]);
+        if actual != header.crc {
+            return Err(Error::corrupt(format!(
+                "batch at position {pos} (offsets {}..={}) fails its CRC-32C check: stored {:#010x}, computed {actual:#010x}",
+                header.base_offset,
+                header.last_offset(),
+                header.crc
+            )));
+        }
+    }
+    if header.last_offset_delta < 0 || header.records_count < 0 {
+        return Err(Error::corrupt(format!(
+            "batch at position {pos} has a negative lastOffsetDelta ({}) or record count ({})",
+            header.last_offset_delta, header.records_count
+        )));
+    }
+    Ok(Next::Batch(header))
+}
+
+/// Iterate the valid batches of a buffer that is known to hold only whole, valid batches
+/// (the published part of a segment). Stops at the first thing that is not a batch.
+pub fn batches(buf: &[u8], check_crc: bool) -> impl Iterator<Item = Result<(usize, BatchHeader)>> + '_ {
+    let mut pos = 0usize;
+    let mut done = false;
+    std::iter::from_fn(move || {
+        if done {
+            return None;
+        }
+        match next_batch(buf, pos, check_crc) {
+            Ok(Next::Batch(h)) => {
+                let at = pos;
+                pos += h.total_size();
+                Some(Ok((at, h)))
+            }
+            Ok(_) => {
+                done = true;
+                None
+            }
+            Err(e) => {
+                done = true;
+                Some(Err(e))
+            }
+        }
+    })
+}

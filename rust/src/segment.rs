@@ -1,0 +1,538 @@
+//! One segment: a `<base offset>.log` file of record batches and its two indexes.
+//!
+//! The active segment is written through a shared memory map over blocks reserved with
+//! `fallocate`. Each batch is published by writing its body first and its 12-byte
+//! offset/length prefix last, so a reader (in this or another process) that finds a
+//! non-zero length also finds the whole batch; the CRC guards the rest. Sealing (roll or
+//! close) adds the final time-index entry and trims the file to its valid length, leaving
+//! exactly what Kafka writes.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+
+use crate::error::{Error, IoContext, Result};
+use crate::index::{OffsetIndex, TimeIndex};
+use crate::mmap::MappedFile;
+use crate::record::header::{BatchHeader, HEADER_LEN, LOG_OVERHEAD};
+use crate::record::scan::{next_batch, Next};
+
+/// Reserve disk for the active segment in steps of this size (or `segment_bytes`, if smaller).
+const ALLOCATION_STEP: usize = 64 << 20;
+
+/// `<20-digit base offset>.<ext>`, Kafka's file naming.
+pub fn file_name(base_offset: i64, ext: &str) -> String {
+    format!("{base_offset:020}.{ext}")
+}
+
+/// What recovery found in a segment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    pub base_offset: i64,
+    pub valid_bytes: u64,
+    /// Bytes after the last valid batch that held something other than zeros.
+    pub dropped_bytes: u64,
+    /// Why the scan stopped early, if it did.
+    pub reason: Option<String>,
+}
+
+/// Settings a segment needs from its log.
+#[derive(Clone, Copy, Debug)]
+pub struct SegmentSettings {
+    pub segment_bytes: usize,
+    pub index_interval_bytes: usize,
+    pub max_index_bytes: usize,
+}
+
+pub struct Segment {
+    pub base_offset: i64,
+    dir: PathBuf,
+    file: File,
+    writable: bool,
+    map: Option<Arc<MappedFile>>,
+    /// Bytes reserved on disk and mapped (writer), or mapped (reader).
+    mapped_len: usize,
+    /// Valid, published bytes: the end of the last complete batch.
+    size: usize,
+    /// One past the last offset stored here; `base_offset` when empty.
+    next_offset: i64,
+    pub offset_index: OffsetIndex,
+    pub time_index: TimeIndex,
+    max_timestamp: i64,
+    offset_of_max_timestamp: i64,
+    /// maxTimestamp of the first batch: what `segment.ms` measures from.
+    first_batch_timestamp: Option<i64>,
+    bytes_since_last_index_entry: usize,
+    created_ms: i64,
+    sealed: bool,
+    settings: SegmentSettings,
+}
+
+impl Segment {
+    fn paths(dir: &Path, base_offset: i64) -> (PathBuf, PathBuf, PathBuf) {
+        (
+            dir.join(file_name(base_offset, "log")),
+            dir.join(file_name(base_offset, "index")),
+            dir.join(file_name(base_offset, "timeindex")),
+        )
+    }
+
+    /// Create a new, empty active segment.
+    pub fn create(dir: &Path, base_offset: i64, settings: SegmentSettings, now_ms: i64) -> Result<Segment> {
+        let (log_path, index_path, time_path) = Self::paths(dir, base_offset);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&log_path)
+            .context(|| format!("cannot create segment {}", log_path.display()))?;
+        for p in [&index_path, &time_path] {
+            File::create(p).context(|| format!("cannot create index {}", p.display()))?;
+        }
+        let mut seg = Self::open_files(dir, base_offset, file, true, settings, now_ms)?;
+        seg.ensure_capacity(0)?;
+        Ok(seg)
+    }
+
+    /// Open an existing segment. `size` is trusted when `trust_size` (a sealed segment of a
+    /// cleanly closed log); otherwise call `recover` (writer) or `discover` (reader).
+    pub fn open(dir: &Path, base_offset: i64, writable: bool, settings: SegmentSettings, now_ms: i64) -> Result<Segment> {
+        let (log_path, _, _) = Self::paths(dir, base_offset);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(writable)
+            .open(&log_path)
+            .context(|| format!("cannot open segment {}", log_path.display()))?;
+        Self::open_files(dir, base_offset, file, writable, settings, now_ms)
+    }
+
+    fn open_files(dir: &Path, base_offset: i64, file: File, writable: bool, settings: SegmentSettings, now_ms: i64) -> Result<Segment> {
+        let (_, index_path, time_path) = Self::paths(dir, base_offset);
+        let (offset_index, _) = OffsetIndex::open(&index_path, base_offset, writable, settings.max_index_bytes)?;
+        let (time_index, _) = TimeIndex::open(&time_path, base_offset, writable, settings.max_index_bytes)?;
+        let created_ms = file
+            .metadata()
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(now_ms);
+        Ok(Segment {
+            base_offset,
+            dir: dir.to_path_buf(),
+            file,
+            writable,
+            map: None,
+            mapped_len: 0,
+            size: 0,
+            next_offset: base_offset,
+            offset_index,
+            time_index,
+            max_timestamp: -1,
+            offset_of_max_timestamp: -1,
+            first_batch_timestamp: None,
+            bytes_since_last_index_entry: 0,
+            created_ms,
+            sealed: false,
+            settings,
+        })
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join(file_name(self.base_offset, "log"))
+    }
+
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+
+    pub fn max_timestamp(&self) -> i64 {
+        self.max_timestamp
+    }
+
+    pub fn is_sealed(&self) -> bool {
+        self.sealed
+    }
+
+    /// The map holding the published bytes (None while the segment is empty).
+    pub fn map(&self) -> Option<&Arc<MappedFile>> {
+        self.map.as_ref()
+    }
+
+    /// Published bytes `[start, end)`.
+    pub fn bytes(&self, start: usize, end: usize) -> &[u8] {
+        assert!(end <= self.size);
+        match &self.map {
+            Some(m) => m.bytes(start, end),
+            None => &[],
+        }
+    }
+
+    /// Milliseconds the segment has been "open" by Kafka's `segment.ms` rule.
+    pub fn time_waited_for_roll(&self, now_ms: i64, batch_max_ts: i64) -> i64 {
+        match self.first_batch_timestamp {
+            Some(first) if first >= 0 => batch_max_ts - first,
+            _ => now_ms - self.created_ms,
+        }
+    }
+
+    /// Make room for `extra` more bytes: reserve real blocks and remap. Earlier maps stay
+    /// valid for whoever still holds them.
+    fn ensure_capacity(&mut self, extra: usize) -> Result<()> {
+        let needed = self.size + extra;
+        if needed <= self.mapped_len && self.map.is_some() {
+            return Ok(());
+        }
+        let step = ALLOCATION_STEP.min(self.settings.segment_bytes.max(4096));
+        let target = needed.max(self.mapped_len + step).next_multiple_of(4096);
+        reserve_blocks(&self.file, self.mapped_len, target)
+            .context(|| format!("cannot reserve {target} bytes for {} (is the disk full?)", self.log_path().display()))?;
+        self.map = Some(MappedFile::writable(&self.file, target, &self.log_path().display().to_string())?);
+        self.mapped_len = target;
+        Ok(())
+    }
+
+    /// Append one batch whose offsets are already assigned. Returns its file position.
+    pub fn append(&mut self, batch: &[u8], header: &BatchHeader) -> Result<usize> {
+        if !self.writable || self.sealed {
+            return Err(Error::Closed(format!("segment {} is not writable", self.log_path().display())));
+        }
+        self.ensure_capacity(batch.len())?;
+        let pos = self.size;
+        let map = self.map.as_ref().expect("ensure_capacity maps");
+        // Body first, then the offset/length prefix: the prefix is what makes a batch visible.
+        map.write(pos + LOG_OVERHEAD, &batch[LOG_OVERHEAD..]);
+        fence(Ordering::Release);
+        map.write(pos, &batch[..LOG_OVERHEAD]);
+        self.size += batch.len();
+        self.after_batch(pos, header)?;
+        Ok(pos)
+    }
+
+    /// Index bookkeeping for a batch at `pos`, shared by append and recovery (Kafka's
+    /// `LogSegment.append` / `recover`: one index entry per `index_interval_bytes`).
+    fn after_batch(&mut self, pos: usize, header: &BatchHeader) -> Result<()> {
+        if header.max_timestamp > self.max_timestamp {
+            self.max_timestamp = header.max_timestamp;
+            self.offset_of_max_timestamp = header.last_offset();
+        }
+        if self.first_batch_timestamp.is_none() {
+            self.first_batch_timestamp = Some(header.max_timestamp);
+        }
+        if self.bytes_since_last_index_entry > self.settings.index_interval_bytes {
+            self.offset_index.append(header.last_offset(), pos as u32)?;
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, false)?;
+            self.bytes_since_last_index_entry = 0;
+        }
+        self.bytes_since_last_index_entry += header.total_size();
+        self.next_offset = header.next_offset();
+        Ok(())
+    }
+
+    /// Kafka's `shouldRoll` size and index conditions for a batch of `size` bytes ending at `last_offset`.
+    pub fn is_full_for(&self, size: usize, last_offset: i64) -> bool {
+        self.size > 0 && self.size > self.settings.segment_bytes.saturating_sub(size)
+            || self.offset_index.is_full()
+            || self.time_index.is_full()
+            || last_offset - self.base_offset > i32::MAX as i64
+    }
+
+    /// Scan the whole file, keep the valid prefix, rebuild both indexes (Kafka's
+    /// `LogSegment.recover`). The writer calls this for segments it cannot trust.
+    pub fn recover(&mut self) -> Result<RecoveryReport> {
+        let file_len = self.file.metadata().context(|| format!("cannot stat {}", self.log_path().display()))?.len() as usize;
+        self.offset_index.file.clear()?;
+        self.time_index.file.clear()?;
+        self.size = 0;
+        self.next_offset = self.base_offset;
+        self.max_timestamp = -1;
+        self.offset_of_max_timestamp = -1;
+        self.first_batch_timestamp = None;
+        self.bytes_since_last_index_entry = 0;
+        let map = if file_len > 0 { Some(MappedFile::readonly(&self.file, file_len, "segment")?) } else { None };
+        let bytes = map.as_ref().map(|m| m.bytes(0, file_len)).unwrap_or(&[]);
+        let mut pos = 0usize;
+        let mut reason = None;
+        loop {
+            match next_batch(bytes, pos, true) {
+                Ok(Next::Batch(h)) => {
+                    if h.base_offset < self.next_offset || h.last_offset() - self.base_offset > i32::MAX as i64 {
+                        reason = Some(format!(
+                            "batch at position {pos} has offsets {}..={} that do not follow offset {} in a segment based at {}",
+                            h.base_offset,
+                            h.last_offset(),
+                            self.next_offset - 1,
+                            self.base_offset
+                        ));
+                        break;
+                    }
+                    self.after_batch(pos, &h)?;
+                    pos += h.total_size();
+                    self.size = pos;
+                }
+                Ok(Next::End) | Ok(Next::Zeros) => {
+                    if pos < file_len && bytes[pos..].iter().any(|&b| b != 0) {
+                        reason = Some(format!("incomplete batch at position {pos}"));
+                    }
+                    break;
+                }
+                Err(e) => {
+                    reason = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        let dropped_bytes = bytes[pos..].iter().filter(|&&b| b != 0).count() as u64;
+        let dropped_span = if dropped_bytes > 0 { (file_len - pos) as u64 } else { 0 };
+        drop(map);
+        if self.writable && file_len != pos {
+            self.file.set_len(pos as u64).context(|| format!("cannot truncate {}", self.log_path().display()))?;
+        }
+        self.mapped_len = 0;
+        self.map = None;
+        if self.size > 0 {
+            self.map = Some(MappedFile::readonly(&self.file, self.size, "segment")?);
+            self.mapped_len = self.size;
+        }
+        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, true)?;
+        Ok(RecoveryReport {
+            base_offset: self.base_offset,
+            valid_bytes: pos as u64,
+            dropped_bytes: dropped_span,
+            reason: if dropped_span > 0 { reason } else { None },
+        })
+    }
+
+    /// Trust a cleanly closed segment: its file length is its valid size. Reads the last
+    /// batch headers (from the last index entry) to learn the next offset and max timestamp.
+    pub fn load_trusted(&mut self) -> Result<()> {
+        let file_len = self.file.metadata().context(|| format!("cannot stat {}", self.log_path().display()))?.len() as usize;
+        if !self.offset_index.is_sane(file_len as u64) {
+            return Err(Error::corrupt(format!("offset index of {} points past its log", self.log_path().display())));
+        }
+        self.size = file_len;
+        if file_len > 0 {
+            self.map = Some(MappedFile::readonly(&self.file, file_len, "segment")?);
+            self.mapped_len = file_len;
+        }
+        let (_, start) = self.offset_index.lookup(i64::MAX);
+        let mut pos = start as usize;
+        let bytes = self.map.as_ref().map(|m| m.bytes(0, file_len)).unwrap_or(&[]);
+        let mut last_pos_and_header = None;
+        while let Next::Batch(h) = next_batch(bytes, pos, false)? {
+            last_pos_and_header = Some((pos, h));
+            pos += h.total_size();
+        }
+        if pos != file_len {
+            return Err(Error::corrupt(format!(
+                "{} has {} bytes after its last batch",
+                self.log_path().display(),
+                file_len - pos
+            )));
+        }
+        if let Some((_, h)) = last_pos_and_header {
+            self.next_offset = h.next_offset();
+        }
+        match self.time_index.file.last() {
+            Some(e) => {
+                self.max_timestamp = e.timestamp;
+                self.offset_of_max_timestamp = self.base_offset + e.relative_offset as i64;
+            }
+            None => {
+                if let Some((_, h)) = last_pos_and_header {
+                    self.max_timestamp = h.max_timestamp;
+                    self.offset_of_max_timestamp = h.last_offset();
+                }
+            }
+        }
+        self.first_batch_timestamp = next_batch(bytes, 0, false).ok().and_then(|n| match n {
+            Next::Batch(h) => Some(h.max_timestamp),
+            _ => None,
+        });
+        Ok(())
+    }
+
+    /// Reopen a trusted or recovered segment for appending (the active segment of a writer).
+    pub fn reopen_for_append(&mut self) -> Result<()> {
+        self.bytes_since_last_index_entry = match self.offset_index.file.last() {
+            Some(e) => self.size - e.position as usize,
+            None => self.size,
+        };
+        self.map = None;
+        self.mapped_len = self.size;
+        self.ensure_capacity(0)
+    }
+
+    /// Reader side: find batches a writer published since we last looked. New ground is
+    /// read with `pread`, never through the map, so a concurrent trim cannot fault us; only
+    /// bytes proven to be whole, CRC-valid batches become part of `size`.
+    pub fn discover(&mut self) -> Result<bool> {
+        let before = self.size;
+        self.offset_index.file.load_more()?;
+        self.time_index.file.load_more()?;
+        let file_len = self.file.metadata().context(|| format!("cannot stat {}", self.log_path().display()))?.len() as usize;
+        let mut header_buf = [0u8; HEADER_LEN];
+        let mut body = Vec::new();
+        loop {
+            let pos = self.size;
+            let n = read_at_most(&self.file, &mut header_buf, pos as u64)?;
+            let header = match next_batch(&header_buf[..n], 0, false) {
+                Ok(Next::Batch(h)) => h,
+                // A header alone cannot be "complete" unless the batch is header-only; any
+                // End here just means "need the rest", checked below.
+                Ok(Next::End) if n == HEADER_LEN => BatchHeader::parse(&header_buf)?,
+                Ok(_) => break,
+                Err(_) => break,
+            };
+            if header.batch_length < 49 || pos + header.total_size() > file_len {
+                break;
+            }
+            body.resize(header.total_size(), 0);
+            if read_at_most(&self.file, &mut body, pos as u64)? < body.len() {
+                break;
+            }
+            match next_batch(&body, 0, true) {
+                Ok(Next::Batch(h)) if h.base_offset >= self.next_offset => {
+                    self.size += h.total_size();
+                    self.next_offset = h.next_offset();
+                    if h.max_timestamp > self.max_timestamp {
+                        self.max_timestamp = h.max_timestamp;
+                        self.offset_of_max_timestamp = h.last_offset();
+                    }
+                    if self.first_batch_timestamp.is_none() {
+                        self.first_batch_timestamp = Some(h.max_timestamp);
+                    }
+                }
+                _ => break,
+            }
+        }
+        if self.size > self.mapped_len {
+            // The file holds at least `size` valid bytes and never shrinks below them.
+            self.map = Some(MappedFile::readonly(&self.file, self.size, "segment")?);
+            self.mapped_len = self.size;
+        }
+        Ok(self.size > before)
+    }
+
+    /// Position of the first batch whose last offset >= `target` (Kafka's `translateOffset`),
+    /// with its header; None if no batch here reaches `target`.
+    pub fn translate_offset(&self, target: i64) -> Result<Option<(usize, BatchHeader)>> {
+        let (_, start) = self.offset_index.lookup(target);
+        let mut pos = (start as usize).min(self.size);
+        let bytes = self.bytes(0, self.size);
+        loop {
+            match next_batch(bytes, pos, false)? {
+                Next::Batch(h) => {
+                    if h.last_offset() >= target {
+                        return Ok(Some((pos, h)));
+                    }
+                    pos += h.total_size();
+                }
+                _ => return Ok(None),
+            }
+        }
+    }
+
+    /// The first position at or after `pos` of a batch whose maxTimestamp >= ts, starting
+    /// from the time index hint (Kafka's `findOffsetByTimestamp`, batch part).
+    pub fn timestamp_search_start(&self, ts: i64, starting_offset: i64) -> Result<usize> {
+        let (_, hinted_offset) = self.time_index.lookup(ts);
+        let (_, pos) = self.offset_index.lookup(hinted_offset.max(starting_offset));
+        Ok(pos as usize)
+    }
+
+    /// Seal the segment: final time-index entry, log trimmed to its valid length.
+    pub fn seal(&mut self) -> Result<()> {
+        if self.sealed || !self.writable {
+            self.sealed = true;
+            return Ok(());
+        }
+        if self.max_timestamp >= 0 {
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, true)?;
+        }
+        // Trimming never cuts below `size`, so maps handed to readers stay valid (mmap invariant 1).
+        self.file.set_len(self.size as u64).context(|| format!("cannot trim {}", self.log_path().display()))?;
+        self.sealed = true;
+        Ok(())
+    }
+
+    /// Make `[from, size)` durable.
+    pub fn flush_range(&self, from: usize) -> Result<()> {
+        if let Some(map) = &self.map {
+            if self.writable && self.size > from {
+                map.flush_range(from, self.size - from)
+                    .map_err(|e| Error::Poisoned(format!("msync of {} failed: {e}", self.log_path().display())))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// fdatasync the log file and both indexes.
+    pub fn sync_all(&self) -> Result<()> {
+        if !self.writable {
+            return Ok(());
+        }
+        self.flush_range(0)?;
+        self.file.sync_data().map_err(|e| Error::Poisoned(format!("fsync of {} failed: {e}", self.log_path().display())))?;
+        self.offset_index.file.sync()?;
+        self.time_index.file.sync()
+    }
+
+    /// Remove the segment's files; maps already handed out stay readable.
+    pub fn delete_files(&self) -> Result<()> {
+        let (log_path, index_path, time_path) = Self::paths(&self.dir, self.base_offset);
+        for p in [log_path, index_path, time_path] {
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(format!("cannot delete {}", p.display()), e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reserve real blocks for `[from, to)` and extend the file to `to`. Falls back to writing
+/// zeros where the filesystem has no `fallocate`.
+fn reserve_blocks(file: &File, from: usize, to: usize) -> std::io::Result<()> {
+    use rustix::fs::{fallocate, FallocateFlags};
+    match fallocate(file, FallocateFlags::empty(), from as u64, (to - from) as u64) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::OPNOTSUPP) => {
+            let zeros = vec![0u8; 1 << 20];
+            let mut at = from;
+            while at < to {
+                let n = (to - at).min(zeros.len());
+                file.write_all_at(&zeros[..n], at as u64)?;
+                at += n;
+            }
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `pread` as many bytes as the file has, up to `buf.len()`.
+fn read_at_most(file: &File, buf: &mut [u8], at: u64) -> Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], at + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::io("cannot read segment", e)),
+        }
+    }
+    Ok(done)
+}
