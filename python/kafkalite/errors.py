@@ -1,0 +1,61 @@
+"""kafkalite's exceptions: one base class, one subclass per way things go wrong.
+
+Each also subclasses the builtin a Python user would reach for first (``ValueError`` for bad
+configuration, ``OSError`` for I/O), so generic handlers keep working.
+"""
+
+from __future__ import annotations
+
+
+class KafkaliteError(Exception):
+    """Base class of every error kafkalite raises."""
+
+
+class CorruptRecordError(KafkaliteError):
+    """Bytes that are not a valid Kafka v2 record batch (bad length, CRC, varint...)."""
+
+
+class OffsetOutOfRangeError(KafkaliteError, IndexError):
+    """An offset outside [log start offset, log end offset]."""
+
+
+class LogLockedError(KafkaliteError):
+    """Another process (named in the message) is writing this partition."""
+
+
+class InvalidConfigError(KafkaliteError, ValueError):
+    """A setting or argument that the caller can fix."""
+
+
+class RecordTooLargeError(KafkaliteError, ValueError):
+    """A batch larger than max_message_bytes."""
+
+
+class UnsupportedFormatError(KafkaliteError):
+    """Data in a format kafkalite does not read (for example magic v0/v1 message sets)."""
+
+
+class LogClosedError(KafkaliteError):
+    """The log is closed, or read-only and asked to write."""
+
+
+class LogPoisonedError(KafkaliteError):
+    """A flush failed earlier; reopen the log to recover before writing again."""
+
+
+class KafkaliteIOError(KafkaliteError, OSError):
+    """An operating-system I/O error, with the file it concerned."""
+
+
+__all__ = [
+    "KafkaliteError",
+    "CorruptRecordError",
+    "OffsetOutOfRangeError",
+    "LogLockedError",
+    "InvalidConfigError",
+    "RecordTooLargeError",
+    "UnsupportedFormatError",
+    "LogClosedError",
+    "LogPoisonedError",
+    "KafkaliteIOError",
+]

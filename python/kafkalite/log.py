@@ -1,0 +1,172 @@
+"""``kafkalite.Log``: one Kafka partition directory, read and written in place.
+
+A thin Python face over the native engine: argument defaults and documentation, a context
+manager, the ``records()`` generator, pyarrow conversion, and recovery warnings.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
+
+from kafkalite import _native
+from kafkalite._native import Record
+
+#: Records decoded per native call while iterating; large enough to amortise the call.
+_RECORDS_PER_CHUNK = 8192
+
+
+class SegmentInfo(NamedTuple):
+    """One segment: its offsets ``[base_offset, next_offset)``, bytes and newest timestamp."""
+
+    base_offset: int
+    next_offset: int
+    size: int
+    max_timestamp: int
+
+
+class RecoveryWarning(UserWarning):
+    """Opening a log found a torn or corrupt tail and truncated it."""
+
+
+class Log:
+    """A partition log in Kafka's on-disk format (``<dir>/<20-digit offset>.log`` etc.).
+
+    ``flush`` is ``"os"`` (page cache; a process crash loses nothing), ``"always"`` (every
+    append is durable before it returns) or a message count. ``readonly=True`` never writes
+    and follows a writer in another process.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        segment_bytes: int = 1 << 30,
+        index_interval_bytes: int = 4096,
+        segment_ms: int | None = None,
+        retention_bytes: int | None = None,
+        retention_ms: int | None = None,
+        compression: str = "none",
+        flush: str | int = "os",
+        timestamp_type: str = "create",
+        max_message_bytes: int = 1048588,
+        readonly: bool = False,
+    ) -> None:
+        self._native = _native.Log(
+            os.fspath(path),
+            segment_bytes=segment_bytes,
+            index_interval_bytes=index_interval_bytes,
+            segment_ms=segment_ms,
+            retention_bytes=retention_bytes,
+            retention_ms=retention_ms,
+            compression=compression,
+            flush=flush,
+            timestamp_type=timestamp_type,
+            max_message_bytes=max_message_bytes,
+            readonly=readonly,
+        )
+        for base, valid, dropped, reason in self._native.recovery_reports:
+            warnings.warn(
+                f"{path}: segment {base:020d}.log was truncated to {valid} bytes; "
+                f"{dropped} bytes after the last valid batch were dropped ({reason})",
+                RecoveryWarning,
+                stacklevel=2,
+            )
+
+    # -- writing ---------------------------------------------------------------------------
+    def append(self, records: Iterable[Record]) -> tuple[int, int]:
+        """Append records; returns the (first, last) offsets they were given."""
+        return self._native.append(records)
+
+    def append_values(self, values: list[bytes], timestamp: int | None = None) -> tuple[int, int]:
+        """Fast path: values with null keys and no headers, no per-record Python objects."""
+        return self._native.append_values(values, timestamp)
+
+    def append_batches(self, data: bytes | bytearray | memoryview) -> tuple[int, int]:
+        """Append pre-built Kafka v2 record batches; they are validated and re-offset."""
+        return self._native.append_batches(bytes(data) if not isinstance(data, bytes) else data)
+
+    # -- reading ---------------------------------------------------------------------------
+    def read(self, offset: int, max_bytes: int = 1 << 20) -> memoryview:
+        """Whole batches starting with the one that holds ``offset``, as a read-only
+        memoryview over the mapped segment (no copy). Empty at the log end."""
+        return memoryview(self._native.read(offset, max_bytes))
+
+    def records(self, start: int | None = None, end: int | None = None) -> Iterator[Record]:
+        """Iterate records with offsets in ``[start, end)`` (defaults: the whole log)."""
+        position = self.start_offset if start is None else start
+        stop = self.end_offset if end is None else end
+        while position < stop:
+            chunk, position = self._native.read_records(position, stop, _RECORDS_PER_CHUNK)
+            if not chunk:
+                break
+            yield from chunk
+
+    def read_arrow(self, start: int, end: int | None = None, max_records: int | None = None):  # -> pyarrow.RecordBatch
+        """Records from ``start`` as a ``pyarrow.RecordBatch`` with columns offset, timestamp,
+        key, value, headers."""
+        import pyarrow as pa
+
+        batch, _next = self._native.read_arrow(start, end, max_records)
+        return pa.record_batch(batch)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+        """The earliest offset whose record timestamp is >= ``timestamp_ms``, or None."""
+        found = self._native.offset_for_timestamp(timestamp_ms)
+        return None if found is None else found[0]
+
+    # -- state -----------------------------------------------------------------------------
+    @property
+    def start_offset(self) -> int:
+        """The log start offset: the earliest offset still readable."""
+        return self._native.start_offset
+
+    @property
+    def end_offset(self) -> int:
+        """The log end offset: the offset the next appended record gets."""
+        return self._native.end_offset
+
+    @property
+    def segments(self) -> list[SegmentInfo]:
+        return [SegmentInfo(*s) for s in self._native.segments]
+
+    @property
+    def path(self) -> str:
+        return os.fspath(self._native.path)
+
+    @property
+    def closed(self) -> bool:
+        return self._native.closed
+
+    # -- maintenance -----------------------------------------------------------------------
+    def delete_records_before(self, offset: int) -> int:
+        """Advance the log start offset to ``offset`` (Kafka's DeleteRecords)."""
+        return self._native.delete_records_before(offset)
+
+    def enforce_retention(self, now_ms: int | None = None) -> int:
+        """Delete whole segments past retention_bytes / retention_ms; returns how many."""
+        return self._native.enforce_retention(now_ms)
+
+    def roll(self) -> None:
+        """Seal the active segment and start a new one."""
+        self._native.roll()
+
+    def flush(self) -> None:
+        """Make everything appended so far durable."""
+        self._native.flush()
+
+    def close(self) -> None:
+        """Seal, flush and mark a clean shutdown; idempotent."""
+        self._native.close()
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"offsets [{self.start_offset}, {self.end_offset})"
+        return f"Log({self.path!r}, {state})"

@@ -1,0 +1,275 @@
+//! `kafkalite._native.Log`: the engine's `Log` behind a mutex, with the GIL released for
+//! every call that touches disk or decodes.
+
+use std::sync::{Mutex, MutexGuard};
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyString};
+
+use crate::arrow::ArrowSink;
+use crate::log::{now_ms, Log};
+use crate::options::{FlushPolicy, LogConfig};
+use crate::record::{Compression, Header, RecordInput, TimestampType};
+
+use super::arrow::ArrowBatch;
+use super::buffer::BatchView;
+use super::record::{Record, RecordArena};
+
+#[pyclass(frozen, name = "Log", module = "kafkalite._native")]
+pub struct PyLog {
+    inner: Mutex<Log>,
+}
+
+impl PyLog {
+    fn lock(&self) -> MutexGuard<'_, Log> {
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Run `f` on the log with the GIL released.
+    fn detached<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Log) -> crate::Result<T> + Send) -> PyResult<T> {
+        py.detach(|| f(&mut self.lock())).map_err(Into::into)
+    }
+}
+
+fn parse_flush(flush: &Bound<'_, PyAny>) -> PyResult<FlushPolicy> {
+    if let Ok(s) = flush.cast::<PyString>() {
+        return match s.to_str()? {
+            "os" => Ok(FlushPolicy::Os),
+            "always" => Ok(FlushPolicy::Always),
+            other => Err(crate::Error::config(format!("flush must be \"os\", \"always\" or a message count, not {other:?}")).into()),
+        };
+    }
+    match flush.extract::<i64>() {
+        Ok(n) if n >= 1 => Ok(FlushPolicy::EveryMessages(n as u64)),
+        _ => Err(crate::Error::config("flush must be \"os\", \"always\" or a positive message count").into()),
+    }
+}
+
+/// Held references to one record's Python objects, so their bytes can be borrowed without the GIL.
+struct HeldRecord<'py> {
+    key: Option<Bound<'py, PyBytes>>,
+    value: Option<Bound<'py, PyBytes>>,
+    headers: Vec<(Bound<'py, PyString>, Option<Bound<'py, PyBytes>>)>,
+    timestamp: i64,
+}
+
+#[pymethods]
+impl PyLog {
+    #[new]
+    #[pyo3(signature = (path, segment_bytes=1073741824, index_interval_bytes=4096, segment_ms=None,
+                        retention_bytes=None, retention_ms=None, compression="none", flush=None,
+                        timestamp_type="create", max_message_bytes=1048588, readonly=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        path: std::path::PathBuf,
+        segment_bytes: i64,
+        index_interval_bytes: i64,
+        segment_ms: Option<i64>,
+        retention_bytes: Option<i64>,
+        retention_ms: Option<i64>,
+        compression: &str,
+        flush: Option<Bound<'_, PyAny>>,
+        timestamp_type: &str,
+        max_message_bytes: i64,
+        readonly: bool,
+    ) -> PyResult<Self> {
+        let positive = |name: &str, v: i64| -> PyResult<u64> {
+            if v <= 0 {
+                return Err(crate::Error::config(format!("{name} must be positive, got {v}")).into());
+            }
+            Ok(v as u64)
+        };
+        let config = LogConfig {
+            segment_bytes: positive("segment_bytes", segment_bytes)?,
+            index_interval_bytes: positive("index_interval_bytes", index_interval_bytes)?,
+            segment_ms,
+            retention_bytes: retention_bytes.map(|v| positive("retention_bytes", v)).transpose()?,
+            retention_ms,
+            compression: Compression::parse_for_writing(compression)?,
+            flush: match &flush {
+                Some(f) if !f.is_none() => parse_flush(f)?,
+                _ => FlushPolicy::Os,
+            },
+            timestamp_type: match timestamp_type {
+                "create" | "CreateTime" => TimestampType::CreateTime,
+                "log_append" | "LogAppendTime" => TimestampType::LogAppendTime,
+                other => {
+                    return Err(crate::Error::config(format!(
+                        "timestamp_type must be \"create\" or \"log_append\", not {other:?}"
+                    ))
+                    .into())
+                }
+            },
+            max_message_bytes: positive("max_message_bytes", max_message_bytes)? as usize,
+            readonly,
+            ..LogConfig::default()
+        };
+        let log = py.detach(|| Log::open(&path, config))?;
+        Ok(PyLog { inner: Mutex::new(log) })
+    }
+
+    /// Append `Record` objects; returns (first offset, last offset).
+    fn append(&self, py: Python<'_>, records: &Bound<'_, PyAny>) -> PyResult<(i64, i64)> {
+        let now = now_ms();
+        let mut held = Vec::new();
+        for item in records.try_iter()? {
+            let item = item?;
+            let rec = item
+                .cast::<Record>()
+                .map_err(|_| PyTypeError::new_err(format!("append takes Record objects, not {}", item.get_type().name().map(|n| n.to_string()).unwrap_or_default())))?
+                .get();
+            let mut headers = Vec::new();
+            for pair in rec.headers.bind(py).iter() {
+                let (k, v): (Bound<'_, PyString>, Option<Bound<'_, PyBytes>>) = pair.extract()?;
+                headers.push((k, v));
+            }
+            held.push(HeldRecord {
+                key: rec.key.as_ref().map(|b| b.bind(py).clone()),
+                value: rec.value.as_ref().map(|b| b.bind(py).clone()),
+                headers,
+                timestamp: rec.timestamp.unwrap_or(now),
+            });
+        }
+        let header_slices: Vec<Vec<Header<'_>>> = held
+            .iter()
+            .map(|h| h.headers.iter().map(|(k, v)| Ok((k.to_str()?, v.as_ref().map(|b| b.as_bytes())))).collect::<PyResult<Vec<_>>>())
+            .collect::<PyResult<_>>()?;
+        let inputs: Vec<RecordInput<'_>> = held
+            .iter()
+            .zip(&header_slices)
+            .map(|(h, hs)| RecordInput {
+                key: h.key.as_ref().map(|b| b.as_bytes()),
+                value: h.value.as_ref().map(|b| b.as_bytes()),
+                headers: hs,
+                timestamp: h.timestamp,
+            })
+            .collect();
+        self.detached(py, |log| log.append_records(&inputs))
+    }
+
+    /// Append values (null keys, no headers) from a list of bytes, with one timestamp.
+    #[pyo3(signature = (values, timestamp=None))]
+    fn append_values(&self, py: Python<'_>, values: &Bound<'_, PyAny>, timestamp: Option<i64>) -> PyResult<(i64, i64)> {
+        let held: Vec<Bound<'_, PyBytes>> = match values.cast::<PyList>() {
+            Ok(list) => list.iter().map(|v| v.cast_into::<PyBytes>().map_err(|_| PyTypeError::new_err("append_values takes a list of bytes"))).collect::<PyResult<_>>()?,
+            Err(_) => values
+                .try_iter()?
+                .map(|v| v?.cast_into::<PyBytes>().map_err(|_| PyTypeError::new_err("append_values takes an iterable of bytes")))
+                .collect::<PyResult<_>>()?,
+        };
+        let slices: Vec<&[u8]> = held.iter().map(|b| b.as_bytes()).collect();
+        let ts = timestamp.unwrap_or_else(now_ms);
+        self.detached(py, |log| log.append_values(&slices, ts))
+    }
+
+    /// Append pre-built v2 record batches; they are validated and given new offsets.
+    fn append_batches(&self, py: Python<'_>, data: &[u8]) -> PyResult<(i64, i64)> {
+        self.detached(py, |log| log.append_raw_batches(data))
+    }
+
+    /// Whole batches from the one holding `offset`, as a zero-copy buffer object.
+    #[pyo3(signature = (offset, max_bytes=1048576))]
+    fn read(&self, py: Python<'_>, offset: i64, max_bytes: usize) -> PyResult<BatchView> {
+        let slice = self.detached(py, |log| log.read(offset, max_bytes))?;
+        Ok(BatchView { slice })
+    }
+
+    /// Decode up to `max_records` records from `start` (to `end`); returns (records, next offset).
+    #[pyo3(signature = (start, end=None, max_records=8192))]
+    fn read_records(&self, py: Python<'_>, start: i64, end: Option<i64>, max_records: usize) -> PyResult<(Vec<Py<Record>>, i64)> {
+        let (arena, next) = self.detached(py, |log| {
+            let mut arena = RecordArena::default();
+            let next = log.scan_records(start, end, max_records, &mut arena)?;
+            Ok((arena, next))
+        })?;
+        Ok((arena.into_records(py)?, next))
+    }
+
+    /// Records in `[start, end)` as one Arrow batch (exported through `__arrow_c_array__`).
+    #[pyo3(signature = (start, end=None, max_records=None))]
+    fn read_arrow(&self, py: Python<'_>, start: i64, end: Option<i64>, max_records: Option<usize>) -> PyResult<(ArrowBatch, i64)> {
+        let (batch, next) = self.detached(py, |log| {
+            let expected = (end.unwrap_or(log.end_offset()) - start).clamp(0, 1 << 20) as usize;
+            let limit = max_records.unwrap_or(usize::MAX);
+            let mut sink = ArrowSink::with_capacity(expected.min(limit), expected.min(limit) * 64);
+            let next = log.scan_records(start, end, limit, &mut sink)?;
+            Ok((sink.finish()?, next))
+        })?;
+        Ok((ArrowBatch::new(batch), next))
+    }
+
+    /// (offset, timestamp) of the earliest record with timestamp >= ts, or None.
+    fn offset_for_timestamp(&self, py: Python<'_>, ts: i64) -> PyResult<Option<(i64, i64)>> {
+        self.detached(py, |log| log.offset_for_timestamp(ts))
+    }
+
+    #[getter]
+    fn start_offset(&self, py: Python<'_>) -> PyResult<i64> {
+        self.detached(py, |log| {
+            log.refresh()?;
+            Ok(log.start_offset())
+        })
+    }
+
+    #[getter]
+    fn end_offset(&self, py: Python<'_>) -> PyResult<i64> {
+        self.detached(py, |log| {
+            log.refresh()?;
+            Ok(log.end_offset())
+        })
+    }
+
+    /// (base_offset, next_offset, size, max_timestamp) per segment.
+    #[getter]
+    fn segments(&self, py: Python<'_>) -> PyResult<Vec<(i64, i64, u64, i64)>> {
+        self.detached(py, |log| Ok(log.segments().into_iter().map(|s| (s.base_offset, s.next_offset, s.size, s.max_timestamp)).collect()))
+    }
+
+    /// (base_offset, valid_bytes, dropped_bytes, reason) for segments recovery cut short.
+    #[getter]
+    fn recovery_reports(&self, py: Python<'_>) -> PyResult<Vec<(i64, u64, u64, Option<String>)>> {
+        self.detached(py, |log| {
+            Ok(log.recovery_reports().iter().map(|r| (r.base_offset, r.valid_bytes, r.dropped_bytes, r.reason.clone())).collect())
+        })
+    }
+
+    fn delete_records_before(&self, py: Python<'_>, offset: i64) -> PyResult<i64> {
+        self.detached(py, |log| log.delete_records_before(offset))
+    }
+
+    #[pyo3(signature = (now_ms=None))]
+    fn enforce_retention(&self, py: Python<'_>, now_ms: Option<i64>) -> PyResult<usize> {
+        self.detached(py, |log| match now_ms {
+            Some(now) => log.enforce_retention_at(now),
+            None => log.enforce_retention(),
+        })
+    }
+
+    fn roll(&self, py: Python<'_>) -> PyResult<()> {
+        self.detached(py, |log| log.roll())
+    }
+
+    fn refresh(&self, py: Python<'_>) -> PyResult<()> {
+        self.detached(py, |log| log.refresh())
+    }
+
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        self.detached(py, |log| log.flush())
+    }
+
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.detached(py, |log| log.close())
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    #[getter]
+    fn path(&self) -> std::path::PathBuf {
+        self.lock().dir().to_path_buf()
+    }
+}

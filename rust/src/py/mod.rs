@@ -1,0 +1,21 @@
+//! The PyO3 binding, `kafkalite._native`: converts types, releases the GIL around I/O and
+//! decoding, and maps engine errors to `kafkalite.errors`. No storage logic lives here.
+
+mod arrow;
+mod buffer;
+mod errors;
+mod log;
+mod record;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<log::PyLog>()?;
+    m.add_class::<record::Record>()?;
+    m.add_class::<buffer::BatchView>()?;
+    m.add_class::<arrow::ArrowBatch>()?;
+    m.add_function(wrap_pyfunction!(record::murmur2, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

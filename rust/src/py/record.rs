@@ -1,0 +1,198 @@
+//! `kafkalite.Record` and the conversions between records and Python objects.
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes, PyList, PyMemoryView, PyString, PyTuple};
+
+use crate::error::Result as EngineResult;
+use crate::log_read::RecordSink;
+use crate::record::RecordRef;
+
+/// One Kafka record: `Record(value=None, key=None, headers=None, timestamp=None, offset=None)`.
+/// `offset` and `timestamp` are filled in for records read from a log.
+#[pyclass(frozen, module = "kafkalite", name = "Record")]
+pub struct Record {
+    #[pyo3(get)]
+    pub offset: Option<i64>,
+    #[pyo3(get)]
+    pub timestamp: Option<i64>,
+    #[pyo3(get)]
+    pub key: Option<Py<PyBytes>>,
+    #[pyo3(get)]
+    pub value: Option<Py<PyBytes>>,
+    /// A list of `(str, bytes | None)` pairs.
+    #[pyo3(get)]
+    pub headers: Py<PyList>,
+}
+
+/// Accept bytes, bytearray or memoryview (copied to bytes); refuse anything else clearly.
+pub fn to_bytes<'py>(obj: Option<Bound<'py, PyAny>>, what: &str) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let Some(obj) = obj else { return Ok(None) };
+    if obj.is_none() {
+        return Ok(None);
+    }
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(Some(b.clone()));
+    }
+    if obj.is_instance_of::<PyByteArray>() || obj.is_instance_of::<PyMemoryView>() {
+        let b = obj.py().get_type::<PyBytes>().call1((obj,))?;
+        return Ok(Some(b.cast_into::<PyBytes>()?));
+    }
+    Err(PyTypeError::new_err(format!(
+        "record {what} must be bytes or None, not {}; encode text with .encode() or set a serializer",
+        obj.get_type().name()?
+    )))
+}
+
+/// Validate headers: an iterable of (str, bytes | None) pairs.
+fn to_headers<'py>(py: Python<'py>, headers: Option<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyList>> {
+    let out = PyList::empty(py);
+    let Some(headers) = headers else { return Ok(out) };
+    if headers.is_none() {
+        return Ok(out);
+    }
+    for item in headers.try_iter()? {
+        let item = item?;
+        let pair = item.cast::<PyTuple>().map_err(|_| {
+            PyTypeError::new_err("each header must be a (str, bytes | None) tuple")
+        })?;
+        if pair.len() != 2 {
+            return Err(PyTypeError::new_err("each header must be a (str, bytes | None) tuple"));
+        }
+        let key = pair.get_item(0)?;
+        if !key.is_instance_of::<PyString>() {
+            return Err(PyTypeError::new_err(format!("header keys must be str, not {}", key.get_type().name()?)));
+        }
+        let value = to_bytes(Some(pair.get_item(1)?), "header value")?;
+        out.append(PyTuple::new(py, [key, value.map(Bound::into_any).unwrap_or_else(|| py.None().into_bound(py))])?)?;
+    }
+    Ok(out)
+}
+
+#[pymethods]
+impl Record {
+    #[new]
+    #[pyo3(signature = (value=None, key=None, headers=None, timestamp=None, offset=None))]
+    fn new<'py>(
+        py: Python<'py>,
+        value: Option<Bound<'py, PyAny>>,
+        key: Option<Bound<'py, PyAny>>,
+        headers: Option<Bound<'py, PyAny>>,
+        timestamp: Option<i64>,
+        offset: Option<i64>,
+    ) -> PyResult<Self> {
+        Ok(Record {
+            offset,
+            timestamp,
+            key: to_bytes(key, "key")?.map(Bound::unbind),
+            value: to_bytes(value, "value")?.map(Bound::unbind),
+            headers: to_headers(py, headers)?.unbind(),
+        })
+    }
+
+    fn _fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        (self.offset, self.timestamp, self.key.as_ref().map(|b| b.clone_ref(py)), self.value.as_ref().map(|b| b.clone_ref(py)), self.headers.clone_ref(py)).into_pyobject(py)
+    }
+
+    fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
+        match other.cast::<Record>() {
+            Ok(o) => self._fields(py)?.eq(o.get()._fields(py)?),
+            Err(_) => Ok(false),
+        }
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let r = |o: &Option<Py<PyBytes>>| -> PyResult<String> {
+            Ok(match o {
+                Some(b) => b.bind(py).repr()?.to_string(),
+                None => "None".into(),
+            })
+        };
+        let opt = |o: Option<i64>| o.map_or("None".to_string(), |v| v.to_string());
+        Ok(format!(
+            "Record(offset={}, timestamp={}, key={}, value={}, headers={})",
+            opt(self.offset),
+            opt(self.timestamp),
+            r(&self.key)?,
+            r(&self.value)?,
+            self.headers.bind(py).repr()?
+        ))
+    }
+}
+
+/// Kafka's murmur2 of `data` (a signed 32-bit int, as the Java client returns it).
+#[pyfunction]
+pub fn murmur2(data: &[u8]) -> i32 {
+    crate::partitioner::murmur2(data)
+}
+
+/// Records decoded without the GIL into one contiguous arena, turned into Python objects
+/// afterwards: one copy of the bytes and a handful of allocations per chunk.
+#[derive(Default)]
+pub struct RecordArena {
+    data: Vec<u8>,
+    records: Vec<ArenaRecord>,
+    headers: Vec<(Span, Option<Span>)>,
+}
+
+type Span = (usize, usize);
+
+struct ArenaRecord {
+    offset: i64,
+    timestamp: i64,
+    key: Option<Span>,
+    value: Option<Span>,
+    headers: Span,
+}
+
+impl RecordArena {
+    fn put(&mut self, b: &[u8]) -> Span {
+        let start = self.data.len();
+        self.data.extend_from_slice(b);
+        (start, self.data.len())
+    }
+
+    pub fn into_records(self, py: Python<'_>) -> PyResult<Vec<Py<Record>>> {
+        let bytes = |s: Span| PyBytes::new(py, &self.data[s.0..s.1]).unbind();
+        let mut out = Vec::with_capacity(self.records.len());
+        for r in &self.records {
+            let headers = PyList::empty(py);
+            for (k, v) in &self.headers[r.headers.0..r.headers.1] {
+                let key = std::str::from_utf8(&self.data[k.0..k.1]).expect("validated by the decoder");
+                headers.append((key, v.map(bytes)))?;
+            }
+            out.push(Py::new(
+                py,
+                Record {
+                    offset: Some(r.offset),
+                    timestamp: Some(r.timestamp),
+                    key: r.key.map(bytes),
+                    value: r.value.map(bytes),
+                    headers: headers.unbind(),
+                },
+            )?);
+        }
+        Ok(out)
+    }
+}
+
+impl RecordSink for RecordArena {
+    fn push(&mut self, r: &RecordRef<'_>) -> EngineResult<()> {
+        let key = r.key.map(|k| self.put(k));
+        let value = r.value.map(|v| self.put(v));
+        let h_start = self.headers.len();
+        for (k, v) in &r.headers {
+            let ks = self.put(k.as_bytes());
+            let vs = v.map(|v| self.put(v));
+            self.headers.push((ks, vs));
+        }
+        self.records.push(ArenaRecord {
+            offset: r.offset,
+            timestamp: r.timestamp,
+            key,
+            value,
+            headers: (h_start, self.headers.len()),
+        });
+        Ok(())
+    }
+}
