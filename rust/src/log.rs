@@ -303,7 +303,7 @@ impl Log {
             return Err(Error::config("append needs at least one record"));
         }
         let first = self.end_offset();
-        let target = TARGET_BATCH_BYTES.min(self.config.max_message_bytes);
+        let target = self.target_batch_bytes();
         let mut builder = self.new_builder(target);
         for r in records {
             let size = crate::record::record::record_size_upper_bound(r);
@@ -325,7 +325,7 @@ impl Log {
             return Err(Error::config("append_values needs at least one value"));
         }
         let first = self.end_offset();
-        let target = TARGET_BATCH_BYTES.min(self.config.max_message_bytes);
+        let target = self.target_batch_bytes();
         let mut builder = self.new_builder(target);
         for v in values {
             let r = RecordInput { key: None, value: Some(v), headers: &[], timestamp };
@@ -338,6 +338,11 @@ impl Log {
         self.append_built(builder)?;
         self.after_append(values.len() as u64)?;
         Ok((first, self.end_offset() - 1))
+    }
+
+    /// Batches we build stay within max_message_bytes and within one segment.
+    fn target_batch_bytes(&self) -> usize {
+        TARGET_BATCH_BYTES.min(self.config.max_message_bytes).min(self.config.segment_bytes as usize)
     }
 
     fn new_builder(&self, capacity: usize) -> BatchBuilder {

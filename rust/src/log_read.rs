@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::log::Log;
 use crate::mmap::MappedFile;
 use crate::record::header::BatchHeader;
-use crate::record::scan::{next_batch, Next};
+use crate::record::scan::{next_batch, verify_crc, Next};
 use crate::record::{for_each_record, record_area, OwnedRecord, RecordRef};
 
 /// Whole batches inside one segment's map: `[start, start + len)`. Holding it keeps the map
@@ -106,19 +106,21 @@ impl Log {
             let seg = &self.segments[seg_idx];
             let bytes = seg.bytes(0, seg.size());
             loop {
-                let header = match next_batch(bytes, pos, true)? {
+                let header = match next_batch(bytes, pos, false)? {
                     Next::Batch(h) => h,
                     _ => break,
                 };
                 let batch = &bytes[pos..pos + header.total_size()];
-                pos += header.total_size();
                 if header.base_offset >= end {
                     break 'segments;
                 }
                 if header.last_offset() < next || header.is_control() {
+                    pos += header.total_size();
                     next = next.max(header.next_offset());
                     continue;
                 }
+                verify_crc(batch, &header, pos)?;
+                pos += header.total_size();
                 let area = record_area(batch, &header)?;
                 let mut full = false;
                 for_each_record(&area, &header, |r| {

@@ -344,6 +344,7 @@ impl Segment {
         if let Some((_, h)) = last_pos_and_header {
             self.next_offset = h.next_offset();
         }
+        self.check_indexes(bytes)?;
         match self.time_index.file.last() {
             Some(e) => {
                 self.max_timestamp = e.timestamp;
@@ -360,6 +361,23 @@ impl Segment {
             Next::Batch(h) => Some(h.max_timestamp),
             _ => None,
         });
+        Ok(())
+    }
+
+    /// Every offset-index entry must point at a batch that ends with the entry's offset, and
+    /// time-index entries must stay inside the segment; otherwise the indexes are rebuilt.
+    fn check_indexes(&self, bytes: &[u8]) -> Result<()> {
+        let bad = |what: &str| Error::corrupt(format!("{} of segment {} {what}", "index", self.base_offset));
+        for e in self.offset_index.file.entries() {
+            match next_batch(bytes, e.position as usize, false) {
+                Ok(Next::Batch(h)) if h.last_offset() == self.base_offset + e.relative_offset as i64 => {}
+                _ => return Err(bad("has an entry that does not match its batch")),
+            }
+        }
+        let last_relative = self.next_offset - self.base_offset;
+        if self.time_index.file.entries().iter().any(|e| e.relative_offset as i64 >= last_relative.max(1)) {
+            return Err(bad("has a time entry past the segment's last offset"));
+        }
         Ok(())
     }
 

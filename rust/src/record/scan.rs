@@ -51,15 +51,7 @@ pub fn next_batch(buf: &[u8], pos: usize, check_crc: bool) -> Result<Next> {
     }
     let header = BatchHeader::parse(&at[..size])?;
     if check_crc {
-        let actual = compute_crc(&at[..size]);
-        if actual != header.crc {
-            return Err(Error::corrupt(format!(
-                "batch at position {pos} (offsets {}..={}) fails its CRC-32C check: stored {:#010x}, computed {actual:#010x}",
-                header.base_offset,
-                header.last_offset(),
-                header.crc
-            )));
-        }
+        verify_crc(&at[..size], &header, pos)?;
     }
     if header.last_offset_delta < 0 || header.records_count < 0 {
         return Err(Error::corrupt(format!(
@@ -68,6 +60,20 @@ pub fn next_batch(buf: &[u8], pos: usize, check_crc: bool) -> Result<Next> {
         )));
     }
     Ok(Next::Batch(header))
+}
+
+/// Check a whole batch's stored CRC-32C; `pos` is only for the message.
+pub fn verify_crc(batch: &[u8], header: &BatchHeader, pos: usize) -> Result<()> {
+    let actual = compute_crc(batch);
+    if actual != header.crc {
+        return Err(Error::corrupt(format!(
+            "batch at position {pos} (offsets {}..={}) fails its CRC-32C check: stored {:#010x}, computed {actual:#010x}",
+            header.base_offset,
+            header.last_offset(),
+            header.crc
+        )));
+    }
+    Ok(())
 }
 
 /// Iterate the valid batches of a buffer that is known to hold only whole, valid batches
