@@ -1,0 +1,5 @@
+import sys
+
+from kafkalite.cli import main
+
+sys.exit(main())
