@@ -1,0 +1,165 @@
+"""Engine benchmark (issue 2): append and read ~1 GiB of 100-byte values in batches of 1,000,
+beside a plain sequential write() of the same bytes (the physical limit here), in one run.
+
+    python benches/bench_log.py [--gib 1.0] [--out benches/results]
+
+Reports records/s, MB/s and the ratio to the plain write; writes results/log.json and .md.
+Reads come from the page cache (the data was just written), as for a tailing consumer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import tempfile
+import time
+
+from kafkalite import Log, Record
+
+VALUE = b"v" * 100
+PER_BATCH = 1000
+
+
+def timed(fn):
+    began = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - began, result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--gib", type=float, default=1.0, help="data volume for the append/read runs")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="kafkalite-bench-", dir=os.environ.get("KAFKALITE_BENCH_DIR"))
+    values = [VALUE] * PER_BATCH
+    results: dict[str, dict] = {}
+    try:
+        # Size one batch as the log encodes it, to know how many batches make ~N GiB.
+        with Log(os.path.join(work, "probe-0")) as probe:
+            probe.append_values(values, timestamp=0)
+            batch_bytes = bytes(probe.read(0))
+        batches = int(args.gib * (1 << 30) / len(batch_bytes))
+        records = batches * PER_BATCH
+        total_bytes = batches * len(batch_bytes)
+
+        # 1. The physical limit: write() of the same bytes, batch by batch.
+        plain_path = os.path.join(work, "plain.bin")
+
+        def plain_write():
+            with open(plain_path, "wb", buffering=0) as f:
+                for _ in range(batches):
+                    f.write(batch_bytes)
+
+        plain_s, _ = timed(plain_write)
+        os.remove(plain_path)
+        results["plain write()"] = {"seconds": plain_s, "records": records, "bytes": total_bytes}
+
+        # 2. append_values: the fast path.
+        path = os.path.join(work, "events-0")
+        log = Log(path)
+
+        def append_values():
+            for i in range(batches):
+                log.append_values(values, timestamp=1_000_000 + i)
+
+        s, _ = timed(append_values)
+        results["append_values"] = {"seconds": s, "records": records, "bytes": total_bytes}
+
+        # 3. append with Record objects (a tenth of the volume: it is the slow path).
+        rec_batches = max(1, batches // 10)
+        rec_log = Log(os.path.join(work, "records-0"))
+        recs = [Record(VALUE, timestamp=1) for _ in range(PER_BATCH)]
+
+        def append_records():
+            for _ in range(rec_batches):
+                rec_log.append(recs)
+
+        s, _ = timed(append_records)
+        results["append(Record)"] = {"seconds": s, "records": rec_batches * PER_BATCH, "bytes": rec_batches * len(batch_bytes)}
+        rec_log.close()
+
+        # 4. read: zero-copy views over every batch, 1 MiB at a time; touch one byte per view.
+        end = log.end_offset
+
+        def read_views():
+            offset, touched = 0, 0
+            while offset < end:
+                view = log.read(offset, 1 << 20)
+                touched += len(view)
+                _ = view[-1]
+                offset += (len(view) // len(batch_bytes)) * PER_BATCH
+            return touched
+
+        s, touched = timed(read_views)
+        results["read (views)"] = {"seconds": s, "records": records, "bytes": touched}
+
+        # 5. records(): per-record Python objects (a tenth of the log).
+        n_iter = min(records, max(PER_BATCH, records // 10))
+        s, count = timed(lambda: sum(1 for _ in log.records(0, n_iter)))
+        results["records() iteration"] = {"seconds": s, "records": count, "bytes": count * len(batch_bytes) // PER_BATCH}
+
+        # 6. read_arrow: the whole log in 64K-row batches.
+        def arrow_all():
+            offset, rows = 0, 0
+            while offset < end:
+                batch = log.read_arrow(offset, max_records=65536)
+                rows += batch.num_rows
+                offset += batch.num_rows
+            return rows
+
+        s, rows = timed(arrow_all)
+        results["read_arrow"] = {"seconds": s, "records": rows, "bytes": total_bytes}
+
+        # 7. Latencies: offset_for_timestamp and a random read seek.
+        rng = random.Random(1)
+        lookups = [1_000_000 + rng.randrange(batches) for _ in range(2000)]
+        began = time.perf_counter()
+        for ts in lookups:
+            log.offset_for_timestamp(ts)
+        oft_us = (time.perf_counter() - began) / len(lookups) * 1e6
+        seeks = [rng.randrange(end) for _ in range(20000)]
+        per_seek = []
+        for off in seeks:
+            t0 = time.perf_counter_ns()
+            log.read(off, 1)
+            per_seek.append((time.perf_counter_ns() - t0) / 1000)
+        log.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    plain_mbps = total_bytes / results["plain write()"]["seconds"] / 1e6
+    lines = [
+        f"# Engine benchmark: {args.gib} GiB of 100-byte values, batches of {PER_BATCH}",
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.platform()}",
+        "",
+        "| operation | records/s | MB/s (log bytes) | ratio to plain write() |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, r in results.items():
+        r["records_per_s"] = r["records"] / r["seconds"]
+        r["mb_per_s"] = r["bytes"] / r["seconds"] / 1e6
+        r["ratio_to_plain_write"] = r["mb_per_s"] / plain_mbps
+        lines.append(f"| {name} | {r['records_per_s']:,.0f} | {r['mb_per_s']:,.0f} | {r['ratio_to_plain_write']:.2f} |")
+    latency = {
+        "offset_for_timestamp_us_mean": oft_us,
+        "random_read_seek_us_p50": statistics.median(per_seek),
+        "random_read_seek_us_p99": sorted(per_seek)[int(len(per_seek) * 0.99)],
+    }
+    lines += ["", f"offset_for_timestamp: {oft_us:.1f} µs mean; random read seek: {latency['random_read_seek_us_p50']:.1f} µs p50, {latency['random_read_seek_us_p99']:.1f} µs p99 (Python call included)"]
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "log.json"), "w") as f:
+        json.dump({"gib": args.gib, "results": results, "latency": latency, "machine": platform.platform()}, f, indent=2)
+    with open(os.path.join(args.out, "log.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
