@@ -44,6 +44,8 @@ pub struct Log {
     /// Position in the active segment up to which data is durable.
     flushed_position: usize,
     recovery: Vec<RecoveryReport>,
+    /// The batch buffer, reused from one append to the next.
+    scratch: Vec<u8>,
 }
 
 impl Log {
@@ -70,6 +72,7 @@ impl Log {
             unflushed_messages: 0,
             flushed_position: 0,
             recovery: Vec::new(),
+            scratch: Vec::new(),
         };
         if log.config.readonly {
             log.load_readonly()?;
@@ -308,8 +311,9 @@ impl Log {
         for r in records {
             let size = crate::record::record::record_size_upper_bound(r);
             if builder.count() > 0 && builder.size() + size > target {
-                let full = std::mem::replace(&mut builder, self.new_builder(target));
+                let full = std::mem::replace(&mut builder, BatchBuilder::new(self.config.compression, None, 0));
                 self.append_built(full)?;
+                builder = self.new_builder(target);
             }
             builder.push(r);
         }
@@ -330,8 +334,9 @@ impl Log {
         for v in values {
             let r = RecordInput { key: None, value: Some(v), headers: &[], timestamp };
             if builder.count() > 0 && builder.size() + v.len() + 24 > target {
-                let full = std::mem::replace(&mut builder, self.new_builder(target));
+                let full = std::mem::replace(&mut builder, BatchBuilder::new(self.config.compression, None, 0));
                 self.append_built(full)?;
+                builder = self.new_builder(target);
             }
             builder.push(&r);
         }
@@ -345,8 +350,10 @@ impl Log {
         TARGET_BATCH_BYTES.min(self.config.max_message_bytes).min(self.config.segment_bytes as usize)
     }
 
-    fn new_builder(&self, capacity: usize) -> BatchBuilder {
-        BatchBuilder::new(self.config.compression, self.log_append_time(), capacity)
+    fn new_builder(&mut self, capacity: usize) -> BatchBuilder {
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.reserve(capacity + crate::record::header::HEADER_LEN);
+        BatchBuilder::with_buffer(buf, self.config.compression, self.log_append_time())
     }
 
     fn append_built(&mut self, builder: BatchBuilder) -> Result<()> {
@@ -419,6 +426,9 @@ impl Log {
         set_base_offset(&mut bytes, base);
         self.maybe_roll(bytes.len(), &header)?;
         self.segments.last_mut().unwrap().append(&bytes, &header)?;
+        if bytes.capacity() > self.scratch.capacity() {
+            self.scratch = bytes;
+        }
         Ok(())
     }
 

@@ -7,7 +7,7 @@ use crate::log::Log;
 use crate::mmap::MappedFile;
 use crate::record::header::BatchHeader;
 use crate::record::scan::{next_batch, verify_crc, Next};
-use crate::record::{for_each_record, record_area, OwnedRecord, RecordRef};
+use crate::record::{for_each_record, for_each_record_until, record_area, OwnedRecord, RecordRef};
 
 /// Whole batches inside one segment's map: `[start, start + len)`. Holding it keeps the map
 /// (and so the bytes) alive even after the segment is rolled, closed or deleted.
@@ -159,19 +159,21 @@ impl Log {
             }
             let mut pos = seg.timestamp_search_start(ts, start_offset)?;
             let bytes = seg.bytes(0, seg.size());
-            while let Next::Batch(h) = next_batch(bytes, pos, true)? {
+            while let Next::Batch(h) = next_batch(bytes, pos, false)? {
                 let batch = &bytes[pos..pos + h.total_size()];
-                pos += h.total_size();
                 if h.max_timestamp < ts || h.is_control() || h.last_offset() < start_offset {
+                    pos += h.total_size();
                     continue;
                 }
+                verify_crc(batch, &h, pos)?;
+                pos += h.total_size();
                 let area = record_area(batch, &h)?;
                 let mut found = None;
-                for_each_record(&area, &h, |r| {
-                    if found.is_none() && r.timestamp >= ts && r.offset >= start_offset {
+                for_each_record_until(&area, &h, |r| {
+                    if r.timestamp >= ts && r.offset >= start_offset {
                         found = Some((r.offset, r.timestamp));
                     }
-                    Ok(())
+                    Ok(found.is_some())
                 })?;
                 if found.is_some() {
                     return Ok(found);

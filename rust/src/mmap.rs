@@ -67,10 +67,18 @@ impl MappedFile {
     pub fn write(&self, at: usize, data: &[u8]) {
         assert!(at + data.len() <= self.map.len(), "write past the end of a map");
         // SAFETY: the range is inside the mapping (checked) and inside the file's allocated
-        // blocks (invariant 3: writable maps cover exactly the fallocated length). Only the
+        // blocks (invariant 3: the segment only writes below its fallocated length). Only the
         // writer, which holds the partition lock and `&mut` on its segment, writes; it writes
         // only past the published end, where no reader holds a reference (invariant 2).
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.map.as_mut_ptr().add(at), data.len()) }
+    }
+
+    /// Fault in `[at, at + len)` for writing in one call (MADV_POPULATE_WRITE), instead of
+    /// one page fault per 4 KiB page on first store. Best effort: older kernels lack it.
+    pub fn prefault_for_write(&self, at: usize, len: usize) {
+        if len > 0 {
+            let _ = self.map.advise_range(memmap2::Advice::PopulateWrite, at, len);
+        }
     }
 
     /// msync the range to disk (`MS_SYNC`): makes the bytes durable like fdatasync.

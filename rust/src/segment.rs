@@ -20,7 +20,7 @@ use crate::record::header::{BatchHeader, HEADER_LEN, LOG_OVERHEAD};
 use crate::record::scan::{next_batch, Next};
 
 /// Reserve disk for the active segment in steps of this size (or `segment_bytes`, if smaller).
-const ALLOCATION_STEP: usize = 64 << 20;
+const ALLOCATION_STEP: usize = 16 << 20;
 
 /// `<20-digit base offset>.<ext>`, Kafka's file naming.
 pub fn file_name(base_offset: i64, ext: &str) -> String {
@@ -52,8 +52,12 @@ pub struct Segment {
     file: File,
     writable: bool,
     map: Option<Arc<MappedFile>>,
-    /// Bytes reserved on disk and mapped (writer), or mapped (reader).
+    /// Bytes of address space mapped.
     mapped_len: usize,
+    /// Bytes of the file backed by reserved blocks (writer only); stores stay below this.
+    allocated_len: usize,
+    /// The helper thread faulting in the newest reserved range.
+    prefault: Option<std::thread::JoinHandle<()>>,
     /// Valid, published bytes: the end of the last complete batch.
     size: usize,
     /// One past the last offset stored here; `base_offset` when empty.
@@ -127,6 +131,8 @@ impl Segment {
             writable,
             map: None,
             mapped_len: 0,
+            allocated_len: 0,
+            prefault: None,
             size: 0,
             next_offset: base_offset,
             offset_index,
@@ -187,20 +193,51 @@ impl Segment {
         }
     }
 
-    /// Make room for `extra` more bytes: reserve real blocks and remap. Earlier maps stay
-    /// valid for whoever still holds them.
+    /// Make room for `extra` more bytes past the published end. Blocks are reserved with
+    /// `fallocate` one step ahead of the writer, and each new step is faulted in for writing
+    /// on a helper thread, so the kernel's zero-filling of fresh pages overlaps with encoding
+    /// instead of stalling every 4 KiB store.
     fn ensure_capacity(&mut self, extra: usize) -> Result<()> {
         let needed = self.size + extra;
-        if needed <= self.mapped_len && self.map.is_some() {
-            return Ok(());
+        let step = self.allocation_step();
+        if needed > self.allocated_len || self.map.is_none() {
+            self.grow(needed.max(self.allocated_len + step))?;
         }
-        let step = ALLOCATION_STEP.min(self.settings.segment_bytes.max(4096));
-        let target = needed.max(self.mapped_len + step).next_multiple_of(4096);
-        reserve_blocks(&self.file, self.mapped_len, target)
-            .context(|| format!("cannot reserve {target} bytes for {} (is the disk full?)", self.log_path().display()))?;
-        self.map = Some(MappedFile::writable(&self.file, target, &self.log_path().display().to_string())?);
-        self.mapped_len = target;
+        if self.allocated_len - needed < step / 2 {
+            self.grow(self.allocated_len + step)?;
+        }
         Ok(())
+    }
+
+    fn allocation_step(&self) -> usize {
+        ALLOCATION_STEP.min(self.settings.segment_bytes.max(4096)).next_multiple_of(4096)
+    }
+
+    /// Reserve blocks up to `target` bytes, map them (the map spans the whole segment size,
+    /// so it is rarely replaced), and start prefaulting the new range.
+    fn grow(&mut self, target: usize) -> Result<()> {
+        let target = target.next_multiple_of(4096);
+        let from = self.allocated_len;
+        reserve_blocks(&self.file, from, target)
+            .context(|| format!("cannot reserve {target} bytes for {} (is the disk full?)", self.log_path().display()))?;
+        self.allocated_len = target;
+        if self.map.is_none() || target > self.mapped_len {
+            // Address space only: bytes past `allocated_len` are never touched (mmap invariant 3).
+            let len = target.max(self.settings.segment_bytes.next_multiple_of(4096));
+            self.map = Some(MappedFile::writable(&self.file, len, &self.log_path().display().to_string())?);
+            self.mapped_len = len;
+        }
+        self.finish_prefault();
+        let map = Arc::clone(self.map.as_ref().unwrap());
+        self.prefault = Some(std::thread::spawn(move || map.prefault_for_write(from, target - from)));
+        Ok(())
+    }
+
+    /// Wait for the helper thread (before the file is trimmed, or the segment dropped).
+    fn finish_prefault(&mut self) {
+        if let Some(handle) = self.prefault.take() {
+            let _ = handle.join();
+        }
     }
 
     /// Append one batch whose offsets are already assigned. Returns its file position.
@@ -251,6 +288,7 @@ impl Segment {
     /// Scan the whole file, keep the valid prefix, rebuild both indexes (Kafka's
     /// `LogSegment.recover`). The writer calls this for segments it cannot trust.
     pub fn recover(&mut self) -> Result<RecoveryReport> {
+        self.finish_prefault();
         let file_len = self.file.metadata().context(|| format!("cannot stat {}", self.log_path().display()))?.len() as usize;
         self.offset_index.file.clear()?;
         self.time_index.file.clear()?;
@@ -300,6 +338,7 @@ impl Segment {
             self.file.set_len(pos as u64).context(|| format!("cannot truncate {}", self.log_path().display()))?;
         }
         self.mapped_len = 0;
+        self.allocated_len = self.size;
         self.map = None;
         if self.size > 0 {
             self.map = Some(MappedFile::readonly(&self.file, self.size, "segment")?);
@@ -388,7 +427,8 @@ impl Segment {
             None => self.size,
         };
         self.map = None;
-        self.mapped_len = self.size;
+        self.mapped_len = 0;
+        self.allocated_len = self.size;
         self.ensure_capacity(0)
     }
 
@@ -479,6 +519,7 @@ impl Segment {
         if self.max_timestamp >= 0 {
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, true)?;
         }
+        self.finish_prefault();
         // Trimming never cuts below `size`, so maps handed to readers stay valid (mmap invariant 1).
         self.file.set_len(self.size as u64).context(|| format!("cannot trim {}", self.log_path().display()))?;
         self.sealed = true;
@@ -553,4 +594,10 @@ fn read_at_most(file: &File, buf: &mut [u8], at: u64) -> Result<usize> {
         }
     }
     Ok(done)
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        self.finish_prefault();
+    }
 }

@@ -26,6 +26,15 @@ pub fn for_each_record<'a>(
     header: &BatchHeader,
     mut f: impl FnMut(RecordRef<'a>) -> Result<()>,
 ) -> Result<()> {
+    for_each_record_until(area, header, |r| f(r).map(|()| false))
+}
+
+/// `for_each_record`, stopping early when `f` returns true (the rest is not decoded).
+pub fn for_each_record_until<'a>(
+    area: &'a [u8],
+    header: &BatchHeader,
+    mut f: impl FnMut(RecordRef<'a>) -> Result<bool>,
+) -> Result<()> {
     let log_append_time = match header.timestamp_type() {
         TimestampType::LogAppendTime => Some(header.max_timestamp),
         TimestampType::CreateTime => None,
@@ -47,7 +56,9 @@ pub fn for_each_record<'a>(
                 header.last_offset()
             )));
         }
-        f(rec)?;
+        if f(rec)? {
+            return Ok(());
+        }
     }
     if header.records_count > 0 && pos != area.len() {
         return Err(Error::corrupt(format!(
@@ -107,7 +118,13 @@ pub struct BatchBuilder {
 impl BatchBuilder {
     /// `log_append_time`: `Some(now)` stamps every record with `now` (LogAppendTime).
     pub fn new(compression: Compression, log_append_time: Option<i64>, capacity: usize) -> Self {
-        let mut buf = Vec::with_capacity(HEADER_LEN + capacity);
+        Self::with_buffer(Vec::with_capacity(HEADER_LEN + capacity), compression, log_append_time)
+    }
+
+    /// Build into `buf` (cleared first), reusing its allocation: the append path hands the
+    /// same buffer back after every batch instead of allocating a fresh megabyte.
+    pub fn with_buffer(mut buf: Vec<u8>, compression: Compression, log_append_time: Option<i64>) -> Self {
+        buf.clear();
         buf.resize(HEADER_LEN, 0);
         BatchBuilder { buf, count: 0, base_timestamp: -1, max_timestamp: -1, compression, log_append_time }
     }

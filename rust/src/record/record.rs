@@ -7,7 +7,7 @@
 //! ```
 
 use crate::error::{Error, Result};
-use crate::record::varint::{get_varint, get_varlong, put_varint, put_varlong, varint_len, varlong_len};
+use crate::record::varint::{get_varint, get_varlong, put_varint, varint_len, varlong_len};
 
 /// A header: a UTF-8 key and a nullable value.
 pub type Header<'a> = (&'a str, Option<&'a [u8]>);
@@ -23,7 +23,7 @@ pub struct RecordRef<'a> {
 }
 
 /// Read a nullable length-prefixed byte string.
-#[inline]
+#[inline(always)]
 fn get_nullable_bytes<'a>(buf: &'a [u8], pos: &mut usize, what: &str) -> Result<Option<&'a [u8]>> {
     let len = get_varint(buf, pos)?;
     if len < 0 {
@@ -44,6 +44,7 @@ fn get_nullable_bytes<'a>(buf: &'a [u8], pos: &mut usize, what: &str) -> Result<
 /// Decode the record starting at `buf[*pos..]` and advance `pos` past it.
 /// `base_offset`/`base_timestamp` come from the batch header; `log_append_time` is the
 /// batch's maxTimestamp when the batch uses LogAppendTime (then every record reports it).
+#[inline]
 pub fn decode_record<'a>(
     buf: &'a [u8],
     pos: &mut usize,
@@ -72,7 +73,7 @@ pub fn decode_record<'a>(
     if header_count < 0 || header_count as usize > body_end - *pos {
         return Err(Error::corrupt(format!("record declares {header_count} headers, more than its bytes can hold")));
     }
-    let mut headers = Vec::with_capacity(header_count as usize);
+    let mut headers = if header_count == 0 { Vec::new() } else { Vec::with_capacity(header_count as usize) };
     for _ in 0..header_count {
         let key_bytes = get_nullable_bytes(body, pos, "header key")?
             .ok_or_else(|| Error::corrupt("record header has a null key"))?;
@@ -113,6 +114,47 @@ fn nullable_len(b: Option<&[u8]>) -> usize {
     }
 }
 
+/// A few varints assembled on the stack, so a record costs a handful of `extend`s rather
+/// than a capacity check per byte.
+struct Small {
+    buf: [u8; 40],
+    len: usize,
+}
+
+impl Small {
+    #[inline(always)]
+    fn new() -> Self {
+        Small { buf: [0; 40], len: 0 }
+    }
+
+    #[inline(always)]
+    fn unsigned(&mut self, mut u: u64) {
+        while u >= 0x80 {
+            self.buf[self.len] = (u as u8) | 0x80;
+            self.len += 1;
+            u >>= 7;
+        }
+        self.buf[self.len] = u as u8;
+        self.len += 1;
+    }
+
+    #[inline(always)]
+    fn varint(&mut self, v: i32) {
+        self.unsigned(((v << 1) ^ (v >> 31)) as u32 as u64);
+    }
+
+    #[inline(always)]
+    fn varlong(&mut self, v: i64) {
+        self.unsigned(((v << 1) ^ (v >> 63)) as u64);
+    }
+
+    #[inline(always)]
+    fn flush_into(&mut self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.buf[..self.len]);
+        self.len = 0;
+    }
+}
+
 #[inline]
 fn put_nullable(out: &mut Vec<u8>, b: Option<&[u8]>) {
     match b {
@@ -133,13 +175,29 @@ pub fn encode_record(out: &mut Vec<u8>, offset_delta: i32, timestamp_delta: i64,
         body += nullable_len(Some(k.as_bytes())) + nullable_len(*v);
     }
     out.reserve(body + 5);
-    put_varint(out, body as i32);
-    out.push(0);
-    put_varlong(out, timestamp_delta);
-    put_varint(out, offset_delta);
-    put_nullable(out, r.key);
-    put_nullable(out, r.value);
-    put_varint(out, r.headers.len() as i32);
+    let mut head = Small::new();
+    head.varint(body as i32);
+    head.unsigned(0); // attributes
+    head.varlong(timestamp_delta);
+    head.varint(offset_delta);
+    match r.key {
+        None => head.varint(-1),
+        Some(k) => {
+            head.varint(k.len() as i32);
+            head.flush_into(out);
+            out.extend_from_slice(k);
+        }
+    }
+    match r.value {
+        None => head.varint(-1),
+        Some(v) => {
+            head.varint(v.len() as i32);
+            head.flush_into(out);
+            out.extend_from_slice(v);
+        }
+    }
+    head.varint(r.headers.len() as i32);
+    head.flush_into(out);
     for (k, v) in r.headers {
         put_nullable(out, Some(k.as_bytes()));
         put_nullable(out, *v);

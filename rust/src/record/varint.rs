@@ -45,8 +45,15 @@ fn unsigned_len(u: u64) -> usize {
 /// Read an unsigned base-128 value of at most `max_bytes` bytes from `buf[*pos..]`.
 /// Like Java's decoder, a continuation bit on the last allowed byte is an error, and
 /// stray high bits in that byte are shifted away.
-#[inline]
+#[inline(always)]
 fn get_unsigned(buf: &[u8], pos: &mut usize, max_bytes: usize) -> Result<u64> {
+    // Most varints in a record (attributes, deltas, short lengths) are one byte.
+    if let Some(&b) = buf.get(*pos) {
+        if b < 0x80 {
+            *pos += 1;
+            return Ok(b as u64);
+        }
+    }
     let mut result: u64 = 0;
     for i in 0..max_bytes {
         let Some(&b) = buf.get(*pos) else {
@@ -62,14 +69,14 @@ fn get_unsigned(buf: &[u8], pos: &mut usize, max_bytes: usize) -> Result<u64> {
 }
 
 /// Read a zig-zag varint (i32).
-#[inline]
+#[inline(always)]
 pub fn get_varint(buf: &[u8], pos: &mut usize) -> Result<i32> {
     let u = get_unsigned(buf, pos, 5)? as u32;
     Ok(((u >> 1) as i32) ^ -((u & 1) as i32))
 }
 
 /// Read a zig-zag varlong (i64).
-#[inline]
+#[inline(always)]
 pub fn get_varlong(buf: &[u8], pos: &mut usize) -> Result<i64> {
     let u = get_unsigned(buf, pos, 10)?;
     Ok(((u >> 1) as i64) ^ -((u & 1) as i64))
