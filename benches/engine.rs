@@ -14,11 +14,32 @@ fn settle() {
 
 fn rate(label: &str, started: Instant, records: usize, bytes: usize) {
     let s = started.elapsed().as_secs_f64();
-    println!("{label:<28} {:>12.0} records/s {:>8.0} MB/s", records as f64 / s, bytes as f64 / s / 1e6);
+    println!(
+        "{label:<28} {:>12.0} records/s {:>8.0} MB/s",
+        records as f64 / s,
+        bytes as f64 / s / 1e6
+    );
+}
+
+/// One uncompressed batch of `values`, as the log builds it.
+fn build_batch(values: &[&[u8]]) -> Vec<u8> {
+    let mut b = BatchBuilder::new(Compression::None, None, 110_000);
+    for v in values {
+        b.push(&RecordInput {
+            key: None,
+            value: Some(v),
+            headers: &[],
+            timestamp: 1,
+        });
+    }
+    b.finish(0).unwrap().0
 }
 
 fn main() {
-    let batches = std::env::var("BATCHES").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000usize);
+    let batches = std::env::var("BATCHES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000usize);
     let value = vec![b'v'; 100];
     let values: Vec<&[u8]> = (0..1000).map(|_| value.as_slice()).collect();
     let records = batches * 1000;
@@ -27,22 +48,12 @@ fn main() {
     let t = Instant::now();
     let mut bytes = 0;
     for _ in 0..batches {
-        let mut b = BatchBuilder::new(Compression::None, None, 110_000);
-        for v in &values {
-            b.push(&RecordInput { key: None, value: Some(v), headers: &[], timestamp: 1 });
-        }
-        bytes += b.finish(0).unwrap().0.len();
+        bytes += build_batch(&values).len();
     }
     rate("encode + crc", t, records, bytes);
 
     let dir = tempfile::tempdir().unwrap();
-    let batch = {
-        let mut b = BatchBuilder::new(Compression::None, None, 110_000);
-        for v in &values {
-            b.push(&RecordInput { key: None, value: Some(v), headers: &[], timestamp: 1 });
-        }
-        b.finish(0).unwrap().0
-    };
+    let batch = build_batch(&values);
     settle();
     let t = Instant::now();
     {
@@ -60,7 +71,13 @@ fn main() {
     settle();
     {
         use kafkalite::mmap::MappedFile;
-        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(dir.path().join("m")).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.path().join("m"))
+            .unwrap();
         let total = batches * batch.len();
         let step = 16 << 20;
         let t = Instant::now();
@@ -69,7 +86,13 @@ fn main() {
         let mut helper: Option<std::thread::JoinHandle<()>> = None;
         for _ in 0..batches {
             while pos + batch.len() + step / 2 > reserved {
-                rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), reserved as u64, step as u64).unwrap();
+                rustix::fs::fallocate(
+                    &f,
+                    rustix::fs::FallocateFlags::empty(),
+                    reserved as u64,
+                    step as u64,
+                )
+                .unwrap();
                 if let Some(h) = helper.take() {
                     h.join().unwrap();
                 }

@@ -31,6 +31,14 @@ def log_file(part_dir, ext="log"):
     return os.path.join(part_dir, f"{SEG}.{ext}")
 
 
+def flip(part_dir, pos, mask):
+    with open(log_file(part_dir), "r+b") as f:
+        f.seek(pos)
+        byte = f.read(1)[0]
+        f.seek(pos)
+        f.write(bytes([byte ^ mask]))
+
+
 def reopen_expecting_truncation(part_dir, valid_batches, sizes, dropped):
     with pytest.warns(RecoveryWarning, match=f"truncated to {sum(sizes[:valid_batches])} bytes; {dropped} bytes"):
         log = Log(part_dir)
@@ -58,24 +66,14 @@ def test_truncated_tail_even_after_clean_shutdown(part_dir):
 
 def test_flipped_bit_after_crash(part_dir):
     sizes = build(part_dir)
-    pos = sum(sizes[:12]) + 40
-    with open(log_file(part_dir), "r+b") as f:
-        f.seek(pos)
-        byte = f.read(1)[0]
-        f.seek(pos)
-        f.write(bytes([byte ^ 0x04]))
+    flip(part_dir, sum(sizes[:12]) + 40, 0x04)
     crash(part_dir)
     reopen_expecting_truncation(part_dir, 12, sizes, sum(sizes) - sum(sizes[:12]))
 
 
 def test_flipped_bit_in_trusted_segment_fails_reads_not_silently(part_dir):
     sizes = build(part_dir)
-    pos = sum(sizes[:3]) + 70
-    with open(log_file(part_dir), "r+b") as f:
-        f.seek(pos)
-        byte = f.read(1)[0]
-        f.seek(pos)
-        f.write(bytes([byte ^ 0xFF]))
+    flip(part_dir, sum(sizes[:3]) + 70, 0xFF)
     with Log(part_dir) as log:
         assert [r.offset for r in log.records(0, 30)] == list(range(30))
         with pytest.raises(CorruptRecordError, match="CRC"):

@@ -5,18 +5,8 @@ writes and kafkalite reads what a broker wrote.
 """
 
 from kafkalite._native import Record, __version__, murmur2
-from kafkalite.errors import (
-    CorruptRecordError,
-    InvalidConfigError,
-    KafkaliteError,
-    KafkaliteIOError,
-    LogClosedError,
-    LogLockedError,
-    LogPoisonedError,
-    OffsetOutOfRangeError,
-    RecordTooLargeError,
-    UnsupportedFormatError,
-)
+from kafkalite import errors
+from kafkalite.errors import *  # noqa: F403 (the exception classes, listed in errors.__all__)
 from kafkalite.log import Log, RecoveryWarning, SegmentInfo
 
 __all__ = [
@@ -26,14 +16,5 @@ __all__ = [
     "RecoveryWarning",
     "murmur2",
     "__version__",
-    "KafkaliteError",
-    "CorruptRecordError",
-    "OffsetOutOfRangeError",
-    "LogLockedError",
-    "InvalidConfigError",
-    "RecordTooLargeError",
-    "UnsupportedFormatError",
-    "LogClosedError",
-    "LogPoisonedError",
-    "KafkaliteIOError",
+    *errors.__all__,
 ]

@@ -2,43 +2,51 @@
 
 from collections.abc import Iterable
 from os import PathLike
-from typing import Any
+from typing import Any, final
+
+
+__all__ = ["Log", "Record", "BatchView", "ArrowBatch", "murmur2", "__version__"]
 
 __version__: str
 
 def murmur2(data: bytes) -> int: ...
 
+@final
 class Record:
     offset: int | None
     timestamp: int | None
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes | None]]
-    def __init__(
-        self,
+    def __new__(
+        cls,
         value: bytes | bytearray | memoryview | None = None,
         key: bytes | bytearray | memoryview | None = None,
         headers: Iterable[tuple[str, bytes | None]] | None = None,
         timestamp: int | None = None,
         offset: int | None = None,
-    ) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    ) -> Record: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
+@final
 class BatchView:
     """A read-only buffer over whole record batches of a mapped segment."""
 
     def __len__(self) -> int: ...
+    # Implemented in C (tp_as_buffer); Python 3.11 has no __buffer__ attribute to inspect.
     def __buffer__(self, flags: int, /) -> memoryview: ...
 
+@final
 class ArrowBatch:
     """An Arrow record batch exported through the Arrow PyCapsule interface."""
 
     def __arrow_c_array__(self, requested_schema: Any = None) -> tuple[Any, Any]: ...
     def __len__(self) -> int: ...
 
+@final
 class Log:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         path: str | PathLike[str],
         segment_bytes: int = 1073741824,
         index_interval_bytes: int = 4096,
@@ -50,7 +58,7 @@ class Log:
         timestamp_type: str = "create",
         max_message_bytes: int = 1048588,
         readonly: bool = False,
-    ) -> None: ...
+    ) -> Log: ...
     def append(self, records: Iterable[Record]) -> tuple[int, int]: ...
     def append_values(self, values: Iterable[bytes], timestamp: int | None = None) -> tuple[int, int]: ...
     def append_batches(self, data: bytes) -> tuple[int, int]: ...

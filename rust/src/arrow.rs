@@ -7,7 +7,9 @@
 
 use std::sync::Arc;
 
-use arrow_array::builder::{BinaryBuilder, Int64Builder, StringBuilder, TimestampMillisecondBuilder};
+use arrow_array::builder::{
+    BinaryBuilder, Int64Builder, StringBuilder, TimestampMillisecondBuilder,
+};
 use arrow_array::{Array, ArrayRef, ListArray, RecordBatch, StructArray};
 use arrow_buffer::{NullBuffer, OffsetBuffer};
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
@@ -17,17 +19,32 @@ use crate::log_read::RecordSink;
 use crate::record::RecordRef;
 
 fn header_fields() -> Fields {
-    Fields::from(vec![Field::new("key", DataType::Utf8, false), Field::new("value", DataType::Binary, true)])
+    Fields::from(vec![
+        Field::new("key", DataType::Utf8, false),
+        Field::new("value", DataType::Binary, true),
+    ])
 }
 
 /// The schema of every batch `ArrowSink` produces.
 pub fn record_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("offset", DataType::Int64, false),
-        Field::new("timestamp", DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())), false),
+        Field::new(
+            "timestamp",
+            DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+            false,
+        ),
         Field::new("key", DataType::Binary, true),
         Field::new("value", DataType::Binary, true),
-        Field::new("headers", DataType::List(Arc::new(Field::new("item", DataType::Struct(header_fields()), false))), true),
+        Field::new(
+            "headers",
+            DataType::List(Arc::new(Field::new(
+                "item",
+                DataType::Struct(header_fields()),
+                false,
+            ))),
+            true,
+        ),
     ]))
 }
 
@@ -76,7 +93,10 @@ impl ArrowSink {
     pub fn finish(mut self) -> Result<RecordBatch> {
         let header_structs = StructArray::new(
             header_fields(),
-            vec![Arc::new(self.header_keys.finish()) as ArrayRef, Arc::new(self.header_values.finish())],
+            vec![
+                Arc::new(self.header_keys.finish()) as ArrayRef,
+                Arc::new(self.header_values.finish()),
+            ],
             None,
         );
         let any_missing = self.header_present.iter().any(|p| !p);
@@ -93,7 +113,8 @@ impl ArrowSink {
             Arc::new(self.values.finish()),
             Arc::new(headers),
         ];
-        RecordBatch::try_new(record_schema(), columns).map_err(|e| Error::corrupt(format!("cannot build Arrow batch: {e}")))
+        RecordBatch::try_new(record_schema(), columns)
+            .map_err(|e| Error::corrupt(format!("cannot build Arrow batch: {e}")))
     }
 }
 

@@ -50,7 +50,10 @@ pub type Result<T> = std::result::Result<T, Error>;
 impl Error {
     /// Wrap an I/O error with what we were doing and to which file.
     pub fn io(context: impl Into<String>, source: io::Error) -> Self {
-        Error::Io { context: context.into(), source }
+        Error::Io {
+            context: context.into(),
+            source,
+        }
     }
 
     pub fn corrupt(msg: impl Into<String>) -> Self {

@@ -43,14 +43,20 @@ impl Log {
     fn check_range(&self, offset: i64) -> Result<()> {
         let end = self.end_offset();
         if offset < self.start_offset || offset > end {
-            return Err(Error::OffsetOutOfRange { offset, start: self.start_offset, end });
+            return Err(Error::OffsetOutOfRange {
+                offset,
+                start: self.start_offset,
+                end,
+            });
         }
         Ok(())
     }
 
     /// Index of the segment that holds `offset` (the last with base <= offset).
     fn segment_index_for(&self, offset: i64) -> usize {
-        self.segments.partition_point(|s| s.base_offset <= offset).saturating_sub(1)
+        self.segments
+            .partition_point(|s| s.base_offset <= offset)
+            .saturating_sub(1)
     }
 
     /// The first batch at or after `offset` with lastOffset >= offset: (segment, position, header).
@@ -72,24 +78,40 @@ impl Log {
         }
         self.check_range(offset)?;
         let Some((seg_idx, start, first)) = self.locate(offset)? else {
-            return Ok(BatchSlice { map: None, start: 0, len: 0 });
+            return Ok(BatchSlice {
+                map: None,
+                start: 0,
+                len: 0,
+            });
         };
         let seg = &self.segments[seg_idx];
         let bytes = seg.bytes(0, seg.size());
         let mut end = start + first.total_size();
         while end < seg.size() {
             match next_batch(bytes, end, false)? {
-                Next::Batch(h) if end + h.total_size() - start <= max_bytes => end += h.total_size(),
+                Next::Batch(h) if end + h.total_size() - start <= max_bytes => {
+                    end += h.total_size()
+                }
                 _ => break,
             }
         }
-        Ok(BatchSlice { map: seg.map().cloned(), start, len: end - start })
+        Ok(BatchSlice {
+            map: seg.map().cloned(),
+            start,
+            len: end - start,
+        })
     }
 
     /// Decode records with offsets in `[start, end)` (end defaults to the log end), at most
     /// `max_records`, into `sink`. Control batches are skipped; every batch's CRC is checked.
     /// Returns the offset to continue from.
-    pub fn scan_records(&mut self, start: i64, end: Option<i64>, max_records: usize, sink: &mut impl RecordSink) -> Result<i64> {
+    pub fn scan_records(
+        &mut self,
+        start: i64,
+        end: Option<i64>,
+        max_records: usize,
+        sink: &mut impl RecordSink,
+    ) -> Result<i64> {
         self.check_open()?;
         if start >= self.end_offset() {
             self.refresh()?;
@@ -101,15 +123,13 @@ impl Log {
         if start >= end || max_records == 0 {
             return Ok(start);
         }
-        let Some((mut seg_idx, mut pos, _)) = self.locate(start)? else { return Ok(end) };
+        let Some((mut seg_idx, mut pos, _)) = self.locate(start)? else {
+            return Ok(end);
+        };
         'segments: while seg_idx < self.segments.len() {
             let seg = &self.segments[seg_idx];
             let bytes = seg.bytes(0, seg.size());
-            loop {
-                let header = match next_batch(bytes, pos, false)? {
-                    Next::Batch(h) => h,
-                    _ => break,
-                };
+            while let Next::Batch(header) = next_batch(bytes, pos, false)? {
                 let batch = &bytes[pos..pos + header.total_size()];
                 if header.base_offset >= end {
                     break 'segments;

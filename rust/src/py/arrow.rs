@@ -18,14 +18,21 @@ pub struct ArrowBatch {
 impl ArrowBatch {
     pub fn new(batch: RecordBatch) -> Self {
         let rows = batch.num_rows();
-        ArrowBatch { batch: Mutex::new(Some(batch)), rows }
+        ArrowBatch {
+            batch: Mutex::new(Some(batch)),
+            rows,
+        }
     }
 }
 
 #[pymethods]
 impl ArrowBatch {
     #[pyo3(signature = (requested_schema=None))]
-    fn __arrow_c_array__<'py>(&self, py: Python<'py>, requested_schema: Option<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyTuple>> {
+    fn __arrow_c_array__<'py>(
+        &self,
+        py: Python<'py>,
+        requested_schema: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
         let _ = requested_schema;
         let batch = self
             .batch

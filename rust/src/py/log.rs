@@ -16,6 +16,9 @@ use super::arrow::ArrowBatch;
 use super::buffer::BatchView;
 use super::record::{Record, RecordArena};
 
+/// (base_offset, valid_bytes, dropped_bytes, reason) as Python sees a recovery report.
+type RecoveryTuple = (i64, u64, u64, Option<String>);
+
 #[pyclass(frozen, name = "Log", module = "kafkalite._native")]
 pub struct PyLog {
     inner: Mutex<Log>,
@@ -23,11 +26,17 @@ pub struct PyLog {
 
 impl PyLog {
     fn lock(&self) -> MutexGuard<'_, Log> {
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Run `f` on the log with the GIL released.
-    fn detached<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Log) -> crate::Result<T> + Send) -> PyResult<T> {
+    fn detached<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Log) -> crate::Result<T> + Send,
+    ) -> PyResult<T> {
         py.detach(|| f(&mut self.lock())).map_err(Into::into)
     }
 }
@@ -37,12 +46,18 @@ fn parse_flush(flush: &Bound<'_, PyAny>) -> PyResult<FlushPolicy> {
         return match s.to_str()? {
             "os" => Ok(FlushPolicy::Os),
             "always" => Ok(FlushPolicy::Always),
-            other => Err(crate::Error::config(format!("flush must be \"os\", \"always\" or a message count, not {other:?}")).into()),
+            other => Err(crate::Error::config(format!(
+                "flush must be \"os\", \"always\" or a message count, not {other:?}"
+            ))
+            .into()),
         };
     }
     match flush.extract::<i64>() {
         Ok(n) if n >= 1 => Ok(FlushPolicy::EveryMessages(n as u64)),
-        _ => Err(crate::Error::config("flush must be \"os\", \"always\" or a positive message count").into()),
+        _ => Err(crate::Error::config(
+            "flush must be \"os\", \"always\" or a positive message count",
+        )
+        .into()),
     }
 }
 
@@ -77,7 +92,9 @@ impl PyLog {
     ) -> PyResult<Self> {
         let positive = |name: &str, v: i64| -> PyResult<u64> {
             if v <= 0 {
-                return Err(crate::Error::config(format!("{name} must be positive, got {v}")).into());
+                return Err(
+                    crate::Error::config(format!("{name} must be positive, got {v}")).into(),
+                );
             }
             Ok(v as u64)
         };
@@ -85,7 +102,9 @@ impl PyLog {
             segment_bytes: positive("segment_bytes", segment_bytes)?,
             index_interval_bytes: positive("index_interval_bytes", index_interval_bytes)?,
             segment_ms,
-            retention_bytes: retention_bytes.map(|v| positive("retention_bytes", v)).transpose()?,
+            retention_bytes: retention_bytes
+                .map(|v| positive("retention_bytes", v))
+                .transpose()?,
             retention_ms,
             compression: Compression::parse_for_writing(compression)?,
             flush: match &flush {
@@ -107,7 +126,9 @@ impl PyLog {
             ..LogConfig::default()
         };
         let log = py.detach(|| Log::open(&path, config))?;
-        Ok(PyLog { inner: Mutex::new(log) })
+        Ok(PyLog {
+            inner: Mutex::new(log),
+        })
     }
 
     /// Append `Record` objects; returns (first offset, last offset).
@@ -118,7 +139,15 @@ impl PyLog {
             let item = item?;
             let rec = item
                 .cast::<Record>()
-                .map_err(|_| PyTypeError::new_err(format!("append takes Record objects, not {}", item.get_type().name().map(|n| n.to_string()).unwrap_or_default())))?
+                .map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "append takes Record objects, not {}",
+                        item.get_type()
+                            .name()
+                            .map(|n| n.to_string())
+                            .unwrap_or_default()
+                    ))
+                })?
                 .get();
             let mut headers = Vec::new();
             for pair in rec.headers.bind(py).iter() {
@@ -134,7 +163,12 @@ impl PyLog {
         }
         let header_slices: Vec<Vec<Header<'_>>> = held
             .iter()
-            .map(|h| h.headers.iter().map(|(k, v)| Ok((k.to_str()?, v.as_ref().map(|b| b.as_bytes())))).collect::<PyResult<Vec<_>>>())
+            .map(|h| {
+                h.headers
+                    .iter()
+                    .map(|(k, v)| Ok((k.to_str()?, v.as_ref().map(|b| b.as_bytes()))))
+                    .collect::<PyResult<Vec<_>>>()
+            })
             .collect::<PyResult<_>>()?;
         let inputs: Vec<RecordInput<'_>> = held
             .iter()
@@ -151,12 +185,27 @@ impl PyLog {
 
     /// Append values (null keys, no headers) from a list of bytes, with one timestamp.
     #[pyo3(signature = (values, timestamp=None))]
-    fn append_values(&self, py: Python<'_>, values: &Bound<'_, PyAny>, timestamp: Option<i64>) -> PyResult<(i64, i64)> {
+    fn append_values(
+        &self,
+        py: Python<'_>,
+        values: &Bound<'_, PyAny>,
+        timestamp: Option<i64>,
+    ) -> PyResult<(i64, i64)> {
         let held: Vec<Bound<'_, PyBytes>> = match values.cast::<PyList>() {
-            Ok(list) => list.iter().map(|v| v.cast_into::<PyBytes>().map_err(|_| PyTypeError::new_err("append_values takes a list of bytes"))).collect::<PyResult<_>>()?,
+            Ok(list) => list
+                .iter()
+                .map(|v| {
+                    v.cast_into::<PyBytes>()
+                        .map_err(|_| PyTypeError::new_err("append_values takes a list of bytes"))
+                })
+                .collect::<PyResult<_>>()?,
             Err(_) => values
                 .try_iter()?
-                .map(|v| v?.cast_into::<PyBytes>().map_err(|_| PyTypeError::new_err("append_values takes an iterable of bytes")))
+                .map(|v| {
+                    v?.cast_into::<PyBytes>().map_err(|_| {
+                        PyTypeError::new_err("append_values takes an iterable of bytes")
+                    })
+                })
                 .collect::<PyResult<_>>()?,
         };
         let slices: Vec<&[u8]> = held.iter().map(|b| b.as_bytes()).collect();
@@ -178,7 +227,13 @@ impl PyLog {
 
     /// Decode up to `max_records` records from `start` (to `end`); returns (records, next offset).
     #[pyo3(signature = (start, end=None, max_records=8192))]
-    fn read_records(&self, py: Python<'_>, start: i64, end: Option<i64>, max_records: usize) -> PyResult<(Vec<Py<Record>>, i64)> {
+    fn read_records(
+        &self,
+        py: Python<'_>,
+        start: i64,
+        end: Option<i64>,
+        max_records: usize,
+    ) -> PyResult<(Vec<Py<Record>>, i64)> {
         let (arena, next) = self.detached(py, |log| {
             let mut arena = RecordArena::default();
             let next = log.scan_records(start, end, max_records, &mut arena)?;
@@ -189,7 +244,13 @@ impl PyLog {
 
     /// Records in `[start, end)` as one Arrow batch (exported through `__arrow_c_array__`).
     #[pyo3(signature = (start, end=None, max_records=None))]
-    fn read_arrow(&self, py: Python<'_>, start: i64, end: Option<i64>, max_records: Option<usize>) -> PyResult<(ArrowBatch, i64)> {
+    fn read_arrow(
+        &self,
+        py: Python<'_>,
+        start: i64,
+        end: Option<i64>,
+        max_records: Option<usize>,
+    ) -> PyResult<(ArrowBatch, i64)> {
         let (batch, next) = self.detached(py, |log| {
             let expected = (end.unwrap_or(log.end_offset()) - start).clamp(0, 1 << 20) as usize;
             let limit = max_records.unwrap_or(usize::MAX);
@@ -224,14 +285,31 @@ impl PyLog {
     /// (base_offset, next_offset, size, max_timestamp) per segment.
     #[getter]
     fn segments(&self, py: Python<'_>) -> PyResult<Vec<(i64, i64, u64, i64)>> {
-        self.detached(py, |log| Ok(log.segments().into_iter().map(|s| (s.base_offset, s.next_offset, s.size, s.max_timestamp)).collect()))
+        self.detached(py, |log| {
+            Ok(log
+                .segments()
+                .into_iter()
+                .map(|s| (s.base_offset, s.next_offset, s.size, s.max_timestamp))
+                .collect())
+        })
     }
 
     /// (base_offset, valid_bytes, dropped_bytes, reason) for segments recovery cut short.
     #[getter]
-    fn recovery_reports(&self, py: Python<'_>) -> PyResult<Vec<(i64, u64, u64, Option<String>)>> {
+    fn recovery_reports(&self, py: Python<'_>) -> PyResult<Vec<RecoveryTuple>> {
         self.detached(py, |log| {
-            Ok(log.recovery_reports().iter().map(|r| (r.base_offset, r.valid_bytes, r.dropped_bytes, r.reason.clone())).collect())
+            Ok(log
+                .recovery_reports()
+                .iter()
+                .map(|r| {
+                    (
+                        r.base_offset,
+                        r.valid_bytes,
+                        r.dropped_bytes,
+                        r.reason.clone(),
+                    )
+                })
+                .collect())
         })
     }
 

@@ -26,7 +26,10 @@ pub struct Record {
 }
 
 /// Accept bytes, bytearray or memoryview (copied to bytes); refuse anything else clearly.
-pub fn to_bytes<'py>(obj: Option<Bound<'py, PyAny>>, what: &str) -> PyResult<Option<Bound<'py, PyBytes>>> {
+pub fn to_bytes<'py>(
+    obj: Option<Bound<'py, PyAny>>,
+    what: &str,
+) -> PyResult<Option<Bound<'py, PyBytes>>> {
     let Some(obj) = obj else { return Ok(None) };
     if obj.is_none() {
         return Ok(None);
@@ -45,26 +48,44 @@ pub fn to_bytes<'py>(obj: Option<Bound<'py, PyAny>>, what: &str) -> PyResult<Opt
 }
 
 /// Validate headers: an iterable of (str, bytes | None) pairs.
-fn to_headers<'py>(py: Python<'py>, headers: Option<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyList>> {
+fn to_headers<'py>(
+    py: Python<'py>,
+    headers: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyList>> {
     let out = PyList::empty(py);
-    let Some(headers) = headers else { return Ok(out) };
+    let Some(headers) = headers else {
+        return Ok(out);
+    };
     if headers.is_none() {
         return Ok(out);
     }
     for item in headers.try_iter()? {
         let item = item?;
-        let pair = item.cast::<PyTuple>().map_err(|_| {
-            PyTypeError::new_err("each header must be a (str, bytes | None) tuple")
-        })?;
+        let pair = item
+            .cast::<PyTuple>()
+            .map_err(|_| PyTypeError::new_err("each header must be a (str, bytes | None) tuple"))?;
         if pair.len() != 2 {
-            return Err(PyTypeError::new_err("each header must be a (str, bytes | None) tuple"));
+            return Err(PyTypeError::new_err(
+                "each header must be a (str, bytes | None) tuple",
+            ));
         }
         let key = pair.get_item(0)?;
         if !key.is_instance_of::<PyString>() {
-            return Err(PyTypeError::new_err(format!("header keys must be str, not {}", key.get_type().name()?)));
+            return Err(PyTypeError::new_err(format!(
+                "header keys must be str, not {}",
+                key.get_type().name()?
+            )));
         }
         let value = to_bytes(Some(pair.get_item(1)?), "header value")?;
-        out.append(PyTuple::new(py, [key, value.map(Bound::into_any).unwrap_or_else(|| py.None().into_bound(py))])?)?;
+        out.append(PyTuple::new(
+            py,
+            [
+                key,
+                value
+                    .map(Bound::into_any)
+                    .unwrap_or_else(|| py.None().into_bound(py)),
+            ],
+        )?)?;
     }
     Ok(out)
 }
@@ -91,7 +112,14 @@ impl Record {
     }
 
     fn _fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        (self.offset, self.timestamp, self.key.as_ref().map(|b| b.clone_ref(py)), self.value.as_ref().map(|b| b.clone_ref(py)), self.headers.clone_ref(py)).into_pyobject(py)
+        (
+            self.offset,
+            self.timestamp,
+            self.key.as_ref().map(|b| b.clone_ref(py)),
+            self.value.as_ref().map(|b| b.clone_ref(py)),
+            self.headers.clone_ref(py),
+        )
+            .into_pyobject(py)
     }
 
     fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
@@ -158,7 +186,8 @@ impl RecordArena {
         for r in &self.records {
             let headers = PyList::empty(py);
             for (k, v) in &self.headers[r.headers.0..r.headers.1] {
-                let key = std::str::from_utf8(&self.data[k.0..k.1]).expect("validated by the decoder");
+                let key =
+                    std::str::from_utf8(&self.data[k.0..k.1]).expect("validated by the decoder");
                 headers.append((key, v.map(bytes)))?;
             }
             out.push(Py::new(

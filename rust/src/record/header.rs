@@ -69,7 +69,10 @@ impl BatchHeader {
     /// Parse the first 61 bytes of `buf`. The caller has checked the magic.
     pub fn parse(buf: &[u8]) -> Result<Self> {
         if buf.len() < HEADER_LEN {
-            return Err(Error::corrupt(format!("record batch of {} bytes is shorter than the 61-byte v2 header", buf.len())));
+            return Err(Error::corrupt(format!(
+                "record batch of {} bytes is shorter than the 61-byte v2 header",
+                buf.len()
+            )));
         }
         Ok(BatchHeader {
             base_offset: be_i64(buf, 0),

@@ -57,7 +57,9 @@ fn get_unsigned(buf: &[u8], pos: &mut usize, max_bytes: usize) -> Result<u64> {
     let mut result: u64 = 0;
     for i in 0..max_bytes {
         let Some(&b) = buf.get(*pos) else {
-            return Err(Error::corrupt("varint runs past the end of the record data"));
+            return Err(Error::corrupt(
+                "varint runs past the end of the record data",
+            ));
         };
         *pos += 1;
         result |= ((b & 0x7f) as u64) << (7 * i);
@@ -65,7 +67,9 @@ fn get_unsigned(buf: &[u8], pos: &mut usize, max_bytes: usize) -> Result<u64> {
             return Ok(result);
         }
     }
-    Err(Error::corrupt(format!("varint longer than {max_bytes} bytes")))
+    Err(Error::corrupt(format!(
+        "varint longer than {max_bytes} bytes"
+    )))
 }
 
 /// Read a zig-zag varint (i32).
@@ -101,9 +105,16 @@ mod tests {
     #[test]
     fn kafka_byteutils_vectors() {
         let cases: &[(i32, &[u8])] = &[
-            (0, &[0x00]), (-1, &[0x01]), (1, &[0x02]), (63, &[0x7e]), (-64, &[0x7f]),
-            (64, &[0x80, 0x01]), (-65, &[0x81, 0x01]), (8191, &[0xfe, 0x7f]),
-            (8192, &[0x80, 0x80, 0x01]), (i32::MAX, &[0xfe, 0xff, 0xff, 0xff, 0x0f]),
+            (0, &[0x00]),
+            (-1, &[0x01]),
+            (1, &[0x02]),
+            (63, &[0x7e]),
+            (-64, &[0x7f]),
+            (64, &[0x80, 0x01]),
+            (-65, &[0x81, 0x01]),
+            (8191, &[0xfe, 0x7f]),
+            (8192, &[0x80, 0x80, 0x01]),
+            (i32::MAX, &[0xfe, 0xff, 0xff, 0xff, 0x0f]),
             (i32::MIN, &[0xff, 0xff, 0xff, 0xff, 0x0f]),
         ];
         for &(v, bytes) in cases {

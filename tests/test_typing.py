@@ -1,0 +1,32 @@
+"""The package is typed: the hand-written stubs match the native module (mypy's stubtest),
+and the Python sources type-check against them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(__file__)
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=HERE)
+
+
+def test_stubs_match_the_native_module():
+    pytest.importorskip("mypy")
+    result = run("mypy.stubtest", "kafkalite._native", "--allowlist", os.path.join(HERE, "stubtest-allowlist.txt"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_package_type_checks():
+    pytest.importorskip("mypy")
+    import kafkalite
+
+    installed = os.path.dirname(kafkalite.__file__)
+    result = run("mypy", "--ignore-missing-imports", "--no-incremental", installed)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert os.path.exists(os.path.join(installed, "py.typed"))
