@@ -224,3 +224,39 @@ def test_we_decode_kafka_python_built_batches(part_dir, codec):
 def test_murmur2_matches_kafka():
     assert kafkalite.murmur2(b"21") == -973932308
     assert kafkalite.murmur2(b"foobar") == -790332482
+
+
+def test_flush_every_n_messages_and_always(part_dir, tmp_path):
+    for flush in (3, "always"):
+        path = str(tmp_path / f"f{flush}-0")
+        with Log(path, flush=flush) as log:
+            for i in range(10):
+                log.append_values([b"%d" % i])
+        with Log(path) as log:
+            assert [r.value for r in log.records()] == [b"%d" % i for i in range(10)]
+    with pytest.raises(kafkalite.InvalidConfigError, match="flush"):
+        Log(part_dir, flush=0)
+
+
+def test_full_disk_is_an_error_never_a_crash(tmp_path):
+    import subprocess
+
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here")
+    try:
+        log = Log(str(mount / "t-0"), segment_bytes=1 << 20)
+        appended = 0
+        with pytest.raises(kafkalite.KafkaliteIOError, match="disk full") as failure:
+            for _ in range(1000):
+                log.append_values([b"d" * 1000] * 100)
+                appended += 100
+        assert isinstance(failure.value, OSError)
+        assert appended > 0
+        assert [r.offset for r in log.records()] == list(range(appended))  # what was acknowledged is intact
+        log.close()
+        with Log(str(mount / "t-0"), readonly=True) as reader:
+            assert reader.end_offset == appended
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)

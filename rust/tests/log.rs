@@ -335,3 +335,25 @@ fn raw_batches_are_validated_and_reoffset() {
     ));
     assert_eq!(dst.end_offset(), 13);
 }
+
+#[test]
+fn rolls_on_segment_ms_and_on_a_full_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig { segment_ms: Some(1000), ..config(1 << 20) };
+    let mut log = Log::open(dir.path().join("a-0"), cfg).unwrap();
+    append(&mut log, &values(3, "a"), 10_000);
+    append(&mut log, &values(3, "b"), 10_900);
+    assert_eq!(log.segments().len(), 1);
+    append(&mut log, &values(3, "c"), 11_001); // more than segment_ms after the first batch
+    assert_eq!(log.segments().iter().map(|s| s.base_offset).collect::<Vec<_>>(), vec![0, 6]);
+
+    // An offset index of 2 entries (16 bytes) fills after three ~4 KiB appends.
+    let cfg = LogConfig { max_index_bytes: 16, index_interval_bytes: 100, ..config(1 << 20) };
+    let mut log = Log::open(dir.path().join("b-0"), cfg.clone()).unwrap();
+    for i in 0..6 {
+        append(&mut log, &values(5, &format!("{i}")), 1 + i);
+    }
+    assert!(log.segments().len() >= 2, "{:?}", log.segments());
+    let n = all(&mut log).len();
+    assert_eq!(n, 30);
+}
