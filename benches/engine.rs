@@ -14,32 +14,20 @@ fn settle() {
 
 fn rate(label: &str, started: Instant, records: usize, bytes: usize) {
     let s = started.elapsed().as_secs_f64();
-    println!(
-        "{label:<28} {:>12.0} records/s {:>8.0} MB/s",
-        records as f64 / s,
-        bytes as f64 / s / 1e6
-    );
+    println!("{label:<28} {:>12.0} records/s {:>8.0} MB/s", records as f64 / s, bytes as f64 / s / 1e6);
 }
 
 /// One uncompressed batch of `values`, as the log builds it.
 fn build_batch(values: &[&[u8]]) -> Vec<u8> {
     let mut b = BatchBuilder::new(Compression::None, None, 110_000);
     for v in values {
-        b.push(&RecordInput {
-            key: None,
-            value: Some(v),
-            headers: &[],
-            timestamp: 1,
-        });
+        b.push(&RecordInput { key: None, value: Some(v), headers: &[], timestamp: 1 });
     }
     b.finish(0).unwrap().0
 }
 
 fn main() {
-    let batches = std::env::var("BATCHES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000usize);
+    let batches = std::env::var("BATCHES").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000usize);
     let value = vec![b'v'; 100];
     let values: Vec<&[u8]> = (0..1000).map(|_| value.as_slice()).collect();
     let records = batches * 1000;
@@ -86,13 +74,7 @@ fn main() {
         let mut helper: Option<std::thread::JoinHandle<()>> = None;
         for _ in 0..batches {
             while pos + batch.len() + step / 2 > reserved {
-                rustix::fs::fallocate(
-                    &f,
-                    rustix::fs::FallocateFlags::empty(),
-                    reserved as u64,
-                    step as u64,
-                )
-                .unwrap();
+                rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), reserved as u64, step as u64).unwrap();
                 if let Some(h) = helper.take() {
                     h.join().unwrap();
                 }

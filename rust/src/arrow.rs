@@ -7,9 +7,7 @@
 
 use std::sync::Arc;
 
-use arrow_array::builder::{
-    BinaryBuilder, Int64Builder, StringBuilder, TimestampMillisecondBuilder,
-};
+use arrow_array::builder::{BinaryBuilder, Int64Builder, StringBuilder, TimestampMillisecondBuilder};
 use arrow_array::{Array, ArrayRef, ListArray, RecordBatch, StructArray};
 use arrow_buffer::{NullBuffer, OffsetBuffer};
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
@@ -19,30 +17,19 @@ use crate::log_read::RecordSink;
 use crate::record::RecordRef;
 
 fn header_fields() -> Fields {
-    Fields::from(vec![
-        Field::new("key", DataType::Utf8, false),
-        Field::new("value", DataType::Binary, true),
-    ])
+    Fields::from(vec![Field::new("key", DataType::Utf8, false), Field::new("value", DataType::Binary, true)])
 }
 
 /// The schema of every batch `ArrowSink` produces.
 pub fn record_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("offset", DataType::Int64, false),
-        Field::new(
-            "timestamp",
-            DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
-            false,
-        ),
+        Field::new("timestamp", DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())), false),
         Field::new("key", DataType::Binary, true),
         Field::new("value", DataType::Binary, true),
         Field::new(
             "headers",
-            DataType::List(Arc::new(Field::new(
-                "item",
-                DataType::Struct(header_fields()),
-                false,
-            ))),
+            DataType::List(Arc::new(Field::new("item", DataType::Struct(header_fields()), false))),
             true,
         ),
     ]))
@@ -93,10 +80,7 @@ impl ArrowSink {
     pub fn finish(mut self) -> Result<RecordBatch> {
         let header_structs = StructArray::new(
             header_fields(),
-            vec![
-                Arc::new(self.header_keys.finish()) as ArrayRef,
-                Arc::new(self.header_values.finish()),
-            ],
+            vec![Arc::new(self.header_keys.finish()) as ArrayRef, Arc::new(self.header_values.finish())],
             None,
         );
         let any_missing = self.header_present.iter().any(|p| !p);
@@ -122,7 +106,9 @@ impl RecordSink for ArrowSink {
     fn push(&mut self, r: &RecordRef<'_>) -> Result<()> {
         self.payload_bytes += r.key.map_or(0, <[u8]>::len) + r.value.map_or(0, <[u8]>::len);
         if self.payload_bytes > i32::MAX as usize {
-            return Err(Error::config("records do not fit one Arrow batch (2 GiB of keys and values); pass a smaller max_records"));
+            return Err(Error::config(
+                "records do not fit one Arrow batch (2 GiB of keys and values); pass a smaller max_records",
+            ));
         }
         self.offsets.append_value(r.offset);
         self.timestamps.append_value(r.timestamp);

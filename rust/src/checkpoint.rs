@@ -23,27 +23,18 @@ pub fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> Result<()> {
         .truncate(true)
         .open(&tmp)
         .context(|| format!("cannot write {}", tmp.display()))?;
-    f.write_all(contents)
-        .and_then(|_| f.sync_all())
-        .context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, &dst)
-        .context(|| format!("cannot rename {} to {}", tmp.display(), dst.display()))?;
+    f.write_all(contents).and_then(|_| f.sync_all()).context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, &dst).context(|| format!("cannot rename {} to {}", tmp.display(), dst.display()))?;
     sync_dir(dir)
 }
 
 /// fsync a directory so that renames and creations in it are durable.
 pub fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .context(|| format!("cannot sync directory {}", dir.display()))
+    File::open(dir).and_then(|d| d.sync_all()).context(|| format!("cannot sync directory {}", dir.display()))
 }
 
 /// Read a decimal offset file; None when absent or unreadable (Kafka treats a bad
 /// checkpoint as empty).
 pub fn read_offset(dir: &Path, name: &str) -> Option<i64> {
-    std::fs::read_to_string(dir.join(name))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    std::fs::read_to_string(dir.join(name)).ok()?.trim().parse().ok()
 }

@@ -17,7 +17,9 @@ pub enum Error {
     OffsetOutOfRange { offset: i64, start: i64, end: i64 },
 
     /// Another writer holds the partition's lock file.
-    #[error("{path} is locked by another writer ({holder}); close that writer first, or open this log with readonly=True")]
+    #[error(
+        "{path} is locked by another writer ({holder}); close that writer first, or open this log with readonly=True"
+    )]
     Locked { path: PathBuf, holder: String },
 
     /// A setting or argument the caller can fix.
@@ -50,10 +52,7 @@ pub type Result<T> = std::result::Result<T, Error>;
 impl Error {
     /// Wrap an I/O error with what we were doing and to which file.
     pub fn io(context: impl Into<String>, source: io::Error) -> Self {
-        Error::Io {
-            context: context.into(),
-            source,
-        }
+        Error::Io { context: context.into(), source }
     }
 
     pub fn corrupt(msg: impl Into<String>) -> Self {

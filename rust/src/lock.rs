@@ -32,15 +32,8 @@ impl PartitionLock {
                 let mut holder = String::new();
                 let _ = file.read_to_string(&mut holder);
                 let holder = holder.trim();
-                let holder = if holder.is_empty() {
-                    "unknown process".to_string()
-                } else {
-                    holder.to_string()
-                };
-                return Err(Error::Locked {
-                    path: dir.to_path_buf(),
-                    holder,
-                });
+                let holder = if holder.is_empty() { "unknown process".to_string() } else { holder.to_string() };
+                return Err(Error::Locked { path: dir.to_path_buf(), holder });
             }
             Err(std::fs::TryLockError::Error(e)) => {
                 return Err(Error::io(format!("cannot lock {}", path.display()), e));

@@ -6,9 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::checkpoint::{
-    read_offset, sync_dir, write_atomically, CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_FILE,
-};
+use crate::checkpoint::{read_offset, sync_dir, write_atomically, CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_FILE};
 use crate::error::{Error, IoContext, Result};
 use crate::lock::PartitionLock;
 use crate::options::{FlushPolicy, LogConfig};
@@ -22,10 +20,7 @@ use crate::segment::{RecoveryReport, Segment, SegmentSettings};
 const TARGET_BATCH_BYTES: usize = 1 << 20;
 
 pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 /// What `Log::segments` reports for one segment.
@@ -61,19 +56,12 @@ impl Log {
         let dir = dir.as_ref().to_path_buf();
         if config.readonly {
             if !dir.is_dir() {
-                return Err(Error::config(format!(
-                    "{} is not a partition directory",
-                    dir.display()
-                )));
+                return Err(Error::config(format!("{} is not a partition directory", dir.display())));
             }
         } else {
             std::fs::create_dir_all(&dir).context(|| format!("cannot create {}", dir.display()))?;
         }
-        let lock = if config.readonly {
-            None
-        } else {
-            Some(PartitionLock::acquire(&dir)?)
-        };
+        let lock = if config.readonly { None } else { Some(PartitionLock::acquire(&dir)?) };
         let mut log = Log {
             dir,
             config,
@@ -106,9 +94,7 @@ impl Log {
     /// Base offsets of the `.log` files in the directory, sorted.
     pub(crate) fn list_segment_files(&self) -> Result<Vec<i64>> {
         let mut bases = Vec::new();
-        for entry in std::fs::read_dir(&self.dir)
-            .context(|| format!("cannot list {}", self.dir.display()))?
-        {
+        for entry in std::fs::read_dir(&self.dir).context(|| format!("cannot list {}", self.dir.display()))? {
             let entry = entry.context(|| format!("cannot list {}", self.dir.display()))?;
             let name = entry.file_name();
             let name = name.to_string_lossy();
@@ -127,23 +113,15 @@ impl Log {
     /// Kafka's temp-file cleanup: unfinished deletes and cleanings are removed, and index
     /// files without a `.log` are dropped.
     fn remove_leftovers(&self) -> Result<()> {
-        for entry in std::fs::read_dir(&self.dir)
-            .context(|| format!("cannot list {}", self.dir.display()))?
-        {
+        for entry in std::fs::read_dir(&self.dir).context(|| format!("cannot list {}", self.dir.display()))? {
             let entry = entry.context(|| format!("cannot list {}", self.dir.display()))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             let orphan_index = ["index", "timeindex", "txnindex"].iter().any(|ext| {
-                name.strip_suffix(&format!(".{ext}")).is_some_and(|stem| {
-                    stem.parse::<i64>().is_ok() && !self.dir.join(format!("{stem}.log")).exists()
-                })
+                name.strip_suffix(&format!(".{ext}"))
+                    .is_some_and(|stem| stem.parse::<i64>().is_ok() && !self.dir.join(format!("{stem}.log")).exists())
             });
-            if name.ends_with(".deleted")
-                || name.ends_with(".cleaned")
-                || name.ends_with(".tmp")
-                || orphan_index
-            {
-                std::fs::remove_file(entry.path())
-                    .context(|| format!("cannot remove {}", entry.path().display()))?;
+            if name.ends_with(".deleted") || name.ends_with(".cleaned") || name.ends_with(".tmp") || orphan_index {
+                std::fs::remove_file(entry.path()).context(|| format!("cannot remove {}", entry.path().display()))?;
             }
         }
         Ok(())
@@ -155,8 +133,7 @@ impl Log {
         // As Kafka does: drop the marker first, so a crash while loading counts as unclean.
         let clean = marker.exists();
         if clean {
-            std::fs::remove_file(&marker)
-                .context(|| format!("cannot remove {}", marker.display()))?;
+            std::fs::remove_file(&marker).context(|| format!("cannot remove {}", marker.display()))?;
             sync_dir(&self.dir)?;
         }
         let bases = self.list_segment_files()?;
@@ -164,12 +141,10 @@ impl Log {
         let settings = self.settings();
         for (i, &base) in bases.iter().enumerate() {
             let is_last = i + 1 == bases.len();
-            let indexes_present = ["index", "timeindex"]
-                .iter()
-                .all(|ext| self.dir.join(crate::segment::file_name(base, ext)).exists());
+            let indexes_present =
+                ["index", "timeindex"].iter().all(|ext| self.dir.join(crate::segment::file_name(base, ext)).exists());
             let mut seg = Segment::open(&self.dir, base, true, settings, now)?;
-            let needs_recovery =
-                !indexes_present || (is_last && !clean) || seg.load_trusted().is_err();
+            let needs_recovery = !indexes_present || (is_last && !clean) || seg.load_trusted().is_err();
             if needs_recovery {
                 let report = seg.recover()?;
                 let truncated = report.dropped_bytes > 0;
@@ -198,8 +173,7 @@ impl Log {
         }
         if self.segments.is_empty() {
             let start = checkpoint.max(0);
-            self.segments
-                .push(Segment::create(&self.dir, start, settings, now)?);
+            self.segments.push(Segment::create(&self.dir, start, settings, now)?);
         }
         self.start_offset = checkpoint.max(self.segments[0].base_offset);
         let active = self.segments.last_mut().unwrap();
@@ -216,9 +190,7 @@ impl Log {
             let mut seg = match Segment::open(&self.dir, base, false, settings, now) {
                 Ok(seg) => seg,
                 // Deleted by a writer's retention between listing and opening.
-                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                    continue
-                }
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(e),
             };
             if i + 1 < bases.len() && seg.load_trusted().is_ok() {
@@ -229,9 +201,7 @@ impl Log {
             self.segments.push(seg);
         }
         let first_base = self.segments.first().map(|s| s.base_offset).unwrap_or(0);
-        self.start_offset = read_offset(&self.dir, LOG_START_OFFSET_FILE)
-            .unwrap_or(0)
-            .max(first_base);
+        self.start_offset = read_offset(&self.dir, LOG_START_OFFSET_FILE).unwrap_or(0).max(first_base);
         Ok(())
     }
 
@@ -241,11 +211,8 @@ impl Log {
             return Ok(());
         }
         let known_last = self.segments.last().map(|s| s.base_offset);
-        let newer: Vec<i64> = self
-            .list_segment_files()?
-            .into_iter()
-            .filter(|&b| known_last.is_none_or(|k| b > k))
-            .collect();
+        let newer: Vec<i64> =
+            self.list_segment_files()?.into_iter().filter(|&b| known_last.is_none_or(|k| b > k)).collect();
         if let Some(last) = self.segments.last_mut() {
             last.discover()?;
             if !newer.is_empty() {
@@ -284,10 +251,7 @@ impl Log {
 
     /// The log end offset: the offset the next record will get.
     pub fn end_offset(&self) -> i64 {
-        self.segments
-            .last()
-            .map(|s| s.next_offset())
-            .unwrap_or(self.start_offset)
+        self.segments.last().map(|s| s.next_offset()).unwrap_or(self.start_offset)
     }
 
     /// The earliest offset still readable.
@@ -313,10 +277,7 @@ impl Log {
 
     pub(crate) fn check_open(&self) -> Result<()> {
         if self.closed {
-            return Err(Error::Closed(format!(
-                "the log {} is closed",
-                self.dir.display()
-            )));
+            return Err(Error::Closed(format!("the log {} is closed", self.dir.display())));
         }
         Ok(())
     }
@@ -324,10 +285,7 @@ impl Log {
     fn check_writable(&self) -> Result<()> {
         self.check_open()?;
         if self.config.readonly {
-            return Err(Error::Closed(format!(
-                "the log {} was opened read-only",
-                self.dir.display()
-            )));
+            return Err(Error::Closed(format!("the log {} was opened read-only", self.dir.display())));
         }
         if let Some(why) = &self.poisoned {
             return Err(Error::Poisoned(why.clone()));
@@ -349,12 +307,7 @@ impl Log {
 
     /// Append values with null keys and no headers, all stamped `timestamp`.
     pub fn append_values(&mut self, values: &[&[u8]], timestamp: i64) -> Result<(i64, i64)> {
-        let inputs = values.iter().map(|v| RecordInput {
-            key: None,
-            value: Some(v),
-            headers: &[],
-            timestamp,
-        });
+        let inputs = values.iter().map(|v| RecordInput { key: None, value: Some(v), headers: &[], timestamp });
         self.append_inputs(inputs, values.len(), "append_values")
     }
 
@@ -388,9 +341,7 @@ impl Log {
 
     /// Batches we build stay within max_message_bytes and within one segment.
     fn target_batch_bytes(&self) -> usize {
-        TARGET_BATCH_BYTES
-            .min(self.config.max_message_bytes)
-            .min(self.config.segment_bytes as usize)
+        TARGET_BATCH_BYTES.min(self.config.max_message_bytes).min(self.config.segment_bytes as usize)
     }
 
     fn new_builder(&mut self, capacity: usize) -> BatchBuilder {
@@ -423,9 +374,7 @@ impl Log {
                 }
             };
             if header.is_control() {
-                return Err(Error::config(
-                    "control batches are written by brokers, not appended by clients",
-                ));
+                return Err(Error::config("control batches are written by brokers, not appended by clients"));
             }
             if header.records_count <= 0 || header.last_offset_delta + 1 != header.records_count {
                 return Err(Error::corrupt(format!(
@@ -440,9 +389,7 @@ impl Log {
             pos += header.total_size();
         }
         if batches.is_empty() {
-            return Err(Error::config(
-                "append_batches needs at least one record batch",
-            ));
+            return Err(Error::config("append_batches needs at least one record batch"));
         }
         let first = self.end_offset();
         let mut count = 0u64;
@@ -466,10 +413,7 @@ impl Log {
     /// Give a finished batch this log's next offsets, roll if needed, and write it.
     fn append_batch(&mut self, mut bytes: Vec<u8>, mut header: BatchHeader) -> Result<()> {
         if bytes.len() > self.config.max_message_bytes {
-            return Err(Error::RecordTooLarge {
-                size: bytes.len(),
-                max: self.config.max_message_bytes,
-            });
+            return Err(Error::RecordTooLarge { size: bytes.len(), max: self.config.max_message_bytes });
         }
         let base = self.end_offset();
         header.base_offset = base;
@@ -485,9 +429,10 @@ impl Log {
     /// Kafka's `maybeRoll`: size, time, full index or relative-offset overflow.
     fn maybe_roll(&mut self, size: usize, header: &BatchHeader) -> Result<()> {
         let active = self.segments.last().unwrap();
-        let by_time = self.config.segment_ms.is_some_and(|ms| {
-            active.size() > 0 && active.time_waited_for_roll(now_ms(), header.max_timestamp) > ms
-        });
+        let by_time = self
+            .config
+            .segment_ms
+            .is_some_and(|ms| active.size() > 0 && active.time_waited_for_roll(now_ms(), header.max_timestamp) > ms);
         if by_time || active.is_full_for(size, header.last_offset()) {
             self.roll()?;
         }
@@ -504,9 +449,7 @@ impl Log {
         }
         active.seal()?;
         if self.config.flush != FlushPolicy::Os {
-            active
-                .sync_all()
-                .inspect_err(|e| self.poisoned = Some(e.to_string()))?;
+            active.sync_all().inspect_err(|e| self.poisoned = Some(e.to_string()))?;
         }
         let seg = Segment::create(&self.dir, base, self.settings(), now_ms())?;
         self.segments.push(seg);
@@ -547,9 +490,7 @@ impl Log {
         }
         self.flush_data()?;
         let active = self.segments.last().unwrap();
-        active
-            .sync_all()
-            .inspect_err(|e| self.poisoned = Some(e.to_string()))?;
+        active.sync_all().inspect_err(|e| self.poisoned = Some(e.to_string()))?;
         sync_dir(&self.dir)
     }
 
@@ -575,11 +516,7 @@ impl Log {
         self.start_offset = offset;
         let first_base = self.segments.first().map(|s| s.base_offset).unwrap_or(0);
         if offset > first_base || self.dir.join(LOG_START_OFFSET_FILE).exists() {
-            write_atomically(
-                &self.dir,
-                LOG_START_OFFSET_FILE,
-                offset.to_string().as_bytes(),
-            )?;
+            write_atomically(&self.dir, LOG_START_OFFSET_FILE, offset.to_string().as_bytes())?;
         }
         Ok(())
     }

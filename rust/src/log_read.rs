@@ -43,20 +43,14 @@ impl Log {
     fn check_range(&self, offset: i64) -> Result<()> {
         let end = self.end_offset();
         if offset < self.start_offset || offset > end {
-            return Err(Error::OffsetOutOfRange {
-                offset,
-                start: self.start_offset,
-                end,
-            });
+            return Err(Error::OffsetOutOfRange { offset, start: self.start_offset, end });
         }
         Ok(())
     }
 
     /// Index of the segment that holds `offset` (the last with base <= offset).
     fn segment_index_for(&self, offset: i64) -> usize {
-        self.segments
-            .partition_point(|s| s.base_offset <= offset)
-            .saturating_sub(1)
+        self.segments.partition_point(|s| s.base_offset <= offset).saturating_sub(1)
     }
 
     /// The first batch at or after `offset` with lastOffset >= offset: (segment, position, header).
@@ -78,28 +72,18 @@ impl Log {
         }
         self.check_range(offset)?;
         let Some((seg_idx, start, first)) = self.locate(offset)? else {
-            return Ok(BatchSlice {
-                map: None,
-                start: 0,
-                len: 0,
-            });
+            return Ok(BatchSlice { map: None, start: 0, len: 0 });
         };
         let seg = &self.segments[seg_idx];
         let bytes = seg.bytes(0, seg.size());
         let mut end = start + first.total_size();
         while end < seg.size() {
             match next_batch(bytes, end, false)? {
-                Next::Batch(h) if end + h.total_size() - start <= max_bytes => {
-                    end += h.total_size()
-                }
+                Next::Batch(h) if end + h.total_size() - start <= max_bytes => end += h.total_size(),
                 _ => break,
             }
         }
-        Ok(BatchSlice {
-            map: seg.map().cloned(),
-            start,
-            len: end - start,
-        })
+        Ok(BatchSlice { map: seg.map().cloned(), start, len: end - start })
     }
 
     /// Decode records with offsets in `[start, end)` (end defaults to the log end), at most

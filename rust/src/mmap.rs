@@ -27,19 +27,13 @@ pub struct MappedFile {
 impl MappedFile {
     /// Map `len` bytes of `file` for reading and writing (`MAP_SHARED`).
     pub fn writable(file: &File, len: usize, what: &str) -> Result<Arc<MappedFile>> {
-        let map = MmapOptions::new()
-            .len(len)
-            .map_raw(file)
-            .context(|| format!("cannot map {what}"))?;
+        let map = MmapOptions::new().len(len).map_raw(file).context(|| format!("cannot map {what}"))?;
         Ok(Arc::new(MappedFile { map }))
     }
 
     /// Map `len` bytes of `file` read-only (`MAP_SHARED`), seeing a writer's later stores.
     pub fn readonly(file: &File, len: usize, what: &str) -> Result<Arc<MappedFile>> {
-        let map = MmapOptions::new()
-            .len(len)
-            .map_raw_read_only(file)
-            .context(|| format!("cannot map {what}"))?;
+        let map = MmapOptions::new().len(len).map_raw_read_only(file).context(|| format!("cannot map {what}"))?;
         Ok(Arc::new(MappedFile { map }))
     }
 
@@ -55,11 +49,7 @@ impl MappedFile {
     /// Published bytes `[start, end)`. Panics if the range is outside the mapping.
     #[inline]
     pub fn bytes(&self, start: usize, end: usize) -> &[u8] {
-        assert!(
-            start <= end && end <= self.map.len(),
-            "read {start}..{end} outside a map of {}",
-            self.map.len()
-        );
+        assert!(start <= end && end <= self.map.len(), "read {start}..{end} outside a map of {}", self.map.len());
         // SAFETY: the range lies inside the mapping (checked above) and below the valid length
         // of the file (invariant 1, the callers pass published ranges only), so every page is
         // backed by the file and no SIGBUS can occur. Published bytes are never written again
@@ -75,26 +65,19 @@ impl MappedFile {
     /// Copy `data` to `[at, at + data.len())`, an unpublished range of a writable map.
     #[inline]
     pub fn write(&self, at: usize, data: &[u8]) {
-        assert!(
-            at + data.len() <= self.map.len(),
-            "write past the end of a map"
-        );
+        assert!(at + data.len() <= self.map.len(), "write past the end of a map");
         // SAFETY: the range is inside the mapping (checked) and inside the file's allocated
         // blocks (invariant 3: the segment only writes below its fallocated length). Only the
         // writer, which holds the partition lock and `&mut` on its segment, writes; it writes
         // only past the published end, where no reader holds a reference (invariant 2).
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.map.as_mut_ptr().add(at), data.len())
-        }
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.map.as_mut_ptr().add(at), data.len()) }
     }
 
     /// Fault in `[at, at + len)` for writing in one call (MADV_POPULATE_WRITE), instead of
     /// one page fault per 4 KiB page on first store. Best effort: older kernels lack it.
     pub fn prefault_for_write(&self, at: usize, len: usize) {
         if len > 0 {
-            let _ = self
-                .map
-                .advise_range(memmap2::Advice::PopulateWrite, at, len);
+            let _ = self.map.advise_range(memmap2::Advice::PopulateWrite, at, len);
         }
     }
 

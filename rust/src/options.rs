@@ -75,16 +75,12 @@ impl LogConfig {
         }
         if let Some(ms) = self.segment_ms {
             if ms <= 0 {
-                return Err(Error::config(format!(
-                    "segment_ms must be positive, got {ms}"
-                )));
+                return Err(Error::config(format!("segment_ms must be positive, got {ms}")));
             }
         }
         if let Some(ms) = self.retention_ms {
             if ms < 0 {
-                return Err(Error::config(format!(
-                    "retention_ms must be >= 0 (or None for no limit), got {ms}"
-                )));
+                return Err(Error::config(format!("retention_ms must be >= 0 (or None for no limit), got {ms}")));
             }
         }
         if let FlushPolicy::EveryMessages(0) = self.flush {
@@ -98,14 +94,10 @@ impl LogConfig {
             )));
         }
         if self.max_index_bytes < 12 {
-            return Err(Error::config(
-                "max_index_bytes must hold at least one time index entry (12 bytes)",
-            ));
+            return Err(Error::config("max_index_bytes must hold at least one time index entry (12 bytes)"));
         }
         if self.compression != Compression::None && self.compression != Compression::Zstd {
-            return Err(Error::config(
-                "compression must be \"none\" or \"zstd\" for writing",
-            ));
+            return Err(Error::config("compression must be \"none\" or \"zstd\" for writing"));
         }
         Ok(())
     }

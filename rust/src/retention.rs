@@ -15,11 +15,7 @@ impl Log {
         }
         let end = self.end_offset();
         if offset > end || offset < 0 {
-            return Err(Error::OffsetOutOfRange {
-                offset,
-                start: self.start_offset,
-                end,
-            });
+            return Err(Error::OffsetOutOfRange { offset, start: self.start_offset, end });
         }
         if offset > self.start_offset {
             self.set_start_offset(offset)?;
@@ -42,9 +38,7 @@ impl Log {
         }
         let retention_bytes = self.config.retention_bytes;
         let retention_ms = self.config.retention_ms;
-        let mut excess = retention_bytes
-            .map(|limit| self.size_bytes() as i64 - limit as i64)
-            .unwrap_or(-1);
+        let mut excess = retention_bytes.map(|limit| self.size_bytes() as i64 - limit as i64).unwrap_or(-1);
         self.delete_segments_where(|size, max_ts, mtime| {
             if retention_bytes.is_some() && excess - size as i64 >= 0 {
                 excess -= size as i64;
@@ -58,10 +52,7 @@ impl Log {
     /// Delete segments oldest first while they breach the log start offset or `extra`
     /// says so; stop at the first one that stays. The active segment is rolled first when it
     /// must go, so that one segment always remains.
-    fn delete_segments_where(
-        &mut self,
-        mut extra: impl FnMut(u64, i64, i64) -> bool,
-    ) -> Result<usize> {
+    fn delete_segments_where(&mut self, mut extra: impl FnMut(u64, i64, i64) -> bool) -> Result<usize> {
         let mut count = 0;
         loop {
             let n = self.segments.len();
@@ -69,20 +60,13 @@ impl Log {
             if seg.is_empty() && n == 1 {
                 break;
             }
-            let upper = if n > 1 {
-                self.segments[1].base_offset
-            } else {
-                self.end_offset()
-            };
-            let mtime = std::fs::metadata(
-                self.dir
-                    .join(crate::segment::file_name(seg.base_offset, "log")),
-            )
-            .ok()
-            .and_then(|m| m.modified().ok())
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
+            let upper = if n > 1 { self.segments[1].base_offset } else { self.end_offset() };
+            let mtime = std::fs::metadata(self.dir.join(crate::segment::file_name(seg.base_offset, "log")))
+                .ok()
+                .and_then(|m| m.modified().ok())
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0);
             let breach = upper <= self.start_offset;
             if !(breach || extra(seg.size() as u64, seg.max_timestamp(), mtime)) {
                 break;

@@ -84,12 +84,7 @@ impl Segment {
     }
 
     /// Create a new, empty active segment.
-    pub fn create(
-        dir: &Path,
-        base_offset: i64,
-        settings: SegmentSettings,
-        now_ms: i64,
-    ) -> Result<Segment> {
+    pub fn create(dir: &Path, base_offset: i64, settings: SegmentSettings, now_ms: i64) -> Result<Segment> {
         let (log_path, index_path, time_path) = Self::paths(dir, base_offset);
         let file = OpenOptions::new()
             .read(true)
@@ -133,10 +128,8 @@ impl Segment {
         now_ms: i64,
     ) -> Result<Segment> {
         let (_, index_path, time_path) = Self::paths(dir, base_offset);
-        let (offset_index, _) =
-            OffsetIndex::open(&index_path, base_offset, writable, settings.max_index_bytes)?;
-        let (time_index, _) =
-            TimeIndex::open(&time_path, base_offset, writable, settings.max_index_bytes)?;
+        let (offset_index, _) = OffsetIndex::open(&index_path, base_offset, writable, settings.max_index_bytes)?;
+        let (time_index, _) = TimeIndex::open(&time_path, base_offset, writable, settings.max_index_bytes)?;
         let created_ms = file
             .metadata()
             .ok()
@@ -230,9 +223,7 @@ impl Segment {
     }
 
     fn allocation_step(&self) -> usize {
-        ALLOCATION_STEP
-            .min(self.settings.segment_bytes.max(4096))
-            .next_multiple_of(4096)
+        ALLOCATION_STEP.min(self.settings.segment_bytes.max(4096)).next_multiple_of(4096)
     }
 
     /// Reserve blocks up to `target` bytes, map them (the map spans the whole segment size,
@@ -241,27 +232,18 @@ impl Segment {
         let target = target.next_multiple_of(4096);
         let from = self.allocated_len;
         reserve_blocks(&self.file, from, target).context(|| {
-            format!(
-                "cannot reserve {target} bytes for {} (is the disk full?)",
-                self.log_path().display()
-            )
+            format!("cannot reserve {target} bytes for {} (is the disk full?)", self.log_path().display())
         })?;
         self.allocated_len = target;
         if self.map.is_none() || target > self.mapped_len {
             // Address space only: bytes past `allocated_len` are never touched (mmap invariant 3).
             let len = target.max(self.settings.segment_bytes.next_multiple_of(4096));
-            self.map = Some(MappedFile::writable(
-                &self.file,
-                len,
-                &self.log_path().display().to_string(),
-            )?);
+            self.map = Some(MappedFile::writable(&self.file, len, &self.log_path().display().to_string())?);
             self.mapped_len = len;
         }
         self.finish_prefault();
         let map = Arc::clone(self.map.as_ref().unwrap());
-        self.prefault = Some(std::thread::spawn(move || {
-            map.prefault_for_write(from, target - from)
-        }));
+        self.prefault = Some(std::thread::spawn(move || map.prefault_for_write(from, target - from)));
         Ok(())
     }
 
@@ -275,10 +257,7 @@ impl Segment {
     /// Append one batch whose offsets are already assigned. Returns its file position.
     pub fn append(&mut self, batch: &[u8], header: &BatchHeader) -> Result<usize> {
         if !self.writable || self.sealed {
-            return Err(Error::Closed(format!(
-                "segment {} is not writable",
-                self.log_path().display()
-            )));
+            return Err(Error::Closed(format!("segment {} is not writable", self.log_path().display())));
         }
         self.ensure_capacity(batch.len())?;
         let pos = self.size;
@@ -304,11 +283,7 @@ impl Segment {
         }
         if self.bytes_since_last_index_entry > self.settings.index_interval_bytes {
             self.offset_index.append(header.last_offset(), pos as u32)?;
-            self.time_index.maybe_append(
-                self.max_timestamp,
-                self.offset_of_max_timestamp,
-                false,
-            )?;
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, false)?;
             self.bytes_since_last_index_entry = 0;
         }
         self.bytes_since_last_index_entry += header.total_size();
@@ -328,11 +303,8 @@ impl Segment {
     /// `LogSegment.recover`). The writer calls this for segments it cannot trust.
     pub fn recover(&mut self) -> Result<RecoveryReport> {
         self.finish_prefault();
-        let file_len = self
-            .file
-            .metadata()
-            .context(|| format!("cannot stat {}", self.log_path().display()))?
-            .len() as usize;
+        let file_len =
+            self.file.metadata().context(|| format!("cannot stat {}", self.log_path().display()))?.len() as usize;
         self.offset_index.file.clear()?;
         self.time_index.file.clear()?;
         self.size = 0;
@@ -341,20 +313,14 @@ impl Segment {
         self.offset_of_max_timestamp = -1;
         self.first_batch_timestamp = None;
         self.bytes_since_last_index_entry = 0;
-        let map = if file_len > 0 {
-            Some(MappedFile::readonly(&self.file, file_len, "segment")?)
-        } else {
-            None
-        };
+        let map = if file_len > 0 { Some(MappedFile::readonly(&self.file, file_len, "segment")?) } else { None };
         let bytes = map.as_ref().map(|m| m.bytes(0, file_len)).unwrap_or(&[]);
         let mut pos = 0usize;
         let mut reason = None;
         loop {
             match next_batch(bytes, pos, true) {
                 Ok(Next::Batch(h)) => {
-                    if h.base_offset < self.next_offset
-                        || h.last_offset() - self.base_offset > i32::MAX as i64
-                    {
+                    if h.base_offset < self.next_offset || h.last_offset() - self.base_offset > i32::MAX as i64 {
                         reason = Some(format!(
                             "batch at position {pos} has offsets {}..={} that do not follow offset {} in a segment based at {}",
                             h.base_offset,
@@ -381,16 +347,10 @@ impl Segment {
             }
         }
         let dropped_bytes = bytes[pos..].iter().filter(|&&b| b != 0).count() as u64;
-        let dropped_span = if dropped_bytes > 0 {
-            (file_len - pos) as u64
-        } else {
-            0
-        };
+        let dropped_span = if dropped_bytes > 0 { (file_len - pos) as u64 } else { 0 };
         drop(map);
         if self.writable && file_len != pos {
-            self.file
-                .set_len(pos as u64)
-                .context(|| format!("cannot truncate {}", self.log_path().display()))?;
+            self.file.set_len(pos as u64).context(|| format!("cannot truncate {}", self.log_path().display()))?;
         }
         self.mapped_len = 0;
         self.allocated_len = self.size;
@@ -399,8 +359,7 @@ impl Segment {
             self.map = Some(MappedFile::readonly(&self.file, self.size, "segment")?);
             self.mapped_len = self.size;
         }
-        self.time_index
-            .maybe_append(self.max_timestamp, self.offset_of_max_timestamp, true)?;
+        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, true)?;
         Ok(RecoveryReport {
             base_offset: self.base_offset,
             valid_bytes: pos as u64,
@@ -412,16 +371,10 @@ impl Segment {
     /// Trust a cleanly closed segment: its file length is its valid size. Reads the last
     /// batch headers (from the last index entry) to learn the next offset and max timestamp.
     pub fn load_trusted(&mut self) -> Result<()> {
-        let file_len = self
-            .file
-            .metadata()
-            .context(|| format!("cannot stat {}", self.log_path().display()))?
-            .len() as usize;
+        let file_len =
+            self.file.metadata().context(|| format!("cannot stat {}", self.log_path().display()))?.len() as usize;
         if !self.offset_index.is_sane(file_len as u64) {
-            return Err(Error::corrupt(format!(
-                "offset index of {} points past its log",
-                self.log_path().display()
-            )));
+            return Err(Error::corrupt(format!("offset index of {} points past its log", self.log_path().display())));
         }
         self.size = file_len;
         if file_len > 0 {
@@ -430,11 +383,7 @@ impl Segment {
         }
         let (_, start) = self.offset_index.lookup(i64::MAX);
         let mut pos = start as usize;
-        let bytes = self
-            .map
-            .as_ref()
-            .map(|m| m.bytes(0, file_len))
-            .unwrap_or(&[]);
+        let bytes = self.map.as_ref().map(|m| m.bytes(0, file_len)).unwrap_or(&[]);
         let mut last_pos_and_header = None;
         while let Next::Batch(h) = next_batch(bytes, pos, false)? {
             last_pos_and_header = Some((pos, h));
@@ -473,27 +422,15 @@ impl Segment {
     /// Every offset-index entry must point at a batch that ends with the entry's offset, and
     /// time-index entries must stay inside the segment; otherwise the indexes are rebuilt.
     fn check_indexes(&self, bytes: &[u8]) -> Result<()> {
-        let bad = |what: &str| {
-            Error::corrupt(format!(
-                "{} of segment {} {what}",
-                "index", self.base_offset
-            ))
-        };
+        let bad = |what: &str| Error::corrupt(format!("{} of segment {} {what}", "index", self.base_offset));
         for e in self.offset_index.file.entries() {
             match next_batch(bytes, e.position as usize, false) {
-                Ok(Next::Batch(h))
-                    if h.last_offset() == self.base_offset + e.relative_offset as i64 => {}
+                Ok(Next::Batch(h)) if h.last_offset() == self.base_offset + e.relative_offset as i64 => {}
                 _ => return Err(bad("has an entry that does not match its batch")),
             }
         }
         let last_relative = self.next_offset - self.base_offset;
-        if self
-            .time_index
-            .file
-            .entries()
-            .iter()
-            .any(|e| e.relative_offset as i64 >= last_relative.max(1))
-        {
+        if self.time_index.file.entries().iter().any(|e| e.relative_offset as i64 >= last_relative.max(1)) {
             return Err(bad("has a time entry past the segment's last offset"));
         }
         Ok(())
@@ -518,11 +455,8 @@ impl Segment {
         let before = self.size;
         self.offset_index.file.load_more()?;
         self.time_index.file.load_more()?;
-        let file_len = self
-            .file
-            .metadata()
-            .context(|| format!("cannot stat {}", self.log_path().display()))?
-            .len() as usize;
+        let file_len =
+            self.file.metadata().context(|| format!("cannot stat {}", self.log_path().display()))?.len() as usize;
         let mut header_buf = [0u8; HEADER_LEN];
         let mut body = Vec::new();
         loop {
@@ -600,14 +534,11 @@ impl Segment {
             return Ok(());
         }
         if self.max_timestamp >= 0 {
-            self.time_index
-                .maybe_append(self.max_timestamp, self.offset_of_max_timestamp, true)?;
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, true)?;
         }
         self.finish_prefault();
         // Trimming never cuts below `size`, so maps handed to readers stay valid (mmap invariant 1).
-        self.file
-            .set_len(self.size as u64)
-            .context(|| format!("cannot trim {}", self.log_path().display()))?;
+        self.file.set_len(self.size as u64).context(|| format!("cannot trim {}", self.log_path().display()))?;
         self.sealed = true;
         Ok(())
     }
@@ -616,12 +547,8 @@ impl Segment {
     pub fn flush_range(&self, from: usize) -> Result<()> {
         if let Some(map) = &self.map {
             if self.writable && self.size > from {
-                map.flush_range(from, self.size - from).map_err(|e| {
-                    Error::Poisoned(format!(
-                        "msync of {} failed: {e}",
-                        self.log_path().display()
-                    ))
-                })?;
+                map.flush_range(from, self.size - from)
+                    .map_err(|e| Error::Poisoned(format!("msync of {} failed: {e}", self.log_path().display())))?;
             }
         }
         Ok(())
@@ -633,12 +560,9 @@ impl Segment {
             return Ok(());
         }
         self.flush_range(0)?;
-        self.file.sync_data().map_err(|e| {
-            Error::Poisoned(format!(
-                "fsync of {} failed: {e}",
-                self.log_path().display()
-            ))
-        })?;
+        self.file
+            .sync_data()
+            .map_err(|e| Error::Poisoned(format!("fsync of {} failed: {e}", self.log_path().display())))?;
         self.offset_index.file.sync()?;
         self.time_index.file.sync()
     }
@@ -661,12 +585,7 @@ impl Segment {
 /// zeros where the filesystem has no `fallocate`.
 fn reserve_blocks(file: &File, from: usize, to: usize) -> std::io::Result<()> {
     use rustix::fs::{fallocate, FallocateFlags};
-    match fallocate(
-        file,
-        FallocateFlags::empty(),
-        from as u64,
-        (to - from) as u64,
-    ) {
+    match fallocate(file, FallocateFlags::empty(), from as u64, (to - from) as u64) {
         Ok(()) => Ok(()),
         Err(rustix::io::Errno::OPNOTSUPP) => {
             let zeros = vec![0u8; 1 << 20];

@@ -10,12 +10,7 @@ fn valid_batch(n: usize, compression: Compression) -> Vec<u8> {
     let headers = [("h", Some(&b"v"[..]))];
     for i in 0..n {
         let v = vec![i as u8; i % 40];
-        b.push(&RecordInput {
-            key: Some(b"key"),
-            value: Some(&v),
-            headers: &headers,
-            timestamp: i as i64,
-        });
+        b.push(&RecordInput { key: Some(b"key"), value: Some(&v), headers: &headers, timestamp: i as i64 });
     }
     b.finish(7).unwrap().0
 }

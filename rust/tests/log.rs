@@ -7,16 +7,11 @@ use kafkalite::record::{OwnedRecord, RecordInput};
 use kafkalite::{Error, Log, LogConfig};
 
 fn config(segment_bytes: u64) -> LogConfig {
-    LogConfig {
-        segment_bytes,
-        ..LogConfig::default()
-    }
+    LogConfig { segment_bytes, ..LogConfig::default() }
 }
 
 fn values(n: usize, tag: &str) -> Vec<Vec<u8>> {
-    (0..n)
-        .map(|i| format!("{tag}-{i:06}-{}", "x".repeat(80)).into_bytes())
-        .collect()
+    (0..n).map(|i| format!("{tag}-{i:06}-{}", "x".repeat(80)).into_bytes()).collect()
 }
 
 fn append(log: &mut Log, vals: &[Vec<u8>], ts: i64) -> (i64, i64) {
@@ -43,15 +38,8 @@ fn append_read_roll_reopen() {
         assert_eq!((first, last), (round * 50, round * 50 + 49));
         expected.extend(vals);
     }
-    assert!(
-        log.segments().len() > 3,
-        "should have rolled: {:?}",
-        log.segments()
-    );
-    let got: Vec<Vec<u8>> = all(&mut log)
-        .into_iter()
-        .map(|r| r.value.unwrap())
-        .collect();
+    assert!(log.segments().len() > 3, "should have rolled: {:?}", log.segments());
+    let got: Vec<Vec<u8>> = all(&mut log).into_iter().map(|r| r.value.unwrap()).collect();
     assert_eq!(got, expected);
     log.close().unwrap();
     // Closed segments are trimmed: each .log ends exactly at its last batch.
@@ -65,10 +53,7 @@ fn append_read_roll_reopen() {
     let mut log = Log::open(&path, config(16 * 1024)).unwrap();
     assert!(log.recovery_reports().is_empty());
     assert_eq!(log.end_offset(), 1000);
-    let got: Vec<Vec<u8>> = all(&mut log)
-        .into_iter()
-        .map(|r| r.value.unwrap())
-        .collect();
+    let got: Vec<Vec<u8>> = all(&mut log).into_iter().map(|r| r.value.unwrap()).collect();
     assert_eq!(got, expected);
     // Every offset reads back through the index.
     for offset in (0..1000).step_by(37) {
@@ -84,11 +69,7 @@ fn rebuilt_indexes_equal_live_indexes() {
     let path = dir.path().join("t-0");
     let mut log = Log::open(&path, config(64 * 1024)).unwrap();
     for round in 0..200 {
-        append(
-            &mut log,
-            &values(7, &format!("{round}")),
-            5000 + (round % 13) * 10,
-        );
+        append(&mut log, &values(7, &format!("{round}")), 5000 + (round % 13) * 10);
     }
     log.close().unwrap();
     let snapshot = |suffix: &str| -> Vec<(String, Vec<u8>)> {
@@ -96,12 +77,7 @@ fn rebuilt_indexes_equal_live_indexes() {
             .unwrap()
             .map(|e| e.unwrap().path())
             .filter(|p| p.to_string_lossy().ends_with(suffix))
-            .map(|p| {
-                (
-                    p.file_name().unwrap().to_string_lossy().into_owned(),
-                    fs::read(&p).unwrap(),
-                )
-            })
+            .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), fs::read(&p).unwrap()))
             .collect();
         files.sort();
         files
@@ -131,10 +107,7 @@ fn recovery_truncates_torn_tail_and_reports_it() {
     // Unclean: no marker, plus a half-written batch of garbage at the end.
     fs::remove_file(path.join(".kafkalite-clean-shutdown")).unwrap();
     let mut f = OpenOptions::new().append(true).open(&seg).unwrap();
-    f.write_all(&[
-        0, 0, 0, 0, 0, 0, 0, 100, 0, 0, 1, 0, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7,
-    ])
-    .unwrap();
+    f.write_all(&[0, 0, 0, 0, 0, 0, 0, 100, 0, 0, 1, 0, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7]).unwrap();
     drop(f);
     let mut log = Log::open(&path, config(1 << 20)).unwrap();
     let reports = log.recovery_reports();
@@ -165,11 +138,7 @@ fn flipped_bit_is_detected_and_truncated() {
     fs::remove_file(path.join(".kafkalite-clean-shutdown")).unwrap();
     let mut log = Log::open(&path, config(1 << 20)).unwrap();
     assert_eq!(log.recovery_reports().len(), 1);
-    assert!(log.recovery_reports()[0]
-        .reason
-        .as_deref()
-        .unwrap()
-        .contains("CRC"));
+    assert!(log.recovery_reports()[0].reason.as_deref().unwrap().contains("CRC"));
     assert_eq!(log.end_offset(), 50);
     assert_eq!(all(&mut log).len(), 50);
 }
@@ -186,14 +155,7 @@ fn second_writer_is_refused_readers_see_appends() {
         }
         other => panic!("expected Locked, got {:?}", other.err()),
     }
-    let mut reader = Log::open(
-        &path,
-        LogConfig {
-            readonly: true,
-            ..config(8 * 1024)
-        },
-    )
-    .unwrap();
+    let mut reader = Log::open(&path, LogConfig { readonly: true, ..config(8 * 1024) }).unwrap();
     assert_eq!(reader.end_offset(), 10);
     for i in 0..30 {
         append(&mut writer, &values(10, &format!("{i}")), 1);
@@ -213,11 +175,7 @@ fn second_writer_is_refused_readers_see_appends() {
 fn retention_and_delete_records() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t-0");
-    let cfg = LogConfig {
-        retention_bytes: Some(20_000),
-        retention_ms: Some(60_000),
-        ..config(8 * 1024)
-    };
+    let cfg = LogConfig { retention_bytes: Some(20_000), retention_ms: Some(60_000), ..config(8 * 1024) };
     let mut log = Log::open(&path, cfg.clone()).unwrap();
     for i in 0..40 {
         append(&mut log, &values(10, &format!("{i}")), 1_000_000 + i);
@@ -231,10 +189,7 @@ fn retention_and_delete_records() {
     assert_eq!(log.start_offset(), log.segments()[0].base_offset);
     // A view taken before deletion still reads the same bytes.
     assert_eq!(view.bytes(), &first_bytes[..]);
-    assert!(matches!(
-        log.read(0, 100),
-        Err(Error::OffsetOutOfRange { .. })
-    ));
+    assert!(matches!(log.read(0, 100), Err(Error::OffsetOutOfRange { .. })));
     // delete_records_before inside a segment moves the start without deleting it.
     let target = log.start_offset() + 3;
     log.delete_records_before(target).unwrap();
@@ -259,59 +214,26 @@ fn offset_for_timestamp_finds_earliest_at_or_after() {
     }
     assert_eq!(log.offset_for_timestamp(0).unwrap(), Some((0, 10_000)));
     assert_eq!(log.offset_for_timestamp(10_050).unwrap(), Some((5, 10_100)));
-    assert_eq!(
-        log.offset_for_timestamp(19_900).unwrap(),
-        Some((495, 19_900))
-    );
+    assert_eq!(log.offset_for_timestamp(19_900).unwrap(), Some((495, 19_900)));
     assert_eq!(log.offset_for_timestamp(19_901).unwrap(), None);
 }
 
 #[test]
 fn records_with_keys_headers_and_zstd() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = LogConfig {
-        compression: kafkalite::record::Compression::Zstd,
-        ..config(1 << 20)
-    };
+    let cfg = LogConfig { compression: kafkalite::record::Compression::Zstd, ..config(1 << 20) };
     let mut log = Log::open(dir.path().join("t-0"), cfg).unwrap();
     let headers = [("h1", Some(&b"x"[..])), ("ключ", None)];
     let recs = [
-        RecordInput {
-            key: Some(b"k"),
-            value: Some(b"v"),
-            headers: &headers,
-            timestamp: 5,
-        },
-        RecordInput {
-            key: None,
-            value: None,
-            headers: &[],
-            timestamp: 3,
-        },
-        RecordInput {
-            key: Some(b""),
-            value: Some(b""),
-            headers: &[],
-            timestamp: 9,
-        },
+        RecordInput { key: Some(b"k"), value: Some(b"v"), headers: &headers, timestamp: 5 },
+        RecordInput { key: None, value: None, headers: &[], timestamp: 3 },
+        RecordInput { key: Some(b""), value: Some(b""), headers: &[], timestamp: 9 },
     ];
     assert_eq!(log.append_records(&recs).unwrap(), (0, 2));
     let got = all(&mut log);
-    assert_eq!(
-        got[0].headers,
-        vec![
-            ("h1".to_string(), Some(b"x".to_vec())),
-            ("ключ".to_string(), None)
-        ]
-    );
-    assert_eq!(
-        (got[1].key.clone(), got[1].value.clone(), got[1].timestamp),
-        (None, None, 3)
-    );
-    assert_eq!(
-        (got[2].key.clone(), got[2].value.clone()),
-        (Some(vec![]), Some(vec![]))
-    );
+    assert_eq!(got[0].headers, vec![("h1".to_string(), Some(b"x".to_vec())), ("ключ".to_string(), None)]);
+    assert_eq!((got[1].key.clone(), got[1].value.clone(), got[1].timestamp), (None, None, 3));
+    assert_eq!((got[2].key.clone(), got[2].value.clone()), (Some(vec![]), Some(vec![])));
 }
 
 #[test]
@@ -325,14 +247,8 @@ fn raw_batches_are_validated_and_reoffset() {
     assert_eq!(dst.append_raw_batches(&raw).unwrap(), (3, 12));
     let mut bad = raw.clone();
     bad[70] ^= 1;
-    assert!(matches!(
-        dst.append_raw_batches(&bad),
-        Err(Error::Corrupt(_))
-    ));
-    assert!(matches!(
-        dst.append_raw_batches(&raw[..raw.len() - 1]),
-        Err(Error::Corrupt(_))
-    ));
+    assert!(matches!(dst.append_raw_batches(&bad), Err(Error::Corrupt(_))));
+    assert!(matches!(dst.append_raw_batches(&raw[..raw.len() - 1]), Err(Error::Corrupt(_))));
     assert_eq!(dst.end_offset(), 13);
 }
 

@@ -10,10 +10,7 @@ use kafkalite::record::{decode_batch_owned, BatchBuilder, Compression, RecordInp
 use serde_json::Value;
 
 fn vectors() -> Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/vectors/kafka_vectors.json"
-    );
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vectors/kafka_vectors.json");
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
@@ -73,41 +70,26 @@ fn crc32c_values() {
             continue;
         }
         let input = unhex(&case["input_hex"]);
-        assert_eq!(
-            crc32c::crc32c(&input) as u64,
-            case["value"].as_u64().unwrap(),
-            "{}",
-            case["input_hex"]
-        );
+        assert_eq!(crc32c::crc32c(&input) as u64, case["value"].as_u64().unwrap(), "{}", case["input_hex"]);
     }
 }
 
 #[test]
 fn murmur2_values() {
     let v = vectors();
-    for case in v["murmur2"]["kafka_java"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .chain(v["murmur2"]["librdkafka"].as_array().unwrap())
+    for case in
+        v["murmur2"]["kafka_java"].as_array().unwrap().iter().chain(v["murmur2"]["librdkafka"].as_array().unwrap())
     {
         if case["input_hex"].is_null() {
             continue;
         }
         let input = unhex(&case["input_hex"]);
-        assert_eq!(
-            murmur2(&input) as u32 as u64,
-            case["value_uint32"].as_u64().unwrap(),
-            "{case}"
-        );
+        assert_eq!(murmur2(&input) as u32 as u64, case["value_uint32"].as_u64().unwrap(), "{case}");
     }
     for case in v["murmur2"]["kafka_python_partition"].as_array().unwrap() {
         let input = unhex(&case["input_hex"]);
         let n = case["num_partitions"].as_u64().unwrap() as u32;
-        assert_eq!(
-            partition_for_key(&input, n) as u64,
-            case["partition"].as_u64().unwrap()
-        );
+        assert_eq!(partition_for_key(&input, n) as u64, case["partition"].as_u64().unwrap());
     }
 }
 
@@ -126,78 +108,37 @@ fn record_batches_decode_as_expected() {
             Err(_) => assert!(!crc_valid, "{name}: good batch refused"),
             Ok(other) => panic!("{name}: {other:?}"),
         }
-        let Next::Batch(h) = next_batch(&bytes, 0, false).unwrap() else {
-            panic!("{name}")
-        };
-        assert_eq!(
-            h.base_offset,
-            exp["base_offset"].as_i64().unwrap(),
-            "{name}"
-        );
+        let Next::Batch(h) = next_batch(&bytes, 0, false).unwrap() else { panic!("{name}") };
+        assert_eq!(h.base_offset, exp["base_offset"].as_i64().unwrap(), "{name}");
         assert_eq!(h.batch_length as i64, exp["batch_length"].as_i64().unwrap());
-        assert_eq!(
-            h.partition_leader_epoch as i64,
-            exp["partition_leader_epoch"].as_i64().unwrap()
-        );
+        assert_eq!(h.partition_leader_epoch as i64, exp["partition_leader_epoch"].as_i64().unwrap());
         assert_eq!(h.crc as u64, exp["crc"].as_u64().unwrap());
         assert_eq!(h.attributes as i64, exp["attributes"].as_i64().unwrap());
-        assert_eq!(
-            h.compression().unwrap().name(),
-            exp["compression"].as_str().unwrap()
-        );
+        assert_eq!(h.compression().unwrap().name(), exp["compression"].as_str().unwrap());
         assert_eq!(h.is_control(), exp["is_control"].as_bool().unwrap());
-        assert_eq!(
-            h.is_transactional(),
-            exp["is_transactional"].as_bool().unwrap()
-        );
-        assert_eq!(
-            h.last_offset_delta as i64,
-            exp["last_offset_delta"].as_i64().unwrap()
-        );
+        assert_eq!(h.is_transactional(), exp["is_transactional"].as_bool().unwrap());
+        assert_eq!(h.last_offset_delta as i64, exp["last_offset_delta"].as_i64().unwrap());
         assert_eq!(h.base_timestamp, exp["base_timestamp"].as_i64().unwrap());
         assert_eq!(h.max_timestamp, exp["max_timestamp"].as_i64().unwrap());
         assert_eq!(h.producer_id, exp["producer_id"].as_i64().unwrap());
-        assert_eq!(
-            h.records_count as i64,
-            exp["records_count"].as_i64().unwrap()
-        );
+        assert_eq!(h.records_count as i64, exp["records_count"].as_i64().unwrap());
         let records = decode_batch_owned(&bytes, &h).unwrap_or_else(|e| panic!("{name}: {e}"));
         let want = exp["records"].as_array().unwrap();
         assert_eq!(records.len(), want.len(), "{name}");
         for (r, w) in records.iter().zip(want) {
-            assert_eq!(
-                r.offset,
-                h.base_offset + w["offset_delta"].as_i64().unwrap(),
-                "{name}"
-            );
+            assert_eq!(r.offset, h.base_offset + w["offset_delta"].as_i64().unwrap(), "{name}");
             assert_eq!(r.timestamp, w["timestamp"].as_i64().unwrap(), "{name}");
             let hx = |b: &Option<Vec<u8>>| b.as_ref().map(hex::encode);
-            assert_eq!(
-                hx(&r.key),
-                w["key_hex"].as_str().map(String::from),
-                "{name}"
-            );
-            assert_eq!(
-                hx(&r.value),
-                w["value_hex"].as_str().map(String::from),
-                "{name}"
-            );
+            assert_eq!(hx(&r.key), w["key_hex"].as_str().map(String::from), "{name}");
+            assert_eq!(hx(&r.value), w["value_hex"].as_str().map(String::from), "{name}");
             let want_headers: Vec<(String, Option<String>)> = w["headers"]
                 .as_array()
                 .unwrap()
                 .iter()
-                .map(|p| {
-                    (
-                        p[0].as_str().unwrap().to_string(),
-                        p[1].as_str().map(String::from),
-                    )
-                })
+                .map(|p| (p[0].as_str().unwrap().to_string(), p[1].as_str().map(String::from)))
                 .collect();
-            let got: Vec<(String, Option<String>)> = r
-                .headers
-                .iter()
-                .map(|(k, v)| (k.clone(), v.as_ref().map(hex::encode)))
-                .collect();
+            let got: Vec<(String, Option<String>)> =
+                r.headers.iter().map(|(k, v)| (k.clone(), v.as_ref().map(hex::encode))).collect();
             assert_eq!(got, want_headers, "{name}");
         }
     }
@@ -220,23 +161,13 @@ fn uncompressed_batches_reencode_byte_for_byte() {
         let records = decode_batch_owned(&bytes, &h).unwrap();
         // Our builder writes dense offset deltas and, like Kafka's, takes baseTimestamp from
         // the first record; skip vectors written otherwise (compacted gaps, sarama's base time).
-        if records
-            .iter()
-            .enumerate()
-            .any(|(i, r)| r.offset != h.base_offset + i as i64)
+        if records.iter().enumerate().any(|(i, r)| r.offset != h.base_offset + i as i64)
             || records[0].timestamp != h.base_timestamp
         {
             continue;
         }
-        let headers: Vec<Vec<(&str, Option<&[u8]>)>> = records
-            .iter()
-            .map(|r| {
-                r.headers
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_deref()))
-                    .collect()
-            })
-            .collect();
+        let headers: Vec<Vec<(&str, Option<&[u8]>)>> =
+            records.iter().map(|r| r.headers.iter().map(|(k, v)| (k.as_str(), v.as_deref())).collect()).collect();
         let mut b = BatchBuilder::new(Compression::None, None, 0);
         for (r, hs) in records.iter().zip(&headers) {
             b.push(&RecordInput {

@@ -77,12 +77,7 @@ impl<E: Entry> IndexFile<E> {
                     .context(|| format!("cannot read index {}", self.path.display()))?;
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-            Err(e) => {
-                return Err(crate::error::Error::io(
-                    format!("cannot read index {}", self.path.display()),
-                    e,
-                ))
-            }
+            Err(e) => return Err(crate::error::Error::io(format!("cannot read index {}", self.path.display()), e)),
         }
         let whole = bytes.len() / E::SIZE * E::SIZE;
         for chunk in bytes[..whole].chunks_exact(E::SIZE) {
@@ -105,11 +100,8 @@ impl<E: Entry> IndexFile<E> {
             e.encode(&mut bytes);
         }
         if let Some(f) = &self.file {
-            f.set_len(0)
-                .context(|| format!("cannot truncate index {}", self.path.display()))?;
-            (&*f)
-                .write_all(&bytes)
-                .context(|| format!("cannot write index {}", self.path.display()))?;
+            f.set_len(0).context(|| format!("cannot truncate index {}", self.path.display()))?;
+            (&*f).write_all(&bytes).context(|| format!("cannot write index {}", self.path.display()))?;
         }
         self.read_len = bytes.len() as u64;
         Ok(())
@@ -140,9 +132,7 @@ impl<E: Entry> IndexFile<E> {
         let mut bytes = Vec::with_capacity(E::SIZE);
         e.encode(&mut bytes);
         if let Some(f) = &self.file {
-            (&*f)
-                .write_all(&bytes)
-                .context(|| format!("cannot append to index {}", self.path.display()))?;
+            (&*f).write_all(&bytes).context(|| format!("cannot append to index {}", self.path.display()))?;
         }
         self.entries.push(e);
         self.read_len += E::SIZE as u64;
@@ -175,8 +165,7 @@ impl<E: Entry> IndexFile<E> {
 
     pub fn sync(&self) -> Result<()> {
         if let Some(f) = &self.file {
-            f.sync_data()
-                .context(|| format!("cannot sync index {}", self.path.display()))?;
+            f.sync_data().context(|| format!("cannot sync index {}", self.path.display()))?;
         }
         Ok(())
     }

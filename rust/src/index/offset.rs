@@ -36,12 +36,7 @@ pub struct OffsetIndex {
 }
 
 impl OffsetIndex {
-    pub fn open(
-        path: &Path,
-        base_offset: i64,
-        writable: bool,
-        max_index_bytes: usize,
-    ) -> Result<(Self, bool)> {
+    pub fn open(path: &Path, base_offset: i64, writable: bool, max_index_bytes: usize) -> Result<(Self, bool)> {
         let (file, damaged) = IndexFile::open(path, writable, max_index_bytes)?;
         Ok((OffsetIndex { file, base_offset }, damaged))
     }
@@ -62,10 +57,7 @@ impl OffsetIndex {
 
     /// Append (offset, position) if it increases both; Kafka's `append`.
     pub fn append(&mut self, offset: i64, position: u32) -> Result<()> {
-        let e = OffsetPosition {
-            relative_offset: (offset - self.base_offset) as u32,
-            position,
-        };
+        let e = OffsetPosition { relative_offset: (offset - self.base_offset) as u32, position };
         if self.file.last().is_none_or(|last| e.increases_from(last)) {
             self.file.push(e)?;
         }
@@ -78,9 +70,6 @@ impl OffsetIndex {
 
     /// Kafka's sanity check: every entry within the segment and its log size.
     pub fn is_sane(&self, log_size: u64) -> bool {
-        self.file
-            .entries()
-            .iter()
-            .all(|e| (e.position as u64) < log_size)
+        self.file.entries().iter().all(|e| (e.position as u64) < log_size)
     }
 }

@@ -35,36 +35,19 @@ pub struct TimeIndex {
 }
 
 impl TimeIndex {
-    pub fn open(
-        path: &Path,
-        base_offset: i64,
-        writable: bool,
-        max_index_bytes: usize,
-    ) -> Result<(Self, bool)> {
+    pub fn open(path: &Path, base_offset: i64, writable: bool, max_index_bytes: usize) -> Result<(Self, bool)> {
         let (file, damaged) = IndexFile::open(path, writable, max_index_bytes)?;
         Ok((TimeIndex { file, base_offset }, damaged))
     }
 
     /// Kafka's `maybeAppend`: only when the timestamp grows. The last slot is kept for the
     /// final entry of a roll unless `skip_full_check`.
-    pub fn maybe_append(
-        &mut self,
-        timestamp: i64,
-        offset: i64,
-        skip_full_check: bool,
-    ) -> Result<()> {
+    pub fn maybe_append(&mut self, timestamp: i64, offset: i64, skip_full_check: bool) -> Result<()> {
         if !skip_full_check && self.is_full() {
             return Ok(());
         }
-        let e = TimestampOffset {
-            timestamp,
-            relative_offset: (offset - self.base_offset) as u32,
-        };
-        if self
-            .file
-            .last()
-            .is_none_or(|last| e.timestamp > last.timestamp)
-        {
+        let e = TimestampOffset { timestamp, relative_offset: (offset - self.base_offset) as u32 };
+        if self.file.last().is_none_or(|last| e.timestamp > last.timestamp) {
             self.file.push(e)?;
         }
         Ok(())

@@ -18,10 +18,7 @@ pub struct ArrowBatch {
 impl ArrowBatch {
     pub fn new(batch: RecordBatch) -> Self {
         let rows = batch.num_rows();
-        ArrowBatch {
-            batch: Mutex::new(Some(batch)),
-            rows,
-        }
+        ArrowBatch { batch: Mutex::new(Some(batch)), rows }
     }
 }
 

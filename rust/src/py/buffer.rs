@@ -18,33 +18,18 @@ pub struct BatchView {
 impl BatchView {
     /// # Safety
     /// Called by CPython with a valid `view` pointer.
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut ffi::Py_buffer,
-        flags: c_int,
-    ) -> PyResult<()> {
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
         if flags & ffi::PyBUF_WRITABLE == ffi::PyBUF_WRITABLE {
             return Err(PyBufferError::new_err("kafkalite log views are read-only"));
         }
         let bytes = slf.get().slice.bytes();
         static EMPTY: [u8; 1] = [0];
-        let ptr = if bytes.is_empty() {
-            EMPTY.as_ptr()
-        } else {
-            bytes.as_ptr()
-        };
+        let ptr = if bytes.is_empty() { EMPTY.as_ptr() } else { bytes.as_ptr() };
         // SAFETY: `ptr` points at `bytes.len()` published, immutable bytes of a map owned by
         // `slf` (or at a static), and PyBuffer_FillInfo takes a reference to `slf`, which keeps
         // the map alive for as long as the buffer exists. readonly=1 forbids writes.
         let rc = unsafe {
-            ffi::PyBuffer_FillInfo(
-                view,
-                slf.as_ptr(),
-                ptr as *mut _,
-                bytes.len() as ffi::Py_ssize_t,
-                1,
-                flags,
-            )
+            ffi::PyBuffer_FillInfo(view, slf.as_ptr(), ptr as *mut _, bytes.len() as ffi::Py_ssize_t, 1, flags)
         };
         if rc == -1 {
             return Err(PyErr::fetch(slf.py()));

@@ -23,10 +23,7 @@ impl From<Error> for PyErr {
     fn from(e: Error) -> PyErr {
         Python::attach(|py| {
             let msg = e.to_string();
-            match py
-                .import("kafkalite.errors")
-                .and_then(|m| m.getattr(class_name(&e)))
-            {
+            match py.import("kafkalite.errors").and_then(|m| m.getattr(class_name(&e))) {
                 Ok(cls) => match cls.call1((msg,)) {
                     Ok(instance) => PyErr::from_value(instance),
                     Err(err) => err,

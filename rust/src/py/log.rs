@@ -26,17 +26,11 @@ pub struct PyLog {
 
 impl PyLog {
     fn lock(&self) -> MutexGuard<'_, Log> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Run `f` on the log with the GIL released.
-    fn detached<T: Send>(
-        &self,
-        py: Python<'_>,
-        f: impl FnOnce(&mut Log) -> crate::Result<T> + Send,
-    ) -> PyResult<T> {
+    fn detached<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Log) -> crate::Result<T> + Send) -> PyResult<T> {
         py.detach(|| f(&mut self.lock())).map_err(Into::into)
     }
 }
@@ -46,18 +40,15 @@ fn parse_flush(flush: &Bound<'_, PyAny>) -> PyResult<FlushPolicy> {
         return match s.to_str()? {
             "os" => Ok(FlushPolicy::Os),
             "always" => Ok(FlushPolicy::Always),
-            other => Err(crate::Error::config(format!(
-                "flush must be \"os\", \"always\" or a message count, not {other:?}"
-            ))
-            .into()),
+            other => {
+                Err(crate::Error::config(format!("flush must be \"os\", \"always\" or a message count, not {other:?}"))
+                    .into())
+            }
         };
     }
     match flush.extract::<i64>() {
         Ok(n) if n >= 1 => Ok(FlushPolicy::EveryMessages(n as u64)),
-        _ => Err(crate::Error::config(
-            "flush must be \"os\", \"always\" or a positive message count",
-        )
-        .into()),
+        _ => Err(crate::Error::config("flush must be \"os\", \"always\" or a positive message count").into()),
     }
 }
 
@@ -92,9 +83,7 @@ impl PyLog {
     ) -> PyResult<Self> {
         let positive = |name: &str, v: i64| -> PyResult<u64> {
             if v <= 0 {
-                return Err(
-                    crate::Error::config(format!("{name} must be positive, got {v}")).into(),
-                );
+                return Err(crate::Error::config(format!("{name} must be positive, got {v}")).into());
             }
             Ok(v as u64)
         };
@@ -102,9 +91,7 @@ impl PyLog {
             segment_bytes: positive("segment_bytes", segment_bytes)?,
             index_interval_bytes: positive("index_interval_bytes", index_interval_bytes)?,
             segment_ms,
-            retention_bytes: retention_bytes
-                .map(|v| positive("retention_bytes", v))
-                .transpose()?,
+            retention_bytes: retention_bytes.map(|v| positive("retention_bytes", v)).transpose()?,
             retention_ms,
             compression: Compression::parse_for_writing(compression)?,
             flush: match &flush {
@@ -126,9 +113,7 @@ impl PyLog {
             ..LogConfig::default()
         };
         let log = py.detach(|| Log::open(&path, config))?;
-        Ok(PyLog {
-            inner: Mutex::new(log),
-        })
+        Ok(PyLog { inner: Mutex::new(log) })
     }
 
     /// Append `Record` objects; returns (first offset, last offset).
@@ -142,10 +127,7 @@ impl PyLog {
                 .map_err(|_| {
                     PyTypeError::new_err(format!(
                         "append takes Record objects, not {}",
-                        item.get_type()
-                            .name()
-                            .map(|n| n.to_string())
-                            .unwrap_or_default()
+                        item.get_type().name().map(|n| n.to_string()).unwrap_or_default()
                     ))
                 })?
                 .get();
@@ -185,26 +167,19 @@ impl PyLog {
 
     /// Append values (null keys, no headers) from a list of bytes, with one timestamp.
     #[pyo3(signature = (values, timestamp=None))]
-    fn append_values(
-        &self,
-        py: Python<'_>,
-        values: &Bound<'_, PyAny>,
-        timestamp: Option<i64>,
-    ) -> PyResult<(i64, i64)> {
+    fn append_values(&self, py: Python<'_>, values: &Bound<'_, PyAny>, timestamp: Option<i64>) -> PyResult<(i64, i64)> {
         let held: Vec<Bound<'_, PyBytes>> = match values.cast::<PyList>() {
             Ok(list) => list
                 .iter()
                 .map(|v| {
-                    v.cast_into::<PyBytes>()
-                        .map_err(|_| PyTypeError::new_err("append_values takes a list of bytes"))
+                    v.cast_into::<PyBytes>().map_err(|_| PyTypeError::new_err("append_values takes a list of bytes"))
                 })
                 .collect::<PyResult<_>>()?,
             Err(_) => values
                 .try_iter()?
                 .map(|v| {
-                    v?.cast_into::<PyBytes>().map_err(|_| {
-                        PyTypeError::new_err("append_values takes an iterable of bytes")
-                    })
+                    v?.cast_into::<PyBytes>()
+                        .map_err(|_| PyTypeError::new_err("append_values takes an iterable of bytes"))
                 })
                 .collect::<PyResult<_>>()?,
         };
@@ -286,11 +261,7 @@ impl PyLog {
     #[getter]
     fn segments(&self, py: Python<'_>) -> PyResult<Vec<(i64, i64, u64, i64)>> {
         self.detached(py, |log| {
-            Ok(log
-                .segments()
-                .into_iter()
-                .map(|s| (s.base_offset, s.next_offset, s.size, s.max_timestamp))
-                .collect())
+            Ok(log.segments().into_iter().map(|s| (s.base_offset, s.next_offset, s.size, s.max_timestamp)).collect())
         })
     }
 
@@ -301,14 +272,7 @@ impl PyLog {
             Ok(log
                 .recovery_reports()
                 .iter()
-                .map(|r| {
-                    (
-                        r.base_offset,
-                        r.valid_bytes,
-                        r.dropped_bytes,
-                        r.reason.clone(),
-                    )
-                })
+                .map(|r| (r.base_offset, r.valid_bytes, r.dropped_bytes, r.reason.clone()))
                 .collect())
         })
     }

@@ -26,10 +26,7 @@ pub struct Record {
 }
 
 /// Accept bytes, bytearray or memoryview (copied to bytes); refuse anything else clearly.
-pub fn to_bytes<'py>(
-    obj: Option<Bound<'py, PyAny>>,
-    what: &str,
-) -> PyResult<Option<Bound<'py, PyBytes>>> {
+pub fn to_bytes<'py>(obj: Option<Bound<'py, PyAny>>, what: &str) -> PyResult<Option<Bound<'py, PyBytes>>> {
     let Some(obj) = obj else { return Ok(None) };
     if obj.is_none() {
         return Ok(None);
@@ -48,10 +45,7 @@ pub fn to_bytes<'py>(
 }
 
 /// Validate headers: an iterable of (str, bytes | None) pairs.
-fn to_headers<'py>(
-    py: Python<'py>,
-    headers: Option<Bound<'py, PyAny>>,
-) -> PyResult<Bound<'py, PyList>> {
+fn to_headers<'py>(py: Python<'py>, headers: Option<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyList>> {
     let out = PyList::empty(py);
     let Some(headers) = headers else {
         return Ok(out);
@@ -65,27 +59,14 @@ fn to_headers<'py>(
             .cast::<PyTuple>()
             .map_err(|_| PyTypeError::new_err("each header must be a (str, bytes | None) tuple"))?;
         if pair.len() != 2 {
-            return Err(PyTypeError::new_err(
-                "each header must be a (str, bytes | None) tuple",
-            ));
+            return Err(PyTypeError::new_err("each header must be a (str, bytes | None) tuple"));
         }
         let key = pair.get_item(0)?;
         if !key.is_instance_of::<PyString>() {
-            return Err(PyTypeError::new_err(format!(
-                "header keys must be str, not {}",
-                key.get_type().name()?
-            )));
+            return Err(PyTypeError::new_err(format!("header keys must be str, not {}", key.get_type().name()?)));
         }
         let value = to_bytes(Some(pair.get_item(1)?), "header value")?;
-        out.append(PyTuple::new(
-            py,
-            [
-                key,
-                value
-                    .map(Bound::into_any)
-                    .unwrap_or_else(|| py.None().into_bound(py)),
-            ],
-        )?)?;
+        out.append(PyTuple::new(py, [key, value.map(Bound::into_any).unwrap_or_else(|| py.None().into_bound(py))])?)?;
     }
     Ok(out)
 }
@@ -186,8 +167,7 @@ impl RecordArena {
         for r in &self.records {
             let headers = PyList::empty(py);
             for (k, v) in &self.headers[r.headers.0..r.headers.1] {
-                let key =
-                    std::str::from_utf8(&self.data[k.0..k.1]).expect("validated by the decoder");
+                let key = std::str::from_utf8(&self.data[k.0..k.1]).expect("validated by the decoder");
                 headers.append((key, v.map(bytes)))?;
             }
             out.push(Py::new(

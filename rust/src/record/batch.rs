@@ -5,8 +5,7 @@ use std::borrow::Cow;
 use crate::error::{Error, Result};
 use crate::record::compression::{compress, decompress, Compression};
 use crate::record::header::{
-    compute_crc, BatchHeader, TimestampType, ATTR_TIMESTAMP_LOG_APPEND, HEADER_LEN, LOG_OVERHEAD,
-    MAGIC_V2,
+    compute_crc, BatchHeader, TimestampType, ATTR_TIMESTAMP_LOG_APPEND, HEADER_LEN, LOG_OVERHEAD, MAGIC_V2,
 };
 use crate::record::record::{decode_record, encode_record, RecordInput, RecordRef};
 
@@ -50,13 +49,7 @@ pub fn for_each_record_until<'a>(
                 header.base_offset, header.records_count
             )));
         }
-        let rec = decode_record(
-            area,
-            &mut pos,
-            header.base_offset,
-            header.base_timestamp,
-            log_append_time,
-        )?;
+        let rec = decode_record(area, &mut pos, header.base_offset, header.base_timestamp, log_append_time)?;
         if rec.offset < header.base_offset || rec.offset > header.last_offset() {
             return Err(Error::corrupt(format!(
                 "record offset {} lies outside its batch's range {}..={}",
@@ -108,11 +101,7 @@ impl From<&RecordRef<'_>> for OwnedRecord {
             timestamp: r.timestamp,
             key: r.key.map(<[u8]>::to_vec),
             value: r.value.map(<[u8]>::to_vec),
-            headers: r
-                .headers
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.map(<[u8]>::to_vec)))
-                .collect(),
+            headers: r.headers.iter().map(|(k, v)| (k.to_string(), v.map(<[u8]>::to_vec))).collect(),
         }
     }
 }
@@ -131,30 +120,15 @@ pub struct BatchBuilder {
 impl BatchBuilder {
     /// `log_append_time`: `Some(now)` stamps every record with `now` (LogAppendTime).
     pub fn new(compression: Compression, log_append_time: Option<i64>, capacity: usize) -> Self {
-        Self::with_buffer(
-            Vec::with_capacity(HEADER_LEN + capacity),
-            compression,
-            log_append_time,
-        )
+        Self::with_buffer(Vec::with_capacity(HEADER_LEN + capacity), compression, log_append_time)
     }
 
     /// Build into `buf` (cleared first), reusing its allocation: the append path hands the
     /// same buffer back after every batch instead of allocating a fresh megabyte.
-    pub fn with_buffer(
-        mut buf: Vec<u8>,
-        compression: Compression,
-        log_append_time: Option<i64>,
-    ) -> Self {
+    pub fn with_buffer(mut buf: Vec<u8>, compression: Compression, log_append_time: Option<i64>) -> Self {
         buf.clear();
         buf.resize(HEADER_LEN, 0);
-        BatchBuilder {
-            buf,
-            count: 0,
-            base_timestamp: -1,
-            max_timestamp: -1,
-            compression,
-            log_append_time,
-        }
+        BatchBuilder { buf, count: 0, base_timestamp: -1, max_timestamp: -1, compression, log_append_time }
     }
 
     /// Number of records so far.

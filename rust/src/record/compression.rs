@@ -32,9 +32,7 @@ impl Compression {
             2 => Ok(Compression::Snappy),
             3 => Ok(Compression::Lz4),
             4 => Ok(Compression::Zstd),
-            other => Err(Error::corrupt(format!(
-                "unknown compression codec id {other} in batch attributes"
-            ))),
+            other => Err(Error::corrupt(format!("unknown compression codec id {other} in batch attributes"))),
         }
     }
 
@@ -57,9 +55,7 @@ impl Compression {
             "gzip" | "snappy" | "lz4" => Err(Error::config(format!(
                 "compression {name:?} can be read but not written; use \"none\" or \"zstd\""
             ))),
-            _ => Err(Error::config(format!(
-                "unknown compression {name:?}; use \"none\" or \"zstd\""
-            ))),
+            _ => Err(Error::config(format!("unknown compression {name:?}; use \"none\" or \"zstd\""))),
         }
     }
 }
@@ -69,13 +65,8 @@ pub fn compress(codec: Compression, data: &[u8]) -> Result<Vec<u8>> {
     match codec {
         Compression::None => Ok(data.to_vec()),
         // Level 3 is zstd-jni's default, which is what a Java producer writes.
-        Compression::Zstd => {
-            zstd::bulk::compress(data, 3).map_err(|e| Error::io("zstd compression failed", e))
-        }
-        other => Err(Error::Unsupported(format!(
-            "writing {} batches",
-            other.name()
-        ))),
+        Compression::Zstd => zstd::bulk::compress(data, 3).map_err(|e| Error::io("zstd compression failed", e)),
+        other => Err(Error::Unsupported(format!("writing {} batches", other.name()))),
     }
 }
 
@@ -87,8 +78,7 @@ pub fn decompress(codec: Compression, data: &[u8]) -> Result<Vec<u8>> {
         Compression::Snappy => decompress_snappy(data),
         Compression::Lz4 => read_bounded(lz4_flex::frame::FrameDecoder::new(data), "lz4"),
         Compression::Zstd => read_bounded(
-            zstd::stream::read::Decoder::new(data)
-                .map_err(|e| Error::corrupt(format!("zstd: {e}")))?,
+            zstd::stream::read::Decoder::new(data).map_err(|e| Error::corrupt(format!("zstd: {e}")))?,
             "zstd",
         ),
     }
@@ -103,9 +93,7 @@ fn read_bounded(reader: impl Read, codec: &str) -> Result<Vec<u8>> {
         .read_to_end(&mut out)
         .map_err(|e| Error::corrupt(format!("{codec} record data does not decompress: {e}")))?;
     if out.len() > MAX_DECOMPRESSED_BYTES {
-        return Err(Error::corrupt(format!(
-            "{codec} record data decompresses past {MAX_DECOMPRESSED_BYTES} bytes"
-        )));
+        return Err(Error::corrupt(format!("{codec} record data decompresses past {MAX_DECOMPRESSED_BYTES} bytes")));
     }
     Ok(out)
 }
@@ -120,9 +108,8 @@ fn decompress_snappy(data: &[u8]) -> Result<Vec<u8>> {
         let mut out = Vec::new();
         let mut pos = XERIAL_HEADER_LEN;
         while pos < data.len() {
-            let len_bytes = data
-                .get(pos..pos + 4)
-                .ok_or_else(|| Error::corrupt("snappy: truncated xerial chunk length"))?;
+            let len_bytes =
+                data.get(pos..pos + 4).ok_or_else(|| Error::corrupt("snappy: truncated xerial chunk length"))?;
             let len = u32::from_be_bytes(len_bytes.try_into().unwrap()) as usize;
             pos += 4;
             let block = data
@@ -140,12 +127,9 @@ fn decompress_snappy(data: &[u8]) -> Result<Vec<u8>> {
 }
 
 fn snappy_raw_into(block: &[u8], out: &mut Vec<u8>) -> Result<()> {
-    let len =
-        snap::raw::decompress_len(block).map_err(|e| Error::corrupt(format!("snappy: {e}")))?;
+    let len = snap::raw::decompress_len(block).map_err(|e| Error::corrupt(format!("snappy: {e}")))?;
     if out.len() + len > MAX_DECOMPRESSED_BYTES {
-        return Err(Error::corrupt(format!(
-            "snappy record data decompresses past {MAX_DECOMPRESSED_BYTES} bytes"
-        )));
+        return Err(Error::corrupt(format!("snappy record data decompresses past {MAX_DECOMPRESSED_BYTES} bytes")));
     }
     let start = out.len();
     out.resize(start + len, 0);
@@ -184,16 +168,8 @@ mod tests {
 
     #[test]
     fn garbage_is_an_error_not_a_panic() {
-        for codec in [
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
-            assert!(
-                decompress(codec, &[0xde, 0xad, 0xbe, 0xef, 1, 2, 3]).is_err(),
-                "{codec:?}"
-            );
+        for codec in [Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd] {
+            assert!(decompress(codec, &[0xde, 0xad, 0xbe, 0xef, 1, 2, 3]).is_err(), "{codec:?}");
         }
     }
 

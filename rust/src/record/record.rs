@@ -28,18 +28,14 @@ fn get_nullable_bytes<'a>(buf: &'a [u8], pos: &mut usize, what: &str) -> Result<
     let len = get_varint(buf, pos)?;
     if len < 0 {
         if len != -1 {
-            return Err(Error::corrupt(format!(
-                "record {what} has negative length {len}"
-            )));
+            return Err(Error::corrupt(format!("record {what} has negative length {len}")));
         }
         return Ok(None);
     }
     let end = pos
         .checked_add(len as usize)
         .filter(|&e| e <= buf.len())
-        .ok_or_else(|| {
-            Error::corrupt(format!("record {what} of {len} bytes runs past the record"))
-        })?;
+        .ok_or_else(|| Error::corrupt(format!("record {what} of {len} bytes runs past the record")))?;
     let bytes = &buf[*pos..end];
     *pos = end;
     Ok(Some(bytes))
@@ -58,9 +54,7 @@ pub fn decode_record<'a>(
 ) -> Result<RecordRef<'a>> {
     let body_len = get_varint(buf, pos)?;
     if body_len < 0 {
-        return Err(Error::corrupt(format!(
-            "record declares negative length {body_len}"
-        )));
+        return Err(Error::corrupt(format!("record declares negative length {body_len}")));
     }
     let body_end = pos
         .checked_add(body_len as usize)
@@ -77,20 +71,13 @@ pub fn decode_record<'a>(
     let value = get_nullable_bytes(body, pos, "value")?;
     let header_count = get_varint(body, pos)?;
     if header_count < 0 || header_count as usize > body_end - *pos {
-        return Err(Error::corrupt(format!(
-            "record declares {header_count} headers, more than its bytes can hold"
-        )));
+        return Err(Error::corrupt(format!("record declares {header_count} headers, more than its bytes can hold")));
     }
-    let mut headers = if header_count == 0 {
-        Vec::new()
-    } else {
-        Vec::with_capacity(header_count as usize)
-    };
+    let mut headers = if header_count == 0 { Vec::new() } else { Vec::with_capacity(header_count as usize) };
     for _ in 0..header_count {
         let key_bytes = get_nullable_bytes(body, pos, "header key")?
             .ok_or_else(|| Error::corrupt("record header has a null key"))?;
-        let key = std::str::from_utf8(key_bytes)
-            .map_err(|_| Error::corrupt("record header key is not valid UTF-8"))?;
+        let key = std::str::from_utf8(key_bytes).map_err(|_| Error::corrupt("record header key is not valid UTF-8"))?;
         let value = get_nullable_bytes(body, pos, "header value")?;
         headers.push((key, value));
     }
@@ -136,10 +123,7 @@ struct Small {
 impl Small {
     #[inline(always)]
     fn new() -> Self {
-        Small {
-            buf: [0; 40],
-            len: 0,
-        }
+        Small { buf: [0; 40], len: 0 }
     }
 
     #[inline(always)]
@@ -183,12 +167,7 @@ fn put_nullable(out: &mut Vec<u8>, b: Option<&[u8]>) {
 
 /// Append one encoded record (length prefix included) to `out`.
 #[inline]
-pub fn encode_record(
-    out: &mut Vec<u8>,
-    offset_delta: i32,
-    timestamp_delta: i64,
-    r: &RecordInput<'_>,
-) {
+pub fn encode_record(out: &mut Vec<u8>, offset_delta: i32, timestamp_delta: i64, r: &RecordInput<'_>) {
     let mut body = 1 + varlong_len(timestamp_delta) + varint_len(offset_delta);
     body += nullable_len(r.key) + nullable_len(r.value) + varint_len(r.headers.len() as i32);
     for (k, v) in r.headers {

@@ -2,9 +2,7 @@
 //! `FileLogInputStream.nextBatch` and `DefaultRecordBatch.ensureValid`.
 
 use crate::error::{Error, Result};
-use crate::record::header::{
-    compute_crc, BatchHeader, HEADER_LEN, LOG_OVERHEAD, MAGIC_V2, MIN_BATCH_LENGTH,
-};
+use crate::record::header::{compute_crc, BatchHeader, HEADER_LEN, LOG_OVERHEAD, MAGIC_V2, MIN_BATCH_LENGTH};
 
 /// What lies at a position of a log file.
 #[derive(Debug)]
@@ -49,9 +47,7 @@ pub fn next_batch(buf: &[u8], pos: usize, check_crc: bool) -> Result<Next> {
         )));
     }
     if size < HEADER_LEN {
-        return Err(Error::corrupt(format!(
-            "v2 batch at position {pos} is {size} bytes, below the 61-byte header"
-        )));
+        return Err(Error::corrupt(format!("v2 batch at position {pos} is {size} bytes, below the 61-byte header")));
     }
     let header = BatchHeader::parse(&at[..size])?;
     if check_crc {
@@ -82,10 +78,7 @@ pub fn verify_crc(batch: &[u8], header: &BatchHeader, pos: usize) -> Result<()> 
 
 /// Iterate the valid batches of a buffer that is known to hold only whole, valid batches
 /// (the published part of a segment). Stops at the first thing that is not a batch.
-pub fn batches(
-    buf: &[u8],
-    check_crc: bool,
-) -> impl Iterator<Item = Result<(usize, BatchHeader)>> + '_ {
+pub fn batches(buf: &[u8], check_crc: bool) -> impl Iterator<Item = Result<(usize, BatchHeader)>> + '_ {
     let mut pos = 0usize;
     let mut done = false;
     std::iter::from_fn(move || {

@@ -57,9 +57,7 @@ fn get_unsigned(buf: &[u8], pos: &mut usize, max_bytes: usize) -> Result<u64> {
     let mut result: u64 = 0;
     for i in 0..max_bytes {
         let Some(&b) = buf.get(*pos) else {
-            return Err(Error::corrupt(
-                "varint runs past the end of the record data",
-            ));
+            return Err(Error::corrupt("varint runs past the end of the record data"));
         };
         *pos += 1;
         result |= ((b & 0x7f) as u64) << (7 * i);
@@ -67,9 +65,7 @@ fn get_unsigned(buf: &[u8], pos: &mut usize, max_bytes: usize) -> Result<u64> {
             return Ok(result);
         }
     }
-    Err(Error::corrupt(format!(
-        "varint longer than {max_bytes} bytes"
-    )))
+    Err(Error::corrupt(format!("varint longer than {max_bytes} bytes")))
 }
 
 /// Read a zig-zag varint (i32).
