@@ -36,7 +36,8 @@ class Log:
 
     ``flush`` is ``"os"`` (page cache; a process crash loses nothing), ``"always"`` (every
     append is durable before it returns) or a message count. ``readonly=True`` never writes
-    and follows a writer in another process.
+    and follows a writer in another process. ``shared_writers=True`` lets several processes
+    append to the partition, each holding the partition lock only while it appends a batch.
     """
 
     def __init__(
@@ -53,6 +54,7 @@ class Log:
         timestamp_type: str = "create",
         max_message_bytes: int = 1048588,
         readonly: bool = False,
+        shared_writers: bool = False,
     ) -> None:
         self._native = _native.Log(
             os.fspath(path),
@@ -66,6 +68,7 @@ class Log:
             timestamp_type=timestamp_type,
             max_message_bytes=max_message_bytes,
             readonly=readonly,
+            shared_writers=shared_writers,
         )
         for base, valid, dropped, reason in self._native.recovery_reports:
             warnings.warn(

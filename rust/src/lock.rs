@@ -1,49 +1,161 @@
-//! One writer per partition, across processes: an advisory lock on `.kafkalite.lock` in the
-//! partition directory. The kernel drops it when the holder dies, so a crashed writer never
-//! blocks the next one. The file holds the holder's pid for the error message.
+//! Who may write a partition, across processes. Two advisory locks (flock) in the partition
+//! directory, both released by the kernel when their holder dies:
+//!
+//! - `.kafkalite.writers`, the presence lock: an exclusive writer holds it exclusively for its
+//!   lifetime; shared writers (several producer processes) each hold it shared.
+//! - `.kafkalite.lock`, the append lock: an exclusive writer holds it for its lifetime; a shared
+//!   writer takes it only around each append (a short critical section). It holds the pid of
+//!   the last writer to take it, for error messages.
+//!
+//! An exclusive writer can only start when no writer of either kind is alive, and a shared writer
+//! only when no exclusive writer is, so a shared writer never waits on a lock held for a lifetime.
 
-use std::fs::{File, OpenOptions};
+use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, IoContext, Result};
 
 pub const LOCK_FILE: &str = ".kafkalite.lock";
+pub const WRITERS_FILE: &str = ".kafkalite.writers";
 
-/// A held partition lock; released on drop.
-pub struct PartitionLock {
-    _file: File,
+/// How long a shared writer waits for another one that is recovering the partition at open.
+const SHARED_OPEN_PATIENCE: Duration = Duration::from_secs(60);
+
+fn open_lock_file(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .context(|| format!("cannot open lock file {}", path.display()))
 }
 
-impl PartitionLock {
-    /// Take the lock or fail at once with `Error::Locked` naming the holder.
-    pub fn acquire(dir: &Path) -> Result<PartitionLock> {
-        let path = dir.join(LOCK_FILE);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .context(|| format!("cannot open lock file {}", path.display()))?;
-        match file.try_lock() {
+fn read_holder(file: &File) -> String {
+    let mut holder = String::new();
+    let _ = (&*file).seek(SeekFrom::Start(0));
+    let _ = (&*file).read_to_string(&mut holder);
+    let holder = holder.trim();
+    if holder.is_empty() {
+        "another process".to_string()
+    } else {
+        holder.to_string()
+    }
+}
+
+fn write_holder(file: &File, text: &str) -> Result<()> {
+    file.set_len(0)
+        .and_then(|_| (&*file).seek(SeekFrom::Start(0)).map(|_| ()))
+        .and_then(|_| (&*file).write_all(text.as_bytes()))
+        .context(|| "cannot write lock file".to_string())
+}
+
+fn locked(dir: &Path, holder: String) -> Error {
+    Error::Locked { path: dir.to_path_buf(), holder }
+}
+
+/// A writer's hold on its partition.
+pub struct WriterLock {
+    dir: PathBuf,
+    presence: File,
+    append: File,
+    shared: bool,
+    /// True while this shared writer holds the presence lock exclusively (it was alone at open).
+    alone: bool,
+}
+
+impl WriterLock {
+    /// The only writer: fails at once with `Error::Locked` if any writer is alive.
+    pub fn exclusive(dir: &Path) -> Result<WriterLock> {
+        let presence = open_lock_file(&dir.join(WRITERS_FILE))?;
+        let append = open_lock_file(&dir.join(LOCK_FILE))?;
+        match presence.try_lock() {
             Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let mut holder = String::new();
-                let _ = file.read_to_string(&mut holder);
-                let holder = holder.trim();
-                let holder = if holder.is_empty() { "unknown process".to_string() } else { holder.to_string() };
-                return Err(Error::Locked { path: dir.to_path_buf(), holder });
-            }
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(Error::io(format!("cannot lock {}", path.display()), e));
-            }
+            Err(TryLockError::WouldBlock) => return Err(locked(dir, read_holder(&append))),
+            Err(TryLockError::Error(e)) => return Err(Error::io(format!("cannot lock {}", dir.display()), e)),
         }
-        let me = format!("pid {}", std::process::id());
-        file.set_len(0)
-            .and_then(|_| file.seek(SeekFrom::Start(0)))
-            .and_then(|_| file.write_all(me.as_bytes()))
-            .context(|| format!("cannot write lock file {}", path.display()))?;
-        Ok(PartitionLock { _file: file })
+        match append.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => return Err(locked(dir, read_holder(&append))),
+            Err(TryLockError::Error(e)) => return Err(Error::io(format!("cannot lock {}", dir.display()), e)),
+        }
+        write_holder(&append, &format!("pid {}", std::process::id()))?;
+        Ok(WriterLock { dir: dir.to_path_buf(), presence, append, shared: false, alone: true })
+    }
+
+    /// One of several writers. `alone()` tells whether no other writer was alive at open (then
+    /// the caller recovers the partition before calling `share()`).
+    pub fn shared(dir: &Path) -> Result<WriterLock> {
+        let presence = open_lock_file(&dir.join(WRITERS_FILE))?;
+        let append = open_lock_file(&dir.join(LOCK_FILE))?;
+        let started = Instant::now();
+        let alone = loop {
+            match presence.try_lock() {
+                Ok(()) => break true,
+                Err(TryLockError::Error(e)) => return Err(Error::io(format!("cannot lock {}", dir.display()), e)),
+                Err(TryLockError::WouldBlock) => {}
+            }
+            match presence.try_lock_shared() {
+                Ok(()) => break false,
+                Err(TryLockError::Error(e)) => return Err(Error::io(format!("cannot lock {}", dir.display()), e)),
+                Err(TryLockError::WouldBlock) => {
+                    // Held exclusively: by an exclusive writer (give up now), or briefly by a
+                    // shared writer that is recovering the partition (wait for it).
+                    let holder = read_holder(&append);
+                    if !holder.contains("shared") || started.elapsed() > SHARED_OPEN_PATIENCE {
+                        return Err(locked(dir, holder));
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        };
+        let lock = WriterLock { dir: dir.to_path_buf(), presence, append, shared: true, alone };
+        Ok(lock)
+    }
+
+    pub fn is_shared(&self) -> bool {
+        self.shared
+    }
+
+    /// Whether this writer held the partition alone when it checked (exclusive writers always do).
+    pub fn alone(&self) -> bool {
+        self.alone
+    }
+
+    /// A shared writer that opened alone lets others in (presence lock exclusive -> shared).
+    pub fn share(&mut self) -> Result<()> {
+        if self.shared && self.alone {
+            self.presence.lock_shared().context(|| format!("cannot lock {}", self.dir.display()))?;
+            self.alone = false;
+        }
+        Ok(())
+    }
+
+    /// Shared writers: wait for the append lock (other shared writers hold it only briefly).
+    pub fn enter(&self) -> Result<()> {
+        if self.shared {
+            self.append.lock().context(|| format!("cannot lock {}", self.dir.display()))?;
+            write_holder(&self.append, &format!("pid {} (shared writer)", std::process::id()))?;
+        }
+        Ok(())
+    }
+
+    /// Shared writers: release the append lock.
+    pub fn leave(&self) {
+        if self.shared {
+            let _ = self.append.unlock();
+        }
+    }
+
+    /// At close: true if no other writer is alive (this one then finishes the partition).
+    /// A shared writer tries to take the presence lock exclusively; either way it is leaving.
+    pub fn last_one_out(&mut self) -> bool {
+        if !self.shared || self.alone {
+            return true;
+        }
+        self.alone = self.presence.try_lock().is_ok();
+        self.alone
     }
 }

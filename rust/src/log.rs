@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::checkpoint::{read_offset, sync_dir, write_atomically, CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_FILE};
 use crate::error::{Error, IoContext, Result};
-use crate::lock::PartitionLock;
+use crate::lock::WriterLock;
 use crate::options::{FlushPolicy, LogConfig};
 use crate::record::header::{compute_crc, set_base_offset, BatchHeader, ATTR_TIMESTAMP_LOG_APPEND};
 use crate::record::record::record_size_upper_bound;
@@ -38,7 +38,7 @@ pub struct Log {
     /// Sorted by base offset; the last one is the active segment.
     pub(crate) segments: Vec<Segment>,
     pub(crate) start_offset: i64,
-    _lock: Option<PartitionLock>,
+    lock: Option<WriterLock>,
     pub(crate) closed: bool,
     poisoned: Option<String>,
     unflushed_messages: u64,
@@ -61,13 +61,17 @@ impl Log {
         } else {
             std::fs::create_dir_all(&dir).context(|| format!("cannot create {}", dir.display()))?;
         }
-        let lock = if config.readonly { None } else { Some(PartitionLock::acquire(&dir)?) };
+        let lock = match (config.readonly, config.shared_writers) {
+            (true, _) => None,
+            (false, false) => Some(WriterLock::exclusive(&dir)?),
+            (false, true) => Some(WriterLock::shared(&dir)?),
+        };
         let mut log = Log {
             dir,
             config,
             segments: Vec::new(),
             start_offset: 0,
-            _lock: lock,
+            lock,
             closed: false,
             poisoned: None,
             unflushed_messages: 0,
@@ -75,12 +79,32 @@ impl Log {
             recovery: Vec::new(),
             scratch: Vec::new(),
         };
-        if log.config.readonly {
-            log.load_readonly()?;
-        } else {
-            log.load_writable()?;
+        match &log.lock {
+            None => log.load_readonly()?,
+            Some(lock) => {
+                let alone = lock.alone();
+                lock.enter()?;
+                // Alone: recover as the only writer. Otherwise other writers keep the partition
+                // consistent, and this one follows what they wrote.
+                let loaded = if alone { log.load_writable() } else { log.load_following() };
+                let lock = log.lock.as_mut().unwrap();
+                let shared = loaded.and_then(|()| lock.share());
+                lock.leave();
+                shared?;
+            }
         }
         Ok(log)
+    }
+
+    /// Run `f` as the partition's writer: shared writers take the append lock and first catch
+    /// up with what the others appended; an exclusive writer already holds everything.
+    pub(crate) fn as_writer<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        self.check_writable()?;
+        let Some(lock) = self.lock.as_ref().filter(|l| l.is_shared()) else { return f(self) };
+        lock.enter()?;
+        let result = self.catch_up().and_then(|()| f(self));
+        self.lock.as_ref().unwrap().leave();
+        result
     }
 
     pub(crate) fn settings(&self) -> SegmentSettings {
@@ -183,57 +207,84 @@ impl Log {
     }
 
     fn load_readonly(&mut self) -> Result<()> {
+        self.follow_segment_files()
+    }
+
+    /// A shared writer joining live writers: trust the files (they keep them consistent),
+    /// learn the active segment's end, and adopt it for appending.
+    fn load_following(&mut self) -> Result<()> {
+        self.follow_segment_files()?;
+        if self.segments.is_empty() {
+            let start = read_offset(&self.dir, LOG_START_OFFSET_FILE).unwrap_or(0);
+            self.segments.push(Segment::create(&self.dir, start, self.settings(), now_ms())?);
+        }
+        self.catch_up()
+    }
+
+    /// Under the append lock (shared writers): follow other writers' rolls, deletions and
+    /// appends, then make the active segment ours to append to.
+    fn catch_up(&mut self) -> Result<()> {
+        self.follow_segment_files()?;
+        if !self.segments.last().expect("a writer always has an active segment").is_writable() {
+            let base = self.segments.last().unwrap().base_offset;
+            let mut seg = Segment::open(&self.dir, base, true, self.settings(), now_ms())?;
+            seg.discover()?;
+            *self.segments.last_mut().unwrap() = seg;
+        }
+        let max_batch = self.config.max_message_bytes;
+        let active = self.segments.last_mut().unwrap();
+        active.adopt_for_append(max_batch)?;
+        self.flushed_position = self.flushed_position.min(active.size());
+        Ok(())
+    }
+
+    /// Match `segments` to the directory (read-only opens): drop segments a writer deleted,
+    /// learn the new batches of the newest known segment, and open segments created since.
+    /// Every segment but the newest is sealed, trimmed and final, so it is trusted as it is.
+    fn follow_segment_files(&mut self) -> Result<()> {
         let bases = self.list_segment_files()?;
-        let now = now_ms();
+        self.segments.retain(|s| bases.binary_search(&s.base_offset).is_ok());
+        let known_last = self.segments.last().map(|s| s.base_offset);
+        let newer: Vec<i64> = bases.into_iter().filter(|&b| known_last.is_none_or(|k| b > k)).collect();
+        if let Some(last) = self.segments.last_mut() {
+            last.discover()?;
+            if !newer.is_empty() {
+                last.mark_sealed();
+            }
+        }
         let settings = self.settings();
-        for (i, &base) in bases.iter().enumerate() {
-            let mut seg = match Segment::open(&self.dir, base, false, settings, now) {
+        let count = newer.len();
+        for (i, base) in newer.into_iter().enumerate() {
+            let mut seg = match Segment::open(&self.dir, base, false, settings, now_ms()) {
                 Ok(seg) => seg,
                 // Deleted by a writer's retention between listing and opening.
                 Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(e),
             };
-            if i + 1 < bases.len() && seg.load_trusted().is_ok() {
-                seg.seal()?;
+            if i + 1 < count && seg.load_trusted().is_ok() {
+                seg.mark_sealed();
             } else {
                 seg.discover()?;
             }
             self.segments.push(seg);
         }
         let first_base = self.segments.first().map(|s| s.base_offset).unwrap_or(0);
-        self.start_offset = read_offset(&self.dir, LOG_START_OFFSET_FILE).unwrap_or(0).max(first_base);
+        let checkpoint = read_offset(&self.dir, LOG_START_OFFSET_FILE).unwrap_or(0);
+        self.start_offset = self.start_offset.max(checkpoint).max(first_base);
         Ok(())
     }
 
     /// Reader side: pick up batches and segments a writer added since we last looked.
     pub fn refresh(&mut self) -> Result<()> {
-        if !self.config.readonly || self.closed {
+        if self.closed {
             return Ok(());
         }
-        let known_last = self.segments.last().map(|s| s.base_offset);
-        let newer: Vec<i64> =
-            self.list_segment_files()?.into_iter().filter(|&b| known_last.is_none_or(|k| b > k)).collect();
-        if let Some(last) = self.segments.last_mut() {
-            last.discover()?;
-            if !newer.is_empty() {
-                last.seal()?;
-            }
+        if self.config.readonly || self.config.shared_writers {
+            // Lock-free: only learn what is published; adopting the tail waits for the lock.
+            self.follow_segment_files()
+        } else {
+            Ok(())
         }
-        let settings = self.settings();
-        for base in newer {
-            match Segment::open(&self.dir, base, false, settings, now_ms()) {
-                Ok(mut seg) => {
-                    seg.discover()?;
-                    self.segments.push(seg);
-                }
-                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
-        }
-        if let Some(cp) = read_offset(&self.dir, LOG_START_OFFSET_FILE) {
-            self.start_offset = self.start_offset.max(cp);
-        }
-        Ok(())
     }
 
     pub fn dir(&self) -> &Path {
@@ -322,6 +373,14 @@ impl Log {
         if count == 0 {
             return Err(Error::config(format!("{what} needs at least one record")));
         }
+        self.as_writer(|log| log.append_inputs_locked(inputs, count))
+    }
+
+    fn append_inputs_locked<'a>(
+        &mut self,
+        inputs: impl Iterator<Item = RecordInput<'a>>,
+        count: usize,
+    ) -> Result<(i64, i64)> {
         let first = self.end_offset();
         let target = self.target_batch_bytes();
         let mut builder = self.new_builder(target);
@@ -391,6 +450,10 @@ impl Log {
         if batches.is_empty() {
             return Err(Error::config("append_batches needs at least one record batch"));
         }
+        self.as_writer(|log| log.append_validated_batches(batches))
+    }
+
+    fn append_validated_batches(&mut self, batches: Vec<(&[u8], BatchHeader)>) -> Result<(i64, i64)> {
         let first = self.end_offset();
         let mut count = 0u64;
         for (bytes, mut header) in batches {
@@ -434,14 +497,17 @@ impl Log {
             .segment_ms
             .is_some_and(|ms| active.size() > 0 && active.time_waited_for_roll(now_ms(), header.max_timestamp) > ms);
         if by_time || active.is_full_for(size, header.last_offset()) {
-            self.roll()?;
+            self.roll_locked()?;
         }
         Ok(())
     }
 
     /// Seal the active segment and start a new one at the log end offset.
     pub fn roll(&mut self) -> Result<()> {
-        self.check_writable()?;
+        self.as_writer(|log| log.roll_locked())
+    }
+
+    pub(crate) fn roll_locked(&mut self) -> Result<()> {
         let base = self.end_offset();
         let active = self.segments.last_mut().unwrap();
         if active.is_empty() {
@@ -495,21 +561,28 @@ impl Log {
     }
 
     /// Seal the active segment (final time entry, trimmed files), flush, and leave the
-    /// clean-shutdown marker so the next open skips recovery. Idempotent.
+    /// clean-shutdown marker so the next open skips recovery. With shared writers only the
+    /// last one to close does this; the others just leave. Idempotent.
     pub fn close(&mut self) -> Result<()> {
         if self.closed {
             return Ok(());
         }
-        if !self.config.readonly && self.poisoned.is_none() {
-            let active = self.segments.last_mut().unwrap();
-            active.seal()?;
-            active.sync_all()?;
-            write_atomically(&self.dir, CLEAN_SHUTDOWN_FILE, b"")?;
-        }
+        let finish = match self.lock.as_mut() {
+            Some(lock) => self.poisoned.is_none() && lock.last_one_out(),
+            None => false,
+        };
+        let result = if finish { self.as_writer(|log| log.finish_partition()) } else { Ok(()) };
         self.closed = true;
         self.segments.clear();
-        self._lock = None;
-        Ok(())
+        self.lock = None;
+        result
+    }
+
+    fn finish_partition(&mut self) -> Result<()> {
+        let active = self.segments.last_mut().unwrap();
+        active.seal()?;
+        active.sync_all()?;
+        write_atomically(&self.dir, CLEAN_SHUTDOWN_FILE, b"")
     }
 
     pub(crate) fn set_start_offset(&mut self, offset: i64) -> Result<()> {

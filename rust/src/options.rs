@@ -39,6 +39,8 @@ pub struct LogConfig {
     pub max_index_bytes: usize,
     /// Open without writing anything.
     pub readonly: bool,
+    /// Let several writers (processes) append, each taking the append lock per batch.
+    pub shared_writers: bool,
 }
 
 impl Default for LogConfig {
@@ -55,6 +57,7 @@ impl Default for LogConfig {
             max_message_bytes: 1_048_588,
             max_index_bytes: 10 * 1024 * 1024,
             readonly: false,
+            shared_writers: false,
         }
     }
 }

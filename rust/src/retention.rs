@@ -17,11 +17,13 @@ impl Log {
         if offset > end || offset < 0 {
             return Err(Error::OffsetOutOfRange { offset, start: self.start_offset, end });
         }
-        if offset > self.start_offset {
-            self.set_start_offset(offset)?;
-            self.delete_segments_where(|_, _, _| false)?;
-        }
-        Ok(self.start_offset)
+        self.as_writer(|log| {
+            if offset > log.start_offset {
+                log.set_start_offset(offset)?;
+                log.delete_segments_where(|_, _, _| false)?;
+            }
+            Ok(log.start_offset)
+        })
     }
 
     /// Apply `retention.bytes` and `retention.ms` now (and the log start offset). Returns
@@ -36,6 +38,10 @@ impl Log {
         if self.config.readonly {
             return Err(Error::Closed("the log was opened read-only".into()));
         }
+        self.as_writer(|log| log.enforce_retention_locked(now))
+    }
+
+    fn enforce_retention_locked(&mut self, now: i64) -> Result<usize> {
         let retention_bytes = self.config.retention_bytes;
         let retention_ms = self.config.retention_ms;
         let mut excess = retention_bytes.map(|limit| self.size_bytes() as i64 - limit as i64).unwrap_or(-1);
@@ -72,7 +78,7 @@ impl Log {
                 break;
             }
             if n == 1 {
-                self.roll()?;
+                self.roll_locked()?;
             }
             let seg = self.segments.remove(0);
             seg.delete_files()?;

@@ -56,6 +56,8 @@ pub struct Segment {
     mapped_len: usize,
     /// Bytes of the file backed by reserved blocks (writer only); stores stay below this.
     allocated_len: usize,
+    /// Whether `map` may be written through (a writer's map, not one made by `discover`).
+    map_writable: bool,
     /// The helper thread faulting in the newest reserved range.
     prefault: Option<std::thread::JoinHandle<()>>,
     /// Valid, published bytes: the end of the last complete batch.
@@ -145,6 +147,7 @@ impl Segment {
             map: None,
             mapped_len: 0,
             allocated_len: 0,
+            map_writable: false,
             prefault: None,
             size: 0,
             next_offset: base_offset,
@@ -213,7 +216,7 @@ impl Segment {
     fn ensure_capacity(&mut self, extra: usize) -> Result<()> {
         let needed = self.size + extra;
         let step = self.allocation_step();
-        if needed > self.allocated_len || self.map.is_none() {
+        if needed > self.allocated_len || self.map.is_none() || !self.map_writable {
             self.grow(needed.max(self.allocated_len + step))?;
         }
         if self.allocated_len - needed < step / 2 {
@@ -235,10 +238,11 @@ impl Segment {
             format!("cannot reserve {target} bytes for {} (is the disk full?)", self.log_path().display())
         })?;
         self.allocated_len = target;
-        if self.map.is_none() || target > self.mapped_len {
+        if self.map.is_none() || target > self.mapped_len || !self.map_writable {
             // Address space only: bytes past `allocated_len` are never touched (mmap invariant 3).
             let len = target.max(self.settings.segment_bytes.next_multiple_of(4096));
             self.map = Some(MappedFile::writable(&self.file, len, &self.log_path().display().to_string())?);
+            self.map_writable = true;
             self.mapped_len = len;
         }
         self.finish_prefault();
@@ -457,6 +461,9 @@ impl Segment {
         self.time_index.file.load_more()?;
         let file_len =
             self.file.metadata().context(|| format!("cannot stat {}", self.log_path().display()))?.len() as usize;
+        if self.size == 0 {
+            self.skip_to_last_index_entry(file_len);
+        }
         let mut header_buf = [0u8; HEADER_LEN];
         let mut body = Vec::new();
         loop {
@@ -496,8 +503,67 @@ impl Segment {
             // The file holds at least `size` valid bytes and never shrinks below them.
             self.map = Some(MappedFile::readonly(&self.file, self.size, "segment")?);
             self.mapped_len = self.size;
+            self.map_writable = false;
         }
         Ok(self.size > before)
+    }
+
+    /// A reader's first look: everything before the last offset-index entry was published
+    /// before that entry was written, so scanning can start there instead of at byte 0.
+    fn skip_to_last_index_entry(&mut self, file_len: usize) {
+        let Some(last) = self.offset_index.file.last().copied() else { return };
+        let position = last.position as usize;
+        if position == 0 || position >= file_len {
+            return;
+        }
+        let mut first = [0u8; HEADER_LEN];
+        if read_at_most(&self.file, &mut first, 0).ok() == Some(HEADER_LEN) {
+            if let Ok(h) = BatchHeader::parse(&first) {
+                self.first_batch_timestamp = Some(h.max_timestamp);
+            }
+        }
+        if let Some(t) = self.time_index.file.last() {
+            self.max_timestamp = t.timestamp;
+            self.offset_of_max_timestamp = self.base_offset + t.relative_offset as i64;
+        }
+        self.size = position;
+    }
+
+    /// Whether this segment's files were opened for writing.
+    pub fn is_writable(&self) -> bool {
+        self.writable
+    }
+
+    /// Another writer sealed (and trimmed) this segment.
+    pub fn mark_sealed(&mut self) {
+        self.finish_prefault();
+        self.sealed = true;
+    }
+
+    /// Shared writers, under the append lock: take over the active segment after others
+    /// appended to it. Learns their batches, clears the torn body a writer that died mid-append
+    /// may have left (its 12-byte prefix is never written, so no reader saw it), and maps the
+    /// segment for writing from the file's current reserved length.
+    pub fn adopt_for_append(&mut self, max_batch: usize) -> Result<()> {
+        self.discover()?;
+        let file_len =
+            self.file.metadata().context(|| format!("cannot stat {}", self.log_path().display()))?.len() as usize;
+        let mut probe = [0u8; HEADER_LEN];
+        let n = read_at_most(&self.file, &mut probe, self.size as u64)?;
+        if probe[..n].iter().any(|&b| b != 0) {
+            let end = file_len.min(self.size + max_batch + HEADER_LEN);
+            let zeros = vec![0u8; end - self.size];
+            self.file
+                .write_all_at(&zeros, self.size as u64)
+                .context(|| format!("cannot clear a torn batch in {}", self.log_path().display()))?;
+        }
+        self.bytes_since_last_index_entry = match self.offset_index.file.last() {
+            Some(e) if (e.position as usize) < self.size => self.size - e.position as usize,
+            _ => self.size,
+        };
+        self.allocated_len = self.allocated_len.max(file_len);
+        self.sealed = false;
+        self.ensure_capacity(0)
     }
 
     /// Position of the first batch whose last offset >= `target` (Kafka's `translateOffset`),

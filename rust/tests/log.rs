@@ -273,3 +273,40 @@ fn rolls_on_segment_ms_and_on_a_full_index() {
     let n = all(&mut log).len();
     assert_eq!(n, 30);
 }
+
+#[test]
+fn shared_writers_interleave_batches_and_follow_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let cfg = LogConfig { shared_writers: true, ..config(8 * 1024) };
+    let mut a = Log::open(&path, cfg.clone()).unwrap();
+    let mut b = Log::open(&path, cfg.clone()).unwrap();
+    // An exclusive writer cannot join, and a shared one cannot join an exclusive writer.
+    assert!(matches!(Log::open(&path, config(8 * 1024)), Err(Error::Locked { .. })));
+    let mut expected = Vec::new();
+    for i in 0..60 {
+        let (w, tag) = if i % 3 == 0 { (&mut b, "b") } else { (&mut a, "a") };
+        let vals = values(7, &format!("{tag}{i}"));
+        let (first, _) = append(w, &vals, i);
+        assert_eq!(first, expected.len() as i64, "offsets are assigned once, in one order");
+        expected.extend(vals);
+    }
+    assert!(a.segments().len() > 3);
+    for w in [&mut a, &mut b] {
+        w.refresh().unwrap();
+        let got: Vec<Vec<u8>> = all(w).into_iter().map(|r| r.value.unwrap()).collect();
+        assert_eq!(got, expected);
+    }
+    // Retention by one writer is seen by the other.
+    a.delete_records_before(100).unwrap();
+    append(&mut b, &values(1, "z"), 1);
+    assert_eq!(b.start_offset(), 100);
+    a.close().unwrap();
+    assert!(!path.join(".kafkalite-clean-shutdown").exists(), "b is still writing");
+    b.close().unwrap();
+    assert!(path.join(".kafkalite-clean-shutdown").exists(), "the last writer out seals the partition");
+    let mut x = Log::open(&path, config(8 * 1024)).unwrap();
+    assert_eq!(x.end_offset(), expected.len() as i64 + 1);
+    assert!(x.recovery_reports().is_empty());
+    assert_eq!(all(&mut x).len(), expected.len() + 1 - 100);
+}

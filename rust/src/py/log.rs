@@ -65,7 +65,7 @@ impl PyLog {
     #[new]
     #[pyo3(signature = (path, segment_bytes=1073741824, index_interval_bytes=4096, segment_ms=None,
                         retention_bytes=None, retention_ms=None, compression="none", flush=None,
-                        timestamp_type="create", max_message_bytes=1048588, readonly=false))]
+                        timestamp_type="create", max_message_bytes=1048588, readonly=false, shared_writers=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -80,6 +80,7 @@ impl PyLog {
         timestamp_type: &str,
         max_message_bytes: i64,
         readonly: bool,
+        shared_writers: bool,
     ) -> PyResult<Self> {
         let positive = |name: &str, v: i64| -> PyResult<u64> {
             if v <= 0 {
@@ -110,6 +111,7 @@ impl PyLog {
             },
             max_message_bytes: positive("max_message_bytes", max_message_bytes)? as usize,
             readonly,
+            shared_writers,
             ..LogConfig::default()
         };
         let log = py.detach(|| Log::open(&path, config))?;
