@@ -5,11 +5,59 @@ from os import PathLike
 from typing import Any, final
 
 
-__all__ = ["Log", "Record", "BatchView", "ArrowBatch", "murmur2", "__version__"]
+__all__ = [
+    "Log",
+    "Record",
+    "BatchView",
+    "ArrowBatch",
+    "ConsumerRecord",
+    "Notifier",
+    "BatchBuffer",
+    "murmur2",
+    "partitions_for_keys",
+    "__version__",
+]
 
 __version__: str
 
 def murmur2(data: bytes) -> int: ...
+def partitions_for_keys(keys: list[bytes], partitions: int) -> list[int]: ...
+
+@final
+class ConsumerRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: Any
+    value: Any
+    headers: list[tuple[str, bytes | None]]
+    serialized_key_size: int
+    serialized_value_size: int
+    serialized_header_size: int
+    @property
+    def leader_epoch(self) -> int | None: ...
+    @property
+    def checksum(self) -> int | None: ...
+    def _with_key_value(self, key: Any, value: Any) -> ConsumerRecord: ...
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
+class Notifier:
+    def __new__(cls, path: str | PathLike[str]) -> Notifier: ...
+    def sequence(self) -> int: ...
+    def notify(self) -> None: ...
+    def wait(self, seen: int, timeout_ms: int) -> bool: ...
+
+@final
+class BatchBuffer:
+    def __new__(cls, compression: str = "none") -> BatchBuffer: ...
+    def add(
+        self, value: bytes | None, key: bytes | None, headers: Iterable[tuple[str, bytes | None]] | None, timestamp: int
+    ) -> tuple[int, int]: ...
+    def __len__(self) -> int: ...
+    def size_bytes(self) -> int: ...
 
 @final
 class Record:
@@ -65,6 +113,10 @@ class Log:
     def append_batches(self, data: bytes) -> tuple[int, int]: ...
     def read(self, offset: int, max_bytes: int = 1048576) -> BatchView: ...
     def read_records(self, start: int, end: int | None = None, max_records: int = 8192) -> tuple[list[Record], int]: ...
+    def append_buffer(self, buffer: BatchBuffer) -> tuple[int, int, int | None] | None: ...
+    def read_consumer_records(
+        self, topic: str, partition: int, start: int, max_records: int = 500, end: int | None = None
+    ) -> tuple[list[ConsumerRecord], int]: ...
     def read_arrow(self, start: int, end: int | None = None, max_records: int | None = None) -> tuple[ArrowBatch, int]: ...
     def offset_for_timestamp(self, ts: int) -> tuple[int, int] | None: ...
     @property

@@ -1,6 +1,7 @@
-"""The ``kafkalite`` command line. This first version has ``demo`` (the README's quick
-start) and ``dump-log`` (like kafka-dump-log); topics, produce and consume come with the
-client API."""
+"""The ``kafkalite`` command line, shaped like Kafka's console tools: ``topics`` (like
+kafka-topics), ``produce`` / ``consume`` (kafka-console-producer / -consumer), ``dump-log``
+(kafka-dump-log) and ``demo`` (the README's quick start). The data directory comes from
+``--data-dir`` or ``$KAFKALITE_DATA_DIR``."""
 
 from __future__ import annotations
 
@@ -75,10 +76,190 @@ def _dump_log(args: argparse.Namespace) -> int:
     return 0
 
 
+def _require_dir(args: argparse.Namespace) -> str:
+    if not args.data_dir:
+        raise SystemExit("kafkalite: give --data-dir DIR or set KAFKALITE_DATA_DIR")
+    return args.data_dir
+
+
+def _parse_config(pairs: list[str] | None) -> dict[str, str]:
+    config = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"kafkalite: --config takes key=value, got {pair!r}")
+        config[key] = value
+    return config
+
+
+def _topics(args: argparse.Namespace) -> int:
+    from kafkalite.admin import Admin
+
+    admin = Admin(_require_dir(args))
+    if args.action == "create":
+        admin.create_topic(args.name, partitions=args.partitions, config=_parse_config(args.config))
+        print(f"Created topic {args.name}.")
+    elif args.action == "list":
+        for name in admin.list_topics():
+            print(name)
+    elif args.action == "describe":
+        for name in [args.name] if args.name else admin.list_topics():
+            d = admin.describe_topic(name)
+            config = ",".join(f"{k}={v}" for k, v in sorted(d.config.items()))
+            print(f"Topic: {d.name}\tPartitionCount: {len(d.partitions)}\tConfigs: {config}")
+            for p in d.partitions:
+                print(f"\tTopic: {d.name}\tPartition: {p.partition}\tStartOffset: {p.start_offset}\tEndOffset: {p.end_offset}\tSize: {p.size_bytes}\tSegments: {p.segments}")
+    elif args.action == "delete":
+        admin.delete_topic(args.name)
+        print(f"Deleted topic {args.name}.")
+    elif args.action == "alter":
+        changes: dict[str, object] = dict(_parse_config(args.config))
+        changes.update({k: None for k in args.delete_config or []})
+        if args.partitions:
+            admin.create_partitions(args.name, args.partitions)
+        if changes:
+            admin.alter_config(args.name, changes)
+        print(f"Altered topic {args.name}.")
+    return 0
+
+
+def _produce(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    from kafkalite.producer import Producer
+
+    sep = args.key_separator.encode() if args.key_separator else None
+    source = open(args.file, "rb") if args.file else sys.stdin.buffer
+    total = os.path.getsize(args.file) if args.file else None
+    count = 0
+    with Producer(_require_dir(args), acks=args.acks, linger_ms=5, batch_size=256 * 1024) as producer, Progress(
+        transient=True, disable=total is None or not sys.stderr.isatty()
+    ) as progress:
+        task = progress.add_task("producing", total=total)
+        for line in source:
+            progress.advance(task, len(line))
+            line = line.rstrip(b"\n")
+            key = None
+            if sep is not None:
+                key, found, value = line.partition(sep)
+                if not found:
+                    raise SystemExit(f"kafkalite: line {count + 1} has no key separator {args.key_separator!r}")
+            else:
+                value = line
+            producer.send(args.topic, value, key=key, partition=args.partition)
+            count += 1
+    print(f"Produced {count} records to {args.topic}.", file=sys.stderr)
+    return 0
+
+
+def _consume(args: argparse.Namespace) -> int:
+    import base64
+    import json
+
+    from kafkalite.consumer import Consumer, TopicPartition
+
+    from kafkalite.datadir import DataDir
+
+    DataDir(_require_dir(args), create=False).topic(args.topic)  # an unknown topic is an error here
+    consumer = Consumer(
+        _require_dir(args),
+        group_id=args.group,
+        auto_offset_reset="earliest" if args.from_beginning else "latest",
+        enable_auto_commit=args.group is not None,
+    )
+    if args.partition is not None or args.offset is not None:
+        parts = [TopicPartition(args.topic, args.partition or 0)]
+        consumer.assign(parts)
+    else:
+        consumer.subscribe([args.topic])
+    assigned = sorted(consumer.assignment())
+    if args.offset is not None:
+        for tp in assigned:
+            consumer.seek(tp, args.offset)
+    if args.timestamp is not None:
+        found = consumer.offsets_for_times({tp: args.timestamp for tp in assigned})
+        for tp in assigned:
+            hit = found[tp]
+            consumer.seek(tp, hit.offset if hit is not None else consumer.end_offsets([tp])[tp])
+    out = sys.stdout.buffer
+    shown = 0
+
+    def text(b: bytes | None) -> str | None:
+        if b is None:
+            return None
+        try:
+            return b.decode("utf-8")
+        except UnicodeDecodeError:
+            return "base64:" + base64.b64encode(b).decode()
+
+    try:
+        while args.max_messages is None or shown < args.max_messages:
+            batches = consumer.poll(timeout_ms=500 if args.follow else 0)
+            if not batches and not args.follow:
+                break
+            for records in batches.values():
+                for r in records:
+                    if args.max_messages is not None and shown >= args.max_messages:
+                        break
+                    if args.format == "json":
+                        doc = {"topic": r.topic, "partition": r.partition, "offset": r.offset, "timestamp": r.timestamp,
+                               "key": text(r.key), "value": text(r.value), "headers": [[k, text(v)] for k, v in r.headers]}
+                        out.write(json.dumps(doc).encode() + b"\n")
+                    else:
+                        out.write((r.value or b"") + b"\n")
+                    shown += 1
+            out.flush()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        consumer.close()
+    print(f"Processed a total of {shown} messages", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kafkalite", description="Kafka's commit log, embedded.")
     parser.add_argument("--data-dir", default=os.environ.get("KAFKALITE_DATA_DIR"), help="data directory (default: $KAFKALITE_DATA_DIR, or a temporary one for the demo)")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    topics = sub.add_parser("topics", help="create, list, describe, delete and alter topics")
+    actions = topics.add_subparsers(dest="action", required=True)
+    create = actions.add_parser("create", help="create a topic")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=int, default=1)
+    create.add_argument("--config", action="append", metavar="KEY=VALUE", help="topic config, Kafka names (repeatable)")
+    actions.add_parser("list", help="list topics")
+    describe = actions.add_parser("describe", help="partitions, offsets, sizes and config")
+    describe.add_argument("name", nargs="?")
+    delete = actions.add_parser("delete", help="delete a topic and its data")
+    delete.add_argument("name")
+    alter = actions.add_parser("alter", help="change config or add partitions")
+    alter.add_argument("name")
+    alter.add_argument("--config", action="append", metavar="KEY=VALUE")
+    alter.add_argument("--delete-config", action="append", metavar="KEY")
+    alter.add_argument("--partitions", type=int, help="new (larger) partition count")
+    topics.set_defaults(run=_topics)
+
+    produce = sub.add_parser("produce", help="one record per input line (stdin or --file)")
+    produce.add_argument("topic")
+    produce.add_argument("--file", help="read lines from this file instead of stdin")
+    produce.add_argument("--key-separator", help="split each line into key and value at this string")
+    produce.add_argument("--partition", type=int)
+    produce.add_argument("--acks", default=1, type=lambda v: v if v == "all" else int(v), help="0, 1 or all")
+    produce.set_defaults(run=_produce)
+
+    consume = sub.add_parser("consume", help="print records, one value per line")
+    consume.add_argument("topic")
+    consume.add_argument("--from-beginning", action="store_true", help="start at the earliest offset (default: latest)")
+    consume.add_argument("--offset", type=int, help="start at this offset (of --partition, default 0)")
+    consume.add_argument("--partition", type=int)
+    consume.add_argument("--timestamp", type=int, help="start at the first record at or after this time (ms)")
+    consume.add_argument("--max-messages", type=int)
+    consume.add_argument("--follow", action="store_true", help="keep waiting for new records")
+    consume.add_argument("--group", help="consumer group: start from and commit its offsets")
+    consume.add_argument("--format", choices=["value", "json"], default="value")
+    consume.set_defaults(run=_consume)
+
     demo = sub.add_parser("demo", help="append and read back a stream on an embedded data directory, with throughput")
     demo.add_argument("--records", type=int, default=2_000_000, help="records to append (default 2,000,000)")
     demo.set_defaults(run=_demo)
@@ -87,7 +268,13 @@ def main(argv: list[str] | None = None) -> int:
     dump.add_argument("--max-records", type=int, default=100_000)
     dump.set_defaults(run=_dump_log)
     args = parser.parse_args(argv)
-    return args.run(args)
+    from kafkalite.errors import KafkaliteError
+
+    try:
+        return args.run(args)
+    except KafkaliteError as e:
+        print(f"kafkalite: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

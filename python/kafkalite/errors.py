@@ -59,3 +59,35 @@ __all__ = [
     "LogPoisonedError",
     "KafkaliteIOError",
 ]
+
+
+class UnknownTopicError(KafkaliteError, KeyError):
+    """The topic does not exist in this data directory (create it with Admin.create_topic)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class TopicAlreadyExistsError(KafkaliteError):
+    """create_topic was given the name of an existing topic."""
+
+
+class InvalidTopicError(KafkaliteError, ValueError):
+    """A topic name that breaks Kafka's rules (1-249 characters of [a-zA-Z0-9._-], not . or ..)."""
+
+
+class IllegalStateError(KafkaliteError):
+    """A call that the client's current state does not allow (closed, or assign after subscribe...)."""
+
+
+class KafkaTimeoutError(KafkaliteError, TimeoutError):
+    """A future or flush did not complete in time."""
+
+
+__all__ += [
+    "UnknownTopicError",
+    "TopicAlreadyExistsError",
+    "InvalidTopicError",
+    "IllegalStateError",
+    "KafkaTimeoutError",
+]

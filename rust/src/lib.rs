@@ -26,6 +26,7 @@ pub mod lock;
 pub mod log;
 pub mod log_read;
 pub mod mmap;
+pub mod notify;
 pub mod options;
 pub mod partitioner;
 pub mod record;

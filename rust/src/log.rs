@@ -47,6 +47,8 @@ pub struct Log {
     recovery: Vec<RecoveryReport>,
     /// The batch buffer, reused from one append to the next.
     scratch: Vec<u8>,
+    /// The LogAppendTime stamp of the last built batch (None for CreateTime topics).
+    last_log_append_time: Option<i64>,
 }
 
 impl Log {
@@ -78,6 +80,7 @@ impl Log {
             flushed_position: 0,
             recovery: Vec::new(),
             scratch: Vec::new(),
+            last_log_append_time: None,
         };
         match &log.lock {
             None => log.load_readonly()?,
@@ -398,6 +401,26 @@ impl Log {
         Ok((first, self.end_offset() - 1))
     }
 
+    /// Append one batch a client built (a producer's per-partition buffer). Returns (first, last).
+    pub fn append_builder(&mut self, builder: BatchBuilder) -> Result<(i64, i64)> {
+        self.check_writable()?;
+        let count = builder.count() as u64;
+        if count == 0 {
+            return Err(Error::config("cannot append an empty batch"));
+        }
+        self.as_writer(|log| {
+            let first = log.end_offset();
+            log.append_built(builder)?;
+            log.after_append(count)?;
+            Ok((first, log.end_offset() - 1))
+        })
+    }
+
+    /// The LogAppendTime stamp given to the last batch this log built, if the topic uses it.
+    pub fn last_log_append_time(&self) -> Option<i64> {
+        self.last_log_append_time
+    }
+
     /// Batches we build stay within max_message_bytes and within one segment.
     fn target_batch_bytes(&self) -> usize {
         TARGET_BATCH_BYTES.min(self.config.max_message_bytes).min(self.config.segment_bytes as usize)
@@ -409,7 +432,11 @@ impl Log {
         BatchBuilder::with_buffer(buf, self.config.compression, self.log_append_time())
     }
 
-    fn append_built(&mut self, builder: BatchBuilder) -> Result<()> {
+    fn append_built(&mut self, mut builder: BatchBuilder) -> Result<()> {
+        self.last_log_append_time = self.log_append_time();
+        if let Some(now) = self.last_log_append_time {
+            builder.stamp_log_append_time(now);
+        }
         let (bytes, header) = builder.finish(0)?;
         self.append_batch(bytes, header)
     }

@@ -81,6 +81,16 @@ impl MappedFile {
         }
     }
 
+    /// The 4-byte word at `at` as an atomic shared with every process that maps the file
+    /// (the notifier's futex word). Panics unless `at` is 4-byte aligned and inside the map.
+    pub fn atomic_u32(&self, at: usize) -> &std::sync::atomic::AtomicU32 {
+        assert!(at.is_multiple_of(4) && at + 4 <= self.map.len(), "atomic word {at} outside or misaligned");
+        // SAFETY: the word is inside the map (checked), 4-byte aligned (maps are page-aligned and
+        // `at` is a multiple of 4), backed by blocks the notifier wrote at creation, and every
+        // process touches it only through atomic operations, so no plain access races with it.
+        unsafe { &*(self.map.as_ptr().add(at) as *const std::sync::atomic::AtomicU32) }
+    }
+
     /// msync the range to disk (`MS_SYNC`): makes the bytes durable like fdatasync.
     pub fn flush_range(&self, at: usize, len: usize) -> std::io::Result<()> {
         if len == 0 {

@@ -14,6 +14,8 @@ use crate::record::{Compression, Header, RecordInput, TimestampType};
 
 use super::arrow::ArrowBatch;
 use super::buffer::BatchView;
+use super::consumer::ConsumerRecord;
+use super::producer::BatchBuffer;
 use super::record::{Record, RecordArena};
 
 /// (base_offset, valid_bytes, dropped_bytes, reason) as Python sees a recovery report.
@@ -193,6 +195,40 @@ impl PyLog {
     /// Append pre-built v2 record batches; they are validated and given new offsets.
     fn append_batches(&self, py: Python<'_>, data: &[u8]) -> PyResult<(i64, i64)> {
         self.detached(py, |log| log.append_raw_batches(data))
+    }
+
+    /// Append the batch a producer buffered for this partition (the buffer is left empty).
+    /// Returns (first offset, last offset, log append time or None), or None if it was empty.
+    fn append_buffer(&self, py: Python<'_>, buffer: &BatchBuffer) -> PyResult<Option<(i64, i64, Option<i64>)>> {
+        match buffer.take() {
+            Some(builder) => self
+                .detached(py, |log| {
+                    let (first, last) = log.append_builder(builder)?;
+                    Ok((first, last, log.last_log_append_time()))
+                })
+                .map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Decode up to `max_records` records as kafka-python `ConsumerRecord`s of `topic`/`partition`.
+    /// Returns (records, next offset).
+    #[pyo3(signature = (topic, partition, start, max_records=500, end=None))]
+    fn read_consumer_records(
+        &self,
+        py: Python<'_>,
+        topic: Py<PyString>,
+        partition: i32,
+        start: i64,
+        max_records: usize,
+        end: Option<i64>,
+    ) -> PyResult<(Vec<Py<ConsumerRecord>>, i64)> {
+        let (arena, next) = self.detached(py, |log| {
+            let mut arena = RecordArena::default();
+            let next = log.scan_records(start, end, max_records, &mut arena)?;
+            Ok((arena, next))
+        })?;
+        Ok((arena.into_consumer_records(py, &topic, partition)?, next))
     }
 
     /// Whole batches from the one holding `offset`, as a zero-copy buffer object.

@@ -3,8 +3,10 @@
 
 mod arrow;
 mod buffer;
+mod consumer;
 mod errors;
 mod log;
+mod producer;
 mod record;
 
 use pyo3::prelude::*;
@@ -15,7 +17,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<record::Record>()?;
     m.add_class::<buffer::BatchView>()?;
     m.add_class::<arrow::ArrowBatch>()?;
+    m.add_class::<consumer::ConsumerRecord>()?;
+    m.add_class::<consumer::Notifier>()?;
+    m.add_class::<producer::BatchBuffer>()?;
     m.add_function(wrap_pyfunction!(record::murmur2, m)?)?;
+    m.add_function(wrap_pyfunction!(record::partitions_for_keys, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -135,6 +135,16 @@ pub fn murmur2(data: &[u8]) -> i32 {
     crate::partitioner::murmur2(data)
 }
 
+/// Kafka's default partition of each key, `(murmur2(key) & 0x7fffffff) % partitions`, for a
+/// whole list at once (the bulk producer path).
+#[pyfunction]
+pub fn partitions_for_keys(keys: Vec<Vec<u8>>, partitions: u32) -> PyResult<Vec<u32>> {
+    if partitions == 0 {
+        return Err(crate::Error::config("a topic has at least one partition").into());
+    }
+    Ok(keys.iter().map(|k| crate::partitioner::partition_for_key(k, partitions)).collect())
+}
+
 /// Records decoded without the GIL into one contiguous arena, turned into Python objects
 /// afterwards: one copy of the bytes and a handful of allocations per chunk.
 #[derive(Default)]
@@ -149,6 +159,7 @@ type Span = (usize, usize);
 struct ArenaRecord {
     offset: i64,
     timestamp: i64,
+    log_append_time: bool,
     key: Option<Span>,
     value: Option<Span>,
     headers: Span,
@@ -161,23 +172,64 @@ impl RecordArena {
         (start, self.data.len())
     }
 
+    fn bytes(&self, py: Python<'_>, s: Span) -> Py<PyBytes> {
+        PyBytes::new(py, &self.data[s.0..s.1]).unbind()
+    }
+
+    fn headers_of<'py>(&self, py: Python<'py>, r: &ArenaRecord) -> PyResult<Bound<'py, PyList>> {
+        let headers = PyList::empty(py);
+        for (k, v) in &self.headers[r.headers.0..r.headers.1] {
+            let key = std::str::from_utf8(&self.data[k.0..k.1]).expect("validated by the decoder");
+            headers.append((key, v.map(|v| self.bytes(py, v))))?;
+        }
+        Ok(headers)
+    }
+
     pub fn into_records(self, py: Python<'_>) -> PyResult<Vec<Py<Record>>> {
-        let bytes = |s: Span| PyBytes::new(py, &self.data[s.0..s.1]).unbind();
         let mut out = Vec::with_capacity(self.records.len());
         for r in &self.records {
-            let headers = PyList::empty(py);
-            for (k, v) in &self.headers[r.headers.0..r.headers.1] {
-                let key = std::str::from_utf8(&self.data[k.0..k.1]).expect("validated by the decoder");
-                headers.append((key, v.map(bytes)))?;
-            }
             out.push(Py::new(
                 py,
                 Record {
                     offset: Some(r.offset),
                     timestamp: Some(r.timestamp),
-                    key: r.key.map(bytes),
-                    value: r.value.map(bytes),
-                    headers: headers.unbind(),
+                    key: r.key.map(|s| self.bytes(py, s)),
+                    value: r.value.map(|s| self.bytes(py, s)),
+                    headers: self.headers_of(py, r)?.unbind(),
+                },
+            )?);
+        }
+        Ok(out)
+    }
+
+    /// The records as kafka-python-shaped `ConsumerRecord`s of one topic-partition.
+    pub fn into_consumer_records(
+        self,
+        py: Python<'_>,
+        topic: &Py<PyString>,
+        partition: i32,
+    ) -> PyResult<Vec<Py<super::consumer::ConsumerRecord>>> {
+        let mut out = Vec::with_capacity(self.records.len());
+        for r in &self.records {
+            let size = |s: Option<Span>| s.map_or(-1, |s| (s.1 - s.0) as i64);
+            let header_size = self.headers[r.headers.0..r.headers.1]
+                .iter()
+                .map(|(k, v)| (k.1 - k.0) + v.map_or(0, |v| v.1 - v.0))
+                .sum::<usize>() as i64;
+            out.push(Py::new(
+                py,
+                super::consumer::ConsumerRecord {
+                    topic: topic.clone_ref(py),
+                    partition,
+                    offset: r.offset,
+                    timestamp: r.timestamp,
+                    timestamp_type: if r.log_append_time { 1 } else { 0 },
+                    key: r.key.map(|s| self.bytes(py, s).into_any()),
+                    value: r.value.map(|s| self.bytes(py, s).into_any()),
+                    headers: self.headers_of(py, r)?.unbind(),
+                    serialized_key_size: size(r.key),
+                    serialized_value_size: size(r.value),
+                    serialized_header_size: if r.headers.0 == r.headers.1 { -1 } else { header_size },
                 },
             )?);
         }
@@ -198,6 +250,7 @@ impl RecordSink for RecordArena {
         self.records.push(ArenaRecord {
             offset: r.offset,
             timestamp: r.timestamp,
+            log_append_time: r.log_append_time,
             key,
             value,
             headers: (h_start, self.headers.len()),

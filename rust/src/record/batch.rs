@@ -153,6 +153,13 @@ impl BatchBuilder {
         self.count += 1;
     }
 
+    /// Make this a LogAppendTime batch stamped `now` (the log's clock at append), as a broker
+    /// does for topics with `message.timestamp.type=LogAppendTime`.
+    pub fn stamp_log_append_time(&mut self, now: i64) {
+        self.log_append_time = Some(now);
+        self.max_timestamp = now;
+    }
+
     /// Finish the batch with offsets starting at `base_offset`. Returns the bytes and header.
     pub fn finish(mut self, base_offset: i64) -> Result<(Vec<u8>, BatchHeader)> {
         if self.count == 0 {

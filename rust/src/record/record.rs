@@ -20,6 +20,8 @@ pub struct RecordRef<'a> {
     pub key: Option<&'a [u8]>,
     pub value: Option<&'a [u8]>,
     pub headers: Vec<Header<'a>>,
+    /// LogAppendTime: the timestamp is the broker's (here: the log's) append time.
+    pub log_append_time: bool,
 }
 
 /// Read a nullable length-prefixed byte string.
@@ -93,6 +95,7 @@ pub fn decode_record<'a>(
         key,
         value,
         headers,
+        log_append_time: log_append_time.is_some(),
     })
 }
 

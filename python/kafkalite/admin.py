@@ -1,0 +1,130 @@
+"""``kafkalite.Admin``: topics of a data directory, with Kafka's names and rules."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafkalite.datadir import TOPIC_DEFAULTS, DataDir, validate_config, validate_topic_name
+from kafkalite.errors import InvalidConfigError, UnknownTopicError
+from kafkalite.log import Log
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """One partition as ``describe_topic`` reports it."""
+
+    partition: int
+    start_offset: int
+    end_offset: int
+    size_bytes: int
+    segments: int
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    partitions: list[PartitionInfo]
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+class Admin:
+    """Create, list, describe, alter and delete topics; the first argument is the data
+    directory, where a Kafka client takes ``bootstrap_servers``."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._dir = DataDir(path)
+
+    @property
+    def path(self) -> str:
+        return self._dir.path
+
+    def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> None:
+        """Create a topic with ``partitions`` partitions and Kafka-named ``config``."""
+        self._dir.create(name, partitions, config)
+
+    def list_topics(self) -> list[str]:
+        return sorted(self._dir.topics())
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        """Partitions (start/end offsets, size on disk) and the full config with defaults."""
+        meta = self._dir.topic(name)
+        infos = []
+        for p in range(int(meta["partitions"])):
+            path = self._dir.partition_path(name, p)
+            if not os.path.isdir(path):
+                infos.append(PartitionInfo(p, 0, 0, 0, 0))
+                continue
+            with Log(path, readonly=True) as log:
+                segments = log.segments
+                infos.append(PartitionInfo(p, log.start_offset, log.end_offset, sum(s.size for s in segments), len(segments)))
+        return TopicDescription(name, infos, {**TOPIC_DEFAULTS, **meta.get("config", {})})
+
+    def delete_topic(self, name: str) -> None:
+        """Remove the topic and its data. Folders are first renamed the way Kafka marks them
+        (``<topic>-<p>.<uuid>-delete``) so an interrupted delete never looks like live data."""
+        validate_topic_name(name)
+        doomed: list[str] = []
+
+        def change(topics: dict) -> None:
+            if name not in topics:
+                raise UnknownTopicError(f"unknown topic {name!r} in {self.path}")
+            for p in range(int(topics[name]["partitions"])):
+                src = self._dir.partition_path(name, p)
+                if os.path.isdir(src):
+                    dst = f"{src}.{uuid.uuid4().hex}-delete"
+                    os.rename(src, dst)
+                    doomed.append(dst)
+            del topics[name]
+
+        self._dir.update(change)
+        for path in doomed:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def create_partitions(self, name: str, total: int) -> None:
+        """Grow the topic to ``total`` partitions (Kafka never shrinks a topic)."""
+
+        def change(topics: dict) -> None:
+            if name not in topics:
+                raise UnknownTopicError(f"unknown topic {name!r} in {self.path}")
+            current = int(topics[name]["partitions"])
+            if not isinstance(total, int) or total <= current:
+                raise InvalidConfigError(f"topic {name!r} has {current} partitions; the new total must be larger, got {total!r}")
+            for p in range(current, total):
+                os.makedirs(self._dir.partition_path(name, p), exist_ok=True)
+            topics[name]["partitions"] = total
+
+        self._dir.update(change)
+
+    def alter_config(self, name: str, config: Mapping[str, Any]) -> None:
+        """Set topic config keys (``None`` as a value restores the default). Clients pick the
+        new settings up when they next open the partition."""
+        removals = [k for k, v in config.items() if v is None]
+        checked = validate_config({k: v for k, v in config.items() if v is not None})
+        validate_config({k: TOPIC_DEFAULTS.get(k) for k in removals if k in TOPIC_DEFAULTS})
+        unknown = [k for k in removals if k not in TOPIC_DEFAULTS]
+        if unknown:
+            raise InvalidConfigError(f"unknown topic config {unknown[0]!r}")
+
+        def change(topics: dict) -> None:
+            if name not in topics:
+                raise UnknownTopicError(f"unknown topic {name!r} in {self.path}")
+            merged = {**topics[name]["config"], **checked}
+            for k in removals:
+                merged.pop(k, None)
+            topics[name]["config"] = merged
+
+        self._dir.update(change)
+
+    def close(self) -> None:
+        """Nothing to release; for symmetry with Kafka's admin client."""
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

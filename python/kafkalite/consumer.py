@@ -1,0 +1,404 @@
+"""``kafkalite.Consumer``: kafka-python's consumer API over an embedded data directory.
+
+Partitions are opened read-only, so consumers never block producers. A caught-up ``poll``
+sleeps on a futex in ``.kafkalite-notify`` that producers bump after each append, in any
+process. Committed offsets are stored per ``group_id``. (Group membership and partition
+sharing between consumers of one group come later; today a subscribing consumer reads every
+partition of its topics.)"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any, NamedTuple
+
+from kafkalite._native import ConsumerRecord, Notifier
+from kafkalite.datadir import NOTIFY_FILE, DataDir
+from kafkalite.errors import (
+    IllegalStateError,
+    InvalidConfigError,
+    OffsetOutOfRangeError,
+    UnknownTopicError,
+)
+from kafkalite.log import Log
+from kafkalite.offsets import OffsetStore
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+class OffsetAndMetadata(NamedTuple):
+    offset: int
+    metadata: str = ""
+
+
+class OffsetAndTimestamp(NamedTuple):
+    offset: int
+    timestamp: int
+
+
+class NoOffsetForPartitionError(OffsetOutOfRangeError):
+    """auto_offset_reset='none' and no committed offset (or it fell out of range)."""
+
+
+DEFAULTS: dict[str, Any] = {
+    "auto_offset_reset": "latest",
+    "enable_auto_commit": True,
+    "auto_commit_interval_ms": 5000,
+    "key_deserializer": None,
+    "value_deserializer": None,
+    "max_poll_records": 500,
+    "consumer_timeout_ms": float("inf"),
+    "client_id": None,
+}
+
+#: Records per native call when iterating (positions are committed per chunk).
+_ITER_CHUNK = 8192
+
+
+class Consumer:
+    """``Consumer(path, *topics, group_id=None, **config)``: the data directory first, where
+    kafka-python takes ``bootstrap_servers``."""
+
+    def __init__(self, path: str | os.PathLike[str], *topics: str, group_id: str | None = None, **config: Any) -> None:
+        unknown = sorted(set(config) - set(DEFAULTS))
+        if unknown:
+            raise InvalidConfigError(f"unknown consumer config {unknown[0]!r}; supported: {', '.join(sorted(DEFAULTS))}")
+        self.config = {**DEFAULTS, **config}
+        if self.config["auto_offset_reset"] not in ("earliest", "latest", "none"):
+            raise InvalidConfigError(f"auto_offset_reset must be 'earliest', 'latest' or 'none', not {self.config['auto_offset_reset']!r}")
+        if not isinstance(self.config["max_poll_records"], int) or self.config["max_poll_records"] < 1:
+            raise InvalidConfigError("max_poll_records must be a positive integer")
+        self._dir = DataDir(path, create=False)
+        self._notifier = Notifier(os.path.join(self._dir.path, NOTIFY_FILE))
+        self.group_id = group_id
+        self._store = OffsetStore(self._dir.path, group_id) if group_id is not None else None
+        self._logs: dict[TopicPartition, Log] = {}
+        self._topic_names: dict[str, str] = {}
+        self._assigned: list[TopicPartition] = []
+        self._manual = False
+        self._subscription: set[str] = set()
+        self._pattern: re.Pattern[str] | None = None
+        self._listener: Any = None
+        self._positions: dict[TopicPartition, int] = {}
+        self._consumed: dict[TopicPartition, int] = {}
+        self._paused: set[TopicPartition] = set()
+        self._next_index = 0
+        self._last_commit = time.monotonic()
+        self._closed = False
+        if topics:
+            self.subscribe(topics)
+
+    # -- assignment ------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError("the consumer is closed")
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Read exactly these partitions (no subscription)."""
+        self._check_open()
+        if self._subscription or self._pattern:
+            raise IllegalStateError("assign() cannot be mixed with subscribe(); call unsubscribe() first")
+        parts = [TopicPartition(*tp) for tp in partitions]
+        for tp in parts:
+            if not 0 <= tp.partition < self._dir.partitions(tp.topic):
+                raise InvalidConfigError(f"topic {tp.topic!r} has no partition {tp.partition}")
+        self._manual = bool(parts)
+        self._set_assignment(parts)
+
+    def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None, listener: Any = None) -> None:
+        """Follow topics by name or a regex ``pattern`` (all their partitions; new topics and
+        partitions are picked up as they appear)."""
+        self._check_open()
+        if self._manual:
+            raise IllegalStateError("subscribe() cannot be mixed with assign(); call unsubscribe() first")
+        if isinstance(topics, str):
+            topics = [topics]
+        topics = set(topics)
+        if bool(topics) == bool(pattern):
+            raise IllegalStateError("subscribe() takes either topics or a pattern")
+        self._subscription = topics
+        self._pattern = re.compile(pattern) if pattern else None
+        self._listener = listener
+        self._refresh_subscription()
+
+    def unsubscribe(self) -> None:
+        self._set_assignment([])
+        self._subscription, self._pattern, self._manual = set(), None, False
+
+    def subscription(self) -> set[str]:
+        return set(self._subscription) if not self._pattern else {tp.topic for tp in self._assigned}
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._assigned)
+
+    def _refresh_subscription(self) -> None:
+        if not (self._subscription or self._pattern):
+            return
+        topics = self._dir.topics()
+        names = [t for t in topics if self._pattern.fullmatch(t)] if self._pattern else sorted(self._subscription)
+        wanted = []
+        for name in sorted(names):
+            if name not in topics:
+                continue  # subscribed before creation: picked up once it exists
+            wanted += [TopicPartition(name, p) for p in range(int(topics[name]["partitions"]))]
+        if wanted != self._assigned:
+            self._set_assignment(wanted)
+
+    def _set_assignment(self, parts: list[TopicPartition]) -> None:
+        revoked = [tp for tp in self._assigned if tp not in parts]
+        added = [tp for tp in parts if tp not in self._assigned]
+        if revoked and self._listener is not None:
+            self._listener.on_partitions_revoked(revoked)
+        for tp in revoked:
+            self._positions.pop(tp, None)
+            self._consumed.pop(tp, None)
+            self._paused.discard(tp)
+            log = self._logs.pop(tp, None)
+            if log is not None:
+                log.close()
+        self._assigned = parts
+        if added and self._listener is not None:
+            self._listener.on_partitions_assigned(added)
+
+    def _log(self, tp: TopicPartition) -> Log:
+        log = self._logs.get(tp)
+        if log is None:
+            log = Log(self._dir.partition_path(tp.topic, tp.partition), readonly=True)
+            self._logs[tp] = log
+            self._topic_names.setdefault(tp.topic, tp.topic)
+        return log
+
+    # -- positions -------------------------------------------------------------------------
+    def _initial_position(self, tp: TopicPartition) -> int:
+        if self._store is not None:
+            committed = self._store.load().get((tp.topic, tp.partition))
+            if committed is not None:
+                return committed[0]
+        return self._reset(tp)
+
+    def _reset(self, tp: TopicPartition) -> int:
+        policy = self.config["auto_offset_reset"]
+        log = self._log(tp)
+        if policy == "earliest":
+            return log.start_offset
+        if policy == "latest":
+            return log.end_offset
+        raise NoOffsetForPartitionError(f"no valid offset for {tp} and auto_offset_reset='none'")
+
+    def position(self, tp: TopicPartition) -> int:
+        """The offset of the next record this consumer will return for ``tp``."""
+        tp = TopicPartition(*tp)
+        self._require_assigned(tp)
+        if tp not in self._positions:
+            self._positions[tp] = self._initial_position(tp)
+        return self._positions[tp]
+
+    def _require_assigned(self, tp: TopicPartition) -> None:
+        self._refresh_subscription()
+        if tp not in self._assigned:
+            raise IllegalStateError(f"{tp} is not assigned to this consumer")
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        tp = TopicPartition(*tp)
+        self._require_assigned(tp)
+        if not isinstance(offset, int) or offset < 0:
+            raise InvalidConfigError(f"offset must be a non-negative integer, not {offset!r}")
+        self._positions[tp] = self._consumed[tp] = offset
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        for tp in partitions or self._assigned:
+            self.seek(tp, self._log(TopicPartition(*tp)).start_offset)
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        for tp in partitions or self._assigned:
+            self.seek(tp, self._log(TopicPartition(*tp)).end_offset)
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {TopicPartition(*tp): self._peek(tp).start_offset for tp in partitions}
+
+    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {TopicPartition(*tp): self._peek(tp).end_offset for tp in partitions}
+
+    def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """Per partition: the earliest offset whose timestamp >= the given one, or None."""
+        out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
+        for tp, ts in timestamps.items():
+            found = self._peek(tp)._native.offset_for_timestamp(int(ts))
+            out[TopicPartition(*tp)] = None if found is None else OffsetAndTimestamp(*found)
+        return out
+
+    def _peek(self, tp: Any) -> Log:
+        tp = TopicPartition(*tp)
+        if not 0 <= tp.partition < self._dir.partitions(tp.topic):
+            raise InvalidConfigError(f"topic {tp.topic!r} has no partition {tp.partition}")
+        return self._log(tp)
+
+    # -- fetching --------------------------------------------------------------------------
+    def _fetchable(self) -> list[TopicPartition]:
+        parts = [tp for tp in self._assigned if tp not in self._paused]
+        if parts:  # rotate so that one busy partition does not starve the others
+            k = self._next_index % len(parts)
+            parts = parts[k:] + parts[:k]
+            self._next_index += 1
+        return parts
+
+    def _fetch(self, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        budget = max_records
+        for tp in self._fetchable():
+            if budget <= 0:
+                break
+            records = self._fetch_one(tp, budget)
+            if records:
+                out[tp] = records
+                budget -= len(records)
+        return out
+
+    def _fetch_one(self, tp: TopicPartition, limit: int) -> list[ConsumerRecord]:
+        log = self._log(tp)
+        position = self.position(tp)
+        try:
+            records, nxt = log._native.read_consumer_records(self._topic_names[tp.topic], tp.partition, position, limit)
+        except OffsetOutOfRangeError:
+            if not (position < log.start_offset or position > log.end_offset):
+                raise
+            # Deleted by retention (or past the end): apply Kafka's reset policy and read on.
+            position = self._positions[tp] = self._reset(tp)
+            records, nxt = log._native.read_consumer_records(self._topic_names[tp.topic], tp.partition, position, limit)
+        self._positions[tp] = nxt
+        if records and (self.config["key_deserializer"] or self.config["value_deserializer"]):
+            records = [self._deserialize(r) for r in records]
+        return records
+
+    def _deserialize(self, r: ConsumerRecord) -> ConsumerRecord:
+        kd, vd = self.config["key_deserializer"], self.config["value_deserializer"]
+        key = kd(r.key) if kd is not None and r.key is not None else r.key
+        value = vd(r.value) if vd is not None and r.value is not None else r.value
+        return r._with_key_value(key, value)
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None, update_offsets: bool = True) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records from the assigned partitions, ``{TopicPartition: [ConsumerRecord]}``. Waits
+        up to ``timeout_ms`` for data to arrive from any process."""
+        self._check_open()
+        limit = max_records or self.config["max_poll_records"]
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        while True:
+            self._maybe_auto_commit()
+            self._refresh_subscription()
+            seen = self._notifier.sequence()
+            records = self._fetch(limit)
+            if records:
+                for tp in records:
+                    self._consumed[tp] = self._positions[tp]
+                return records
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return {}
+            # Producers bump the notifier after every append; sleep until one does.
+            self._notifier.wait(seen, max(1, min(int(remaining * 1000), 1000)))
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        """Iterate records forever (or until ``consumer_timeout_ms`` passes with none)."""
+        idle_limit = self.config["consumer_timeout_ms"]
+        idle_since = time.monotonic()
+        while not self._closed:
+            got = False
+            for tp in self._fetchable():
+                records = self._fetch_one(tp, _ITER_CHUNK)
+                if records:
+                    got = True
+                    yield from records
+                    self._consumed[tp] = self._positions[tp]
+            self._maybe_auto_commit()
+            if got:
+                idle_since = time.monotonic()
+                continue
+            waited_ms = (time.monotonic() - idle_since) * 1000
+            if waited_ms >= idle_limit:
+                return
+            seen = self._notifier.sequence()
+            self._refresh_subscription()
+            if not any(self._log(tp).end_offset > self.position(tp) for tp in self._fetchable()):
+                self._notifier.wait(seen, int(max(1, min(1000, idle_limit - waited_ms))))
+
+    # -- commits ---------------------------------------------------------------------------
+    def commit(self, offsets: dict[TopicPartition, Any] | None = None) -> None:
+        """Store offsets for ``group_id`` (default: the positions of everything consumed)."""
+        self._check_open()
+        if self._store is None:
+            raise IllegalStateError("commit() needs a group_id")
+        if offsets is None:
+            entries = {(tp.topic, tp.partition): (pos, "") for tp, pos in self._consumed.items()}
+        else:
+            entries = {}
+            for tp, value in offsets.items():
+                om = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(int(value))
+                entries[(tp[0], int(tp[1]))] = (om.offset, om.metadata)
+        if entries:
+            self._store.commit(entries)
+        self._last_commit = time.monotonic()
+
+    def commit_async(self, offsets: dict[TopicPartition, Any] | None = None, callback: Any = None) -> None:
+        """Committing is a local file write, so this commits now and then calls ``callback``."""
+        self.commit(offsets)
+        if callback is not None:
+            callback(offsets, None)
+
+    def committed(self, tp: TopicPartition) -> int | None:
+        if self._store is None:
+            raise IllegalStateError("committed() needs a group_id")
+        entry = self._store.load().get((tp[0], int(tp[1])))
+        return None if entry is None else entry[0]
+
+    def _maybe_auto_commit(self) -> None:
+        if (
+            self._store is not None
+            and self.config["enable_auto_commit"]
+            and self._consumed
+            and (time.monotonic() - self._last_commit) * 1000 >= self.config["auto_commit_interval_ms"]
+        ):
+            self.commit()
+
+    # -- flow control and metadata ---------------------------------------------------------
+    def pause(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._require_assigned(TopicPartition(*tp))
+            self._paused.add(TopicPartition(*tp))
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._paused.discard(TopicPartition(*tp))
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
+
+    def topics(self) -> set[str]:
+        return set(self._dir.topics())
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        try:
+            return set(range(self._dir.partitions(topic)))
+        except UnknownTopicError:
+            return None
+
+    def close(self, autocommit: bool = True) -> None:
+        """Commit (with a group and auto-commit on), then release the partitions."""
+        if self._closed:
+            return
+        if autocommit and self._store is not None and self.config["enable_auto_commit"] and self._consumed:
+            self.commit()
+        for log in self._logs.values():
+            log.close()
+        self._logs.clear()
+        self._closed = True
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
