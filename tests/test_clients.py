@@ -374,3 +374,17 @@ def test_a_brokers_log_dir_is_readable_but_not_changeable(tmp_path):
     assert got == expected
     with pytest.raises(kafkalite.InvalidConfigError, match="Kafka broker"):
         Admin(str(data_dir)).create_topic("new")
+
+
+def test_poll_arrow_bulk_path(data_dir):
+    fill(data_dir, n=1000)
+    with Consumer(data_dir, "t", group_id="arrow", auto_offset_reset="earliest") as c:
+        batches = c.poll_arrow(timeout_ms=100, max_records=300)
+        assert sum(b.num_rows for b in batches.values()) == 300
+        rest = c.poll_arrow(timeout_ms=100)
+        assert sum(b.num_rows for b in rest.values()) == 700
+        assert c.poll_arrow() == {}
+        values = sorted(int(v) for b in [*batches.values(), *rest.values()] for v in b.column("value").to_pylist())
+        assert values == list(range(1000))
+        c.commit()
+        assert sum(c.committed(tp) for tp in c.assignment()) == 1000

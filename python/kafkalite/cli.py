@@ -16,38 +16,63 @@ from kafkalite.log import Log
 
 
 def _demo(args: argparse.Namespace) -> int:
+    """Produce a stream into an embedded data directory and consume it back, with throughput."""
     from rich.console import Console
     from rich.progress import Progress
 
+    from kafkalite.admin import Admin
+    from kafkalite.consumer import Consumer
+    from kafkalite.producer import Producer
+
     console = Console()
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="kafkalite-demo-")
-    path = os.path.join(data_dir, "events-0")
-    total, per_batch = args.records, 1000
-    payload = [b"x" * 100] * per_batch
-    console.print(f"[bold]kafkalite demo[/]: {total:,} records of 100 bytes into [cyan]{path}[/]")
-    with Log(path, segment_bytes=64 << 20) as log:
-        start_offset = log.end_offset
+    admin = Admin(data_dir)
+    topic = f"demo-{int(time.time())}"
+    admin.create_topic(topic, partitions=3)
+    total, per_call = args.records, 10_000
+    console.print(f"[bold]kafkalite demo[/]: topic [cyan]{topic}[/] (3 partitions) in [cyan]{data_dir}[/], no broker")
+
+    with Producer(data_dir, batch_size=1 << 20, linger_ms=5) as producer:
+        keyed = min(total, 200_000)
+        began = time.perf_counter()
+        for i in range(keyed):
+            producer.send(topic, b"event-%d" % i, key=b"user-%d" % (i % 1000))
+        producer.flush()
+        send_s = time.perf_counter() - began
+        console.print(f"send():     {keyed:>10,} keyed records in {send_s:.2f} s = [green]{keyed / send_s:,.0f} records/s[/]")
+        bulk = total - keyed
+        values = [b"x" * 100] * per_call
         began = time.perf_counter()
         with Progress(transient=True, console=console) as progress:
-            task = progress.add_task("appending", total=total)
-            for done in range(0, total, per_batch):
-                log.append_values(payload[: min(per_batch, total - done)])
-                progress.advance(task, min(per_batch, total - done))
-        write_s = time.perf_counter() - began
+            task = progress.add_task("send_batch", total=bulk)
+            done = 0
+            while done < bulk:
+                n = min(per_call, bulk - done)
+                producer.send_batch(topic, values[:n], partition=done // per_call % 3)
+                done += n
+                progress.advance(task, n)
+        bulk_s = time.perf_counter() - began
+        if bulk:
+            console.print(f"send_batch: {bulk:>10,} records of 100 B in {bulk_s:.2f} s = [green]{bulk / bulk_s:,.0f} records/s[/], {bulk * 100 / bulk_s / 1e6:,.0f} MB/s")
+
+    with Consumer(data_dir, topic, group_id="demo", auto_offset_reset="earliest") as consumer:
         began = time.perf_counter()
-        rows = 0
-        position = start_offset
-        while position < log.end_offset:
-            batch = log.read_arrow(position, max_records=65536)
-            rows += batch.num_rows
-            position += batch.num_rows
+        first = consumer.poll(max_records=5)
+        rows = sum(len(v) for v in first.values())
+        while True:
+            batches = consumer.poll_arrow()
+            if not batches:
+                break
+            rows += sum(b.num_rows for b in batches.values())
         read_s = time.perf_counter() - began
-        segments = log.segments
-        console.print(f"appended {total:,} records in {write_s:.2f} s: [green]{total / write_s:,.0f} records/s[/], {total * 100 / write_s / 1e6:,.0f} MB/s of values")
-        console.print(f"read them back as Arrow in {read_s:.2f} s: [green]{rows / read_s:,.0f} records/s[/]")
-        console.print(f"log offsets [{log.start_offset}, {log.end_offset}) in {len(segments)} segment(s), {sum(s.size for s in segments):,} bytes")
-    files = sorted(os.path.basename(p) for p in glob.glob(os.path.join(path, "0*")))
-    console.print("Kafka-format files: " + ", ".join(files))
+        sample = next(iter(first.values()))[0]
+        console.print(f"consumed:   {rows:>10,} records in {read_s:.2f} s = [green]{rows / read_s:,.0f} records/s[/] (poll + Arrow bulk path)")
+        console.print(f"first record: partition {sample.partition}, offset {sample.offset}, key {sample.key!r}, value {sample.value!r}")
+        consumer.commit()
+    for p in admin.describe_topic(topic).partitions:
+        console.print(f"  {topic}-{p.partition}: offsets [{p.start_offset}, {p.end_offset}), {p.size_bytes:,} bytes in {p.segments} segment(s)")
+    files = sorted(os.listdir(os.path.join(data_dir, f"{topic}-0")))
+    console.print("Kafka-format files in partition 0: " + ", ".join(f for f in files if not f.startswith(".")))
     return 0
 
 

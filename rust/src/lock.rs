@@ -2,10 +2,11 @@
 //! directory, both released by the kernel when their holder dies:
 //!
 //! - `.kafkalite.writers`, the presence lock: an exclusive writer holds it exclusively for its
-//!   lifetime; shared writers (several producer processes) each hold it shared.
+//!   lifetime; shared writers (several producer processes) each hold it shared, except the
+//!   first one in, which holds it exclusively while it recovers the partition. Whoever holds it
+//!   exclusively writes who it is into the file ("pid N (exclusive)" or "pid N (shared writers)").
 //! - `.kafkalite.lock`, the append lock: an exclusive writer holds it for its lifetime; a shared
-//!   writer takes it only around each append (a short critical section). It holds the pid of
-//!   the last writer to take it, for error messages.
+//!   writer takes it only around each append (a short critical section).
 //!
 //! An exclusive writer can only start when no writer of either kind is alive, and a shared writer
 //! only when no exclusive writer is, so a shared writer never waits on a lock held for a lifetime.
@@ -73,15 +74,15 @@ impl WriterLock {
         let append = open_lock_file(&dir.join(LOCK_FILE))?;
         match presence.try_lock() {
             Ok(()) => {}
-            Err(TryLockError::WouldBlock) => return Err(locked(dir, read_holder(&append))),
+            Err(TryLockError::WouldBlock) => return Err(locked(dir, read_holder(&presence))),
             Err(TryLockError::Error(e)) => return Err(Error::io(format!("cannot lock {}", dir.display()), e)),
         }
+        write_holder(&presence, &format!("pid {} (exclusive)", std::process::id()))?;
         match append.try_lock() {
             Ok(()) => {}
-            Err(TryLockError::WouldBlock) => return Err(locked(dir, read_holder(&append))),
+            Err(TryLockError::WouldBlock) => return Err(locked(dir, read_holder(&presence))),
             Err(TryLockError::Error(e)) => return Err(Error::io(format!("cannot lock {}", dir.display()), e)),
         }
-        write_holder(&append, &format!("pid {}", std::process::id()))?;
         Ok(WriterLock { dir: dir.to_path_buf(), presence, append, shared: false, alone: true })
     }
 
@@ -91,9 +92,13 @@ impl WriterLock {
         let presence = open_lock_file(&dir.join(WRITERS_FILE))?;
         let append = open_lock_file(&dir.join(LOCK_FILE))?;
         let started = Instant::now();
+        let mut exclusive_sightings = 0;
         let alone = loop {
             match presence.try_lock() {
-                Ok(()) => break true,
+                Ok(()) => {
+                    write_holder(&presence, &format!("pid {} (shared writers)", std::process::id()))?;
+                    break true;
+                }
                 Err(TryLockError::Error(e)) => return Err(Error::io(format!("cannot lock {}", dir.display()), e)),
                 Err(TryLockError::WouldBlock) => {}
             }
@@ -101,13 +106,18 @@ impl WriterLock {
                 Ok(()) => break false,
                 Err(TryLockError::Error(e)) => return Err(Error::io(format!("cannot lock {}", dir.display()), e)),
                 Err(TryLockError::WouldBlock) => {
-                    // Held exclusively: by an exclusive writer (give up now), or briefly by a
-                    // shared writer that is recovering the partition (wait for it).
-                    let holder = read_holder(&append);
-                    if !holder.contains("shared") || started.elapsed() > SHARED_OPEN_PATIENCE {
+                    // Held exclusively: by an exclusive writer (give up), or for a moment by the
+                    // first shared writer while it recovers the partition (wait for it). The text
+                    // can be stale for the instant after a new holder locks, so look again
+                    // before believing "exclusive".
+                    let holder = read_holder(&presence);
+                    if holder.contains("(exclusive)") {
+                        exclusive_sightings += 1;
+                    }
+                    if exclusive_sightings > 20 || started.elapsed() > SHARED_OPEN_PATIENCE {
                         return Err(locked(dir, holder));
                     }
-                    std::thread::sleep(Duration::from_millis(1));
+                    std::thread::sleep(Duration::from_millis(2));
                 }
             }
         };
@@ -137,7 +147,6 @@ impl WriterLock {
     pub fn enter(&self) -> Result<()> {
         if self.shared {
             self.append.lock().context(|| format!("cannot lock {}", self.dir.display()))?;
-            write_holder(&self.append, &format!("pid {} (shared writer)", std::process::id()))?;
         }
         Ok(())
     }
@@ -156,6 +165,9 @@ impl WriterLock {
             return true;
         }
         self.alone = self.presence.try_lock().is_ok();
+        if self.alone {
+            let _ = write_holder(&self.presence, &format!("pid {} (shared writers)", std::process::id()));
+        }
         self.alone
     }
 }

@@ -310,3 +310,29 @@ fn shared_writers_interleave_batches_and_follow_each_other() {
     assert!(x.recovery_reports().is_empty());
     assert_eq!(all(&mut x).len(), expected.len() + 1 - 100);
 }
+
+#[test]
+fn shared_writers_opening_at_the_same_moment_all_get_in() {
+    for round in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("r{round}-0"));
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let (path, barrier) = (path.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    let mut log = Log::open(&path, LogConfig { shared_writers: true, ..config(4096) }).unwrap();
+                    append(&mut log, &values(5, &format!("t{t}")), 1);
+                    log.close().unwrap();
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let mut log = Log::open(&path, config(4096)).unwrap();
+        assert_eq!(all(&mut log).len(), 40);
+        assert!(log.recovery_reports().is_empty(), "the last writer out sealed the partition");
+    }
+}

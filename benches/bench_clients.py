@@ -1,0 +1,221 @@
+"""Client benchmark (issue 3): 100-byte values in one process, kafkalite against the peers a
+Python user would otherwise reach for on one machine, in the same run:
+  - SQLite in WAL mode (stdlib sqlite3), one table used as a log
+  - kafka-python's own record builder writing the same v2 batches to a file
+plus produce->consume latency between two processes.
+
+    python benches/bench_clients.py [--records 1000000] [--out benches/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from kafkalite import Admin, Consumer, Log, Producer, TopicPartition
+
+VALUE = b"v" * 100
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def timed(fn):
+    os.sync()
+    began = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - began, result
+
+
+def percentile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * q))]
+
+
+def latency_run(kind: str, path: str, n: int, send) -> list[float]:
+    child = subprocess.Popen([sys.executable, os.path.join(HERE, "latency_consumer.py"), kind, path, str(n)], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready"
+    time.sleep(0.3)
+    for _ in range(n):
+        send(str(time.monotonic_ns()).encode())
+        time.sleep(0.0005)  # ~2,000 records/s: latency, not throughput
+    out, _ = child.communicate(timeout=120)
+    return [float(x) for x in out.split()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    args = parser.parse_args()
+    n = args.records
+    work = tempfile.mkdtemp(prefix="kafkalite-clients-")
+    res: dict[str, dict] = {}
+    try:
+        data = os.path.join(work, "data")
+        Admin(data).create_topic("t", partitions=1)
+        Admin(data).create_topic("bulk", partitions=1)
+        Admin(data).create_topic("lat", partitions=1)
+
+        # -- producing ---------------------------------------------------------------------
+        def send_loop(**config):
+            def run():
+                with Producer(data, **config) as p:
+                    send = p.send
+                    for _ in range(n):
+                        send("t", VALUE)
+            return run
+
+        s, _ = timed(send_loop())
+        res["kafkalite send() (defaults: batch_size 16 KiB, linger 0)"] = {"seconds": s, "records": n}
+        s, _ = timed(send_loop(batch_size=1 << 20, linger_ms=5))
+        res["kafkalite send() (batch_size 1 MiB)"] = {"seconds": s, "records": n}
+
+        values = [VALUE] * 1000
+        def send_batch():
+            with Producer(data) as p:
+                for _ in range(n // 1000):
+                    p.send_batch("bulk", values, partition=0)
+        s, _ = timed(send_batch)
+        res["kafkalite send_batch (1,000 per call)"] = {"seconds": s, "records": n}
+
+        def append_values():
+            with Log(os.path.join(work, "raw-0")) as log:
+                for _ in range(n // 1000):
+                    log.append_values(values)
+        s, _ = timed(append_values)
+        res["engine Log.append_values (1,000 per call)"] = {"seconds": s, "records": n}
+
+        # Peer 1: SQLite WAL, one row per record, a transaction per 1,000 rows.
+        db_path = os.path.join(work, "log.db")
+        db = sqlite3.connect(db_path)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("CREATE TABLE log (id INTEGER PRIMARY KEY, key BLOB, value BLOB, ts INTEGER)")
+        def sqlite_insert():
+            ts = int(time.time() * 1000)
+            for _ in range(n // 1000):
+                with db:
+                    for _ in range(1000):
+                        db.execute("INSERT INTO log (key, value, ts) VALUES (?, ?, ?)", (None, VALUE, ts))
+        s, _ = timed(sqlite_insert)
+        res["SQLite WAL insert per record (txn per 1,000)"] = {"seconds": s, "records": n}
+        rows = [(None, VALUE, 0)] * 1000
+        def sqlite_many():
+            for _ in range(n // 1000):
+                with db:
+                    db.executemany("INSERT INTO log (key, value, ts) VALUES (?, ?, ?)", rows)
+        s, _ = timed(sqlite_many)
+        res["SQLite WAL executemany (1,000 per txn)"] = {"seconds": s, "records": n}
+
+        # Peer 2: kafka-python's builder, the same v2 batches appended to a file.
+        from kafka.record.default_records import DefaultRecordBatchBuilder
+
+        def kafka_python_builder():
+            with open(os.path.join(work, "kp.log"), "wb") as f:
+                for b in range(n // 1000):
+                    builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 20)
+                    ts = int(time.time() * 1000)
+                    for i in range(1000):
+                        builder.append(i, timestamp=ts, key=None, value=VALUE, headers=[])
+                    f.write(builder.build())
+        s, _ = timed(kafka_python_builder)
+        res["kafka-python DefaultRecordBatchBuilder -> file"] = {"seconds": s, "records": n}
+
+        # -- consuming ---------------------------------------------------------------------
+        def consume_iter():
+            with Consumer(data, "t", auto_offset_reset="earliest", consumer_timeout_ms=0) as c:
+                return sum(1 for _ in c)
+        s, got = timed(consume_iter)
+        res["kafkalite consumer iteration"] = {"seconds": s, "records": got}
+
+        def consume_poll():
+            with Consumer(data, "t", auto_offset_reset="earliest") as c:
+                total = 0
+                while True:
+                    batch = c.poll(max_records=10_000)
+                    if not batch:
+                        return total
+                    total += sum(len(v) for v in batch.values())
+        s, got = timed(consume_poll)
+        res["kafkalite consumer poll(max_records=10,000)"] = {"seconds": s, "records": got}
+
+        def consume_arrow():
+            with Consumer(data, "t", auto_offset_reset="earliest") as c:
+                total = 0
+                while True:
+                    batch = c.poll_arrow()
+                    if not batch:
+                        return total
+                    total += sum(b.num_rows for b in batch.values())
+        s, got = timed(consume_arrow)
+        res["kafkalite consumer poll_arrow (Arrow bulk path)"] = {"seconds": s, "records": got}
+
+        def sqlite_read():
+            return sum(1 for _ in db.execute("SELECT id, key, value, ts FROM log ORDER BY id"))
+        s, got = timed(sqlite_read)
+        res["SQLite SELECT iteration"] = {"seconds": s, "records": got}
+
+        from kafka.record.memory_records import MemoryRecords
+
+        def kafka_python_read():
+            records = MemoryRecords(open(os.path.join(work, "kp.log"), "rb").read())
+            total = 0
+            while records.has_next():
+                for _ in records.next_batch():
+                    total += 1
+            return total
+        s, got = timed(kafka_python_read)
+        res["kafka-python MemoryRecords iteration"] = {"seconds": s, "records": got}
+
+        # -- latency between processes -----------------------------------------------------
+        lat_n = 2000
+        with Producer(data, linger_ms=0) as p:
+            kl = latency_run("kafkalite", data, lat_n, lambda v: p.send("lat", v))
+        sl_db = sqlite3.connect(db_path, isolation_level=None)
+        sl_db.execute("CREATE TABLE IF NOT EXISTS lat (id INTEGER PRIMARY KEY, value BLOB)")
+        lat_db = os.path.join(work, "lat.db")
+        ldb = sqlite3.connect(lat_db, isolation_level=None)
+        ldb.execute("PRAGMA journal_mode=WAL")
+        ldb.execute("CREATE TABLE log (id INTEGER PRIMARY KEY, value BLOB)")
+        sl = latency_run("sqlite", lat_db, lat_n, lambda v: ldb.execute("INSERT INTO log (value) VALUES (?)", (v,)))
+        latency = {
+            "kafkalite": {"p50_us": statistics.median(kl), "p99_us": percentile(kl, 0.99), "max_us": max(kl)},
+            "SQLite WAL, reader polling every 100 µs": {"p50_us": statistics.median(sl), "p99_us": percentile(sl, 0.99), "max_us": max(sl)},
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    append_rate = n / res["engine Log.append_values (1,000 per call)"]["seconds"]
+    lines = [
+        f"# Client benchmark: {n:,} records of 100-byte values, one process",
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "",
+        "| workload | records/s | vs engine append_values |",
+        "|---|---:|---:|",
+    ]
+    for name, r in res.items():
+        r["records_per_s"] = r["records"] / r["seconds"]
+        lines.append(f"| {name} | {r['records_per_s']:,.0f} | {r['records_per_s'] / append_rate:.2f} |")
+    lines += ["", "Produce -> consume latency between two processes (2,000 records at ~2,000/s):", "",
+              "| path | p50 µs | p99 µs | max µs |", "|---|---:|---:|---:|"]
+    for name, l in latency.items():
+        lines.append(f"| {name} | {l['p50_us']:.0f} | {l['p99_us']:.0f} | {l['max_us']:.0f} |")
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "clients.json"), "w") as f:
+        json.dump({"records": n, "throughput": res, "latency": latency}, f, indent=2)
+    with open(os.path.join(args.out, "clients.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
