@@ -85,4 +85,10 @@ def test_cli_produce_pipes_into_consume(tmp_path):
     for cmd in (["--help"], ["topics", "--help"], ["produce", "--help"], ["consume", "--help"], ["dump-log", "--help"], ["demo", "--help"]):
         assert run(*cmd).returncode == 0
     dump = run("dump-log", str(tmp_path / "data" / "lines-0"))
-    assert dump.returncode == 0 and b"CRC ok" in dump.stdout
+    assert dump.returncode == 0 and b"baseOffset: 0" in dump.stdout and b"isValid: true" in dump.stdout
+    log_file = tmp_path / "data" / "lines-0" / "00000000000000000000.log"
+    damaged = bytearray(log_file.read_bytes())
+    damaged[100] ^= 0xFF
+    log_file.write_bytes(bytes(damaged))
+    dump = run("dump-log", str(tmp_path / "data" / "lines-0"))
+    assert dump.returncode == 1 and b"isValid: false" in dump.stdout

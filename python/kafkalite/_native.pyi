@@ -15,6 +15,7 @@ __all__ = [
     "BatchBuffer",
     "murmur2",
     "partitions_for_keys",
+    "crc32c",
     "__version__",
 ]
 
@@ -22,6 +23,7 @@ __version__: str
 
 def murmur2(data: bytes) -> int: ...
 def partitions_for_keys(keys: list[bytes], partitions: int) -> list[int]: ...
+def crc32c(data: bytes) -> int: ...
 
 @final
 class ConsumerRecord:

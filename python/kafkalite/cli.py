@@ -77,28 +77,14 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _dump_log(args: argparse.Namespace) -> int:
-    """Batches of one partition directory: offsets, timestamps, sizes, CRC check."""
-    log = Log(args.partition, readonly=True)
-    from kafkalite import CorruptRecordError
+    """Batches of one partition directory with CRC checks, and index sanity (kafka-dump-log)."""
+    from kafkalite.dump import dump_partition
 
-    print(f"log start offset {log.start_offset}, log end offset {log.end_offset}")
-    for seg in log.segments:
-        print(f"segment {seg.base_offset:020d}.log: offsets [{seg.base_offset}, {seg.next_offset}), {seg.size} bytes, max timestamp {seg.max_timestamp}")
-    position = log.start_offset
-    try:
-        while position < log.end_offset:
-            batch = log.read_arrow(position, max_records=args.max_records)
-            if batch.num_rows == 0:
-                break
-            offsets = batch.column("offset")
-            print(f"records {offsets[0]}..{offsets[-1]}: {batch.num_rows} records, CRC ok")
-            position = offsets[-1].as_py() + 1
-    except CorruptRecordError as e:
-        print(f"CORRUPT: {e}", file=sys.stderr)
-        return 1
-    finally:
-        log.close()
-    return 0
+    if not os.path.isdir(args.partition):
+        raise SystemExit(f"kafkalite: {args.partition} is not a partition directory")
+    problems = dump_partition(args.partition, sys.stdout, print_batches=not args.summary)
+    print(f"{problems} problem(s) found", file=sys.stderr)
+    return 1 if problems else 0
 
 
 def _require_dir(args: argparse.Namespace) -> str:
@@ -290,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.set_defaults(run=_demo)
     dump = sub.add_parser("dump-log", help="list the batches of a partition directory and check their CRCs")
     dump.add_argument("partition", help="a <topic>-<partition> directory")
-    dump.add_argument("--max-records", type=int, default=100_000)
+    dump.add_argument("--summary", action="store_true", help="only the index checks and problems, not every batch")
     dump.set_defaults(run=_dump_log)
     args = parser.parse_args(argv)
     from kafkalite.errors import KafkaliteError
@@ -300,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     except KafkaliteError as e:
         print(f"kafkalite: {e}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # output piped into `head` and closed early
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

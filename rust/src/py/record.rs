@@ -135,6 +135,12 @@ pub fn murmur2(data: &[u8]) -> i32 {
     crate::partitioner::murmur2(data)
 }
 
+/// CRC-32C (Castagnoli), as stored in v2 batches over bytes 21..end.
+#[pyfunction]
+pub fn crc32c(data: &[u8]) -> u32 {
+    ::crc32c::crc32c(data)
+}
+
 /// Kafka's default partition of each key, `(murmur2(key) & 0x7fffffff) % partitions`, for a
 /// whole list at once (the bulk producer path).
 #[pyfunction]
