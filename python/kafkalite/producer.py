@@ -147,16 +147,16 @@ def _resolve_callbacks(batch: _Batch) -> None:
 
 
 class _Partition:
-    """Per-partition state: the batch being built, its futures' batch, the log."""
+    """Per-partition state: the batch being built with its futures' shared state (swapped
+    together as one tuple), and the log."""
 
-    __slots__ = ("topic", "number", "buffer", "batch", "first_add", "log", "drain_lock", "codec")
+    __slots__ = ("topic", "number", "current", "first_add", "log", "drain_lock", "codec")
 
     def __init__(self, topic: str, number: int, codec: str) -> None:
         self.topic = topic
         self.number = number
         self.codec = codec
-        self.buffer = BatchBuffer(codec)
-        self.batch = _Batch(topic, number)
+        self.current: tuple[BatchBuffer, _Batch] = (BatchBuffer(codec), _Batch(topic, number))
         self.first_add = 0.0
         self.log: Log | None = None
         self.drain_lock = threading.Lock()
@@ -207,6 +207,8 @@ class Producer:
         self._dirty: set[_Partition] = set()
         self._closed = False
         self._batch_size = self.config["batch_size"]
+        self._serializing = self.config["key_serializer"] is not None or self.config["value_serializer"] is not None
+        self._custom_partitioner = self.config["partitioner"]
         self._linger = self.config["linger_ms"] / 1000.0
         self._sender = threading.Thread(target=self._run_sender, name="kafkalite-producer-sender", daemon=True)
         self._sender.start()
@@ -240,23 +242,21 @@ class Producer:
             raise IllegalStateError("the producer is closed")
         if value is None and key is None:
             raise InvalidConfigError("a record needs a key or a value (None for both is not allowed)")
-        if self.config["key_serializer"] is not None and key is not None:
-            key = self.config["key_serializer"](key)
-        if self.config["value_serializer"] is not None and value is not None:
-            value = self.config["value_serializer"](value)
+        if self._serializing:
+            key, value = self._serialize(key, value)
         t = self._topics.get(topic) or self._topic(topic)
         if partition is None:
-            partition = self._choose_partition(t, key)
+            partition = t.sticky if key is None and self._custom_partitioner is None else self._choose_partition(t, key)
         elif not 0 <= partition < len(t.partitions):
             raise InvalidConfigError(f"topic {topic!r} has partitions 0..{len(t.partitions) - 1}; there is no partition {partition}")
-        size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
-        if size > t.max_bytes:
-            raise RecordTooLargeError(f"a {size}-byte record exceeds max.message.bytes / max_request_size ({t.max_bytes})")
-        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         p = t.partitions[partition]
-        with self._lock:
-            index, batch_bytes = p.buffer.add(value, key, headers, ts)
-            future = FutureRecordMetadata(p.batch, index, ts)
+        while True:  # a buffer taken by the sender meanwhile refuses the record: use the next one
+            buffer, batch = p.current
+            added = buffer.add(value, key, headers, timestamp_ms, t.max_bytes)
+            if added is not None:
+                break
+        index, batch_bytes, ts = added
+        future = FutureRecordMetadata(batch, index, ts)
         if batch_bytes >= self._batch_size:
             self._drain(p)
         elif index == 0:
@@ -265,6 +265,14 @@ class Producer:
                 self._dirty.add(p)
                 self._wakeup.notify()
         return future
+
+    def _serialize(self, key: Any, value: Any) -> tuple[Any, Any]:
+        ks, vs = self.config["key_serializer"], self.config["value_serializer"]
+        if ks is not None and key is not None:
+            key = ks(key)
+        if vs is not None and value is not None:
+            value = vs(value)
+        return key, value
 
     def _choose_partition(self, t: _Topic, key: bytes | None) -> int:
         custom = self.config["partitioner"]
@@ -337,14 +345,13 @@ class Producer:
         self._notifier.notify()
 
     def _drain_locked(self, p: _Partition) -> None:
-        with self._lock:
-            if len(p.buffer) == 0:
-                return
-            buffer, batch = p.buffer, p.batch
-            p.buffer, p.batch = BatchBuffer(p.codec), _Batch(p.topic, p.number)
-            t = self._topics[p.topic]
-            if t.sticky == p.number and len(t.partitions) > 1:  # KIP-480: a new sticky partition per batch
-                t.sticky = random.choice([n for n in t.all if n != p.number])
+        buffer, batch = p.current
+        if len(buffer) == 0:
+            return
+        p.current = (BatchBuffer(p.codec), _Batch(p.topic, p.number))
+        t = self._topics[p.topic]
+        if t.sticky == p.number and len(t.partitions) > 1:  # KIP-480: a new sticky partition per batch
+            t.sticky = random.choice([n for n in t.all if n != p.number])
         try:
             result = self._log(p)._native.append_buffer(buffer)
             if result is not None:

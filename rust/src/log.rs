@@ -16,6 +16,9 @@ use crate::record::scan::{next_batch, Next};
 use crate::record::{for_each_record, record_area, BatchBuilder, RecordInput, TimestampType};
 use crate::segment::{RecoveryReport, Segment, SegmentSettings};
 
+/// How stale a follower's view of other writers' segment deletions may get.
+const LISTING_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Upper bound for the batches `append_records` builds, below `max_message_bytes`.
 const TARGET_BATCH_BYTES: usize = 1 << 20;
 
@@ -49,6 +52,10 @@ pub struct Log {
     scratch: Vec<u8>,
     /// The LogAppendTime stamp of the last built batch (None for CreateTime topics).
     last_log_append_time: Option<i64>,
+    /// When `follow_segment_files` last listed the directory.
+    last_listing: std::time::Instant,
+    /// Identity of the start-offset file when last read (inode, mtime).
+    start_offset_stamp: Option<(u64, i64, i64)>,
 }
 
 impl Log {
@@ -81,6 +88,8 @@ impl Log {
             recovery: Vec::new(),
             scratch: Vec::new(),
             last_log_append_time: None,
+            last_listing: std::time::Instant::now(),
+            start_offset_stamp: None,
         };
         match &log.lock {
             None => log.load_readonly()?,
@@ -234,6 +243,7 @@ impl Log {
             seg.discover()?;
             *self.segments.last_mut().unwrap() = seg;
         }
+        // follow_segment_files (or the open just above) discovered the active segment's tail.
         let max_batch = self.config.max_message_bytes;
         let active = self.segments.last_mut().unwrap();
         active.adopt_for_append(max_batch)?;
@@ -245,6 +255,17 @@ impl Log {
     /// learn the new batches of the newest known segment, and open segments created since.
     /// Every segment but the newest is sealed, trimmed and final, so it is trusted as it is.
     fn follow_segment_files(&mut self) -> Result<()> {
+        // Listing the directory is the expensive part; it is needed only when the newest known
+        // segment was sealed (someone rolled) or to notice other writers' deletions, which
+        // only move the log start offset, so those are picked up within LISTING_INTERVAL.
+        self.follow_start_offset();
+        if let Some(last) = self.segments.last_mut() {
+            last.discover()?;
+            if !last.looks_sealed() && self.last_listing.elapsed() < LISTING_INTERVAL {
+                return Ok(());
+            }
+        }
+        self.last_listing = std::time::Instant::now();
         let bases = self.list_segment_files()?;
         self.segments.retain(|s| bases.binary_search(&s.base_offset).is_ok());
         let known_last = self.segments.last().map(|s| s.base_offset);
@@ -272,9 +293,22 @@ impl Log {
             self.segments.push(seg);
         }
         let first_base = self.segments.first().map(|s| s.base_offset).unwrap_or(0);
-        let checkpoint = read_offset(&self.dir, LOG_START_OFFSET_FILE).unwrap_or(0);
-        self.start_offset = self.start_offset.max(checkpoint).max(first_base);
+        self.start_offset = self.start_offset.max(first_base);
         Ok(())
+    }
+
+    /// Another writer's DeleteRecords must be seen at once: one stat of the start-offset file
+    /// (replaced by rename, so a change shows as a new inode or mtime), read only on change.
+    fn follow_start_offset(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(meta) = std::fs::metadata(self.dir.join(LOG_START_OFFSET_FILE)) else { return };
+        let stamp = (meta.ino(), meta.mtime(), meta.mtime_nsec());
+        if self.start_offset_stamp != Some(stamp) {
+            self.start_offset_stamp = Some(stamp);
+            if let Some(checkpoint) = read_offset(&self.dir, LOG_START_OFFSET_FILE) {
+                self.start_offset = self.start_offset.max(checkpoint);
+            }
+        }
     }
 
     /// Reader side: pick up batches and segments a writer added since we last looked.

@@ -56,6 +56,8 @@ pub struct Segment {
     mapped_len: usize,
     /// Bytes of the file backed by reserved blocks (writer only); stores stay below this.
     allocated_len: usize,
+    /// The file length `discover` last saw: equal to `size` once the segment is sealed.
+    file_len_seen: usize,
     /// Whether `map` may be written through (a writer's map, not one made by `discover`).
     map_writable: bool,
     /// The helper thread faulting in the newest reserved range.
@@ -148,6 +150,7 @@ impl Segment {
             mapped_len: 0,
             allocated_len: 0,
             map_writable: false,
+            file_len_seen: 0,
             prefault: None,
             size: 0,
             next_offset: base_offset,
@@ -461,6 +464,7 @@ impl Segment {
         self.time_index.file.load_more()?;
         let file_len =
             self.file.metadata().context(|| format!("cannot stat {}", self.log_path().display()))?.len() as usize;
+        self.file_len_seen = file_len;
         if self.size == 0 {
             self.skip_to_last_index_entry(file_len);
         }
@@ -534,6 +538,13 @@ impl Segment {
         self.writable
     }
 
+    /// True when the file ends exactly at the valid data: a writer sealed (trimmed) it, since
+    /// an active segment always has blocks reserved past its end. (A broker's active segment,
+    /// which is never preallocated, also looks sealed; that only costs a directory listing.)
+    pub fn looks_sealed(&self) -> bool {
+        self.file_len_seen <= self.size
+    }
+
     /// Another writer sealed (and trimmed) this segment.
     pub fn mark_sealed(&mut self) {
         self.finish_prefault();
@@ -544,10 +555,9 @@ impl Segment {
     /// appended to it. Learns their batches, clears the torn body a writer that died mid-append
     /// may have left (its 12-byte prefix is never written, so no reader saw it), and maps the
     /// segment for writing from the file's current reserved length.
+    /// `discover` must have run just before, under the same lock.
     pub fn adopt_for_append(&mut self, max_batch: usize) -> Result<()> {
-        self.discover()?;
-        let file_len =
-            self.file.metadata().context(|| format!("cannot stat {}", self.log_path().display()))?.len() as usize;
+        let file_len = self.file_len_seen;
         let mut probe = [0u8; HEADER_LEN];
         let n = read_at_most(&self.file, &mut probe, self.size as u64)?;
         if probe[..n].iter().any(|&b| b != 0) {

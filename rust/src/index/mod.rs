@@ -9,7 +9,7 @@ pub mod offset;
 pub mod time;
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::error::{IoContext, Result};
@@ -30,6 +30,8 @@ pub trait Entry: Copy + std::fmt::Debug {
 pub struct IndexFile<E: Entry> {
     path: PathBuf,
     file: Option<File>,
+    /// A read handle kept open to follow entries other writers append (None until first use).
+    reader: Option<File>,
     entries: Vec<E>,
     /// Bytes of the file already read (for a read-only follower of a live index).
     read_len: u64,
@@ -55,6 +57,7 @@ impl<E: Entry> IndexFile<E> {
         let mut index = IndexFile {
             path: path.to_path_buf(),
             file,
+            reader: None,
             entries: Vec::new(),
             read_len: 0,
             max_entries: (max_index_bytes / E::SIZE).max(1),
@@ -68,16 +71,25 @@ impl<E: Entry> IndexFile<E> {
 
     /// Read entries appended since the last load. Returns true if bad entries were skipped.
     pub fn load_more(&mut self) -> Result<bool> {
-        let mut bytes = Vec::new();
-        match File::open(&self.path) {
-            Ok(mut f) => {
-                use std::io::Seek;
-                f.seek(std::io::SeekFrom::Start(self.read_len))
-                    .and_then(|_| f.read_to_end(&mut bytes))
-                    .context(|| format!("cannot read index {}", self.path.display()))?;
+        use std::os::unix::fs::FileExt;
+        if self.reader.is_none() {
+            match File::open(&self.path) {
+                Ok(f) => self.reader = Some(f),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+                Err(e) => return Err(crate::error::Error::io(format!("cannot read index {}", self.path.display()), e)),
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-            Err(e) => return Err(crate::error::Error::io(format!("cannot read index {}", self.path.display()), e)),
+        }
+        let reader = self.reader.as_ref().unwrap();
+        let mut bytes = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = reader
+                .read_at(&mut chunk, self.read_len + bytes.len() as u64)
+                .context(|| format!("cannot read index {}", self.path.display()))?;
+            bytes.extend_from_slice(&chunk[..n]);
+            if n < chunk.len() {
+                break;
+            }
         }
         let whole = bytes.len() / E::SIZE * E::SIZE;
         for chunk in bytes[..whole].chunks_exact(E::SIZE) {
