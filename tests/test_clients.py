@@ -362,6 +362,23 @@ def test_retention_runs_by_itself(data_dir):
     assert part.start_offset > 0 and part.segments <= 2
 
 
+def test_retention_covers_topics_no_producer_writes(data_dir):
+    make_topic(data_dir, "old", 1, {"segment.bytes": 1024, "retention.ms": 1000})
+    make_topic(data_dir, "busy", 1)
+    with Producer(data_dir, batch_size=500) as p:
+        for _ in range(50):
+            p.send("old", b"o" * 100, timestamp_ms=1)  # ancient records
+    assert Admin(data_dir).describe_topic("old").partitions[0].segments > 3
+    with Producer(data_dir, retention_check_interval_ms=50) as p:
+        p.send("busy", b"b")
+        deadline = time.time() + 10
+        while Admin(data_dir).describe_topic("old").partitions[0].start_offset == 0 and time.time() < deadline:
+            time.sleep(0.05)
+    old = Admin(data_dir).describe_topic("old").partitions[0]
+    assert old.start_offset == 50 and old.end_offset == 50  # every expired segment is gone
+    assert Admin(data_dir).enforce_retention() == {"busy": 0, "old": 0}
+
+
 def test_a_brokers_log_dir_is_readable_but_not_changeable(tmp_path):
     from test_broker_layout import write_broker_partition
 

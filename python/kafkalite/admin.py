@@ -120,6 +120,23 @@ class Admin:
 
         self._dir.update(change)
 
+    def enforce_retention(self, topics: list[str] | None = None, now_ms: int | None = None) -> dict[str, int]:
+        """Apply each topic's ``retention.ms`` / ``retention.bytes`` now (Kafka's broker does
+        this every 5 minutes; kafkalite producers call this on that schedule). Returns the
+        number of segments deleted per topic. Partitions are opened as shared writers, so this
+        runs safely beside producers."""
+        deleted: dict[str, int] = {}
+        if not self._dir.managed:
+            return deleted
+        for name in topics if topics is not None else self.list_topics():
+            count = 0
+            for p in range(self._dir.partitions(name)):
+                if os.path.isdir(self._dir.partition_path(name, p)):
+                    with self._dir.open_partition(name, p, shared_writers=True) as log:
+                        count += log.enforce_retention(now_ms)
+            deleted[name] = count
+        return deleted
+
     def close(self) -> None:
         """Nothing to release; for symmetry with Kafka's admin client."""
 

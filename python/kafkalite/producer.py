@@ -386,16 +386,31 @@ class Producer:
                 return
 
     def _enforce_retention(self) -> None:
-        """Time and size retention for every partition this producer writes (Kafka's broker
-        does this every log.retention.check.interval.ms)."""
-        for t in list(self._topics.values()):
+        """Time and size retention for every topic of the data directory (Kafka's broker does
+        this every log.retention.check.interval.ms): through this producer's open logs where it
+        has them, by opening the others briefly as a shared writer."""
+        from kafkalite.admin import Admin
+
+        others = []
+        for name in self._dir.topics():
+            t = self._topics.get(name)
+            if t is None:
+                others.append(name)
+                continue
             for p in t.partitions:
-                if p.log is not None:
-                    try:
-                        with p.drain_lock:
+                try:
+                    with p.drain_lock:
+                        if p.log is not None:
                             p.log.enforce_retention()
-                    except KafkaliteError:
-                        pass
+                        elif os.path.isdir(self._dir.partition_path(name, p.number)):
+                            with self._dir.open_partition(name, p.number, shared_writers=True) as log:
+                                log.enforce_retention()
+                except KafkaliteError:
+                    pass  # retention is retried on the next pass
+        try:
+            Admin(self._dir.path).enforce_retention(others)
+        except KafkaliteError:
+            pass
 
     # -- lifecycle -------------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> None:
