@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use arrow_array::builder::{BinaryBuilder, Int64Builder, StringBuilder, TimestampMillisecondBuilder};
-use arrow_array::{Array, ArrayRef, ListArray, RecordBatch, StructArray};
+use arrow_array::{ArrayRef, ListArray, RecordBatch, StructArray};
 use arrow_buffer::{NullBuffer, OffsetBuffer};
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 
@@ -123,14 +123,4 @@ impl RecordSink for ArrowSink {
         self.header_present.push(!r.headers.is_empty());
         Ok(())
     }
-}
-
-/// A struct array view of a batch, the form the Arrow C data interface exports.
-pub fn as_struct_array(batch: RecordBatch) -> StructArray {
-    StructArray::from(batch)
-}
-
-/// Number of rows in an exported batch (for tests).
-pub fn rows(batch: &RecordBatch) -> usize {
-    batch.column(0).len()
 }

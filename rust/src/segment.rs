@@ -186,10 +186,6 @@ impl Segment {
         self.max_timestamp
     }
 
-    pub fn is_sealed(&self) -> bool {
-        self.sealed
-    }
-
     /// The map holding the published bytes (None while the segment is empty).
     pub fn map(&self) -> Option<&Arc<MappedFile>> {
         self.map.as_ref()
@@ -445,10 +441,7 @@ impl Segment {
 
     /// Reopen a trusted or recovered segment for appending (the active segment of a writer).
     pub fn reopen_for_append(&mut self) -> Result<()> {
-        self.bytes_since_last_index_entry = match self.offset_index.file.last() {
-            Some(e) => self.size - e.position as usize,
-            None => self.size,
-        };
+        self.bytes_since_last_index_entry = self.bytes_after_last_index_entry();
         self.map = None;
         self.mapped_len = 0;
         self.allocated_len = self.size;
@@ -533,6 +526,15 @@ impl Segment {
         self.size = position;
     }
 
+    /// Bytes appended since the last offset-index entry's batch started (Kafka's
+    /// `bytesSinceLastIndexEntry`, rebuilt when a writer takes over a segment).
+    fn bytes_after_last_index_entry(&self) -> usize {
+        match self.offset_index.file.last() {
+            Some(e) if (e.position as usize) < self.size => self.size - e.position as usize,
+            _ => self.size,
+        }
+    }
+
     /// Whether this segment's files were opened for writing.
     pub fn is_writable(&self) -> bool {
         self.writable
@@ -567,10 +569,7 @@ impl Segment {
                 .write_all_at(&zeros, self.size as u64)
                 .context(|| format!("cannot clear a torn batch in {}", self.log_path().display()))?;
         }
-        self.bytes_since_last_index_entry = match self.offset_index.file.last() {
-            Some(e) if (e.position as usize) < self.size => self.size - e.position as usize,
-            _ => self.size,
-        };
+        self.bytes_since_last_index_entry = self.bytes_after_last_index_entry();
         self.allocated_len = self.allocated_len.max(file_len);
         self.sealed = false;
         self.ensure_capacity(0)

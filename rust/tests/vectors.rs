@@ -166,7 +166,7 @@ fn uncompressed_batches_reencode_byte_for_byte() {
         {
             continue;
         }
-        let headers: Vec<Vec<(&str, Option<&[u8]>)>> =
+        let headers: Vec<Vec<kafkalite::record::Header<'_>>> =
             records.iter().map(|r| r.headers.iter().map(|(k, v)| (k.as_str(), v.as_deref())).collect()).collect();
         let mut b = BatchBuilder::new(Compression::None, None, 0);
         for (r, hs) in records.iter().zip(&headers) {

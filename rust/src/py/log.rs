@@ -31,6 +31,21 @@ impl PyLog {
         self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Decode records into an arena without the GIL; returns it and the offset to continue from.
+    fn scan_into_arena(
+        &self,
+        py: Python<'_>,
+        start: i64,
+        end: Option<i64>,
+        max: usize,
+    ) -> PyResult<(RecordArena, i64)> {
+        self.detached(py, |log| {
+            let mut arena = RecordArena::default();
+            let next = log.scan_records(start, end, max, &mut arena)?;
+            Ok((arena, next))
+        })
+    }
+
     /// Run `f` on the log with the GIL released.
     fn detached<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Log) -> crate::Result<T> + Send) -> PyResult<T> {
         py.detach(|| f(&mut self.lock())).map_err(Into::into)
@@ -223,11 +238,7 @@ impl PyLog {
         max_records: usize,
         end: Option<i64>,
     ) -> PyResult<(Vec<Py<ConsumerRecord>>, i64)> {
-        let (arena, next) = self.detached(py, |log| {
-            let mut arena = RecordArena::default();
-            let next = log.scan_records(start, end, max_records, &mut arena)?;
-            Ok((arena, next))
-        })?;
+        let (arena, next) = self.scan_into_arena(py, start, end, max_records)?;
         Ok((arena.into_consumer_records(py, &topic, partition)?, next))
     }
 
@@ -247,11 +258,7 @@ impl PyLog {
         end: Option<i64>,
         max_records: usize,
     ) -> PyResult<(Vec<Py<Record>>, i64)> {
-        let (arena, next) = self.detached(py, |log| {
-            let mut arena = RecordArena::default();
-            let next = log.scan_records(start, end, max_records, &mut arena)?;
-            Ok((arena, next))
-        })?;
+        let (arena, next) = self.scan_into_arena(py, start, end, max_records)?;
         Ok((arena.into_records(py)?, next))
     }
 

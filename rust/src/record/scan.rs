@@ -75,30 +75,3 @@ pub fn verify_crc(batch: &[u8], header: &BatchHeader, pos: usize) -> Result<()> 
     }
     Ok(())
 }
-
-/// Iterate the valid batches of a buffer that is known to hold only whole, valid batches
-/// (the published part of a segment). Stops at the first thing that is not a batch.
-pub fn batches(buf: &[u8], check_crc: bool) -> impl Iterator<Item = Result<(usize, BatchHeader)>> + '_ {
-    let mut pos = 0usize;
-    let mut done = false;
-    std::iter::from_fn(move || {
-        if done {
-            return None;
-        }
-        match next_batch(buf, pos, check_crc) {
-            Ok(Next::Batch(h)) => {
-                let at = pos;
-                pos += h.total_size();
-                Some(Ok((at, h)))
-            }
-            Ok(_) => {
-                done = true;
-                None
-            }
-            Err(e) => {
-                done = true;
-                Some(Err(e))
-            }
-        }
-    })
-}
