@@ -26,8 +26,9 @@ pub struct ConsumerRecord {
     pub key: Option<Py<PyAny>>,
     #[pyo3(get)]
     pub value: Option<Py<PyAny>>,
-    #[pyo3(get)]
-    pub headers: Py<PyList>,
+    /// None when the record has no headers: no empty list is allocated per record (each one
+    /// would be another object for the cyclic GC to walk); the getter returns a new `[]`.
+    pub headers: Option<Py<PyList>>,
     #[pyo3(get)]
     pub serialized_key_size: i64,
     #[pyo3(get)]
@@ -38,6 +39,15 @@ pub struct ConsumerRecord {
 
 #[pymethods]
 impl ConsumerRecord {
+    /// The record's headers, `[(key, value), ...]` (a new empty list when there are none).
+    #[getter]
+    fn headers(&self, py: Python<'_>) -> Py<PyList> {
+        match &self.headers {
+            Some(h) => h.clone_ref(py),
+            None => PyList::empty(py).unbind(),
+        }
+    }
+
     /// Not tracked on disk by kafkalite (always None), kept for kafka-python compatibility.
     #[getter]
     fn leader_epoch(&self) -> Option<i32> {
@@ -60,7 +70,7 @@ impl ConsumerRecord {
             timestamp_type: self.timestamp_type,
             key,
             value,
-            headers: self.headers.clone_ref(py),
+            headers: self.headers.as_ref().map(|h| h.clone_ref(py)),
             serialized_key_size: self.serialized_key_size,
             serialized_value_size: self.serialized_value_size,
             serialized_header_size: self.serialized_header_size,
@@ -83,7 +93,7 @@ impl ConsumerRecord {
             self.timestamp_type,
             show(&self.key)?,
             show(&self.value)?,
-            self.headers.bind(py).repr()?
+            self.headers(py).bind(py).repr()?
         ))
     }
 
@@ -104,7 +114,7 @@ impl ConsumerRecord {
             self.timestamp,
             opt(&self.key),
             opt(&self.value),
-            self.headers.clone_ref(py),
+            self.headers(py),
         )
             .into_pyobject(py)
     }

@@ -151,7 +151,7 @@ impl PyLog {
                 })?
                 .get();
             let mut headers = Vec::new();
-            for pair in rec.headers.bind(py).iter() {
+            for pair in rec.headers.iter().flat_map(|h| h.bind(py).iter()) {
                 let (k, v): (Bound<'_, PyString>, Option<Bound<'_, PyBytes>>) = pair.extract()?;
                 headers.push((k, v));
             }

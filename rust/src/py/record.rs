@@ -20,9 +20,8 @@ pub struct Record {
     pub key: Option<Py<PyBytes>>,
     #[pyo3(get)]
     pub value: Option<Py<PyBytes>>,
-    /// A list of `(str, bytes | None)` pairs.
-    #[pyo3(get)]
-    pub headers: Py<PyList>,
+    /// `(str, bytes | None)` pairs; None when there are none (see `ConsumerRecord::headers`).
+    pub headers: Option<Py<PyList>>,
 }
 
 /// Accept bytes, bytearray or memoryview (copied to bytes); refuse anything else clearly.
@@ -88,8 +87,17 @@ impl Record {
             timestamp,
             key: to_bytes(key, "key")?.map(Bound::unbind),
             value: to_bytes(value, "value")?.map(Bound::unbind),
-            headers: to_headers(py, headers)?.unbind(),
+            headers: Some(to_headers(py, headers)?).filter(|h| !h.is_empty()).map(Bound::unbind),
         })
+    }
+
+    /// A list of `(str, bytes | None)` pairs (a new empty list when there are none).
+    #[getter]
+    fn headers(&self, py: Python<'_>) -> Py<PyList> {
+        match &self.headers {
+            Some(h) => h.clone_ref(py),
+            None => PyList::empty(py).unbind(),
+        }
     }
 
     fn _fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
@@ -98,7 +106,7 @@ impl Record {
             self.timestamp,
             self.key.as_ref().map(|b| b.clone_ref(py)),
             self.value.as_ref().map(|b| b.clone_ref(py)),
-            self.headers.clone_ref(py),
+            self.headers(py),
         )
             .into_pyobject(py)
     }
@@ -124,7 +132,7 @@ impl Record {
             opt(self.timestamp),
             r(&self.key)?,
             r(&self.value)?,
-            self.headers.bind(py).repr()?
+            self.headers(py).bind(py).repr()?
         ))
     }
 }
@@ -182,13 +190,17 @@ impl RecordArena {
         PyBytes::new(py, &self.data[s.0..s.1]).unbind()
     }
 
-    fn headers_of<'py>(&self, py: Python<'py>, r: &ArenaRecord) -> PyResult<Bound<'py, PyList>> {
+    /// The record's headers as a list, or None when it has none.
+    fn headers_of(&self, py: Python<'_>, r: &ArenaRecord) -> PyResult<Option<Py<PyList>>> {
+        if r.headers.0 == r.headers.1 {
+            return Ok(None);
+        }
         let headers = PyList::empty(py);
         for (k, v) in &self.headers[r.headers.0..r.headers.1] {
             let key = std::str::from_utf8(&self.data[k.0..k.1]).expect("validated by the decoder");
             headers.append((key, v.map(|v| self.bytes(py, v))))?;
         }
-        Ok(headers)
+        Ok(Some(headers.unbind()))
     }
 
     pub fn into_records(self, py: Python<'_>) -> PyResult<Vec<Py<Record>>> {
@@ -201,7 +213,7 @@ impl RecordArena {
                     timestamp: Some(r.timestamp),
                     key: r.key.map(|s| self.bytes(py, s)),
                     value: r.value.map(|s| self.bytes(py, s)),
-                    headers: self.headers_of(py, r)?.unbind(),
+                    headers: self.headers_of(py, r)?,
                 },
             )?);
         }
@@ -232,7 +244,7 @@ impl RecordArena {
                     timestamp_type: if r.log_append_time { 1 } else { 0 },
                     key: r.key.map(|s| self.bytes(py, s).into_any()),
                     value: r.value.map(|s| self.bytes(py, s).into_any()),
-                    headers: self.headers_of(py, r)?.unbind(),
+                    headers: self.headers_of(py, r)?,
                     serialized_key_size: size(r.key),
                     serialized_value_size: size(r.value),
                     serialized_header_size: if r.headers.0 == r.headers.1 { -1 } else { header_size },
