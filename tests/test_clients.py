@@ -405,3 +405,6 @@ def test_poll_arrow_bulk_path(data_dir):
         assert values == list(range(1000))
         c.commit()
         assert sum(c.committed(tp) for tp in c.assignment()) == 1000
+        tp0 = TopicPartition("t", 0)
+        c.seek(tp0, 10_000)  # past the end: auto_offset_reset applies, as for poll()
+        assert c.poll_arrow(max_records=1000)[tp0].num_rows == 500

@@ -248,29 +248,41 @@ class Consumer:
         return parts
 
     def _fetch(self, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
-        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        return self._collect(max_records, self._fetch_one, len)
+
+    def _collect(self, max_records: int, read_one: Any, count: Any) -> dict[TopicPartition, Any]:
+        """Read from the fetchable partitions in turn until ``max_records`` are gathered."""
+        out = {}
         budget = max_records
         for tp in self._fetchable():
             if budget <= 0:
                 break
-            records = self._fetch_one(tp, budget)
-            if records:
-                out[tp] = records
-                budget -= len(records)
+            got = read_one(tp, budget)
+            if got:
+                out[tp] = got
+                budget -= count(got)
         return out
 
-    def _fetch_one(self, tp: TopicPartition, limit: int) -> list[ConsumerRecord]:
+    def _read_at_position(self, tp: TopicPartition, limit: int, read: Any) -> Any:
+        """``read(log, position, limit) -> (items, next offset)`` from this consumer's position.
+        A position deleted by retention (or past the end) gets Kafka's reset policy first."""
         log = self._log(tp)
         position = self.position(tp)
         try:
-            records, nxt = log._native.read_consumer_records(self._topic_names[tp.topic], tp.partition, position, limit)
+            items, nxt = read(log, position, limit)
         except OffsetOutOfRangeError:
             if not (position < log.start_offset or position > log.end_offset):
                 raise
-            # Deleted by retention (or past the end): apply Kafka's reset policy and read on.
             position = self._positions[tp] = self._reset(tp)
-            records, nxt = log._native.read_consumer_records(self._topic_names[tp.topic], tp.partition, position, limit)
+            items, nxt = read(log, position, limit)
         self._positions[tp] = nxt
+        return items
+
+    def _fetch_one(self, tp: TopicPartition, limit: int) -> list[ConsumerRecord]:
+        topic = self._topic_names.setdefault(tp.topic, tp.topic)
+        records = self._read_at_position(
+            tp, limit, lambda log, pos, n: log._native.read_consumer_records(topic, tp.partition, pos, n)
+        )
         if records and (self.config["key_deserializer"] or self.config["value_deserializer"]):
             records = [self._deserialize(r) for r in records]
         return records
@@ -295,23 +307,11 @@ class Consumer:
     def _fetch_arrow(self, max_records: int) -> dict[TopicPartition, Any]:
         import pyarrow as pa
 
-        out = {}
-        budget = max_records
-        for tp in self._fetchable():
-            if budget <= 0:
-                break
-            log = self._log(tp)
-            position = self.position(tp)
-            if position >= log.end_offset:
-                continue
-            if position < log.start_offset:
-                position = self._positions[tp] = self._reset(tp)
-            batch, nxt = log._native.read_arrow(position, None, budget)
-            self._positions[tp] = nxt
-            if len(batch):
-                out[tp] = pa.record_batch(batch)
-                budget -= out[tp].num_rows
-        return out
+        def read_one(tp: TopicPartition, limit: int) -> Any:
+            batch = self._read_at_position(tp, limit, lambda log, pos, n: log._native.read_arrow(pos, None, n))
+            return pa.record_batch(batch) if len(batch) else None
+
+        return self._collect(max_records, read_one, lambda batch: batch.num_rows)
 
     def _wait_for(self, fetch: Any, timeout_ms: int, limit: int) -> dict:
         self._check_open()
