@@ -16,7 +16,7 @@ use super::arrow::ArrowBatch;
 use super::buffer::BatchView;
 use super::consumer::ConsumerRecord;
 use super::producer::BatchBuffer;
-use super::record::{Record, RecordArena};
+use super::record::{header_slices, held_headers, HeldHeaders, Record, RecordArena};
 
 /// (base_offset, valid_bytes, dropped_bytes, reason) as Python sees a recovery report.
 type RecoveryTuple = (i64, u64, u64, Option<String>);
@@ -73,7 +73,7 @@ fn parse_flush(flush: &Bound<'_, PyAny>) -> PyResult<FlushPolicy> {
 struct HeldRecord<'py> {
     key: Option<Bound<'py, PyBytes>>,
     value: Option<Bound<'py, PyBytes>>,
-    headers: Vec<(Bound<'py, PyString>, Option<Bound<'py, PyBytes>>)>,
+    headers: HeldHeaders<'py>,
     timestamp: i64,
 }
 
@@ -150,27 +150,15 @@ impl PyLog {
                     ))
                 })?
                 .get();
-            let mut headers = Vec::new();
-            for pair in rec.headers.iter().flat_map(|h| h.bind(py).iter()) {
-                let (k, v): (Bound<'_, PyString>, Option<Bound<'_, PyBytes>>) = pair.extract()?;
-                headers.push((k, v));
-            }
             held.push(HeldRecord {
                 key: rec.key.as_ref().map(|b| b.bind(py).clone()),
                 value: rec.value.as_ref().map(|b| b.bind(py).clone()),
-                headers,
+                headers: held_headers(rec.headers.as_ref().map(|h| h.bind(py).as_any()))?,
                 timestamp: rec.timestamp.unwrap_or(now),
             });
         }
-        let header_slices: Vec<Vec<Header<'_>>> = held
-            .iter()
-            .map(|h| {
-                h.headers
-                    .iter()
-                    .map(|(k, v)| Ok((k.to_str()?, v.as_ref().map(|b| b.as_bytes()))))
-                    .collect::<PyResult<Vec<_>>>()
-            })
-            .collect::<PyResult<_>>()?;
+        let header_slices: Vec<Vec<Header<'_>>> =
+            held.iter().map(|h| header_slices(&h.headers)).collect::<PyResult<_>>()?;
         let inputs: Vec<RecordInput<'_>> = held
             .iter()
             .zip(&header_slices)

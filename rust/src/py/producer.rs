@@ -3,11 +3,11 @@
 
 use std::sync::Mutex;
 
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString, PyTuple};
 
-use crate::record::{BatchBuilder, Compression, Header, RecordInput};
+use crate::record::{BatchBuilder, Compression, RecordInput};
+
+use super::record::{header_slices, held_headers};
 
 #[pyclass(frozen, module = "kafkalite._native")]
 pub struct BatchBuffer {
@@ -59,21 +59,8 @@ impl BatchBuffer {
         if size > max_bytes {
             return Err(crate::Error::RecordTooLarge { size, max: max_bytes }.into());
         }
-        let mut held: Vec<(Bound<'_, PyString>, Option<Bound<'_, PyBytes>>)> = Vec::new();
-        if let Some(hs) = headers.filter(|h| !h.is_none()) {
-            for item in hs.try_iter()? {
-                let item = item?;
-                let pair = item
-                    .cast::<PyTuple>()
-                    .map_err(|_| PyTypeError::new_err("each header must be a (str, bytes | None) tuple"))?;
-                let (k, v): (Bound<'_, PyString>, Option<Bound<'_, PyBytes>>) = pair
-                    .extract()
-                    .map_err(|_| PyTypeError::new_err("each header must be a (str, bytes | None) tuple"))?;
-                held.push((k, v));
-            }
-        }
-        let hs: Vec<Header<'_>> =
-            held.iter().map(|(k, v)| Ok((k.to_str()?, v.as_ref().map(|b| b.as_bytes())))).collect::<PyResult<_>>()?;
+        let held = held_headers(headers)?;
+        let hs = header_slices(&held)?;
         let timestamp = timestamp.unwrap_or_else(crate::log::now_ms);
         let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if guard.sealed {

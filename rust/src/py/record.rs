@@ -6,7 +6,7 @@ use pyo3::types::{PyByteArray, PyBytes, PyList, PyMemoryView, PyString, PyTuple}
 
 use crate::error::Result as EngineResult;
 use crate::log_read::RecordSink;
-use crate::record::RecordRef;
+use crate::record::{Header, RecordRef};
 
 /// One Kafka record: `Record(value=None, key=None, headers=None, timestamp=None, offset=None)`.
 /// `offset` and `timestamp` are filled in for records read from a log.
@@ -43,15 +43,14 @@ pub fn to_bytes<'py>(obj: Option<Bound<'py, PyAny>>, what: &str) -> PyResult<Opt
     )))
 }
 
-/// Validate headers: an iterable of (str, bytes | None) pairs.
-fn to_headers<'py>(py: Python<'py>, headers: Option<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyList>> {
-    let out = PyList::empty(py);
-    let Some(headers) = headers else {
-        return Ok(out);
-    };
-    if headers.is_none() {
-        return Ok(out);
-    }
+/// Header pairs held as Python objects, so their bytes can be borrowed (also without the GIL).
+pub type HeldHeaders<'py> = Vec<(Bound<'py, PyString>, Option<Bound<'py, PyBytes>>)>;
+
+/// Validate headers, an iterable of `(str, bytes | None)` pairs (bytearray and memoryview
+/// values are copied to bytes). The one place headers from Python are checked.
+pub fn held_headers<'py>(headers: Option<&Bound<'py, PyAny>>) -> PyResult<HeldHeaders<'py>> {
+    let mut out = Vec::new();
+    let Some(headers) = headers.filter(|h| !h.is_none()) else { return Ok(out) };
     for item in headers.try_iter()? {
         let item = item?;
         let pair = item
@@ -61,11 +60,30 @@ fn to_headers<'py>(py: Python<'py>, headers: Option<Bound<'py, PyAny>>) -> PyRes
             return Err(PyTypeError::new_err("each header must be a (str, bytes | None) tuple"));
         }
         let key = pair.get_item(0)?;
-        if !key.is_instance_of::<PyString>() {
-            return Err(PyTypeError::new_err(format!("header keys must be str, not {}", key.get_type().name()?)));
-        }
-        let value = to_bytes(Some(pair.get_item(1)?), "header value")?;
-        out.append(PyTuple::new(py, [key, value.map(Bound::into_any).unwrap_or_else(|| py.None().into_bound(py))])?)?;
+        let key = key.cast_into::<PyString>().map_err(|e| {
+            PyTypeError::new_err(format!(
+                "header keys must be str, not {}",
+                e.into_inner().get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            ))
+        })?;
+        out.push((key, to_bytes(Some(pair.get_item(1)?), "header value")?));
+    }
+    Ok(out)
+}
+
+/// Borrow held headers as the engine's `(key, value)` slices.
+pub fn header_slices<'a>(held: &'a HeldHeaders<'_>) -> PyResult<Vec<Header<'a>>> {
+    held.iter().map(|(k, v)| Ok((k.to_str()?, v.as_ref().map(|b| b.as_bytes())))).collect()
+}
+
+/// Validated headers as the list a `Record` keeps.
+fn to_headers<'py>(py: Python<'py>, headers: Option<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyList>> {
+    let out = PyList::empty(py);
+    for (key, value) in held_headers(headers.as_ref())? {
+        out.append(PyTuple::new(
+            py,
+            [key.into_any(), value.map(Bound::into_any).unwrap_or_else(|| py.None().into_bound(py))],
+        )?)?;
     }
     Ok(out)
 }
