@@ -98,7 +98,7 @@ impl Log {
                 lock.enter()?;
                 // Alone: recover as the only writer. Otherwise other writers keep the partition
                 // consistent, and this one follows what they wrote.
-                let loaded = if alone { log.load_writable() } else { log.load_following() };
+                let loaded = if alone { log.load_writable() } else { log.catch_up() };
                 let lock = log.lock.as_mut().unwrap();
                 let shared = loaded.and_then(|()| lock.share());
                 lock.leave();
@@ -222,22 +222,16 @@ impl Log {
         self.follow_segment_files()
     }
 
-    /// A shared writer joining live writers: trust the files (they keep them consistent),
-    /// learn the active segment's end, and adopt it for appending.
-    fn load_following(&mut self) -> Result<()> {
+    /// Under the append lock (shared writers): follow other writers' rolls, deletions and
+    /// appends, then make the active segment ours to append to.
+    /// Also how a shared writer joins live writers: it trusts the files they keep consistent.
+    fn catch_up(&mut self) -> Result<()> {
         self.follow_segment_files()?;
         if self.segments.is_empty() {
             let start = read_offset(&self.dir, LOG_START_OFFSET_FILE).unwrap_or(0);
             self.segments.push(Segment::create(&self.dir, start, self.settings(), now_ms())?);
         }
-        self.catch_up()
-    }
-
-    /// Under the append lock (shared writers): follow other writers' rolls, deletions and
-    /// appends, then make the active segment ours to append to.
-    fn catch_up(&mut self) -> Result<()> {
-        self.follow_segment_files()?;
-        if !self.segments.last().expect("a writer always has an active segment").is_writable() {
+        if !self.segments.last().unwrap().is_writable() {
             let base = self.segments.last().unwrap().base_offset;
             let mut seg = Segment::open(&self.dir, base, true, self.settings(), now_ms())?;
             seg.discover()?;
@@ -259,6 +253,7 @@ impl Log {
         // segment was sealed (someone rolled) or to notice other writers' deletions, which
         // only move the log start offset, so those are picked up within LISTING_INTERVAL.
         self.follow_start_offset();
+        let discovered = self.segments.last().map(|s| s.base_offset);
         if let Some(last) = self.segments.last_mut() {
             last.discover()?;
             if !last.looks_sealed() && self.last_listing.elapsed() < LISTING_INTERVAL {
@@ -271,7 +266,12 @@ impl Log {
         let known_last = self.segments.last().map(|s| s.base_offset);
         let newer: Vec<i64> = bases.into_iter().filter(|&b| known_last.is_none_or(|k| b > k)).collect();
         if let Some(last) = self.segments.last_mut() {
-            last.discover()?;
+            // Read it again if it changed: it is not the one discovered above (that one was
+            // deleted), or a newer segment appeared, so a writer may have appended its last
+            // batches and sealed it after our first look.
+            if Some(last.base_offset) != discovered || !newer.is_empty() {
+                last.discover()?;
+            }
             if !newer.is_empty() {
                 last.mark_sealed();
             }
