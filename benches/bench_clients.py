@@ -141,26 +141,17 @@ def main() -> None:
         s, got = timed(consume_iter)
         res["kafkalite consumer iteration"] = {"seconds": s, "records": got}
 
-        def consume_poll():
+        def drain(fetch, rows) -> int:
+            """Records read from the beginning until a fetch comes back empty."""
             with Consumer(data, "t", auto_offset_reset="earliest") as c:
                 total = 0
-                while True:
-                    batch = c.poll(max_records=10_000)
-                    if not batch:
-                        return total
-                    total += sum(len(v) for v in batch.values())
-        s, got = timed(consume_poll)
-        res["kafkalite consumer poll(max_records=10,000)"] = {"seconds": s, "records": got}
+                while batch := fetch(c):
+                    total += sum(rows(v) for v in batch.values())
+                return total
 
-        def consume_arrow():
-            with Consumer(data, "t", auto_offset_reset="earliest") as c:
-                total = 0
-                while True:
-                    batch = c.poll_arrow()
-                    if not batch:
-                        return total
-                    total += sum(b.num_rows for b in batch.values())
-        s, got = timed(consume_arrow)
+        s, got = timed(lambda: drain(lambda c: c.poll(max_records=10_000), len))
+        res["kafkalite consumer poll(max_records=10,000)"] = {"seconds": s, "records": got}
+        s, got = timed(lambda: drain(lambda c: c.poll_arrow(), lambda b: b.num_rows))
         res["kafkalite consumer poll_arrow (Arrow bulk path)"] = {"seconds": s, "records": got}
 
         def sqlite_read():
