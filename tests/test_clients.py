@@ -77,7 +77,7 @@ def test_bad_topic_names_are_refused_and_touch_nothing(tmp_path, name):
         ({"compression.type": "lz4"}, "read but not written"),
         ({"compression.type": "brotli"}, "compression.type must be one of"),
         ({"message.timestamp.type": "Now"}, "message.timestamp.type must be one of"),
-        ({"cleanup.policy": "compact"}, "needs log compaction"),
+        ({"cleanup.policy": "archive"}, "cleanup.policy must be"),
         ({"retention.hours": 1}, "unknown topic config 'retention.hours'"),
     ],
 )

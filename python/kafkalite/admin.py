@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafkalite.datadir import TOPIC_DEFAULTS, DataDir, validate_config, validate_topic_name
+from kafkalite.compaction import CompactionResult, clean_if_dirty, clean_partition
+from kafkalite.datadir import TOPIC_DEFAULTS, DataDir, is_compacted, validate_config, validate_topic_name
 from kafkalite.errors import InvalidConfigError, UnknownTopicError
 from kafkalite.log import Log
 
@@ -136,6 +137,48 @@ class Admin:
                         count += log.enforce_retention(now_ms)
             deleted[name] = count
         return deleted
+
+    def compact_topic(self, name: str, now_ms: int | None = None) -> CompactionResult:
+        """Run a full log-compaction pass over every partition of a compacted topic now and
+        return what it removed. Appends to a partition wait while it is cleaned."""
+        meta = self._dir.topic(name)
+        config = meta.get("config", {})
+        if not is_compacted(config):
+            raise InvalidConfigError(
+                f"topic {name!r} has cleanup.policy={config.get('cleanup.policy', 'delete')!r}; "
+                "set it to 'compact' (alter_config) to compact it"
+            )
+        if meta.get("discovered"):
+            raise InvalidConfigError(f"topic {name!r} belongs to a broker's log directory, which kafkalite only reads")
+        results = {}
+        for p in range(int(meta["partitions"])):
+            if os.path.isdir(self._dir.partition_path(name, p)):
+                with self._dir.open_partition(name, p, shared_writers=True) as log:
+                    results[p] = clean_partition(log, config, now_ms)
+        return CompactionResult.of(name, results)
+
+    def compact_dirty_topics(self, topics: list[str] | None = None) -> dict[str, CompactionResult]:
+        """Clean the partitions of compacted topics whose dirty ratio reached
+        ``min.cleanable.dirty.ratio`` (what Kafka's cleaner threads do in the background;
+        producers call this every ``cleaner_check_interval_ms``)."""
+        out: dict[str, CompactionResult] = {}
+        if not self._dir.managed:
+            return out
+        for name in topics if topics is not None else self.list_topics():
+            meta = self._dir.topic(name)
+            config = meta.get("config", {})
+            if not is_compacted(config):
+                continue
+            results = {}
+            for p in range(int(meta["partitions"])):
+                if os.path.isdir(self._dir.partition_path(name, p)):
+                    with self._dir.open_partition(name, p, shared_writers=True) as log:
+                        cleaned = clean_if_dirty(log, config)
+                    if cleaned is not None:
+                        results[p] = cleaned
+            if results:
+                out[name] = CompactionResult.of(name, results)
+        return out
 
     def close(self) -> None:
         """Nothing to release; for symmetry with Kafka's admin client."""

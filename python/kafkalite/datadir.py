@@ -32,8 +32,11 @@ _PARTITION_DIR_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 TOPIC_DEFAULTS: dict[str, Any] = {
     "cleanup.policy": "delete",
     "compression.type": "producer",
+    "delete.retention.ms": 86400000,
     "max.message.bytes": 1048588,
     "message.timestamp.type": "CreateTime",
+    "min.cleanable.dirty.ratio": 0.5,
+    "min.compaction.lag.ms": 0,
     "retention.bytes": -1,
     "retention.ms": 604800000,
     "segment.bytes": 1073741824,
@@ -95,23 +98,38 @@ def validate_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
         elif key == "message.timestamp.type":
             out[key] = _choice(key, value, ("CreateTime", "LogAppendTime"))
         elif key == "cleanup.policy":
-            policy = value if isinstance(value, str) else ",".join(value)
-            if policy != "delete":
-                raise InvalidConfigError(
-                    f"cleanup.policy {policy!r} needs log compaction, which kafkalite does not implement yet; use 'delete'"
-                )
-            out[key] = policy
+            parts = value.split(",") if isinstance(value, str) else list(value)
+            parts = sorted({str(p).strip() for p in parts})
+            if not parts or any(p not in ("compact", "delete") for p in parts):
+                raise InvalidConfigError(f"cleanup.policy must be 'delete', 'compact' or 'compact,delete'; got {value!r}")
+            out[key] = ",".join(parts)
+        elif key in ("delete.retention.ms", "min.compaction.lag.ms"):
+            out[key] = _int(key, value, 0)
+        elif key == "min.cleanable.dirty.ratio":
+            try:
+                ratio = float(value)
+            except (TypeError, ValueError):
+                raise InvalidConfigError(f"{key} must be a number between 0 and 1, not {value!r}") from None
+            if not 0.0 <= ratio <= 1.0:
+                raise InvalidConfigError(f"{key} must be between 0 and 1, got {ratio}")
+            out[key] = ratio
         else:
             known = ", ".join(sorted(TOPIC_DEFAULTS))
             raise InvalidConfigError(f"unknown topic config {key!r}; kafkalite supports: {known}")
     return out
 
 
+def is_compacted(config: Mapping[str, Any]) -> bool:
+    return "compact" in str(config.get("cleanup.policy", "delete")).split(",")
+
+
 def log_options(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Topic config (Kafka names, defaults filled in) as ``Log`` keyword arguments."""
+    """Topic config (Kafka names, defaults filled in) as ``Log`` keyword arguments.
+    Time and size retention apply only when ``cleanup.policy`` includes ``delete``."""
     full = {**TOPIC_DEFAULTS, **config}
-    retention_ms = int(full["retention.ms"])
-    retention_bytes = int(full["retention.bytes"])
+    deletes = "delete" in str(full["cleanup.policy"]).split(",")
+    retention_ms = int(full["retention.ms"]) if deletes else -1
+    retention_bytes = int(full["retention.bytes"]) if deletes else -1
     compression = full["compression.type"]
     return {
         "segment_bytes": int(full["segment.bytes"]),
@@ -121,6 +139,7 @@ def log_options(config: Mapping[str, Any]) -> dict[str, Any]:
         "max_message_bytes": int(full["max.message.bytes"]),
         "timestamp_type": "log_append" if full["message.timestamp.type"] == "LogAppendTime" else "create",
         "compression": "zstd" if compression == "zstd" else "none",
+        "compact": is_compacted(full),
     }
 
 

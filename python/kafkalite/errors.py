@@ -31,6 +31,10 @@ class RecordTooLargeError(KafkaliteError, ValueError):
     """A batch larger than max_message_bytes."""
 
 
+class InvalidRecordError(KafkaliteError, ValueError):
+    """A record the topic refuses, such as a record without a key on a compacted topic."""
+
+
 class UnsupportedFormatError(KafkaliteError):
     """Data in a format kafkalite does not read (for example magic v0/v1 message sets)."""
 

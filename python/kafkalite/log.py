@@ -55,6 +55,7 @@ class Log:
         max_message_bytes: int = 1048588,
         readonly: bool = False,
         shared_writers: bool = False,
+        compact: bool = False,
     ) -> None:
         self._native = _native.Log(
             os.fspath(path),
@@ -69,6 +70,7 @@ class Log:
             max_message_bytes=max_message_bytes,
             readonly=readonly,
             shared_writers=shared_writers,
+            compact=compact,
         )
         for base, valid, dropped, reason in self._native.recovery_reports:
             warnings.warn(
@@ -151,6 +153,16 @@ class Log:
     def enforce_retention(self, now_ms: int | None = None) -> int:
         """Delete whole segments past retention_bytes / retention_ms; returns how many."""
         return self._native.enforce_retention(now_ms)
+
+    def clean(self, delete_retention_ms: int = 86_400_000, min_compaction_lag_ms: int = 0, now_ms: int | None = None) -> dict[str, int]:
+        """One log-compaction pass now (``cleanup.policy=compact``): keep the latest record per
+        key in the sealed segments, drop tombstones older than ``delete_retention_ms``. Offsets
+        are kept. Returns the cleaner's counts (records_removed, bytes_before, bytes_after...)."""
+        return self._native.clean(delete_retention_ms, min_compaction_lag_ms, now_ms)
+
+    def dirty_ratio(self, min_compaction_lag_ms: int = 0, now_ms: int | None = None) -> float:
+        """Uncleaned bytes over cleanable bytes (compared with ``min.cleanable.dirty.ratio``)."""
+        return self._native.dirty_ratio(min_compaction_lag_ms, now_ms)
 
     def roll(self) -> None:
         """Seal the active segment and start a new one."""

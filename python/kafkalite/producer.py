@@ -15,8 +15,10 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from kafkalite._native import BatchBuffer, Notifier, partitions_for_keys
-from kafkalite.datadir import NOTIFY_FILE, DataDir, log_options
+from kafkalite.compaction import clean_if_dirty
+from kafkalite.datadir import NOTIFY_FILE, DataDir, is_compacted, log_options
 from kafkalite.errors import (
+    InvalidRecordError,
     IllegalStateError,
     InvalidConfigError,
     KafkaliteError,
@@ -37,7 +39,11 @@ DEFAULTS: dict[str, Any] = {
     "max_request_size": 1048576,
     "client_id": None,
     "retention_check_interval_ms": 300_000,
+    "cleaner_check_interval_ms": 15_000,
 }
+
+
+_NULL_KEY = "topic {topic!r} is compacted (cleanup.policy=compact), so every record needs a key; got key=None"
 
 
 class RecordMetadata(NamedTuple):
@@ -163,10 +169,11 @@ class _Partition:
 
 
 class _Topic:
-    __slots__ = ("name", "partitions", "all", "sticky", "max_bytes", "codec")
+    __slots__ = ("name", "partitions", "all", "sticky", "max_bytes", "codec", "config")
 
-    def __init__(self, name: str, count: int, codec: str, max_bytes: int) -> None:
+    def __init__(self, name: str, count: int, codec: str, max_bytes: int, config: dict[str, Any]) -> None:
         self.name = name
+        self.config = config
         self.partitions = [_Partition(name, p, codec) for p in range(count)]
         self.all = list(range(count))
         self.sticky = random.randrange(count)
@@ -222,7 +229,7 @@ class Producer:
             topic_codec = meta.get("config", {}).get("compression.type", "producer")
             codec = (self.config["compression_type"] or "none") if topic_codec == "producer" else options["compression"]
             max_bytes = min(options["max_message_bytes"], self.config["max_request_size"])
-            topic = _Topic(name, int(meta["partitions"]), codec, max_bytes)
+            topic = _Topic(name, int(meta["partitions"]), codec, max_bytes, meta.get("config", {}))
             with self._lock:
                 self._topics.setdefault(name, topic)
             topic = self._topics[name]
@@ -245,6 +252,8 @@ class Producer:
         if self._serializing:
             key, value = self._serialize(key, value)
         t = self._topics.get(topic) or self._topic(topic)
+        if key is None and is_compacted(t.config):
+            raise InvalidRecordError(_NULL_KEY.format(topic=topic))
         if partition is None:
             partition = t.sticky if key is None and self._custom_partitioner is None else self._choose_partition(t, key)
         elif not 0 <= partition < len(t.partitions):
@@ -298,6 +307,8 @@ class Producer:
             raise IllegalStateError("the producer is closed")
         values = _as_bytes_list(values, "values")
         t = self._topics.get(topic) or self._topic(topic)
+        if is_compacted(t.config) and (keys is None or any(k is None for k in keys)):
+            raise InvalidRecordError(_NULL_KEY.format(topic=topic))
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         groups: dict[int, tuple[list, list | None]] = {}
         if keys is None:
@@ -365,10 +376,12 @@ class Producer:
 
     def _run_sender(self) -> None:
         next_retention = time.monotonic() + self.config["retention_check_interval_ms"] / 1000.0
+        next_cleaning = time.monotonic() + self.config["cleaner_check_interval_ms"] / 1000.0
         while True:
             with self._wakeup:
                 if not self._dirty and not self._closed:
-                    self._wakeup.wait(timeout=max(0.0, min(1.0, next_retention - time.monotonic())))
+                    next_due = min(next_retention, next_cleaning)
+                    self._wakeup.wait(timeout=max(0.0, min(1.0, next_due - time.monotonic())))
                 dirty, self._dirty = self._dirty, set()
                 closing = self._closed
             if self._linger and dirty and not closing:
@@ -382,6 +395,9 @@ class Producer:
             if time.monotonic() >= next_retention:
                 self._enforce_retention()
                 next_retention = time.monotonic() + self.config["retention_check_interval_ms"] / 1000.0
+            if time.monotonic() >= next_cleaning and not closing:
+                self._compact_dirty_partitions()
+                next_cleaning = time.monotonic() + self.config["cleaner_check_interval_ms"] / 1000.0
             if closing:
                 return
 
@@ -411,6 +427,20 @@ class Producer:
             Admin(self._dir.path).enforce_retention(others)
         except KafkaliteError:
             pass
+
+    def _compact_dirty_partitions(self) -> None:
+        """Kafka's background cleaner, for the compacted partitions this producer writes:
+        clean those whose dirty ratio reached ``min.cleanable.dirty.ratio``."""
+        for t in list(self._topics.values()):
+            if not is_compacted(t.config):
+                continue
+            for p in t.partitions:
+                try:
+                    with p.drain_lock:
+                        if p.log is not None:
+                            clean_if_dirty(p.log, t.config)
+                except KafkaliteError:
+                    pass  # retried on the next pass
 
     # -- lifecycle -------------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> None:

@@ -13,6 +13,10 @@ pub const CLEAN_SHUTDOWN_FILE: &str = ".kafkalite-clean-shutdown";
 /// the log directory's `log-start-offset-checkpoint`).
 pub const LOG_START_OFFSET_FILE: &str = ".kafkalite-log-start-offset";
 
+/// The cleaner's first dirty offset: compaction resumes from here (Kafka keeps this in the
+/// log directory's `cleaner-offset-checkpoint`).
+pub const CLEANER_OFFSET_FILE: &str = ".kafkalite-cleaner-offset";
+
 /// Replace `dir/name` with `contents` atomically and durably.
 pub fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));

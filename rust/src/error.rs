@@ -30,6 +30,10 @@ pub enum Error {
     #[error("record batch of {size} bytes exceeds max_message_bytes ({max}); send fewer or smaller records per batch")]
     RecordTooLarge { size: usize, max: usize },
 
+    /// A record this log refuses, such as a null key on a compacted topic.
+    #[error("invalid record: {0}")]
+    InvalidRecord(String),
+
     /// Data we can read in principle but do not support (magic v0/v1, unknown codec, ...).
     #[error("unsupported: {0}")]
     Unsupported(String),

@@ -12,14 +12,16 @@
 //!   .kafkalite.lock                 the single writer's lock (pid inside)
 //!   .kafkalite-clean-shutdown       present after a clean close
 //!   .kafkalite-log-start-offset     the log start offset, when above the first segment
+//!   .kafkalite-cleaner-offset       where compaction resumes (compacted topics)
 //! ```
 //!
 //! Layers, bottom up: `record` (the v2 codec), `index` and `segment` (one `.log` with its
 //! indexes, appended through `mmap`), `log` (a partition: roll, read, recovery, retention),
-//! `arrow` (batches to Arrow). `py` is the PyO3 binding, built only with the `python` feature.
+//! `cleaner` (compaction), `arrow` (batches to Arrow). `py` is the PyO3 binding, built only with the `python` feature.
 
 pub mod arrow;
 pub mod checkpoint;
+pub mod cleaner;
 pub mod error;
 pub mod index;
 pub mod lock;

@@ -22,6 +22,13 @@ const LISTING_INTERVAL: std::time::Duration = std::time::Duration::from_millis(5
 /// Upper bound for the batches `append_records` builds, below `max_message_bytes`.
 const TARGET_BATCH_BYTES: usize = 1 << 20;
 
+/// Kafka's broker refuses keyless records on compacted topics the same way.
+fn null_key_error() -> Error {
+    Error::InvalidRecord(
+        "the topic is compacted (cleanup.policy=compact), so every record needs a key; this one has a null key".into(),
+    )
+}
+
 pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
@@ -164,6 +171,7 @@ impl Log {
     }
 
     fn load_writable(&mut self) -> Result<()> {
+        crate::cleaner::finish_interrupted_swaps(&self.dir)?;
         self.remove_leftovers()?;
         let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
         // As Kafka does: drop the marker first, so a crash while loading counts as unclean.
@@ -390,11 +398,17 @@ impl Log {
 
     /// Append records, building batches of up to ~1 MiB. Returns (first, last) offset.
     pub fn append_records(&mut self, records: &[RecordInput<'_>]) -> Result<(i64, i64)> {
+        if self.config.compact && records.iter().any(|r| r.key.is_none()) {
+            return Err(null_key_error());
+        }
         self.append_inputs(records.iter().copied(), records.len(), "append")
     }
 
     /// Append values with null keys and no headers, all stamped `timestamp`.
     pub fn append_values(&mut self, values: &[&[u8]], timestamp: i64) -> Result<(i64, i64)> {
+        if self.config.compact {
+            return Err(null_key_error());
+        }
         let inputs = values.iter().map(|v| RecordInput { key: None, value: Some(v), headers: &[], timestamp });
         self.append_inputs(inputs, values.len(), "append_values")
     }
@@ -472,6 +486,10 @@ impl Log {
             builder.stamp_log_append_time(now);
         }
         let (bytes, header) = builder.finish(0)?;
+        if self.config.compact {
+            let area = record_area(&bytes, &header)?;
+            for_each_record(&area, &header, |r| if r.key.is_none() { Err(null_key_error()) } else { Ok(()) })?;
+        }
         self.append_batch(bytes, header)
     }
 
@@ -504,7 +522,12 @@ impl Log {
             }
             let bytes = &data[pos..pos + header.total_size()];
             let area = record_area(bytes, &header)?;
-            for_each_record(&area, &header, |_| Ok(()))?;
+            let compact = self.config.compact;
+            for_each_record(
+                &area,
+                &header,
+                |r| if compact && r.key.is_none() { Err(null_key_error()) } else { Ok(()) },
+            )?;
             batches.push((bytes, header));
             pos += header.total_size();
         }

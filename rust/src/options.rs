@@ -41,6 +41,8 @@ pub struct LogConfig {
     pub readonly: bool,
     /// Let several writers (processes) append, each taking the append lock per batch.
     pub shared_writers: bool,
+    /// `cleanup.policy` includes `compact`: every record needs a key.
+    pub compact: bool,
 }
 
 impl Default for LogConfig {
@@ -58,6 +60,7 @@ impl Default for LogConfig {
             max_index_bytes: 10 * 1024 * 1024,
             readonly: false,
             shared_writers: false,
+            compact: false,
         }
     }
 }

@@ -12,6 +12,7 @@ fn class_name(e: &Error) -> &'static str {
         Error::Locked { .. } => "LogLockedError",
         Error::InvalidConfig(_) => "InvalidConfigError",
         Error::RecordTooLarge { .. } => "RecordTooLargeError",
+        Error::InvalidRecord(_) => "InvalidRecordError",
         Error::Unsupported(_) => "UnsupportedFormatError",
         Error::Closed(_) => "LogClosedError",
         Error::Poisoned(_) => "LogPoisonedError",

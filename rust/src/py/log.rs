@@ -5,9 +5,10 @@ use std::sync::{Mutex, MutexGuard};
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 
 use crate::arrow::ArrowSink;
+use crate::cleaner::CleanOptions;
 use crate::log::{now_ms, Log};
 use crate::options::{FlushPolicy, LogConfig};
 use crate::record::{Compression, Header, RecordInput, TimestampType};
@@ -69,6 +70,10 @@ fn parse_flush(flush: &Bound<'_, PyAny>) -> PyResult<FlushPolicy> {
     }
 }
 
+fn clean_options(delete_retention_ms: i64, min_compaction_lag_ms: i64, now: Option<i64>) -> CleanOptions {
+    CleanOptions { now_ms: now.unwrap_or_else(now_ms), delete_retention_ms, min_compaction_lag_ms }
+}
+
 /// Held references to one record's Python objects, so their bytes can be borrowed without the GIL.
 struct HeldRecord<'py> {
     key: Option<Bound<'py, PyBytes>>,
@@ -82,7 +87,8 @@ impl PyLog {
     #[new]
     #[pyo3(signature = (path, segment_bytes=1073741824, index_interval_bytes=4096, segment_ms=None,
                         retention_bytes=None, retention_ms=None, compression="none", flush=None,
-                        timestamp_type="create", max_message_bytes=1048588, readonly=false, shared_writers=false))]
+                        timestamp_type="create", max_message_bytes=1048588, readonly=false, shared_writers=false,
+                        compact=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -98,6 +104,7 @@ impl PyLog {
         max_message_bytes: i64,
         readonly: bool,
         shared_writers: bool,
+        compact: bool,
     ) -> PyResult<Self> {
         let positive = |name: &str, v: i64| -> PyResult<u64> {
             if v <= 0 {
@@ -129,6 +136,7 @@ impl PyLog {
             max_message_bytes: positive("max_message_bytes", max_message_bytes)? as usize,
             readonly,
             shared_writers,
+            compact,
             ..LogConfig::default()
         };
         let log = py.detach(|| Log::open(&path, config))?;
@@ -320,6 +328,35 @@ impl PyLog {
             Some(now) => log.enforce_retention_at(now),
             None => log.enforce_retention(),
         })
+    }
+
+    /// One compaction pass; returns CleanStats as a dict.
+    #[pyo3(signature = (delete_retention_ms, min_compaction_lag_ms=0, now_ms=None))]
+    fn clean<'py>(
+        &self,
+        py: Python<'py>,
+        delete_retention_ms: i64,
+        min_compaction_lag_ms: i64,
+        now_ms: Option<i64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let options = clean_options(delete_retention_ms, min_compaction_lag_ms, now_ms);
+        let s = self.detached(py, |log| log.clean(options))?;
+        let d = PyDict::new(py);
+        d.set_item("first_dirty_offset", s.first_dirty_offset)?;
+        d.set_item("dirty_end_offset", s.dirty_end_offset)?;
+        d.set_item("keys", s.keys)?;
+        d.set_item("segments_rewritten", s.segments_rewritten)?;
+        d.set_item("bytes_before", s.bytes_before)?;
+        d.set_item("bytes_after", s.bytes_after)?;
+        d.set_item("records_removed", s.records_removed)?;
+        d.set_item("tombstones_removed", s.tombstones_removed)?;
+        Ok(d)
+    }
+
+    /// Dirty bytes over cleanable bytes (Kafka's `min.cleanable.dirty.ratio` measure).
+    #[pyo3(signature = (min_compaction_lag_ms=0, now_ms=None))]
+    fn dirty_ratio(&self, min_compaction_lag_ms: i64, now_ms: Option<i64>) -> f64 {
+        self.lock().dirty_ratio(&clean_options(0, min_compaction_lag_ms, now_ms))
     }
 
     fn roll(&self, py: Python<'_>) -> PyResult<()> {

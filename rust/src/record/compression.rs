@@ -1,6 +1,7 @@
 //! The compression codecs of a v2 batch's record area (attribute bits 0-2).
 //!
-//! We write `none` and `zstd`; we read every codec a broker or another client may have
+//! Producers write `none` and `zstd`; the log cleaner re-compresses a rewritten batch with its
+//! original codec, so every codec can be written. We read every codec a broker or another client may have
 //! written: gzip (any RFC 1952 stream), snappy (xerial's framing and plain raw blocks),
 //! lz4 (Kafka's LZ4 frame) and zstd (one or more frames). Decompression is bounded so that
 //! hostile bytes cannot make us allocate without limit.
@@ -60,13 +61,39 @@ impl Compression {
     }
 }
 
-/// Compress a record area. Only `None` and `Zstd` are written.
+/// Compress a record area. Producers write only `none` and `zstd` (`parse_for_writing`); the
+/// cleaner rewrites batches in their original codec, whatever it is. Snappy is written in
+/// xerial's framing, as Kafka's Java client does.
 pub fn compress(codec: Compression, data: &[u8]) -> Result<Vec<u8>> {
+    use std::io::Write;
+    let failed = |e: std::io::Error| Error::io(format!("{} compression failed", codec.name()), e);
     match codec {
         Compression::None => Ok(data.to_vec()),
         // Level 3 is zstd-jni's default, which is what a Java producer writes.
         Compression::Zstd => zstd::bulk::compress(data, 3).map_err(|e| Error::io("zstd compression failed", e)),
-        other => Err(Error::Unsupported(format!("writing {} batches", other.name()))),
+        Compression::Gzip => {
+            let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            enc.write_all(data).map_err(failed)?;
+            enc.finish().map_err(failed)
+        }
+        Compression::Lz4 => {
+            let mut enc = lz4_flex::frame::FrameEncoder::new(Vec::new());
+            enc.write_all(data).map_err(failed)?;
+            enc.finish().map_err(|e| failed(std::io::Error::other(e)))
+        }
+        Compression::Snappy => {
+            let mut out = Vec::with_capacity(data.len() / 2 + XERIAL_HEADER_LEN);
+            out.extend_from_slice(XERIAL_MAGIC);
+            out.extend_from_slice(&1i32.to_be_bytes());
+            out.extend_from_slice(&1i32.to_be_bytes());
+            let mut encoder = snap::raw::Encoder::new();
+            for chunk in data.chunks(XERIAL_BLOCK) {
+                let block = encoder.compress_vec(chunk).map_err(|e| failed(std::io::Error::other(e)))?;
+                out.extend_from_slice(&(block.len() as u32).to_be_bytes());
+                out.extend_from_slice(&block);
+            }
+            Ok(out)
+        }
     }
 }
 
@@ -102,6 +129,8 @@ fn read_bounded(reader: impl Read, codec: &str) -> Result<Vec<u8>> {
 /// that some writers put little-endian, so they are not checked.
 const XERIAL_MAGIC: &[u8; 8] = b"\x82SNAPPY\x00";
 const XERIAL_HEADER_LEN: usize = 16;
+/// snappy-java's default block size.
+const XERIAL_BLOCK: usize = 32 * 1024;
 
 fn decompress_snappy(data: &[u8]) -> Result<Vec<u8>> {
     if data.len() >= XERIAL_HEADER_LEN && &data[..8] == XERIAL_MAGIC {
@@ -164,6 +193,15 @@ mod tests {
             framed.extend_from_slice(&block);
         }
         assert_eq!(decompress(Compression::Snappy, &framed).unwrap(), data);
+    }
+
+    #[test]
+    fn every_codec_round_trips() {
+        let data: Vec<u8> = (0..100_000u32).flat_map(|i| (i % 251).to_le_bytes()).collect();
+        for codec in [Compression::None, Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd] {
+            let packed = compress(codec, &data).unwrap();
+            assert_eq!(decompress(codec, &packed).unwrap(), data, "{}", codec.name());
+        }
     }
 
     #[test]

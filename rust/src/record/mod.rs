@@ -2,6 +2,7 @@
 
 pub mod batch;
 pub mod compression;
+pub mod filter;
 pub mod header;
 #[allow(clippy::module_inception)]
 pub mod record;
