@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafkalite import group_admin
 from kafkalite.compaction import CompactionResult, clean_if_dirty, clean_partition
 from kafkalite.datadir import TOPIC_DEFAULTS, DataDir, is_compacted, validate_config, validate_topic_name
 from kafkalite.errors import InvalidConfigError, UnknownTopicError
@@ -179,6 +180,28 @@ class Admin:
             if results:
                 out[name] = CompactionResult.of(name, results)
         return out
+
+    # -- consumer groups (kafka-consumer-groups.sh) ------------------------------------------
+    def list_groups(self) -> list[str]:
+        """Groups with members or committed offsets."""
+        return group_admin.list_groups(self._dir)
+
+    def describe_group(self, group_id: str) -> group_admin.GroupDescription:
+        """State, generation, live members, and per partition: committed offset, end offset, lag, owner."""
+        return group_admin.describe_group(self._dir, group_id)
+
+    def delete_group(self, group_id: str) -> int:
+        """Delete an inactive group's committed offsets (tombstones) and membership files."""
+        return group_admin.delete_group(self._dir, group_id)
+
+    def reset_offsets(self, group_id: str, partitions: list[tuple[str, int]], *, execute: bool = True, **spec: Any) -> dict[tuple[str, int], int]:
+        """Set an inactive group's committed offsets: one of ``to_earliest``, ``to_latest``,
+        ``to_datetime`` (ISO), ``to_offset``, ``shift_by``. Returns the new offsets (only a plan
+        when ``execute=False``)."""
+        plan = group_admin.plan_reset(self._dir, group_id, partitions, **spec)
+        if execute:
+            group_admin.execute_reset(self._dir, group_id, plan)
+        return plan
 
     def close(self) -> None:
         """Nothing to release; for symmetry with Kafka's admin client."""

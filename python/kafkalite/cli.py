@@ -271,6 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     consume.add_argument("--format", choices=["value", "json"], default="value")
     consume.set_defaults(run=_consume)
 
+    from kafkalite import cli_groups
+
+    cli_groups.add_parser(sub, _require_dir)
+
     demo = sub.add_parser("demo", help="append and read back a stream on an embedded data directory, with throughput")
     demo.add_argument("--records", type=int, default=2_000_000, help="records to append (default 2,000,000)")
     demo.set_defaults(run=_demo)

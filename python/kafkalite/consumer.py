@@ -2,9 +2,9 @@
 
 Partitions are opened read-only, so consumers never block producers. A caught-up ``poll``
 sleeps on a futex in ``.kafkalite-notify`` that producers bump after each append, in any
-process. Committed offsets are stored per ``group_id``. (Group membership and partition
-sharing between consumers of one group come later; today a subscribing consumer reads every
-partition of its topics.)"""
+process. Consumers that ``subscribe`` with the same ``group_id`` share the partitions as a
+Kafka consumer group (``kafkalite.group``); committed offsets live in ``__consumer_offsets``
+(``kafkalite.offsets``)."""
 
 from __future__ import annotations
 
@@ -15,20 +15,18 @@ from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 from kafkalite._native import ConsumerRecord, Notifier
+from kafkalite.assignors import TopicPartition
 from kafkalite.datadir import NOTIFY_FILE, DataDir
 from kafkalite.errors import (
+    CommitFailedError,
     IllegalStateError,
     InvalidConfigError,
     OffsetOutOfRangeError,
     UnknownTopicError,
 )
 from kafkalite.log import Log
+from kafkalite.group import STRATEGIES, GroupFiles, GroupMember, live_members
 from kafkalite.offsets import OffsetStore
-
-
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
 
 
 class OffsetAndMetadata(NamedTuple):
@@ -54,10 +52,26 @@ DEFAULTS: dict[str, Any] = {
     "max_poll_records": 500,
     "consumer_timeout_ms": float("inf"),
     "client_id": None,
+    "session_timeout_ms": 10_000,
+    "heartbeat_interval_ms": 3_000,
+    "max_poll_interval_ms": 300_000,
+    "partition_assignment_strategy": ("range", "cooperative-sticky"),
+    "exclude_internal_topics": True,
 }
 
 #: Records per native call when iterating (positions are committed per chunk).
 _ITER_CHUNK = 8192
+
+
+def _strategy_names(value: Any) -> list[str]:
+    """``partition_assignment_strategy``: Kafka names, or kafka-python assignor classes (their
+    ``name``), one or a list."""
+    items = [value] if isinstance(value, str) or hasattr(value, "name") else list(value)
+    names = [item if isinstance(item, str) else str(getattr(item, "name", item)) for item in items]
+    bad = [n for n in names if n not in STRATEGIES]
+    if not names or bad:
+        raise InvalidConfigError(f"partition_assignment_strategy must name some of {', '.join(STRATEGIES)}; got {value!r}")
+    return names
 
 
 class Consumer:
@@ -73,10 +87,18 @@ class Consumer:
             raise InvalidConfigError(f"auto_offset_reset must be 'earliest', 'latest' or 'none', not {self.config['auto_offset_reset']!r}")
         if not isinstance(self.config["max_poll_records"], int) or self.config["max_poll_records"] < 1:
             raise InvalidConfigError("max_poll_records must be a positive integer")
+        self._strategies = _strategy_names(self.config["partition_assignment_strategy"])
+        for key in ("session_timeout_ms", "heartbeat_interval_ms", "max_poll_interval_ms"):
+            if not isinstance(self.config[key], int) or self.config[key] <= 0:
+                raise InvalidConfigError(f"{key} must be a positive integer (milliseconds), not {self.config[key]!r}")
+        if self.config["heartbeat_interval_ms"] >= self.config["session_timeout_ms"]:
+            raise InvalidConfigError("heartbeat_interval_ms must be lower than session_timeout_ms")
         self._dir = DataDir(path, create=False)
         self._notifier = Notifier(os.path.join(self._dir.path, NOTIFY_FILE))
         self.group_id = group_id
-        self._store = OffsetStore(self._dir.path, group_id) if group_id is not None else None
+        self._store = OffsetStore(self._dir, group_id) if group_id is not None else None
+        self._member: GroupMember | None = None
+        self._rebalancing = False
         self._logs: dict[TopicPartition, Log] = {}
         self._topic_names: dict[str, str] = {}
         self._assigned: list[TopicPartition] = []
@@ -127,6 +149,8 @@ class Consumer:
         self._refresh_subscription()
 
     def unsubscribe(self) -> None:
+        if self._member is not None:
+            self._leave_group()
         self._set_assignment([])
         self._subscription, self._pattern, self._manual = set(), None, False
 
@@ -140,7 +164,14 @@ class Consumer:
         if not (self._subscription or self._pattern):
             return
         topics = self._dir.topics()
-        names = [t for t in topics if self._pattern.fullmatch(t)] if self._pattern else sorted(self._subscription)
+        if self._pattern:
+            hide = self.config["exclude_internal_topics"]
+            names = [t for t in topics if self._pattern.fullmatch(t) and not (hide and t.startswith("__"))]
+        else:
+            names = sorted(self._subscription)
+        if self.group_id is not None:
+            self._maintain_group(sorted(n for n in names if n in topics))
+            return
         wanted = []
         for name in sorted(names):
             if name not in topics:
@@ -154,16 +185,92 @@ class Consumer:
         added = [tp for tp in parts if tp not in self._assigned]
         if revoked and self._listener is not None:
             self._listener.on_partitions_revoked(revoked)
-        for tp in revoked:
+        self._drop_partitions(revoked)
+        self._assigned = parts
+        if added and self._listener is not None:
+            self._listener.on_partitions_assigned(added)
+
+    # -- group membership ------------------------------------------------------------------
+    def _maintain_group(self, topics: list[str]) -> None:
+        """Join, follow rebalances, hand partitions over (kafkalite.group). Not re-entered from
+        the rebalance listener (which may call position() and commit())."""
+        if self._rebalancing:
+            return
+        self._rebalancing = True
+        try:
+            self._follow_group(topics)
+        finally:
+            self._rebalancing = False
+
+    def _follow_group(self, topics: list[str]) -> None:
+        member = self._member
+        if member is None:
+            member = self._member = GroupMember(
+                self._dir.path,
+                self.group_id,  # type: ignore[arg-type]
+                client_id=self.config["client_id"] or "kafkalite",
+                strategies=self._strategies,
+                session_timeout_ms=self.config["session_timeout_ms"],
+                heartbeat_interval_ms=self.config["heartbeat_interval_ms"],
+                max_poll_interval_ms=self.config["max_poll_interval_ms"],
+                partition_counts=lambda: {t: int(m["partitions"]) for t, m in self._dir.topics().items()},
+                notify=self._notifier.notify,
+            )
+            member.join(topics)
+        else:
+            member.set_topics(topics)
+        member.touch_poll()
+        changes = member.changes()
+        if changes is not None and changes.lost:
+            # Evicted (presumed dead or stuck): the partitions are already someone else's.
+            lost = list(self._assigned)
+            if lost and self._listener is not None:
+                (getattr(self._listener, "on_partitions_lost", None) or self._listener.on_partitions_revoked)(lost)
+            self._drop_partitions(lost)
+            member.rejoin()
+            changes = member.changes()
+        if changes is None:
+            return
+        if changes.revoke:
+            if self.config["enable_auto_commit"]:
+                self._commit_quietly([tp for tp in changes.revoke if tp in self._consumed])
+            if self._listener is not None:
+                self._listener.on_partitions_revoked(changes.revoke)
+            released = [tp for tp in changes.revoke if tp not in changes.target]
+            self._drop_partitions(released)
+            member.release(released)
+        got = member.acquire(changes.target)
+        for tp in got:
+            self._positions.pop(tp, None)
+        kept = [tp for tp in changes.revoke if tp in changes.target] if changes.eager else []
+        self._assigned = sorted(set(self._assigned) | set(got))
+        if (got or kept) and self._listener is not None:
+            self._listener.on_partitions_assigned(sorted(set(got) | set(kept)))
+
+    def _drop_partitions(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
             self._positions.pop(tp, None)
             self._consumed.pop(tp, None)
             self._paused.discard(tp)
             log = self._logs.pop(tp, None)
             if log is not None:
                 log.close()
-        self._assigned = parts
-        if added and self._listener is not None:
-            self._listener.on_partitions_assigned(added)
+        gone = set(partitions)
+        self._assigned = [tp for tp in self._assigned if tp not in gone]
+
+    def _leave_group(self) -> None:
+        member = self._member
+        if member is None:
+            return
+        self._rebalancing = True  # the listener must not rejoin
+        try:
+            if self._assigned and self._listener is not None:
+                self._listener.on_partitions_revoked(list(self._assigned))
+        finally:
+            self._rebalancing = False
+            self._member = None
+        member.close()
+        self._drop_partitions(list(self._assigned))
 
     def _log(self, tp: TopicPartition) -> Log:
         log = self._logs.get(tp)
@@ -194,12 +301,16 @@ class Consumer:
         """The offset of the next record this consumer will return for ``tp``."""
         tp = TopicPartition(*tp)
         self._require_assigned(tp)
+        return self._position_of(tp)
+
+    def _position_of(self, tp: TopicPartition) -> int:
         if tp not in self._positions:
             self._positions[tp] = self._initial_position(tp)
         return self._positions[tp]
 
     def _require_assigned(self, tp: TopicPartition) -> None:
-        self._refresh_subscription()
+        if self.group_id is None:  # a group's assignment changes only in poll, as in Kafka
+            self._refresh_subscription()
         if tp not in self._assigned:
             raise IllegalStateError(f"{tp} is not assigned to this consumer")
 
@@ -267,7 +378,7 @@ class Consumer:
         """``read(log, position, limit) -> (items, next offset)`` from this consumer's position.
         A position deleted by retention (or past the end) gets Kafka's reset policy first."""
         log = self._log(tp)
-        position = self.position(tp)
+        position = self._position_of(tp)
         try:
             items, nxt = read(log, position, limit)
         except OffsetOutOfRangeError:
@@ -336,6 +447,7 @@ class Consumer:
         idle_limit = self.config["consumer_timeout_ms"]
         idle_since = time.monotonic()
         while not self._closed:
+            self._refresh_subscription()  # follows rebalances between chunks
             got = False
             for tp in self._fetchable():
                 records = self._fetch_one(tp, _ITER_CHUNK)
@@ -352,7 +464,7 @@ class Consumer:
                 return
             seen = self._notifier.sequence()
             self._refresh_subscription()
-            if not any(self._log(tp).end_offset > self.position(tp) for tp in self._fetchable()):
+            if not any(self._log(tp).end_offset > self._position_of(tp) for tp in self._fetchable()):
                 self._notifier.wait(seen, int(max(1, min(1000, idle_limit - waited_ms))))
 
     # -- commits ---------------------------------------------------------------------------
@@ -369,8 +481,36 @@ class Consumer:
                 om = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(int(value))
                 entries[(tp[0], int(tp[1]))] = (om.offset, om.metadata)
         if entries:
-            self._store.commit(entries)
+            self._commit_entries(entries)
         self._last_commit = time.monotonic()
+
+    def _commit_entries(self, entries: dict[tuple[str, int], tuple[int, str]]) -> None:
+        """Members commit only what they own in the current generation; a consumer outside
+        the group (assign()) only while the group has no live members, as Kafka requires."""
+        assert self._store is not None and self.group_id is not None
+        partitions = [TopicPartition(t, p) for t, p in entries]
+        if self._member is not None and self._member.member_id is not None:
+            with self._member.commit_guard(partitions):
+                self._store.commit(entries)
+            return
+        files = GroupFiles(self._dir.path, self.group_id)
+        with files.locked():
+            members = live_members(self._dir.path, self.group_id)
+            if members:
+                raise CommitFailedError(
+                    f"commit rejected: group {self.group_id!r} has {len(members)} active members; a consumer "
+                    "outside the group (assign()) may commit only to an empty group"
+                )
+            self._store.commit(entries)
+
+    def _commit_quietly(self, partitions: list[TopicPartition]) -> None:
+        """Auto-commit before a rebalance takes partitions away (failures are the rebalance's)."""
+        entries = {(tp.topic, tp.partition): (self._consumed[tp], "") for tp in partitions if tp in self._consumed}
+        try:
+            if entries:
+                self._commit_entries(entries)
+        except CommitFailedError:
+            pass
 
     def commit_async(self, offsets: dict[TopicPartition, Any] | None = None, callback: Any = None) -> None:
         """Committing is a local file write, so this commits now and then calls ``callback``."""
@@ -420,7 +560,13 @@ class Consumer:
         if self._closed:
             return
         if autocommit and self._store is not None and self.config["enable_auto_commit"] and self._consumed:
-            self.commit()
+            try:
+                self.commit()
+            except CommitFailedError:
+                pass  # evicted: these partitions are someone else's now
+        self._leave_group()
+        if self._store is not None:
+            self._store.close()
         for log in self._logs.values():
             log.close()
         self._logs.clear()

@@ -58,6 +58,7 @@ __all__ = [
     "LogLockedError",
     "InvalidConfigError",
     "RecordTooLargeError",
+    "InvalidRecordError",
     "UnsupportedFormatError",
     "LogClosedError",
     "LogPoisonedError",
@@ -84,11 +85,17 @@ class IllegalStateError(KafkaliteError):
     """A call that the client's current state does not allow (closed, or assign after subscribe...)."""
 
 
+class CommitFailedError(KafkaliteError):
+    """A commit from a consumer that no longer owns the partitions: the group rebalanced, or the
+    member was presumed dead (kafka-python's name)."""
+
+
 class KafkaTimeoutError(KafkaliteError, TimeoutError):
     """A future or flush did not complete in time."""
 
 
 __all__ += [
+    "CommitFailedError",
     "UnknownTopicError",
     "TopicAlreadyExistsError",
     "InvalidTopicError",

@@ -1,61 +1,189 @@
-"""Committed offsets of a consumer group, stored durably in the data directory
-(``.kafkalite-group-<id>.json``, replaced atomically under a lock). Offsets follow Kafka's
-meaning: the next offset to read."""
+"""Committed offsets, stored as Kafka stores them: in the compacted topic ``__consumer_offsets``
+(50 partitions; a group lives in partition ``abs(javaHash(group_id)) % 50``), with Kafka's own
+binary key (OffsetCommitKey v1: group, topic, partition) and value (OffsetCommitValue v3:
+offset, leader epoch, metadata, commit timestamp). Deleting a group writes tombstones, which
+compaction removes after ``delete.retention.ms``. Offsets follow Kafka's meaning: the next
+offset to read.
+
+Each store keeps the group's offsets in memory and reads only what was appended since its last
+look, so ``load`` is cheap; commits are appended with ``flush="always"`` (durable when the call
+returns) by a shared writer, so any number of processes can commit at once.
+"""
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
-import re
+import struct
+import threading
+import time
 
-from kafkalite.errors import InvalidConfigError
+from kafkalite.compaction import clean_if_dirty
+from kafkalite.datadir import DataDir
+from kafkalite.errors import InvalidConfigError, TopicAlreadyExistsError
+from kafkalite.log import Log, Record
 
-_SAFE = re.compile(r"^[a-zA-Z0-9._-]{1,200}$")
+OFFSETS_TOPIC = "__consumer_offsets"
+#: Kafka's offsets.topic.num.partitions and offsets.topic.segment.bytes.
+OFFSETS_PARTITIONS = 50
+OFFSETS_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 100 * 1024 * 1024}
+#: How often a committing store checks whether its partition needs compaction.
+CLEAN_CHECK_SECONDS = 15.0
+
+Offsets = dict[tuple[str, int], tuple[int, str]]
 
 
-def group_file(data_dir: str, group_id: str) -> str:
-    if not isinstance(group_id, str) or not group_id:
-        raise InvalidConfigError(f"group_id must be a non-empty str, not {group_id!r}")
-    name = group_id if _SAFE.match(group_id) else "x" + group_id.encode("utf-8").hex()
-    return os.path.join(data_dir, f".kafkalite-group-{name}.json")
+def java_string_hash(s: str) -> int:
+    """Java's ``String.hashCode`` (UTF-16 code units, 32-bit wrap), as a signed int."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def offsets_partition(group_id: str) -> int:
+    """Kafka's ``GroupCoordinator.partitionFor``: ``Utils.abs(groupId.hashCode) % 50``."""
+    h = java_string_hash(group_id)
+    return 0 if h == -(1 << 31) else abs(h) % OFFSETS_PARTITIONS
+
+
+def _string(s: str) -> bytes:
+    raw = s.encode("utf-8")
+    if len(raw) > 0x7FFF:
+        raise InvalidConfigError(f"{s[:40]!r}... is longer than Kafka's 32767-byte strings")
+    return struct.pack(">h", len(raw)) + raw
+
+
+def encode_key(group_id: str, topic: str, partition: int) -> bytes:
+    return struct.pack(">h", 1) + _string(group_id) + _string(topic) + struct.pack(">i", partition)
+
+
+def encode_value(offset: int, metadata: str, timestamp_ms: int) -> bytes:
+    return struct.pack(">hqi", 3, offset, -1) + _string(metadata) + struct.pack(">q", timestamp_ms)
+
+
+def _read_string(buf: bytes, pos: int) -> tuple[str, int]:
+    (n,) = struct.unpack_from(">h", buf, pos)
+    return buf[pos + 2 : pos + 2 + n].decode("utf-8"), pos + 2 + n
+
+
+def decode_key(key: bytes) -> tuple[str, str, int] | None:
+    """(group, topic, partition) of an offset commit key; None for other key versions (group
+    metadata records, version 2, which kafkalite does not write)."""
+    (version,) = struct.unpack_from(">h", key, 0)
+    if version not in (0, 1):
+        return None
+    group, pos = _read_string(key, 2)
+    topic, pos = _read_string(key, pos)
+    (partition,) = struct.unpack_from(">i", key, pos)
+    return group, topic, partition
+
+
+def decode_value(value: bytes) -> tuple[int, str]:
+    """(offset, metadata) of OffsetCommitValue v0-v3."""
+    (version,) = struct.unpack_from(">h", value, 0)
+    (offset,) = struct.unpack_from(">q", value, 2)
+    pos = 10 + (4 if version >= 3 else 0)
+    metadata, _ = _read_string(value, pos)
+    return offset, metadata
+
+
+def ensure_offsets_topic(data_dir: DataDir) -> None:
+    if OFFSETS_TOPIC not in data_dir.topics():
+        try:
+            data_dir.create(OFFSETS_TOPIC, OFFSETS_PARTITIONS, OFFSETS_CONFIG)
+        except TopicAlreadyExistsError:
+            pass  # another process created it first
 
 
 class OffsetStore:
-    def __init__(self, data_dir: str, group_id: str) -> None:
-        self.path = group_file(data_dir, group_id)
+    """One group's committed offsets."""
+
+    def __init__(self, data_dir: str | DataDir, group_id: str) -> None:
+        if not isinstance(group_id, str) or not group_id:
+            raise InvalidConfigError(f"group_id must be a non-empty str, not {group_id!r}")
+        self._dir = data_dir if isinstance(data_dir, DataDir) else DataDir(data_dir)
         self.group_id = group_id
+        self.partition = offsets_partition(group_id)
+        self._prefix = struct.pack(">h", 1) + _string(group_id)
+        self._offsets: Offsets = {}
+        self._read_to = 0
+        self._writer: Log | None = None
+        self._reader: Log | None = None
+        self._mutex = threading.Lock()
+        self._next_clean_check = time.monotonic() + CLEAN_CHECK_SECONDS
 
-    def load(self) -> dict[tuple[str, int], tuple[int, str]]:
-        """``{(topic, partition): (offset, metadata)}``."""
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            return {}
-        return {
-            (topic, int(p)): (int(entry["offset"]), entry.get("metadata", ""))
-            for topic, parts in data["offsets"].items()
-            for p, entry in parts.items()
-        }
+    def _path(self) -> str:
+        return self._dir.partition_path(OFFSETS_TOPIC, self.partition)
 
-    def commit(self, offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
-        """Merge ``offsets`` into the stored ones, durably."""
-        with open(self.path + ".lock", "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            current = self.load()
-            current.update(offsets)
-            data: dict = {"version": 1, "group_id": self.group_id, "offsets": {}}
-            for (topic, p), (offset, meta) in sorted(current.items()):
-                data["offsets"].setdefault(topic, {})[str(p)] = {"offset": offset, "metadata": meta}
-            tmp = self.path + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(data, f, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.rename(tmp, self.path)
-            fd = os.open(os.path.dirname(self.path), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+    def load(self) -> Offsets:
+        """``{(topic, partition): (offset, metadata)}``, including commits from other processes."""
+        with self._mutex:
+            self._catch_up()
+            return dict(self._offsets)
+
+    def _catch_up(self) -> None:
+        if self._reader is None:
+            if not os.path.isdir(self._path()):
+                return
+            self._reader = Log(self._path(), readonly=True)
+        log = self._reader
+        start = max(self._read_to, log.start_offset)
+        end = log.end_offset
+        if start >= end:
+            return
+        for r in log.records(start, end):
+            key = r.key
+            if key is not None and key.startswith(self._prefix):
+                decoded = decode_key(key)
+                if decoded is not None and decoded[0] == self.group_id:
+                    tp = (decoded[1], decoded[2])
+                    if r.value is None:
+                        self._offsets.pop(tp, None)
+                    else:
+                        self._offsets[tp] = decode_value(r.value)
+        self._read_to = end
+
+    def _log(self) -> Log:
+        if self._writer is None:
+            ensure_offsets_topic(self._dir)
+            self._writer = self._dir.open_partition(OFFSETS_TOPIC, self.partition, shared_writers=True, flush="always")
+        return self._writer
+
+    def commit(self, offsets: Offsets) -> None:
+        """Store ``offsets`` durably (one batch, so all or nothing)."""
+        self._append({tp: om for tp, om in offsets.items()})
+
+    def delete(self, partitions: list[tuple[str, int]] | None = None) -> int:
+        """Tombstone the group's offsets (all of them by default). Returns how many."""
+        targets = list(self.load()) if partitions is None else partitions
+        if targets:
+            self._append({tp: None for tp in targets})
+        return len(targets)
+
+    def _append(self, entries: dict[tuple[str, int], tuple[int, str] | None]) -> None:
+        if not entries:
+            return
+        now = int(time.time() * 1000)
+        records = [
+            Record(None if om is None else encode_value(om[0], om[1], now), key=encode_key(self.group_id, t, p), timestamp=now)
+            for (t, p), om in sorted(entries.items())
+        ]
+        with self._mutex:
+            log = self._log()
+            log.append(records)
+            if time.monotonic() >= self._next_clean_check:
+                self._next_clean_check = time.monotonic() + CLEAN_CHECK_SECONDS
+                clean_if_dirty(log, self._dir.topic(OFFSETS_TOPIC).get("config", {}))
+
+    def close(self) -> None:
+        for log in (self._writer, self._reader):
+            if log is not None:
+                log.close()
+        self._writer = self._reader = None
+
+    def __enter__(self) -> OffsetStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,486 @@
+"""Consumer-group membership across processes on one host, with no coordinator process.
+
+Files, under ``<data dir>/.kafkalite-groups/<group>/``:
+
+- ``state.json``: the group as Kafka's coordinator would hold it: generation, protocol,
+  members with their subscriptions, the assignment, and which member currently *owns* each
+  partition. Every change is a read-modify-write under ``state.lock`` (a flock), replaced by
+  rename, followed by a wake-up of every consumer through the data directory's notifier.
+- ``<member id>.member``: each member holds an exclusive flock on its own file for life. The
+  kernel drops it when the process dies, however it dies, so others detect a death by probing
+  the lock (every ``LIVENESS_PROBE_S``) rather than by waiting for a session timeout. The
+  file also holds two timestamps (last heartbeat, last poll) for members alive but stuck:
+  ``session_timeout_ms`` and ``max_poll_interval_ms``.
+
+Rebalancing is done by whoever notices the change (a join, a leave, a death, new partitions):
+it recomputes the assignment with the group's strategy and bumps the generation. Ownership
+moves only by hand-over: a member gives up a partition after its ``on_partitions_revoked``
+ran (so it can commit), and the new owner takes it only once it is free, or once its previous
+owner is dead or evicted. So no two live members ever consume a partition at once, and a member
+that was evicted is fenced: its commits are rejected.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import struct
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from kafkalite.assignors import ASSIGNORS, TopicPartition, sticky_assign
+from kafkalite.errors import CommitFailedError, InvalidConfigError
+
+GROUPS_DIR = ".kafkalite-groups"
+#: How often a member probes the others' liveness locks: the bound on detecting a death.
+LIVENESS_PROBE_S = 0.05
+STRATEGIES = ("range", "roundrobin", "sticky", "cooperative-sticky")
+EAGER = ("range", "roundrobin")
+_SAFE = re.compile(r"^[a-zA-Z0-9._-]{1,200}$")
+_STAMPS = struct.Struct("<qq")  # last heartbeat ms, last poll ms
+
+
+def group_dir(data_dir: str, group_id: str) -> str:
+    if not isinstance(group_id, str) or not group_id:
+        raise InvalidConfigError(f"group_id must be a non-empty str, not {group_id!r}")
+    name = group_id if _SAFE.match(group_id) else "x" + group_id.encode("utf-8").hex()
+    return os.path.join(data_dir, GROUPS_DIR, name)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _key(tp: TopicPartition) -> str:
+    return f"{tp.topic}:{tp.partition}"  # ':' cannot occur in a topic name
+
+
+def _tp(key: str) -> TopicPartition:
+    topic, _, p = key.rpartition(":")
+    return TopicPartition(topic, int(p))
+
+
+def empty_state() -> dict[str, Any]:
+    return {"generation": 0, "protocol": None, "members": {}, "assignment": {}, "owners": {}, "partitions": {}}
+
+
+class GroupFiles:
+    """The group's directory: state under a lock, and the members' liveness files."""
+
+    def __init__(self, data_dir: str, group_id: str) -> None:
+        self.group_id = group_id
+        self.path = group_dir(data_dir, group_id)
+        self.state_path = os.path.join(self.path, "state.json")
+
+    def exists(self) -> bool:
+        return os.path.exists(self.state_path)
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        os.makedirs(self.path, exist_ok=True)
+        fd = os.open(os.path.join(self.path, "state.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def load(self) -> dict[str, Any]:
+        return {**self.load_at(self.path), "group_id": self.group_id}
+
+    @staticmethod
+    def load_at(path: str) -> dict[str, Any]:
+        try:
+            with open(os.path.join(path, "state.json"), encoding="utf-8") as f:
+                return {**empty_state(), **json.load(f)}
+        except (FileNotFoundError, NotADirectoryError, ValueError):
+            return empty_state()
+
+    def save(self, state: dict[str, Any]) -> None:
+        """Under ``locked()``. Membership does not outlive a reboot, so no fsync."""
+        tmp = self.state_path + f".{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(state, f, sort_keys=True)
+        os.rename(tmp, self.state_path)
+
+    def stamp(self) -> tuple[int, int, int] | None:
+        """Changes whenever the state is replaced."""
+        try:
+            st = os.stat(self.state_path)
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def member_path(self, member_id: str) -> str:
+        return os.path.join(self.path, f"{member_id}.member")
+
+    def member_alive(self, member_id: str) -> bool:
+        """True while the member's process holds its lock (the kernel drops it on death)."""
+        try:
+            fd = os.open(self.member_path(member_id), os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # also drops the probe's lock if it got it
+        return False
+
+    def member_stamps(self, member_id: str) -> tuple[int, int] | None:
+        try:
+            with open(self.member_path(member_id), "rb") as f:
+                data = f.read(_STAMPS.size)
+        except FileNotFoundError:
+            return None
+        return _STAMPS.unpack(data) if len(data) == _STAMPS.size else None
+
+    def remove_member_file(self, member_id: str) -> None:
+        try:
+            os.unlink(self.member_path(member_id))
+        except FileNotFoundError:
+            pass
+
+
+def choose_protocol(members: dict[str, dict[str, Any]]) -> str:
+    """The first strategy of the longest-standing member that every member supports."""
+    ordered = sorted(members.values(), key=lambda m: m["joined"])
+    for strategy in ordered[0]["strategies"]:
+        if all(strategy in m["strategies"] for m in ordered):
+            return strategy
+    raise InvalidConfigError(
+        "the members of this group share no partition_assignment_strategy: "
+        + "; ".join(f"{m['client_id']} supports {m['strategies']}" for m in ordered)
+    )
+
+
+def rebalance(state: dict[str, Any], partition_counts: dict[str, int]) -> None:
+    """Recompute the assignment for the current members and start a new generation. Owners
+    that left the group lose their claim."""
+    members = state["members"]
+    state["generation"] += 1
+    state["owners"] = {k: m for k, m in state["owners"].items() if m in members}
+    if not members:
+        state.update(protocol=None, assignment={}, partitions={})
+        return
+    protocol = choose_protocol(members)
+    subscriptions = {m: sorted(info["topics"]) for m, info in members.items()}
+    wanted = set().union(*map(set, subscriptions.values()))
+    counts = {t: n for t, n in partition_counts.items() if t in wanted}
+    if protocol in EAGER:
+        assignment = ASSIGNORS[protocol](counts, subscriptions)
+    else:
+        # sticky and cooperative-sticky share the target; the hand-over makes it cooperative.
+        owned = {m: [_tp(k) for k in state["assignment"].get(m, [])] for m in members}
+        assignment = sticky_assign(counts, subscriptions, owned)
+    state["protocol"] = protocol
+    state["assignment"] = {m: [_key(tp) for tp in tps] for m, tps in assignment.items()}
+    state["partitions"] = counts
+
+
+@dataclass
+class Changes:
+    """What a member must do after a rebalance: stop consuming ``revoke`` (after the listener
+    ran), then take what it can of ``target``. ``lost``: the member was evicted (fenced)."""
+
+    revoke: list[TopicPartition]
+    target: list[TopicPartition]
+    generation: int
+    lost: bool = False
+    #: Eager protocols revoke everything at each new generation (and re-assign what stays).
+    eager: bool = False
+
+
+class GroupMember:
+    """One consumer's membership. The consumer drives it from ``poll``; a daemon thread
+    heartbeats and evicts dead or stuck members."""
+
+    def __init__(
+        self,
+        data_dir: str,
+        group_id: str,
+        *,
+        client_id: str,
+        strategies: list[str],
+        session_timeout_ms: int,
+        heartbeat_interval_ms: int,
+        max_poll_interval_ms: int,
+        partition_counts: Callable[[], dict[str, int]],
+        notify: Callable[[], None],
+    ) -> None:
+        self.files = GroupFiles(data_dir, group_id)
+        self.group_id = group_id
+        self.client_id = client_id
+        self.strategies = strategies
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.max_poll_interval_ms = max_poll_interval_ms
+        self._partition_counts = partition_counts
+        self._notify = notify
+        self.member_id: str | None = None
+        self.generation = -1
+        self.owned: set[TopicPartition] = set()
+        self._topics: list[str] = []
+        self._seen_stamp: tuple[int, int, int] | None = None
+        self._pending = False
+        self._left = False
+        self._fd: int | None = None
+        self._last_poll_ms = _now_ms()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._mutex = threading.Lock()
+
+    # -- joining and leaving ---------------------------------------------------------------
+    def join(self, topics: list[str]) -> None:
+        self._left = False
+        self.member_id = f"{self.client_id}-{uuid.uuid4()}"
+        os.makedirs(self.files.path, exist_ok=True)
+        self._fd = os.open(self.files.member_path(self.member_id), os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._write_stamps()
+        self._topics = sorted(topics)
+        with self.files.locked():
+            state = self.files.load()
+            self._evict_locked(state)
+            state["members"][self.member_id] = {
+                "client_id": self.client_id,
+                "topics": self._topics,
+                "strategies": self.strategies,
+                "pid": os.getpid(),
+                "joined": time.time(),
+            }
+            try:
+                rebalance(state, self._partition_counts())
+            except InvalidConfigError:
+                self._drop_member_file()
+                raise
+            self.files.save(state)
+        self._notify()
+        self._seen_stamp = None
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._heartbeat_loop, name="kafkalite-group-heartbeat", daemon=True)
+            self._thread.start()
+
+    def set_topics(self, topics: list[str]) -> None:
+        """The subscription (or what a pattern matches) changed: rebalance."""
+        topics = sorted(topics)
+        if topics == self._topics or self.member_id is None:
+            return
+        self._topics = topics
+        self._update_locked(lambda state: state["members"][self.member_id].__setitem__("topics", topics))
+
+    def leave(self) -> None:
+        """Leave the group (after the consumer revoked and committed): others rebalance now."""
+        if self.member_id is None:
+            return
+        member_id = self.member_id
+
+        def drop(state: dict[str, Any]) -> None:
+            state["members"].pop(member_id, None)
+
+        self._update_locked(drop, require_member=False)
+        self.owned.clear()
+        self._drop_member_file()
+        self.member_id = None
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2)
+        self.leave()
+
+    def _drop_member_file(self) -> None:
+        if self.member_id is not None:
+            self.files.remove_member_file(self.member_id)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _update_locked(self, change: Callable[[dict[str, Any]], None], require_member: bool = True) -> None:
+        with self.files.locked():
+            state = self.files.load()
+            if require_member and self.member_id not in state["members"]:
+                return  # evicted meanwhile: the next poll rejoins
+            change(state)
+            rebalance(state, self._partition_counts())
+            self.files.save(state)
+        self._notify()
+
+    # -- the consumer's side of a rebalance ------------------------------------------------
+    def touch_poll(self) -> None:
+        self._last_poll_ms = _now_ms()
+
+    def changes(self) -> Changes | None:
+        """What changed since the last call (one stat when nothing did)."""
+        stamp = self.files.stamp()
+        if stamp == self._seen_stamp and not self._pending:
+            return None
+        self._seen_stamp = stamp
+        state = self.files.load()
+        if self.member_id not in state["members"]:
+            return Changes(revoke=sorted(self.owned), target=[], generation=state["generation"], lost=True)
+        counts = self._partition_counts()
+        subscribed = set(self._topics)
+        if {t: n for t, n in counts.items() if t in subscribed} != {t: n for t, n in state["partitions"].items() if t in subscribed}:
+            self._update_locked(lambda s: None)  # partitions were added: rebalance
+            return self.changes()
+        target = sorted(_tp(k) for k in state["assignment"].get(self.member_id, []))
+        if state["generation"] == self.generation and not self._pending:
+            return None
+        eager = state["protocol"] in EAGER and state["generation"] != self.generation
+        revoke = sorted(self.owned) if eager else sorted(self.owned - set(target))
+        self.generation = state["generation"]
+        return Changes(revoke=revoke, target=target, generation=self.generation, eager=eager)
+
+    def release(self, partitions: list[TopicPartition]) -> None:
+        """Give up partitions (their revocation listener has run)."""
+        if not partitions:
+            return
+        keep = set(self.owned) - set(partitions)
+        mine = self.member_id
+
+        def free(state: dict[str, Any]) -> None:
+            for tp in partitions:
+                if state["owners"].get(_key(tp)) == mine:
+                    del state["owners"][_key(tp)]
+
+        with self.files.locked():
+            state = self.files.load()
+            free(state)
+            self.files.save(state)
+        self.owned = keep
+        self._notify()
+
+    def acquire(self, target: list[TopicPartition]) -> list[TopicPartition]:
+        """Take the partitions of ``target`` that are free (or held by a member that is gone).
+        Returns the newly owned ones; the rest stay pending until their owner lets go."""
+        wanted = [tp for tp in target if tp not in self.owned]
+        if not wanted:
+            self._pending = False
+            return []
+        got = []
+        with self.files.locked():
+            state = self.files.load()
+            if self.member_id not in state["members"]:
+                return []
+            assigned = set(state["assignment"].get(self.member_id, []))
+            for tp in wanted:
+                k = _key(tp)
+                holder = state["owners"].get(k)
+                if k in assigned and (holder is None or holder == self.member_id or holder not in state["members"]):
+                    state["owners"][k] = self.member_id
+                    got.append(tp)
+            if got:
+                self.files.save(state)
+        self.owned |= set(got)
+        self._pending = len(got) < len(wanted)
+        return got
+
+    def rejoin(self) -> None:
+        """After being evicted: a new member id, a new generation."""
+        self.owned.clear()
+        self._drop_member_file()
+        self.member_id = None
+        self.generation = -1
+        self.join(self._topics)
+
+    @contextmanager
+    def commit_guard(self, partitions: list[TopicPartition]) -> Iterator[None]:
+        """Hold the group lock while committing, after checking that this member still owns
+        every partition in the current generation (Kafka's generation fencing)."""
+        with self.files.locked():
+            state = self.files.load()
+            if self.member_id not in state["members"]:
+                raise CommitFailedError(
+                    f"commit rejected: member {self.member_id} of group {self.group_id!r} was removed from the group "
+                    f"(generation is now {state['generation']}; it was presumed dead, or exceeded session_timeout_ms "
+                    "or max_poll_interval_ms) and its partitions were given to other members. Poll again to rejoin."
+                )
+            foreign = [tp for tp in partitions if state["owners"].get(_key(tp)) != self.member_id]
+            if foreign:
+                raise CommitFailedError(
+                    f"commit rejected: {foreign} are not owned by member {self.member_id} in generation "
+                    f"{state['generation']} of group {self.group_id!r} (the group rebalanced)"
+                )
+            yield
+
+    # -- heartbeats and failure detection --------------------------------------------------
+    def _write_stamps(self) -> None:
+        if self._fd is not None:
+            os.pwrite(self._fd, _STAMPS.pack(_now_ms(), self._last_poll_ms), 0)
+
+    def _heartbeat_loop(self) -> None:
+        next_beat = 0.0
+        while not self._stop.wait(LIVENESS_PROBE_S):
+            try:
+                if time.monotonic() >= next_beat:
+                    self._write_stamps()
+                    next_beat = time.monotonic() + self.heartbeat_interval_ms / 1000.0
+                self._check_members()
+            except (OSError, ValueError):
+                pass  # retried on the next tick
+
+    def _check_members(self) -> None:
+        if self.member_id is None:
+            return
+        if _now_ms() - self._last_poll_ms > self.max_poll_interval_ms:
+            # kafka-python's heartbeat thread leaves the group for a consumer that stopped polling.
+            if not self._left:
+                self._left = True
+                self._update_locked(lambda s: s["members"].pop(self.member_id, None))
+            return
+        state = self.files.load()
+        if any(self._is_gone(m, state) for m in state["members"] if m != self.member_id):
+            with self.files.locked():
+                state = self.files.load()
+                if self._evict_locked(state):
+                    rebalance(state, self._partition_counts())
+                    self.files.save(state)
+                    self._notify()
+
+    def _is_gone(self, member_id: str, state: dict[str, Any]) -> bool:
+        if not self.files.member_alive(member_id):
+            return True
+        stamps = self.files.member_stamps(member_id)
+        if stamps is None:
+            return False
+        heartbeat, _ = stamps
+        return _now_ms() - heartbeat > self.session_timeout_ms
+
+    def _evict_locked(self, state: dict[str, Any]) -> bool:
+        gone = [m for m in state["members"] if m != self.member_id and self._is_gone(m, state)]
+        for m in gone:
+            del state["members"][m]
+            if not self.files.member_alive(m):
+                self.files.remove_member_file(m)
+        return bool(gone)
+
+
+def describe(data_dir: str, group_id: str) -> dict[str, Any]:
+    """The group's state with each member's liveness, for ``kafkalite groups describe``."""
+    files = GroupFiles(data_dir, group_id)
+    state = files.load()
+    for member_id, info in state["members"].items():
+        info["alive"] = files.member_alive(member_id)
+        info["assignment"] = sorted(_tp(k) for k in state["assignment"].get(member_id, []))
+    return state
+
+
+def live_members(data_dir: str, group_id: str) -> list[str]:
+    files = GroupFiles(data_dir, group_id)
+    return [m for m in files.load()["members"] if files.member_alive(m)]
+
+
+def list_group_ids(data_dir: str) -> list[str]:
+    """Groups that have (or had) members in this data directory."""
+    root = os.path.join(data_dir, GROUPS_DIR)
+    names = sorted(os.listdir(root)) if os.path.isdir(root) else []
+    return [GroupFiles.load_at(os.path.join(root, name)).get("group_id", name) for name in names]
