@@ -17,7 +17,7 @@ use crate::log_read::RecordSink;
 use crate::record::RecordRef;
 
 fn header_fields() -> Fields {
-    Fields::from(vec![Field::new("key", DataType::Utf8, false), Field::new("value", DataType::Binary, true)])
+    header_fields_with(false)
 }
 
 /// The schema of every batch `ArrowSink` produces.
@@ -35,16 +35,74 @@ pub fn record_schema() -> SchemaRef {
     ]))
 }
 
+/// The `headers` column: `list<struct<key, value>>`, null for records without headers.
+pub(crate) struct HeaderColumns {
+    offsets: Vec<i32>,
+    present: Vec<bool>,
+    keys: StringBuilder,
+    values: BinaryBuilder,
+}
+
+impl HeaderColumns {
+    pub(crate) fn with_capacity(records: usize) -> Self {
+        let mut offsets = Vec::with_capacity(records + 1);
+        offsets.push(0);
+        HeaderColumns { offsets, present: Vec::with_capacity(records), keys: StringBuilder::new(), values: BinaryBuilder::new() }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.present.len()
+    }
+
+    pub(crate) fn push(&mut self, r: &RecordRef<'_>) {
+        for (k, v) in &r.headers {
+            self.keys.append_value(k);
+            self.values.append_option(*v);
+        }
+        let last = *self.offsets.last().unwrap();
+        self.offsets.push(last + r.headers.len() as i32);
+        self.present.push(!r.headers.is_empty());
+    }
+
+    /// Spark names the list item "element" and declares items and struct fields nullable; our
+    /// own schema uses "item", not nullable.
+    pub(crate) fn finish(self, item_name: &str, item_nullable: bool) -> ListArray {
+        let (mut keys, mut values) = (self.keys, self.values);
+        let fields = header_fields_with(item_nullable);
+        let structs =
+            StructArray::new(fields.clone(), vec![Arc::new(keys.finish()) as ArrayRef, Arc::new(values.finish())], None);
+        let any_missing = self.present.iter().any(|p| !p);
+        ListArray::new(
+            Arc::new(Field::new(item_name, DataType::Struct(fields), item_nullable)),
+            OffsetBuffer::new(self.offsets.into()),
+            Arc::new(structs),
+            any_missing.then(|| NullBuffer::from(self.present)),
+        )
+    }
+}
+
+pub(crate) fn header_fields_with(nullable: bool) -> Fields {
+    Fields::from(vec![Field::new("key", DataType::Utf8, nullable), Field::new("value", DataType::Binary, true)])
+}
+
+/// Guards Arrow's 32-bit binary offsets: at most 2 GiB of keys and values per batch.
+pub(crate) fn count_payload(total: &mut usize, r: &RecordRef<'_>) -> Result<()> {
+    *total += r.key.map_or(0, <[u8]>::len) + r.value.map_or(0, <[u8]>::len);
+    if *total > i32::MAX as usize {
+        return Err(Error::config(
+            "records do not fit one Arrow batch (2 GiB of keys and values); pass a smaller max_records",
+        ));
+    }
+    Ok(())
+}
+
 /// Accumulates records as Arrow columns.
 pub struct ArrowSink {
     offsets: Int64Builder,
     timestamps: TimestampMillisecondBuilder,
     keys: BinaryBuilder,
     values: BinaryBuilder,
-    header_offsets: Vec<i32>,
-    header_present: Vec<bool>,
-    header_keys: StringBuilder,
-    header_values: BinaryBuilder,
+    headers: HeaderColumns,
     /// Bytes of keys and values so far: Arrow's binary type addresses at most 2 GiB.
     payload_bytes: usize,
 }
@@ -56,40 +114,22 @@ impl ArrowSink {
             timestamps: TimestampMillisecondBuilder::with_capacity(records).with_timezone("UTC"),
             keys: BinaryBuilder::with_capacity(records, 0),
             values: BinaryBuilder::with_capacity(records, bytes),
-            header_offsets: {
-                let mut v = Vec::with_capacity(records + 1);
-                v.push(0);
-                v
-            },
-            header_present: Vec::with_capacity(records),
-            header_keys: StringBuilder::new(),
-            header_values: BinaryBuilder::new(),
+            headers: HeaderColumns::with_capacity(records),
             payload_bytes: 0,
         }
     }
 
     pub fn len(&self) -> usize {
-        self.header_present.len()
+        self.headers.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.header_present.is_empty()
+        self.len() == 0
     }
 
     /// Build the batch.
     pub fn finish(mut self) -> Result<RecordBatch> {
-        let header_structs = StructArray::new(
-            header_fields(),
-            vec![Arc::new(self.header_keys.finish()) as ArrayRef, Arc::new(self.header_values.finish())],
-            None,
-        );
-        let any_missing = self.header_present.iter().any(|p| !p);
-        let headers = ListArray::new(
-            Arc::new(Field::new("item", DataType::Struct(header_fields()), false)),
-            OffsetBuffer::new(self.header_offsets.into()),
-            Arc::new(header_structs),
-            any_missing.then(|| NullBuffer::from(self.header_present)),
-        );
+        let headers = self.headers.finish("item", false);
         let columns: Vec<ArrayRef> = vec![
             Arc::new(self.offsets.finish()),
             Arc::new(self.timestamps.finish()),
@@ -104,23 +144,12 @@ impl ArrowSink {
 
 impl RecordSink for ArrowSink {
     fn push(&mut self, r: &RecordRef<'_>) -> Result<()> {
-        self.payload_bytes += r.key.map_or(0, <[u8]>::len) + r.value.map_or(0, <[u8]>::len);
-        if self.payload_bytes > i32::MAX as usize {
-            return Err(Error::config(
-                "records do not fit one Arrow batch (2 GiB of keys and values); pass a smaller max_records",
-            ));
-        }
+        count_payload(&mut self.payload_bytes, r)?;
         self.offsets.append_value(r.offset);
         self.timestamps.append_value(r.timestamp);
         self.keys.append_option(r.key);
         self.values.append_option(r.value);
-        for (k, v) in &r.headers {
-            self.header_keys.append_value(k);
-            self.header_values.append_option(*v);
-        }
-        let last = *self.header_offsets.last().unwrap();
-        self.header_offsets.push(last + r.headers.len() as i32);
-        self.header_present.push(!r.headers.is_empty());
+        self.headers.push(r);
         Ok(())
     }
 }

@@ -20,6 +20,7 @@
 //! `cleaner` (compaction), `arrow` (batches to Arrow). `py` is the PyO3 binding, built only with the `python` feature.
 
 pub mod arrow;
+pub mod arrow_spark;
 pub mod checkpoint;
 pub mod cleaner;
 pub mod error;

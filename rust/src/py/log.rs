@@ -8,6 +8,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 
 use crate::arrow::ArrowSink;
+use crate::arrow_spark::SparkSink;
+use crate::log_read::RecordSink;
 use crate::cleaner::CleanOptions;
 use crate::log::{now_ms, Log};
 use crate::options::{FlushPolicy, LogConfig};
@@ -67,6 +69,28 @@ fn parse_flush(flush: &Bound<'_, PyAny>) -> PyResult<FlushPolicy> {
     match flush.extract::<i64>() {
         Ok(n) if n >= 1 => Ok(FlushPolicy::EveryMessages(n as u64)),
         _ => Err(crate::Error::config("flush must be \"os\", \"always\" or a positive message count").into()),
+    }
+}
+
+impl PyLog {
+    /// Scan `[start, end)` (at most `max_records`) into a sink made for the expected row count.
+    fn scan_to_arrow<S: RecordSink>(
+        &self,
+        py: Python<'_>,
+        start: i64,
+        end: Option<i64>,
+        max_records: Option<usize>,
+        make: impl FnOnce(usize) -> S + Send,
+        finish: impl FnOnce(S) -> crate::Result<arrow_array::RecordBatch> + Send,
+    ) -> PyResult<(ArrowBatch, i64)> {
+        let (batch, next) = self.detached(py, |log| {
+            let expected = (end.unwrap_or(log.end_offset()) - start).clamp(0, 1 << 20) as usize;
+            let limit = max_records.unwrap_or(usize::MAX);
+            let mut sink = make(expected.min(limit));
+            let next = log.scan_records(start, end, limit, &mut sink)?;
+            Ok((finish(sink)?, next))
+        })?;
+        Ok((ArrowBatch::new(batch), next))
     }
 }
 
@@ -267,14 +291,25 @@ impl PyLog {
         end: Option<i64>,
         max_records: Option<usize>,
     ) -> PyResult<(ArrowBatch, i64)> {
-        let (batch, next) = self.detached(py, |log| {
-            let expected = (end.unwrap_or(log.end_offset()) - start).clamp(0, 1 << 20) as usize;
-            let limit = max_records.unwrap_or(usize::MAX);
-            let mut sink = ArrowSink::with_capacity(expected.min(limit), expected.min(limit) * 64);
-            let next = log.scan_records(start, end, limit, &mut sink)?;
-            Ok((sink.finish()?, next))
-        })?;
-        Ok((ArrowBatch::new(batch), next))
+        self.scan_to_arrow(py, start, end, max_records, |n| ArrowSink::with_capacity(n, n * 64), ArrowSink::finish)
+    }
+
+    /// Records in `[start, end)` as the rows of Spark's Kafka source (the Spark data source's
+    /// executor path): key, value, topic, partition, offset, timestamp[us], timestampType[, headers].
+    #[pyo3(signature = (topic, partition, start, end=None, max_records=None, include_headers=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn read_spark_arrow(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        partition: i32,
+        start: i64,
+        end: Option<i64>,
+        max_records: Option<usize>,
+        include_headers: bool,
+    ) -> PyResult<(ArrowBatch, i64)> {
+        let make = |n: usize| SparkSink::new(topic, partition, include_headers, n, n * 64);
+        self.scan_to_arrow(py, start, end, max_records, make, SparkSink::finish)
     }
 
     /// (offset, timestamp) of the earliest record with timestamp >= ts, or None.
