@@ -1,0 +1,334 @@
+"""``spark.read/readStream/write/writeStream.format("kafkalite")``: a PySpark (4.x) Python data
+source with the contract of Spark's own Kafka source and sink.
+
+Planning runs on the driver (``kafkalite.spark.planning``); each task carries one offset range,
+opens its partition read-only on the executor, seeks with the offset index and receives whole
+batches already shaped as Spark's rows in Arrow (``Log.read_spark_arrow``, built in Rust), so no
+per-record Python runs on the read path. Writes are staged by the tasks and appended by the
+driver's commit (nothing is visible before every task succeeded); a streaming write records the
+last committed micro-batch id per sink, so a replayed micro-batch is not appended twice.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+
+from kafkalite.spark.options import offsets_from_json, offsets_json, parse
+from kafkalite.spark.planning import OffsetRange, PartitionView, split_ranges, rate_limit
+
+SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
+HEADERS = "headers array<struct<key:string,value:binary>>"
+#: Rows per Arrow batch handed to Spark (the PySpark notes measured 8K-64K as the sweet spot).
+ROWS_PER_BATCH = 65536
+
+try:  # 4.2+: admission control and Trigger.AvailableNow
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow as _AvailableNow
+except ImportError:  # pragma: no cover - PySpark 4.0/4.1
+    _AvailableNow = object  # type: ignore[assignment,misc]
+
+
+@dataclass
+class RangePartition(InputPartition):
+    """One task: an offset range of one partition, with what the executor needs to read it."""
+
+    path: str
+    topic: str
+    partition: int
+    start: int
+    end: int
+    include_headers: bool
+    fail_on_data_loss: bool
+
+
+def _arrow_target(schema: Any) -> Any:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    try:
+        return to_arrow_schema(schema, timezone="UTC")  # 4.2+
+    except TypeError:  # pragma: no cover - 4.0/4.1
+        return to_arrow_schema(schema)
+
+
+def read_range(part: RangePartition, schema: Any) -> Iterator[Any]:
+    """Executor side: the range's records as Arrow batches of Spark's exact schema."""
+    import pyarrow as pa
+
+    from kafkalite.errors import OffsetOutOfRangeError
+    from kafkalite.log import Log
+
+    target = _arrow_target(schema)
+    path = os.path.join(part.path, f"{part.topic}-{part.partition}")
+    with Log(path, readonly=True) as log:
+        position = part.start
+        if position < log.start_offset:
+            if part.fail_on_data_loss:
+                raise OffsetOutOfRangeError(
+                    f"offsets {part.start}..{log.start_offset - 1} of {part.topic}-{part.partition} were deleted (retention) "
+                    "before this task read them. Some data may have been lost; set failOnDataLoss=false to skip them."
+                )
+            position = log.start_offset
+        while position < part.end:
+            native, position = log._native.read_spark_arrow(
+                part.topic, part.partition, position, part.end, ROWS_PER_BATCH, part.include_headers
+            )
+            batch = pa.record_batch(native)
+            if batch.num_rows == 0:
+                break
+            yield batch if batch.schema.equals(target) else batch.cast(target)
+
+
+class KafkaliteReader(DataSourceReader):
+    def __init__(self, schema: Any, options: dict[str, str]) -> None:
+        self.schema = schema
+        self.options = dict(options)
+
+    def partitions(self) -> list[RangePartition]:
+        opts = parse(self.options, streaming=False)
+        view = PartitionView(opts)
+        try:
+            tps = view.topic_partitions()
+            starts = view.resolve(opts.starting, tps, starting=True)
+            ends = view.resolve(opts.ending, tps, starting=False)
+            ranges = [OffsetRange(t, p, view.check_start((t, p), starts[(t, p)]), ends[(t, p)]) for t, p in tps]
+        finally:
+            view.close()
+        return [_task(opts.path, r, opts.include_headers, opts.fail_on_data_loss) for r in split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)]
+
+    def read(self, partition: RangePartition) -> Iterator[Any]:
+        yield from read_range(partition, self.schema)
+
+
+def _task(path: str, r: OffsetRange, headers: bool, fail_on_data_loss: bool) -> RangePartition:
+    return RangePartition(os.path.abspath(path), r.topic, r.partition, r.start, r.end, headers, fail_on_data_loss)
+
+
+class KafkaliteStreamReader(DataSourceStreamReader, _AvailableNow):  # type: ignore[misc,valid-type]
+    """Micro-batches: offsets are ``{"topic": {"partition": next offset}}`` as in the Kafka source."""
+
+    def __init__(self, schema: Any, options: dict[str, str]) -> None:
+        self.schema = schema
+        self.options = dict(options)
+        self.opts = parse(self.options, streaming=True)
+        self._view: PartitionView | None = None
+        self._last_trigger = time.monotonic()
+        self._available_now: dict | None = None
+
+    def _partitions(self) -> PartitionView:
+        if self._view is None:
+            self._view = PartitionView(self.opts)
+        return self._view
+
+    def initialOffset(self) -> dict:
+        view = self._partitions()
+        tps = view.topic_partitions()
+        return offsets_json(view.resolve(self.opts.starting, tps, starting=True))
+
+    def _end_offsets(self) -> dict:
+        view = self._partitions()
+        return {tp: view.bounds(tp)[1] for tp in view.topic_partitions()}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: read up to what exists now, in limited micro-batches."""
+        self._available_now = self._end_offsets()
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        until = self._available_now or self._end_offsets()
+        if start is None:  # PySpark 4.0/4.1 call latestOffset() without a start
+            return offsets_json(until)
+        begin = offsets_from_json(start)
+        view = self._partitions()
+        for tp in until:  # partitions that appeared since: from their earliest offset
+            begin.setdefault(tp, view.bounds(tp)[0])
+        o = self.opts
+        backlog = sum(max(0, until[tp] - begin[tp]) for tp in until)
+        if o.min_offsets_per_trigger and backlog < o.min_offsets_per_trigger and not self._available_now:
+            if (time.monotonic() - self._last_trigger) * 1000 < o.max_trigger_delay_ms:
+                return start
+        if o.max_offsets_per_trigger:
+            until = rate_limit(o.max_offsets_per_trigger, begin, until)
+        if until != {tp: begin[tp] for tp in until}:
+            self._last_trigger = time.monotonic()
+        return offsets_json(until)
+
+    def getDefaultReadLimit(self) -> Any:  # only called by PySpark 4.2+
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        m = self.opts.max_offsets_per_trigger
+        return ReadMaxRows(m) if m else ReadAllAvailable()
+
+    def partitions(self, start: dict, end: dict) -> list[RangePartition]:
+        begin, until = offsets_from_json(start), offsets_from_json(end)
+        view = self._partitions()
+        ranges = []
+        for tp, stop in until.items():
+            first = begin.get(tp, view.bounds(tp)[0])
+            ranges.append(OffsetRange(tp[0], tp[1], view.check_start(tp, first), stop))
+        o = self.opts
+        return [_task(o.path, r, o.include_headers, o.fail_on_data_loss) for r in split_ranges(ranges, o.min_partitions, o.max_records_per_partition)]
+
+    def read(self, partition: RangePartition) -> Iterator[Any]:
+        yield from read_range(partition, self.schema)
+
+    def commit(self, end: dict) -> None:
+        pass  # kafkalite keeps data by the topic's retention, not by what readers consumed
+
+    def stop(self) -> None:
+        if self._view is not None:
+            self._view.close()
+
+
+# -- writing ---------------------------------------------------------------------------------
+STAGING_DIR = ".kafkalite-spark-staging"
+SINKS_DIR = ".kafkalite-spark-sinks"
+
+
+@dataclass
+class StagedFiles(WriterCommitMessage):
+    files: list[str] = field(default_factory=list)
+
+
+def _stage(path: str, job: str, batches: Iterator[Any]) -> StagedFiles:
+    """Executor side: the task's rows, as an Arrow IPC file that nobody reads until commit."""
+    import pyarrow as pa
+
+    folder = os.path.join(path, STAGING_DIR, job)
+    os.makedirs(folder, exist_ok=True)
+    out = os.path.join(folder, f"{uuid.uuid4()}.arrow")
+    writer = None
+    for batch in batches:
+        if writer is None:
+            writer = pa.ipc.new_file(out, batch.schema)
+        writer.write_batch(batch)
+    if writer is None:
+        return StagedFiles([])
+    writer.close()
+    return StagedFiles([out])
+
+
+def _discard(messages: list[Any]) -> None:
+    for m in messages:
+        for f in getattr(m, "files", None) or []:
+            try:
+                os.unlink(f)
+            except FileNotFoundError:
+                pass
+
+
+def _publish(path: str, default_topic: str | None, messages: list[Any]) -> None:
+    """Driver side: append every staged row through the producer's batch path."""
+    import pyarrow as pa
+
+    from kafkalite.spark.sink import append_table
+
+    tables = [pa.ipc.open_file(f).read_all() for m in messages if m is not None for f in m.files]
+    try:
+        for table in tables:
+            append_table(path, table, default_topic)
+    finally:
+        _discard(messages)
+
+
+class KafkaliteWriter(DataSourceArrowWriter):
+    def __init__(self, options: dict[str, str], overwrite: bool) -> None:
+        from kafkalite.spark.sink import check_path
+
+        self.path = check_path(options)
+        self.topic = options.get("topic")
+        self.job = str(uuid.uuid4())
+        if overwrite:
+            from kafkalite.spark.options import SparkOptionError
+
+            raise SparkOptionError("kafkalite is an append-only log: use .mode('append')")
+
+    def write(self, iterator: Iterator[Any]) -> StagedFiles:
+        return _stage(self.path, self.job, iterator)
+
+    def commit(self, messages: list[Any]) -> None:
+        _publish(self.path, self.topic, messages)
+
+    def abort(self, messages: list[Any]) -> None:
+        _discard(messages)
+
+
+class KafkaliteStreamWriter(DataSourceStreamWriter):
+    """Exactly-once per sink: the last committed micro-batch id is recorded (atomically, after
+    the append) and a replayed batch id is skipped."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        from kafkalite.spark.sink import check_path, sink_id
+
+        self.path = check_path(options)
+        self.topic = options.get("topic")
+        self.sink = sink_id(options)
+
+    def write(self, iterator: Iterator[Any]) -> StagedFiles:
+        import pyarrow as pa
+
+        batches = (pa.RecordBatch.from_pylist([r.asDict() for r in chunk]) for chunk in _chunks(iterator, 10_000))
+        return _stage(self.path, self.sink, batches)
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        from kafkalite.spark.sink import committed_batch, record_batch_id
+
+        if committed_batch(self.path, self.sink) >= batchId:
+            _discard(messages)  # a replay of a micro-batch already appended
+            return
+        _publish(self.path, self.topic, messages)
+        record_batch_id(self.path, self.sink, batchId)
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        _discard(messages)
+
+
+def _chunks(rows: Iterator[Any], n: int) -> Iterator[list[Any]]:
+    chunk: list[Any] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) >= n:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+class KafkaliteDataSource(DataSource):
+    """``format("kafkalite")``: found by PySpark through the ``pyspark_kafkalite`` module."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kafkalite"
+
+    def schema(self) -> str:
+        include = str(self.options.get("includeheaders", self.options.get("includeHeaders", "false"))).lower() == "true"
+        return SCHEMA + (", " + HEADERS if include else "")
+
+    def reader(self, schema: Any) -> KafkaliteReader:
+        parse(dict(self.options), streaming=False)  # fail at load() on bad options
+        return KafkaliteReader(schema, dict(self.options))
+
+    def streamReader(self, schema: Any) -> KafkaliteStreamReader:
+        return KafkaliteStreamReader(schema, dict(self.options))
+
+    def writer(self, schema: Any, overwrite: bool) -> KafkaliteWriter:
+        return KafkaliteWriter(dict(self.options), overwrite)
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> KafkaliteStreamWriter:
+        return KafkaliteStreamWriter(dict(self.options))
+
+
+__all__ = ["KafkaliteDataSource", "RangePartition", "SCHEMA", "HEADERS"]
