@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import signal
@@ -25,6 +24,8 @@ import time
 
 from kafkalite import Admin, Consumer, Producer, TopicPartition
 from kafkalite.log import Log, Record
+
+from report import write_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -210,9 +211,6 @@ def main() -> None:
     print("commit", results["commit"], flush=True)
     results["compaction"] = bench_compaction(args.records, args.keys)
     print("compaction", results["compaction"], flush=True)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "groups.json"), "w") as f:
-        json.dump(results, f, indent=2)
     t, r, c, k = results["takeover"], results["rebalance"], results["commit"], results["compaction"]
     lines = [
         "# Consumer groups and compaction (`python benches/bench_groups.py`)",
@@ -229,9 +227,7 @@ def main() -> None:
         f"| commit of {c['partitions_per_commit']} offsets (durable) | p50 {c['p50_us']:.0f} µs, p99 {c['p99_us']:.0f} µs | SQLite WAL synchronous=FULL: p50 {c['sqlite_full_p50_us']:.0f} µs, p99 {c['sqlite_full_p99_us']:.0f} µs; target ≤ 1 ms |",
         f"| compaction, {k['records']:,} records over {k['keys']:,} keys | {k['mb_per_s']:.0f} MB/s ({k['seconds']:.1f} s, {k['bytes_before'] / 1e6:.0f} → {k['bytes_after'] / 1e6:.0f} MB) | sequential Arrow scan of the same log: {k['scan_mb_per_s']:.0f} MB/s |",
     ]
-    with open(os.path.join(args.out, "groups.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(args.out, "groups", results, lines)
 
 
 if __name__ == "__main__":

@@ -268,3 +268,83 @@ def test_streaming_write_is_exactly_once_across_replays(spark, tmp_path):
         values = [r.value for r in log.records()]
     assert sorted(values) == sorted(b"s%d" % i for i in range(40))
     shutil.rmtree(ck)
+
+
+def _stream(spark, path, topic, **options):
+    reader = spark.readStream.format("kafkalite").option("subscribe", topic).option("startingOffsets", "earliest")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load(path)
+
+
+def test_available_now_honours_max_offsets_per_trigger(spark, tmp_path):
+    path = str(tmp_path / "d")
+    Admin(path).create_topic("t", 2)
+    with Producer(path) as producer:
+        for i in range(100):
+            producer.send("t", value=b"%d" % i, partition=i % 2)
+    q = (
+        _stream(spark, path, "t", maxOffsetsPerTrigger=20).writeStream.format("memory").queryName("avail")
+        .trigger(availableNow=True).start()
+    )
+    q.awaitTermination(120)
+    sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == 100 and max(sizes) <= 20  # five limited batches, then the query ends
+    assert spark.table("avail").count() == 100
+
+
+def test_min_offsets_per_trigger_and_new_partitions(spark, tmp_path):
+    path = str(tmp_path / "d")
+    admin = Admin(path)
+    admin.create_topic("t", 1)
+    producer = Producer(path)
+    for i in range(10):
+        producer.send("t", value=b"a%d" % i)
+    producer.flush()
+    q = _stream(spark, path, "t", minOffsetsPerTrigger=50, maxTriggerDelay="1h").writeStream.format("memory").queryName("minoff").start()
+    q.processAllAvailable()
+    assert spark.table("minoff").count() == 0  # 10 < minOffsetsPerTrigger: the trigger waits
+    producer.close()
+    admin.create_partitions("t", 2)
+    with Producer(path) as late:
+        for i in range(5):
+            late.send("t", value=b"p1-%d" % i, partition=1)
+        late.flush()
+        # One append: the backlog jumps from 5 (below the minimum) to 50, so one trigger takes all.
+        late.send_batch("t", [b"b%d" % i for i in range(45)], partition=0)
+    deadline = time.monotonic() + 30
+    while spark.table("minoff").count() < 60 and time.monotonic() < deadline:
+        q.processAllAvailable()
+        time.sleep(0.2)
+    q.stop()
+    got = spark.table("minoff").collect()
+    assert len(got) == 60
+    assert sorted(r.offset for r in got if r.partition == 1) == [0, 1, 2, 3, 4]  # a new partition, from earliest
+
+
+def test_batch_read_while_another_process_appends(spark, tmp_path):
+    import subprocess
+
+    path = str(tmp_path / "d")
+    Admin(path).create_topic("t", 2)
+    code = (
+        "import sys\nfrom kafkalite import Producer\n"
+        "with Producer(sys.argv[1]) as p:\n"
+        "    for i in range(200000):\n"
+        "        p.send('t', value=b'x%d' % i, partition=i % 2)\n"
+    )
+    writer = subprocess.Popen([sys.executable, "-c", code, path])
+    try:
+        counts = []
+        while writer.poll() is None:
+            df = load(spark, path, subscribe="t")
+            got = df.select("partition", "offset").collect()
+            by_partition: dict[int, list[int]] = {}
+            for r in got:
+                by_partition.setdefault(r.partition, []).append(r.offset)
+            for offsets in by_partition.values():  # a consistent prefix of each partition
+                assert sorted(offsets) == list(range(len(offsets)))
+            counts.append(len(got))
+    finally:
+        writer.wait()
+    assert load(spark, path, subscribe="t").count() == 200000

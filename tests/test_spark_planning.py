@@ -1,0 +1,55 @@
+"""The Spark source's planning without Spark: option validation, Kafka's range splitter and
+rate limit, offsets JSON."""
+
+from __future__ import annotations
+
+import pytest
+
+from kafkalite.spark.options import SparkOptionError, offsets_from_json, offsets_json, parse, parse_duration_ms
+from kafkalite.spark.planning import OffsetRange, rate_limit, split_ranges
+
+
+def test_defaults_and_validation():
+    batch = parse({"path": "/d", "subscribe": "a, b"}, streaming=False)
+    assert batch.subscribe == ["a", "b"] and batch.starting.kind == "earliest" and batch.ending.kind == "latest"
+    assert batch.fail_on_data_loss and not batch.include_headers and batch.max_trigger_delay_ms == 15 * 60_000
+    stream = parse({"path": "/d", "subscribepattern": "a.*"}, streaming=True)  # Spark lower-cases keys
+    assert stream.pattern == "a.*" and stream.starting.kind == "latest"
+    for options, message in [
+        ({"assign": "[1]"}, "No topicpartitions to assign"),
+        ({"subscribe": "a", "startingOffsets": '{"a":{"0":-1}}'}, "can't be latest"),
+        ({"subscribe": "a", "maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "9"}, "higher than the maxOffsetsPerTrigger"),
+        ({"subscribe": "a", "failOnDataLoss": "maybe"}, "must be true or false"),
+        ({"subscribe": "a", "startingOffsets": "{bad"}, "Expected e.g."),
+    ]:
+        with pytest.raises(SparkOptionError, match=message):
+            parse({"path": "/d", **options}, streaming=False)
+    with pytest.raises(SparkOptionError, match="not valid in streaming"):
+        parse({"path": "/d", "subscribe": "a", "endingTimestamp": "5"}, streaming=True)
+    assert parse_duration_ms("30s") == 30_000 and parse_duration_ms("250ms") == 250 and parse_duration_ms("2h") == 7_200_000
+
+
+def test_offsets_json_is_stable():
+    offsets = {("b", 10): 5, ("a", 2): 1, ("b", 2): 7}
+    assert list(offsets_json(offsets)) == ["a", "b"] and list(offsets_json(offsets)["b"]) == ["2", "10"]
+    assert offsets_from_json(offsets_json(offsets)) == offsets
+
+
+def test_kafka_range_calculator():
+    ranges = [OffsetRange("t", 0, 0, 1000), OffsetRange("t", 1, 0, 10), OffsetRange("t", 2, 5, 5)]
+    assert split_ranges(ranges, None, None) == ranges[:2]  # empty ranges dropped
+    split = split_ranges(ranges, 5, None)
+    assert OffsetRange("t", 1, 0, 10) in split  # small ranges stay whole
+    big = [r for r in split if r.partition == 0]
+    assert len(big) == 4 and big[0].start == 0 and big[-1].end == 1000
+    assert all(a.end == b.start for a, b in zip(big, big[1:]))
+    capped = split_ranges(ranges, None, 300)
+    assert [r.size for r in capped if r.partition == 0] == [250, 250, 250, 250]
+
+
+def test_rate_limit_is_proportional_and_never_starves():
+    start = {("t", 0): 0, ("t", 1): 0, ("t", 2): 100}
+    until = {("t", 0): 900, ("t", 1): 10, ("t", 2): 100}
+    limited = rate_limit(100, start, until)
+    assert limited == {("t", 0): 98, ("t", 1): 1, ("t", 2): 100}
+    assert rate_limit(10_000, start, until) == until
