@@ -214,3 +214,18 @@ def test_kill_during_cleaning_loses_nothing(tmp_path):
         got = {k: (o, v) for o, k, v in read_all(reopened)}
         assert got == latest
         reopened.close()
+
+
+def test_producers_clean_by_themselves_past_the_dirty_ratio(tmp_path):
+    admin = Admin(str(tmp_path))
+    admin.create_topic("kv", 1, {"cleanup.policy": "compact", "segment.bytes": 2000, "min.cleanable.dirty.ratio": 0.3})
+    with Producer(str(tmp_path), batch_size=200, cleaner_check_interval_ms=50) as producer:
+        for i in range(400):
+            producer.send("kv", key=b"k%d" % (i % 4), value=b"value-%d" % i)
+        producer.flush()
+        deadline = time.monotonic() + 10
+        while os.path.exists(os.path.join(tmp_path, "kv-0", ".kafkalite-cleaner-offset")) is False and time.monotonic() < deadline:
+            time.sleep(0.05)
+    log = Log(str(tmp_path / "kv-0"), readonly=True)
+    assert len(read_all(log)) < 100  # superseded values removed with no compact_topic call
+    assert {k: v for _, k, v in read_all(log)}[b"k3"] == b"value-399"

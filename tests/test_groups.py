@@ -283,3 +283,35 @@ def test_groups_command_line(tmp_path, capsys):
     capsys.readouterr()
     assert run("list") == 0 and capsys.readouterr().out == ""
     assert run("describe", "g") == 1
+
+
+def test_a_stopped_member_is_evicted_after_session_timeout(tmp_path):
+    """SIGSTOP: alive (its flock held) but silent; the others take over after session_timeout_ms."""
+    data = str(tmp_path / "data")
+    Admin(data).create_topic("t", 2)
+    code = (
+        "import sys, time\nfrom kafkalite import Consumer\n"
+        "c = Consumer(sys.argv[1], 't', group_id='g', session_timeout_ms=1000, heartbeat_interval_ms=100)\n"
+        "c.poll(0)\nprint('joined', flush=True)\n"
+        "while True:\n    c.poll(50)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, data], stdout=subprocess.PIPE)
+    assert proc.stdout.readline() == b"joined\n"
+    other = Consumer(data, "t", group_id="g", session_timeout_ms=1000, heartbeat_interval_ms=100)
+    deadline = time.monotonic() + 10
+    while len(other.assignment()) != 1 and time.monotonic() < deadline:
+        other.poll(20)
+    assert len(other.assignment()) == 1
+    proc.send_signal(signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        while len(other.assignment()) < 2 and time.monotonic() < stopped + 10:
+            other.poll(20)
+        waited = time.monotonic() - stopped
+        assert len(other.assignment()) == 2
+        assert waited >= 0.9  # not before the session timeout: it was alive, only silent
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.kill()
+        proc.wait()
+        other.close()

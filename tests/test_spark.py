@@ -348,3 +348,23 @@ def test_batch_read_while_another_process_appends(spark, tmp_path):
     finally:
         writer.wait()
     assert load(spark, path, subscribe="t").count() == 200000
+
+
+def test_a_failed_batch_write_leaves_nothing_visible(spark, tmp_path):
+    out = str(tmp_path / "out")
+    Admin(out).create_topic("dst", 2)
+    df = spark.range(0, 1000, numPartitions=4).selectExpr(
+        "cast(id as string) as value", "if(id = 900, raise_error('boom'), cast(id as string)) as key"
+    )
+    with pytest.raises(Exception, match="boom"):
+        df.write.format("kafkalite").mode("append").option("topic", "dst").save(out)
+    assert load(spark, out, subscribe="dst").count() == 0  # the tasks that finished staged only
+    staging = os.path.join(out, ".kafkalite-spark-staging")
+    assert not any(files for _, _, files in os.walk(staging))  # abort removed what they staged
+
+
+def test_register_works_too(spark, data):
+    from kafkalite.spark import KafkaliteDataSource
+
+    spark.dataSource.register(KafkaliteDataSource)
+    assert spark.read.format("kafkalite").option("subscribe", "events").load(data).count() == 300

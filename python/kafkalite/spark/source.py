@@ -71,6 +71,8 @@ def read_range(part: RangePartition, schema: Any) -> Iterator[Any]:
     from kafkalite.errors import OffsetOutOfRangeError
     from kafkalite.log import Log
 
+    if not isinstance(part, RangePartition):
+        return  # no ranges planned: PySpark still runs one task with InputPartition(None) (or None)
     target = _arrow_target(schema)
     path = os.path.join(part.path, f"{part.topic}-{part.partition}")
     with Log(path, readonly=True) as log:
