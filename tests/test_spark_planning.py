@@ -3,6 +3,8 @@ rate limit, offsets JSON."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from kafkalite.spark.options import SparkOptionError, offsets_from_json, offsets_json, parse, parse_duration_ms
@@ -53,3 +55,35 @@ def test_rate_limit_is_proportional_and_never_starves():
     limited = rate_limit(100, start, until)
     assert limited == {("t", 0): 98, ("t", 1): 1, ("t", 2): 100}
     assert rate_limit(10_000, start, until) == until
+
+
+def test_stream_reader_trigger_delay_and_data_loss(tmp_path):
+    pytest.importorskip("pyspark")
+    import time
+
+    from kafkalite import Admin, Producer
+    from kafkalite.log import Log
+    from kafkalite.spark.source import KafkaliteStreamReader
+
+    path = str(tmp_path)
+    Admin(path).create_topic("t", 1)
+    with Producer(path) as producer:
+        for i in range(10):
+            producer.send("t", value=b"%d" % i)
+    options = {"path": path, "subscribe": "t", "startingoffsets": "earliest", "minoffsetspertrigger": "50", "maxtriggerdelay": "200ms"}
+    reader = KafkaliteStreamReader(None, options)
+    start = reader.initialOffset()
+    assert start == {"t": {"0": 0}}
+    assert reader.latestOffset(start, None) == start  # 10 < 50: wait...
+    time.sleep(0.25)
+    assert reader.latestOffset(start, None) == {"t": {"0": 10}}  # ...until maxTriggerDelay passed
+    assert reader.partitions(start, start) == []
+    with Log(os.path.join(path, "t-0"), shared_writers=True) as log:
+        log.delete_records_before(4)
+    with pytest.raises(SparkOptionError, match="failOnDataLoss"):
+        reader.partitions(start, {"t": {"0": 10}})
+    lenient = KafkaliteStreamReader(None, {**options, "failondataloss": "false"})
+    [task] = lenient.partitions(start, {"t": {"0": 10}})
+    assert (task.start, task.end) == (4, 10)
+    reader.stop()
+    lenient.stop()
