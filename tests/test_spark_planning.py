@@ -87,3 +87,45 @@ def test_stream_reader_trigger_delay_and_data_loss(tmp_path):
     assert (task.start, task.end) == (4, 10)
     reader.stop()
     lenient.stop()
+
+
+def test_a_stream_commit_that_crashed_midway_is_finished_without_duplicates(tmp_path, monkeypatch):
+    import pyarrow as pa
+
+    from kafkalite import Admin
+    from kafkalite.log import Log
+    from kafkalite.spark import sink
+
+    path = str(tmp_path)
+    Admin(path).create_topic("dst", 2)
+    table = pa.table({"key": [b"k%d" % i for i in range(100)], "value": [b"v%d" % i for i in range(100)]})
+
+    def contents():
+        out = []
+        for p in range(2):
+            with Log(os.path.join(path, f"dst-{p}"), readonly=True) as log:
+                out += [(r.key, r.value) for r in log.records()]
+        return sorted(out)
+
+    expected = sorted(zip(table.column("key").to_pylist(), table.column("value").to_pylist()))
+    assert sink.publish_once(path, "s", 0, [table], "dst")
+    assert not sink.publish_once(path, "s", 0, [table], "dst")  # a plain replay: skipped
+    assert contents() == expected
+    # Batch 1 crashes after appending one and a half partitions, before its commit mark.
+    real_append = sink._append
+    calls = []
+
+    def crashing_append(p, g, skip=0):
+        calls.append(g.partition)
+        if len(calls) == 2:
+            half = sink.Group(g.topic, g.partition, g.values[: len(g.values) // 2], g.keys[: len(g.keys) // 2], g.headers[: len(g.headers) // 2])
+            real_append(p, half, skip)
+            raise SystemExit("killed")
+        real_append(p, g, skip)
+
+    monkeypatch.setattr(sink, "_append", crashing_append)
+    with pytest.raises(SystemExit):
+        sink.publish_once(path, "s", 1, [table], "dst")
+    monkeypatch.setattr(sink, "_append", real_append)
+    assert sink.publish_once(path, "s", 1, [table], "dst")  # Spark replays batch 1
+    assert contents() == sorted(expected * 2)  # batch 0 and batch 1, each exactly once

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from kafkalite.spark.options import SparkOptionError
@@ -41,21 +42,23 @@ def _marker(path: str, sink: str) -> str:
     return os.path.join(path, SINKS_DIR, f"{sink}.json")
 
 
-def committed_batch(path: str, sink: str) -> int:
+def load_state(path: str, sink: str) -> dict[str, Any]:
+    """``{"batch_id": last committed micro-batch (-1), "pending": the one being appended}``."""
     try:
         with open(_marker(path, sink), encoding="utf-8") as f:
-            return int(json.load(f)["batch_id"])
-    except (FileNotFoundError, ValueError, KeyError):
-        return -1
+            state = json.load(f)
+        return {"batch_id": int(state.get("batch_id", -1)), "pending": state.get("pending")}
+    except (FileNotFoundError, ValueError):
+        return {"batch_id": -1, "pending": None}
 
 
-def record_batch_id(path: str, sink: str, batch_id: int) -> None:
+def save_state(path: str, sink: str, state: dict[str, Any]) -> None:
     """Durably: temp file, fsync, rename."""
     marker = _marker(path, sink)
     os.makedirs(os.path.dirname(marker), exist_ok=True)
     tmp = marker + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"batch_id": batch_id}, f)
+        json.dump(state, f)
         f.flush()
         os.fsync(f.fileno())
     os.rename(tmp, marker)
@@ -72,50 +75,123 @@ def _binary(table: Any, name: str) -> Any:
     return col
 
 
-def append_table(path: str, table: Any, default_topic: str | None) -> None:
-    """Append a table of Kafka-sink rows: grouped by topic and partition, each group one
-    ``send_batch`` (headers, if any row has them, go record by record)."""
-    from kafkalite import Producer
+@dataclass
+class Group:
+    """The rows bound for one partition, in order."""
+
+    topic: str
+    partition: int
+    values: list[bytes] = field(default_factory=list)
+    keys: list[bytes | None] = field(default_factory=list)
+    headers: list[list[tuple[str, bytes | None]]] = field(default_factory=list)
+
+
+def plan_groups(path: str, tables: list[Any], default_topic: str | None) -> list[Group]:
+    """Kafka-sink rows -> per-partition groups: the ``partition`` column, else murmur2 of the
+    key, else round robin. Deterministic, so a replayed micro-batch plans the same groups."""
     from kafkalite._native import partitions_for_keys
     from kafkalite.datadir import DataDir
 
-    names = set(table.column_names)
-    if "value" not in names:
-        raise SparkOptionError("Required attribute 'value' not found")
-    if "topic" not in names and not default_topic:
-        raise SparkOptionError(
-            "topic option required when no 'topic' attribute is present. Use the topic option for setting a topic."
-        )
-    n = table.num_rows
-    if n == 0:
-        return
-    topics = table.column("topic").to_pylist() if "topic" in names else None
-    if topics is not None and default_topic:
-        topics = [t or default_topic for t in topics]
-    values = _binary(table, "value").to_pylist()
-    keys = _binary(table, "key").to_pylist() if "key" in names else [None] * n
-    explicit = table.column("partition").to_pylist() if "partition" in names else [None] * n
-    headers = table.column("headers").to_pylist() if "headers" in names else None
     data_dir = DataDir(path, create=False)
-    with Producer(path) as producer:
-        for topic in sorted(set(topics)) if topics is not None else [default_topic]:
-            rows = [i for i in range(n) if topics is None or topics[i] == topic]
-            count = data_dir.partitions(topic)  # type: ignore[arg-type]
-            keyed = [i for i in rows if explicit[i] is None and keys[i] is not None]
-            by_key = dict(zip(keyed, partitions_for_keys([keys[i] for i in keyed], count))) if keyed else {}
-            groups: dict[int | None, list[int]] = {}
-            for i in rows:
-                groups.setdefault(explicit[i] if explicit[i] is not None else by_key.get(i), []).append(i)
-            for partition, idx in groups.items():
-                if headers is not None and any(headers[i] for i in idx):
-                    for i in idx:
-                        pairs = [(h["key"], h["value"]) for h in headers[i] or []]
-                        producer.send(topic, value=values[i], key=keys[i], headers=pairs, partition=partition)  # type: ignore[arg-type]
-                    continue
-                vals = [values[i] for i in idx]
-                ks = [keys[i] for i in idx]
-                if partition is None:
-                    producer.send_batch(topic, vals)  # type: ignore[arg-type]
-                else:
-                    producer.send_batch(topic, vals, keys=ks if any(k is not None for k in ks) else None, partition=partition)  # type: ignore[arg-type]
-        producer.flush()
+    groups: dict[tuple[str, int], Group] = {}
+    round_robin: dict[str, int] = {}
+    for table in tables:
+        names = set(table.column_names)
+        if "value" not in names:
+            raise SparkOptionError("Required attribute 'value' not found")
+        if "topic" not in names and not default_topic:
+            raise SparkOptionError(
+                "topic option required when no 'topic' attribute is present. Use the topic option for setting a topic."
+            )
+        n = table.num_rows
+        topics = [t or default_topic for t in table.column("topic").to_pylist()] if "topic" in names else [default_topic] * n
+        values = _binary(table, "value").to_pylist()
+        keys = _binary(table, "key").to_pylist() if "key" in names else [None] * n
+        explicit = table.column("partition").to_pylist() if "partition" in names else [None] * n
+        headers = table.column("headers").to_pylist() if "headers" in names else [None] * n
+        counts = {t: data_dir.partitions(t) for t in set(topics)}  # type: ignore[arg-type]
+        by_key: dict[int, int] = {}
+        for topic, count in counts.items():  # toPositive(murmur2(key)) % partitions, as Kafka
+            rows = [i for i in range(n) if topics[i] == topic and explicit[i] is None and keys[i] is not None]
+            if rows:
+                by_key.update(zip(rows, partitions_for_keys([keys[i] for i in rows], count)))
+        for i in range(n):
+            topic = topics[i]
+            if explicit[i] is not None:
+                partition = int(explicit[i])
+            elif i in by_key:
+                partition = by_key[i]
+            else:
+                partition = round_robin.get(topic, 0) % counts[topic]  # type: ignore[index]
+                round_robin[topic] = partition + 1  # type: ignore[index]
+            g = groups.get((topic, partition))  # type: ignore[arg-type]
+            if g is None:
+                g = groups[(topic, partition)] = Group(topic, partition)  # type: ignore[arg-type]
+            g.values.append(values[i])
+            g.keys.append(keys[i])
+            g.headers.append([(h["key"], h["value"]) for h in headers[i] or []])
+    return [groups[k] for k in sorted(groups)]
+
+
+def _append(path: str, g: Group, skip: int = 0) -> None:
+    from kafkalite.datadir import DataDir
+    from kafkalite.log import Record
+
+    if skip >= len(g.values):
+        return
+    with DataDir(path, create=False).open_partition(g.topic, g.partition, shared_writers=True) as log:
+        rows = range(skip, len(g.values))
+        if not any(g.keys[i] is not None or g.headers[i] for i in rows):
+            log.append_values([g.values[i] for i in rows])
+        else:
+            log.append([Record(g.values[i], key=g.keys[i], headers=g.headers[i] or None) for i in rows])
+
+
+def _end_offset(path: str, g: Group) -> int:
+    from kafkalite.log import Log
+
+    with Log(os.path.join(path, f"{g.topic}-{g.partition}"), readonly=True) as log:
+        return log.end_offset
+
+
+def _appended_prefix(path: str, g: Group, start: int) -> int:
+    """How many of ``g``'s rows are already in the log from offset ``start`` (a commit that
+    crashed after appending some or all of them)."""
+    from kafkalite.log import Log
+
+    with Log(os.path.join(path, f"{g.topic}-{g.partition}"), readonly=True) as log:
+        done = 0
+        for r in log.records(start, min(log.end_offset, start + len(g.values))):
+            if r.offset != start + done or (r.value, r.key) != (g.values[done], g.keys[done]):
+                break
+            done += 1
+        return done
+
+
+def publish(path: str, tables: list[Any], default_topic: str | None) -> None:
+    """Batch write: append every group."""
+    for g in plan_groups(path, tables, default_topic):
+        _append(path, g)
+
+
+def publish_once(path: str, sink: str, batch_id: int, tables: list[Any], default_topic: str | None) -> bool:
+    """Streaming write, exactly once per (sink, micro-batch): a batch id already committed is
+    skipped; before appending, the partitions' end offsets are recorded as pending, so a commit
+    that crashed midway is finished (rows already in the log are not appended again) when Spark
+    replays the batch. Returns whether anything was appended."""
+    state = load_state(path, sink)
+    if state["batch_id"] >= batch_id:
+        return False
+    groups = plan_groups(path, tables, default_topic)
+    pending = state["pending"] if state["pending"] and state["pending"]["batch_id"] == batch_id else None
+    if pending is None:
+        starts = {f"{g.topic}:{g.partition}": _end_offset(path, g) for g in groups}
+        save_state(path, sink, {"batch_id": state["batch_id"], "pending": {"batch_id": batch_id, "starts": starts}})
+        skips = {}
+    else:
+        starts = pending["starts"]
+        skips = {(g.topic, g.partition): _appended_prefix(path, g, starts[f"{g.topic}:{g.partition}"]) for g in groups if f"{g.topic}:{g.partition}" in starts}
+    for g in groups:
+        _append(path, g, skips.get((g.topic, g.partition), 0))
+    save_state(path, sink, {"batch_id": batch_id, "pending": None})
+    return True

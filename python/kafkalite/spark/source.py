@@ -231,18 +231,10 @@ def _discard(messages: list[Any]) -> None:
                 pass
 
 
-def _publish(path: str, default_topic: str | None, messages: list[Any]) -> None:
-    """Driver side: append every staged row through the producer's batch path."""
+def _staged_tables(messages: list[Any]) -> list[Any]:
     import pyarrow as pa
 
-    from kafkalite.spark.sink import append_table
-
-    tables = [pa.ipc.open_file(f).read_all() for m in messages if m is not None for f in m.files]
-    try:
-        for table in tables:
-            append_table(path, table, default_topic)
-    finally:
-        _discard(messages)
+    return [pa.ipc.open_file(f).read_all() for m in messages if m is not None for f in m.files]
 
 
 class KafkaliteWriter(DataSourceArrowWriter):
@@ -261,15 +253,20 @@ class KafkaliteWriter(DataSourceArrowWriter):
         return _stage(self.path, self.job, iterator)
 
     def commit(self, messages: list[Any]) -> None:
-        _publish(self.path, self.topic, messages)
+        from kafkalite.spark.sink import publish
+
+        try:
+            publish(self.path, _staged_tables(messages), self.topic)
+        finally:
+            _discard(messages)
 
     def abort(self, messages: list[Any]) -> None:
         _discard(messages)
 
 
 class KafkaliteStreamWriter(DataSourceStreamWriter):
-    """Exactly-once per sink: the last committed micro-batch id is recorded (atomically, after
-    the append) and a replayed batch id is skipped."""
+    """Exactly-once per sink (``kafkalite.spark.sink.publish_once``): a replayed micro-batch is
+    skipped, and a commit that crashed midway is finished without appending rows twice."""
 
     def __init__(self, options: dict[str, str]) -> None:
         from kafkalite.spark.sink import check_path, sink_id
@@ -285,13 +282,12 @@ class KafkaliteStreamWriter(DataSourceStreamWriter):
         return _stage(self.path, self.sink, batches)
 
     def commit(self, messages: list[Any], batchId: int) -> None:
-        from kafkalite.spark.sink import committed_batch, record_batch_id
+        from kafkalite.spark.sink import publish_once
 
-        if committed_batch(self.path, self.sink) >= batchId:
-            _discard(messages)  # a replay of a micro-batch already appended
-            return
-        _publish(self.path, self.topic, messages)
-        record_batch_id(self.path, self.sink, batchId)
+        try:
+            publish_once(self.path, self.sink, batchId, _staged_tables(messages), self.topic)
+        finally:
+            _discard(messages)
 
     def abort(self, messages: list[Any], batchId: int) -> None:
         _discard(messages)
