@@ -104,12 +104,15 @@ def plan_groups(path: str, tables: list[Any], default_topic: str | None) -> list
                 "topic option required when no 'topic' attribute is present. Use the topic option for setting a topic."
             )
         n = table.num_rows
-        topics = [t or default_topic for t in table.column("topic").to_pylist()] if "topic" in names else [default_topic] * n
-        values = _binary(table, "value").to_pylist()
-        keys = _binary(table, "key").to_pylist() if "key" in names else [None] * n
-        explicit = table.column("partition").to_pylist() if "partition" in names else [None] * n
-        headers = table.column("headers").to_pylist() if "headers" in names else [None] * n
-        counts = {t: data_dir.partitions(t) for t in set(topics)}  # type: ignore[arg-type]
+        raw_topics = table.column("topic").to_pylist() if "topic" in names else [None] * n
+        if any(not (t or default_topic) for t in raw_topics):
+            raise SparkOptionError("a row has a null 'topic' and no topic option is set")
+        topics: list[str] = [str(t or default_topic) for t in raw_topics]
+        values: list[Any] = _binary(table, "value").to_pylist()
+        keys: list[Any] = _binary(table, "key").to_pylist() if "key" in names else [None] * n
+        explicit: list[Any] = table.column("partition").to_pylist() if "partition" in names else [None] * n
+        headers: list[Any] = table.column("headers").to_pylist() if "headers" in names else [None] * n
+        counts = {t: data_dir.partitions(t) for t in set(topics)}
         by_key: dict[int, int] = {}
         for topic, count in counts.items():  # toPositive(murmur2(key)) % partitions, as Kafka
             rows = [i for i in range(n) if topics[i] == topic and explicit[i] is None and keys[i] is not None]
@@ -122,11 +125,11 @@ def plan_groups(path: str, tables: list[Any], default_topic: str | None) -> list
             elif i in by_key:
                 partition = by_key[i]
             else:
-                partition = round_robin.get(topic, 0) % counts[topic]  # type: ignore[index]
-                round_robin[topic] = partition + 1  # type: ignore[index]
-            g = groups.get((topic, partition))  # type: ignore[arg-type]
+                partition = round_robin.get(topic, 0) % counts[topic]
+                round_robin[topic] = partition + 1
+            g = groups.get((topic, partition))
             if g is None:
-                g = groups[(topic, partition)] = Group(topic, partition)  # type: ignore[arg-type]
+                g = groups[(topic, partition)] = Group(topic, partition)
             g.values.append(values[i])
             g.keys.append(keys[i])
             g.headers.append([(h["key"], h["value"]) for h in headers[i] or []])

@@ -64,7 +64,7 @@ def _arrow_target(schema: Any) -> Any:
         return to_arrow_schema(schema)
 
 
-def read_range(part: RangePartition, schema: Any) -> Iterator[Any]:
+def read_range(part: InputPartition | None, schema: Any) -> Iterator[Any]:
     """Executor side: the range's records as Arrow batches of Spark's exact schema."""
     import pyarrow as pa
 
@@ -111,7 +111,7 @@ class KafkaliteReader(DataSourceReader):
             view.close()
         return [_task(opts.path, r, opts.include_headers, opts.fail_on_data_loss) for r in split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)]
 
-    def read(self, partition: RangePartition) -> Iterator[Any]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         yield from read_range(partition, self.schema)
 
 
@@ -183,7 +183,7 @@ class KafkaliteStreamReader(DataSourceStreamReader, _AvailableNow):  # type: ign
         o = self.opts
         return [_task(o.path, r, o.include_headers, o.fail_on_data_loss) for r in split_ranges(ranges, o.min_partitions, o.max_records_per_partition)]
 
-    def read(self, partition: RangePartition) -> Iterator[Any]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         yield from read_range(partition, self.schema)
 
     def commit(self, end: dict) -> None:
