@@ -12,8 +12,10 @@ last committed micro-batch id per sink, so a replayed micro-batch is not appende
 from __future__ import annotations
 
 import os
+import shutil
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -150,7 +152,11 @@ class KafkaliteStreamReader(DataSourceStreamReader, _AvailableNow):  # type: ign
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         until = self._available_now or self._end_offsets()
-        if start is None:  # PySpark 4.0/4.1 call latestOffset() without a start
+        if start is None:
+            # PySpark 4.0/4.1 call latestOffset() without a start (admission control came in
+            # 4.2): every trigger reads all that is available.
+            if self.opts.max_offsets_per_trigger or self.opts.min_offsets_per_trigger:
+                warnings.warn("maxOffsetsPerTrigger/minOffsetsPerTrigger need PySpark >= 4.2; ignored", stacklevel=2)
             return offsets_json(until)
         begin = offsets_from_json(start)
         view = self._partitions()
@@ -261,7 +267,10 @@ class KafkaliteWriter(DataSourceArrowWriter):
             _discard(messages)
 
     def abort(self, messages: list[Any]) -> None:
+        # PySpark 4.0 passes no messages for tasks that succeeded before another failed: drop
+        # the job's whole staging folder.
         _discard(messages)
+        shutil.rmtree(os.path.join(self.path, STAGING_DIR, self.job), ignore_errors=True)
 
 
 class KafkaliteStreamWriter(DataSourceStreamWriter):
