@@ -47,7 +47,12 @@ impl HeaderColumns {
     pub(crate) fn with_capacity(records: usize) -> Self {
         let mut offsets = Vec::with_capacity(records + 1);
         offsets.push(0);
-        HeaderColumns { offsets, present: Vec::with_capacity(records), keys: StringBuilder::new(), values: BinaryBuilder::new() }
+        HeaderColumns {
+            offsets,
+            present: Vec::with_capacity(records),
+            keys: StringBuilder::new(),
+            values: BinaryBuilder::new(),
+        }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -69,8 +74,11 @@ impl HeaderColumns {
     pub(crate) fn finish(self, item_name: &str, item_nullable: bool) -> ListArray {
         let (mut keys, mut values) = (self.keys, self.values);
         let fields = header_fields_with(item_nullable);
-        let structs =
-            StructArray::new(fields.clone(), vec![Arc::new(keys.finish()) as ArrayRef, Arc::new(values.finish())], None);
+        let structs = StructArray::new(
+            fields.clone(),
+            vec![Arc::new(keys.finish()) as ArrayRef, Arc::new(values.finish())],
+            None,
+        );
         let any_missing = self.present.iter().any(|p| !p);
         ListArray::new(
             Arc::new(Field::new(item_name, DataType::Struct(fields), item_nullable)),

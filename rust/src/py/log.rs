@@ -9,9 +9,9 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 
 use crate::arrow::ArrowSink;
 use crate::arrow_spark::SparkSink;
-use crate::log_read::RecordSink;
 use crate::cleaner::CleanOptions;
 use crate::log::{now_ms, Log};
+use crate::log_read::RecordSink;
 use crate::options::{FlushPolicy, LogConfig};
 use crate::record::{Compression, Header, RecordInput, TimestampType};
 

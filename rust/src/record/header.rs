@@ -116,12 +116,13 @@ impl BatchHeader {
 
     #[inline]
     pub fn last_offset(&self) -> i64 {
-        self.base_offset + self.last_offset_delta as i64
+        // Saturating: a header that was not validated by `next_batch` must not panic here.
+        self.base_offset.saturating_add(self.last_offset_delta as i64)
     }
 
     #[inline]
     pub fn next_offset(&self) -> i64 {
-        self.last_offset() + 1
+        self.last_offset().saturating_add(1)
     }
 
     pub fn compression(&self) -> Result<Compression> {

@@ -50,14 +50,22 @@ pub fn next_batch(buf: &[u8], pos: usize, check_crc: bool) -> Result<Next> {
         return Err(Error::corrupt(format!("v2 batch at position {pos} is {size} bytes, below the 61-byte header")));
     }
     let header = BatchHeader::parse(&at[..size])?;
-    if check_crc {
-        verify_crc(&at[..size], &header, pos)?;
-    }
     if header.last_offset_delta < 0 || header.records_count < 0 {
         return Err(Error::corrupt(format!(
             "batch at position {pos} has a negative lastOffsetDelta ({}) or record count ({})",
             header.last_offset_delta, header.records_count
         )));
+    }
+    // Offsets are non-negative and the batch's next offset must exist (hostile bytes otherwise
+    // overflow offset arithmetic).
+    if header.base_offset < 0 || header.base_offset.checked_add(header.last_offset_delta as i64 + 1).is_none() {
+        return Err(Error::corrupt(format!(
+            "batch at position {pos} has offsets {} + {} outside Kafka's range",
+            header.base_offset, header.last_offset_delta
+        )));
+    }
+    if check_crc {
+        verify_crc(&at[..size], &header, pos)?;
     }
     Ok(Next::Batch(header))
 }
