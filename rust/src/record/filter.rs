@@ -122,7 +122,10 @@ mod tests {
         b.finish(100).unwrap().0
     }
 
-    fn decode(bytes: &[u8]) -> (BatchHeader, Vec<(i64, i64, Option<Vec<u8>>)>) {
+    /// (offset, timestamp, value) of each record.
+    type Decoded = Vec<(i64, i64, Option<Vec<u8>>)>;
+
+    fn decode(bytes: &[u8]) -> (BatchHeader, Decoded) {
         let Next::Batch(h) = next_batch(bytes, 0, true).unwrap() else { panic!("no batch") };
         let area = record_area(bytes, &h).unwrap();
         let mut out = Vec::new();
