@@ -58,7 +58,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _key(tp: TopicPartition) -> str:
+def partition_key(tp: TopicPartition) -> str:
     return f"{tp.topic}:{tp.partition}"  # ':' cannot occur in a topic name
 
 
@@ -182,7 +182,7 @@ def rebalance(state: dict[str, Any], partition_counts: dict[str, int]) -> None:
         owned = {m: [_tp(k) for k in state["assignment"].get(m, [])] for m in members}
         assignment = sticky_assign(counts, subscriptions, owned)
     state["protocol"] = protocol
-    state["assignment"] = {m: [_key(tp) for tp in tps] for m, tps in assignment.items()}
+    state["assignment"] = {m: [partition_key(tp) for tp in tps] for m, tps in assignment.items()}
     state["partitions"] = counts
 
 
@@ -236,7 +236,6 @@ class GroupMember:
         self._last_poll_ms = _now_ms()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._mutex = threading.Lock()
 
     # -- joining and leaving ---------------------------------------------------------------
     def join(self, topics: list[str]) -> None:
@@ -344,19 +343,13 @@ class GroupMember:
         """Give up partitions (their revocation listener has run)."""
         if not partitions:
             return
-        keep = set(self.owned) - set(partitions)
-        mine = self.member_id
-
-        def free(state: dict[str, Any]) -> None:
-            for tp in partitions:
-                if state["owners"].get(_key(tp)) == mine:
-                    del state["owners"][_key(tp)]
-
         with self.files.locked():
             state = self.files.load()
-            free(state)
+            for tp in partitions:
+                if state["owners"].get(partition_key(tp)) == self.member_id:
+                    del state["owners"][partition_key(tp)]
             self.files.save(state)
-        self.owned = keep
+        self.owned -= set(partitions)
         self._notify()
 
     def acquire(self, target: list[TopicPartition]) -> list[TopicPartition]:
@@ -373,7 +366,7 @@ class GroupMember:
                 return []
             assigned = set(state["assignment"].get(self.member_id, []))
             for tp in wanted:
-                k = _key(tp)
+                k = partition_key(tp)
                 holder = state["owners"].get(k)
                 if k in assigned and (holder is None or holder == self.member_id or holder not in state["members"]):
                     state["owners"][k] = self.member_id
@@ -404,7 +397,7 @@ class GroupMember:
                     f"(generation is now {state['generation']}; it was presumed dead, or exceeded session_timeout_ms "
                     "or max_poll_interval_ms) and its partitions were given to other members. Poll again to rejoin."
                 )
-            foreign = [tp for tp in partitions if state["owners"].get(_key(tp)) != self.member_id]
+            foreign = [tp for tp in partitions if state["owners"].get(partition_key(tp)) != self.member_id]
             if foreign:
                 raise CommitFailedError(
                     f"commit rejected: {foreign} are not owned by member {self.member_id} in generation "
@@ -438,7 +431,7 @@ class GroupMember:
                 self._update_locked(lambda s: s["members"].pop(self.member_id, None))
             return
         state = self.files.load()
-        if any(self._is_gone(m, state) for m in state["members"] if m != self.member_id):
+        if any(self._is_gone(m) for m in state["members"] if m != self.member_id):
             with self.files.locked():
                 state = self.files.load()
                 if self._evict_locked(state):
@@ -446,9 +439,11 @@ class GroupMember:
                     self.files.save(state)
                     self._notify()
 
-    def _is_gone(self, member_id: str, state: dict[str, Any]) -> bool:
-        if not self.files.member_alive(member_id):
-            return True
+    def _is_gone(self, member_id: str) -> bool:
+        """Dead (its lock is free), or alive but silent past ``session_timeout_ms``."""
+        return not self.files.member_alive(member_id) or self._is_silent(member_id)
+
+    def _is_silent(self, member_id: str) -> bool:
         stamps = self.files.member_stamps(member_id)
         if stamps is None:
             return False
@@ -456,12 +451,17 @@ class GroupMember:
         return _now_ms() - heartbeat > self.session_timeout_ms
 
     def _evict_locked(self, state: dict[str, Any]) -> bool:
-        gone = [m for m in state["members"] if m != self.member_id and self._is_gone(m, state)]
-        for m in gone:
+        """Remove dead and silent members (under the lock); a dead one's file goes too."""
+        evicted = False
+        for m in [m for m in state["members"] if m != self.member_id]:
+            alive = self.files.member_alive(m)
+            if alive and not self._is_silent(m):
+                continue
             del state["members"][m]
-            if not self.files.member_alive(m):
+            if not alive:
                 self.files.remove_member_file(m)
-        return bool(gone)
+            evicted = True
+        return evicted
 
 
 def describe(data_dir: str, group_id: str) -> dict[str, Any]:

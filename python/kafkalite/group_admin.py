@@ -12,7 +12,8 @@ from typing import Any
 
 from kafkalite.datadir import DataDir
 from kafkalite.errors import IllegalStateError, InvalidConfigError
-from kafkalite.group import GroupFiles, describe, list_group_ids
+from kafkalite.assignors import TopicPartition
+from kafkalite.group import GroupFiles, describe, list_group_ids, partition_key
 from kafkalite.log import Log
 from kafkalite.offsets import OFFSETS_TOPIC, OffsetStore, decode_key
 
@@ -81,22 +82,16 @@ def describe_group(data_dir: DataDir, group_id: str) -> GroupDescription:
             continue
         end = _end_offset(data_dir, topic, p)
         offset = committed.get((topic, p), (None, ""))[0]
-        member = owner_of.get(_tp(topic, p))
+        member = owner_of.get(TopicPartition(topic, p))
         rows.append(
             PartitionLag(topic, p, offset, end, None if offset is None else max(0, end - offset), member, live[member]["client_id"] if member else None)
         )
     if live:
-        handing_over = any(state["owners"].get(f"{tp.topic}:{tp.partition}") != m for tp, m in owner_of.items())
+        handing_over = any(state["owners"].get(partition_key(tp)) != m for tp, m in owner_of.items())
         status = "PreparingRebalance" if handing_over else "Stable"
     else:
         status = "Empty" if committed else "Dead"
     return GroupDescription(group_id, status, state["generation"], state["protocol"], live, rows)
-
-
-def _tp(topic: str, partition: int) -> Any:
-    from kafkalite.assignors import TopicPartition
-
-    return TopicPartition(topic, partition)
 
 
 def _require_inactive(data_dir: DataDir, group_id: str, what: str) -> None:
