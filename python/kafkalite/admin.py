@@ -131,13 +131,18 @@ class Admin:
         if not self._dir.managed:
             return deleted
         for name in topics if topics is not None else self.list_topics():
-            count = 0
-            for p in range(self._dir.partitions(name)):
-                if os.path.isdir(self._dir.partition_path(name, p)):
-                    with self._dir.open_partition(name, p, shared_writers=True) as log:
-                        count += log.enforce_retention(now_ms)
-            deleted[name] = count
+            deleted[name] = sum(self._each_partition(name, lambda log: log.enforce_retention(now_ms)).values())
         return deleted
+
+    def _each_partition(self, name: str, run: Any) -> dict[int, Any]:
+        """``run(log)`` on each existing partition of ``name``, opened as a shared writer (safe
+        beside producers); ``{partition: result}``."""
+        results = {}
+        for p in range(self._dir.partitions(name)):
+            if os.path.isdir(self._dir.partition_path(name, p)):
+                with self._dir.open_partition(name, p, shared_writers=True) as log:
+                    results[p] = run(log)
+        return results
 
     def compact_topic(self, name: str, now_ms: int | None = None) -> CompactionResult:
         """Run a full log-compaction pass over every partition of a compacted topic now and
@@ -151,12 +156,7 @@ class Admin:
             )
         if meta.get("discovered"):
             raise InvalidConfigError(f"topic {name!r} belongs to a broker's log directory, which kafkalite only reads")
-        results = {}
-        for p in range(int(meta["partitions"])):
-            if os.path.isdir(self._dir.partition_path(name, p)):
-                with self._dir.open_partition(name, p, shared_writers=True) as log:
-                    results[p] = clean_partition(log, config, now_ms)
-        return CompactionResult.of(name, results)
+        return CompactionResult.of(name, self._each_partition(name, lambda log: clean_partition(log, config, now_ms)))
 
     def compact_dirty_topics(self, topics: list[str] | None = None) -> dict[str, CompactionResult]:
         """Clean the partitions of compacted topics whose dirty ratio reached
@@ -170,13 +170,8 @@ class Admin:
             config = meta.get("config", {})
             if not is_compacted(config):
                 continue
-            results = {}
-            for p in range(int(meta["partitions"])):
-                if os.path.isdir(self._dir.partition_path(name, p)):
-                    with self._dir.open_partition(name, p, shared_writers=True) as log:
-                        cleaned = clean_if_dirty(log, config)
-                    if cleaned is not None:
-                        results[p] = cleaned
+            cleaned = self._each_partition(name, lambda log: clean_if_dirty(log, config))
+            results = {p: stats for p, stats in cleaned.items() if stats is not None}
             if results:
                 out[name] = CompactionResult.of(name, results)
         return out

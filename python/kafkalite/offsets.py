@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Mapping
 import threading
 import time
 
@@ -152,7 +153,7 @@ class OffsetStore:
 
     def commit(self, offsets: Offsets) -> None:
         """Store ``offsets`` durably (one batch, so all or nothing)."""
-        self._append({tp: om for tp, om in offsets.items()})
+        self._append(offsets)
 
     def delete(self, partitions: list[tuple[str, int]] | None = None) -> int:
         """Tombstone the group's offsets (all of them by default). Returns how many."""
@@ -161,7 +162,7 @@ class OffsetStore:
             self._append({tp: None for tp in targets})
         return len(targets)
 
-    def _append(self, entries: dict[tuple[str, int], tuple[int, str] | None]) -> None:
+    def _append(self, entries: Mapping[tuple[str, int], tuple[int, str] | None]) -> None:
         if not entries:
             return
         now = int(time.time() * 1000)

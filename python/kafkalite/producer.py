@@ -169,11 +169,12 @@ class _Partition:
 
 
 class _Topic:
-    __slots__ = ("name", "partitions", "all", "sticky", "max_bytes", "codec", "config")
+    __slots__ = ("name", "partitions", "all", "sticky", "max_bytes", "codec", "config", "compacted")
 
     def __init__(self, name: str, count: int, codec: str, max_bytes: int, config: dict[str, Any]) -> None:
         self.name = name
         self.config = config
+        self.compacted = is_compacted(config)  # checked by every keyless send()
         self.partitions = [_Partition(name, p, codec) for p in range(count)]
         self.all = list(range(count))
         self.sticky = random.randrange(count)
@@ -252,7 +253,7 @@ class Producer:
         if self._serializing:
             key, value = self._serialize(key, value)
         t = self._topics.get(topic) or self._topic(topic)
-        if key is None and is_compacted(t.config):
+        if key is None and t.compacted:
             raise InvalidRecordError(_NULL_KEY.format(topic=topic))
         if partition is None:
             partition = t.sticky if key is None and self._custom_partitioner is None else self._choose_partition(t, key)
@@ -307,7 +308,7 @@ class Producer:
             raise IllegalStateError("the producer is closed")
         values = _as_bytes_list(values, "values")
         t = self._topics.get(topic) or self._topic(topic)
-        if is_compacted(t.config) and (keys is None or any(k is None for k in keys)):
+        if t.compacted and (keys is None or any(k is None for k in keys)):
             raise InvalidRecordError(_NULL_KEY.format(topic=topic))
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         groups: dict[int, tuple[list, list | None]] = {}
@@ -432,7 +433,7 @@ class Producer:
         """Kafka's background cleaner, for the compacted partitions this producer writes:
         clean those whose dirty ratio reached ``min.cleanable.dirty.ratio``."""
         for t in list(self._topics.values()):
-            if not is_compacted(t.config):
+            if not t.compacted:
                 continue
             for p in t.partitions:
                 try:
