@@ -37,6 +37,15 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).context(|| format!("cannot sync directory {}", dir.display()))
 }
 
+/// Delete a file; one that is already gone is fine.
+pub fn remove_if_exists(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(crate::error::Error::io(format!("cannot delete {}", path.display()), e)),
+    }
+}
+
 /// Read a decimal offset file; None when absent or unreadable (Kafka treats a bad
 /// checkpoint as empty).
 pub fn read_offset(dir: &Path, name: &str) -> Option<i64> {

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 
-use crate::checkpoint::{read_offset, sync_dir, write_atomically, CLEANER_OFFSET_FILE};
+use crate::checkpoint::{read_offset, remove_if_exists, sync_dir, write_atomically, CLEANER_OFFSET_FILE};
 use crate::error::{Error, IoContext, Result};
 use crate::log::Log;
 use crate::record::filter::{filter_batch, Filtered};
@@ -233,12 +233,7 @@ fn for_each_batch(
 /// describe the old file; they are rebuilt) and rename the swap file over `X.log`.
 fn finish_swap(dir: &Path, base: i64) -> Result<()> {
     for ext in ["index", "timeindex"] {
-        let p = dir.join(file_name(base, ext));
-        match std::fs::remove_file(&p) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io(format!("cannot remove {}", p.display()), e)),
-        }
+        remove_if_exists(&dir.join(file_name(base, ext)))?;
     }
     let swap = dir.join(format!("{}.swap", file_name(base, "log")));
     let log = dir.join(file_name(base, "log"));

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
+use crate::checkpoint::remove_if_exists;
 use crate::error::{Error, IoContext, Result};
 use crate::index::{OffsetIndex, TimeIndex};
 use crate::mmap::MappedFile;
@@ -646,11 +647,7 @@ impl Segment {
     pub fn delete_files(&self) -> Result<()> {
         let (log_path, index_path, time_path) = Self::paths(&self.dir, self.base_offset);
         for p in [log_path, index_path, time_path] {
-            match std::fs::remove_file(&p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io(format!("cannot delete {}", p.display()), e)),
-            }
+            remove_if_exists(&p)?;
         }
         Ok(())
     }
