@@ -65,7 +65,7 @@ def _positive(options: Mapping[str, str], name: str) -> int | None:
     return value
 
 
-def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+def option_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     raw = _get(options, name)
     if raw is None:
         return default
@@ -174,8 +174,8 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         max_offsets_per_trigger=max_trigger,
         min_offsets_per_trigger=min_trigger,
         max_trigger_delay_ms=parse_duration_ms(_get(options, "maxTriggerDelay") or "15m"),
-        fail_on_data_loss=_bool(options, "failOnDataLoss", True),
-        include_headers=_bool(options, "includeHeaders", False),
+        fail_on_data_loss=option_bool(options, "failOnDataLoss", True),
+        include_headers=option_bool(options, "includeHeaders", False),
     )
 
 

@@ -30,13 +30,21 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from kafkalite.spark.options import offsets_from_json, offsets_json, parse
+from kafkalite.spark.options import SourceOptions, offsets_from_json, offsets_json, option_bool, parse
 from kafkalite.spark.planning import OffsetRange, PartitionView, split_ranges, rate_limit
 
 SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
 HEADERS = "headers array<struct<key:string,value:binary>>"
 #: Rows per Arrow batch handed to Spark (the PySpark notes measured 8K-64K as the sweet spot).
 ROWS_PER_BATCH = 65536
+
+try:  # 4.1+: streaming writes receive Arrow batches instead of Rows
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
+
+    _ARROW_STREAM_WRITES = True
+except ImportError:  # pragma: no cover - PySpark 4.0
+    _StreamWriterBase = DataSourceStreamWriter  # type: ignore[misc,assignment]
+    _ARROW_STREAM_WRITES = False
 
 try:  # 4.2+: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow as _AvailableNow
@@ -111,14 +119,19 @@ class KafkaliteReader(DataSourceReader):
             ranges = [OffsetRange(t, p, view.check_start((t, p), starts[(t, p)]), ends[(t, p)]) for t, p in tps]
         finally:
             view.close()
-        return [_task(opts.path, r, opts.include_headers, opts.fail_on_data_loss) for r in split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)]
+        return _tasks(opts, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         yield from read_range(partition, self.schema)
 
 
-def _task(path: str, r: OffsetRange, headers: bool, fail_on_data_loss: bool) -> RangePartition:
-    return RangePartition(os.path.abspath(path), r.topic, r.partition, r.start, r.end, headers, fail_on_data_loss)
+def _tasks(opts: SourceOptions, ranges: list[OffsetRange]) -> list[RangePartition]:
+    """One task per range, after Kafka's minPartitions / maxRecordsPerPartition split."""
+    path = os.path.abspath(opts.path)
+    return [
+        RangePartition(path, r.topic, r.partition, r.start, r.end, opts.include_headers, opts.fail_on_data_loss)
+        for r in split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)
+    ]
 
 
 class KafkaliteStreamReader(DataSourceStreamReader, _AvailableNow):  # type: ignore[misc,valid-type]
@@ -187,7 +200,7 @@ class KafkaliteStreamReader(DataSourceStreamReader, _AvailableNow):  # type: ign
             first = begin.get(tp, view.bounds(tp)[0])
             ranges.append(OffsetRange(tp[0], tp[1], view.check_start(tp, first), stop))
         o = self.opts
-        return [_task(o.path, r, o.include_headers, o.fail_on_data_loss) for r in split_ranges(ranges, o.min_partitions, o.max_records_per_partition)]
+        return _tasks(self.opts, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         yield from read_range(partition, self.schema)
@@ -202,7 +215,6 @@ class KafkaliteStreamReader(DataSourceStreamReader, _AvailableNow):  # type: ign
 
 # -- writing ---------------------------------------------------------------------------------
 STAGING_DIR = ".kafkalite-spark-staging"
-SINKS_DIR = ".kafkalite-spark-sinks"
 
 
 @dataclass
@@ -273,7 +285,7 @@ class KafkaliteWriter(DataSourceArrowWriter):
         shutil.rmtree(os.path.join(self.path, STAGING_DIR, self.job), ignore_errors=True)
 
 
-class KafkaliteStreamWriter(DataSourceStreamWriter):
+class KafkaliteStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-type]
     """Exactly-once per sink (``kafkalite.spark.sink.publish_once``): a replayed micro-batch is
     skipped, and a commit that crashed midway is finished without appending rows twice."""
 
@@ -285,7 +297,9 @@ class KafkaliteStreamWriter(DataSourceStreamWriter):
         self.sink = sink_id(options)
 
     def write(self, iterator: Iterator[Any]) -> StagedFiles:
-        import pyarrow as pa
+        if _ARROW_STREAM_WRITES:
+            return _stage(self.path, self.sink, iterator)
+        import pyarrow as pa  # PySpark 4.0 hands over Rows
 
         batches = (pa.RecordBatch.from_pylist([r.asDict() for r in chunk]) for chunk in _chunks(iterator, 10_000))
         return _stage(self.path, self.sink, batches)
@@ -321,7 +335,7 @@ class KafkaliteDataSource(DataSource):
         return "kafkalite"
 
     def schema(self) -> str:
-        include = str(self.options.get("includeheaders", self.options.get("includeHeaders", "false"))).lower() == "true"
+        include = option_bool(self.options, "includeHeaders", False)
         return SCHEMA + (", " + HEADERS if include else "")
 
     def reader(self, schema: Any) -> KafkaliteReader:
