@@ -135,3 +135,28 @@ def test_admin_topics_in_a_broker_dir_are_read_only(tmp_path):
     with pytest.raises(Exception) as info:
         admin.create_topic("new-one", 1)
     assert "broker" in str(info.value)
+
+
+def test_committed_offsets_of_a_kafka_4_broker(tmp_path):
+    """Kafka 4.x's group coordinator writes OffsetCommitValue v4 (flexible) beside group
+    metadata records; kafkalite's group tools read the offsets a broker's consumers committed."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    broker = KafkaBroker(tmp_path / "logs", tmp_path / "work")
+    with broker:
+        _kafka_python_produce(broker.bootstrap_servers, "orders", "none", 50)
+        consumer = KafkaConsumer(
+            "orders", bootstrap_servers=broker.bootstrap_servers, group_id="billing",
+            auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=10_000,
+        )
+        for n, _ in enumerate(consumer, 1):
+            if n == 30:
+                break
+        consumer.commit({TopicPartition("orders", 0): OffsetAndMetadata(30, "note", -1)})
+        consumer.close()
+    admin = Admin(str(tmp_path / "logs"))
+    described = admin.describe_group("billing")
+    offsets = {(p.topic, p.partition): (p.committed, p.lag) for p in described.partitions}
+    assert offsets == {("orders", 0): (30, 20)}
+    assert "billing" in admin.list_groups()

@@ -20,7 +20,7 @@ import time
 
 from kafkalite.compaction import clean_if_dirty
 from kafkalite.datadir import DataDir
-from kafkalite.errors import InvalidConfigError, TopicAlreadyExistsError
+from kafkalite.errors import CorruptRecordError, InvalidConfigError, TopicAlreadyExistsError, UnsupportedFormatError
 from kafkalite.log import Log, Record
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -65,27 +65,71 @@ def encode_value(offset: int, metadata: str, timestamp_ms: int) -> bytes:
 
 def _read_string(buf: bytes, pos: int) -> tuple[str, int]:
     (n,) = struct.unpack_from(">h", buf, pos)
+    if n < 0 or pos + 2 + n > len(buf):
+        raise struct.error(f"string of {n} bytes at {pos} does not fit a {len(buf)}-byte record")
     return buf[pos + 2 : pos + 2 + n].decode("utf-8"), pos + 2 + n
 
 
+def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    """An unsigned varint (Kafka's flexible versions: compact lengths, tagged fields)."""
+    value = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 28:
+            raise struct.error(f"bad unsigned varint at {pos}")
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _read_compact_string(buf: bytes, pos: int) -> tuple[str, int]:
+    n, pos = _read_uvarint(buf, pos)
+    if n == 0 or pos + n - 1 > len(buf):
+        raise struct.error(f"compact string of length {n - 1} at {pos} does not fit a {len(buf)}-byte record")
+    return buf[pos : pos + n - 1].decode("utf-8"), pos + n - 1
+
+
+#: Record types of `__consumer_offsets` keys (the key's leading int16): 0 and 1 are offset
+#: commits (OffsetCommitKey), 2 is group metadata, 3+ are the KIP-848 consumer/share group
+#: records of Kafka 4.x's group coordinator. Only offset commits carry offsets.
+OFFSET_COMMIT_KEY_TYPES = (0, 1)
+#: OffsetCommitValue versions Kafka has written: 0-3 fixed, 4 flexible (Kafka 4.x).
+MAX_OFFSET_COMMIT_VALUE_VERSION = 4
+
+
 def decode_key(key: bytes) -> tuple[str, str, int] | None:
-    """(group, topic, partition) of an offset commit key; None for other key versions (group
-    metadata records, version 2, which kafkalite does not write)."""
+    """(group, topic, partition) of an offset commit key; None for the other record types
+    (group metadata and the newer group records), which hold no offsets."""
     (version,) = struct.unpack_from(">h", key, 0)
-    if version not in (0, 1):
+    if version not in OFFSET_COMMIT_KEY_TYPES:
         return None
-    group, pos = _read_string(key, 2)
-    topic, pos = _read_string(key, pos)
-    (partition,) = struct.unpack_from(">i", key, pos)
+    try:
+        group, pos = _read_string(key, 2)
+        topic, pos = _read_string(key, pos)
+        (partition,) = struct.unpack_from(">i", key, pos)
+    except (struct.error, UnicodeDecodeError) as e:
+        raise CorruptRecordError(f"{OFFSETS_TOPIC} holds an offset commit key that does not decode: {e}") from None
     return group, topic, partition
 
 
 def decode_value(value: bytes) -> tuple[int, str]:
-    """(offset, metadata) of OffsetCommitValue v0-v3."""
-    (version,) = struct.unpack_from(">h", value, 0)
-    (offset,) = struct.unpack_from(">q", value, 2)
-    pos = 10 + (4 if version >= 3 else 0)
-    metadata, _ = _read_string(value, pos)
+    """(offset, metadata) of OffsetCommitValue v0-v4 (Kafka's OffsetCommitValue.json: v1 adds
+    expireTimestamp, v3 leaderEpoch, v4 is the first flexible version: compact string and
+    tagged fields, as Kafka 4.x writes)."""
+    try:
+        (version,) = struct.unpack_from(">h", value, 0)
+        if not 0 <= version <= MAX_OFFSET_COMMIT_VALUE_VERSION:
+            raise UnsupportedFormatError(
+                f"{OFFSETS_TOPIC} holds an OffsetCommitValue of version {version}; kafkalite reads versions "
+                f"0-{MAX_OFFSET_COMMIT_VALUE_VERSION} (a newer Kafka wrote it: upgrade kafkalite)"
+            )
+        (offset,) = struct.unpack_from(">q", value, 2)
+        pos = 10 + (4 if version >= 3 else 0)  # leaderEpoch from v3 on
+        metadata, _ = _read_compact_string(value, pos) if version >= 4 else _read_string(value, pos)
+    except (struct.error, UnicodeDecodeError) as e:
+        raise CorruptRecordError(f"{OFFSETS_TOPIC} holds an OffsetCommitValue that does not decode: {e}") from None
     return offset, metadata
 
 
@@ -106,7 +150,7 @@ class OffsetStore:
         self._dir = data_dir if isinstance(data_dir, DataDir) else DataDir(data_dir)
         self.group_id = group_id
         self.partition = offsets_partition(group_id)
-        self._prefix = struct.pack(">h", 1) + _string(group_id)
+        self._prefixes = tuple(struct.pack(">h", t) + _string(group_id) for t in OFFSET_COMMIT_KEY_TYPES)
         self._offsets: Offsets = {}
         self._read_to = 0
         self._writer: Log | None = None
@@ -135,7 +179,7 @@ class OffsetStore:
             return
         for r in log.records(start, end):
             key = r.key
-            if key is not None and key.startswith(self._prefix):
+            if key is not None and key.startswith(self._prefixes):
                 decoded = decode_key(key)
                 if decoded is not None and decoded[0] == self.group_id:
                     tp = (decoded[1], decoded[2])
