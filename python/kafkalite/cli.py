@@ -8,29 +8,49 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import re
+import shutil
 import sys
 import tempfile
 import time
+from typing import Any
 
 from kafkalite.log import Log
+
+#: `<topic>-<partition>`, what a partition folder is called (in Kafka and here).
+_PARTITION_FOLDER = re.compile(r"^.+-\d+$")
 
 
 def _demo(args: argparse.Namespace) -> int:
     """Produce a stream into an embedded data directory and consume it back, with throughput."""
     from rich.console import Console
-    from rich.progress import Progress
 
+    console = Console()
+    # Its own directory, never the user's (--data-dir / $KAFKALITE_DATA_DIR): the demo writes
+    # millions of records and removes what it wrote unless --keep.
+    data_dir = tempfile.mkdtemp(prefix="kafkalite-demo-")
+    try:
+        return _run_demo(console, data_dir, args.records)
+    finally:
+        if args.keep:
+            console.print(f"kept the demo's data in [cyan]{data_dir}[/] (try: kafkalite --data-dir {data_dir} topics describe)")
+        else:
+            shutil.rmtree(data_dir, ignore_errors=True)
+            console.print(f"removed the demo's data directory {data_dir} (run with --keep to look at it)")
+
+
+def _run_demo(console: Any, data_dir: str, total: int) -> int:
     from kafkalite.admin import Admin
     from kafkalite.consumer import Consumer
     from kafkalite.producer import Producer
 
-    console = Console()
-    data_dir = args.data_dir or tempfile.mkdtemp(prefix="kafkalite-demo-")
     admin = Admin(data_dir)
     topic = f"demo-{int(time.time())}"
     admin.create_topic(topic, partitions=3)
-    total, per_call = args.records, 10_000
+    per_call = 10_000
     console.print(f"[bold]kafkalite demo[/]: topic [cyan]{topic}[/] (3 partitions) in [cyan]{data_dir}[/], no broker")
+
+    from rich.progress import Progress
 
     with Producer(data_dir, batch_size=1 << 20, linger_ms=5) as producer:
         keyed = min(total, 200_000)
@@ -80,8 +100,11 @@ def _dump_log(args: argparse.Namespace) -> int:
     """Batches of one partition directory with CRC checks, and index sanity (kafka-dump-log)."""
     from kafkalite.dump import dump_partition
 
-    if not os.path.isdir(args.partition):
-        raise SystemExit(f"kafkalite: {args.partition} is not a partition directory")
+    folder = os.path.basename(os.path.normpath(args.partition))
+    if not os.path.isdir(args.partition) or not _PARTITION_FOLDER.match(folder):
+        raise SystemExit(f"kafkalite: {args.partition} is not a partition directory (a <topic>-<partition> folder)")
+    if not glob.glob(os.path.join(glob.escape(args.partition), "*.log")):
+        raise SystemExit(f"kafkalite: {args.partition} holds no .log segment, so it is not a partition directory")
     problems = dump_partition(args.partition, sys.stdout, print_batches=not args.summary)
     print(f"{problems} problem(s) found", file=sys.stderr)
     return 1 if problems else 0
@@ -103,6 +126,11 @@ def _parse_config(pairs: list[str] | None) -> dict[str, str]:
     return config
 
 
+def _shown_topics(admin: Any, args: argparse.Namespace) -> list[str]:
+    """Topics to list: internal ones (``__consumer_offsets``) only with --include-internal."""
+    return [t for t in admin.list_topics() if args.include_internal or not t.startswith("__")]
+
+
 def _topics(args: argparse.Namespace) -> int:
     from kafkalite.admin import Admin
 
@@ -111,10 +139,10 @@ def _topics(args: argparse.Namespace) -> int:
         admin.create_topic(args.name, partitions=args.partitions, config=_parse_config(args.config))
         print(f"Created topic {args.name}.")
     elif args.action == "list":
-        for name in admin.list_topics():
+        for name in _shown_topics(admin, args):
             print(name)
     elif args.action == "describe":
-        for name in [args.name] if args.name else admin.list_topics():
+        for name in [args.name] if args.name else _shown_topics(admin, args):
             d = admin.describe_topic(name)
             config = ",".join(f"{k}={v}" for k, v in sorted(d.config.items()))
             print(f"Topic: {d.name}\tPartitionCount: {len(d.partitions)}\tConfigs: {config}")
@@ -203,10 +231,20 @@ def _consume(args: argparse.Namespace) -> int:
         except UnicodeDecodeError:
             return "base64:" + base64.b64encode(b).decode()
 
+    # As kafka-console-consumer: starting at the end means waiting for new records; reading
+    # from the beginning (or an offset) stops at the end unless --follow. --timeout-ms stops
+    # after that long without a record in either case.
+    starts_at_end = not (args.from_beginning or args.offset is not None or args.timestamp is not None)
+    follow = args.follow or starts_at_end
+    last_record = time.monotonic()
     try:
         while args.max_messages is None or shown < args.max_messages:
-            batches = consumer.poll(timeout_ms=500 if args.follow else 0)
-            if not batches and not args.follow:
+            batches = consumer.poll(timeout_ms=500 if follow else 0)
+            if batches:
+                last_record = time.monotonic()
+            elif not follow:
+                break
+            elif args.timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
                 break
             for records in batches.values():
                 for r in records:
@@ -228,30 +266,65 @@ def _consume(args: argparse.Namespace) -> int:
     return 0
 
 
+#: API hints in error messages, and what to type instead when the error reaches the CLI.
+_CLI_HINTS = {
+    "Admin.create_topic": "kafkalite topics create",
+    "Admin.delete_topic": "kafkalite topics delete",
+    "Admin.create_partitions": "kafkalite topics alter --partitions",
+    "Admin.alter_config": "kafkalite topics alter --config",
+    "Admin.delete_group": "kafkalite groups delete",
+    "Admin.reset_offsets": "kafkalite groups reset-offsets",
+}
+
+
+def _for_the_cli(message: str) -> str:
+    for api, command in _CLI_HINTS.items():
+        message = message.replace(api, command)
+    return message
+
+
+def _data_dir_option(parser: argparse.ArgumentParser, default: object) -> None:
+    parser.add_argument(
+        "--data-dir", default=default, help="data directory (default: $KAFKALITE_DATA_DIR)"
+    )
+
+
+def _subparser(sub: argparse._SubParsersAction, name: str, **kw: Any) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+    """A subcommand that also takes --data-dir after its name (`kafkalite topics list --data-dir d`)."""
+    parser = sub.add_parser(name, **kw)
+    _data_dir_option(parser, argparse.SUPPRESS)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
+    from kafkalite import __version__
+
     parser = argparse.ArgumentParser(prog="kafkalite", description="Kafka's commit log, embedded.")
-    parser.add_argument("--data-dir", default=os.environ.get("KAFKALITE_DATA_DIR"), help="data directory (default: $KAFKALITE_DATA_DIR, or a temporary one for the demo)")
+    parser.add_argument("--version", action="version", version=f"kafkalite {__version__}")
+    _data_dir_option(parser, os.environ.get("KAFKALITE_DATA_DIR"))
     sub = parser.add_subparsers(dest="command", required=True)
 
-    topics = sub.add_parser("topics", help="create, list, describe, delete and alter topics")
+    topics = _subparser(sub, "topics", help="create, list, describe, delete and alter topics")
     actions = topics.add_subparsers(dest="action", required=True)
-    create = actions.add_parser("create", help="create a topic")
+    create = _subparser(actions, "create", help="create a topic")
     create.add_argument("name")
     create.add_argument("--partitions", type=int, default=1)
     create.add_argument("--config", action="append", metavar="KEY=VALUE", help="topic config, Kafka names (repeatable)")
-    actions.add_parser("list", help="list topics")
-    describe = actions.add_parser("describe", help="partitions, offsets, sizes and config")
+    listing = _subparser(actions, "list", help="list topics")
+    describe = _subparser(actions, "describe", help="partitions, offsets, sizes and config")
     describe.add_argument("name", nargs="?")
-    delete = actions.add_parser("delete", help="delete a topic and its data")
+    for p in (listing, describe):
+        p.add_argument("--include-internal", action="store_true", help="also internal topics (__consumer_offsets)")
+    delete = _subparser(actions, "delete", help="delete a topic and its data")
     delete.add_argument("name")
-    alter = actions.add_parser("alter", help="change config or add partitions")
+    alter = _subparser(actions, "alter", help="change config or add partitions")
     alter.add_argument("name")
     alter.add_argument("--config", action="append", metavar="KEY=VALUE")
     alter.add_argument("--delete-config", action="append", metavar="KEY")
     alter.add_argument("--partitions", type=int, help="new (larger) partition count")
     topics.set_defaults(run=_topics)
 
-    produce = sub.add_parser("produce", help="one record per input line (stdin or --file)")
+    produce = _subparser(sub, "produce", help="one record per input line (stdin or --file)")
     produce.add_argument("topic")
     produce.add_argument("--file", help="read lines from this file instead of stdin")
     produce.add_argument("--key-separator", help="split each line into key and value at this string")
@@ -259,14 +332,15 @@ def main(argv: list[str] | None = None) -> int:
     produce.add_argument("--acks", default=1, type=lambda v: v if v == "all" else int(v), help="0, 1 or all")
     produce.set_defaults(run=_produce)
 
-    consume = sub.add_parser("consume", help="print records, one value per line")
+    consume = _subparser(sub, "consume", help="print records, one value per line (waits for new ones; Ctrl-C stops)")
     consume.add_argument("topic")
     consume.add_argument("--from-beginning", action="store_true", help="start at the earliest offset (default: latest)")
     consume.add_argument("--offset", type=int, help="start at this offset (of --partition, default 0)")
     consume.add_argument("--partition", type=int)
     consume.add_argument("--timestamp", type=int, help="start at the first record at or after this time (ms)")
     consume.add_argument("--max-messages", type=int)
-    consume.add_argument("--follow", action="store_true", help="keep waiting for new records")
+    consume.add_argument("--follow", action="store_true", help="with --from-beginning/--offset/--timestamp: keep waiting for new records at the end")
+    consume.add_argument("--timeout-ms", type=int, help="stop after this long without a new record")
     consume.add_argument("--group", help="consumer group: start from and commit its offsets")
     consume.add_argument("--format", choices=["value", "json"], default="value")
     consume.set_defaults(run=_consume)
@@ -275,8 +349,9 @@ def main(argv: list[str] | None = None) -> int:
 
     cli_groups.add_parser(sub, _require_dir)
 
-    demo = sub.add_parser("demo", help="append and read back a stream on an embedded data directory, with throughput")
+    demo = sub.add_parser("demo", help="append and read back a stream in a temporary data directory, with throughput")
     demo.add_argument("--records", type=int, default=2_000_000, help="records to append (default 2,000,000)")
+    demo.add_argument("--keep", action="store_true", help="keep the demo's data directory (default: removed at the end)")
     demo.set_defaults(run=_demo)
     dump = sub.add_parser("dump-log", help="list the batches of a partition directory and check their CRCs")
     dump.add_argument("partition", help="a <topic>-<partition> directory")
@@ -288,11 +363,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except KafkaliteError as e:
-        print(f"kafkalite: {e}", file=sys.stderr)
+        print(f"kafkalite: {_for_the_cli(str(e))}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # output piped into `head` and closed early
         sys.stderr.close()
         return 0
+    except OSError as e:  # the file system's answer, in one line: what failed and on which path
+        where = f": {e.filename}" if e.filename else ""
+        print(f"kafkalite: {e.strerror or e}{where}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,120 @@
+"""The command line behaves like Kafka's console tools and the usual CLI habits (issue 11):
+--version, --data-dir before or after the subcommand, consume waiting for new records,
+one-line errors with CLI hints, dump-log refusing what is not a partition, internal topics
+hidden, and a demo that cleans up after itself and never touches the user's data dir."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from kafkalite import Producer, __version__
+
+
+def kafkalite(*args: str, env: dict[str, str] | None = None, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "kafkalite", *args], capture_output=True, timeout=timeout, env=env, **kw
+    )
+
+
+@pytest.fixture
+def data(tmp_path):
+    path = str(tmp_path / "data")
+    assert kafkalite("--data-dir", path, "topics", "create", "t", "--partitions", "2").returncode == 0
+    return path
+
+
+def test_version():
+    done = kafkalite("--version")
+    assert done.returncode == 0 and done.stdout.decode().strip() == f"kafkalite {__version__}"
+
+
+def test_data_dir_before_or_after_the_subcommand(data):
+    before = kafkalite("--data-dir", data, "topics", "list")
+    after = kafkalite("topics", "list", "--data-dir", data)
+    middle = kafkalite("topics", "--data-dir", data, "list")
+    assert before.stdout == after.stdout == middle.stdout == b"t\n"
+
+
+def test_internal_topics_hidden_unless_asked(data):
+    with Producer(data) as producer:
+        producer.send("t", b"x", partition=0).get(5)
+    from kafkalite import Consumer
+
+    with Consumer(data, group_id="g", auto_offset_reset="earliest") as consumer:
+        consumer.subscribe(["t"])
+        consumer.poll(timeout_ms=1000)
+        consumer.commit()
+    assert kafkalite("--data-dir", data, "topics", "list").stdout == b"t\n"
+    listed = kafkalite("--data-dir", data, "topics", "list", "--include-internal").stdout.decode().split()
+    assert listed == ["__consumer_offsets", "t"]
+    described = kafkalite("--data-dir", data, "topics", "describe").stdout.decode()
+    assert "Topic: t" in described and "__consumer_offsets" not in described
+
+
+def test_consume_without_from_beginning_waits_for_new_records(data):
+    with Producer(data) as producer:
+        producer.send("t", b"old", partition=0).get(5)
+    consumer = subprocess.Popen(
+        [sys.executable, "-m", "kafkalite", "--data-dir", data, "consume", "t", "--timeout-ms", "3000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        time.sleep(1.5)  # the consumer has started at the end and is waiting
+        with Producer(data) as producer:
+            producer.send("t", b"new", partition=1).get(5)
+        out, err = consumer.communicate(timeout=30)
+    finally:
+        consumer.kill()
+    assert out == b"new\n", err
+    assert consumer.returncode == 0
+    assert b"Processed a total of 1 messages" in err
+
+
+def test_consume_from_beginning_stops_at_the_end(data):
+    with Producer(data) as producer:
+        producer.send("t", b"a", partition=0).get(5)
+    done = kafkalite("--data-dir", data, "consume", "t", "--from-beginning", timeout=30)
+    assert done.returncode == 0 and done.stdout == b"a\n"
+
+
+def test_errors_are_one_line_with_cli_hints(data, tmp_path):
+    done = kafkalite("--data-dir", data, "consume", "nope")
+    assert done.returncode == 1
+    err = done.stderr.decode()
+    assert err.count("\n") == 1 and "kafkalite topics create" in err and "Admin." not in err
+    blocker = tmp_path / "a-file"
+    blocker.write_bytes(b"not a directory")
+    done = kafkalite("--data-dir", str(blocker / "sub"), "topics", "create", "x")
+    assert done.returncode == 1
+    err = done.stderr.decode()
+    assert "Traceback" not in err and err.count("\n") == 1 and str(blocker) in err, err
+
+
+def test_dump_log_refuses_what_is_not_a_partition(data, tmp_path):
+    with Producer(data) as producer:
+        producer.send("t", b"a", partition=0).get(5)
+    assert kafkalite("dump-log", os.path.join(data, "t-0")).returncode == 0
+    for not_a_partition in (data, str(tmp_path / "missing-0"), str(tmp_path / "empty-3")):
+        os.makedirs(str(tmp_path / "empty-3"), exist_ok=True)
+        done = kafkalite("dump-log", not_a_partition)
+        assert done.returncode != 0 and b"not a partition directory" in done.stderr, not_a_partition
+
+
+def test_demo_cleans_up_and_never_writes_the_users_data_dir(tmp_path):
+    users = tmp_path / "users-data"
+    users.mkdir()
+    env = {**os.environ, "KAFKALITE_DATA_DIR": str(users), "TMPDIR": str(tmp_path)}
+    done = kafkalite("demo", "--records", "50000", env=env, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert list(users.iterdir()) == []
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("kafkalite-demo-")]
+    assert b"removed the demo's data directory" in done.stdout
+    kept = kafkalite("demo", "--records", "50000", "--keep", env=env, timeout=300)
+    assert kept.returncode == 0
+    left = [p for p in tmp_path.iterdir() if p.name.startswith("kafkalite-demo-")]
+    assert len(left) == 1 and str(left[0]) in kept.stdout.decode().replace("\n", "")
