@@ -247,6 +247,7 @@ def check(run_dir: str, data_dir: str, topics: dict[str, dict[str, Any]], group:
         return False
 
     lost: dict[tuple[str, int], list[str]] = defaultdict(list)
+    overwritten: dict[tuple[str, int], list[str]] = defaultdict(list)
     for topic, part, off, prod, seq, key, send_t in sorted(acks):
         st = parts[(topic, part)]
         if st.reopen_error:
@@ -255,9 +256,11 @@ def check(run_dir: str, data_dir: str, topics: dict[str, dict[str, Any]], group:
         if found is not None and found[:2] == (prod, seq):
             continue
         if found is not None:
-            violations.append(f"{topic}-{part}@{off} was acknowledged to {prod} seq {seq} but holds {found[0]} seq {found[1]}")
+            overwritten[(topic, part)].append(f"@{off} acknowledged to {prod} seq {seq} holds {found[0]} seq {found[1]}")
         elif not exempt(topic, part, off, key, send_t):
             lost[(topic, part)].append(f"{off} ({prod} seq {seq})")
+    for (topic, part), rows in sorted(overwritten.items()):
+        violations.append(f"{topic}-{part}: {len(rows)} acknowledged offsets hold another record: {'; '.join(rows[:4])}")
     for (topic, part), offs in sorted(lost.items()):
         st = parts[(topic, part)]
         violations.append(

@@ -346,13 +346,19 @@ def run(seed: int | None = None, seconds: float = 75.0, out: Any = print, keep: 
         try:
             c.run()
         finally:
+            stopping = time.monotonic()
             try:
                 c.stop_all()
             finally:
                 c.kill_all()
         if c.mounted:
             c.resize(TMPFS_SIZE * 2)  # recovery needs room
+        checking = time.monotonic()
         violations, stats, notes = checker.check(run_dir, c.data, c.topics, GROUP)
+        out(
+            f"fault injection: {stopping - started:.0f} s of faults, {checking - stopping:.0f} s to stop the children, "
+            f"{time.monotonic() - checking:.0f} s to recover and check"
+        )
         result = Result(seed, time.monotonic() - started, violations, stats, notes, run_dir)
         if violations and c.mounted:  # keep the evidence: the tmpfs goes away
             shutil.copytree(c.data, os.path.join(run_dir, "data-copy"), symlinks=True)
