@@ -361,23 +361,42 @@ def check_processes(run_dir: str, stats: Stats) -> list[str]:
             name, rc, sent = ev["name"], ev["rc"], set(ev["signals_sent"])
             if ev.get("failpoint_kill"):
                 sent.add(signal.SIGKILL)
-            if rc < 0 and -rc not in sent:
-                out.append(f"{name} died of {signal.Signals(-rc).name}, which nobody sent it (stderr: {ev['stderr']})")
-            elif rc > 0 and rc != J.EXIT_TYPED_ERROR:
-                out.append(f"{name} exited with status {rc} (stderr: {ev['stderr']})")
             try:
                 with open(ev["stderr"], errors="replace") as f:
                     text = f.read()
             except FileNotFoundError:
                 text = ""
+            traceback = _TRACEBACK.search(text)
+            if rc < 0 and -rc not in sent:
+                out.append(f"{name} died of {signal.Signals(-rc).name}, which nobody sent it (stderr: {ev['stderr']})")
+            elif rc > 0 and rc != J.EXIT_TYPED_ERROR and traceback is None:  # with one: reported below
+                out.append(f"{name} exited with status {rc} (stderr: {ev['stderr']})")
             for m in _TRACEBACK.finditer(text):
                 tail = text[m.start() :].splitlines()
-                last = next(
-                    (line for line in tail[1:] if line and not line.startswith((" ", "\t"))),
-                    "?",
-                )
+                last = next((line for line in tail[1:] if line and not line.startswith((" ", "\t"))), "?")
                 tracebacks[re.sub(r"/\S+", "<path>", last.strip())[:200]].append(ev["stderr"])
                 break
     for line, where in sorted(tracebacks.items()):
         out.append(f"{len(where)} children printed a traceback of an untyped error: {line} (first: {where[0]})")
     return out
+
+
+def main() -> None:
+    """Check a kept run again: ``python -m faults.checker RUN_DIR`` (tests on PYTHONPATH)."""
+    import json
+    import sys
+
+    run_dir = sys.argv[1]
+    with open(os.path.join(run_dir, "run.json")) as f:
+        run = json.load(f)
+    data = os.path.join(run_dir, "data-copy")
+    if not os.path.isdir(data):
+        data = os.path.join(run_dir, "data")
+    violations, stats, notes = check(run_dir, data, run["topics"], "faults")
+    for line in notes + violations:
+        print(line)
+    print(stats)
+
+
+if __name__ == "__main__":
+    main()

@@ -70,24 +70,24 @@ def step(
         journal.write("ack", send_t=send_t, recs=acks)
         return seq
     futures = []
+    flushed = "flush() returned"
     try:
         for s, k, v in records:
             futures.append((s, k, producer.send(topic, v, key=k)))
         producer.flush()
     except KafkaliteError as e:
         journal.write("error", where="send/flush", **error_fields(e))
+        flushed = f"flush() raised {type(e).__name__} (the sender thread should still append them)"
     acks, fails = [], []
     failure = None
+    deadline = time.monotonic() + FUTURE_TIMEOUT_S  # for all of them: one stuck step must not hang the child
     for s, k, f in futures:
         try:
-            md = f.get(timeout=FUTURE_TIMEOUT_S)
+            md = f.get(timeout=max(0.01, deadline - time.monotonic()))
         except KafkaTimeoutError as e:
-            # flush() returned, so every future should be done: a dead sender or a lost batch
+            # every future should be done: a dead sender thread or a lost batch
             if failure is None:
-                journal.write(
-                    "stuck",
-                    what=f"a future still pending {FUTURE_TIMEOUT_S} s after flush() returned",
-                )
+                journal.write("stuck", what=f"a future still pending {FUTURE_TIMEOUT_S} s after {flushed}")
             failure = e
             fails.append([s, _k(k)])
             continue
