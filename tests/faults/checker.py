@@ -28,9 +28,10 @@ scheduling, so a violation is a bug (or a hole in a rule, which its message lets
    the log end offset.
 7. Processes: no child died of a signal the controller did not send (or a fail point raised);
    no child exited with a status other than 0 or EXIT_TYPED_ERROR; no child wrote a Python
-   traceback to stderr (children catch KafkaliteError, so any traceback is an untyped error:
-   PanicException, a bare OSError, a dead sender thread, ...); every child exited after
-   SIGTERM at the end (no hang)."""
+   traceback (children catch KafkaliteError, so any traceback is an untyped error:
+   PanicException, a bare OSError, a dead sender thread, ...) or a Rust panic to stderr; every
+   child exited after SIGTERM at the end (no hang); no producer future stayed pending 20 s after
+   flush()."""
 
 from __future__ import annotations
 
@@ -373,18 +374,22 @@ def check_processes(run_dir: str, stats: Stats) -> list[str]:
             out.append(f"{ev['name']} did not exit within {ev['seconds']} s of SIGTERM at the end (a hang); stack in {ev['stderr']}")
         elif kind == "exit":
             name, rc, sent = ev["name"], ev["rc"], set(ev["signals_sent"])
-            if ev.get("failpoint_kill"):
-                sent.add(signal.SIGKILL)
             try:
                 with open(ev["stderr"], errors="replace") as f:
                     text = f.read()
             except FileNotFoundError:
                 text = ""
             traceback = _TRACEBACK.search(text)
+            if ev.get("failpoint_kill"):  # the fail point's own kill: SIGKILL, or abort() if so built
+                sent.add(signal.SIGKILL)
+                if "panicked at" not in text:
+                    sent.add(signal.SIGABRT)
             if rc < 0 and -rc not in sent:
                 out.append(f"{name} died of {signal.Signals(-rc).name}, which nobody sent it (stderr: {ev['stderr']})")
             elif rc > 0 and rc != J.EXIT_TYPED_ERROR and traceback is None:  # with one: reported below
                 out.append(f"{name} exited with status {rc} (stderr: {ev['stderr']})")
+            if "panicked at" in text and traceback is None:
+                out.append(f"{name}: a Rust panic (stderr: {ev['stderr']})")
             for m in _TRACEBACK.finditer(text):
                 tail = text[m.start() :].splitlines()
                 last = next((line for line in tail[1:] if line and not line.startswith((" ", "\t"))), "?")
