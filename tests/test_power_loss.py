@@ -14,7 +14,8 @@ absent after a power loss (Linux promises nothing else; ext4 and xfs do lose suc
 child runs under strace, so the model knows from the system calls themselves when the partition
 directory was fsynced and which names had been created by then: a name created after the last
 directory fsync before ack k may be missing from the image. Without strace the directory is not
-modelled (every name in the snapshot is kept) and the test says so with a warning.
+modelled (every name in the snapshot is kept) and the test says so with a warning. The
+partition directory's own entry in its parent is not modelled (the image always has it).
 
 Each image is opened by a writer Log (recovery runs): it must not raise, and every record up to
 the end offset acknowledged at ack k must be there with its value."""
@@ -107,8 +108,15 @@ def workload(tmp_path_factory) -> Workload:
     trace_file = str(root / "strace.txt")
     if strace:
         syscalls = "openat,fsync,fdatasync,close,rename,renameat,renameat2,sync,syncfs"
-        cmd = [strace, "-f", "-qq", "-e", f"trace={syscalls}", "-o", trace_file, *cmd]
-    subprocess.run(cmd, check=True, timeout=120)
+        traced = subprocess.run([strace, "-f", "-qq", "-e", f"trace={syscalls}", "-o", trace_file, *cmd], check=False, timeout=120)
+        if traced.returncode != 0:  # e.g. ptrace not permitted in this container: run it plainly
+            warnings.warn(f"strace failed (status {traced.returncode}); running the workload without it", stacklevel=1)
+            strace = None
+            shutil.rmtree(part_dir, ignore_errors=True)
+            shutil.rmtree(snapshots)
+            os.makedirs(snapshots)
+    if not strace:
+        subprocess.run(cmd, check=True, timeout=120)
     snaps, ends = [], []
     for k in range(BATCHES):
         snap = os.path.join(snapshots, str(k))
