@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import pytest
 from faults.power_loss_writer import value_for
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from kafkalite import Log
 
@@ -163,7 +163,14 @@ def crash_image(w: Workload, k: int, m: int, data: st.DataObject) -> tuple[dict[
     return files, notes
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+# No shrinking: an image is described in the failure message, and shrinking one costs minutes.
+@settings(
+    max_examples=100,
+    deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    report_multiple_bugs=False,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(data=st.data())
 def test_power_loss_keeps_every_acknowledged_record(workload, data):
     k = data.draw(st.integers(0, BATCHES - 2), label="last acknowledged append")
