@@ -29,7 +29,6 @@ import subprocess
 import sys
 import tempfile
 import warnings
-from dataclasses import dataclass
 
 import pytest
 from faults.power_loss_writer import value_for
@@ -43,11 +42,13 @@ SEGMENT_BYTES = 8192
 WRITER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "faults", "power_loss_writer.py")
 
 
-@dataclass(repr=False)
 class Workload:
-    snapshots: list[dict[str, bytes]]  # after ack k: file name -> content
-    acked_end: list[int]  # end offset acknowledged at ack k
-    durable_names: list[set[str]] | None  # names whose directory entry was fsynced by ack k
+    """Not a dataclass: hypothesis pretty-prints dataclass fields (megabytes of snapshots)."""
+
+    def __init__(self, snapshots: list[dict[str, bytes]], acked_end: list[int], durable_names: list[set[str]] | None) -> None:
+        self.snapshots = snapshots  # after ack k: file name -> content
+        self.acked_end = acked_end  # end offset acknowledged at ack k
+        self.durable_names = durable_names  # names whose directory entry was fsynced by ack k
 
     def __repr__(self) -> str:  # hypothesis prints the fixture with a falsifying example
         return f"Workload({len(self.snapshots)} acknowledged appends)"
