@@ -1,0 +1,386 @@
+"""The controller of a fault-injection run: starts producer and group-member processes on a
+few small-segment topics, then for ``seconds`` SIGKILLs, SIGSTOPs/SIGCONTs and restarts them,
+fills the disk (a tmpfs shrunk to what is in use; root only), lowers some children's
+descriptor limit and starts some with engine fail points; at the end stops everything, reopens
+the data directory (recovery runs) and checks the invariants (``faults.checker``).
+
+Seeded: every choice the controller makes comes from ``random.Random(seed)``; the seed is
+printed first and in every failure. (The interleaving of the processes is the scheduler's, so
+a seed reproduces the fault schedule, not the exact run.)
+
+Long run: ``KAFKALITE_FAULTS_SECONDS=600 pytest -m faults tests/test_fault_injection.py`` or
+``PYTHONPATH=python:tests python -m faults.controller --seconds 600 [--seed N]``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from faults import checker
+from faults import journal as J
+
+TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GROUP = "faults"
+PRODUCERS = 3
+MEMBERS = 3
+TMPFS_SIZE = 512 << 20
+START_TIMEOUT_S = 60.0  # a loaded 2-core machine may take this long to start and stop children
+STOP_TIMEOUT_S = 60.0
+
+
+def topic_layout(rng: random.Random) -> dict[str, dict[str, Any]]:
+    """Small segments so rolls happen often; one compacted topic, one with size retention."""
+    return {
+        "plain": {
+            "partitions": 2,
+            "config": {"segment.bytes": rng.choice([16, 32, 64]) << 10},
+        },
+        "compact": {
+            "partitions": 1,
+            "config": {
+                "cleanup.policy": "compact",
+                "segment.bytes": 16 << 10,
+                "min.cleanable.dirty.ratio": 0.2,
+                "delete.retention.ms": 0,
+            },
+        },
+        "retained": {
+            "partitions": 1,
+            "config": {"segment.bytes": 16 << 10, "retention.bytes": 64 << 10},
+        },
+    }
+
+
+@dataclass
+class Child:
+    slot: str
+    incarnation: int
+    proc: subprocess.Popen
+    stderr: str
+    failpoints: str | None
+    signals_sent: set[int] = field(default_factory=set)
+    cont_at: float | None = None  # SIGSTOPped until then
+
+    @property
+    def name(self) -> str:
+        return f"{self.slot}.{self.incarnation}"
+
+
+@dataclass
+class Result:
+    seed: int
+    seconds: float
+    violations: list[str]
+    stats: checker.Stats
+    notes: list[str]
+    run_dir: str
+
+    def summary(self) -> str:
+        s = self.stats
+        return (
+            f"fault injection summary: seed={self.seed} seconds={self.seconds:.0f} acknowledged={s.acknowledged} "
+            f"consumed={s.consumed} kills={s.kills} stops={s.stops} enospc={s.enospc} emfile={s.emfile} eio={s.eio} "
+            f"failed_sends={s.failed_sends} failpoint_children={s.failpoint_children} violations={len(self.violations)}"
+        )
+
+    def report(self, first: int = 12) -> str:
+        lines = [
+            self.summary(),
+            f"seed {self.seed}: rerun with KAFKALITE_FAULTS_SEED={self.seed}",
+        ]
+        if self.violations:
+            lines.append(f"data dir and journals kept in {self.run_dir}; first {min(first, len(self.violations))} violations:")
+            lines += [f"  [seed {self.seed}] {v}" for v in self.violations[:first]]
+        return "\n".join(lines)
+
+
+class Controller:
+    def __init__(self, seed: int, seconds: float, run_dir: str, out: Any = print, faults: bool = True) -> None:
+        self.seed = seed
+        self.faults = faults  # False: the same workload without faults (a control run for the checker)
+        self.seconds = seconds
+        self.rng = random.Random(seed)
+        self.run_dir = run_dir
+        self.out = out
+        self.data = os.path.join(run_dir, "data")
+        self.journals = os.path.join(run_dir, "journals")
+        self.logs = os.path.join(run_dir, "stderr")
+        self.children: dict[str, Child] = {}
+        self.incarnations: dict[str, int] = {}
+        self.restart_at: dict[str, float] = {}
+        self.mounted = False
+        self.disk_full_until: float | None = None
+        self.topics = topic_layout(self.rng)
+        self.strategy = self.rng.choice(["range", "roundrobin", "sticky", "cooperative-sticky"])
+        self.failpoints = self._failpoint_names()
+        for d in (self.data, self.journals, self.logs):
+            os.makedirs(d, exist_ok=True)
+        self.journal = J.Journal(os.path.join(self.journals, "controller.jsonl"))
+
+    # -- setup ---------------------------------------------------------------------------
+    def _failpoint_names(self) -> list[str]:
+        from kafkalite import _native
+
+        names = getattr(_native, "failpoint_names", None)
+        return sorted(names()) if names is not None else []
+
+    def mount(self) -> None:
+        """A tmpfs as the data dir, so the controller can fill the disk by shrinking it."""
+        if os.geteuid() != 0:
+            self.out("fault injection: not root, no tmpfs: the run has no real disk-full episodes")
+            return
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE}", "tmpfs", self.data],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        if r.returncode != 0:
+            self.out(f"fault injection: mount of a tmpfs failed ({r.stderr.strip()}): no real disk-full episodes")
+            return
+        self.mounted = True
+
+    def umount(self) -> None:
+        if self.mounted:
+            r = subprocess.run(["umount", self.data], check=False, capture_output=True, text=True)
+            if r.returncode != 0:  # a child still holding it: lazily, so nothing stays mounted
+                subprocess.run(["umount", "-l", self.data], check=False, capture_output=True)
+            self.mounted = False
+
+    def resize(self, size: int) -> bool:
+        r = subprocess.run(["mount", "-o", f"remount,size={size}", self.data], check=False, capture_output=True)
+        return r.returncode == 0
+
+    def create_topics(self) -> None:
+        from kafkalite import Admin
+
+        admin = Admin(self.data)
+        for name, meta in self.topics.items():
+            admin.create_topic(name, meta["partitions"], meta["config"])
+
+    # -- children --------------------------------------------------------------------------
+    def spawn(self, slot: str) -> None:
+        rng = self.rng
+        inc = self.incarnations[slot] = self.incarnations.get(slot, -1) + 1
+        name = f"{slot}.{inc}"
+        nofile = rng.choice([48, 64, 96, 128]) if rng.random() < 0.25 and self.faults else 0
+        args = [
+            "--data", self.data,
+            "--journal", os.path.join(self.journals, f"{name}.jsonl"),
+            "--name", name,
+            "--topics", ",".join(self.topics),
+            "--seed", str(rng.randrange(2**32)),
+            "--nofile", str(nofile),
+        ]  # fmt: skip
+        if slot.startswith("p"):
+            module = "faults.producer_child"
+        else:
+            module = "faults.member_child"
+            stall = rng.choice([0, 0, 0.01, 0.03]) if self.faults else 0
+            args += ["--group", GROUP, "--strategy", self.strategy, "--stall-probability", str(stall)]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([TESTS_DIR, *filter(None, [env.get("PYTHONPATH")])])
+        env["PYTHONFAULTHANDLER"] = "1"  # a fatal signal or a hang dump prints every thread's stack
+        failpoints = None
+        if self.failpoints and rng.random() < 0.3 and self.faults:
+            chosen = rng.sample(self.failpoints, k=min(len(self.failpoints), rng.randint(1, 2)))
+            failpoints = ",".join(f"{n}={rng.choice(['kill', 'enospc', 'emfile', 'eio'])}@{rng.randint(1, 30)}" for n in chosen)
+            env["KAFKALITE_FAILPOINTS"] = failpoints
+        else:
+            env.pop("KAFKALITE_FAILPOINTS", None)
+        stderr = os.path.join(self.logs, f"{name}.err")
+        with open(stderr, "wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", module, *args],
+                stdin=subprocess.DEVNULL,
+                stdout=err,
+                stderr=err,
+                env=env,
+                cwd=self.run_dir,
+            )
+        self.children[slot] = Child(slot, inc, proc, stderr, failpoints)
+        self.journal.write("start", name=name, pid=proc.pid, nofile=nofile, failpoints=failpoints)
+
+    def signal(self, child: Child, sig: int) -> None:
+        try:
+            child.proc.send_signal(sig)
+        except ProcessLookupError:
+            return
+        child.signals_sent.add(sig)
+
+    def reap(self, child: Child) -> None:
+        rc = child.proc.returncode
+        fp_kill = bool(child.failpoints and "=kill" in child.failpoints)
+        self.journal.write(
+            "exit",
+            name=child.name,
+            rc=rc,
+            signals_sent=sorted(child.signals_sent),
+            failpoint_kill=fp_kill,
+            stderr=child.stderr,
+        )
+        del self.children[child.slot]
+
+    # -- the fault loop --------------------------------------------------------------------
+    def tick(self) -> None:
+        rng, now = self.rng, time.monotonic()
+        for child in list(self.children.values()):
+            if child.cont_at is not None and now >= child.cont_at:
+                self.signal(child, signal.SIGCONT)
+                child.cont_at = None
+                self.journal.write("cont", name=child.name)
+            if child.proc.poll() is not None:
+                self.reap(child)
+                self.restart_at[child.slot] = now + rng.uniform(0.1, 1.0)
+        for slot, at in list(self.restart_at.items()):
+            if now >= at:
+                del self.restart_at[slot]
+                self.spawn(slot)
+        if self.disk_full_until is not None and now >= self.disk_full_until:
+            self.resize(TMPFS_SIZE)
+            self.disk_full_until = None
+            self.journal.write("disk_free")
+        action = rng.choices(["kill", "stop", "disk", "none"], weights=[25, 25, 10 if self.mounted else 0, 40])[0]
+        if not self.faults:
+            action = "none"
+        live = [c for c in self.children.values() if c.proc.poll() is None]
+        if action == "kill" and live:
+            child = rng.choice(live)
+            self.journal.write("kill", name=child.name)
+            self.signal(child, signal.SIGKILL)
+        elif action == "stop" and live:
+            child = rng.choice(live)
+            if child.cont_at is None:
+                self.journal.write("stop", name=child.name)
+                self.signal(child, signal.SIGSTOP)
+                child.cont_at = now + rng.uniform(0.1, 4.0)  # beyond session_timeout_ms: eviction
+        elif action == "disk" and self.disk_full_until is None:
+            st = os.statvfs(self.data)
+            used = (st.f_blocks - st.f_bfree) * st.f_frsize
+            for slack in (rng.choice([0, 64 << 10, 512 << 10]), 1 << 20, 4 << 20):
+                if self.resize(used + slack + 4096):
+                    self.disk_full_until = now + rng.uniform(0.5, 4.0)
+                    self.journal.write("disk_full", used=used, slack=slack)
+                    break
+
+    def run(self) -> None:
+        for i in range(PRODUCERS):
+            self.spawn(f"p{i}")
+        for i in range(MEMBERS):
+            self.spawn(f"m{i}")
+        deadline = time.monotonic() + self.seconds
+        while time.monotonic() < deadline:
+            self.tick()
+            time.sleep(self.rng.uniform(0.15, 0.5))
+
+    def stop_all(self) -> None:
+        """SIGCONT, give the disk back, SIGTERM; a child that does not exit in time is a hang:
+        SIGABRT (faulthandler prints its stacks), then SIGKILL. Never leaves a process behind."""
+        if self.disk_full_until is not None:
+            self.resize(TMPFS_SIZE)
+            self.disk_full_until = None
+        self.restart_at.clear()
+        for child in list(self.children.values()):
+            if child.cont_at is not None:
+                self.signal(child, signal.SIGCONT)
+                child.cont_at = None
+            self.signal(child, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for child in list(self.children.values()):
+            try:
+                child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.journal.write("hang", name=child.name, seconds=STOP_TIMEOUT_S, stderr=child.stderr)
+                self.signal(child, signal.SIGABRT)
+                try:
+                    child.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.signal(child, signal.SIGKILL)
+                    child.proc.wait()
+            self.reap(child)
+
+    def kill_all(self) -> None:
+        """The last resort of a finally: no child outlives the run."""
+        for child in list(self.children.values()):
+            if child.proc.poll() is None:
+                child.proc.kill()
+                child.proc.wait()
+        self.children.clear()
+
+
+def run(seed: int | None = None, seconds: float = 75.0, out: Any = print, keep: bool = False, faults: bool = True) -> Result:
+    if seed is None:
+        env = os.environ.get("KAFKALITE_FAULTS_SEED")
+        seed = int(env) if env else random.randrange(2**31)
+    run_dir = tempfile.mkdtemp(prefix=f"kafkalite-faults-{seed}-")
+    out(f"fault injection: seed={seed} seconds={seconds:.0f} run_dir={run_dir} (rerun with KAFKALITE_FAULTS_SEED={seed})")
+    c = Controller(seed, seconds, run_dir, out, faults)
+    started = time.monotonic()
+    try:
+        c.mount()
+        if not c.failpoints:
+            out("fault injection: this kafkalite has no _native.failpoint_names(): no children with fail points")
+        c.create_topics()
+        with open(os.path.join(run_dir, "run.json"), "w") as f:
+            json.dump(
+                {
+                    "seed": seed,
+                    "seconds": seconds,
+                    "topics": c.topics,
+                    "strategy": c.strategy,
+                    "tmpfs": c.mounted,
+                },
+                f,
+                indent=1,
+            )
+        try:
+            c.run()
+        finally:
+            stopping = time.monotonic()
+            try:
+                c.stop_all()
+            finally:
+                c.kill_all()
+        if c.mounted:
+            c.resize(TMPFS_SIZE * 2)  # recovery needs room
+        checking = time.monotonic()
+        violations, stats, notes = checker.check(run_dir, c.data, c.topics, GROUP)
+        out(
+            f"fault injection: {stopping - started:.0f} s of faults, {checking - stopping:.0f} s to stop the children, "
+            f"{time.monotonic() - checking:.0f} s to recover and check"
+        )
+        result = Result(seed, time.monotonic() - started, violations, stats, notes, run_dir)
+        if violations and c.mounted:  # keep the evidence: the tmpfs goes away
+            shutil.copytree(c.data, os.path.join(run_dir, "data-copy"), symlinks=True)
+    finally:
+        c.kill_all()
+        c.umount()
+    if not violations and not keep:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    out(result.report())
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=float(os.environ.get("KAFKALITE_FAULTS_SECONDS", "75")))
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--keep", action="store_true", help="keep the run directory even without violations")
+    parser.add_argument("--no-faults", action="store_true", help="the same workload without faults: a control run for the checker")
+    args = parser.parse_args()
+    result = run(args.seed, args.seconds, keep=args.keep, faults=not args.no_faults)
+    sys.exit(1 if result.violations else 0)
+
+
+if __name__ == "__main__":
+    main()
