@@ -31,34 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafkalite.spark.batches import SEQUENCE_MODULUS, Encoder, Producer, next_sequence, scan
+from kafkalite.spark.checks import topics_of, unknown_topic
 from kafkalite.spark.options import SparkOptionError
 
 SINKS_DIR = ".kafkalite-spark-sinks"
-
-
-class DataDirNotFoundError(SparkOptionError, FileNotFoundError):
-    """The path given to ``save()``/``start()``/``load()`` is not a kafkalite data directory."""
-
-
-def check_path(options: Mapping[str, str]) -> str:
-    path = options.get("path")
-    if not path:
-        raise SparkOptionError("give the kafkalite data directory: .save('/path/to/data') or .start('/path/to/data')")
-    if not os.path.isdir(path):
-        raise DataDirNotFoundError(
-            f"{os.path.abspath(path)} is not a kafkalite data directory; create it and its topics first "
-            "(kafkalite.Admin(path).create_topic(...) or `kafkalite topics create`), or fix the path"
-        )
-    return os.path.abspath(path)
-
-
-def check_topic(path: str, topic: str | None) -> None:
-    """The ``topic`` option names a topic of ``path`` (checked on the driver before tasks run)."""
-    if topic is None:
-        return
-    from kafkalite.datadir import DataDir
-
-    DataDir(path, create=False).topic(topic)  # UnknownTopicError names the topic, the path, the fix
 
 
 def sink_id(options: Mapping[str, str]) -> str:
@@ -92,6 +68,11 @@ def load_state(path: str, sink: str) -> dict[str, Any]:
         }
     except FileNotFoundError:
         return {"batch_id": -1, "sequences": {}, "pending": None}
+    except (ValueError, TypeError, AttributeError) as e:
+        raise SparkOptionError(
+            f"the sink's commit record {_marker(path, sink)} is damaged ({e}); restore it, or delete it "
+            "accepting that micro-batches Spark replays are appended again"
+        ) from None
 
 
 def save_state(path: str, sink: str, state: dict[str, Any]) -> None:
@@ -104,6 +85,11 @@ def save_state(path: str, sink: str, state: dict[str, Any]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.rename(tmp, marker)
+    folder = os.open(os.path.dirname(marker), os.O_RDONLY)
+    try:
+        os.fsync(folder)  # the rename itself must survive a power loss
+    finally:
+        os.close(folder)
 
 
 def _binary(table: Any, name: str) -> Any:
@@ -132,9 +118,8 @@ def plan_groups(path: str, tables: list[Any], default_topic: str | None) -> list
     """Kafka-sink rows -> per-partition groups: the ``partition`` column, else murmur2 of the
     key, else round robin. Deterministic, so a replayed micro-batch plans the same groups."""
     from kafkalite._native import partitions_for_keys
-    from kafkalite.datadir import DataDir
 
-    data_dir = DataDir(path, create=False)
+    existing = topics_of(path)
     groups: dict[tuple[str, int], Group] = {}
     round_robin: dict[str, int] = {}
     for table in tables:
@@ -154,7 +139,9 @@ def plan_groups(path: str, tables: list[Any], default_topic: str | None) -> list
         keys: list[Any] = _binary(table, "key").to_pylist() if "key" in names else [None] * n
         explicit: list[Any] = table.column("partition").to_pylist() if "partition" in names else [None] * n
         headers: list[Any] = table.column("headers").to_pylist() if "headers" in names else [None] * n
-        counts = {t: data_dir.partitions(t) for t in set(topics)}
+        for t in set(topics) - set(existing):
+            raise unknown_topic(path, t, "option 'topic'" if t == default_topic else "a row's 'topic' column", existing)
+        counts = {t: existing[t] for t in set(topics)}
         by_key: dict[int, int] = {}
         for topic, count in counts.items():  # toPositive(murmur2(key)) % partitions, as Kafka
             rows = [i for i in range(n) if topics[i] == topic and explicit[i] is None and keys[i] is not None]
