@@ -33,7 +33,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--dir", default="/tmp/kl-pipeline")
     args = ap.parse_args()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    import kafkalite.spark  # noqa: F401  before the session: Spark's workers run this interpreter
     from pyspark.sql import SparkSession
     from pyspark.sql.functions import col, from_json, window
 

@@ -163,7 +163,7 @@ def test_kill_9_at_random_moments_with_a_concurrent_producer(tmp_path):
         other = subprocess.Popen([sys.executable, "-c", producer_code, path])
         try:
             child = _committer(path, "never", rows)
-            time.sleep(rng.uniform(0.3, 1.5))  # start-up is ~0.7 s; the commit follows
+            time.sleep(rng.uniform(0.5, 3.0))  # start-up ~0.8 s, then a ~2 s commit
             child.send_signal(signal.SIGKILL)
             killed += child.wait(60) == -signal.SIGKILL
             _replay(path, rows)

@@ -5,8 +5,9 @@ Planning runs on the driver (``kafkalite.spark.planning``); each task carries on
 opens its partition read-only on the executor, seeks with the offset index and receives whole
 batches already shaped as Spark's rows in Arrow (``Log.read_spark_arrow``, built in Rust), so no
 per-record Python runs on the read path. Writes are staged by the tasks and appended by the
-driver's commit (nothing is visible before every task succeeded); a streaming write records the
-last committed micro-batch id per sink, so a replayed micro-batch is not appended twice.
+driver's commit (nothing is visible before every task succeeded); a streaming write is
+exactly-once per sink and micro-batch. What holds on failure: ``kafkalite.spark.sink``.
+What a read or write names is checked on the driver first: ``kafkalite.spark.checks``.
 """
 
 from __future__ import annotations
