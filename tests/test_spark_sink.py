@@ -156,22 +156,31 @@ def test_kill_9_at_random_moments_with_a_concurrent_producer(tmp_path):
             time.sleep(0.001)
         """
     )
-    killed = 0
-    for attempt in range(6):
+    from kafkalite.spark import sink
+
+    ident = sink.sink_id({"checkpointLocation": "ck"})
+    killed = interrupted = 0
+    for attempt in range(8):
         path = str(tmp_path / f"d{attempt}")
         Admin(path).create_topic("dst", 2, {"max.message.bytes": 64 * 1024})
         other = subprocess.Popen([sys.executable, "-c", producer_code, path])
         try:
             child = _committer(path, "never", rows)
-            time.sleep(rng.uniform(0.5, 3.0))  # start-up ~0.8 s, then a ~2 s commit
+            deadline = time.monotonic() + 120
+            while child.poll() is None and not sink.load_state(path, ident)["pending"] and time.monotonic() < deadline:
+                time.sleep(0.005)  # until the commit has recorded its pending marker
+            time.sleep(rng.uniform(0.0, 0.08))  # then somewhere in its appends (tens of ms)
             child.send_signal(signal.SIGKILL)
-            killed += child.wait(60) == -signal.SIGKILL
+            if child.wait(60) == -signal.SIGKILL:
+                killed += 1
+                interrupted += sink.load_state(path, ident)["pending"] is not None
             _replay(path, rows)
         finally:
             other.kill()
             other.wait()
         _check_exactly_once(path, rows)
-    assert killed >= 1
+    print(f"killed {killed} commits, {interrupted} of them after the pending marker and before the commit record")
+    assert interrupted >= 1
 
 
 def test_a_batch_write_refuses_bad_rows_before_appending_anything(data):

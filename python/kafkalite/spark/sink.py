@@ -232,7 +232,6 @@ def _written(path: str, g: Group, producer: Producer, start: int, first_sequence
 
     done = 0
     with DataDir(path, create=False).open_partition(g.topic, g.partition, shared_writers=True) as log:
-        log._native.refresh()
         for info in scan(log, max(start, log.start_offset)):
             if info.control or (info.producer_id, info.producer_epoch) != (producer.id, producer.epoch):
                 continue
