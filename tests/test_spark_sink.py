@@ -223,3 +223,15 @@ def test_a_batch_commit_that_fails_midway_names_what_it_appended(data, monkeypat
     assert "stay visible: dst-0" in "".join(info.value.__notes__)
     monkeypatch.undo()
     assert len(_values(data, 0)) == ROWS and _values(data, 1) == []  # exactly what the note says
+
+
+def test_scratch_logs_of_killed_commits_are_removed(data):
+    """The sink encodes in scratch logs; a commit killed mid-encode leaves one, the next removes it."""
+    from kafkalite.spark import sink
+
+    child = _committer(data, "before_pending")
+    assert child.wait(60) == -signal.SIGKILL
+    scratch = os.path.join(data, sink.SINKS_DIR, "scratch")
+    assert os.listdir(scratch)  # the killed commit's
+    _replay(data)
+    assert os.listdir(scratch) == []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import struct
 import tempfile
 import uuid
@@ -105,7 +106,8 @@ class Encoder:
 
     def __init__(self, folder: str) -> None:
         os.makedirs(folder, exist_ok=True)
-        self._folder = tempfile.mkdtemp(prefix="encode-", dir=folder)
+        _remove_orphans(folder)
+        self._folder = tempfile.mkdtemp(prefix=f"{_owner_prefix(os.getpid())}", dir=folder)
         self._logs: dict[tuple, Log] = {}
 
     def _scratch(self, options: dict) -> Log:
@@ -158,6 +160,25 @@ class Encoder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _owner_prefix(pid: int) -> str:
+    return f"encode-{socket.gethostname()}-{pid}-"
+
+
+def _remove_orphans(folder: str) -> None:
+    """Scratch logs of killed commits on this host (their process is gone) are removed."""
+    mine = f"encode-{socket.gethostname()}-"
+    for name in os.listdir(folder):
+        pid = name[len(mine) :].split("-", 1)[0]
+        if not name.startswith(mine) or not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+        except PermissionError:
+            pass  # alive, another user's
 
 
 def _slice_batches(data: bytearray, first: int, last: int) -> bytearray:
