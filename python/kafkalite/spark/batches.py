@@ -63,7 +63,7 @@ def next_sequence(sequence: int, records: int) -> int:
     return (sequence + records) % SEQUENCE_MODULUS
 
 
-def batch_infos(data: bytes | memoryview) -> Iterator[BatchInfo]:
+def batch_infos(data: bytes | bytearray | memoryview) -> Iterator[BatchInfo]:
     """The headers of the whole v2 batches in ``data`` (as ``Log.read`` returns them)."""
     pos = 0
     while pos + _HEADER.size <= len(data):

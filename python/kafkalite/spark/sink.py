@@ -174,8 +174,14 @@ def producer_for(sink: str) -> Producer:
     return Producer(int(sink[:16], 16) >> 1)
 
 
-def _encode(path: str, groups: list[Group], encoder: Encoder, producer: Producer | None = None,
-            sequences: Mapping[str, int] | None = None, skips: Mapping[str, int] | None = None) -> list[tuple[Group, bytes]]:
+def _encode(
+    path: str,
+    groups: list[Group],
+    encoder: Encoder,
+    producer: Producer | None = None,
+    sequences: Mapping[str, int] | None = None,
+    skips: Mapping[str, int] | None = None,
+) -> list[tuple[Group, bytes]]:
     """Every group's rows (after its first ``skips`` rows) as v2 batches, before any append."""
     from kafkalite.datadir import DataDir, log_options
 
