@@ -111,12 +111,14 @@ class Encoder:
         self._logs: dict[tuple, Log] = {}
 
     def _scratch(self, options: dict) -> Log:
-        settings = {k: options[k] for k in ("compression", "max_message_bytes", "compact") if k in options}
+        # What shapes the batches (size target: min of max.message.bytes and segment.bytes) and
+        # what the topic refuses; time, retention and flushing do not matter here.
+        settings = {k: options[k] for k in ("compression", "max_message_bytes", "segment_bytes", "compact") if k in options}
         key = tuple(sorted(settings.items()))
         log = self._logs.get(key)
         if log is None:
             path = os.path.join(self._folder, str(uuid.uuid4()))
-            log = self._logs[key] = Log(path, segment_bytes=1 << 30, **settings)
+            log = self._logs[key] = Log(path, **settings)
         return log
 
     def encode(
