@@ -33,11 +33,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--dir", default="/tmp/kl-pipeline")
     args = ap.parse_args()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    import kafkalite.spark  # noqa: F401  before the session: Spark's workers run this interpreter
+    from kafkalite import Admin
     from pyspark.sql import SparkSession
     from pyspark.sql.functions import col, from_json, window
-
-    from kafkalite import Admin
 
     shutil.rmtree(args.dir, ignore_errors=True)
     data, out, ck = (os.path.join(args.dir, name) for name in ("data", "clicks-per-page", "checkpoint"))

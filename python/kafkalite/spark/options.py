@@ -11,12 +11,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kafkalite.errors import InvalidConfigError
+
 EARLIEST, LATEST = -2, -1
 STRATEGY_KEYS = ("assign", "subscribe", "subscribepattern")
 
 
-class SparkOptionError(ValueError):
-    """An option Spark's Kafka source would reject (its IllegalArgumentException)."""
+class SparkOptionError(InvalidConfigError):
+    """An option Spark's Kafka source would reject (its IllegalArgumentException), or a read or
+    write whose target cannot be used."""
+
+
+class DataDirNotFoundError(SparkOptionError, FileNotFoundError):
+    """The path given to ``load()``/``save()``/``start()`` is not a kafkalite data directory."""
 
 
 @dataclass(frozen=True)
@@ -47,13 +54,14 @@ class SourceOptions:
     include_headers: bool
 
 
-def _get(options: Mapping[str, str], name: str) -> str | None:
+def get(options: Mapping[str, str], name: str) -> str | None:
+    """An option by its Kafka name (PySpark hands options over lower-cased)."""
     value = options.get(name.lower(), options.get(name))
     return None if value is None else str(value)
 
 
 def _positive(options: Mapping[str, str], name: str) -> int | None:
-    raw = _get(options, name)
+    raw = get(options, name)
     if raw is None:
         return None
     try:
@@ -66,7 +74,7 @@ def _positive(options: Mapping[str, str], name: str) -> int | None:
 
 
 def option_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = _get(options, name)
+    raw = get(options, name)
     if raw is None:
         return default
     if raw.lower() not in ("true", "false"):
@@ -94,26 +102,26 @@ def _partition_json(raw: str, name: str) -> dict[tuple[str, int], int]:
 
 
 def _offset_spec(options: Mapping[str, str], prefix: str, default: str) -> OffsetSpec:
-    timestamp = _get(options, f"{prefix}Timestamp")
+    timestamp = get(options, f"{prefix}Timestamp")
     if timestamp is not None:
         try:
             return OffsetSpec("timestamp", timestamp=int(timestamp))
         except ValueError:
             raise SparkOptionError(f"Invalid value '{timestamp}' for option '{prefix}Timestamp', must be epoch milliseconds") from None
-    by_ts = _get(options, f"{prefix}OffsetsByTimestamp")
+    by_ts = get(options, f"{prefix}OffsetsByTimestamp")
     if by_ts is not None:
         return OffsetSpec("timestamps", offsets=_partition_json(by_ts, f"{prefix}OffsetsByTimestamp"))
-    raw = _get(options, f"{prefix}Offsets") or default
+    raw = get(options, f"{prefix}Offsets") or default
     if raw.strip().lower() in ("earliest", "latest"):
         return OffsetSpec(raw.strip().lower())
     return OffsetSpec("offsets", offsets=_partition_json(raw, f"{prefix}Offsets"))
 
 
 def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
-    path = _get(options, "path")
+    path = get(options, "path")
     if not path:
         raise SparkOptionError("give the kafkalite data directory: .load('/path/to/data')")
-    given = [k for k in STRATEGY_KEYS if _get(options, k) is not None]
+    given = [k for k in STRATEGY_KEYS if get(options, k) is not None]
     if not given:
         raise SparkOptionError(
             "One of the following options must be specified for Kafka source: subscribe, subscribePattern, assign. "
@@ -126,7 +134,7 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         )
     assign = subscribe = pattern = None
     if given[0] == "assign":
-        raw = _get(options, "assign") or ""
+        raw = get(options, "assign") or ""
         if not raw.strip().startswith("{"):
             raise SparkOptionError(
                 """No topicpartitions to assign as specified value for option 'assign' is '%s'""" % raw
@@ -136,16 +144,16 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         except (ValueError, AttributeError, TypeError):
             raise SparkOptionError(f'Expected e.g. {{"topicA":[0,1],"topicB":[0,1]}}, got {raw}') from None
     elif given[0] == "subscribe":
-        subscribe = [t.strip() for t in (_get(options, "subscribe") or "").split(",") if t.strip()]
+        subscribe = [t.strip() for t in (get(options, "subscribe") or "").split(",") if t.strip()]
         if not subscribe:
             raise SparkOptionError("No topics to subscribe to as specified value for option 'subscribe' is ''")
     else:
-        pattern = _get(options, "subscribePattern") or ""
+        pattern = get(options, "subscribePattern") or ""
         if not pattern.strip():
             raise SparkOptionError("Pattern to subscribe is empty as specified value for option 'subscribePattern' is ''")
     if streaming:
         for key in ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp"):
-            if _get(options, key) is not None:
+            if get(options, key) is not None:
                 raise SparkOptionError(f"{key} option not valid in streaming queries")
     starting = _offset_spec(options, "starting", "latest" if streaming else "earliest")
     ending = _offset_spec(options, "ending", "latest")
@@ -154,7 +162,7 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
             raise SparkOptionError("starting offset can't be latest for batch queries on Kafka")
         if ending.kind == "earliest" or (ending.kind == "offsets" and EARLIEST in (ending.offsets or {}).values()):
             raise SparkOptionError("ending offset can't be earliest for batch queries on Kafka")
-    strategy = (_get(options, "startingOffsetsByTimestampStrategy") or "error").lower()
+    strategy = (get(options, "startingOffsetsByTimestampStrategy") or "error").lower()
     if strategy not in ("error", "latest"):
         raise SparkOptionError("startingOffsetsByTimestampStrategy must be 'error' or 'latest'")
     max_trigger = _positive(options, "maxOffsetsPerTrigger")
@@ -173,7 +181,7 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         max_records_per_partition=_positive(options, "maxRecordsPerPartition"),
         max_offsets_per_trigger=max_trigger,
         min_offsets_per_trigger=min_trigger,
-        max_trigger_delay_ms=parse_duration_ms(_get(options, "maxTriggerDelay") or "15m"),
+        max_trigger_delay_ms=parse_duration_ms(get(options, "maxTriggerDelay") or "15m"),
         fail_on_data_loss=option_bool(options, "failOnDataLoss", True),
         include_headers=option_bool(options, "includeHeaders", False),
     )

@@ -1,7 +1,25 @@
 """The Kafka sink's side of the Spark source: rows with a required ``value`` and optional
-``key``, ``topic``, ``partition`` and ``headers`` columns appended through the producer's batch
-path, and the per-sink record of committed micro-batches that makes streaming writes
-exactly-once."""
+``key``, ``topic``, ``partition`` and ``headers`` columns, planned into per-partition groups,
+encoded, then appended.
+
+What a write guarantees (README, "Spark"):
+
+* Batch writes (``df.write``): rows become visible only in the driver's commit, after every
+  task succeeded; a failed task leaves nothing. The commit first plans and encodes every
+  partition's rows, so a row that cannot be written (unknown topic or partition, record too
+  large, null key on a compacted topic) fails the write before anything is appended. The
+  appends themselves go partition by partition, each one append call: an I/O error or a crash
+  in the middle of the commit leaves the partitions appended before it visible (as Kafka's
+  sink leaves what it sent); the error names them. There are no transactions to roll back.
+* Streaming writes (``writeStream``): exactly once per (sink, micro-batch). The sink appends
+  its batches as an idempotent Kafka producer would: a producer id derived from the sink id,
+  and per partition a sequence number per record (``baseSequence`` in each batch header). Before
+  appending it durably records the micro-batch as pending with each partition's end offset and
+  first sequence; after appending, the micro-batch id as committed. A replayed micro-batch that
+  is committed is skipped; one that is pending is finished: the sink reads the batch headers
+  from the recorded offsets, finds its own batches by producer id and sequence (whatever other
+  producers appended in between) and appends only the rows that are not there yet.
+"""
 
 from __future__ import annotations
 
@@ -12,18 +30,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafkalite.spark.batches import SEQUENCE_MODULUS, Encoder, Producer, next_sequence, scan
+from kafkalite.spark.checks import topics_of, unknown_topic
 from kafkalite.spark.options import SparkOptionError
 
 SINKS_DIR = ".kafkalite-spark-sinks"
-
-
-def check_path(options: Mapping[str, str]) -> str:
-    path = options.get("path")
-    if not path:
-        raise SparkOptionError("give the kafkalite data directory: .save('/path/to/data') or .start('/path/to/data')")
-    if not os.path.isdir(path):
-        raise SparkOptionError(f"{path} is not a kafkalite data directory (create topics with kafkalite.Admin first)")
-    return os.path.abspath(path)
 
 
 def sink_id(options: Mapping[str, str]) -> str:
@@ -43,13 +54,25 @@ def _marker(path: str, sink: str) -> str:
 
 
 def load_state(path: str, sink: str) -> dict[str, Any]:
-    """``{"batch_id": last committed micro-batch (-1), "pending": the one being appended}``."""
+    """``{"batch_id": last committed micro-batch (-1), "sequences": {"topic:partition": next
+    sequence number}, "pending": the micro-batch being appended, with each partition's end
+    offset ("starts") and first sequence ("sequences") before its append}``. A damaged file is
+    an error, not a fresh start: starting over would append committed micro-batches again."""
     try:
         with open(_marker(path, sink), encoding="utf-8") as f:
             state = json.load(f)
-        return {"batch_id": int(state.get("batch_id", -1)), "pending": state.get("pending")}
-    except (FileNotFoundError, ValueError):
-        return {"batch_id": -1, "pending": None}
+        return {
+            "batch_id": int(state.get("batch_id", -1)),
+            "sequences": dict(state.get("sequences") or {}),
+            "pending": state.get("pending"),
+        }
+    except FileNotFoundError:
+        return {"batch_id": -1, "sequences": {}, "pending": None}
+    except (ValueError, TypeError, AttributeError) as e:
+        raise SparkOptionError(
+            f"the sink's commit record {_marker(path, sink)} is damaged ({e}); restore it, or delete it "
+            "accepting that micro-batches Spark replays are appended again"
+        ) from None
 
 
 def save_state(path: str, sink: str, state: dict[str, Any]) -> None:
@@ -62,6 +85,11 @@ def save_state(path: str, sink: str, state: dict[str, Any]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.rename(tmp, marker)
+    folder = os.open(os.path.dirname(marker), os.O_RDONLY)
+    try:
+        os.fsync(folder)  # the rename itself must survive a power loss
+    finally:
+        os.close(folder)
 
 
 def _binary(table: Any, name: str) -> Any:
@@ -90,9 +118,8 @@ def plan_groups(path: str, tables: list[Any], default_topic: str | None) -> list
     """Kafka-sink rows -> per-partition groups: the ``partition`` column, else murmur2 of the
     key, else round robin. Deterministic, so a replayed micro-batch plans the same groups."""
     from kafkalite._native import partitions_for_keys
-    from kafkalite.datadir import DataDir
 
-    data_dir = DataDir(path, create=False)
+    existing = topics_of(path)
     groups: dict[tuple[str, int], Group] = {}
     round_robin: dict[str, int] = {}
     for table in tables:
@@ -112,7 +139,9 @@ def plan_groups(path: str, tables: list[Any], default_topic: str | None) -> list
         keys: list[Any] = _binary(table, "key").to_pylist() if "key" in names else [None] * n
         explicit: list[Any] = table.column("partition").to_pylist() if "partition" in names else [None] * n
         headers: list[Any] = table.column("headers").to_pylist() if "headers" in names else [None] * n
-        counts = {t: data_dir.partitions(t) for t in set(topics)}
+        for t in set(topics) - set(existing):
+            raise unknown_topic(path, t, "option 'topic'" if t == default_topic else "a row's 'topic' column", existing)
+        counts = {t: existing[t] for t in set(topics)}
         by_key: dict[int, int] = {}
         for topic, count in counts.items():  # toPositive(murmur2(key)) % partitions, as Kafka
             rows = [i for i in range(n) if topics[i] == topic and explicit[i] is None and keys[i] is not None]
@@ -136,18 +165,62 @@ def plan_groups(path: str, tables: list[Any], default_topic: str | None) -> list
     return [groups[k] for k in sorted(groups)]
 
 
-def _append(path: str, g: Group, skip: int = 0) -> None:
-    from kafkalite.datadir import DataDir
-    from kafkalite.log import Record
+def _key(g: Group) -> str:
+    return f"{g.topic}:{g.partition}"
 
-    if skip >= len(g.values):
-        return
-    with DataDir(path, create=False).open_partition(g.topic, g.partition, shared_writers=True) as log:
-        rows = range(skip, len(g.values))
-        if not any(g.keys[i] is not None or g.headers[i] for i in rows):
-            log.append_values([g.values[i] for i in rows])
-        else:
-            log.append([Record(g.values[i], key=g.keys[i], headers=g.headers[i] or None) for i in rows])
+
+def producer_for(sink: str) -> Producer:
+    """The sink's Kafka producer identity: a non-negative 63-bit id from the sink id, epoch 0."""
+    return Producer(int(sink[:16], 16) >> 1)
+
+
+def _encode(
+    path: str,
+    groups: list[Group],
+    encoder: Encoder,
+    producer: Producer | None = None,
+    sequences: Mapping[str, int] | None = None,
+    skips: Mapping[str, int] | None = None,
+) -> list[tuple[Group, bytes]]:
+    """Every group's rows (after its first ``skips`` rows) as v2 batches, before any append."""
+    from kafkalite.datadir import DataDir, log_options
+
+    data_dir = DataDir(path, create=False)
+    out = []
+    for g in groups:
+        skip = (skips or {}).get(_key(g), 0)
+        if skip >= len(g.values):
+            continue
+        meta = data_dir.topic(g.topic)
+        if not 0 <= g.partition < int(meta["partitions"]):
+            raise SparkOptionError(
+                f"a row asks for partition {g.partition} of topic {g.topic!r}, which has partitions 0..{int(meta['partitions']) - 1}"
+            )
+        if meta.get("discovered"):
+            raise SparkOptionError(f"{path} is a Kafka broker's log directory without kafkalite metadata: it can be read, not written")
+        first_sequence = next_sequence((sequences or {}).get(_key(g), 0), skip)
+        data = encoder.encode(log_options(meta.get("config", {})), g.values[skip:], g.keys[skip:], g.headers[skip:], producer, first_sequence)
+        out.append((g, data))
+    return out
+
+
+def _append_all(path: str, encoded: list[tuple[Group, bytes]]) -> None:
+    """One append call per partition; an error names the partitions already appended."""
+    from kafkalite.datadir import DataDir
+
+    data_dir = DataDir(path, create=False)
+    done: list[str] = []
+    for g, data in encoded:
+        try:
+            with data_dir.open_partition(g.topic, g.partition, shared_writers=True) as log:
+                log.append_batches(data)
+        except Exception as e:
+            e.add_note(
+                f"kafkalite Spark sink: appending to {g.topic}-{g.partition} failed; "
+                + (f"these partitions were appended before it and stay visible: {', '.join(done)}" if done else "nothing was appended")
+            )
+            raise
+        done.append(f"{g.topic}-{g.partition}")
 
 
 def _end_offset(path: str, g: Group) -> int:
@@ -157,44 +230,59 @@ def _end_offset(path: str, g: Group) -> int:
         return log.end_offset
 
 
-def _appended_prefix(path: str, g: Group, start: int) -> int:
-    """How many of ``g``'s rows are already in the log from offset ``start`` (a commit that
-    crashed after appending some or all of them)."""
-    from kafkalite.log import Log
+def _written(path: str, g: Group, producer: Producer, start: int, first_sequence: int) -> int:
+    """How many of ``g``'s rows a crashed commit already appended: its own batches (producer
+    id and epoch) found from offset ``start``, by sequence number relative to ``first_sequence``.
+    Read through a writer handle, so a torn tail a killed writer left is recovered first."""
+    from kafkalite.datadir import DataDir
 
-    with Log(os.path.join(path, f"{g.topic}-{g.partition}"), readonly=True) as log:
-        done = 0
-        for r in log.records(start, min(log.end_offset, start + len(g.values))):
-            if r.offset != start + done or (r.value, r.key) != (g.values[done], g.keys[done]):
-                break
-            done += 1
-        return done
+    done = 0
+    with DataDir(path, create=False).open_partition(g.topic, g.partition, shared_writers=True) as log:
+        for info in scan(log, max(start, log.start_offset)):
+            if info.control or (info.producer_id, info.producer_epoch) != (producer.id, producer.epoch):
+                continue
+            relative = (info.base_sequence - first_sequence) % SEQUENCE_MODULUS
+            if relative < len(g.values):
+                done = max(done, relative + info.records)
+    return min(done, len(g.values))
+
+
+def _scratch(path: str) -> str:
+    return os.path.join(path, SINKS_DIR, "scratch")
 
 
 def publish(path: str, tables: list[Any], default_topic: str | None) -> None:
-    """Batch write: append every group."""
-    for g in plan_groups(path, tables, default_topic):
-        _append(path, g)
+    """Batch write: plan and encode every partition's rows, then append them partition by
+    partition (what holds on failure: the module docstring)."""
+    groups = plan_groups(path, tables, default_topic)
+    with Encoder(_scratch(path)) as encoder:
+        encoded = _encode(path, groups, encoder)
+    _append_all(path, encoded)
 
 
 def publish_once(path: str, sink: str, batch_id: int, tables: list[Any], default_topic: str | None) -> bool:
-    """Streaming write, exactly once per (sink, micro-batch): a batch id already committed is
-    skipped; before appending, the partitions' end offsets are recorded as pending, so a commit
-    that crashed midway is finished (rows already in the log are not appended again) when Spark
-    replays the batch. Returns whether anything was appended."""
+    """Streaming write, exactly once per (sink, micro-batch) (the module docstring says how).
+    Returns whether anything was appended."""
     state = load_state(path, sink)
     if state["batch_id"] >= batch_id:
         return False
     groups = plan_groups(path, tables, default_topic)
-    pending = state["pending"] if state["pending"] and state["pending"]["batch_id"] == batch_id else None
-    if pending is None:
-        starts = {f"{g.topic}:{g.partition}": _end_offset(path, g) for g in groups}
-        save_state(path, sink, {"batch_id": state["batch_id"], "pending": {"batch_id": batch_id, "starts": starts}})
-        skips = {}
-    else:
-        starts = pending["starts"]
-        skips = {(g.topic, g.partition): _appended_prefix(path, g, starts[f"{g.topic}:{g.partition}"]) for g in groups if f"{g.topic}:{g.partition}" in starts}
-    for g in groups:
-        _append(path, g, skips.get((g.topic, g.partition), 0))
-    save_state(path, sink, {"batch_id": batch_id, "pending": None})
-    return True
+    producer = producer_for(sink)
+    committed: dict[str, int] = state["sequences"]
+    pending = state["pending"] if state["pending"] and state["pending"].get("batch_id") == batch_id else None
+    with Encoder(_scratch(path)) as encoder:
+        if pending is None:
+            sequences = {_key(g): committed.get(_key(g), 0) for g in groups}
+            encoded = _encode(path, groups, encoder, producer, sequences)  # bad rows fail here, before the marker
+            starts = {_key(g): _end_offset(path, g) for g in groups}
+            save_state(path, sink, {**state, "pending": {"batch_id": batch_id, "starts": starts, "sequences": sequences}})
+        else:
+            starts = pending["starts"]
+            sequences = {_key(g): pending.get("sequences", {}).get(_key(g), committed.get(_key(g), 0)) for g in groups}
+            skips = {_key(g): _written(path, g, producer, starts[_key(g)], sequences[_key(g)]) for g in groups if _key(g) in starts}
+            encoded = _encode(path, groups, encoder, producer, sequences, skips)
+    _append_all(path, encoded)
+    after = dict(committed)
+    after.update({_key(g): next_sequence(sequences[_key(g)], len(g.values)) for g in groups})
+    save_state(path, sink, {"batch_id": batch_id, "sequences": after, "pending": None})
+    return bool(encoded)

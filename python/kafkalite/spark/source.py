@@ -5,8 +5,9 @@ Planning runs on the driver (``kafkalite.spark.planning``); each task carries on
 opens its partition read-only on the executor, seeks with the offset index and receives whole
 batches already shaped as Spark's rows in Arrow (``Log.read_spark_arrow``, built in Rust), so no
 per-record Python runs on the read path. Writes are staged by the tasks and appended by the
-driver's commit (nothing is visible before every task succeeded); a streaming write records the
-last committed micro-batch id per sink, so a replayed micro-batch is not appended twice.
+driver's commit (nothing is visible before every task succeeded); a streaming write is
+exactly-once per sink and micro-batch. What holds on failure: ``kafkalite.spark.sink``.
+What a read or write names is checked on the driver first: ``kafkalite.spark.checks``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from kafkalite.spark.options import SourceOptions, offsets_from_json, offsets_json, option_bool, parse
+from kafkalite.spark.checks import check_read_targets, check_write_target, short_errors
+from kafkalite.spark.options import SourceOptions, SparkOptionError, offsets_from_json, offsets_json, option_bool, parse
 from kafkalite.spark.planning import OffsetRange, PartitionView, split_ranges, rate_limit
 
 SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
@@ -109,6 +111,7 @@ class KafkaliteReader(DataSourceReader):
         self.schema = schema
         self.options = dict(options)
 
+    @short_errors
     def partitions(self) -> list[RangePartition]:
         opts = parse(self.options, streaming=False)
         view = PartitionView(opts)
@@ -150,6 +153,7 @@ class KafkaliteStreamReader(DataSourceStreamReader, _AvailableNow):  # type: ign
             self._view = PartitionView(self.opts)
         return self._view
 
+    @short_errors
     def initialOffset(self) -> dict:
         view = self._partitions()
         tps = view.topic_partitions()
@@ -163,6 +167,7 @@ class KafkaliteStreamReader(DataSourceStreamReader, _AvailableNow):  # type: ign
         """Trigger.AvailableNow: read up to what exists now, in limited micro-batches."""
         self._available_now = self._end_offsets()
 
+    @short_errors
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         until = self._available_now or self._end_offsets()
         if start is None:
@@ -192,6 +197,7 @@ class KafkaliteStreamReader(DataSourceStreamReader, _AvailableNow):  # type: ign
         m = self.opts.max_offsets_per_trigger
         return ReadMaxRows(m) if m else ReadAllAvailable()
 
+    @short_errors
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
         begin, until = offsets_from_json(start), offsets_from_json(end)
         view = self._partitions()
@@ -199,7 +205,6 @@ class KafkaliteStreamReader(DataSourceStreamReader, _AvailableNow):  # type: ign
         for tp, stop in until.items():
             first = begin.get(tp, view.bounds(tp)[0])
             ranges.append(OffsetRange(tp[0], tp[1], view.check_start(tp, first), stop))
-        o = self.opts
         return _tasks(self.opts, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -257,19 +262,16 @@ def _staged_tables(messages: list[Any]) -> list[Any]:
 
 class KafkaliteWriter(DataSourceArrowWriter):
     def __init__(self, options: dict[str, str], overwrite: bool) -> None:
-        from kafkalite.spark.sink import check_path
-
-        self.path = check_path(options)
+        if overwrite:
+            raise SparkOptionError("kafkalite is an append-only log: use .mode('append')")
+        self.path = check_write_target(options, "save")
         self.topic = options.get("topic")
         self.job = str(uuid.uuid4())
-        if overwrite:
-            from kafkalite.spark.options import SparkOptionError
-
-            raise SparkOptionError("kafkalite is an append-only log: use .mode('append')")
 
     def write(self, iterator: Iterator[Any]) -> StagedFiles:
         return _stage(self.path, self.job, iterator)
 
+    @short_errors
     def commit(self, messages: list[Any]) -> None:
         from kafkalite.spark.sink import publish
 
@@ -290,9 +292,9 @@ class KafkaliteStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-type]
     skipped, and a commit that crashed midway is finished without appending rows twice."""
 
     def __init__(self, options: dict[str, str]) -> None:
-        from kafkalite.spark.sink import check_path, sink_id
+        from kafkalite.spark.sink import sink_id
 
-        self.path = check_path(options)
+        self.path = check_write_target(options, "start")
         self.topic = options.get("topic")
         self.sink = sink_id(options)
 
@@ -304,6 +306,7 @@ class KafkaliteStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-type]
         batches = (pa.RecordBatch.from_pylist([r.asDict() for r in chunk]) for chunk in _chunks(iterator, 10_000))
         return _stage(self.path, self.sink, batches)
 
+    @short_errors
     def commit(self, messages: list[Any], batchId: int) -> None:
         from kafkalite.spark.sink import publish_once
 
@@ -334,20 +337,30 @@ class KafkaliteDataSource(DataSource):
     def name(cls) -> str:
         return "kafkalite"
 
+    @short_errors
     def schema(self) -> str:
+        # Called by load() (unless the user gave a schema): the earliest moment to say that the
+        # path or a topic does not exist. Writes never call it.
+        check_read_targets(self.options)
         include = option_bool(self.options, "includeHeaders", False)
         return SCHEMA + (", " + HEADERS if include else "")
 
+    @short_errors
     def reader(self, schema: Any) -> KafkaliteReader:
-        parse(dict(self.options), streaming=False)  # fail at load() on bad options
+        parse(dict(self.options), streaming=False)  # bad options fail before any task
+        check_read_targets(self.options)
         return KafkaliteReader(schema, dict(self.options))
 
+    @short_errors
     def streamReader(self, schema: Any) -> KafkaliteStreamReader:
+        check_read_targets(self.options)
         return KafkaliteStreamReader(schema, dict(self.options))
 
+    @short_errors
     def writer(self, schema: Any, overwrite: bool) -> KafkaliteWriter:
         return KafkaliteWriter(dict(self.options), overwrite)
 
+    @short_errors
     def streamWriter(self, schema: Any, overwrite: bool) -> KafkaliteStreamWriter:
         return KafkaliteStreamWriter(dict(self.options))
 

@@ -1,0 +1,85 @@
+"""Spark reads and writes that name a missing data directory, topic or partition fail on the
+driver before any task runs (at load() or save()), with a short message that names it and says
+what to do; a write whose rows the topic refuses appends nothing."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from kafkalite import Admin  # noqa: E402
+from kafkalite.log import Log  # noqa: E402
+
+#: Spark's prefix and SQLSTATE line, one frame of traceback, our message.
+MAX_LINES = 6
+
+
+@pytest.fixture(scope="module")
+def spark():
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+    session.sparkContext.setLogLevel("OFF")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("errors") / "data")
+    Admin(path).create_topic("events", 2)
+    return path
+
+
+def _fails_before_tasks(spark, action, *needles):
+    """``action`` raises a short error containing every needle, and no Spark job ran."""
+    tracker = spark.sparkContext.statusTracker()
+    spark.sparkContext.setJobGroup("check", "errors")
+    try:
+        with pytest.raises(Exception) as info:
+            action()
+    finally:
+        spark.sparkContext.setJobGroup("done", "errors")
+    message = str(info.value)
+    for needle in needles:
+        assert needle in message, message
+    assert len(message.strip().splitlines()) <= MAX_LINES, message
+    assert tracker.getJobIdsForGroup("check") == [], "tasks ran before the error"
+    return message
+
+
+def test_a_missing_data_directory(spark, tmp_path):
+    missing = str(tmp_path / "nope")
+    _fails_before_tasks(spark, lambda: spark.read.format("kafkalite").option("subscribe", "events").load(missing), missing, "does not exist", "topics create")
+    _fails_before_tasks(spark, lambda: spark.readStream.format("kafkalite").option("subscribe", "events").load(missing), missing)
+    df = spark.createDataFrame([("a",)], "value string")
+    _fails_before_tasks(spark, lambda: df.write.format("kafkalite").mode("append").option("topic", "events").save(missing), missing, "save()")
+
+
+def test_a_missing_topic_or_partition(spark, data):
+    def read():  # a fresh reader each time: option() changes the reader it is called on
+        return spark.read.format("kafkalite")
+
+    # Used to be an empty DataFrame: a typo read nothing, silently.
+    _fails_before_tasks(spark, lambda: read().option("subscribe", "events,evnts").load(data), "'evnts'", "option 'subscribe'", "its topics: events", "topics create evnts")
+    _fails_before_tasks(spark, lambda: read().option("assign", '{"nosuch": [0]}').load(data), "'nosuch'", "option 'assign'")
+    _fails_before_tasks(spark, lambda: read().option("assign", '{"events": [0, 7]}').load(data), "[7]", "partitions 0..1")
+    _fails_before_tasks(spark, lambda: spark.readStream.format("kafkalite").option("subscribe", "nosuch").load(data), "'nosuch'")
+    df = spark.createDataFrame([("a",)], "value string")
+    _fails_before_tasks(spark, lambda: df.write.format("kafkalite").mode("append").option("topic", "nosuch").save(data), "'nosuch'", "option 'topic'")
+
+
+def test_a_write_with_a_row_the_topic_refuses_appends_nothing(spark, data):
+    """Rows for partitions 0 and 1, and one for partition 5 of a 2-partition topic: the commit
+    fails naming it, and partitions 0 and 1 stay empty (they were appended before)."""
+    df = spark.createDataFrame([(0, "a"), (1, "b"), (5, "c")], "partition int, value string")
+    with pytest.raises(Exception, match="partition 5 of topic 'events'"):
+        df.write.format("kafkalite").mode("append").option("topic", "events").save(data)
+    for p in (0, 1):
+        with Log(os.path.join(data, f"events-{p}"), readonly=True) as log:
+            assert log.end_offset == 0
