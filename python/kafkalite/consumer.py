@@ -8,6 +8,7 @@ Kafka consumer group (``kafkalite.group``); committed offsets live in ``__consum
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
@@ -27,6 +28,8 @@ from kafkalite.errors import (
 from kafkalite.log import Log
 from kafkalite.group import STRATEGIES, GroupFiles, GroupMember, live_members
 from kafkalite.offsets import OffsetStore
+
+logger = logging.getLogger("kafkalite.consumer")
 
 
 class OffsetAndMetadata(NamedTuple):
@@ -183,10 +186,12 @@ class Consumer:
     def _set_assignment(self, parts: list[TopicPartition]) -> None:
         revoked = [tp for tp in self._assigned if tp not in parts]
         added = [tp for tp in parts if tp not in self._assigned]
-        if revoked and self._listener is not None:
-            self._listener.on_partitions_revoked(revoked)
-        self._drop_partitions(revoked)
-        self._assigned = parts
+        try:
+            if revoked and self._listener is not None:
+                self._listener.on_partitions_revoked(revoked)
+        finally:  # the partitions go even when the listener raises (Kafka's invokePartitionsRevoked)
+            self._drop_partitions(revoked)
+            self._assigned = parts
         if added and self._listener is not None:
             self._listener.on_partitions_assigned(added)
 
@@ -222,20 +227,33 @@ class Consumer:
         member.touch_poll()
         changes = member.changes()
         if changes is not None and changes.lost:
-            # Evicted (presumed dead or stuck): the partitions are already someone else's.
+            # Evicted (presumed dead or stuck): the partitions are already someone else's. As
+            # Kafka's invokePartitionsLost: the assignment is dropped and the member rejoins even
+            # when the listener raises; its error then reaches the caller (once).
             lost = list(self._assigned)
-            if lost and self._listener is not None:
-                (getattr(self._listener, "on_partitions_lost", None) or self._listener.on_partitions_revoked)(lost)
-            self._drop_partitions(lost)
-            member.rejoin()
+            try:
+                if lost and self._listener is not None:
+                    (getattr(self._listener, "on_partitions_lost", None) or self._listener.on_partitions_revoked)(lost)
+            finally:
+                self._drop_partitions(lost)
+                member.rejoin()
             changes = member.changes()
         if changes is None:
             return
         if changes.revoke:
             if self.config["enable_auto_commit"]:
                 self._commit_quietly([tp for tp in changes.revoke if tp in self._consumed])
-            if self._listener is not None:
-                self._listener.on_partitions_revoked(changes.revoke)
+            try:
+                if self._listener is not None:
+                    self._listener.on_partitions_revoked(changes.revoke)
+            except BaseException:
+                # Kafka's onJoinPrepare drops the assignment before it re-raises the listener's
+                # error: everything revoked is released (partitions the member keeps are taken
+                # again on the next poll, which then reports them as assigned).
+                self._drop_partitions(changes.revoke)
+                member.release(changes.revoke)
+                member.mark_pending()
+                raise
             released = [tp for tp in changes.revoke if tp not in changes.target]
             self._drop_partitions(released)
             member.release(released)
@@ -266,11 +284,11 @@ class Consumer:
         try:
             if self._assigned and self._listener is not None:
                 self._listener.on_partitions_revoked(list(self._assigned))
-        finally:
+        finally:  # leave even when the listener raises: the partitions must not stay held
             self._rebalancing = False
             self._member = None
-        member.close()
-        self._drop_partitions(list(self._assigned))
+            self._drop_partitions(list(self._assigned))
+            member.close()
 
     def _log(self, tp: TopicPartition) -> Log:
         log = self._logs.get(tp)
@@ -352,6 +370,15 @@ class Consumer:
     # -- fetching --------------------------------------------------------------------------
     def _fetchable(self) -> list[TopicPartition]:
         parts = [tp for tp in self._assigned if tp not in self._paused]
+        if self._member is not None:
+            # A group member fetches only what the group's state says it owns now (one stat
+            # when nothing changed): a member evicted since its last rebalance step returns no
+            # record of a partition that a new owner may be reading, and forgets its positions.
+            owned = self._member.verified_owned()
+            gone = [tp for tp in parts if tp not in owned]
+            for tp in gone:
+                self._positions.pop(tp, None)
+            parts = [tp for tp in parts if tp in owned]
         if parts:  # rotate so that one busy partition does not starve the others
             k = self._next_index % len(parts)
             parts = parts[k:] + parts[:k]
@@ -531,7 +558,13 @@ class Consumer:
             and self._consumed
             and (time.monotonic() - self._last_commit) * 1000 >= self.config["auto_commit_interval_ms"]
         ):
-            self.commit()
+            try:
+                self.commit()
+            except CommitFailedError as e:
+                # As kafka-python's auto-commit: a rejected commit (the group rebalanced, or this
+                # member was evicted) is logged; the poll that follows handles the rebalance.
+                self._last_commit = time.monotonic()
+                logger.warning("auto-commit of group %r failed: %s", self.group_id, e)
 
     # -- flow control and metadata ---------------------------------------------------------
     def pause(self, *partitions: TopicPartition) -> None:
@@ -564,13 +597,15 @@ class Consumer:
                 self.commit()
             except CommitFailedError:
                 pass  # evicted: these partitions are someone else's now
-        self._leave_group()
-        if self._store is not None:
-            self._store.close()
-        for log in self._logs.values():
-            log.close()
-        self._logs.clear()
-        self._closed = True
+        try:
+            self._leave_group()  # a raising listener's error reaches the caller after the rest closed
+        finally:
+            if self._store is not None:
+                self._store.close()
+            for log in self._logs.values():
+                log.close()
+            self._logs.clear()
+            self._closed = True
 
     def __enter__(self) -> Consumer:
         return self

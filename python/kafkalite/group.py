@@ -230,6 +230,8 @@ class GroupMember:
         self.owned: set[TopicPartition] = set()
         self._topics: list[str] = []
         self._seen_stamp: tuple[int, int, int] | None = None
+        #: The state-file stamp at which ``owned`` was last confirmed against the group's state.
+        self._verified_stamp: tuple[int, int, int] | None = None
         self._pending = False
         self._left = False
         self._fd: int | None = None
@@ -376,6 +378,30 @@ class GroupMember:
         self.owned |= set(got)
         self._pending = len(got) < len(wanted)
         return got
+
+    def verified_owned(self) -> set[TopicPartition]:
+        """The partitions this member may fetch right now: those it owns in the group's current
+        state. One ``stat`` when the state did not change since the last check; otherwise the
+        state is re-read, and partitions that it no longer records as this member's (evicted,
+        or taken over) are dropped from ``owned`` at once. The consumer calls this before every
+        fetch, so no path can return records of a partition that another member may own."""
+        if self._left or self.member_id is None:
+            self.owned = set()  # left (max_poll_interval_ms) or never joined: owns nothing
+            return set()
+        stamp = self.files.stamp()
+        if stamp is not None and stamp == self._verified_stamp:
+            return set(self.owned)
+        state = self.files.load()
+        if self.member_id not in state["members"]:
+            self.owned = set()
+        else:
+            self.owned = {tp for tp in self.owned if state["owners"].get(partition_key(tp)) == self.member_id}
+        self._verified_stamp = stamp
+        return set(self.owned)
+
+    def mark_pending(self) -> None:
+        """Re-check the assignment on the next ``changes()`` (a rebalance step was cut short)."""
+        self._pending = True
 
     def rejoin(self) -> None:
         """After being evicted: a new member id, a new generation."""
