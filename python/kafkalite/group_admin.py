@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from kafkalite.assignors import TopicPartition
 from kafkalite.datadir import DataDir
 from kafkalite.errors import IllegalStateError, InvalidConfigError
-from kafkalite.assignors import TopicPartition
 from kafkalite.group import GroupFiles, describe, list_group_ids, partition_key
 from kafkalite.log import Log
 from kafkalite.offsets import OFFSETS_TOPIC, OffsetStore, decode_key
@@ -109,7 +109,13 @@ def delete_group(data_dir: DataDir, group_id: str) -> int:
     with OffsetStore(data_dir, group_id) as store:
         deleted = store.delete()
     files = GroupFiles(data_dir.path, group_id)
-    if os.path.isdir(files.path):
+    # files.path is one encoded component under the groups folder (never "..", never the data
+    # directory); a symlink there is removed as a link, never followed.
+    if os.path.dirname(files.path) != files.root or os.path.islink(files.root):
+        raise IllegalStateError(f"refusing to delete {files.path}: not a group folder of {data_dir.path}")
+    if os.path.islink(files.path):
+        os.unlink(files.path)
+    elif os.path.isdir(files.path):
         shutil.rmtree(files.path)
     return deleted
 
