@@ -2,7 +2,8 @@
 
 Partitions are opened read-only, so consumers never block producers. A caught-up ``poll``
 sleeps on a futex in ``.kafkalite-notify`` that producers bump after each append, in any
-process. Consumers that ``subscribe`` with the same ``group_id`` share the partitions as a
+process (``kafkalite.wakeup``: a consumer without a group creates no file in the data
+directory, and polls every 50 ms where it cannot use that file). Consumers that ``subscribe`` with the same ``group_id`` share the partitions as a
 Kafka consumer group (``kafkalite.group``); committed offsets live in ``__consumer_offsets``
 (``kafkalite.offsets``)."""
 
@@ -15,19 +16,21 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
-from kafkalite._native import ConsumerRecord, Notifier
+from kafkalite._native import ConsumerRecord
 from kafkalite.assignors import TopicPartition
-from kafkalite.datadir import NOTIFY_FILE, DataDir
+from kafkalite.datadir import DataDir
 from kafkalite.errors import (
     CommitFailedError,
     IllegalStateError,
     InvalidConfigError,
     OffsetOutOfRangeError,
+    ReadOnlyDataDirError,
     UnknownTopicError,
 )
 from kafkalite.log import Log
-from kafkalite.group import STRATEGIES, GroupFiles, GroupMember, live_members
+from kafkalite.group import STRATEGIES, GroupFiles, GroupMember, encode_name, live_members
 from kafkalite.offsets import OffsetStore
+from kafkalite.wakeup import Wakeups
 
 logger = logging.getLogger("kafkalite.consumer")
 
@@ -77,6 +80,22 @@ def _strategy_names(value: Any) -> list[str]:
     return names
 
 
+def _require_writable(data_dir: DataDir, group_id: str) -> None:
+    """A group member writes committed offsets and membership files: refuse up front where it
+    cannot (instead of failing at the first commit or rebalance)."""
+    if any(meta.get("discovered") for meta in data_dir.topics().values()) and not data_dir.managed:
+        raise ReadOnlyDataDirError(
+            f"group_id={group_id!r} needs to write offsets and group files, but {data_dir.path} is a Kafka broker's "
+            "log directory, which kafkalite only reads; consume it without group_id (assign() or subscribe(), "
+            "seek() to resume), or copy the partitions into a kafkalite data directory"
+        )
+    if not os.access(data_dir.path, os.W_OK | os.X_OK):
+        raise ReadOnlyDataDirError(
+            f"group_id={group_id!r} needs to write offsets and group files, but {data_dir.path} is not writable by "
+            "this process (read-only permissions or file system); consume without group_id, or give write access"
+        )
+
+
 class Consumer:
     """``Consumer(path, *topics, group_id=None, **config)``: the data directory first, where
     kafka-python takes ``bootstrap_servers``."""
@@ -97,7 +116,11 @@ class Consumer:
         if self.config["heartbeat_interval_ms"] >= self.config["session_timeout_ms"]:
             raise InvalidConfigError("heartbeat_interval_ms must be lower than session_timeout_ms")
         self._dir = DataDir(path, create=False)
-        self._notifier = Notifier(os.path.join(self._dir.path, NOTIFY_FILE))
+        if group_id is not None:
+            encode_name(group_id)  # any non-empty str, as Kafka's group.id; a typed error otherwise
+            _require_writable(self._dir, group_id)
+        # Reading only, a consumer creates nothing in the data directory (kafkalite.wakeup).
+        self._notifier = Wakeups(self._dir.path, may_create=group_id is not None)
         self.group_id = group_id
         self._store = OffsetStore(self._dir, group_id) if group_id is not None else None
         self._member: GroupMember | None = None
