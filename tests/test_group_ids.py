@@ -10,7 +10,7 @@ import os
 import pytest
 from kafkalite import Admin, Consumer, Producer, TopicPartition
 from kafkalite.cli import main
-from kafkalite.errors import InvalidConfigError, InvalidTypeError
+from kafkalite.errors import InvalidConfigError, InvalidTopicError, InvalidTypeError
 from kafkalite.group import GROUPS_DIR, MAX_NAME, decode_name, encode_name
 
 HOSTILE_IDS = [
@@ -207,3 +207,14 @@ def test_the_command_line_round_trips_every_id(setup, group_id, capsys):
     assert run("list") == 0 and capsys.readouterr().out.split() == ["keeper"]
     assert run("describe", "--", group_id) == 1
     assert tree(root) == outside and Admin(data).describe_topic("t").partitions[0].end_offset == 5
+
+
+def test_reset_offsets_takes_only_partitions_of_known_topics(setup):
+    data, root = setup
+    admin = Admin(data)
+    for bad in ([("../t", 0)], [("t", 5)], [("t", -1)], [("nope", 0)]):
+        with pytest.raises((InvalidConfigError, InvalidTopicError, KeyError)):
+            admin.reset_offsets("keeper", bad, to_earliest=True)
+    with pytest.raises(InvalidTypeError):
+        admin.reset_offsets("keeper", ["t"], to_earliest=True)
+    assert admin.describe_group("keeper").partitions[0].committed == 2
