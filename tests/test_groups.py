@@ -45,15 +45,19 @@ def parse(log_file: str):
 def test_three_members_kill_join_and_leave(tmp_path, strategy):
     data = str(tmp_path / "data")
     Admin(data).create_topic("t", 6)
-    total = 3000
     produced = threading.Event()
+    enough = threading.Event()
 
     def produce() -> None:
+        # Until the last membership change is done (not a fixed count: on a loaded machine the
+        # members start slowly, and the newcomers must still find records nobody else read).
         with Producer(data, linger_ms=5) as producer:
-            for i in range(total):
+            i = 0
+            while not enough.is_set() or i < 3000:
                 producer.send("t", key=b"key-%d" % i, value=b"value-%d" % i)
                 if i % 100 == 0:
                     time.sleep(0.05)
+                i += 1
         produced.set()
 
     threading.Thread(target=produce, daemon=True).start()
@@ -68,6 +72,8 @@ def test_three_members_kill_join_and_leave(tmp_path, strategy):
     time.sleep(1.0)
     procs["A"].send_signal(signal.SIGTERM)
     assert procs["A"].wait(timeout=30) == 0
+    time.sleep(0.5)
+    enough.set()
     assert produced.wait(timeout=60)
     # Wait until the survivors committed everything.
     store = OffsetStore(data, "g")

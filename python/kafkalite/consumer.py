@@ -2,31 +2,39 @@
 
 Partitions are opened read-only, so consumers never block producers. A caught-up ``poll``
 sleeps on a futex in ``.kafkalite-notify`` that producers bump after each append, in any
-process. Consumers that ``subscribe`` with the same ``group_id`` share the partitions as a
+process (``kafkalite.wakeup``: a consumer without a group creates no file in the data
+directory, and polls every 50 ms where it cannot use that file). Consumers that ``subscribe`` with the same ``group_id`` share the partitions as a
 Kafka consumer group (``kafkalite.group``); committed offsets live in ``__consumer_offsets``
 (``kafkalite.offsets``)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
-from kafkalite._native import ConsumerRecord, Notifier
+from kafkalite._native import ConsumerRecord
+from kafkalite import consumer_args as args
 from kafkalite.assignors import TopicPartition
-from kafkalite.datadir import NOTIFY_FILE, DataDir
+from kafkalite.datadir import DataDir
 from kafkalite.errors import (
     CommitFailedError,
     IllegalStateError,
     InvalidConfigError,
+    InvalidTypeError,
     OffsetOutOfRangeError,
+    ReadOnlyDataDirError,
     UnknownTopicError,
 )
 from kafkalite.log import Log
-from kafkalite.group import STRATEGIES, GroupFiles, GroupMember, live_members
+from kafkalite.group import STRATEGIES, GroupFiles, GroupMember, encode_name, live_members
 from kafkalite.offsets import OffsetStore
+from kafkalite.wakeup import Wakeups
+
+logger = logging.getLogger("kafkalite.consumer")
 
 
 class OffsetAndMetadata(NamedTuple):
@@ -66,12 +74,33 @@ _ITER_CHUNK = 8192
 def _strategy_names(value: Any) -> list[str]:
     """``partition_assignment_strategy``: Kafka names, or kafka-python assignor classes (their
     ``name``), one or a list."""
-    items = [value] if isinstance(value, str) or hasattr(value, "name") else list(value)
+    if isinstance(value, str) or hasattr(value, "name"):
+        items = [value]
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        raise InvalidTypeError(f"partition_assignment_strategy must be a strategy name or a list of them, not {value!r}")
     names = [item if isinstance(item, str) else str(getattr(item, "name", item)) for item in items]
     bad = [n for n in names if n not in STRATEGIES]
     if not names or bad:
         raise InvalidConfigError(f"partition_assignment_strategy must name some of {', '.join(STRATEGIES)}; got {value!r}")
     return names
+
+
+def _require_writable(data_dir: DataDir, group_id: str) -> None:
+    """A group member writes committed offsets and membership files: refuse up front where it
+    cannot (instead of failing at the first commit or rebalance)."""
+    if any(meta.get("discovered") for meta in data_dir.topics().values()) and not data_dir.managed:
+        raise ReadOnlyDataDirError(
+            f"group_id={group_id!r} needs to write offsets and group files, but {data_dir.path} is a Kafka broker's "
+            "log directory, which kafkalite only reads; consume it without group_id (assign() or subscribe(), "
+            "seek() to resume), or copy the partitions into a kafkalite data directory"
+        )
+    if not os.access(data_dir.path, os.W_OK | os.X_OK):
+        raise ReadOnlyDataDirError(
+            f"group_id={group_id!r} needs to write offsets and group files, but {data_dir.path} is not writable by "
+            "this process (read-only permissions or file system); consume without group_id, or give write access"
+        )
 
 
 class Consumer:
@@ -83,18 +112,17 @@ class Consumer:
         if unknown:
             raise InvalidConfigError(f"unknown consumer config {unknown[0]!r}; supported: {', '.join(sorted(DEFAULTS))}")
         self.config = {**DEFAULTS, **config}
-        if self.config["auto_offset_reset"] not in ("earliest", "latest", "none"):
-            raise InvalidConfigError(f"auto_offset_reset must be 'earliest', 'latest' or 'none', not {self.config['auto_offset_reset']!r}")
-        if not isinstance(self.config["max_poll_records"], int) or self.config["max_poll_records"] < 1:
-            raise InvalidConfigError("max_poll_records must be a positive integer")
+        args.check_config(self.config)
         self._strategies = _strategy_names(self.config["partition_assignment_strategy"])
-        for key in ("session_timeout_ms", "heartbeat_interval_ms", "max_poll_interval_ms"):
-            if not isinstance(self.config[key], int) or self.config[key] <= 0:
-                raise InvalidConfigError(f"{key} must be a positive integer (milliseconds), not {self.config[key]!r}")
-        if self.config["heartbeat_interval_ms"] >= self.config["session_timeout_ms"]:
-            raise InvalidConfigError("heartbeat_interval_ms must be lower than session_timeout_ms")
+        wanted_topics = args.topic_names(topics)
+        if not isinstance(path, (str, os.PathLike)):
+            raise InvalidTypeError(f"path must be the data directory (str or os.PathLike), not {type(path).__name__}")
         self._dir = DataDir(path, create=False)
-        self._notifier = Notifier(os.path.join(self._dir.path, NOTIFY_FILE))
+        if group_id is not None:
+            encode_name(group_id)  # any non-empty str, as Kafka's group.id; a typed error otherwise
+            _require_writable(self._dir, group_id)
+        # Reading only, a consumer creates nothing in the data directory (kafkalite.wakeup).
+        self._notifier = Wakeups(self._dir.path, may_create=group_id is not None)
         self.group_id = group_id
         self._store = OffsetStore(self._dir, group_id) if group_id is not None else None
         self._member: GroupMember | None = None
@@ -112,8 +140,8 @@ class Consumer:
         self._next_index = 0
         self._last_commit = time.monotonic()
         self._closed = False
-        if topics:
-            self.subscribe(topics)
+        if wanted_topics:
+            self.subscribe(wanted_topics)
 
     # -- assignment ------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -125,10 +153,7 @@ class Consumer:
         self._check_open()
         if self._subscription or self._pattern:
             raise IllegalStateError("assign() cannot be mixed with subscribe(); call unsubscribe() first")
-        parts = [TopicPartition(*tp) for tp in partitions]
-        for tp in parts:
-            if not 0 <= tp.partition < self._dir.partitions(tp.topic):
-                raise InvalidConfigError(f"topic {tp.topic!r} has no partition {tp.partition}")
+        parts = [self._existing(tp) for tp in args.partitions(partitions)]
         self._manual = bool(parts)
         self._set_assignment(parts)
 
@@ -138,14 +163,13 @@ class Consumer:
         self._check_open()
         if self._manual:
             raise IllegalStateError("subscribe() cannot be mixed with assign(); call unsubscribe() first")
-        if isinstance(topics, str):
-            topics = [topics]
-        topics = set(topics)
-        if bool(topics) == bool(pattern):
+        names = set(args.topic_names(topics))
+        compiled = args.pattern(pattern) if pattern is not None else None
+        if bool(names) == (compiled is not None):
             raise IllegalStateError("subscribe() takes either topics or a pattern")
-        self._subscription = topics
-        self._pattern = re.compile(pattern) if pattern else None
-        self._listener = listener
+        self._subscription = names
+        self._pattern = compiled
+        self._listener = args.listener(listener)
         self._refresh_subscription()
 
     def unsubscribe(self) -> None:
@@ -183,10 +207,12 @@ class Consumer:
     def _set_assignment(self, parts: list[TopicPartition]) -> None:
         revoked = [tp for tp in self._assigned if tp not in parts]
         added = [tp for tp in parts if tp not in self._assigned]
-        if revoked and self._listener is not None:
-            self._listener.on_partitions_revoked(revoked)
-        self._drop_partitions(revoked)
-        self._assigned = parts
+        try:
+            if revoked and self._listener is not None:
+                self._listener.on_partitions_revoked(revoked)
+        finally:  # the partitions go even when the listener raises (Kafka's invokePartitionsRevoked)
+            self._drop_partitions(revoked)
+            self._assigned = parts
         if added and self._listener is not None:
             self._listener.on_partitions_assigned(added)
 
@@ -222,20 +248,33 @@ class Consumer:
         member.touch_poll()
         changes = member.changes()
         if changes is not None and changes.lost:
-            # Evicted (presumed dead or stuck): the partitions are already someone else's.
+            # Evicted (presumed dead or stuck): the partitions are already someone else's. As
+            # Kafka's invokePartitionsLost: the assignment is dropped and the member rejoins even
+            # when the listener raises; its error then reaches the caller (once).
             lost = list(self._assigned)
-            if lost and self._listener is not None:
-                (getattr(self._listener, "on_partitions_lost", None) or self._listener.on_partitions_revoked)(lost)
-            self._drop_partitions(lost)
-            member.rejoin()
+            try:
+                if lost and self._listener is not None:
+                    (getattr(self._listener, "on_partitions_lost", None) or self._listener.on_partitions_revoked)(lost)
+            finally:
+                self._drop_partitions(lost)
+                member.rejoin()
             changes = member.changes()
         if changes is None:
             return
         if changes.revoke:
             if self.config["enable_auto_commit"]:
                 self._commit_quietly([tp for tp in changes.revoke if tp in self._consumed])
-            if self._listener is not None:
-                self._listener.on_partitions_revoked(changes.revoke)
+            try:
+                if self._listener is not None:
+                    self._listener.on_partitions_revoked(changes.revoke)
+            except BaseException:
+                # Kafka's onJoinPrepare drops the assignment before it re-raises the listener's
+                # error: everything revoked is released (partitions the member keeps are taken
+                # again on the next poll, which then reports them as assigned).
+                self._drop_partitions(changes.revoke)
+                member.release(changes.revoke)
+                member.mark_pending()
+                raise
             released = [tp for tp in changes.revoke if tp not in changes.target]
             self._drop_partitions(released)
             member.release(released)
@@ -266,11 +305,11 @@ class Consumer:
         try:
             if self._assigned and self._listener is not None:
                 self._listener.on_partitions_revoked(list(self._assigned))
-        finally:
+        finally:  # leave even when the listener raises: the partitions must not stay held
             self._rebalancing = False
             self._member = None
-        member.close()
-        self._drop_partitions(list(self._assigned))
+            self._drop_partitions(list(self._assigned))
+            member.close()
 
     def _log(self, tp: TopicPartition) -> Log:
         log = self._logs.get(tp)
@@ -299,7 +338,7 @@ class Consumer:
 
     def position(self, tp: TopicPartition) -> int:
         """The offset of the next record this consumer will return for ``tp``."""
-        tp = TopicPartition(*tp)
+        tp = args.topic_partition(tp)
         self._require_assigned(tp)
         return self._position_of(tp)
 
@@ -315,43 +354,65 @@ class Consumer:
             raise IllegalStateError(f"{tp} is not assigned to this consumer")
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
-        tp = TopicPartition(*tp)
+        tp = args.topic_partition(tp)
+        args.offset("offset", offset)
         self._require_assigned(tp)
-        if not isinstance(offset, int) or offset < 0:
-            raise InvalidConfigError(f"offset must be a non-negative integer, not {offset!r}")
         self._positions[tp] = self._consumed[tp] = offset
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
-        for tp in partitions or self._assigned:
-            self.seek(tp, self._log(TopicPartition(*tp)).start_offset)
+        for tp in self._seekable(partitions):
+            self.seek(tp, self._log(tp).start_offset)
 
     def seek_to_end(self, *partitions: TopicPartition) -> None:
-        for tp in partitions or self._assigned:
-            self.seek(tp, self._log(TopicPartition(*tp)).end_offset)
+        for tp in self._seekable(partitions):
+            self.seek(tp, self._log(tp).end_offset)
+
+    def _seekable(self, partitions: tuple[Any, ...]) -> list[TopicPartition]:
+        """All given partitions checked (and assigned) before the first seek."""
+        parts = args.partitions(partitions) if partitions else list(self._assigned)
+        for tp in parts:
+            self._require_assigned(tp)
+        return parts
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {TopicPartition(*tp): self._peek(tp).start_offset for tp in partitions}
+        parts = [self._existing(tp) for tp in args.partitions(partitions)]
+        return {tp: self._log(tp).start_offset for tp in parts}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {TopicPartition(*tp): self._peek(tp).end_offset for tp in partitions}
+        parts = [self._existing(tp) for tp in args.partitions(partitions)]
+        return {tp: self._log(tp).end_offset for tp in parts}
 
     def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """Per partition: the earliest offset whose timestamp >= the given one, or None."""
+        wanted = {
+            self._existing(args.topic_partition(tp)): args.integer(f"the timestamp for {tp}", ts, 0)
+            for tp, ts in args.mapping("timestamps", timestamps).items()
+        }
         out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
-        for tp, ts in timestamps.items():
-            found = self._peek(tp)._native.offset_for_timestamp(int(ts))
-            out[TopicPartition(*tp)] = None if found is None else OffsetAndTimestamp(*found)
+        for tp, ts in wanted.items():
+            found = self._log(tp)._native.offset_for_timestamp(ts)
+            out[tp] = None if found is None else OffsetAndTimestamp(*found)
         return out
 
-    def _peek(self, tp: Any) -> Log:
-        tp = TopicPartition(*tp)
-        if not 0 <= tp.partition < self._dir.partitions(tp.topic):
-            raise InvalidConfigError(f"topic {tp.topic!r} has no partition {tp.partition}")
-        return self._log(tp)
+    def _existing(self, tp: TopicPartition) -> TopicPartition:
+        """``tp`` (already shape-checked) if its topic has that partition."""
+        count = self._dir.partitions(tp.topic)  # UnknownTopicError when there is no such topic
+        if tp.partition >= count:
+            raise InvalidConfigError(f"topic {tp.topic!r} has partitions 0..{count - 1}; there is no partition {tp.partition}")
+        return tp
 
     # -- fetching --------------------------------------------------------------------------
     def _fetchable(self) -> list[TopicPartition]:
         parts = [tp for tp in self._assigned if tp not in self._paused]
+        if self._member is not None:
+            # A group member fetches only what the group's state says it owns now (one stat
+            # when nothing changed): a member evicted since its last rebalance step returns no
+            # record of a partition that a new owner may be reading, and forgets its positions.
+            owned = self._member.verified_owned()
+            gone = [tp for tp in parts if tp not in owned]
+            for tp in gone:
+                self._positions.pop(tp, None)
+            parts = [tp for tp in parts if tp in owned]
         if parts:  # rotate so that one busy partition does not starve the others
             k = self._next_index % len(parts)
             parts = parts[k:] + parts[:k]
@@ -407,13 +468,17 @@ class Consumer:
     def poll(self, timeout_ms: int = 0, max_records: int | None = None, update_offsets: bool = True) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Records from the assigned partitions, ``{TopicPartition: [ConsumerRecord]}``. Waits
         up to ``timeout_ms`` for data to arrive from any process."""
-        return self._wait_for(self._fetch, timeout_ms, max_records or self.config["max_poll_records"])
+        return self._wait_for(self._fetch, timeout_ms, self._max_records(max_records, self.config["max_poll_records"]))
+
+    @staticmethod
+    def _max_records(value: Any, default: int) -> int:
+        return default if value is None else args.integer("max_records", value, 1)
 
     def poll_arrow(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[TopicPartition, Any]:
         """The bulk path: ``{TopicPartition: pyarrow.RecordBatch}`` with columns offset,
         timestamp, key, value, headers, decoded in Rust with no per-record Python objects.
         Deserializers do not apply. ``max_records`` defaults to 65,536 per call."""
-        return self._wait_for(self._fetch_arrow, timeout_ms, max_records or 65536)
+        return self._wait_for(self._fetch_arrow, timeout_ms, self._max_records(max_records, 65536))
 
     def _fetch_arrow(self, max_records: int) -> dict[TopicPartition, Any]:
         import pyarrow as pa
@@ -426,6 +491,7 @@ class Consumer:
 
     def _wait_for(self, fetch: Any, timeout_ms: int, limit: int) -> dict:
         self._check_open()
+        args.milliseconds("timeout_ms", timeout_ms)
         deadline = time.monotonic() + timeout_ms / 1000.0
         while True:
             self._maybe_auto_commit()
@@ -476,13 +542,27 @@ class Consumer:
         if offsets is None:
             entries = {(tp.topic, tp.partition): (pos, "") for tp, pos in self._consumed.items()}
         else:
-            entries = {}
-            for tp, value in offsets.items():
-                om = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(int(value))
-                entries[(tp[0], int(tp[1]))] = (om.offset, om.metadata)
+            entries = self._commit_entries_of(offsets)
         if entries:
             self._commit_entries(entries)
         self._last_commit = time.monotonic()
+
+    def _commit_entries_of(self, offsets: Any) -> dict[tuple[str, int], tuple[int, str]]:
+        """``commit(offsets)``'s argument, every entry checked before anything is written."""
+        entries = {}
+        for key, value in args.mapping("offsets", offsets).items():
+            tp = self._existing(args.topic_partition(key))
+            if isinstance(value, OffsetAndMetadata):
+                offset, metadata = value.offset, value.metadata
+            elif hasattr(value, "offset"):  # kafka-python's OffsetAndMetadata(offset, metadata, leader_epoch)
+                offset, metadata = value.offset, getattr(value, "metadata", "") or ""
+            else:
+                offset, metadata = value, ""
+            args.offset(f"the offset to commit for {tp}", offset)
+            if not isinstance(metadata, str):
+                raise InvalidTypeError(f"the metadata committed for {tp} must be a str, not {type(metadata).__name__}")
+            entries[(tp.topic, tp.partition)] = (offset, metadata)
+        return entries
 
     def _commit_entries(self, entries: dict[tuple[str, int], tuple[int, str]]) -> None:
         """Members commit only what they own in the current generation; a consumer outside
@@ -514,6 +594,8 @@ class Consumer:
 
     def commit_async(self, offsets: dict[TopicPartition, Any] | None = None, callback: Any = None) -> None:
         """Committing is a local file write, so this commits now and then calls ``callback``."""
+        if callback is not None and not callable(callback):
+            raise InvalidTypeError(f"callback must be callable(offsets, exception), not {type(callback).__name__}")
         self.commit(offsets)
         if callback is not None:
             callback(offsets, None)
@@ -521,7 +603,8 @@ class Consumer:
     def committed(self, tp: TopicPartition) -> int | None:
         if self._store is None:
             raise IllegalStateError("committed() needs a group_id")
-        entry = self._store.load().get((tp[0], int(tp[1])))
+        tp = args.topic_partition(tp)
+        entry = self._store.load().get((tp.topic, tp.partition))
         return None if entry is None else entry[0]
 
     def _maybe_auto_commit(self) -> None:
@@ -531,17 +614,23 @@ class Consumer:
             and self._consumed
             and (time.monotonic() - self._last_commit) * 1000 >= self.config["auto_commit_interval_ms"]
         ):
-            self.commit()
+            try:
+                self.commit()
+            except CommitFailedError as e:
+                # As kafka-python's auto-commit: a rejected commit (the group rebalanced, or this
+                # member was evicted) is logged; the poll that follows handles the rebalance.
+                self._last_commit = time.monotonic()
+                logger.warning("auto-commit of group %r failed: %s", self.group_id, e)
 
     # -- flow control and metadata ---------------------------------------------------------
     def pause(self, *partitions: TopicPartition) -> None:
-        for tp in partitions:
-            self._require_assigned(TopicPartition(*tp))
-            self._paused.add(TopicPartition(*tp))
+        parts = args.partitions(partitions)
+        for tp in parts:
+            self._require_assigned(tp)
+        self._paused.update(parts)
 
     def resume(self, *partitions: TopicPartition) -> None:
-        for tp in partitions:
-            self._paused.discard(TopicPartition(*tp))
+        self._paused.difference_update(args.partitions(partitions))
 
     def paused(self) -> set[TopicPartition]:
         return set(self._paused)
@@ -550,6 +639,7 @@ class Consumer:
         return set(self._dir.topics())
 
     def partitions_for_topic(self, topic: str) -> set[int] | None:
+        args.topic_names([topic])
         try:
             return set(range(self._dir.partitions(topic)))
         except UnknownTopicError:
@@ -564,13 +654,15 @@ class Consumer:
                 self.commit()
             except CommitFailedError:
                 pass  # evicted: these partitions are someone else's now
-        self._leave_group()
-        if self._store is not None:
-            self._store.close()
-        for log in self._logs.values():
-            log.close()
-        self._logs.clear()
-        self._closed = True
+        try:
+            self._leave_group()  # a raising listener's error reaches the caller after the rest closed
+        finally:
+            if self._store is not None:
+                self._store.close()
+            for log in self._logs.values():
+                log.close()
+            self._logs.clear()
+            self._closed = True
 
     def __enter__(self) -> Consumer:
         return self

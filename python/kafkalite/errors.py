@@ -102,3 +102,20 @@ __all__ += [
     "IllegalStateError",
     "KafkaTimeoutError",
 ]
+
+
+# -- consumer / group argument and data-directory errors --------------------------------------
+# InvalidTypeError is defined identically by the producer work (keep one copy when merging).
+
+
+class InvalidTypeError(InvalidConfigError, TypeError):
+    """An argument or setting of the wrong type (``str`` where bytes are expected, a float
+    where an integer is...). Also a ``TypeError``, and an ``InvalidConfigError``."""
+
+
+class ReadOnlyDataDirError(KafkaliteError, PermissionError):
+    """The call must write to the data directory (committed offsets, group membership), but the
+    directory is read-only to this process or is a Kafka broker's log directory."""
+
+
+__all__ += ["InvalidTypeError", "ReadOnlyDataDirError"]

@@ -1,12 +1,13 @@
 """Consumer-group membership across processes on one host, with no coordinator process.
 
-Files, under ``<data dir>/.kafkalite-groups/<group>/``:
+Files, under ``<data dir>/.kafkalite-groups/<encoded group id>/`` (``encode_name``: group and
+client ids are any string, as in Kafka, and never name a path outside their own folder):
 
 - ``state.json``: the group as Kafka's coordinator would hold it: generation, protocol,
   members with their subscriptions, the assignment, and which member currently *owns* each
   partition. Every change is a read-modify-write under ``state.lock`` (a flock), replaced by
   rename, followed by a wake-up of every consumer through the data directory's notifier.
-- ``<member id>.member``: each member holds an exclusive flock on its own file for life. The
+- ``<encoded member id>.member``: each member holds an exclusive flock on its own file for life. The
   kernel drops it when the process dies, however it dies, so others detect a death by probing
   the lock (every ``LIVENESS_PROBE_S``) rather than by waiting for a session timeout. The
   file also holds two timestamps (last heartbeat, last poll) for members alive but stuck:
@@ -23,7 +24,9 @@ that was evicted is fenced: its commits are rejected.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
+import logging
 import os
 import re
 import struct
@@ -36,22 +39,84 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafkalite.assignors import ASSIGNORS, TopicPartition, sticky_assign
-from kafkalite.errors import CommitFailedError, InvalidConfigError
+from kafkalite.errors import CommitFailedError, InvalidConfigError, InvalidTypeError
 
 GROUPS_DIR = ".kafkalite-groups"
 #: How often a member probes the others' liveness locks: the bound on detecting a death.
 LIVENESS_PROBE_S = 0.05
 STRATEGIES = ("range", "roundrobin", "sticky", "cooperative-sticky")
 EAGER = ("range", "roundrobin")
-_SAFE = re.compile(r"^[a-zA-Z0-9._-]{1,200}$")
 _STAMPS = struct.Struct("<qq")  # last heartbeat ms, last poll ms
+logger = logging.getLogger("kafkalite.group")
+
+# -- ids as file names -------------------------------------------------------------------------
+#: Ids made only of these characters (and not "." or "..") are their own file name.
+_PLAIN = re.compile(r"[A-Za-z0-9._-]+")
+#: Bytes an encoded name keeps as they are; every other byte (the dot too, so that no encoded
+#: name is "." or "..") is written %XX. A plain name never holds a '%', an encoded one always
+#: does: the mapping is injective.
+_KEPT = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_HEX = "0123456789ABCDEF"
+#: Names longer than this are hashed: "=" + SHA-256 of the id (the id itself is then read back
+#: from the group's state.json). NAME_MAX is 255 bytes, and a member file adds ".member".
+MAX_NAME = 200
+_HASHED = "="
+
+
+def encode_name(value: str, what: str = "group_id") -> str:
+    """The file-name component that stands for an id (a group id or a member id): one path
+    component, never "." or "..", never longer than ``MAX_NAME``, different for every id."""
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"{what} must be a str, not {type(value).__name__}")
+    if not value:
+        raise InvalidConfigError(f"{what} must not be empty")
+    try:
+        raw = value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidConfigError(f"{what} {value!r} is not valid Unicode text (it holds a lone surrogate)") from None
+    if _PLAIN.fullmatch(value) and value not in (".", ".."):
+        name = value
+    else:
+        name = "".join(chr(b) if b in _KEPT else "%" + _HEX[b >> 4] + _HEX[b & 15] for b in raw)
+    return name if len(name) <= MAX_NAME else _HASHED + hashlib.sha256(raw).hexdigest()
+
+
+def decode_name(name: str) -> str | None:
+    """The id that ``encode_name`` turned into ``name``; None for a hashed name (see
+    ``GroupFiles.hashed_id``) or for anything ``encode_name`` would not have written."""
+    if "%" not in name:
+        value = name
+    else:
+        raw = bytearray()
+        i = 0
+        while i < len(name):
+            if name[i] != "%":
+                raw += name[i].encode("ascii", "replace")
+                i += 1
+                continue
+            pair = name[i + 1 : i + 3]
+            if len(pair) != 2 or any(c not in _HEX for c in pair):
+                return None
+            raw.append(int(pair, 16))
+            i += 3
+        try:
+            value = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    try:
+        return value if value and encode_name(value) == name else None
+    except InvalidConfigError:
+        return None
 
 
 def group_dir(data_dir: str, group_id: str) -> str:
-    if not isinstance(group_id, str) or not group_id:
-        raise InvalidConfigError(f"group_id must be a non-empty str, not {group_id!r}")
-    name = group_id if _SAFE.match(group_id) else "x" + group_id.encode("utf-8").hex()
-    return os.path.join(data_dir, GROUPS_DIR, name)
+    return os.path.join(data_dir, GROUPS_DIR, encode_name(group_id))
+
+
+def _legacy_group_dir(data_dir: str, group_id: str) -> str:
+    """Where kafkalite before the encoding above kept a group whose id had other characters
+    than [a-zA-Z0-9._-]: "x" + hex. Read (and deleted) only when its state.json names the group."""
+    return os.path.join(data_dir, GROUPS_DIR, "x" + group_id.encode("utf-8").hex())
 
 
 def _now_ms() -> int:
@@ -71,12 +136,58 @@ def empty_state() -> dict[str, Any]:
     return {"generation": 0, "protocol": None, "members": {}, "assignment": {}, "owners": {}, "partitions": {}}
 
 
+def _is_key(k: object) -> bool:
+    if not isinstance(k, str):
+        return False
+    topic, sep, p = k.rpartition(":")
+    return bool(sep and topic and p.isdigit() and p.isascii())
+
+
+def _state_problem(state: dict[str, Any]) -> str | None:
+    """What makes ``state`` not a group state as ``save`` writes it, or None."""
+    members, assignment, owners, partitions = (state.get(k) for k in ("members", "assignment", "owners", "partitions"))
+    if type(state.get("generation")) is not int:
+        return "generation is not an integer"
+    if not (state.get("protocol") is None or state.get("protocol") in STRATEGIES):
+        return "unknown protocol"
+    if not isinstance(members, dict) or not isinstance(assignment, dict) or not isinstance(owners, dict) or not isinstance(partitions, dict):
+        return "members, assignment, owners and partitions must be objects"
+    for member_id, info in members.items():
+        try:
+            encode_name(member_id, "member id")
+        except InvalidConfigError as e:
+            return str(e)
+        if not (
+            isinstance(info, dict)
+            and isinstance(info.get("client_id"), str)
+            and isinstance(info.get("topics"), list)
+            and all(isinstance(t, str) for t in info["topics"])
+            and isinstance(info.get("strategies"), list)
+            and info["strategies"]
+            and all(x in STRATEGIES for x in info["strategies"])
+            and isinstance(info.get("joined"), (int, float))
+        ):
+            return f"member {member_id!r} is malformed"
+    if not all(isinstance(v, list) and all(_is_key(k) for k in v) for v in assignment.values()):
+        return "malformed assignment"
+    if not all(_is_key(k) and isinstance(m, str) for k, m in owners.items()):
+        return "malformed owners"
+    if not all(isinstance(t, str) and type(n) is int and n >= 0 for t, n in partitions.items()):
+        return "malformed partition counts"
+    return None
+
+
 class GroupFiles:
     """The group's directory: state under a lock, and the members' liveness files."""
 
     def __init__(self, data_dir: str, group_id: str) -> None:
         self.group_id = group_id
+        self.root = os.path.join(data_dir, GROUPS_DIR)
         self.path = group_dir(data_dir, group_id)
+        if not os.path.isdir(self.path):
+            legacy = _legacy_group_dir(data_dir, group_id)
+            if legacy != self.path and len(os.path.basename(legacy)) <= 255 and self.load_at(legacy).get("group_id") == group_id:
+                self.path = legacy
         self.state_path = os.path.join(self.path, "state.json")
 
     def exists(self) -> bool:
@@ -97,11 +208,22 @@ class GroupFiles:
 
     @staticmethod
     def load_at(path: str) -> dict[str, Any]:
+        """The state in ``path`` (empty when there is none). The file is data: a state that is
+        not what ``save`` writes is logged and treated as empty (membership is rebuilt as the
+        members rejoin), never used to name a file."""
         try:
             with open(os.path.join(path, "state.json"), encoding="utf-8") as f:
-                return {**empty_state(), **json.load(f)}
-        except (FileNotFoundError, NotADirectoryError, ValueError):
+                state = {**empty_state(), **json.load(f)}
+        except (FileNotFoundError, NotADirectoryError):
             return empty_state()
+        except (ValueError, TypeError, OSError) as e:
+            logger.warning("ignoring unreadable group state %s: %s", path, e)
+            return empty_state()
+        problem = _state_problem(state)
+        if problem is not None:
+            logger.warning("ignoring damaged group state %s: %s", path, problem)
+            return empty_state()
+        return state
 
     def save(self, state: dict[str, Any]) -> None:
         """Under ``locked()``. Membership does not outlive a reboot, so no fsync."""
@@ -119,7 +241,7 @@ class GroupFiles:
         return (st.st_ino, st.st_mtime_ns, st.st_size)
 
     def member_path(self, member_id: str) -> str:
-        return os.path.join(self.path, f"{member_id}.member")
+        return os.path.join(self.path, encode_name(member_id, "member id") + ".member")
 
     def member_alive(self, member_id: str) -> bool:
         """True while the member's process holds its lock (the kernel drops it on death)."""
@@ -230,6 +352,8 @@ class GroupMember:
         self.owned: set[TopicPartition] = set()
         self._topics: list[str] = []
         self._seen_stamp: tuple[int, int, int] | None = None
+        #: The state-file stamp at which ``owned`` was last confirmed against the group's state.
+        self._verified_stamp: tuple[int, int, int] | None = None
         self._pending = False
         self._left = False
         self._fd: int | None = None
@@ -377,6 +501,30 @@ class GroupMember:
         self._pending = len(got) < len(wanted)
         return got
 
+    def verified_owned(self) -> set[TopicPartition]:
+        """The partitions this member may fetch right now: those it owns in the group's current
+        state. One ``stat`` when the state did not change since the last check; otherwise the
+        state is re-read, and partitions that it no longer records as this member's (evicted,
+        or taken over) are dropped from ``owned`` at once. The consumer calls this before every
+        fetch, so no path can return records of a partition that another member may own."""
+        if self._left or self.member_id is None:
+            self.owned = set()  # left (max_poll_interval_ms) or never joined: owns nothing
+            return set()
+        stamp = self.files.stamp()
+        if stamp is not None and stamp == self._verified_stamp:
+            return set(self.owned)
+        state = self.files.load()
+        if self.member_id not in state["members"]:
+            self.owned = set()
+        else:
+            self.owned = {tp for tp in self.owned if state["owners"].get(partition_key(tp)) == self.member_id}
+        self._verified_stamp = stamp
+        return set(self.owned)
+
+    def mark_pending(self) -> None:
+        """Re-check the assignment on the next ``changes()`` (a rebalance step was cut short)."""
+        self._pending = True
+
     def rejoin(self) -> None:
         """After being evicted: a new member id, a new generation."""
         self.owned.clear()
@@ -479,8 +627,32 @@ def live_members(data_dir: str, group_id: str) -> list[str]:
     return [m for m in files.load()["members"] if files.member_alive(m)]
 
 
+def group_id_of(root: str, name: str) -> str | None:
+    """The group whose folder under ``root`` is called ``name``; None for anything else (a
+    stray file, a symlink, a name ``encode_name`` would not write)."""
+    path = os.path.join(root, name)
+    if os.path.islink(path) or not os.path.isdir(path):
+        return None
+    stored = GroupFiles.load_at(path).get("group_id")
+    if isinstance(stored, str) and stored and name == "x" + stored.encode("utf-8", "replace").hex():
+        try:
+            if encode_name(stored) != name:
+                return stored  # a folder in the encoding of kafkalite before encode_name
+        except InvalidConfigError:
+            pass
+    if name.startswith(_HASHED):
+        # A long id: the name is its hash, so the id comes from the state, checked against it.
+        try:
+            return stored if isinstance(stored, str) and encode_name(stored) == name else None
+        except InvalidConfigError:
+            return None
+    return decode_name(name)
+
+
 def list_group_ids(data_dir: str) -> list[str]:
     """Groups that have (or had) members in this data directory."""
     root = os.path.join(data_dir, GROUPS_DIR)
-    names = sorted(os.listdir(root)) if os.path.isdir(root) else []
-    return [GroupFiles.load_at(os.path.join(root, name)).get("group_id", name) for name in names]
+    if os.path.islink(root) or not os.path.isdir(root):
+        return []
+    found = (group_id_of(root, name) for name in sorted(os.listdir(root)))
+    return sorted(g for g in found if g is not None)

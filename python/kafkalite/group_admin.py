@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kafkalite.datadir import DataDir
-from kafkalite.errors import IllegalStateError, InvalidConfigError
 from kafkalite.assignors import TopicPartition
+from kafkalite.datadir import DataDir
+from kafkalite.errors import IllegalStateError, InvalidConfigError, InvalidTypeError
 from kafkalite.group import GroupFiles, describe, list_group_ids, partition_key
 from kafkalite.log import Log
 from kafkalite.offsets import OFFSETS_TOPIC, OffsetStore, decode_key
@@ -109,7 +109,13 @@ def delete_group(data_dir: DataDir, group_id: str) -> int:
     with OffsetStore(data_dir, group_id) as store:
         deleted = store.delete()
     files = GroupFiles(data_dir.path, group_id)
-    if os.path.isdir(files.path):
+    # files.path is one encoded component under the groups folder (never "..", never the data
+    # directory); a symlink there is removed as a link, never followed.
+    if os.path.dirname(files.path) != files.root or os.path.islink(files.root):
+        raise IllegalStateError(f"refusing to delete {files.path}: not a group folder of {data_dir.path}")
+    if os.path.islink(files.path):
+        os.unlink(files.path)
+    elif os.path.isdir(files.path):
         shutil.rmtree(files.path)
     return deleted
 
@@ -135,10 +141,19 @@ def plan_reset(
             timestamp = int(datetime.fromisoformat(to_datetime).timestamp() * 1000)
         except ValueError:
             raise InvalidConfigError(f"--to-datetime takes an ISO date like 2026-11-22T10:00:00.000, not {to_datetime!r}") from None
+    wanted = []
+    for entry in partitions:
+        if isinstance(entry, str) or not isinstance(entry, (tuple, list)) or len(entry) != 2:
+            raise InvalidTypeError(f"partitions must be (topic, partition) pairs, not {entry!r}")
+        topic, p = entry
+        count = data_dir.partitions(topic)  # a known topic (never a path), else a typed error
+        if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < count:
+            raise InvalidConfigError(f"topic {topic!r} has partitions 0..{count - 1}, not {p!r}")
+        wanted.append((topic, p))
     with OffsetStore(data_dir, group_id) as store:
         committed = store.load()
     plan = {}
-    for topic, p in partitions:
+    for topic, p in wanted:
         with Log(data_dir.partition_path(topic, p), readonly=True) as log:
             start, end = log.start_offset, log.end_offset
             if to_earliest:
