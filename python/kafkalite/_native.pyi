@@ -13,6 +13,8 @@ __all__ = [
     "ConsumerRecord",
     "Notifier",
     "BatchBuffer",
+    "BATCH_FULL",
+    "RECORD_TOO_LARGE",
     "murmur2",
     "partitions_for_keys",
     "crc32c",
@@ -20,6 +22,8 @@ __all__ = [
 ]
 
 __version__: str
+BATCH_FULL: int
+RECORD_TOO_LARGE: int
 
 def murmur2(data: bytes) -> int: ...
 def partitions_for_keys(keys: list[bytes], partitions: int) -> list[int]: ...
@@ -61,6 +65,7 @@ class BatchBuffer:
         key: bytes | None,
         headers: Iterable[tuple[str, bytes | None]] | None,
         timestamp: int | None,
+        batch_size: int,
         max_bytes: int,
     ) -> tuple[int, int, int] | None: ...
     def __len__(self) -> int: ...

@@ -102,3 +102,33 @@ __all__ += [
     "IllegalStateError",
     "KafkaTimeoutError",
 ]
+
+
+# -- producer / admin / Log argument and topic errors -------------------------------------------
+
+
+class UnknownTopicOrPartitionError(UnknownTopicError):
+    """kafka-python's name for Kafka's UNKNOWN_TOPIC_OR_PARTITION: the partition does not exist,
+    or was deleted (and perhaps created again) while a client was writing it."""
+
+
+class InvalidTypeError(InvalidConfigError, TypeError):
+    """An argument or setting of the wrong type (``str`` where bytes are expected, a float
+    where an integer is...). Also a ``TypeError``, and an ``InvalidConfigError``."""
+
+
+def bytes_expected(argument: str, got: object) -> InvalidTypeError:
+    """The one wording for ``str`` (or another type) where bytes are expected, used by
+    ``Producer.send``, ``send_batch`` and ``Log.append*``."""
+    if isinstance(got, str):
+        return InvalidTypeError(
+            f"{argument} must be bytes (or None), not str; encode it (for example {argument}.encode()) "
+            "or set a serializer (value_serializer=str.encode / key_serializer=str.encode)"
+        )
+    return InvalidTypeError(
+        f"{argument} must be bytes (or None), not {type(got).__name__}; convert it to bytes "
+        "or set a serializer (value_serializer / key_serializer)"
+    )
+
+
+__all__ += ["UnknownTopicOrPartitionError", "InvalidTypeError"]
