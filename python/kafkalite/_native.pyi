@@ -14,6 +14,8 @@ __all__ = [
     "Notifier",
     "BatchBuffer",
     "BATCH_FULL",
+    "APPEND_LOCK_FILE",
+    "WRITERS_FILE",
     "RECORD_TOO_LARGE",
     "murmur2",
     "partitions_for_keys",
@@ -23,6 +25,8 @@ __all__ = [
 
 __version__: str
 BATCH_FULL: int
+APPEND_LOCK_FILE: str
+WRITERS_FILE: str
 RECORD_TOO_LARGE: int
 
 def murmur2(data: bytes) -> int: ...

@@ -117,6 +117,10 @@ class InvalidTypeError(InvalidConfigError, TypeError):
     where an integer is...). Also a ``TypeError``, and an ``InvalidConfigError``."""
 
 
+class InvalidTopicTypeError(InvalidTopicError, InvalidTypeError):
+    """A topic name that is not a str."""
+
+
 def bytes_expected(argument: str, got: object) -> InvalidTypeError:
     """The one wording for ``str`` (or another type) where bytes are expected, used by
     ``Producer.send``, ``send_batch`` and ``Log.append*``."""
@@ -131,4 +135,4 @@ def bytes_expected(argument: str, got: object) -> InvalidTypeError:
     )
 
 
-__all__ += ["UnknownTopicOrPartitionError", "InvalidTypeError"]
+__all__ += ["UnknownTopicOrPartitionError", "InvalidTypeError", "InvalidTopicTypeError"]

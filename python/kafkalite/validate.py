@@ -28,8 +28,10 @@ def integer(name: str, value: Any, minimum: int = 0, maximum: int = INT64_MAX) -
         number = operator.index(value)
     except TypeError:
         raise InvalidTypeError(f"{name} must be an integer, not {type(value).__name__} ({value!r})") from None
-    if not minimum <= number <= maximum:
-        raise InvalidConfigError(f"{name} must be between {minimum} and {maximum}, got {number}")
+    if number < minimum:
+        raise InvalidConfigError(f"{name} must be >= {minimum}, got {number}")
+    if number > maximum:
+        raise InvalidConfigError(f"{name} must be at most {maximum}, got {number}")
     return number
 
 
