@@ -13,6 +13,10 @@ __all__ = [
     "ConsumerRecord",
     "Notifier",
     "BatchBuffer",
+    "BATCH_FULL",
+    "APPEND_LOCK_FILE",
+    "WRITERS_FILE",
+    "RECORD_TOO_LARGE",
     "murmur2",
     "partitions_for_keys",
     "crc32c",
@@ -20,6 +24,10 @@ __all__ = [
 ]
 
 __version__: str
+BATCH_FULL: int
+APPEND_LOCK_FILE: str
+WRITERS_FILE: str
+RECORD_TOO_LARGE: int
 
 def murmur2(data: bytes) -> int: ...
 def partitions_for_keys(keys: list[bytes], partitions: int) -> list[int]: ...
@@ -61,6 +69,7 @@ class BatchBuffer:
         key: bytes | None,
         headers: Iterable[tuple[str, bytes | None]] | None,
         timestamp: int | None,
+        batch_size: int,
         max_bytes: int,
     ) -> tuple[int, int, int] | None: ...
     def __len__(self) -> int: ...

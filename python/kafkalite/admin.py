@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafkalite import group_admin
+from kafkalite import group_admin, validate
+from kafkalite._native import APPEND_LOCK_FILE, WRITERS_FILE
 from kafkalite.compaction import CompactionResult, clean_if_dirty, clean_partition
-from kafkalite.datadir import TOPIC_DEFAULTS, DataDir, is_compacted, validate_config, validate_topic_name
-from kafkalite.errors import InvalidConfigError, UnknownTopicError
+from kafkalite.datadir import MAX_PARTITIONS, TOPIC_DEFAULTS, DataDir, is_compacted, validate_config, validate_topic_name
+from kafkalite.errors import InvalidConfigError, InvalidTypeError, LogLockedError, UnknownTopicError
 from kafkalite.log import Log
+
+#: How long delete_topic waits for a shared writer's append (normally microseconds) to finish.
+DELETE_LOCK_PATIENCE = 10.0
 
 
 @dataclass(frozen=True)
@@ -39,14 +46,15 @@ class Admin:
     directory, where a Kafka client takes ``bootstrap_servers``."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self._dir = DataDir(path)
+        self._dir = DataDir(validate.path("path", path))
 
     @property
     def path(self) -> str:
         return self._dir.path
 
     def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> None:
-        """Create a topic with ``partitions`` partitions and Kafka-named ``config``."""
+        """Create a topic with ``partitions`` partitions (1 to ``MAX_PARTITIONS``) and
+        Kafka-named ``config``."""
         self._dir.create(name, partitions, config)
 
     def list_topics(self) -> list[str]:
@@ -68,16 +76,30 @@ class Admin:
 
     def delete_topic(self, name: str) -> None:
         """Remove the topic and its data. Folders are first renamed the way Kafka marks them
-        (``<topic>-<p>.<uuid>-delete``) so an interrupted delete never looks like live data."""
+        (``<topic>-<p>.<uuid>-delete``) so an interrupted delete never looks like live data.
+        Open producers then get ``UnknownTopicOrPartitionError`` for the topic's partitions.
+
+        Each rename happens while holding the partition's append lock: a shared writer checks
+        (under that lock) that its directory is still the one it opened before appending, so an
+        append either finished before the rename (and is deleted with the topic, as in Kafka)
+        or fails; none is acknowledged into the renamed folder. An exclusive writer (a ``Log``
+        opened without ``shared_writers``) holds the append lock for its lifetime; its next
+        append fails the same check, but one already running when the rename lands completes
+        into the deleted folder."""
         validate_topic_name(name)
         doomed: list[str] = []
 
         def change(topics: dict) -> None:
             if name not in topics:
                 raise UnknownTopicError(f"unknown topic {name!r} in {self.path}")
-            for p in range(int(topics[name]["partitions"])):
-                src = self._dir.partition_path(name, p)
-                if os.path.isdir(src):
+            with contextlib.ExitStack() as held:
+                sources = []
+                for p in range(int(topics[name]["partitions"])):
+                    src = self._dir.partition_path(name, p)
+                    if os.path.isdir(src):
+                        held.enter_context(_append_lock(src))
+                        sources.append(src)
+                for src in sources:
                     dst = f"{src}.{uuid.uuid4().hex}-delete"
                     os.rename(src, dst)
                     doomed.append(dst)
@@ -89,6 +111,8 @@ class Admin:
 
     def create_partitions(self, name: str, total: int) -> None:
         """Grow the topic to ``total`` partitions (Kafka never shrinks a topic)."""
+        validate_topic_name(name)
+        validate.integer("total", total, 1, MAX_PARTITIONS)
 
         def change(topics: dict) -> None:
             if name not in topics:
@@ -105,6 +129,9 @@ class Admin:
     def alter_config(self, name: str, config: Mapping[str, Any]) -> None:
         """Set topic config keys (``None`` as a value restores the default). Clients pick the
         new settings up when they next open the partition."""
+        validate_topic_name(name)
+        if not isinstance(config, Mapping):
+            raise InvalidTypeError(f"config must be a dict of Kafka topic config keys, not {type(config).__name__}")
         removals = [k for k, v in config.items() if v is None]
         checked = validate_config({k: v for k, v in config.items() if v is not None})
         validate_config({k: TOPIC_DEFAULTS.get(k) for k in removals if k in TOPIC_DEFAULTS})
@@ -127,6 +154,8 @@ class Admin:
         this every 5 minutes; kafkalite producers call this on that schedule). Returns the
         number of segments deleted per topic. Partitions are opened as shared writers, so this
         runs safely beside producers."""
+        topics = None if topics is None else validate.str_list("topics", topics)
+        now_ms = validate.optional_integer("now_ms", now_ms, 0)
         deleted: dict[str, int] = {}
         if not self._dir.managed:
             return deleted
@@ -147,6 +176,7 @@ class Admin:
     def compact_topic(self, name: str, now_ms: int | None = None) -> CompactionResult:
         """Run a full log-compaction pass over every partition of a compacted topic now and
         return what it removed. Appends to a partition wait while it is cleaned."""
+        now_ms = validate.optional_integer("now_ms", now_ms, 0)
         meta = self._dir.topic(name)
         config = meta.get("config", {})
         if not is_compacted(config):
@@ -162,6 +192,7 @@ class Admin:
         """Clean the partitions of compacted topics whose dirty ratio reached
         ``min.cleanable.dirty.ratio`` (what Kafka's cleaner threads do in the background;
         producers call this every ``cleaner_check_interval_ms``)."""
+        topics = None if topics is None else validate.str_list("topics", topics)
         out: dict[str, CompactionResult] = {}
         if not self._dir.managed:
             return out
@@ -206,3 +237,39 @@ class Admin:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextlib.contextmanager
+def _append_lock(partition_dir: str):  # -> Iterator[None]
+    """Hold a partition's append lock (the engine's flock, see rust/src/lock.rs), waiting up
+    to DELETE_LOCK_PATIENCE for a shared writer's append; skipped for an exclusive writer,
+    which holds it for its lifetime (see delete_topic)."""
+    with open(os.path.join(partition_dir, APPEND_LOCK_FILE), "a+") as f:
+        deadline = time.monotonic() + DELETE_LOCK_PATIENCE
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                holder = _writers_holder(partition_dir)
+                if "(exclusive)" in holder:
+                    yield
+                    return
+                if time.monotonic() > deadline:
+                    raise LogLockedError(
+                        f"{partition_dir} is in the middle of an append by {holder or 'another process'} for more than "
+                        f"{DELETE_LOCK_PATIENCE:g} s (a stopped process?); nothing was deleted, try again"
+                    ) from None
+                time.sleep(0.005)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _writers_holder(partition_dir: str) -> str:
+    try:
+        with open(os.path.join(partition_dir, WRITERS_FILE), encoding="utf-8", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return ""

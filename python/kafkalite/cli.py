@@ -15,6 +15,7 @@ import tempfile
 import time
 from typing import Any
 
+from kafkalite.errors import InvalidRecordError, RecordTooLargeError
 from kafkalite.log import Log
 
 #: `<topic>-<partition>`, what a partition folder is called (in Kafka and here).
@@ -163,6 +164,10 @@ def _topics(args: argparse.Namespace) -> int:
 
 
 def _produce(args: argparse.Namespace) -> int:
+    """One record per input line. Counts only records the log acknowledged; any failure makes
+    the exit status 1 with one line naming how many records failed and the first error."""
+    import threading
+
     from rich.progress import Progress
 
     from kafkalite.producer import Producer
@@ -170,24 +175,48 @@ def _produce(args: argparse.Namespace) -> int:
     sep = args.key_separator.encode() if args.key_separator else None
     source = open(args.file, "rb") if args.file else sys.stdin.buffer
     total = os.path.getsize(args.file) if args.file else None
-    count = 0
-    with Producer(_require_dir(args), acks=args.acks, linger_ms=5, batch_size=256 * 1024) as producer, Progress(
-        transient=True, disable=total is None or not sys.stderr.isatty()
-    ) as progress:
-        task = progress.add_task("producing", total=total)
-        for line in source:
-            progress.advance(task, len(line))
-            line = line.rstrip(b"\n")
-            key = None
-            if sep is not None:
-                key, found, value = line.partition(sep)
-                if not found:
-                    raise SystemExit(f"kafkalite: line {count + 1} has no key separator {args.key_separator!r}")
-            else:
-                value = line
-            producer.send(args.topic, value, key=key, partition=args.partition)
-            count += 1
-    print(f"Produced {count} records to {args.topic}.", file=sys.stderr)
+    sent = 0
+    outcome = {"written": 0, "failed": 0}
+    errors: list[BaseException] = []
+    tally = threading.Lock()
+
+    def written(_metadata: object) -> None:
+        with tally:
+            outcome["written"] += 1
+
+    def failed(error: BaseException) -> None:
+        with tally:
+            outcome["failed"] += 1
+            if not errors:
+                errors.append(error)
+
+    try:
+        with Producer(_require_dir(args), acks=args.acks, linger_ms=5, batch_size=256 * 1024) as producer, Progress(
+            transient=True, disable=total is None or not sys.stderr.isatty()
+        ) as progress:
+            task = progress.add_task("producing", total=total)
+            for line in source:
+                progress.advance(task, len(line))
+                line = line.rstrip(b"\n")
+                key = None
+                if sep is not None:
+                    key, found, value = line.partition(sep)
+                    if not found:
+                        raise SystemExit(f"kafkalite: line {sent + 1} has no key separator {args.key_separator!r}")
+                else:
+                    value = line
+                try:
+                    future = producer.send(args.topic, value, key=key, partition=args.partition)
+                except (RecordTooLargeError, InvalidRecordError) as e:  # this record alone: count it, go on
+                    failed(e)
+                else:
+                    future.add_callback(written).add_errback(failed)
+                sent += 1
+    finally:
+        print(f"Produced {outcome['written']} records to {args.topic}.", file=sys.stderr)
+    if outcome["failed"]:
+        print(f"kafkalite: {outcome['failed']} of {sent} records were not written: {errors[0]}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -16,6 +16,8 @@ from typing import Any
 from kafkalite.errors import (
     InvalidConfigError,
     InvalidTopicError,
+    InvalidTopicTypeError,
+    InvalidTypeError,
     TopicAlreadyExistsError,
     UnknownTopicError,
 )
@@ -24,6 +26,10 @@ from kafkalite.log import Log
 METADATA_FILE = ".kafkalite-topics.json"
 NOTIFY_FILE = ".kafkalite-notify"
 LOCK_FILE = ".kafkalite-admin.lock"
+
+#: The most partitions a topic may have. Each partition is a folder and, while written, a few
+#: open files; this bound keeps a typo (partitions=10**9) from filling the disk with folders.
+MAX_PARTITIONS = 100_000
 
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _PARTITION_DIR_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
@@ -47,7 +53,7 @@ TOPIC_DEFAULTS: dict[str, Any] = {
 def validate_topic_name(name: object) -> str:
     """Kafka's rules (``Topic.validate``); raise InvalidTopicError saying which one failed."""
     if not isinstance(name, str):
-        raise InvalidTopicError(f"topic names are str, not {type(name).__name__}")
+        raise InvalidTopicTypeError(f"topic names are str, not {type(name).__name__} ({name!r:.100})")
     if name in (".", ".."):
         raise InvalidTopicError(f"topic name {name!r} is not allowed")
     if not _TOPIC_RE.match(name):
@@ -57,15 +63,20 @@ def validate_topic_name(name: object) -> str:
     return name
 
 
-def _int(key: str, value: Any, minimum: int) -> int:
+def _int(key: str, value: Any, minimum: int, maximum: int = 2**63 - 1) -> int:
+    """An integer config value; Kafka's config strings ("1000") are accepted too."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise InvalidTypeError(f"{key} must be an integer, not {type(value).__name__} ({value!r})")
     try:
         number = int(value)
-    except (TypeError, ValueError):
+    except (ValueError, OverflowError):  # "abc", nan, inf
         raise InvalidConfigError(f"{key} must be an integer, not {value!r}") from None
     if isinstance(value, float) and value != number:
         raise InvalidConfigError(f"{key} must be an integer, not {value!r}")
     if number < minimum:
         raise InvalidConfigError(f"{key} must be >= {minimum}, got {number}")
+    if number > maximum:
+        raise InvalidConfigError(f"{key} must be at most {maximum}, got {number}")
     return number
 
 
@@ -77,18 +88,18 @@ def _choice(key: str, value: Any, choices: tuple[str, ...]) -> str:
 
 def validate_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     """Check Kafka-named topic config; return it with values normalised (ints as ints)."""
+    if config is not None and not isinstance(config, Mapping):
+        raise InvalidTypeError(f"config must be a dict of Kafka topic config keys, not {type(config).__name__}")
     out: dict[str, Any] = {}
     for key, value in (config or {}).items():
         if key in ("retention.ms", "retention.bytes"):
             out[key] = _int(key, value, -1)
         elif key == "segment.bytes":
-            out[key] = _int(key, value, 14)
-            if out[key] > 2**31 - 1:
-                raise InvalidConfigError(f"segment.bytes must be at most {2**31 - 1}, got {out[key]}")
+            out[key] = _int(key, value, 14, 2**31 - 1)
         elif key == "segment.ms":
             out[key] = _int(key, value, 1)
         elif key == "max.message.bytes":
-            out[key] = _int(key, value, 61)
+            out[key] = _int(key, value, 61, 2**31 - 1)
         elif key == "compression.type":
             if value in ("gzip", "snappy", "lz4"):
                 raise InvalidConfigError(
@@ -98,6 +109,8 @@ def validate_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
         elif key == "message.timestamp.type":
             out[key] = _choice(key, value, ("CreateTime", "LogAppendTime"))
         elif key == "cleanup.policy":
+            if not isinstance(value, (str, list, tuple)):
+                raise InvalidTypeError(f"cleanup.policy must be a str such as 'compact,delete', not {type(value).__name__}")
             parts = value.split(",") if isinstance(value, str) else list(value)
             parts = sorted({str(p).strip() for p in parts})
             if not parts or any(p not in ("compact", "delete") for p in parts):
@@ -106,9 +119,11 @@ def validate_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
         elif key in ("delete.retention.ms", "min.compaction.lag.ms"):
             out[key] = _int(key, value, 0)
         elif key == "min.cleanable.dirty.ratio":
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                raise InvalidTypeError(f"{key} must be a number between 0 and 1, not {type(value).__name__}")
             try:
                 ratio = float(value)
-            except (TypeError, ValueError):
+            except ValueError:
                 raise InvalidConfigError(f"{key} must be a number between 0 and 1, not {value!r}") from None
             if not 0.0 <= ratio <= 1.0:
                 raise InvalidConfigError(f"{key} must be between 0 and 1, got {ratio}")
@@ -147,7 +162,10 @@ class DataDir:
     """The topics of one data directory, shared by Admin, Producer and Consumer."""
 
     def __init__(self, path: str | os.PathLike[str], *, create: bool = True) -> None:
-        self.path = os.path.abspath(os.fspath(path))
+        try:
+            self.path = os.path.abspath(os.fspath(path))
+        except TypeError:
+            raise InvalidTypeError(f"the data directory must be a path (str or os.PathLike), not {type(path).__name__}") from None
         if not os.path.isdir(self.path):
             if not create:
                 raise InvalidConfigError(f"{self.path} is not a data directory")
@@ -229,8 +247,10 @@ class DataDir:
 
     def create(self, name: str, partitions: int, config: Mapping[str, Any] | None) -> None:
         validate_topic_name(name)
-        if not isinstance(partitions, int) or partitions < 1:
-            raise InvalidConfigError(f"partitions must be a positive integer, got {partitions!r}")
+        if isinstance(partitions, bool) or not isinstance(partitions, int):
+            raise InvalidTypeError(f"partitions must be an integer, not {type(partitions).__name__} ({partitions!r})")
+        if not 1 <= partitions <= MAX_PARTITIONS:
+            raise InvalidConfigError(f"partitions must be between 1 and {MAX_PARTITIONS} (MAX_PARTITIONS), got {partitions}")
         checked = validate_config(config)
 
         def change(topics: dict) -> None:
@@ -251,10 +271,10 @@ class DataDir:
     def open_partition(self, topic: str, partition: int, **overrides: Any) -> Log:
         """Open one partition's log with its topic's settings (read-only for broker folders)."""
         meta = self.topic(topic)
+        if isinstance(partition, bool) or not isinstance(partition, int):
+            raise InvalidTypeError(f"partition must be an integer, not {type(partition).__name__} ({partition!r})")
         if not 0 <= partition < int(meta["partitions"]):
-            from kafkalite.errors import InvalidConfigError as _E
-
-            raise _E(f"topic {topic!r} has partitions 0..{int(meta['partitions']) - 1}; there is no partition {partition}")
+            raise InvalidConfigError(f"topic {topic!r} has partitions 0..{int(meta['partitions']) - 1}; there is no partition {partition}")
         options = log_options(meta.get("config", {}))
         if meta.get("discovered"):
             overrides["readonly"] = True

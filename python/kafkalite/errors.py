@@ -104,8 +104,12 @@ __all__ += [
 ]
 
 
-# -- consumer / group argument and data-directory errors --------------------------------------
-# InvalidTypeError is defined identically by the producer work (keep one copy when merging).
+# -- argument, topic and data-directory errors ------------------------------------------------
+
+
+class UnknownTopicOrPartitionError(UnknownTopicError):
+    """kafka-python's name for Kafka's UNKNOWN_TOPIC_OR_PARTITION: the partition does not exist,
+    or was deleted (and perhaps created again) while a client was writing it."""
 
 
 class InvalidTypeError(InvalidConfigError, TypeError):
@@ -118,4 +122,22 @@ class ReadOnlyDataDirError(KafkaliteError, PermissionError):
     directory is read-only to this process or is a Kafka broker's log directory."""
 
 
-__all__ += ["InvalidTypeError", "ReadOnlyDataDirError"]
+class InvalidTopicTypeError(InvalidTopicError, InvalidTypeError):
+    """A topic name that is not a str."""
+
+
+def bytes_expected(argument: str, got: object) -> InvalidTypeError:
+    """The one wording for ``str`` (or another type) where bytes are expected, used by
+    ``Producer.send``, ``send_batch`` and ``Log.append*``."""
+    if isinstance(got, str):
+        return InvalidTypeError(
+            f"{argument} must be bytes (or None), not str; encode it (for example {argument}.encode()) "
+            "or set a serializer (value_serializer=str.encode / key_serializer=str.encode)"
+        )
+    return InvalidTypeError(
+        f"{argument} must be bytes (or None), not {type(got).__name__}; convert it to bytes "
+        "or set a serializer (value_serializer / key_serializer)"
+    )
+
+
+__all__ += ["UnknownTopicOrPartitionError", "InvalidTypeError", "InvalidTopicTypeError", "ReadOnlyDataDirError"]

@@ -11,8 +11,11 @@ import warnings
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-from kafkalite import _native
+from kafkalite import _native, validate
 from kafkalite._native import Record
+from kafkalite.errors import InvalidConfigError, InvalidTypeError, bytes_expected
+
+_I32 = validate.INT32_MAX
 
 #: Records decoded per native call while iterating; large enough to amortise the call.
 _RECORDS_PER_CHUNK = 8192
@@ -57,8 +60,22 @@ class Log:
         shared_writers: bool = False,
         compact: bool = False,
     ) -> None:
+        path = validate.path("path", path)
+        segment_bytes = validate.integer("segment_bytes", segment_bytes, 14, _I32)
+        index_interval_bytes = validate.integer("index_interval_bytes", index_interval_bytes, 1, _I32)
+        segment_ms = validate.optional_integer("segment_ms", segment_ms, 1)
+        retention_bytes = validate.optional_integer("retention_bytes", retention_bytes, 1)
+        retention_ms = validate.optional_integer("retention_ms", retention_ms, 0)
+        validate.text("compression", compression)
+        if not isinstance(flush, str):
+            flush = validate.integer("flush (a message count, or 'os' / 'always')", flush, 1)
+        validate.text("timestamp_type", timestamp_type)
+        max_message_bytes = validate.integer("max_message_bytes", max_message_bytes, 61, _I32)
+        for name, flag in (("readonly", readonly), ("shared_writers", shared_writers), ("compact", compact)):
+            validate.boolean(name, flag)
+        self._compact = compact
         self._native = _native.Log(
-            os.fspath(path),
+            path,
             segment_bytes=segment_bytes,
             index_interval_bytes=index_interval_bytes,
             segment_ms=segment_ms,
@@ -83,24 +100,37 @@ class Log:
     # -- writing ---------------------------------------------------------------------------
     def append(self, records: Iterable[Record]) -> tuple[int, int]:
         """Append records; returns the (first, last) offsets they were given."""
-        return self._native.append(records)
+        try:
+            return self._native.append(records)
+        except TypeError as e:  # nothing was written: the records are checked first
+            raise InvalidTypeError(f"append takes an iterable of kafkalite.Record objects: {e}") from e
 
     def append_values(self, values: list[bytes], timestamp: int | None = None) -> tuple[int, int]:
         """Fast path: values with null keys and no headers, no per-record Python objects."""
-        return self._native.append_values(values, timestamp)
+        timestamp = validate.optional_integer("timestamp", timestamp, 0)
+        try:
+            return self._native.append_values(values, timestamp)
+        except TypeError as e:  # nothing was written: every value is checked first
+            raise _values_error(values) from e
 
     def append_batches(self, data: bytes | bytearray | memoryview) -> tuple[int, int]:
         """Append pre-built Kafka v2 record batches; they are validated and re-offset."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise bytes_expected("data", data)
         return self._native.append_batches(bytes(data) if not isinstance(data, bytes) else data)
 
     # -- reading ---------------------------------------------------------------------------
     def read(self, offset: int, max_bytes: int = 1 << 20) -> memoryview:
         """Whole batches starting with the one that holds ``offset``, as a read-only
         memoryview over the mapped segment (no copy). Empty at the log end."""
+        offset = validate.integer("offset", offset, -(2**63))
+        max_bytes = validate.integer("max_bytes", max_bytes, 1, _I32)
         return memoryview(self._native.read(offset, max_bytes))
 
     def records(self, start: int | None = None, end: int | None = None) -> Iterator[Record]:
         """Iterate records with offsets in ``[start, end)`` (defaults: the whole log)."""
+        validate.optional_integer("start", start, -(2**63))
+        validate.optional_integer("end", end, -(2**63))
         position = self.start_offset if start is None else start
         stop = self.end_offset if end is None else end
         while position < stop:
@@ -114,11 +144,16 @@ class Log:
         key, value, headers."""
         import pyarrow as pa
 
+        validate.integer("start", start, -(2**63))
+        validate.optional_integer("end", end, -(2**63))
+        validate.optional_integer("max_records", max_records, 1)
+
         batch, _next = self._native.read_arrow(start, end, max_records)
         return pa.record_batch(batch)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         """The earliest offset whose record timestamp is >= ``timestamp_ms``, or None."""
+        validate.integer("timestamp_ms", timestamp_ms, -(2**63))
         found = self._native.offset_for_timestamp(timestamp_ms)
         return None if found is None else found[0]
 
@@ -148,20 +183,34 @@ class Log:
     # -- maintenance -----------------------------------------------------------------------
     def delete_records_before(self, offset: int) -> int:
         """Advance the log start offset to ``offset`` (Kafka's DeleteRecords)."""
+        validate.integer("offset", offset, 0)
         return self._native.delete_records_before(offset)
 
     def enforce_retention(self, now_ms: int | None = None) -> int:
         """Delete whole segments past retention_bytes / retention_ms; returns how many."""
+        validate.optional_integer("now_ms", now_ms, 0)
         return self._native.enforce_retention(now_ms)
 
     def clean(self, delete_retention_ms: int = 86_400_000, min_compaction_lag_ms: int = 0, now_ms: int | None = None) -> dict[str, int]:
         """One log-compaction pass now (``cleanup.policy=compact``): keep the latest record per
         key in the sealed segments, drop tombstones older than ``delete_retention_ms``. Offsets
-        are kept. Returns the cleaner's counts (records_removed, bytes_before, bytes_after...)."""
+        are kept. Returns the cleaner's counts (records_removed, bytes_before, bytes_after...).
+        Only a log opened with ``compact=True`` is cleaned: compaction drops records without
+        keys, which a ``cleanup.policy=delete`` log keeps."""
+        validate.integer("delete_retention_ms", delete_retention_ms, 0)
+        validate.integer("min_compaction_lag_ms", min_compaction_lag_ms, 0)
+        validate.optional_integer("now_ms", now_ms, 0)
+        if not self._compact:
+            raise InvalidConfigError(
+                f"{self.path} was opened with compact=False (cleanup.policy=delete); cleaning it would delete its "
+                "records without keys. Open it with compact=True (or set the topic's cleanup.policy=compact)"
+            )
         return self._native.clean(delete_retention_ms, min_compaction_lag_ms, now_ms)
 
     def dirty_ratio(self, min_compaction_lag_ms: int = 0, now_ms: int | None = None) -> float:
         """Uncleaned bytes over cleanable bytes (compared with ``min.cleanable.dirty.ratio``)."""
+        validate.integer("min_compaction_lag_ms", min_compaction_lag_ms, 0)
+        validate.optional_integer("now_ms", now_ms, 0)
         return self._native.dirty_ratio(min_compaction_lag_ms, now_ms)
 
     def roll(self) -> None:
@@ -185,3 +234,13 @@ class Log:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"offsets [{self.start_offset}, {self.end_offset})"
         return f"Log({self.path!r}, {state})"
+
+
+def _values_error(values: object) -> InvalidTypeError:
+    """Name the first value append_values cannot take."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        return InvalidTypeError(f"values must be a list of bytes, not {type(values).__name__}")
+    for i, v in enumerate(values):  # type: ignore[arg-type]
+        if not isinstance(v, bytes):
+            return bytes_expected(f"values[{i}]", v)
+    return InvalidTypeError("values must be a list of bytes")

@@ -3,31 +3,51 @@
 ``send`` encodes each record straight into its partition's v2 batch in Rust (a
 ``BatchBuffer``); a full batch is appended by the caller, a partial one by the sender thread
 after ``linger_ms``. Futures resolve when their batch is in the log. Several producer
-processes may write the same partition at once (shared writers)."""
+processes may write the same partition at once (shared writers).
+
+The sender thread and everything it needs live in ``_Sender``; the ``Producer`` object is the
+public face and the only owner of the sender. So a producer that is garbage collected, or still
+open when the interpreter exits, is flushed by its finalizer (``weakref.finalize``) with a
+bounded wait, as kafka-python delivers queued records at exit."""
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from kafkalite._native import BatchBuffer, Notifier, partitions_for_keys
+from kafkalite import validate
+from kafkalite._native import BATCH_FULL, RECORD_TOO_LARGE, BatchBuffer, Notifier, partitions_for_keys
 from kafkalite.compaction import clean_if_dirty
 from kafkalite.datadir import NOTIFY_FILE, DataDir, is_compacted, log_options
 from kafkalite.errors import (
-    InvalidRecordError,
     IllegalStateError,
     InvalidConfigError,
+    InvalidRecordError,
+    InvalidTypeError,
     KafkaliteError,
     KafkaTimeoutError,
     RecordTooLargeError,
+    UnknownTopicError,
+    UnknownTopicOrPartitionError,
+    bytes_expected,
 )
-from kafkalite.log import Log
+from kafkalite.log import Log, Record
 from kafkalite.partitioner import partition_for_key
 
+logger = logging.getLogger("kafkalite.producer")
+
+#: How long a producer still open at interpreter exit, or garbage collected while open, waits
+#: for its queued records to be written (seconds; ``Producer.close()`` takes its own timeout).
+#: Records still unwritten then are named in a logged warning.
+EXIT_FLUSH_TIMEOUT = 30.0
+
+#: Producer config keys (kafka-python's names) and their defaults.
 DEFAULTS: dict[str, Any] = {
     "acks": 1,
     "batch_size": 16384,
@@ -147,16 +167,15 @@ def _resolve_callbacks(batch: _Batch) -> None:
         try:
             _fire(future, on_success, fn, args)
         except Exception:  # a user callback must not kill the sender thread
-            import traceback
-
-            traceback.print_exc()
+            logger.exception("a producer callback (%r) raised; the record's result is unaffected", fn)
 
 
 class _Partition:
     """Per-partition state: the batch being built with its futures' shared state (swapped
-    together as one tuple), and the log."""
+    together as one tuple), the log, and the identity (device, inode) of the directory the
+    log was opened on, to notice a deleted (and perhaps re-created) topic."""
 
-    __slots__ = ("topic", "number", "current", "first_add", "log", "drain_lock", "codec")
+    __slots__ = ("topic", "number", "current", "first_add", "log", "identity", "drain_lock", "codec", "inflight")
 
     def __init__(self, topic: str, number: int, codec: str) -> None:
         self.topic = topic
@@ -165,76 +184,339 @@ class _Partition:
         self.current: tuple[BatchBuffer, _Batch] = (BatchBuffer(codec), _Batch(topic, number))
         self.first_add = 0.0
         self.log: Log | None = None
+        self.identity: tuple[int, int] | None = None
         self.drain_lock = threading.Lock()
+        self.inflight = 0  # records of the batch being appended now (for the exit warning)
 
 
 class _Topic:
-    __slots__ = ("name", "partitions", "all", "sticky", "max_bytes", "codec", "config", "compacted")
+    __slots__ = ("name", "partitions", "all", "sticky", "max_bytes", "limit_name", "codec", "config", "compacted")
 
-    def __init__(self, name: str, count: int, codec: str, max_bytes: int, config: dict[str, Any]) -> None:
+    def __init__(self, name: str, meta: dict[str, Any], producer_codec: str, max_request_size: int) -> None:
         self.name = name
+        self.partitions: list[_Partition] = []
+        self.configure(meta, producer_codec, max_request_size)
+
+    def configure(self, meta: dict[str, Any], producer_codec: str, max_request_size: int) -> None:
+        """Take the topic's (possibly new) metadata: config, limits, partition count."""
+        self.config = meta.get("config", {})
+        self.compacted = is_compacted(self.config)  # checked by every keyless send()
+        options = log_options(self.config)
+        topic_codec = self.config.get("compression.type", "producer")
+        self.codec = producer_codec if topic_codec == "producer" else options["compression"]
+        # The hard cap of an encoded batch, and the setting to raise when a record exceeds it.
+        if options["max_message_bytes"] <= max_request_size:
+            self.max_bytes = options["max_message_bytes"]
+            self.limit_name = f"the topic's max.message.bytes ({self.max_bytes}; raise it with Admin.alter_config)"
+        else:
+            self.max_bytes = max_request_size
+            self.limit_name = f"the producer's max_request_size ({max_request_size})"
+        count = int(meta["partitions"])
+        if count != len(self.partitions):  # re-created with another partition count
+            kept = self.partitions[:count]
+            self.partitions = kept + [_Partition(self.name, p, self.codec) for p in range(len(kept), count)]
+            self.all = list(range(count))
+            self.sticky = random.randrange(count)
+        for p in self.partitions:
+            p.codec = self.codec
+
+
+class _Sender:
+    """Everything the sender thread touches: topics, partition logs, the wake-up condition.
+    It holds no reference to the ``Producer``, so an abandoned producer can be collected (and
+    its finalizer flushes this)."""
+
+    def __init__(self, data_dir: DataDir, config: dict[str, Any]) -> None:
+        self.dir = data_dir
         self.config = config
-        self.compacted = is_compacted(config)  # checked by every keyless send()
-        self.partitions = [_Partition(name, p, codec) for p in range(count)]
-        self.all = list(range(count))
-        self.sticky = random.randrange(count)
-        self.max_bytes = max_bytes
-        self.codec = codec
+        acks = config["acks"]
+        self.durable = acks in (-1, "all", "-1")
+        self.codec = config["compression_type"] or "none"
+        self.notifier = Notifier(os.path.join(data_dir.path, NOTIFY_FILE))
+        self.topics: dict[str, _Topic] = {}
+        self.lock = threading.Lock()
+        self.wakeup = threading.Condition(threading.Lock())
+        self.dirty: set[_Partition] = set()
+        self.closed = False
+        #: Set when the sender thread died: later sends raise at once instead of timing out.
+        self.failure: BaseException | None = None
+        self.linger = config["linger_ms"] / 1000.0
+        self.thread = threading.Thread(target=self.run, name="kafkalite-producer-sender", daemon=True)
+
+    # -- topics and logs ------------------------------------------------------------------
+    def topic(self, name: str) -> _Topic:
+        topic = self.topics.get(name)
+        if topic is None:
+            topic = _Topic(name, self.dir.topic(name), self.codec, self.config["max_request_size"])
+            with self.lock:
+                topic = self.topics.setdefault(name, topic)
+        return topic
+
+    def log(self, p: _Partition) -> Log:
+        """The partition's log, reopened when its directory is not the one it was opened on
+        (the topic was deleted, perhaps created again). The engine repeats this check under
+        the append lock, so a delete racing with this append also fails it (typed), never
+        acknowledges it."""
+        path = self.dir.partition_path(p.topic, p.number)
+        try:
+            st = os.stat(path)
+            current: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except FileNotFoundError:
+            current = None
+        if p.log is not None and current == p.identity:
+            return p.log
+        if p.log is not None:  # deleted: drop the stale handle, re-read the topic
+            stale, p.log = p.log, None
+            try:
+                stale.close()
+            except Exception:
+                logger.debug("closing the stale log of deleted %s-%d", p.topic, p.number, exc_info=True)
+            logger.warning("topic %r partition %d was deleted while this producer wrote it; re-reading the topic", p.topic, p.number)
+        try:
+            meta = self.dir.topic(p.topic)
+        except UnknownTopicError:
+            raise UnknownTopicOrPartitionError(f"topic {p.topic!r} was deleted from {self.dir.path}") from None
+        t = self.topics.get(p.topic)
+        if t is not None and current != p.identity:
+            t.configure(meta, self.codec, self.config["max_request_size"])
+        if p.number >= int(meta["partitions"]) or current is None:
+            raise UnknownTopicOrPartitionError(f"topic {p.topic!r} has no partition {p.number} (any more) in {self.dir.path}")
+        options = {"shared_writers": True, "flush": "always" if self.durable else "os"}
+        log = self.dir.open_partition(p.topic, p.number, **options)
+        p.log, p.identity = log, current
+        return log
+
+    # -- appending ------------------------------------------------------------------------
+    def drain(self, p: _Partition) -> None:
+        with p.drain_lock:
+            self.drain_locked(p)
+        self.notifier.notify()
+
+    def drain_locked(self, p: _Partition) -> None:
+        buffer, batch = p.current
+        count = len(buffer)
+        if count == 0:
+            return
+        p.current = (BatchBuffer(p.codec), _Batch(p.topic, p.number))
+        t = self.topics.get(p.topic)
+        if t is not None and t.sticky == p.number and len(t.partitions) > 1:  # KIP-480: a new sticky partition per batch
+            t.sticky = random.choice([n for n in t.all if n != p.number])
+        p.inflight = count
+        try:
+            result = self.log(p)._native.append_buffer(buffer)
+            if result is not None:
+                batch.first_offset, _, batch.log_append_time = result
+        except Exception as e:  # every failure reaches the batch's futures, and the log
+            if isinstance(e, KafkaliteError):
+                logger.warning("%d records for %s-%d were not written: %s", count, p.topic, p.number, e)
+            else:
+                logger.error("%d records for %s-%d were not written", count, p.topic, p.number, exc_info=True)
+            batch.error = e
+        finally:
+            p.inflight = 0
+        batch.done.set()
+        _resolve_callbacks(batch)
+
+    def pending(self) -> int:
+        """Records accepted by send() and not written yet."""
+        return sum(len(p.current[0]) + p.inflight for t in list(self.topics.values()) for p in t.partitions)
+
+    # -- the sender thread ----------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            self.loop()
+        except BaseException as e:  # a bug: make later sends fail at once, and say so
+            self.failure = e
+            logger.critical("the producer's sender thread stopped; later sends will fail", exc_info=True)
+            for t in list(self.topics.values()):
+                for p in t.partitions:
+                    buffer, batch = p.current
+                    if len(buffer) and not batch.done.is_set():
+                        batch.error = IllegalStateError(f"the producer's sender thread stopped: {e!r}")
+                        batch.done.set()
+                        _resolve_callbacks(batch)
+
+    def loop(self) -> None:
+        """Send lingering batches; run retention and compaction on their schedules. A failing
+        step is logged and retried on the next pass; nothing here ends the thread but close()."""
+        next_retention = time.monotonic() + self.config["retention_check_interval_ms"] / 1000.0
+        next_cleaning = time.monotonic() + self.config["cleaner_check_interval_ms"] / 1000.0
+        while True:
+            with self.wakeup:
+                if not self.dirty and not self.closed:
+                    next_due = min(next_retention, next_cleaning)
+                    self.wakeup.wait(timeout=max(0.0, min(1.0, next_due - time.monotonic())))
+                dirty, self.dirty = self.dirty, set()
+                closing = self.closed
+            if self.linger and dirty and not closing:
+                oldest = min(p.first_add for p in dirty)
+                delay = oldest + self.linger - time.monotonic()
+                if delay > 0:
+                    with self.wakeup:  # close() cuts the linger short
+                        self.wakeup.wait_for(lambda: self.closed, timeout=delay)
+            for p in dirty:
+                self.step("sending a batch", self.drain, p)
+            if time.monotonic() >= next_retention:
+                self.step("enforcing retention", self.enforce_retention)
+                next_retention = time.monotonic() + self.config["retention_check_interval_ms"] / 1000.0
+            if time.monotonic() >= next_cleaning and not closing:
+                self.step("compacting", self.compact_dirty_partitions)
+                next_cleaning = time.monotonic() + self.config["cleaner_check_interval_ms"] / 1000.0
+            if closing:
+                return
+
+    def step(self, what: str, fn: Callable, *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            logger.error("producer sender: %s failed; retrying on the next pass", what, exc_info=True)
+
+    def enforce_retention(self) -> None:
+        """Time and size retention for every topic of the data directory (Kafka's broker does
+        this every log.retention.check.interval.ms): through this producer's open logs where it
+        has them, by opening the others briefly as a shared writer. A failing partition is
+        logged and retried on the next pass."""
+        from kafkalite.admin import Admin
+
+        others = []
+        for name in self.dir.topics():
+            t = self.topics.get(name)
+            if t is None:
+                others.append(name)
+                continue
+            for p in t.partitions:
+                try:
+                    with p.drain_lock:
+                        if p.log is not None:
+                            p.log.enforce_retention()
+                        elif os.path.isdir(self.dir.partition_path(name, p.number)):
+                            with self.dir.open_partition(name, p.number, shared_writers=True) as log:
+                                log.enforce_retention()
+                except Exception:
+                    logger.warning("retention of %s-%d failed; retrying on the next pass", name, p.number, exc_info=True)
+        if others:
+            Admin(self.dir.path).enforce_retention(others)
+
+    def compact_dirty_partitions(self) -> None:
+        """Kafka's background cleaner, for the compacted partitions this producer writes:
+        clean those whose dirty ratio reached ``min.cleanable.dirty.ratio``."""
+        for t in list(self.topics.values()):
+            if not t.compacted:
+                continue
+            for p in t.partitions:
+                try:
+                    with p.drain_lock:
+                        if p.log is not None:
+                            clean_if_dirty(p.log, t.config)
+                except Exception:
+                    logger.warning("compaction of %s-%d failed; retrying on the next pass", t.name, p.number, exc_info=True)
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def flush(self, timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for t in list(self.topics.values()):
+            for p in t.partitions:
+                if deadline is not None and time.monotonic() > deadline:
+                    raise KafkaTimeoutError(f"flush did not finish within {timeout} s; {self.pending()} records are not written yet")
+                self.drain(p)
+                if p.log is not None and self.durable:
+                    p.log.flush()
+
+    def close(self, timeout: float | None) -> None:
+        if self.closed:
+            return
+        try:
+            self.flush(timeout)
+        finally:
+            with self.wakeup:
+                self.closed = True
+                self.wakeup.notify()
+            if self.thread.is_alive() and self.thread is not threading.current_thread():
+                self.thread.join(timeout)
+            for t in self.topics.values():
+                for p in t.partitions:
+                    if p.log is not None:
+                        p.log.close()
+                        p.log = None
+
+    def close_at_exit(self, why: str) -> None:
+        """Flush and close a producer nobody closed (interpreter exit, or garbage collection),
+        waiting at most EXIT_FLUSH_TIMEOUT: the work runs in a helper thread, so even a write
+        stuck on a lock cannot hold the process. What stays unwritten is logged."""
+        if self.closed:
+            return
+        pending = self.pending()
+        done = threading.Event()
+
+        def work() -> None:
+            try:
+                self.close(EXIT_FLUSH_TIMEOUT)
+            except Exception:
+                logger.warning("closing a producer at %s failed", why, exc_info=True)
+            finally:
+                done.set()
+
+        threading.Thread(target=work, name="kafkalite-producer-exit-flush", daemon=True).start()
+        if not done.wait(EXIT_FLUSH_TIMEOUT):
+            logger.warning(
+                "a producer of %s left open at %s: %d of %d queued records could not be written within %.1f s "
+                "(call flush() or close() before exiting)",
+                self.dir.path, why, self.pending(), pending, EXIT_FLUSH_TIMEOUT,
+            )
+        elif pending:
+            logger.info("flushed %d records of a producer left open at %s", pending, why)
+
+
+def _finalize(sender: _Sender, why: str) -> None:
+    sender.close_at_exit(why)
 
 
 class Producer:
     """``Producer(path, **config)`` with kafka-python's names: ``acks`` (0, 1, 'all'),
     ``batch_size``, ``linger_ms``, ``compression_type`` (None/'none'/'zstd'),
-    ``key_serializer``, ``value_serializer``, ``partitioner``, ``max_request_size``."""
+    ``key_serializer``, ``value_serializer``, ``partitioner``, ``max_request_size``,
+    ``client_id``, and kafkalite's ``retention_check_interval_ms`` /
+    ``cleaner_check_interval_ms`` (how often this producer runs retention and compaction).
+
+    A batch is sent when it reaches ``batch_size`` bytes or after ``linger_ms``; a record that
+    would push a batch past ``batch_size`` (or the topic's ``max.message.bytes`` /
+    ``max_request_size``) starts the next batch, and only a record too large for any batch
+    fails (``RecordTooLargeError``). A producer not closed is flushed at interpreter exit and
+    when garbage collected, waiting at most ``EXIT_FLUSH_TIMEOUT`` seconds."""
 
     def __init__(self, path: str | os.PathLike[str], **config: Any) -> None:
         unknown = sorted(set(config) - set(DEFAULTS))
         if unknown:
             raise InvalidConfigError(f"unknown producer config {unknown[0]!r}; supported: {', '.join(sorted(DEFAULTS))}")
-        self.config = {**DEFAULTS, **config}
-        acks = self.config["acks"]
-        if acks not in (0, 1, -1, "all", "0", "1", "-1"):
-            raise InvalidConfigError(f"acks must be 0, 1 or 'all', not {acks!r}")
-        self._durable = acks in (-1, "all", "-1")
-        codec = self.config["compression_type"] or "none"
-        if codec not in ("none", "zstd"):
-            raise InvalidConfigError(f"compression_type must be None, 'none' or 'zstd' (kafkalite writes no {codec!r}), not {codec!r}")
-        for key in ("batch_size", "max_request_size"):
-            if not isinstance(self.config[key], int) or self.config[key] <= 0:
-                raise InvalidConfigError(f"{key} must be a positive integer, not {self.config[key]!r}")
-        if not isinstance(self.config["linger_ms"], (int, float)) or self.config["linger_ms"] < 0:
-            raise InvalidConfigError(f"linger_ms must be >= 0, not {self.config['linger_ms']!r}")
-        for key in ("key_serializer", "value_serializer", "partitioner"):
-            if self.config[key] is not None and not callable(self.config[key]):
-                raise InvalidConfigError(f"{key} must be callable")
-        self._dir = DataDir(path)
-        self._notifier = Notifier(os.path.join(self._dir.path, NOTIFY_FILE))
-        self._topics: dict[str, _Topic] = {}
-        self._lock = threading.Lock()
-        self._wakeup = threading.Condition(threading.Lock())
-        self._dirty: set[_Partition] = set()
-        self._closed = False
+        self.config = _checked_config({**DEFAULTS, **config})
+        self._sender = _Sender(DataDir(validate.path("path", path)), self.config)
+        self._topics = self._sender.topics  # shared: send() reads it without a method call
         self._batch_size = self.config["batch_size"]
         self._serializing = self.config["key_serializer"] is not None or self.config["value_serializer"] is not None
         self._custom_partitioner = self.config["partitioner"]
-        self._linger = self.config["linger_ms"] / 1000.0
-        self._sender = threading.Thread(target=self._run_sender, name="kafkalite-producer-sender", daemon=True)
-        self._sender.start()
+        self._sender.thread.start()
+        # Flushes at garbage collection and (weakref.finalize's atexit) at interpreter exit.
+        self._finalizer = weakref.finalize(self, _finalize, self._sender, "exit or garbage collection")
+
+    @property
+    def _closed(self) -> bool:
+        return self._sender.closed
 
     # -- sending ---------------------------------------------------------------------------
-    def _topic(self, name: str) -> _Topic:
-        topic = self._topics.get(name)
-        if topic is None:
-            meta = self._dir.topic(name)
-            options = log_options(meta.get("config", {}))
-            topic_codec = meta.get("config", {}).get("compression.type", "producer")
-            codec = (self.config["compression_type"] or "none") if topic_codec == "producer" else options["compression"]
-            max_bytes = min(options["max_message_bytes"], self.config["max_request_size"])
-            topic = _Topic(name, int(meta["partitions"]), codec, max_bytes, meta.get("config", {}))
-            with self._lock:
-                self._topics.setdefault(name, topic)
-            topic = self._topics[name]
-        return topic
+    def _check_open(self) -> None:
+        sender = self._sender
+        if sender.closed:
+            raise IllegalStateError("the producer is closed")
+        if sender.failure is not None:
+            raise IllegalStateError(f"the producer's sender thread stopped ({sender.failure!r}); create a new Producer") from sender.failure
+
+    def _topic(self, name: Any) -> _Topic:
+        try:
+            return self._topics[name]
+        except KeyError:
+            return self._sender.topic(name)
+        except TypeError:  # unhashable
+            raise InvalidTypeError(f"topic must be a str, not {type(name).__name__}") from None
 
     def send(
         self,
@@ -246,34 +528,49 @@ class Producer:
         timestamp_ms: int | None = None,
     ) -> FutureRecordMetadata:
         """Queue one record; returns a future of its ``RecordMetadata``."""
-        if self._closed:
-            raise IllegalStateError("the producer is closed")
-        if value is None and key is None:
-            raise InvalidConfigError("a record needs a key or a value (None for both is not allowed)")
+        sender = self._sender
+        if sender.closed or sender.failure is not None:
+            self._check_open()
         if self._serializing:
             key, value = self._serialize(key, value)
-        t = self._topics.get(topic) or self._topic(topic)
+        if value is None and key is None:
+            raise InvalidConfigError("a record needs a key or a value (None for both is not allowed)")
+        t = self._topic(topic)
         if key is None and t.compacted:
             raise InvalidRecordError(_NULL_KEY.format(topic=topic))
         if partition is None:
             partition = t.sticky if key is None and self._custom_partitioner is None else self._choose_partition(t, key)
-        elif not 0 <= partition < len(t.partitions):
-            raise InvalidConfigError(f"topic {topic!r} has partitions 0..{len(t.partitions) - 1}; there is no partition {partition}")
+        else:
+            partition = _check_partition(t, partition)
+        if timestamp_ms is not None:
+            validate.integer("timestamp_ms", timestamp_ms, 0)
         p = t.partitions[partition]
         while True:  # a buffer taken by the sender meanwhile refuses the record: use the next one
             buffer, batch = p.current
-            added = buffer.add(value, key, headers, timestamp_ms, t.max_bytes)
-            if added is not None:
+            try:
+                added = buffer.add(value, key, headers, timestamp_ms, self._batch_size, t.max_bytes)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise _record_error(value, key, headers) from e
+            if added is None:
+                continue
+            index, batch_bytes, ts = added
+            if index >= 0:
                 break
-        index, batch_bytes, ts = added
+            if index == RECORD_TOO_LARGE:
+                raise RecordTooLargeError(
+                    f"the record is {batch_bytes} bytes as a batch of its own (with the 61-byte batch header), "
+                    f"more than {t.limit_name} allows for topic {topic!r}; raise that limit or send a smaller record"
+                )
+            assert index == BATCH_FULL  # the record starts the next batch: send this one now
+            sender.drain(p)
         future = FutureRecordMetadata(batch, index, ts)
         if batch_bytes >= self._batch_size:
-            self._drain(p)
+            sender.drain(p)
         elif index == 0:
             p.first_add = time.monotonic()
-            with self._wakeup:
-                self._dirty.add(p)
-                self._wakeup.notify()
+            with sender.wakeup:
+                sender.dirty.add(p)
+                sender.wakeup.notify()
         return future
 
     def _serialize(self, key: Any, value: Any) -> tuple[Any, Any]:
@@ -287,9 +584,15 @@ class Producer:
     def _choose_partition(self, t: _Topic, key: bytes | None) -> int:
         custom = self.config["partitioner"]
         if custom is not None:
-            return int(custom(key, t.all, t.all))
+            chosen = custom(key, t.all, t.all)
+            try:
+                return _check_partition(t, chosen)
+            except InvalidConfigError as e:
+                raise type(e)(f"the partitioner returned {chosen!r}: {e}") from None
         if key is None:
             return t.sticky
+        if not isinstance(key, bytes):
+            raise bytes_expected("key", key)
         return partition_for_key(key, len(t.partitions))
 
     def send_batch(
@@ -301,186 +604,131 @@ class Producer:
         timestamp_ms: int | None = None,
     ) -> dict[int, tuple[int, int]]:
         """Bulk path: append many values (a list or a pyarrow binary/string array) at engine
-        speed, synchronously. Keys choose partitions with murmur2 like ``send``; without keys
-        all values go to ``partition`` (default: the sticky one). Returns
-        ``{partition: (first offset, last offset)}``."""
-        if self._closed:
-            raise IllegalStateError("the producer is closed")
+        speed, synchronously. ``value_serializer`` / ``key_serializer`` apply as in ``send``.
+        Keys choose partitions with murmur2 like ``send``; without keys all values go to
+        ``partition`` (default: the sticky one). Every argument is checked before anything is
+        written. Returns ``{partition: (first offset, last offset)}``."""
+        self._check_open()
         values = _as_bytes_list(values, "values")
-        t = self._topics.get(topic) or self._topic(topic)
-        if t.compacted and (keys is None or any(k is None for k in keys)):
-            raise InvalidRecordError(_NULL_KEY.format(topic=topic))
-        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        groups: dict[int, tuple[list, list | None]] = {}
-        if keys is None:
-            target = t.sticky if partition is None else partition
-            if not 0 <= target < len(t.partitions):
-                raise InvalidConfigError(f"topic {topic!r} has no partition {target}")
-            groups[target] = (values, None)
-        else:
+        if keys is not None:
             keys = _as_bytes_list(keys, "keys")
             if len(keys) != len(values):
                 raise InvalidConfigError(f"send_batch got {len(values)} values but {len(keys)} keys")
-            if partition is not None:
-                groups[partition] = (values, keys)
-            else:
-                numbers = partitions_for_keys([k if k is not None else b"" for k in keys], len(t.partitions))
-                for v, k, n in zip(values, keys, numbers):
-                    g = groups.setdefault(n, ([], []))
-                    g[0].append(v)
-                    g[1].append(k)  # type: ignore[union-attr]
+        vs, ks = self.config["value_serializer"], self.config["key_serializer"]
+        if vs is not None:
+            values = [None if v is None else vs(v) for v in values]
+        if ks is not None and keys is not None:
+            keys = [None if k is None else ks(k) for k in keys]
+        t = self._topic(topic)
+        if t.compacted and (keys is None or any(k is None for k in keys)):
+            raise InvalidRecordError(_NULL_KEY.format(topic=topic))
+        ts = int(time.time() * 1000) if timestamp_ms is None else validate.integer("timestamp_ms", timestamp_ms, 0)
+        if partition is not None:
+            partition = _check_partition(t, partition)
+        _check_values(values, keys)
+        if not values:
+            return {}
+        groups: dict[int, tuple[list, list | None]] = {}
+        if keys is None:
+            groups[t.sticky if partition is None else partition] = (values, None)
+        elif partition is not None:
+            groups[partition] = (values, keys)
+        else:
+            numbers = partitions_for_keys([k if k is not None else b"" for k in keys], len(t.partitions))
+            for v, k, n in zip(values, keys, numbers):
+                g = groups.setdefault(n, ([], []))
+                g[0].append(v)
+                g[1].append(k)  # type: ignore[union-attr]
         out = {}
-        for n, (vals, ks) in groups.items():
+        sender = self._sender
+        for n, (vals, kss) in groups.items():
             p = t.partitions[n]
             with p.drain_lock:
-                self._drain_locked(p)  # keep send()'s earlier records first
-                log = self._log(p)
-                if ks is None:
+                sender.drain_locked(p)  # keep send()'s earlier records first
+                log = sender.log(p)
+                if kss is None:
                     out[n] = log.append_values(vals, ts)
                 else:
-                    from kafkalite.log import Record
-
-                    out[n] = log.append([Record(v, key=k, timestamp=ts) for v, k in zip(vals, ks)])
-        self._notifier.notify()
+                    out[n] = log.append([Record(v, key=k, timestamp=ts) for v, k in zip(vals, kss)])
+        sender.notifier.notify()
         return out
-
-    # -- appending -------------------------------------------------------------------------
-    def _log(self, p: _Partition) -> Log:
-        if p.log is None:
-            options = {"shared_writers": True, "flush": "always" if self._durable else "os"}
-            p.log = self._dir.open_partition(p.topic, p.number, **options)
-        return p.log
-
-    def _drain(self, p: _Partition) -> None:
-        with p.drain_lock:
-            self._drain_locked(p)
-        self._notifier.notify()
-
-    def _drain_locked(self, p: _Partition) -> None:
-        buffer, batch = p.current
-        if len(buffer) == 0:
-            return
-        p.current = (BatchBuffer(p.codec), _Batch(p.topic, p.number))
-        t = self._topics[p.topic]
-        if t.sticky == p.number and len(t.partitions) > 1:  # KIP-480: a new sticky partition per batch
-            t.sticky = random.choice([n for n in t.all if n != p.number])
-        try:
-            result = self._log(p)._native.append_buffer(buffer)
-            if result is not None:
-                batch.first_offset, _, batch.log_append_time = result
-        except KafkaliteError as e:
-            batch.error = e
-        except Exception as e:  # report anything else through the futures too
-            batch.error = e
-        batch.done.set()
-        _resolve_callbacks(batch)
-
-    def _run_sender(self) -> None:
-        next_retention = time.monotonic() + self.config["retention_check_interval_ms"] / 1000.0
-        next_cleaning = time.monotonic() + self.config["cleaner_check_interval_ms"] / 1000.0
-        while True:
-            with self._wakeup:
-                if not self._dirty and not self._closed:
-                    next_due = min(next_retention, next_cleaning)
-                    self._wakeup.wait(timeout=max(0.0, min(1.0, next_due - time.monotonic())))
-                dirty, self._dirty = self._dirty, set()
-                closing = self._closed
-            if self._linger and dirty and not closing:
-                oldest = min(p.first_add for p in dirty)
-                delay = oldest + self._linger - time.monotonic()
-                if delay > 0:
-                    with self._wakeup:  # close() cuts the linger short
-                        self._wakeup.wait_for(lambda: self._closed, timeout=delay)
-            for p in dirty:
-                self._drain(p)
-            if time.monotonic() >= next_retention:
-                self._enforce_retention()
-                next_retention = time.monotonic() + self.config["retention_check_interval_ms"] / 1000.0
-            if time.monotonic() >= next_cleaning and not closing:
-                self._compact_dirty_partitions()
-                next_cleaning = time.monotonic() + self.config["cleaner_check_interval_ms"] / 1000.0
-            if closing:
-                return
-
-    def _enforce_retention(self) -> None:
-        """Time and size retention for every topic of the data directory (Kafka's broker does
-        this every log.retention.check.interval.ms): through this producer's open logs where it
-        has them, by opening the others briefly as a shared writer."""
-        from kafkalite.admin import Admin
-
-        others = []
-        for name in self._dir.topics():
-            t = self._topics.get(name)
-            if t is None:
-                others.append(name)
-                continue
-            for p in t.partitions:
-                try:
-                    with p.drain_lock:
-                        if p.log is not None:
-                            p.log.enforce_retention()
-                        elif os.path.isdir(self._dir.partition_path(name, p.number)):
-                            with self._dir.open_partition(name, p.number, shared_writers=True) as log:
-                                log.enforce_retention()
-                except KafkaliteError:
-                    pass  # retention is retried on the next pass
-        try:
-            Admin(self._dir.path).enforce_retention(others)
-        except KafkaliteError:
-            pass
-
-    def _compact_dirty_partitions(self) -> None:
-        """Kafka's background cleaner, for the compacted partitions this producer writes:
-        clean those whose dirty ratio reached ``min.cleanable.dirty.ratio``."""
-        for t in list(self._topics.values()):
-            if not t.compacted:
-                continue
-            for p in t.partitions:
-                try:
-                    with p.drain_lock:
-                        if p.log is not None:
-                            clean_if_dirty(p.log, t.config)
-                except KafkaliteError:
-                    pass  # retried on the next pass
 
     # -- lifecycle -------------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> None:
         """Append every queued record now and wait until they are in the log."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for t in list(self._topics.values()):
-            for p in t.partitions:
-                if deadline is not None and time.monotonic() > deadline:
-                    raise KafkaTimeoutError(f"flush did not finish within {timeout} s")
-                self._drain(p)
-                if p.log is not None and self._durable:
-                    p.log.flush()
+        self._sender.flush(validate.timeout("timeout", timeout))
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, stop the sender thread, close the partition logs. Idempotent."""
-        if self._closed:
-            return
-        self.flush(timeout)
-        with self._wakeup:
-            self._closed = True
-            self._wakeup.notify()
-        self._sender.join(timeout)
-        for t in self._topics.values():
-            for p in t.partitions:
-                if p.log is not None:
-                    p.log.close()
-                    p.log = None
+        timeout = validate.timeout("timeout", timeout)
+        self._finalizer.detach()
+        self._sender.close(timeout)
 
     def metrics(self) -> dict[str, Any]:
         return {}
 
     def partitions_for(self, topic: str) -> set[int]:
-        return set(range(self._dir.partitions(topic)))
+        return set(range(self._sender.dir.partitions(topic)))
 
     def __enter__(self) -> Producer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _checked_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Every producer setting checked up front (types, ranges, NaN), with what to pass instead."""
+    acks = config["acks"]
+    if isinstance(acks, bool) or acks not in (0, 1, -1, "all", "0", "1", "-1"):
+        raise InvalidConfigError(f"acks must be 0, 1 or 'all', not {acks!r}")
+    codec = config["compression_type"]
+    if codec is not None and not isinstance(codec, str):
+        raise InvalidTypeError(f"compression_type must be None or a str, not {type(codec).__name__}")
+    if (codec or "none") not in ("none", "zstd"):
+        raise InvalidConfigError(f"compression_type must be None, 'none' or 'zstd' (kafkalite writes no {codec!r}), not {codec!r}")
+    for key in ("batch_size", "max_request_size"):
+        validate.integer(key, config[key], 1, validate.INT32_MAX)
+    validate.number("linger_ms", config["linger_ms"], 0, validate.INT32_MAX)
+    for key in ("retention_check_interval_ms", "cleaner_check_interval_ms"):
+        validate.number(key, config[key], 1, validate.INT64_MAX // 10**6)
+    for key in ("key_serializer", "value_serializer", "partitioner"):
+        if config[key] is not None and not callable(config[key]):
+            raise InvalidTypeError(f"{key} must be callable (or None), not {type(config[key]).__name__}")
+    if config["client_id"] is not None:
+        validate.text("client_id", config["client_id"])
+    return config
+
+
+def _check_partition(t: _Topic, partition: Any) -> int:
+    number = validate.integer("partition", partition, -(2**63), validate.INT64_MAX)
+    if not 0 <= number < len(t.partitions):
+        raise InvalidConfigError(f"topic {t.name!r} has partitions 0..{len(t.partitions) - 1}; there is no partition {number}")
+    return number
+
+
+def _record_error(value: Any, key: Any, headers: Any) -> InvalidTypeError:
+    """Name what was wrong with a record the native buffer refused."""
+    for name, item in (("value", value), ("key", key)):
+        if item is not None and not isinstance(item, bytes):
+            return bytes_expected(name, item)
+    return InvalidTypeError(
+        f"headers must be a list of (str, bytes or None) pairs, for example [('trace', b'1')]; got {headers!r:.200}"
+    )
+
+
+def _check_values(values: list, keys: list | None) -> None:
+    """send_batch's records, all checked before any is written."""
+    for i, v in enumerate(values):
+        if not isinstance(v, bytes):
+            if v is None and keys is not None and keys[i] is not None:
+                continue
+            if v is None:
+                raise InvalidConfigError(f"values[{i}] is None and has no key; a record needs a key or a value")
+            raise bytes_expected(f"values[{i}]", v)
+    for i, k in enumerate(keys or ()):
+        if k is not None and not isinstance(k, bytes):
+            raise bytes_expected(f"keys[{i}]", k)
 
 
 def _as_bytes_list(items: Any, what: str) -> list:

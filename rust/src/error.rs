@@ -46,6 +46,11 @@ pub enum Error {
     #[error("the log refuses writes after a failed flush ({0}); reopen it to run recovery")]
     Poisoned(String),
 
+    /// The partition's directory was deleted (its topic deleted, perhaps created again)
+    /// since this log opened it (Kafka's UNKNOWN_TOPIC_OR_PARTITION).
+    #[error("unknown topic or partition: {0}")]
+    UnknownTopicOrPartition(String),
+
     /// Any I/O failure, with the file it concerned.
     #[error("{context}: {source}")]
     Io { context: String, source: io::Error },

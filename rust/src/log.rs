@@ -63,6 +63,14 @@ pub struct Log {
     last_listing: std::time::Instant,
     /// Identity of the start-offset file when last read (inode, mtime).
     start_offset_stamp: Option<(u64, i64, i64)>,
+    /// The partition directory's (device, inode) at open; see `check_not_deleted`.
+    dir_identity: (u64, u64),
+}
+
+/// (device, inode) of a directory.
+fn dir_identity(dir: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(dir).map(|m| (m.dev(), m.ino()))
 }
 
 impl Log {
@@ -77,6 +85,7 @@ impl Log {
         } else {
             std::fs::create_dir_all(&dir).context(|| format!("cannot create {}", dir.display()))?;
         }
+        let identity = dir_identity(&dir).context(|| format!("cannot stat {}", dir.display()))?;
         let lock = match (config.readonly, config.shared_writers) {
             (true, _) => None,
             (false, false) => Some(WriterLock::exclusive(&dir)?),
@@ -97,6 +106,7 @@ impl Log {
             last_log_append_time: None,
             last_listing: std::time::Instant::now(),
             start_offset_stamp: None,
+            dir_identity: identity,
         };
         match &log.lock {
             None => log.load_readonly()?,
@@ -119,9 +129,12 @@ impl Log {
     /// up with what the others appended; an exclusive writer already holds everything.
     pub(crate) fn as_writer<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
         self.check_writable()?;
-        let Some(lock) = self.lock.as_ref().filter(|l| l.is_shared()) else { return f(self) };
+        let Some(lock) = self.lock.as_ref().filter(|l| l.is_shared()) else {
+            self.check_not_deleted()?;
+            return f(self);
+        };
         lock.enter()?;
-        let result = self.catch_up().and_then(|()| f(self));
+        let result = self.check_not_deleted().and_then(|()| self.catch_up()).and_then(|()| f(self));
         self.lock.as_ref().unwrap().leave();
         result
     }
@@ -376,6 +389,26 @@ impl Log {
             return Err(Error::Closed(format!("the log {} is closed", self.dir.display())));
         }
         Ok(())
+    }
+
+    /// Deleting a topic renames its partition directories away (Kafka's `-delete` suffix) and
+    /// removes them; re-creating it makes new directories of the same name. A writer opened
+    /// before that must not acknowledge appends into the unlinked files: compare the
+    /// directory's identity with the one at open. Shared writers call this holding the append
+    /// lock, which the deleter also takes around its rename, so no append can pass the check
+    /// and then land in a directory renamed meanwhile.
+    fn check_not_deleted(&self) -> Result<()> {
+        match dir_identity(&self.dir) {
+            Ok(id) if id == self.dir_identity => Ok(()),
+            Ok(_) => Err(Error::UnknownTopicOrPartition(format!(
+                "{} was deleted and created again since this writer opened it; reopen it",
+                self.dir.display()
+            ))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(Error::UnknownTopicOrPartition(format!("{} was deleted", self.dir.display())))
+            }
+            Err(e) => Err(Error::io(format!("cannot stat {}", self.dir.display()), e)),
+        }
     }
 
     fn check_writable(&self) -> Result<()> {
@@ -656,6 +689,8 @@ impl Log {
             None => false,
         };
         let result = if finish { self.as_writer(|log| log.finish_partition()) } else { Ok(()) };
+        // A deleted partition has nothing left to finish.
+        let result = result.or_else(|e| if matches!(e, Error::UnknownTopicOrPartition(_)) { Ok(()) } else { Err(e) });
         self.closed = true;
         self.segments.clear();
         self.lock = None;

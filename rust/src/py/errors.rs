@@ -16,6 +16,7 @@ fn class_name(e: &Error) -> &'static str {
         Error::Unsupported(_) => "UnsupportedFormatError",
         Error::Closed(_) => "LogClosedError",
         Error::Poisoned(_) => "LogPoisonedError",
+        Error::UnknownTopicOrPartition(_) => "UnknownTopicOrPartitionError",
         Error::Io { .. } => "KafkaliteIOError",
     }
 }

@@ -5,9 +5,16 @@ use std::sync::Mutex;
 
 use pyo3::prelude::*;
 
+use crate::record::header::HEADER_LEN;
+use crate::record::record::record_size_upper_bound;
 use crate::record::{BatchBuilder, Compression, RecordInput};
 
 use super::record::{header_slices, held_headers};
+
+/// `BatchBuffer.add`'s answer when the record does not fit the batch (send it, start another).
+pub const FULL: i64 = -1;
+/// `BatchBuffer.add`'s answer when the record does not fit any batch on its own.
+pub const TOO_LARGE: i64 = -2;
 
 #[pyclass(frozen, module = "kafkalite._native")]
 pub struct BatchBuffer {
@@ -43,33 +50,48 @@ impl BatchBuffer {
         })
     }
 
-    /// Encode one record; returns (its index in the batch, the batch's size in bytes, its
-    /// timestamp), or None if the buffer was already taken (the caller retries on the new one).
-    /// `timestamp` defaults to now; a record larger than `max_bytes` is refused.
-    #[pyo3(signature = (value, key, headers, timestamp, max_bytes))]
+    /// Encode one record into this batch, as Kafka's `RecordAccumulator.tryAppend` does.
+    /// Returns one of:
+    /// - `(index in the batch >= 0, the batch's size in bytes, the record's timestamp)`: added;
+    /// - `(FULL, size, ts)`: the batch holds records and this one would push it past
+    ///   `min(batch_size, max_bytes)`: the caller sends this batch and adds the record to the next;
+    /// - `(TOO_LARGE, size of a batch holding only this record, ts)`: no batch can hold the record
+    ///   within `max_bytes` (the hard cap: the topic's max.message.bytes / max_request_size);
+    /// - `None`: the buffer was already taken for appending (the caller retries on the new one).
+    ///
+    /// Sizes are encoded batch bytes including the 61-byte batch header and log overhead
+    /// (uncompressed, so an upper bound of what a compressed batch takes). `timestamp`
+    /// defaults to now.
+    #[pyo3(signature = (value, key, headers, timestamp, batch_size, max_bytes))]
+    #[allow(clippy::too_many_arguments)]
     fn add(
         &self,
         value: Option<&[u8]>,
         key: Option<&[u8]>,
         headers: Option<&Bound<'_, PyAny>>,
         timestamp: Option<i64>,
+        batch_size: usize,
         max_bytes: usize,
-    ) -> PyResult<Option<(usize, usize, i64)>> {
-        let size = value.map_or(0, <[u8]>::len) + key.map_or(0, <[u8]>::len);
-        if size > max_bytes {
-            return Err(crate::Error::RecordTooLarge { size, max: max_bytes }.into());
-        }
+    ) -> PyResult<Option<(i64, usize, i64)>> {
         let held = held_headers(headers)?;
         let hs = header_slices(&held)?;
         let timestamp = timestamp.unwrap_or_else(crate::log::now_ms);
+        let record = RecordInput { key, value, headers: &hs, timestamp };
+        let record_bytes = record_size_upper_bound(&record);
+        if HEADER_LEN + record_bytes > max_bytes {
+            return Ok(Some((TOO_LARGE, HEADER_LEN + record_bytes, timestamp)));
+        }
         let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if guard.sealed {
             return Ok(None);
         }
         let builder = guard.builder.get_or_insert_with(|| BatchBuilder::new(self.compression, None, 16 * 1024));
         let index = builder.count();
-        builder.push(&RecordInput { key, value, headers: &hs, timestamp });
-        Ok(Some((index, builder.size(), timestamp)))
+        if index > 0 && builder.size() + record_bytes > batch_size.min(max_bytes) {
+            return Ok(Some((FULL, builder.size(), timestamp)));
+        }
+        builder.push(&record);
+        Ok(Some((index as i64, builder.size(), timestamp)))
     }
 
     fn __len__(&self) -> usize {
