@@ -118,3 +118,25 @@ def test_demo_cleans_up_and_never_writes_the_users_data_dir(tmp_path):
     assert kept.returncode == 0
     left = [p for p in tmp_path.iterdir() if p.name.startswith("kafkalite-demo-")]
     assert len(left) == 1 and str(left[0]) in kept.stdout.decode().replace("\n", "")
+
+
+def test_ctrl_c_in_produce_stops_cleanly_and_counts(data):
+    import signal
+
+    producer = subprocess.Popen(
+        [sys.executable, "-m", "kafkalite", "--data-dir", data, "produce", "t"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        producer.stdin.write(b"one\ntwo\nthree\n")
+        producer.stdin.flush()
+        time.sleep(2.0)  # the lines are read; stdin stays open, as a user typing would leave it
+        producer.send_signal(signal.SIGINT)
+        out, err = producer.communicate(timeout=30)
+    finally:
+        producer.kill()
+    assert producer.returncode == 130, err
+    assert b"Traceback" not in err
+    assert b"Produced 3 records to t." in err
+    done = kafkalite("--data-dir", data, "consume", "t", "--from-beginning")
+    assert sorted(done.stdout.split()) == [b"one", b"three", b"two"]

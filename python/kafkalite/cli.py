@@ -397,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and closed early
         sys.stderr.close()
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: the command already said what it did; no traceback
+        return 130
     except OSError as e:  # the file system's answer, in one line: what failed and on which path
         where = f": {e.filename}" if e.filename else ""
         print(f"kafkalite: {e.strerror or e}{where}", file=sys.stderr)
