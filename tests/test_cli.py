@@ -38,6 +38,10 @@ def test_data_dir_before_or_after_the_subcommand(data):
     after = kafkalite("topics", "list", "--data-dir", data)
     middle = kafkalite("topics", "--data-dir", data, "list")
     assert before.stdout == after.stdout == middle.stdout == b"t\n"
+    groups_before = kafkalite("--data-dir", data, "groups", "list")
+    groups_after = kafkalite("groups", "list", "--data-dir", data)
+    assert groups_before.returncode == groups_after.returncode == 0
+    assert groups_before.stdout == groups_after.stdout
 
 
 def test_internal_topics_hidden_unless_asked(data):

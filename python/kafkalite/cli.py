@@ -376,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from kafkalite import cli_groups
 
-    cli_groups.add_parser(sub, _require_dir)
+    cli_groups.add_parser(sub, _require_dir, _subparser)
 
     demo = sub.add_parser("demo", help="append and read back a stream in a temporary data directory, with throughput")
     demo.add_argument("--records", type=int, default=2_000_000, help="records to append (default 2,000,000)")

@@ -8,15 +8,16 @@ import argparse
 from kafkalite.admin import Admin
 
 
-def add_parser(sub: argparse._SubParsersAction, require_dir) -> None:  # type: ignore[type-arg]
-    groups = sub.add_parser("groups", help="list, describe, delete consumer groups and reset their offsets")
+def add_parser(sub: argparse._SubParsersAction, require_dir, subparser) -> None:  # type: ignore[type-arg]
+    """`subparser(parent, name, **kw)` adds a subcommand that also takes --data-dir (cli.py)."""
+    groups = subparser(sub, "groups", help="list, describe, delete consumer groups and reset their offsets")
     actions = groups.add_subparsers(dest="action", required=True)
-    actions.add_parser("list", help="group ids")
-    describe = actions.add_parser("describe", help="members, partitions, committed offsets and lag")
+    subparser(actions, "list", help="group ids")
+    describe = subparser(actions, "describe", help="members, partitions, committed offsets and lag")
     describe.add_argument("group")
-    delete = actions.add_parser("delete", help="delete an inactive group and its offsets")
+    delete = subparser(actions, "delete", help="delete an inactive group and its offsets")
     delete.add_argument("group")
-    reset = actions.add_parser("reset-offsets", help="set an inactive group's committed offsets")
+    reset = subparser(actions, "reset-offsets", help="set an inactive group's committed offsets")
     reset.add_argument("group")
     which = reset.add_mutually_exclusive_group(required=True)
     which.add_argument("--topic", action="append", help="TOPIC or TOPIC:P,P,... (repeatable)")
