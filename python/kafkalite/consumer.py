@@ -29,6 +29,7 @@ from kafkalite.errors import (
     ReadOnlyDataDirError,
     UnknownTopicError,
 )
+from kafkalite._arrow import require_pyarrow
 from kafkalite.log import Log
 from kafkalite.group import STRATEGIES, GroupFiles, GroupMember, encode_name, live_members
 from kafkalite.offsets import OffsetStore
@@ -481,7 +482,7 @@ class Consumer:
         return self._wait_for(self._fetch_arrow, timeout_ms, self._max_records(max_records, 65536))
 
     def _fetch_arrow(self, max_records: int) -> dict[TopicPartition, Any]:
-        import pyarrow as pa
+        pa = require_pyarrow("Consumer.poll_arrow")
 
         def read_one(tp: TopicPartition, limit: int) -> Any:
             batch = self._read_at_position(tp, limit, lambda log, pos, n: log._native.read_arrow(pos, None, n))

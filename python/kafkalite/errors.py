@@ -122,6 +122,10 @@ class ReadOnlyDataDirError(KafkaliteError, PermissionError):
     directory is read-only to this process or is a Kafka broker's log directory."""
 
 
+class MissingDependencyError(KafkaliteError, ImportError):
+    """An optional dependency a method needs is not installed (the message names the extra)."""
+
+
 class InvalidTopicTypeError(InvalidTopicError, InvalidTypeError):
     """A topic name that is not a str."""
 
@@ -140,4 +144,4 @@ def bytes_expected(argument: str, got: object) -> InvalidTypeError:
     )
 
 
-__all__ += ["UnknownTopicOrPartitionError", "InvalidTypeError", "InvalidTopicTypeError", "ReadOnlyDataDirError"]
+__all__ += ["UnknownTopicOrPartitionError", "InvalidTypeError", "InvalidTopicTypeError", "ReadOnlyDataDirError", "MissingDependencyError"]

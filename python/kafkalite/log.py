@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from kafkalite import _native, validate
+from kafkalite._arrow import require_pyarrow
 from kafkalite._native import Record
 from kafkalite.errors import InvalidConfigError, InvalidTypeError, bytes_expected
 
@@ -142,14 +143,18 @@ class Log:
     def read_arrow(self, start: int, end: int | None = None, max_records: int | None = None):  # -> pyarrow.RecordBatch
         """Records from ``start`` as a ``pyarrow.RecordBatch`` with columns offset, timestamp,
         key, value, headers."""
-        import pyarrow as pa
+        pa = require_pyarrow("Log.read_arrow")
+        return pa.record_batch(self.read_arrow_c(start, end, max_records))
 
+    def read_arrow_c(self, start: int, end: int | None = None, max_records: int | None = None) -> Any:
+        """The same records as ``read_arrow``, as an object implementing the Arrow PyCapsule
+        interface (``__arrow_c_array__``), with no copy and no pyarrow needed: hand it to
+        ``polars.from_arrow``, duckdb or ``pyarrow.record_batch``."""
         validate.integer("start", start, -(2**63))
         validate.optional_integer("end", end, -(2**63))
         validate.optional_integer("max_records", max_records, 1)
-
         batch, _next = self._native.read_arrow(start, end, max_records)
-        return pa.record_batch(batch)
+        return batch
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         """The earliest offset whose record timestamp is >= ``timestamp_ms``, or None."""
