@@ -41,7 +41,7 @@ def tree(root: str) -> dict[str, tuple[int, bytes]]:
         dirnames[:] = [d for d in dirnames if os.path.join(dirpath, d) != os.path.join(root, "data")]
         for name in dirnames + filenames:
             path = os.path.join(dirpath, name)
-            out[os.path.relpath(path, root)] = (os.lstat(path).st_mode, b"" if os.path.isdir(path) else open(path, "rb").read())
+            out[os.path.relpath(path, root)] = (os.lstat(path).st_mode, b"" if os.path.isdir(path) else open(path, "rb").read())  # noqa: SIM115
     return out
 
 
@@ -210,7 +210,7 @@ def test_the_command_line_round_trips_every_id(setup, group_id, capsys):
 
 
 def test_reset_offsets_takes_only_partitions_of_known_topics(setup):
-    data, root = setup
+    data, _ = setup
     admin = Admin(data)
     for bad in ([("../t", 0)], [("t", 5)], [("t", -1)], [("nope", 0)]):
         with pytest.raises((InvalidConfigError, InvalidTopicError, KeyError)):

@@ -81,8 +81,9 @@ class InvalidTopicError(KafkaliteError, ValueError):
     """A topic name that breaks Kafka's rules (1-249 characters of [a-zA-Z0-9._-], not . or ..)."""
 
 
-class IllegalStateError(KafkaliteError):
-    """A call that the client's current state does not allow (closed, or assign after subscribe...)."""
+class IllegalStateError(KafkaliteError, RuntimeError):
+    """A call that the client's current state does not allow (closed, or assign after subscribe...).
+    Also a ``RuntimeError``: the call is fine, the object is not in a state to take it."""
 
 
 class CommitFailedError(KafkaliteError):

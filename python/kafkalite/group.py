@@ -83,7 +83,7 @@ def encode_name(value: str, what: str = "group_id") -> str:
 
 def decode_name(name: str) -> str | None:
     """The id that ``encode_name`` turned into ``name``; None for a hashed name (see
-    ``GroupFiles.hashed_id``) or for anything ``encode_name`` would not have written."""
+    ``group_id_of``) or for anything ``encode_name`` would not have written."""
     if "%" not in name:
         value = name
     else:
@@ -352,8 +352,6 @@ class GroupMember:
         self.owned: set[TopicPartition] = set()
         self._topics: list[str] = []
         self._seen_stamp: tuple[int, int, int] | None = None
-        #: The state-file stamp at which ``owned`` was last confirmed against the group's state.
-        self._verified_stamp: tuple[int, int, int] | None = None
         self._pending = False
         self._left = False
         self._fd: int | None = None
@@ -449,7 +447,10 @@ class GroupMember:
         self._seen_stamp = stamp
         state = self.files.load()
         if self.member_id not in state["members"]:
-            return Changes(revoke=sorted(self.owned), target=[], generation=state["generation"], lost=True)
+            lost = sorted(self.owned)
+            self._confirm_owned(state)
+            return Changes(revoke=lost, target=[], generation=state["generation"], lost=True)
+        self._confirm_owned(state)
         counts = self._partition_counts()
         subscribed = set(self._topics)
         if {t: n for t, n in counts.items() if t in subscribed} != {t: n for t, n in state["partitions"].items() if t in subscribed}:
@@ -502,24 +503,22 @@ class GroupMember:
         return got
 
     def verified_owned(self) -> set[TopicPartition]:
-        """The partitions this member may fetch right now: those it owns in the group's current
-        state. One ``stat`` when the state did not change since the last check; otherwise the
-        state is re-read, and partitions that it no longer records as this member's (evicted,
-        or taken over) are dropped from ``owned`` at once. The consumer calls this before every
-        fetch, so no path can return records of a partition that another member may own."""
+        """The partitions this member may fetch now: ``owned`` as the group's state confirmed it
+        at the last ``changes()`` (which the consumer calls right before each fetch; it re-reads
+        the state whenever the file changed), and nothing once the heartbeat thread left the
+        group. So no path returns records of a partition that another member may own."""
         if self._left or self.member_id is None:
-            self.owned = set()  # left (max_poll_interval_ms) or never joined: owns nothing
-            return set()
-        stamp = self.files.stamp()
-        if stamp is not None and stamp == self._verified_stamp:
-            return set(self.owned)
-        state = self.files.load()
+            self.owned = set()  # left (max_poll_interval_ms) or not joined: owns nothing
+        return set(self.owned)
+
+    def _confirm_owned(self, state: dict[str, Any]) -> None:
+        """Keep only what the group's state records as this member's: after an eviction (or
+        anything else that took a partition away) the member stops fetching at once, whatever
+        its listener does."""
         if self.member_id not in state["members"]:
             self.owned = set()
         else:
             self.owned = {tp for tp in self.owned if state["owners"].get(partition_key(tp)) == self.member_id}
-        self._verified_stamp = stamp
-        return set(self.owned)
 
     def mark_pending(self) -> None:
         """Re-check the assignment on the next ``changes()`` (a rebalance step was cut short)."""
