@@ -97,7 +97,7 @@ def test_a_stream_commit_that_crashed_midway_is_finished_without_duplicates(tmp_
     from kafkalite.spark import sink
 
     path = str(tmp_path)
-    Admin(path).create_topic("dst", 2)
+    Admin(path).create_topic("dst", 2, {"max.message.bytes": 256})  # several batches per partition
     table = pa.table({"key": [b"k%d" % i for i in range(100)], "value": [b"v%d" % i for i in range(100)]})
 
     def contents():
@@ -112,20 +112,27 @@ def test_a_stream_commit_that_crashed_midway_is_finished_without_duplicates(tmp_
     assert not sink.publish_once(path, "s", 0, [table], "dst")  # a plain replay: skipped
     assert contents() == expected
     # Batch 1 crashes after appending one and a half partitions, before its commit mark.
-    real_append = sink._append
+    from kafkalite.spark.batches import batch_infos
+
+    real_append = Log.append_batches
     calls = []
 
-    def crashing_append(p, g, skip=0):
-        calls.append(g.partition)
+    def crashing_append(log, data):
+        calls.append(log.path)
         if len(calls) == 2:
-            half = sink.Group(g.topic, g.partition, g.values[: len(g.values) // 2], g.keys[: len(g.keys) // 2], g.headers[: len(g.headers) // 2])
-            real_append(p, half, skip)
+            infos = list(batch_infos(data))
+            assert len(infos) > 1
+            cut, pos = len(infos) // 2, 0
+            for _ in range(cut):
+                pos += 12 + int.from_bytes(data[pos + 8 : pos + 12], "big")
+            real_append(log, data[:pos])
             raise SystemExit("killed")
-        real_append(p, g, skip)
+        return real_append(log, data)
 
-    monkeypatch.setattr(sink, "_append", crashing_append)
+    monkeypatch.setattr(Log, "append_batches", crashing_append)
     with pytest.raises(SystemExit):
         sink.publish_once(path, "s", 1, [table], "dst")
-    monkeypatch.setattr(sink, "_append", real_append)
+    monkeypatch.setattr(Log, "append_batches", real_append)
+    assert len(contents()) > len(expected)  # part of batch 1 is in the log
     assert sink.publish_once(path, "s", 1, [table], "dst")  # Spark replays batch 1
     assert contents() == sorted(expected * 2)  # batch 0 and batch 1, each exactly once

@@ -171,7 +171,7 @@ def _key(g: Group) -> str:
 
 def producer_for(sink: str) -> Producer:
     """The sink's Kafka producer identity: a non-negative 63-bit id from the sink id, epoch 0."""
-    return Producer(int(sink[:16], 16) >> 1)
+    return Producer(int.from_bytes(hashlib.sha256(sink.encode()).digest()[:8], "big") >> 1)
 
 
 def _encode(
