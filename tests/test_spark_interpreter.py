@@ -54,3 +54,18 @@ def test_format_kafkalite_works_from_a_venv_that_is_not_activated(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "COUNT 10" in out.stdout
+
+
+def test_plain_import_of_kafkalite_points_spark_workers_here():
+    """`import kafkalite` alone is enough (no Spark needed to check): PYSPARK_PYTHON defaults to
+    this interpreter, and a user's own choice is never overridden."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import os, kafkalite; print(os.environ.get('PYSPARK_PYTHON'))"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    unset = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert unset.stdout.strip() == sys.executable, unset.stderr
+    chosen = subprocess.run([sys.executable, "-c", code], env={**env, "PYSPARK_PYTHON": "/opt/py"}, capture_output=True, text=True, timeout=60)
+    assert chosen.stdout.strip() == "/opt/py"

@@ -11,6 +11,11 @@ from kafkalite.admin import Admin, PartitionInfo, TopicDescription
 from kafkalite.consumer import Consumer, NoOffsetForPartitionError, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from kafkalite.log import Log, RecoveryWarning, SegmentInfo
 from kafkalite.producer import FutureRecordMetadata, Producer, RecordMetadata
+from kafkalite.spark.interpreter import use_this_interpreter as _use_this_interpreter
+
+# Spark's Python workers run PYSPARK_PYTHON, else `python3` from PATH, which outside an activated
+# venv has no kafkalite: default it to this interpreter (never overriding the user's choice).
+_use_this_interpreter()
 
 __all__ = [
     "Admin",
