@@ -188,3 +188,14 @@ def test_the_str_wording_is_the_same_on_every_path(tmp_path):
                 call()
             messages.append(str(info.value).split(" must be ", 1)[1])
     assert len(set(messages)) == 1, messages
+
+
+@pytest.mark.parametrize("timeout, builtin", [(NAN, ValueError), (-1, ValueError), ("1", TypeError)])
+def test_a_future_refuses_a_bad_timeout(tmp_path, timeout, builtin):
+    data_dir = str(tmp_path / "data")
+    Admin(data_dir).create_topic("t")
+    with Producer(data_dir, linger_ms=10_000) as p:
+        future = p.send("t", b"v")
+        with pytest.raises(KafkaliteError, match="timeout") as info:
+            future.get(timeout=timeout)
+        assert isinstance(info.value, builtin)

@@ -125,6 +125,8 @@ class FutureRecordMetadata:
 
     def get(self, timeout: float | None = None) -> RecordMetadata:
         """Wait until the record is in the log and return where; raise what went wrong."""
+        if timeout is not None:
+            validate.timeout("timeout", timeout)
         if not self._batch.done.wait(timeout):
             raise KafkaTimeoutError(f"record not written within {timeout} s")
         if self._batch.error is not None:
