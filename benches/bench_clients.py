@@ -34,6 +34,20 @@ def timed(fn):
     return time.perf_counter() - began, result
 
 
+def check_futures(futures: list, what: str) -> None:
+    """A benchmark counts only written records: every future must have succeeded."""
+    failed = [f for f in futures if not f.succeeded()]
+    if failed:
+        raise SystemExit(f"{what}: {len(failed)} of {len(futures)} records failed, first: {failed[0].exception!r}")
+
+
+def check_ranges(ranges: list[tuple[int, int]], expected: int, what: str) -> None:
+    """(first, last) offsets of bulk appends: contiguous, and as many records as counted."""
+    written = sum(last - first + 1 for first, last in ranges)
+    if written != expected or any(b[0] != a[1] + 1 for a, b in zip(ranges, ranges[1:])):
+        raise SystemExit(f"{what}: wrote {written} records in {len(ranges)} calls, expected {expected} contiguous")
+
+
 def percentile(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(len(xs) * q))]
@@ -74,28 +88,30 @@ def main() -> None:
             def run():
                 with Producer(data, **config) as p:
                     send = p.send
-                    for _ in range(n):
-                        send("t", VALUE)
+                    return [send("t", VALUE) for _ in range(n)]
             return run
 
-        s, _ = timed(send_loop())
+        s, futures = timed(send_loop())
+        check_futures(futures, "send() with defaults")
         res["kafkalite send() (defaults: batch_size 16 KiB, linger 0)"] = {"seconds": s, "records": n}
-        s, _ = timed(send_loop(batch_size=1 << 20, linger_ms=5))
+        s, futures = timed(send_loop(batch_size=1 << 20, linger_ms=5))
+        check_futures(futures, "send() with batch_size 1 MiB")
         res["kafkalite send() (batch_size 1 MiB)"] = {"seconds": s, "records": n}
+        del futures
 
         values = [VALUE] * 1000
         def send_batch():
             with Producer(data) as p:
-                for _ in range(n // 1000):
-                    p.send_batch("bulk", values, partition=0)
-        s, _ = timed(send_batch)
+                return [p.send_batch("bulk", values, partition=0)[0] for _ in range(n // 1000)]
+        s, ranges = timed(send_batch)
+        check_ranges(ranges, n // 1000 * 1000, "send_batch")
         res["kafkalite send_batch (1,000 per call)"] = {"seconds": s, "records": n}
 
         def append_values():
             with Log(os.path.join(work, "raw-0")) as log:
-                for _ in range(n // 1000):
-                    log.append_values(values)
-        s, _ = timed(append_values)
+                return [log.append_values(values) for _ in range(n // 1000)]
+        s, ranges = timed(append_values)
+        check_ranges(ranges, n // 1000 * 1000, "Log.append_values")
         res["engine Log.append_values (1,000 per call)"] = {"seconds": s, "records": n}
 
         # Peer 1: SQLite WAL, one row per record, a transaction per 1,000 rows.
@@ -173,8 +189,10 @@ def main() -> None:
 
         # -- latency between processes -----------------------------------------------------
         lat_n = 2000
+        lat_futures: list = []
         with Producer(data, linger_ms=0) as p:
-            kl = latency_run("kafkalite", data, lat_n, lambda v: p.send("lat", v))
+            kl = latency_run("kafkalite", data, lat_n, lambda v: lat_futures.append(p.send("lat", v)))
+        check_futures(lat_futures, "latency run")
         lat_db = os.path.join(work, "lat.db")
         ldb = sqlite3.connect(lat_db, isolation_level=None)
         ldb.execute("PRAGMA journal_mode=WAL")

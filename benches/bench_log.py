@@ -33,6 +33,12 @@ def settle() -> None:
     os.sync()
 
 
+def check_written(log: Log, expected: int, what: str) -> None:
+    """A benchmark counts only what the log holds: every record it timed must be there."""
+    if log.end_offset - log.start_offset != expected:
+        raise SystemExit(f"{what}: the log holds {log.end_offset - log.start_offset} records, expected {expected}")
+
+
 def timed(fn, setup=None, repeats: int = REPEATS):
     """Median seconds of `repeats` runs (each after `setup` and a sync), and the last result."""
     times, result = [], None
@@ -91,6 +97,7 @@ def main() -> None:
 
         s, _ = timed(append_values, setup=fresh_log)
         log = logs[0]
+        check_written(log, records, "append_values")
         results["append_values"] = {"seconds": s, "records": records, "bytes": total_bytes}
 
         # 3. append with Record objects (a tenth of the volume: it is the slow path).
@@ -103,6 +110,7 @@ def main() -> None:
                 rec_log.append(recs)
 
         s, _ = timed(append_records, repeats=1)
+        check_written(rec_log, rec_batches * PER_BATCH, "append(Record)")
         results["append(Record)"] = {"seconds": s, "records": rec_batches * PER_BATCH, "bytes": rec_batches * len(batch_bytes)}
         rec_log.close()
 

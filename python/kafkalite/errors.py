@@ -136,7 +136,7 @@ def bytes_expected(argument: str, got: object) -> InvalidTypeError:
     ``Producer.send``, ``send_batch`` and ``Log.append*``."""
     if isinstance(got, str):
         return InvalidTypeError(
-            f"{argument} must be bytes (or None), not str; encode it (for example {argument}.encode()) "
+            f"{argument} must be bytes (or None), not str; encode it with .encode() "
             "or set a serializer (value_serializer=str.encode / key_serializer=str.encode)"
         )
     return InvalidTypeError(

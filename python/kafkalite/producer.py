@@ -125,6 +125,8 @@ class FutureRecordMetadata:
 
     def get(self, timeout: float | None = None) -> RecordMetadata:
         """Wait until the record is in the log and return where; raise what went wrong."""
+        if timeout is not None:
+            validate.timeout("timeout", timeout)
         if not self._batch.done.wait(timeout):
             raise KafkaTimeoutError(f"record not written within {timeout} s")
         if self._batch.error is not None:
@@ -241,6 +243,7 @@ class _Sender:
         #: Set when the sender thread died: later sends raise at once instead of timing out.
         self.failure: BaseException | None = None
         self.linger = config["linger_ms"] / 1000.0
+        self.pid = os.getpid()  # a forked child must not flush its parent's records at its exit
         self.thread = threading.Thread(target=self.run, name="kafkalite-producer-sender", daemon=True)
 
     # -- topics and logs ------------------------------------------------------------------
@@ -310,7 +313,7 @@ class _Sender:
             if isinstance(e, KafkaliteError):
                 logger.warning("%d records for %s-%d were not written: %s", count, p.topic, p.number, e)
             else:
-                logger.error("%d records for %s-%d were not written", count, p.topic, p.number, exc_info=True)
+                logger.exception("%d records for %s-%d were not written", count, p.topic, p.number)
             batch.error = e
         finally:
             p.inflight = 0
@@ -369,7 +372,7 @@ class _Sender:
         try:
             fn(*args)
         except Exception:
-            logger.error("producer sender: %s failed; retrying on the next pass", what, exc_info=True)
+            logger.exception("producer sender: %s failed; retrying on the next pass", what)
 
     def enforce_retention(self) -> None:
         """Time and size retention for every topic of the data directory (Kafka's broker does
@@ -443,7 +446,7 @@ class _Sender:
         """Flush and close a producer nobody closed (interpreter exit, or garbage collection),
         waiting at most EXIT_FLUSH_TIMEOUT: the work runs in a helper thread, so even a write
         stuck on a lock cannot hold the process. What stays unwritten is logged."""
-        if self.closed:
+        if self.closed or os.getpid() != self.pid:
             return
         pending = self.pending()
         done = threading.Event()

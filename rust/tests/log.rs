@@ -336,3 +336,29 @@ fn shared_writers_opening_at_the_same_moment_all_get_in() {
         assert!(log.recovery_reports().is_empty(), "the last writer out sealed the partition");
     }
 }
+
+/// A writer whose partition directory was deleted (renamed away, as `delete_topic` does) or
+/// deleted and created again refuses to append, with `UnknownTopicOrPartition`; closing it
+/// still succeeds, and nothing lands in the renamed folder.
+#[test]
+fn appends_into_a_deleted_partition_directory_are_refused() {
+    for shared_writers in [true, false] {
+        for recreate in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("events-0");
+            let mut log = Log::open(&path, LogConfig { shared_writers, ..config(16 * 1024) }).unwrap();
+            append(&mut log, &values(3, "before"), 1);
+            let doomed = dir.path().join("events-0.0123-delete");
+            fs::rename(&path, &doomed).unwrap();
+            if recreate {
+                fs::create_dir(&path).unwrap();
+            }
+            let refs: Vec<&[u8]> = vec![b"after"];
+            let err = log.append_values(&refs, 2).unwrap_err();
+            assert!(matches!(err, Error::UnknownTopicOrPartition(_)), "{err:?}");
+            log.close().unwrap();
+            let mut old = Log::open(&doomed, LogConfig { readonly: true, ..config(16 * 1024) }).unwrap();
+            assert_eq!(all(&mut old).len(), 3);
+        }
+    }
+}
