@@ -16,6 +16,7 @@ __all__ = [
     "murmur2",
     "partitions_for_keys",
     "crc32c",
+    "failpoint_names",
     "__version__",
 ]
 
@@ -24,6 +25,7 @@ __version__: str
 def murmur2(data: bytes) -> int: ...
 def partitions_for_keys(keys: list[bytes], partitions: int) -> list[int]: ...
 def crc32c(data: bytes) -> int: ...
+def failpoint_names() -> list[str]: ...
 
 @final
 class ConsumerRecord:

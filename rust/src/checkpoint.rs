@@ -27,8 +27,13 @@ pub fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> Result<()> {
         .truncate(true)
         .open(&tmp)
         .context(|| format!("cannot write {}", tmp.display()))?;
-    f.write_all(contents).and_then(|_| f.sync_all()).context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, &dst).context(|| format!("cannot rename {} to {}", tmp.display(), dst.display()))?;
+    crate::failpoint::hit("checkpoint.write")
+        .and_then(|()| f.write_all(contents))
+        .and_then(|_| f.sync_all())
+        .context(|| format!("cannot write {}", tmp.display()))?;
+    crate::failpoint::hit("checkpoint.rename")
+        .and_then(|()| std::fs::rename(&tmp, &dst))
+        .context(|| format!("cannot rename {} to {}", tmp.display(), dst.display()))?;
     sync_dir(dir)
 }
 

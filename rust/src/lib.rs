@@ -24,6 +24,7 @@ pub mod arrow_spark;
 pub mod checkpoint;
 pub mod cleaner;
 pub mod error;
+pub mod failpoint;
 pub mod index;
 pub mod lock;
 pub mod log;

@@ -63,6 +63,8 @@ pub struct Log {
     last_listing: std::time::Instant,
     /// Identity of the start-offset file when last read (inode, mtime).
     start_offset_stamp: Option<(u64, i64, i64)>,
+    /// `open` finished: the segments were loaded (and recovered) completely.
+    loaded: bool,
 }
 
 impl Log {
@@ -97,6 +99,7 @@ impl Log {
             last_log_append_time: None,
             last_listing: std::time::Instant::now(),
             start_offset_stamp: None,
+            loaded: false,
         };
         match &log.lock {
             None => log.load_readonly()?,
@@ -112,6 +115,7 @@ impl Log {
                 shared?;
             }
         }
+        log.loaded = true;
         Ok(log)
     }
 
@@ -591,19 +595,48 @@ impl Log {
         self.as_writer(|log| log.roll_locked())
     }
 
+    /// Seal the active segment, then create the next one. A roll that fails at any step, or
+    /// whose writer dies between steps, leaves a log every writer can append to: until the next
+    /// segment exists, the sealed one is still the newest segment in the directory, and the
+    /// next append (ours after `unseal`, another shared writer's in `adopt_for_append`, or the
+    /// next open's recovery) takes it as the active segment and reserves blocks for it again.
+    /// (Creating the next segment first would leave, on failure, an unsealed segment with an
+    /// empty successor; a shared writer would append to the old one unless it listed the
+    /// directory on every append.)
     pub(crate) fn roll_locked(&mut self) -> Result<()> {
         let base = self.end_offset();
-        let active = self.segments.last_mut().unwrap();
-        if active.is_empty() {
+        if self.segments.last().is_none_or(|s| s.is_empty()) {
             return Ok(());
         }
-        active.seal()?;
-        if self.config.flush != FlushPolicy::Os {
+        let dir = self.dir.clone();
+        let settings = self.settings();
+        let flush = self.config.flush;
+        let active = self.segments.last_mut().unwrap();
+        crate::failpoint::hit("roll.before_seal").context(|| format!("cannot roll {}", dir.display()))?;
+        if let Err(e) = active.seal() {
+            active.unseal();
+            return Err(e);
+        }
+        if flush != FlushPolicy::Os {
             active.sync_all().inspect_err(|e| self.poisoned = Some(e.to_string()))?;
         }
-        let seg = Segment::create(&self.dir, base, self.settings(), now_ms())?;
+        let created = crate::failpoint::hit("roll.after_seal")
+            .context(|| format!("cannot roll {}", dir.display()))
+            .and_then(|()| Segment::create(&dir, base, settings, now_ms()));
+        let seg = match created {
+            Ok(seg) => seg,
+            Err(e) => {
+                active.unseal();
+                return Err(e);
+            }
+        };
         self.segments.push(seg);
         self.flushed_position = 0;
+        crate::failpoint::hit("roll.after_create").context(|| format!("cannot roll {}", dir.display()))?;
+        if flush == FlushPolicy::Always {
+            // The new files' directory entries, durable before anything is acknowledged in them.
+            sync_dir(&dir).inspect_err(|e| self.poisoned = Some(e.to_string()))?;
+        }
         Ok(())
     }
 
@@ -651,8 +684,10 @@ impl Log {
         if self.closed {
             return Ok(());
         }
+        // A log whose open failed part-way recovered nothing: it must not leave the marker
+        // that tells the next writer to trust the files.
         let finish = match self.lock.as_mut() {
-            Some(lock) => self.poisoned.is_none() && lock.last_one_out(),
+            Some(lock) => self.loaded && self.poisoned.is_none() && lock.last_one_out(),
             None => false,
         };
         let result = if finish { self.as_writer(|log| log.finish_partition()) } else { Ok(()) };
@@ -663,10 +698,12 @@ impl Log {
     }
 
     fn finish_partition(&mut self) -> Result<()> {
-        let active = self.segments.last_mut().unwrap();
+        let Some(active) = self.segments.last_mut() else { return Ok(()) };
         active.seal()?;
         active.sync_all()?;
-        write_atomically(&self.dir, CLEAN_SHUTDOWN_FILE, b"")
+        crate::failpoint::hit("shutdown.before_marker").context(|| format!("cannot close {}", self.dir.display()))?;
+        write_atomically(&self.dir, CLEAN_SHUTDOWN_FILE, b"")?;
+        crate::failpoint::hit("shutdown.after_marker").context(|| format!("cannot close {}", self.dir.display()))
     }
 
     pub(crate) fn set_start_offset(&mut self, offset: i64) -> Result<()> {

@@ -88,19 +88,43 @@ impl Segment {
         )
     }
 
-    /// Create a new, empty active segment.
+    /// Create a new, empty active segment. All or nothing: if a step fails, the files this
+    /// call created are removed again, so a failed roll leaves the directory as it was. A
+    /// `.log` that already exists is taken over only when it is empty (what a writer killed
+    /// mid-creation leaves); one holding data is never truncated.
     pub fn create(dir: &Path, base_offset: i64, settings: SegmentSettings, now_ms: i64) -> Result<Segment> {
         let (log_path, index_path, time_path) = Self::paths(dir, base_offset);
+        let created = Self::create_files(dir, base_offset, settings, now_ms);
+        if created.is_err() {
+            for p in [&log_path, &index_path, &time_path] {
+                let _ = remove_if_exists(p);
+            }
+        }
+        created
+    }
+
+    fn create_files(dir: &Path, base_offset: i64, settings: SegmentSettings, now_ms: i64) -> Result<Segment> {
+        let (log_path, index_path, time_path) = Self::paths(dir, base_offset);
+        let cannot = |p: &Path| format!("cannot create segment {}", p.display());
+        crate::failpoint::hit("segment.create.log").context(|| cannot(&log_path))?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
-            .truncate(true)
+            .truncate(false)
             .open(&log_path)
-            .context(|| format!("cannot create segment {}", log_path.display()))?;
-        for p in [&index_path, &time_path] {
-            File::create(p).context(|| format!("cannot create index {}", p.display()))?;
+            .context(|| cannot(&log_path))?;
+        let existing = file.metadata().context(|| cannot(&log_path))?.len();
+        if existing > 0 {
+            return Err(Error::corrupt(format!(
+                "cannot create segment {}: a file of {existing} bytes is already there (the directory changed under this writer)",
+                log_path.display()
+            )));
         }
+        crate::failpoint::hit("segment.create.index").context(|| cannot(&index_path))?;
+        File::create(&index_path).context(|| cannot(&index_path))?;
+        crate::failpoint::hit("segment.create.timeindex").context(|| cannot(&time_path))?;
+        File::create(&time_path).context(|| cannot(&time_path))?;
         let mut seg = Self::open_files(dir, base_offset, file, true, settings, now_ms)?;
         seg.ensure_capacity(0)?;
         Ok(seg)
@@ -234,9 +258,9 @@ impl Segment {
     fn grow(&mut self, target: usize) -> Result<()> {
         let target = target.next_multiple_of(4096);
         let from = self.allocated_len;
-        reserve_blocks(&self.file, from, target).context(|| {
-            format!("cannot reserve {target} bytes for {} (is the disk full?)", self.log_path().display())
-        })?;
+        crate::failpoint::hit("segment.reserve").and_then(|()| reserve_blocks(&self.file, from, target)).context(
+            || format!("cannot reserve {target} bytes for {} (is the disk full?)", self.log_path().display()),
+        )?;
         self.allocated_len = target;
         if self.map.is_none() || target > self.mapped_len || !self.map_writable {
             // Address space only: bytes past `allocated_len` are never touched (mmap invariant 3).
@@ -560,7 +584,16 @@ impl Segment {
     /// segment for writing from the file's current reserved length.
     /// `discover` must have run just before, under the same lock.
     pub fn adopt_for_append(&mut self, max_batch: usize) -> Result<()> {
-        let file_len = self.file_len_seen;
+        // The length now, under the append lock (no writer can change it until we leave).
+        let file_len =
+            self.file.metadata().context(|| format!("cannot stat {}", self.log_path().display()))?.len() as usize;
+        if file_len < self.size {
+            return Err(Error::corrupt(format!(
+                "{} is {file_len} bytes, shorter than the {} bytes of batches already read from it (truncated by another process?)",
+                self.log_path().display(),
+                self.size
+            )));
+        }
         let mut probe = [0u8; HEADER_LEN];
         let n = read_at_most(&self.file, &mut probe, self.size as u64)?;
         if probe[..n].iter().any(|&b| b != 0) {
@@ -571,7 +604,11 @@ impl Segment {
                 .context(|| format!("cannot clear a torn batch in {}", self.log_path().display()))?;
         }
         self.bytes_since_last_index_entry = self.bytes_after_last_index_entry();
-        self.allocated_len = self.allocated_len.max(file_len);
+        // Only the file's current length is backed by blocks: another writer may have sealed
+        // (trimmed) this segment since we last wrote it, and then failed or died before it
+        // created the next one. Our old allocation and map are stale; storing below them but
+        // past the file's end would be lost, or raise SIGBUS (mmap invariant 3).
+        self.allocated_len = file_len;
         self.sealed = false;
         self.ensure_capacity(0)
     }
@@ -614,9 +651,24 @@ impl Segment {
         }
         self.finish_prefault();
         // Trimming never cuts below `size`, so maps handed to readers stay valid (mmap invariant 1).
-        self.file.set_len(self.size as u64).context(|| format!("cannot trim {}", self.log_path().display()))?;
+        crate::failpoint::hit("segment.seal.trim")
+            .and_then(|()| self.file.set_len(self.size as u64))
+            .context(|| format!("cannot trim {}", self.log_path().display()))?;
+        // Blocks past `size` are gone: a later append (after a failed roll) must reserve again.
+        self.allocated_len = self.size;
         self.sealed = true;
         Ok(())
+    }
+
+    /// Undo `seal` after the roll that sealed this segment failed to create the next one:
+    /// it is still the newest segment, so it stays the active one. Its blocks are reserved
+    /// again by the next append (`ensure_capacity`), which fails with an error, not a store
+    /// past the end of the file, while the disk is full.
+    pub fn unseal(&mut self) {
+        if self.writable {
+            self.allocated_len = self.allocated_len.min(self.size);
+            self.sealed = false;
+        }
     }
 
     /// Make `[from, size)` durable.

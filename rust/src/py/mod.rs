@@ -23,6 +23,14 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(record::murmur2, m)?)?;
     m.add_function(wrap_pyfunction!(record::partitions_for_keys, m)?)?;
     m.add_function(wrap_pyfunction!(record::crc32c, m)?)?;
+    m.add_function(wrap_pyfunction!(failpoint_names, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
+}
+
+/// The engine's fail points (see `failpoint.rs`), for fault-injection suites that set
+/// `KAFKALITE_FAILPOINTS` in the processes they start.
+#[pyfunction]
+fn failpoint_names() -> Vec<&'static str> {
+    crate::failpoint::NAMES.to_vec()
 }
