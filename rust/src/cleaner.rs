@@ -193,8 +193,11 @@ impl Log {
         stats.bytes_after += out.len() as u64;
         stats.records_removed += removed;
         stats.tombstones_removed += tombstones;
-        let mut file =
-            std::fs::File::create(&cleaned_path).context(|| format!("cannot create {}", cleaned_path.display()))?;
+        let mut file = crate::nofollow::open(
+            crate::nofollow::options().write(true).create(true).truncate(true),
+            &cleaned_path,
+            "cleaned segment",
+        )?;
         crate::failpoint::hit("cleaner.write_cleaned")
             .and_then(|()| file.write_all(&out))
             .and_then(|()| file.sync_all())

@@ -30,6 +30,7 @@ pub mod lock;
 pub mod log;
 pub mod log_read;
 pub mod mmap;
+pub mod nofollow;
 pub mod notify;
 pub mod options;
 pub mod partitioner;

@@ -11,7 +11,7 @@
 //! An exclusive writer can only start when no writer of either kind is alive, and a shared writer
 //! only when no exclusive writer is, so a shared writer never waits on a lock held for a lifetime.
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -25,13 +25,7 @@ pub const WRITERS_FILE: &str = ".kafkalite.writers";
 const SHARED_OPEN_PATIENCE: Duration = Duration::from_secs(60);
 
 fn open_lock_file(path: &Path) -> Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .context(|| format!("cannot open lock file {}", path.display()))
+    crate::nofollow::open(crate::nofollow::options().read(true).write(true).create(true), path, "lock file")
 }
 
 fn read_holder(file: &File) -> String {

@@ -72,6 +72,7 @@ impl Log {
     pub fn open(dir: impl AsRef<Path>, config: LogConfig) -> Result<Log> {
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
+        crate::nofollow::check_dir(&dir)?;
         if config.readonly {
             if !dir.is_dir() {
                 return Err(Error::config(format!("{} is not a partition directory", dir.display())));
@@ -187,6 +188,13 @@ impl Log {
         let bases = self.list_segment_files()?;
         let now = now_ms();
         let settings = self.settings();
+        // Kafka's rule: recover only what can be unsafe. A segment with a successor is sealed
+        // (a roll seals the old segment before it creates the next, so a successor proves the
+        // seal), so the recovery point is the last segment's base: only the active segment is
+        // scanned and cut after an unclean shutdown, and after a clean one nothing is. A
+        // sealed segment that fails its checks gets its indexes rebuilt, but its damage is
+        // kept and reported on read (CorruptRecordError), never answered by cutting it or
+        // deleting the intact segments after it.
         for (i, &base) in bases.iter().enumerate() {
             let is_last = i + 1 == bases.len();
             let indexes_present =
@@ -194,19 +202,10 @@ impl Log {
             let mut seg = Segment::open(&self.dir, base, true, settings, now)?;
             let needs_recovery = !indexes_present || (is_last && !clean) || seg.load_trusted().is_err();
             if needs_recovery {
-                let report = seg.recover()?;
-                let truncated = report.dropped_bytes > 0;
-                if truncated || report.reason.is_some() {
+                // The active segment must end at a batch boundary to be appended to.
+                let report = if is_last { seg.recover()? } else { seg.recover_sealed(bases[i + 1])? };
+                if report.dropped_bytes > 0 || report.reason.is_some() {
                     self.recovery.push(report);
-                }
-                if truncated && !is_last {
-                    // Kafka: bytes were cut from a segment, so everything after it goes too.
-                    self.segments.push(seg);
-                    for &later in &bases[i + 1..] {
-                        let doomed = Segment::open(&self.dir, later, true, settings, now)?;
-                        doomed.delete_files()?;
-                    }
-                    break;
                 }
             }
             self.segments.push(seg);
@@ -290,6 +289,7 @@ impl Log {
         }
         let settings = self.settings();
         let count = newer.len();
+        let next_bases = newer.clone();
         for (i, base) in newer.into_iter().enumerate() {
             let mut seg = match Segment::open(&self.dir, base, false, settings, now_ms()) {
                 Ok(seg) => seg,
@@ -297,7 +297,11 @@ impl Log {
                 Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(e),
             };
-            if i + 1 < count && seg.load_trusted().is_ok() {
+            if i + 1 < count {
+                // Sealed: trusted, or (damaged) kept whole so that reads fail at the damage.
+                if seg.load_trusted().is_err() {
+                    seg.recover_sealed(next_bases[i + 1])?;
+                }
                 seg.mark_sealed();
             } else {
                 seg.discover()?;

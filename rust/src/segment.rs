@@ -7,7 +7,7 @@
 //! close) adds the final time-index entry and trims the file to its valid length, leaving
 //! exactly what Kafka writes.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, Ordering};
@@ -17,6 +17,7 @@ use crate::checkpoint::remove_if_exists;
 use crate::error::{Error, IoContext, Result};
 use crate::index::{OffsetIndex, TimeIndex};
 use crate::mmap::MappedFile;
+use crate::nofollow;
 use crate::record::header::{BatchHeader, HEADER_LEN, LOG_OVERHEAD};
 use crate::record::scan::{next_batch, Next};
 
@@ -107,13 +108,7 @@ impl Segment {
         let (log_path, index_path, time_path) = Self::paths(dir, base_offset);
         let cannot = |p: &Path| format!("cannot create segment {}", p.display());
         crate::failpoint::hit("segment.create.log").context(|| cannot(&log_path))?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&log_path)
-            .context(|| cannot(&log_path))?;
+        let file = nofollow::open(nofollow::options().read(true).write(true).create(true), &log_path, "segment")?;
         let existing = file.metadata().context(|| cannot(&log_path))?.len();
         if existing > 0 {
             return Err(Error::corrupt(format!(
@@ -122,9 +117,9 @@ impl Segment {
             )));
         }
         crate::failpoint::hit("segment.create.index").context(|| cannot(&index_path))?;
-        File::create(&index_path).context(|| cannot(&index_path))?;
+        nofollow::open(nofollow::options().write(true).create(true).truncate(true), &index_path, "index")?;
         crate::failpoint::hit("segment.create.timeindex").context(|| cannot(&time_path))?;
-        File::create(&time_path).context(|| cannot(&time_path))?;
+        nofollow::open(nofollow::options().write(true).create(true).truncate(true), &time_path, "index")?;
         let mut seg = Self::open_files(dir, base_offset, file, true, settings, now_ms)?;
         seg.ensure_capacity(0)?;
         Ok(seg)
@@ -140,11 +135,7 @@ impl Segment {
         now_ms: i64,
     ) -> Result<Segment> {
         let (log_path, _, _) = Self::paths(dir, base_offset);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(writable)
-            .open(&log_path)
-            .context(|| format!("cannot open segment {}", log_path.display()))?;
+        let file = nofollow::open(nofollow::options().read(true).write(writable), &log_path, "segment")?;
         Self::open_files(dir, base_offset, file, writable, settings, now_ms)
     }
 
@@ -330,6 +321,20 @@ impl Segment {
     /// Scan the whole file, keep the valid prefix, rebuild both indexes (Kafka's
     /// `LogSegment.recover`). The writer calls this for segments it cannot trust.
     pub fn recover(&mut self) -> Result<RecoveryReport> {
+        self.rescan(None)
+    }
+
+    /// A sealed segment (one with a successor) that failed the trusted load: rebuild its
+    /// indexes from its valid batches, never cutting data. A zero tail (a roll that died before
+    /// trimming) is trimmed; anything else after the valid batches is damage and stays: the
+    /// segment keeps its whole length and ends at `next_base`, so reading that range fails
+    /// with `Error::Corrupt` instead of skipping to the next segment, and the intact segments
+    /// after it stay (Kafka trusts segments below its recovery point).
+    pub fn recover_sealed(&mut self, next_base: i64) -> Result<RecoveryReport> {
+        self.rescan(Some(next_base))
+    }
+
+    fn rescan(&mut self, keep_damage_until: Option<i64>) -> Result<RecoveryReport> {
         self.finish_prefault();
         let file_len =
             self.file.metadata().context(|| format!("cannot stat {}", self.log_path().display()))?.len() as usize;
@@ -377,6 +382,28 @@ impl Segment {
         let dropped_bytes = bytes[pos..].iter().filter(|&&b| b != 0).count() as u64;
         let dropped_span = if dropped_bytes > 0 { (file_len - pos) as u64 } else { 0 };
         drop(map);
+        if let (Some(next_base), true) = (keep_damage_until, dropped_span > 0) {
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, true)?;
+            let first_damaged = self.next_offset;
+            self.size = file_len;
+            self.next_offset = next_base.max(self.next_offset);
+            self.allocated_len = file_len;
+            self.map = Some(MappedFile::readonly(&self.file, file_len, "segment")?);
+            self.mapped_len = file_len;
+            self.sealed = true;
+            return Ok(RecoveryReport {
+                base_offset: self.base_offset,
+                valid_bytes: file_len as u64,
+                dropped_bytes: 0,
+                reason: Some(format!(
+                    "{dropped_span} damaged bytes from position {pos} ({}) were kept, not recovered: the segment is \
+                     sealed, so reading offsets {first_damaged} to {} raises CorruptRecordError and the later \
+                     segments are intact",
+                    reason.as_deref().unwrap_or("not a record batch"),
+                    self.next_offset - 1
+                )),
+            });
+        }
         if self.writable && file_len != pos {
             self.file.set_len(pos as u64).context(|| format!("cannot truncate {}", self.log_path().display()))?;
         }
@@ -627,9 +654,19 @@ impl Segment {
                     }
                     pos += h.total_size();
                 }
+                _ if pos < self.size => return Err(self.not_a_batch(pos)),
                 _ => return Ok(None),
             }
         }
+    }
+
+    /// Published bytes at `pos` that do not start a batch: damage a reader must not step over.
+    pub fn not_a_batch(&self, pos: usize) -> Error {
+        Error::corrupt(format!(
+            "{} holds {} bytes at position {pos} that are not a record batch (the file is damaged)",
+            self.log_path().display(),
+            self.size - pos
+        ))
     }
 
     /// The first position at or after `pos` of a batch whose maxTimestamp >= ts, starting
