@@ -720,8 +720,29 @@ impl Log {
     }
 }
 
+/// What a caught panic said, for the error that replaces it.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    format!("internal error in kafkalite (please report it): {what}")
+}
+
+impl Log {
+    /// After a panic inside an operation the in-memory state may be half-updated: refuse
+    /// writes from now on (reopening runs recovery) and describe the panic.
+    pub fn poison_after_panic(&mut self, payload: &(dyn std::any::Any + Send)) -> Error {
+        let why = panic_message(payload);
+        self.poisoned = Some(why.clone());
+        Error::Poisoned(why)
+    }
+}
+
 impl Drop for Log {
     fn drop(&mut self) {
-        let _ = self.close();
+        // Never unwind out of a destructor (Python's garbage collector runs it).
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.close()));
     }
 }

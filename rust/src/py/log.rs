@@ -49,9 +49,17 @@ impl PyLog {
         })
     }
 
-    /// Run `f` on the log with the GIL released.
+    /// Run `f` on the log with the GIL released. A panic (a bug) never crosses into Python as
+    /// `PanicException`: it poisons the log and surfaces as `LogPoisonedError`.
     fn detached<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Log) -> crate::Result<T> + Send) -> PyResult<T> {
-        py.detach(|| f(&mut self.lock())).map_err(Into::into)
+        py.detach(|| {
+            let mut log = self.lock();
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut log))) {
+                Ok(result) => result,
+                Err(payload) => Err(log.poison_after_panic(&*payload)),
+            }
+        })
+        .map_err(Into::into)
     }
 }
 
@@ -163,7 +171,10 @@ impl PyLog {
             compact,
             ..LogConfig::default()
         };
-        let log = py.detach(|| Log::open(&path, config))?;
+        let log = py.detach(|| {
+            std::panic::catch_unwind(|| Log::open(&path, config))
+                .unwrap_or_else(|payload| Err(crate::Error::Poisoned(crate::log::panic_message(&*payload))))
+        })?;
         Ok(PyLog { inner: Mutex::new(log) })
     }
 
