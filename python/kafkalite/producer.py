@@ -467,7 +467,7 @@ class Producer:
         for t in self._topics.values():
             for p in t.partitions:
                 if p.log is not None:
-                    p.log.close()
+                    p.log.close(timeout)
                     p.log = None
 
     def metrics(self) -> dict[str, Any]:

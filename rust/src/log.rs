@@ -65,6 +65,8 @@ pub struct Log {
     start_offset_stamp: Option<(u64, i64, i64)>,
     /// `open` finished: the segments were loaded (and recovered) completely.
     loaded: bool,
+    /// Set by `close_within`: the append lock must be had by then.
+    lock_deadline: Option<std::time::Instant>,
 }
 
 impl Log {
@@ -101,12 +103,13 @@ impl Log {
             last_listing: std::time::Instant::now(),
             start_offset_stamp: None,
             loaded: false,
+            lock_deadline: None,
         };
         match &log.lock {
             None => log.load_readonly()?,
             Some(lock) => {
                 let alone = lock.alone();
-                lock.enter()?;
+                lock.enter(log.config.lock_timeout.map(|t| std::time::Instant::now() + t))?;
                 // Alone: recover as the only writer. Otherwise other writers keep the partition
                 // consistent, and this one follows what they wrote.
                 let loaded = if alone { log.load_writable() } else { log.catch_up() };
@@ -125,7 +128,8 @@ impl Log {
     pub(crate) fn as_writer<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
         self.check_writable()?;
         let Some(lock) = self.lock.as_ref().filter(|l| l.is_shared()) else { return f(self) };
-        lock.enter()?;
+        let deadline = self.lock_deadline.or_else(|| self.config.lock_timeout.map(|t| std::time::Instant::now() + t));
+        lock.enter(deadline)?;
         let result = self.catch_up().and_then(|()| f(self));
         self.lock.as_ref().unwrap().leave();
         result
@@ -699,6 +703,13 @@ impl Log {
         self.segments.clear();
         self.lock = None;
         result
+    }
+
+    /// `close`, giving up (with `Error::LockTimeout`) if the append lock it needs to finish
+    /// the partition is not had by `deadline`; the log is closed either way.
+    pub fn close_within(&mut self, deadline: Option<std::time::Instant>) -> Result<()> {
+        self.lock_deadline = deadline;
+        self.close()
     }
 
     fn finish_partition(&mut self) -> Result<()> {

@@ -417,8 +417,39 @@ impl PyLog {
         self.detached(py, |log| log.flush())
     }
 
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        self.detached(py, |log| log.close())
+    /// `timeout` (seconds) bounds both waits: for this log's mutex (another thread may be
+    /// inside an append that waits for the partition lock) and for the partition lock.
+    #[pyo3(signature = (timeout=None))]
+    fn close(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        let Some(timeout) = timeout else { return self.detached(py, |log| log.close()) };
+        if !(timeout.is_finite() && timeout >= 0.0) {
+            return Err(crate::Error::config(format!(
+                "timeout must be a non-negative number of seconds, got {timeout}"
+            ))
+            .into());
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs_f64(timeout.min(1e9));
+        py.detach(|| {
+            let mut pause = std::time::Duration::from_micros(100);
+            loop {
+                match self.inner.try_lock() {
+                    Ok(mut log) => return log.close_within(Some(deadline)),
+                    Err(std::sync::TryLockError::Poisoned(p)) => return p.into_inner().close_within(Some(deadline)),
+                    Err(std::sync::TryLockError::WouldBlock) => {}
+                }
+                let now = std::time::Instant::now();
+                if now >= deadline {
+                    return Err(crate::Error::LockTimeout {
+                        path: std::path::PathBuf::from("this log"),
+                        waited_ms: (timeout * 1000.0) as u64,
+                        holder: "another thread of this process, inside an operation on the log".into(),
+                    });
+                }
+                std::thread::sleep(pause.min(deadline - now));
+                pause = (pause * 2).min(std::time::Duration::from_millis(20));
+            }
+        })
+        .map_err(Into::into)
     }
 
     #[getter]
