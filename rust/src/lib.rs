@@ -37,6 +37,7 @@ pub mod partitioner;
 pub mod record;
 pub mod retention;
 pub mod segment;
+pub mod sigbus;
 
 #[cfg(feature = "python")]
 mod py;

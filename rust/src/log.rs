@@ -578,7 +578,12 @@ impl Log {
         header.base_offset = base;
         set_base_offset(&mut bytes, base);
         self.maybe_roll(bytes.len(), &header)?;
-        self.segments.last_mut().unwrap().append(&bytes, &header)?;
+        if let Err(e) = self.segments.last_mut().unwrap().append(&bytes, &header) {
+            if let Error::Poisoned(why) = &e {
+                self.poisoned = Some(why.clone());
+            }
+            return Err(e);
+        }
         if bytes.capacity() > self.scratch.capacity() {
             self.scratch = bytes;
         }

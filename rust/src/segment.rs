@@ -285,6 +285,14 @@ impl Segment {
         map.write(pos + LOG_OVERHEAD, &batch[LOG_OVERHEAD..]);
         fence(Ordering::Release);
         map.write(pos, &batch[..LOG_OVERHEAD]);
+        if map.is_damaged() {
+            // Another process shrank the file under our map: these stores may have gone to a
+            // zero page instead of the file, so the batch must not be acknowledged.
+            return Err(Error::Poisoned(format!(
+                "{} was truncated by another process while this writer had it mapped; appends stop",
+                self.log_path().display()
+            )));
+        }
         self.size += batch.len();
         self.after_batch(pos, header)?;
         Ok(pos)
