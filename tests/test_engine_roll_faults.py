@@ -284,3 +284,35 @@ def test_a_full_disk_loses_nothing_acknowledged(tmp_path):
         assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+DIR_SYNC = r"""
+import sys
+from kafkalite import Log, KafkaliteError, LogPoisonedError
+path, flush = sys.argv[1], sys.argv[2]
+log = Log(path, segment_bytes=4096, flush=flush)
+try:
+    for i in range(100):
+        log.append_values([b"%d" % i + b"x" * 200])   # rolls every ~18 records
+    print("no directory fsync failed")
+except KafkaliteError as e:
+    assert isinstance(e, OSError), repr(e)
+    try:
+        log.append_values([b"after"])
+    except LogPoisonedError:
+        print("poisoned:", e)
+"""
+
+
+@pytest.mark.parametrize("flush", ["always", "os"])
+def test_flush_always_fsyncs_the_directory_after_a_new_segment(tmp_path, flush):
+    # The second directory fsync fails (the first is at open, for the first segment): only
+    # flush="always" fsyncs the directory
+    # after a roll creates a segment, and a failed one refuses further writes.
+    env = dict(os.environ, KAFKALITE_FAILPOINTS="dir.sync=eio@2")
+    proc = run_py(DIR_SYNC, str(tmp_path / "t-0"), flush, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    if flush == "always":
+        assert "poisoned:" in proc.stdout and "dir.sync" in proc.stdout, proc.stdout
+    else:
+        assert "no directory fsync failed" in proc.stdout, proc.stdout

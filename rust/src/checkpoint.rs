@@ -35,7 +35,10 @@ pub fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> Result<()> {
 
 /// fsync a directory so that renames and creations in it are durable.
 pub fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).and_then(|d| d.sync_all()).context(|| format!("cannot sync directory {}", dir.display()))
+    crate::failpoint::hit("dir.sync")
+        .and_then(|()| File::open(dir))
+        .and_then(|d| d.sync_all())
+        .context(|| format!("cannot sync directory {}", dir.display()))
 }
 
 /// Delete a file; one that is already gone is fine.

@@ -32,6 +32,8 @@ pub const NAMES: &[&str] = &[
     // checkpoint::write_atomically: the temp file, the rename, the directory sync.
     "checkpoint.write",
     "checkpoint.rename",
+    // checkpoint::sync_dir: every directory fsync (new segments under flush="always", renames).
+    "dir.sync",
     // Cleaner swap: X.log.cleaned written, renamed to X.log.swap (commit), indexes removed,
     // X.log.swap renamed over X.log.
     "cleaner.write_cleaned",

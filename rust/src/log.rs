@@ -225,6 +225,7 @@ impl Log {
         if self.segments.is_empty() {
             let start = checkpoint.max(0);
             self.segments.push(Segment::create(&self.dir, start, settings, now)?);
+            self.sync_dir_if_always()?;
         }
         self.start_offset = checkpoint.max(self.segments[0].base_offset);
         let active = self.segments.last_mut().unwrap();
@@ -245,6 +246,7 @@ impl Log {
         if self.segments.is_empty() {
             let start = read_offset(&self.dir, LOG_START_OFFSET_FILE).unwrap_or(0);
             self.segments.push(Segment::create(&self.dir, start, self.settings(), now_ms())?);
+            self.sync_dir_if_always()?;
         }
         if !self.segments.last().unwrap().is_writable() {
             let base = self.segments.last().unwrap().base_offset;
@@ -646,9 +648,14 @@ impl Log {
         self.segments.push(seg);
         self.flushed_position = 0;
         crate::failpoint::hit("roll.after_create").context(|| format!("cannot roll {}", dir.display()))?;
-        if flush == FlushPolicy::Always {
-            // The new files' directory entries, durable before anything is acknowledged in them.
-            sync_dir(&dir).inspect_err(|e| self.poisoned = Some(e.to_string()))?;
+        self.sync_dir_if_always()
+    }
+
+    /// Under flush="always", a new segment's directory entries (log and indexes) are made
+    /// durable before anything is acknowledged in it; a failed directory fsync poisons the log.
+    fn sync_dir_if_always(&mut self) -> Result<()> {
+        if self.config.flush == FlushPolicy::Always {
+            sync_dir(&self.dir).inspect_err(|e| self.poisoned = Some(e.to_string()))?;
         }
         Ok(())
     }
