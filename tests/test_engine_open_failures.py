@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from kafkalite import KafkaliteError, Log
 
 MARKER = ".kafkalite-clean-shutdown"
@@ -25,7 +24,9 @@ def crashed_log(part_dir: str) -> None:
 
 @pytest.mark.parametrize("shared", [False, True])
 @pytest.mark.parametrize("existing", [False, True])
-def test_a_failed_open_raises_a_typed_error_and_leaves_no_marker(part_dir, shared, existing):
+def test_a_failed_open_raises_a_typed_error_and_leaves_no_marker(
+    part_dir, shared, existing
+):
     if existing:
         crashed_log(part_dir)
     else:
@@ -43,9 +44,17 @@ def test_a_failed_open_raises_a_typed_error_and_leaves_no_marker(part_dir, share
         "    print('typed', e)\n"
         "gc.collect()\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code, part_dir], check=False, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, part_dir],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0 and "typed" in proc.stdout, proc.stdout + proc.stderr
-    assert "PanicException" not in proc.stderr and "panicked" not in proc.stderr, proc.stderr
+    assert "PanicException" not in proc.stderr and "panicked" not in proc.stderr, (
+        proc.stderr
+    )
     assert not os.path.exists(os.path.join(part_dir, MARKER))
     os.rmdir(os.path.join(part_dir, "00000000000000099999.log"))
     if existing:
