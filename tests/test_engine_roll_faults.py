@@ -196,13 +196,16 @@ sys.exit(1 if lost else 0)
 
 
 ONE_PROCESS = r"""
-import os, sys
+import os, random, sys
 from kafkalite import Log, KafkaliteError
-path, fault = sys.argv[1], sys.argv[2]
-log = Log(path, segment_bytes=32 * 1024)
+path, fault, shared = sys.argv[1], sys.argv[2], sys.argv[3] == "shared"
+# Shared: what Producer uses (each append adopts the active segment from the files).
+log = Log(path, segment_bytes=32 * 1024, shared_writers=shared)
+rng = random.Random(7)
 acked, failures = {}, 0
 for i in range(400):
-    value = b"%d:" % i + b"z" * 500
+    # Mixed sizes: a large batch triggers a roll that fails, and a small one then fits.
+    value = b"%d:" % i + b"z" * rng.choice([50, 200, 3000, 9000])
     try:
         first, last = log.append_values([value])
     except KafkaliteError as e:
@@ -223,18 +226,21 @@ assert failures > 0, "the fault never fired"
 """
 
 
+@pytest.mark.parametrize("mode", ["shared", "exclusive"])
 @pytest.mark.parametrize("fault", ["enospc", "emfile", "eio"])
 @pytest.mark.parametrize(
     "point",
     ["roll.after_seal", "segment.create.index", "segment.reserve", "segment.seal.trim"],
 )
-def test_a_failed_roll_loses_nothing_and_later_appends_work(tmp_path, point, fault):
+def test_a_failed_roll_loses_nothing_and_later_appends_work(
+    tmp_path, point, fault, mode
+):
     # Every third hit fails: rolls fail, and the appends after them still work.
     env = dict(
         os.environ,
         KAFKALITE_FAILPOINTS=",".join(f"{point}={fault}@{n}" for n in range(4, 60, 3)),
     )
-    proc = run_py(ONE_PROCESS, str(tmp_path / "t-0"), fault, env=env)
+    proc = run_py(ONE_PROCESS, str(tmp_path / "t-0"), fault, mode, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
 
 
