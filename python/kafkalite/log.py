@@ -226,9 +226,10 @@ class Log:
         """Make everything appended so far durable."""
         self._native.flush()
 
-    def close(self) -> None:
-        """Seal, flush and mark a clean shutdown; idempotent."""
-        self._native.close()
+    def close(self, timeout: float | None = None) -> None:
+        """Seal, flush and mark a clean shutdown; idempotent. With ``timeout`` (seconds), give
+        up with LogLockedError if another writer holds the partition lock that long."""
+        self._native.close(timeout)
 
     def __enter__(self) -> Log:
         return self

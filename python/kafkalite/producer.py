@@ -428,6 +428,11 @@ class _Sender:
     def close(self, timeout: float | None) -> None:
         if self.closed:
             return
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
         try:
             self.flush(timeout)
         finally:
@@ -435,11 +440,11 @@ class _Sender:
                 self.closed = True
                 self.wakeup.notify()
             if self.thread.is_alive() and self.thread is not threading.current_thread():
-                self.thread.join(timeout)
+                self.thread.join(left())
             for t in self.topics.values():
                 for p in t.partitions:
                     if p.log is not None:
-                        p.log.close()
+                        p.log.close(left())  # bounded even when another writer holds the lock
                         p.log = None
 
     def close_at_exit(self, why: str) -> None:

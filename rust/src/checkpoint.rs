@@ -1,8 +1,8 @@
 //! Small files written atomically (temp file, fsync, rename, fsync the directory) and the
 //! per-partition markers kafkalite keeps beside Kafka's own files.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::fs::File;
+use std::io::{Read, Write};
 use std::path::Path;
 
 use crate::error::{IoContext, Result};
@@ -21,20 +21,24 @@ pub const CLEANER_OFFSET_FILE: &str = ".kafkalite-cleaner-offset";
 pub fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
     let dst = dir.join(name);
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
+    let mut f =
+        crate::nofollow::open(crate::nofollow::options().write(true).create(true).truncate(true), &tmp, "checkpoint")?;
+    crate::failpoint::hit("checkpoint.write")
+        .and_then(|()| f.write_all(contents))
+        .and_then(|_| f.sync_all())
         .context(|| format!("cannot write {}", tmp.display()))?;
-    f.write_all(contents).and_then(|_| f.sync_all()).context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, &dst).context(|| format!("cannot rename {} to {}", tmp.display(), dst.display()))?;
+    crate::failpoint::hit("checkpoint.rename")
+        .and_then(|()| std::fs::rename(&tmp, &dst))
+        .context(|| format!("cannot rename {} to {}", tmp.display(), dst.display()))?;
     sync_dir(dir)
 }
 
 /// fsync a directory so that renames and creations in it are durable.
 pub fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).and_then(|d| d.sync_all()).context(|| format!("cannot sync directory {}", dir.display()))
+    crate::failpoint::hit("dir.sync")
+        .and_then(|()| File::open(dir))
+        .and_then(|d| d.sync_all())
+        .context(|| format!("cannot sync directory {}", dir.display()))
 }
 
 /// Delete a file; one that is already gone is fine.
@@ -49,5 +53,7 @@ pub fn remove_if_exists(path: &Path) -> Result<()> {
 /// Read a decimal offset file; None when absent or unreadable (Kafka treats a bad
 /// checkpoint as empty).
 pub fn read_offset(dir: &Path, name: &str) -> Option<i64> {
-    std::fs::read_to_string(dir.join(name)).ok()?.trim().parse().ok()
+    let mut text = String::new();
+    crate::nofollow::open_read(&dir.join(name), "checkpoint").ok()?.read_to_string(&mut text).ok()?;
+    text.trim().parse().ok()
 }

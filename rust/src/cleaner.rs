@@ -193,14 +193,19 @@ impl Log {
         stats.bytes_after += out.len() as u64;
         stats.records_removed += removed;
         stats.tombstones_removed += tombstones;
-        let mut file =
-            std::fs::File::create(&cleaned_path).context(|| format!("cannot create {}", cleaned_path.display()))?;
-        file.write_all(&out)
+        let mut file = crate::nofollow::open(
+            crate::nofollow::options().write(true).create(true).truncate(true),
+            &cleaned_path,
+            "cleaned segment",
+        )?;
+        crate::failpoint::hit("cleaner.write_cleaned")
+            .and_then(|()| file.write_all(&out))
             .and_then(|()| file.sync_all())
             .context(|| format!("cannot write {}", cleaned_path.display()))?;
         drop(file);
         let swap_path = self.dir.join(format!("{}.swap", file_name(base, "log")));
-        std::fs::rename(&cleaned_path, &swap_path)
+        crate::failpoint::hit("cleaner.rename_swap")
+            .and_then(|()| std::fs::rename(&cleaned_path, &swap_path))
             .context(|| format!("cannot rename {} to {}", cleaned_path.display(), swap_path.display()))?;
         sync_dir(&self.dir)?;
         finish_swap(&self.dir, base)?;
@@ -232,12 +237,15 @@ fn for_each_batch(
 /// After `X.log.swap` exists (the cleaned segment is durable): drop X's indexes (they
 /// describe the old file; they are rebuilt) and rename the swap file over `X.log`.
 fn finish_swap(dir: &Path, base: i64) -> Result<()> {
+    crate::failpoint::hit("cleaner.remove_indexes").context(|| format!("cannot finish cleaning {}", dir.display()))?;
     for ext in ["index", "timeindex"] {
         remove_if_exists(&dir.join(file_name(base, ext)))?;
     }
     let swap = dir.join(format!("{}.swap", file_name(base, "log")));
     let log = dir.join(file_name(base, "log"));
-    std::fs::rename(&swap, &log).context(|| format!("cannot rename {} to {}", swap.display(), log.display()))?;
+    crate::failpoint::hit("cleaner.replace_log")
+        .and_then(|()| std::fs::rename(&swap, &log))
+        .context(|| format!("cannot rename {} to {}", swap.display(), log.display()))?;
     sync_dir(dir)
 }
 

@@ -22,6 +22,13 @@ pub enum Error {
     )]
     Locked { path: PathBuf, holder: String },
 
+    /// A wait for the partition's append lock ran out: its holder is stopped or hung.
+    #[error(
+        "gave up after {waited_ms} ms waiting for the append lock of {path}, held by a writer that does not \
+         release it (stopped or hung?); the writers are: {holder}"
+    )]
+    LockTimeout { path: PathBuf, waited_ms: u64, holder: String },
+
     /// A setting or argument the caller can fix.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),

@@ -18,23 +18,29 @@
 //! Layers, bottom up: `record` (the v2 codec), `index` and `segment` (one `.log` with its
 //! indexes, appended through `mmap`), `log` (a partition: roll, read, recovery, retention),
 //! `cleaner` (compaction), `arrow` (batches to Arrow). `py` is the PyO3 binding, built only with the `python` feature.
+//! Beside them: `nofollow` (every data-directory file is opened without following symlinks),
+//! `sigbus` (a file truncated under a map costs data, not the process), `failpoint` (named
+//! fault-injection points, `KAFKALITE_FAILPOINTS`), `lock` (writers' flocks, bounded waits).
 
 pub mod arrow;
 pub mod arrow_spark;
 pub mod checkpoint;
 pub mod cleaner;
 pub mod error;
+pub mod failpoint;
 pub mod index;
 pub mod lock;
 pub mod log;
 pub mod log_read;
 pub mod mmap;
+pub mod nofollow;
 pub mod notify;
 pub mod options;
 pub mod partitioner;
 pub mod record;
 pub mod retention;
 pub mod segment;
+pub mod sigbus;
 
 #[cfg(feature = "python")]
 mod py;

@@ -11,7 +11,7 @@
 //! An exclusive writer can only start when no writer of either kind is alive, and a shared writer
 //! only when no exclusive writer is, so a shared writer never waits on a lock held for a lifetime.
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -25,13 +25,7 @@ pub const WRITERS_FILE: &str = ".kafkalite.writers";
 const SHARED_OPEN_PATIENCE: Duration = Duration::from_secs(60);
 
 fn open_lock_file(path: &Path) -> Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .context(|| format!("cannot open lock file {}", path.display()))
+    crate::nofollow::open(crate::nofollow::options().read(true).write(true).create(true), path, "lock file")
 }
 
 fn read_holder(file: &File) -> String {
@@ -143,12 +137,34 @@ impl WriterLock {
         Ok(())
     }
 
-    /// Shared writers: wait for the append lock (other shared writers hold it only briefly).
-    pub fn enter(&self) -> Result<()> {
-        if self.shared {
-            self.append.lock().context(|| format!("cannot lock {}", self.dir.display()))?;
+    /// Shared writers: wait for the append lock (other shared writers hold it only briefly),
+    /// until `deadline` at most: a writer that is stopped (SIGSTOP) or hung while holding it
+    /// must not block this one forever. Polls `try_lock` with a backoff up to 20 ms; an
+    /// uncontended lock costs one call, as before.
+    pub fn enter(&self, deadline: Option<Instant>) -> Result<()> {
+        if !self.shared {
+            return Ok(());
         }
-        Ok(())
+        let started = Instant::now();
+        let mut pause = Duration::from_micros(50);
+        loop {
+            match self.append.try_lock() {
+                Ok(()) => return Ok(()),
+                Err(TryLockError::Error(e)) => return Err(Error::io(format!("cannot lock {}", self.dir.display()), e)),
+                Err(TryLockError::WouldBlock) => {}
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Err(Error::LockTimeout {
+                    path: self.dir.clone(),
+                    waited_ms: started.elapsed().as_millis() as u64,
+                    holder: read_holder(&self.presence),
+                });
+            }
+            let left = deadline.map_or(pause, |d| d - now);
+            std::thread::sleep(pause.min(left));
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
     }
 
     /// Shared writers: release the append lock.

@@ -65,6 +65,10 @@ pub struct Log {
     start_offset_stamp: Option<(u64, i64, i64)>,
     /// The partition directory's (device, inode) at open; see `check_not_deleted`.
     dir_identity: (u64, u64),
+    /// `open` finished: the segments were loaded (and recovered) completely.
+    loaded: bool,
+    /// Set by `close_within`: the append lock must be had by then.
+    lock_deadline: Option<std::time::Instant>,
 }
 
 /// (device, inode) of a directory.
@@ -78,6 +82,7 @@ impl Log {
     pub fn open(dir: impl AsRef<Path>, config: LogConfig) -> Result<Log> {
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
+        crate::nofollow::check_dir(&dir)?;
         if config.readonly {
             if !dir.is_dir() {
                 return Err(Error::config(format!("{} is not a partition directory", dir.display())));
@@ -107,12 +112,14 @@ impl Log {
             last_listing: std::time::Instant::now(),
             start_offset_stamp: None,
             dir_identity: identity,
+            loaded: false,
+            lock_deadline: None,
         };
         match &log.lock {
             None => log.load_readonly()?,
             Some(lock) => {
                 let alone = lock.alone();
-                lock.enter()?;
+                lock.enter(log.config.lock_timeout.map(|t| std::time::Instant::now() + t))?;
                 // Alone: recover as the only writer. Otherwise other writers keep the partition
                 // consistent, and this one follows what they wrote.
                 let loaded = if alone { log.load_writable() } else { log.catch_up() };
@@ -122,6 +129,7 @@ impl Log {
                 shared?;
             }
         }
+        log.loaded = true;
         Ok(log)
     }
 
@@ -133,7 +141,8 @@ impl Log {
             self.check_not_deleted()?;
             return f(self);
         };
-        lock.enter()?;
+        let deadline = self.lock_deadline.or_else(|| self.config.lock_timeout.map(|t| std::time::Instant::now() + t));
+        lock.enter(deadline)?;
         let result = self.check_not_deleted().and_then(|()| self.catch_up()).and_then(|()| f(self));
         self.lock.as_ref().unwrap().leave();
         result
@@ -196,6 +205,13 @@ impl Log {
         let bases = self.list_segment_files()?;
         let now = now_ms();
         let settings = self.settings();
+        // Kafka's rule: recover only what can be unsafe. A segment with a successor is sealed
+        // (a roll seals the old segment before it creates the next, so a successor proves the
+        // seal), so the recovery point is the last segment's base: only the active segment is
+        // scanned and cut after an unclean shutdown, and after a clean one nothing is. A
+        // sealed segment that fails its checks gets its indexes rebuilt, but its damage is
+        // kept and reported on read (CorruptRecordError), never answered by cutting it or
+        // deleting the intact segments after it.
         for (i, &base) in bases.iter().enumerate() {
             let is_last = i + 1 == bases.len();
             let indexes_present =
@@ -203,19 +219,10 @@ impl Log {
             let mut seg = Segment::open(&self.dir, base, true, settings, now)?;
             let needs_recovery = !indexes_present || (is_last && !clean) || seg.load_trusted().is_err();
             if needs_recovery {
-                let report = seg.recover()?;
-                let truncated = report.dropped_bytes > 0;
-                if truncated || report.reason.is_some() {
+                // The active segment must end at a batch boundary to be appended to.
+                let report = if is_last { seg.recover()? } else { seg.recover_sealed(bases[i + 1])? };
+                if report.dropped_bytes > 0 || report.reason.is_some() {
                     self.recovery.push(report);
-                }
-                if truncated && !is_last {
-                    // Kafka: bytes were cut from a segment, so everything after it goes too.
-                    self.segments.push(seg);
-                    for &later in &bases[i + 1..] {
-                        let doomed = Segment::open(&self.dir, later, true, settings, now)?;
-                        doomed.delete_files()?;
-                    }
-                    break;
                 }
             }
             self.segments.push(seg);
@@ -231,6 +238,7 @@ impl Log {
         if self.segments.is_empty() {
             let start = checkpoint.max(0);
             self.segments.push(Segment::create(&self.dir, start, settings, now)?);
+            self.sync_dir_if_always()?;
         }
         self.start_offset = checkpoint.max(self.segments[0].base_offset);
         let active = self.segments.last_mut().unwrap();
@@ -251,6 +259,7 @@ impl Log {
         if self.segments.is_empty() {
             let start = read_offset(&self.dir, LOG_START_OFFSET_FILE).unwrap_or(0);
             self.segments.push(Segment::create(&self.dir, start, self.settings(), now_ms())?);
+            self.sync_dir_if_always()?;
         }
         if !self.segments.last().unwrap().is_writable() {
             let base = self.segments.last().unwrap().base_offset;
@@ -299,6 +308,7 @@ impl Log {
         }
         let settings = self.settings();
         let count = newer.len();
+        let next_bases = newer.clone();
         for (i, base) in newer.into_iter().enumerate() {
             let mut seg = match Segment::open(&self.dir, base, false, settings, now_ms()) {
                 Ok(seg) => seg,
@@ -306,7 +316,11 @@ impl Log {
                 Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(e),
             };
-            if i + 1 < count && seg.load_trusted().is_ok() {
+            if i + 1 < count {
+                // Sealed: trusted, or (damaged) kept whole so that reads fail at the damage.
+                if seg.load_trusted().is_err() {
+                    seg.recover_sealed(next_bases[i + 1])?;
+                }
                 seg.mark_sealed();
             } else {
                 seg.discover()?;
@@ -599,7 +613,12 @@ impl Log {
         header.base_offset = base;
         set_base_offset(&mut bytes, base);
         self.maybe_roll(bytes.len(), &header)?;
-        self.segments.last_mut().unwrap().append(&bytes, &header)?;
+        if let Err(e) = self.segments.last_mut().unwrap().append(&bytes, &header) {
+            if let Error::Poisoned(why) = &e {
+                self.poisoned = Some(why.clone());
+            }
+            return Err(e);
+        }
         if bytes.capacity() > self.scratch.capacity() {
             self.scratch = bytes;
         }
@@ -624,19 +643,53 @@ impl Log {
         self.as_writer(|log| log.roll_locked())
     }
 
+    /// Seal the active segment, then create the next one. A roll that fails at any step, or
+    /// whose writer dies between steps, leaves a log every writer can append to: until the next
+    /// segment exists, the sealed one is still the newest segment in the directory, and the
+    /// next append (ours after `unseal`, another shared writer's in `adopt_for_append`, or the
+    /// next open's recovery) takes it as the active segment and reserves blocks for it again.
+    /// (Creating the next segment first would leave, on failure, an unsealed segment with an
+    /// empty successor; a shared writer would append to the old one unless it listed the
+    /// directory on every append.)
     pub(crate) fn roll_locked(&mut self) -> Result<()> {
         let base = self.end_offset();
-        let active = self.segments.last_mut().unwrap();
-        if active.is_empty() {
+        if self.segments.last().is_none_or(|s| s.is_empty()) {
             return Ok(());
         }
-        active.seal()?;
-        if self.config.flush != FlushPolicy::Os {
+        let dir = self.dir.clone();
+        let settings = self.settings();
+        let flush = self.config.flush;
+        let active = self.segments.last_mut().unwrap();
+        crate::failpoint::hit("roll.before_seal").context(|| format!("cannot roll {}", dir.display()))?;
+        if let Err(e) = active.seal() {
+            active.unseal();
+            return Err(e);
+        }
+        if flush != FlushPolicy::Os {
             active.sync_all().inspect_err(|e| self.poisoned = Some(e.to_string()))?;
         }
-        let seg = Segment::create(&self.dir, base, self.settings(), now_ms())?;
+        let created = crate::failpoint::hit("roll.after_seal")
+            .context(|| format!("cannot roll {}", dir.display()))
+            .and_then(|()| Segment::create(&dir, base, settings, now_ms()));
+        let seg = match created {
+            Ok(seg) => seg,
+            Err(e) => {
+                active.unseal();
+                return Err(e);
+            }
+        };
         self.segments.push(seg);
         self.flushed_position = 0;
+        crate::failpoint::hit("roll.after_create").context(|| format!("cannot roll {}", dir.display()))?;
+        self.sync_dir_if_always()
+    }
+
+    /// Under flush="always", a new segment's directory entries (log and indexes) are made
+    /// durable before anything is acknowledged in it; a failed directory fsync poisons the log.
+    fn sync_dir_if_always(&mut self) -> Result<()> {
+        if self.config.flush == FlushPolicy::Always {
+            sync_dir(&self.dir).inspect_err(|e| self.poisoned = Some(e.to_string()))?;
+        }
         Ok(())
     }
 
@@ -684,8 +737,10 @@ impl Log {
         if self.closed {
             return Ok(());
         }
+        // A log whose open failed part-way recovered nothing: it must not leave the marker
+        // that tells the next writer to trust the files.
         let finish = match self.lock.as_mut() {
-            Some(lock) => self.poisoned.is_none() && lock.last_one_out(),
+            Some(lock) => self.loaded && self.poisoned.is_none() && lock.last_one_out(),
             None => false,
         };
         let result = if finish { self.as_writer(|log| log.finish_partition()) } else { Ok(()) };
@@ -697,11 +752,20 @@ impl Log {
         result
     }
 
+    /// `close`, giving up (with `Error::LockTimeout`) if the append lock it needs to finish
+    /// the partition is not had by `deadline`; the log is closed either way.
+    pub fn close_within(&mut self, deadline: Option<std::time::Instant>) -> Result<()> {
+        self.lock_deadline = deadline;
+        self.close()
+    }
+
     fn finish_partition(&mut self) -> Result<()> {
-        let active = self.segments.last_mut().unwrap();
+        let Some(active) = self.segments.last_mut() else { return Ok(()) };
         active.seal()?;
         active.sync_all()?;
-        write_atomically(&self.dir, CLEAN_SHUTDOWN_FILE, b"")
+        crate::failpoint::hit("shutdown.before_marker").context(|| format!("cannot close {}", self.dir.display()))?;
+        write_atomically(&self.dir, CLEAN_SHUTDOWN_FILE, b"")?;
+        crate::failpoint::hit("shutdown.after_marker").context(|| format!("cannot close {}", self.dir.display()))
     }
 
     pub(crate) fn set_start_offset(&mut self, offset: i64) -> Result<()> {
@@ -714,8 +778,29 @@ impl Log {
     }
 }
 
+/// What a caught panic said, for the error that replaces it.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    format!("internal error in kafkalite (please report it): {what}")
+}
+
+impl Log {
+    /// After a panic inside an operation the in-memory state may be half-updated: refuse
+    /// writes from now on (reopening runs recovery) and describe the panic.
+    pub fn poison_after_panic(&mut self, payload: &(dyn std::any::Any + Send)) -> Error {
+        let why = panic_message(payload);
+        self.poisoned = Some(why.clone());
+        Error::Poisoned(why)
+    }
+}
+
 impl Drop for Log {
     fn drop(&mut self) {
-        let _ = self.close();
+        // Never unwind out of a destructor (Python's garbage collector runs it).
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.close()));
     }
 }

@@ -144,6 +144,10 @@ impl Log {
                 }
                 next = next.max(header.next_offset());
             }
+            if pos < seg.size() {
+                // Never step over damage to the next segment: the caller would silently skip records.
+                return Err(seg.not_a_batch(pos));
+            }
             seg_idx += 1;
             pos = 0;
         }

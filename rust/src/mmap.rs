@@ -11,6 +11,13 @@
 //!    disk fails the allocation with an error instead of raising SIGBUS on a store.
 //! 4. No other process writes the file while we hold its partition lock, except readers,
 //!    which never write.
+//!
+//! Invariants 1 and 3 hold among kafkalite's own processes. Another process (or a person)
+//! may still shrink a mapped file (`truncate`, a full rewrite): that would raise SIGBUS on
+//! the next access. `sigbus.rs` turns that into data damage instead of death: every map is
+//! registered, the faulting page becomes a zero page, and the map is marked damaged. Readers
+//! see zeros (`CorruptRecordError` by the length/CRC checks); writers check `is_damaged`
+//! after their stores and fail the append before acknowledging it.
 
 use std::fs::File;
 use std::sync::Arc;
@@ -21,6 +28,8 @@ use crate::error::{IoContext, Result};
 
 /// A shared mapping of one file, readable by any number of holders.
 pub struct MappedFile {
+    /// Declared first: unregistered before the map is unmapped.
+    guard: crate::sigbus::Guard,
     map: MmapRaw,
 }
 
@@ -28,13 +37,20 @@ impl MappedFile {
     /// Map `len` bytes of `file` for reading and writing (`MAP_SHARED`).
     pub fn writable(file: &File, len: usize, what: &str) -> Result<Arc<MappedFile>> {
         let map = MmapOptions::new().len(len).map_raw(file).context(|| format!("cannot map {what}"))?;
-        Ok(Arc::new(MappedFile { map }))
+        Ok(Arc::new(MappedFile { guard: crate::sigbus::register(map.as_ptr(), map.len()), map }))
     }
 
     /// Map `len` bytes of `file` read-only (`MAP_SHARED`), seeing a writer's later stores.
     pub fn readonly(file: &File, len: usize, what: &str) -> Result<Arc<MappedFile>> {
         let map = MmapOptions::new().len(len).map_raw_read_only(file).context(|| format!("cannot map {what}"))?;
-        Ok(Arc::new(MappedFile { map }))
+        Ok(Arc::new(MappedFile { guard: crate::sigbus::register(map.as_ptr(), map.len()), map }))
+    }
+
+    /// A page of this map was replaced by zeros because its file shrank (see `sigbus.rs`):
+    /// stores since may be lost, loads may see zeros.
+    #[inline]
+    pub fn is_damaged(&self) -> bool {
+        self.guard.is_damaged()
     }
 
     /// Bytes mapped.

@@ -3,7 +3,6 @@
 //! every waiter with FUTEX_WAKE; a caught-up consumer sleeps in FUTEX_WAIT until the counter
 //! moves past the value it last saw, or its timeout ends. No polling, no busy spinning.
 
-use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -24,13 +23,11 @@ pub struct Notifier {
 impl Notifier {
     /// Open (creating) the notifier file at `path`.
     pub fn open(path: &Path) -> Result<Notifier> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .context(|| format!("cannot open {}", path.display()))?;
+        let file = crate::nofollow::open(
+            crate::nofollow::options().read(true).write(true).create(true),
+            path,
+            "wake-up file",
+        )?;
         let len = file.metadata().context(|| format!("cannot stat {}", path.display()))?.len() as usize;
         if len < FILE_LEN {
             // Real blocks for the page, written only past what exists so a live counter is kept.

@@ -43,6 +43,9 @@ pub struct LogConfig {
     pub shared_writers: bool,
     /// `cleanup.policy` includes `compact`: every record needs a key.
     pub compact: bool,
+    /// Longest wait of a shared writer for the append lock before the operation fails with
+    /// `Error::LockTimeout` (Kafka's producer blocks at most `max.block.ms`, 60 s).
+    pub lock_timeout: Option<std::time::Duration>,
 }
 
 impl Default for LogConfig {
@@ -58,6 +61,7 @@ impl Default for LogConfig {
             timestamp_type: TimestampType::CreateTime,
             max_message_bytes: 1_048_588,
             max_index_bytes: 10 * 1024 * 1024,
+            lock_timeout: Some(std::time::Duration::from_secs(60)),
             readonly: false,
             shared_writers: false,
             compact: false,

@@ -7,7 +7,7 @@
 //! close) adds the final time-index entry and trims the file to its valid length, leaving
 //! exactly what Kafka writes.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, Ordering};
@@ -17,11 +17,17 @@ use crate::checkpoint::remove_if_exists;
 use crate::error::{Error, IoContext, Result};
 use crate::index::{OffsetIndex, TimeIndex};
 use crate::mmap::MappedFile;
+use crate::nofollow;
 use crate::record::header::{BatchHeader, HEADER_LEN, LOG_OVERHEAD};
 use crate::record::scan::{next_batch, Next};
 
-/// Reserve disk for the active segment in steps of this size (or `segment_bytes`, if smaller).
-const ALLOCATION_STEP: usize = 16 << 20;
+/// Reserve disk for the active segment in steps that follow what is written: the first is
+/// `MIN_ALLOCATION_STEP`, each next one as large as what is reserved already (doubling), up to
+/// `MAX_ALLOCATION_STEP` (and never past `segment_bytes`). A partition holding one record
+/// costs 64-128 KiB of disk and page cache, not 16 MiB, while a busy one soon reserves in
+/// 16 MiB steps again.
+const MIN_ALLOCATION_STEP: usize = 64 << 10;
+const MAX_ALLOCATION_STEP: usize = 16 << 20;
 
 /// `<20-digit base offset>.<ext>`, Kafka's file naming.
 pub fn file_name(base_offset: i64, ext: &str) -> String {
@@ -88,19 +94,37 @@ impl Segment {
         )
     }
 
-    /// Create a new, empty active segment.
+    /// Create a new, empty active segment. All or nothing: if a step fails, the files this
+    /// call created are removed again, so a failed roll leaves the directory as it was. A
+    /// `.log` that already exists is taken over only when it is empty (what a writer killed
+    /// mid-creation leaves); one holding data is never truncated.
     pub fn create(dir: &Path, base_offset: i64, settings: SegmentSettings, now_ms: i64) -> Result<Segment> {
         let (log_path, index_path, time_path) = Self::paths(dir, base_offset);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&log_path)
-            .context(|| format!("cannot create segment {}", log_path.display()))?;
-        for p in [&index_path, &time_path] {
-            File::create(p).context(|| format!("cannot create index {}", p.display()))?;
+        let created = Self::create_files(dir, base_offset, settings, now_ms);
+        if created.is_err() {
+            for p in [&log_path, &index_path, &time_path] {
+                let _ = remove_if_exists(p);
+            }
         }
+        created
+    }
+
+    fn create_files(dir: &Path, base_offset: i64, settings: SegmentSettings, now_ms: i64) -> Result<Segment> {
+        let (log_path, index_path, time_path) = Self::paths(dir, base_offset);
+        let cannot = |p: &Path| format!("cannot create segment {}", p.display());
+        crate::failpoint::hit("segment.create.log").context(|| cannot(&log_path))?;
+        let file = nofollow::open(nofollow::options().read(true).write(true).create(true), &log_path, "segment")?;
+        let existing = file.metadata().context(|| cannot(&log_path))?.len();
+        if existing > 0 {
+            return Err(Error::corrupt(format!(
+                "cannot create segment {}: a file of {existing} bytes is already there (the directory changed under this writer)",
+                log_path.display()
+            )));
+        }
+        crate::failpoint::hit("segment.create.index").context(|| cannot(&index_path))?;
+        nofollow::open(nofollow::options().write(true).create(true).truncate(true), &index_path, "index")?;
+        crate::failpoint::hit("segment.create.timeindex").context(|| cannot(&time_path))?;
+        nofollow::open(nofollow::options().write(true).create(true).truncate(true), &time_path, "index")?;
         let mut seg = Self::open_files(dir, base_offset, file, true, settings, now_ms)?;
         seg.ensure_capacity(0)?;
         Ok(seg)
@@ -116,11 +140,7 @@ impl Segment {
         now_ms: i64,
     ) -> Result<Segment> {
         let (log_path, _, _) = Self::paths(dir, base_offset);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(writable)
-            .open(&log_path)
-            .context(|| format!("cannot open segment {}", log_path.display()))?;
+        let file = nofollow::open(nofollow::options().read(true).write(writable), &log_path, "segment")?;
         Self::open_files(dir, base_offset, file, writable, settings, now_ms)
     }
 
@@ -226,7 +246,8 @@ impl Segment {
     }
 
     fn allocation_step(&self) -> usize {
-        ALLOCATION_STEP.min(self.settings.segment_bytes.max(4096)).next_multiple_of(4096)
+        let step = self.allocated_len.clamp(MIN_ALLOCATION_STEP, MAX_ALLOCATION_STEP);
+        step.min(self.settings.segment_bytes.max(4096)).next_multiple_of(4096)
     }
 
     /// Reserve blocks up to `target` bytes, map them (the map spans the whole segment size,
@@ -234,9 +255,9 @@ impl Segment {
     fn grow(&mut self, target: usize) -> Result<()> {
         let target = target.next_multiple_of(4096);
         let from = self.allocated_len;
-        reserve_blocks(&self.file, from, target).context(|| {
-            format!("cannot reserve {target} bytes for {} (is the disk full?)", self.log_path().display())
-        })?;
+        crate::failpoint::hit("segment.reserve").and_then(|()| reserve_blocks(&self.file, from, target)).context(
+            || format!("cannot reserve {target} bytes for {} (is the disk full?)", self.log_path().display()),
+        )?;
         self.allocated_len = target;
         if self.map.is_none() || target > self.mapped_len || !self.map_writable {
             // Address space only: bytes past `allocated_len` are never touched (mmap invariant 3).
@@ -270,6 +291,14 @@ impl Segment {
         map.write(pos + LOG_OVERHEAD, &batch[LOG_OVERHEAD..]);
         fence(Ordering::Release);
         map.write(pos, &batch[..LOG_OVERHEAD]);
+        if map.is_damaged() {
+            // Another process shrank the file under our map: these stores may have gone to a
+            // zero page instead of the file, so the batch must not be acknowledged.
+            return Err(Error::Poisoned(format!(
+                "{} was truncated by another process while this writer had it mapped; appends stop",
+                self.log_path().display()
+            )));
+        }
         self.size += batch.len();
         self.after_batch(pos, header)?;
         Ok(pos)
@@ -306,6 +335,20 @@ impl Segment {
     /// Scan the whole file, keep the valid prefix, rebuild both indexes (Kafka's
     /// `LogSegment.recover`). The writer calls this for segments it cannot trust.
     pub fn recover(&mut self) -> Result<RecoveryReport> {
+        self.rescan(None)
+    }
+
+    /// A sealed segment (one with a successor) that failed the trusted load: rebuild its
+    /// indexes from its valid batches, never cutting data. A zero tail (a roll that died before
+    /// trimming) is trimmed; anything else after the valid batches is damage and stays: the
+    /// segment keeps its whole length and ends at `next_base`, so reading that range fails
+    /// with `Error::Corrupt` instead of skipping to the next segment, and the intact segments
+    /// after it stay (Kafka trusts segments below its recovery point).
+    pub fn recover_sealed(&mut self, next_base: i64) -> Result<RecoveryReport> {
+        self.rescan(Some(next_base))
+    }
+
+    fn rescan(&mut self, keep_damage_until: Option<i64>) -> Result<RecoveryReport> {
         self.finish_prefault();
         let file_len =
             self.file.metadata().context(|| format!("cannot stat {}", self.log_path().display()))?.len() as usize;
@@ -353,6 +396,28 @@ impl Segment {
         let dropped_bytes = bytes[pos..].iter().filter(|&&b| b != 0).count() as u64;
         let dropped_span = if dropped_bytes > 0 { (file_len - pos) as u64 } else { 0 };
         drop(map);
+        if let (Some(next_base), true) = (keep_damage_until, dropped_span > 0) {
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, true)?;
+            let first_damaged = self.next_offset;
+            self.size = file_len;
+            self.next_offset = next_base.max(self.next_offset);
+            self.allocated_len = file_len;
+            self.map = Some(MappedFile::readonly(&self.file, file_len, "segment")?);
+            self.mapped_len = file_len;
+            self.sealed = true;
+            return Ok(RecoveryReport {
+                base_offset: self.base_offset,
+                valid_bytes: file_len as u64,
+                dropped_bytes: 0,
+                reason: Some(format!(
+                    "{dropped_span} damaged bytes from position {pos} ({}) were kept, not recovered: the segment is \
+                     sealed, so reading offsets {first_damaged} to {} raises CorruptRecordError and the later \
+                     segments are intact",
+                    reason.as_deref().unwrap_or("not a record batch"),
+                    self.next_offset - 1
+                )),
+            });
+        }
         if self.writable && file_len != pos {
             self.file.set_len(pos as u64).context(|| format!("cannot truncate {}", self.log_path().display()))?;
         }
@@ -560,7 +625,16 @@ impl Segment {
     /// segment for writing from the file's current reserved length.
     /// `discover` must have run just before, under the same lock.
     pub fn adopt_for_append(&mut self, max_batch: usize) -> Result<()> {
-        let file_len = self.file_len_seen;
+        // The length now, under the append lock (no writer can change it until we leave).
+        let file_len =
+            self.file.metadata().context(|| format!("cannot stat {}", self.log_path().display()))?.len() as usize;
+        if file_len < self.size {
+            return Err(Error::corrupt(format!(
+                "{} is {file_len} bytes, shorter than the {} bytes of batches already read from it (truncated by another process?)",
+                self.log_path().display(),
+                self.size
+            )));
+        }
         let mut probe = [0u8; HEADER_LEN];
         let n = read_at_most(&self.file, &mut probe, self.size as u64)?;
         if probe[..n].iter().any(|&b| b != 0) {
@@ -571,7 +645,11 @@ impl Segment {
                 .context(|| format!("cannot clear a torn batch in {}", self.log_path().display()))?;
         }
         self.bytes_since_last_index_entry = self.bytes_after_last_index_entry();
-        self.allocated_len = self.allocated_len.max(file_len);
+        // Only the file's current length is backed by blocks: another writer may have sealed
+        // (trimmed) this segment since we last wrote it, and then failed or died before it
+        // created the next one. Our old allocation and map are stale; storing below them but
+        // past the file's end would be lost, or raise SIGBUS (mmap invariant 3).
+        self.allocated_len = file_len;
         self.sealed = false;
         self.ensure_capacity(0)
     }
@@ -590,9 +668,19 @@ impl Segment {
                     }
                     pos += h.total_size();
                 }
+                _ if pos < self.size => return Err(self.not_a_batch(pos)),
                 _ => return Ok(None),
             }
         }
+    }
+
+    /// Published bytes at `pos` that do not start a batch: damage a reader must not step over.
+    pub fn not_a_batch(&self, pos: usize) -> Error {
+        Error::corrupt(format!(
+            "{} holds {} bytes at position {pos} that are not a record batch (the file is damaged)",
+            self.log_path().display(),
+            self.size - pos
+        ))
     }
 
     /// The first position at or after `pos` of a batch whose maxTimestamp >= ts, starting
@@ -614,9 +702,24 @@ impl Segment {
         }
         self.finish_prefault();
         // Trimming never cuts below `size`, so maps handed to readers stay valid (mmap invariant 1).
-        self.file.set_len(self.size as u64).context(|| format!("cannot trim {}", self.log_path().display()))?;
+        crate::failpoint::hit("segment.seal.trim")
+            .and_then(|()| self.file.set_len(self.size as u64))
+            .context(|| format!("cannot trim {}", self.log_path().display()))?;
+        // Blocks past `size` are gone: a later append (after a failed roll) must reserve again.
+        self.allocated_len = self.size;
         self.sealed = true;
         Ok(())
+    }
+
+    /// Undo `seal` after the roll that sealed this segment failed to create the next one:
+    /// it is still the newest segment, so it stays the active one. Its blocks are reserved
+    /// again by the next append (`ensure_capacity`), which fails with an error, not a store
+    /// past the end of the file, while the disk is full.
+    pub fn unseal(&mut self) {
+        if self.writable {
+            self.allocated_len = self.allocated_len.min(self.size);
+            self.sealed = false;
+        }
     }
 
     /// Make `[from, size)` durable.

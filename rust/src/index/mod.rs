@@ -8,7 +8,7 @@
 pub mod offset;
 pub mod time;
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -43,14 +43,7 @@ impl<E: Entry> IndexFile<E> {
     /// Returns the index and whether the file had to be cut (a sign of a crash or damage).
     pub fn open(path: &Path, writable: bool, max_index_bytes: usize) -> Result<(Self, bool)> {
         let file = if writable {
-            Some(
-                OpenOptions::new()
-                    .read(true)
-                    .append(true)
-                    .create(true)
-                    .open(path)
-                    .context(|| format!("cannot open index {}", path.display()))?,
-            )
+            Some(crate::nofollow::open(crate::nofollow::options().read(true).append(true).create(true), path, "index")?)
         } else {
             None
         };
@@ -73,10 +66,10 @@ impl<E: Entry> IndexFile<E> {
     pub fn load_more(&mut self) -> Result<bool> {
         use std::os::unix::fs::FileExt;
         if self.reader.is_none() {
-            match File::open(&self.path) {
+            match crate::nofollow::options().read(true).open(&self.path) {
                 Ok(f) => self.reader = Some(f),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-                Err(e) => return Err(crate::error::Error::io(format!("cannot read index {}", self.path.display()), e)),
+                Err(e) => return Err(crate::nofollow::describe(e, &self.path, "index")),
             }
         }
         let reader = self.reader.as_ref().unwrap();

@@ -9,7 +9,7 @@ fn class_name(e: &Error) -> &'static str {
     match e {
         Error::Corrupt(_) => "CorruptRecordError",
         Error::OffsetOutOfRange { .. } => "OffsetOutOfRangeError",
-        Error::Locked { .. } => "LogLockedError",
+        Error::Locked { .. } | Error::LockTimeout { .. } => "LogLockedError",
         Error::InvalidConfig(_) => "InvalidConfigError",
         Error::RecordTooLarge { .. } => "RecordTooLargeError",
         Error::InvalidRecord(_) => "InvalidRecordError",

@@ -49,9 +49,17 @@ impl PyLog {
         })
     }
 
-    /// Run `f` on the log with the GIL released.
+    /// Run `f` on the log with the GIL released. A panic (a bug) never crosses into Python as
+    /// `PanicException`: it poisons the log and surfaces as `LogPoisonedError`.
     fn detached<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Log) -> crate::Result<T> + Send) -> PyResult<T> {
-        py.detach(|| f(&mut self.lock())).map_err(Into::into)
+        py.detach(|| {
+            let mut log = self.lock();
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut log))) {
+                Ok(result) => result,
+                Err(payload) => Err(log.poison_after_panic(&*payload)),
+            }
+        })
+        .map_err(Into::into)
     }
 }
 
@@ -163,7 +171,10 @@ impl PyLog {
             compact,
             ..LogConfig::default()
         };
-        let log = py.detach(|| Log::open(&path, config))?;
+        let log = py.detach(|| {
+            std::panic::catch_unwind(|| Log::open(&path, config))
+                .unwrap_or_else(|payload| Err(crate::Error::Poisoned(crate::log::panic_message(&*payload))))
+        })?;
         Ok(PyLog { inner: Mutex::new(log) })
     }
 
@@ -406,8 +417,39 @@ impl PyLog {
         self.detached(py, |log| log.flush())
     }
 
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        self.detached(py, |log| log.close())
+    /// `timeout` (seconds) bounds both waits: for this log's mutex (another thread may be
+    /// inside an append that waits for the partition lock) and for the partition lock.
+    #[pyo3(signature = (timeout=None))]
+    fn close(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        let Some(timeout) = timeout else { return self.detached(py, |log| log.close()) };
+        if !(timeout.is_finite() && timeout >= 0.0) {
+            return Err(crate::Error::config(format!(
+                "timeout must be a non-negative number of seconds, got {timeout}"
+            ))
+            .into());
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs_f64(timeout.min(1e9));
+        py.detach(|| {
+            let mut pause = std::time::Duration::from_micros(100);
+            loop {
+                match self.inner.try_lock() {
+                    Ok(mut log) => return log.close_within(Some(deadline)),
+                    Err(std::sync::TryLockError::Poisoned(p)) => return p.into_inner().close_within(Some(deadline)),
+                    Err(std::sync::TryLockError::WouldBlock) => {}
+                }
+                let now = std::time::Instant::now();
+                if now >= deadline {
+                    return Err(crate::Error::LockTimeout {
+                        path: std::path::PathBuf::from("this log"),
+                        waited_ms: (timeout * 1000.0) as u64,
+                        holder: "another thread of this process, inside an operation on the log".into(),
+                    });
+                }
+                std::thread::sleep(pause.min(deadline - now));
+                pause = (pause * 2).min(std::time::Duration::from_millis(20));
+            }
+        })
+        .map_err(Into::into)
     }
 
     #[getter]

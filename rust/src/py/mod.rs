@@ -27,6 +27,14 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("WRITERS_FILE", crate::lock::WRITERS_FILE)?;
     m.add("BATCH_FULL", producer::FULL)?;
     m.add("RECORD_TOO_LARGE", producer::TOO_LARGE)?;
+    m.add_function(wrap_pyfunction!(failpoint_names, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
+}
+
+/// The engine's fail points (see `failpoint.rs`), for fault-injection suites that set
+/// `KAFKALITE_FAILPOINTS` in the processes they start.
+#[pyfunction]
+fn failpoint_names() -> Vec<&'static str> {
+    crate::failpoint::NAMES.to_vec()
 }

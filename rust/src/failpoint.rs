@@ -1,0 +1,148 @@
+//! Named fail points for fault-injection tests: a step of the engine that can be made to fail
+//! or to kill the process, chosen at run time by an environment variable.
+//!
+//! `KAFKALITE_FAILPOINTS="name=action[,name=action...]"`, read once per process, where action
+//! is `kill` (SIGKILL this process), `enospc`, `emfile` or `eio` (the step returns that I/O
+//! error), optionally suffixed `@N` to fire only on the N-th hit of that point (1-based).
+//! Unset, a check is one `OnceLock` load of `None`: nothing on the hot path.
+//!
+//! Every point the engine checks is listed in `NAMES`, so a fault suite can enumerate them
+//! (`kafkalite._native.failpoint_names()`); an unknown name in the variable is reported on
+//! stderr once and ignored.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// Every fail point, in the order the steps run.
+pub const NAMES: &[&str] = &[
+    // Log::roll_locked: seal the active segment, then create the next one.
+    "roll.before_seal",
+    "roll.after_seal",
+    "roll.after_create",
+    // Segment::create: the .log file, its indexes, the first block reservation.
+    "segment.create.log",
+    "segment.create.index",
+    "segment.create.timeindex",
+    "segment.reserve",
+    // Segment::seal: trimming the file to its valid length.
+    "segment.seal.trim",
+    // Log::close on the last writer: seal, sync, then the clean-shutdown marker.
+    "shutdown.before_marker",
+    "shutdown.after_marker",
+    // checkpoint::write_atomically: the temp file, the rename, the directory sync.
+    "checkpoint.write",
+    "checkpoint.rename",
+    // checkpoint::sync_dir: every directory fsync (new segments under flush="always", renames).
+    "dir.sync",
+    // Cleaner swap: X.log.cleaned written, renamed to X.log.swap (commit), indexes removed,
+    // X.log.swap renamed over X.log.
+    "cleaner.write_cleaned",
+    "cleaner.rename_swap",
+    "cleaner.remove_indexes",
+    "cleaner.replace_log",
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Action {
+    Kill,
+    Errno(i32),
+}
+
+struct Point {
+    name: &'static str,
+    action: Action,
+    /// Fire only on this hit (1-based); every hit when None.
+    nth: Option<u64>,
+    hits: AtomicU64,
+}
+
+static POINTS: OnceLock<Option<Vec<Point>>> = OnceLock::new();
+
+fn parse(spec: &str) -> Vec<Point> {
+    let mut points = Vec::new();
+    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let parsed = item.split_once('=').and_then(|(name, action)| {
+            let name = *NAMES.iter().find(|n| **n == name.trim())?;
+            let (action, nth) = match action.trim().split_once('@') {
+                Some((a, n)) => (a, Some(n.parse::<u64>().ok().filter(|&n| n > 0)?)),
+                None => (action.trim(), None),
+            };
+            let action = match action {
+                "kill" => Action::Kill,
+                "enospc" => Action::Errno(rustix::io::Errno::NOSPC.raw_os_error()),
+                "emfile" => Action::Errno(rustix::io::Errno::MFILE.raw_os_error()),
+                "eio" => Action::Errno(rustix::io::Errno::IO.raw_os_error()),
+                _ => return None,
+            };
+            Some(Point { name, action, nth, hits: AtomicU64::new(0) })
+        });
+        match parsed {
+            Some(p) => points.push(p),
+            None => eprintln!(
+                "kafkalite: ignoring KAFKALITE_FAILPOINTS entry {item:?}: expected name=kill|enospc|emfile|eio[@N] \
+                 with a name from {NAMES:?}"
+            ),
+        }
+    }
+    points
+}
+
+fn points() -> Option<&'static [Point]> {
+    POINTS
+        .get_or_init(|| std::env::var("KAFKALITE_FAILPOINTS").ok().map(|s| parse(&s)).filter(|p| !p.is_empty()))
+        .as_deref()
+}
+
+/// Check fail point `name`: Ok unless it is configured to fire now, in which case it kills
+/// the process or returns the configured I/O error.
+#[inline]
+pub fn hit(name: &'static str) -> std::io::Result<()> {
+    debug_assert!(NAMES.contains(&name), "unlisted fail point {name}");
+    match points() {
+        None => Ok(()),
+        Some(points) => fire(points, name),
+    }
+}
+
+#[cold]
+fn fire(points: &[Point], name: &str) -> std::io::Result<()> {
+    for p in points.iter().filter(|p| p.name == name) {
+        let hit = p.hits.fetch_add(1, Ordering::Relaxed) + 1;
+        if p.nth.is_some_and(|n| n != hit) {
+            continue;
+        }
+        match p.action {
+            Action::Kill => {
+                let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+                // SIGKILL cannot be caught; should delivery lag, never run the step.
+                loop {
+                    std::thread::park();
+                }
+            }
+            Action::Errno(code) => {
+                return Err(std::io::Error::new(
+                    std::io::Error::from_raw_os_error(code).kind(),
+                    format!("{} (fail point {name})", std::io::Error::from_raw_os_error(code)),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_actions_and_counts() {
+        let p = parse("roll.after_seal=kill, segment.reserve=enospc@2,nope=eio,roll.before_seal=bad");
+        assert_eq!(p.len(), 2);
+        assert_eq!(p[0].action, Action::Kill);
+        assert_eq!(p[1].nth, Some(2));
+        assert!(fire(&p, "segment.reserve").is_ok());
+        let e = fire(&p, "segment.reserve").unwrap_err();
+        assert!(e.to_string().contains("segment.reserve"));
+        assert!(fire(&p, "segment.reserve").is_ok());
+    }
+}

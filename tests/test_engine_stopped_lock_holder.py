@@ -1,0 +1,112 @@
+"""A writer that holds a partition's append lock and is then stopped (SIGSTOP) must not hang
+the others forever: closing with a timeout returns within it (LogLockedError naming the
+writers), and so does Producer.close(timeout=...)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from kafkalite import Admin, KafkaliteError, Log, LogLockedError, Producer
+
+HOLDER = r"""
+import fcntl, os, sys, time
+from kafkalite import Log
+log = Log(sys.argv[1], shared_writers=True)   # a live shared writer...
+f = open(os.path.join(sys.argv[1], ".kafkalite.lock"), "r+")
+fcntl.flock(f, fcntl.LOCK_EX)                  # ...caught holding the append lock
+print("holding", flush=True)
+time.sleep(600)
+"""
+
+
+def stop_a_lock_holder(part_dir: str) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, part_dir], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "holding"
+    proc.send_signal(signal.SIGSTOP)
+    return proc
+
+
+def release(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGCONT)
+    proc.kill()
+    proc.wait(timeout=30)
+
+
+def test_log_close_with_timeout_returns_while_an_append_waits_for_a_stopped_holder(
+    part_dir,
+):
+    log = Log(part_dir, shared_writers=True)
+    log.append_values([b"before"])
+    holder = stop_a_lock_holder(part_dir)
+    try:
+
+        def append_and_wait() -> None:
+            try:
+                log.append_values([b"x"])  # waits for the stopped holder
+            except KafkaliteError:
+                pass  # closed under it, or the lock wait ran out: either is fine here
+
+        blocked = threading.Thread(target=append_and_wait, daemon=True)
+        blocked.start()
+        time.sleep(
+            0.3
+        )  # the append now waits for the stopped holder, holding the log's mutex
+        started = time.monotonic()
+        with pytest.raises(LogLockedError, match="gave up after"):
+            log.close(timeout=1)
+        assert time.monotonic() - started < 3
+    finally:
+        release(holder)
+    blocked.join(timeout=90)
+
+
+def test_close_timeout_bounds_the_partition_lock_wait(part_dir):
+    with Log(part_dir, shared_writers=True) as first:
+        first.append_values([b"a"])
+    log = Log(part_dir, shared_writers=True)
+    holder = stop_a_lock_holder(part_dir)
+    try:
+        # The holder is alive, so `log` is not the last one out: close needs no lock...
+        started = time.monotonic()
+        log.close(timeout=1)
+        assert time.monotonic() - started < 3
+    finally:
+        release(holder)
+    # ...and an append after the holder died goes on.
+    with Log(part_dir, shared_writers=True) as again:
+        again.append_values([b"b"])
+        assert again.end_offset == 2
+
+
+@pytest.mark.slow
+def test_producer_close_with_timeout_returns(tmp_path):
+    """Producer.close used to never return. It now returns once the engine's bounded lock wait
+    (60 s, Kafka's max.block.ms) fails the sender's append: Producer.flush drains under the
+    partition's drain lock without a deadline, so close(timeout=2) is bounded by the engine's
+    wait, not by its own timeout (producer.py's side, not the engine's)."""
+    data = str(tmp_path / "data")
+    Admin(data).create_topic("t", partitions=1)
+    producer = Producer(data)
+    producer.send("t", b"first").get(timeout=30)
+    holder = stop_a_lock_holder(os.path.join(data, "t-0"))
+    try:
+        producer.send(
+            "t", b"stuck"
+        )  # the sender thread now waits for the stopped holder
+        time.sleep(0.3)
+        started = time.monotonic()
+        try:
+            producer.close(timeout=2)
+        except LogLockedError:
+            pass  # loud is fine; hanging is not
+        assert time.monotonic() - started < 75
+    finally:
+        release(holder)
