@@ -24,6 +24,8 @@ pub const NAMES: &[&str] = &[
     "segment.create.index",
     "segment.create.timeindex",
     "segment.reserve",
+    // IndexFile::push: one offset- or time-index entry written after its batch was published.
+    "index.append",
     // Segment::seal: trimming the file to its valid length.
     "segment.seal.trim",
     // Log::close on the last writer: seal, sync, then the clean-shutdown marker.

@@ -307,6 +307,9 @@ impl Segment {
     /// Index bookkeeping for a batch at `pos`, shared by append and recovery (Kafka's
     /// `LogSegment.append` / `recover`: one index entry per `index_interval_bytes`).
     fn after_batch(&mut self, pos: usize, header: &BatchHeader) -> Result<()> {
+        // In-memory state first, and nothing here can fail: the batch is already published, so
+        // the next offset must move past it even if an index write below fails (a stale next
+        // offset would give the next batch the same offsets).
         if header.max_timestamp > self.max_timestamp {
             self.max_timestamp = header.max_timestamp;
             self.offset_of_max_timestamp = header.last_offset();
@@ -314,13 +317,16 @@ impl Segment {
         if self.first_batch_timestamp.is_none() {
             self.first_batch_timestamp = Some(header.max_timestamp);
         }
-        if self.bytes_since_last_index_entry > self.settings.index_interval_bytes {
+        let index_due = self.bytes_since_last_index_entry > self.settings.index_interval_bytes;
+        let since = if index_due { 0 } else { self.bytes_since_last_index_entry };
+        self.bytes_since_last_index_entry = since + header.total_size();
+        self.next_offset = header.next_offset();
+        // A failed index write leaves the index sparser (still correct: entries are hints that
+        // reads verify) and is reported; the batch itself stays in the log.
+        if index_due {
             self.offset_index.append(header.last_offset(), pos as u32)?;
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, false)?;
-            self.bytes_since_last_index_entry = 0;
         }
-        self.bytes_since_last_index_entry += header.total_size();
-        self.next_offset = header.next_offset();
         Ok(())
     }
 
@@ -637,7 +643,20 @@ impl Segment {
         }
         let mut probe = [0u8; HEADER_LEN];
         let n = read_at_most(&self.file, &mut probe, self.size as u64)?;
+        let prefix = &probe[..n.min(LOG_OVERHEAD)];
+        if prefix.iter().any(|&b| b != 0) {
+            // The offset/length prefix is written last, so a batch with one was published in
+            // full. `discover` stopped before it, so it does not follow this log's offsets (or is
+            // damaged): writing here would destroy records that may have been acknowledged.
+            return Err(Error::corrupt(format!(
+                "{} holds a batch at position {} that does not follow offset {}; refusing to write over it",
+                self.log_path().display(),
+                self.size,
+                self.next_offset - 1
+            )));
+        }
         if probe[..n].iter().any(|&b| b != 0) {
+            // A torn body: a writer died after copying a batch's body and before its prefix.
             let end = file_len.min(self.size + max_batch + HEADER_LEN);
             let zeros = vec![0u8; end - self.size];
             self.file

@@ -137,7 +137,12 @@ impl<E: Entry> IndexFile<E> {
         let mut bytes = Vec::with_capacity(E::SIZE);
         e.encode(&mut bytes);
         if let Some(f) = &self.file {
-            (&*f).write_all(&bytes).context(|| format!("cannot append to index {}", self.path.display()))?;
+            if let Err(err) = crate::failpoint::hit("index.append").and_then(|()| (&*f).write_all(&bytes)) {
+                // A partial entry (ENOSPC mid-write) would misalign every later one: cut the
+                // file back to whole entries, best effort (a writer's open rebuilds it anyway).
+                let _ = f.set_len(self.read_len);
+                return Err(crate::error::Error::io(format!("cannot append to index {}", self.path.display()), err));
+            }
         }
         self.entries.push(e);
         self.read_len += E::SIZE as u64;
