@@ -6,6 +6,9 @@ configuration, ``OSError`` for I/O), so generic handlers keep working.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class KafkaliteError(Exception):
     """Base class of every error kafkalite raises."""
@@ -49,6 +52,19 @@ class LogPoisonedError(KafkaliteError):
 
 class KafkaliteIOError(KafkaliteError, OSError):
     """An operating-system I/O error, with the file it concerned."""
+
+
+@contextmanager
+def typed_io_errors(doing: str) -> Iterator[None]:
+    """Let an ``OSError`` of the block leave as a ``KafkaliteIOError`` (errno and file name
+    kept, ``doing`` said first), so callers catching ``KafkaliteError`` see full disks and
+    descriptor limits too."""
+    try:
+        yield
+    except KafkaliteError:
+        raise
+    except OSError as e:
+        raise KafkaliteIOError(e.errno, f"{doing}: {e.strerror or e}", e.filename) from e
 
 
 __all__ = [

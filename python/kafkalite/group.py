@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafkalite.assignors import ASSIGNORS, TopicPartition, sticky_assign
-from kafkalite.errors import CommitFailedError, InvalidConfigError, InvalidTypeError
+from kafkalite.errors import CommitFailedError, InvalidConfigError, InvalidTypeError, typed_io_errors
 
 GROUPS_DIR = ".kafkalite-groups"
 #: How often a member probes the others' liveness locks: the bound on detecting a death.
@@ -195,8 +195,9 @@ class GroupFiles:
 
     @contextmanager
     def locked(self) -> Iterator[None]:
-        os.makedirs(self.path, exist_ok=True)
-        fd = os.open(os.path.join(self.path, "state.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        with typed_io_errors(f"cannot lock the state of group {self.group_id!r}"):
+            os.makedirs(self.path, exist_ok=True)
+            fd = os.open(os.path.join(self.path, "state.lock"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -228,9 +229,10 @@ class GroupFiles:
     def save(self, state: dict[str, Any]) -> None:
         """Under ``locked()``. Membership does not outlive a reboot, so no fsync."""
         tmp = self.state_path + f".{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(state, f, sort_keys=True)
-        os.rename(tmp, self.state_path)
+        with typed_io_errors(f"cannot save the state of group {self.group_id!r}"):
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(state, f, sort_keys=True)
+            os.rename(tmp, self.state_path)
 
     def stamp(self) -> tuple[int, int, int] | None:
         """Changes whenever the state is replaced."""
@@ -363,10 +365,11 @@ class GroupMember:
     def join(self, topics: list[str]) -> None:
         self._left = False
         self.member_id = f"{self.client_id}-{uuid.uuid4()}"
-        os.makedirs(self.files.path, exist_ok=True)
-        self._fd = os.open(self.files.member_path(self.member_id), os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        self._write_stamps()
+        with typed_io_errors(f"cannot join group {self.group_id!r}"):
+            os.makedirs(self.files.path, exist_ok=True)
+            self._fd = os.open(self.files.member_path(self.member_id), os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._write_stamps()
         self._topics = sorted(topics)
         with self.files.locked():
             state = self.files.load()
@@ -555,7 +558,8 @@ class GroupMember:
     # -- heartbeats and failure detection --------------------------------------------------
     def _write_stamps(self) -> None:
         if self._fd is not None:
-            os.pwrite(self._fd, _STAMPS.pack(_now_ms(), self._last_poll_ms), 0)
+            with typed_io_errors(f"cannot write the heartbeat of member {self.member_id}"):
+                os.pwrite(self._fd, _STAMPS.pack(_now_ms(), self._last_poll_ms), 0)
 
     def _heartbeat_loop(self) -> None:
         next_beat = 0.0

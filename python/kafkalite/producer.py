@@ -371,6 +371,8 @@ class _Sender:
     def step(self, what: str, fn: Callable, *args: Any) -> None:
         try:
             fn(*args)
+        except KafkaliteError as e:  # expected in operation (a full disk, too many open files)
+            logger.warning("producer sender: %s failed; retrying on the next pass: %s", what, e)
         except Exception:
             logger.exception("producer sender: %s failed; retrying on the next pass", what)
 
@@ -395,8 +397,11 @@ class _Sender:
                         elif os.path.isdir(self.dir.partition_path(name, p.number)):
                             with self.dir.open_partition(name, p.number, shared_writers=True) as log:
                                 log.enforce_retention()
-                except Exception:
-                    logger.warning("retention of %s-%d failed; retrying on the next pass", name, p.number, exc_info=True)
+                except Exception as e:
+                    # A KafkaliteError (full disk, too many open files) is operational: its message says
+                    # it all; anything else is a bug, logged with its traceback.
+                    logger.warning("retention of %s-%d failed; retrying on the next pass: %s", name, p.number, e,
+                                   exc_info=not isinstance(e, KafkaliteError))
         if others:
             Admin(self.dir.path).enforce_retention(others)
 
@@ -411,8 +416,9 @@ class _Sender:
                     with p.drain_lock:
                         if p.log is not None:
                             clean_if_dirty(p.log, t.config)
-                except Exception:
-                    logger.warning("compaction of %s-%d failed; retrying on the next pass", t.name, p.number, exc_info=True)
+                except Exception as e:
+                    logger.warning("compaction of %s-%d failed; retrying on the next pass: %s", t.name, p.number, e,
+                                   exc_info=not isinstance(e, KafkaliteError))
 
     # -- lifecycle ------------------------------------------------------------------------
     def flush(self, timeout: float | None) -> None:
