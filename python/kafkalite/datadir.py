@@ -20,6 +20,7 @@ from kafkalite.errors import (
     InvalidTypeError,
     TopicAlreadyExistsError,
     UnknownTopicError,
+    typed_io_errors,
 )
 from kafkalite.log import Log
 
@@ -189,7 +190,7 @@ class DataDir:
         with self._mutex:
             if self._cache and self._cache[0] == mtime:
                 return self._cache[1]
-            with open(meta, encoding="utf-8") as f:
+            with typed_io_errors(f"cannot read the topics of {self.path}"), open(meta, encoding="utf-8") as f:
                 topics = json.load(f)["topics"]
             self._cache = (mtime, topics)
             return topics
@@ -217,7 +218,7 @@ class DataDir:
         """Apply ``change`` to the metadata under the data-directory lock and write it atomically."""
         import fcntl
 
-        with open(os.path.join(self.path, LOCK_FILE), "a+") as lock:
+        with typed_io_errors(f"cannot change the topics of {self.path}"), open(os.path.join(self.path, LOCK_FILE), "a+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             meta = os.path.join(self.path, METADATA_FILE)
             if os.path.exists(meta):
