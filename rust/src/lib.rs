@@ -35,6 +35,7 @@ pub mod partitioner;
 pub mod record;
 pub mod retention;
 pub mod segment;
+pub mod txn;
 
 #[cfg(feature = "python")]
 mod py;
