@@ -162,3 +162,23 @@ def test_isolation_level_is_validated(tmp_path):
         Consumer(data, "tx", isolation_level=1)
     with Consumer(data, "tx") as consumer:  # kafka-python's default
         assert consumer.config["isolation_level"] == "read_uncommitted"
+
+
+def test_spark_option_and_planning(tmp_path):
+    """kafka.isolation.level parsed as Spark's Kafka source does; "latest" is the LSO under
+    read_committed. (Spark reads themselves: tests/test_read_committed_spark.py.)"""
+    from kafkalite.spark.options import SparkOptionError, parse
+    from kafkalite.spark.planning import PartitionView
+
+    part = _partition(tmp_path)
+    part.run([Data(B, 2), Data(None, 1)])
+    base = {"path": str(tmp_path / "data"), "subscribe": "tx"}
+    assert parse(base, streaming=False).read_committed is False
+    with pytest.raises(SparkOptionError, match="isolation.level"):
+        parse({**base, "kafka.isolation.level": "committed"}, streaming=False)
+    for level, end in (("read_uncommitted", part.offset), ("read_committed", part.lso)):
+        view = PartitionView(parse({**base, "kafka.isolation.level": level}, streaming=False))
+        try:
+            assert view.resolve(view.options.ending, [("tx", 0)], starting=False) == {("tx", 0): end}
+        finally:
+            view.close()
