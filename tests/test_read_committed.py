@@ -142,7 +142,11 @@ def test_txnindex_entries_are_used(tmp_path):
         assert [(r.offset, r.value) for r in log.committed_records()] == part.expected(True)
 
 
-@pytest.mark.parametrize("damage", [b"\x00" * 33, struct.pack(">hqqqq", 7, A, 0, 3, 4), struct.pack(">hqqqq", 0, A, 9, 3, 4)])
+@pytest.mark.parametrize(
+    "damage",
+    [b"\x00" * 33, struct.pack(">hqqqq", 7, A, 0, 3, 4), struct.pack(">hqqqq", 0, A, 9, 3, 4)],
+    ids=["partial-entry", "unknown-version", "first-after-last"],
+)
 def test_a_damaged_txnindex_is_a_typed_error(tmp_path, damage):
     part = _partition(tmp_path)
     index = os.path.join(part.path, f"{0:020d}.txnindex")
