@@ -18,9 +18,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
-from txn_partition import TxnPartition  # noqa: E402
-
-from kafkalite import Log  # noqa: E402
+from kafkalite import Log
+from txn_partition import TxnPartition
 
 
 def build(path: str, records: int, per_batch: int) -> TxnPartition:
