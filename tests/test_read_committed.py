@@ -186,3 +186,42 @@ def test_spark_option_and_planning(tmp_path):
             assert view.resolve(view.options.ending, [("tx", 0)], starting=False) == {("tx", 0): end}
         finally:
             view.close()
+
+
+def _flip_marker_byte(part: TxnPartition, marker_offset: int) -> None:
+    """Damage the last byte (inside the CRC-covered record) of the marker at ``marker_offset``."""
+    seg = Path(part.path, f"{0:020d}.log")
+    data = bytearray(seg.read_bytes())
+    pos = 0
+    while True:
+        base, length = struct.unpack_from(">qi", data, pos)
+        if base == marker_offset:
+            break
+        pos += 12 + length
+    end = pos + 12 + length - 1
+    with open(seg, "r+b") as f:  # in place: readers map this file
+        f.seek(end)
+        f.write(bytes([data[end] ^ 0xFF]))
+
+
+def test_a_damaged_marker_is_a_typed_error_under_read_committed(tmp_path):
+    part = _partition(tmp_path)
+    _flip_marker_byte(part, part.markers[0][0])
+    with Log(part.path, readonly=True) as log:
+        assert [(r.offset, r.value) for r in log.records()] == part.expected(False)  # markers are skipped
+        with pytest.raises(CorruptRecordError, match="CRC"):
+            list(log.committed_records())
+
+
+def test_polls_do_not_rescan_the_log(tmp_path):
+    """The transaction state is learnt once and then only from new batches: damage to a marker
+    already read does not reach later polls (a fresh reader sees it)."""
+    part = _partition(tmp_path)
+    data = str(tmp_path / "data")
+    with Consumer(data, "tx", auto_offset_reset="earliest", isolation_level="read_committed") as consumer:
+        first = _poll_all(consumer)
+        _flip_marker_byte(part, part.markers[0][0])
+        part.run([Data(A, 1), Marker(A, commit=True), Data(None, 1)])
+        assert first + _poll_all(consumer) == part.expected(True)
+    with pytest.raises(CorruptRecordError), Consumer(data, "tx", auto_offset_reset="earliest", isolation_level="read_committed") as consumer:
+        consumer.poll()
