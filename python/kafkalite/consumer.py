@@ -472,12 +472,11 @@ class Consumer:
 
     def _fetch_one(self, tp: TopicPartition, limit: int) -> list[ConsumerRecord]:
         topic = self._topic_names.setdefault(tp.topic, tp.topic)
-        if self._read_committed:
-            def read(log: Log, pos: int, n: int) -> Any:
-                return log._native.read_committed_consumer_records(topic, tp.partition, pos, n)
-        else:
-            def read(log: Log, pos: int, n: int) -> Any:
-                return log._native.read_consumer_records(topic, tp.partition, pos, n)
+        def read(log: Log, pos: int, n: int) -> Any:
+            native = log._native
+            fetch = native.read_committed_consumer_records if self._read_committed else native.read_consumer_records
+            return fetch(topic, tp.partition, pos, n)
+
         records = self._read_at_position(tp, limit, read)
         if records and (self.config["key_deserializer"] or self.config["value_deserializer"]):
             records = [self._deserialize(r) for r in records]
@@ -508,10 +507,11 @@ class Consumer:
         pa = require_pyarrow("Consumer.poll_arrow")
 
         def read_one(tp: TopicPartition, limit: int) -> Any:
-            if self._read_committed:
-                batch = self._read_at_position(tp, limit, lambda log, pos, n: log._native.read_committed_arrow(pos, None, n))
-            else:
-                batch = self._read_at_position(tp, limit, lambda log, pos, n: log._native.read_arrow(pos, None, n))
+            def read(log: Log, pos: int, n: int) -> Any:
+                native = log._native
+                return (native.read_committed_arrow if self._read_committed else native.read_arrow)(pos, None, n)
+
+            batch = self._read_at_position(tp, limit, read)
             return pa.record_batch(batch) if len(batch) else None
 
         return self._collect(max_records, read_one, lambda batch: batch.num_rows)
