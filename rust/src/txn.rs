@@ -178,7 +178,7 @@ impl TxnState {
                         self.close_txn(h.producer_id, h.base_offset, kind);
                     }
                 } else if h.is_transactional() && h.last_offset() >= from {
-                    self.transactional_batch(h.producer_id, h.base_offset.max(from));
+                    self.transactional_batch(h.producer_id, h.base_offset);
                 }
                 Ok(true)
             })?;

@@ -140,3 +140,23 @@ fn txnindex_files_are_parsed_and_checked() {
     fs::write(&path, &entry).unwrap();
     assert!(matches!(read_txn_index(&path), Err(Error::Corrupt(m)) if m.contains("version 1")));
 }
+
+#[test]
+fn a_log_start_inside_an_aborted_batch_hides_the_rest_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tx-0");
+    let mut s = Script::new(&path);
+    s.data(None, 1); // 0
+    s.data(Some(A), 3); // 1-3 aborted
+    s.data(None, 1); // 4
+    s.marker(A, false); // 5
+                        // DeleteRecords to offset 2: the log starts inside A's aborted batch.
+    fs::write(path.join(".kafkalite-log-start-offset"), b"2").unwrap();
+    let mut log = Log::open(&path, readonly()).unwrap();
+    assert_eq!(log.start_offset(), 2);
+    let mut txn = TxnState::new();
+    let mut out = Vec::new();
+    txn.scan_committed(&mut log, 2, None, usize::MAX, &mut out).unwrap();
+    assert_eq!(values(&out), ["v4"]);
+    assert_eq!(txn.last_stable_offset(&log), 6);
+}
