@@ -66,7 +66,10 @@ DEFAULTS: dict[str, Any] = {
     "max_poll_interval_ms": 300_000,
     "partition_assignment_strategy": ("range", "cooperative-sticky"),
     "exclude_internal_topics": True,
+    "isolation_level": "read_uncommitted",
 }
+
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
 #: Records per native call when iterating (positions are committed per chunk).
 _ITER_CHUNK = 8192
@@ -86,6 +89,16 @@ def _strategy_names(value: Any) -> list[str]:
     if not names or bad:
         raise InvalidConfigError(f"partition_assignment_strategy must name some of {', '.join(STRATEGIES)}; got {value!r}")
     return names
+
+
+def _read_committed(level: Any) -> bool:
+    """kafka-python's ``isolation_level``: read_committed hides records of aborted transactions
+    and reads only below the last stable offset."""
+    if not isinstance(level, str):
+        raise InvalidTypeError(f"isolation_level must be a str, not {type(level).__name__} {level!r}")
+    if level not in ISOLATION_LEVELS:
+        raise InvalidConfigError(f"isolation_level must be 'read_uncommitted' or 'read_committed', not {level!r}")
+    return level == "read_committed"
 
 
 def _require_writable(data_dir: DataDir, group_id: str) -> None:
@@ -114,6 +127,7 @@ class Consumer:
             raise InvalidConfigError(f"unknown consumer config {unknown[0]!r}; supported: {', '.join(sorted(DEFAULTS))}")
         self.config = {**DEFAULTS, **config}
         args.check_config(self.config)
+        self._read_committed = _read_committed(self.config["isolation_level"])
         self._strategies = _strategy_names(self.config["partition_assignment_strategy"])
         wanted_topics = args.topic_names(topics)
         if not isinstance(path, (str, os.PathLike)):
@@ -334,8 +348,13 @@ class Consumer:
         if policy == "earliest":
             return log.start_offset
         if policy == "latest":
-            return log.end_offset
+            return self._end_of(log)
         raise NoOffsetForPartitionError(f"no valid offset for {tp} and auto_offset_reset='none'")
+
+    def _end_of(self, log: Log) -> int:
+        """Where this consumer's reads end: the log end offset, or under read_committed the
+        last stable offset (Kafka's ListOffsets latest for that isolation level)."""
+        return log.last_stable_offset if self._read_committed else log.end_offset
 
     def position(self, tp: TopicPartition) -> int:
         """The offset of the next record this consumer will return for ``tp``."""
@@ -366,7 +385,7 @@ class Consumer:
 
     def seek_to_end(self, *partitions: TopicPartition) -> None:
         for tp in self._seekable(partitions):
-            self.seek(tp, self._log(tp).end_offset)
+            self.seek(tp, self._end_of(self._log(tp)))
 
     def _seekable(self, partitions: tuple[Any, ...]) -> list[TopicPartition]:
         """All given partitions checked (and assigned) before the first seek."""
@@ -381,7 +400,7 @@ class Consumer:
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         parts = [self._existing(tp) for tp in args.partitions(partitions)]
-        return {tp: self._log(tp).end_offset for tp in parts}
+        return {tp: self._end_of(self._log(tp)) for tp in parts}
 
     def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """Per partition: the earliest offset whose timestamp >= the given one, or None."""
@@ -453,9 +472,12 @@ class Consumer:
 
     def _fetch_one(self, tp: TopicPartition, limit: int) -> list[ConsumerRecord]:
         topic = self._topic_names.setdefault(tp.topic, tp.topic)
-        records = self._read_at_position(
-            tp, limit, lambda log, pos, n: log._native.read_consumer_records(topic, tp.partition, pos, n)
-        )
+        def read(log: Log, pos: int, n: int) -> Any:
+            native = log._native
+            fetch = native.read_committed_consumer_records if self._read_committed else native.read_consumer_records
+            return fetch(topic, tp.partition, pos, n)
+
+        records = self._read_at_position(tp, limit, read)
         if records and (self.config["key_deserializer"] or self.config["value_deserializer"]):
             records = [self._deserialize(r) for r in records]
         return records
@@ -485,7 +507,11 @@ class Consumer:
         pa = require_pyarrow("Consumer.poll_arrow")
 
         def read_one(tp: TopicPartition, limit: int) -> Any:
-            batch = self._read_at_position(tp, limit, lambda log, pos, n: log._native.read_arrow(pos, None, n))
+            def read(log: Log, pos: int, n: int) -> Any:
+                native = log._native
+                return (native.read_committed_arrow if self._read_committed else native.read_arrow)(pos, None, n)
+
+            batch = self._read_at_position(tp, limit, read)
             return pa.record_batch(batch) if len(batch) else None
 
         return self._collect(max_records, read_one, lambda batch: batch.num_rows)
@@ -531,7 +557,7 @@ class Consumer:
                 return
             seen = self._notifier.sequence()
             self._refresh_subscription()
-            if not any(self._log(tp).end_offset > self._position_of(tp) for tp in self._fetchable()):
+            if not any(self._end_of(self._log(tp)) > self._position_of(tp) for tp in self._fetchable()):
                 self._notifier.wait(seen, int(max(1, min(1000, idle_limit - waited_ms))))
 
     # -- commits ---------------------------------------------------------------------------

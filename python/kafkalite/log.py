@@ -31,6 +31,17 @@ class SegmentInfo(NamedTuple):
     max_timestamp: int
 
 
+class AbortedTransaction(NamedTuple):
+    """One aborted transaction (Kafka's ``AbortedTxn``, a ``.txnindex`` entry): the producer's
+    transactional records in ``[first_offset, last_offset]`` (its ABORT marker) are hidden from
+    read_committed readers; ``last_stable_offset`` is the LSO right after the marker."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+
 class RecoveryWarning(UserWarning):
     """Opening a log found a torn or corrupt tail and truncated it."""
 
@@ -155,6 +166,31 @@ class Log:
         validate.optional_integer("max_records", max_records, 1)
         batch, _next = self._native.read_arrow(start, end, max_records)
         return batch
+
+    def committed_records(self, start: int | None = None, end: int | None = None) -> Iterator[Record]:
+        """``records()`` as a read_committed reader sees them (Kafka's
+        ``isolation.level=read_committed``): records of aborted transactions are skipped and
+        iteration stops at the last stable offset."""
+        validate.optional_integer("start", start, -(2**63))
+        validate.optional_integer("end", end, -(2**63))
+        position = self.start_offset if start is None else start
+        stop = self.last_stable_offset if end is None else end
+        while position < stop:
+            chunk, position = self._native.read_committed_records(position, stop, _RECORDS_PER_CHUNK)
+            if not chunk:
+                break
+            yield from chunk
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The last stable offset (LSO): the first offset of the earliest transaction still
+        open, else the log end offset. read_committed readers read below it only."""
+        return self._native.last_stable_offset
+
+    def aborted_transactions(self) -> list[AbortedTransaction]:
+        """Every aborted transaction in the log, in marker order, learnt from the ABORT markers
+        and from Kafka's ``.txnindex`` files where a broker left them."""
+        return [AbortedTransaction(*t) for t in self._native.aborted_transactions()]
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         """The earliest offset whose record timestamp is >= ``timestamp_ms``, or None."""

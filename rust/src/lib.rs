@@ -41,6 +41,7 @@ pub mod record;
 pub mod retention;
 pub mod segment;
 pub mod sigbus;
+pub mod txn;
 
 #[cfg(feature = "python")]
 mod py;

@@ -154,6 +154,31 @@ impl Log {
         Ok(next.min(end).max(start))
     }
 
+    /// Walk the batches from the one that holds `from` to the log end, in order, handing `f`
+    /// each header with its whole batch bytes and position (records are not decoded, nor the
+    /// CRC checked); `f` returns false to stop. The transaction bookkeeping of `txn.rs` reads
+    /// the log this way.
+    pub(crate) fn walk_batches(
+        &self,
+        from: i64,
+        mut f: impl FnMut(&BatchHeader, &[u8], usize) -> Result<bool>,
+    ) -> Result<()> {
+        let Some((mut seg_idx, mut pos, _)) = self.locate(from)? else { return Ok(()) };
+        while seg_idx < self.segments.len() {
+            let seg = &self.segments[seg_idx];
+            let bytes = seg.bytes(0, seg.size());
+            while let Next::Batch(h) = next_batch(bytes, pos, false)? {
+                if !f(&h, &bytes[pos..pos + h.total_size()], pos)? {
+                    return Ok(());
+                }
+                pos += h.total_size();
+            }
+            seg_idx += 1;
+            pos = 0;
+        }
+        Ok(())
+    }
+
     /// Kafka's ListOffsets by timestamp: the earliest offset whose record timestamp >= ts,
     /// with that timestamp, or None. Searches the first segment whose largest timestamp >= ts,
     /// from its time-index hint.

@@ -52,6 +52,8 @@ class SourceOptions:
     max_trigger_delay_ms: int
     fail_on_data_loss: bool
     include_headers: bool
+    #: ``kafka.isolation.level``: read_committed hides aborted transactions and ends at the LSO.
+    read_committed: bool = False
 
 
 def get(options: Mapping[str, str], name: str) -> str | None:
@@ -184,7 +186,21 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         max_trigger_delay_ms=parse_duration_ms(get(options, "maxTriggerDelay") or "15m"),
         fail_on_data_loss=option_bool(options, "failOnDataLoss", True),
         include_headers=option_bool(options, "includeHeaders", False),
+        read_committed=_isolation_level(options) == "read_committed",
     )
+
+
+def _isolation_level(options: Mapping[str, str]) -> str:
+    """``kafka.isolation.level``, which Spark's Kafka source hands to its consumers (Kafka's
+    default read_uncommitted, and its ConfigException message for other values)."""
+    raw = get(options, "kafka.isolation.level")
+    if raw is None:
+        return "read_uncommitted"
+    if raw not in ("read_uncommitted", "read_committed"):
+        raise SparkOptionError(
+            f"Invalid value {raw} for configuration isolation.level: String must be one of: read_committed, read_uncommitted"
+        )
+    return raw
 
 
 def offsets_json(offsets: Mapping[tuple[str, int], int]) -> dict[str, Any]:

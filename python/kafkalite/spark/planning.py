@@ -62,8 +62,10 @@ class PartitionView:
         return log
 
     def bounds(self, tp: TP) -> tuple[int, int]:
+        """(log start offset, where reads end): the log end offset, or under
+        kafka.isolation.level=read_committed the last stable offset, as Kafka's "latest"."""
         log = self.log(tp)
-        return log.start_offset, log.end_offset
+        return log.start_offset, log.last_stable_offset if self.options.read_committed else log.end_offset
 
     def resolve(self, spec: OffsetSpec, tps: list[TP], *, starting: bool) -> dict[TP, int]:
         """Offsets for ``tps`` (sentinels -2/-1 resolved to the log start/end)."""

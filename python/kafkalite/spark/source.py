@@ -65,6 +65,7 @@ class RangePartition(InputPartition):
     end: int
     include_headers: bool
     fail_on_data_loss: bool
+    read_committed: bool = False
 
 
 def _arrow_target(schema: Any) -> Any:
@@ -96,10 +97,9 @@ def read_range(part: InputPartition | None, schema: Any) -> Iterator[Any]:
                     "before this task read them. Some data may have been lost; set failOnDataLoss=false to skip them."
                 )
             position = log.start_offset
+        read = log._native.read_committed_spark_arrow if part.read_committed else log._native.read_spark_arrow
         while position < part.end:
-            native, position = log._native.read_spark_arrow(
-                part.topic, part.partition, position, part.end, ROWS_PER_BATCH, part.include_headers
-            )
+            native, position = read(part.topic, part.partition, position, part.end, ROWS_PER_BATCH, part.include_headers)
             batch = pa.record_batch(native)
             if batch.num_rows == 0:
                 break
@@ -132,7 +132,9 @@ def _tasks(opts: SourceOptions, ranges: list[OffsetRange]) -> list[RangePartitio
     """One task per range, after Kafka's minPartitions / maxRecordsPerPartition split."""
     path = os.path.abspath(opts.path)
     return [
-        RangePartition(path, r.topic, r.partition, r.start, r.end, opts.include_headers, opts.fail_on_data_loss)
+        RangePartition(
+            path, r.topic, r.partition, r.start, r.end, opts.include_headers, opts.fail_on_data_loss, opts.read_committed
+        )
         for r in split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)
     ]
 

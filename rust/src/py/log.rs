@@ -14,6 +14,7 @@ use crate::log::{now_ms, Log};
 use crate::log_read::RecordSink;
 use crate::options::{FlushPolicy, LogConfig};
 use crate::record::{Compression, Header, RecordInput, TimestampType};
+use crate::txn::TxnState;
 
 use super::arrow::ArrowBatch;
 use super::buffer::BatchView;
@@ -27,6 +28,8 @@ type RecoveryTuple = (i64, u64, u64, Option<String>);
 #[pyclass(frozen, name = "Log", module = "kafkalite._native")]
 pub struct PyLog {
     inner: Mutex<Log>,
+    /// read_committed bookkeeping, learnt incrementally (txn.rs). Locked after `inner`.
+    txn: Mutex<TxnState>,
 }
 
 impl PyLog {
@@ -96,6 +99,57 @@ impl PyLog {
             let limit = max_records.unwrap_or(usize::MAX);
             let mut sink = make(expected.min(limit));
             let next = log.scan_records(start, end, limit, &mut sink)?;
+            Ok((finish(sink)?, next))
+        })?;
+        Ok((ArrowBatch::new(batch), next))
+    }
+}
+
+impl PyLog {
+    /// Run `f` on the log and its transaction state with the GIL released.
+    fn detached_txn<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Log, &mut TxnState) -> crate::Result<T> + Send,
+    ) -> PyResult<T> {
+        py.detach(|| {
+            let mut log = self.lock();
+            let mut txn = self.txn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            f(&mut log, &mut txn)
+        })
+        .map_err(Into::into)
+    }
+
+    /// `scan_into_arena` as a read_committed reader.
+    fn scan_committed_into_arena(
+        &self,
+        py: Python<'_>,
+        start: i64,
+        end: Option<i64>,
+        max: usize,
+    ) -> PyResult<(RecordArena, i64)> {
+        self.detached_txn(py, |log, txn| {
+            let mut arena = RecordArena::default();
+            let next = txn.scan_committed(log, start, end, max, &mut arena)?;
+            Ok((arena, next))
+        })
+    }
+
+    /// `scan_to_arrow` as a read_committed reader.
+    fn scan_committed_to_arrow<S: RecordSink>(
+        &self,
+        py: Python<'_>,
+        start: i64,
+        end: Option<i64>,
+        max_records: Option<usize>,
+        make: impl FnOnce(usize) -> S + Send,
+        finish: impl FnOnce(S) -> crate::Result<arrow_array::RecordBatch> + Send,
+    ) -> PyResult<(ArrowBatch, i64)> {
+        let (batch, next) = self.detached_txn(py, |log, txn| {
+            let expected = (end.unwrap_or(log.end_offset()) - start).clamp(0, 1 << 20) as usize;
+            let limit = max_records.unwrap_or(usize::MAX);
+            let mut sink = make(expected.min(limit));
+            let next = txn.scan_committed(log, start, end, limit, &mut sink)?;
             Ok((finish(sink)?, next))
         })?;
         Ok((ArrowBatch::new(batch), next))
@@ -175,7 +229,7 @@ impl PyLog {
             std::panic::catch_unwind(|| Log::open(&path, config))
                 .unwrap_or_else(|payload| Err(crate::Error::Poisoned(crate::log::panic_message(&*payload))))
         })?;
-        Ok(PyLog { inner: Mutex::new(log) })
+        Ok(PyLog { inner: Mutex::new(log), txn: Mutex::new(TxnState::new()) })
     }
 
     /// Append `Record` objects; returns (first offset, last offset).
@@ -321,6 +375,88 @@ impl PyLog {
     ) -> PyResult<(ArrowBatch, i64)> {
         let make = |n: usize| SparkSink::new(topic, partition, include_headers, n, n * 64);
         self.scan_to_arrow(py, start, end, max_records, make, SparkSink::finish)
+    }
+
+    /// `read_consumer_records` with isolation.level=read_committed: no record of an aborted
+    /// transaction, nothing at or past the last stable offset.
+    #[pyo3(signature = (topic, partition, start, max_records=500, end=None))]
+    fn read_committed_consumer_records(
+        &self,
+        py: Python<'_>,
+        topic: Py<PyString>,
+        partition: i32,
+        start: i64,
+        max_records: usize,
+        end: Option<i64>,
+    ) -> PyResult<(Vec<Py<ConsumerRecord>>, i64)> {
+        let (arena, next) = self.scan_committed_into_arena(py, start, end, max_records)?;
+        Ok((arena.into_consumer_records(py, &topic, partition)?, next))
+    }
+
+    /// `read_records` with isolation.level=read_committed.
+    #[pyo3(signature = (start, end=None, max_records=8192))]
+    fn read_committed_records(
+        &self,
+        py: Python<'_>,
+        start: i64,
+        end: Option<i64>,
+        max_records: usize,
+    ) -> PyResult<(Vec<Py<Record>>, i64)> {
+        let (arena, next) = self.scan_committed_into_arena(py, start, end, max_records)?;
+        Ok((arena.into_records(py)?, next))
+    }
+
+    /// `read_arrow` with isolation.level=read_committed.
+    #[pyo3(signature = (start, end=None, max_records=None))]
+    fn read_committed_arrow(
+        &self,
+        py: Python<'_>,
+        start: i64,
+        end: Option<i64>,
+        max_records: Option<usize>,
+    ) -> PyResult<(ArrowBatch, i64)> {
+        let make = |n: usize| ArrowSink::with_capacity(n, n * 64);
+        self.scan_committed_to_arrow(py, start, end, max_records, make, ArrowSink::finish)
+    }
+
+    /// `read_spark_arrow` with kafka.isolation.level=read_committed.
+    #[pyo3(signature = (topic, partition, start, end=None, max_records=None, include_headers=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn read_committed_spark_arrow(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        partition: i32,
+        start: i64,
+        end: Option<i64>,
+        max_records: Option<usize>,
+        include_headers: bool,
+    ) -> PyResult<(ArrowBatch, i64)> {
+        let make = |n: usize| SparkSink::new(topic, partition, include_headers, n, n * 64);
+        self.scan_committed_to_arrow(py, start, end, max_records, make, SparkSink::finish)
+    }
+
+    /// The last stable offset: where read_committed readers stop (the first offset of the
+    /// earliest open transaction, else the log end offset).
+    #[getter]
+    fn last_stable_offset(&self, py: Python<'_>) -> PyResult<i64> {
+        self.detached_txn(py, |log, txn| {
+            txn.update(log)?;
+            Ok(txn.last_stable_offset(log))
+        })
+    }
+
+    /// (producer_id, first_offset, last_offset, last_stable_offset) of every aborted
+    /// transaction, in marker order (Kafka's `.txnindex` entries).
+    fn aborted_transactions(&self, py: Python<'_>) -> PyResult<Vec<(i64, i64, i64, i64)>> {
+        self.detached_txn(py, |log, txn| {
+            txn.update(log)?;
+            Ok(txn
+                .aborted_transactions()
+                .into_iter()
+                .map(|t| (t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset))
+                .collect())
+        })
     }
 
     /// (offset, timestamp) of the earliest record with timestamp >= ts, or None.
