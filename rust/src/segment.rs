@@ -553,8 +553,29 @@ impl Segment {
             if read_at_most(&self.file, &mut body, pos as u64)? < body.len() {
                 break;
             }
+            // Whole and behind a prefix (which writers store last): the batch was published in
+            // full, so a bad CRC or offsets that do not follow are damage, never "not yet
+            // written". Stopping quietly here would let readers skip every later record.
+            let follows = |h: &BatchHeader| {
+                h.base_offset >= self.next_offset && h.last_offset() - self.base_offset <= i32::MAX as i64
+            };
             match next_batch(&body, 0, true) {
-                Ok(Next::Batch(h)) if h.base_offset >= self.next_offset => {
+                Ok(Next::Batch(h)) if !follows(&h) => {
+                    return Err(Error::corrupt(format!(
+                        "{} holds a batch at position {pos} with offsets {}..={} that do not follow offset {} (the file is damaged)",
+                        self.log_path().display(),
+                        h.base_offset,
+                        h.last_offset(),
+                        self.next_offset - 1
+                    )))
+                }
+                Err(e) => {
+                    return Err(Error::corrupt(format!(
+                        "{} holds a damaged batch at position {pos}: {e}",
+                        self.log_path().display()
+                    )))
+                }
+                Ok(Next::Batch(h)) => {
                     self.size += h.total_size();
                     self.next_offset = h.next_offset();
                     if h.max_timestamp > self.max_timestamp {
