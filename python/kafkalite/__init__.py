@@ -11,6 +11,7 @@ from kafkalite.admin import Admin, PartitionInfo, TopicDescription
 from kafkalite.consumer import Consumer, NoOffsetForPartitionError, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from kafkalite.log import Log, RecoveryWarning, SegmentInfo
 from kafkalite.producer import FutureRecordMetadata, Producer, RecordMetadata
+from kafkalite.server import Server
 
 __all__ = [
     "Admin",
@@ -25,6 +26,7 @@ __all__ = [
     "TopicDescription",
     "PartitionInfo",
     "NoOffsetForPartitionError",
+    "Server",
     "Log",
     "Record",
     "SegmentInfo",

@@ -23,6 +23,7 @@ pub mod arrow;
 pub mod arrow_spark;
 pub mod checkpoint;
 pub mod cleaner;
+pub mod datadir;
 pub mod error;
 pub mod index;
 pub mod lock;
@@ -35,6 +36,7 @@ pub mod partitioner;
 pub mod record;
 pub mod retention;
 pub mod segment;
+pub mod server;
 
 #[cfg(feature = "python")]
 mod py;
