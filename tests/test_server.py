@@ -293,3 +293,45 @@ def test_cli_serve_refuses_a_public_address(tmp_path):
                          capture_output=True, text=True, timeout=30, check=False)
     assert out.returncode == 1
     assert "SASL/SCRAM" in out.stderr
+
+
+@pytest.mark.parametrize("group", ["net-group", "grüppe-✓-𝄞"])
+def test_offsets_committed_over_the_network_are_the_embedded_ones(kafkalite_server, group):
+    """OffsetCommit lands in __consumer_offsets as offsets.py writes it (same partition for
+    the group, same key/value format): the embedded API and `kafkalite groups describe` see
+    it, and an embedded commit is what OffsetFetch returns."""
+    from kafkalite.offsets import OffsetStore, offsets_partition
+
+    kafkalite.Admin(kafkalite_server.path).create_topic("orders", partitions=2)
+    produce_all(confluent_producer(kafkalite_server), "orders", [(b"k%d" % i, b"v%d" % i, None) for i in range(40)])
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": kafkalite_server.bootstrap_servers, "group.id": group,
+                                         "enable.auto.commit": False})
+    tps = [confluent_kafka.TopicPartition("orders", 0, 5), confluent_kafka.TopicPartition("orders", 1, 7)]
+    consumer.commit(offsets=tps, asynchronous=False)
+    with OffsetStore(kafkalite_server.path, group) as store:
+        assert store.load() == {("orders", 0): (5, ""), ("orders", 1): (7, "")}
+    assert os.path.isdir(os.path.join(kafkalite_server.path, f"__consumer_offsets-{offsets_partition(group)}"))
+    description = kafkalite.Admin(kafkalite_server.path).describe_group(group)
+    assert {(p.partition, p.committed) for p in description.partitions} == {(0, 5), (1, 7)}
+    cli = subprocess.run([sys.executable, "-m", "kafkalite", "groups", "describe", group, "--data-dir", kafkalite_server.path],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert cli.returncode == 0 and "orders" in cli.stdout, cli.stderr
+    # The embedded side commits; the network side reads it back.
+    with OffsetStore(kafkalite_server.path, group) as store:
+        store.commit({("orders", 0): (11, "from python")})
+    committed = consumer.committed([confluent_kafka.TopicPartition("orders", 0)], timeout=10)
+    assert committed[0].offset == 11 and committed[0].metadata == "from python"
+    consumer.close()
+    # An embedded consumer of the group resumes where the network consumer committed.
+    embedded = kafkalite.Consumer(kafkalite_server.path, group_id=group, enable_auto_commit=False)
+    embedded.assign([kafkalite.TopicPartition("orders", 1)])
+    assert embedded.position(kafkalite.TopicPartition("orders", 1)) == 7
+    embedded.close()
+
+
+def test_commits_without_a_group_membership_are_checked(kafkalite_server):
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": kafkalite_server.bootstrap_servers, "group.id": "g",
+                                         "enable.auto.commit": False})
+    with pytest.raises(confluent_kafka.KafkaException, match="UNKNOWN_TOPIC_OR_PART|Unknown topic"):
+        consumer.commit(offsets=[confluent_kafka.TopicPartition("missing", 0, 1)], asynchronous=False)
+    consumer.close()

@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{Notify, Semaphore};
 
 use super::frame::QUEUED_MAX_REQUEST_BYTES;
+use super::offsets::{OffsetStore, OFFSETS_TOPIC};
 use super::ServerConfig;
 use crate::datadir::{log_config, DataDir, TopicMeta, NOTIFY_FILE};
 use crate::error::{Error, Result};
@@ -40,6 +41,8 @@ pub struct Broker {
     pub appended: Arc<Notify>,
     /// Request bytes buffered by all connections together.
     pub request_budget: Arc<Semaphore>,
+    /// Committed offsets of network consumer groups.
+    pub offsets: OffsetStore,
     stopping: Arc<AtomicBool>,
     bridge: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -61,6 +64,7 @@ impl Broker {
             notifier,
             appended,
             request_budget: Arc::new(Semaphore::new(QUEUED_MAX_REQUEST_BYTES)),
+            offsets: OffsetStore::default(),
             stopping,
             bridge: Mutex::new(Some(bridge)),
         })
@@ -103,6 +107,10 @@ impl Broker {
         let mut config = log_config(meta);
         // Embedded producers in other processes append to the same partitions.
         config.shared_writers = !config.readonly;
+        if topic == OFFSETS_TOPIC {
+            // Commits are durable when acknowledged, as offsets.py writes them.
+            config.flush = crate::options::FlushPolicy::Always;
+        }
         let log = Arc::new(Mutex::new(Log::open(self.dir.partition_path(topic, partition), config)?));
         Ok(Some(lock(&self.partitions).entry(key).or_insert(log).clone()))
     }

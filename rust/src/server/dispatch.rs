@@ -5,13 +5,14 @@ use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreateTopicsRequest, FetchRequest, FindCoordinatorRequest,
-    ListOffsetsRequest, MetadataRequest, ProduceRequest, RequestHeader, ResponseHeader,
+    ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader,
+    ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::broker::Broker;
 use super::codes;
-use super::{coordinator, fetch, list_offsets, metadata, produce};
+use super::{coordinator, fetch, list_offsets, metadata, offset_commit, produce};
 
 /// The APIs and versions implemented here: exactly what ApiVersions advertises. The upper
 /// bounds are what current clients negotiate (Java 3.x/4.x, librdkafka 2.x, kafka-python)
@@ -24,6 +25,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::OffsetCommit, 2, 8),
+    (ApiKey::OffsetFetch, 1, 7),
 ];
 
 fn supported(key: ApiKey, version: i16) -> bool {
@@ -40,6 +43,8 @@ pub enum Body {
     ApiVersions(ApiVersionsRequest),
     CreateTopics(CreateTopicsRequest),
     FindCoordinator(FindCoordinatorRequest),
+    OffsetCommit(OffsetCommitRequest),
+    OffsetFetch(OffsetFetchRequest),
     /// ApiVersions at a version we do not know: answered with UNSUPPORTED_VERSION at v0,
     /// so the client can retry with one we do (Kafka's behaviour).
     ApiVersionsUnsupported,
@@ -90,6 +95,8 @@ pub fn decode_request(frame: Bytes) -> Result<Request, DecodeError> {
         ApiKey::ApiVersions => Body::ApiVersions(decode(&mut buf, version)?),
         ApiKey::CreateTopics => Body::CreateTopics(decode(&mut buf, version)?),
         ApiKey::FindCoordinator => Body::FindCoordinator(decode(&mut buf, version)?),
+        ApiKey::OffsetCommit => Body::OffsetCommit(decode(&mut buf, version)?),
+        ApiKey::OffsetFetch => Body::OffsetFetch(decode(&mut buf, version)?),
         other => return Err(DecodeError(format!("{other:?} is not supported"))),
     };
     Ok(Request { header, key, body })
@@ -134,6 +141,8 @@ pub async fn handle(broker: &Broker, request: Request) -> Result<Option<Bytes>, 
         },
         Body::Fetch(r) => frame(key, v, id, &fetch::fetch(broker, r, v).await)?,
         Body::FindCoordinator(r) => frame(key, v, id, &coordinator::find_coordinator(broker, r, v))?,
+        Body::OffsetCommit(r) => frame(key, v, id, &offset_commit::offset_commit(broker, r, v))?,
+        Body::OffsetFetch(r) => frame(key, v, id, &offset_commit::offset_fetch(broker, r, v))?,
         Body::ListOffsets(r) => frame(key, v, id, &list_offsets::list_offsets(broker, r, v))?,
     };
     Ok(Some(response))

@@ -14,13 +14,12 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::broker::Broker;
 use super::codes;
+use super::offsets::OFFSETS_TOPIC;
 use crate::datadir::{validate_topic_name, TopicMeta};
 use crate::error::Error;
 
 pub const NODE_ID: i32 = 0;
 pub const CLUSTER_ID: &str = "kafkalite";
-/// Kafka's consumer offsets topic, reported as internal.
-const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 fn topic_entry(name: &str, meta: &TopicMeta, version: i16) -> MetadataResponseTopic {
     let partitions = (0..meta.partitions)

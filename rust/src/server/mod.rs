@@ -7,7 +7,8 @@
 //! (request header, ApiVersions table, routing), `broker` (shared state: topics, open
 //! partitions, append wake-ups), `codes` (engine errors as Kafka error codes), and one file
 //! per API family: `metadata` (Metadata, CreateTopics), `produce`, `fetch`, `list_offsets`, `coordinator`
-//! (FindCoordinator).
+//! (FindCoordinator), `offset_commit` (OffsetCommit, OffsetFetch) over `offsets` (the
+//! `__consumer_offsets` records, shared with the embedded clients).
 //! Request and response bodies are encoded by the `kafka-protocol` crate, generated from
 //! Kafka's JSON schemas; nothing here hand-writes a message codec.
 
@@ -21,6 +22,8 @@ pub mod frame;
 mod list_offsets;
 pub mod listen;
 mod metadata;
+mod offset_commit;
+mod offsets;
 mod produce;
 
 use std::net::SocketAddr;

@@ -28,6 +28,12 @@ fn append(broker: &Broker, topic: &str, partition: i32, records: Option<&[u8]>) 
         }
         Err(e) => return Err((codes::for_error(&e), e.to_string())),
     };
+    if topic == super::offsets::OFFSETS_TOPIC {
+        return Err((
+            codes::INVALID_TOPIC_EXCEPTION,
+            format!("{topic} is internal: clients commit offsets with OffsetCommit"),
+        ));
+    }
     let records = records.ok_or((codes::CORRUPT_MESSAGE, "the partition's records are null".to_string()))?;
     let mut log = lock(&log);
     match log.append_raw_batches(records) {
