@@ -13,7 +13,6 @@ import tempfile
 import time
 
 import confluent_kafka
-
 import kafkalite
 
 
