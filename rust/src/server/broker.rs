@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{Notify, Semaphore};
 
 use super::frame::QUEUED_MAX_REQUEST_BYTES;
+use super::group::Coordinator;
 use super::offsets::{OffsetStore, OFFSETS_TOPIC};
 use super::ServerConfig;
 use crate::datadir::{log_config, DataDir, TopicMeta, NOTIFY_FILE};
@@ -43,6 +44,8 @@ pub struct Broker {
     pub request_budget: Arc<Semaphore>,
     /// Committed offsets of network consumer groups.
     pub offsets: OffsetStore,
+    /// The classic group coordinator for network members.
+    pub groups: Coordinator,
     stopping: Arc<AtomicBool>,
     bridge: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -50,6 +53,7 @@ pub struct Broker {
 impl Broker {
     pub fn open(config: &ServerConfig, advertised: (String, i32)) -> Result<Broker> {
         let dir = DataDir::new(&config.data_dir)?;
+        let groups = Coordinator::new(dir.path());
         let notifier = Arc::new(Notifier::open(&dir.path().join(NOTIFY_FILE))?);
         let appended = Arc::new(Notify::new());
         let stopping = Arc::new(AtomicBool::new(false));
@@ -65,6 +69,7 @@ impl Broker {
             appended,
             request_budget: Arc::new(Semaphore::new(QUEUED_MAX_REQUEST_BYTES)),
             offsets: OffsetStore::default(),
+            groups,
             stopping,
             bridge: Mutex::new(Some(bridge)),
         })

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -48,10 +49,22 @@ pub async fn accept_loop(
     }
 }
 
+/// Resolves when the peer closes while a request is being handled, so a long poll or a
+/// group join of a client that went away is dropped. Pipelined bytes stay buffered in the
+/// reader for the next frame; once some arrived, this just waits.
+async fn closed_by_peer(reader: &mut BufReader<OwnedReadHalf>) {
+    match reader.fill_buf().await {
+        Ok([]) | Err(_) => {}
+        Ok(_) => std::future::pending().await,
+    }
+}
+
 /// Serve one client until it closes, sends something we cannot answer, idles past
 /// `connections.max.idle.ms`, or the server stops.
 async fn serve(stream: TcpStream, broker: &Broker, idle: Duration, mut stop: watch::Receiver<bool>) {
     let _ = stream.set_nodelay(true);
+    // Kafka's DescribeGroups shows members' hosts as "/<ip>".
+    let peer = stream.peer_addr().map(|a| format!("/{}", a.ip())).unwrap_or_default();
     let (reader, mut writer) = stream.into_split();
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
     loop {
@@ -66,7 +79,8 @@ async fn serve(stream: TcpStream, broker: &Broker, idle: Duration, mut stop: wat
         let Ok(request) = decode_request(frame.bytes.clone()) else { return };
         let response = tokio::select! {
             _ = stop.changed() => return,
-            response = handle(broker, request) => response,
+            _ = closed_by_peer(&mut reader) => return,
+            response = handle(broker, request, &peer) => response,
         };
         match response {
             Ok(Some(bytes)) => {

@@ -4,15 +4,16 @@
 use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreateTopicsRequest, FetchRequest, FindCoordinatorRequest,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreateTopicsRequest, DescribeGroupsRequest, FetchRequest,
+    FindCoordinatorRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
     ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader,
-    ResponseHeader,
+    ResponseHeader, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::broker::Broker;
 use super::codes;
-use super::{coordinator, fetch, list_offsets, metadata, offset_commit, produce};
+use super::{coordinator, fetch, group_api, list_offsets, metadata, offset_commit, produce};
 
 /// The APIs and versions implemented here: exactly what ApiVersions advertises. The upper
 /// bounds are what current clients negotiate (Java 3.x/4.x, librdkafka 2.x, kafka-python)
@@ -27,6 +28,12 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::FindCoordinator, 0, 4),
     (ApiKey::OffsetCommit, 2, 8),
     (ApiKey::OffsetFetch, 1, 7),
+    (ApiKey::JoinGroup, 0, 7),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 4),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::ListGroups, 0, 4),
 ];
 
 fn supported(key: ApiKey, version: i16) -> bool {
@@ -45,6 +52,12 @@ pub enum Body {
     FindCoordinator(FindCoordinatorRequest),
     OffsetCommit(OffsetCommitRequest),
     OffsetFetch(OffsetFetchRequest),
+    JoinGroup(JoinGroupRequest),
+    SyncGroup(SyncGroupRequest),
+    Heartbeat(HeartbeatRequest),
+    LeaveGroup(LeaveGroupRequest),
+    DescribeGroups(DescribeGroupsRequest),
+    ListGroups(ListGroupsRequest),
     /// ApiVersions at a version we do not know: answered with UNSUPPORTED_VERSION at v0,
     /// so the client can retry with one we do (Kafka's behaviour).
     ApiVersionsUnsupported,
@@ -97,6 +110,12 @@ pub fn decode_request(frame: Bytes) -> Result<Request, DecodeError> {
         ApiKey::FindCoordinator => Body::FindCoordinator(decode(&mut buf, version)?),
         ApiKey::OffsetCommit => Body::OffsetCommit(decode(&mut buf, version)?),
         ApiKey::OffsetFetch => Body::OffsetFetch(decode(&mut buf, version)?),
+        ApiKey::JoinGroup => Body::JoinGroup(decode(&mut buf, version)?),
+        ApiKey::SyncGroup => Body::SyncGroup(decode(&mut buf, version)?),
+        ApiKey::Heartbeat => Body::Heartbeat(decode(&mut buf, version)?),
+        ApiKey::LeaveGroup => Body::LeaveGroup(decode(&mut buf, version)?),
+        ApiKey::DescribeGroups => Body::DescribeGroups(decode(&mut buf, version)?),
+        ApiKey::ListGroups => Body::ListGroups(decode(&mut buf, version)?),
         other => return Err(DecodeError(format!("{other:?} is not supported"))),
     };
     Ok(Request { header, key, body })
@@ -126,7 +145,7 @@ fn frame<T: Encodable>(key: ApiKey, version: i16, correlation_id: i32, body: &T)
 }
 
 /// Answer one request; `None` when Kafka sends no response (Produce with acks=0).
-pub async fn handle(broker: &Broker, request: Request) -> Result<Option<Bytes>, DecodeError> {
+pub async fn handle(broker: &Broker, request: Request, peer: &str) -> Result<Option<Bytes>, DecodeError> {
     let v = request.header.request_api_version;
     let id = request.header.correlation_id;
     let key = request.key;
@@ -143,6 +162,15 @@ pub async fn handle(broker: &Broker, request: Request) -> Result<Option<Bytes>, 
         Body::FindCoordinator(r) => frame(key, v, id, &coordinator::find_coordinator(broker, r, v))?,
         Body::OffsetCommit(r) => frame(key, v, id, &offset_commit::offset_commit(broker, r, v))?,
         Body::OffsetFetch(r) => frame(key, v, id, &offset_commit::offset_fetch(broker, r, v))?,
+        Body::JoinGroup(r) => {
+            let client_id = request.header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
+            frame(key, v, id, &group_api::join_group(broker, r, v, &client_id, peer).await)?
+        }
+        Body::SyncGroup(r) => frame(key, v, id, &group_api::sync_group(broker, r, v).await)?,
+        Body::Heartbeat(r) => frame(key, v, id, &group_api::heartbeat(broker, r))?,
+        Body::LeaveGroup(r) => frame(key, v, id, &group_api::leave_group(broker, r, v))?,
+        Body::DescribeGroups(r) => frame(key, v, id, &group_api::describe_groups(broker, r))?,
+        Body::ListGroups(r) => frame(key, v, id, &group_api::list_groups(broker, r, v))?,
         Body::ListOffsets(r) => frame(key, v, id, &list_offsets::list_offsets(broker, r, v))?,
     };
     Ok(Some(response))

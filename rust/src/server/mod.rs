@@ -8,7 +8,8 @@
 //! partitions, append wake-ups), `codes` (engine errors as Kafka error codes), and one file
 //! per API family: `metadata` (Metadata, CreateTopics), `produce`, `fetch`, `list_offsets`, `coordinator`
 //! (FindCoordinator), `offset_commit` (OffsetCommit, OffsetFetch) over `offsets` (the
-//! `__consumer_offsets` records, shared with the embedded clients).
+//! `__consumer_offsets` records, shared with the embedded clients), `group_api` (JoinGroup,
+//! SyncGroup, Heartbeat, LeaveGroup, DescribeGroups, ListGroups) over `group` (the coordinator).
 //! Request and response bodies are encoded by the `kafka-protocol` crate, generated from
 //! Kafka's JSON schemas; nothing here hand-writes a message codec.
 
@@ -19,6 +20,8 @@ mod coordinator;
 mod dispatch;
 mod fetch;
 pub mod frame;
+mod group;
+mod group_api;
 mod list_offsets;
 pub mod listen;
 mod metadata;
@@ -97,6 +100,7 @@ impl Server {
         };
         let broker = Arc::new(Broker::open(&config, advertised)?);
         let (shutdown, stop_rx) = watch::channel(false);
+        runtime.spawn(expire_sessions(broker.clone(), stop_rx.clone()));
         runtime.spawn(connection::accept_loop(listener, broker.clone(), config.clone(), stop_rx));
         Ok(Server { runtime: Some(runtime), shutdown, broker, local_addr })
     }
@@ -119,6 +123,16 @@ impl Server {
             rt.shutdown_timeout(timeout);
         }
         self.broker.close();
+    }
+}
+
+/// Kafka's session expiry for network group members, checked a few times a second.
+async fn expire_sessions(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tokio::time::sleep(Duration::from_millis(250)) => broker.groups.expire(),
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! OffsetCommit and OffsetFetch for network consumers, through `offsets::OffsetStore`.
-//! Without JoinGroup served yet, commits come from consumers that assign partitions
-//! themselves (generation -1, no member id), which Kafka accepts for groups without members.
+//! Commits are checked against the group coordinator as Kafka does: members of the current
+//! generation, or "simple" consumers (generation -1, no member id) of a group without members.
 
 use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
 use kafka_protocol::messages::offset_fetch_response::{OffsetFetchResponsePartition, OffsetFetchResponseTopic};
@@ -31,9 +31,10 @@ pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, _version: i1
             let metadata = p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default();
             let code = if group.is_empty() {
                 Some(codes::INVALID_GROUP_ID)
-            } else if request.generation_id_or_member_epoch != -1 || !request.member_id.is_empty() {
-                // No member can exist: JoinGroup is not served yet.
-                Some(codes::UNKNOWN_MEMBER_ID)
+            } else if let Err(code) =
+                broker.groups.check_commit(&group, &request.member_id, request.generation_id_or_member_epoch)
+            {
+                Some(code)
             } else if metadata.len() > MAX_METADATA_BYTES {
                 Some(codes::OFFSET_METADATA_TOO_LARGE)
             } else if !known(&name, p.partition_index) {
