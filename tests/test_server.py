@@ -399,3 +399,24 @@ def test_a_group_with_live_embedded_members_is_refused(kafkalite_server):
     embedded.close()
     assert errors and not isinstance(errors[0], tuple), "the network consumer must not get partitions"
     assert errors[0].code() == confluent_kafka.KafkaError.INCONSISTENT_GROUP_PROTOCOL
+
+
+def test_kafka_python_group_and_admin_views(kafkalite_server):
+    """kafka-python subscribes through the coordinator; confluent-kafka's AdminClient lists
+    and describes the group (ListGroups, DescribeGroups)."""
+    from confluent_kafka.admin import AdminClient
+    from kafka import KafkaConsumer
+
+    produce_all(confluent_producer(kafkalite_server), "kp-group", [(None, b"%d" % i, None) for i in range(30)])
+    consumer = KafkaConsumer("kp-group", bootstrap_servers=kafkalite_server.bootstrap_servers, group_id="kp",
+                             auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=10_000)
+    got = [m.value for _, m in zip(range(30), consumer)]
+    assert sorted(got) == sorted(b"%d" % i for i in range(30))
+    consumer.commit()
+    admin = AdminClient({"bootstrap.servers": kafkalite_server.bootstrap_servers})
+    listed = admin.list_consumer_groups().result(timeout=10)
+    assert "kp" in {g.group_id for g in listed.valid}
+    described = admin.describe_consumer_groups(["kp"])["kp"].result(timeout=10)
+    assert len(described.members) == 1 and str(described.state).endswith("STABLE")
+    consumer.close()
+    assert kafkalite.Admin(kafkalite_server.path).describe_group("kp").partitions[0].committed == 30
