@@ -11,6 +11,7 @@ from kafkalite.admin import Admin, PartitionInfo, TopicDescription
 from kafkalite.consumer import Consumer, NoOffsetForPartitionError, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from kafkalite.log import Log, RecoveryWarning, SegmentInfo
 from kafkalite.producer import FutureRecordMetadata, Producer, RecordMetadata
+from kafkalite.server import Server
 from kafkalite.spark.interpreter import use_this_interpreter as _use_this_interpreter
 
 # Spark's Python workers run PYSPARK_PYTHON, else `python3` from PATH, which outside an activated
@@ -30,6 +31,7 @@ __all__ = [
     "TopicDescription",
     "PartitionInfo",
     "NoOffsetForPartitionError",
+    "Server",
     "Log",
     "Record",
     "SegmentInfo",

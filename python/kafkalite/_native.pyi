@@ -13,6 +13,7 @@ __all__ = [
     "ConsumerRecord",
     "Notifier",
     "BatchBuffer",
+    "NativeServer",
     "BATCH_FULL",
     "APPEND_LOCK_FILE",
     "WRITERS_FILE",
@@ -61,6 +62,22 @@ class Notifier:
     def sequence(self) -> int: ...
     def notify(self) -> None: ...
     def wait(self, seen: int, timeout_ms: int) -> bool: ...
+
+@final
+class NativeServer:
+    def __new__(
+        cls,
+        data_dir: str | PathLike[str],
+        listen: str,
+        advertised: str | None = None,
+        auto_create_topics: bool = True,
+        idle_timeout_ms: int = 600000,
+    ) -> NativeServer: ...
+    @property
+    def local_addr(self) -> str: ...
+    @property
+    def advertised(self) -> str: ...
+    def stop(self, timeout_ms: int) -> None: ...
 
 @final
 class BatchBuffer:

@@ -306,6 +306,28 @@ def _consume(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    """Serve the data directory over Kafka's wire protocol until Ctrl-C (or SIGTERM)."""
+    import signal
+    import threading
+
+    from kafkalite.server import Server
+
+    stop = threading.Event()
+    # SIGTERM (service managers, `kill`) stops as cleanly as Ctrl-C.
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with Server(_require_dir(args), args.listen, advertised_listener=args.advertised_listener) as server:
+        print(f"kafkalite: serving {server.path} on {server.address} (bootstrap.servers={server.bootstrap_servers}); "
+              "Ctrl-C stops", file=sys.stderr, flush=True)
+        try:
+            while not stop.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            pass
+    print("kafkalite: server stopped", file=sys.stderr, flush=True)
+    return 0
+
+
 #: API hints in error messages, and what to type instead when the error reaches the CLI.
 _CLI_HINTS = {
     "Admin.create_topic": "kafkalite topics create",
@@ -388,6 +410,11 @@ def main(argv: list[str] | None = None) -> int:
     from kafkalite import cli_groups
 
     cli_groups.add_parser(sub, _require_dir, _subparser)
+
+    serve = _subparser(sub, "serve", help="serve the data directory over Kafka's wire protocol (loopback only)")
+    serve.add_argument("--listen", default="127.0.0.1:9092", help="HOST:PORT to listen on (default 127.0.0.1:9092; loopback only)")
+    serve.add_argument("--advertised-listener", metavar="HOST:PORT", help="the address clients are told to connect to (default: --listen)")
+    serve.set_defaults(run=_serve)
 
     demo = sub.add_parser("demo", help="append and read back a stream in a temporary data directory, with throughput")
     demo.add_argument("--records", type=int, default=2_000_000, help="records to append (default 2,000,000)")

@@ -26,6 +26,7 @@ pub mod arrow;
 pub mod arrow_spark;
 pub mod checkpoint;
 pub mod cleaner;
+pub mod datadir;
 pub mod error;
 pub mod failpoint;
 pub mod index;
@@ -40,6 +41,7 @@ pub mod partitioner;
 pub mod record;
 pub mod retention;
 pub mod segment;
+pub mod server;
 pub mod sigbus;
 pub mod txn;
 

@@ -8,6 +8,7 @@ mod errors;
 mod log;
 mod producer;
 mod record;
+mod server;
 
 use pyo3::prelude::*;
 
@@ -20,6 +21,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<consumer::ConsumerRecord>()?;
     m.add_class::<consumer::Notifier>()?;
     m.add_class::<producer::BatchBuffer>()?;
+    m.add_class::<server::NativeServer>()?;
     m.add_function(wrap_pyfunction!(record::murmur2, m)?)?;
     m.add_function(wrap_pyfunction!(record::partitions_for_keys, m)?)?;
     m.add_function(wrap_pyfunction!(record::crc32c, m)?)?;

@@ -1,0 +1,71 @@
+"""``kafkalite.Server``: the data directory served over Kafka's wire protocol, so any Kafka
+client (confluent-kafka, kafka-python, ...) can produce to and consume from it while the
+embedded ``Producer``/``Consumer``/``Admin`` keep using the same files.
+
+The server is Rust (tokio) on its own background threads; Python only starts and stops it.
+It listens on loopback only: other addresses need authentication (SASL/SCRAM), which is not
+implemented yet.
+
+    with kafkalite.Server("data") as server:
+        producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap_servers})
+"""
+
+from __future__ import annotations
+
+import os
+from types import TracebackType
+from typing import Self
+
+from kafkalite._native import NativeServer
+from kafkalite.errors import InvalidTypeError
+
+#: How long ``stop()`` waits for in-flight requests before closing connections.
+STOP_TIMEOUT_MS = 5000
+
+
+class Server:
+    """A Kafka-protocol server on ``path``; starts at construction, stops on ``stop()``/exit."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        listen: str = "127.0.0.1:0",
+        *,
+        advertised_listener: str | None = None,
+        auto_create_topics: bool = True,
+    ) -> None:
+        try:
+            self.path = os.path.abspath(os.fspath(path))
+        except TypeError:
+            raise InvalidTypeError(f"the data directory must be a path (str or os.PathLike), not {type(path).__name__}") from None
+        for name, value in (("listen", listen), ("advertised_listener", advertised_listener)):
+            if value is not None and not isinstance(value, str):
+                raise InvalidTypeError(f"{name} must be a 'HOST:PORT' str, not {type(value).__name__} ({value!r})")
+        if not isinstance(auto_create_topics, bool):
+            raise InvalidTypeError(f"auto_create_topics must be a bool, not {type(auto_create_topics).__name__}")
+        self._native: NativeServer | None = NativeServer(self.path, listen, advertised_listener, auto_create_topics)
+        self.address: str = self._native.local_addr
+        #: What Kafka clients take as ``bootstrap.servers`` (the advertised listener).
+        self.bootstrap_servers: str = self._native.advertised
+
+    def stop(self) -> None:
+        """Stop serving: close connections and partitions. Bounded; calling it again is a no-op."""
+        native, self._native = self._native, None
+        if native is not None:
+            native.stop(STOP_TIMEOUT_MS)
+
+    close = stop
+
+    @property
+    def running(self) -> bool:
+        return self._native is not None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"Server({self.path!r}, bootstrap_servers={self.bootstrap_servers!r}, {state})"

@@ -1,0 +1,57 @@
+//! `kafkalite._native.NativeServer`: starts and stops the wire-protocol server (its tokio
+//! runtime runs on its own threads; nothing here holds the GIL while it serves).
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use pyo3::prelude::*;
+
+use crate::server::{Server, ServerConfig};
+
+#[pyclass(frozen, module = "kafkalite._native")]
+pub struct NativeServer {
+    inner: Mutex<Option<Server>>,
+    local_addr: String,
+    advertised: String,
+}
+
+#[pymethods]
+impl NativeServer {
+    #[new]
+    #[pyo3(signature = (data_dir, listen, advertised=None, auto_create_topics=true, idle_timeout_ms=600_000))]
+    fn new(
+        py: Python<'_>,
+        data_dir: std::path::PathBuf,
+        listen: String,
+        advertised: Option<String>,
+        auto_create_topics: bool,
+        idle_timeout_ms: u64,
+    ) -> PyResult<Self> {
+        let mut config = ServerConfig::new(data_dir, listen);
+        config.advertised = advertised;
+        config.auto_create_topics = auto_create_topics;
+        config.idle_timeout = Duration::from_millis(idle_timeout_ms);
+        let server = py.detach(|| Server::start(config))?;
+        let local_addr = server.local_addr().to_string();
+        let advertised = server.advertised();
+        Ok(NativeServer { inner: Mutex::new(Some(server)), local_addr, advertised })
+    }
+
+    #[getter]
+    fn local_addr(&self) -> String {
+        self.local_addr.clone()
+    }
+
+    #[getter]
+    fn advertised(&self) -> String {
+        self.advertised.clone()
+    }
+
+    /// Stop serving and close the partitions; waits at most `timeout_ms` for connections.
+    fn stop(&self, py: Python<'_>, timeout_ms: u64) {
+        let server = self.inner.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(mut server) = server {
+            py.detach(move || server.stop(Duration::from_millis(timeout_ms)));
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! The state every connection shares: the data directory's topics (re-read when the
+//! metadata file changes, so topics created by `Admin` in other processes appear), the
+//! partitions opened so far (as shared writers, beside embedded producers), and the
+//! append wake-up that long-polling fetches wait on.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::{Notify, Semaphore};
+
+use super::frame::QUEUED_MAX_REQUEST_BYTES;
+use super::group::Coordinator;
+use super::offsets::{OffsetStore, OFFSETS_TOPIC};
+use super::ServerConfig;
+use crate::datadir::{log_config, DataDir, TopicMeta, NOTIFY_FILE};
+use crate::error::{Error, Result};
+use crate::log::Log;
+use crate::notify::Notifier;
+
+pub type Topics = Arc<BTreeMap<String, TopicMeta>>;
+/// An open partition log, shared by the connections that use it.
+type SharedLog = Arc<Mutex<Log>>;
+
+/// A lock whose holder may have panicked: the data it guards stays usable (the engine keeps
+/// its own invariants on disk), so one failed request never wedges the others.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub struct Broker {
+    pub dir: DataDir,
+    pub auto_create_topics: bool,
+    pub default_partitions: i32,
+    advertised: (String, i32),
+    topics: Mutex<Option<(Option<SystemTime>, Topics)>>,
+    partitions: Mutex<HashMap<(String, i32), SharedLog>>,
+    /// Bumped (with every other process's producers) after each append.
+    notifier: Arc<Notifier>,
+    /// Woken whenever the notifier moves: what long-polling fetches wait on.
+    pub appended: Arc<Notify>,
+    /// Request bytes buffered by all connections together.
+    pub request_budget: Arc<Semaphore>,
+    /// Committed offsets of network consumer groups.
+    pub offsets: OffsetStore,
+    /// The classic group coordinator for network members.
+    pub groups: Coordinator,
+    stopping: Arc<AtomicBool>,
+    bridge: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Broker {
+    pub fn open(config: &ServerConfig, advertised: (String, i32)) -> Result<Broker> {
+        let dir = DataDir::new(&config.data_dir)?;
+        let groups = Coordinator::new(dir.path());
+        let notifier = Arc::new(Notifier::open(&dir.path().join(NOTIFY_FILE))?);
+        let appended = Arc::new(Notify::new());
+        let stopping = Arc::new(AtomicBool::new(false));
+        let bridge = spawn_bridge(notifier.clone(), appended.clone(), stopping.clone())?;
+        Ok(Broker {
+            dir,
+            auto_create_topics: config.auto_create_topics,
+            default_partitions: config.default_partitions,
+            advertised,
+            topics: Mutex::new(None),
+            partitions: Mutex::new(HashMap::new()),
+            notifier,
+            appended,
+            request_budget: Arc::new(Semaphore::new(QUEUED_MAX_REQUEST_BYTES)),
+            offsets: OffsetStore::default(),
+            groups,
+            stopping,
+            bridge: Mutex::new(Some(bridge)),
+        })
+    }
+
+    pub fn advertised(&self) -> (String, i32) {
+        self.advertised.clone()
+    }
+
+    /// The topics, re-read when `.kafkalite-topics.json` changed.
+    pub fn topics(&self) -> Result<Topics> {
+        let stamp = std::fs::metadata(self.dir.metadata_path()).and_then(|m| m.modified()).ok();
+        let mut cache = lock(&self.topics);
+        if let Some((seen, topics)) = cache.as_ref() {
+            if *seen == stamp && stamp.is_some() {
+                return Ok(topics.clone());
+            }
+        }
+        let topics = Arc::new(self.dir.topics()?);
+        *cache = Some((stamp, topics.clone()));
+        Ok(topics)
+    }
+
+    /// Forget the cached topics (after this process changed them).
+    pub fn topics_changed(&self) {
+        *lock(&self.topics) = None;
+    }
+
+    /// The open log of one partition, opening it on first use. `Ok(None)`: no such partition.
+    pub fn partition(&self, topic: &str, partition: i32) -> Result<Option<SharedLog>> {
+        let key = (topic.to_string(), partition);
+        if let Some(log) = lock(&self.partitions).get(&key) {
+            return Ok(Some(log.clone()));
+        }
+        let topics = self.topics()?;
+        let Some(meta) = topics.get(topic) else { return Ok(None) };
+        if partition < 0 || partition >= meta.partitions {
+            return Ok(None);
+        }
+        let mut config = log_config(meta);
+        // Embedded producers in other processes append to the same partitions.
+        config.shared_writers = !config.readonly;
+        if topic == OFFSETS_TOPIC {
+            // Commits are durable when acknowledged, as offsets.py writes them.
+            config.flush = crate::options::FlushPolicy::Always;
+        }
+        let log = Arc::new(Mutex::new(Log::open(self.dir.partition_path(topic, partition), config)?));
+        Ok(Some(lock(&self.partitions).entry(key).or_insert(log).clone()))
+    }
+
+    /// Drop a partition whose log failed in a way reopening may cure (topic deleted and
+    /// created again, poisoned by a failed flush).
+    pub fn forget_partition(&self, topic: &str, partition: i32) {
+        lock(&self.partitions).remove(&(topic.to_string(), partition));
+    }
+
+    /// Tell fetchers here and consumers in other processes that data arrived.
+    pub fn announce_append(&self) {
+        self.notifier.notify();
+    }
+
+    /// Stop the wake-up bridge and close every open partition.
+    pub fn close(&self) {
+        if self.stopping.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.notifier.notify();
+        if let Some(handle) = lock(&self.bridge).take() {
+            let _ = handle.join();
+        }
+        let logs: Vec<_> = lock(&self.partitions).drain().map(|(_, log)| log).collect();
+        for log in logs {
+            let _ = lock(&log).close();
+        }
+    }
+}
+
+/// One thread turns the cross-process futex wake-ups into a tokio `Notify`, so a fetch
+/// waits for appends by this server and by embedded producers alike, without polling.
+fn spawn_bridge(
+    notifier: Arc<Notifier>,
+    appended: Arc<Notify>,
+    stopping: Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("kafkalite-append-wakeups".into())
+        .spawn(move || {
+            let mut seen = notifier.sequence();
+            while !stopping.load(Ordering::SeqCst) {
+                // The timeout only bounds how long `close` waits for this thread.
+                if notifier.wait(seen, Duration::from_millis(500)) {
+                    seen = notifier.sequence();
+                    appended.notify_waiters();
+                }
+            }
+        })
+        .map_err(|e| Error::io("cannot start the append wake-up thread", e))
+}

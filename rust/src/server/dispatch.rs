@@ -1,0 +1,177 @@
+//! Request headers, the table of APIs this server implements (what ApiVersions
+//! advertises), and routing each decoded request to its API family.
+
+use bytes::{Buf, Bytes, BytesMut};
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreateTopicsRequest, DescribeGroupsRequest, FetchRequest,
+    FindCoordinatorRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
+    ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader,
+    ResponseHeader, SyncGroupRequest,
+};
+use kafka_protocol::protocol::{Decodable, Encodable};
+
+use super::broker::Broker;
+use super::codes;
+use super::{coordinator, fetch, group_api, list_offsets, metadata, offset_commit, produce};
+
+/// The APIs and versions implemented here: exactly what ApiVersions advertises. The upper
+/// bounds are what current clients negotiate (Java 3.x/4.x, librdkafka 2.x, kafka-python)
+/// and stop before versions that need topic ids (Fetch 13+) or transactions v2 (Produce 12+).
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 11),
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::ListOffsets, 1, 8),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::ApiVersions, 0, 3),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::OffsetCommit, 2, 8),
+    (ApiKey::OffsetFetch, 1, 7),
+    (ApiKey::JoinGroup, 0, 7),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 4),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::ListGroups, 0, 4),
+];
+
+fn supported(key: ApiKey, version: i16) -> bool {
+    SUPPORTED.iter().any(|&(k, min, max)| k == key && (min..=max).contains(&version))
+}
+
+/// A decoded request body.
+#[derive(Debug)]
+pub enum Body {
+    Produce(ProduceRequest),
+    Fetch(FetchRequest),
+    ListOffsets(ListOffsetsRequest),
+    Metadata(MetadataRequest),
+    ApiVersions(ApiVersionsRequest),
+    CreateTopics(CreateTopicsRequest),
+    FindCoordinator(FindCoordinatorRequest),
+    OffsetCommit(OffsetCommitRequest),
+    OffsetFetch(OffsetFetchRequest),
+    JoinGroup(JoinGroupRequest),
+    SyncGroup(SyncGroupRequest),
+    Heartbeat(HeartbeatRequest),
+    LeaveGroup(LeaveGroupRequest),
+    DescribeGroups(DescribeGroupsRequest),
+    ListGroups(ListGroupsRequest),
+    /// ApiVersions at a version we do not know: answered with UNSUPPORTED_VERSION at v0,
+    /// so the client can retry with one we do (Kafka's behaviour).
+    ApiVersionsUnsupported,
+}
+
+#[derive(Debug)]
+pub struct Request {
+    pub header: RequestHeader,
+    pub key: ApiKey,
+    pub body: Body,
+}
+
+/// Why a frame cannot be answered; the connection is closed, as Kafka does.
+#[derive(Debug)]
+pub struct DecodeError(pub String);
+
+fn decode<T: Decodable>(buf: &mut Bytes, version: i16) -> Result<T, DecodeError> {
+    T::decode(buf, version).map_err(|e| DecodeError(format!("cannot decode the request body: {e}")))
+}
+
+/// Decode one frame (without its size prefix): header, then the body of a supported API.
+/// Never panics, whatever the bytes.
+pub fn decode_request(frame: Bytes) -> Result<Request, DecodeError> {
+    let mut buf = frame;
+    if buf.len() < 8 {
+        return Err(DecodeError(format!("a {}-byte frame is too short for a request header", buf.len())));
+    }
+    let (raw_key, version) = (i16::from_be_bytes([buf[0], buf[1]]), i16::from_be_bytes([buf[2], buf[3]]));
+    let key = ApiKey::try_from(raw_key).map_err(|_| DecodeError(format!("unknown API key {raw_key}")))?;
+    if !supported(key, version) {
+        if key == ApiKey::ApiVersions && version >= 0 {
+            // Only the correlation id matters: the header's later fields may have a layout we do not know.
+            let correlation_id = (&buf[4..8]).get_i32();
+            let header = RequestHeader::default()
+                .with_request_api_key(raw_key)
+                .with_request_api_version(version)
+                .with_correlation_id(correlation_id);
+            return Ok(Request { header, key, body: Body::ApiVersionsUnsupported });
+        }
+        return Err(DecodeError(format!("{key:?} version {version} is not supported")));
+    }
+    let header: RequestHeader = decode(&mut buf, key.request_header_version(version))?;
+    let body = match key {
+        ApiKey::Produce => Body::Produce(decode(&mut buf, version)?),
+        ApiKey::Fetch => Body::Fetch(decode(&mut buf, version)?),
+        ApiKey::ListOffsets => Body::ListOffsets(decode(&mut buf, version)?),
+        ApiKey::Metadata => Body::Metadata(decode(&mut buf, version)?),
+        ApiKey::ApiVersions => Body::ApiVersions(decode(&mut buf, version)?),
+        ApiKey::CreateTopics => Body::CreateTopics(decode(&mut buf, version)?),
+        ApiKey::FindCoordinator => Body::FindCoordinator(decode(&mut buf, version)?),
+        ApiKey::OffsetCommit => Body::OffsetCommit(decode(&mut buf, version)?),
+        ApiKey::OffsetFetch => Body::OffsetFetch(decode(&mut buf, version)?),
+        ApiKey::JoinGroup => Body::JoinGroup(decode(&mut buf, version)?),
+        ApiKey::SyncGroup => Body::SyncGroup(decode(&mut buf, version)?),
+        ApiKey::Heartbeat => Body::Heartbeat(decode(&mut buf, version)?),
+        ApiKey::LeaveGroup => Body::LeaveGroup(decode(&mut buf, version)?),
+        ApiKey::DescribeGroups => Body::DescribeGroups(decode(&mut buf, version)?),
+        ApiKey::ListGroups => Body::ListGroups(decode(&mut buf, version)?),
+        other => return Err(DecodeError(format!("{other:?} is not supported"))),
+    };
+    Ok(Request { header, key, body })
+}
+
+fn api_versions(error_code: i16) -> ApiVersionsResponse {
+    let keys = SUPPORTED
+        .iter()
+        .map(|&(k, min, max)| ApiVersion::default().with_api_key(k as i16).with_min_version(min).with_max_version(max))
+        .collect();
+    ApiVersionsResponse::default().with_error_code(error_code).with_api_keys(keys)
+}
+
+/// Encode `header + body` with its size prefix.
+fn frame<T: Encodable>(key: ApiKey, version: i16, correlation_id: i32, body: &T) -> Result<Bytes, DecodeError> {
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    let header_version = key.response_header_version(version);
+    let mut out = BytesMut::with_capacity(64);
+    out.extend_from_slice(&[0; 4]);
+    header
+        .encode(&mut out, header_version)
+        .and_then(|_| body.encode(&mut out, version))
+        .map_err(|e| DecodeError(format!("cannot encode the {key:?} v{version} response: {e}")))?;
+    let size = (out.len() - 4) as i32;
+    out[..4].copy_from_slice(&size.to_be_bytes());
+    Ok(out.freeze())
+}
+
+/// Answer one request; `None` when Kafka sends no response (Produce with acks=0).
+pub async fn handle(broker: &Broker, request: Request, peer: &str) -> Result<Option<Bytes>, DecodeError> {
+    let v = request.header.request_api_version;
+    let id = request.header.correlation_id;
+    let key = request.key;
+    let response = match request.body {
+        Body::ApiVersions(_) => frame(key, v, id, &api_versions(codes::NONE))?,
+        Body::ApiVersionsUnsupported => frame(key, 0, id, &api_versions(codes::UNSUPPORTED_VERSION))?,
+        Body::Metadata(r) => frame(key, v, id, &metadata::metadata(broker, r, v))?,
+        Body::CreateTopics(r) => frame(key, v, id, &metadata::create_topics(broker, r, v))?,
+        Body::Produce(r) => match produce::produce(broker, r, v) {
+            Some(resp) => frame(key, v, id, &resp)?,
+            None => return Ok(None),
+        },
+        Body::Fetch(r) => frame(key, v, id, &fetch::fetch(broker, r, v).await)?,
+        Body::FindCoordinator(r) => frame(key, v, id, &coordinator::find_coordinator(broker, r, v))?,
+        Body::OffsetCommit(r) => frame(key, v, id, &offset_commit::offset_commit(broker, r, v))?,
+        Body::OffsetFetch(r) => frame(key, v, id, &offset_commit::offset_fetch(broker, r, v))?,
+        Body::JoinGroup(r) => {
+            let client_id = request.header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
+            frame(key, v, id, &group_api::join_group(broker, r, v, &client_id, peer).await)?
+        }
+        Body::SyncGroup(r) => frame(key, v, id, &group_api::sync_group(broker, r, v).await)?,
+        Body::Heartbeat(r) => frame(key, v, id, &group_api::heartbeat(broker, r))?,
+        Body::LeaveGroup(r) => frame(key, v, id, &group_api::leave_group(broker, r, v))?,
+        Body::DescribeGroups(r) => frame(key, v, id, &group_api::describe_groups(broker, r))?,
+        Body::ListGroups(r) => frame(key, v, id, &group_api::list_groups(broker, r, v))?,
+        Body::ListOffsets(r) => frame(key, v, id, &list_offsets::list_offsets(broker, r, v))?,
+    };
+    Ok(Some(response))
+}

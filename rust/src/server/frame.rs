@@ -1,0 +1,61 @@
+//! Kafka's framing: a 4-byte big-endian size, then that many bytes (request header + body).
+//! The size is checked against `socket.request.max.bytes` before anything is buffered, and
+//! the body is read as it arrives (never allocated up front from the claimed size), with the
+//! bytes held by all connections together bounded by a shared budget
+//! (`queued.max.request.bytes`), so hostile sizes cannot exhaust memory.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Kafka's `socket.request.max.bytes` default: 100 MiB.
+pub const MAX_REQUEST_BYTES: i32 = 100 * 1024 * 1024;
+/// The most request bytes buffered across all connections at once.
+pub const QUEUED_MAX_REQUEST_BYTES: usize = 512 * 1024 * 1024;
+/// Bytes read (and budgeted) per step while a large frame arrives.
+const CHUNK: usize = 64 * 1024;
+
+#[derive(Debug)]
+pub enum FrameError {
+    /// The peer closed between frames: a normal end.
+    Closed,
+    /// Negative, or above `socket.request.max.bytes`.
+    BadSize(i32),
+    /// The peer closed or failed in the middle of a frame.
+    Io(std::io::Error),
+}
+
+/// One request frame's bytes, holding its share of the memory budget until dropped.
+pub struct Frame {
+    pub bytes: Bytes,
+    _permits: Vec<OwnedSemaphorePermit>,
+}
+
+/// Read the next frame. Never allocates more than has arrived plus one chunk.
+pub async fn read_frame<R: AsyncRead + Unpin>(reader: &mut R, budget: &Arc<Semaphore>) -> Result<Frame, FrameError> {
+    let mut size = [0u8; 4];
+    match reader.read_exact(&mut size).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
+        Err(e) => return Err(FrameError::Io(e)),
+    }
+    let size = i32::from_be_bytes(size);
+    if !(0..=MAX_REQUEST_BYTES).contains(&size) {
+        return Err(FrameError::BadSize(size));
+    }
+    let size = size as usize;
+    let mut buf = BytesMut::new();
+    let mut permits = Vec::new();
+    while buf.len() < size {
+        let step = CHUNK.min(size - buf.len());
+        // The budget is far larger than one request, so a single frame always fits.
+        let permit = budget.clone().acquire_many_owned(step as u32).await.map_err(|_| FrameError::Closed)?;
+        permits.push(permit);
+        let start = buf.len();
+        buf.resize(start + step, 0);
+        reader.read_exact(&mut buf[start..]).await.map_err(FrameError::Io)?;
+    }
+    Ok(Frame { bytes: buf.freeze(), _permits: permits })
+}

@@ -1,0 +1,547 @@
+//! The classic consumer-group coordinator for network members (Kafka's GroupCoordinator,
+//! in memory): JoinGroup rounds with a rebalance timeout, the leader's assignment handed
+//! out by SyncGroup, heartbeats and session expiry, LeaveGroup. The assignment itself is
+//! computed by the leader client, as in Kafka. Groups live as long as the server; their
+//! committed offsets live in `__consumer_offsets` (see `offsets`).
+//!
+//! A group id with a live embedded member (a `kafkalite.Consumer` holding the flock on its
+//! `.kafkalite-groups/<id>/<member>.member` file) is refused, so a partition never has two
+//! owners; see `embedded_members`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::Notify;
+
+use super::broker::lock;
+use super::codes;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    Empty,
+    PreparingRebalance,
+    CompletingRebalance,
+    Stable,
+}
+
+impl State {
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Empty => "Empty",
+            State::PreparingRebalance => "PreparingRebalance",
+            State::CompletingRebalance => "CompletingRebalance",
+            State::Stable => "Stable",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Member {
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout: Duration,
+    pub rebalance_timeout: Duration,
+    pub protocols: Vec<(String, Bytes)>,
+    pub assignment: Bytes,
+    pub last_seen: Instant,
+    /// Joined in the current round (PreparingRebalance).
+    pub joined: bool,
+}
+
+#[derive(Debug)]
+pub struct Group {
+    pub state: State,
+    pub generation: i32,
+    pub protocol_type: String,
+    pub protocol: Option<String>,
+    pub leader: Option<String>,
+    pub members: BTreeMap<String, Member>,
+    rebalance_deadline: Option<Instant>,
+}
+
+impl Group {
+    fn new(protocol_type: &str) -> Group {
+        Group {
+            state: State::Empty,
+            generation: 0,
+            protocol_type: protocol_type.to_string(),
+            protocol: None,
+            leader: None,
+            members: BTreeMap::new(),
+            rebalance_deadline: None,
+        }
+    }
+
+    fn prepare_rebalance(&mut self) {
+        if self.members.is_empty() {
+            self.state = State::Empty;
+            self.leader = None;
+            self.protocol = None;
+            self.generation += 1;
+            return;
+        }
+        self.state = State::PreparingRebalance;
+        let timeout = self.members.values().map(|m| m.rebalance_timeout).max().unwrap_or_default();
+        self.rebalance_deadline = Some(Instant::now() + timeout);
+        for m in self.members.values_mut() {
+            m.joined = false;
+        }
+    }
+
+    /// End the join round: drop members that did not rejoin, choose the protocol and leader.
+    fn complete_join(&mut self) {
+        self.members.retain(|_, m| m.joined);
+        self.generation += 1;
+        self.rebalance_deadline = None;
+        if self.members.is_empty() {
+            self.state = State::Empty;
+            self.leader = None;
+            self.protocol = None;
+            return;
+        }
+        if !self.leader.as_ref().is_some_and(|l| self.members.contains_key(l)) {
+            self.leader = self.members.keys().next().cloned();
+        }
+        // Kafka's selectProtocol: the protocol every member supports with the most votes
+        // (each member votes for its first supported choice); the leader's order breaks ties.
+        let leader = &self.members[self.leader.as_ref().unwrap()];
+        let candidates: Vec<&String> = leader
+            .protocols
+            .iter()
+            .map(|(n, _)| n)
+            .filter(|n| self.members.values().all(|m| m.protocols.iter().any(|(p, _)| p == *n)))
+            .collect();
+        let votes = |name: &String| {
+            self.members
+                .values()
+                .filter(|m| m.protocols.iter().map(|(p, _)| p).find(|p| candidates.contains(p)) == Some(name))
+                .count()
+        };
+        self.protocol = candidates
+            .iter()
+            .max_by_key(|n| (votes(n), std::cmp::Reverse(candidates.iter().position(|c| c == *n))))
+            .map(|n| n.to_string());
+        for m in self.members.values_mut() {
+            m.assignment = Bytes::new();
+        }
+        self.state = State::CompletingRebalance;
+    }
+
+    fn supports(&self, protocols: &[(String, Bytes)]) -> bool {
+        self.members.values().all(|m| m.protocols.iter().any(|(p, _)| protocols.iter().any(|(q, _)| p == q)))
+    }
+}
+
+/// (member id, client id, client host, metadata, assignment), as DescribeGroups shows a member.
+pub type DescribedMember = (String, String, String, Bytes, Bytes);
+
+/// What a JoinGroup call gets back.
+pub struct JoinResult {
+    pub error: i16,
+    pub generation: i32,
+    pub protocol_type: String,
+    pub protocol: Option<String>,
+    pub leader: String,
+    pub member_id: String,
+    /// Filled for the leader only: every member with its metadata for the chosen protocol.
+    pub members: Vec<(String, Bytes)>,
+}
+
+pub struct JoinRequest {
+    pub group: String,
+    pub member_id: String,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout: Duration,
+    pub rebalance_timeout: Duration,
+    pub protocol_type: String,
+    pub protocols: Vec<(String, Bytes)>,
+}
+
+/// Kafka's group.min/max.session.timeout.ms defaults.
+const MIN_SESSION: Duration = Duration::from_millis(6_000);
+const MAX_SESSION: Duration = Duration::from_millis(1_800_000);
+
+pub struct Coordinator {
+    groups: Mutex<BTreeMap<String, Group>>,
+    changed: Arc<Notify>,
+    next_member: AtomicU64,
+    data_dir: std::path::PathBuf,
+}
+
+impl Coordinator {
+    pub fn new(data_dir: &Path) -> Coordinator {
+        Coordinator {
+            groups: Mutex::new(BTreeMap::new()),
+            changed: Arc::new(Notify::new()),
+            next_member: AtomicU64::new(0),
+            data_dir: data_dir.to_path_buf(),
+        }
+    }
+
+    fn error_join(error: i16, member_id: &str) -> JoinResult {
+        JoinResult {
+            error,
+            generation: -1,
+            protocol_type: String::new(),
+            protocol: None,
+            leader: String::new(),
+            member_id: member_id.to_string(),
+            members: Vec::new(),
+        }
+    }
+
+    pub async fn join(&self, req: JoinRequest) -> JoinResult {
+        if req.group.is_empty() {
+            return Self::error_join(codes::INVALID_GROUP_ID, &req.member_id);
+        }
+        if !(MIN_SESSION..=MAX_SESSION).contains(&req.session_timeout) {
+            return Self::error_join(codes::INVALID_SESSION_TIMEOUT, &req.member_id);
+        }
+        match embedded_members(&self.data_dir, &req.group) {
+            // Kafka's answer to a member whose protocol differs from the group's: the group is
+            // in use by embedded consumers, another protocol. Fatal for the client, as wanted.
+            Some(true) => return Self::error_join(codes::INCONSISTENT_GROUP_PROTOCOL, &req.member_id),
+            Some(false) => {}
+            // A group id too long for its folder name to be computed here (group.py hashes it
+            // with SHA-256): refused rather than risk two owners.
+            None => return Self::error_join(codes::INVALID_GROUP_ID, &req.member_id),
+        }
+        let member_id = {
+            let mut groups = lock(&self.groups);
+            let group = groups.entry(req.group.clone()).or_insert_with(|| Group::new(&req.protocol_type));
+            if group.protocol_type != req.protocol_type && !group.members.is_empty() {
+                return Self::error_join(codes::INCONSISTENT_GROUP_PROTOCOL, &req.member_id);
+            }
+            if !req.member_id.is_empty() && !group.members.contains_key(&req.member_id) {
+                return Self::error_join(codes::UNKNOWN_MEMBER_ID, &req.member_id);
+            }
+            if !group.supports(&req.protocols) {
+                return Self::error_join(codes::INCONSISTENT_GROUP_PROTOCOL, &req.member_id);
+            }
+            let member_id = if req.member_id.is_empty() {
+                let n = self.next_member.fetch_add(1, Ordering::SeqCst);
+                format!(
+                    "{}-{n}-{}",
+                    if req.client_id.is_empty() { "member" } else { &req.client_id },
+                    std::process::id()
+                )
+            } else {
+                req.member_id.clone()
+            };
+            group.protocol_type = req.protocol_type.clone();
+            let changed_protocols = group.members.get(&member_id).is_none_or(|m| m.protocols != req.protocols);
+            let member = group.members.entry(member_id.clone()).or_insert_with(|| Member {
+                client_id: req.client_id.clone(),
+                client_host: req.client_host.clone(),
+                session_timeout: req.session_timeout,
+                rebalance_timeout: req.rebalance_timeout,
+                protocols: Vec::new(),
+                assignment: Bytes::new(),
+                last_seen: Instant::now(),
+                joined: false,
+            });
+            member.protocols = req.protocols.clone();
+            member.session_timeout = req.session_timeout;
+            member.rebalance_timeout = req.rebalance_timeout;
+            member.last_seen = Instant::now();
+            let is_leader_in_stable = group.state == State::Stable && group.leader.as_deref() == Some(&member_id);
+            if group.state != State::PreparingRebalance
+                && (changed_protocols
+                    || is_leader_in_stable
+                    || group.state == State::Empty
+                    || group.state == State::CompletingRebalance
+                    || group.state == State::Stable)
+            {
+                group.prepare_rebalance();
+            }
+            if let Some(m) = group.members.get_mut(&member_id) {
+                m.joined = true;
+            }
+            member_id
+        };
+        self.changed.notify_waiters();
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let wait = {
+                let mut groups = lock(&self.groups);
+                let Some(group) = groups.get_mut(&req.group) else {
+                    return Self::error_join(codes::UNKNOWN_MEMBER_ID, &member_id);
+                };
+                let Some(me) = group.members.get_mut(&member_id) else {
+                    return Self::error_join(codes::UNKNOWN_MEMBER_ID, &member_id);
+                };
+                // Waiting in JoinGroup counts as alive; a client that disconnects stops this
+                // loop (its request is dropped), and its session then expires.
+                me.last_seen = Instant::now();
+                if group.state == State::PreparingRebalance {
+                    let all_joined = group.members.values().all(|m| m.joined);
+                    let late = group.rebalance_deadline.is_some_and(|d| Instant::now() >= d);
+                    if all_joined || late {
+                        group.complete_join();
+                        self.changed.notify_waiters();
+                    }
+                }
+                if group.state == State::CompletingRebalance {
+                    let Some(member) = group.members.get_mut(&member_id) else {
+                        return Self::error_join(codes::UNKNOWN_MEMBER_ID, &member_id);
+                    };
+                    member.last_seen = Instant::now();
+                    let leader = group.leader.clone().unwrap_or_default();
+                    let protocol = group.protocol.clone();
+                    let members = if leader == member_id {
+                        let chosen = protocol.clone().unwrap_or_default();
+                        group
+                            .members
+                            .iter()
+                            .map(|(id, m)| {
+                                let meta = m
+                                    .protocols
+                                    .iter()
+                                    .find(|(p, _)| *p == chosen)
+                                    .map(|(_, b)| b.clone())
+                                    .unwrap_or_default();
+                                (id.clone(), meta)
+                            })
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
+                    return JoinResult {
+                        error: codes::NONE,
+                        generation: group.generation,
+                        protocol_type: group.protocol_type.clone(),
+                        protocol,
+                        leader,
+                        member_id,
+                        members,
+                    };
+                }
+                group
+                    .rebalance_deadline
+                    .map(|d| d.saturating_duration_since(Instant::now()))
+                    .unwrap_or(Duration::from_millis(100))
+            };
+            let _ = tokio::time::timeout(wait.max(Duration::from_millis(1)), notified).await;
+        }
+    }
+
+    fn check_member(group: Option<&Group>, member_id: &str, generation: i32) -> Result<(), i16> {
+        let Some(group) = group else { return Err(codes::UNKNOWN_MEMBER_ID) };
+        if !group.members.contains_key(member_id) {
+            return Err(codes::UNKNOWN_MEMBER_ID);
+        }
+        if generation != group.generation {
+            return Err(codes::ILLEGAL_GENERATION);
+        }
+        Ok(())
+    }
+
+    /// SyncGroup: the leader hands in the assignment; everyone waits for theirs.
+    pub async fn sync(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        generation: i32,
+        assignments: Vec<(String, Bytes)>,
+    ) -> (i16, Bytes, String, Option<String>) {
+        {
+            let mut groups = lock(&self.groups);
+            let group = groups.get_mut(group_id);
+            if let Err(code) = Self::check_member(group.as_deref(), member_id, generation) {
+                return (code, Bytes::new(), String::new(), None);
+            }
+            let group = group.unwrap();
+            if group.state == State::PreparingRebalance {
+                return (codes::REBALANCE_IN_PROGRESS, Bytes::new(), String::new(), None);
+            }
+            if group.leader.as_deref() == Some(member_id) && group.state == State::CompletingRebalance {
+                for (id, assignment) in assignments {
+                    if let Some(m) = group.members.get_mut(&id) {
+                        m.assignment = assignment;
+                    }
+                }
+                group.state = State::Stable;
+            }
+            if let Some(m) = group.members.get_mut(member_id) {
+                m.last_seen = Instant::now();
+            }
+        }
+        self.changed.notify_waiters();
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut groups = lock(&self.groups);
+                let group = groups.get_mut(group_id);
+                if let Err(code) = Self::check_member(group.as_deref(), member_id, generation) {
+                    return (code, Bytes::new(), String::new(), None);
+                }
+                let group = group.unwrap();
+                match group.state {
+                    State::Stable => {
+                        let m = group.members.get_mut(member_id).unwrap();
+                        m.last_seen = Instant::now();
+                        return (
+                            codes::NONE,
+                            m.assignment.clone(),
+                            group.protocol_type.clone(),
+                            group.protocol.clone(),
+                        );
+                    }
+                    State::PreparingRebalance | State::Empty => {
+                        return (codes::REBALANCE_IN_PROGRESS, Bytes::new(), String::new(), None)
+                    }
+                    State::CompletingRebalance => {
+                        // Waiting for the leader's assignment counts as alive (see join).
+                        group.members.get_mut(member_id).unwrap().last_seen = Instant::now();
+                    }
+                }
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(500), notified).await;
+        }
+    }
+
+    pub fn heartbeat(&self, group_id: &str, member_id: &str, generation: i32) -> i16 {
+        let mut groups = lock(&self.groups);
+        let group = groups.get_mut(group_id);
+        if let Err(code) = Self::check_member(group.as_deref(), member_id, generation) {
+            // A member of an older generation learns of the rebalance from this error.
+            return code;
+        }
+        let group = group.unwrap();
+        group.members.get_mut(member_id).unwrap().last_seen = Instant::now();
+        match group.state {
+            State::PreparingRebalance => codes::REBALANCE_IN_PROGRESS,
+            _ => codes::NONE,
+        }
+    }
+
+    pub fn leave(&self, group_id: &str, member_id: &str) -> i16 {
+        let code = {
+            let mut groups = lock(&self.groups);
+            match groups.get_mut(group_id) {
+                Some(group) => {
+                    if group.members.remove(member_id).is_some() {
+                        group.prepare_rebalance();
+                        codes::NONE
+                    } else {
+                        codes::UNKNOWN_MEMBER_ID
+                    }
+                }
+                None => codes::UNKNOWN_MEMBER_ID,
+            }
+        };
+        self.changed.notify_waiters();
+        code
+    }
+
+    /// Whether a commit with this generation/member may be written (Kafka's validateOffsetCommit).
+    pub fn check_commit(&self, group_id: &str, member_id: &str, generation: i32) -> Result<(), i16> {
+        let groups = lock(&self.groups);
+        let group = groups.get(group_id);
+        if generation < 0 && member_id.is_empty() {
+            // A "simple" consumer (assign, no membership): only while the group has no members.
+            return match group {
+                Some(g) if !g.members.is_empty() => Err(codes::UNKNOWN_MEMBER_ID),
+                _ => Ok(()),
+            };
+        }
+        Self::check_member(group, member_id, generation)?;
+        // As Kafka: members may still commit while the group prepares a rebalance (their
+        // revocation callbacks do), not while the new generation awaits its assignment.
+        if group.is_some_and(|g| g.state == State::CompletingRebalance) {
+            return Err(codes::REBALANCE_IN_PROGRESS);
+        }
+        Ok(())
+    }
+
+    /// Expire members whose session timed out; rebalance their groups.
+    pub fn expire(&self) {
+        let mut any = false;
+        {
+            let mut groups = lock(&self.groups);
+            let now = Instant::now();
+            for group in groups.values_mut() {
+                let before = group.members.len();
+                group.members.retain(|_, m| now.duration_since(m.last_seen) <= m.session_timeout);
+                if group.members.len() != before {
+                    group.prepare_rebalance();
+                    any = true;
+                }
+                if group.state == State::PreparingRebalance && group.rebalance_deadline.is_some_and(|d| now >= d) {
+                    any = true; // a waiting joiner completes the round
+                }
+            }
+        }
+        if any {
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// (group, state, protocol type, protocol, members (id, client id, host, metadata, assignment)).
+    pub fn describe(&self, group_id: &str) -> Option<(String, String, Option<String>, Vec<DescribedMember>)> {
+        let groups = lock(&self.groups);
+        let g = groups.get(group_id)?;
+        let members = g
+            .members
+            .iter()
+            .map(|(id, m)| {
+                let meta = g
+                    .protocol
+                    .as_ref()
+                    .and_then(|p| m.protocols.iter().find(|(n, _)| n == p))
+                    .map(|(_, b)| b.clone())
+                    .unwrap_or_default();
+                (id.clone(), m.client_id.clone(), m.client_host.clone(), meta, m.assignment.clone())
+            })
+            .collect();
+        Some((g.state.name().to_string(), g.protocol_type.clone(), g.protocol.clone(), members))
+    }
+
+    pub fn list(&self) -> Vec<(String, String, String)> {
+        lock(&self.groups)
+            .iter()
+            .map(|(id, g)| (id.clone(), g.protocol_type.clone(), g.state.name().to_string()))
+            .collect()
+    }
+}
+
+/// group.py's `encode_name`: an id as one file-name component; None for ids group.py hashes.
+fn encode_name(value: &str) -> Option<String> {
+    const KEPT: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-";
+    let plain = !value.is_empty()
+        && value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+        && value != "."
+        && value != "..";
+    let name = if plain {
+        value.to_string()
+    } else {
+        value.bytes().map(|b| if KEPT.contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
+    };
+    (name.len() <= 200).then_some(name)
+}
+
+/// True when an embedded `kafkalite.Consumer` of this group is alive: it holds an exclusive
+/// flock on its `.member` file for life (group.py), so a failed non-blocking flock means alive.
+/// None when the group's folder name cannot be computed here.
+pub fn embedded_members(data_dir: &Path, group: &str) -> Option<bool> {
+    let name = encode_name(group)?;
+    let Ok(entries) = std::fs::read_dir(data_dir.join(".kafkalite-groups").join(name)) else { return Some(false) };
+    Some(entries.flatten().any(|e| {
+        let path = e.path();
+        if path.extension().and_then(|x| x.to_str()) != Some("member") {
+            return false;
+        }
+        let Ok(file) = std::fs::File::open(&path) else { return false };
+        // Getting the lock means the member is dead; it is released when `file` closes.
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err()
+    }))
+}

@@ -1,0 +1,143 @@
+//! JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroups and ListGroups: the wire
+//! side of `group::Coordinator`.
+
+use std::time::Duration;
+
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+use super::broker::Broker;
+use super::codes;
+use super::group::JoinRequest;
+
+fn s(v: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(v.into())
+}
+
+pub async fn join_group(
+    broker: &Broker,
+    r: JoinGroupRequest,
+    version: i16,
+    client_id: &str,
+    host: &str,
+) -> JoinGroupResponse {
+    let rebalance = if version >= 1 { r.rebalance_timeout_ms } else { r.session_timeout_ms };
+    let result = broker
+        .groups
+        .join(JoinRequest {
+            group: r.group_id.0.to_string(),
+            member_id: r.member_id.to_string(),
+            client_id: client_id.to_string(),
+            client_host: host.to_string(),
+            session_timeout: Duration::from_millis(r.session_timeout_ms.max(0) as u64),
+            rebalance_timeout: Duration::from_millis(rebalance.max(0) as u64),
+            protocol_type: r.protocol_type.to_string(),
+            protocols: r.protocols.iter().map(|p| (p.name.to_string(), p.metadata.clone())).collect(),
+        })
+        .await;
+    let members = result
+        .members
+        .into_iter()
+        .map(|(id, meta)| JoinGroupResponseMember::default().with_member_id(s(id)).with_metadata(meta))
+        .collect();
+    let mut resp = JoinGroupResponse::default()
+        .with_error_code(result.error)
+        .with_generation_id(result.generation)
+        .with_leader(s(result.leader))
+        .with_member_id(s(result.member_id))
+        .with_members(members);
+    resp = if version >= 7 {
+        resp.with_protocol_type(Some(s(result.protocol_type))).with_protocol_name(result.protocol.map(s))
+    } else {
+        resp.with_protocol_name(Some(s(result.protocol.unwrap_or_default())))
+    };
+    resp
+}
+
+pub async fn sync_group(broker: &Broker, r: SyncGroupRequest, version: i16) -> SyncGroupResponse {
+    let assignments = r.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.clone())).collect();
+    let (code, assignment, protocol_type, protocol) =
+        broker.groups.sync(&r.group_id.0, &r.member_id, r.generation_id, assignments).await;
+    let mut resp = SyncGroupResponse::default().with_error_code(code).with_assignment(assignment);
+    if version >= 5 && code == codes::NONE {
+        resp = resp.with_protocol_type(Some(s(protocol_type))).with_protocol_name(protocol.map(s));
+    }
+    resp
+}
+
+pub fn heartbeat(broker: &Broker, r: HeartbeatRequest) -> HeartbeatResponse {
+    HeartbeatResponse::default().with_error_code(broker.groups.heartbeat(&r.group_id.0, &r.member_id, r.generation_id))
+}
+
+pub fn leave_group(broker: &Broker, r: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+    let group = r.group_id.0.to_string();
+    if version < 3 {
+        return LeaveGroupResponse::default().with_error_code(broker.groups.leave(&group, &r.member_id));
+    }
+    let members = r
+        .members
+        .iter()
+        .map(|m| {
+            MemberResponse::default()
+                .with_member_id(m.member_id.clone())
+                .with_group_instance_id(m.group_instance_id.clone())
+                .with_error_code(broker.groups.leave(&group, &m.member_id))
+        })
+        .collect();
+    LeaveGroupResponse::default().with_members(members)
+}
+
+pub fn describe_groups(broker: &Broker, r: DescribeGroupsRequest) -> DescribeGroupsResponse {
+    let groups = r
+        .groups
+        .iter()
+        .map(|g| {
+            let described = DescribedGroup::default().with_group_id(g.clone());
+            match broker.groups.describe(&g.0) {
+                Some((state, protocol_type, protocol, members)) => {
+                    let members = members
+                        .into_iter()
+                        .map(|(id, client, host, meta, assignment)| {
+                            DescribedGroupMember::default()
+                                .with_member_id(s(id))
+                                .with_client_id(s(client))
+                                .with_client_host(s(host))
+                                .with_member_metadata(meta)
+                                .with_member_assignment(assignment)
+                        })
+                        .collect();
+                    described
+                        .with_group_state(s(state))
+                        .with_protocol_type(s(protocol_type))
+                        .with_protocol_data(s(protocol.unwrap_or_default()))
+                        .with_members(members)
+                }
+                // Kafka describes an unknown group as Dead with no members.
+                None => described.with_group_state(s("Dead")),
+            }
+        })
+        .collect();
+    DescribeGroupsResponse::default().with_groups(groups)
+}
+
+pub fn list_groups(broker: &Broker, r: ListGroupsRequest, version: i16) -> ListGroupsResponse {
+    let groups = broker
+        .groups
+        .list()
+        .into_iter()
+        .filter(|(_, _, state)| r.states_filter.is_empty() || r.states_filter.iter().any(|f| f.as_str() == state))
+        .map(|(id, protocol_type, state)| {
+            let g = ListedGroup::default().with_group_id(GroupId(s(id))).with_protocol_type(s(protocol_type));
+            if version >= 4 {
+                g.with_group_state(s(state))
+            } else {
+                g
+            }
+        })
+        .collect();
+    ListGroupsResponse::default().with_groups(groups)
+}

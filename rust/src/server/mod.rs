@@ -1,0 +1,143 @@
+//! `kafkalite serve`: Kafka's wire protocol over TCP on top of the engine, so any Kafka
+//! client (librdkafka, kafka-python, Java, ...) can produce to and fetch from a data
+//! directory while the embedded Python API uses the same files.
+//!
+//! Files, one concept each: `listen` (address policy), `frame` (length-prefixed frames and
+//! their limits), `connection` (one client: read, dispatch, answer, in order), `dispatch`
+//! (request header, ApiVersions table, routing), `broker` (shared state: topics, open
+//! partitions, append wake-ups), `codes` (engine errors as Kafka error codes), and one file
+//! per API family: `metadata` (Metadata, CreateTopics), `produce`, `fetch`, `list_offsets`, `coordinator`
+//! (FindCoordinator), `offset_commit` (OffsetCommit, OffsetFetch) over `offsets` (the
+//! `__consumer_offsets` records, shared with the embedded clients), `group_api` (JoinGroup,
+//! SyncGroup, Heartbeat, LeaveGroup, DescribeGroups, ListGroups) over `group` (the coordinator).
+//! Request and response bodies are encoded by the `kafka-protocol` crate, generated from
+//! Kafka's JSON schemas; nothing here hand-writes a message codec.
+
+mod broker;
+mod codes;
+mod connection;
+mod coordinator;
+mod dispatch;
+mod fetch;
+pub mod frame;
+mod group;
+mod group_api;
+mod list_offsets;
+pub mod listen;
+mod metadata;
+mod offset_commit;
+mod offsets;
+mod produce;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::error::{Error, Result};
+pub use broker::Broker;
+pub use dispatch::{decode_request, SUPPORTED as SUPPORTED_APIS};
+
+/// How a server is started (Kafka's broker setting names in the comments).
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub data_dir: PathBuf,
+    /// `listeners`: loopback only until SASL/SCRAM exists.
+    pub listen: String,
+    /// `advertised.listeners`: HOST:PORT clients are told to connect to (default: the bound address).
+    pub advertised: Option<String>,
+    /// `auto.create.topics.enable` (Kafka's default: true).
+    pub auto_create_topics: bool,
+    /// `num.partitions` for auto-created topics (Kafka's default: 1).
+    pub default_partitions: i32,
+    /// `connections.max.idle.ms` (Kafka's default: 10 minutes).
+    pub idle_timeout: Duration,
+    /// `max.connections`: more are accepted and closed at once.
+    pub max_connections: usize,
+}
+
+impl ServerConfig {
+    pub fn new(data_dir: impl Into<PathBuf>, listen: impl Into<String>) -> ServerConfig {
+        ServerConfig {
+            data_dir: data_dir.into(),
+            listen: listen.into(),
+            advertised: None,
+            auto_create_topics: true,
+            default_partitions: 1,
+            idle_timeout: Duration::from_secs(600),
+            max_connections: 10_000,
+        }
+    }
+}
+
+/// A running server: its own tokio runtime on background threads.
+pub struct Server {
+    runtime: Option<tokio::runtime::Runtime>,
+    shutdown: watch::Sender<bool>,
+    broker: Arc<Broker>,
+    local_addr: SocketAddr,
+}
+
+impl Server {
+    /// Bind, then serve on background threads until `stop` (or drop).
+    pub fn start(config: ServerConfig) -> Result<Server> {
+        let addr = listen::loopback_address(&config.listen)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("kafkalite-server")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io("cannot start the server's threads", e))?;
+        let listener =
+            runtime.block_on(TcpListener::bind(addr)).map_err(|e| Error::io(format!("cannot listen on {addr}"), e))?;
+        let local_addr = listener.local_addr().map_err(|e| Error::io("cannot read the bound address", e))?;
+        let advertised = match &config.advertised {
+            Some(a) => listen::parse_host_port(a)?,
+            None => (local_addr.ip().to_string(), local_addr.port() as i32),
+        };
+        let broker = Arc::new(Broker::open(&config, advertised)?);
+        let (shutdown, stop_rx) = watch::channel(false);
+        runtime.spawn(expire_sessions(broker.clone(), stop_rx.clone()));
+        runtime.spawn(connection::accept_loop(listener, broker.clone(), config.clone(), stop_rx));
+        Ok(Server { runtime: Some(runtime), shutdown, broker, local_addr })
+    }
+
+    /// The address the listener is bound to (port 0 resolved).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// HOST:PORT as clients are told in Metadata.
+    pub fn advertised(&self) -> String {
+        let (host, port) = self.broker.advertised();
+        format!("{host}:{port}")
+    }
+
+    /// Stop accepting, close every connection and the open partitions; bounded by `timeout`.
+    pub fn stop(&mut self, timeout: Duration) {
+        let _ = self.shutdown.send(true);
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_timeout(timeout);
+        }
+        self.broker.close();
+    }
+}
+
+/// Kafka's session expiry for network group members, checked a few times a second.
+async fn expire_sessions(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tokio::time::sleep(Duration::from_millis(250)) => broker.groups.expire(),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop(Duration::from_secs(5));
+    }
+}

@@ -1,0 +1,118 @@
+//! OffsetCommit and OffsetFetch for network consumers, through `offsets::OffsetStore`.
+//! Commits are checked against the group coordinator as Kafka does: members of the current
+//! generation, or "simple" consumers (generation -1, no member id) of a group without members.
+
+use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
+use kafka_protocol::messages::offset_fetch_response::{OffsetFetchResponsePartition, OffsetFetchResponseTopic};
+use kafka_protocol::messages::{
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::broker::Broker;
+use super::codes;
+use super::offsets::MAX_METADATA_BYTES;
+
+/// A partition of a commit request: its index and error code (None: to be written).
+type PartitionPlan = (i32, Option<i16>);
+
+pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, _version: i16) -> OffsetCommitResponse {
+    let group = request.group_id.0.to_string();
+    let topics = broker.topics().ok();
+    let known =
+        |t: &str, p: i32| topics.as_ref().and_then(|all| all.get(t)).is_some_and(|m| (0..m.partitions).contains(&p));
+    // Per partition: the error code, or None for a commit to write.
+    let mut plan: Vec<(TopicName, Vec<PartitionPlan>)> = Vec::new();
+    let mut commits = Vec::new();
+    for topic in &request.topics {
+        let name = topic.name.0.to_string();
+        let mut parts = Vec::new();
+        for p in &topic.partitions {
+            let metadata = p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default();
+            let code = if group.is_empty() {
+                Some(codes::INVALID_GROUP_ID)
+            } else if let Err(code) =
+                broker.groups.check_commit(&group, &request.member_id, request.generation_id_or_member_epoch)
+            {
+                Some(code)
+            } else if metadata.len() > MAX_METADATA_BYTES {
+                Some(codes::OFFSET_METADATA_TOO_LARGE)
+            } else if !known(&name, p.partition_index) {
+                Some(codes::UNKNOWN_TOPIC_OR_PARTITION)
+            } else {
+                commits.push((name.clone(), p.partition_index, p.committed_offset, metadata));
+                None
+            };
+            parts.push((p.partition_index, code));
+        }
+        plan.push((topic.name.clone(), parts));
+    }
+    let written = broker.offsets.commit(broker, &group, &commits).map_err(|e| codes::for_error(&e));
+    let topics = plan
+        .into_iter()
+        .map(|(name, parts)| {
+            let partitions = parts
+                .into_iter()
+                .map(|(index, code)| {
+                    let code = code.unwrap_or_else(|| written.err().unwrap_or(codes::NONE));
+                    OffsetCommitResponsePartition::default().with_partition_index(index).with_error_code(code)
+                })
+                .collect();
+            OffsetCommitResponseTopic::default().with_name(name).with_partitions(partitions)
+        })
+        .collect();
+    OffsetCommitResponse::default().with_topics(topics)
+}
+
+pub fn offset_fetch(broker: &Broker, request: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
+    let group = request.group_id.0.to_string();
+    let offsets = match broker.offsets.load(broker, &group) {
+        Ok(o) => o,
+        Err(e) => {
+            let code = codes::for_error(&e);
+            return if version >= 2 {
+                OffsetFetchResponse::default().with_error_code(code)
+            } else {
+                OffsetFetchResponse::default()
+            };
+        }
+    };
+    let entry = |partition: i32, found: Option<&(i64, String)>| {
+        let (offset, metadata) = found.cloned().unwrap_or((-1, String::new()));
+        let mut p = OffsetFetchResponsePartition::default()
+            .with_partition_index(partition)
+            .with_committed_offset(offset)
+            .with_metadata(Some(StrBytes::from_string(metadata)));
+        if version >= 5 {
+            p = p.with_committed_leader_epoch(-1);
+        }
+        p
+    };
+    let topics = match &request.topics {
+        Some(wanted) => wanted
+            .iter()
+            .map(|t| {
+                let name = t.name.0.to_string();
+                let partitions =
+                    t.partition_indexes.iter().map(|&p| entry(p, offsets.get(&(name.clone(), p)))).collect();
+                OffsetFetchResponseTopic::default().with_name(t.name.clone()).with_partitions(partitions)
+            })
+            .collect(),
+        None => {
+            // Every partition the group has offsets for (v2+).
+            let mut by_topic: std::collections::BTreeMap<&str, Vec<OffsetFetchResponsePartition>> = Default::default();
+            for ((topic, partition), value) in &offsets {
+                by_topic.entry(topic).or_default().push(entry(*partition, Some(value)));
+            }
+            by_topic
+                .into_iter()
+                .map(|(topic, partitions)| {
+                    OffsetFetchResponseTopic::default()
+                        .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                        .with_partitions(partitions)
+                })
+                .collect()
+        }
+    };
+    OffsetFetchResponse::default().with_topics(topics)
+}

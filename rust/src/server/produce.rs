@@ -1,0 +1,103 @@
+//! Produce: each partition's record batches go to `Log::append_raw_batches`, which checks
+//! CRC and structure, assigns offsets and stores the batches as sent (every codec, no
+//! recompression: Kafka's `compression.type=producer`). acks=0 gets no response; with one
+//! broker, acks=1 and acks=-1 both answer once the batches are in the log.
+
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::protocol::StrBytes;
+
+use super::broker::{lock, Broker};
+use super::codes;
+use crate::record::TimestampType;
+
+/// Byte offset of maxTimestamp in a v2 batch header (Kafka's DefaultRecordBatch layout).
+const MAX_TIMESTAMP_OFFSET: usize = 35;
+
+struct Appended {
+    base_offset: i64,
+    log_append_time: i64,
+    log_start_offset: i64,
+}
+
+fn append(broker: &Broker, topic: &str, partition: i32, records: Option<&[u8]>) -> Result<Appended, (i16, String)> {
+    let log = match broker.partition(topic, partition) {
+        Ok(Some(log)) => log,
+        Ok(None) => {
+            return Err((codes::UNKNOWN_TOPIC_OR_PARTITION, format!("this server does not host {topic}-{partition}")))
+        }
+        Err(e) => return Err((codes::for_error(&e), e.to_string())),
+    };
+    if topic == super::offsets::OFFSETS_TOPIC {
+        return Err((
+            codes::INVALID_TOPIC_EXCEPTION,
+            format!("{topic} is internal: clients commit offsets with OffsetCommit"),
+        ));
+    }
+    let records = records.ok_or((codes::CORRUPT_MESSAGE, "the partition's records are null".to_string()))?;
+    let mut log = lock(&log);
+    match log.append_raw_batches(records) {
+        Ok((base_offset, _)) => {
+            let mut log_append_time = -1;
+            if log.config().timestamp_type == TimestampType::LogAppendTime {
+                // The stamp the engine wrote into the first batch's maxTimestamp.
+                if let Ok(slice) = log.read(base_offset, 1) {
+                    let b = slice.bytes();
+                    if b.len() >= MAX_TIMESTAMP_OFFSET + 8 {
+                        log_append_time =
+                            i64::from_be_bytes(b[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8].try_into().unwrap());
+                    }
+                }
+            }
+            Ok(Appended { base_offset, log_append_time, log_start_offset: log.start_offset() })
+        }
+        Err(e) => {
+            if codes::needs_reopen(&e) {
+                drop(log);
+                broker.forget_partition(topic, partition);
+            }
+            Err((codes::for_error(&e), e.to_string()))
+        }
+    }
+}
+
+/// The response, or None for acks=0.
+pub fn produce(broker: &Broker, request: ProduceRequest, version: i16) -> Option<ProduceResponse> {
+    let valid_acks = matches!(request.acks, -1..=1);
+    let mut appended_any = false;
+    let mut responses = Vec::with_capacity(request.topic_data.len().min(1024));
+    for topic in &request.topic_data {
+        let name = topic.name.0.to_string();
+        let mut partitions = Vec::with_capacity(topic.partition_data.len().min(1024));
+        for p in &topic.partition_data {
+            let outcome = if valid_acks {
+                append(broker, &name, p.index, p.records.as_deref())
+            } else {
+                Err((codes::INVALID_REQUIRED_ACKS, format!("acks must be -1, 0 or 1, not {}", request.acks)))
+            };
+            let mut resp = PartitionProduceResponse::default().with_index(p.index);
+            match outcome {
+                Ok(a) => {
+                    appended_any = true;
+                    resp = resp.with_base_offset(a.base_offset).with_log_append_time_ms(a.log_append_time);
+                    if version >= 5 {
+                        resp = resp.with_log_start_offset(a.log_start_offset);
+                    }
+                }
+                Err((code, message)) => {
+                    resp = resp.with_error_code(code).with_base_offset(-1).with_log_append_time_ms(-1);
+                    if version >= 8 {
+                        resp = resp.with_error_message(Some(StrBytes::from_string(message)));
+                    }
+                }
+            }
+            partitions.push(resp);
+        }
+        responses
+            .push(TopicProduceResponse::default().with_name(topic.name.clone()).with_partition_responses(partitions));
+    }
+    if appended_any {
+        broker.announce_append();
+    }
+    (request.acks != 0).then(|| ProduceResponse::default().with_responses(responses))
+}
