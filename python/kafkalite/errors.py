@@ -146,3 +146,16 @@ def bytes_expected(argument: str, got: object) -> InvalidTypeError:
 
 
 __all__ += ["UnknownTopicOrPartitionError", "InvalidTypeError", "InvalidTopicTypeError", "ReadOnlyDataDirError", "MissingDependencyError"]
+
+
+class NotADataDirError(InvalidConfigError, FileNotFoundError):
+    """The path is not a kafkalite data directory (missing, or a file). Only calls that create
+    (``Admin.create_topic``, producing with auto-creation, ``kafkalite init``, ``kafkalite topics
+    create``) make a new data directory, so a typo never creates one."""
+
+
+class BrokerAddressError(NotADataDirError):
+    """A ``host:port`` (a broker's bootstrap address) where kafkalite takes a data directory."""
+
+
+__all__ += ["NotADataDirError", "BrokerAddressError"]
