@@ -70,8 +70,13 @@ def test_a_missing_topic_or_partition(spark, data):
     _fails_before_tasks(spark, lambda: read().option("assign", '{"nosuch": [0]}').load(data), "'nosuch'", "option 'assign'")
     _fails_before_tasks(spark, lambda: read().option("assign", '{"events": [0, 7]}').load(data), "[7]", "partitions 0..1")
     _fails_before_tasks(spark, lambda: spark.readStream.format("kafkalite").option("subscribe", "nosuch").load(data), "'nosuch'")
+    # A write creates a missing topic (auto.create.topics.enable, as a broker): where the data
+    # directory turns that off, the write fails on the driver naming the topic.
+    no_auto = os.path.join(os.path.dirname(data), "no-auto")
+    Admin(no_auto).init(config={"auto.create.topics.enable": False})
     df = spark.createDataFrame([("a",)], "value string")
-    _fails_before_tasks(spark, lambda: df.write.format("kafkalite").mode("append").option("topic", "nosuch").save(data), "'nosuch'", "option 'topic'")
+    _fails_before_tasks(spark, lambda: df.write.format("kafkalite").mode("append").option("topic", "nosuch").save(no_auto), "'nosuch'", "option 'topic'", "auto.create.topics.enable=false")
+    assert Admin(no_auto).list_topics() == []
 
 
 def test_a_write_with_a_row_the_topic_refuses_appends_nothing(spark, data):
