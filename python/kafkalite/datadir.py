@@ -1,7 +1,11 @@
 """A data directory laid out like a Kafka ``log.dirs`` folder: one ``<topic>-<partition>``
-folder per partition, plus kafkalite's topic metadata in ``.kafkalite-topics.json`` (written
-atomically: temp file, fsync, rename). A broker's folder without our metadata is read-only
-and its topics are discovered from the folder names.
+folder per partition, plus kafkalite's metadata in ``.kafkalite-topics.json`` (written
+atomically: temp file, fsync, rename): the topics with their own config, and the directory's
+config under a broker's names (``auto.create.topics.enable``, ``num.partitions``, ``log.*``
+topic defaults). A broker's folder without our metadata is read-only and its topics are
+discovered from the folder names. A topic's effective config is resolved here only
+(``DataDir.resolve``: its own keys, else the directory's, else Kafka's), and so is the codec a
+write uses (``target_compression``).
 """
 
 from __future__ import annotations

@@ -504,7 +504,14 @@ class Producer:
     would push a batch past ``batch_size`` (or the topic's ``max.message.bytes`` /
     ``max_request_size``) starts the next batch, and only a record too large for any batch
     fails (``RecordTooLargeError``). A producer not closed is flushed at interpreter exit and
-    when garbage collected, waiting at most ``EXIT_FLUSH_TIMEOUT`` seconds."""
+    when garbage collected, waiting at most ``EXIT_FLUSH_TIMEOUT`` seconds.
+
+    The first ``send``/``send_batch``/``partitions_for`` of a topic that does not exist creates
+    it (and a missing data directory) with the data directory's ``num.partitions``, unless its
+    ``auto.create.topics.enable`` is false (``Admin.alter_data_dir_config``), as a Kafka broker
+    does. ``path`` must be a data directory, not a broker address (``BrokerAddressError``),
+    and not a Kafka broker's log directory (``ReadOnlyDataDirError``; see
+    ``Admin.adopt_broker_dir``)."""
 
     def __init__(self, path: str | os.PathLike[str], **config: Any) -> None:
         unknown = sorted(set(config) - set(DEFAULTS))
