@@ -88,3 +88,32 @@ def test_a_write_with_a_row_the_topic_refuses_appends_nothing(spark, data):
     for p in (0, 1):
         with Log(os.path.join(data, f"events-{p}"), readonly=True) as log:
             assert log.end_offset == 0
+
+
+def test_a_write_creates_its_missing_topic_on_the_driver_before_any_task(spark, tmp_path):
+    """Issue 10 point 6: the README's write to a topic nobody created works, as with a broker's
+    auto.create.topics.enable=true; the topic exists once save()/start() checked the target."""
+    path = str(tmp_path / "data")
+    Admin(path).init(config={"num.partitions": 2})
+    df = spark.createDataFrame([("k1", "a"), ("k2", "b")], "key string, value string")
+    df.write.format("kafkalite").mode("append").option("topic", "copy").save(path)
+    assert Admin(path).list_topics() == ["copy"]
+    assert sum(p.end_offset for p in Admin(path).describe_topic("copy").partitions) == 2
+    Admin(path).create_topic("src")
+    q = (spark.readStream.format("kafkalite").option("subscribe", "src").load(path)
+         .select("value").writeStream.format("kafkalite").option("topic", "streamed")
+         .option("checkpointLocation", str(tmp_path / "ck")).start(path))
+    try:
+        assert "streamed" in Admin(path).list_topics()  # created by start(), before any micro-batch
+    finally:
+        q.stop()
+
+
+def test_a_write_to_a_brokers_log_directory_fails_before_any_task(spark, tmp_path):
+    from test_broker_layout import write_broker_partition
+
+    path = tmp_path / "kafka-logs"
+    path.mkdir()
+    write_broker_partition(str(path / "orders-0"))
+    df = spark.createDataFrame([("a",)], "value string")
+    _fails_before_tasks(spark, lambda: df.write.format("kafkalite").mode("append").option("topic", "orders").save(str(path)), "broker's log directory", "kafkalite init --adopt")
