@@ -99,14 +99,19 @@ def test_a_write_creates_its_missing_topic_on_the_driver_before_any_task(spark, 
     df.write.format("kafkalite").mode("append").option("topic", "copy").save(path)
     assert Admin(path).list_topics() == ["copy"]
     assert sum(p.end_offset for p in Admin(path).describe_topic("copy").partitions) == 2
-    Admin(path).create_topic("src")
-    q = (spark.readStream.format("kafkalite").option("subscribe", "src").load(path)
+    from kafkalite import Producer
+
+    with Producer(path) as producer:
+        producer.send("src", b"streamed row").get(timeout=10)
+    q = (spark.readStream.format("kafkalite").option("subscribe", "src").option("startingOffsets", "earliest").load(path)
          .select("value").writeStream.format("kafkalite").option("topic", "streamed")
          .option("checkpointLocation", str(tmp_path / "ck")).start(path))
     try:
-        assert "streamed" in Admin(path).list_topics()  # created by start(), before any micro-batch
+        q.processAllAvailable()  # the stream writer (driver side) created the topic
     finally:
         q.stop()
+    assert sorted(Admin(path).list_topics()) == ["copy", "src", "streamed"]
+    assert sum(p.end_offset for p in Admin(path).describe_topic("streamed").partitions) == 1
 
 
 def test_a_write_to_a_brokers_log_directory_fails_before_any_task(spark, tmp_path):
