@@ -149,7 +149,7 @@ def test_kafkalite_produce_creates_the_topic_and_config_sets_the_defaults(tmp_pa
     env = {**os.environ, "KAFKALITE_DATA_DIR": data_dir}
 
     def run(*args, stdin=None):
-        return subprocess.run([*CLI, *args], input=stdin, capture_output=True, env=env, timeout=60)
+        return subprocess.run([*CLI, *args], input=stdin, capture_output=True, env=env, timeout=60, check=False)
 
     assert run("init").returncode == 0
     out = run("config", "alter", "--add-config", "num.partitions=2", "--add-config", "log.retention.ms=1000")
@@ -203,7 +203,8 @@ def _codecs(partition_dir: str) -> list[int]:
     """The compression codec (attributes & 7) of every batch in the partition's .log files."""
     codecs = []
     for path in sorted(glob.glob(os.path.join(partition_dir, "*.log"))):
-        data = open(path, "rb").read()
+        with open(path, "rb") as f:
+            data = f.read()
         pos = 0
         while pos + 23 <= len(data):
             (length,) = struct.unpack_from(">i", data, pos + 8)

@@ -25,7 +25,7 @@ CLI = [sys.executable, "-m", "kafkalite"]
 def _cli(*args, cwd, stdin=None, env=None):
     environment = {k: v for k, v in os.environ.items() if k != "KAFKALITE_DATA_DIR"}
     environment.update(env or {})
-    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, cwd=cwd, env=environment, timeout=60)
+    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, cwd=cwd, env=environment, timeout=60, check=False)
 
 
 @pytest.mark.parametrize(
