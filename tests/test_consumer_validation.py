@@ -51,7 +51,7 @@ NAN, INF = float("nan"), float("inf")
 CONFIG_CASES: list[tuple[str, Callable[[str], Any], type, type, str]] = [
     ("unknown key", lambda d: Consumer(d, bootstrap_servers="x"), InvalidConfigError, ValueError, "unknown consumer config"),
     ("path None", lambda d: Consumer(None), InvalidTypeError, TypeError, "path must be"),
-    ("path missing", lambda d: Consumer(d + "/nope"), InvalidConfigError, ValueError, "not a data directory"),
+    ("path missing", lambda d: Consumer(d + "/nope"), InvalidConfigError, FileNotFoundError, "not a kafkalite data directory"),
     ("auto_offset_reset", lambda d: Consumer(d, auto_offset_reset="smallest"), InvalidConfigError, ValueError, "'earliest'"),
     ("enable_auto_commit str", lambda d: Consumer(d, enable_auto_commit="no"), InvalidTypeError, TypeError, "True or False"),
     ("exclude_internal_topics int", lambda d: Consumer(d, exclude_internal_topics=1), InvalidTypeError, TypeError, "True or False"),

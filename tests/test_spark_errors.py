@@ -70,8 +70,13 @@ def test_a_missing_topic_or_partition(spark, data):
     _fails_before_tasks(spark, lambda: read().option("assign", '{"nosuch": [0]}').load(data), "'nosuch'", "option 'assign'")
     _fails_before_tasks(spark, lambda: read().option("assign", '{"events": [0, 7]}').load(data), "[7]", "partitions 0..1")
     _fails_before_tasks(spark, lambda: spark.readStream.format("kafkalite").option("subscribe", "nosuch").load(data), "'nosuch'")
+    # A write creates a missing topic (auto.create.topics.enable, as a broker): where the data
+    # directory turns that off, the write fails on the driver naming the topic.
+    no_auto = os.path.join(os.path.dirname(data), "no-auto")
+    Admin(no_auto).init(config={"auto.create.topics.enable": False})
     df = spark.createDataFrame([("a",)], "value string")
-    _fails_before_tasks(spark, lambda: df.write.format("kafkalite").mode("append").option("topic", "nosuch").save(data), "'nosuch'", "option 'topic'")
+    _fails_before_tasks(spark, lambda: df.write.format("kafkalite").mode("append").option("topic", "nosuch").save(no_auto), "'nosuch'", "option 'topic'", "auto.create.topics.enable=false")
+    assert Admin(no_auto).list_topics() == []
 
 
 def test_a_write_with_a_row_the_topic_refuses_appends_nothing(spark, data):
@@ -83,3 +88,37 @@ def test_a_write_with_a_row_the_topic_refuses_appends_nothing(spark, data):
     for p in (0, 1):
         with Log(os.path.join(data, f"events-{p}"), readonly=True) as log:
             assert log.end_offset == 0
+
+
+def test_a_write_creates_its_missing_topic_on_the_driver_before_any_task(spark, tmp_path):
+    """Issue 10 point 6: the README's write to a topic nobody created works, as with a broker's
+    auto.create.topics.enable=true; the topic exists once save()/start() checked the target."""
+    path = str(tmp_path / "data")
+    Admin(path).init(config={"num.partitions": 2})
+    df = spark.createDataFrame([("k1", "a"), ("k2", "b")], "key string, value string")
+    df.write.format("kafkalite").mode("append").option("topic", "copy").save(path)
+    assert Admin(path).list_topics() == ["copy"]
+    assert sum(p.end_offset for p in Admin(path).describe_topic("copy").partitions) == 2
+    from kafkalite import Producer
+
+    with Producer(path) as producer:
+        producer.send("src", b"streamed row").get(timeout=10)
+    q = (spark.readStream.format("kafkalite").option("subscribe", "src").option("startingOffsets", "earliest").load(path)
+         .select("value").writeStream.format("kafkalite").option("topic", "streamed")
+         .option("checkpointLocation", str(tmp_path / "ck")).start(path))
+    try:
+        q.processAllAvailable()  # the stream writer (driver side) created the topic
+    finally:
+        q.stop()
+    assert sorted(Admin(path).list_topics()) == ["copy", "src", "streamed"]
+    assert sum(p.end_offset for p in Admin(path).describe_topic("streamed").partitions) == 1
+
+
+def test_a_write_to_a_brokers_log_directory_fails_before_any_task(spark, tmp_path):
+    from test_broker_layout import write_broker_partition
+
+    path = tmp_path / "kafka-logs"
+    path.mkdir()
+    write_broker_partition(str(path / "orders-0"))
+    df = spark.createDataFrame([("a",)], "value string")
+    _fails_before_tasks(spark, lambda: df.write.format("kafkalite").mode("append").option("topic", "orders").save(str(path)), "broker's log directory", "kafkalite init --adopt")

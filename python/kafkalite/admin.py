@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafkalite import group_admin, validate
+from kafkalite._files import open_nofollow
 from kafkalite._native import APPEND_LOCK_FILE, WRITERS_FILE
 from kafkalite.compaction import CompactionResult, clean_if_dirty, clean_partition
-from kafkalite.datadir import MAX_PARTITIONS, TOPIC_DEFAULTS, DataDir, is_compacted, validate_config, validate_topic_name
+from kafkalite.datadir import BROKER_SYNONYMS, MAX_PARTITIONS, TOPIC_DEFAULTS, DataDir, is_compacted, validate_config, validate_topic_name
 from kafkalite.errors import InvalidConfigError, InvalidTypeError, LogLockedError, UnknownTopicError
 from kafkalite.log import Log
 
@@ -43,10 +44,12 @@ class TopicDescription:
 
 class Admin:
     """Create, list, describe, alter and delete topics; the first argument is the data
-    directory, where a Kafka client takes ``bootstrap_servers``."""
+    directory, where a Kafka client takes ``bootstrap_servers``. Only ``create_topic`` (and
+    ``init``) create a missing data directory; every other call on a missing one raises
+    ``NotADataDirError``."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self._dir = DataDir(validate.path("path", path))
+        self._dir = DataDir(validate.path("path", path), create=True)
 
     @property
     def path(self) -> str:
@@ -56,6 +59,38 @@ class Admin:
         """Create a topic with ``partitions`` partitions (1 to ``MAX_PARTITIONS``) and
         Kafka-named ``config``."""
         self._dir.create(name, partitions, config)
+
+    def init(self, config: Mapping[str, Any] | None = None) -> bool:
+        """Make the path a kafkalite data directory (create it and its metadata), with optional
+        data-directory ``config`` (see ``alter_data_dir_config``). Returns False when it already
+        was one. ``kafkalite init DIR`` on the command line."""
+        return self._dir.init(config=config)
+
+    def adopt_broker_dir(self) -> list[str]:
+        """Take over a Kafka broker's log directory on purpose: write kafkalite's metadata for
+        the topics found in it, so kafkalite may write it from now on. Run it only on a copy,
+        or once no broker uses the directory: the broker's metadata log no longer owns these
+        topics afterwards. Returns the adopted topics."""
+        self._dir.init(adopt=True)
+        return self.list_topics()
+
+    def describe_data_dir_config(self) -> dict[str, Any]:
+        """The data directory's config under Kafka's broker names, defaults filled in:
+        ``auto.create.topics.enable`` (True), ``num.partitions`` (1) and the topic defaults
+        (``log.retention.ms``, ``log.segment.bytes``, ``compression.type``, ...; see
+        ``kafkalite.datadir.BROKER_SYNONYMS``), as ``kafka-configs --entity-type brokers --describe``."""
+        self._dir.require()
+        settings = self._dir.dir_config()
+        for broker_key, topic_key in BROKER_SYNONYMS.items():
+            settings.setdefault(broker_key, TOPIC_DEFAULTS[topic_key])
+        return dict(sorted(settings.items()))
+
+    def alter_data_dir_config(self, config: Mapping[str, Any]) -> None:
+        """Set data-directory config keys (``None`` restores Kafka's default). The topic
+        defaults apply to every topic that does not set the key itself, as a broker's
+        ``log.*`` settings do; ``auto.create.topics.enable`` / ``num.partitions`` govern topics
+        that producers create by writing to them."""
+        self._dir.alter_dir_config(config)
 
     def list_topics(self) -> list[str]:
         return sorted(self._dir.topics())
@@ -72,7 +107,7 @@ class Admin:
             with Log(path, readonly=True) as log:
                 segments = log.segments
                 infos.append(PartitionInfo(p, log.start_offset, log.end_offset, sum(s.size for s in segments), len(segments)))
-        return TopicDescription(name, infos, {**TOPIC_DEFAULTS, **meta.get("config", {})})
+        return TopicDescription(name, infos, self._dir.resolve(meta.get("config", {})))
 
     def delete_topic(self, name: str) -> None:
         """Remove the topic and its data. Folders are first renamed the way Kafka marks them
@@ -157,6 +192,7 @@ class Admin:
         topics = None if topics is None else validate.str_list("topics", topics)
         now_ms = validate.optional_integer("now_ms", now_ms, 0)
         deleted: dict[str, int] = {}
+        self._dir.require()
         if not self._dir.managed:
             return deleted
         for name in topics if topics is not None else self.list_topics():
@@ -178,7 +214,7 @@ class Admin:
         return what it removed. Appends to a partition wait while it is cleaned."""
         now_ms = validate.optional_integer("now_ms", now_ms, 0)
         meta = self._dir.topic(name)
-        config = meta.get("config", {})
+        config = self._dir.resolve(meta.get("config", {}))
         if not is_compacted(config):
             raise InvalidConfigError(
                 f"topic {name!r} has cleanup.policy={config.get('cleanup.policy', 'delete')!r}; "
@@ -194,11 +230,11 @@ class Admin:
         producers call this every ``cleaner_check_interval_ms``)."""
         topics = None if topics is None else validate.str_list("topics", topics)
         out: dict[str, CompactionResult] = {}
+        self._dir.require()
         if not self._dir.managed:
             return out
         for name in topics if topics is not None else self.list_topics():
-            meta = self._dir.topic(name)
-            config = meta.get("config", {})
+            config = self._dir.effective_config(name)
             if not is_compacted(config):
                 continue
             cleaned = self._each_partition(name, lambda log: clean_if_dirty(log, config))
@@ -244,7 +280,7 @@ def _append_lock(partition_dir: str):  # -> Iterator[None]
     """Hold a partition's append lock (the engine's flock, see rust/src/lock.rs), waiting up
     to DELETE_LOCK_PATIENCE for a shared writer's append; skipped for an exclusive writer,
     which holds it for its lifetime (see delete_topic)."""
-    with open(os.path.join(partition_dir, APPEND_LOCK_FILE), "a+") as f:
+    with os.fdopen(open_nofollow(os.path.join(partition_dir, APPEND_LOCK_FILE), os.O_RDWR | os.O_CREAT), "r+b") as f:
         deadline = time.monotonic() + DELETE_LOCK_PATIENCE
         while True:
             try:

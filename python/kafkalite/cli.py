@@ -174,6 +174,44 @@ def _topics(args: argparse.Namespace) -> int:
     return 0
 
 
+def _init(args: argparse.Namespace) -> int:
+    """Make a kafkalite data directory (the only command besides `topics create` and `produce`
+    that may create one), or adopt a broker's log directory on purpose."""
+    from kafkalite.admin import Admin
+
+    path = args.dir or _require_dir(args)
+    admin = Admin(path)
+    if args.adopt:
+        if admin._dir.managed:
+            print(f"{admin.path} is already a kafkalite data directory; nothing to adopt.")
+        else:
+            topics = admin.adopt_broker_dir()
+            print(f"Adopted {admin.path}: kafkalite now owns its {len(topics)} topic(s) {', '.join(topics)}. No broker may use it any more.")
+    if admin.init(config=_parse_config(args.config)) and not args.adopt:
+        print(f"Created kafkalite data directory {admin.path}.")
+    elif not args.adopt:
+        print(f"{admin.path} is already a kafkalite data directory" + ("; config updated." if args.config else "."))
+    return 0
+
+
+def _config(args: argparse.Namespace) -> int:
+    """The data directory's config under Kafka's broker names (kafka-configs --entity-type brokers)."""
+    from kafkalite.admin import Admin
+
+    admin = Admin(_require_dir(args))
+    if args.action == "alter":
+        changes: dict[str, object] = dict(_parse_config(args.add_config))
+        changes.update({k: None for k in args.delete_config or []})
+        if not changes:
+            raise SystemExit("kafkalite: config alter needs --add-config KEY=VALUE or --delete-config KEY")
+        admin.alter_data_dir_config(changes)
+        print(f"Altered the config of {admin.path}.")
+    else:
+        for key, value in admin.describe_data_dir_config().items():
+            print(f"{key}={str(value).lower() if isinstance(value, bool) else value}")
+    return 0
+
+
 def _produce(args: argparse.Namespace) -> int:
     """One record per input line. Counts only records the log acknowledged; any failure makes
     the exit status 1 with one line naming how many records failed and the first error."""
@@ -334,6 +372,7 @@ _CLI_HINTS = {
     "Admin.delete_topic": "kafkalite topics delete",
     "Admin.create_partitions": "kafkalite topics alter --partitions",
     "Admin.alter_config": "kafkalite topics alter --config",
+    "Admin.alter_data_dir_config": "kafkalite config alter --add-config",
     "Admin.delete_group": "kafkalite groups delete",
     "Admin.reset_offsets": "kafkalite groups reset-offsets",
 }
@@ -386,7 +425,21 @@ def main(argv: list[str] | None = None) -> int:
     alter.add_argument("--partitions", type=int, help="new (larger) partition count")
     topics.set_defaults(run=_topics)
 
-    produce = _subparser(sub, "produce", help="one record per input line (stdin or --file)")
+    init = _subparser(sub, "init", help="create a data directory (or --adopt a Kafka broker's log directory)")
+    init.add_argument("dir", nargs="?", help="the directory (default: --data-dir / $KAFKALITE_DATA_DIR)")
+    init.add_argument("--adopt", action="store_true", help="take over a broker's log directory: kafkalite owns its topics afterwards")
+    init.add_argument("--config", action="append", metavar="KEY=VALUE", help="data directory config, Kafka broker names (repeatable)")
+    init.set_defaults(run=_init)
+
+    config = _subparser(sub, "config", help="the data directory's config (auto.create.topics.enable, num.partitions, log.*)")
+    config_actions = config.add_subparsers(dest="action", required=True)
+    _subparser(config_actions, "describe", help="every setting, defaults included")
+    alter_dir = _subparser(config_actions, "alter", help="set or reset settings")
+    alter_dir.add_argument("--add-config", action="append", metavar="KEY=VALUE", help="Kafka broker config name (repeatable)")
+    alter_dir.add_argument("--delete-config", action="append", metavar="KEY", help="back to Kafka's default")
+    config.set_defaults(run=_config)
+
+    produce = _subparser(sub, "produce", help="one record per input line (stdin or --file); creates a missing topic (auto.create.topics.enable)")
     produce.add_argument("topic")
     produce.add_argument("--file", help="read lines from this file instead of stdin")
     produce.add_argument("--key-separator", help="split each line into key and value at this string")

@@ -139,6 +139,10 @@ class ReadOnlyDataDirError(KafkaliteError, PermissionError):
     directory is read-only to this process or is a Kafka broker's log directory."""
 
 
+class CorruptMetadataError(KafkaliteError, ValueError):
+    """A kafkalite metadata file (topics, group state) that does not parse."""
+
+
 class MissingDependencyError(KafkaliteError, ImportError):
     """An optional dependency a method needs is not installed (the message names the extra)."""
 
@@ -161,4 +165,17 @@ def bytes_expected(argument: str, got: object) -> InvalidTypeError:
     )
 
 
-__all__ += ["UnknownTopicOrPartitionError", "InvalidTypeError", "InvalidTopicTypeError", "ReadOnlyDataDirError", "MissingDependencyError"]
+__all__ += ["UnknownTopicOrPartitionError", "InvalidTypeError", "InvalidTopicTypeError", "ReadOnlyDataDirError", "MissingDependencyError", "CorruptMetadataError"]
+
+
+class NotADataDirError(InvalidConfigError, FileNotFoundError):
+    """The path is not a kafkalite data directory (missing, or a file). Only calls that create
+    (``Admin.create_topic``, producing with auto-creation, ``kafkalite init``, ``kafkalite topics
+    create``) make a new data directory, so a typo never creates one."""
+
+
+class BrokerAddressError(NotADataDirError):
+    """A ``host:port`` (a broker's bootstrap address) where kafkalite takes a data directory."""
+
+
+__all__ += ["NotADataDirError", "BrokerAddressError"]

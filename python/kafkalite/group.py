@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafkalite.assignors import ASSIGNORS, TopicPartition, sticky_assign
+from kafkalite._files import open_nofollow, write_atomically
 from kafkalite.errors import CommitFailedError, InvalidConfigError, InvalidTypeError, typed_io_errors
 
 GROUPS_DIR = ".kafkalite-groups"
@@ -197,7 +198,7 @@ class GroupFiles:
     def locked(self) -> Iterator[None]:
         with typed_io_errors(f"cannot lock the state of group {self.group_id!r}"):
             os.makedirs(self.path, exist_ok=True)
-            fd = os.open(os.path.join(self.path, "state.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_nofollow(os.path.join(self.path, "state.lock"), os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -228,11 +229,7 @@ class GroupFiles:
 
     def save(self, state: dict[str, Any]) -> None:
         """Under ``locked()``. Membership does not outlive a reboot, so no fsync."""
-        tmp = self.state_path + f".{os.getpid()}.tmp"
-        with typed_io_errors(f"cannot save the state of group {self.group_id!r}"):
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(state, f, sort_keys=True)
-            os.rename(tmp, self.state_path)
+        write_atomically(self.state_path, json.dumps(state, sort_keys=True).encode(), durable=False)
 
     def stamp(self) -> tuple[int, int, int] | None:
         """Changes whenever the state is replaced."""
@@ -367,7 +364,7 @@ class GroupMember:
         self.member_id = f"{self.client_id}-{uuid.uuid4()}"
         with typed_io_errors(f"cannot join group {self.group_id!r}"):
             os.makedirs(self.files.path, exist_ok=True)
-            self._fd = os.open(self.files.member_path(self.member_id), os.O_RDWR | os.O_CREAT, 0o644)
+            self._fd = open_nofollow(self.files.member_path(self.member_id), os.O_RDWR | os.O_CREAT)
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             self._write_stamps()
         self._topics = sorted(topics)

@@ -219,7 +219,7 @@ class OffsetStore:
             log.append(records)
             if time.monotonic() >= self._next_clean_check:
                 self._next_clean_check = time.monotonic() + CLEAN_CHECK_SECONDS
-                clean_if_dirty(log, self._dir.topic(OFFSETS_TOPIC).get("config", {}))
+                clean_if_dirty(log, self._dir.effective_config(OFFSETS_TOPIC))
 
     def close(self) -> None:
         for log in (self._writer, self._reader):

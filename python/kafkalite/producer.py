@@ -32,6 +32,8 @@ from kafkalite.errors import (
     InvalidTypeError,
     KafkaliteError,
     KafkaTimeoutError,
+    NotADataDirError,
+    ReadOnlyDataDirError,
     RecordTooLargeError,
     UnknownTopicError,
     UnknownTopicOrPartitionError,
@@ -194,18 +196,18 @@ class _Partition:
 class _Topic:
     __slots__ = ("name", "partitions", "all", "sticky", "max_bytes", "limit_name", "codec", "config", "compacted")
 
-    def __init__(self, name: str, meta: dict[str, Any], producer_codec: str, max_request_size: int) -> None:
+    def __init__(self, name: str, meta: dict[str, Any], config: dict[str, Any], producer_codec: str, max_request_size: int) -> None:
         self.name = name
         self.partitions: list[_Partition] = []
-        self.configure(meta, producer_codec, max_request_size)
+        self.configure(meta, config, producer_codec, max_request_size)
 
-    def configure(self, meta: dict[str, Any], producer_codec: str, max_request_size: int) -> None:
-        """Take the topic's (possibly new) metadata: config, limits, partition count."""
-        self.config = meta.get("config", {})
+    def configure(self, meta: dict[str, Any], config: dict[str, Any], producer_codec: str, max_request_size: int) -> None:
+        """Take the topic's (possibly new) metadata and effective config (``DataDir.resolve``):
+        limits, codec, partition count."""
+        self.config = config
         self.compacted = is_compacted(self.config)  # checked by every keyless send()
-        options = log_options(self.config)
-        topic_codec = self.config.get("compression.type", "producer")
-        self.codec = producer_codec if topic_codec == "producer" else options["compression"]
+        options = log_options(self.config, producer_codec)
+        self.codec = options["compression"]  # the same resolution as send_batch's Log (target_compression)
         # The hard cap of an encoded batch, and the setting to raise when a record exceeds it.
         if options["max_message_bytes"] <= max_request_size:
             self.max_bytes = options["max_message_bytes"]
@@ -234,7 +236,11 @@ class _Sender:
         acks = config["acks"]
         self.durable = acks in (-1, "all", "-1")
         self.codec = config["compression_type"] or "none"
-        self.notifier = Notifier(os.path.join(data_dir.path, NOTIFY_FILE))
+        # The wake-up file lives in the data directory: opened now if it exists, else once an
+        # auto-created topic made it (a Producer never creates the directory by itself).
+        self._notifier: Notifier | None = None
+        if os.path.isdir(data_dir.path):
+            self._notifier = Notifier(os.path.join(data_dir.path, NOTIFY_FILE))
         self.topics: dict[str, _Topic] = {}
         self.lock = threading.Lock()
         self.wakeup = threading.Condition(threading.Lock())
@@ -246,11 +252,24 @@ class _Sender:
         self.pid = os.getpid()  # a forked child must not flush its parent's records at its exit
         self.thread = threading.Thread(target=self.run, name="kafkalite-producer-sender", daemon=True)
 
+    def notify(self) -> None:
+        """Wake readers in every process (the wake-up file is made with the data directory)."""
+        if self._notifier is None:
+            self._notifier = Notifier(os.path.join(self.dir.path, NOTIFY_FILE))
+        self._notifier.notify()
+
     # -- topics and logs ------------------------------------------------------------------
     def topic(self, name: str) -> _Topic:
+        """The topic, created on first use when missing and the data directory's
+        ``auto.create.topics.enable`` allows (a broker creates it on the first produce)."""
         topic = self.topics.get(name)
         if topic is None:
-            topic = _Topic(name, self.dir.topic(name), self.codec, self.config["max_request_size"])
+            try:
+                meta = self.dir.topic(name)
+            except (UnknownTopicError, NotADataDirError):  # a missing directory is made with the topic
+                meta = self.dir.auto_create(name)
+            config = self.dir.resolve(meta.get("config", {}))
+            topic = _Topic(name, meta, config, self.codec, self.config["max_request_size"])
             with self.lock:
                 topic = self.topics.setdefault(name, topic)
         return topic
@@ -281,11 +300,11 @@ class _Sender:
             raise UnknownTopicOrPartitionError(f"topic {p.topic!r} was deleted from {self.dir.path}") from None
         t = self.topics.get(p.topic)
         if t is not None and current != p.identity:
-            t.configure(meta, self.codec, self.config["max_request_size"])
+            t.configure(meta, self.dir.resolve(meta.get("config", {})), self.codec, self.config["max_request_size"])
         if p.number >= int(meta["partitions"]) or current is None:
             raise UnknownTopicOrPartitionError(f"topic {p.topic!r} has no partition {p.number} (any more) in {self.dir.path}")
         options = {"shared_writers": True, "flush": "always" if self.durable else "os"}
-        log = self.dir.open_partition(p.topic, p.number, **options)
+        log = self.dir.open_partition(p.topic, p.number, producer_compression=self.codec, **options)
         p.log, p.identity = log, current
         return log
 
@@ -293,7 +312,7 @@ class _Sender:
     def drain(self, p: _Partition) -> None:
         with p.drain_lock:
             self.drain_locked(p)
-        self.notifier.notify()
+        self.notify()
 
     def drain_locked(self, p: _Partition) -> None:
         buffer, batch = p.current
@@ -496,14 +515,29 @@ class Producer:
     would push a batch past ``batch_size`` (or the topic's ``max.message.bytes`` /
     ``max_request_size``) starts the next batch, and only a record too large for any batch
     fails (``RecordTooLargeError``). A producer not closed is flushed at interpreter exit and
-    when garbage collected, waiting at most ``EXIT_FLUSH_TIMEOUT`` seconds."""
+    when garbage collected, waiting at most ``EXIT_FLUSH_TIMEOUT`` seconds.
+
+    The first ``send``/``send_batch``/``partitions_for`` of a topic that does not exist creates
+    it (and a missing data directory) with the data directory's ``num.partitions``, unless its
+    ``auto.create.topics.enable`` is false (``Admin.alter_data_dir_config``), as a Kafka broker
+    does. ``path`` must be a data directory, not a broker address (``BrokerAddressError``),
+    and not a Kafka broker's log directory (``ReadOnlyDataDirError``; see
+    ``Admin.adopt_broker_dir``)."""
 
     def __init__(self, path: str | os.PathLike[str], **config: Any) -> None:
         unknown = sorted(set(config) - set(DEFAULTS))
         if unknown:
             raise InvalidConfigError(f"unknown producer config {unknown[0]!r}; supported: {', '.join(sorted(DEFAULTS))}")
         self.config = _checked_config({**DEFAULTS, **config})
-        self._sender = _Sender(DataDir(validate.path("path", path)), self.config)
+        data_dir = DataDir(validate.path("path", path), create=True)  # created by the first auto-created topic
+        if data_dir.broker_owned():
+            raise ReadOnlyDataDirError(
+                f"{data_dir.path} is a Kafka broker's log directory: the broker's metadata log owns its topics, so "
+                "kafkalite only reads it (Consumer without group_id, Spark reads) and a Producer may not write it. "
+                f"To write it with kafkalite on purpose (no broker may use it afterwards), adopt it first: "
+                f"`kafkalite init --adopt {data_dir.path}` or kafkalite.Admin(path).adopt_broker_dir()"
+            )
+        self._sender = _Sender(data_dir, self.config)
         self._topics = self._sender.topics  # shared: send() reads it without a method call
         self._batch_size = self.config["batch_size"]
         self._serializing = self.config["key_serializer"] is not None or self.config["value_serializer"] is not None
@@ -664,7 +698,7 @@ class Producer:
                     out[n] = log.append_values(vals, ts)
                 else:
                     out[n] = log.append([Record(v, key=k, timestamp=ts) for v, k in zip(vals, kss)])
-        sender.notifier.notify()
+        sender.notify()
         return out
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -682,7 +716,10 @@ class Producer:
         return {}
 
     def partitions_for(self, topic: str) -> set[int]:
-        return set(range(self._sender.dir.partitions(topic)))
+        """The topic's partitions (creating the topic if missing, as a metadata request to a
+        broker with auto.create.topics.enable does)."""
+        self._check_open()
+        return set(range(len(self._topic(topic).partitions)))
 
     def __enter__(self) -> Producer:
         return self

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import wraps
 from typing import Any, TypeVar
 
@@ -77,15 +77,43 @@ def check_read_targets(options: Mapping[str, str]) -> None:
                 )
 
 
+def ensure_topics(path: str, names: Iterable[str], named_by: Callable[[str], str]) -> dict[str, int]:
+    """The data directory's topics, after creating those of ``names`` that are missing as a
+    producer would (``auto.create.topics.enable``, ``num.partitions`` of the data directory);
+    where auto-creation is off, the error names the topic and where it came from."""
+    from kafkalite.datadir import DataDir
+
+    topics = topics_of(path)
+    missing = sorted(set(names) - set(topics))
+    if missing:
+        data_dir = DataDir(path)
+        for name in missing:
+            try:
+                data_dir.auto_create(name)
+            except UnknownTopicError:
+                raise unknown_topic(path, name, f"{named_by(name)}; auto.create.topics.enable=false", topics) from None
+        topics = topics_of(path)
+    return topics
+
+
 def check_write_target(options: Mapping[str, str], call: str) -> str:
-    """The data directory exists and the ``topic`` option, if given, names one of its topics
-    (rows that carry their own ``topic`` are checked at commit, before anything is appended)."""
+    """On the driver, before any task runs: the data directory exists and is kafkalite's (not a
+    broker's), and the ``topic`` option names a topic, created here if missing and the data
+    directory auto-creates topics (rows that carry their own ``topic`` are created or refused
+    at commit, before anything is appended)."""
+    from kafkalite.datadir import DataDir
+    from kafkalite.errors import ReadOnlyDataDirError
+
     path = data_dir_path(options, call)
+    if DataDir(path).broker_owned():
+        raise ReadOnlyDataDirError(
+            f"{path} is a Kafka broker's log directory: the broker's metadata log owns its topics, so kafkalite "
+            f"only reads it. Write to a kafkalite data directory, or adopt this one on purpose (no broker may use "
+            f"it afterwards): `kafkalite init --adopt {path}`"
+        )
     topic = get(options, "topic")
     if topic is not None:
-        topics = topics_of(path)
-        if topic not in topics:
-            raise unknown_topic(path, topic, "option 'topic'", topics)
+        ensure_topics(path, [topic], lambda _: "option 'topic'")
     return path
 
 

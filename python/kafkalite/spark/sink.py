@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafkalite.spark.batches import SEQUENCE_MODULUS, Encoder, Producer, next_sequence, scan
-from kafkalite.spark.checks import topics_of, unknown_topic
+from kafkalite.spark.checks import ensure_topics
 from kafkalite.spark.options import SparkOptionError
 
 SINKS_DIR = ".kafkalite-spark-sinks"
@@ -47,6 +47,16 @@ def sink_id(options: Mapping[str, str]) -> str:
             "to recognise replayed micro-batches"
         )
     return hashlib.sha256(str(ident).encode()).hexdigest()[:32]
+
+
+def sink_compression(options: Mapping[str, str]) -> str | None:
+    """The sink's producer codec, Spark's Kafka sink option ``kafka.compression.type`` (default
+    none); what a topic with ``compression.type=producer`` is written with
+    (``kafkalite.datadir.target_compression``)."""
+    codec = options.get("kafka.compression.type")
+    if codec is None or codec in ("none", "zstd"):
+        return codec
+    raise SparkOptionError(f"option 'kafka.compression.type' must be 'none' or 'zstd' (kafkalite writes no {codec!r})")
 
 
 def _marker(path: str, sink: str) -> str:
@@ -119,7 +129,6 @@ def plan_groups(path: str, tables: list[Any], default_topic: str | None) -> list
     key, else round robin. Deterministic, so a replayed micro-batch plans the same groups."""
     from kafkalite._native import partitions_for_keys
 
-    existing = topics_of(path)
     groups: dict[tuple[str, int], Group] = {}
     round_robin: dict[str, int] = {}
     for table in tables:
@@ -139,8 +148,7 @@ def plan_groups(path: str, tables: list[Any], default_topic: str | None) -> list
         keys: list[Any] = _binary(table, "key").to_pylist() if "key" in names else [None] * n
         explicit: list[Any] = table.column("partition").to_pylist() if "partition" in names else [None] * n
         headers: list[Any] = table.column("headers").to_pylist() if "headers" in names else [None] * n
-        for t in set(topics) - set(existing):
-            raise unknown_topic(path, t, "option 'topic'" if t == default_topic else "a row's 'topic' column", existing)
+        existing = ensure_topics(path, set(topics), lambda t: "option 'topic'" if t == default_topic else "a row's 'topic' column")
         counts = {t: existing[t] for t in set(topics)}
         by_key: dict[int, int] = {}
         for topic, count in counts.items():  # toPositive(murmur2(key)) % partitions, as Kafka
@@ -181,6 +189,7 @@ def _encode(
     producer: Producer | None = None,
     sequences: Mapping[str, int] | None = None,
     skips: Mapping[str, int] | None = None,
+    compression: str | None = None,
 ) -> list[tuple[Group, bytes]]:
     """Every group's rows (after its first ``skips`` rows) as v2 batches, before any append."""
     from kafkalite.datadir import DataDir, log_options
@@ -199,7 +208,8 @@ def _encode(
         if meta.get("discovered"):
             raise SparkOptionError(f"{path} is a Kafka broker's log directory without kafkalite metadata: it can be read, not written")
         first_sequence = next_sequence((sequences or {}).get(_key(g), 0), skip)
-        data = encoder.encode(log_options(meta.get("config", {})), g.values[skip:], g.keys[skip:], g.headers[skip:], producer, first_sequence)
+        options = log_options(data_dir.resolve(meta.get("config", {})), compression)
+        data = encoder.encode(options, g.values[skip:], g.keys[skip:], g.headers[skip:], producer, first_sequence)
         out.append((g, data))
     return out
 
@@ -251,16 +261,18 @@ def _scratch(path: str) -> str:
     return os.path.join(path, SINKS_DIR, "scratch")
 
 
-def publish(path: str, tables: list[Any], default_topic: str | None) -> None:
+def publish(path: str, tables: list[Any], default_topic: str | None, compression: str | None = None) -> None:
     """Batch write: plan and encode every partition's rows, then append them partition by
     partition (what holds on failure: the module docstring)."""
     groups = plan_groups(path, tables, default_topic)
     with Encoder(_scratch(path)) as encoder:
-        encoded = _encode(path, groups, encoder)
+        encoded = _encode(path, groups, encoder, compression=compression)
     _append_all(path, encoded)
 
 
-def publish_once(path: str, sink: str, batch_id: int, tables: list[Any], default_topic: str | None) -> bool:
+def publish_once(
+    path: str, sink: str, batch_id: int, tables: list[Any], default_topic: str | None, compression: str | None = None
+) -> bool:
     """Streaming write, exactly once per (sink, micro-batch) (the module docstring says how).
     Returns whether anything was appended."""
     state = load_state(path, sink)
@@ -273,14 +285,14 @@ def publish_once(path: str, sink: str, batch_id: int, tables: list[Any], default
     with Encoder(_scratch(path)) as encoder:
         if pending is None:
             sequences = {_key(g): committed.get(_key(g), 0) for g in groups}
-            encoded = _encode(path, groups, encoder, producer, sequences)  # bad rows fail here, before the marker
+            encoded = _encode(path, groups, encoder, producer, sequences, compression=compression)  # bad rows fail here, before the marker
             starts = {_key(g): _end_offset(path, g) for g in groups}
             save_state(path, sink, {**state, "pending": {"batch_id": batch_id, "starts": starts, "sequences": sequences}})
         else:
             starts = pending["starts"]
             sequences = {_key(g): pending.get("sequences", {}).get(_key(g), committed.get(_key(g), 0)) for g in groups}
             skips = {_key(g): _written(path, g, producer, starts[_key(g)], sequences[_key(g)]) for g in groups if _key(g) in starts}
-            encoded = _encode(path, groups, encoder, producer, sequences, skips)
+            encoded = _encode(path, groups, encoder, producer, sequences, skips, compression)
     _append_all(path, encoded)
     after = dict(committed)
     after.update({_key(g): next_sequence(sequences[_key(g)], len(g.values)) for g in groups})

@@ -266,8 +266,11 @@ class KafkaliteWriter(DataSourceArrowWriter):
     def __init__(self, options: dict[str, str], overwrite: bool) -> None:
         if overwrite:
             raise SparkOptionError("kafkalite is an append-only log: use .mode('append')")
+        from kafkalite.spark.sink import sink_compression
+
         self.path = check_write_target(options, "save")
         self.topic = options.get("topic")
+        self.compression = sink_compression(options)
         self.job = str(uuid.uuid4())
 
     def write(self, iterator: Iterator[Any]) -> StagedFiles:
@@ -278,7 +281,7 @@ class KafkaliteWriter(DataSourceArrowWriter):
         from kafkalite.spark.sink import publish
 
         try:
-            publish(self.path, _staged_tables(messages), self.topic)
+            publish(self.path, _staged_tables(messages), self.topic, self.compression)
         finally:
             _discard(messages)
 
@@ -294,10 +297,11 @@ class KafkaliteStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-type]
     skipped, and a commit that crashed midway is finished without appending rows twice."""
 
     def __init__(self, options: dict[str, str]) -> None:
-        from kafkalite.spark.sink import sink_id
+        from kafkalite.spark.sink import sink_compression, sink_id
 
         self.path = check_write_target(options, "start")
         self.topic = options.get("topic")
+        self.compression = sink_compression(options)
         self.sink = sink_id(options)
 
     def write(self, iterator: Iterator[Any]) -> StagedFiles:
@@ -313,7 +317,7 @@ class KafkaliteStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-type]
         from kafkalite.spark.sink import publish_once
 
         try:
-            publish_once(self.path, self.sink, batchId, _staged_tables(messages), self.topic)
+            publish_once(self.path, self.sink, batchId, _staged_tables(messages), self.topic, self.compression)
         finally:
             _discard(messages)
 
