@@ -151,15 +151,15 @@ impl Log {
         result
     }
 
-    /// The only writer of the partition needs no descriptor for its active segment between
-    /// operations: it writes through the map, and nobody else changes the file, so the
+    /// The only writer of the partition needs no `.log` descriptor for its active segment
+    /// between operations: it writes through the map, and nobody else changes the file, so the
     /// descriptor is opened again only to reserve the next step, trim or fsync. An idle
-    /// partition then costs its presence lock alone. (Shared writers and readers keep the
+    /// partition of small segments then costs its presence lock alone. (Shared writers and readers keep the
     /// active segment's descriptor: they stat and read it on every append or poll.)
     fn release_idle_descriptors(&mut self) {
         if self.lock.as_ref().is_some_and(|l| !l.is_shared()) {
             if let Some(active) = self.segments.last_mut() {
-                active.release_idle_descriptors();
+                active.release_log_descriptor();
             }
         }
     }

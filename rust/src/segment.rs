@@ -57,7 +57,7 @@ pub struct Segment {
     pub base_offset: i64,
     dir: PathBuf,
     /// The `.log` descriptor, opened on demand (`ensure_file`) and closed by
-    /// `release_descriptors` / `release_idle_descriptors`: a mapped segment needs none to be
+    /// `release_descriptors` / `release_log_descriptor`: a mapped segment needs none to be
     /// read (the map keeps the file alive), so a sealed segment holds no descriptor.
     file: Option<File>,
     writable: bool,
@@ -208,21 +208,23 @@ impl Segment {
         self.file.as_ref().expect("ensure_file opens the descriptor first")
     }
 
-    /// Close every descriptor (log and both indexes). The segment stays fully usable: its map
-    /// (if any) serves reads and writes, index lookups use the in-memory entries, and the few
-    /// calls that need a descriptor (reserving blocks, trimming, stat, fsync, an index entry)
-    /// open it again. An exclusive writer calls this after each operation, so an idle
-    /// partition holds only its lock. (The prefault helper thread works through the map.)
-    pub fn release_idle_descriptors(&mut self) {
+    /// Close the `.log` descriptor. The segment stays fully usable: its map (if any) serves
+    /// reads and writes, and the few calls that need the descriptor (reserving the next
+    /// step, trimming, stat, fsync) open it again. An exclusive writer calls this after each
+    /// operation, so an idle partition of one record holds only its lock. The index handles
+    /// stay: they are opened only once the segment has an entry (4 KiB of data), and
+    /// reopening them per entry would cost the small-append path an open per 4 KiB.
+    /// (The prefault helper thread works through the map.)
+    pub fn release_log_descriptor(&mut self) {
         self.file = None;
-        self.offset_index.file.release();
-        self.time_index.file.release();
     }
 
     /// A sealed segment is final and keeps no descriptor: 10,000 of them cost none.
     pub fn release_descriptors(&mut self) {
         self.finish_prefault();
-        self.release_idle_descriptors();
+        self.release_log_descriptor();
+        self.offset_index.file.release();
+        self.time_index.file.release();
     }
 
     /// Descriptors this segment holds now (log and indexes), for tests and diagnostics.
