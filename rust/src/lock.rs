@@ -5,8 +5,9 @@
 //!   lifetime; shared writers (several producer processes) each hold it shared, except the
 //!   first one in, which holds it exclusively while it recovers the partition. Whoever holds it
 //!   exclusively writes who it is into the file ("pid N (exclusive)" or "pid N (shared writers)").
-//! - `.kafkalite.lock`, the append lock: an exclusive writer holds it for its lifetime; a shared
-//!   writer takes it only around each append (a short critical section).
+//! - `.kafkalite.lock`, the append lock: a shared writer takes it only around each append (a
+//!   short critical section); an exclusive writer checks it is free at open and then relies on
+//!   the presence lock alone (one descriptor per idle partition).
 //!
 //! An exclusive writer can only start when no writer of either kind is alive, and a shared writer
 //! only when no exclusive writer is, so a shared writer never waits on a lock held for a lifetime.
@@ -55,7 +56,8 @@ fn locked(dir: &Path, holder: String) -> Error {
 pub struct WriterLock {
     dir: PathBuf,
     presence: File,
-    append: File,
+    /// The append lock's file: held by shared writers only (see `exclusive`).
+    append: Option<File>,
     shared: bool,
     /// True while this shared writer holds the presence lock exclusively (it was alone at open).
     alone: bool,
@@ -77,7 +79,12 @@ impl WriterLock {
             Err(TryLockError::WouldBlock) => return Err(locked(dir, read_holder(&presence))),
             Err(TryLockError::Error(e)) => return Err(Error::io(format!("cannot lock {}", dir.display()), e)),
         }
-        Ok(WriterLock { dir: dir.to_path_buf(), presence, append, shared: false, alone: true })
+        // The append lock was free (no deleter is renaming the directory away right now); it is
+        // not kept: the exclusive presence lock already keeps every other writer out, and a
+        // deleter that sees "(exclusive)" proceeds without it anyway (admin.py `_append_lock`).
+        // Closing it makes an idle exclusive partition cost one descriptor, not two.
+        drop(append);
+        Ok(WriterLock { dir: dir.to_path_buf(), presence, append: None, shared: false, alone: true })
     }
 
     /// One of several writers. `alone()` tells whether no other writer was alive at open (then
@@ -115,7 +122,7 @@ impl WriterLock {
                 }
             }
         };
-        let lock = WriterLock { dir: dir.to_path_buf(), presence, append, shared: true, alone };
+        let lock = WriterLock { dir: dir.to_path_buf(), presence, append: Some(append), shared: true, alone };
         Ok(lock)
     }
 
@@ -142,13 +149,11 @@ impl WriterLock {
     /// must not block this one forever. Polls `try_lock` with a backoff up to 20 ms; an
     /// uncontended lock costs one call, as before.
     pub fn enter(&self, deadline: Option<Instant>) -> Result<()> {
-        if !self.shared {
-            return Ok(());
-        }
+        let Some(append) = self.append.as_ref() else { return Ok(()) };
         let started = Instant::now();
         let mut pause = Duration::from_micros(50);
         loop {
-            match self.append.try_lock() {
+            match append.try_lock() {
                 Ok(()) => return Ok(()),
                 Err(TryLockError::Error(e)) => return Err(Error::io(format!("cannot lock {}", self.dir.display()), e)),
                 Err(TryLockError::WouldBlock) => {}
@@ -169,8 +174,8 @@ impl WriterLock {
 
     /// Shared writers: release the append lock.
     pub fn leave(&self) {
-        if self.shared {
-            let _ = self.append.unlock();
+        if let Some(append) = &self.append {
+            let _ = append.unlock();
         }
     }
 

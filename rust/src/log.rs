@@ -130,6 +130,7 @@ impl Log {
             }
         }
         log.loaded = true;
+        log.release_idle_descriptors();
         Ok(log)
     }
 
@@ -139,13 +140,28 @@ impl Log {
         self.check_writable()?;
         let Some(lock) = self.lock.as_ref().filter(|l| l.is_shared()) else {
             self.check_not_deleted()?;
-            return f(self);
+            let result = f(self);
+            self.release_idle_descriptors();
+            return result;
         };
         let deadline = self.lock_deadline.or_else(|| self.config.lock_timeout.map(|t| std::time::Instant::now() + t));
         lock.enter(deadline)?;
         let result = self.check_not_deleted().and_then(|()| self.catch_up()).and_then(|()| f(self));
         self.lock.as_ref().unwrap().leave();
         result
+    }
+
+    /// The only writer of the partition needs no `.log` descriptor for its active segment
+    /// between operations: it writes through the map, and nobody else changes the file, so the
+    /// descriptor is opened again only to reserve the next step, trim or fsync. An idle
+    /// partition of small segments then costs its presence lock alone. (Shared writers and readers keep the
+    /// active segment's descriptor: they stat and read it on every append or poll.)
+    fn release_idle_descriptors(&mut self) {
+        if self.lock.as_ref().is_some_and(|l| !l.is_shared()) {
+            if let Some(active) = self.segments.last_mut() {
+                active.release_log_descriptor();
+            }
+        }
     }
 
     pub(crate) fn settings(&self) -> SegmentSettings {
@@ -224,6 +240,10 @@ impl Log {
                 if report.dropped_bytes > 0 || report.reason.is_some() {
                     self.recovery.push(report);
                 }
+            }
+            if !is_last {
+                // Sealed and final: read through its map and in-memory index entries.
+                seg.release_descriptors();
             }
             self.segments.push(seg);
         }
@@ -392,6 +412,12 @@ impl Log {
                 max_timestamp: s.max_timestamp(),
             })
             .collect()
+    }
+
+    /// Descriptors the segments hold now (the writer's locks aside): the active segment's at
+    /// most, since sealed segments are read through their maps (issue 9, point 10).
+    pub fn segment_descriptors(&self) -> usize {
+        self.segments.iter().map(|s| s.descriptors_held()).sum()
     }
 
     pub fn size_bytes(&self) -> u64 {

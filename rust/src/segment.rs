@@ -56,7 +56,10 @@ pub struct SegmentSettings {
 pub struct Segment {
     pub base_offset: i64,
     dir: PathBuf,
-    file: File,
+    /// The `.log` descriptor, opened on demand (`ensure_file`) and closed by
+    /// `release_descriptors` / `release_log_descriptor`: a mapped segment needs none to be
+    /// read (the map keeps the file alive), so a sealed segment holds no descriptor.
+    file: Option<File>,
     writable: bool,
     map: Option<Arc<MappedFile>>,
     /// Bytes of address space mapped.
@@ -165,7 +168,7 @@ impl Segment {
         Ok(Segment {
             base_offset,
             dir: dir.to_path_buf(),
-            file,
+            file: Some(file),
             writable,
             map: None,
             mapped_len: 0,
@@ -189,6 +192,46 @@ impl Segment {
 
     fn log_path(&self) -> PathBuf {
         self.dir.join(file_name(self.base_offset, "log"))
+    }
+
+    /// Open the `.log` descriptor again if it was released (same mode as at open).
+    fn ensure_file(&mut self) -> Result<()> {
+        if self.file.is_none() {
+            let opts = nofollow::options().read(true).write(self.writable).clone();
+            self.file = Some(nofollow::open(&opts, &self.log_path(), "segment")?);
+        }
+        Ok(())
+    }
+
+    /// The `.log` descriptor; `ensure_file` must have run in this call.
+    fn f(&self) -> &File {
+        self.file.as_ref().expect("ensure_file opens the descriptor first")
+    }
+
+    /// Close the `.log` descriptor. The segment stays fully usable: its map (if any) serves
+    /// reads and writes, and the few calls that need the descriptor (reserving the next
+    /// step, trimming, stat, fsync) open it again. An exclusive writer calls this after each
+    /// operation, so an idle partition of one record holds only its lock. The index handles
+    /// stay: they are opened only once the segment has an entry (4 KiB of data), and
+    /// reopening them per entry would cost the small-append path an open per 4 KiB.
+    /// (The prefault helper thread works through the map.)
+    pub fn release_log_descriptor(&mut self) {
+        self.file = None;
+    }
+
+    /// A sealed segment is final and keeps no descriptor: 10,000 of them cost none.
+    pub fn release_descriptors(&mut self) {
+        self.finish_prefault();
+        self.release_log_descriptor();
+        self.offset_index.file.release();
+        self.time_index.file.release();
+    }
+
+    /// Descriptors this segment holds now (log and indexes), for tests and diagnostics.
+    pub fn descriptors_held(&self) -> usize {
+        self.file.is_some() as usize
+            + self.offset_index.file.holds_descriptor() as usize
+            + self.time_index.file.holds_descriptor() as usize
     }
 
     pub fn size(&self) -> usize {
@@ -255,14 +298,15 @@ impl Segment {
     fn grow(&mut self, target: usize) -> Result<()> {
         let target = target.next_multiple_of(4096);
         let from = self.allocated_len;
-        crate::failpoint::hit("segment.reserve").and_then(|()| reserve_blocks(&self.file, from, target)).context(
+        self.ensure_file()?;
+        crate::failpoint::hit("segment.reserve").and_then(|()| reserve_blocks(self.f(), from, target)).context(
             || format!("cannot reserve {target} bytes for {} (is the disk full?)", self.log_path().display()),
         )?;
         self.allocated_len = target;
         if self.map.is_none() || target > self.mapped_len || !self.map_writable {
             // Address space only: bytes past `allocated_len` are never touched (mmap invariant 3).
             let len = target.max(self.settings.segment_bytes.next_multiple_of(4096));
-            self.map = Some(MappedFile::writable(&self.file, len, &self.log_path().display().to_string())?);
+            self.map = Some(MappedFile::writable(self.f(), len, &self.log_path().display().to_string())?);
             self.map_writable = true;
             self.mapped_len = len;
         }
@@ -356,8 +400,9 @@ impl Segment {
 
     fn rescan(&mut self, keep_damage_until: Option<i64>) -> Result<RecoveryReport> {
         self.finish_prefault();
+        self.ensure_file()?;
         let file_len =
-            self.file.metadata().context(|| format!("cannot stat {}", self.log_path().display()))?.len() as usize;
+            self.f().metadata().context(|| format!("cannot stat {}", self.log_path().display()))?.len() as usize;
         self.offset_index.file.clear()?;
         self.time_index.file.clear()?;
         self.size = 0;
@@ -366,7 +411,7 @@ impl Segment {
         self.offset_of_max_timestamp = -1;
         self.first_batch_timestamp = None;
         self.bytes_since_last_index_entry = 0;
-        let map = if file_len > 0 { Some(MappedFile::readonly(&self.file, file_len, "segment")?) } else { None };
+        let map = if file_len > 0 { Some(MappedFile::readonly(self.f(), file_len, "segment")?) } else { None };
         let bytes = map.as_ref().map(|m| m.bytes(0, file_len)).unwrap_or(&[]);
         let mut pos = 0usize;
         let mut reason = None;
@@ -408,7 +453,7 @@ impl Segment {
             self.size = file_len;
             self.next_offset = next_base.max(self.next_offset);
             self.allocated_len = file_len;
-            self.map = Some(MappedFile::readonly(&self.file, file_len, "segment")?);
+            self.map = Some(MappedFile::readonly(self.f(), file_len, "segment")?);
             self.mapped_len = file_len;
             self.sealed = true;
             return Ok(RecoveryReport {
@@ -425,13 +470,13 @@ impl Segment {
             });
         }
         if self.writable && file_len != pos {
-            self.file.set_len(pos as u64).context(|| format!("cannot truncate {}", self.log_path().display()))?;
+            self.f().set_len(pos as u64).context(|| format!("cannot truncate {}", self.log_path().display()))?;
         }
         self.mapped_len = 0;
         self.allocated_len = self.size;
         self.map = None;
         if self.size > 0 {
-            self.map = Some(MappedFile::readonly(&self.file, self.size, "segment")?);
+            self.map = Some(MappedFile::readonly(self.f(), self.size, "segment")?);
             self.mapped_len = self.size;
         }
         self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, true)?;
@@ -446,14 +491,15 @@ impl Segment {
     /// Trust a cleanly closed segment: its file length is its valid size. Reads the last
     /// batch headers (from the last index entry) to learn the next offset and max timestamp.
     pub fn load_trusted(&mut self) -> Result<()> {
+        self.ensure_file()?;
         let file_len =
-            self.file.metadata().context(|| format!("cannot stat {}", self.log_path().display()))?.len() as usize;
+            self.f().metadata().context(|| format!("cannot stat {}", self.log_path().display()))?.len() as usize;
         if !self.offset_index.is_sane(file_len as u64) {
             return Err(Error::corrupt(format!("offset index of {} points past its log", self.log_path().display())));
         }
         self.size = file_len;
         if file_len > 0 {
-            self.map = Some(MappedFile::readonly(&self.file, file_len, "segment")?);
+            self.map = Some(MappedFile::readonly(self.f(), file_len, "segment")?);
             self.mapped_len = file_len;
         }
         let (_, start) = self.offset_index.lookup(i64::MAX);
@@ -527,8 +573,9 @@ impl Segment {
         let before = self.size;
         self.offset_index.file.load_more()?;
         self.time_index.file.load_more()?;
+        self.ensure_file()?;
         let file_len =
-            self.file.metadata().context(|| format!("cannot stat {}", self.log_path().display()))?.len() as usize;
+            self.f().metadata().context(|| format!("cannot stat {}", self.log_path().display()))?.len() as usize;
         self.file_len_seen = file_len;
         if self.size == 0 {
             self.skip_to_last_index_entry(file_len);
@@ -537,7 +584,7 @@ impl Segment {
         let mut body = Vec::new();
         loop {
             let pos = self.size;
-            let n = read_at_most(&self.file, &mut header_buf, pos as u64)?;
+            let n = read_at_most(self.f(), &mut header_buf, pos as u64)?;
             let header = match next_batch(&header_buf[..n], 0, false) {
                 Ok(Next::Batch(h)) => h,
                 // A header alone cannot be "complete" unless the batch is header-only; any
@@ -550,7 +597,7 @@ impl Segment {
                 break;
             }
             body.resize(header.total_size(), 0);
-            if read_at_most(&self.file, &mut body, pos as u64)? < body.len() {
+            if read_at_most(self.f(), &mut body, pos as u64)? < body.len() {
                 break;
             }
             // Whole and behind a prefix (which writers store last): the batch was published in
@@ -591,7 +638,7 @@ impl Segment {
         }
         if self.size > self.mapped_len {
             // The file holds at least `size` valid bytes and never shrinks below them.
-            self.map = Some(MappedFile::readonly(&self.file, self.size, "segment")?);
+            self.map = Some(MappedFile::readonly(self.f(), self.size, "segment")?);
             self.mapped_len = self.size;
             self.map_writable = false;
         }
@@ -607,7 +654,7 @@ impl Segment {
             return;
         }
         let mut first = [0u8; HEADER_LEN];
-        if read_at_most(&self.file, &mut first, 0).ok() == Some(HEADER_LEN) {
+        if read_at_most(self.f(), &mut first, 0).ok() == Some(HEADER_LEN) {
             if let Ok(h) = BatchHeader::parse(&first) {
                 self.first_batch_timestamp = Some(h.max_timestamp);
             }
@@ -640,10 +687,10 @@ impl Segment {
         self.file_len_seen <= self.size
     }
 
-    /// Another writer sealed (and trimmed) this segment.
+    /// Another writer sealed (and trimmed) this segment: it is final, so it keeps no descriptor.
     pub fn mark_sealed(&mut self) {
-        self.finish_prefault();
         self.sealed = true;
+        self.release_descriptors();
     }
 
     /// Shared writers, under the append lock: take over the active segment after others
@@ -653,8 +700,9 @@ impl Segment {
     /// `discover` must have run just before, under the same lock.
     pub fn adopt_for_append(&mut self, max_batch: usize) -> Result<()> {
         // The length now, under the append lock (no writer can change it until we leave).
+        self.ensure_file()?;
         let file_len =
-            self.file.metadata().context(|| format!("cannot stat {}", self.log_path().display()))?.len() as usize;
+            self.f().metadata().context(|| format!("cannot stat {}", self.log_path().display()))?.len() as usize;
         if file_len < self.size {
             return Err(Error::corrupt(format!(
                 "{} is {file_len} bytes, shorter than the {} bytes of batches already read from it (truncated by another process?)",
@@ -663,7 +711,7 @@ impl Segment {
             )));
         }
         let mut probe = [0u8; HEADER_LEN];
-        let n = read_at_most(&self.file, &mut probe, self.size as u64)?;
+        let n = read_at_most(self.f(), &mut probe, self.size as u64)?;
         let prefix = &probe[..n.min(LOG_OVERHEAD)];
         if prefix.iter().any(|&b| b != 0) {
             // The offset/length prefix is written last, so a batch with one was published in
@@ -680,7 +728,7 @@ impl Segment {
             // A torn body: a writer died after copying a batch's body and before its prefix.
             let end = file_len.min(self.size + max_batch + HEADER_LEN);
             let zeros = vec![0u8; end - self.size];
-            self.file
+            self.f()
                 .write_all_at(&zeros, self.size as u64)
                 .context(|| format!("cannot clear a torn batch in {}", self.log_path().display()))?;
         }
@@ -742,12 +790,16 @@ impl Segment {
         }
         self.finish_prefault();
         // Trimming never cuts below `size`, so maps handed to readers stay valid (mmap invariant 1).
-        crate::failpoint::hit("segment.seal.trim")
-            .and_then(|()| self.file.set_len(self.size as u64))
-            .context(|| format!("cannot trim {}", self.log_path().display()))?;
+        let cannot = || format!("cannot trim {}", self.log_path().display());
+        crate::failpoint::hit("segment.seal.trim").context(cannot)?;
+        self.ensure_file()?;
+        self.f().set_len(self.size as u64).context(|| format!("cannot trim {}", self.log_path().display()))?;
         // Blocks past `size` are gone: a later append (after a failed roll) must reserve again.
         self.allocated_len = self.size;
         self.sealed = true;
+        // Final: read through the map from now on. (`sync_all` and an `unseal`ed segment's next
+        // append reopen what they need.)
+        self.release_descriptors();
         Ok(())
     }
 
@@ -779,9 +831,17 @@ impl Segment {
             return Ok(());
         }
         self.flush_range(0)?;
-        self.file
-            .sync_data()
-            .map_err(|e| Error::Poisoned(format!("fsync of {} failed: {e}", self.log_path().display())))?;
+        // A released descriptor is reopened for the fsync: it flushes the file's dirty pages
+        // whichever descriptor (or map) wrote them.
+        let temporary;
+        let file = match &self.file {
+            Some(f) => f,
+            None => {
+                temporary = nofollow::open_read(&self.log_path(), "segment")?;
+                &temporary
+            }
+        };
+        file.sync_data().map_err(|e| Error::Poisoned(format!("fsync of {} failed: {e}", self.log_path().display())))?;
         self.offset_index.file.sync()?;
         self.time_index.file.sync()
     }

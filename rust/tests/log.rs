@@ -362,3 +362,31 @@ fn appends_into_a_deleted_partition_directory_are_refused() {
         }
     }
 }
+
+/// Sealed segments hold no descriptor, for a writer (exclusive or shared) and a reader, and
+/// the reader still follows the writer's appends and rolls (issue 9, point 10).
+#[test]
+fn sealed_segments_hold_no_descriptors() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events-0");
+    let mut log = Log::open(&path, config(16 * 1024)).unwrap();
+    for round in 0..30 {
+        append(&mut log, &values(1, &format!("r{round}")), 1000 + round);
+        log.roll().unwrap();
+    }
+    assert_eq!(log.segments().len(), 31);
+    // An exclusive writer between appends: nothing, not even the active segment's log.
+    assert_eq!(log.segment_descriptors(), 0);
+    let mut reader = Log::open(&path, LogConfig { readonly: true, ..config(16 * 1024) }).unwrap();
+    assert!(reader.segment_descriptors() <= 1, "{}", reader.segment_descriptors());
+    append(&mut log, &values(1, "after"), 2000);
+    log.roll().unwrap();
+    append(&mut log, &values(1, "last"), 2001);
+    reader.refresh().unwrap();
+    assert_eq!(reader.end_offset(), 32);
+    assert_eq!(all(&mut reader).len(), 32);
+    assert!(reader.segment_descriptors() <= 1, "{}", reader.segment_descriptors());
+    log.close().unwrap();
+    let shared = Log::open(&path, LogConfig { shared_writers: true, ..config(16 * 1024) }).unwrap();
+    assert!(shared.segment_descriptors() <= 1, "{}", shared.segment_descriptors());
+}

@@ -4,6 +4,11 @@
 //! file always holds exactly `entries × entry size` bytes: what Kafka leaves after trimming an
 //! index on roll or close. A file that is not a whole number of entries, or whose entries stop
 //! increasing, is cut at the last good entry (Kafka's untrimmed indexes end in zeros).
+//!
+//! Descriptors follow use (Kafka's `LazyIndex` keeps none for an index it has not touched):
+//! the append handle is opened when an entry is first written and dropped by `release` once
+//! the segment is sealed, and a follower re-reads the file through a short-lived handle only
+//! when a `stat` shows it grew. A partition of 10,000 sealed segments holds no index descriptor.
 
 pub mod offset;
 pub mod time;
@@ -29,9 +34,10 @@ pub trait Entry: Copy + std::fmt::Debug {
 /// An index file and its entries.
 pub struct IndexFile<E: Entry> {
     path: PathBuf,
+    /// Whether entries may be written (a writer's index).
+    writable: bool,
+    /// The append handle: opened on first write, dropped by `release`.
     file: Option<File>,
-    /// A read handle kept open to follow entries other writers append (None until first use).
-    reader: Option<File>,
     entries: Vec<E>,
     /// Bytes of the file already read (for a read-only follower of a live index).
     read_len: u64,
@@ -42,37 +48,68 @@ impl<E: Entry> IndexFile<E> {
     /// Open (or, when writable, create) an index and load its valid entries.
     /// Returns the index and whether the file had to be cut (a sign of a crash or damage).
     pub fn open(path: &Path, writable: bool, max_index_bytes: usize) -> Result<(Self, bool)> {
-        let file = if writable {
-            Some(crate::nofollow::open(crate::nofollow::options().read(true).append(true).create(true), path, "index")?)
-        } else {
-            None
-        };
         let mut index = IndexFile {
             path: path.to_path_buf(),
-            file,
-            reader: None,
+            writable,
+            file: None,
             entries: Vec::new(),
             read_len: 0,
             max_entries: (max_index_bytes / E::SIZE).max(1),
         };
+        if writable {
+            // A writer's index exists from the start (an empty file is a valid index).
+            index.writer()?;
+        }
         let damaged = index.load_more()?;
         if damaged && writable {
             index.rewrite()?;
         }
+        // Reopened by the first write: most indexes of an idle or one-record partition never get one.
+        index.release();
         Ok((index, damaged))
     }
 
+    /// The append handle, opened (and created) on first use.
+    fn writer(&mut self) -> Result<&File> {
+        if self.file.is_none() {
+            let opts = crate::nofollow::options().read(true).append(true).create(true).clone();
+            self.file = Some(crate::nofollow::open(&opts, &self.path, "index")?);
+        }
+        Ok(self.file.as_ref().unwrap())
+    }
+
+    /// Close the descriptor (a sealed segment's index); the next write or sync reopens it.
+    pub fn release(&mut self) {
+        self.file = None;
+    }
+
+    /// Whether a descriptor is held (for tests of descriptor use).
+    pub fn holds_descriptor(&self) -> bool {
+        self.file.is_some()
+    }
+
     /// Read entries appended since the last load. Returns true if bad entries were skipped.
+    /// Without a held handle, a `stat` tells whether there is anything new, and a handle is
+    /// opened only for the read.
     pub fn load_more(&mut self) -> Result<bool> {
         use std::os::unix::fs::FileExt;
-        if self.reader.is_none() {
-            match crate::nofollow::options().read(true).open(&self.path) {
-                Ok(f) => self.reader = Some(f),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-                Err(e) => return Err(crate::nofollow::describe(e, &self.path, "index")),
+        let temporary;
+        let reader = match &self.file {
+            Some(f) => f,
+            None => {
+                match std::fs::symlink_metadata(&self.path) {
+                    Ok(m) if m.is_file() && m.len() < self.read_len + E::SIZE as u64 => return Ok(false),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+                    _ => {}
+                }
+                match crate::nofollow::options().read(true).open(&self.path) {
+                    Ok(f) => temporary = f,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+                    Err(e) => return Err(crate::nofollow::describe(e, &self.path, "index")),
+                }
+                &temporary
             }
-        }
-        let reader = self.reader.as_ref().unwrap();
+        };
         let mut bytes = Vec::new();
         let mut chunk = [0u8; 4096];
         loop {
@@ -104,7 +141,9 @@ impl<E: Entry> IndexFile<E> {
         for e in &self.entries {
             e.encode(&mut bytes);
         }
-        if let Some(f) = &self.file {
+        if self.writable {
+            self.writer()?;
+            let f = self.file.as_ref().expect("opened by writer()");
             f.set_len(0).context(|| format!("cannot truncate index {}", self.path.display()))?;
             (&*f).write_all(&bytes).context(|| format!("cannot write index {}", self.path.display()))?;
         }
@@ -136,7 +175,9 @@ impl<E: Entry> IndexFile<E> {
     pub fn push(&mut self, e: E) -> Result<()> {
         let mut bytes = Vec::with_capacity(E::SIZE);
         e.encode(&mut bytes);
-        if let Some(f) = &self.file {
+        if self.writable {
+            self.writer()?;
+            let f = self.file.as_ref().expect("opened by writer()");
             if let Err(err) = crate::failpoint::hit("index.append").and_then(|()| (&*f).write_all(&bytes)) {
                 // A partial entry (ENOSPC mid-write) would misalign every later one: cut the
                 // file back to whole entries, best effort (a writer's open rebuilds it anyway).
@@ -173,11 +214,21 @@ impl<E: Entry> IndexFile<E> {
         idx.checked_sub(1).map(|i| self.entries[i])
     }
 
+    /// fdatasync the index. A released handle is reopened for it: fsync through any
+    /// descriptor of the file flushes the writes made through another.
     pub fn sync(&self) -> Result<()> {
-        if let Some(f) = &self.file {
-            f.sync_data().context(|| format!("cannot sync index {}", self.path.display()))?;
+        if !self.writable {
+            return Ok(());
         }
-        Ok(())
+        let temporary;
+        let f = match &self.file {
+            Some(f) => f,
+            None => {
+                temporary = crate::nofollow::open_read(&self.path, "index")?;
+                &temporary
+            }
+        };
+        f.sync_data().context(|| format!("cannot sync index {}", self.path.display()))
     }
 
     pub fn path(&self) -> &Path {
