@@ -113,7 +113,10 @@ impl Log {
         'segments: while seg_idx < self.segments.len() {
             let seg = &self.segments[seg_idx];
             let bytes = seg.bytes(0, seg.size());
+            let mut follows_from = seg.base_offset;
             while let Next::Batch(header) = next_batch(bytes, pos, false)? {
+                check_batch_offsets(seg, pos, &header, follows_from)?;
+                follows_from = header.next_offset();
                 let batch = &bytes[pos..pos + header.total_size()];
                 if header.base_offset >= end {
                     break 'segments;
@@ -215,4 +218,20 @@ impl Log {
         }
         Ok(None)
     }
+}
+
+/// A batch of `seg` at `pos` must lie inside the segment's offsets and after the batch before
+/// it. The CRC does not cover baseOffset, so a damaged one is caught here: without this check a
+/// read that meets it skips or misnumbers records silently.
+fn check_batch_offsets(seg: &crate::segment::Segment, pos: usize, h: &BatchHeader, follows_from: i64) -> Result<()> {
+    if h.base_offset < follows_from || h.last_offset() >= seg.next_offset() {
+        return Err(Error::corrupt(format!(
+            "batch at position {pos} of segment {} claims offsets {}..={}, outside [{follows_from}, {}) (the file is damaged)",
+            seg.base_offset,
+            h.base_offset,
+            h.last_offset(),
+            seg.next_offset()
+        )));
+    }
+    Ok(())
 }

@@ -506,7 +506,19 @@ impl Segment {
         let mut pos = start as usize;
         let bytes = self.map.as_ref().map(|m| m.bytes(0, file_len)).unwrap_or(&[]);
         let mut last_pos_and_header = None;
+        let mut follows_from = self.base_offset;
         while let Next::Batch(h) = next_batch(bytes, pos, false)? {
+            // baseOffset is outside the CRC: a damaged one must not become this segment's end.
+            if h.base_offset < follows_from || h.last_offset() - self.base_offset > i32::MAX as i64 {
+                return Err(Error::corrupt(format!(
+                    "{} holds a batch at position {pos} with offsets {}..={} that do not follow offset {}",
+                    self.log_path().display(),
+                    h.base_offset,
+                    h.last_offset(),
+                    follows_from - 1
+                )));
+            }
+            follows_from = h.next_offset();
             last_pos_and_header = Some((pos, h));
             pos += h.total_size();
         }
