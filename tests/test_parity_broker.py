@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -125,11 +126,12 @@ def test_dump_log_segments_accepts_a_compacted_topic_and_files_shrink(tmp_path):
     assert after < before / 2, (before, after)
     files = sorted(glob.glob(os.path.join(part, "0*")))
     out = dump_log_segments(*files)
-    for bad in ("Corrupt", "corrupt", "mismatch", "Exception", "failed", "isvalid: false"):
-        assert bad not in out, out[-3000:]
+    bad = [line for line in out.splitlines() if re.search("Corrupt|corrupt|mismatch|Exception|failed|isvalid: false", line)]
+    assert not bad, bad[:20]
     for f in files:
-        if not f.endswith(".log"):
-            assert f"{f} passed sanity check." in out, out[-3000:]
+        if not f.endswith(".log"):  # DumpLogSegments checks non-empty indexes only
+            assert f"{f} passed sanity check." in out or f"{f} is empty." in out, out[-3000:]
+    assert f"{files[2]} passed sanity check." in out  # the first .timeindex
     with Log(part, readonly=True) as log:
         latest = {r.key: r.value for r in log.records()}
     assert latest == {b"key-%d" % k: b"value-%d" % (19_000 + k) for k in range(1000)}

@@ -165,3 +165,35 @@ def test_a_reader_holding_the_old_segments_follows_the_merge(tmp_path):
     assert got[b"key-0"][1] == b"new"
     del got[b"key-0"], latest[b"key-0"]
     assert got == latest
+
+
+def test_a_shared_writer_finishes_the_swap_of_a_cleaner_that_died(tmp_path):
+    """Producers are shared writers: one dies mid-swap while another stays open. The survivor's
+    next cleaning completes the dead swap first (none is left for a later open to complete over
+    newer segments), and its view follows the files."""
+    path = str(tmp_path / "kv-0")
+    latest = _write(path)
+    opts = {"segment_bytes": 4096, "compact": True, "index_interval_bytes": 256, "shared_writers": True}
+    survivor = Log(path, **opts)
+    code = (
+        "import sys\nfrom kafkalite import Log\n"
+        "Log(sys.argv[1], segment_bytes=4096, compact=True, index_interval_bytes=256, shared_writers=True)"
+        ".clean(0, now_ms=10**13)\n"
+    )
+    env = {**os.environ, "KAFKALITE_FAILPOINTS": "cleaner.delete_old=kill@2"}
+    done = subprocess.run([sys.executable, "-c", code, path], env=env, timeout=60, capture_output=True, check=False)
+    assert done.returncode == -9, done.stderr.decode()[-2000:]
+    assert any(n.endswith(".swap") for n in os.listdir(path))
+    for i in range(300):
+        survivor.append([Record(b"late-%d" % i, key=b"key-%d" % i)])
+    survivor.roll()
+    survivor.clean(0, now_ms=NOW_LATER)
+    assert not [n for n in os.listdir(path) if n.endswith((".swap", ".cleaned"))]
+    assert _latest([(r.offset, r.key, r.value) for r in survivor.records(start=0)]).keys() == latest.keys()
+    survivor.close()
+    got = _latest(_read(path))
+    assert {k: v for k, (_, v) in got.items()} == {b"key-%d" % i: b"late-%d" % i for i in range(300)}
+    assert len(_read(path)) == 300
+    with Log(path, **opts) as log:
+        segs = log.segments
+    assert all(s.next_offset <= t.base_offset for s, t in itertools.pairwise(segs)), segs

@@ -115,6 +115,12 @@ impl Log {
     }
 
     fn clean_locked(&mut self, options: &CleanOptions) -> Result<CleanStats> {
+        // Under the append lock no other cleaner runs: a swap on disk is one whose cleaner died
+        // (shared writers in other processes). Finish it first, or a later open would complete it
+        // over the segments this pass writes.
+        if self.lock_is_shared() && finish_interrupted_swaps(&self.dir)? {
+            self.relist_segments()?;
+        }
         let (n, dirty_end) = self.cleanable(options);
         let first_dirty = self.first_dirty_offset(dirty_end);
         let mut stats =
@@ -405,7 +411,8 @@ fn for_each_batch(
 /// At open (the only writer): complete the swaps a crash interrupted after their commit point,
 /// as Kafka's `LogLoader` does: every segment file in `[X, next offset of X.log.swap)` is
 /// deleted (X's own indexes too: they are rebuilt) and the swap renamed to `X.log`.
-pub(crate) fn finish_interrupted_swaps(dir: &Path) -> Result<()> {
+/// Returns whether there was one.
+pub(crate) fn finish_interrupted_swaps(dir: &Path) -> Result<bool> {
     let mut swaps = Vec::new();
     let mut bases = Vec::new();
     for entry in std::fs::read_dir(dir).context(|| format!("cannot list {}", dir.display()))? {
@@ -419,6 +426,7 @@ pub(crate) fn finish_interrupted_swaps(dir: &Path) -> Result<()> {
             }
         }
     }
+    let mut found = false;
     for base in swaps {
         let swap = dir.join(format!("{}.swap", file_name(base, "log")));
         let next = next_offset_of(&swap, base)?;
@@ -438,8 +446,9 @@ pub(crate) fn finish_interrupted_swaps(dir: &Path) -> Result<()> {
                 .context(|| format!("cannot rename {} to {}", swap.display(), log.display()))?;
         }
         sync_dir(dir)?;
+        found = true;
     }
-    Ok(())
+    Ok(found)
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {

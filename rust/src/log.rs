@@ -891,6 +891,20 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 impl Log {
+    /// Whether this writer shares the partition with writers in other processes.
+    pub(crate) fn lock_is_shared(&self) -> bool {
+        self.lock.as_ref().is_some_and(|l| l.is_shared())
+    }
+
+    /// Look at the directory now (not within `LISTING_INTERVAL`): another process changed the
+    /// sealed segments (a cleaner's swap it left unfinished was just completed).
+    pub(crate) fn relist_segments(&mut self) -> Result<()> {
+        if let Some(past) = std::time::Instant::now().checked_sub(LISTING_INTERVAL * 2) {
+            self.last_listing = past;
+        }
+        self.follow_segment_files()
+    }
+
     /// Refuse writes until the log is reopened (whose recovery finishes what `why` left).
     pub(crate) fn poison(&mut self, why: String) {
         self.poisoned = Some(why);
