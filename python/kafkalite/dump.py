@@ -67,6 +67,10 @@ def _check_indexes(log_path: str, base_offset: int, ends: dict[int, int], out: T
         print(f"  PROBLEM: {index_path} is missing (a writer rebuilds it)", file=out)
         return 1
     raw = open(index_path, "rb").read()
+    times = open(time_path, "rb").read() if os.path.exists(time_path) else b""
+    for problem in kafka_sanity_problems(base_offset, raw, times):
+        problems += 1
+        print(f"  PROBLEM: {problem}", file=out)
     entries = [struct.unpack_from(">ii", raw, i) for i in range(0, len(raw) - len(raw) % 8, 8)]
     for rel, pos in entries:
         if ends.get(pos) != base_offset + rel:
@@ -75,10 +79,38 @@ def _check_indexes(log_path: str, base_offset: int, ends: dict[int, int], out: T
             problems += 1
             print(f"  PROBLEM: index entry (offset {base_offset + rel}, position {pos}) does not point at a batch ending there", file=out)
             break
-    times = open(time_path, "rb").read() if os.path.exists(time_path) else b""
     stamps = [struct.unpack_from(">qi", times, i) for i in range(0, len(times) - len(times) % 12, 12)]
     if any(b[0] <= a[0] for a, b in zip(stamps, stamps[1:]) if b != (0, 0)):
         problems += 1
         print(f"  PROBLEM: {time_path} timestamps do not increase", file=out)
     print(f"  index: {len(entries)} entries, timeindex: {len(stamps)} entries, {'ok' if problems == 0 else 'PROBLEMS'}", file=out)
+    return problems
+
+
+def kafka_sanity_problems(base_offset: int, index: bytes, timeindex: bytes) -> list[str]:
+    """Kafka's index sanity rules (``OffsetIndex``/``TimeIndex.sanityCheck``, what a broker checks
+    before trusting an index and DumpLogSegments ``--index-sanity-check`` reports as
+    CorruptIndexException): whole entries only, the last entry's offset not below the base offset
+    (relative offsets are signed 32-bit), the last timestamp not below the first."""
+    problems = []
+    if len(index) % 8:
+        problems.append(f"CorruptIndexException: offset index size {len(index)} is not a multiple of 8")
+    elif index:
+        (last_rel,) = struct.unpack_from(">i", index, len(index) - 8)
+        if base_offset + last_rel < base_offset:
+            problems.append(
+                f"CorruptIndexException: offset index has last offset {base_offset + last_rel} below the base offset {base_offset}"
+            )
+    if len(timeindex) % 12:
+        problems.append(f"CorruptIndexException: time index size {len(timeindex)} is not a multiple of 12")
+    elif timeindex:
+        (first_ts,) = struct.unpack_from(">q", timeindex, 0)
+        last_ts, last_rel = struct.unpack_from(">qi", timeindex, len(timeindex) - 12)
+        if last_ts < first_ts:
+            problems.append(f"CorruptIndexException: time index last timestamp {last_ts} is below its first {first_ts}")
+        if base_offset + last_rel < base_offset:
+            problems.append(
+                f"CorruptIndexException: time index has last offset {base_offset + last_rel} (timestamp {last_ts}) "
+                f"below the base offset {base_offset}"
+            )
     return problems

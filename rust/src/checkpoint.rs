@@ -57,3 +57,184 @@ pub fn read_offset(dir: &Path, name: &str) -> Option<i64> {
     crate::nofollow::open_read(&dir.join(name), "checkpoint").ok()?.read_to_string(&mut text).ok()?;
     text.trim().parse().ok()
 }
+
+/// Kafka's per-log-directory checkpoint files (`CheckpointFile`: version line 0, count line,
+/// then `topic partition offset` lines), shared by every partition of the directory.
+pub const KAFKA_LOG_START_OFFSET: &str = "log-start-offset-checkpoint";
+pub const KAFKA_RECOVERY_POINT: &str = "recovery-point-offset-checkpoint";
+pub const KAFKA_CLEANER_OFFSET: &str = "cleaner-offset-checkpoint";
+
+/// A parent directory is a data directory (so its checkpoints are kept) when it holds
+/// kafkalite's topic metadata or one of a broker's log-directory files. A partition opened on
+/// its own (`Log(path)` in any folder) has no parent checkpoints.
+const DATA_DIR_MARKERS: &[&str] =
+    &[".kafkalite-topics.json", "meta.properties", KAFKA_RECOVERY_POINT, KAFKA_LOG_START_OFFSET, KAFKA_CLEANER_OFFSET];
+
+/// Serializes read-modify-write of the shared checkpoint files across partitions and
+/// processes of one data directory (Kafka does it in one thread; we have many writers).
+pub const CHECKPOINT_LOCK_FILE: &str = ".kafkalite-checkpoints.lock";
+
+/// How long a writer waits for another one updating the same checkpoint file.
+const CHECKPOINT_LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// One partition's entries in its data directory's Kafka checkpoint files.
+#[derive(Clone, Debug)]
+pub struct KafkaCheckpoints {
+    data_dir: std::path::PathBuf,
+    topic: String,
+    partition: i32,
+}
+
+/// `(topic, partition, offset)` lines of a checkpoint file; None when absent or malformed
+/// (Kafka reads a bad checkpoint as empty).
+pub fn parse_checkpoint(text: &str) -> Option<Vec<(String, i32, i64)>> {
+    let mut lines = text.lines();
+    let version: i32 = lines.next()?.trim().parse().ok()?;
+    if version != 0 {
+        return None;
+    }
+    let Some(count) = lines.next() else { return Some(Vec::new()) };
+    let count: usize = count.trim().parse().ok()?;
+    let mut entries = Vec::with_capacity(count.min(1 << 16));
+    for line in lines.by_ref().take(count) {
+        let mut fields = line.split_whitespace();
+        let (topic, partition, offset) = (fields.next()?, fields.next()?.parse().ok()?, fields.next()?.parse().ok()?);
+        if fields.next().is_some() {
+            return None;
+        }
+        entries.push((topic.to_string(), partition, offset));
+    }
+    (entries.len() == count).then_some(entries)
+}
+
+fn format_checkpoint(entries: &[(String, i32, i64)]) -> String {
+    let mut text = format!("0\n{}\n", entries.len());
+    for (topic, partition, offset) in entries {
+        text.push_str(&format!("{topic} {partition} {offset}\n"));
+    }
+    text
+}
+
+impl KafkaCheckpoints {
+    /// The checkpoints of partition directory `dir` (`<topic>-<partition>`), when its parent is a
+    /// data directory; None for a partition opened on its own.
+    pub fn for_partition(dir: &Path) -> Option<KafkaCheckpoints> {
+        let name = dir.file_name()?.to_str()?;
+        let (topic, partition) = name.rsplit_once('-')?;
+        let partition: i32 = partition.parse().ok().filter(|p| *p >= 0)?;
+        if topic.is_empty() {
+            return None;
+        }
+        let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        DATA_DIR_MARKERS.iter().any(|m| parent.join(m).exists()).then(|| KafkaCheckpoints {
+            data_dir: parent.to_path_buf(),
+            topic: topic.to_string(),
+            partition,
+        })
+    }
+
+    fn entries(&self, file: &str) -> Vec<(String, i32, i64)> {
+        let mut text = String::new();
+        match crate::nofollow::open_read(&self.data_dir.join(file), "checkpoint") {
+            Ok(f) if (&f).read_to_string(&mut text).is_ok() => parse_checkpoint(&text).unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// This partition's offset in `file`, if it has an entry.
+    pub fn read(&self, file: &str) -> Option<i64> {
+        self.entries(file).into_iter().find(|(t, p, _)| *t == self.topic && *p == self.partition).map(|e| e.2)
+    }
+
+    /// (inode, mtime s, mtime ns) of `file`: it is replaced by rename, so a change shows here.
+    pub fn stamp(&self, file: &str) -> Option<(u64, i64, i64)> {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(self.data_dir.join(file)).ok().map(|m| (m.ino(), m.mtime(), m.mtime_nsec()))
+    }
+
+    /// Set (Some) or remove (None) this partition's entry in `file`, keeping every other
+    /// partition's, atomically (temp file, fsync, rename, fsync the directory) and under the
+    /// data directory's checkpoint lock. Unchanged content is not rewritten.
+    pub fn update(&self, file: &str, offset: Option<i64>) -> Result<()> {
+        let _lock = self.lock()?;
+        let mut entries = self.entries(file);
+        let before = entries.clone();
+        entries.retain(|(t, p, _)| !(*t == self.topic && *p == self.partition));
+        if let Some(offset) = offset {
+            entries.push((self.topic.clone(), self.partition, offset));
+        }
+        let exists = self.data_dir.join(file).exists();
+        if exists && entries.len() == before.len() && entries.iter().all(|e| before.contains(e)) {
+            return Ok(());
+        }
+        if !exists && offset.is_none() {
+            return Ok(());
+        }
+        crate::failpoint::hit("kafka_checkpoint.update")
+            .context(|| format!("cannot update {}", self.data_dir.join(file).display()))?;
+        write_atomically(&self.data_dir, file, format_checkpoint(&entries).as_bytes())
+    }
+
+    /// The data directory's checkpoint lock (an flock, released by the kernel if we die),
+    /// waited for at most `CHECKPOINT_LOCK_PATIENCE`.
+    fn lock(&self) -> Result<File> {
+        let path = self.data_dir.join(CHECKPOINT_LOCK_FILE);
+        let file =
+            crate::nofollow::open(crate::nofollow::options().read(true).write(true).create(true), &path, "lock file")?;
+        let started = std::time::Instant::now();
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(file),
+                Err(std::fs::TryLockError::WouldBlock) if started.elapsed() < CHECKPOINT_LOCK_PATIENCE => {
+                    std::thread::sleep(std::time::Duration::from_millis(1))
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(crate::error::Error::LockTimeout {
+                        path,
+                        waited_ms: started.elapsed().as_millis() as u64,
+                        holder: "another kafkalite writer of this data directory".into(),
+                    })
+                }
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(crate::error::Error::io(format!("cannot lock {}", path.display()), e))
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoint_text_round_trips_and_bad_files_read_as_empty() {
+        let entries = vec![("a-b".to_string(), 0, 300), ("c".to_string(), 7, 1)];
+        assert_eq!(parse_checkpoint(&format_checkpoint(&entries)).unwrap(), entries);
+        assert_eq!(parse_checkpoint("0\n0\n").unwrap(), vec![]);
+        assert_eq!(parse_checkpoint("0\n").unwrap(), vec![]);
+        assert!(parse_checkpoint("1\n0\n").is_none());
+        assert!(parse_checkpoint("0\n2\na 0 1\n").is_none());
+        assert!(parse_checkpoint("0\n1\na x 1\n").is_none());
+        assert!(parse_checkpoint("").is_none());
+    }
+
+    #[test]
+    fn entries_are_kept_per_partition_and_only_in_data_dirs() {
+        let tmp = std::env::temp_dir().join(format!("kl-ckpt-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(tmp.join("t-x-3")).unwrap();
+        assert!(KafkaCheckpoints::for_partition(&tmp.join("t-x-3")).is_none(), "no data dir markers yet");
+        std::fs::write(tmp.join(".kafkalite-topics.json"), "{}").unwrap();
+        let c = KafkaCheckpoints::for_partition(&tmp.join("t-x-3")).unwrap();
+        assert_eq!((c.topic.as_str(), c.partition), ("t-x", 3));
+        std::fs::write(tmp.join(KAFKA_LOG_START_OFFSET), "0\n1\nother 0 5\n").unwrap();
+        c.update(KAFKA_LOG_START_OFFSET, Some(42)).unwrap();
+        assert_eq!(c.read(KAFKA_LOG_START_OFFSET), Some(42));
+        let text = std::fs::read_to_string(tmp.join(KAFKA_LOG_START_OFFSET)).unwrap();
+        assert_eq!(text, "0\n2\nother 0 5\nt-x 3 42\n");
+        c.update(KAFKA_LOG_START_OFFSET, None).unwrap();
+        assert_eq!(std::fs::read_to_string(tmp.join(KAFKA_LOG_START_OFFSET)).unwrap(), "0\n1\nother 0 5\n");
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+}

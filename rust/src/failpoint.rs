@@ -34,14 +34,19 @@ pub const NAMES: &[&str] = &[
     // checkpoint::write_atomically: the temp file, the rename, the directory sync.
     "checkpoint.write",
     "checkpoint.rename",
+    // KafkaCheckpoints::update: a data directory's shared Kafka checkpoint file rewritten.
+    "kafka_checkpoint.update",
     // checkpoint::sync_dir: every directory fsync (new segments under flush="always", renames).
     "dir.sync",
-    // Cleaner swap: X.log.cleaned written, renamed to X.log.swap (commit), indexes removed,
-    // X.log.swap renamed over X.log.
+    // Cleaner swap of a group of segments (cleaner::replace_group): X.log.cleaned written,
+    // renamed to X.log.swap (commit), X's indexes removed, X.log replaced by the new file, each
+    // other old segment deleted (one hit per segment), the swap name removed.
     "cleaner.write_cleaned",
     "cleaner.rename_swap",
     "cleaner.remove_indexes",
     "cleaner.replace_log",
+    "cleaner.delete_old",
+    "cleaner.remove_swap",
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

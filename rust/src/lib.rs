@@ -15,6 +15,11 @@
 //!   .kafkalite-cleaner-offset       where compaction resumes (compacted topics)
 //! ```
 //!
+//! In a data directory (the parent holds `.kafkalite-topics.json` or a broker's files), the
+//! same facts are also kept where a broker keeps them, in the shared `log-start-offset-checkpoint`,
+//! `cleaner-offset-checkpoint` and `recovery-point-offset-checkpoint` (`checkpoint.rs`), and a
+//! broker's entries there are read.
+//!
 //! Layers, bottom up: `record` (the v2 codec), `index` and `segment` (one `.log` with its
 //! indexes, appended through `mmap`), `log` (a partition: roll, read, recovery, retention),
 //! `cleaner` (compaction), `arrow` (batches to Arrow). `py` is the PyO3 binding, built only with the `python` feature.

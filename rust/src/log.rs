@@ -6,7 +6,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::checkpoint::{read_offset, sync_dir, write_atomically, CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_FILE};
+use crate::checkpoint::{
+    read_offset, sync_dir, write_atomically, KafkaCheckpoints, CLEAN_SHUTDOWN_FILE, KAFKA_LOG_START_OFFSET,
+    KAFKA_RECOVERY_POINT, LOG_START_OFFSET_FILE,
+};
 use crate::error::{Error, IoContext, Result};
 use crate::lock::WriterLock;
 use crate::options::{FlushPolicy, LogConfig};
@@ -63,6 +66,11 @@ pub struct Log {
     last_listing: std::time::Instant,
     /// Identity of the start-offset file when last read (inode, mtime).
     start_offset_stamp: Option<(u64, i64, i64)>,
+    /// The same for the data directory's `log-start-offset-checkpoint`.
+    kafka_start_offset_stamp: Option<(u64, i64, i64)>,
+    /// This partition's entries in its data directory's Kafka checkpoint files (None for a
+    /// partition opened on its own).
+    pub(crate) kafka_checkpoints: Option<KafkaCheckpoints>,
     /// The partition directory's (device, inode) at open; see `check_not_deleted`.
     dir_identity: (u64, u64),
     /// `open` finished: the segments were loaded (and recovered) completely.
@@ -91,6 +99,7 @@ impl Log {
             std::fs::create_dir_all(&dir).context(|| format!("cannot create {}", dir.display()))?;
         }
         let identity = dir_identity(&dir).context(|| format!("cannot stat {}", dir.display()))?;
+        let kafka_checkpoints = KafkaCheckpoints::for_partition(&dir);
         let lock = match (config.readonly, config.shared_writers) {
             (true, _) => None,
             (false, false) => Some(WriterLock::exclusive(&dir)?),
@@ -111,6 +120,8 @@ impl Log {
             last_log_append_time: None,
             last_listing: std::time::Instant::now(),
             start_offset_stamp: None,
+            kafka_start_offset_stamp: None,
+            kafka_checkpoints,
             dir_identity: identity,
             loaded: false,
             lock_deadline: None,
@@ -191,6 +202,27 @@ impl Log {
         Ok(bases)
     }
 
+    /// (base offset, inode) of the `.log` files in the directory, sorted: a cleaner replaces a
+    /// segment by renaming a new file over it, which shows as a new inode under the same name.
+    fn list_segment_inodes(&self) -> Result<Vec<(i64, u64)>> {
+        use std::os::unix::fs::DirEntryExt;
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(&self.dir).context(|| format!("cannot list {}", self.dir.display()))? {
+            let entry = entry.context(|| format!("cannot list {}", self.dir.display()))?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if let Some(stem) = name.strip_suffix(".log") {
+                if let Ok(base) = stem.parse::<i64>() {
+                    if stem.len() >= 20 && base >= 0 {
+                        found.push((base, entry.ino()));
+                    }
+                }
+            }
+        }
+        found.sort_unstable();
+        Ok(found)
+    }
+
     /// Kafka's temp-file cleanup: unfinished deletes and cleanings are removed, and index
     /// files without a `.log` are dropped.
     fn remove_leftovers(&self) -> Result<()> {
@@ -247,7 +279,7 @@ impl Log {
             }
             self.segments.push(seg);
         }
-        let checkpoint = read_offset(&self.dir, LOG_START_OFFSET_FILE).unwrap_or(0);
+        let checkpoint = self.checkpointed_start_offset().unwrap_or(0);
         if let Some(last) = self.segments.last() {
             if last.next_offset() < checkpoint {
                 for seg in self.segments.drain(..) {
@@ -261,6 +293,15 @@ impl Log {
             self.sync_dir_if_always()?;
         }
         self.start_offset = checkpoint.max(self.segments[0].base_offset);
+        // A writer that died between kafkalite's own file and Kafka's left them apart; Kafka
+        // too writes its checkpoint from what the log knows.
+        if let Some(kafka) = &self.kafka_checkpoints {
+            let first_base = self.segments[0].base_offset;
+            let wanted = (self.start_offset > first_base).then_some(self.start_offset);
+            if kafka.read(KAFKA_LOG_START_OFFSET) != wanted {
+                kafka.update(KAFKA_LOG_START_OFFSET, wanted)?;
+            }
+        }
         let active = self.segments.last_mut().unwrap();
         active.reopen_for_append()?;
         self.flushed_position = active.size();
@@ -277,7 +318,7 @@ impl Log {
     fn catch_up(&mut self) -> Result<()> {
         self.follow_segment_files()?;
         if self.segments.is_empty() {
-            let start = read_offset(&self.dir, LOG_START_OFFSET_FILE).unwrap_or(0);
+            let start = self.checkpointed_start_offset().unwrap_or(0);
             self.segments.push(Segment::create(&self.dir, start, self.settings(), now_ms())?);
             self.sync_dir_if_always()?;
         }
@@ -311,8 +352,10 @@ impl Log {
             }
         }
         self.last_listing = std::time::Instant::now();
-        let bases = self.list_segment_files()?;
+        let listing = self.list_segment_inodes()?;
+        let bases: Vec<i64> = listing.iter().map(|&(b, _)| b).collect();
         self.segments.retain(|s| bases.binary_search(&s.base_offset).is_ok());
+        self.reopen_replaced_segments(&listing)?;
         let known_last = self.segments.last().map(|s| s.base_offset);
         let newer: Vec<i64> = bases.into_iter().filter(|&b| known_last.is_none_or(|k| b > k)).collect();
         if let Some(last) = self.segments.last_mut() {
@@ -352,10 +395,49 @@ impl Log {
         Ok(())
     }
 
+    /// Sealed segments whose file a cleaner replaced (a merged, cleaned segment under the same
+    /// name) are opened again: keeping the old file would hide the records the cleaner moved
+    /// into it from the old segments it deleted.
+    fn reopen_replaced_segments(&mut self, listing: &[(i64, u64)]) -> Result<()> {
+        let settings = self.settings();
+        for i in 0..self.segments.len() {
+            let seg = &self.segments[i];
+            let Ok(k) = listing.binary_search_by_key(&seg.base_offset, |&(b, _)| b) else { continue };
+            if seg.is_writable() || listing[k].1 == seg.inode() {
+                continue;
+            }
+            let base = seg.base_offset;
+            let mut fresh = match Segment::open(&self.dir, base, false, settings, now_ms()) {
+                Ok(seg) => seg,
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            if i + 1 < self.segments.len() {
+                if fresh.load_trusted().is_err() {
+                    fresh.recover_sealed(self.segments[i + 1].base_offset)?;
+                }
+                fresh.mark_sealed();
+            } else {
+                fresh.discover()?;
+            }
+            self.segments[i] = fresh;
+        }
+        Ok(())
+    }
+
     /// Another writer's DeleteRecords must be seen at once: one stat of the start-offset file
     /// (replaced by rename, so a change shows as a new inode or mtime), read only on change.
     fn follow_start_offset(&mut self) {
         use std::os::unix::fs::MetadataExt;
+        if let Some(kafka) = &self.kafka_checkpoints {
+            let stamp = kafka.stamp(KAFKA_LOG_START_OFFSET);
+            if stamp.is_some() && stamp != self.kafka_start_offset_stamp {
+                self.kafka_start_offset_stamp = stamp;
+                if let Some(checkpoint) = kafka.read(KAFKA_LOG_START_OFFSET) {
+                    self.start_offset = self.start_offset.max(checkpoint);
+                }
+            }
+        }
         let Ok(meta) = std::fs::metadata(self.dir.join(LOG_START_OFFSET_FILE)) else { return };
         let stamp = (meta.ino(), meta.mtime(), meta.mtime_nsec());
         if self.start_offset_stamp != Some(stamp) {
@@ -789,16 +871,36 @@ impl Log {
         let Some(active) = self.segments.last_mut() else { return Ok(()) };
         active.seal()?;
         active.sync_all()?;
+        // Everything below the log end is flushed now: Kafka's recovery point, for a broker
+        // that opens this directory.
+        if let Some(kafka) = &self.kafka_checkpoints {
+            kafka.update(KAFKA_RECOVERY_POINT, Some(self.end_offset()))?;
+        }
         crate::failpoint::hit("shutdown.before_marker").context(|| format!("cannot close {}", self.dir.display()))?;
         write_atomically(&self.dir, CLEAN_SHUTDOWN_FILE, b"")?;
         crate::failpoint::hit("shutdown.after_marker").context(|| format!("cannot close {}", self.dir.display()))
     }
 
+    /// The log start offset the checkpoints hold: the larger of kafkalite's own file and the
+    /// data directory's `log-start-offset-checkpoint` (what a broker's DeleteRecords or
+    /// retention left). None when neither has one.
+    fn checkpointed_start_offset(&self) -> Option<i64> {
+        let own = read_offset(&self.dir, LOG_START_OFFSET_FILE);
+        let kafka = self.kafka_checkpoints.as_ref().and_then(|k| k.read(KAFKA_LOG_START_OFFSET));
+        own.max(kafka)
+    }
+
+    /// Move the log start offset and persist it: in kafkalite's own file and, in a data
+    /// directory, in Kafka's `log-start-offset-checkpoint` (which, as Kafka writes it, lists a
+    /// partition only while its start is above its first segment's base).
     pub(crate) fn set_start_offset(&mut self, offset: i64) -> Result<()> {
         self.start_offset = offset;
         let first_base = self.segments.first().map(|s| s.base_offset).unwrap_or(0);
         if offset > first_base || self.dir.join(LOG_START_OFFSET_FILE).exists() {
             write_atomically(&self.dir, LOG_START_OFFSET_FILE, offset.to_string().as_bytes())?;
+        }
+        if let Some(kafka) = &self.kafka_checkpoints {
+            kafka.update(KAFKA_LOG_START_OFFSET, (offset > first_base).then_some(offset))?;
         }
         Ok(())
     }
@@ -815,6 +917,25 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 impl Log {
+    /// Whether this writer shares the partition with writers in other processes.
+    pub(crate) fn lock_is_shared(&self) -> bool {
+        self.lock.as_ref().is_some_and(|l| l.is_shared())
+    }
+
+    /// Look at the directory now (not within `LISTING_INTERVAL`): another process changed the
+    /// sealed segments (a cleaner's swap it left unfinished was just completed).
+    pub(crate) fn relist_segments(&mut self) -> Result<()> {
+        if let Some(past) = std::time::Instant::now().checked_sub(LISTING_INTERVAL * 2) {
+            self.last_listing = past;
+        }
+        self.follow_segment_files()
+    }
+
+    /// Refuse writes until the log is reopened (whose recovery finishes what `why` left).
+    pub(crate) fn poison(&mut self, why: String) {
+        self.poisoned = Some(why);
+    }
+
     /// After a panic inside an operation the in-memory state may be half-updated: refuse
     /// writes from now on (reopening runs recovery) and describe the panic.
     pub fn poison_after_panic(&mut self, payload: &(dyn std::any::Any + Send)) -> Error {

@@ -86,6 +86,8 @@ pub struct Segment {
     created_ms: i64,
     sealed: bool,
     settings: SegmentSettings,
+    /// The `.log` file's inode at open (a cleaner replaces files by rename; see `inode`).
+    inode: u64,
 }
 
 impl Segment {
@@ -158,6 +160,7 @@ impl Segment {
         let (_, index_path, time_path) = Self::paths(dir, base_offset);
         let (offset_index, _) = OffsetIndex::open(&index_path, base_offset, writable, settings.max_index_bytes)?;
         let (time_index, _) = TimeIndex::open(&time_path, base_offset, writable, settings.max_index_bytes)?;
+        let inode = file.metadata().map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap_or(0);
         let created_ms = file
             .metadata()
             .ok()
@@ -187,6 +190,7 @@ impl Segment {
             created_ms,
             sealed: false,
             settings,
+            inode,
         })
     }
 
@@ -685,6 +689,12 @@ impl Segment {
             Some(e) if (e.position as usize) < self.size => self.size - e.position as usize,
             _ => self.size,
         }
+    }
+
+    /// The inode of the `.log` file this segment reads: another one under the same name means
+    /// the file was replaced (by a cleaner).
+    pub fn inode(&self) -> u64 {
+        self.inode
     }
 
     /// Whether this segment's files were opened for writing.

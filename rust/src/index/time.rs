@@ -47,7 +47,9 @@ impl TimeIndex {
             return Ok(());
         }
         let e = TimestampOffset { timestamp, relative_offset: (offset - self.base_offset) as u32 };
-        if self.file.last().is_none_or(|last| e.timestamp > last.timestamp) {
+        // Kafka compares with its last entry, which for an empty index is (-1, base): an empty
+        // segment (max timestamp -1) gets no entry, never a (-1, -1) pair.
+        if e.timestamp > self.file.last().map_or(-1, |last| last.timestamp) {
             self.file.push(e)?;
         }
         Ok(())
