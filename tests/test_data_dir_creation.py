@@ -83,8 +83,8 @@ def test_a_file_is_not_a_data_directory(tmp_path):
         Admin(str(decoy)).list_topics()
     with pytest.raises(NotADataDirError):
         Admin(str(decoy)).create_topic("t")
-    with Producer(str(decoy)) as p, pytest.raises(NotADataDirError):
-        p.send("t", b"v")
+    with pytest.raises(NotADataDirError):  # refused at construction: a path that exists must be a data dir
+        Producer(str(decoy))
     assert decoy.read_bytes() == b"not a directory"
 
 

@@ -166,7 +166,7 @@ def _topics(args: argparse.Namespace) -> int:
     elif args.action == "alter":
         changes: dict[str, object] = dict(_parse_config(args.config))
         changes.update({k: None for k in args.delete_config or []})
-        if args.partitions:
+        if args.partitions is not None:  # 0 too: create_partitions says why it is refused
             admin.create_partitions(args.name, args.partitions)
         if changes:
             admin.alter_config(args.name, changes)

@@ -41,7 +41,10 @@ def _partitions(admin: Admin, args: argparse.Namespace) -> list[tuple[str, int]]
     for spec in args.topic:
         topic, _, numbers = spec.partition(":")
         count = admin.describe_topic(topic).partitions
-        wanted = [int(n) for n in numbers.split(",")] if numbers else [p.partition for p in count]
+        try:
+            wanted = [int(n) for n in numbers.split(",")] if numbers else [p.partition for p in count]
+        except ValueError:
+            raise SystemExit(f"kafkalite: --topic takes TOPIC or TOPIC:P,P,... with partition numbers, got {spec!r}") from None
         out += [(topic, p) for p in wanted]
     return out
 

@@ -586,8 +586,7 @@ class Consumer:
             else:
                 offset, metadata = value, ""
             args.offset(f"the offset to commit for {tp}", offset)
-            if not isinstance(metadata, str):
-                raise InvalidTypeError(f"the metadata committed for {tp} must be a str, not {type(metadata).__name__}")
+            args.metadata(f"the metadata committed for {tp}", metadata)
             entries[(tp.topic, tp.partition)] = (offset, metadata)
         return entries
 

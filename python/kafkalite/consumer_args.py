@@ -128,8 +128,28 @@ def partitions(values: Any) -> list[TopicPartition]:
     return [topic_partition(tp) for tp in values]
 
 
+#: Kafka offsets are int64.
+MAX_OFFSET = 2**63 - 1
+
+
 def offset(what: str, value: Any) -> int:
-    return integer(what, value, 0)
+    number = integer(what, value, 0)
+    if number > MAX_OFFSET:
+        raise InvalidConfigError(f"{what} must be at most {MAX_OFFSET} (Kafka offsets are 64-bit), got {number}")
+    return number
+
+
+def metadata(what: str, value: Any) -> str:
+    """Commit metadata: a str that UTF-8 can store (Kafka strings are UTF-8, at most 32767 bytes)."""
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"{what} must be a str, not {_name(value)}")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as e:
+        raise InvalidConfigError(f"{what} cannot be stored as UTF-8 ({e.reason} at position {e.start})") from None
+    if size > 0x7FFF:
+        raise InvalidConfigError(f"{what} is {size} bytes; Kafka strings hold at most 32767")
+    return value
 
 
 def mapping(what: str, value: Any) -> Mapping[Any, Any]:

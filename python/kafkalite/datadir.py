@@ -266,7 +266,7 @@ class DataDir:
                 "from a broker, point its log.dirs at the data directory"
             )
         self.path = os.path.abspath(raw)
-        if not create:
+        if not create or os.path.lexists(self.path):  # a path that exists must be a data directory now
             self.require()
         self._mutex = threading.Lock()
         self._cache: tuple[float, dict[str, Any]] | None = None
