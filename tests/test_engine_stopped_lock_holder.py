@@ -86,27 +86,21 @@ def test_close_timeout_bounds_the_partition_lock_wait(part_dir):
         assert again.end_offset == 2
 
 
-@pytest.mark.slow
 def test_producer_close_with_timeout_returns(tmp_path):
-    """Producer.close used to never return. It now returns once the engine's bounded lock wait
-    (60 s, Kafka's max.block.ms) fails the sender's append: Producer.flush drains under the
-    partition's drain lock without a deadline, so close(timeout=2) is bounded by the engine's
-    wait, not by its own timeout (producer.py's side, not the engine's)."""
+    """Producer.close(timeout=2) used to never return while a stopped process held the lock.
+    It now returns within its timeout (raising KafkaTimeoutError for the records it could not
+    write); the stuck append finishes or fails on its own when the lock frees."""
     data = str(tmp_path / "data")
     Admin(data).create_topic("t", partitions=1)
     producer = Producer(data)
     producer.send("t", b"first").get(timeout=30)
     holder = stop_a_lock_holder(os.path.join(data, "t-0"))
     try:
-        producer.send(
-            "t", b"stuck"
-        )  # the sender thread now waits for the stopped holder
+        producer.send("t", b"stuck")  # the sender thread now waits for the stopped holder
         time.sleep(0.3)
         started = time.monotonic()
-        try:
+        with pytest.raises(KafkaliteError):  # loud is fine; hanging is not
             producer.close(timeout=2)
-        except LogLockedError:
-            pass  # loud is fine; hanging is not
-        assert time.monotonic() - started < 75
+        assert time.monotonic() - started < 6
     finally:
         release(holder)

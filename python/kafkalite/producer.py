@@ -441,7 +441,34 @@ class _Sender:
 
     # -- lifecycle ------------------------------------------------------------------------
     def flush(self, timeout: float | None) -> None:
-        deadline = None if timeout is None else time.monotonic() + timeout
+        """Write every buffered record. With a timeout, the draining runs in a helper thread so
+        that the caller returns in time even when an append waits for another writer's lock
+        (a stopped process can hold it for the engine's 60 s); the helper finishes on its own."""
+        if timeout is None:
+            return self.flush_within(None)
+        deadline = time.monotonic() + timeout
+        finished = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                self.flush_within(deadline)
+            except BaseException as e:  # handed to the caller below
+                failure.append(e)
+            finally:
+                finished.set()
+
+        threading.Thread(target=run, name="kafkalite-flush", daemon=True).start()
+        if not finished.wait(timeout):
+            raise KafkaTimeoutError(
+                f"flush did not finish within {timeout} s; {self.pending()} records are not written yet "
+                "(an append is waiting for a partition's lock: is another writer stopped?)"
+            )
+        if failure:
+            raise failure[0]
+
+    def flush_within(self, deadline: float | None) -> None:
+        timeout = None if deadline is None else round(deadline - time.monotonic(), 3)
         for t in list(self.topics.values()):
             for p in t.partitions:
                 if deadline is not None and time.monotonic() > deadline:
