@@ -507,17 +507,21 @@ class _Sender:
             return
         pending = self.pending()
         done = threading.Event()
+        unwritten: list[KafkaliteError] = []
 
         def work() -> None:
             try:
                 self.close(EXIT_FLUSH_TIMEOUT)
+            except KafkaliteError as e:  # the bounded close ran out of time or could not write: counted below
+                unwritten.append(e)
             except Exception:
                 logger.warning("closing a producer at %s failed", why, exc_info=True)
             finally:
                 done.set()
 
         threading.Thread(target=work, name="kafkalite-producer-exit-flush", daemon=True).start()
-        if not done.wait(EXIT_FLUSH_TIMEOUT):
+        # close() is bounded by the same timeout; the grace covers closing the logs after it.
+        if not done.wait(EXIT_FLUSH_TIMEOUT + 1.0) or unwritten:
             logger.warning(
                 "a producer of %s left open at %s: %d of %d queued records could not be written within %.1f s "
                 "(call flush() or close() before exiting)",
