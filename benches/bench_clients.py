@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from kafkalite import Admin, Consumer, Log, Producer, TopicPartition
+from kafkalite import Admin, Consumer, Log, Producer
 
 VALUE = b"v" * 100
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,14 +38,18 @@ def check_futures(futures: list, what: str) -> None:
     """A benchmark counts only written records: every future must have succeeded."""
     failed = [f for f in futures if not f.succeeded()]
     if failed:
-        raise SystemExit(f"{what}: {len(failed)} of {len(futures)} records failed, first: {failed[0].exception!r}")
+        raise SystemExit(
+            f"{what}: {len(failed)} of {len(futures)} records failed, first: {failed[0].exception!r}"
+        )
 
 
 def check_ranges(ranges: list[tuple[int, int]], expected: int, what: str) -> None:
     """(first, last) offsets of bulk appends: contiguous, and as many records as counted."""
     written = sum(last - first + 1 for first, last in ranges)
     if written != expected or any(b[0] != a[1] + 1 for a, b in zip(ranges, ranges[1:])):
-        raise SystemExit(f"{what}: wrote {written} records in {len(ranges)} calls, expected {expected} contiguous")
+        raise SystemExit(
+            f"{what}: wrote {written} records in {len(ranges)} calls, expected {expected} contiguous"
+        )
 
 
 def percentile(xs: list[float], q: float) -> float:
@@ -59,7 +63,11 @@ WARMUP = 200
 def latency_run(kind: str, path: str, n: int, send) -> list[float]:
     """Steady-state latency: the first WARMUP records (which open files, reserve and prefault
     the first segment on both sides) are sent and consumed but not counted."""
-    child = subprocess.Popen([sys.executable, os.path.join(HERE, "latency_consumer.py"), kind, path, str(n + WARMUP)], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "latency_consumer.py"), kind, path, str(n + WARMUP)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert child.stdout.readline().strip() == "ready"
     time.sleep(0.3)
     for _ in range(n + WARMUP):
@@ -89,6 +97,7 @@ def main() -> None:
                 with Producer(data, **config) as p:
                     send = p.send
                     return [send("t", VALUE) for _ in range(n)]
+
             return run
 
         s, futures = timed(send_loop())
@@ -100,9 +109,11 @@ def main() -> None:
         del futures
 
         values = [VALUE] * 1000
+
         def send_batch():
             with Producer(data) as p:
                 return [p.send_batch("bulk", values, partition=0)[0] for _ in range(n // 1000)]
+
         s, ranges = timed(send_batch)
         check_ranges(ranges, n // 1000 * 1000, "send_batch")
         res["kafkalite send_batch (1,000 per call)"] = {"seconds": s, "records": n}
@@ -110,6 +121,7 @@ def main() -> None:
         def append_values():
             with Log(os.path.join(work, "raw-0")) as log:
                 return [log.append_values(values) for _ in range(n // 1000)]
+
         s, ranges = timed(append_values)
         check_ranges(ranges, n // 1000 * 1000, "Log.append_values")
         res["engine Log.append_values (1,000 per call)"] = {"seconds": s, "records": n}
@@ -120,19 +132,23 @@ def main() -> None:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("CREATE TABLE log (id INTEGER PRIMARY KEY, key BLOB, value BLOB, ts INTEGER)")
+
         def sqlite_insert():
             ts = int(time.time() * 1000)
             for _ in range(n // 1000):
                 with db:
                     for _ in range(1000):
                         db.execute("INSERT INTO log (key, value, ts) VALUES (?, ?, ?)", (None, VALUE, ts))
+
         s, _ = timed(sqlite_insert)
         res["SQLite WAL insert per record (txn per 1,000)"] = {"seconds": s, "records": n}
         rows = [(None, VALUE, 0)] * 1000
+
         def sqlite_many():
             for _ in range(n // 1000):
                 with db:
                     db.executemany("INSERT INTO log (key, value, ts) VALUES (?, ?, ?)", rows)
+
         s, _ = timed(sqlite_many)
         res["SQLite WAL executemany (1,000 per txn)"] = {"seconds": s, "records": n}
 
@@ -147,6 +163,7 @@ def main() -> None:
                     for i in range(1000):
                         builder.append(i, timestamp=ts, key=None, value=VALUE, headers=[])
                     f.write(builder.build())
+
         s, _ = timed(kafka_python_builder)
         res["kafka-python DefaultRecordBatchBuilder -> file"] = {"seconds": s, "records": n}
 
@@ -154,6 +171,7 @@ def main() -> None:
         def consume_iter():
             with Consumer(data, "t", auto_offset_reset="earliest", consumer_timeout_ms=0) as c:
                 return sum(1 for _ in c)
+
         s, got = timed(consume_iter)
         res["kafkalite consumer iteration"] = {"seconds": s, "records": got}
 
@@ -172,6 +190,7 @@ def main() -> None:
 
         def sqlite_read():
             return sum(1 for _ in db.execute("SELECT id, key, value, ts FROM log ORDER BY id"))
+
         s, got = timed(sqlite_read)
         res["SQLite SELECT iteration"] = {"seconds": s, "records": got}
 
@@ -184,6 +203,7 @@ def main() -> None:
                 for _ in records.next_batch():
                     total += 1
             return total
+
         s, got = timed(kafka_python_read)
         res["kafka-python MemoryRecords iteration"] = {"seconds": s, "records": got}
 
@@ -197,10 +217,16 @@ def main() -> None:
         ldb = sqlite3.connect(lat_db, isolation_level=None)
         ldb.execute("PRAGMA journal_mode=WAL")
         ldb.execute("CREATE TABLE log (id INTEGER PRIMARY KEY, value BLOB)")
-        sl = latency_run("sqlite", lat_db, lat_n, lambda v: ldb.execute("INSERT INTO log (value) VALUES (?)", (v,)))
+        sl = latency_run(
+            "sqlite", lat_db, lat_n, lambda v: ldb.execute("INSERT INTO log (value) VALUES (?)", (v,))
+        )
         latency = {
             "kafkalite": {"p50_us": statistics.median(kl), "p99_us": percentile(kl, 0.99), "max_us": max(kl)},
-            "SQLite WAL, reader polling every 100 µs": {"p50_us": statistics.median(sl), "p99_us": percentile(sl, 0.99), "max_us": max(sl)},
+            "SQLite WAL, reader polling every 100 µs": {
+                "p50_us": statistics.median(sl),
+                "p99_us": percentile(sl, 0.99),
+                "max_us": max(sl),
+            },
         }
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -217,8 +243,13 @@ def main() -> None:
     for name, r in res.items():
         r["records_per_s"] = r["records"] / r["seconds"]
         lines.append(f"| {name} | {r['records_per_s']:,.0f} | {r['records_per_s'] / append_rate:.2f} |")
-    lines += ["", f"Produce -> consume latency between two processes (2,000 records at ~2,000/s, after {WARMUP} warm-up records):", "",
-              "| path | p50 µs | p99 µs | max µs |", "|---|---:|---:|---:|"]
+    lines += [
+        "",
+        f"Produce -> consume latency between two processes (2,000 records at ~2,000/s, after {WARMUP} warm-up records):",
+        "",
+        "| path | p50 µs | p99 µs | max µs |",
+        "|---|---:|---:|---:|",
+    ]
     for name, l in latency.items():
         lines.append(f"| {name} | {l['p50_us']:.0f} | {l['p99_us']:.0f} | {l['max_us']:.0f} |")
     os.makedirs(args.out, exist_ok=True)

@@ -1,11 +1,11 @@
 """Consumer groups and compaction benchmark (issue 4):
-  - takeover: a member is SIGKILLed; time until the survivor consumes its partitions again
-    (p50 and max over --kills kills, with a producer appending all the time)
-  - rebalance time when a member joins and when one leaves (range and cooperative-sticky)
-  - commit latency (p50/p99), against SQLite WAL with synchronous=FULL committing the same row
-  - compaction throughput on --records records over --keys keys (100-byte values)
+- takeover: a member is SIGKILLed; time until the survivor consumes its partitions again
+  (p50 and max over --kills kills, with a producer appending all the time)
+- rebalance time when a member joins and when one leaves (range and cooperative-sticky)
+- commit latency (p50/p99), against SQLite WAL with synchronous=FULL committing the same row
+- compaction throughput on --records records over --keys keys (100-byte values)
 
-    python benches/bench_groups.py [--kills 20] [--records 10000000] [--keys 1000000]
+  python benches/bench_groups.py [--kills 20] [--records 10000000] [--keys 1000000]
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ import tempfile
 import threading
 import time
 
-from kafkalite import Admin, Consumer, Producer, TopicPartition
+from kafkalite import Admin, Consumer, Producer
 from kafkalite.log import Log, Record
-
 from report import write_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,7 +39,9 @@ class Member:
 
     def __init__(self, data: str, strategy: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "group_member.py"), data, "g", strategy], stdout=subprocess.PIPE, text=True
+            [sys.executable, os.path.join(HERE, "group_member.py"), data, "g", strategy],
+            stdout=subprocess.PIPE,
+            text=True,
         )
         self.lines: list[str] = []
         self.cond = threading.Condition()
@@ -86,7 +87,11 @@ def bench_takeover(kills: int, strategy: str = "cooperative-sticky") -> dict:
         victim = Member(data, strategy)
         # Wait until the hand-over settled: the survivor owns exactly what the victim does not.
         deadline = time.monotonic() + 30
-        while not (victim.owned() and len(victim.owned() | survivor.owned()) == 4 and not victim.owned() & survivor.owned()):
+        while not (
+            victim.owned()
+            and len(victim.owned() | survivor.owned()) == 4
+            and not victim.owned() & survivor.owned()
+        ):
             if time.monotonic() > deadline:
                 raise TimeoutError("the group did not settle")
             time.sleep(0.02)
@@ -96,12 +101,23 @@ def bench_takeover(kills: int, strategy: str = "cooperative-sticky") -> dict:
         victim.proc.send_signal(signal.SIGKILL)
         killed = time.monotonic_ns()
         victim.proc.wait()
-        survivor.wait_for(lambda ls: {line.split()[2] for line in ls[mark:] if line.startswith("FIRST")} >= moved)
-        firsts = [int(line.split()[1]) for line in survivor.lines[mark:] if line.startswith("FIRST") and line.split()[2] in moved]
+        survivor.wait_for(
+            lambda ls: {line.split()[2] for line in ls[mark:] if line.startswith("FIRST")} >= moved
+        )
+        firsts = [
+            int(line.split()[1])
+            for line in survivor.lines[mark:]
+            if line.startswith("FIRST") and line.split()[2] in moved
+        ]
         takeovers.append((max(firsts) - killed) / 1e6)
     stop.set()
     survivor.proc.kill()
-    return {"kills": kills, "p50_ms": statistics.median(takeovers), "max_ms": max(takeovers), "all_ms": takeovers}
+    return {
+        "kills": kills,
+        "p50_ms": statistics.median(takeovers),
+        "max_ms": max(takeovers),
+        "all_ms": takeovers,
+    }
 
 
 def bench_rebalance(strategy: str, rounds: int = 10) -> dict:
@@ -122,7 +138,12 @@ def bench_rebalance(strategy: str, rounds: int = 10) -> dict:
             first.poll(0)
         leaves.append((time.perf_counter() - began) * 1000)
     first.close()
-    return {"join_p50_ms": statistics.median(joins), "join_max_ms": max(joins), "leave_p50_ms": statistics.median(leaves), "leave_max_ms": max(leaves)}
+    return {
+        "join_p50_ms": statistics.median(joins),
+        "join_max_ms": max(joins),
+        "leave_p50_ms": statistics.median(leaves),
+        "leave_max_ms": max(leaves),
+    }
 
 
 def bench_commit(n: int = 2000) -> dict:
@@ -140,12 +161,17 @@ def bench_commit(n: int = 2000) -> dict:
     db = sqlite3.connect(os.path.join(data, "offsets.sqlite"), isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
-    db.execute("CREATE TABLE offsets (grp TEXT, topic TEXT, part INT, off INT, PRIMARY KEY (grp, topic, part))")
+    db.execute(
+        "CREATE TABLE offsets (grp TEXT, topic TEXT, part INT, off INT, PRIMARY KEY (grp, topic, part))"
+    )
     peer = []
     for i in range(n):
         began = time.perf_counter()
         db.execute("BEGIN")
-        db.executemany("INSERT OR REPLACE INTO offsets VALUES ('g', ?, ?, ?)", [(tp.topic, tp.partition, i) for tp in tps])
+        db.executemany(
+            "INSERT OR REPLACE INTO offsets VALUES ('g', ?, ?, ?)",
+            [(tp.topic, tp.partition, i) for tp in tps],
+        )
         db.execute("COMMIT")
         peer.append((time.perf_counter() - began) * 1e6)
     return {
@@ -164,7 +190,12 @@ def bench_compaction(records: int, keys: int) -> dict:
     value = b"v" * 100
     chunk = 100_000
     for start in range(0, records, chunk):
-        log.append([Record(value, key=b"key-%07d" % ((start + i) * 7919 % keys), timestamp=1000) for i in range(chunk)])
+        log.append(
+            [
+                Record(value, key=b"key-%07d" % ((start + i) * 7919 % keys), timestamp=1000)
+                for i in range(chunk)
+            ]
+        )
     log.roll()
     size = sum(s.size for s in log.segments)
     os.sync()

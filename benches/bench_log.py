@@ -36,7 +36,9 @@ def settle() -> None:
 def check_written(log: Log, expected: int, what: str) -> None:
     """A benchmark counts only what the log holds: every record it timed must be there."""
     if log.end_offset - log.start_offset != expected:
-        raise SystemExit(f"{what}: the log holds {log.end_offset - log.start_offset} records, expected {expected}")
+        raise SystemExit(
+            f"{what}: the log holds {log.end_offset - log.start_offset} records, expected {expected}"
+        )
 
 
 def timed(fn, setup=None, repeats: int = REPEATS):
@@ -111,7 +113,11 @@ def main() -> None:
 
         s, _ = timed(append_records, repeats=1)
         check_written(rec_log, rec_batches * PER_BATCH, "append(Record)")
-        results["append(Record)"] = {"seconds": s, "records": rec_batches * PER_BATCH, "bytes": rec_batches * len(batch_bytes)}
+        results["append(Record)"] = {
+            "seconds": s,
+            "records": rec_batches * PER_BATCH,
+            "bytes": rec_batches * len(batch_bytes),
+        }
         rec_log.close()
 
         # 4. read: zero-copy views over every batch, 1 MiB at a time; touch one byte per view.
@@ -132,7 +138,11 @@ def main() -> None:
         # 5. records(): per-record Python objects (a tenth of the log).
         n_iter = min(records, max(PER_BATCH, records // 10))
         s, count = timed(lambda: sum(1 for _ in log.records(0, n_iter)))
-        results["records() iteration"] = {"seconds": s, "records": count, "bytes": count * len(batch_bytes) // PER_BATCH}
+        results["records() iteration"] = {
+            "seconds": s,
+            "records": count,
+            "bytes": count * len(batch_bytes) // PER_BATCH,
+        }
 
         # 6. read_arrow: the whole log in 64K-row batches.
         def arrow_all():
@@ -176,17 +186,31 @@ def main() -> None:
         r["records_per_s"] = r["records"] / r["seconds"]
         r["mb_per_s"] = r["bytes"] / r["seconds"] / 1e6
         r["ratio_to_plain_write"] = r["mb_per_s"] / plain_mbps
-        lines.append(f"| {name} | {r['records_per_s']:,.0f} | {r['mb_per_s']:,.0f} | {r['ratio_to_plain_write']:.2f} |")
+        lines.append(
+            f"| {name} | {r['records_per_s']:,.0f} | {r['mb_per_s']:,.0f} | {r['ratio_to_plain_write']:.2f} |"
+        )
     latency = {
         "offset_for_timestamp_us_mean": oft_us,
         "random_read_seek_us_p50": statistics.median(per_seek),
         "random_read_seek_us_p99": sorted(per_seek)[int(len(per_seek) * 0.99)],
     }
-    lines += ["", f"offset_for_timestamp: {oft_us:.1f} µs mean; random read seek: {latency['random_read_seek_us_p50']:.1f} µs p50, {latency['random_read_seek_us_p99']:.1f} µs p99 (Python call included)"]
+    lines += [
+        "",
+        f"offset_for_timestamp: {oft_us:.1f} µs mean; random read seek: {latency['random_read_seek_us_p50']:.1f} µs p50, {latency['random_read_seek_us_p99']:.1f} µs p99 (Python call included)",
+    ]
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "log.json"), "w") as f:
-        json.dump({"gib": args.gib, "results": results, "latency": latency, "machine": platform.platform()}, f, indent=2)
-    lines += ["", f"Each figure is the median of {REPEATS} runs (append(Record): 1 run on a tenth of the data), with a sync before each run.", "", "![throughput](log.png)"]
+        json.dump(
+            {"gib": args.gib, "results": results, "latency": latency, "machine": platform.platform()},
+            f,
+            indent=2,
+        )
+    lines += [
+        "",
+        f"Each figure is the median of {REPEATS} runs (append(Record): 1 run on a tenth of the data), with a sync before each run.",
+        "",
+        "![throughput](log.png)",
+    ]
     with open(os.path.join(args.out, "log.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

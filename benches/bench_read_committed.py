@@ -53,10 +53,16 @@ def main() -> None:
         with Log(part.path, readonly=True) as log:
             lso, first = timed(lambda: log.last_stable_offset)
             _, again = timed(lambda: log.last_stable_offset)
-            print(f"first LSO lookup (walks ~{part.offset // a.per_batch} batch headers): {first * 1000:.1f} ms; "
-                  f"next: {again * 1000:.3f} ms")
-            readers = (("read_uncommitted", log._native.read_arrow), ("read_committed", log._native.read_committed_arrow))
+            print(
+                f"first LSO lookup (walks ~{part.offset // a.per_batch} batch headers): {first * 1000:.1f} ms; "
+                f"next: {again * 1000:.3f} ms"
+            )
+            readers = (
+                ("read_uncommitted", log._native.read_arrow),
+                ("read_committed", log._native.read_committed_arrow),
+            )
             for name, read in readers:
+
                 def whole(read=read) -> int:  # Arrow batches: the engine's cost, no Python objects
                     n, pos = 0, 0
                     while pos < lso:
@@ -65,6 +71,7 @@ def main() -> None:
                             break
                         n += len(batch)
                     return n
+
                 n, secs = timed(whole)
                 print(f"{name}: {n} records in {secs:.2f} s = {n / secs / 1e6:.2f} M records/s")
 

@@ -38,9 +38,8 @@ def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     import pyspark
-    from pyspark.sql import SparkSession
-
     from kafkalite import Admin, Producer
+    from pyspark.sql import SparkSession
 
     work = tempfile.mkdtemp(prefix="kl-spark-bench-")
     data = os.path.join(work, "data")
@@ -101,7 +100,10 @@ def main() -> None:
         "",
         "| source | `count()` | rows/s | → Parquet | rows/s |",
         "|---|---:|---:|---:|---:|",
-        *(f"| {src} | {c[src]:.2f} s | {rate(c[src]):.2f} M | {w[src]:.2f} s | {rate(w[src]):.2f} M |" for src in ("kafkalite", "parquet", "json")),
+        *(
+            f"| {src} | {c[src]:.2f} s | {rate(c[src]):.2f} M | {w[src]:.2f} s | {rate(w[src]):.2f} M |"
+            for src in ("kafkalite", "parquet", "json")
+        ),
         "",
         f"kafkalite / Parquet: count {c['parquet'] / c['kafkalite']:.2f}×, copy to Parquet {w['parquet'] / w['kafkalite']:.2f}× "
         f"(of Spark's own speed); kafkalite / JSON lines: count {c['json'] / c['kafkalite']:.2f}×, copy {w['json'] / w['kafkalite']:.2f}×.",

@@ -23,7 +23,9 @@ class Listener:
         fresh.update(assigned)
 
 
-consumer = Consumer(data_dir, group_id=group, auto_offset_reset="latest", partition_assignment_strategy=[strategy])
+consumer = Consumer(
+    data_dir, group_id=group, auto_offset_reset="latest", partition_assignment_strategy=[strategy]
+)
 consumer.subscribe(["t"], listener=Listener())
 print("READY", flush=True)
 owned: set = set()

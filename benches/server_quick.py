@@ -40,12 +40,20 @@ def main(records: int) -> None:
         port = s.getsockname()[1]
     bootstrap = f"127.0.0.1:{port}"
     began = time.perf_counter()
-    server = subprocess.Popen([sys.executable, "-m", "kafkalite", "serve", "--data-dir", data, "--listen", bootstrap],
-                              stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "kafkalite", "serve", "--data-dir", data, "--listen", bootstrap],
+        stderr=subprocess.DEVNULL,
+    )
     try:
         acked = None
-        producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "reconnect.backoff.ms": 5,
-                                             "reconnect.backoff.max.ms": 20})
+        producer = confluent_kafka.Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "linger.ms": 0,
+                "reconnect.backoff.ms": 5,
+                "reconnect.backoff.max.ms": 20,
+            }
+        )
         while acked is None:
             producer.produce("first", b"x", on_delivery=lambda err, msg: None)
             producer.flush(10)
@@ -56,13 +64,22 @@ def main(records: int) -> None:
             p = confluent_kafka.Producer({"bootstrap.servers": inproc.bootstrap_servers, "linger.ms": 0})
             p.produce("first", b"x")
             p.flush(10)
-            print(f"kafkalite.Server() -> first acknowledged produce (in process): {(time.perf_counter() - began) * 1000:.0f} ms")
+            print(
+                f"kafkalite.Server() -> first acknowledged produce (in process): {(time.perf_counter() - began) * 1000:.0f} ms"
+            )
         print(f"server RSS at rest: {rss_mb(server.pid)}")
         value = b"x" * 100
         for acks in ("1", "all"):
             topic = f"bench-{acks}"
-            producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
-                                                 "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000})
+            producer = confluent_kafka.Producer(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "acks": acks,
+                    "linger.ms": 5,
+                    "batch.size": 1_000_000,
+                    "queue.buffering.max.messages": 1_000_000,
+                }
+            )
             start = time.perf_counter()
             for _ in range(records):
                 while True:
@@ -73,9 +90,17 @@ def main(records: int) -> None:
                         producer.poll(0.01)
             producer.flush(60)
             took = time.perf_counter() - start
-            print(f"produce acks={acks}: {records / took:,.0f} records/s ({records * 100 / took / 1e6:.1f} MB/s of values)")
-        consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
-                                             "fetch.max.bytes": 52428800})
+            print(
+                f"produce acks={acks}: {records / took:,.0f} records/s ({records * 100 / took / 1e6:.1f} MB/s of values)"
+            )
+        consumer = confluent_kafka.Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "bench",
+                "enable.auto.commit": False,
+                "fetch.max.bytes": 52428800,
+            }
+        )
         consumer.assign([confluent_kafka.TopicPartition("bench-1", 0, 0)])
         got = 0
         start = time.perf_counter()
@@ -84,7 +109,9 @@ def main(records: int) -> None:
         took = time.perf_counter() - start
         consumer.close()
         print(f"consume: {records / took:,.0f} records/s")
-        print(f"server RSS after the run: {rss_mb(server.pid)}; server CPU time {cpu_seconds(server.pid):.1f} s")
+        print(
+            f"server RSS after the run: {rss_mb(server.pid)}; server CPU time {cpu_seconds(server.pid):.1f} s"
+        )
     finally:
         server.terminate()
         server.wait(10)

@@ -59,8 +59,11 @@ def main() -> None:
         .count()
     )
     query = (
-        per_page.writeStream.format("parquet").outputMode("append")
-        .option("checkpointLocation", ck).trigger(processingTime="2 seconds").start(out)
+        per_page.writeStream.format("parquet")
+        .outputMode("append")
+        .option("checkpointLocation", ck)
+        .trigger(processingTime="2 seconds")
+        .start(out)
     )
     producer.wait()
     time.sleep(4)  # let the last micro-batches run

@@ -44,12 +44,21 @@ def ensure_jars() -> Path:
     partial = folder.with_name(folder.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     cmd = [
-        "mvn", "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
-        f"-Dkafka.version={KAFKA_VERSION}", "-DincludeScope=runtime", f"-DoutputDirectory={partial}",
+        "mvn",
+        "-q",
+        "-B",
+        "-f",
+        str(POM),
+        "dependency:copy-dependencies",
+        f"-Dkafka.version={KAFKA_VERSION}",
+        "-DincludeScope=runtime",
+        f"-DoutputDirectory={partial}",
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
-        raise RuntimeError(f"fetching Kafka {KAFKA_VERSION} with Maven failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        raise RuntimeError(
+            f"fetching Kafka {KAFKA_VERSION} with Maven failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+        )
     partial.rename(folder)  # complete or absent, never half there
     return folder
 
@@ -91,7 +100,9 @@ class KafkaBroker:
     """One KRaft node over ``log_dir``. ``start()`` formats the directory on first use (as
     ``kafka-storage.sh format`` does) and returns once the listener accepts connections."""
 
-    def __init__(self, log_dir: str | os.PathLike[str], work_dir: str | os.PathLike[str], **config: str) -> None:
+    def __init__(
+        self, log_dir: str | os.PathLike[str], work_dir: str | os.PathLike[str], **config: str
+    ) -> None:
         self.jars = require_jars()
         self.log_dir = Path(log_dir)
         self.work_dir = Path(work_dir)
@@ -137,13 +148,17 @@ class KafkaBroker:
         log = open(self.work_dir / "broker.log", "ab")
         self.process = subprocess.Popen(
             ["java", JVM_HEAP, "-cp", str(self.jars / "*"), "kafka.Kafka", str(props)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"the broker exited with {self.process.returncode}:\n{self.broker_log()[-3000:]}")
+                raise RuntimeError(
+                    f"the broker exited with {self.process.returncode}:\n{self.broker_log()[-3000:]}"
+                )
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
                 return self

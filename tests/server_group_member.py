@@ -10,12 +10,20 @@ import confluent_kafka
 
 
 def main(bootstrap: str, topic: str, group: str, out: str) -> None:
-    consumer = confluent_kafka.Consumer({
-        "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-        "auto.offset.reset": "earliest", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
-        "partition.assignment.strategy": "range",
-    })
-    consumer.subscribe([topic], on_assign=lambda c, parts: print("assigned", sorted(p.partition for p in parts), flush=True))
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+            "partition.assignment.strategy": "range",
+        }
+    )
+    consumer.subscribe(
+        [topic], on_assign=lambda c, parts: print("assigned", sorted(p.partition for p in parts), flush=True)
+    )
     with open(out, "a") as log:
         while True:
             msg = consumer.poll(0.2)

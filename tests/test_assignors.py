@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hypothesis.strategies as st
 from hypothesis import given, settings
-
 from kafkalite.assignors import cooperative_sticky_assign, range_assign, roundrobin_assign, sticky_assign
 
 
@@ -45,17 +44,23 @@ def test_sticky_javadoc_example_1():
     topics = ["t0", "t1", "t2", "t3"]
     parts = {t: 2 for t in topics}
     first = sticky_assign(parts, {c: topics for c in ("C0", "C1", "C2")})
-    assert as_sets(first) == as_sets({"C0": tps("t0p0", "t1p1", "t3p0"), "C1": tps("t0p1", "t2p0", "t3p1"), "C2": tps("t1p0", "t2p1")})
+    assert as_sets(first) == as_sets(
+        {"C0": tps("t0p0", "t1p1", "t3p0"), "C1": tps("t0p1", "t2p0", "t3p1"), "C2": tps("t1p0", "t2p1")}
+    )
     del first["C1"]
     second = sticky_assign(parts, {c: topics for c in ("C0", "C2")}, first)
-    assert as_sets(second) == as_sets({"C0": tps("t0p0", "t1p1", "t3p0", "t2p0"), "C2": tps("t1p0", "t2p1", "t0p1", "t3p1")})
+    assert as_sets(second) == as_sets(
+        {"C0": tps("t0p0", "t1p1", "t3p0", "t2p0"), "C2": tps("t1p0", "t2p1", "t0p1", "t3p1")}
+    )
 
 
 def test_sticky_javadoc_example_2():
     parts = {"t0": 1, "t1": 2, "t2": 3}
     subs = {"C0": ["t0"], "C1": ["t0", "t1"], "C2": ["t0", "t1", "t2"]}
     first = sticky_assign(parts, subs)
-    assert as_sets(first) == as_sets({"C0": tps("t0p0"), "C1": tps("t1p0", "t1p1"), "C2": tps("t2p0", "t2p1", "t2p2")})
+    assert as_sets(first) == as_sets(
+        {"C0": tps("t0p0"), "C1": tps("t1p0", "t1p1"), "C2": tps("t2p0", "t2p1", "t2p2")}
+    )
     del subs["C0"]
     second = sticky_assign(parts, subs, first)
     assert as_sets(second) == as_sets({"C1": tps("t1p0", "t1p1", "t0p0"), "C2": tps("t2p0", "t2p1", "t2p2")})
@@ -71,7 +76,11 @@ def test_range_edge_cases():
     assert range_assign({"t": 1}, {"c0": ["t"], "c1": ["t"]}) == {"c0": tps("tp0"), "c1": []}
     subs = {"consumer1": ["topic1"], "consumer2": ["topic1", "topic2"], "consumer3": ["topic1"]}
     a = range_assign({"topic1": 3, "topic2": 2}, subs)
-    assert a == {"consumer1": tps("topic1p0"), "consumer2": tps("topic1p1", "topic2p0", "topic2p1"), "consumer3": tps("topic1p2")}
+    assert a == {
+        "consumer1": tps("topic1p0"),
+        "consumer2": tps("topic1p1", "topic2p0", "topic2p1"),
+        "consumer3": tps("topic1p2"),
+    }
 
 
 # -- sticky / cooperative-sticky properties --------------------------------------------------
@@ -82,7 +91,12 @@ topics_st = st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), st.integers(1
 
 def check_complete(assignment, parts, subs):
     owners = [tp for m in assignment for tp in assignment[m]]
-    wanted = {tp for t, n in parts.items() if any(t in s for s in subs.values()) for tp in tps(*(f"{t}p{p}" for p in range(n)))}
+    wanted = {
+        tp
+        for t, n in parts.items()
+        if any(t in s for s in subs.values())
+        for tp in tps(*(f"{t}p{p}" for p in range(n)))
+    }
     assert sorted(owners) == sorted(wanted), "every subscribed partition exactly once"
     for m, owned in assignment.items():
         assert all(tp.topic in subs[m] for tp in owned), f"{m} got a topic it does not subscribe to"

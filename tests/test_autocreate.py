@@ -13,9 +13,8 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
 import kafkalite
+import pytest
 from kafkalite import Admin, Consumer, Log, Producer, TopicPartition
 from kafkalite.datadir import DataDir, target_compression
 
@@ -40,7 +39,11 @@ def test_send_creates_a_missing_topic_with_kafkas_defaults_and_logs_it(tmp_path,
     assert sorted(Admin(data_dir).list_topics()) == ["existing", "fresh", "other"]
     assert len(Admin(data_dir).describe_topic("fresh").partitions) == 1  # num.partitions=1
     assert _values(data_dir, "fresh") == [b"v1"]
-    created = [r for r in caplog.records if r.name == "kafkalite.admin" and "auto-created topic 'fresh'" in r.getMessage()]
+    created = [
+        r
+        for r in caplog.records
+        if r.name == "kafkalite.admin" and "auto-created topic 'fresh'" in r.getMessage()
+    ]
     assert len(created) == 1, caplog.text
 
 
@@ -79,7 +82,9 @@ def test_auto_creation_can_be_turned_off(tmp_path):
     data_dir = str(tmp_path / "data")
     Admin(data_dir).init(config={"auto.create.topics.enable": "false"})
     with Producer(data_dir) as p:
-        with pytest.raises(kafkalite.UnknownTopicError, match="'nope'.*auto.create.topics.enable is false.*create_topic"):
+        with pytest.raises(
+            kafkalite.UnknownTopicError, match="'nope'.*auto.create.topics.enable is false.*create_topic"
+        ):
             p.send("nope", b"v")
         with pytest.raises(kafkalite.UnknownTopicError):
             p.send_batch("nope", [b"v"])
@@ -149,13 +154,19 @@ def test_kafkalite_produce_creates_the_topic_and_config_sets_the_defaults(tmp_pa
     env = {**os.environ, "KAFKALITE_DATA_DIR": data_dir}
 
     def run(*args, stdin=None):
-        return subprocess.run([*CLI, *args], input=stdin, capture_output=True, env=env, timeout=60, check=False)
+        return subprocess.run(
+            [*CLI, *args], input=stdin, capture_output=True, env=env, timeout=60, check=False
+        )
 
     assert run("init").returncode == 0
     out = run("config", "alter", "--add-config", "num.partitions=2", "--add-config", "log.retention.ms=1000")
     assert out.returncode == 0, out.stderr
     described = run("config", "describe").stdout.decode()
-    assert "num.partitions=2" in described and "log.retention.ms=1000" in described and "auto.create.topics.enable=true" in described
+    assert (
+        "num.partitions=2" in described
+        and "log.retention.ms=1000" in described
+        and "auto.create.topics.enable=true" in described
+    )
     out = run("produce", "orders", stdin=b"a\nb\n")
     assert out.returncode == 0 and b"Produced 2 records" in out.stderr, out.stderr
     assert len(Admin(data_dir).describe_topic("orders").partitions) == 2
@@ -183,7 +194,9 @@ def test_the_spark_sink_creates_missing_topics_at_commit(tmp_path):
     assert sorted(Admin(data_dir).list_topics()) == ["t1", "t2"]
     assert sorted(_values(data_dir, "t2", 2)) == [b"b", b"c"]
     Admin(data_dir).alter_data_dir_config({"auto.create.topics.enable": False})
-    with pytest.raises(kafkalite.UnknownTopicError, match="'t3'.*a row's 'topic' column.*auto.create.topics.enable=false"):
+    with pytest.raises(
+        kafkalite.UnknownTopicError, match="'t3'.*a row's 'topic' column.*auto.create.topics.enable=false"
+    ):
         sink.publish(data_dir, [pa.table({"topic": ["t3"], "value": [b"x"]})], None)
 
 
@@ -221,7 +234,13 @@ ZSTD, NONE = 4, 0
 
 @pytest.mark.parametrize(
     "topic_codec, producer_codec, expected",
-    [("producer", "zstd", ZSTD), ("producer", None, NONE), ("zstd", None, ZSTD), ("none", "zstd", NONE), ("uncompressed", "zstd", NONE)],
+    [
+        ("producer", "zstd", ZSTD),
+        ("producer", None, NONE),
+        ("zstd", None, ZSTD),
+        ("none", "zstd", NONE),
+        ("uncompressed", "zstd", NONE),
+    ],
 )
 def test_every_write_path_writes_the_same_codec(tmp_path, topic_codec, producer_codec, expected):
     """send(), send_batch() (keyless and keyed) and a Log from open_partition all write what
@@ -234,7 +253,9 @@ def test_every_write_path_writes_the_same_codec(tmp_path, topic_codec, producer_
         p.send("t", value, partition=0).get(timeout=10)
         p.send_batch("t", [value] * 3, partition=0)
         p.send_batch("t", [value] * 3, keys=[b"a", b"b", b"c"], partition=0)
-    with DataDir(data_dir).open_partition("t", 0, producer_compression=producer_codec, shared_writers=True) as log:
+    with DataDir(data_dir).open_partition(
+        "t", 0, producer_compression=producer_codec, shared_writers=True
+    ) as log:
         log.append_values([value])
     codecs = _codecs(os.path.join(data_dir, "t-0"))
     assert codecs == [expected] * 4, codecs

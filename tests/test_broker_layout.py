@@ -10,7 +10,6 @@ import os
 import struct
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
-
 from kafkalite import Log
 
 
@@ -21,9 +20,6 @@ def broker_batch(base_offset: int, values: list[bytes], ts: int, codec: int = 0)
     data = bytearray(builder.build())
     data[0:8] = struct.pack(">q", base_offset)  # the broker assigns offsets; not CRC-covered
     return bytes(data)
-
-
-
 
 
 def control_batch(base_offset: int, ts: int) -> bytes:

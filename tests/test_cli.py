@@ -11,11 +11,12 @@ import sys
 import time
 
 import pytest
-
 from kafkalite import Producer, __version__
 
 
-def kafkalite(*args: str, env: dict[str, str] | None = None, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+def kafkalite(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60, **kw
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "kafkalite", *args], capture_output=True, timeout=timeout, env=env, **kw
     )
@@ -65,7 +66,8 @@ def test_consume_without_from_beginning_waits_for_new_records(data):
         producer.send("t", b"old", partition=0).get(5)
     consumer = subprocess.Popen(
         [sys.executable, "-m", "kafkalite", "--data-dir", data, "consume", "t", "--timeout-ms", "3000"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         time.sleep(1.5)  # the consumer has started at the end and is waiting
@@ -129,7 +131,9 @@ def test_ctrl_c_in_produce_stops_cleanly_and_counts(data):
 
     producer = subprocess.Popen(
         [sys.executable, "-m", "kafkalite", "--data-dir", data, "produce", "t"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         producer.stdin.write(b"one\ntwo\nthree\n")

@@ -7,10 +7,9 @@ import json
 import os
 import time
 
+import kafkalite
 import pyarrow as pa
 import pytest
-
-import kafkalite
 from kafkalite import Admin, Consumer, Producer, TopicPartition
 from kafkalite.partitioner import partition_for_key
 
@@ -40,7 +39,11 @@ def test_admin_create_list_describe_alter_delete(data_dir):
         for i in range(50):
             p.send("orders", b"x" * 200, partition=0)
     d = admin.describe_topic("orders")
-    assert d.partitions[0].end_offset == 50 and d.partitions[0].size_bytes > 10_000 and d.partitions[0].segments > 1
+    assert (
+        d.partitions[0].end_offset == 50
+        and d.partitions[0].size_bytes > 10_000
+        and d.partitions[0].segments > 1
+    )
     admin.alter_config("orders", {"retention.bytes": 5000, "retention.ms": None})
     d = admin.describe_topic("orders")
     assert d.config["retention.bytes"] == 5000 and d.config["retention.ms"] == 604800000
@@ -88,11 +91,21 @@ def test_bad_config_is_refused(data_dir, config, message):
 
 
 def test_every_config_key_takes_effect(data_dir):
-    make_topic(data_dir, "t", 1, {
-        "segment.bytes": 2048, "segment.ms": 3_600_000, "retention.bytes": 100_000, "retention.ms": 3_600_000,
-        "compression.type": "zstd", "max.message.bytes": 5000, "message.timestamp.type": "LogAppendTime",
-        "cleanup.policy": "delete",
-    })
+    make_topic(
+        data_dir,
+        "t",
+        1,
+        {
+            "segment.bytes": 2048,
+            "segment.ms": 3_600_000,
+            "retention.bytes": 100_000,
+            "retention.ms": 3_600_000,
+            "compression.type": "zstd",
+            "max.message.bytes": 5000,
+            "message.timestamp.type": "LogAppendTime",
+            "cleanup.policy": "delete",
+        },
+    )
     before = int(time.time() * 1000)
     with Producer(data_dir, batch_size=1000) as p:
         for i in range(100):
@@ -129,13 +142,28 @@ def test_duplicate_and_unknown_topics(data_dir):
 
 def test_produce_consume_round_trip_with_serializers(data_dir):
     make_topic(data_dir, "t", 3)
-    with Producer(data_dir, key_serializer=str.encode, value_serializer=lambda v: json.dumps(v).encode()) as p:
-        futures = [p.send("t", {"n": i}, key=f"user-{i % 7}", headers=[("h", b"%d" % i)], timestamp_ms=1000 + i) for i in range(300)]
+    with Producer(
+        data_dir, key_serializer=str.encode, value_serializer=lambda v: json.dumps(v).encode()
+    ) as p:
+        futures = [
+            p.send("t", {"n": i}, key=f"user-{i % 7}", headers=[("h", b"%d" % i)], timestamp_ms=1000 + i)
+            for i in range(300)
+        ]
         p.flush()
         metas = [f.get(timeout=5) for f in futures]
     for i, m in enumerate(metas):
-        assert m.topic == "t" and m.partition == partition_for_key(f"user-{i % 7}".encode(), 3) and m.timestamp == 1000 + i
-    with Consumer(data_dir, "t", auto_offset_reset="earliest", key_deserializer=bytes.decode, value_deserializer=json.loads) as c:
+        assert (
+            m.topic == "t"
+            and m.partition == partition_for_key(f"user-{i % 7}".encode(), 3)
+            and m.timestamp == 1000 + i
+        )
+    with Consumer(
+        data_dir,
+        "t",
+        auto_offset_reset="earliest",
+        key_deserializer=bytes.decode,
+        value_deserializer=json.loads,
+    ) as c:
         got = {}
         for tp, recs in c.poll(timeout_ms=500, max_records=1000).items():
             for r in recs:
@@ -258,7 +286,11 @@ def test_consumer_positions_seeks_and_offsets(data_dir):
         assert c.paused() == {tp0}
         c.resume(tp0)
         assert set(c.poll(max_records=1000)) == {tp0}
-        assert c.partitions_for_topic("t") == {0, 1} and c.partitions_for_topic("zz") is None and c.topics() == {"t"}
+        assert (
+            c.partitions_for_topic("t") == {0, 1}
+            and c.partitions_for_topic("zz") is None
+            and c.topics() == {"t"}
+        )
         with pytest.raises(kafkalite.IllegalStateError, match="subscribe"):
             c.subscribe(["t"])
         with pytest.raises(kafkalite.IllegalStateError, match="not assigned"):
@@ -373,7 +405,9 @@ def test_retention_covers_topics_no_producer_writes(data_dir):
     with Producer(data_dir, retention_check_interval_ms=50) as p:
         p.send("busy", b"b")
         deadline = time.time() + 10
-        while Admin(data_dir).describe_topic("old").partitions[0].start_offset == 0 and time.time() < deadline:
+        while (
+            Admin(data_dir).describe_topic("old").partitions[0].start_offset == 0 and time.time() < deadline
+        ):
             time.sleep(0.05)
     old = Admin(data_dir).describe_topic("old").partitions[0]
     assert old.start_offset == 50 and old.end_offset == 50  # every expired segment is gone
@@ -402,7 +436,9 @@ def test_poll_arrow_bulk_path(data_dir):
         rest = c.poll_arrow(timeout_ms=100)
         assert sum(b.num_rows for b in rest.values()) == 700
         assert c.poll_arrow() == {}
-        values = sorted(int(v) for b in [*batches.values(), *rest.values()] for v in b.column("value").to_pylist())
+        values = sorted(
+            int(v) for b in [*batches.values(), *rest.values()] for v in b.column("value").to_pylist()
+        )
         assert values == list(range(1000))
         c.commit()
         assert sum(c.committed(tp) for tp in c.assignment()) == 1000

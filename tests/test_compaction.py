@@ -12,10 +12,9 @@ import sys
 import time
 
 import pytest
+from conftest import kafka_python_records
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import kafka_python_records
 from kafkalite import Admin, Producer
 from kafkalite.errors import InvalidConfigError, InvalidRecordError
 from kafkalite.log import Log, Record
@@ -33,14 +32,22 @@ def read_all(log: Log) -> list[tuple[int, bytes | None, bytes | None]]:
 
 # A history: (key index, value or None for a tombstone), appended one batch per step.
 histories = st.lists(
-    st.lists(st.tuples(st.integers(0, 7), st.one_of(st.none(), st.binary(min_size=1, max_size=20))), min_size=1, max_size=6),
+    st.lists(
+        st.tuples(st.integers(0, 7), st.one_of(st.none(), st.binary(min_size=1, max_size=20))),
+        min_size=1,
+        max_size=6,
+    ),
     min_size=1,
     max_size=40,
 )
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(history=histories, codec=st.sampled_from(["none", "zstd"]), cleans=st.lists(st.integers(0, 3), min_size=1, max_size=4))
+@given(
+    history=histories,
+    codec=st.sampled_from(["none", "zstd"]),
+    cleans=st.lists(st.integers(0, 3), min_size=1, max_size=4),
+)
 def test_cleaner_matches_a_dict_model(tmp_path_factory, history, codec, cleans):
     path = str(tmp_path_factory.mktemp("c") / "t-0")
     log = compacted_log(path, compression=codec)
@@ -157,7 +164,9 @@ def test_null_keys_are_refused_on_compacted_topics(tmp_path):
 
 def test_compact_and_delete_policy_keeps_time_retention(tmp_path):
     admin = Admin(str(tmp_path))
-    admin.create_topic("both", 1, {"cleanup.policy": "delete,compact", "retention.ms": 1000, "segment.bytes": 600})
+    admin.create_topic(
+        "both", 1, {"cleanup.policy": "delete,compact", "retention.ms": 1000, "segment.bytes": 600}
+    )
     admin.create_topic("only", 1, {"cleanup.policy": "compact", "retention.ms": 1000, "segment.bytes": 600})
     assert admin.describe_topic("both").config["cleanup.policy"] == "compact,delete"
     with Producer(str(tmp_path), batch_size=100) as producer:
@@ -218,13 +227,18 @@ def test_kill_during_cleaning_loses_nothing(tmp_path):
 
 def test_producers_clean_by_themselves_past_the_dirty_ratio(tmp_path):
     admin = Admin(str(tmp_path))
-    admin.create_topic("kv", 1, {"cleanup.policy": "compact", "segment.bytes": 2000, "min.cleanable.dirty.ratio": 0.3})
+    admin.create_topic(
+        "kv", 1, {"cleanup.policy": "compact", "segment.bytes": 2000, "min.cleanable.dirty.ratio": 0.3}
+    )
     with Producer(str(tmp_path), batch_size=200, cleaner_check_interval_ms=50) as producer:
         for i in range(400):
             producer.send("kv", key=b"k%d" % (i % 4), value=b"value-%d" % i)
         producer.flush()
         deadline = time.monotonic() + 10
-        while os.path.exists(os.path.join(tmp_path, "kv-0", ".kafkalite-cleaner-offset")) is False and time.monotonic() < deadline:
+        while (
+            os.path.exists(os.path.join(tmp_path, "kv-0", ".kafkalite-cleaner-offset")) is False
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.05)
     log = Log(str(tmp_path / "kv-0"), readonly=True)
     assert len(read_all(log)) < 100  # superseded values removed with no compact_topic call

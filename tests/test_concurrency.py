@@ -31,7 +31,9 @@ def follow(log: Log, total: int, deadline: float) -> list[int]:
 def test_reader_in_this_process_follows_a_writer_process(part_dir):
     total = 20_000
     Log(part_dir, segment_bytes=32 * 1024).close()
-    writer = subprocess.Popen([sys.executable, os.path.join(HERE, "tail_writer.py"), part_dir, str(total)], cwd=HERE)
+    writer = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "tail_writer.py"), part_dir, str(total)], cwd=HERE
+    )
     try:
         reader = Log(part_dir, readonly=True)
         seen = follow(reader, total, time.monotonic() + 120)
@@ -96,13 +98,21 @@ def test_readonly_on_a_read_only_mount(part_dir, tmp_path):
         log.append_values([b"ro"] * 100)
     mount = tmp_path / "ro"
     mount.mkdir()
-    if subprocess.run(["mount", "--bind", "-o", "ro", os.path.dirname(part_dir), str(mount)], capture_output=True).returncode != 0:
+    if (
+        subprocess.run(
+            ["mount", "--bind", "-o", "ro", os.path.dirname(part_dir), str(mount)], capture_output=True
+        ).returncode
+        != 0
+    ):
         import pytest
 
         pytest.skip("cannot bind-mount read-only here")
     try:
         ro_part = str(mount / os.path.basename(part_dir))
-        assert not os.access(ro_part, os.W_OK) or subprocess.run(["touch", f"{ro_part}/x"], capture_output=True).returncode != 0
+        assert (
+            not os.access(ro_part, os.W_OK)
+            or subprocess.run(["touch", f"{ro_part}/x"], capture_output=True).returncode != 0
+        )
         with Log(ro_part, readonly=True) as reader:
             assert [r.value for r in reader.records()] == [b"ro"] * 100
     finally:

@@ -30,7 +30,7 @@ def snapshot(root: str) -> dict[str, tuple[int, int, int, bytes]]:
         for name in dirnames + filenames:
             path = os.path.join(dirpath, name)
             st = os.lstat(path)
-            data = open(path, "rb").read() if os.path.isfile(path) else b""  # noqa: SIM115
+            data = open(path, "rb").read() if os.path.isfile(path) else b""
             out[os.path.relpath(path, root)] = (st.st_mode, st.st_size, st.st_mtime_ns, data)
     return out
 
@@ -123,7 +123,9 @@ def test_a_read_only_data_directory_is_consumed_by_polling(tmp_path):
             for name in filenames:
                 os.chmod(os.path.join(dirpath, name), 0o444)
         top = sorted(os.listdir(data))
-        proc = subprocess.Popen([sys.executable, "-c", READ_ONLY_CONSUMER, data, "10"], stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", READ_ONLY_CONSUMER, data, "10"], stdout=subprocess.PIPE, text=True
+        )
         try:
             assert proc.stdout.readline().split() == ["refused", "ReadOnlyDataDirError", "True"]
             assert proc.stdout.readline().split() == ["polling", "True"]

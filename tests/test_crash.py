@@ -11,7 +11,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import kafka_python_records
 from crash_writer import value_for
 from kafkalite import Log
@@ -38,7 +37,9 @@ def test_sigkill_loses_no_acknowledged_record(part_dir):
         for line in out.split():
             acknowledged = max(acknowledged, int(line))
         with Log(part_dir, segment_bytes=64 * 1024) as log:
-            assert log.end_offset >= acknowledged + 1, f"kill {kill}: acknowledged {acknowledged}, log ends at {log.end_offset}"
+            assert log.end_offset >= acknowledged + 1, (
+                f"kill {kill}: acknowledged {acknowledged}, log ends at {log.end_offset}"
+            )
             for r in log.records():
                 assert r.value == value_for(r.offset), f"kill {kill}: offset {r.offset} holds the wrong value"
             count = log.end_offset

@@ -7,7 +7,6 @@ import os
 import random
 
 import pytest
-
 from conftest import kafka_python_records
 from kafkalite import CorruptRecordError, Log, RecoveryWarning
 
@@ -40,7 +39,9 @@ def flip(part_dir, pos, mask):
 
 
 def reopen_expecting_truncation(part_dir, valid_batches, sizes, dropped):
-    with pytest.warns(RecoveryWarning, match=f"truncated to {sum(sizes[:valid_batches])} bytes; {dropped} bytes"):
+    with pytest.warns(
+        RecoveryWarning, match=f"truncated to {sum(sizes[:valid_batches])} bytes; {dropped} bytes"
+    ):
         log = Log(part_dir)
     assert log.end_offset == valid_batches * 10
     assert len(list(log.records())) == valid_batches * 10

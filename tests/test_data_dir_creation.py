@@ -13,9 +13,8 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 import kafkalite
+import pytest
 from kafkalite import Admin, Consumer, Log, Producer
 from kafkalite.errors import BrokerAddressError, NotADataDirError, ReadOnlyDataDirError
 
@@ -25,7 +24,9 @@ CLI = [sys.executable, "-m", "kafkalite"]
 def _cli(*args, cwd, stdin=None, env=None):
     environment = {k: v for k, v in os.environ.items() if k != "KAFKALITE_DATA_DIR"}
     environment.update(env or {})
-    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, cwd=cwd, env=environment, timeout=60, check=False)
+    return subprocess.run(
+        [*CLI, *args], input=stdin, capture_output=True, cwd=cwd, env=environment, timeout=60, check=False
+    )
 
 
 @pytest.mark.parametrize(
@@ -66,7 +67,17 @@ def test_a_typo_in_the_data_dir_creates_nothing_and_says_so(tmp_path, args):
         lambda p: Consumer(p, "t", group_id="g"),
         lambda p: Consumer(p, "t"),
     ],
-    ids=["list_topics", "describe_topic", "enforce_retention", "list_groups", "describe_config", "alter_config", "consumer", "group-consumer", "consumer-topic"],
+    ids=[
+        "list_topics",
+        "describe_topic",
+        "enforce_retention",
+        "list_groups",
+        "describe_config",
+        "alter_config",
+        "consumer",
+        "group-consumer",
+        "consumer-topic",
+    ],
 )
 def test_the_api_reports_a_missing_data_directory_typed(tmp_path, make):
     missing = str(tmp_path / "nope")
@@ -88,11 +99,17 @@ def test_a_file_is_not_a_data_directory(tmp_path):
     assert decoy.read_bytes() == b"not a directory"
 
 
-@pytest.mark.parametrize("address", ["localhost:9092", "127.0.0.1:9092", "PLAINTEXT://broker:9092", "b1:9092,b2:9093", "[::1]:9092"])
+@pytest.mark.parametrize(
+    "address",
+    ["localhost:9092", "127.0.0.1:9092", "PLAINTEXT://broker:9092", "b1:9092,b2:9093", "[::1]:9092"],
+)
 def test_a_broker_address_gets_an_error_that_says_what_to_use(tmp_path, address, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for make in (Producer, Consumer, lambda a: Admin(a).create_topic("t"), Admin):
-        with pytest.raises(BrokerAddressError, match="broker address.*kafkalite takes the path of a data directory.*kafka-python") as info:
+        with pytest.raises(
+            BrokerAddressError,
+            match="broker address.*kafkalite takes the path of a data directory.*kafka-python",
+        ) as info:
             make(address)
         assert isinstance(info.value, FileNotFoundError) and isinstance(info.value, ValueError)
     out = _cli("--data-dir", address, "produce", "t", cwd=tmp_path, stdin=b"x\n")
@@ -137,11 +154,16 @@ def _listing(path: str) -> dict[str, list[str]]:
 def test_a_producer_on_a_brokers_directory_is_refused_at_construction(tmp_path):
     path, _ = _broker_dir(tmp_path)
     before = _listing(path)
-    with pytest.raises(ReadOnlyDataDirError, match="Kafka broker's log directory.*metadata log owns its topics.*kafkalite init --adopt") as info:
+    with pytest.raises(
+        ReadOnlyDataDirError,
+        match="Kafka broker's log directory.*metadata log owns its topics.*kafkalite init --adopt",
+    ) as info:
         Producer(path)
     assert isinstance(info.value, PermissionError)
     out = _cli("--data-dir", path, "produce", "orders", cwd=tmp_path, stdin=b"x\n")
-    assert out.returncode == 1 and b"kafkalite init --adopt" in out.stderr and b"Traceback" not in out.stderr, out.stderr
+    assert (
+        out.returncode == 1 and b"kafkalite init --adopt" in out.stderr and b"Traceback" not in out.stderr
+    ), out.stderr
     assert _listing(path) == before  # nothing created, changed or locked
 
 

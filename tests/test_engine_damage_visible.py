@@ -11,7 +11,6 @@ import os
 import struct
 
 import pytest
-
 from kafkalite import Admin, Consumer, Log, Producer, TopicPartition
 from kafkalite.errors import CorruptRecordError, KafkaliteError
 
@@ -70,7 +69,9 @@ def test_a_damaged_commit_is_an_error_not_a_forgotten_offset(tmp_path):
     with Consumer(data, group_id="g", enable_auto_commit=False) as consumer:
         consumer.assign([tp])
         consumer.commit({tp: __import__("kafkalite").OffsetAndMetadata(10, "")})
-    offsets_logs = [p for p in glob.glob(os.path.join(data, "__consumer_offsets-*", "*.log")) if os.path.getsize(p)]
+    offsets_logs = [
+        p for p in glob.glob(os.path.join(data, "__consumer_offsets-*", "*.log")) if os.path.getsize(p)
+    ]
     (log_file,) = offsets_logs
     pos, size = _batches(log_file)[-1]
     _flip(log_file, pos + size - 5)

@@ -11,7 +11,6 @@ import sys
 import textwrap
 
 import pytest
-
 from kafkalite import Log
 
 WRITER = textwrap.dedent(
@@ -37,7 +36,9 @@ WRITER = textwrap.dedent(
 def test_a_failed_index_write_never_repeats_offsets(tmp_path, nth):
     part = str(tmp_path / "t-0")
     env = {**os.environ, "KAFKALITE_FAILPOINTS": f"index.append=enospc@{nth}"}
-    done = subprocess.run([sys.executable, "-c", WRITER, part], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", WRITER, part], env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     import json
 
@@ -49,7 +50,9 @@ def test_a_failed_index_write_never_repeats_offsets(tmp_path, nth):
     assert offsets == list(range(len(records))), "offsets must stay dense and unique"
     by_offset = {r.offset: r.value for r in records}
     for first, i in result["acked"]:
-        assert by_offset.get(first) == b"v%d" % i, f"acknowledged v{i} at {first} holds {by_offset.get(first)!r}"
+        assert by_offset.get(first) == b"v%d" % i, (
+            f"acknowledged v{i} at {first} holds {by_offset.get(first)!r}"
+        )
 
 
 def test_a_second_writer_never_writes_over_a_published_batch(tmp_path):
@@ -57,7 +60,10 @@ def test_a_second_writer_never_writes_over_a_published_batch(tmp_path):
     record stays at its offset (the follower must never clear published bytes)."""
     part = str(tmp_path / "t-0")
     env = {**os.environ, "KAFKALITE_FAILPOINTS": "index.append=enospc@7"}
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, part], env=env, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, part], env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     import json
 
     results = []

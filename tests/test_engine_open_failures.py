@@ -24,9 +24,7 @@ def crashed_log(part_dir: str) -> None:
 
 @pytest.mark.parametrize("shared", [False, True])
 @pytest.mark.parametrize("existing", [False, True])
-def test_a_failed_open_raises_a_typed_error_and_leaves_no_marker(
-    part_dir, shared, existing
-):
+def test_a_failed_open_raises_a_typed_error_and_leaves_no_marker(part_dir, shared, existing):
     if existing:
         crashed_log(part_dir)
     else:
@@ -52,9 +50,7 @@ def test_a_failed_open_raises_a_typed_error_and_leaves_no_marker(
         timeout=60,
     )
     assert proc.returncode == 0 and "typed" in proc.stdout, proc.stdout + proc.stderr
-    assert "PanicException" not in proc.stderr and "panicked" not in proc.stderr, (
-        proc.stderr
-    )
+    assert "PanicException" not in proc.stderr and "panicked" not in proc.stderr, proc.stderr
     assert not os.path.exists(os.path.join(part_dir, MARKER))
     os.rmdir(os.path.join(part_dir, "00000000000000099999.log"))
     if existing:

@@ -36,9 +36,7 @@ def damaged_offsets(log: Log) -> tuple[int, int]:
 
 @pytest.mark.parametrize("where", ["body", "length"])
 @pytest.mark.parametrize("crashed", [False, True])
-def test_one_damaged_byte_in_the_oldest_sealed_segment_deletes_nothing(
-    part_dir, where, crashed
-):
+def test_one_damaged_byte_in_the_oldest_sealed_segment_deletes_nothing(part_dir, where, crashed):
     files = build(part_dir)
     sizes_before = {f: os.path.getsize(f) for f in files}
     # The second batch: a byte of its body (the CRC fails) or of its length field (the batch
@@ -57,9 +55,7 @@ def test_one_damaged_byte_in_the_oldest_sealed_segment_deletes_nothing(
         bad_from, bad_to = damaged_offsets(log)
         assert bad_from == 0
         # Every intact segment is still there and reads.
-        assert [r.value[:10] for r in log.records(bad_to)] == [
-            b"value-%03d-" % i for i in range(bad_to, 300)
-        ]
+        assert [r.value[:10] for r in log.records(bad_to)] == [b"value-%03d-" % i for i in range(bad_to, 300)]
         # Reading into the damaged range raises, and never skips to the next segment.
         with pytest.raises(CorruptRecordError):
             list(log.records(0))
@@ -82,9 +78,7 @@ def test_a_sealed_segment_left_untrimmed_by_a_dead_roll_is_trimmed_not_reported(
 ):
     files = build(part_dir)
     with open(files[3], "ab") as f:
-        f.write(
-            b"\0" * 65536
-        )  # the preallocated tail a roll killed before its trim leaves
+        f.write(b"\0" * 65536)  # the preallocated tail a roll killed before its trim leaves
     os.remove(os.path.join(part_dir, ".kafkalite-clean-shutdown"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")

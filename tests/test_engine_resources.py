@@ -35,7 +35,9 @@ def report(**kw):
     print("RESULT " + json.dumps(kw), flush=True)
 """
 
-MANY_PARTITIONS = LIMIT_AND_MEASURE + r"""
+MANY_PARTITIONS = (
+    LIMIT_AND_MEASURE
+    + r"""
 from kafkalite import Log
 root, count, limit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 limit_descriptors(limit)
@@ -56,11 +58,16 @@ for log in reopened:
     log.close()
 report(held=held, peak_rss=peak_rss_bytes(), values=len(values))
 """
+)
 
 
 def run(code: str, *args: object, timeout: float = 240) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=timeout, check=False
+        [sys.executable, "-c", code, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1]
@@ -105,7 +112,9 @@ assert len(log.segments) == count
 log.close()
 """
 
-READ_SEGMENTS = LIMIT_AND_MEASURE + r"""
+READ_SEGMENTS = (
+    LIMIT_AND_MEASURE
+    + r"""
 from kafkalite import Log
 path, count = sys.argv[1], int(sys.argv[2])
 limit_descriptors(1024)
@@ -120,6 +129,7 @@ held_after_reading = descriptors() - before
 log.close()
 report(held=held, held_after_reading=held_after_reading, peak_rss=peak_rss_bytes())
 """
+)
 
 
 def test_10000_segments_readable_with_1024_descriptors_allowed(fast_dir):
@@ -131,7 +141,9 @@ def test_10000_segments_readable_with_1024_descriptors_allowed(fast_dir):
     assert result["held"] <= 4 and result["held_after_reading"] <= 4, result
 
 
-WRITE_SEGMENTS = LIMIT_AND_MEASURE + r"""
+WRITE_SEGMENTS = (
+    LIMIT_AND_MEASURE
+    + r"""
 from kafkalite import Log
 path, count, shared = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "shared"
 limit_descriptors(1024)
@@ -149,6 +161,7 @@ assert [r.value for r in log.records()] == [b"value %d" % i for i in range(count
 log.close()
 report(held=held, held_after_rolls=held_after_rolls)
 """
+)
 
 
 @pytest.mark.parametrize("mode", ["exclusive", "shared"])

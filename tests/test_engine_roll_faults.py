@@ -38,9 +38,7 @@ while True:
 """.replace("SEGMENT_BYTES", str(SEGMENT))
 
 
-def run_py(
-    code: str, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess:
+def run_py(code: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", code, *args],
         check=False,
@@ -51,9 +49,7 @@ def run_py(
     )
 
 
-def spawn(
-    path: str, wid: int, gen: int, failpoints: str | None = None
-) -> subprocess.Popen:
+def spawn(path: str, wid: int, gen: int, failpoints: str | None = None) -> subprocess.Popen:
     env = dict(os.environ)
     env.pop("KAFKALITE_FAILPOINTS", None)
     if failpoints:
@@ -67,9 +63,7 @@ def spawn(
     )
 
 
-def collect(
-    proc: subprocess.Popen, wid: int, gen: int, acks: dict[int, bytes], sent_kill: bool
-) -> None:
+def collect(proc: subprocess.Popen, wid: int, gen: int, acks: dict[int, bytes], sent_kill: bool) -> None:
     out, err = proc.communicate(timeout=60)
     rc = proc.returncode
     # Killed by us or by its own `kill` fail point; any other signal (SIGBUS!) is a failure.
@@ -83,9 +77,7 @@ def collect(
         first, last, seq0 = map(int, parts)
         for i, offset in enumerate(range(first, last + 1)):
             prefix = b"%d:%d:%d:" % (wid, gen, seq0 + i)
-            assert offset not in acks, (
-                f"offset {offset} acknowledged twice ({acks[offset]!r} and {prefix!r})"
-            )
+            assert offset not in acks, f"offset {offset} acknowledged twice ({acks[offset]!r} and {prefix!r})"
             acks[offset] = prefix
 
 
@@ -102,9 +94,7 @@ def check(path: str, acks: dict[int, bytes]) -> None:
     assert len(acks) > 100
 
 
-def run_chaos(
-    path: str, seed: int, seconds: float, failpoint_choices: list[str]
-) -> dict[int, bytes]:
+def run_chaos(path: str, seed: int, seconds: float, failpoint_choices: list[str]) -> dict[int, bytes]:
     rng = random.Random(seed)
     print(f"seed {seed}")
     acks: dict[int, bytes] = {}
@@ -190,9 +180,7 @@ print("lost", len(lost))
 sys.exit(1 if lost else 0)
 """
     proc = run_py(code, str(tmp_path / "t-0"))
-    assert proc.returncode == 0, (
-        f"rc {proc.returncode}: {proc.stdout} {proc.stderr[-2000:]}"
-    )
+    assert proc.returncode == 0, f"rc {proc.returncode}: {proc.stdout} {proc.stderr[-2000:]}"
 
 
 ONE_PROCESS = r"""
@@ -232,9 +220,7 @@ assert failures > 0, "the fault never fired"
     "point",
     ["roll.after_seal", "segment.create.index", "segment.reserve", "segment.seal.trim"],
 )
-def test_a_failed_roll_loses_nothing_and_later_appends_work(
-    tmp_path, point, fault, mode
-):
+def test_a_failed_roll_loses_nothing_and_later_appends_work(tmp_path, point, fault, mode):
     # Every third hit fails: rolls fail, and the appends after them still work.
     env = dict(
         os.environ,

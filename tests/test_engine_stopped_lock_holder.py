@@ -26,9 +26,7 @@ time.sleep(600)
 
 
 def stop_a_lock_holder(part_dir: str) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, part_dir], stdout=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, part_dir], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "holding"
     proc.send_signal(signal.SIGSTOP)
     return proc
@@ -56,9 +54,7 @@ def test_log_close_with_timeout_returns_while_an_append_waits_for_a_stopped_hold
 
         blocked = threading.Thread(target=append_and_wait, daemon=True)
         blocked.start()
-        time.sleep(
-            0.3
-        )  # the append now waits for the stopped holder, holding the log's mutex
+        time.sleep(0.3)  # the append now waits for the stopped holder, holding the log's mutex
         started = time.monotonic()
         with pytest.raises(LogLockedError, match="gave up after"):
             log.close(timeout=1)

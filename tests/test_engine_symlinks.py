@@ -48,17 +48,11 @@ def test_a_linked_file_is_refused_and_its_target_untouched(part_dir, decoy, name
             os.remove(os.path.join(part_dir, name))
     os.symlink(decoy, os.path.join(part_dir, name))
     kwargs = (
-        {"readonly": True}
-        if mode == "readonly"
-        else {"shared_writers": True}
-        if mode == "shared"
-        else {}
+        {"readonly": True} if mode == "readonly" else {"shared_writers": True} if mode == "shared" else {}
     )
     try:
         with Log(part_dir, **kwargs) as log:
-            log.append_values(
-                [b"must not land in the decoy"]
-            ) if mode != "readonly" else list(log.records())
+            log.append_values([b"must not land in the decoy"]) if mode != "readonly" else list(log.records())
             log.roll() if mode != "readonly" else None
     except KafkaliteError as e:
         assert isinstance(e, OSError)
@@ -70,9 +64,7 @@ def test_a_linked_file_is_refused_and_its_target_untouched(part_dir, decoy, name
         segment_file = name.endswith((".log", ".index", ".timeindex"))
         orphan_index = mode == "fresh" and name.endswith("index")
         assert (
-            (mode == "readonly" and not segment_file)
-            or name.startswith(".kafkalite-log")
-            or orphan_index
+            (mode == "readonly" and not segment_file) or name.startswith(".kafkalite-log") or orphan_index
         ), mode
     assert decoy.read_bytes() == DECOY_BYTES
 

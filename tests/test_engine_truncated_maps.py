@@ -83,9 +83,7 @@ def test_truncating_a_mapped_file_does_not_kill_the_process(tmp_path, case):
         text=True,
         timeout=60,
     )
-    assert proc.returncode == 0, (
-        f"{case}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-2000:]}"
-    )
+    assert proc.returncode == 0, f"{case}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-2000:]}"
     assert "typed" in proc.stdout, proc.stdout + proc.stderr[-2000:]
     if case == "active segment being written":
         assert "stays poisoned" in proc.stdout

@@ -127,7 +127,18 @@ def test_a_member_evicted_after_a_stall_stops_reading_its_old_partitions(tmp_pat
     try:
         for name, log_file in logs.items():
             max_poll = "1000" if name == "stalling" else "60000"
-            procs[name] = subprocess.Popen([sys.executable, "-c", MEMBER, data, log_file, str(tmp_path / f"{name}.stall"), stop, max_poll])
+            procs[name] = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    MEMBER,
+                    data,
+                    log_file,
+                    str(tmp_path / f"{name}.stall"),
+                    stop,
+                    max_poll,
+                ]
+            )
             _wait_for(log_file, "ASSIGN")
         time.sleep(0.5)  # both members own a partition and read it
         open(str(tmp_path / "stalling.stall"), "w").close()
@@ -147,18 +158,28 @@ def test_a_member_evicted_after_a_stall_stops_reading_its_old_partitions(tmp_pat
     stalled_spans, stalled_reads = ownership(logs["stalling"])
     other_spans, other_reads = ownership(logs["other"])
     stall_at = next(int(e[1]) for e in _events(logs["stalling"]) if e[0] == "STALL")
-    rejoined_at = next(int(e[1]) for e in _events(logs["stalling"]) if e[0] == "ASSIGN" and int(e[1]) > stall_at)
+    rejoined_at = next(
+        int(e[1]) for e in _events(logs["stalling"]) if e[0] == "ASSIGN" and int(e[1]) > stall_at
+    )
     # The loss after the stall reaches the caller once; then the member rejoins.
-    assert sum(1 for e in _events(logs["stalling"]) if e[0] == "ERR" and stall_at < int(e[1]) < rejoined_at) == 1
+    assert (
+        sum(1 for e in _events(logs["stalling"]) if e[0] == "ERR" and stall_at < int(e[1]) < rejoined_at) == 1
+    )
     assert any(t > stall_at for t, _ in stalled_reads), "the evicted member read nothing after rejoining"
-    assert {tp for t, tp in other_reads if t > stall_at} == {"t:0", "t:1"}, "the other member did not take over"
+    assert {tp for t, tp in other_reads if t > stall_at} == {"t:0", "t:1"}, (
+        "the other member did not take over"
+    )
     for tp in ("t:0", "t:1"):
-        spans = sorted([(s, e, "stalling") for s, e in stalled_spans[tp]] + [(s, e, "other") for s, e in other_spans[tp]])
+        spans = sorted(
+            [(s, e, "stalling") for s, e in stalled_spans[tp]] + [(s, e, "other") for s, e in other_spans[tp]]
+        )
         for (s1, e1, m1), (s2, e2, m2) in itertools.pairwise(spans):
             assert e1 <= s2, f"{tp}: {m1} and {m2} owned it at once"
         for t, read_tp in stalled_reads:
             if read_tp == tp:
-                assert not any(s <= t < e for s, e in other_spans[tp]), f"the evicted member read {tp} while the other owned it"
+                assert not any(s <= t < e for s, e in other_spans[tp]), (
+                    f"the evicted member read {tp} while the other owned it"
+                )
     assert codes == {"stalling": 0, "other": 0}
 
 
@@ -239,7 +260,15 @@ def test_a_member_that_left_for_max_poll_interval_fetches_nothing(tmp_path):
     Admin(data).create_topic("t", 1)
     with Producer(data) as producer:
         producer.send("t", value=b"x")
-    a = Consumer(data, "t", group_id="g", auto_offset_reset="earliest", max_poll_interval_ms=300, heartbeat_interval_ms=100, session_timeout_ms=1000)
+    a = Consumer(
+        data,
+        "t",
+        group_id="g",
+        auto_offset_reset="earliest",
+        max_poll_interval_ms=300,
+        heartbeat_interval_ms=100,
+        session_timeout_ms=1000,
+    )
     a.poll(100)
     time.sleep(0.8)
     assert a._member is not None and a._member._left
@@ -255,7 +284,15 @@ def test_an_evicted_member_with_a_commit_listener_raises_once(tmp_path):
     with Producer(data) as producer:
         for i in range(5):
             producer.send("t", value=b"%d" % i)
-    stuck = Consumer(data, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False, max_poll_interval_ms=300, heartbeat_interval_ms=100, session_timeout_ms=1000)
+    stuck = Consumer(
+        data,
+        group_id="g",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        max_poll_interval_ms=300,
+        heartbeat_interval_ms=100,
+        session_timeout_ms=1000,
+    )
 
     class CommitOnRevoke:
         def on_partitions_revoked(self, revoked):

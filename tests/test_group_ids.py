@@ -41,7 +41,10 @@ def tree(root: str) -> dict[str, tuple[int, bytes]]:
         dirnames[:] = [d for d in dirnames if os.path.join(dirpath, d) != os.path.join(root, "data")]
         for name in dirnames + filenames:
             path = os.path.join(dirpath, name)
-            out[os.path.relpath(path, root)] = (os.lstat(path).st_mode, b"" if os.path.isdir(path) else open(path, "rb").read())  # noqa: SIM115
+            out[os.path.relpath(path, root)] = (
+                os.lstat(path).st_mode,
+                b"" if os.path.isdir(path) else open(path, "rb").read(),
+            )
     return out
 
 
@@ -64,7 +67,14 @@ def setup(tmp_path):
 
 
 def use_group(data: str, group_id: str, client_id: str | None = None) -> None:
-    consumer = Consumer(data, "t", group_id=group_id, client_id=client_id, auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer = Consumer(
+        data,
+        "t",
+        group_id=group_id,
+        client_id=client_id,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
     assert sum(len(v) for v in consumer.poll(200).values()) == 5
     consumer.commit()
     consumer.close()
@@ -79,13 +89,17 @@ def test_any_group_id_round_trips_and_deletes_only_itself(setup, group_id):
     assert group_id in admin.list_groups()
     assert "state.json" not in admin.list_groups() or group_id == "state.json"
     d = admin.describe_group(group_id)
-    assert d.group_id == group_id and [(p.topic, p.partition, p.committed) for p in d.partitions] == [("t", 0, 5)]
+    assert d.group_id == group_id and [(p.topic, p.partition, p.committed) for p in d.partitions] == [
+        ("t", 0, 5)
+    ]
     assert admin.delete_group(group_id) == 1
     assert admin.list_groups() == ["keeper"]
     assert admin.describe_group("keeper").partitions[0].committed == 2
     assert admin.describe_topic("t").partitions[0].end_offset == 5
     assert tree(root) == outside
-    assert sorted(os.listdir(os.path.join(data, GROUPS_DIR))) == ["keeper"]  # the lock of its assign-mode commit
+    assert sorted(os.listdir(os.path.join(data, GROUPS_DIR))) == [
+        "keeper"
+    ]  # the lock of its assign-mode commit
 
 
 @pytest.mark.parametrize("group_id", ["..", ".", "../x", "/abs", "a/b", "x2e2e"])
@@ -126,7 +140,9 @@ def test_a_client_id_cannot_place_a_member_file_outside(setup):
 def test_the_encoding_is_one_path_component_and_reversible():
     for value in HOSTILE_IDS + ["g", "a.b", "A-Z_0.9", "%", "%%", "x", "\n", "\udcff"[:0] + "z"]:
         name = encode_name(value)
-        assert "/" not in name and "\x00" not in name and name not in (".", "..") and 0 < len(name) <= MAX_NAME
+        assert (
+            "/" not in name and "\x00" not in name and name not in (".", "..") and 0 < len(name) <= MAX_NAME
+        )
         assert decode_name(name) == value or name.startswith("=")
     names = [encode_name(v) for v in HOSTILE_IDS]
     assert len(set(names)) == len(names)
@@ -160,7 +176,15 @@ def test_a_hostile_state_file_names_no_file(setup, caplog):
     folder = os.path.join(data, GROUPS_DIR, "g")
     os.makedirs(folder)
     member = {"client_id": "c", "topics": ["t"], "strategies": ["range"], "pid": 1, "joined": 0.0}
-    state = {"generation": 3, "protocol": "range", "members": {"../../../decoy": member}, "assignment": {"../../../decoy": ["t:0"]}, "owners": {}, "partitions": {"t": 1}, "group_id": "g"}
+    state = {
+        "generation": 3,
+        "protocol": "range",
+        "members": {"../../../decoy": member},
+        "assignment": {"../../../decoy": ["t:0"]},
+        "owners": {},
+        "partitions": {"t": 1},
+        "group_id": "g",
+    }
     with open(os.path.join(folder, "state.json"), "w") as f:
         json.dump(state, f)
     use_group(data, "g")  # evicts the dead member and removes its (encoded) file
@@ -181,7 +205,18 @@ def test_a_group_folder_in_the_old_encoding_is_still_read(setup):
     old = os.path.join(data, GROUPS_DIR, "x" + b"a b".hex())
     os.makedirs(old)
     with open(os.path.join(old, "state.json"), "w") as f:
-        json.dump({"generation": 1, "protocol": None, "members": {}, "assignment": {}, "owners": {}, "partitions": {}, "group_id": "a b"}, f)
+        json.dump(
+            {
+                "generation": 1,
+                "protocol": None,
+                "members": {},
+                "assignment": {},
+                "owners": {},
+                "partitions": {},
+                "group_id": "a b",
+            },
+            f,
+        )
     admin = Admin(data)
     assert admin.list_groups() == ["a b", "keeper"]
     assert admin.describe_group("a b").generation == 1

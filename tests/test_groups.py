@@ -12,10 +12,16 @@ from collections import defaultdict
 from datetime import datetime
 
 import pytest
-
 from kafkalite import Admin, Consumer, Producer, TopicPartition
 from kafkalite.errors import CommitFailedError, InvalidConfigError
-from kafkalite.offsets import OFFSETS_TOPIC, OffsetStore, decode_key, decode_value, java_string_hash, offsets_partition
+from kafkalite.offsets import (
+    OFFSETS_TOPIC,
+    OffsetStore,
+    decode_key,
+    decode_value,
+    java_string_hash,
+    offsets_partition,
+)
 
 HERE = os.path.dirname(__file__)
 
@@ -140,7 +146,14 @@ def test_a_late_commit_from_an_evicted_member_is_rejected(tmp_path):
     with Producer(data) as producer:
         for i in range(10):
             producer.send("t", value=b"%d" % i, partition=i % 2)
-    stuck = Consumer(data, group_id="g", auto_offset_reset="earliest", max_poll_interval_ms=300, heartbeat_interval_ms=100, session_timeout_ms=1000)
+    stuck = Consumer(
+        data,
+        group_id="g",
+        auto_offset_reset="earliest",
+        max_poll_interval_ms=300,
+        heartbeat_interval_ms=100,
+        session_timeout_ms=1000,
+    )
     stuck.subscribe(["t"])
     assert sum(len(v) for v in stuck.poll(200).values()) == 10
     other = Consumer(data, group_id="g", auto_offset_reset="earliest")

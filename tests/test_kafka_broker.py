@@ -10,7 +10,6 @@ import shutil
 import time
 
 import pytest
-
 from kafka_broker import KafkaBroker, dump_log_segments, require_jars
 from kafkalite import Admin, Consumer, Log, Record
 
@@ -28,9 +27,13 @@ def _kafka_python_produce(bootstrap: str, topic: str, codec: str, n: int) -> lis
     pending = []
     for i in range(n):
         key = None if i % 7 == 0 else b"key-%d" % (i % 13)
-        value = None if key is not None and i % 11 == 5 else b"value-%d-" % i + b"x" * (i % 50)  # tombstones need keys
+        value = (
+            None if key is not None and i % 11 == 5 else b"value-%d-" % i + b"x" * (i % 50)
+        )  # tombstones need keys
         headers = [("h", b"%d" % i)] if i % 3 == 0 else []
-        future = producer.send(topic, value=value, key=key, headers=headers, timestamp_ms=1_700_000_000_000 + i)
+        future = producer.send(
+            topic, value=value, key=key, headers=headers, timestamp_ms=1_700_000_000_000 + i
+        )
         pending.append((future, 1_700_000_000_000 + i, key, value, headers))
     producer.flush()
     sent = [(future.get(30).offset, *rest) for future, *rest in pending]
@@ -41,7 +44,9 @@ def _kafka_python_produce(bootstrap: str, topic: str, codec: str, n: int) -> lis
 def _kafka_python_consume(bootstrap: str, topic: str, expected: int) -> list[tuple]:
     from kafka import KafkaConsumer
 
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=10_000)
+    consumer = KafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=10_000
+    )
     got = []
     for m in consumer:
         got.append((m.offset, m.timestamp, m.key, m.value, list(m.headers)))
@@ -64,7 +69,11 @@ def test_kafkalite_reads_what_a_broker_wrote(tmp_path):
                 batch = consumer.poll(timeout_ms=0)
                 if not batch:
                     break
-                got += [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for rs in batch.values() for r in rs]
+                got += [
+                    (r.offset, r.timestamp, r.key, r.value, list(r.headers))
+                    for rs in batch.values()
+                    for r in rs
+                ]
         assert sorted(got) == sorted(sent[codec]), codec
 
 
@@ -89,7 +98,11 @@ def test_dump_log_segments_accepts_kafkalite_segments(tmp_path):
     _write_kafkalite_partition(part, 2_000)
     logs = sorted(glob.glob(os.path.join(part, "*.log")))
     assert len(logs) > 3, "the test wants several segments"
-    files = logs + sorted(glob.glob(os.path.join(part, "*.index"))) + sorted(glob.glob(os.path.join(part, "*.timeindex")))
+    files = (
+        logs
+        + sorted(glob.glob(os.path.join(part, "*.index")))
+        + sorted(glob.glob(os.path.join(part, "*.timeindex")))
+    )
     out = dump_log_segments(*files)
     for bad in ("Corrupt", "corrupt", "mismatch", "Exception", "failed", "isvalid: false"):
         assert bad not in out, out[-3000:]
@@ -147,8 +160,12 @@ def test_committed_offsets_of_a_kafka_4_broker(tmp_path):
     with broker:
         _kafka_python_produce(broker.bootstrap_servers, "orders", "none", 50)
         consumer = KafkaConsumer(
-            "orders", bootstrap_servers=broker.bootstrap_servers, group_id="billing",
-            auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=10_000,
+            "orders",
+            bootstrap_servers=broker.bootstrap_servers,
+            group_id="billing",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            consumer_timeout_ms=10_000,
         )
         for n, _ in enumerate(consumer, 1):
             if n == 30:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 import time
 
+import kafkalite
 import pyarrow as pa
 import pytest
-
-import kafkalite
 from kafkalite import Log, Record
 
 
@@ -23,7 +22,9 @@ def test_round_trip_keys_headers_timestamps(part_dir):
         assert log.append(records) == (0, 3)
         got = list(log.records())
     assert [r.offset for r in got] == [0, 1, 2, 3]
-    assert got[0] == Record(b"v1", key=b"k1", headers=[("h", b"x"), ("empty", None)], timestamp=1_600_000_000_000, offset=0)
+    assert got[0] == Record(
+        b"v1", key=b"k1", headers=[("h", b"x"), ("empty", None)], timestamp=1_600_000_000_000, offset=0
+    )
     assert (got[1].key, got[1].value, got[1].timestamp) == (None, None, 5)
     assert (got[2].key, got[2].value, got[2].headers) == (b"", b"", [("ünïcode", b"")])
     assert (got[3].key, got[3].value) == (b"mv", b"ba")
@@ -62,7 +63,11 @@ def test_read_returns_whole_batches_as_zero_copy_view(part_dir):
         batch = batches.next_batch()
         assert batch.base_offset == 20 and batch.last_offset == 29
         assert not batches.has_next()  # max_bytes=1 still returns one whole batch
-        assert len(log.read(0, max_bytes=1 << 20)) == os.path.getsize(os.path.join(part_dir, "00000000000000000000.log")) or True
+        assert (
+            len(log.read(0, max_bytes=1 << 20))
+            == os.path.getsize(os.path.join(part_dir, "00000000000000000000.log"))
+            or True
+        )
         assert len(log.read(log.end_offset)) == 0
         with pytest.raises(TypeError):
             view[0] = 1  # read-only
@@ -202,8 +207,13 @@ def test_kafka_python_zstd_files(part_dir):
 def test_we_decode_kafka_python_built_batches(part_dir, codec):
     from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-    codec_id = {"none": 0, "gzip": DefaultRecordBatch.CODEC_GZIP, "snappy": DefaultRecordBatch.CODEC_SNAPPY,
-                "lz4": DefaultRecordBatch.CODEC_LZ4, "zstd": DefaultRecordBatch.CODEC_ZSTD}[codec]
+    codec_id = {
+        "none": 0,
+        "gzip": DefaultRecordBatch.CODEC_GZIP,
+        "snappy": DefaultRecordBatch.CODEC_SNAPPY,
+        "lz4": DefaultRecordBatch.CODEC_LZ4,
+        "zstd": DefaultRecordBatch.CODEC_ZSTD,
+    }[codec]
     data = b""
     expected = []
     for b in range(3):
@@ -243,7 +253,12 @@ def test_full_disk_is_an_error_never_a_crash(tmp_path):
 
     mount = tmp_path / "tiny"
     mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True).returncode != 0:
+    if (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("cannot mount a small tmpfs here")
     try:
         log = Log(str(mount / "t-0"), segment_bytes=1 << 20)

@@ -16,7 +16,12 @@ HERE = os.path.dirname(__file__)
 
 
 def child(script: str, *args: object) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, os.path.join(HERE, script), *map(str, args)], cwd=HERE, stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, os.path.join(HERE, script), *map(str, args)],
+        cwd=HERE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_four_producer_processes_two_consumer_processes(tmp_path):
@@ -28,7 +33,9 @@ def test_four_producer_processes_two_consumer_processes(tmp_path):
     consumers = [child("consumer_proc.py", data_dir, "events", total, out) for out in outs]
     for c in consumers:
         assert c.stdout.readline().strip() == "ready"
-    producers = [child("producer_proc.py", data_dir, "events", pid, per_producer) for pid in range(producers_n)]
+    producers = [
+        child("producer_proc.py", data_dir, "events", pid, per_producer) for pid in range(producers_n)
+    ]
     for p in producers:
         p.wait(timeout=300)
         assert p.returncode == 0
@@ -63,12 +70,16 @@ def test_a_waiting_consumer_wakes_for_a_new_record(tmp_path):
         p.send("t", b"wake up").get(5)
     consumer.wait(timeout=30)
     line = open(out).read().split()
-    assert line[2] == "wake" and float(line[-1]) - sent < 0.5, f"woke {float(line[-1]) - sent:.3f} s after the send"
+    assert line[2] == "wake" and float(line[-1]) - sent < 0.5, (
+        f"woke {float(line[-1]) - sent:.3f} s after the send"
+    )
 
 
 def test_cli_produce_pipes_into_consume(tmp_path):
     env = {**os.environ, "KAFKALITE_DATA_DIR": str(tmp_path / "data")}
-    run = lambda *args, **kw: subprocess.run([sys.executable, "-m", "kafkalite", *args], env=env, capture_output=True, **kw)  # noqa: E731
+    run = lambda *args, **kw: subprocess.run(
+        [sys.executable, "-m", "kafkalite", *args], env=env, capture_output=True, **kw
+    )
     assert run("topics", "create", "lines", "--partitions", "1").returncode == 0
     text = "".join(f"key{i}\tline {i}\n" for i in range(1000)).encode()
     produced = run("produce", "lines", "--key-separator", "\t", input=text)
@@ -82,7 +93,14 @@ def test_cli_produce_pipes_into_consume(tmp_path):
     bad = run("topics", "create", "../escape")
     assert bad.returncode == 1 and b"invalid" in bad.stderr
     assert not os.path.exists(tmp_path / "escape-0")
-    for cmd in (["--help"], ["topics", "--help"], ["produce", "--help"], ["consume", "--help"], ["dump-log", "--help"], ["demo", "--help"]):
+    for cmd in (
+        ["--help"],
+        ["topics", "--help"],
+        ["produce", "--help"],
+        ["consume", "--help"],
+        ["dump-log", "--help"],
+        ["demo", "--help"],
+    ):
         assert run(*cmd).returncode == 0
     dump = run("dump-log", str(tmp_path / "data" / "lines-0"))
     assert dump.returncode == 0 and b"baseOffset: 0" in dump.stdout and b"isValid: true" in dump.stdout

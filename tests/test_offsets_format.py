@@ -7,7 +7,6 @@ from __future__ import annotations
 import struct
 
 import pytest
-
 from kafkalite.errors import CorruptRecordError, UnsupportedFormatError
 from kafkalite.offsets import decode_key, decode_value, encode_key, encode_value
 
@@ -35,7 +34,11 @@ def test_every_offset_commit_value_version(raw):
 def test_our_own_encoding_round_trips():
     assert decode_value(encode_value(7, "", 1)) == (7, "")
     assert decode_key(encode_key("g", "t", 3)) == ("g", "t", 3)
-    assert decode_key(struct.pack(">h", 0) + _string(b"g") + _string(b"t") + struct.pack(">i", 3)) == ("g", "t", 3)
+    assert decode_key(struct.pack(">h", 0) + _string(b"g") + _string(b"t") + struct.pack(">i", 3)) == (
+        "g",
+        "t",
+        3,
+    )
 
 
 @pytest.mark.parametrize("record_type", [2, 3, 4, 5, 6, 7, 8, 9, 10])
@@ -48,7 +51,14 @@ def test_a_future_version_names_itself():
         decode_value(struct.pack(">hqi", 5, 42, 5) + bytes([1]) + struct.pack(">q", 0) + b"\x00")
 
 
-@pytest.mark.parametrize("raw", [b"\x00\x03\x00", struct.pack(">hqi", 3, 1, -1) + struct.pack(">h", 100) + b"ab", struct.pack(">hqi", 4, 1, -1) + b"\xff\xff\xff\xff\xff\xff"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"\x00\x03\x00",
+        struct.pack(">hqi", 3, 1, -1) + struct.pack(">h", 100) + b"ab",
+        struct.pack(">hqi", 4, 1, -1) + b"\xff\xff\xff\xff\xff\xff",
+    ],
+)
 def test_damaged_values_are_corrupt_record_errors(raw):
     with pytest.raises(CorruptRecordError):
         decode_value(raw)

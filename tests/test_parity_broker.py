@@ -27,7 +27,9 @@ def _wait_for_dir(path, timeout=30):
 def _consume_all(bootstrap: str, topic: str) -> list[tuple]:
     from kafka import KafkaConsumer
 
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=8_000)
+    consumer = KafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=8_000
+    )
     got = [(m.offset, m.timestamp, m.key, m.value) for m in consumer]
     consumer.close()
     return got
@@ -47,7 +49,9 @@ def test_kafkalite_starts_at_a_brokers_deleterecords_offset(tmp_path):
         admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
         admin.delete_records({TopicPartition("deleted", 0): 300})
         admin.close()
-    assert len(glob.glob(str(tmp_path / "logs" / "deleted-0" / "*.log"))) == 1  # the segment still starts at 0
+    assert (
+        len(glob.glob(str(tmp_path / "logs" / "deleted-0" / "*.log"))) == 1
+    )  # the segment still starts at 0
     with Consumer(str(tmp_path / "logs"), "deleted", auto_offset_reset="earliest") as consumer:
         got = []
         while batch := consumer.poll(timeout_ms=0):
@@ -59,7 +63,9 @@ def test_kafkalite_starts_at_a_brokers_deleterecords_offset(tmp_path):
 def _compacted_kafkalite_dir(data: str, records: int, keys: int, segment_bytes: int) -> dict[int, tuple]:
     """A compacted topic after delete_records_before and compaction; returns what must survive
     (offset -> (timestamp, key, value))."""
-    Admin(data).create_topic("served", 1, config={"cleanup.policy": "compact", "segment.bytes": segment_bytes})
+    Admin(data).create_topic(
+        "served", 1, config={"cleanup.policy": "compact", "segment.bytes": segment_bytes}
+    )
     latest: dict[bytes, int] = {}
     written: dict[int, tuple] = {}
     with Producer(data, linger_ms=0) as producer:
@@ -104,7 +110,9 @@ def test_a_broker_serves_kafkalite_after_delete_records_and_compaction(tmp_path)
     # kafkalite's checkpoint lines go into the broker's files, as an operator moving them would.
     for name in ("log-start-offset-checkpoint", "cleaner-offset-checkpoint"):
         ours = Path(data, name).read_text().splitlines()[2:]
-        theirs = [line for line in (logs / name).read_text().splitlines()[2:] if not line.startswith("served ")]
+        theirs = [
+            line for line in (logs / name).read_text().splitlines()[2:] if not line.startswith("served ")
+        ]
         lines = theirs + ours
         (logs / name).write_text(f"0\n{len(lines)}\n" + "".join(line + "\n" for line in lines))
     with broker:
@@ -126,7 +134,11 @@ def test_dump_log_segments_accepts_a_compacted_topic_and_files_shrink(tmp_path):
     assert after < before / 2, (before, after)
     files = sorted(glob.glob(os.path.join(part, "0*")))
     out = dump_log_segments(*files)
-    bad = [line for line in out.splitlines() if re.search("Corrupt|corrupt|mismatch|Exception|failed|isvalid: false", line)]
+    bad = [
+        line
+        for line in out.splitlines()
+        if re.search("Corrupt|corrupt|mismatch|Exception|failed|isvalid: false", line)
+    ]
     assert not bad, bad[:20]
     for f in files:
         if not f.endswith(".log"):  # DumpLogSegments checks non-empty indexes only

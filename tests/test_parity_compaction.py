@@ -27,8 +27,10 @@ def _write(path: str, rounds: int = 8, keys: int = 300) -> dict[bytes, tuple[int
     with Log(path, segment_bytes=4096, compact=True, index_interval_bytes=256) as log:
         for r in range(rounds):
             for start in range(0, keys, 20):
-                records = [Record(b"r%d-%d" % (r, i), key=b"key-%d" % i, timestamp=1_700_000_000_000 + r * 1000 + i)
-                           for i in range(start, start + 20)]
+                records = [
+                    Record(b"r%d-%d" % (r, i), key=b"key-%d" % i, timestamp=1_700_000_000_000 + r * 1000 + i)
+                    for i in range(start, start + 20)
+                ]
                 first, _ = log.append(records)
                 for n, rec in enumerate(records):
                     latest[rec.key] = (first + n, rec.value)
@@ -134,7 +136,9 @@ def test_kill_at_each_step_of_a_group_swap(tmp_path, failpoint):
         "Log(sys.argv[1], segment_bytes=4096, compact=True, index_interval_bytes=256).clean(0, now_ms=10**13)\n"
     )
     env = {**os.environ, "KAFKALITE_FAILPOINTS": failpoint}
-    done = subprocess.run([sys.executable, "-c", code, path], env=env, timeout=60, capture_output=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code, path], env=env, timeout=60, capture_output=True, check=False
+    )
     assert done.returncode == -9, done.stderr.decode()[-2000:]
     with Log(path, segment_bytes=4096, compact=True, index_interval_bytes=256) as log:
         segs = log.segments
@@ -188,7 +192,9 @@ def test_a_shared_writer_finishes_the_swap_of_a_cleaner_that_died(tmp_path):
         ".clean(0, now_ms=10**13)\n"
     )
     env = {**os.environ, "KAFKALITE_FAILPOINTS": "cleaner.remove_swap=kill@2"}  # dies in the second group
-    done = subprocess.run([sys.executable, "-c", code, path], env=env, timeout=60, capture_output=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code, path], env=env, timeout=60, capture_output=True, check=False
+    )
     assert done.returncode == -9, done.stderr.decode()[-2000:]
     assert any(n.endswith(".swap") for n in os.listdir(path))
     for i in range(keys):

@@ -45,7 +45,9 @@ WRITER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "faults", "pow
 class Workload:
     """Not a dataclass: hypothesis pretty-prints dataclass fields (megabytes of snapshots)."""
 
-    def __init__(self, snapshots: list[dict[str, bytes]], acked_end: list[int], durable_names: list[set[str]] | None) -> None:
+    def __init__(
+        self, snapshots: list[dict[str, bytes]], acked_end: list[int], durable_names: list[set[str]] | None
+    ) -> None:
         self.snapshots = snapshots  # after ack k: file name -> content
         self.acked_end = acked_end  # end offset acknowledged at ack k
         self.durable_names = durable_names  # names whose directory entry was fsynced by ack k
@@ -109,9 +111,13 @@ def workload(tmp_path_factory) -> Workload:
     trace_file = str(root / "strace.txt")
     if strace:
         syscalls = "openat,fsync,fdatasync,close,rename,renameat,renameat2,sync,syncfs"
-        traced = subprocess.run([strace, "-f", "-qq", "-e", f"trace={syscalls}", "-o", trace_file, *cmd], check=False, timeout=120)
+        traced = subprocess.run(
+            [strace, "-f", "-qq", "-e", f"trace={syscalls}", "-o", trace_file, *cmd], check=False, timeout=120
+        )
         if traced.returncode != 0:  # e.g. ptrace not permitted in this container: run it plainly
-            warnings.warn(f"strace failed (status {traced.returncode}); running the workload without it", stacklevel=1)
+            warnings.warn(
+                f"strace failed (status {traced.returncode}); running the workload without it", stacklevel=1
+            )
             strace = None
             shutil.rmtree(part_dir, ignore_errors=True)
             shutil.rmtree(snapshots)
@@ -133,7 +139,9 @@ def workload(tmp_path_factory) -> Workload:
         with open(trace_file) as f:
             durable = durable_names_from_strace(f.read(), part_dir, markers, BATCHES)
     else:
-        warnings.warn("strace is not installed: the power-loss model keeps every directory entry", stacklevel=1)
+        warnings.warn(
+            "strace is not installed: the power-loss model keeps every directory entry", stacklevel=1
+        )
     return Workload(snaps, ends, durable)
 
 
@@ -152,7 +160,9 @@ def crash_image(w: Workload, k: int, m: int, data: st.DataObject) -> tuple[dict[
             continue
         old, new = before.get(name, b""), after[name]
         pages = [i for i in range(0, max(len(old), len(new)), PAGE) if old[i : i + PAGE] != new[i : i + PAGE]]
-        take = data.draw(st.lists(st.booleans(), min_size=len(pages), max_size=len(pages)), label=f"{name} new pages")
+        take = data.draw(
+            st.lists(st.booleans(), min_size=len(pages), max_size=len(pages)), label=f"{name} new pages"
+        )
         content = bytearray(max(len(old), len(new)))
         content[: len(old)] = old
         for i, t in zip(pages, take):
@@ -184,16 +194,22 @@ def test_power_loss_keeps_every_acknowledged_record(workload, data):
         for name, content in files.items():
             with open(os.path.join(path, name), "wb") as f:
                 f.write(content)
-        where = f"crash after ack {k} (end offset {acked}) with {m} appends in flight; image: " + "; ".join(notes)
+        where = f"crash after ack {k} (end offset {acked}) with {m} appends in flight; image: " + "; ".join(
+            notes
+        )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # RecoveryWarning: expected, the in-flight tail is cut
             try:
                 log = Log(path, segment_bytes=SEGMENT_BYTES, flush="always")
-            except Exception as e:  # noqa: BLE001 (any error here loses acknowledged records)
+            except Exception as e:
                 pytest.fail(f"reopening raised {type(e).__module__}.{type(e).__name__}: {e}; {where}")
         try:
-            assert log.start_offset == 0, f"the log starts at {log.start_offset}: offsets 0..{log.start_offset} are gone; {where}"
-            assert log.end_offset >= acked, f"the log ends at {log.end_offset}, below the acknowledged {acked}; {where}"
+            assert log.start_offset == 0, (
+                f"the log starts at {log.start_offset}: offsets 0..{log.start_offset} are gone; {where}"
+            )
+            assert log.end_offset >= acked, (
+                f"the log ends at {log.end_offset}, below the acknowledged {acked}; {where}"
+            )
             got = {r.offset: r.value for r in log.records(0, acked)}
             for o in range(acked):
                 assert got.get(o) == value_for(o), f"acknowledged offset {o} reads {got.get(o)!r}; {where}"

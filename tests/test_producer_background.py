@@ -8,9 +8,8 @@ import logging
 import threading
 import time
 
-import pytest
-
 import kafkalite
+import pytest
 from kafkalite import Admin, Producer
 from kafkalite.datadir import DataDir
 

@@ -8,9 +8,8 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 import kafkalite
+import pytest
 from kafkalite import Admin, Log, Producer
 
 # The README benchmark's settings scaled down 16x: batch_size equal to max.message.bytes
@@ -73,7 +72,10 @@ def test_the_limit_named_is_the_smaller_of_topic_and_producer(tmp_path):
 def _cli(data_dir: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "kafkalite", "--data-dir", data_dir, *args],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 

@@ -10,9 +10,8 @@ import threading
 import time
 import uuid
 
-import pytest
-
 import kafkalite
+import pytest
 from kafkalite import Admin, Consumer, Log, Producer
 from kafkalite.errors import UnknownTopicError, UnknownTopicOrPartitionError
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 import kafkalite
+import pytest
 from kafkalite import Admin, Log, Producer
 from kafkalite.errors import InvalidConfigError, InvalidTypeError, KafkaliteError
 
@@ -39,7 +38,9 @@ CONFIG_CASES = [
 ]
 
 
-@pytest.mark.parametrize("builtin, words, config", [c[1:] for c in CONFIG_CASES], ids=[c[0] for c in CONFIG_CASES])
+@pytest.mark.parametrize(
+    "builtin, words, config", [c[1:] for c in CONFIG_CASES], ids=[c[0] for c in CONFIG_CASES]
+)
 def test_bad_producer_config_is_refused(tmp_path, builtin, words, config):
     data_dir = str(tmp_path / "data")
     Admin(data_dir).create_topic("t")
@@ -74,13 +75,43 @@ CALL_CASES = [
     ("send-keyless-compacted", V, "needs a key", lambda p, log, a: p.send("c", b"v")),
     ("send-too-large", V, "max_request_size", lambda p, log, a: p.send("t", b"x" * 2_000_000)),
     ("send-partitioner-out-of-range", V, "partitioner returned 7", None),
-    ("batch-str-values", T, r"values\[0\] must be bytes.*\.encode\(\)", lambda p, log, a: p.send_batch("t", ["a"])),
+    (
+        "batch-str-values",
+        T,
+        r"values\[0\] must be bytes.*\.encode\(\)",
+        lambda p, log, a: p.send_batch("t", ["a"]),
+    ),
     ("batch-one-bad-value", T, r"values\[1\]", lambda p, log, a: p.send_batch("t", [b"a", "b"])),
-    ("batch-str-key", T, r"keys\[1\] must be bytes.*\.encode\(\)", lambda p, log, a: p.send_batch("t", [b"a", b"b"], keys=[b"k", "k"])),
-    ("batch-partition-negative", V, "no partition -1", lambda p, log, a: p.send_batch("t", [b"a"], partition=-1)),
-    ("batch-keyed-partition-too-big", V, "no partition 9", lambda p, log, a: p.send_batch("t", [b"a"], keys=[b"k"], partition=9)),
-    ("batch-key-count", V, "1 values but 2 keys", lambda p, log, a: p.send_batch("t", [b"a"], keys=[b"k", b"j"])),
-    ("batch-timestamp-negative", V, "timestamp_ms", lambda p, log, a: p.send_batch("t", [b"a"], timestamp_ms=-1)),
+    (
+        "batch-str-key",
+        T,
+        r"keys\[1\] must be bytes.*\.encode\(\)",
+        lambda p, log, a: p.send_batch("t", [b"a", b"b"], keys=[b"k", "k"]),
+    ),
+    (
+        "batch-partition-negative",
+        V,
+        "no partition -1",
+        lambda p, log, a: p.send_batch("t", [b"a"], partition=-1),
+    ),
+    (
+        "batch-keyed-partition-too-big",
+        V,
+        "no partition 9",
+        lambda p, log, a: p.send_batch("t", [b"a"], keys=[b"k"], partition=9),
+    ),
+    (
+        "batch-key-count",
+        V,
+        "1 values but 2 keys",
+        lambda p, log, a: p.send_batch("t", [b"a"], keys=[b"k", b"j"]),
+    ),
+    (
+        "batch-timestamp-negative",
+        V,
+        "timestamp_ms",
+        lambda p, log, a: p.send_batch("t", [b"a"], timestamp_ms=-1),
+    ),
     ("batch-none-value", V, "key or a value", lambda p, log, a: p.send_batch("t", [None])),
     ("batch-keyless-compacted", V, "needs a key", lambda p, log, a: p.send_batch("c", [b"a"])),
     ("flush-nan", V, "timeout", lambda p, log, a: p.flush(timeout=NAN)),
@@ -92,28 +123,78 @@ CALL_CASES = [
     ("create-float-partitions", T, "partitions", lambda p, log, a: a.create_topic("x", partitions=2.0)),
     ("create-topic-int", T, "topic", lambda p, log, a: a.create_topic(5)),
     ("create-config-str", T, "config", lambda p, log, a: a.create_topic("x", config="retention.ms=1")),
-    ("create-config-inf", V, "retention.ms", lambda p, log, a: a.create_topic("x", config={"retention.ms": INF})),
-    ("create-config-bool", T, "retention.ms", lambda p, log, a: a.create_topic("x", config={"retention.ms": True})),
-    ("create-config-huge-segment", V, "segment.bytes", lambda p, log, a: a.create_topic("x", config={"segment.bytes": 2**40})),
-    ("create-config-policy-int", T, "cleanup.policy", lambda p, log, a: a.create_topic("x", config={"cleanup.policy": 5})),
-    ("create-config-ratio-nan", V, "min.cleanable.dirty.ratio", lambda p, log, a: a.create_topic("x", config={"min.cleanable.dirty.ratio": NAN})),
-    ("create-config-unknown", V, "unknown topic config", lambda p, log, a: a.create_topic("x", config={"nope": 1})),
+    (
+        "create-config-inf",
+        V,
+        "retention.ms",
+        lambda p, log, a: a.create_topic("x", config={"retention.ms": INF}),
+    ),
+    (
+        "create-config-bool",
+        T,
+        "retention.ms",
+        lambda p, log, a: a.create_topic("x", config={"retention.ms": True}),
+    ),
+    (
+        "create-config-huge-segment",
+        V,
+        "segment.bytes",
+        lambda p, log, a: a.create_topic("x", config={"segment.bytes": 2**40}),
+    ),
+    (
+        "create-config-policy-int",
+        T,
+        "cleanup.policy",
+        lambda p, log, a: a.create_topic("x", config={"cleanup.policy": 5}),
+    ),
+    (
+        "create-config-ratio-nan",
+        V,
+        "min.cleanable.dirty.ratio",
+        lambda p, log, a: a.create_topic("x", config={"min.cleanable.dirty.ratio": NAN}),
+    ),
+    (
+        "create-config-unknown",
+        V,
+        "unknown topic config",
+        lambda p, log, a: a.create_topic("x", config={"nope": 1}),
+    ),
     ("grow-bool", T, "total", lambda p, log, a: a.create_partitions("t", True)),
     ("grow-huge", V, "total", lambda p, log, a: a.create_partitions("t", 10**9)),
     ("grow-not-larger", V, "must be larger", lambda p, log, a: a.create_partitions("t", 1)),
     ("alter-config-str", T, "config", lambda p, log, a: a.alter_config("t", "retention.ms=1")),
-    ("alter-config-bad-int", V, "retention.ms", lambda p, log, a: a.alter_config("t", {"retention.ms": "abc"})),
+    (
+        "alter-config-bad-int",
+        V,
+        "retention.ms",
+        lambda p, log, a: a.alter_config("t", {"retention.ms": "abc"}),
+    ),
     ("retention-topics-str", T, "topics", lambda p, log, a: a.enforce_retention("t")),
     ("retention-now-negative", V, "now_ms", lambda p, log, a: a.enforce_retention(now_ms=-1)),
     ("compact-not-compacted", V, "cleanup.policy", lambda p, log, a: a.compact_topic("t")),
     ("admin-path-int", T, "path", lambda p, log, a: Admin(5)),
     ("producer-path-int", T, "path", lambda p, log, a: Producer(5)),
-    ("log-append-values-str", T, r"values\[0\] must be bytes.*\.encode\(\)", lambda p, log, a: log.append_values(["a"])),
+    (
+        "log-append-values-str",
+        T,
+        r"values\[0\] must be bytes.*\.encode\(\)",
+        lambda p, log, a: log.append_values(["a"]),
+    ),
     ("log-append-values-one-bad", T, r"values\[1\]", lambda p, log, a: log.append_values([b"a", 5])),
-    ("log-append-values-timestamp", V, "timestamp", lambda p, log, a: log.append_values([b"a"], timestamp=-1)),
+    (
+        "log-append-values-timestamp",
+        V,
+        "timestamp",
+        lambda p, log, a: log.append_values([b"a"], timestamp=-1),
+    ),
     ("log-append-values-bytes", T, "values", lambda p, log, a: log.append_values(b"abc")),
     ("log-append-not-records", T, "Record", lambda p, log, a: log.append([b"x"])),
-    ("log-append-batches-str", T, r"data must be bytes.*\.encode\(\)", lambda p, log, a: log.append_batches("x")),
+    (
+        "log-append-batches-str",
+        T,
+        r"data must be bytes.*\.encode\(\)",
+        lambda p, log, a: log.append_batches("x"),
+    ),
     ("log-clean-not-compacted", V, "compact=True", lambda p, log, a: log.clean()),
     ("log-read-negative-max", V, "max_bytes", lambda p, log, a: log.read(0, max_bytes=-1)),
     ("log-read-str-offset", T, "offset", lambda p, log, a: log.read("0")),
@@ -122,11 +203,21 @@ CALL_CASES = [
     ("log-open-segment-zero", V, "segment_bytes", lambda p, log, a: Log(log.path + "x", segment_bytes=0)),
     ("log-open-segment-bool", T, "segment_bytes", lambda p, log, a: Log(log.path + "x", segment_bytes=True)),
     ("log-open-segment-huge", V, "segment_bytes", lambda p, log, a: Log(log.path + "x", segment_bytes=2**40)),
-    ("log-open-max-message", V, "max_message_bytes", lambda p, log, a: Log(log.path + "x", max_message_bytes=-1)),
+    (
+        "log-open-max-message",
+        V,
+        "max_message_bytes",
+        lambda p, log, a: Log(log.path + "x", max_message_bytes=-1),
+    ),
     ("log-open-flush-word", V, "flush", lambda p, log, a: Log(log.path + "x", flush="sometimes")),
     ("log-open-flush-zero", V, "flush", lambda p, log, a: Log(log.path + "x", flush=0)),
     ("log-open-readonly-str", T, "readonly", lambda p, log, a: Log(log.path + "x", readonly="yes")),
-    ("log-open-retention-negative", V, "retention_ms", lambda p, log, a: Log(log.path + "x", retention_ms=-5)),
+    (
+        "log-open-retention-negative",
+        V,
+        "retention_ms",
+        lambda p, log, a: Log(log.path + "x", retention_ms=-5),
+    ),
     ("log-open-compression-int", T, "compression", lambda p, log, a: Log(log.path + "x", compression=5)),
     ("log-open-path-int", T, "path", lambda p, log, a: Log(5)),
 ]
@@ -162,7 +253,9 @@ def test_misuse_is_refused_typed_and_writes_nothing(tmp_path, builtin, words, ca
         if builtin is TypeError:
             assert isinstance(info.value, InvalidTypeError)
         else:
-            assert isinstance(info.value, (InvalidConfigError, kafkalite.RecordTooLargeError, kafkalite.InvalidRecordError))
+            assert isinstance(
+                info.value, (InvalidConfigError, kafkalite.RecordTooLargeError, kafkalite.InvalidRecordError)
+            )
         producer.flush()
     finally:
         producer.close()
@@ -189,7 +282,11 @@ def test_the_str_wording_is_the_same_on_every_path(tmp_path):
     Admin(data_dir).create_topic("t")
     messages = []
     with Producer(data_dir) as p, Log(os.path.join(data_dir, "t-0"), shared_writers=True) as log:
-        for call in (lambda: p.send("t", "x"), lambda: p.send_batch("t", ["x"]), lambda: log.append_values(["x"])):
+        for call in (
+            lambda: p.send("t", "x"),
+            lambda: p.send_batch("t", ["x"]),
+            lambda: log.append_values(["x"]),
+        ):
             with pytest.raises(InvalidTypeError) as info:
                 call()
             messages.append(str(info.value).split(" must be ", 1)[1])

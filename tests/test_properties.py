@@ -8,10 +8,9 @@ import tempfile
 import warnings
 
 import hypothesis.strategies as st
+from conftest import kafka_python_records
 from hypothesis import HealthCheck, given, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-
-from conftest import kafka_python_records
 from kafkalite import Log, Record
 
 maybe_bytes = st.one_of(st.none(), st.binary(max_size=300))
@@ -31,7 +30,10 @@ def test_arbitrary_records_round_trip_everywhere(tmp_path_factory, recs, compres
         table = log.read_arrow(0)
         assert table.column("value").to_pylist() == [v for v, _, _, _ in recs]
         assert table.column("key").to_pylist() == [k for _, k, _, _ in recs]
-        arrow_headers = [[(d["key"], d["value"]) for d in hs] if hs is not None else [] for hs in table.column("headers").to_pylist()]
+        arrow_headers = [
+            [(d["key"], d["value"]) for d in hs] if hs is not None else []
+            for hs in table.column("headers").to_pylist()
+        ]
         assert arrow_headers == [[tuple(x) for x in h] for _, _, h, _ in recs]
     assert [(r[3], r[2], r[1]) for r in kafka_python_records(path)] == [(v, k, t) for v, k, _, t in recs]
     with Log(path) as reopened:

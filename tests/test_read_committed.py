@@ -44,13 +44,22 @@ def test_consumer_reads_interleaved_transactions(tmp_path, level):
     part = _partition(tmp_path)
     expected = part.expected(level == "read_committed")
     assert part.expected(True) != part.expected(False)  # the fixture has aborted records
-    with Consumer(str(tmp_path / "data"), "tx", auto_offset_reset="earliest", isolation_level=level) as consumer:
+    with Consumer(
+        str(tmp_path / "data"), "tx", auto_offset_reset="earliest", isolation_level=level
+    ) as consumer:
         assert _poll_all(consumer) == expected
         assert consumer.position(TopicPartition("tx", 0)) == part.offset  # past the last marker
-    with Consumer(str(tmp_path / "data"), "tx", auto_offset_reset="earliest", isolation_level=level,
-                  consumer_timeout_ms=200) as consumer:
+    with Consumer(
+        str(tmp_path / "data"),
+        "tx",
+        auto_offset_reset="earliest",
+        isolation_level=level,
+        consumer_timeout_ms=200,
+    ) as consumer:
         assert [(r.offset, r.value) for r in consumer] == expected
-    with Consumer(str(tmp_path / "data"), "tx", auto_offset_reset="earliest", isolation_level=level) as consumer:
+    with Consumer(
+        str(tmp_path / "data"), "tx", auto_offset_reset="earliest", isolation_level=level
+    ) as consumer:
         got = []
         while batches := consumer.poll_arrow(max_records=4):
             for batch in batches.values():
@@ -65,7 +74,9 @@ def test_log_reads_and_aborted_transactions(tmp_path):
         assert [(r.offset, r.value) for r in log.records()] == part.expected(False)
         assert log.last_stable_offset == log.end_offset == part.offset
         aborted = log.aborted_transactions()
-        assert [(t.producer_id, t.last_offset) for t in aborted] == [(pid, o) for o, pid, c in part.markers if not c]
+        assert [(t.producer_id, t.last_offset) for t in aborted] == [
+            (pid, o) for o, pid, c in part.markers if not c
+        ]
         # B's first transaction began at offset 4 (after 2 plain and A's 2); A's second at 13.
         assert [t.first_offset for t in aborted][:2] == [4, 13]
         # Reads starting inside a transaction, and ending inside one.
@@ -119,7 +130,7 @@ def test_txnindex_entries_are_used(tmp_path):
     while pos < len(data):
         base, length = struct.unpack_from(">qi", data, pos)
         if base == first_abort.last_offset:
-            del data[pos:pos + 12 + length]
+            del data[pos : pos + 12 + length]
             break
         pos += 12 + length
     stripped = tmp_path / "stripped"
@@ -152,7 +163,9 @@ def test_a_damaged_txnindex_is_a_typed_error(tmp_path, damage):
     index = os.path.join(part.path, f"{0:020d}.txnindex")
     Path(index).write_bytes(damage)
     with Log(part.path, readonly=True) as log:
-        assert [(r.offset, r.value) for r in log.records()] == part.expected(False)  # read_uncommitted ignores it
+        assert [(r.offset, r.value) for r in log.records()] == part.expected(
+            False
+        )  # read_uncommitted ignores it
         with pytest.raises(CorruptRecordError, match="txnindex"):
             list(log.committed_records())
 
@@ -223,5 +236,8 @@ def test_polls_do_not_rescan_the_log(tmp_path):
         _flip_marker_byte(part, part.markers[0][0])
         part.run([Data(A, 1), Marker(A, commit=True), Data(None, 1)])
         assert first + _poll_all(consumer) == part.expected(True)
-    with pytest.raises(CorruptRecordError), Consumer(data, "tx", auto_offset_reset="earliest", isolation_level="read_committed") as consumer:
+    with (
+        pytest.raises(CorruptRecordError),
+        Consumer(data, "tx", auto_offset_reset="earliest", isolation_level="read_committed") as consumer,
+    ):
         consumer.poll()

@@ -27,11 +27,18 @@ def _producers(bootstrap: str):
     from kafka import KafkaProducer
 
     def transactional(tid: str) -> KafkaProducer:
-        p = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=tid, enable_idempotence=True, linger_ms=0)
+        p = KafkaProducer(
+            bootstrap_servers=bootstrap, transactional_id=tid, enable_idempotence=True, linger_ms=0
+        )
         p.init_transactions()
         return p
 
-    return transactional("txn-a"), transactional("txn-b"), transactional("txn-c"), KafkaProducer(bootstrap_servers=bootstrap)
+    return (
+        transactional("txn-a"),
+        transactional("txn-b"),
+        transactional("txn-c"),
+        KafkaProducer(bootstrap_servers=bootstrap),
+    )
 
 
 def _write(bootstrap: str) -> None:
@@ -92,8 +99,11 @@ def _kafka_python_read(bootstrap: str, level: str) -> tuple[list[tuple[int, byte
     from kafka.structs import TopicPartition as KTP
 
     consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, isolation_level=level, auto_offset_reset="earliest",
-        enable_auto_commit=False, consumer_timeout_ms=4000,
+        bootstrap_servers=bootstrap,
+        isolation_level=level,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=4000,
     )
     tp = KTP(TOPIC, 0)
     consumer.assign([tp])

@@ -66,8 +66,11 @@ def test_batch_read_with_each_isolation_level(spark, tmp_path, level):
 def test_streaming_read_committed_waits_for_the_open_transaction(spark, tmp_path):
     data, p0, p1 = _data(tmp_path)
     stream = (
-        spark.readStream.format("kafkalite").option("subscribe", "tx").option("startingOffsets", "earliest")
-        .option("kafka.isolation.level", "read_committed").load(data)
+        spark.readStream.format("kafkalite")
+        .option("subscribe", "tx")
+        .option("startingOffsets", "earliest")
+        .option("kafka.isolation.level", "read_committed")
+        .load(data)
     )
     query = stream.writeStream.format("memory").queryName("txn_stream").start()
     try:

@@ -30,7 +30,9 @@ def is_install(code: str) -> bool:
 
 
 def run_python(code: str, cwd: Path, timeout: float) -> None:
-    done = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
     assert done.returncode == 0, f"README code failed:\n{code}\n--- stderr ---\n{done.stderr[-4000:]}"
 
 
@@ -51,7 +53,9 @@ def test_bash_blocks_run_as_written(tmp_path):
     for code in blocks("bash"):
         if is_install(code):
             continue
-        done = subprocess.run(["bash", "-e", "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            ["bash", "-e", "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
         assert done.returncode == 0, f"README commands failed:\n{code}\n--- stderr ---\n{done.stderr[-4000:]}"
 
 

@@ -9,7 +9,6 @@ import warnings
 
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, given, settings
-
 from kafkalite import KafkaliteError, Log
 
 damage = st.one_of(
@@ -21,7 +20,10 @@ damage = st.one_of(
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(batches=st.lists(st.integers(1, 40), min_size=1, max_size=25), hurt=st.lists(damage, min_size=1, max_size=3))
+@given(
+    batches=st.lists(st.integers(1, 40), min_size=1, max_size=25),
+    hurt=st.lists(damage, min_size=1, max_size=3),
+)
 def test_damaged_tail_recovers_to_a_prefix(tmp_path_factory, batches, hurt):
     path = str(tmp_path_factory.mktemp("d") / "t-0")
     written: list[bytes] = []

@@ -29,13 +29,24 @@ def confluent_producer(server: Server, **extra: object):
     return confluent_kafka.Producer({"bootstrap.servers": server.bootstrap_servers, "linger.ms": 5, **extra})
 
 
-def confluent_read(server: Server, topic: str, count: int, partitions: int = 1, timeout: float = 20.0) -> list:
+def confluent_read(
+    server: Server, topic: str, count: int, partitions: int = 1, timeout: float = 20.0
+) -> list:
     """Read `count` messages from the start of every partition (assign, no group)."""
-    consumer = confluent_kafka.Consumer({
-        "bootstrap.servers": server.bootstrap_servers, "group.id": "unused", "enable.auto.commit": False,
-        "fetch.wait.max.ms": 100,
-    })
-    consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(partitions)])
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": server.bootstrap_servers,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    consumer.assign(
+        [
+            confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+            for p in range(partitions)
+        ]
+    )
     out = []
     deadline = time.monotonic() + timeout
     try:
@@ -54,7 +65,13 @@ def produce_all(producer, topic: str, items: list[tuple]) -> list:
     """Produce (key, value, headers) items; return the delivery reports, all checked."""
     reports: list = []
     for key, value, headers in items:
-        producer.produce(topic, value=value, key=key, headers=headers, on_delivery=lambda err, msg: reports.append((err, msg)))
+        producer.produce(
+            topic,
+            value=value,
+            key=key,
+            headers=headers,
+            on_delivery=lambda err, msg: reports.append((err, msg)),
+        )
     assert producer.flush(20) == 0
     assert [err for err, _ in reports if err is not None] == []
     return [msg for _, msg in reports]
@@ -63,7 +80,10 @@ def produce_all(producer, topic: str, items: list[tuple]) -> list:
 @pytest.mark.parametrize("codec", CODECS)
 def test_confluent_every_codec_with_headers_and_nulls(kafkalite_server, codec):
     topic = f"codec-{codec}"
-    items = [(b"k%d" % i if i % 3 else None, b"v%d" % i if i % 5 else None, [("h", b"x%d" % i), ("n", None)]) for i in range(300)]
+    items = [
+        (b"k%d" % i if i % 3 else None, b"v%d" % i if i % 5 else None, [("h", b"x%d" % i), ("n", None)])
+        for i in range(300)
+    ]
     produce_all(confluent_producer(kafkalite_server, **{"compression.type": codec}), topic, items)
     got = confluent_read(kafkalite_server, topic, len(items))
     assert [(m.key(), m.value()) for m in got] == [(k, v) for k, v, _ in items]
@@ -80,8 +100,8 @@ def batch_codecs(server: Server, topic: str) -> set[int]:
         data = f.read()
     codecs, pos = set(), 0
     while pos + 23 <= len(data):
-        length = struct.unpack(">i", data[pos + 8:pos + 12])[0]
-        codecs.add(struct.unpack(">h", data[pos + 21:pos + 23])[0] & 0x7)
+        length = struct.unpack(">i", data[pos + 8 : pos + 12])[0]
+        codecs.add(struct.unpack(">h", data[pos + 21 : pos + 23])[0] & 0x7)
         pos += 12 + length
     return codecs
 
@@ -91,22 +111,38 @@ def test_kafka_python_roundtrip(kafkalite_server, codec):
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
     topic = f"kp-{codec}"
-    producer = KafkaProducer(bootstrap_servers=kafkalite_server.bootstrap_servers, compression_type=codec, acks="all",
-                             # kafka-python 2.1+ turns idempotence on by default; InitProducerId is not served yet.
-                             enable_idempotence=False)
-    futures = [producer.send(topic, value=b"v%d" % i if i % 4 else None, key=None if i % 2 else b"k",
-                             headers=[("h", b"%d" % i)]) for i in range(200)]
+    producer = KafkaProducer(
+        bootstrap_servers=kafkalite_server.bootstrap_servers,
+        compression_type=codec,
+        acks="all",
+        # kafka-python 2.1+ turns idempotence on by default; InitProducerId is not served yet.
+        enable_idempotence=False,
+    )
+    futures = [
+        producer.send(
+            topic,
+            value=b"v%d" % i if i % 4 else None,
+            key=None if i % 2 else b"k",
+            headers=[("h", b"%d" % i)],
+        )
+        for i in range(200)
+    ]
     producer.flush()
     offsets = [f.get(timeout=10).offset for f in futures]
     assert offsets == list(range(200))
     producer.close()
-    consumer = KafkaConsumer(bootstrap_servers=kafkalite_server.bootstrap_servers, enable_auto_commit=False,
-                             consumer_timeout_ms=5000)
+    consumer = KafkaConsumer(
+        bootstrap_servers=kafkalite_server.bootstrap_servers,
+        enable_auto_commit=False,
+        consumer_timeout_ms=5000,
+    )
     consumer.assign([TopicPartition(topic, 0)])
     consumer.seek_to_beginning()
     got = [m for _, m in zip(range(200), consumer)]
     consumer.close()
-    assert [(m.key, m.value) for m in got] == [(None if i % 2 else b"k", b"v%d" % i if i % 4 else None) for i in range(200)]
+    assert [(m.key, m.value) for m in got] == [
+        (None if i % 2 else b"k", b"v%d" % i if i % 4 else None) for i in range(200)
+    ]
     assert got[9].headers == [("h", b"9")]
 
 
@@ -125,7 +161,9 @@ def test_network_and_embedded_clients_share_the_data_directory_at_once(kafkalite
 
     writer = threading.Thread(target=embedded_produce)
     writer.start()
-    produce_all(confluent_producer(kafkalite_server), "from-net", [(b"k%d" % i, b"n%d" % i, None) for i in range(n)])
+    produce_all(
+        confluent_producer(kafkalite_server), "from-net", [(b"k%d" % i, b"n%d" % i, None) for i in range(n)]
+    )
     net = confluent_read(kafkalite_server, "from-embedded", n)
     writer.join()
     assert sorted(m.value() for m in net) == sorted(b"e%d" % i for i in range(n))
@@ -141,8 +179,14 @@ def test_network_and_embedded_clients_share_the_data_directory_at_once(kafkalite
 
 def test_fetch_long_poll_is_woken_by_an_embedded_append(kafkalite_server):
     kafkalite.Admin(kafkalite_server.path).create_topic("wake", partitions=1)
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": kafkalite_server.bootstrap_servers, "group.id": "unused",
-                                         "fetch.wait.max.ms": 10_000, "enable.auto.commit": False})
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": kafkalite_server.bootstrap_servers,
+            "group.id": "unused",
+            "fetch.wait.max.ms": 10_000,
+            "enable.auto.commit": False,
+        }
+    )
     consumer.assign([confluent_kafka.TopicPartition("wake", 0, 0)])
     consumer.poll(1.0)  # connected, a fetch is now parked on the server
     with kafkalite.Producer(kafkalite_server.path) as producer:
@@ -191,7 +235,9 @@ def test_list_offsets_earliest_latest_and_by_timestamp(kafkalite_server):
     for i in range(10):
         p.produce("times", b"v", timestamp=base + i * 1000)
     p.flush(10)
-    c = confluent_kafka.Consumer({"bootstrap.servers": kafkalite_server.bootstrap_servers, "group.id": "unused"})
+    c = confluent_kafka.Consumer(
+        {"bootstrap.servers": kafkalite_server.bootstrap_servers, "group.id": "unused"}
+    )
     assert c.get_watermark_offsets(confluent_kafka.TopicPartition("times", 0), timeout=10) == (0, 10)
     found = c.offsets_for_times([confluent_kafka.TopicPartition("times", 0, base + 3500)], timeout=10)
     assert found[0].offset == 4
@@ -206,7 +252,10 @@ def test_restart_mid_stream_loses_nothing_acknowledged(tmp_path):
     for round_ in range(3):
         with Server(data) as server:
             p = confluent_producer(server, acks="all")
-            acked += [m.value() for m in produce_all(p, "restart", [(None, b"%d-%d" % (round_, i), None) for i in range(500)])]
+            acked += [
+                m.value()
+                for m in produce_all(p, "restart", [(None, b"%d-%d" % (round_, i), None) for i in range(500)])
+            ]
             p.produce("restart", b"unflushed")  # may or may not make it; never counted
     with Server(data) as server:
         got = confluent_read(server, "restart", len(acked) + 3)
@@ -215,7 +264,9 @@ def test_restart_mid_stream_loses_nothing_acknowledged(tmp_path):
 
 
 def test_produce_errors_are_kafkas(kafkalite_server):
-    kafkalite.Admin(kafkalite_server.path).create_topic("small", partitions=1, config={"max.message.bytes": 1000})
+    kafkalite.Admin(kafkalite_server.path).create_topic(
+        "small", partitions=1, config={"max.message.bytes": 1000}
+    )
     p = confluent_producer(kafkalite_server, **{"message.timeout.ms": 5000, "batch.size": 100_000})
     errors: list = []
     p.produce("small", b"x" * 5000, on_delivery=lambda err, msg: errors.append(err))
@@ -257,8 +308,9 @@ def test_hostile_connections_leave_other_clients_served(kafkalite_server):
 
 def test_stop_is_bounded_with_clients_connected(tmp_path):
     server = Server(tmp_path)
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": server.bootstrap_servers, "group.id": "unused",
-                                         "fetch.wait.max.ms": 30_000})
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": server.bootstrap_servers, "group.id": "unused", "fetch.wait.max.ms": 30_000}
+    )
     consumer.assign([confluent_kafka.TopicPartition("parked", 0, 0)])
     consumer.poll(1.0)
     began = time.monotonic()
@@ -272,8 +324,20 @@ def test_cli_serve_until_ctrl_c(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "kafkalite", "serve", "--data-dir", str(tmp_path), "--listen", f"127.0.0.1:{port}"],
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kafkalite",
+            "serve",
+            "--data-dir",
+            str(tmp_path),
+            "--listen",
+            f"127.0.0.1:{port}",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stderr.readline()
         assert f"127.0.0.1:{port}" in line, line
@@ -289,8 +353,13 @@ def test_cli_serve_until_ctrl_c(tmp_path):
 
 
 def test_cli_serve_refuses_a_public_address(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "kafkalite", "serve", "--data-dir", str(tmp_path), "--listen", "0.0.0.0:9092"],
-                         capture_output=True, text=True, timeout=30, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "kafkalite", "serve", "--data-dir", str(tmp_path), "--listen", "0.0.0.0:9092"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert out.returncode == 1
     assert "SASL/SCRAM" in out.stderr
 
@@ -303,18 +372,32 @@ def test_offsets_committed_over_the_network_are_the_embedded_ones(kafkalite_serv
     from kafkalite.offsets import OffsetStore, offsets_partition
 
     kafkalite.Admin(kafkalite_server.path).create_topic("orders", partitions=2)
-    produce_all(confluent_producer(kafkalite_server), "orders", [(b"k%d" % i, b"v%d" % i, None) for i in range(40)])
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": kafkalite_server.bootstrap_servers, "group.id": group,
-                                         "enable.auto.commit": False})
+    produce_all(
+        confluent_producer(kafkalite_server), "orders", [(b"k%d" % i, b"v%d" % i, None) for i in range(40)]
+    )
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": kafkalite_server.bootstrap_servers,
+            "group.id": group,
+            "enable.auto.commit": False,
+        }
+    )
     tps = [confluent_kafka.TopicPartition("orders", 0, 5), confluent_kafka.TopicPartition("orders", 1, 7)]
     consumer.commit(offsets=tps, asynchronous=False)
     with OffsetStore(kafkalite_server.path, group) as store:
         assert store.load() == {("orders", 0): (5, ""), ("orders", 1): (7, "")}
-    assert os.path.isdir(os.path.join(kafkalite_server.path, f"__consumer_offsets-{offsets_partition(group)}"))
+    assert os.path.isdir(
+        os.path.join(kafkalite_server.path, f"__consumer_offsets-{offsets_partition(group)}")
+    )
     description = kafkalite.Admin(kafkalite_server.path).describe_group(group)
     assert {(p.partition, p.committed) for p in description.partitions} == {(0, 5), (1, 7)}
-    cli = subprocess.run([sys.executable, "-m", "kafkalite", "groups", "describe", group, "--data-dir", kafkalite_server.path],
-                         capture_output=True, text=True, timeout=60, check=False)
+    cli = subprocess.run(
+        [sys.executable, "-m", "kafkalite", "groups", "describe", group, "--data-dir", kafkalite_server.path],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert cli.returncode == 0 and "orders" in cli.stdout, cli.stderr
     # The embedded side commits; the network side reads it back.
     with OffsetStore(kafkalite_server.path, group) as store:
@@ -330,8 +413,13 @@ def test_offsets_committed_over_the_network_are_the_embedded_ones(kafkalite_serv
 
 
 def test_commits_without_a_group_membership_are_checked(kafkalite_server):
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": kafkalite_server.bootstrap_servers, "group.id": "g",
-                                         "enable.auto.commit": False})
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": kafkalite_server.bootstrap_servers,
+            "group.id": "g",
+            "enable.auto.commit": False,
+        }
+    )
     with pytest.raises(confluent_kafka.KafkaException, match="UNKNOWN_TOPIC_OR_PART|Unknown topic"):
         consumer.commit(offsets=[confluent_kafka.TopicPartition("missing", 0, 1)], asynchronous=False)
     consumer.close()
@@ -350,8 +438,14 @@ def test_consumer_group_of_three_processes_with_one_killed(kafkalite_server, tmp
     assert p.flush(10) == 0
     outs = [tmp_path / f"member-{i}.txt" for i in range(3)]
     member = os.path.join(os.path.dirname(__file__), "server_group_member.py")
-    procs = [subprocess.Popen([sys.executable, member, kafkalite_server.bootstrap_servers, topic, group, str(out)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for out in outs]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, member, kafkalite_server.bootstrap_servers, topic, group, str(out)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for out in outs
+    ]
     try:
         # Let the group form and consume a little, then kill one member mid-stream.
         deadline = time.monotonic() + 30
@@ -369,7 +463,9 @@ def test_consumer_group_of_three_processes_with_one_killed(kafkalite_server, tmp
                 break
             time.sleep(0.3)
         assert committed == end_offsets
-        seen = [tuple(map(int, line.split())) for o in outs if o.exists() for line in o.read_text().splitlines()]
+        seen = [
+            tuple(map(int, line.split())) for o in outs if o.exists() for line in o.read_text().splitlines()
+        ]
         assert set(seen) == {(q, o) for q in range(partitions) for o in range(per_partition)}
         # Duplicates only where the killed member read without committing (one per partition at most).
         assert len(seen) - total <= partitions
@@ -377,8 +473,13 @@ def test_consumer_group_of_three_processes_with_one_killed(kafkalite_server, tmp
         for proc in procs:
             proc.kill()
             proc.wait()
-    cli = subprocess.run([sys.executable, "-m", "kafkalite", "groups", "describe", group, "--data-dir", kafkalite_server.path],
-                         capture_output=True, text=True, timeout=60, check=False)
+    cli = subprocess.run(
+        [sys.executable, "-m", "kafkalite", "groups", "describe", group, "--data-dir", kafkalite_server.path],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert cli.returncode == 0 and topic in cli.stdout, cli.stderr
 
 
@@ -386,8 +487,13 @@ def test_a_group_with_live_embedded_members_is_refused(kafkalite_server):
     kafkalite.Admin(kafkalite_server.path).create_topic("shared", partitions=2)
     embedded = kafkalite.Consumer(kafkalite_server.path, "shared", group_id="both")
     embedded.poll(timeout_ms=500)  # joined: holds its member lock
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": kafkalite_server.bootstrap_servers, "group.id": "both",
-                                         "session.timeout.ms": 6000})
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": kafkalite_server.bootstrap_servers,
+            "group.id": "both",
+            "session.timeout.ms": 6000,
+        }
+    )
     errors: list = []
     consumer.subscribe(["shared"], on_assign=lambda c, parts: errors.append(("assigned", parts)))
     deadline = time.monotonic() + 15
@@ -407,9 +513,17 @@ def test_kafka_python_group_and_admin_views(kafkalite_server):
     from confluent_kafka.admin import AdminClient
     from kafka import KafkaConsumer
 
-    produce_all(confluent_producer(kafkalite_server), "kp-group", [(None, b"%d" % i, None) for i in range(30)])
-    consumer = KafkaConsumer("kp-group", bootstrap_servers=kafkalite_server.bootstrap_servers, group_id="kp",
-                             auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=10_000)
+    produce_all(
+        confluent_producer(kafkalite_server), "kp-group", [(None, b"%d" % i, None) for i in range(30)]
+    )
+    consumer = KafkaConsumer(
+        "kp-group",
+        bootstrap_servers=kafkalite_server.bootstrap_servers,
+        group_id="kp",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=10_000,
+    )
     got = [m.value for _, m in zip(range(30), consumer)]
     assert sorted(got) == sorted(b"%d" % i for i in range(30))
     consumer.commit()

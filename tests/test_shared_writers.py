@@ -18,7 +18,9 @@ HERE = os.path.dirname(__file__)
 
 
 def spawn(path: str, wid: int, count: int, report: bool = False) -> subprocess.Popen:
-    args = [sys.executable, os.path.join(HERE, "shared_writer.py"), path, str(wid), str(count)] + (["report"] if report else [])
+    args = [sys.executable, os.path.join(HERE, "shared_writer.py"), path, str(wid), str(count)] + (
+        ["report"] if report else []
+    )
     return subprocess.Popen(args, cwd=HERE, stdout=subprocess.PIPE, text=True)
 
 

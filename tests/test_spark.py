@@ -16,10 +16,12 @@ import pytest
 pyspark = pytest.importorskip("pyspark")
 #: Admission control (maxOffsetsPerTrigger, minOffsetsPerTrigger, AvailableNow limits) came in 4.2.
 ADMISSION_CONTROL = tuple(int(x) for x in pyspark.__version__.split(".")[:2]) >= (4, 2)
-needs_admission_control = pytest.mark.skipif(not ADMISSION_CONTROL, reason="PySpark < 4.2 has no admission control")
+needs_admission_control = pytest.mark.skipif(
+    not ADMISSION_CONTROL, reason="PySpark < 4.2 has no admission control"
+)
 
 from kafkalite import Admin, Consumer, Producer, TopicPartition  # noqa: E402
-from kafkalite.log import Log, Record  # noqa: E402
+from kafkalite.log import Log  # noqa: E402
 
 T0 = 1_700_000_000_000
 
@@ -53,14 +55,24 @@ def data(tmp_path_factory):
     with Producer(path, batch_size=2048) as producer:
         for i in range(300):
             headers = [("n", b"%d" % i)] if i % 3 == 0 else None
-            producer.send("events", value=b"value-%d" % i, key=b"key-%d" % i, partition=i % 3, timestamp_ms=T0 + i, headers=headers)
+            producer.send(
+                "events",
+                value=b"value-%d" % i,
+                key=b"key-%d" % i,
+                partition=i % 3,
+                timestamp_ms=T0 + i,
+                headers=headers,
+            )
         for i in range(500):
             producer.send("zipped", value=b"z" * 50 + b"%d" % i, key=b"%d" % i, timestamp_ms=T0 + i)
     return path
 
 
 def rows(df):
-    return sorted((r.topic, r.partition, r.offset, bytes(r.key) if r.key is not None else None, bytes(r.value)) for r in df.collect())
+    return sorted(
+        (r.topic, r.partition, r.offset, bytes(r.key) if r.key is not None else None, bytes(r.value))
+        for r in df.collect()
+    )
 
 
 def consumer_rows(path, topic, partitions):
@@ -97,9 +109,18 @@ def test_batch_read_equals_the_consumer_api(spark, data):
 
 def test_headers_are_null_when_absent(spark, data):
     df = load(spark, data, subscribe="events", includeHeaders="true").where("partition = 0").orderBy("offset")
-    got = [(r.offset, None if r.headers is None else [(h.key, bytes(h.value)) for h in r.headers]) for r in df.limit(4).collect()]
+    got = [
+        (r.offset, None if r.headers is None else [(h.key, bytes(h.value)) for h in r.headers])
+        for r in df.limit(4).collect()
+    ]
     assert got == [(0, [("n", b"0")]), (1, [("n", b"3")]), (2, [("n", b"6")]), (3, [("n", b"9")])]
-    assert load(spark, data, subscribe="events", includeHeaders="true").where("partition = 1 and offset = 0").collect()[0].headers is None
+    assert (
+        load(spark, data, subscribe="events", includeHeaders="true")
+        .where("partition = 1 and offset = 0")
+        .collect()[0]
+        .headers
+        is None
+    )
 
 
 def test_topic_selection_and_offset_options(spark, data):
@@ -107,12 +128,23 @@ def test_topic_selection_and_offset_options(spark, data):
     assert count(subscribePattern="ev.*") == 300
     assert count(subscribe="events,zipped") == 800
     assert count(assign=json.dumps({"events": [0, 2]})) == 200
-    assert count(subscribe="events", startingOffsets=json.dumps({"events": {"0": 90, "1": -2, "2": 50}})) == 10 + 100 + 50
-    assert count(subscribe="events", endingOffsets=json.dumps({"events": {"0": 10, "1": -1, "2": 0}})) == 10 + 100
+    assert (
+        count(subscribe="events", startingOffsets=json.dumps({"events": {"0": 90, "1": -2, "2": 50}}))
+        == 10 + 100 + 50
+    )
+    assert (
+        count(subscribe="events", endingOffsets=json.dumps({"events": {"0": 10, "1": -1, "2": 0}}))
+        == 10 + 100
+    )
     # Timestamps: partition p holds T0 + p + 3k at offset k.
     assert count(subscribe="events", startingTimestamp=str(T0 + 150)) == 3 * 50
     by_ts = json.dumps({"events": {"0": T0 + 297, "1": T0, "2": T0 + 10_000}})
-    assert count(subscribe="events", startingOffsetsByTimestamp=by_ts, startingOffsetsByTimestampStrategy="latest") == 1 + 100
+    assert (
+        count(
+            subscribe="events", startingOffsetsByTimestamp=by_ts, startingOffsetsByTimestampStrategy="latest"
+        )
+        == 1 + 100
+    )
     assert count(subscribe="events", endingTimestamp=str(T0 + 30)) == 30
     ends = json.dumps({"events": {"0": T0 + 3, "1": T0 + 10_000, "2": T0 + 2}})
     assert count(subscribe="events", endingOffsetsByTimestamp=ends) == 1 + 100 + 0
@@ -128,22 +160,36 @@ def test_partitioning_options(spark, data):
 
 
 def test_invalid_options_get_the_kafka_source_messages(spark, data):
-    from pyspark.errors import PySparkException
     from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
 
     failures = [
         ({}, "One of the following options must be specified"),
         ({"subscribe": "events", "assign": "{}"}, "Only one of the following options"),
-        ({"subscribe": "events", "startingOffsets": "latest"}, "starting offset can't be latest for batch queries"),
-        ({"subscribe": "events", "endingOffsets": "earliest"}, "ending offset can't be earliest for batch queries"),
+        (
+            {"subscribe": "events", "startingOffsets": "latest"},
+            "starting offset can't be latest for batch queries",
+        ),
+        (
+            {"subscribe": "events", "endingOffsets": "earliest"},
+            "ending offset can't be earliest for batch queries",
+        ),
         ({"subscribe": "events", "minPartitions": "0"}, "must be a positive integer"),
         ({"subscribe": "events", "startingTimestamp": str(T0 + 10**9)}, "No offset matched the timestamp"),
     ]
     for options, message in failures:
         with pytest.raises((PySparkException, Py4JJavaError, ValueError), match=message):
             load(spark, data, **options).count()
-    stream = spark.readStream.format("kafkalite").option("subscribe", "events").option("endingOffsets", "latest").load(data)
-    with pytest.raises((PySparkException, Py4JJavaError, ValueError), match="endingOffsets option not valid in streaming queries"):
+    stream = (
+        spark.readStream.format("kafkalite")
+        .option("subscribe", "events")
+        .option("endingOffsets", "latest")
+        .load(data)
+    )
+    with pytest.raises(
+        (PySparkException, Py4JJavaError, ValueError),
+        match="endingOffsets option not valid in streaming queries",
+    ):
         q = stream.writeStream.format("memory").queryName("bad").start()
         q.processAllAvailable()
 
@@ -156,7 +202,9 @@ def test_broker_files_compaction_gaps_and_data_loss(spark, tmp_path):
     expected = write_broker_partition(os.path.join(broker, "orders-0"))  # lz4, control batch, base 1000
     got = load(spark, broker, subscribe="orders").orderBy("offset").collect()
     assert [(r.offset, bytes(r.value)) for r in got] == expected
-    assert load(spark, broker, subscribe="orders", startingOffsets=json.dumps({"orders": {"0": 1149}})).count() == len([o for o, _ in expected if o >= 1149])
+    assert load(
+        spark, broker, subscribe="orders", startingOffsets=json.dumps({"orders": {"0": 1149}})
+    ).count() == len([o for o, _ in expected if o >= 1149])
 
     compacted = str(tmp_path / "kv")
     Admin(compacted).create_topic("kv", 1, {"cleanup.policy": "compact", "segment.bytes": 1000})
@@ -173,7 +221,9 @@ def test_broker_files_compaction_gaps_and_data_loss(spark, tmp_path):
         log.delete_records_before(150)
     with pytest.raises(Exception, match="failOnDataLoss"):
         load(spark, compacted, subscribe="kv", startingOffsets=json.dumps({"kv": {"0": 0}})).count()
-    lossy = load(spark, compacted, subscribe="kv", startingOffsets=json.dumps({"kv": {"0": 0}}), failOnDataLoss="false")
+    lossy = load(
+        spark, compacted, subscribe="kv", startingOffsets=json.dumps({"kv": {"0": 0}}), failOnDataLoss="false"
+    )
     assert min(r.offset for r in lossy.collect()) >= 150
 
 
@@ -183,20 +233,38 @@ def test_batch_write_reads_back_exactly_once(spark, data, tmp_path):
     Admin(out).create_topic("routed", 2)
     src = load(spark, data, subscribe="events")
     src.select("key", "value").write.format("kafkalite").mode("append").option("topic", "copy").save(out)
-    assert sorted(bytes(r.value) for r in load(spark, out, subscribe="copy").collect()) == sorted(bytes(r.value) for r in src.collect())
+    assert sorted(bytes(r.value) for r in load(spark, out, subscribe="copy").collect()) == sorted(
+        bytes(r.value) for r in src.collect()
+    )
     # Keys pick partitions with Kafka's murmur2, as a Kafka sink does.
     from kafkalite.partitioner import partition_for_key
 
     for r in load(spark, out, subscribe="copy").collect():
         assert r.partition == partition_for_key(bytes(r.key), 3)
     # topic and partition columns, string values.
-    spark.createDataFrame([("routed", 1, "a"), ("routed", 0, "b"), ("routed", 1, "c")], "topic string, partition int, value string") \
-        .write.format("kafkalite").mode("append").save(out)
-    routed = [(r.partition, bytes(r.value)) for r in load(spark, out, subscribe="routed").orderBy("partition", "offset").collect()]
+    spark.createDataFrame(
+        [("routed", 1, "a"), ("routed", 0, "b"), ("routed", 1, "c")],
+        "topic string, partition int, value string",
+    ).write.format("kafkalite").mode("append").save(out)
+    routed = [
+        (r.partition, bytes(r.value))
+        for r in load(spark, out, subscribe="routed").orderBy("partition", "offset").collect()
+    ]
     assert routed == [(0, b"b"), (1, b"a"), (1, b"c")]
     with pytest.raises(Exception, match="Required attribute 'value' not found"):
-        spark.createDataFrame([("x",)], "key string").write.format("kafkalite").mode("append").option("topic", "copy").save(out)
-    assert not os.listdir(os.path.join(out, ".kafkalite-spark-staging", os.listdir(os.path.join(out, ".kafkalite-spark-staging"))[0])) if os.path.isdir(os.path.join(out, ".kafkalite-spark-staging")) and os.listdir(os.path.join(out, ".kafkalite-spark-staging")) else True
+        spark.createDataFrame([("x",)], "key string").write.format("kafkalite").mode("append").option(
+            "topic", "copy"
+        ).save(out)
+    assert (
+        not os.listdir(
+            os.path.join(
+                out, ".kafkalite-spark-staging", os.listdir(os.path.join(out, ".kafkalite-spark-staging"))[0]
+            )
+        )
+        if os.path.isdir(os.path.join(out, ".kafkalite-spark-staging"))
+        and os.listdir(os.path.join(out, ".kafkalite-spark-staging"))
+        else True
+    )
 
 
 def test_streaming_three_batches_restart_exactly_once(spark, tmp_path):
@@ -214,10 +282,18 @@ def test_streaming_three_batches_restart_exactly_once(spark, tmp_path):
 
     def start():
         stream = (
-            spark.readStream.format("kafkalite").option("subscribe", "clicks").option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", 40).load(path)
+            spark.readStream.format("kafkalite")
+            .option("subscribe", "clicks")
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", 40)
+            .load(path)
         )
-        return stream.select("partition", "offset", "value").writeStream.format("parquet").option("checkpointLocation", ck).start(sink)
+        return (
+            stream.select("partition", "offset", "value")
+            .writeStream.format("parquet")
+            .option("checkpointLocation", ck)
+            .start(sink)
+        )
 
     produce(30)
     query = start()
@@ -254,8 +330,15 @@ def test_streaming_write_is_exactly_once_across_replays(spark, tmp_path):
 
     def run():
         q = (
-            spark.readStream.format("kafkalite").option("subscribe", "src").option("startingOffsets", "earliest").load(path)
-            .select("value").writeStream.format("kafkalite").option("topic", "dst").option("checkpointLocation", ck).start(path)
+            spark.readStream.format("kafkalite")
+            .option("subscribe", "src")
+            .option("startingOffsets", "earliest")
+            .load(path)
+            .select("value")
+            .writeStream.format("kafkalite")
+            .option("topic", "dst")
+            .option("checkpointLocation", ck)
+            .start(path)
         )
         q.processAllAvailable()
         q.stop()
@@ -276,7 +359,9 @@ def test_streaming_write_is_exactly_once_across_replays(spark, tmp_path):
 
 
 def _stream(spark, path, topic, **options):
-    reader = spark.readStream.format("kafkalite").option("subscribe", topic).option("startingOffsets", "earliest")
+    reader = (
+        spark.readStream.format("kafkalite").option("subscribe", topic).option("startingOffsets", "earliest")
+    )
     for k, v in options.items():
         reader = reader.option(k, v)
     return reader.load(path)
@@ -290,8 +375,11 @@ def test_available_now_honours_max_offsets_per_trigger(spark, tmp_path):
         for i in range(100):
             producer.send("t", value=b"%d" % i, partition=i % 2)
     q = (
-        _stream(spark, path, "t", maxOffsetsPerTrigger=20).writeStream.format("memory").queryName("avail")
-        .trigger(availableNow=True).start()
+        _stream(spark, path, "t", maxOffsetsPerTrigger=20)
+        .writeStream.format("memory")
+        .queryName("avail")
+        .trigger(availableNow=True)
+        .start()
     )
     q.awaitTermination(120)
     sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
@@ -308,7 +396,12 @@ def test_min_offsets_per_trigger_and_new_partitions(spark, tmp_path):
     for i in range(10):
         producer.send("t", value=b"a%d" % i)
     producer.flush()
-    q = _stream(spark, path, "t", minOffsetsPerTrigger=50, maxTriggerDelay="1h").writeStream.format("memory").queryName("minoff").start()
+    q = (
+        _stream(spark, path, "t", minOffsetsPerTrigger=50, maxTriggerDelay="1h")
+        .writeStream.format("memory")
+        .queryName("minoff")
+        .start()
+    )
     q.processAllAvailable()
     assert spark.table("minoff").count() == 0  # 10 < minOffsetsPerTrigger: the trigger waits
     producer.close()
@@ -326,7 +419,13 @@ def test_min_offsets_per_trigger_and_new_partitions(spark, tmp_path):
     q.stop()
     got = spark.table("minoff").collect()
     assert len(got) == 60
-    assert sorted(r.offset for r in got if r.partition == 1) == [0, 1, 2, 3, 4]  # a new partition, from earliest
+    assert sorted(r.offset for r in got if r.partition == 1) == [
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]  # a new partition, from earliest
 
 
 def test_batch_read_while_another_process_appends(spark, tmp_path):

@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from kafkalite import Admin  # noqa: E402
-from kafkalite.log import Log  # noqa: E402
+from kafkalite import Admin
+from kafkalite.log import Log
 
 #: Spark's prefix and SQLSTATE line, one frame of traceback, our message.
 MAX_LINES = 6
@@ -55,10 +55,25 @@ def _fails_before_tasks(spark, action, *needles):
 
 def test_a_missing_data_directory(spark, tmp_path):
     missing = str(tmp_path / "nope")
-    _fails_before_tasks(spark, lambda: spark.read.format("kafkalite").option("subscribe", "events").load(missing), missing, "does not exist", "topics create")
-    _fails_before_tasks(spark, lambda: spark.readStream.format("kafkalite").option("subscribe", "events").load(missing), missing)
+    _fails_before_tasks(
+        spark,
+        lambda: spark.read.format("kafkalite").option("subscribe", "events").load(missing),
+        missing,
+        "does not exist",
+        "topics create",
+    )
+    _fails_before_tasks(
+        spark,
+        lambda: spark.readStream.format("kafkalite").option("subscribe", "events").load(missing),
+        missing,
+    )
     df = spark.createDataFrame([("a",)], "value string")
-    _fails_before_tasks(spark, lambda: df.write.format("kafkalite").mode("append").option("topic", "events").save(missing), missing, "save()")
+    _fails_before_tasks(
+        spark,
+        lambda: df.write.format("kafkalite").mode("append").option("topic", "events").save(missing),
+        missing,
+        "save()",
+    )
 
 
 def test_a_missing_topic_or_partition(spark, data):
@@ -66,16 +81,37 @@ def test_a_missing_topic_or_partition(spark, data):
         return spark.read.format("kafkalite")
 
     # Used to be an empty DataFrame: a typo read nothing, silently.
-    _fails_before_tasks(spark, lambda: read().option("subscribe", "events,evnts").load(data), "'evnts'", "option 'subscribe'", "its topics: events", "topics create evnts")
-    _fails_before_tasks(spark, lambda: read().option("assign", '{"nosuch": [0]}').load(data), "'nosuch'", "option 'assign'")
-    _fails_before_tasks(spark, lambda: read().option("assign", '{"events": [0, 7]}').load(data), "[7]", "partitions 0..1")
-    _fails_before_tasks(spark, lambda: spark.readStream.format("kafkalite").option("subscribe", "nosuch").load(data), "'nosuch'")
+    _fails_before_tasks(
+        spark,
+        lambda: read().option("subscribe", "events,evnts").load(data),
+        "'evnts'",
+        "option 'subscribe'",
+        "its topics: events",
+        "topics create evnts",
+    )
+    _fails_before_tasks(
+        spark, lambda: read().option("assign", '{"nosuch": [0]}').load(data), "'nosuch'", "option 'assign'"
+    )
+    _fails_before_tasks(
+        spark, lambda: read().option("assign", '{"events": [0, 7]}').load(data), "[7]", "partitions 0..1"
+    )
+    _fails_before_tasks(
+        spark,
+        lambda: spark.readStream.format("kafkalite").option("subscribe", "nosuch").load(data),
+        "'nosuch'",
+    )
     # A write creates a missing topic (auto.create.topics.enable, as a broker): where the data
     # directory turns that off, the write fails on the driver naming the topic.
     no_auto = os.path.join(os.path.dirname(data), "no-auto")
     Admin(no_auto).init(config={"auto.create.topics.enable": False})
     df = spark.createDataFrame([("a",)], "value string")
-    _fails_before_tasks(spark, lambda: df.write.format("kafkalite").mode("append").option("topic", "nosuch").save(no_auto), "'nosuch'", "option 'topic'", "auto.create.topics.enable=false")
+    _fails_before_tasks(
+        spark,
+        lambda: df.write.format("kafkalite").mode("append").option("topic", "nosuch").save(no_auto),
+        "'nosuch'",
+        "option 'topic'",
+        "auto.create.topics.enable=false",
+    )
     assert Admin(no_auto).list_topics() == []
 
 
@@ -103,9 +139,17 @@ def test_a_write_creates_its_missing_topic_on_the_driver_before_any_task(spark, 
 
     with Producer(path) as producer:
         producer.send("src", b"streamed row").get(timeout=10)
-    q = (spark.readStream.format("kafkalite").option("subscribe", "src").option("startingOffsets", "earliest").load(path)
-         .select("value").writeStream.format("kafkalite").option("topic", "streamed")
-         .option("checkpointLocation", str(tmp_path / "ck")).start(path))
+    q = (
+        spark.readStream.format("kafkalite")
+        .option("subscribe", "src")
+        .option("startingOffsets", "earliest")
+        .load(path)
+        .select("value")
+        .writeStream.format("kafkalite")
+        .option("topic", "streamed")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start(path)
+    )
     try:
         q.processAllAvailable()  # the stream writer (driver side) created the topic
     finally:
@@ -121,4 +165,9 @@ def test_a_write_to_a_brokers_log_directory_fails_before_any_task(spark, tmp_pat
     path.mkdir()
     write_broker_partition(str(path / "orders-0"))
     df = spark.createDataFrame([("a",)], "value string")
-    _fails_before_tasks(spark, lambda: df.write.format("kafkalite").mode("append").option("topic", "orders").save(str(path)), "broker's log directory", "kafkalite init --adopt")
+    _fails_before_tasks(
+        spark,
+        lambda: df.write.format("kafkalite").mode("append").option("topic", "orders").save(str(path)),
+        "broker's log directory",
+        "kafkalite init --adopt",
+    )

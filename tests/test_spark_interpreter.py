@@ -37,8 +37,14 @@ SCRIPT = textwrap.dedent(
 def _not_activated_env() -> dict[str, str]:
     """No PYSPARK_* variables, no venv marker, and the venv's bin directory off PATH."""
     venv_bin = os.path.dirname(os.path.abspath(sys.executable))
-    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV")}
-    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p and os.path.abspath(p) != venv_bin)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV")
+    }
+    env["PATH"] = os.pathsep.join(
+        p for p in env.get("PATH", "").split(os.pathsep) if p and os.path.abspath(p) != venv_bin
+    )
     return env
 
 
@@ -46,11 +52,22 @@ def test_format_kafkalite_works_from_a_venv_that_is_not_activated(tmp_path):
     env = _not_activated_env()
     python3 = shutil.which("python3", path=env["PATH"])
     if python3 is not None:  # the fault is real: PATH's python3 cannot load the data source
-        probe = subprocess.run([python3, "-c", "import pyarrow, kafkalite"], env=env, capture_output=True, timeout=60, check=False)
+        probe = subprocess.run(
+            [python3, "-c", "import pyarrow, kafkalite"],
+            env=env,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
         if probe.returncode == 0:
             pytest.skip(f"{python3} on PATH has kafkalite and pyarrow: the failure cannot be reproduced here")
     out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path / "data")], env=env, capture_output=True, text=True, timeout=240, check=False
+        [sys.executable, "-c", SCRIPT, str(tmp_path / "data")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "COUNT 10" in out.stdout
@@ -67,5 +84,11 @@ def test_plain_import_of_kafkalite_points_spark_workers_here():
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     unset = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert unset.stdout.strip() == sys.executable, unset.stderr
-    chosen = subprocess.run([sys.executable, "-c", code], env={**env, "PYSPARK_PYTHON": "/opt/py"}, capture_output=True, text=True, timeout=60)
+    chosen = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "PYSPARK_PYTHON": "/opt/py"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert chosen.stdout.strip() == "/opt/py"

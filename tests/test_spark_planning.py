@@ -6,21 +6,31 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from kafkalite.spark.options import SparkOptionError, offsets_from_json, offsets_json, parse, parse_duration_ms
+from kafkalite.spark.options import (
+    SparkOptionError,
+    offsets_from_json,
+    offsets_json,
+    parse,
+    parse_duration_ms,
+)
 from kafkalite.spark.planning import OffsetRange, rate_limit, split_ranges
 
 
 def test_defaults_and_validation():
     batch = parse({"path": "/d", "subscribe": "a, b"}, streaming=False)
-    assert batch.subscribe == ["a", "b"] and batch.starting.kind == "earliest" and batch.ending.kind == "latest"
+    assert (
+        batch.subscribe == ["a", "b"] and batch.starting.kind == "earliest" and batch.ending.kind == "latest"
+    )
     assert batch.fail_on_data_loss and not batch.include_headers and batch.max_trigger_delay_ms == 15 * 60_000
     stream = parse({"path": "/d", "subscribepattern": "a.*"}, streaming=True)  # Spark lower-cases keys
     assert stream.pattern == "a.*" and stream.starting.kind == "latest"
     for options, message in [
         ({"assign": "[1]"}, "No topicpartitions to assign"),
         ({"subscribe": "a", "startingOffsets": '{"a":{"0":-1}}'}, "can't be latest"),
-        ({"subscribe": "a", "maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "9"}, "higher than the maxOffsetsPerTrigger"),
+        (
+            {"subscribe": "a", "maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "9"},
+            "higher than the maxOffsetsPerTrigger",
+        ),
         ({"subscribe": "a", "failOnDataLoss": "maybe"}, "must be true or false"),
         ({"subscribe": "a", "startingOffsets": "{bad"}, "Expected e.g."),
     ]:
@@ -28,7 +38,11 @@ def test_defaults_and_validation():
             parse({"path": "/d", **options}, streaming=False)
     with pytest.raises(SparkOptionError, match="not valid in streaming"):
         parse({"path": "/d", "subscribe": "a", "endingTimestamp": "5"}, streaming=True)
-    assert parse_duration_ms("30s") == 30_000 and parse_duration_ms("250ms") == 250 and parse_duration_ms("2h") == 7_200_000
+    assert (
+        parse_duration_ms("30s") == 30_000
+        and parse_duration_ms("250ms") == 250
+        and parse_duration_ms("2h") == 7_200_000
+    )
 
 
 def test_offsets_json_is_stable():
@@ -70,7 +84,13 @@ def test_stream_reader_trigger_delay_and_data_loss(tmp_path):
     with Producer(path) as producer:
         for i in range(10):
             producer.send("t", value=b"%d" % i)
-    options = {"path": path, "subscribe": "t", "startingoffsets": "earliest", "minoffsetspertrigger": "50", "maxtriggerdelay": "200ms"}
+    options = {
+        "path": path,
+        "subscribe": "t",
+        "startingoffsets": "earliest",
+        "minoffsetspertrigger": "50",
+        "maxtriggerdelay": "200ms",
+    }
     reader = KafkaliteStreamReader(None, options)
     start = reader.initialOffset()
     assert start == {"t": {"0": 0}}
@@ -91,7 +111,6 @@ def test_stream_reader_trigger_delay_and_data_loss(tmp_path):
 
 def test_a_stream_commit_that_crashed_midway_is_finished_without_duplicates(tmp_path, monkeypatch):
     import pyarrow as pa
-
     from kafkalite import Admin
     from kafkalite.log import Log
     from kafkalite.spark import sink

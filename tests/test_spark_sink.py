@@ -103,7 +103,9 @@ def _check_exactly_once(path: str, rows: int = ROWS) -> None:
     for p in (0, 1):
         values = _values(path, p)
         ours = [v for v in values if v != FOREIGN]
-        assert ours == [b"row-%d" % i for i in range(p, 2 * rows, 2)], f"dst-{p}: rows missing, duplicated or reordered"
+        assert ours == [b"row-%d" % i for i in range(p, 2 * rows, 2)], (
+            f"dst-{p}: rows missing, duplicated or reordered"
+        )
 
 
 @pytest.fixture
@@ -167,7 +169,11 @@ def test_kill_9_at_random_moments_with_a_concurrent_producer(tmp_path):
         try:
             child = _committer(path, "never", rows)
             deadline = time.monotonic() + 120
-            while child.poll() is None and not sink.load_state(path, ident)["pending"] and time.monotonic() < deadline:
+            while (
+                child.poll() is None
+                and not sink.load_state(path, ident)["pending"]
+                and time.monotonic() < deadline
+            ):
                 time.sleep(0.005)  # until the commit has recorded its pending marker
             time.sleep(rng.uniform(0.0, 0.08))  # then somewhere in its appends (tens of ms)
             child.send_signal(signal.SIGKILL)
@@ -179,7 +185,9 @@ def test_kill_9_at_random_moments_with_a_concurrent_producer(tmp_path):
             other.kill()
             other.wait()
         _check_exactly_once(path, rows)
-    print(f"killed {killed} commits, {interrupted} of them after the pending marker and before the commit record")
+    print(
+        f"killed {killed} commits, {interrupted} of them after the pending marker and before the commit record"
+    )
     assert interrupted >= 1
 
 

@@ -18,7 +18,9 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 def test_stubs_match_the_native_module():
     pytest.importorskip("mypy")
-    result = run("mypy.stubtest", "kafkalite._native", "--allowlist", os.path.join(HERE, "stubtest-allowlist.txt"))
+    result = run(
+        "mypy.stubtest", "kafkalite._native", "--allowlist", os.path.join(HERE, "stubtest-allowlist.txt")
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

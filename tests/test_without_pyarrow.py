@@ -13,7 +13,13 @@ NO_PYARROW = "import sys; sys.modules['pyarrow'] = None\n"
 
 
 def run(code: str, cwd) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-c", NO_PYARROW + textwrap.dedent(code)], cwd=cwd, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", NO_PYARROW + textwrap.dedent(code)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 

@@ -35,7 +35,9 @@ class Marker:
 
 def data_batch(base: int, values: list[bytes], pid: int | None, seq: int) -> bytes:
     txn = pid is not None
-    builder = DefaultRecordBatchBuilder(2, 0, int(txn), pid if txn else -1, 0 if txn else -1, seq if txn else -1, 1 << 20)
+    builder = DefaultRecordBatchBuilder(
+        2, 0, int(txn), pid if txn else -1, 0 if txn else -1, seq if txn else -1, 1 << 20
+    )
     for i, v in enumerate(values):
         builder.append(i, timestamp=TS + base + i, key=b"k%d" % (base + i), value=v, headers=[])
     data = bytearray(builder.build())

@@ -4,11 +4,17 @@ Partitions are stored in Kafka's own on-disk format, so Kafka tools read what ka
 writes and kafkalite reads what a broker wrote.
 """
 
-from kafkalite._native import ConsumerRecord, Record, __version__, murmur2
 from kafkalite import errors
-from kafkalite.errors import *  # noqa: F403 (the exception classes, listed in errors.__all__)
+from kafkalite._native import ConsumerRecord, Record, __version__, murmur2
 from kafkalite.admin import Admin, PartitionInfo, TopicDescription
-from kafkalite.consumer import Consumer, NoOffsetForPartitionError, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from kafkalite.consumer import (
+    Consumer,
+    NoOffsetForPartitionError,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    TopicPartition,
+)
+from kafkalite.errors import *  # noqa: F403 (the exception classes, listed in errors.__all__)
 from kafkalite.log import Log, RecoveryWarning, SegmentInfo
 from kafkalite.producer import FutureRecordMetadata, Producer, RecordMetadata
 from kafkalite.server import Server

@@ -23,7 +23,9 @@ def open_nofollow(path: str, flags: int, mode: int = 0o644) -> int:
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise KafkaliteIOError(
-                errno.ELOOP, f"{path} is a symbolic link; kafkalite does not follow links in a data directory, remove it", path
+                errno.ELOOP,
+                f"{path} is a symbolic link; kafkalite does not follow links in a data directory, remove it",
+                path,
             ) from None
         raise KafkaliteIOError(e.errno, f"cannot open {path}: {e.strerror}", path) from e
 

@@ -16,7 +16,15 @@ from kafkalite import group_admin, validate
 from kafkalite._files import open_nofollow
 from kafkalite._native import APPEND_LOCK_FILE, WRITERS_FILE
 from kafkalite.compaction import CompactionResult, clean_if_dirty, clean_partition
-from kafkalite.datadir import BROKER_SYNONYMS, MAX_PARTITIONS, TOPIC_DEFAULTS, DataDir, is_compacted, validate_config, validate_topic_name
+from kafkalite.datadir import (
+    BROKER_SYNONYMS,
+    MAX_PARTITIONS,
+    TOPIC_DEFAULTS,
+    DataDir,
+    is_compacted,
+    validate_config,
+    validate_topic_name,
+)
 from kafkalite.errors import InvalidConfigError, InvalidTypeError, LogLockedError, UnknownTopicError
 from kafkalite.log import Log
 
@@ -106,7 +114,11 @@ class Admin:
                 continue
             with Log(path, readonly=True) as log:
                 segments = log.segments
-                infos.append(PartitionInfo(p, log.start_offset, log.end_offset, sum(s.size for s in segments), len(segments)))
+                infos.append(
+                    PartitionInfo(
+                        p, log.start_offset, log.end_offset, sum(s.size for s in segments), len(segments)
+                    )
+                )
         return TopicDescription(name, infos, self._dir.resolve(meta.get("config", {})))
 
     def delete_topic(self, name: str) -> None:
@@ -154,7 +166,9 @@ class Admin:
                 raise UnknownTopicError(f"unknown topic {name!r} in {self.path}")
             current = int(topics[name]["partitions"])
             if not isinstance(total, int) or total <= current:
-                raise InvalidConfigError(f"topic {name!r} has {current} partitions; the new total must be larger, got {total!r}")
+                raise InvalidConfigError(
+                    f"topic {name!r} has {current} partitions; the new total must be larger, got {total!r}"
+                )
             for p in range(current, total):
                 os.makedirs(self._dir.partition_path(name, p), exist_ok=True)
             topics[name]["partitions"] = total
@@ -166,7 +180,9 @@ class Admin:
         new settings up when they next open the partition."""
         validate_topic_name(name)
         if not isinstance(config, Mapping):
-            raise InvalidTypeError(f"config must be a dict of Kafka topic config keys, not {type(config).__name__}")
+            raise InvalidTypeError(
+                f"config must be a dict of Kafka topic config keys, not {type(config).__name__}"
+            )
         removals = [k for k, v in config.items() if v is None]
         checked = validate_config({k: v for k, v in config.items() if v is not None})
         validate_config({k: TOPIC_DEFAULTS.get(k) for k in removals if k in TOPIC_DEFAULTS})
@@ -196,7 +212,9 @@ class Admin:
         if not self._dir.managed:
             return deleted
         for name in topics if topics is not None else self.list_topics():
-            deleted[name] = sum(self._each_partition(name, lambda log: log.enforce_retention(now_ms)).values())
+            deleted[name] = sum(
+                self._each_partition(name, lambda log: log.enforce_retention(now_ms)).values()
+            )
         return deleted
 
     def _each_partition(self, name: str, run: Any) -> dict[int, Any]:
@@ -221,8 +239,12 @@ class Admin:
                 "set it to 'compact' (alter_config) to compact it"
             )
         if meta.get("discovered"):
-            raise InvalidConfigError(f"topic {name!r} belongs to a broker's log directory, which kafkalite only reads")
-        return CompactionResult.of(name, self._each_partition(name, lambda log: clean_partition(log, config, now_ms)))
+            raise InvalidConfigError(
+                f"topic {name!r} belongs to a broker's log directory, which kafkalite only reads"
+            )
+        return CompactionResult.of(
+            name, self._each_partition(name, lambda log: clean_partition(log, config, now_ms))
+        )
 
     def compact_dirty_topics(self, topics: list[str] | None = None) -> dict[str, CompactionResult]:
         """Clean the partitions of compacted topics whose dirty ratio reached
@@ -256,7 +278,9 @@ class Admin:
         """Delete an inactive group's committed offsets (tombstones) and membership files."""
         return group_admin.delete_group(self._dir, group_id)
 
-    def reset_offsets(self, group_id: str, partitions: list[tuple[str, int]], *, execute: bool = True, **spec: Any) -> dict[tuple[str, int], int]:
+    def reset_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]], *, execute: bool = True, **spec: Any
+    ) -> dict[tuple[str, int], int]:
         """Set an inactive group's committed offsets: one of ``to_earliest``, ``to_latest``,
         ``to_datetime`` (ISO), ``to_offset``, ``shift_by``. Returns the new offsets (only a plan
         when ``execute=False``)."""
@@ -280,7 +304,9 @@ def _append_lock(partition_dir: str):  # -> Iterator[None]
     """Hold a partition's append lock (the engine's flock, see rust/src/lock.rs), waiting up
     to DELETE_LOCK_PATIENCE for a shared writer's append; skipped for an exclusive writer,
     which holds it for its lifetime (see delete_topic)."""
-    with os.fdopen(open_nofollow(os.path.join(partition_dir, APPEND_LOCK_FILE), os.O_RDWR | os.O_CREAT), "r+b") as f:
+    with os.fdopen(
+        open_nofollow(os.path.join(partition_dir, APPEND_LOCK_FILE), os.O_RDWR | os.O_CREAT), "r+b"
+    ) as f:
         deadline = time.monotonic() + DELETE_LOCK_PATIENCE
         while True:
             try:

@@ -21,10 +21,17 @@ Assignment = dict[str, list[TopicPartition]]
 
 def _all_partitions(partitions_per_topic: Mapping[str, int], topics: set[str]) -> list[TopicPartition]:
     """Subscribed partitions sorted by topic, then partition (Kafka's order)."""
-    return [TopicPartition(t, p) for t in sorted(topics) if t in partitions_per_topic for p in range(partitions_per_topic[t])]
+    return [
+        TopicPartition(t, p)
+        for t in sorted(topics)
+        if t in partitions_per_topic
+        for p in range(partitions_per_topic[t])
+    ]
 
 
-def range_assign(partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Sequence[str]]) -> Assignment:
+def range_assign(
+    partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Sequence[str]]
+) -> Assignment:
     """Kafka's RangeAssignor: per topic, partitions in order over its subscribers in member-id
     order; the first ``partitions % subscribers`` members get one extra."""
     assignment: Assignment = {member: [] for member in subscriptions}
@@ -42,7 +49,9 @@ def range_assign(partitions_per_topic: Mapping[str, int], subscriptions: Mapping
     return assignment
 
 
-def roundrobin_assign(partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Sequence[str]]) -> Assignment:
+def roundrobin_assign(
+    partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Sequence[str]]
+) -> Assignment:
     """Kafka's RoundRobinAssignor: all subscribed partitions in (topic, partition) order, dealt
     to the members in member-id order, skipping members not subscribed to the partition's topic."""
     assignment: Assignment = {member: [] for member in subscriptions}
@@ -95,7 +104,9 @@ def sticky_assign(
         if tp not in holder:
             candidates = [m for m in members if tp.topic in subscribed[m]]
             if candidates:
-                target = min(candidates, key=lambda m: (len(assignment[m]) >= quota[m], len(assignment[m]), m))
+                target = min(
+                    candidates, key=lambda m: (len(assignment[m]) >= quota[m], len(assignment[m]), m)
+                )
                 assignment[target].append(tp)
                 holder[tp] = target
     # 4. Move single partitions from the most to the least loaded member that can take them,
@@ -105,7 +116,9 @@ def sticky_assign(
         moved = False
         for src in sorted(members, key=lambda m: -len(assignment[m])):
             for tp in reversed(assignment[src]):
-                dst = min((m for m in members if tp.topic in subscribed[m]), key=lambda m: (len(assignment[m]), m))
+                dst = min(
+                    (m for m in members if tp.topic in subscribed[m]), key=lambda m: (len(assignment[m]), m)
+                )
                 if len(assignment[src]) - len(assignment[dst]) > 1:
                     assignment[src].remove(tp)
                     assignment[dst].append(tp)
@@ -116,7 +129,9 @@ def sticky_assign(
     return {m: sorted(assignment[m]) for m in members}
 
 
-def _quotas(members: list[str], subscribed: dict[str, set[str]], partitions: list[TopicPartition]) -> dict[str, int]:
+def _quotas(
+    members: list[str], subscribed: dict[str, set[str]], partitions: list[TopicPartition]
+) -> dict[str, int]:
     """The most each member should hold: an even share of the partitions it can take (exact
     ceil(P/C) when everyone subscribes to the same topics)."""
     quotas = {}

@@ -16,7 +16,6 @@ import time
 from typing import Any
 
 from kafkalite.errors import InvalidRecordError, RecordTooLargeError
-from kafkalite.log import Log
 
 #: `<topic>-<partition>`, what a partition folder is called (in Kafka and here).
 _PARTITION_FOLDER = re.compile(r"^.+-\d+$")
@@ -34,7 +33,9 @@ def _demo(args: argparse.Namespace) -> int:
         return _run_demo(console, data_dir, args.records)
     finally:
         if args.keep:
-            console.print(f"kept the demo's data in [cyan]{data_dir}[/] (try: kafkalite --data-dir {data_dir} topics describe)")
+            console.print(
+                f"kept the demo's data in [cyan]{data_dir}[/] (try: kafkalite --data-dir {data_dir} topics describe)"
+            )
         else:
             shutil.rmtree(data_dir, ignore_errors=True)
             console.print(f"removed the demo's data directory {data_dir} (run with --keep to look at it)")
@@ -49,7 +50,9 @@ def _run_demo(console: Any, data_dir: str, total: int) -> int:
     topic = f"demo-{int(time.time())}"
     admin.create_topic(topic, partitions=3)
     per_call = 10_000
-    console.print(f"[bold]kafkalite demo[/]: topic [cyan]{topic}[/] (3 partitions) in [cyan]{data_dir}[/], no broker")
+    console.print(
+        f"[bold]kafkalite demo[/]: topic [cyan]{topic}[/] (3 partitions) in [cyan]{data_dir}[/], no broker"
+    )
 
     from rich.progress import Progress
 
@@ -60,7 +63,9 @@ def _run_demo(console: Any, data_dir: str, total: int) -> int:
             producer.send(topic, b"event-%d" % i, key=b"user-%d" % (i % 1000))
         producer.flush()
         send_s = time.perf_counter() - began
-        console.print(f"send():     {keyed:>10,} keyed records in {send_s:.2f} s = [green]{keyed / send_s:,.0f} records/s[/]")
+        console.print(
+            f"send():     {keyed:>10,} keyed records in {send_s:.2f} s = [green]{keyed / send_s:,.0f} records/s[/]"
+        )
         bulk = total - keyed
         values = [b"x" * 100] * per_call
         began = time.perf_counter()
@@ -74,7 +79,9 @@ def _run_demo(console: Any, data_dir: str, total: int) -> int:
                 progress.advance(task, n)
         bulk_s = time.perf_counter() - began
         if bulk:
-            console.print(f"send_batch: {bulk:>10,} records of 100 B in {bulk_s:.2f} s = [green]{bulk / bulk_s:,.0f} records/s[/], {bulk * 100 / bulk_s / 1e6:,.0f} MB/s")
+            console.print(
+                f"send_batch: {bulk:>10,} records of 100 B in {bulk_s:.2f} s = [green]{bulk / bulk_s:,.0f} records/s[/], {bulk * 100 / bulk_s / 1e6:,.0f} MB/s"
+            )
 
     from rich.markup import escape
 
@@ -98,13 +105,21 @@ def _run_demo(console: Any, data_dir: str, total: int) -> int:
             rows += sum(counts)
         read_s = time.perf_counter() - began
         sample = next(iter(first.values()))[0]
-        console.print(f"consumed:   {rows:>10,} records in {read_s:.2f} s = [green]{rows / read_s:,.0f} records/s[/] ({escape(bulk_path)})")
-        console.print(f"first record: partition {sample.partition}, offset {sample.offset}, key {sample.key!r}, value {sample.value!r}")
+        console.print(
+            f"consumed:   {rows:>10,} records in {read_s:.2f} s = [green]{rows / read_s:,.0f} records/s[/] ({escape(bulk_path)})"
+        )
+        console.print(
+            f"first record: partition {sample.partition}, offset {sample.offset}, key {sample.key!r}, value {sample.value!r}"
+        )
         consumer.commit()
     for p in admin.describe_topic(topic).partitions:
-        console.print(f"  {topic}-{p.partition}: offsets [{p.start_offset}, {p.end_offset}), {p.size_bytes:,} bytes in {p.segments} segment(s)")
+        console.print(
+            f"  {topic}-{p.partition}: offsets [{p.start_offset}, {p.end_offset}), {p.size_bytes:,} bytes in {p.segments} segment(s)"
+        )
     files = sorted(os.listdir(os.path.join(data_dir, f"{topic}-0")))
-    console.print("Kafka-format files in partition 0: " + ", ".join(f for f in files if not f.startswith(".")))
+    console.print(
+        "Kafka-format files in partition 0: " + ", ".join(f for f in files if not f.startswith("."))
+    )
     return 0
 
 
@@ -114,9 +129,13 @@ def _dump_log(args: argparse.Namespace) -> int:
 
     folder = os.path.basename(os.path.normpath(args.partition))
     if not os.path.isdir(args.partition) or not _PARTITION_FOLDER.match(folder):
-        raise SystemExit(f"kafkalite: {args.partition} is not a partition directory (a <topic>-<partition> folder)")
+        raise SystemExit(
+            f"kafkalite: {args.partition} is not a partition directory (a <topic>-<partition> folder)"
+        )
     if not glob.glob(os.path.join(glob.escape(args.partition), "*.log")):
-        raise SystemExit(f"kafkalite: {args.partition} holds no .log segment, so it is not a partition directory")
+        raise SystemExit(
+            f"kafkalite: {args.partition} holds no .log segment, so it is not a partition directory"
+        )
     problems = dump_partition(args.partition, sys.stdout, print_batches=not args.summary)
     print(f"{problems} problem(s) found", file=sys.stderr)
     return 1 if problems else 0
@@ -159,7 +178,9 @@ def _topics(args: argparse.Namespace) -> int:
             config = ",".join(f"{k}={v}" for k, v in sorted(d.config.items()))
             print(f"Topic: {d.name}\tPartitionCount: {len(d.partitions)}\tConfigs: {config}")
             for p in d.partitions:
-                print(f"\tTopic: {d.name}\tPartition: {p.partition}\tStartOffset: {p.start_offset}\tEndOffset: {p.end_offset}\tSize: {p.size_bytes}\tSegments: {p.segments}")
+                print(
+                    f"\tTopic: {d.name}\tPartition: {p.partition}\tStartOffset: {p.start_offset}\tEndOffset: {p.end_offset}\tSize: {p.size_bytes}\tSegments: {p.segments}"
+                )
     elif args.action == "delete":
         admin.delete_topic(args.name)
         print(f"Deleted topic {args.name}.")
@@ -186,11 +207,16 @@ def _init(args: argparse.Namespace) -> int:
             print(f"{admin.path} is already a kafkalite data directory; nothing to adopt.")
         else:
             topics = admin.adopt_broker_dir()
-            print(f"Adopted {admin.path}: kafkalite now owns its {len(topics)} topic(s) {', '.join(topics)}. No broker may use it any more.")
+            print(
+                f"Adopted {admin.path}: kafkalite now owns its {len(topics)} topic(s) {', '.join(topics)}. No broker may use it any more."
+            )
     if admin.init(config=_parse_config(args.config)) and not args.adopt:
         print(f"Created kafkalite data directory {admin.path}.")
     elif not args.adopt:
-        print(f"{admin.path} is already a kafkalite data directory" + ("; config updated." if args.config else "."))
+        print(
+            f"{admin.path} is already a kafkalite data directory"
+            + ("; config updated." if args.config else ".")
+        )
     return 0
 
 
@@ -240,9 +266,10 @@ def _produce(args: argparse.Namespace) -> int:
                 errors.append(error)
 
     try:
-        with Producer(_require_dir(args), acks=args.acks, linger_ms=5, batch_size=256 * 1024) as producer, Progress(
-            transient=True, disable=total is None or not sys.stderr.isatty()
-        ) as progress:
+        with (
+            Producer(_require_dir(args), acks=args.acks, linger_ms=5, batch_size=256 * 1024) as producer,
+            Progress(transient=True, disable=total is None or not sys.stderr.isatty()) as progress,
+        ):
             task = progress.add_task("producing", total=total)
             for line in source:
                 progress.advance(task, len(line))
@@ -251,7 +278,9 @@ def _produce(args: argparse.Namespace) -> int:
                 if sep is not None:
                     key, found, value = line.partition(sep)
                     if not found:
-                        raise SystemExit(f"kafkalite: line {sent + 1} has no key separator {args.key_separator!r}")
+                        raise SystemExit(
+                            f"kafkalite: line {sent + 1} has no key separator {args.key_separator!r}"
+                        )
                 else:
                     value = line
                 try:
@@ -264,7 +293,9 @@ def _produce(args: argparse.Namespace) -> int:
     finally:
         print(f"Produced {outcome['written']} records to {args.topic}.", file=sys.stderr)
     if outcome["failed"]:
-        print(f"kafkalite: {outcome['failed']} of {sent} records were not written: {errors[0]}", file=sys.stderr)
+        print(
+            f"kafkalite: {outcome['failed']} of {sent} records were not written: {errors[0]}", file=sys.stderr
+        )
         return 1
     return 0
 
@@ -274,7 +305,6 @@ def _consume(args: argparse.Namespace) -> int:
     import json
 
     from kafkalite.consumer import Consumer, TopicPartition
-
     from kafkalite.datadir import DataDir
 
     DataDir(_require_dir(args), create=False).topic(args.topic)  # an unknown topic is an error here
@@ -329,8 +359,15 @@ def _consume(args: argparse.Namespace) -> int:
                     if args.max_messages is not None and shown >= args.max_messages:
                         break
                     if args.format == "json":
-                        doc = {"topic": r.topic, "partition": r.partition, "offset": r.offset, "timestamp": r.timestamp,
-                               "key": text(r.key), "value": text(r.value), "headers": [[k, text(v)] for k, v in r.headers]}
+                        doc = {
+                            "topic": r.topic,
+                            "partition": r.partition,
+                            "offset": r.offset,
+                            "timestamp": r.timestamp,
+                            "key": text(r.key),
+                            "value": text(r.value),
+                            "headers": [[k, text(v)] for k, v in r.headers],
+                        }
                         out.write(json.dumps(doc).encode() + b"\n")
                     else:
                         out.write((r.value or b"") + b"\n")
@@ -355,8 +392,12 @@ def _serve(args: argparse.Namespace) -> int:
     # SIGTERM (service managers, `kill`) stops as cleanly as Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with Server(_require_dir(args), args.listen, advertised_listener=args.advertised_listener) as server:
-        print(f"kafkalite: serving {server.path} on {server.address} (bootstrap.servers={server.bootstrap_servers}); "
-              "Ctrl-C stops", file=sys.stderr, flush=True)
+        print(
+            f"kafkalite: serving {server.path} on {server.address} (bootstrap.servers={server.bootstrap_servers}); "
+            "Ctrl-C stops",
+            file=sys.stderr,
+            flush=True,
+        )
         try:
             while not stop.wait(0.5):
                 pass
@@ -385,9 +426,7 @@ def _for_the_cli(message: str) -> str:
 
 
 def _data_dir_option(parser: argparse.ArgumentParser, default: object) -> None:
-    parser.add_argument(
-        "--data-dir", default=default, help="data directory (default: $KAFKALITE_DATA_DIR)"
-    )
+    parser.add_argument("--data-dir", default=default, help="data directory (default: $KAFKALITE_DATA_DIR)")
 
 
 def _subparser(sub: argparse._SubParsersAction, name: str, **kw: Any) -> argparse.ArgumentParser:  # type: ignore[type-arg]
@@ -410,12 +449,16 @@ def main(argv: list[str] | None = None) -> int:
     create = _subparser(actions, "create", help="create a topic")
     create.add_argument("name")
     create.add_argument("--partitions", type=int, default=1)
-    create.add_argument("--config", action="append", metavar="KEY=VALUE", help="topic config, Kafka names (repeatable)")
+    create.add_argument(
+        "--config", action="append", metavar="KEY=VALUE", help="topic config, Kafka names (repeatable)"
+    )
     listing = _subparser(actions, "list", help="list topics")
     describe = _subparser(actions, "describe", help="partitions, offsets, sizes and config")
     describe.add_argument("name", nargs="?")
     for p in (listing, describe):
-        p.add_argument("--include-internal", action="store_true", help="also internal topics (__consumer_offsets)")
+        p.add_argument(
+            "--include-internal", action="store_true", help="also internal topics (__consumer_offsets)"
+        )
     delete = _subparser(actions, "delete", help="delete a topic and its data")
     delete.add_argument("name")
     alter = _subparser(actions, "alter", help="change config or add partitions")
@@ -427,19 +470,36 @@ def main(argv: list[str] | None = None) -> int:
 
     init = _subparser(sub, "init", help="create a data directory (or --adopt a Kafka broker's log directory)")
     init.add_argument("dir", nargs="?", help="the directory (default: --data-dir / $KAFKALITE_DATA_DIR)")
-    init.add_argument("--adopt", action="store_true", help="take over a broker's log directory: kafkalite owns its topics afterwards")
-    init.add_argument("--config", action="append", metavar="KEY=VALUE", help="data directory config, Kafka broker names (repeatable)")
+    init.add_argument(
+        "--adopt",
+        action="store_true",
+        help="take over a broker's log directory: kafkalite owns its topics afterwards",
+    )
+    init.add_argument(
+        "--config",
+        action="append",
+        metavar="KEY=VALUE",
+        help="data directory config, Kafka broker names (repeatable)",
+    )
     init.set_defaults(run=_init)
 
-    config = _subparser(sub, "config", help="the data directory's config (auto.create.topics.enable, num.partitions, log.*)")
+    config = _subparser(
+        sub, "config", help="the data directory's config (auto.create.topics.enable, num.partitions, log.*)"
+    )
     config_actions = config.add_subparsers(dest="action", required=True)
     _subparser(config_actions, "describe", help="every setting, defaults included")
     alter_dir = _subparser(config_actions, "alter", help="set or reset settings")
-    alter_dir.add_argument("--add-config", action="append", metavar="KEY=VALUE", help="Kafka broker config name (repeatable)")
+    alter_dir.add_argument(
+        "--add-config", action="append", metavar="KEY=VALUE", help="Kafka broker config name (repeatable)"
+    )
     alter_dir.add_argument("--delete-config", action="append", metavar="KEY", help="back to Kafka's default")
     config.set_defaults(run=_config)
 
-    produce = _subparser(sub, "produce", help="one record per input line (stdin or --file); creates a missing topic (auto.create.topics.enable)")
+    produce = _subparser(
+        sub,
+        "produce",
+        help="one record per input line (stdin or --file); creates a missing topic (auto.create.topics.enable)",
+    )
     produce.add_argument("topic")
     produce.add_argument("--file", help="read lines from this file instead of stdin")
     produce.add_argument("--key-separator", help="split each line into key and value at this string")
@@ -447,14 +507,22 @@ def main(argv: list[str] | None = None) -> int:
     produce.add_argument("--acks", default=1, type=lambda v: v if v == "all" else int(v), help="0, 1 or all")
     produce.set_defaults(run=_produce)
 
-    consume = _subparser(sub, "consume", help="print records, one value per line (waits for new ones; Ctrl-C stops)")
+    consume = _subparser(
+        sub, "consume", help="print records, one value per line (waits for new ones; Ctrl-C stops)"
+    )
     consume.add_argument("topic")
-    consume.add_argument("--from-beginning", action="store_true", help="start at the earliest offset (default: latest)")
+    consume.add_argument(
+        "--from-beginning", action="store_true", help="start at the earliest offset (default: latest)"
+    )
     consume.add_argument("--offset", type=int, help="start at this offset (of --partition, default 0)")
     consume.add_argument("--partition", type=int)
     consume.add_argument("--timestamp", type=int, help="start at the first record at or after this time (ms)")
     consume.add_argument("--max-messages", type=int)
-    consume.add_argument("--follow", action="store_true", help="with --from-beginning/--offset/--timestamp: keep waiting for new records at the end")
+    consume.add_argument(
+        "--follow",
+        action="store_true",
+        help="with --from-beginning/--offset/--timestamp: keep waiting for new records at the end",
+    )
     consume.add_argument("--timeout-ms", type=int, help="stop after this long without a new record")
     consume.add_argument("--group", help="consumer group: start from and commit its offsets")
     consume.add_argument("--format", choices=["value", "json"], default="value")
@@ -464,18 +532,34 @@ def main(argv: list[str] | None = None) -> int:
 
     cli_groups.add_parser(sub, _require_dir, _subparser)
 
-    serve = _subparser(sub, "serve", help="serve the data directory over Kafka's wire protocol (loopback only)")
-    serve.add_argument("--listen", default="127.0.0.1:9092", help="HOST:PORT to listen on (default 127.0.0.1:9092; loopback only)")
-    serve.add_argument("--advertised-listener", metavar="HOST:PORT", help="the address clients are told to connect to (default: --listen)")
+    serve = _subparser(
+        sub, "serve", help="serve the data directory over Kafka's wire protocol (loopback only)"
+    )
+    serve.add_argument(
+        "--listen",
+        default="127.0.0.1:9092",
+        help="HOST:PORT to listen on (default 127.0.0.1:9092; loopback only)",
+    )
+    serve.add_argument(
+        "--advertised-listener",
+        metavar="HOST:PORT",
+        help="the address clients are told to connect to (default: --listen)",
+    )
     serve.set_defaults(run=_serve)
 
-    demo = sub.add_parser("demo", help="append and read back a stream in a temporary data directory, with throughput")
+    demo = sub.add_parser(
+        "demo", help="append and read back a stream in a temporary data directory, with throughput"
+    )
     demo.add_argument("--records", type=int, default=2_000_000, help="records to append (default 2,000,000)")
-    demo.add_argument("--keep", action="store_true", help="keep the demo's data directory (default: removed at the end)")
+    demo.add_argument(
+        "--keep", action="store_true", help="keep the demo's data directory (default: removed at the end)"
+    )
     demo.set_defaults(run=_demo)
     dump = sub.add_parser("dump-log", help="list the batches of a partition directory and check their CRCs")
     dump.add_argument("partition", help="a <topic>-<partition> directory")
-    dump.add_argument("--summary", action="store_true", help="only the index checks and problems, not every batch")
+    dump.add_argument(
+        "--summary", action="store_true", help="only the index checks and problems, not every batch"
+    )
     dump.set_defaults(run=_dump_log)
     args = parser.parse_args(argv)
     from kafkalite.errors import KafkaliteError

@@ -29,7 +29,9 @@ def add_parser(sub: argparse._SubParsersAction, require_dir, subparser) -> None:
     spec.add_argument("--to-offset", type=int)
     spec.add_argument("--shift-by", type=int)
     mode = reset.add_mutually_exclusive_group()
-    mode.add_argument("--execute", action="store_true", help="apply the new offsets (default: only show them)")
+    mode.add_argument(
+        "--execute", action="store_true", help="apply the new offsets (default: only show them)"
+    )
     mode.add_argument("--dry-run", action="store_true", help="only show the new offsets (the default)")
     groups.set_defaults(run=lambda args: run(args, require_dir(args)))
 
@@ -44,7 +46,9 @@ def _partitions(admin: Admin, args: argparse.Namespace) -> list[tuple[str, int]]
         try:
             wanted = [int(n) for n in numbers.split(",")] if numbers else [p.partition for p in count]
         except ValueError:
-            raise SystemExit(f"kafkalite: --topic takes TOPIC or TOPIC:P,P,... with partition numbers, got {spec!r}") from None
+            raise SystemExit(
+                f"kafkalite: --topic takes TOPIC or TOPIC:P,P,... with partition numbers, got {spec!r}"
+            ) from None
         out += [(topic, p) for p in wanted]
     return out
 
@@ -59,10 +63,30 @@ def run(args: argparse.Namespace, data_dir: str) -> int:
         if d.state == "Dead":
             print(f"Consumer group '{args.group}' does not exist.")
             return 1
-        print(f"Consumer group '{d.group_id}': state {d.state}, generation {d.generation}, protocol {d.protocol}, {len(d.members)} member(s)")
-        header = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "CLIENT-ID")
+        print(
+            f"Consumer group '{d.group_id}': state {d.state}, generation {d.generation}, protocol {d.protocol}, {len(d.members)} member(s)"
+        )
+        header = (
+            "GROUP",
+            "TOPIC",
+            "PARTITION",
+            "CURRENT-OFFSET",
+            "LOG-END-OFFSET",
+            "LAG",
+            "CONSUMER-ID",
+            "CLIENT-ID",
+        )
         rows = [header] + [
-            (d.group_id, p.topic, str(p.partition), _dash(p.committed), str(p.end_offset), _dash(p.lag), p.member_id or "-", p.client_id or "-")
+            (
+                d.group_id,
+                p.topic,
+                str(p.partition),
+                _dash(p.committed),
+                str(p.end_offset),
+                _dash(p.lag),
+                p.member_id or "-",
+                p.client_id or "-",
+            )
             for p in d.partitions
         ]
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
@@ -70,7 +94,9 @@ def run(args: argparse.Namespace, data_dir: str) -> int:
             print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
     elif args.action == "delete":
         count = admin.delete_group(args.group)
-        print(f"Deletion of requested consumer group '{args.group}' was successful ({count} committed offsets deleted).")
+        print(
+            f"Deletion of requested consumer group '{args.group}' was successful ({count} committed offsets deleted)."
+        )
     elif args.action == "reset-offsets":
         spec = {
             "to_earliest": args.to_earliest,

@@ -40,7 +40,11 @@ class CompactionResult:
 
 def _settings(config: Mapping[str, Any]) -> tuple[int, int, float]:
     full = {**TOPIC_DEFAULTS, **config}
-    return int(full["delete.retention.ms"]), int(full["min.compaction.lag.ms"]), float(full["min.cleanable.dirty.ratio"])
+    return (
+        int(full["delete.retention.ms"]),
+        int(full["min.compaction.lag.ms"]),
+        float(full["min.cleanable.dirty.ratio"]),
+    )
 
 
 def clean_partition(log: Log, config: Mapping[str, Any], now_ms: int | None = None) -> dict[str, int]:

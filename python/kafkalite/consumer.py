@@ -16,8 +16,9 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
-from kafkalite._native import ConsumerRecord
 from kafkalite import consumer_args as args
+from kafkalite._arrow import require_pyarrow
+from kafkalite._native import ConsumerRecord
 from kafkalite.assignors import TopicPartition
 from kafkalite.datadir import DataDir
 from kafkalite.errors import (
@@ -29,9 +30,8 @@ from kafkalite.errors import (
     ReadOnlyDataDirError,
     UnknownTopicError,
 )
-from kafkalite._arrow import require_pyarrow
-from kafkalite.log import Log
 from kafkalite.group import STRATEGIES, GroupFiles, GroupMember, encode_name, live_members
+from kafkalite.log import Log
 from kafkalite.offsets import OffsetStore
 from kafkalite.wakeup import Wakeups
 
@@ -83,11 +83,15 @@ def _strategy_names(value: Any) -> list[str]:
     elif isinstance(value, (list, tuple)):
         items = list(value)
     else:
-        raise InvalidTypeError(f"partition_assignment_strategy must be a strategy name or a list of them, not {value!r}")
+        raise InvalidTypeError(
+            f"partition_assignment_strategy must be a strategy name or a list of them, not {value!r}"
+        )
     names = [item if isinstance(item, str) else str(getattr(item, "name", item)) for item in items]
     bad = [n for n in names if n not in STRATEGIES]
     if not names or bad:
-        raise InvalidConfigError(f"partition_assignment_strategy must name some of {', '.join(STRATEGIES)}; got {value!r}")
+        raise InvalidConfigError(
+            f"partition_assignment_strategy must name some of {', '.join(STRATEGIES)}; got {value!r}"
+        )
     return names
 
 
@@ -97,7 +101,9 @@ def _read_committed(level: Any) -> bool:
     if not isinstance(level, str):
         raise InvalidTypeError(f"isolation_level must be a str, not {type(level).__name__} {level!r}")
     if level not in ISOLATION_LEVELS:
-        raise InvalidConfigError(f"isolation_level must be 'read_uncommitted' or 'read_committed', not {level!r}")
+        raise InvalidConfigError(
+            f"isolation_level must be 'read_uncommitted' or 'read_committed', not {level!r}"
+        )
     return level == "read_committed"
 
 
@@ -121,17 +127,23 @@ class Consumer:
     """``Consumer(path, *topics, group_id=None, **config)``: the data directory first, where
     kafka-python takes ``bootstrap_servers``."""
 
-    def __init__(self, path: str | os.PathLike[str], *topics: str, group_id: str | None = None, **config: Any) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *topics: str, group_id: str | None = None, **config: Any
+    ) -> None:
         unknown = sorted(set(config) - set(DEFAULTS))
         if unknown:
-            raise InvalidConfigError(f"unknown consumer config {unknown[0]!r}; supported: {', '.join(sorted(DEFAULTS))}")
+            raise InvalidConfigError(
+                f"unknown consumer config {unknown[0]!r}; supported: {', '.join(sorted(DEFAULTS))}"
+            )
         self.config = {**DEFAULTS, **config}
         args.check_config(self.config)
         self._read_committed = _read_committed(self.config["isolation_level"])
         self._strategies = _strategy_names(self.config["partition_assignment_strategy"])
         wanted_topics = args.topic_names(topics)
         if not isinstance(path, (str, os.PathLike)):
-            raise InvalidTypeError(f"path must be the data directory (str or os.PathLike), not {type(path).__name__}")
+            raise InvalidTypeError(
+                f"path must be the data directory (str or os.PathLike), not {type(path).__name__}"
+            )
         self._dir = DataDir(path, create=False)
         if group_id is not None:
             encode_name(group_id)  # any non-empty str, as Kafka's group.id; a typed error otherwise
@@ -269,7 +281,10 @@ class Consumer:
             lost = list(self._assigned)
             try:
                 if lost and self._listener is not None:
-                    (getattr(self._listener, "on_partitions_lost", None) or self._listener.on_partitions_revoked)(lost)
+                    (
+                        getattr(self._listener, "on_partitions_lost", None)
+                        or self._listener.on_partitions_revoked
+                    )(lost)
             finally:
                 self._drop_partitions(lost)
                 member.rejoin()
@@ -402,7 +417,9 @@ class Consumer:
         parts = [self._existing(tp) for tp in args.partitions(partitions)]
         return {tp: self._end_of(self._log(tp)) for tp in parts}
 
-    def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+    def offsets_for_times(
+        self, timestamps: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """Per partition: the earliest offset whose timestamp >= the given one, or None."""
         wanted = {
             self._existing(args.topic_partition(tp)): args.integer(f"the timestamp for {tp}", ts, 0)
@@ -418,7 +435,9 @@ class Consumer:
         """``tp`` (already shape-checked) if its topic has that partition."""
         count = self._dir.partitions(tp.topic)  # UnknownTopicError when there is no such topic
         if tp.partition >= count:
-            raise InvalidConfigError(f"topic {tp.topic!r} has partitions 0..{count - 1}; there is no partition {tp.partition}")
+            raise InvalidConfigError(
+                f"topic {tp.topic!r} has partitions 0..{count - 1}; there is no partition {tp.partition}"
+            )
         return tp
 
     # -- fetching --------------------------------------------------------------------------
@@ -472,9 +491,14 @@ class Consumer:
 
     def _fetch_one(self, tp: TopicPartition, limit: int) -> list[ConsumerRecord]:
         topic = self._topic_names.setdefault(tp.topic, tp.topic)
+
         def read(log: Log, pos: int, n: int) -> Any:
             native = log._native
-            fetch = native.read_committed_consumer_records if self._read_committed else native.read_consumer_records
+            fetch = (
+                native.read_committed_consumer_records
+                if self._read_committed
+                else native.read_consumer_records
+            )
             return fetch(topic, tp.partition, pos, n)
 
         records = self._read_at_position(tp, limit, read)
@@ -488,10 +512,14 @@ class Consumer:
         value = vd(r.value) if vd is not None and r.value is not None else r.value
         return r._with_key_value(key, value)
 
-    def poll(self, timeout_ms: int = 0, max_records: int | None = None, update_offsets: bool = True) -> dict[TopicPartition, list[ConsumerRecord]]:
+    def poll(
+        self, timeout_ms: int = 0, max_records: int | None = None, update_offsets: bool = True
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Records from the assigned partitions, ``{TopicPartition: [ConsumerRecord]}``. Waits
         up to ``timeout_ms`` for data to arrive from any process."""
-        return self._wait_for(self._fetch, timeout_ms, self._max_records(max_records, self.config["max_poll_records"]))
+        return self._wait_for(
+            self._fetch, timeout_ms, self._max_records(max_records, self.config["max_poll_records"])
+        )
 
     @staticmethod
     def _max_records(value: Any, default: int) -> int:
@@ -509,7 +537,9 @@ class Consumer:
         def read_one(tp: TopicPartition, limit: int) -> Any:
             def read(log: Log, pos: int, n: int) -> Any:
                 native = log._native
-                return (native.read_committed_arrow if self._read_committed else native.read_arrow)(pos, None, n)
+                return (native.read_committed_arrow if self._read_committed else native.read_arrow)(
+                    pos, None, n
+                )
 
             batch = self._read_at_position(tp, limit, read)
             return pa.record_batch(batch) if len(batch) else None
@@ -611,7 +641,9 @@ class Consumer:
 
     def _commit_quietly(self, partitions: list[TopicPartition]) -> None:
         """Auto-commit before a rebalance takes partitions away (failures are the rebalance's)."""
-        entries = {(tp.topic, tp.partition): (self._consumed[tp], "") for tp in partitions if tp in self._consumed}
+        entries = {
+            (tp.topic, tp.partition): (self._consumed[tp], "") for tp in partitions if tp in self._consumed
+        }
         try:
             if entries:
                 self._commit_entries(entries)
@@ -621,7 +653,9 @@ class Consumer:
     def commit_async(self, offsets: dict[TopicPartition, Any] | None = None, callback: Any = None) -> None:
         """Committing is a local file write, so this commits now and then calls ``callback``."""
         if callback is not None and not callable(callback):
-            raise InvalidTypeError(f"callback must be callable(offsets, exception), not {type(callback).__name__}")
+            raise InvalidTypeError(
+                f"callback must be callable(offsets, exception), not {type(callback).__name__}"
+            )
         self.commit(offsets)
         if callback is not None:
             callback(offsets, None)

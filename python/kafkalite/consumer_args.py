@@ -46,14 +46,18 @@ def boolean(what: str, value: Any) -> bool:
 
 def optional_callable(what: str, value: Any) -> Callable[..., Any] | None:
     if value is not None and not callable(value):
-        raise InvalidTypeError(f"{what} must be a callable (bytes -> value) or None, not {_name(value)} {value!r}")
+        raise InvalidTypeError(
+            f"{what} must be a callable (bytes -> value) or None, not {_name(value)} {value!r}"
+        )
     return value
 
 
 def check_config(config: dict[str, Any]) -> None:
     """The consumer's settings (Kafka's names and kafka-python's defaults)."""
     if config["auto_offset_reset"] not in ("earliest", "latest", "none"):
-        raise InvalidConfigError(f"auto_offset_reset must be 'earliest', 'latest' or 'none', not {config['auto_offset_reset']!r}")
+        raise InvalidConfigError(
+            f"auto_offset_reset must be 'earliest', 'latest' or 'none', not {config['auto_offset_reset']!r}"
+        )
     boolean("enable_auto_commit", config["enable_auto_commit"])
     boolean("exclude_internal_topics", config["exclude_internal_topics"])
     integer("auto_commit_interval_ms", config["auto_commit_interval_ms"], 0)
@@ -75,7 +79,9 @@ def topic_names(topics: Any) -> list[str]:
     if isinstance(topics, str):
         topics = [topics]
     if not isinstance(topics, Iterable) or isinstance(topics, (bytes, bytearray, Mapping)):
-        raise InvalidTypeError(f"topics must be topic names (str) or a list of them, not {_name(topics)} {topics!r}")
+        raise InvalidTypeError(
+            f"topics must be topic names (str) or a list of them, not {_name(topics)} {topics!r}"
+        )
     names: list[str] = []
     for item in topics:
         if isinstance(item, (list, tuple, set, frozenset)):
@@ -99,7 +105,11 @@ def pattern(value: Any) -> re.Pattern[str]:
 
 
 def listener(value: Any) -> Any:
-    missing = [m for m in ("on_partitions_revoked", "on_partitions_assigned") if not callable(getattr(value, m, None))]
+    missing = [
+        m
+        for m in ("on_partitions_revoked", "on_partitions_assigned")
+        if not callable(getattr(value, m, None))
+    ]
     if value is not None and missing:
         raise InvalidTypeError(
             f"listener must have on_partitions_revoked(partitions) and on_partitions_assigned(partitions) "
@@ -124,7 +134,9 @@ def partitions(values: Any) -> list[TopicPartition]:
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise InvalidTypeError(f"expected a list of TopicPartition, not {_name(values)} {values!r}")
     if isinstance(values, tuple) and len(values) == 2 and isinstance(values[0], str):
-        raise InvalidTypeError(f"expected a list of TopicPartition, not one partition {values!r}; wrap it in a list")
+        raise InvalidTypeError(
+            f"expected a list of TopicPartition, not one partition {values!r}; wrap it in a list"
+        )
     return [topic_partition(tp) for tp in values]
 
 
@@ -135,7 +147,9 @@ MAX_OFFSET = 2**63 - 1
 def offset(what: str, value: Any) -> int:
     number = integer(what, value, 0)
     if number > MAX_OFFSET:
-        raise InvalidConfigError(f"{what} must be at most {MAX_OFFSET} (Kafka offsets are 64-bit), got {number}")
+        raise InvalidConfigError(
+            f"{what} must be at most {MAX_OFFSET} (Kafka offsets are 64-bit), got {number}"
+        )
     return number
 
 
@@ -146,7 +160,9 @@ def metadata(what: str, value: Any) -> str:
     try:
         size = len(value.encode("utf-8"))
     except UnicodeEncodeError as e:
-        raise InvalidConfigError(f"{what} cannot be stored as UTF-8 ({e.reason} at position {e.start})") from None
+        raise InvalidConfigError(
+            f"{what} cannot be stored as UTF-8 ({e.reason} at position {e.start})"
+        ) from None
     if size > 0x7FFF:
         raise InvalidConfigError(f"{what} is {size} bytes; Kafka strings hold at most 32767")
     return value

@@ -18,8 +18,10 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kafkalite._files import locked, open_nofollow, write_atomically
 from kafkalite.errors import (
     BrokerAddressError,
+    CorruptMetadataError,
     InvalidConfigError,
     InvalidTopicError,
     InvalidTopicTypeError,
@@ -28,10 +30,8 @@ from kafkalite.errors import (
     ReadOnlyDataDirError,
     TopicAlreadyExistsError,
     UnknownTopicError,
-    CorruptMetadataError,
     typed_io_errors,
 )
-from kafkalite._files import locked, open_nofollow, write_atomically
 from kafkalite.log import Log
 
 METADATA_FILE = ".kafkalite-topics.json"
@@ -104,7 +104,9 @@ def _choice(key: str, value: Any, choices: tuple[str, ...]) -> str:
 def validate_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     """Check Kafka-named topic config; return it with values normalised (ints as ints)."""
     if config is not None and not isinstance(config, Mapping):
-        raise InvalidTypeError(f"config must be a dict of Kafka topic config keys, not {type(config).__name__}")
+        raise InvalidTypeError(
+            f"config must be a dict of Kafka topic config keys, not {type(config).__name__}"
+        )
     out: dict[str, Any] = {}
     for key, value in (config or {}).items():
         if key in ("retention.ms", "retention.bytes"):
@@ -125,11 +127,15 @@ def validate_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
             out[key] = _choice(key, value, ("CreateTime", "LogAppendTime"))
         elif key == "cleanup.policy":
             if not isinstance(value, (str, list, tuple)):
-                raise InvalidTypeError(f"cleanup.policy must be a str such as 'compact,delete', not {type(value).__name__}")
+                raise InvalidTypeError(
+                    f"cleanup.policy must be a str such as 'compact,delete', not {type(value).__name__}"
+                )
             parts = value.split(",") if isinstance(value, str) else list(value)
             parts = sorted({str(p).strip() for p in parts})
             if not parts or any(p not in ("compact", "delete") for p in parts):
-                raise InvalidConfigError(f"cleanup.policy must be 'delete', 'compact' or 'compact,delete'; got {value!r}")
+                raise InvalidConfigError(
+                    f"cleanup.policy must be 'delete', 'compact' or 'compact,delete'; got {value!r}"
+                )
             out[key] = ",".join(parts)
         elif key in ("delete.retention.ms", "min.compaction.lag.ms"):
             out[key] = _int(key, value, 0)
@@ -174,13 +180,17 @@ BROKER_SYNONYMS: dict[str, str] = {
 }
 
 #: A broker address such as ``localhost:9092``, ``PLAINTEXT://h:9092`` or ``h1:9092,h2:9093``.
-_BROKER_ADDRESS = re.compile(r"^([A-Za-z][A-Za-z0-9_]*://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):\d{1,5}(,.+)?$")
+_BROKER_ADDRESS = re.compile(
+    r"^([A-Za-z][A-Za-z0-9_]*://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):\d{1,5}(,.+)?$"
+)
 
 
 def validate_dir_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """Check data-directory config (broker names); return it normalised."""
     if not isinstance(config, Mapping):
-        raise InvalidTypeError(f"config must be a dict of Kafka broker config keys, not {type(config).__name__}")
+        raise InvalidTypeError(
+            f"config must be a dict of Kafka broker config keys, not {type(config).__name__}"
+        )
     out: dict[str, Any] = {}
     for key, value in config.items():
         if key == "auto.create.topics.enable":
@@ -203,7 +213,9 @@ def validate_dir_config(config: Mapping[str, Any]) -> dict[str, Any]:
                 if key == topic_key:
                     hint = f" (the default of the topic config {key!r} is set as {broker_key!r})"
             known = ", ".join(sorted([*DIR_DEFAULTS, *BROKER_SYNONYMS]))
-            raise InvalidConfigError(f"unknown data directory config {key!r}{hint}; kafkalite supports: {known}")
+            raise InvalidConfigError(
+                f"unknown data directory config {key!r}{hint}; kafkalite supports: {known}"
+            )
     return out
 
 
@@ -257,7 +269,9 @@ class DataDir:
         try:
             raw = os.fspath(path)
         except TypeError:
-            raise InvalidTypeError(f"the data directory must be a path (str or os.PathLike), not {type(path).__name__}") from None
+            raise InvalidTypeError(
+                f"the data directory must be a path (str or os.PathLike), not {type(path).__name__}"
+            ) from None
         if isinstance(raw, str) and looks_like_broker_address(raw):
             raise BrokerAddressError(
                 f"{raw!r} looks like a broker address (host:port), but kafkalite takes the path of a data directory "
@@ -343,7 +357,9 @@ class DataDir:
         try:
             return self.topics()[name]
         except KeyError:
-            raise UnknownTopicError(f"unknown topic {name!r} in {self.path}; create it first (Admin.create_topic)") from None
+            raise UnknownTopicError(
+                f"unknown topic {name!r} in {self.path}; create it first (Admin.create_topic)"
+            ) from None
 
     def partitions(self, name: str) -> int:
         return int(self.topic(name)["partitions"])
@@ -352,7 +368,9 @@ class DataDir:
         """Apply ``change`` to the topics under the data-directory lock and write them atomically."""
         self.update_metadata(lambda data: change(data["topics"]), create=create)
 
-    def update_metadata(self, change: Callable[[dict[str, Any]], None], *, create: bool = False, adopt: bool = False) -> None:
+    def update_metadata(
+        self, change: Callable[[dict[str, Any]], None], *, create: bool = False, adopt: bool = False
+    ) -> None:
         """Apply ``change`` to the whole metadata (``{"version", "topics", "config"}``) under the
         data-directory lock and write it atomically (temp file, fsync, rename, fsync of the
         folder). ``create``: make the directory if missing (only what creates passes it);
@@ -394,13 +412,19 @@ class DataDir:
 
         self.update_metadata(change, create=True, adopt=adopt)
         if adopt and not existed:
-            logger.warning("adopted the broker log directory %s: kafkalite now owns its topics %s", self.path, sorted(self.topics()))
+            logger.warning(
+                "adopted the broker log directory %s: kafkalite now owns its topics %s",
+                self.path,
+                sorted(self.topics()),
+            )
         return not existed
 
     def alter_dir_config(self, config: Mapping[str, Any]) -> None:
         """Set data-directory config keys (broker names; ``None`` restores the default)."""
         if not isinstance(config, Mapping):
-            raise InvalidTypeError(f"config must be a dict of Kafka broker config keys, not {type(config).__name__}")
+            raise InvalidTypeError(
+                f"config must be a dict of Kafka broker config keys, not {type(config).__name__}"
+            )
         removals = [k for k, v in config.items() if v is None]
         checked = validate_dir_config({k: v for k, v in config.items() if v is not None})
         unknown = [k for k in removals if k not in DIR_DEFAULTS and k not in BROKER_SYNONYMS]
@@ -417,9 +441,13 @@ class DataDir:
     def create(self, name: str, partitions: int, config: Mapping[str, Any] | None) -> None:
         validate_topic_name(name)
         if isinstance(partitions, bool) or not isinstance(partitions, int):
-            raise InvalidTypeError(f"partitions must be an integer, not {type(partitions).__name__} ({partitions!r})")
+            raise InvalidTypeError(
+                f"partitions must be an integer, not {type(partitions).__name__} ({partitions!r})"
+            )
         if not 1 <= partitions <= MAX_PARTITIONS:
-            raise InvalidConfigError(f"partitions must be between 1 and {MAX_PARTITIONS} (MAX_PARTITIONS), got {partitions}")
+            raise InvalidConfigError(
+                f"partitions must be between 1 and {MAX_PARTITIONS} (MAX_PARTITIONS), got {partitions}"
+            )
         checked = validate_config(config)
 
         def change(topics: dict) -> None:
@@ -451,21 +479,32 @@ class DataDir:
 
         self.update(change, create=True)
         if created:
-            logger.info("auto-created topic %r with %d partition(s) in %s (auto.create.topics.enable=true)", name, created[0], self.path)
+            logger.info(
+                "auto-created topic %r with %d partition(s) in %s (auto.create.topics.enable=true)",
+                name,
+                created[0],
+                self.path,
+            )
         return self.topic(name)
 
     def partition_path(self, topic: str, partition: int) -> str:
         return os.path.join(self.path, f"{topic}-{partition}")
 
-    def open_partition(self, topic: str, partition: int, *, producer_compression: str | None = None, **overrides: Any) -> Log:
+    def open_partition(
+        self, topic: str, partition: int, *, producer_compression: str | None = None, **overrides: Any
+    ) -> Log:
         """Open one partition's log with its topic's effective settings (read-only for broker
         folders); appends are compressed as ``target_compression`` decides for a writer whose
         own codec is ``producer_compression``."""
         meta = self.topic(topic)
         if isinstance(partition, bool) or not isinstance(partition, int):
-            raise InvalidTypeError(f"partition must be an integer, not {type(partition).__name__} ({partition!r})")
+            raise InvalidTypeError(
+                f"partition must be an integer, not {type(partition).__name__} ({partition!r})"
+            )
         if not 0 <= partition < int(meta["partitions"]):
-            raise InvalidConfigError(f"topic {topic!r} has partitions 0..{int(meta['partitions']) - 1}; there is no partition {partition}")
+            raise InvalidConfigError(
+                f"topic {topic!r} has partitions 0..{int(meta['partitions']) - 1}; there is no partition {partition}"
+            )
         options = log_options(self.resolve(meta.get("config", {})), producer_compression)
         if meta.get("discovered"):
             overrides["readonly"] = True
@@ -477,7 +516,9 @@ def _add_topic(data_dir: DataDir, topics: dict, name: str, partitions: int, conf
     """Record a new topic and make its partition folders (under the metadata lock)."""
     clash = [t for t in topics if t.replace(".", "_") == name.replace(".", "_")]
     if clash:
-        raise InvalidTopicError(f"topic {name!r} collides with {clash[0]!r} ('.' and '_' are the same to Kafka's metrics)")
+        raise InvalidTopicError(
+            f"topic {name!r} collides with {clash[0]!r} ('.' and '_' are the same to Kafka's metrics)"
+        )
     for p in range(partitions):
         os.makedirs(data_dir.partition_path(name, p), exist_ok=True)
     topics[name] = {"partitions": partitions, "config": config}
@@ -492,9 +533,13 @@ def _read_metadata(meta: str) -> dict[str, Any]:
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
-        raise CorruptMetadataError(f"{meta} is damaged ({e}); restore it from a backup or re-create the topics") from None
+        raise CorruptMetadataError(
+            f"{meta} is damaged ({e}); restore it from a backup or re-create the topics"
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("topics"), dict):
-        raise CorruptMetadataError(f"{meta} is damaged (no topics table); restore it from a backup or re-create the topics")
+        raise CorruptMetadataError(
+            f"{meta} is damaged (no topics table); restore it from a backup or re-create the topics"
+        )
     return data
 
 
@@ -503,6 +548,9 @@ def _adopted(found: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     from kafkalite.offsets import OFFSETS_CONFIG, OFFSETS_TOPIC
 
     return {
-        name: {"partitions": int(meta["partitions"]), "config": dict(OFFSETS_CONFIG) if name == OFFSETS_TOPIC else {}}
+        name: {
+            "partitions": int(meta["partitions"]),
+            "config": dict(OFFSETS_CONFIG) if name == OFFSETS_TOPIC else {},
+        }
         for name, meta in found.items()
     }

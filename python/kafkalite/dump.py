@@ -54,7 +54,10 @@ def dump_partition(path: str, out: TextIO, print_batches: bool = True) -> int:
                 )
         if valid_end != len(data):
             problems += 1
-            print(f"  PROBLEM: {len(data) - valid_end} bytes after the last valid batch at position {valid_end}", file=out)
+            print(
+                f"  PROBLEM: {len(data) - valid_end} bytes after the last valid batch at position {valid_end}",
+                file=out,
+            )
         problems += _check_indexes(log_path, base_offset, ends, out)
     return problems
 
@@ -77,13 +80,19 @@ def _check_indexes(log_path: str, base_offset: int, ends: dict[int, int], out: T
             if rel == 0 and pos == 0 and len(entries) > 1:  # a preallocated index's zero tail
                 break
             problems += 1
-            print(f"  PROBLEM: index entry (offset {base_offset + rel}, position {pos}) does not point at a batch ending there", file=out)
+            print(
+                f"  PROBLEM: index entry (offset {base_offset + rel}, position {pos}) does not point at a batch ending there",
+                file=out,
+            )
             break
     stamps = [struct.unpack_from(">qi", times, i) for i in range(0, len(times) - len(times) % 12, 12)]
     if any(b[0] <= a[0] for a, b in zip(stamps, stamps[1:]) if b != (0, 0)):
         problems += 1
         print(f"  PROBLEM: {time_path} timestamps do not increase", file=out)
-    print(f"  index: {len(entries)} entries, timeindex: {len(stamps)} entries, {'ok' if problems == 0 else 'PROBLEMS'}", file=out)
+    print(
+        f"  index: {len(entries)} entries, timeindex: {len(stamps)} entries, {'ok' if problems == 0 else 'PROBLEMS'}",
+        file=out,
+    )
     return problems
 
 
@@ -107,7 +116,9 @@ def kafka_sanity_problems(base_offset: int, index: bytes, timeindex: bytes) -> l
         (first_ts,) = struct.unpack_from(">q", timeindex, 0)
         last_ts, last_rel = struct.unpack_from(">qi", timeindex, len(timeindex) - 12)
         if last_ts < first_ts:
-            problems.append(f"CorruptIndexException: time index last timestamp {last_ts} is below its first {first_ts}")
+            problems.append(
+                f"CorruptIndexException: time index last timestamp {last_ts} is below its first {first_ts}"
+            )
         if base_offset + last_rel < base_offset:
             problems.append(
                 f"CorruptIndexException: time index has last offset {base_offset + last_rel} (timestamp {last_ts}) "

@@ -165,7 +165,14 @@ def bytes_expected(argument: str, got: object) -> InvalidTypeError:
     )
 
 
-__all__ += ["UnknownTopicOrPartitionError", "InvalidTypeError", "InvalidTopicTypeError", "ReadOnlyDataDirError", "MissingDependencyError", "CorruptMetadataError"]
+__all__ += [
+    "UnknownTopicOrPartitionError",
+    "InvalidTypeError",
+    "InvalidTopicTypeError",
+    "ReadOnlyDataDirError",
+    "MissingDependencyError",
+    "CorruptMetadataError",
+]
 
 
 class NotADataDirError(InvalidConfigError, FileNotFoundError):

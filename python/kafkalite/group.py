@@ -38,8 +38,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from kafkalite.assignors import ASSIGNORS, TopicPartition, sticky_assign
 from kafkalite._files import open_nofollow, write_atomically
+from kafkalite.assignors import ASSIGNORS, TopicPartition, sticky_assign
 from kafkalite.errors import CommitFailedError, InvalidConfigError, InvalidTypeError, typed_io_errors
 
 GROUPS_DIR = ".kafkalite-groups"
@@ -74,7 +74,9 @@ def encode_name(value: str, what: str = "group_id") -> str:
     try:
         raw = value.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidConfigError(f"{what} {value!r} is not valid Unicode text (it holds a lone surrogate)") from None
+        raise InvalidConfigError(
+            f"{what} {value!r} is not valid Unicode text (it holds a lone surrogate)"
+        ) from None
     if _PLAIN.fullmatch(value) and value not in (".", ".."):
         name = value
     else:
@@ -134,7 +136,14 @@ def _tp(key: str) -> TopicPartition:
 
 
 def empty_state() -> dict[str, Any]:
-    return {"generation": 0, "protocol": None, "members": {}, "assignment": {}, "owners": {}, "partitions": {}}
+    return {
+        "generation": 0,
+        "protocol": None,
+        "members": {},
+        "assignment": {},
+        "owners": {},
+        "partitions": {},
+    }
 
 
 def _is_key(k: object) -> bool:
@@ -146,12 +155,19 @@ def _is_key(k: object) -> bool:
 
 def _state_problem(state: dict[str, Any]) -> str | None:
     """What makes ``state`` not a group state as ``save`` writes it, or None."""
-    members, assignment, owners, partitions = (state.get(k) for k in ("members", "assignment", "owners", "partitions"))
+    members, assignment, owners, partitions = (
+        state.get(k) for k in ("members", "assignment", "owners", "partitions")
+    )
     if type(state.get("generation")) is not int:
         return "generation is not an integer"
     if not (state.get("protocol") is None or state.get("protocol") in STRATEGIES):
         return "unknown protocol"
-    if not isinstance(members, dict) or not isinstance(assignment, dict) or not isinstance(owners, dict) or not isinstance(partitions, dict):
+    if (
+        not isinstance(members, dict)
+        or not isinstance(assignment, dict)
+        or not isinstance(owners, dict)
+        or not isinstance(partitions, dict)
+    ):
         return "members, assignment, owners and partitions must be objects"
     for member_id, info in members.items():
         try:
@@ -187,7 +203,11 @@ class GroupFiles:
         self.path = group_dir(data_dir, group_id)
         if not os.path.isdir(self.path):
             legacy = _legacy_group_dir(data_dir, group_id)
-            if legacy != self.path and len(os.path.basename(legacy)) <= 255 and self.load_at(legacy).get("group_id") == group_id:
+            if (
+                legacy != self.path
+                and len(os.path.basename(legacy)) <= 255
+                and self.load_at(legacy).get("group_id") == group_id
+            ):
                 self.path = legacy
         self.state_path = os.path.join(self.path, "state.json")
 
@@ -387,7 +407,9 @@ class GroupMember:
         self._notify()
         self._seen_stamp = None
         if self._thread is None:
-            self._thread = threading.Thread(target=self._heartbeat_loop, name="kafkalite-group-heartbeat", daemon=True)
+            self._thread = threading.Thread(
+                target=self._heartbeat_loop, name="kafkalite-group-heartbeat", daemon=True
+            )
             self._thread.start()
 
     def set_topics(self, topics: list[str]) -> None:
@@ -453,7 +475,9 @@ class GroupMember:
         self._confirm_owned(state)
         counts = self._partition_counts()
         subscribed = set(self._topics)
-        if {t: n for t, n in counts.items() if t in subscribed} != {t: n for t, n in state["partitions"].items() if t in subscribed}:
+        if {t: n for t, n in counts.items() if t in subscribed} != {
+            t: n for t, n in state["partitions"].items() if t in subscribed
+        }:
             self._update_locked(lambda s: None)  # partitions were added: rebalance
             return self.changes()
         target = sorted(_tp(k) for k in state["assignment"].get(self.member_id, []))
@@ -493,7 +517,9 @@ class GroupMember:
             for tp in wanted:
                 k = partition_key(tp)
                 holder = state["owners"].get(k)
-                if k in assigned and (holder is None or holder == self.member_id or holder not in state["members"]):
+                if k in assigned and (
+                    holder is None or holder == self.member_id or holder not in state["members"]
+                ):
                     state["owners"][k] = self.member_id
                     got.append(tp)
             if got:

@@ -84,7 +84,15 @@ def describe_group(data_dir: DataDir, group_id: str) -> GroupDescription:
         offset = committed.get((topic, p), (None, ""))[0]
         member = owner_of.get(TopicPartition(topic, p))
         rows.append(
-            PartitionLag(topic, p, offset, end, None if offset is None else max(0, end - offset), member, live[member]["client_id"] if member else None)
+            PartitionLag(
+                topic,
+                p,
+                offset,
+                end,
+                None if offset is None else max(0, end - offset),
+                member,
+                live[member]["client_id"] if member else None,
+            )
         )
     if live:
         handing_over = any(state["owners"].get(partition_key(tp)) != m for tp, m in owner_of.items())
@@ -134,13 +142,17 @@ def plan_reset(
     """New offsets for ``partitions``, clamped to each partition's [start, end] as Kafka does."""
     chosen = [to_earliest, to_latest, to_datetime is not None, to_offset is not None, shift_by is not None]
     if sum(chosen) != 1:
-        raise InvalidConfigError("give exactly one of --to-earliest, --to-latest, --to-datetime, --to-offset, --shift-by")
+        raise InvalidConfigError(
+            "give exactly one of --to-earliest, --to-latest, --to-datetime, --to-offset, --shift-by"
+        )
     timestamp = None
     if to_datetime is not None:
         try:
             timestamp = int(datetime.fromisoformat(to_datetime).timestamp() * 1000)
         except ValueError:
-            raise InvalidConfigError(f"--to-datetime takes an ISO date like 2026-11-22T10:00:00.000, not {to_datetime!r}") from None
+            raise InvalidConfigError(
+                f"--to-datetime takes an ISO date like 2026-11-22T10:00:00.000, not {to_datetime!r}"
+            ) from None
     wanted = []
     for entry in partitions:
         if isinstance(entry, str) or not isinstance(entry, (tuple, list)) or len(entry) != 2:

@@ -151,7 +151,9 @@ class Log:
                 break
             yield from chunk
 
-    def read_arrow(self, start: int, end: int | None = None, max_records: int | None = None):  # -> pyarrow.RecordBatch
+    def read_arrow(
+        self, start: int, end: int | None = None, max_records: int | None = None
+    ):  # -> pyarrow.RecordBatch
         """Records from ``start`` as a ``pyarrow.RecordBatch`` with columns offset, timestamp,
         key, value, headers."""
         pa = require_pyarrow("Log.read_arrow")
@@ -232,7 +234,9 @@ class Log:
         validate.optional_integer("now_ms", now_ms, 0)
         return self._native.enforce_retention(now_ms)
 
-    def clean(self, delete_retention_ms: int = 86_400_000, min_compaction_lag_ms: int = 0, now_ms: int | None = None) -> dict[str, int]:
+    def clean(
+        self, delete_retention_ms: int = 86_400_000, min_compaction_lag_ms: int = 0, now_ms: int | None = None
+    ) -> dict[str, int]:
         """One log-compaction pass now (``cleanup.policy=compact``): keep the latest record per
         key in the sealed segments, drop tombstones older than ``delete_retention_ms``. Offsets
         are kept. Returns the cleaner's counts (records_removed, bytes_before, bytes_after...).

@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Mapping
 import threading
 import time
+from collections.abc import Mapping
 
 from kafkalite.compaction import clean_if_dirty
 from kafkalite.datadir import DataDir
-from kafkalite.errors import CorruptRecordError, InvalidConfigError, TopicAlreadyExistsError, UnsupportedFormatError
+from kafkalite.errors import (
+    CorruptRecordError,
+    InvalidConfigError,
+    TopicAlreadyExistsError,
+    UnsupportedFormatError,
+)
 from kafkalite.log import Log, Record
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -110,7 +115,9 @@ def decode_key(key: bytes) -> tuple[str, str, int] | None:
         topic, pos = _read_string(key, pos)
         (partition,) = struct.unpack_from(">i", key, pos)
     except (struct.error, UnicodeDecodeError) as e:
-        raise CorruptRecordError(f"{OFFSETS_TOPIC} holds an offset commit key that does not decode: {e}") from None
+        raise CorruptRecordError(
+            f"{OFFSETS_TOPIC} holds an offset commit key that does not decode: {e}"
+        ) from None
     return group, topic, partition
 
 
@@ -129,7 +136,9 @@ def decode_value(value: bytes) -> tuple[int, str]:
         pos = 10 + (4 if version >= 3 else 0)  # leaderEpoch from v3 on
         metadata, _ = _read_compact_string(value, pos) if version >= 4 else _read_string(value, pos)
     except (struct.error, UnicodeDecodeError) as e:
-        raise CorruptRecordError(f"{OFFSETS_TOPIC} holds an OffsetCommitValue that does not decode: {e}") from None
+        raise CorruptRecordError(
+            f"{OFFSETS_TOPIC} holds an OffsetCommitValue that does not decode: {e}"
+        ) from None
     return offset, metadata
 
 
@@ -192,7 +201,9 @@ class OffsetStore:
     def _log(self) -> Log:
         if self._writer is None:
             ensure_offsets_topic(self._dir)
-            self._writer = self._dir.open_partition(OFFSETS_TOPIC, self.partition, shared_writers=True, flush="always")
+            self._writer = self._dir.open_partition(
+                OFFSETS_TOPIC, self.partition, shared_writers=True, flush="always"
+            )
         return self._writer
 
     def commit(self, offsets: Offsets) -> None:
@@ -211,7 +222,11 @@ class OffsetStore:
             return
         now = int(time.time() * 1000)
         records = [
-            Record(None if om is None else encode_value(om[0], om[1], now), key=encode_key(self.group_id, t, p), timestamp=now)
+            Record(
+                None if om is None else encode_value(om[0], om[1], now),
+                key=encode_key(self.group_id, t, p),
+                timestamp=now,
+            )
             for (t, p), om in sorted(entries.items())
         ]
         with self._mutex:

@@ -179,7 +179,17 @@ class _Partition:
     together as one tuple), the log, and the identity (device, inode) of the directory the
     log was opened on, to notice a deleted (and perhaps re-created) topic."""
 
-    __slots__ = ("topic", "number", "current", "first_add", "log", "identity", "drain_lock", "codec", "inflight")
+    __slots__ = (
+        "topic",
+        "number",
+        "current",
+        "first_add",
+        "log",
+        "identity",
+        "drain_lock",
+        "codec",
+        "inflight",
+    )
 
     def __init__(self, topic: str, number: int, codec: str) -> None:
         self.topic = topic
@@ -194,14 +204,33 @@ class _Partition:
 
 
 class _Topic:
-    __slots__ = ("name", "partitions", "all", "sticky", "max_bytes", "limit_name", "codec", "config", "compacted")
+    __slots__ = (
+        "name",
+        "partitions",
+        "all",
+        "sticky",
+        "max_bytes",
+        "limit_name",
+        "codec",
+        "config",
+        "compacted",
+    )
 
-    def __init__(self, name: str, meta: dict[str, Any], config: dict[str, Any], producer_codec: str, max_request_size: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        meta: dict[str, Any],
+        config: dict[str, Any],
+        producer_codec: str,
+        max_request_size: int,
+    ) -> None:
         self.name = name
         self.partitions: list[_Partition] = []
         self.configure(meta, config, producer_codec, max_request_size)
 
-    def configure(self, meta: dict[str, Any], config: dict[str, Any], producer_codec: str, max_request_size: int) -> None:
+    def configure(
+        self, meta: dict[str, Any], config: dict[str, Any], producer_codec: str, max_request_size: int
+    ) -> None:
         """Take the topic's (possibly new) metadata and effective config (``DataDir.resolve``):
         limits, codec, partition count."""
         self.config = config
@@ -211,7 +240,9 @@ class _Topic:
         # The hard cap of an encoded batch, and the setting to raise when a record exceeds it.
         if options["max_message_bytes"] <= max_request_size:
             self.max_bytes = options["max_message_bytes"]
-            self.limit_name = f"the topic's max.message.bytes ({self.max_bytes}; raise it with Admin.alter_config)"
+            self.limit_name = (
+                f"the topic's max.message.bytes ({self.max_bytes}; raise it with Admin.alter_config)"
+            )
         else:
             self.max_bytes = max_request_size
             self.limit_name = f"the producer's max_request_size ({max_request_size})"
@@ -293,16 +324,26 @@ class _Sender:
                 stale.close()
             except Exception:
                 logger.debug("closing the stale log of deleted %s-%d", p.topic, p.number, exc_info=True)
-            logger.warning("topic %r partition %d was deleted while this producer wrote it; re-reading the topic", p.topic, p.number)
+            logger.warning(
+                "topic %r partition %d was deleted while this producer wrote it; re-reading the topic",
+                p.topic,
+                p.number,
+            )
         try:
             meta = self.dir.topic(p.topic)
         except UnknownTopicError:
-            raise UnknownTopicOrPartitionError(f"topic {p.topic!r} was deleted from {self.dir.path}") from None
+            raise UnknownTopicOrPartitionError(
+                f"topic {p.topic!r} was deleted from {self.dir.path}"
+            ) from None
         t = self.topics.get(p.topic)
         if t is not None and current != p.identity:
-            t.configure(meta, self.dir.resolve(meta.get("config", {})), self.codec, self.config["max_request_size"])
+            t.configure(
+                meta, self.dir.resolve(meta.get("config", {})), self.codec, self.config["max_request_size"]
+            )
         if p.number >= int(meta["partitions"]) or current is None:
-            raise UnknownTopicOrPartitionError(f"topic {p.topic!r} has no partition {p.number} (any more) in {self.dir.path}")
+            raise UnknownTopicOrPartitionError(
+                f"topic {p.topic!r} has no partition {p.number} (any more) in {self.dir.path}"
+            )
         options = {"shared_writers": True, "flush": "always" if self.durable else "os"}
         log = self.dir.open_partition(p.topic, p.number, producer_compression=self.codec, **options)
         p.log, p.identity = log, current
@@ -321,7 +362,9 @@ class _Sender:
             return
         p.current = (BatchBuffer(p.codec), _Batch(p.topic, p.number))
         t = self.topics.get(p.topic)
-        if t is not None and t.sticky == p.number and len(t.partitions) > 1:  # KIP-480: a new sticky partition per batch
+        if (
+            t is not None and t.sticky == p.number and len(t.partitions) > 1
+        ):  # KIP-480: a new sticky partition per batch
             t.sticky = random.choice([n for n in t.all if n != p.number])
         p.inflight = count
         try:
@@ -419,8 +462,13 @@ class _Sender:
                 except Exception as e:
                     # A KafkaliteError (full disk, too many open files) is operational: its message says
                     # it all; anything else is a bug, logged with its traceback.
-                    logger.warning("retention of %s-%d failed; retrying on the next pass: %s", name, p.number, e,
-                                   exc_info=not isinstance(e, KafkaliteError))
+                    logger.warning(
+                        "retention of %s-%d failed; retrying on the next pass: %s",
+                        name,
+                        p.number,
+                        e,
+                        exc_info=not isinstance(e, KafkaliteError),
+                    )
         if others:
             Admin(self.dir.path).enforce_retention(others)
 
@@ -436,8 +484,13 @@ class _Sender:
                         if p.log is not None:
                             clean_if_dirty(p.log, t.config)
                 except Exception as e:
-                    logger.warning("compaction of %s-%d failed; retrying on the next pass: %s", t.name, p.number, e,
-                                   exc_info=not isinstance(e, KafkaliteError))
+                    logger.warning(
+                        "compaction of %s-%d failed; retrying on the next pass: %s",
+                        t.name,
+                        p.number,
+                        e,
+                        exc_info=not isinstance(e, KafkaliteError),
+                    )
 
     # -- lifecycle ------------------------------------------------------------------------
     def flush(self, timeout: float | None) -> None:
@@ -472,7 +525,9 @@ class _Sender:
         for t in list(self.topics.values()):
             for p in t.partitions:
                 if deadline is not None and time.monotonic() > deadline:
-                    raise KafkaTimeoutError(f"flush did not finish within {timeout} s; {self.pending()} records are not written yet")
+                    raise KafkaTimeoutError(
+                        f"flush did not finish within {timeout} s; {self.pending()} records are not written yet"
+                    )
                 self.drain(p)
                 if p.log is not None and self.durable:
                     p.log.flush()
@@ -525,7 +580,11 @@ class _Sender:
             logger.warning(
                 "a producer of %s left open at %s: %d of %d queued records could not be written within %.1f s "
                 "(call flush() or close() before exiting)",
-                self.dir.path, why, self.pending(), pending, EXIT_FLUSH_TIMEOUT,
+                self.dir.path,
+                why,
+                self.pending(),
+                pending,
+                EXIT_FLUSH_TIMEOUT,
             )
         elif pending:
             logger.info("flushed %d records of a producer left open at %s", pending, why)
@@ -558,9 +617,13 @@ class Producer:
     def __init__(self, path: str | os.PathLike[str], **config: Any) -> None:
         unknown = sorted(set(config) - set(DEFAULTS))
         if unknown:
-            raise InvalidConfigError(f"unknown producer config {unknown[0]!r}; supported: {', '.join(sorted(DEFAULTS))}")
+            raise InvalidConfigError(
+                f"unknown producer config {unknown[0]!r}; supported: {', '.join(sorted(DEFAULTS))}"
+            )
         self.config = _checked_config({**DEFAULTS, **config})
-        data_dir = DataDir(validate.path("path", path), create=True)  # created by the first auto-created topic
+        data_dir = DataDir(
+            validate.path("path", path), create=True
+        )  # created by the first auto-created topic
         if data_dir.broker_owned():
             raise ReadOnlyDataDirError(
                 f"{data_dir.path} is a Kafka broker's log directory: the broker's metadata log owns its topics, so "
@@ -571,7 +634,9 @@ class Producer:
         self._sender = _Sender(data_dir, self.config)
         self._topics = self._sender.topics  # shared: send() reads it without a method call
         self._batch_size = self.config["batch_size"]
-        self._serializing = self.config["key_serializer"] is not None or self.config["value_serializer"] is not None
+        self._serializing = (
+            self.config["key_serializer"] is not None or self.config["value_serializer"] is not None
+        )
         self._custom_partitioner = self.config["partitioner"]
         self._sender.thread.start()
         # Flushes at garbage collection and (weakref.finalize's atexit) at interpreter exit.
@@ -587,7 +652,9 @@ class Producer:
         if sender.closed:
             raise IllegalStateError("the producer is closed")
         if sender.failure is not None:
-            raise IllegalStateError(f"the producer's sender thread stopped ({sender.failure!r}); create a new Producer") from sender.failure
+            raise IllegalStateError(
+                f"the producer's sender thread stopped ({sender.failure!r}); create a new Producer"
+            ) from sender.failure
 
     def _topic(self, name: Any) -> _Topic:
         try:
@@ -618,7 +685,11 @@ class Producer:
         if key is None and t.compacted:
             raise InvalidRecordError(_NULL_KEY.format(topic=topic))
         if partition is None:
-            partition = t.sticky if key is None and self._custom_partitioner is None else self._choose_partition(t, key)
+            partition = (
+                t.sticky
+                if key is None and self._custom_partitioner is None
+                else self._choose_partition(t, key)
+            )
         else:
             partition = _check_partition(t, partition)
         if timestamp_ms is not None:
@@ -701,7 +772,11 @@ class Producer:
         t = self._topic(topic)
         if t.compacted and (keys is None or any(k is None for k in keys)):
             raise InvalidRecordError(_NULL_KEY.format(topic=topic))
-        ts = int(time.time() * 1000) if timestamp_ms is None else validate.integer("timestamp_ms", timestamp_ms, 0)
+        ts = (
+            int(time.time() * 1000)
+            if timestamp_ms is None
+            else validate.integer("timestamp_ms", timestamp_ms, 0)
+        )
         if partition is not None:
             partition = _check_partition(t, partition)
         _check_values(values, keys)
@@ -768,7 +843,9 @@ def _checked_config(config: dict[str, Any]) -> dict[str, Any]:
     if codec is not None and not isinstance(codec, str):
         raise InvalidTypeError(f"compression_type must be None or a str, not {type(codec).__name__}")
     if (codec or "none") not in ("none", "zstd"):
-        raise InvalidConfigError(f"compression_type must be None, 'none' or 'zstd' (kafkalite writes no {codec!r}), not {codec!r}")
+        raise InvalidConfigError(
+            f"compression_type must be None, 'none' or 'zstd' (kafkalite writes no {codec!r}), not {codec!r}"
+        )
     for key in ("batch_size", "max_request_size"):
         validate.integer(key, config[key], 1, validate.INT32_MAX)
     validate.number("linger_ms", config["linger_ms"], 0, validate.INT32_MAX)
@@ -785,7 +862,9 @@ def _checked_config(config: dict[str, Any]) -> dict[str, Any]:
 def _check_partition(t: _Topic, partition: Any) -> int:
     number = validate.integer("partition", partition, -(2**63), validate.INT64_MAX)
     if not 0 <= number < len(t.partitions):
-        raise InvalidConfigError(f"topic {t.name!r} has partitions 0..{len(t.partitions) - 1}; there is no partition {number}")
+        raise InvalidConfigError(
+            f"topic {t.name!r} has partitions 0..{len(t.partitions) - 1}; there is no partition {number}"
+        )
     return number
 
 
@@ -806,7 +885,9 @@ def _check_values(values: list, keys: list | None) -> None:
             if v is None and keys is not None and keys[i] is not None:
                 continue
             if v is None:
-                raise InvalidConfigError(f"values[{i}] is None and has no key; a record needs a key or a value")
+                raise InvalidConfigError(
+                    f"values[{i}] is None and has no key; a record needs a key or a value"
+                )
             raise bytes_expected(f"values[{i}]", v)
     for i, k in enumerate(keys or ()):
         if k is not None and not isinstance(k, bytes):

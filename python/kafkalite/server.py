@@ -37,13 +37,21 @@ class Server:
         try:
             self.path = os.path.abspath(os.fspath(path))
         except TypeError:
-            raise InvalidTypeError(f"the data directory must be a path (str or os.PathLike), not {type(path).__name__}") from None
+            raise InvalidTypeError(
+                f"the data directory must be a path (str or os.PathLike), not {type(path).__name__}"
+            ) from None
         for name, value in (("listen", listen), ("advertised_listener", advertised_listener)):
             if value is not None and not isinstance(value, str):
-                raise InvalidTypeError(f"{name} must be a 'HOST:PORT' str, not {type(value).__name__} ({value!r})")
+                raise InvalidTypeError(
+                    f"{name} must be a 'HOST:PORT' str, not {type(value).__name__} ({value!r})"
+                )
         if not isinstance(auto_create_topics, bool):
-            raise InvalidTypeError(f"auto_create_topics must be a bool, not {type(auto_create_topics).__name__}")
-        self._native: NativeServer | None = NativeServer(self.path, listen, advertised_listener, auto_create_topics)
+            raise InvalidTypeError(
+                f"auto_create_topics must be a bool, not {type(auto_create_topics).__name__}"
+            )
+        self._native: NativeServer | None = NativeServer(
+            self.path, listen, advertised_listener, auto_create_topics
+        )
         self.address: str = self._native.local_addr
         #: What Kafka clients take as ``bootstrap.servers`` (the advertised listener).
         self.bootstrap_servers: str = self._native.advertised
@@ -63,7 +71,9 @@ class Server:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     def __repr__(self) -> str:

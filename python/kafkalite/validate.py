@@ -72,7 +72,9 @@ def path(name: str, value: Any) -> str:
     try:
         result = os.fspath(value)
     except TypeError:
-        raise InvalidTypeError(f"{name} must be a path (str or os.PathLike), not {type(value).__name__} ({value!r})") from None
+        raise InvalidTypeError(
+            f"{name} must be a path (str or os.PathLike), not {type(value).__name__} ({value!r})"
+        ) from None
     if not isinstance(result, str):
         raise InvalidTypeError(f"{name} must be a str path, not {type(result).__name__}; decode it first")
     if not result or "\0" in result:

@@ -69,7 +69,9 @@ class Stats:
     failpoint_children: int = 0
 
 
-def read_partitions(data_dir: str, topics: dict[str, dict[str, Any]]) -> tuple[dict[tuple[str, int], PartitionState], list[str]]:
+def read_partitions(
+    data_dir: str, topics: dict[str, dict[str, Any]]
+) -> tuple[dict[tuple[str, int], PartitionState], list[str]]:
     """Open every partition with a fresh writer (recovery runs), then read every record."""
     import warnings
 
@@ -95,7 +97,7 @@ def read_partitions(data_dir: str, topics: dict[str, dict[str, Any]]) -> tuple[d
             except KafkaliteError as e:
                 st.reopen_error = f"{type(e).__name__}: {e}"
                 continue
-            except Exception as e:  # noqa: BLE001 (an untyped error: a violation, reported by the caller)
+            except Exception as e:
                 st.reopen_error = f"UNTYPED {type(e).__name__}: {e}"
                 continue
             try:
@@ -107,7 +109,7 @@ def read_partitions(data_dir: str, topics: dict[str, dict[str, Any]]) -> tuple[d
                     while position < seg.next_offset:
                         try:
                             chunk, nxt = log._native.read_records(position, seg.next_offset, 64)
-                        except Exception as e:  # noqa: BLE001 (reported as a violation)
+                        except Exception as e:
                             st.read_errors.append(f"{type(e).__name__} reading from offset {position}: {e}")
                             break
                         for r in chunk:
@@ -122,14 +124,18 @@ def read_partitions(data_dir: str, topics: dict[str, dict[str, Any]]) -> tuple[d
     return out, notes
 
 
-def committed_offsets(data_dir: str, group: str, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
+def committed_offsets(
+    data_dir: str, group: str, tps: list[tuple[str, int]]
+) -> dict[tuple[str, int], int | None]:
     from kafkalite import Consumer, TopicPartition
 
     with Consumer(data_dir, group_id=group, enable_auto_commit=False) as c:
         return {tp: c.committed(TopicPartition(*tp)) for tp in tps}
 
 
-def check(run_dir: str, data_dir: str, topics: dict[str, dict[str, Any]], group: str) -> tuple[list[str], Stats, list[str]]:
+def check(
+    run_dir: str, data_dir: str, topics: dict[str, dict[str, Any]], group: str
+) -> tuple[list[str], Stats, list[str]]:
     violations: list[str] = []
     stats = Stats()
     journals = os.path.join(run_dir, "journals")
@@ -138,10 +144,14 @@ def check(run_dir: str, data_dir: str, topics: dict[str, dict[str, Any]], group:
         if st.reopen_error:
             violations.append(f"reopen of {t}-{p} after the run failed: {st.reopen_error}")
         for error in st.read_errors[:3]:
-            violations.append(f"reading {t}-{p} after recovery failed (the rest of that segment is skipped): {error}")
+            violations.append(
+                f"reading {t}-{p} after recovery failed (the rest of that segment is skipped): {error}"
+            )
 
     # -- producers -----------------------------------------------------------------------
-    acks: list[tuple[str, int, int, str, int, str | None, int]] = []  # topic, part, off, producer, seq, key, send_t
+    acks: list[
+        tuple[str, int, int, str, int, str | None, int]
+    ] = []  # topic, part, off, producer, seq, key, send_t
     failed_keys: dict[tuple[str, str], list[int]] = defaultdict(list)  # (topic, key) -> fail times
     for path in sorted(glob.glob(os.path.join(journals, "p*.jsonl"))):
         name = os.path.basename(path)[: -len(".jsonl")]
@@ -169,7 +179,12 @@ def check(run_dir: str, data_dir: str, topics: dict[str, dict[str, Any]], group:
         open_since: dict[tuple[str, int], int] = {}
         last_commit: dict[tuple[str, int], int] = {}
 
-        def close(tp: tuple[str, int], name: str = name, open_since: dict = open_since, last_commit: dict = last_commit) -> None:
+        def close(
+            tp: tuple[str, int],
+            name: str = name,
+            open_since: dict = open_since,
+            last_commit: dict = last_commit,
+        ) -> None:
             start = open_since.pop(tp, None)
             end = last_commit.pop(tp, None)
             if start is not None and end is not None and end > start:
@@ -229,7 +244,9 @@ def check(run_dir: str, data_dir: str, topics: dict[str, dict[str, Any]], group:
         rows.sort()
         for (s1, o1), (s2, o2) in itertools.pairwise(rows):
             if o2 <= o1:
-                violations.append(f"order: {prod} seq {s1} acknowledged at {topic}-{part}@{o1} but seq {s2} at {o2}")
+                violations.append(
+                    f"order: {prod} seq {s1} acknowledged at {topic}-{part}@{o1} but seq {s2} at {o2}"
+                )
                 break
 
     # -- 1. every acknowledged record, 4. every consumed one ---------------------------------
@@ -251,7 +268,9 @@ def check(run_dir: str, data_dir: str, topics: dict[str, dict[str, Any]], group:
     def exempt(topic: str, part: int, off: int, key: str | None, since: int | None) -> bool:
         config = topics[topic].get("config", {})
         st = parts[(topic, part)]
-        retained = "delete" in config.get("cleanup.policy", "delete") and ("retention.bytes" in config or "retention.ms" in config)
+        retained = "delete" in config.get("cleanup.policy", "delete") and (
+            "retention.bytes" in config or "retention.ms" in config
+        )
         if retained and off < st.log_start:
             return True
         if "compact" in config.get("cleanup.policy", "delete") and key is not None:
@@ -271,11 +290,15 @@ def check(run_dir: str, data_dir: str, topics: dict[str, dict[str, Any]], group:
         if found is not None and found[:2] == (prod, seq):
             continue
         if found is not None:
-            overwritten[(topic, part)].append(f"@{off} acknowledged to {prod} seq {seq} holds {found[0]} seq {found[1]}")
+            overwritten[(topic, part)].append(
+                f"@{off} acknowledged to {prod} seq {seq} holds {found[0]} seq {found[1]}"
+            )
         elif not exempt(topic, part, off, key, send_t):
             lost[(topic, part)].append(f"{off} ({prod} seq {seq})")
     for (topic, part), rows in sorted(overwritten.items()):
-        violations.append(f"{topic}-{part}: {len(rows)} acknowledged offsets hold another record: {'; '.join(rows[:4])}")
+        violations.append(
+            f"{topic}-{part}: {len(rows)} acknowledged offsets hold another record: {'; '.join(rows[:4])}"
+        )
     for (topic, part), offs in sorted(lost.items()):
         st = parts[(topic, part)]
         violations.append(
@@ -292,11 +315,15 @@ def check(run_dir: str, data_dir: str, topics: dict[str, dict[str, Any]], group:
             if found is not None and found[:2] == (prod, seq):
                 continue
             if found is not None:
-                wrong_consumed[(topic, part)].append(f"{off}: {member} got {prod} seq {seq}, log holds {found[0]} seq {found[1]}")
+                wrong_consumed[(topic, part)].append(
+                    f"{off}: {member} got {prod} seq {seq}, log holds {found[0]} seq {found[1]}"
+                )
             elif not exempt(topic, part, off, key, None):
                 wrong_consumed[(topic, part)].append(f"{off}: {member} got {prod} seq {seq}, not in the log")
     for (topic, part), rows in sorted(wrong_consumed.items()):
-        violations.append(f"{topic}-{part}: {len(rows)} consumed records differ from the log: {'; '.join(rows[:5])}")
+        violations.append(
+            f"{topic}-{part}: {len(rows)} consumed records differ from the log: {'; '.join(rows[:5])}"
+        )
 
     # -- 5. ownership ----------------------------------------------------------------------
     for tp, intervals in sorted(certain.items()):
@@ -337,9 +364,13 @@ def check(run_dir: str, data_dir: str, topics: dict[str, dict[str, Any]], group:
         got = final.get(tp)
         st = parts[tp]
         if got is None or got < off:
-            violations.append(f"final committed offset of {tp[0]}-{tp[1]} is {got}, below {off} that {member} committed at {t0}")
+            violations.append(
+                f"final committed offset of {tp[0]}-{tp[1]} is {got}, below {off} that {member} committed at {t0}"
+            )
         elif got > st.log_end and not st.reopen_error:
-            violations.append(f"final committed offset of {tp[0]}-{tp[1]} is {got}, beyond the log end {st.log_end}")
+            violations.append(
+                f"final committed offset of {tp[0]}-{tp[1]} is {got}, beyond the log end {st.log_end}"
+            )
 
     # -- 7. processes ----------------------------------------------------------------------
     violations.extend(check_processes(run_dir, stats))
@@ -371,7 +402,9 @@ def check_processes(run_dir: str, stats: Stats) -> list[str]:
         elif kind == "start" and ev.get("failpoints"):
             stats.failpoint_children += 1
         elif kind == "hang":
-            out.append(f"{ev['name']} did not exit within {ev['seconds']} s of SIGTERM at the end (a hang); stack in {ev['stderr']}")
+            out.append(
+                f"{ev['name']} did not exit within {ev['seconds']} s of SIGTERM at the end (a hang); stack in {ev['stderr']}"
+            )
         elif kind == "exit":
             name, rc, sent = ev["name"], ev["rc"], set(ev["signals_sent"])
             try:
@@ -385,7 +418,9 @@ def check_processes(run_dir: str, stats: Stats) -> list[str]:
                 if "panicked at" not in text:
                     sent.add(signal.SIGABRT)
             if rc < 0 and -rc not in sent:
-                out.append(f"{name} died of {signal.Signals(-rc).name}, which nobody sent it (stderr: {ev['stderr']})")
+                out.append(
+                    f"{name} died of {signal.Signals(-rc).name}, which nobody sent it (stderr: {ev['stderr']})"
+                )
             elif rc > 0 and rc != J.EXIT_TYPED_ERROR and traceback is None:  # with one: reported below
                 out.append(f"{name} exited with status {rc} (stderr: {ev['stderr']})")
             if "panicked at" in text and traceback is None:
@@ -396,7 +431,9 @@ def check_processes(run_dir: str, stats: Stats) -> list[str]:
                 tracebacks[re.sub(r"/\S+", "<path>", last.strip())[:200]].append(ev["stderr"])
                 break
     for line, where in sorted(tracebacks.items()):
-        out.append(f"{len(where)} children printed a traceback of an untyped error: {line} (first: {where[0]})")
+        out.append(
+            f"{len(where)} children printed a traceback of an untyped error: {line} (first: {where[0]})"
+        )
     return out
 
 

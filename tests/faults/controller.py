@@ -99,13 +99,17 @@ class Result:
             f"seed {self.seed}: rerun with KAFKALITE_FAULTS_SEED={self.seed}",
         ]
         if self.violations:
-            lines.append(f"data dir and journals kept in {self.run_dir}; first {min(first, len(self.violations))} violations:")
+            lines.append(
+                f"data dir and journals kept in {self.run_dir}; first {min(first, len(self.violations))} violations:"
+            )
             lines += [f"  [seed {self.seed}] {v}" for v in self.violations[:first]]
         return "\n".join(lines)
 
 
 class Controller:
-    def __init__(self, seed: int, seconds: float, run_dir: str, out: Any = print, faults: bool = True) -> None:
+    def __init__(
+        self, seed: int, seconds: float, run_dir: str, out: Any = print, faults: bool = True
+    ) -> None:
         self.seed = seed
         self.faults = faults  # False: the same workload without faults (a control run for the checker)
         self.seconds = seconds
@@ -146,7 +150,9 @@ class Controller:
             text=True,
         )
         if r.returncode != 0:
-            self.out(f"fault injection: mount of a tmpfs failed ({r.stderr.strip()}): no real disk-full episodes")
+            self.out(
+                f"fault injection: mount of a tmpfs failed ({r.stderr.strip()}): no real disk-full episodes"
+            )
             return
         self.mounted = True
 
@@ -158,7 +164,9 @@ class Controller:
             self.mounted = False
 
     def resize(self, size: int) -> bool:
-        r = subprocess.run(["mount", "-o", f"remount,size={size}", self.data], check=False, capture_output=True)
+        r = subprocess.run(
+            ["mount", "-o", f"remount,size={size}", self.data], check=False, capture_output=True
+        )
         return r.returncode == 0
 
     def create_topics(self) -> None:
@@ -194,7 +202,9 @@ class Controller:
         failpoints = None
         if self.failpoints and rng.random() < 0.3 and self.faults:
             chosen = rng.sample(self.failpoints, k=min(len(self.failpoints), rng.randint(1, 2)))
-            failpoints = ",".join(f"{n}={rng.choice(['kill', 'enospc', 'emfile', 'eio'])}@{rng.randint(1, 30)}" for n in chosen)
+            failpoints = ",".join(
+                f"{n}={rng.choice(['kill', 'enospc', 'emfile', 'eio'])}@{rng.randint(1, 30)}" for n in chosen
+            )
             env["KAFKALITE_FAILPOINTS"] = failpoints
         else:
             env.pop("KAFKALITE_FAILPOINTS", None)
@@ -250,7 +260,9 @@ class Controller:
             self.resize(TMPFS_SIZE)
             self.disk_full_until = None
             self.journal.write("disk_free")
-        action = rng.choices(["kill", "stop", "disk", "none"], weights=[25, 25, 10 if self.mounted else 0, 40])[0]
+        action = rng.choices(
+            ["kill", "stop", "disk", "none"], weights=[25, 25, 10 if self.mounted else 0, 40]
+        )[0]
         if not self.faults:
             action = "none"
         live = [c for c in self.children.values() if c.proc.poll() is None]
@@ -318,18 +330,24 @@ class Controller:
         self.children.clear()
 
 
-def run(seed: int | None = None, seconds: float = 75.0, out: Any = print, keep: bool = False, faults: bool = True) -> Result:
+def run(
+    seed: int | None = None, seconds: float = 75.0, out: Any = print, keep: bool = False, faults: bool = True
+) -> Result:
     if seed is None:
         env = os.environ.get("KAFKALITE_FAULTS_SEED")
         seed = int(env) if env else random.randrange(2**31)
     run_dir = tempfile.mkdtemp(prefix=f"kafkalite-faults-{seed}-")
-    out(f"fault injection: seed={seed} seconds={seconds:.0f} run_dir={run_dir} (rerun with KAFKALITE_FAULTS_SEED={seed})")
+    out(
+        f"fault injection: seed={seed} seconds={seconds:.0f} run_dir={run_dir} (rerun with KAFKALITE_FAULTS_SEED={seed})"
+    )
     c = Controller(seed, seconds, run_dir, out, faults)
     started = time.monotonic()
     try:
         c.mount()
         if not c.failpoints:
-            out("fault injection: this kafkalite has no _native.failpoint_names(): no children with fail points")
+            out(
+                "fault injection: this kafkalite has no _native.failpoint_names(): no children with fail points"
+            )
         c.create_topics()
         with open(os.path.join(run_dir, "run.json"), "w") as f:
             json.dump(
@@ -372,11 +390,19 @@ def run(seed: int | None = None, seconds: float = 75.0, out: Any = print, keep: 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=float(os.environ.get("KAFKALITE_FAULTS_SECONDS", "75")))
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=float(os.environ.get("KAFKALITE_FAULTS_SECONDS", "75"))
+    )
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the run directory even without violations")
-    parser.add_argument("--no-faults", action="store_true", help="the same workload without faults: a control run for the checker")
+    parser.add_argument(
+        "--no-faults",
+        action="store_true",
+        help="the same workload without faults: a control run for the checker",
+    )
     args = parser.parse_args()
     result = run(args.seed, args.seconds, keep=args.keep, faults=not args.no_faults)
     sys.exit(1 if result.violations else 0)

@@ -67,7 +67,9 @@ def batch_infos(data: bytes | bytearray | memoryview) -> Iterator[BatchInfo]:
     """The headers of the whole v2 batches in ``data`` (as ``Log.read`` returns them)."""
     pos = 0
     while pos + _HEADER.size <= len(data):
-        (base, length, _epoch, _magic, _crc, attrs, last_delta, _bt, _mt, pid, pepoch, seq, count) = _HEADER.unpack_from(data, pos)
+        (base, length, _epoch, _magic, _crc, attrs, last_delta, _bt, _mt, pid, pepoch, seq, count) = (
+            _HEADER.unpack_from(data, pos)
+        )
         yield BatchInfo(base, base + last_delta, pid, pepoch, seq, count, bool(attrs & _CONTROL))
         pos += _LOG_OVERHEAD + length
 
@@ -113,7 +115,11 @@ class Encoder:
     def _scratch(self, options: dict) -> Log:
         # What shapes the batches (size target: min of max.message.bytes and segment.bytes) and
         # what the topic refuses; time, retention and flushing do not matter here.
-        settings = {k: options[k] for k in ("compression", "max_message_bytes", "segment_bytes", "compact") if k in options}
+        settings = {
+            k: options[k]
+            for k in ("compression", "max_message_bytes", "segment_bytes", "compact")
+            if k in options
+        }
         key = tuple(sorted(settings.items()))
         log = self._logs.get(key)
         if log is None:
@@ -136,7 +142,9 @@ class Encoder:
         if not any(k is not None or h for k, h in zip(keys, headers)):
             first, last = log.append_values(values)
         else:
-            first, last = log.append([Record(v, key=k, headers=h or None) for v, k, h in zip(values, keys, headers)])
+            first, last = log.append(
+                [Record(v, key=k, headers=h or None) for v, k, h in zip(values, keys, headers)]
+            )
         out = bytearray()
         position = first
         while position <= last:

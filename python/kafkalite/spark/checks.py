@@ -43,7 +43,9 @@ def topics_of(path: str) -> dict[str, int]:
 
 def unknown_topic(path: str, topic: str, named_by: str, topics: Mapping[str, int]) -> UnknownTopicError:
     """``named_by`` says where the name came from, e.g. "option 'subscribe'"."""
-    known = ", ".join(sorted(t for t in topics if not t.startswith("__"))) or "none: is this the data directory?"
+    known = (
+        ", ".join(sorted(t for t in topics if not t.startswith("__"))) or "none: is this the data directory?"
+    )
     return UnknownTopicError(
         f"topic {topic!r} ({named_by}) does not exist in {path} (its topics: {known}). "
         f"Fix the name, or create the topic: {_create_hint(path, topic)}"
@@ -91,7 +93,9 @@ def ensure_topics(path: str, names: Iterable[str], named_by: Callable[[str], str
             try:
                 data_dir.auto_create(name)
             except UnknownTopicError:
-                raise unknown_topic(path, name, f"{named_by(name)}; auto.create.topics.enable=false", topics) from None
+                raise unknown_topic(
+                    path, name, f"{named_by(name)}; auto.create.topics.enable=false", topics
+                ) from None
         topics = topics_of(path)
     return topics
 

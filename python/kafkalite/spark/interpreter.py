@@ -27,7 +27,9 @@ def _jvm_started() -> bool:
 
 def _path_python_is_this_one() -> bool:
     found = shutil.which("python3")
-    return found is not None and os.path.dirname(os.path.abspath(found)) == os.path.dirname(os.path.abspath(sys.executable))
+    return found is not None and os.path.dirname(os.path.abspath(found)) == os.path.dirname(
+        os.path.abspath(sys.executable)
+    )
 
 
 def use_this_interpreter() -> None:

@@ -69,7 +69,9 @@ def _positive(options: Mapping[str, str], name: str) -> int | None:
     try:
         value = int(raw)
     except ValueError:
-        raise SparkOptionError(f"Invalid value '{raw}' for option '{name}', must be a positive integer") from None
+        raise SparkOptionError(
+            f"Invalid value '{raw}' for option '{name}', must be a positive integer"
+        ) from None
     if value <= 0:
         raise SparkOptionError(f"Invalid value '{raw}' for option '{name}', must be a positive integer")
     return value
@@ -88,7 +90,9 @@ def parse_duration_ms(raw: str) -> int:
     """Spark's duration strings: ``15m``, ``30s``, ``500ms``, ``1h``, or plain milliseconds."""
     m = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|min|h|d)?\s*", raw)
     if not m:
-        raise SparkOptionError(f"Invalid value '{raw}' for option 'maxTriggerDelay', expected a duration such as 15m")
+        raise SparkOptionError(
+            f"Invalid value '{raw}' for option 'maxTriggerDelay', expected a duration such as 15m"
+        )
     unit = {"ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}[m[2]]
     return int(m[1]) * unit
 
@@ -109,7 +113,9 @@ def _offset_spec(options: Mapping[str, str], prefix: str, default: str) -> Offse
         try:
             return OffsetSpec("timestamp", timestamp=int(timestamp))
         except ValueError:
-            raise SparkOptionError(f"Invalid value '{timestamp}' for option '{prefix}Timestamp', must be epoch milliseconds") from None
+            raise SparkOptionError(
+                f"Invalid value '{timestamp}' for option '{prefix}Timestamp', must be epoch milliseconds"
+            ) from None
     by_ts = get(options, f"{prefix}OffsetsByTimestamp")
     if by_ts is not None:
         return OffsetSpec("timestamps", offsets=_partition_json(by_ts, f"{prefix}OffsetsByTimestamp"))
@@ -148,11 +154,15 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     elif given[0] == "subscribe":
         subscribe = [t.strip() for t in (get(options, "subscribe") or "").split(",") if t.strip()]
         if not subscribe:
-            raise SparkOptionError("No topics to subscribe to as specified value for option 'subscribe' is ''")
+            raise SparkOptionError(
+                "No topics to subscribe to as specified value for option 'subscribe' is ''"
+            )
     else:
         pattern = get(options, "subscribePattern") or ""
         if not pattern.strip():
-            raise SparkOptionError("Pattern to subscribe is empty as specified value for option 'subscribePattern' is ''")
+            raise SparkOptionError(
+                "Pattern to subscribe is empty as specified value for option 'subscribePattern' is ''"
+            )
     if streaming:
         for key in ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp"):
             if get(options, key) is not None:
@@ -160,9 +170,13 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     starting = _offset_spec(options, "starting", "latest" if streaming else "earliest")
     ending = _offset_spec(options, "ending", "latest")
     if not streaming:
-        if starting.kind == "latest" or (starting.kind == "offsets" and LATEST in (starting.offsets or {}).values()):
+        if starting.kind == "latest" or (
+            starting.kind == "offsets" and LATEST in (starting.offsets or {}).values()
+        ):
             raise SparkOptionError("starting offset can't be latest for batch queries on Kafka")
-        if ending.kind == "earliest" or (ending.kind == "offsets" and EARLIEST in (ending.offsets or {}).values()):
+        if ending.kind == "earliest" or (
+            ending.kind == "offsets" and EARLIEST in (ending.offsets or {}).values()
+        ):
             raise SparkOptionError("ending offset can't be earliest for batch queries on Kafka")
     strategy = (get(options, "startingOffsetsByTimestampStrategy") or "error").lower()
     if strategy not in ("error", "latest"):
@@ -170,7 +184,10 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     max_trigger = _positive(options, "maxOffsetsPerTrigger")
     min_trigger = _positive(options, "minOffsetsPerTrigger")
     if max_trigger is not None and min_trigger is not None and min_trigger > max_trigger:
-        raise SparkOptionError("The value of minOffsetPerTrigger(%d) is higher than the maxOffsetsPerTrigger(%d)." % (min_trigger, max_trigger))
+        raise SparkOptionError(
+            "The value of minOffsetPerTrigger(%d) is higher than the maxOffsetsPerTrigger(%d)."
+            % (min_trigger, max_trigger)
+        )
     return SourceOptions(
         path=path,
         assign=assign,

@@ -57,7 +57,9 @@ class PartitionView:
         if log is None:
             path = self.dir.partition_path(*tp)
             if not os.path.isdir(path):
-                raise SparkOptionError(f"topic-partition {tp[0]}-{tp[1]} does not exist in {self.options.path}")
+                raise SparkOptionError(
+                    f"topic-partition {tp[0]}-{tp[1]} does not exist in {self.options.path}"
+                )
             log = self._logs[tp] = Log(path, readonly=True)
         return log
 
@@ -74,7 +76,9 @@ class PartitionView:
             given = spec.offsets or {}
             missing = sorted(set(tps) - set(given))
             if missing and self.options.assign is not None:
-                name = ("starting" if starting else "ending") + ("OffsetsByTimestamp" if spec.kind == "timestamps" else "Offsets")
+                name = ("starting" if starting else "ending") + (
+                    "OffsetsByTimestamp" if spec.kind == "timestamps" else "Offsets"
+                )
                 raise SparkOptionError(f"{name} must specify all TopicPartitions; missing {missing}")
         for tp in tps:
             first, last = self.bounds(tp)
@@ -117,7 +121,9 @@ class PartitionView:
         self._logs.clear()
 
 
-def split_ranges(ranges: list[OffsetRange], min_partitions: int | None, max_records: int | None) -> list[OffsetRange]:
+def split_ranges(
+    ranges: list[OffsetRange], min_partitions: int | None, max_records: int | None
+) -> list[OffsetRange]:
     """Kafka's ``KafkaOffsetRangeCalculator.getRanges``: drop empty ranges, cut those above
     ``maxRecordsPerPartition``, then split large ranges until about ``minPartitions`` exist."""
     ranges = [r for r in ranges if r.size > 0]

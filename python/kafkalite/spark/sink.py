@@ -40,7 +40,12 @@ SINKS_DIR = ".kafkalite-spark-sinks"
 def sink_id(options: Mapping[str, str]) -> str:
     """A streaming sink's identity: its checkpoint location (what Spark replays from), or the
     ``sinkId`` option."""
-    ident = options.get("sinkid") or options.get("sinkId") or options.get("checkpointlocation") or options.get("checkpointLocation")
+    ident = (
+        options.get("sinkid")
+        or options.get("sinkId")
+        or options.get("checkpointlocation")
+        or options.get("checkpointLocation")
+    )
     if not ident:
         raise SparkOptionError(
             "a kafkalite streaming sink needs .option('checkpointLocation', ...) (or .option('sinkId', ...)) "
@@ -56,7 +61,9 @@ def sink_compression(options: Mapping[str, str]) -> str | None:
     codec = options.get("kafka.compression.type")
     if codec is None or codec in ("none", "zstd"):
         return codec
-    raise SparkOptionError(f"option 'kafka.compression.type' must be 'none' or 'zstd' (kafkalite writes no {codec!r})")
+    raise SparkOptionError(
+        f"option 'kafka.compression.type' must be 'none' or 'zstd' (kafkalite writes no {codec!r})"
+    )
 
 
 def _marker(path: str, sink: str) -> str:
@@ -106,7 +113,11 @@ def _binary(table: Any, name: str) -> Any:
     import pyarrow as pa
 
     col = table.column(name)
-    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type) or pa.types.is_large_binary(col.type):
+    if (
+        pa.types.is_string(col.type)
+        or pa.types.is_large_string(col.type)
+        or pa.types.is_large_binary(col.type)
+    ):
         col = col.cast(pa.binary())
     if not pa.types.is_binary(col.type):
         raise SparkOptionError(f"{name} attribute type must be a String or BinaryType, not {col.type}")
@@ -148,7 +159,9 @@ def plan_groups(path: str, tables: list[Any], default_topic: str | None) -> list
         keys: list[Any] = _binary(table, "key").to_pylist() if "key" in names else [None] * n
         explicit: list[Any] = table.column("partition").to_pylist() if "partition" in names else [None] * n
         headers: list[Any] = table.column("headers").to_pylist() if "headers" in names else [None] * n
-        existing = ensure_topics(path, set(topics), lambda t: "option 'topic'" if t == default_topic else "a row's 'topic' column")
+        existing = ensure_topics(
+            path, set(topics), lambda t: "option 'topic'" if t == default_topic else "a row's 'topic' column"
+        )
         counts = {t: existing[t] for t in set(topics)}
         by_key: dict[int, int] = {}
         for topic, count in counts.items():  # toPositive(murmur2(key)) % partitions, as Kafka
@@ -206,10 +219,14 @@ def _encode(
                 f"a row asks for partition {g.partition} of topic {g.topic!r}, which has partitions 0..{int(meta['partitions']) - 1}"
             )
         if meta.get("discovered"):
-            raise SparkOptionError(f"{path} is a Kafka broker's log directory without kafkalite metadata: it can be read, not written")
+            raise SparkOptionError(
+                f"{path} is a Kafka broker's log directory without kafkalite metadata: it can be read, not written"
+            )
         first_sequence = next_sequence((sequences or {}).get(_key(g), 0), skip)
         options = log_options(data_dir.resolve(meta.get("config", {})), compression)
-        data = encoder.encode(options, g.values[skip:], g.keys[skip:], g.headers[skip:], producer, first_sequence)
+        data = encoder.encode(
+            options, g.values[skip:], g.keys[skip:], g.headers[skip:], producer, first_sequence
+        )
         out.append((g, data))
     return out
 
@@ -227,7 +244,11 @@ def _append_all(path: str, encoded: list[tuple[Group, bytes]]) -> None:
         except Exception as e:
             e.add_note(
                 f"kafkalite Spark sink: appending to {g.topic}-{g.partition} failed; "
-                + (f"these partitions were appended before it and stay visible: {', '.join(done)}" if done else "nothing was appended")
+                + (
+                    f"these partitions were appended before it and stay visible: {', '.join(done)}"
+                    if done
+                    else "nothing was appended"
+                )
             )
             raise
         done.append(f"{g.topic}-{g.partition}")
@@ -271,7 +292,12 @@ def publish(path: str, tables: list[Any], default_topic: str | None, compression
 
 
 def publish_once(
-    path: str, sink: str, batch_id: int, tables: list[Any], default_topic: str | None, compression: str | None = None
+    path: str,
+    sink: str,
+    batch_id: int,
+    tables: list[Any],
+    default_topic: str | None,
+    compression: str | None = None,
 ) -> bool:
     """Streaming write, exactly once per (sink, micro-batch) (the module docstring says how).
     Returns whether anything was appended."""
@@ -285,13 +311,25 @@ def publish_once(
     with Encoder(_scratch(path)) as encoder:
         if pending is None:
             sequences = {_key(g): committed.get(_key(g), 0) for g in groups}
-            encoded = _encode(path, groups, encoder, producer, sequences, compression=compression)  # bad rows fail here, before the marker
+            encoded = _encode(
+                path, groups, encoder, producer, sequences, compression=compression
+            )  # bad rows fail here, before the marker
             starts = {_key(g): _end_offset(path, g) for g in groups}
-            save_state(path, sink, {**state, "pending": {"batch_id": batch_id, "starts": starts, "sequences": sequences}})
+            save_state(
+                path,
+                sink,
+                {**state, "pending": {"batch_id": batch_id, "starts": starts, "sequences": sequences}},
+            )
         else:
             starts = pending["starts"]
-            sequences = {_key(g): pending.get("sequences", {}).get(_key(g), committed.get(_key(g), 0)) for g in groups}
-            skips = {_key(g): _written(path, g, producer, starts[_key(g)], sequences[_key(g)]) for g in groups if _key(g) in starts}
+            sequences = {
+                _key(g): pending.get("sequences", {}).get(_key(g), committed.get(_key(g), 0)) for g in groups
+            }
+            skips = {
+                _key(g): _written(path, g, producer, starts[_key(g)], sequences[_key(g)])
+                for g in groups
+                if _key(g) in starts
+            }
             encoded = _encode(path, groups, encoder, producer, sequences, skips, compression)
     _append_all(path, encoded)
     after = dict(committed)

@@ -32,8 +32,15 @@ from pyspark.sql.datasource import (
 )
 
 from kafkalite.spark.checks import check_read_targets, check_write_target, short_errors
-from kafkalite.spark.options import SourceOptions, SparkOptionError, offsets_from_json, offsets_json, option_bool, parse
-from kafkalite.spark.planning import OffsetRange, PartitionView, split_ranges, rate_limit
+from kafkalite.spark.options import (
+    SourceOptions,
+    SparkOptionError,
+    offsets_from_json,
+    offsets_json,
+    option_bool,
+    parse,
+)
+from kafkalite.spark.planning import OffsetRange, PartitionView, rate_limit, split_ranges
 
 SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
 HEADERS = "headers array<struct<key:string,value:binary>>"
@@ -99,7 +106,9 @@ def read_range(part: InputPartition | None, schema: Any) -> Iterator[Any]:
             position = log.start_offset
         read = log._native.read_committed_spark_arrow if part.read_committed else log._native.read_spark_arrow
         while position < part.end:
-            native, position = read(part.topic, part.partition, position, part.end, ROWS_PER_BATCH, part.include_headers)
+            native, position = read(
+                part.topic, part.partition, position, part.end, ROWS_PER_BATCH, part.include_headers
+            )
             batch = pa.record_batch(native)
             if batch.num_rows == 0:
                 break
@@ -119,7 +128,9 @@ class KafkaliteReader(DataSourceReader):
             tps = view.topic_partitions()
             starts = view.resolve(opts.starting, tps, starting=True)
             ends = view.resolve(opts.ending, tps, starting=False)
-            ranges = [OffsetRange(t, p, view.check_start((t, p), starts[(t, p)]), ends[(t, p)]) for t, p in tps]
+            ranges = [
+                OffsetRange(t, p, view.check_start((t, p), starts[(t, p)]), ends[(t, p)]) for t, p in tps
+            ]
         finally:
             view.close()
         return _tasks(opts, ranges)
@@ -133,7 +144,14 @@ def _tasks(opts: SourceOptions, ranges: list[OffsetRange]) -> list[RangePartitio
     path = os.path.abspath(opts.path)
     return [
         RangePartition(
-            path, r.topic, r.partition, r.start, r.end, opts.include_headers, opts.fail_on_data_loss, opts.read_committed
+            path,
+            r.topic,
+            r.partition,
+            r.start,
+            r.end,
+            opts.include_headers,
+            opts.fail_on_data_loss,
+            opts.read_committed,
         )
         for r in split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)
     ]
@@ -176,7 +194,9 @@ class KafkaliteStreamReader(DataSourceStreamReader, _AvailableNow):  # type: ign
             # PySpark 4.0/4.1 call latestOffset() without a start (admission control came in
             # 4.2): every trigger reads all that is available.
             if self.opts.max_offsets_per_trigger or self.opts.min_offsets_per_trigger:
-                warnings.warn("maxOffsetsPerTrigger/minOffsetsPerTrigger need PySpark >= 4.2; ignored", stacklevel=2)
+                warnings.warn(
+                    "maxOffsetsPerTrigger/minOffsetsPerTrigger need PySpark >= 4.2; ignored", stacklevel=2
+                )
             return offsets_json(until)
         begin = offsets_from_json(start)
         view = self._partitions()
@@ -309,7 +329,9 @@ class KafkaliteStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-type]
             return _stage(self.path, self.sink, iterator)
         import pyarrow as pa  # PySpark 4.0 hands over Rows
 
-        batches = (pa.RecordBatch.from_pylist([r.asDict() for r in chunk]) for chunk in _chunks(iterator, 10_000))
+        batches = (
+            pa.RecordBatch.from_pylist([r.asDict() for r in chunk]) for chunk in _chunks(iterator, 10_000)
+        )
         return _stage(self.path, self.sink, batches)
 
     @short_errors
@@ -317,7 +339,9 @@ class KafkaliteStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-type]
         from kafkalite.spark.sink import publish_once
 
         try:
-            publish_once(self.path, self.sink, batchId, _staged_tables(messages), self.topic, self.compression)
+            publish_once(
+                self.path, self.sink, batchId, _staged_tables(messages), self.topic, self.compression
+            )
         finally:
             _discard(messages)
 
