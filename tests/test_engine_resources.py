@@ -49,11 +49,12 @@ MANY_PARTITIONS = (
     + r"""
 from kafkalite import Log
 root, count, limit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+shared = sys.argv[4:] == ["shared"]
 limit_descriptors(limit)
 before = descriptors()
 logs = []
 for i in range(count):
-    log = Log(os.path.join(root, f"t-{i}"))
+    log = Log(os.path.join(root, f"t-{i}"), shared_writers=shared)
     log.append_values([b"record %d" % i])
     logs.append(log)
 held = descriptors() - before
@@ -98,6 +99,15 @@ def test_1000_partitions_open_at_once_with_1024_descriptors_allowed(fast_dir):
     result = run(MANY_PARTITIONS, fast_dir, 1000, 1024)
     assert result["held"] <= 1000 + 10, result  # the presence lock only
     assert result["peak_rss"] < 600 << 20, result
+    assert result["values"] == 50
+
+
+def test_300_shared_writer_partitions_open_at_once_with_1024_descriptors_allowed(fast_dir):
+    """A shared writer's idle partition holds three descriptors: its two locks and the active
+    segment's `.log`, which it stats and reads under the append lock on every append (reopening
+    it per append instead measured 43-50 -> 74-78 us per one-record append)."""
+    result = run(MANY_PARTITIONS, fast_dir, 300, 1024, "shared")
+    assert result["held"] <= 3 * 300 + 10, result
     assert result["values"] == 50
 
 
@@ -189,7 +199,8 @@ def test_1000_segment_partition_writable_with_1024_descriptors_allowed(fast_dir,
     subprocess.run([sys.executable, "-c", MAKE_SEGMENTS, path, "1000"], check=True, timeout=240)
     result = run(WRITE_SEGMENTS, path, 1000, mode)
     # Exclusive: the presence lock; shared: both locks and the active segment's log.
-    assert result["held"] <= 4 and result["held_after_rolls"] <= 6, result
+    assert result["held"] <= (1 if mode == "exclusive" else 3), result
+    assert result["held_after_rolls"] <= (1 if mode == "exclusive" else 3), result
 
 
 @pytest.mark.slow
