@@ -103,10 +103,10 @@ def test_budget_returned_by_closed_logs_is_reserved_by_new_ones(tmp_path):
 ENOSPC_WRITER = r"""
 import sys
 from kafkalite import Log, KafkaliteError
-log = Log(sys.argv[1], preallocate_budget_bytes=0)
-log.append_values([b"first"])            # segment.reserve hit 1 (create), 2 (the append)
+log = Log(sys.argv[1], preallocate_budget_bytes=0)  # segment.reserve hits 1 and 2: one page
+log.append_values([b"first"])            # fits in that page: no reservation
 try:
-    log.append_values([b"y" * 200_000])  # needs growth past the spent budget: hit 3 fails
+    log.append_values([b"y" * 200_000])  # growth with the budget spent: hit 3 fails
 except OSError as e:
     assert isinstance(e, KafkaliteError), type(e)
     print("FAILED", type(e).__name__, e)
