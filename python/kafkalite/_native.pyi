@@ -17,6 +17,7 @@ __all__ = [
     "APPEND_LOCK_FILE",
     "WRITERS_FILE",
     "RECORD_TOO_LARGE",
+    "PREALLOCATE_BUDGET_BYTES_DEFAULT",
     "murmur2",
     "partitions_for_keys",
     "crc32c",
@@ -29,6 +30,7 @@ BATCH_FULL: int
 APPEND_LOCK_FILE: str
 WRITERS_FILE: str
 RECORD_TOO_LARGE: int
+PREALLOCATE_BUDGET_BYTES_DEFAULT: int
 
 def murmur2(data: bytes) -> int: ...
 def partitions_for_keys(keys: list[bytes], partitions: int) -> list[int]: ...
@@ -142,6 +144,7 @@ class Log:
         readonly: bool = False,
         shared_writers: bool = False,
         compact: bool = False,
+        preallocate_budget_bytes: int | None = None,
     ) -> Log: ...
     def append(self, records: Iterable[Record]) -> tuple[int, int]: ...
     def append_values(self, values: Iterable[bytes], timestamp: int | None = None) -> tuple[int, int]: ...

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kafkalite import _native
 from kafkalite._files import locked, open_nofollow, write_atomically
 from kafkalite.errors import (
     BrokerAddressError,
@@ -160,6 +161,9 @@ def validate_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
 DIR_DEFAULTS: dict[str, Any] = {
     "auto.create.topics.enable": True,
     "num.partitions": 1,
+    # kafkalite's own (Kafka's broker has only the switch log.preallocate): the most bytes one
+    # process keeps reserved ahead of its writers, over all partitions of the directory.
+    "log.preallocate.budget.bytes": _native.PREALLOCATE_BUDGET_BYTES_DEFAULT,
 }
 
 #: The broker's name of each topic config's default (Kafka's ServerTopicConfigSynonyms):
@@ -201,6 +205,8 @@ def validate_dir_config(config: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = value
         elif key == "num.partitions":
             out[key] = _int(key, value, 1, MAX_PARTITIONS)
+        elif key == "log.preallocate.budget.bytes":
+            out[key] = _int(key, value, 0)
         elif key in BROKER_SYNONYMS:
             topic_key = BROKER_SYNONYMS[key]
             try:
@@ -506,6 +512,7 @@ class DataDir:
                 f"topic {topic!r} has partitions 0..{int(meta['partitions']) - 1}; there is no partition {partition}"
             )
         options = log_options(self.resolve(meta.get("config", {})), producer_compression)
+        options["preallocate_budget_bytes"] = int(self.dir_config()["log.preallocate.budget.bytes"])
         if meta.get("discovered"):
             overrides["readonly"] = True
         options.update(overrides)

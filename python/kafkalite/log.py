@@ -53,6 +53,9 @@ class Log:
     append is durable before it returns) or a message count. ``readonly=True`` never writes
     and follows a writer in another process. ``shared_writers=True`` lets several processes
     append to the partition, each holding the partition lock only while it appends a batch.
+    ``preallocate_budget_bytes`` sets the data directory's ``log.preallocate.budget.bytes`` for
+    this process: the most disk its writers keep reserved ahead of their data, summed over the
+    directory's partitions (None keeps the current limit, 256 MiB unless set).
     """
 
     def __init__(
@@ -71,6 +74,7 @@ class Log:
         readonly: bool = False,
         shared_writers: bool = False,
         compact: bool = False,
+        preallocate_budget_bytes: int | None = None,
     ) -> None:
         path = validate.path("path", path)
         segment_bytes = validate.integer("segment_bytes", segment_bytes, 14, _I32)
@@ -78,6 +82,9 @@ class Log:
         segment_ms = validate.optional_integer("segment_ms", segment_ms, 1)
         retention_bytes = validate.optional_integer("retention_bytes", retention_bytes, 1)
         retention_ms = validate.optional_integer("retention_ms", retention_ms, 0)
+        preallocate_budget_bytes = validate.optional_integer(
+            "preallocate_budget_bytes", preallocate_budget_bytes
+        )
         validate.text("compression", compression)
         if not isinstance(flush, str):
             flush = validate.integer("flush (a message count, or 'os' / 'always')", flush, 1)
@@ -100,6 +107,7 @@ class Log:
             readonly=readonly,
             shared_writers=shared_writers,
             compact=compact,
+            preallocate_budget_bytes=preallocate_budget_bytes,
         )
         for base, valid, dropped, reason in self._native.recovery_reports:
             warnings.warn(

@@ -43,6 +43,7 @@ pub mod nofollow;
 pub mod notify;
 pub mod options;
 pub mod partitioner;
+pub mod prealloc;
 pub mod record;
 pub mod retention;
 pub mod segment;

@@ -77,6 +77,9 @@ pub struct Log {
     loaded: bool,
     /// Set by `close_within`: the append lock must be had by then.
     lock_deadline: Option<std::time::Instant>,
+    /// The data directory's preallocation budget (writers only), held so the limit this log
+    /// was opened with stays set while it is open (`prealloc.rs`).
+    _prealloc_budget: Option<std::sync::Arc<crate::prealloc::Budget>>,
 }
 
 /// (device, inode) of a directory.
@@ -125,7 +128,12 @@ impl Log {
             dir_identity: identity,
             loaded: false,
             lock_deadline: None,
+            _prealloc_budget: None,
         };
+        if log.lock.is_some() {
+            log._prealloc_budget =
+                Some(crate::prealloc::Budget::of_partition(&log.dir, log.config.preallocate_budget_bytes));
+        }
         match &log.lock {
             None => log.load_readonly()?,
             Some(lock) => {

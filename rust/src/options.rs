@@ -46,6 +46,10 @@ pub struct LogConfig {
     /// Longest wait of a shared writer for the append lock before the operation fails with
     /// `Error::LockTimeout` (Kafka's producer blocks at most `max.block.ms`, 60 s).
     pub lock_timeout: Option<std::time::Duration>,
+    /// `log.preallocate.budget.bytes` of the data directory: the most bytes this process keeps
+    /// reserved ahead of its writers over all partitions of the directory (`prealloc.rs`).
+    /// None leaves the directory's current limit (`prealloc::DEFAULT_BUDGET_BYTES` at first).
+    pub preallocate_budget_bytes: Option<u64>,
 }
 
 impl Default for LogConfig {
@@ -65,6 +69,7 @@ impl Default for LogConfig {
             readonly: false,
             shared_writers: false,
             compact: false,
+            preallocate_budget_bytes: None,
         }
     }
 }

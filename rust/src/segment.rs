@@ -72,6 +72,9 @@ pub struct Segment {
     map_writable: bool,
     /// The helper thread faulting in the newest reserved range.
     prefault: Option<std::thread::JoinHandle<()>>,
+    /// The share of the data directory's preallocation budget that `allocated_len` holds
+    /// beyond the written bytes (`prealloc.rs`).
+    reservation: crate::prealloc::Reservation,
     /// Valid, published bytes: the end of the last complete batch.
     size: usize,
     /// One past the last offset stored here; `base_offset` when empty.
@@ -179,6 +182,7 @@ impl Segment {
             map_writable: false,
             file_len_seen: 0,
             prefault: None,
+            reservation: Default::default(),
             size: 0,
             next_offset: base_offset,
             offset_index,
@@ -279,15 +283,33 @@ impl Segment {
     /// Make room for `extra` more bytes past the published end. Blocks are reserved with
     /// `fallocate` one step ahead of the writer, and each new step is faulted in for writing
     /// on a helper thread, so the kernel's zero-filling of fresh pages overlaps with encoding
-    /// instead of stalling every 4 KiB store.
+    /// instead of stalling every 4 KiB store. The step ahead comes out of the data directory's
+    /// preallocation budget (`prealloc.rs`); once that is spent, only what this append needs is
+    /// reserved, plus the rest of its last page (so the file always ends past the data, which
+    /// is what tells readers the segment is still active, see `looks_sealed`).
     fn ensure_capacity(&mut self, extra: usize) -> Result<()> {
         let needed = self.size + extra;
         let step = self.allocation_step();
-        if needed > self.allocated_len || self.map.is_none() || !self.map_writable {
-            self.grow(needed.max(self.allocated_len + step))?;
+        // What is written (or about to be) no longer counts against the budget.
+        self.reservation.settle(self.allocated_len.saturating_sub(needed));
+        let remap = self.map.is_none() || !self.map_writable;
+        let must = needed >= self.allocated_len || remap;
+        if !must && self.allocated_len - needed >= step / 2 {
+            return Ok(());
         }
-        if self.allocated_len - needed < step / 2 {
-            self.grow(self.allocated_len + step)?;
+        let mut wanted = if must { needed.max(self.allocated_len + step) } else { self.allocated_len + step };
+        if wanted - needed < step / 2 {
+            wanted += step;
+        }
+        let floor = (needed + 1).next_multiple_of(4096).max(self.allocated_len);
+        let granted = self.reservation.take(&self.dir, wanted.next_multiple_of(4096).saturating_sub(floor));
+        let target = floor + granted;
+        if target > self.allocated_len || remap {
+            if let Err(e) = self.grow(target) {
+                // Nothing was reserved: the budget taken for it goes back.
+                self.reservation.settle(self.allocated_len.saturating_sub(needed));
+                return Err(e);
+            }
         }
         Ok(())
     }
@@ -303,10 +325,12 @@ impl Segment {
         let target = target.next_multiple_of(4096);
         let from = self.allocated_len;
         self.ensure_file()?;
-        crate::failpoint::hit("segment.reserve").and_then(|()| reserve_blocks(self.f(), from, target)).context(
-            || format!("cannot reserve {target} bytes for {} (is the disk full?)", self.log_path().display()),
-        )?;
-        self.allocated_len = target;
+        if target > from {
+            crate::failpoint::hit("segment.reserve").and_then(|()| reserve_blocks(self.f(), from, target)).context(
+                || format!("cannot reserve {target} bytes for {} (is the disk full?)", self.log_path().display()),
+            )?;
+        }
+        self.allocated_len = target.max(from);
         if self.map.is_none() || target > self.mapped_len || !self.map_writable {
             // Address space only: bytes past `allocated_len` are never touched (mmap invariant 3).
             let len = target.max(self.settings.segment_bytes.next_multiple_of(4096));
@@ -315,8 +339,11 @@ impl Segment {
             self.mapped_len = len;
         }
         self.finish_prefault();
-        let map = Arc::clone(self.map.as_ref().unwrap());
-        self.prefault = Some(std::thread::spawn(move || map.prefault_for_write(from, target - from)));
+        if target >= from + MIN_ALLOCATION_STEP {
+            // A page or two (a spent budget's growth) is cheaper to fault in by the append itself.
+            let map = Arc::clone(self.map.as_ref().unwrap());
+            self.prefault = Some(std::thread::spawn(move || map.prefault_for_write(from, target - from)));
+        }
         Ok(())
     }
 
@@ -818,6 +845,7 @@ impl Segment {
         self.f().set_len(self.size as u64).context(|| format!("cannot trim {}", self.log_path().display()))?;
         // Blocks past `size` are gone: a later append (after a failed roll) must reserve again.
         self.allocated_len = self.size;
+        self.reservation.release();
         self.sealed = true;
         // Final: read through the map from now on. (`sync_all` and an `unseal`ed segment's next
         // append reopen what they need.)
@@ -832,6 +860,7 @@ impl Segment {
     pub fn unseal(&mut self) {
         if self.writable {
             self.allocated_len = self.allocated_len.min(self.size);
+            self.reservation.settle(self.allocated_len - self.size);
             self.sealed = false;
         }
     }

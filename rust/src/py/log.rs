@@ -174,7 +174,7 @@ impl PyLog {
     #[pyo3(signature = (path, segment_bytes=1073741824, index_interval_bytes=4096, segment_ms=None,
                         retention_bytes=None, retention_ms=None, compression="none", flush=None,
                         timestamp_type="create", max_message_bytes=1048588, readonly=false, shared_writers=false,
-                        compact=false))]
+                        compact=false, preallocate_budget_bytes=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -191,12 +191,16 @@ impl PyLog {
         readonly: bool,
         shared_writers: bool,
         compact: bool,
+        preallocate_budget_bytes: Option<i64>,
     ) -> PyResult<Self> {
         let positive = |name: &str, v: i64| -> PyResult<u64> {
             if v <= 0 {
                 return Err(crate::Error::config(format!("{name} must be positive, got {v}")).into());
             }
             Ok(v as u64)
+        };
+        let non_negative = |name: &str, v: i64| -> PyResult<u64> {
+            u64::try_from(v).map_err(|_| crate::Error::config(format!("{name} must be >= 0, got {v}")).into())
         };
         let config = LogConfig {
             segment_bytes: positive("segment_bytes", segment_bytes)?,
@@ -223,6 +227,9 @@ impl PyLog {
             readonly,
             shared_writers,
             compact,
+            preallocate_budget_bytes: preallocate_budget_bytes
+                .map(|v| non_negative("preallocate_budget_bytes", v))
+                .transpose()?,
             ..LogConfig::default()
         };
         let log = py.detach(|| {
