@@ -51,20 +51,75 @@ class LogPoisonedError(KafkaliteError):
 
 
 class KafkaliteIOError(KafkaliteError, OSError):
-    """An operating-system I/O error, with the file it concerned."""
+    """An operating-system I/O error, with the file it concerned (``errno``, ``filename``).
+    Errors that Python gives a class of their own arrive as the subclasses below, so
+    ``except FileNotFoundError`` / ``except PermissionError`` work as with ``open()``."""
+
+    def __str__(self) -> str:
+        # Without an errno, OSError would print "[Errno None] None: 'file'".
+        if self.errno is None and self.args:
+            return str(self.args[0])
+        return super().__str__()
+
+
+class KafkaliteFileNotFoundError(KafkaliteIOError, FileNotFoundError):
+    """ENOENT: a file or directory kafkalite needs is missing."""
+
+
+class KafkalitePermissionError(KafkaliteIOError, PermissionError):
+    """EACCES / EPERM: the process may not read or write the file."""
+
+
+class KafkaliteFileExistsError(KafkaliteIOError, FileExistsError):
+    """EEXIST: a file kafkalite creates is already there."""
+
+
+class KafkaliteIsADirectoryError(KafkaliteIOError, IsADirectoryError):
+    """EISDIR: a directory where kafkalite expects a file."""
+
+
+class KafkaliteNotADirectoryError(KafkaliteIOError, NotADirectoryError):
+    """ENOTDIR: a file where kafkalite expects a directory."""
+
+
+# Python's own errno -> class choice (``type(OSError(errno, ...))``) picks the builtin; this
+# table picks kafkalite's class for it. Errors without a class of their own (ENOSPC, EMFILE,
+# EIO...) stay KafkaliteIOError, an ``OSError`` with that errno.
+_IO_CLASSES: dict[type[OSError], type[KafkaliteIOError]] = {
+    FileNotFoundError: KafkaliteFileNotFoundError,
+    PermissionError: KafkalitePermissionError,
+    FileExistsError: KafkaliteFileExistsError,
+    IsADirectoryError: KafkaliteIsADirectoryError,
+    NotADirectoryError: KafkaliteNotADirectoryError,
+}
+
+
+def io_error(errno: int | None, message: str, filename: str | None = None) -> KafkaliteIOError:
+    """The kafkalite exception for an I/O failure: the ``KafkaliteIOError`` subclass that is
+    also the builtin Python raises for ``errno`` (``FileNotFoundError`` for ENOENT...), with
+    ``errno``, ``strerror`` (= ``message``) and ``filename`` set. The engine's I/O errors come
+    through here too (rust/src/py/errors.rs), so both layers agree."""
+    if errno is None:
+        error = KafkaliteIOError(message)
+        error.filename = filename
+        return error
+    cls = _IO_CLASSES.get(type(OSError(errno, message)), KafkaliteIOError)
+    if filename is None:
+        return cls(errno, message)
+    return cls(errno, message, filename)
 
 
 @contextmanager
 def typed_io_errors(doing: str) -> Iterator[None]:
     """Let an ``OSError`` of the block leave as a ``KafkaliteIOError`` (errno and file name
-    kept, ``doing`` said first), so callers catching ``KafkaliteError`` see full disks and
-    descriptor limits too."""
+    kept, ``doing`` said first; ``FileNotFoundError`` etc. stay so, see ``io_error``), so
+    callers catching ``KafkaliteError`` see full disks and descriptor limits too."""
     try:
         yield
     except KafkaliteError:
         raise
     except OSError as e:
-        raise KafkaliteIOError(e.errno, f"{doing}: {e.strerror or e}", e.filename) from e
+        raise io_error(e.errno, f"{doing}: {e.strerror or e}", e.filename) from e
 
 
 __all__ = [
@@ -79,6 +134,11 @@ __all__ = [
     "LogClosedError",
     "LogPoisonedError",
     "KafkaliteIOError",
+    "KafkaliteFileNotFoundError",
+    "KafkalitePermissionError",
+    "KafkaliteFileExistsError",
+    "KafkaliteIsADirectoryError",
+    "KafkaliteNotADirectoryError",
 ]
 
 

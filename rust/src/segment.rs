@@ -303,9 +303,11 @@ impl Segment {
         let target = target.next_multiple_of(4096);
         let from = self.allocated_len;
         self.ensure_file()?;
-        crate::failpoint::hit("segment.reserve").and_then(|()| reserve_blocks(self.f(), from, target)).context(
-            || format!("cannot reserve {target} bytes for {} (is the disk full?)", self.log_path().display()),
-        )?;
+        crate::failpoint::hit("segment.reserve")
+            .and_then(|()| reserve_blocks(self.f(), from, target))
+            .context_at(&self.log_path(), || {
+                format!("cannot reserve {target} bytes for {} (is the disk full?)", self.log_path().display())
+            })?;
         self.allocated_len = target;
         if self.map.is_none() || target > self.mapped_len || !self.map_writable {
             // Address space only: bytes past `allocated_len` are never touched (mmap invariant 3).
