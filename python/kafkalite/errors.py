@@ -6,12 +6,46 @@ configuration, ``OSError`` for I/O), so generic handlers keep working.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 
 class KafkaliteError(Exception):
-    """Base class of every error kafkalite raises."""
+    """Base class of every error kafkalite raises.
+
+    An error whose fix is a call names that call in API terms: ``action`` (for example
+    ``"Admin.create_topic"``), with ``action_args`` (the values the fix needs, such as
+    ``{"topic": "events"}``). The message renders it as a Python call; another front end
+    renders it in its own terms through ``message_for`` (the CLI names its command). Errors
+    without a fix to call have ``action`` None."""
+
+    action: str | None = None
+    action_args: dict[str, str] = {}  # replaced per instance by with_action, never mutated
+    _problem: str = ""
+    _fix: str = ""
+
+    def message_for(self, render: Callable[[str, dict[str, str]], str]) -> str:
+        """The message with the action rendered by ``render(action, action_args)``."""
+        if self.action is None:
+            return str(self)
+        return _with_fix(self._problem, self._fix, render(self.action, self.action_args))
+
+
+def _with_fix(problem: str, fix: str, call: str) -> str:
+    return f"{problem}; {fix}: {call}"
+
+
+E = TypeVar("E", bound=KafkaliteError)
+
+
+def with_action(cls: type[E], problem: str, fix: str, action: str, **action_args: str) -> E:
+    """An error of class ``cls`` saying ``problem``, then ``fix`` done by calling ``action``:
+    ``with_action(UnknownTopicError, "unknown topic 'x'", "create it first", "Admin.create_topic",
+    topic="x")`` says "unknown topic 'x'; create it first: Admin.create_topic(...)"."""
+    error = cls(_with_fix(problem, fix, f"{action}(...)"))
+    error.action, error.action_args, error._problem, error._fix = action, action_args, problem, fix
+    return error
 
 
 class CorruptRecordError(KafkaliteError):
@@ -245,4 +279,12 @@ class BrokerAddressError(NotADataDirError):
     """A ``host:port`` (a broker's bootstrap address) where kafkalite takes a data directory."""
 
 
-__all__ += ["NotADataDirError", "BrokerAddressError"]
+class GroupIdNotFoundError(KafkaliteError, KeyError):
+    """A consumer group that does not exist in the data directory: no member, no committed
+    offset (Kafka's GroupIdNotFoundException, kafka-python's GroupIdNotFoundError)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+__all__ += ["NotADataDirError", "BrokerAddressError", "GroupIdNotFoundError", "with_action"]

@@ -38,6 +38,7 @@ from kafkalite.errors import (
     UnknownTopicError,
     UnknownTopicOrPartitionError,
     bytes_expected,
+    with_action,
 )
 from kafkalite.log import Log, Record
 from kafkalite.partitioner import partition_for_key
@@ -211,6 +212,7 @@ class _Topic:
         "sticky",
         "max_bytes",
         "limit_name",
+        "limit_is_topics",
         "codec",
         "config",
         "compacted",
@@ -240,12 +242,12 @@ class _Topic:
         # The hard cap of an encoded batch, and the setting to raise when a record exceeds it.
         if options["max_message_bytes"] <= max_request_size:
             self.max_bytes = options["max_message_bytes"]
-            self.limit_name = (
-                f"the topic's max.message.bytes ({self.max_bytes}; raise it with Admin.alter_config)"
-            )
+            self.limit_name = f"the topic's max.message.bytes ({self.max_bytes})"
+            self.limit_is_topics = True
         else:
             self.max_bytes = max_request_size
             self.limit_name = f"the producer's max_request_size ({max_request_size})"
+            self.limit_is_topics = False
         count = int(meta["partitions"])
         if count != len(self.partitions):  # re-created with another partition count
             kept = self.partitions[:count]
@@ -707,10 +709,19 @@ class Producer:
             if index >= 0:
                 break
             if index == RECORD_TOO_LARGE:
-                raise RecordTooLargeError(
+                problem = (
                     f"the record is {batch_bytes} bytes as a batch of its own (with the 61-byte batch header), "
-                    f"more than {t.limit_name} allows for topic {topic!r}; raise that limit or send a smaller record"
+                    f"more than {t.limit_name} allows for topic {topic!r}"
                 )
+                if t.limit_is_topics:
+                    raise with_action(
+                        RecordTooLargeError,
+                        problem,
+                        "send a smaller record, or raise max.message.bytes",
+                        "Admin.alter_config",
+                        topic=topic,
+                    )
+                raise RecordTooLargeError(f"{problem}; raise max_request_size or send a smaller record")
             assert index == BATCH_FULL  # the record starts the next batch: send this one now
             sender.drain(p)
         future = FutureRecordMetadata(batch, index, ts)
