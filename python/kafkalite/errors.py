@@ -287,4 +287,4 @@ class GroupIdNotFoundError(KafkaliteError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-__all__ += ["NotADataDirError", "BrokerAddressError", "GroupIdNotFoundError", "with_action"]
+__all__ += ["NotADataDirError", "BrokerAddressError", "GroupIdNotFoundError"]
