@@ -148,3 +148,22 @@ def test_ctrl_c_in_produce_stops_cleanly_and_counts(data):
     assert b"Produced 3 records to t." in err
     done = kafkalite("--data-dir", data, "consume", "t", "--from-beginning")
     assert sorted(done.stdout.split()) == [b"one", b"three", b"two"]
+
+
+def test_deleting_a_missing_group_is_an_error(data):
+    # kafka-consumer-groups --delete of an unknown group fails (GroupIdNotFoundException).
+    done = kafkalite("--data-dir", data, "groups", "delete", "nope")
+    err = done.stderr.decode()
+    assert done.returncode == 1 and done.stdout == b"", (done.stdout, err)
+    assert err.count("\n") == 1 and "consumer group 'nope' does not exist" in err, err
+    assert "kafkalite groups list" in err and "Admin." not in err and "successful" not in err
+
+
+def test_hints_name_the_command_with_its_arguments(data, tmp_path):
+    done = kafkalite("--data-dir", data, "consume", "orders", "--from-beginning")
+    err = done.stderr.decode()
+    assert done.returncode == 1 and "create it first: kafkalite topics create orders" in err, err
+    typo = str(tmp_path / "TYPO")
+    done = kafkalite("--data-dir", typo, "topics", "list")
+    err = done.stderr.decode()
+    assert done.returncode == 1 and f"kafkalite init {typo}" in err and "Admin." not in err, err

@@ -10,7 +10,7 @@ import os
 import pytest
 from kafkalite import Admin, Consumer, Producer, TopicPartition
 from kafkalite.cli import main
-from kafkalite.errors import InvalidConfigError, InvalidTopicError, InvalidTypeError
+from kafkalite.errors import GroupIdNotFoundError, InvalidConfigError, InvalidTopicError, InvalidTypeError
 from kafkalite.group import GROUPS_DIR, MAX_NAME, decode_name, encode_name
 
 HOSTILE_IDS = [
@@ -107,7 +107,8 @@ def test_deleting_a_group_that_never_existed_touches_nothing(setup, group_id):
     data, root = setup
     outside = tree(root)
     before = sorted(os.listdir(data))
-    assert Admin(data).delete_group(group_id) == 0
+    with pytest.raises(GroupIdNotFoundError, match="does not exist"):  # Kafka's GROUP_ID_NOT_FOUND
+        Admin(data).delete_group(group_id)
     assert sorted(os.listdir(data)) == before and tree(root) == outside
     assert Admin(data).list_groups() == ["keeper"]
 

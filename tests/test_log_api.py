@@ -146,7 +146,8 @@ def test_errors_are_typed_and_say_what_to_fix(part_dir, tmp_path):
         Log(part_dir, flush="sometimes")
     with pytest.raises(kafkalite.InvalidConfigError, match="timestamp_type"):
         Log(part_dir, timestamp_type="now")
-    with pytest.raises(kafkalite.InvalidConfigError, match="not a partition directory"):
+    # An I/O error with its cause (issue 11 point 5), no longer an InvalidConfigError.
+    with pytest.raises(FileNotFoundError, match="not a partition directory"):
         Log(str(tmp_path / "missing-0"), readonly=True)
     log = Log(part_dir, max_message_bytes=1000)
     with pytest.raises(kafkalite.LogLockedError, match=f"pid {os.getpid()}"):

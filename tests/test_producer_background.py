@@ -103,3 +103,25 @@ def test_a_dead_sender_makes_later_sends_fail_at_once(tmp_path, monkeypatch, cap
     assert time.monotonic() - started < 1.0
     assert _records_with_traceback(caplog, AssertionError)
     p.close(timeout=5)
+
+
+def test_bounded_flushes_share_one_flusher_thread_that_close_stops(tmp_path):
+    # flush(timeout) used to start a thread per call; one long-lived flusher serves them all.
+    others = set(threading.enumerate())  # earlier tests' producers may still have theirs
+
+    def flushers() -> list[threading.Thread]:
+        return [
+            t for t in threading.enumerate() if t.name == "kafkalite-producer-flusher" and t not in others
+        ]
+
+    producer = Producer(str(tmp_path / "data"))
+    started: set[threading.Thread] = set()
+    for i in range(20):
+        producer.send("t", b"%d" % i)
+        producer.flush(timeout=5)
+        started.update(flushers())
+        assert not [t for t in threading.enumerate() if t.name == "kafkalite-flush"]
+    assert len(started) == 1
+    producer.close(timeout=5)
+    started.pop().join(5)
+    assert not flushers(), "close() must stop the flusher thread"

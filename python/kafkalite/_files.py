@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from kafkalite.errors import KafkaliteIOError
+from kafkalite.errors import KafkaliteIOError, io_error
 
 
 def open_nofollow(path: str, flags: int, mode: int = 0o644) -> int:
@@ -27,7 +27,7 @@ def open_nofollow(path: str, flags: int, mode: int = 0o644) -> int:
                 f"{path} is a symbolic link; kafkalite does not follow links in a data directory, remove it",
                 path,
             ) from None
-        raise KafkaliteIOError(e.errno, f"cannot open {path}: {e.strerror}", path) from e
+        raise io_error(e.errno, f"cannot open {path}: {e.strerror}", path) from e
 
 
 @contextmanager
@@ -69,7 +69,7 @@ def write_atomically(path: str, data: bytes, *, durable: bool = True) -> None:
         raise
     except OSError as e:
         _remove_quietly(tmp)
-        raise KafkaliteIOError(e.errno, f"cannot write {path}: {e.strerror}", path) from e
+        raise io_error(e.errno, f"cannot write {path}: {e.strerror}", path) from e
 
 
 def _remove_quietly(path: str) -> None:

@@ -275,7 +275,8 @@ class Admin:
         return group_admin.describe_group(self._dir, group_id)
 
     def delete_group(self, group_id: str) -> int:
-        """Delete an inactive group's committed offsets (tombstones) and membership files."""
+        """Delete an inactive group's committed offsets (tombstones) and membership files.
+        Returns how many offsets were deleted; GroupIdNotFoundError if the group does not exist."""
         return group_admin.delete_group(self._dir, group_id)
 
     def reset_offsets(

@@ -6,6 +6,7 @@ kafka-topics), ``produce`` / ``consume`` (kafka-console-producer / -consumer), `
 from __future__ import annotations
 
 import argparse
+import collections
 import glob
 import os
 import re
@@ -407,22 +408,26 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-#: API hints in error messages, and what to type instead when the error reaches the CLI.
-_CLI_HINTS = {
-    "Admin.create_topic": "kafkalite topics create",
-    "Admin.delete_topic": "kafkalite topics delete",
-    "Admin.create_partitions": "kafkalite topics alter --partitions",
-    "Admin.alter_config": "kafkalite topics alter --config",
-    "Admin.alter_data_dir_config": "kafkalite config alter --add-config",
-    "Admin.delete_group": "kafkalite groups delete",
-    "Admin.reset_offsets": "kafkalite groups reset-offsets",
+#: The command line's rendering of the fixes errors name in API terms (``KafkaliteError.action``);
+#: ``{name}`` takes the error's ``action_args``, "..." standing in for one it lacks.
+_CLI_ACTIONS = {
+    "Admin.init": "kafkalite init {path}",
+    "Admin.create_topic": "kafkalite topics create {topic}",
+    "Admin.delete_topic": "kafkalite topics delete {topic}",
+    "Admin.create_partitions": "kafkalite topics alter {topic} --partitions ...",
+    "Admin.alter_config": "kafkalite topics alter {topic} --config ...",
+    "Admin.alter_data_dir_config": "kafkalite config alter --add-config ...",
+    "Admin.list_groups": "kafkalite groups list",
+    "Admin.delete_group": "kafkalite groups delete {group}",
+    "Admin.reset_offsets": "kafkalite groups reset-offsets {group}",
 }
 
 
-def _for_the_cli(message: str) -> str:
-    for api, command in _CLI_HINTS.items():
-        message = message.replace(api, command)
-    return message
+def _cli_action(action: str, args: dict[str, str]) -> str:
+    template = _CLI_ACTIONS.get(action)
+    if template is None:  # an API call without a command of its own: name the call
+        return f"{action}(...)"
+    return template.format_map(collections.defaultdict(lambda: "...", args))
 
 
 def _data_dir_option(parser: argparse.ArgumentParser, default: object) -> None:
@@ -567,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except KafkaliteError as e:
-        print(f"kafkalite: {_for_the_cli(str(e))}", file=sys.stderr)
+        print(f"kafkalite: {e.message_for(_cli_action)}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # output piped into `head` and closed early
         sys.stderr.close()

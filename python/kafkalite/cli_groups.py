@@ -93,7 +93,7 @@ def run(args: argparse.Namespace, data_dir: str) -> int:
         for r in rows:
             print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
     elif args.action == "delete":
-        count = admin.delete_group(args.group)
+        count = admin.delete_group(args.group)  # a missing group: GroupIdNotFoundError, exit 1
         print(
             f"Deletion of requested consumer group '{args.group}' was successful ({count} committed offsets deleted)."
         )

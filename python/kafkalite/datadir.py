@@ -32,6 +32,7 @@ from kafkalite.errors import (
     TopicAlreadyExistsError,
     UnknownTopicError,
     typed_io_errors,
+    with_action,
 )
 from kafkalite.log import Log
 
@@ -295,9 +296,12 @@ class DataDir:
         """Raise NotADataDirError unless the path is a directory."""
         if not os.path.isdir(self.path):
             what = "is a file" if os.path.exists(self.path) else "does not exist"
-            raise NotADataDirError(
-                f"{self.path} is not a kafkalite data directory (it {what}). Fix the path, or create a data "
-                f"directory there: `kafkalite init {self.path}` (or create a topic: Admin.create_topic)"
+            raise with_action(
+                NotADataDirError,
+                f"{self.path} is not a kafkalite data directory (it {what})",
+                "fix the path, or create a data directory there (creating a topic does too)",
+                "Admin.init",
+                path=self.path,
             )
 
     # -- metadata --------------------------------------------------------------------------
@@ -363,8 +367,12 @@ class DataDir:
         try:
             return self.topics()[name]
         except KeyError:
-            raise UnknownTopicError(
-                f"unknown topic {name!r} in {self.path}; create it first (Admin.create_topic)"
+            raise with_action(
+                UnknownTopicError,
+                f"unknown topic {name!r} in {self.path}",
+                "create it first",
+                "Admin.create_topic",
+                topic=name,
             ) from None
 
     def partitions(self, name: str) -> int:
@@ -470,9 +478,13 @@ class DataDir:
         validate_topic_name(name)
         settings = self.dir_config()
         if not settings["auto.create.topics.enable"]:
-            raise UnknownTopicError(
+            raise with_action(
+                UnknownTopicError,
                 f"unknown topic {name!r} in {self.path}, and auto.create.topics.enable is false for this data "
-                "directory; create it first (Admin.create_topic)"
+                "directory",
+                "create it first",
+                "Admin.create_topic",
+                topic=name,
             )
         created: list[int] = []
 

@@ -6,12 +6,46 @@ configuration, ``OSError`` for I/O), so generic handlers keep working.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 
 class KafkaliteError(Exception):
-    """Base class of every error kafkalite raises."""
+    """Base class of every error kafkalite raises.
+
+    An error whose fix is a call names that call in API terms: ``action`` (for example
+    ``"Admin.create_topic"``), with ``action_args`` (the values the fix needs, such as
+    ``{"topic": "events"}``). The message renders it as a Python call; another front end
+    renders it in its own terms through ``message_for`` (the CLI names its command). Errors
+    without a fix to call have ``action`` None."""
+
+    action: str | None = None
+    action_args: dict[str, str] = {}  # replaced per instance by with_action, never mutated
+    _problem: str = ""
+    _fix: str = ""
+
+    def message_for(self, render: Callable[[str, dict[str, str]], str]) -> str:
+        """The message with the action rendered by ``render(action, action_args)``."""
+        if self.action is None:
+            return str(self)
+        return _with_fix(self._problem, self._fix, render(self.action, self.action_args))
+
+
+def _with_fix(problem: str, fix: str, call: str) -> str:
+    return f"{problem}; {fix}: {call}"
+
+
+E = TypeVar("E", bound=KafkaliteError)
+
+
+def with_action(cls: type[E], problem: str, fix: str, action: str, **action_args: str) -> E:
+    """An error of class ``cls`` saying ``problem``, then ``fix`` done by calling ``action``:
+    ``with_action(UnknownTopicError, "unknown topic 'x'", "create it first", "Admin.create_topic",
+    topic="x")`` says "unknown topic 'x'; create it first: Admin.create_topic(...)"."""
+    error = cls(_with_fix(problem, fix, f"{action}(...)"))
+    error.action, error.action_args, error._problem, error._fix = action, action_args, problem, fix
+    return error
 
 
 class CorruptRecordError(KafkaliteError):
@@ -51,20 +85,75 @@ class LogPoisonedError(KafkaliteError):
 
 
 class KafkaliteIOError(KafkaliteError, OSError):
-    """An operating-system I/O error, with the file it concerned."""
+    """An operating-system I/O error, with the file it concerned (``errno``, ``filename``).
+    Errors that Python gives a class of their own arrive as the subclasses below, so
+    ``except FileNotFoundError`` / ``except PermissionError`` work as with ``open()``."""
+
+    def __str__(self) -> str:
+        # Without an errno, OSError would print "[Errno None] None: 'file'".
+        if self.errno is None and self.args:
+            return str(self.args[0])
+        return super().__str__()
+
+
+class KafkaliteFileNotFoundError(KafkaliteIOError, FileNotFoundError):
+    """ENOENT: a file or directory kafkalite needs is missing."""
+
+
+class KafkalitePermissionError(KafkaliteIOError, PermissionError):
+    """EACCES / EPERM: the process may not read or write the file."""
+
+
+class KafkaliteFileExistsError(KafkaliteIOError, FileExistsError):
+    """EEXIST: a file kafkalite creates is already there."""
+
+
+class KafkaliteIsADirectoryError(KafkaliteIOError, IsADirectoryError):
+    """EISDIR: a directory where kafkalite expects a file."""
+
+
+class KafkaliteNotADirectoryError(KafkaliteIOError, NotADirectoryError):
+    """ENOTDIR: a file where kafkalite expects a directory."""
+
+
+# Python's own errno -> class choice (``type(OSError(errno, ...))``) picks the builtin; this
+# table picks kafkalite's class for it. Errors without a class of their own (ENOSPC, EMFILE,
+# EIO...) stay KafkaliteIOError, an ``OSError`` with that errno.
+_IO_CLASSES: dict[type[OSError], type[KafkaliteIOError]] = {
+    FileNotFoundError: KafkaliteFileNotFoundError,
+    PermissionError: KafkalitePermissionError,
+    FileExistsError: KafkaliteFileExistsError,
+    IsADirectoryError: KafkaliteIsADirectoryError,
+    NotADirectoryError: KafkaliteNotADirectoryError,
+}
+
+
+def io_error(errno: int | None, message: str, filename: str | None = None) -> KafkaliteIOError:
+    """The kafkalite exception for an I/O failure: the ``KafkaliteIOError`` subclass that is
+    also the builtin Python raises for ``errno`` (``FileNotFoundError`` for ENOENT...), with
+    ``errno``, ``strerror`` (= ``message``) and ``filename`` set. The engine's I/O errors come
+    through here too (rust/src/py/errors.rs), so both layers agree."""
+    if errno is None:
+        error = KafkaliteIOError(message)
+        error.filename = filename
+        return error
+    cls = _IO_CLASSES.get(type(OSError(errno, message)), KafkaliteIOError)
+    if filename is None:
+        return cls(errno, message)
+    return cls(errno, message, filename)
 
 
 @contextmanager
 def typed_io_errors(doing: str) -> Iterator[None]:
     """Let an ``OSError`` of the block leave as a ``KafkaliteIOError`` (errno and file name
-    kept, ``doing`` said first), so callers catching ``KafkaliteError`` see full disks and
-    descriptor limits too."""
+    kept, ``doing`` said first; ``FileNotFoundError`` etc. stay so, see ``io_error``), so
+    callers catching ``KafkaliteError`` see full disks and descriptor limits too."""
     try:
         yield
     except KafkaliteError:
         raise
     except OSError as e:
-        raise KafkaliteIOError(e.errno, f"{doing}: {e.strerror or e}", e.filename) from e
+        raise io_error(e.errno, f"{doing}: {e.strerror or e}", e.filename) from e
 
 
 __all__ = [
@@ -79,6 +168,11 @@ __all__ = [
     "LogClosedError",
     "LogPoisonedError",
     "KafkaliteIOError",
+    "KafkaliteFileNotFoundError",
+    "KafkalitePermissionError",
+    "KafkaliteFileExistsError",
+    "KafkaliteIsADirectoryError",
+    "KafkaliteNotADirectoryError",
 ]
 
 
@@ -185,4 +279,12 @@ class BrokerAddressError(NotADataDirError):
     """A ``host:port`` (a broker's bootstrap address) where kafkalite takes a data directory."""
 
 
-__all__ += ["NotADataDirError", "BrokerAddressError"]
+class GroupIdNotFoundError(KafkaliteError, KeyError):
+    """A consumer group that does not exist in the data directory: no member, no committed
+    offset (Kafka's GroupIdNotFoundException, kafka-python's GroupIdNotFoundError)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+__all__ += ["NotADataDirError", "BrokerAddressError", "GroupIdNotFoundError"]

@@ -303,14 +303,21 @@ def choose_protocol(members: dict[str, dict[str, Any]]) -> str:
     )
 
 
-def rebalance(state: dict[str, Any], partition_counts: dict[str, int]) -> None:
+def rebalance(state: dict[str, Any], partition_counts: dict[str, int], why: str) -> None:
     """Recompute the assignment for the current members and start a new generation. Owners
-    that left the group lose their claim."""
+    that left the group lose their claim. ``why`` (a member joined, left...) is logged with the
+    new assignment at INFO, as a broker's group coordinator logs each rebalance."""
     members = state["members"]
     state["generation"] += 1
     state["owners"] = {k: m for k, m in state["owners"].items() if m in members}
     if not members:
         state.update(protocol=None, assignment={}, partitions={})
+        logger.info(
+            "group %r rebalanced (%s): generation %d, no members",
+            state.get("group_id"),
+            why,
+            state["generation"],
+        )
         return
     protocol = choose_protocol(members)
     subscriptions = {m: sorted(info["topics"]) for m, info in members.items()}
@@ -325,6 +332,15 @@ def rebalance(state: dict[str, Any], partition_counts: dict[str, int]) -> None:
     state["protocol"] = protocol
     state["assignment"] = {m: [partition_key(tp) for tp in tps] for m, tps in assignment.items()}
     state["partitions"] = counts
+    logger.info(
+        "group %r rebalanced (%s): generation %d, %d member(s), protocol %s, assignment %s",
+        state.get("group_id"),
+        why,
+        state["generation"],
+        len(members),
+        protocol,
+        {m: [f"{tp.topic}-{tp.partition}" for tp in tps] for m, tps in assignment.items()},
+    )
 
 
 @dataclass
@@ -399,7 +415,7 @@ class GroupMember:
                 "joined": time.time(),
             }
             try:
-                rebalance(state, self._partition_counts())
+                rebalance(state, self._partition_counts(), f"member {self.member_id} joined")
             except InvalidConfigError:
                 self._drop_member_file()
                 raise
@@ -418,7 +434,10 @@ class GroupMember:
         if topics == self._topics or self.member_id is None:
             return
         self._topics = topics
-        self._update_locked(lambda state: state["members"][self.member_id].__setitem__("topics", topics))
+        self._update_locked(
+            lambda state: state["members"][self.member_id].__setitem__("topics", topics),
+            f"member {self.member_id} subscribed to {topics}",
+        )
 
     def leave(self) -> None:
         """Leave the group (after the consumer revoked and committed): others rebalance now."""
@@ -429,7 +448,7 @@ class GroupMember:
         def drop(state: dict[str, Any]) -> None:
             state["members"].pop(member_id, None)
 
-        self._update_locked(drop, require_member=False)
+        self._update_locked(drop, f"member {member_id} left", require_member=False)
         self.owned.clear()
         self._drop_member_file()
         self.member_id = None
@@ -447,13 +466,15 @@ class GroupMember:
             os.close(self._fd)
             self._fd = None
 
-    def _update_locked(self, change: Callable[[dict[str, Any]], None], require_member: bool = True) -> None:
+    def _update_locked(
+        self, change: Callable[[dict[str, Any]], None], why: str, require_member: bool = True
+    ) -> None:
         with self.files.locked():
             state = self.files.load()
             if require_member and self.member_id not in state["members"]:
                 return  # evicted meanwhile: the next poll rejoins
             change(state)
-            rebalance(state, self._partition_counts())
+            rebalance(state, self._partition_counts(), why)
             self.files.save(state)
         self._notify()
 
@@ -478,7 +499,7 @@ class GroupMember:
         if {t: n for t, n in counts.items() if t in subscribed} != {
             t: n for t, n in state["partitions"].items() if t in subscribed
         }:
-            self._update_locked(lambda s: None)  # partitions were added: rebalance
+            self._update_locked(lambda s: None, "partitions were added")
             return self.changes()
         target = sorted(_tp(k) for k in state["assignment"].get(self.member_id, []))
         if state["generation"] == self.generation and not self._pending:
@@ -586,14 +607,25 @@ class GroupMember:
 
     def _heartbeat_loop(self) -> None:
         next_beat = 0.0
+        last_problem = ""
         while not self._stop.wait(LIVENESS_PROBE_S):
             try:
                 if time.monotonic() >= next_beat:
                     self._write_stamps()
                     next_beat = time.monotonic() + self.heartbeat_interval_ms / 1000.0
                 self._check_members()
-            except (OSError, ValueError):
-                pass  # retried on the next tick
+                last_problem = ""
+            except (OSError, ValueError) as e:  # retried on the next tick; said once, not every tick
+                if str(e) != last_problem:
+                    logger.warning(
+                        "heartbeat of member %s of group %r failed; retrying: %s",
+                        self.member_id,
+                        self.group_id,
+                        e,
+                    )
+                last_problem = str(e)
+            except Exception:  # a bug: the thread must not die silently, nor stop heartbeating
+                logger.exception("heartbeat of member %s of group %r failed", self.member_id, self.group_id)
 
     def _check_members(self) -> None:
         if self.member_id is None:
@@ -602,14 +634,25 @@ class GroupMember:
             # kafka-python's heartbeat thread leaves the group for a consumer that stopped polling.
             if not self._left:
                 self._left = True
-                self._update_locked(lambda s: s["members"].pop(self.member_id, None))
+                logger.warning(
+                    "member %s of group %r leaves the group: no poll() for more than max_poll_interval_ms (%d ms); "
+                    "its partitions go to other members and its next commit fails (poll more often, or raise "
+                    "max_poll_interval_ms / lower max_poll_records)",
+                    self.member_id,
+                    self.group_id,
+                    self.max_poll_interval_ms,
+                )
+                self._update_locked(
+                    lambda s: s["members"].pop(self.member_id, None),
+                    f"member {self.member_id} exceeded max_poll_interval_ms",
+                )
             return
         state = self.files.load()
         if any(self._is_gone(m) for m in state["members"] if m != self.member_id):
             with self.files.locked():
                 state = self.files.load()
                 if self._evict_locked(state):
-                    rebalance(state, self._partition_counts())
+                    rebalance(state, self._partition_counts(), "members were evicted")
                     self.files.save(state)
                     self._notify()
 
@@ -634,6 +677,14 @@ class GroupMember:
             del state["members"][m]
             if not alive:
                 self.files.remove_member_file(m)
+            logger.warning(
+                "group %r evicted member %s: %s; its partitions are reassigned and its commits are fenced",
+                self.group_id,
+                m,
+                "its process is gone"
+                if not alive
+                else f"no heartbeat for more than session_timeout_ms ({self.session_timeout_ms} ms)",
+            )
             evicted = True
         return evicted
 

@@ -12,7 +12,13 @@ from typing import Any
 
 from kafkalite.assignors import TopicPartition
 from kafkalite.datadir import DataDir
-from kafkalite.errors import IllegalStateError, InvalidConfigError, InvalidTypeError
+from kafkalite.errors import (
+    GroupIdNotFoundError,
+    IllegalStateError,
+    InvalidConfigError,
+    InvalidTypeError,
+    with_action,
+)
 from kafkalite.group import GroupFiles, describe, list_group_ids, partition_key
 from kafkalite.log import Log
 from kafkalite.offsets import OFFSETS_TOPIC, OffsetStore, decode_key
@@ -112,11 +118,20 @@ def _require_inactive(data_dir: DataDir, group_id: str, what: str) -> None:
 
 def delete_group(data_dir: DataDir, group_id: str) -> int:
     """Tombstone the group's committed offsets and remove its membership files. Returns how
-    many offsets were deleted."""
+    many offsets were deleted. A group with neither members nor committed offsets does not
+    exist: GroupIdNotFoundError, as Kafka's DeleteGroups answers GROUP_ID_NOT_FOUND."""
     _require_inactive(data_dir, group_id, "delete")
+    files = GroupFiles(data_dir.path, group_id)
+    # Its folder counts even when it is no group (a planted symlink): deleting removes it.
+    if not os.path.lexists(files.path) and group_id not in groups_with_offsets(data_dir):
+        raise with_action(
+            GroupIdNotFoundError,
+            f"consumer group {group_id!r} does not exist in {data_dir.path} (no member, no committed offset)",
+            "see the groups there",
+            "Admin.list_groups",
+        )
     with OffsetStore(data_dir, group_id) as store:
         deleted = store.delete()
-    files = GroupFiles(data_dir.path, group_id)
     # files.path is one encoded component under the groups folder (never "..", never the data
     # directory); a symlink there is removed as a link, never followed.
     if os.path.dirname(files.path) != files.root or os.path.islink(files.root):

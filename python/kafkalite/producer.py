@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import random
 import threading
 import time
@@ -38,6 +39,7 @@ from kafkalite.errors import (
     UnknownTopicError,
     UnknownTopicOrPartitionError,
     bytes_expected,
+    with_action,
 )
 from kafkalite.log import Log, Record
 from kafkalite.partitioner import partition_for_key
@@ -211,6 +213,7 @@ class _Topic:
         "sticky",
         "max_bytes",
         "limit_name",
+        "limit_is_topics",
         "codec",
         "config",
         "compacted",
@@ -240,12 +243,12 @@ class _Topic:
         # The hard cap of an encoded batch, and the setting to raise when a record exceeds it.
         if options["max_message_bytes"] <= max_request_size:
             self.max_bytes = options["max_message_bytes"]
-            self.limit_name = (
-                f"the topic's max.message.bytes ({self.max_bytes}; raise it with Admin.alter_config)"
-            )
+            self.limit_name = f"the topic's max.message.bytes ({self.max_bytes})"
+            self.limit_is_topics = True
         else:
             self.max_bytes = max_request_size
             self.limit_name = f"the producer's max_request_size ({max_request_size})"
+            self.limit_is_topics = False
         count = int(meta["partitions"])
         if count != len(self.partitions):  # re-created with another partition count
             kept = self.partitions[:count]
@@ -254,6 +257,71 @@ class _Topic:
             self.sticky = random.randrange(count)
         for p in self.partitions:
             p.codec = self.codec
+
+
+def _log_background_failure(what: str, e: Exception) -> None:
+    """The one rule for background work that failed and is retried on the next pass: a
+    KafkaliteError (full disk, too many open files) is operational and its message says it all
+    (WARNING); anything else is a bug, logged with its traceback (ERROR)."""
+    if isinstance(e, KafkaliteError):
+        logger.warning("%s failed; retrying on the next pass: %s", what, e)
+    else:
+        logger.error("%s failed; retrying on the next pass", what, exc_info=e)
+
+
+class _Flusher:
+    """One long-lived thread, started on first use, that runs the bounded flushes and closes of
+    a producer: a caller waits at most its timeout even when an append waits for a partition
+    lock held by a stopped process (the engine waits up to 60 s), while the work goes on here.
+    Jobs run one at a time, in order. The thread holds only its queue, never the producer, so an
+    abandoned producer can still be collected."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._mutex = threading.Lock()
+
+    def run(self, job: Callable[[], None], timeout: float) -> bool:
+        """Run ``job`` here, waiting at most ``timeout`` s; False if it has not finished by then.
+        An exception of the job is raised to the caller."""
+        if threading.current_thread() is self._thread:  # a job that flushes (close at exit)
+            job()
+            return True
+        finished = threading.Event()
+        failure: list[BaseException] = []
+
+        def wrapped() -> None:
+            try:
+                job()
+            except BaseException as e:  # handed to the caller below
+                failure.append(e)
+            finally:
+                finished.set()
+
+        with self._mutex:
+            if self._thread is None or not self._thread.is_alive():  # first use, or after a fork
+                self._thread = threading.Thread(
+                    target=_run_jobs, args=(self._jobs,), name="kafkalite-producer-flusher", daemon=True
+                )
+                self._thread.start()
+            self._jobs.put(wrapped)
+        if not finished.wait(timeout):
+            return False
+        if failure:
+            raise failure[0]
+        return True
+
+    def stop(self) -> None:
+        """End the thread after the jobs already queued (not waited for: one may be stuck)."""
+        with self._mutex:
+            if self._thread is not None and self._thread.is_alive():
+                self._jobs.put(None)
+            self._thread = None
+
+
+def _run_jobs(jobs: queue.SimpleQueue[Callable[[], None] | None]) -> None:
+    while (job := jobs.get()) is not None:
+        job()
 
 
 class _Sender:
@@ -282,6 +350,7 @@ class _Sender:
         self.linger = config["linger_ms"] / 1000.0
         self.pid = os.getpid()  # a forked child must not flush its parent's records at its exit
         self.thread = threading.Thread(target=self.run, name="kafkalite-producer-sender", daemon=True)
+        self.flusher = _Flusher()
 
     def notify(self) -> None:
         """Wake readers in every process (the wake-up file is made with the data directory)."""
@@ -433,10 +502,8 @@ class _Sender:
     def step(self, what: str, fn: Callable, *args: Any) -> None:
         try:
             fn(*args)
-        except KafkaliteError as e:  # expected in operation (a full disk, too many open files)
-            logger.warning("producer sender: %s failed; retrying on the next pass: %s", what, e)
-        except Exception:
-            logger.exception("producer sender: %s failed; retrying on the next pass", what)
+        except Exception as e:
+            _log_background_failure(f"producer sender: {what}", e)
 
     def enforce_retention(self) -> None:
         """Time and size retention for every topic of the data directory (Kafka's broker does
@@ -460,15 +527,7 @@ class _Sender:
                             with self.dir.open_partition(name, p.number, shared_writers=True) as log:
                                 log.enforce_retention()
                 except Exception as e:
-                    # A KafkaliteError (full disk, too many open files) is operational: its message says
-                    # it all; anything else is a bug, logged with its traceback.
-                    logger.warning(
-                        "retention of %s-%d failed; retrying on the next pass: %s",
-                        name,
-                        p.number,
-                        e,
-                        exc_info=not isinstance(e, KafkaliteError),
-                    )
+                    _log_background_failure(f"retention of {name}-{p.number}", e)
         if others:
             Admin(self.dir.path).enforce_retention(others)
 
@@ -484,41 +543,22 @@ class _Sender:
                         if p.log is not None:
                             clean_if_dirty(p.log, t.config)
                 except Exception as e:
-                    logger.warning(
-                        "compaction of %s-%d failed; retrying on the next pass: %s",
-                        t.name,
-                        p.number,
-                        e,
-                        exc_info=not isinstance(e, KafkaliteError),
-                    )
+                    _log_background_failure(f"compaction of {t.name}-{p.number}", e)
 
     # -- lifecycle ------------------------------------------------------------------------
     def flush(self, timeout: float | None) -> None:
-        """Write every buffered record. With a timeout, the draining runs in a helper thread so
-        that the caller returns in time even when an append waits for another writer's lock
-        (a stopped process can hold it for the engine's 60 s); the helper finishes on its own."""
+        """Write every buffered record. With a timeout, the draining runs on the flusher thread
+        so that the caller returns in time even when an append waits for another writer's lock
+        (a stopped process can hold it for the engine's 60 s); the flush finishes there."""
         if timeout is None:
             return self.flush_within(None)
         deadline = time.monotonic() + timeout
-        finished = threading.Event()
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                self.flush_within(deadline)
-            except BaseException as e:  # handed to the caller below
-                failure.append(e)
-            finally:
-                finished.set()
-
-        threading.Thread(target=run, name="kafkalite-flush", daemon=True).start()
-        if not finished.wait(timeout):
+        if not self.flusher.run(lambda: self.flush_within(deadline), timeout):
             raise KafkaTimeoutError(
                 f"flush did not finish within {timeout} s; {self.pending()} records are not written yet "
                 "(an append is waiting for a partition's lock: is another writer stopped?)"
             )
-        if failure:
-            raise failure[0]
+        return None
 
     def flush_within(self, deadline: float | None) -> None:
         timeout = None if deadline is None else round(deadline - time.monotonic(), 3)
@@ -543,6 +583,7 @@ class _Sender:
         try:
             self.flush(timeout)
         finally:
+            self.flusher.stop()
             with self.wakeup:
                 self.closed = True
                 self.wakeup.notify()
@@ -561,7 +602,6 @@ class _Sender:
         if self.closed or os.getpid() != self.pid:
             return
         pending = self.pending()
-        done = threading.Event()
         unwritten: list[KafkaliteError] = []
 
         def work() -> None:
@@ -571,12 +611,9 @@ class _Sender:
                 unwritten.append(e)
             except Exception:
                 logger.warning("closing a producer at %s failed", why, exc_info=True)
-            finally:
-                done.set()
 
-        threading.Thread(target=work, name="kafkalite-producer-exit-flush", daemon=True).start()
         # close() is bounded by the same timeout; the grace covers closing the logs after it.
-        if not done.wait(EXIT_FLUSH_TIMEOUT + 1.0) or unwritten:
+        if not self.flusher.run(work, EXIT_FLUSH_TIMEOUT + 1.0) or unwritten:
             logger.warning(
                 "a producer of %s left open at %s: %d of %d queued records could not be written within %.1f s "
                 "(call flush() or close() before exiting)",
@@ -707,10 +744,19 @@ class Producer:
             if index >= 0:
                 break
             if index == RECORD_TOO_LARGE:
-                raise RecordTooLargeError(
+                problem = (
                     f"the record is {batch_bytes} bytes as a batch of its own (with the 61-byte batch header), "
-                    f"more than {t.limit_name} allows for topic {topic!r}; raise that limit or send a smaller record"
+                    f"more than {t.limit_name} allows for topic {topic!r}"
                 )
+                if t.limit_is_topics:
+                    raise with_action(
+                        RecordTooLargeError,
+                        problem,
+                        "send a smaller record, or raise max.message.bytes",
+                        "Admin.alter_config",
+                        topic=topic,
+                    )
+                raise RecordTooLargeError(f"{problem}; raise max_request_size or send a smaller record")
             assert index == BATCH_FULL  # the record starts the next batch: send this one now
             sender.drain(p)
         future = FutureRecordMetadata(batch, index, ts)

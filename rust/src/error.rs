@@ -3,7 +3,7 @@
 //! it says what went wrong and what to do about it.
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Every way the engine can fail.
 #[derive(Debug, thiserror::Error)]
@@ -58,9 +58,10 @@ pub enum Error {
     #[error("unknown topic or partition: {0}")]
     UnknownTopicOrPartition(String),
 
-    /// Any I/O failure, with the file it concerned.
+    /// Any I/O failure, with what the engine was doing and, when known, the file it concerned
+    /// (the binding hands both to Python as `OSError.strerror` / `.filename`).
     #[error("{context}: {source}")]
-    Io { context: String, source: io::Error },
+    Io { context: String, path: Option<PathBuf>, source: io::Error },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -68,7 +69,21 @@ pub type Result<T> = std::result::Result<T, Error>;
 impl Error {
     /// Wrap an I/O error with what we were doing and to which file.
     pub fn io(context: impl Into<String>, source: io::Error) -> Self {
-        Error::Io { context: context.into(), source }
+        Error::Io { context: context.into(), path: None, source }
+    }
+
+    /// An I/O error concerning the file or directory `path`.
+    pub fn io_at(path: impl Into<PathBuf>, context: impl Into<String>, source: io::Error) -> Self {
+        Error::Io { context: context.into(), path: Some(path.into()), source }
+    }
+
+    /// Name `path` as the file an I/O error concerned, unless it names one already: a caller
+    /// that knows which partition it was working on gives every I/O error a file name.
+    pub fn or_path(self, path: &Path) -> Self {
+        match self {
+            Error::Io { context, path: None, source } => Error::Io { context, path: Some(path.to_path_buf()), source },
+            other => other,
+        }
     }
 
     pub fn corrupt(msg: impl Into<String>) -> Self {
@@ -80,13 +95,18 @@ impl Error {
     }
 }
 
-/// Attach a context message to an `io::Result`.
+/// Attach a context message (and, with `context_at`, the file concerned) to an `io::Result`.
 pub trait IoContext<T> {
     fn context(self, what: impl FnOnce() -> String) -> Result<T>;
+    fn context_at(self, path: &Path, what: impl FnOnce() -> String) -> Result<T>;
 }
 
 impl<T> IoContext<T> for io::Result<T> {
     fn context(self, what: impl FnOnce() -> String) -> Result<T> {
         self.map_err(|e| Error::io(what(), e))
+    }
+
+    fn context_at(self, path: &Path, what: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|e| Error::io_at(path, what(), e))
     }
 }

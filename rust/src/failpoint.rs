@@ -127,14 +127,36 @@ fn fire(points: &[Point], name: &str) -> std::io::Result<()> {
                 }
             }
             Action::Errno(code) => {
-                return Err(std::io::Error::new(
-                    std::io::Error::from_raw_os_error(code).kind(),
-                    format!("{} (fail point {name})", std::io::Error::from_raw_os_error(code)),
-                ))
+                let os = std::io::Error::from_raw_os_error(code);
+                return Err(std::io::Error::new(os.kind(), Injected { code, name: p.name }));
             }
         }
     }
     Ok(())
+}
+
+/// The error a fail point injects: the errno the system call would have returned, and the
+/// point's name for the message.
+#[derive(Debug)]
+struct Injected {
+    code: i32,
+    name: &'static str,
+}
+
+impl std::fmt::Display for Injected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let os = std::io::Error::from_raw_os_error(self.code).to_string();
+        let strerror = os.strip_suffix(&format!(" (os error {})", self.code)).unwrap_or(&os);
+        write!(f, "{strerror} (fail point {})", self.name)
+    }
+}
+
+impl std::error::Error for Injected {}
+
+/// The errno of an I/O error, a real one or one a fail point injected (which `std` can only
+/// carry as a custom error), so both reach Python's `OSError.errno`.
+pub fn errno(e: &std::io::Error) -> Option<i32> {
+    e.raw_os_error().or_else(|| e.get_ref()?.downcast_ref::<Injected>().map(|i| i.code))
 }
 
 #[cfg(test)]
@@ -150,6 +172,9 @@ mod tests {
         assert!(fire(&p, "segment.reserve").is_ok());
         let e = fire(&p, "segment.reserve").unwrap_err();
         assert!(e.to_string().contains("segment.reserve"));
+        assert_eq!(errno(&e), Some(rustix::io::Errno::NOSPC.raw_os_error()));
+        assert_eq!(errno(&std::io::Error::from_raw_os_error(24)), Some(24));
+        assert_eq!(errno(&std::io::Error::other("no errno")), None);
         assert!(fire(&p, "segment.reserve").is_ok());
     }
 }

@@ -27,6 +27,12 @@
 //! `sigbus` (a file truncated under a map costs data, not the process), `failpoint` (named
 //! fault-injection points, `KAFKALITE_FAILPOINTS`), `lock` (writers' flocks, bounded waits).
 
+/// The `log` target of every engine event; the binding forwards it to Python's
+/// `logging.getLogger("kafkalite.engine")`. The engine logs only notable events (recovery
+/// cutting a segment or rebuilding its indexes, a segment deleted by retention, an undone roll),
+/// never per record.
+pub const LOG_TARGET: &str = "kafkalite::engine";
+
 pub mod arrow;
 pub mod arrow_spark;
 pub mod checkpoint;

@@ -95,13 +95,21 @@ impl Log {
         let dir = dir.as_ref().to_path_buf();
         crate::nofollow::check_dir(&dir)?;
         if config.readonly {
-            if !dir.is_dir() {
-                return Err(Error::config(format!("{} is not a partition directory", dir.display())));
+            // A missing directory or a file in its place is an I/O error (FileNotFoundError,
+            // NotADirectoryError in Python) naming the path, as opening any missing file is.
+            let metadata = std::fs::metadata(&dir)
+                .context_at(&dir, || format!("{} is not a partition directory", dir.display()))?;
+            if !metadata.is_dir() {
+                return Err(Error::io_at(
+                    &dir,
+                    format!("{} is not a partition directory", dir.display()),
+                    std::io::Error::from_raw_os_error(rustix::io::Errno::NOTDIR.raw_os_error()),
+                ));
             }
         } else {
-            std::fs::create_dir_all(&dir).context(|| format!("cannot create {}", dir.display()))?;
+            std::fs::create_dir_all(&dir).context_at(&dir, || format!("cannot create {}", dir.display()))?;
         }
-        let identity = dir_identity(&dir).context(|| format!("cannot stat {}", dir.display()))?;
+        let identity = dir_identity(&dir).context_at(&dir, || format!("cannot stat {}", dir.display()))?;
         let kafka_checkpoints = KafkaCheckpoints::for_partition(&dir);
         let lock = match (config.readonly, config.shared_writers) {
             (true, _) => None,
@@ -277,8 +285,31 @@ impl Log {
             if needs_recovery {
                 // The active segment must end at a batch boundary to be appended to.
                 let report = if is_last { seg.recover()? } else { seg.recover_sealed(bases[i + 1])? };
+                let segment = self.dir.join(crate::segment::file_name(base, "log"));
                 if report.dropped_bytes > 0 || report.reason.is_some() {
+                    ::log::warn!(
+                        target: crate::LOG_TARGET,
+                        "recovery cut {} (base offset {base}) to {} valid bytes, {} bytes dropped ({})",
+                        segment.display(),
+                        report.valid_bytes,
+                        report.dropped_bytes,
+                        report.reason.as_deref().unwrap_or("a torn tail")
+                    );
                     self.recovery.push(report);
+                } else if !indexes_present || !is_last || clean {
+                    ::log::warn!(
+                        target: crate::LOG_TARGET,
+                        "rebuilt the indexes of {} (base offset {base}, {} valid bytes): they were missing or damaged",
+                        segment.display(),
+                        report.valid_bytes
+                    );
+                } else {
+                    ::log::info!(
+                        target: crate::LOG_TARGET,
+                        "recovered {} after an unclean shutdown: all {} bytes valid",
+                        segment.display(),
+                        report.valid_bytes
+                    );
                 }
             }
             if !is_last {
@@ -791,6 +822,11 @@ impl Log {
             Ok(seg) => seg,
             Err(e) => {
                 active.unseal();
+                ::log::warn!(
+                    target: crate::LOG_TARGET,
+                    "could not roll {} at offset {base} ({e}); undone, appends continue in the current segment",
+                    dir.display()
+                );
                 return Err(e);
             }
         };

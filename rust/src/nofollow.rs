@@ -32,7 +32,8 @@ pub fn open_read(path: &Path, what: &str) -> Result<File> {
 /// The error for a failed open, naming a refused link as such.
 pub fn describe(e: std::io::Error, path: &Path, what: &str) -> Error {
     if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
-        Error::io(
+        Error::io_at(
+            path,
             format!(
                 "cannot open {what} {}: it is a symbolic link, and kafkalite never follows links inside a data \
                  directory (a link could make a writer overwrite a file elsewhere); replace it with the real file",
@@ -41,14 +42,15 @@ pub fn describe(e: std::io::Error, path: &Path, what: &str) -> Error {
             e,
         )
     } else {
-        Error::io(format!("cannot open {what} {}", path.display()), e)
+        Error::io_at(path, format!("cannot open {what} {}", path.display()), e)
     }
 }
 
 /// A partition directory must be a real directory, not a link to one elsewhere.
 pub fn check_dir(dir: &Path) -> Result<()> {
     match std::fs::symlink_metadata(dir) {
-        Ok(m) if m.file_type().is_symlink() => Err(Error::io(
+        Ok(m) if m.file_type().is_symlink() => Err(Error::io_at(
+            dir,
             format!(
                 "the partition directory {} is a symbolic link; kafkalite does not follow links inside a data \
                  directory (a link could make a writer overwrite files elsewhere); use the real directory",

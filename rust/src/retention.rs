@@ -82,6 +82,14 @@ impl Log {
             }
             let seg = self.segments.remove(0);
             seg.delete_files()?;
+            ::log::info!(
+                target: crate::LOG_TARGET,
+                "deleted segment {} of {} (offsets [{}, {upper})): {}",
+                crate::segment::file_name(seg.base_offset, "log"),
+                self.dir.display(),
+                seg.base_offset,
+                if breach { "below the log start offset" } else { "retention limit reached" }
+            );
             count += 1;
         }
         if count > 0 {

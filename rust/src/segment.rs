@@ -326,9 +326,11 @@ impl Segment {
         let from = self.allocated_len;
         self.ensure_file()?;
         if target > from {
-            crate::failpoint::hit("segment.reserve").and_then(|()| reserve_blocks(self.f(), from, target)).context(
-                || format!("cannot reserve {target} bytes for {} (is the disk full?)", self.log_path().display()),
-            )?;
+            crate::failpoint::hit("segment.reserve")
+                .and_then(|()| reserve_blocks(self.f(), from, target))
+                .context_at(&self.log_path(), || {
+                    format!("cannot reserve {target} bytes for {} (is the disk full?)", self.log_path().display())
+                })?;
         }
         self.allocated_len = target.max(from);
         if self.map.is_none() || target > self.mapped_len || !self.map_writable {

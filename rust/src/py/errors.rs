@@ -1,37 +1,70 @@
 //! Engine errors become the exception classes defined in Python (`kafkalite.errors`), so
 //! they can subclass both `KafkaliteError` and the matching builtin (ValueError, OSError...).
+//!
+//! Each class is a typed handle (`import_exception!`): pyo3 imports it once per process and
+//! caches the type object, instead of a module import and attribute lookup on every error.
+//! I/O errors go through `kafkalite.errors.io_error`, the one place that picks the class for an
+//! errno (FileNotFoundError for ENOENT...), so both layers raise the same classes.
 
+use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 
 use crate::error::Error;
 
-fn class_name(e: &Error) -> &'static str {
+pyo3::import_exception!(kafkalite.errors, CorruptRecordError);
+pyo3::import_exception!(kafkalite.errors, OffsetOutOfRangeError);
+pyo3::import_exception!(kafkalite.errors, LogLockedError);
+pyo3::import_exception!(kafkalite.errors, InvalidConfigError);
+pyo3::import_exception!(kafkalite.errors, RecordTooLargeError);
+pyo3::import_exception!(kafkalite.errors, InvalidRecordError);
+pyo3::import_exception!(kafkalite.errors, UnsupportedFormatError);
+pyo3::import_exception!(kafkalite.errors, LogClosedError);
+pyo3::import_exception!(kafkalite.errors, LogPoisonedError);
+pyo3::import_exception!(kafkalite.errors, UnknownTopicOrPartitionError);
+
+/// The one mapping from engine error to Python exception.
+fn to_pyerr(py: Python<'_>, e: Error) -> PyErr {
+    let msg = e.to_string();
     match e {
-        Error::Corrupt(_) => "CorruptRecordError",
-        Error::OffsetOutOfRange { .. } => "OffsetOutOfRangeError",
-        Error::Locked { .. } | Error::LockTimeout { .. } => "LogLockedError",
-        Error::InvalidConfig(_) => "InvalidConfigError",
-        Error::RecordTooLarge { .. } => "RecordTooLargeError",
-        Error::InvalidRecord(_) => "InvalidRecordError",
-        Error::Unsupported(_) => "UnsupportedFormatError",
-        Error::Closed(_) => "LogClosedError",
-        Error::Poisoned(_) => "LogPoisonedError",
-        Error::UnknownTopicOrPartition(_) => "UnknownTopicOrPartitionError",
-        Error::Io { .. } => "KafkaliteIOError",
+        Error::Corrupt(_) => CorruptRecordError::new_err(msg),
+        Error::OffsetOutOfRange { .. } => OffsetOutOfRangeError::new_err(msg),
+        Error::Locked { .. } | Error::LockTimeout { .. } => LogLockedError::new_err(msg),
+        Error::InvalidConfig(_) => InvalidConfigError::new_err(msg),
+        Error::RecordTooLarge { .. } => RecordTooLargeError::new_err(msg),
+        Error::InvalidRecord(_) => InvalidRecordError::new_err(msg),
+        Error::Unsupported(_) => UnsupportedFormatError::new_err(msg),
+        Error::Closed(_) => LogClosedError::new_err(msg),
+        Error::Poisoned(_) => LogPoisonedError::new_err(msg),
+        Error::UnknownTopicOrPartition(_) => UnknownTopicOrPartitionError::new_err(msg),
+        Error::Io { context, path, source } => io_error(py, &context, path, &source),
     }
+}
+
+/// `kafkalite.errors.io_error(errno, strerror, filename)`: the KafkaliteIOError subclass that is
+/// also the builtin for the errno, with `errno`, `strerror` and `filename` set.
+fn io_error(py: Python<'_>, context: &str, path: Option<std::path::PathBuf>, source: &std::io::Error) -> PyErr {
+    static IO_ERROR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let errno = crate::failpoint::errno(source);
+    // Rust prints an OS error as "<strerror> (os error N)"; Python shows the errno itself.
+    let described = source.to_string();
+    let described = match errno {
+        Some(n) => described.strip_suffix(&format!(" (os error {n})")).unwrap_or(&described).to_string(),
+        None => described,
+    };
+    let strerror = format!("{context}: {described}");
+    let made = IO_ERROR
+        .import(py, "kafkalite.errors", "io_error")
+        .and_then(|f| f.call1((errno, strerror, path.map(std::path::PathBuf::into_os_string))))
+        .map(PyErr::from_value);
+    made.unwrap_or_else(|err| {
+        // kafkalite.errors itself failed to load: still an exception, never a panic.
+        PyException::new_err(format!("{context}: {source} (and kafkalite.errors failed: {err})"))
+    })
 }
 
 impl From<Error> for PyErr {
     fn from(e: Error) -> PyErr {
-        Python::attach(|py| {
-            let msg = e.to_string();
-            match py.import("kafkalite.errors").and_then(|m| m.getattr(class_name(&e))) {
-                Ok(cls) => match cls.call1((msg,)) {
-                    Ok(instance) => PyErr::from_value(instance),
-                    Err(err) => err,
-                },
-                Err(err) => err,
-            }
-        })
+        Python::attach(|py| to_pyerr(py, e))
     }
 }

@@ -33,6 +33,9 @@ pub struct PyLog {
 }
 
 impl PyLog {
+    /// Only ever called with the GIL released (`py.detach`): the engine may log while it holds
+    /// this mutex, and logging takes the GIL (pyo3-log), so a thread waiting here with the GIL
+    /// held would deadlock against it.
     fn lock(&self) -> MutexGuard<'_, Log> {
         self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -58,7 +61,8 @@ impl PyLog {
         py.detach(|| {
             let mut log = self.lock();
             match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut log))) {
-                Ok(result) => result,
+                // An I/O error that names no file names the partition.
+                Ok(result) => result.map_err(|e| e.or_path(log.dir())),
                 Err(payload) => Err(log.poison_after_panic(&*payload)),
             }
         })
@@ -115,7 +119,7 @@ impl PyLog {
         py.detach(|| {
             let mut log = self.lock();
             let mut txn = self.txn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            f(&mut log, &mut txn)
+            f(&mut log, &mut txn).map_err(|e| e.or_path(log.dir()))
         })
         .map_err(Into::into)
     }
@@ -235,6 +239,7 @@ impl PyLog {
         let log = py.detach(|| {
             std::panic::catch_unwind(|| Log::open(&path, config))
                 .unwrap_or_else(|payload| Err(crate::Error::Poisoned(crate::log::panic_message(&*payload))))
+                .map_err(|e| e.or_path(&path))
         })?;
         Ok(PyLog { inner: Mutex::new(log), txn: Mutex::new(TxnState::new()) })
     }
@@ -544,8 +549,8 @@ impl PyLog {
 
     /// Dirty bytes over cleanable bytes (Kafka's `min.cleanable.dirty.ratio` measure).
     #[pyo3(signature = (min_compaction_lag_ms=0, now_ms=None))]
-    fn dirty_ratio(&self, min_compaction_lag_ms: i64, now_ms: Option<i64>) -> f64 {
-        self.lock().dirty_ratio(&clean_options(0, min_compaction_lag_ms, now_ms))
+    fn dirty_ratio(&self, py: Python<'_>, min_compaction_lag_ms: i64, now_ms: Option<i64>) -> f64 {
+        py.detach(|| self.lock().dirty_ratio(&clean_options(0, min_compaction_lag_ms, now_ms)))
     }
 
     fn roll(&self, py: Python<'_>) -> PyResult<()> {
@@ -596,12 +601,12 @@ impl PyLog {
     }
 
     #[getter]
-    fn closed(&self) -> bool {
-        self.lock().closed
+    fn closed(&self, py: Python<'_>) -> bool {
+        py.detach(|| self.lock().closed)
     }
 
     #[getter]
-    fn path(&self) -> std::path::PathBuf {
-        self.lock().dir().to_path_buf()
+    fn path(&self, py: Python<'_>) -> std::path::PathBuf {
+        py.detach(|| self.lock().dir().to_path_buf())
     }
 }

@@ -14,6 +14,7 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    install_logging(m.py());
     m.add_class::<log::PyLog>()?;
     m.add_class::<record::Record>()?;
     m.add_class::<buffer::BatchView>()?;
@@ -33,6 +34,20 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(failpoint_names, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
+}
+
+/// Forward the engine's `log` events (target `kafkalite::engine`) to Python's
+/// `logging.getLogger("kafkalite.engine")`. Python logger objects are cached on the Rust side,
+/// levels are not (`Caching::Loggers`): the engine logs rarely, so asking Python per event costs
+/// nothing, and a level or handler set after import (caplog, `logging.basicConfig`) is obeyed.
+/// Another `log` logger already installed in this process (a second extension) keeps its place.
+fn install_logging(py: Python<'_>) {
+    match pyo3_log::Logger::new(py, pyo3_log::Caching::Loggers) {
+        Ok(logger) => {
+            let _ = logger.install();
+        }
+        Err(e) => e.print(py),
+    }
 }
 
 /// The engine's fail points (see `failpoint.rs`), for fault-injection suites that set
