@@ -22,13 +22,13 @@
 //!
 //! Layers, bottom up: `record` (the v2 codec), `index` and `segment` (one `.log` with its
 //! indexes, appended through `mmap`), `log` (a partition: roll, read, recovery, retention),
-//! `cleaner` (compaction), `arrow` (batches to Arrow). `py` is the PyO3 binding, built only with the `python` feature.
+//! `cleaner` (compaction), `arrow` (batches to Arrow), `spark` (the same records as Spark's Kafka-source
+//! rows). `py` is the PyO3 binding, built only with the `python` feature.
 //! Beside them: `nofollow` (every data-directory file is opened without following symlinks),
 //! `sigbus` (a file truncated under a map costs data, not the process), `failpoint` (named
 //! fault-injection points, `KAFKALITE_FAILPOINTS`), `lock` (writers' flocks, bounded waits).
 
 pub mod arrow;
-pub mod arrow_spark;
 pub mod checkpoint;
 pub mod cleaner;
 pub mod datadir;
@@ -48,6 +48,7 @@ pub mod retention;
 pub mod segment;
 pub mod server;
 pub mod sigbus;
+pub mod spark;
 pub mod txn;
 
 #[cfg(feature = "python")]
