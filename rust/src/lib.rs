@@ -26,7 +26,8 @@
 //! rows). `py` is the PyO3 binding, built only with the `python` feature.
 //! Beside them: `nofollow` (every data-directory file is opened without following symlinks),
 //! `sigbus` (a file truncated under a map costs data, not the process), `failpoint` (named
-//! fault-injection points, `KAFKALITE_FAILPOINTS`), `lock` (writers' flocks, bounded waits).
+//! fault-injection points, `KAFKALITE_FAILPOINTS`), `lock` (writers' flocks, bounded waits),
+//! `offsets_codec` (Kafka's `__consumer_offsets` records, for the server and the clients).
 
 pub mod arrow;
 pub mod checkpoint;
@@ -41,6 +42,7 @@ pub mod log_read;
 pub mod mmap;
 pub mod nofollow;
 pub mod notify;
+pub mod offsets_codec;
 pub mod options;
 pub mod partitioner;
 pub mod record;

@@ -6,6 +6,7 @@ mod buffer;
 mod consumer;
 mod errors;
 mod log;
+mod offsets;
 mod producer;
 mod record;
 mod server;
@@ -30,6 +31,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("BATCH_FULL", producer::FULL)?;
     m.add("RECORD_TOO_LARGE", producer::TOO_LARGE)?;
     m.add_function(wrap_pyfunction!(failpoint_names, m)?)?;
+    offsets::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
