@@ -31,6 +31,7 @@ __all__ = [
     "offsets_encode_value",
     "offsets_decode_key",
     "offsets_decode_value",
+    "inspect_segment",
     "__version__",
 ]
 
@@ -57,6 +58,9 @@ def offsets_encode_key(group_id: str, topic: str, partition: int) -> bytes: ...
 def offsets_encode_value(offset: int, metadata: str, timestamp_ms: int) -> bytes: ...
 def offsets_decode_key(key: bytes) -> tuple[str, str, int] | None: ...
 def offsets_decode_value(value: bytes) -> tuple[int, str]: ...
+
+# A segment judged by recovery's rules (rust/src/inspect.rs), for `kafkalite dump-log`.
+def inspect_segment(log_path: str | PathLike[str], is_last: bool) -> dict[str, Any]: ...
 
 @final
 class ConsumerRecord:

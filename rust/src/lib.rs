@@ -27,7 +27,8 @@
 //! Beside them: `nofollow` (every data-directory file is opened without following symlinks),
 //! `sigbus` (a file truncated under a map costs data, not the process), `failpoint` (named
 //! fault-injection points, `KAFKALITE_FAILPOINTS`), `lock` (writers' flocks, bounded waits),
-//! `offsets_codec` (Kafka's `__consumer_offsets` records, for the server and the clients).
+//! `offsets_codec` (Kafka's `__consumer_offsets` records, for the server and the clients),
+//! `inspect` (a segment judged by recovery's rules, for `kafkalite dump-log`).
 
 pub mod arrow;
 pub mod checkpoint;
@@ -36,6 +37,7 @@ pub mod datadir;
 pub mod error;
 pub mod failpoint;
 pub mod index;
+pub mod inspect;
 pub mod lock;
 pub mod log;
 pub mod log_read;
