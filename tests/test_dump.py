@@ -147,3 +147,21 @@ def test_an_index_entry_past_the_end_of_the_log(part_dir):
         f.write(struct.pack(">ii", 5, 1 << 20))
     problems, report = _dump(part_dir)
     assert problems == 1 and "does not point at a batch ending there" in report, report
+
+
+def test_damage_in_a_segment_with_a_successor_is_kept_sealed(part_dir):
+    """Only the last segment is cut; a sealed one keeps its bytes (reads of them raise), and the
+    dump says which of the two a writer does."""
+    spans = _partition(part_dir)
+    with Log(part_dir) as log:
+        log.roll()
+        log.append_values([b"later"])
+    os.remove(os.path.join(part_dir, CLEAN))
+    first = open(os.path.join(part_dir, SEGMENT + ".log"), "rb").read()[: spans[0][1]]
+    end = spans[-1][0] + spans[-1][1]
+    _patch(part_dir, ".log", end, first[:40])  # a torn tail, but in the older segment
+    problems, report = _dump(part_dir)
+    assert problems >= 1 and "has a successor, so recovery keeps them" in report, report
+    assert "truncates" not in report
+    size, end_offset = _recover(part_dir)
+    assert (size, end_offset) == (end + 40, 7)
