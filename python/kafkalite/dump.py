@@ -16,8 +16,6 @@ from typing import Any, TextIO
 
 from kafkalite._native import inspect_segment
 
-_CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
-
 
 def dump_partition(path: str, out: TextIO, print_batches: bool = True) -> int:
     """Print the partition's batches and index checks; return the number of problems."""
@@ -39,13 +37,12 @@ def dump_partition(path: str, out: TextIO, print_batches: bool = True) -> int:
 
 
 def _print_batch(b: dict[str, Any], out: TextIO) -> None:
-    attrs = b["attributes"]
-    kind = " isControl: true" if attrs & 0x20 else ""
-    ts_type = "LogAppendTime" if attrs & 0x08 else "CreateTime"
+    kind = " isControl: true" if b["is_control"] else ""
+    ts_type = "LogAppendTime" if b["log_append_time"] else "CreateTime"
     print(
         f"baseOffset: {b['base_offset']} lastOffset: {b['last_offset']} count: {b['count']} "
         f"position: {b['position']} {ts_type}: {b['max_timestamp']} size: {b['size']} "
-        f"compresscodec: {_CODECS.get(attrs & 7, attrs & 7)} "
+        f"compresscodec: {b['compression']} "
         f"partitionLeaderEpoch: {b['partition_leader_epoch']} producerId: {b['producer_id']} "
         f"crc: {b['crc']} isValid: {str(b['crc_ok']).lower()}{kind}",
         file=out,

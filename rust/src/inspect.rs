@@ -27,6 +27,13 @@ pub struct ScannedBatch {
     pub crc_ok: bool,
 }
 
+impl ScannedBatch {
+    /// The codec's name, or its number when it is none Kafka defines (attributes bits 0-2).
+    pub fn codec_name(&self) -> String {
+        self.header.compression().map_or_else(|_| (self.header.attributes & 7).to_string(), |c| c.name().to_string())
+    }
+}
+
 /// A `.log` file read the way recovery reads it.
 #[derive(Debug, Clone)]
 pub struct LogScan {

@@ -25,7 +25,9 @@ pub fn inspect_segment<'py>(py: Python<'py>, log_path: PathBuf, is_last: bool) -
             d.set_item("size", h.total_size())?;
             d.set_item("partition_leader_epoch", h.partition_leader_epoch)?;
             d.set_item("crc", h.crc)?;
-            d.set_item("attributes", h.attributes)?;
+            d.set_item("compression", b.codec_name())?;
+            d.set_item("log_append_time", h.timestamp_type() == crate::record::TimestampType::LogAppendTime)?;
+            d.set_item("is_control", h.is_control())?;
             d.set_item("max_timestamp", h.max_timestamp)?;
             d.set_item("producer_id", h.producer_id)?;
             d.set_item("crc_ok", b.crc_ok)?;
