@@ -183,35 +183,47 @@ sys.exit(1 if lost else 0)
     assert proc.returncode == 0, f"rc {proc.returncode}: {proc.stdout} {proc.stderr[-2000:]}"
 
 
-ONE_PROCESS = r"""
-import os, random, sys
+#: The fault children's core: append each value alone, counting the appends that fail (typed,
+#: an OSError), close (the fault can hit the close's seal too), then check that every
+#: acknowledged record reads back unchanged. Returns how many appends failed.
+APPEND_ALL_CHECK_NOTHING_LOST = r"""
 from kafkalite import Log, KafkaliteError
+
+def append_all_check_nothing_lost(log, path, values):
+    acked, failures = {}, 0
+    for value in values:
+        try:
+            first, last = log.append_values([value])
+        except KafkaliteError as e:
+            assert isinstance(e, OSError), repr(e)
+            failures += 1
+            continue
+        acked[first] = value
+    try:
+        log.close()
+    except KafkaliteError as e:  # typed, and nothing lost
+        assert isinstance(e, OSError), repr(e)
+    with Log(path, readonly=True) as reader:
+        stored = {r.offset: r.value for r in reader.records()}
+    lost = [o for o, v in acked.items() if stored.get(o) != v]
+    print(len(acked), failures, len(lost))
+    assert not lost, lost[:10]
+    return failures
+"""
+
+ONE_PROCESS = (
+    APPEND_ALL_CHECK_NOTHING_LOST
+    + r"""
+import random, sys
 path, fault, shared = sys.argv[1], sys.argv[2], sys.argv[3] == "shared"
 # Shared: what Producer uses (each append adopts the active segment from the files).
 log = Log(path, segment_bytes=32 * 1024, shared_writers=shared)
 rng = random.Random(7)
-acked, failures = {}, 0
-for i in range(400):
-    # Mixed sizes: a large batch triggers a roll that fails, and a small one then fits.
-    value = b"%d:" % i + b"z" * rng.choice([50, 200, 3000, 9000])
-    try:
-        first, last = log.append_values([value])
-    except KafkaliteError as e:
-        assert isinstance(e, OSError), repr(e)
-        failures += 1
-        continue
-    acked[first] = value
-try:
-    log.close()
-except KafkaliteError as e:  # the fault can hit the close's seal too: typed, and nothing lost
-    assert isinstance(e, OSError), repr(e)
-with Log(path, readonly=True) as log2:
-    stored = {r.offset: r.value for r in log2.records()}
-lost = [o for o, v in acked.items() if stored.get(o) != v]
-print(len(acked), failures, len(lost))
-assert not lost, lost[:10]
-assert failures > 0, "the fault never fired"
+# Mixed sizes: a large batch triggers a roll that fails, and a small one then fits.
+values = [b"%d:" % i + b"z" * rng.choice([50, 200, 3000, 9000]) for i in range(400)]
+assert append_all_check_nothing_lost(log, path, values) > 0, "the fault never fired"
 """
+)
 
 
 @pytest.mark.parametrize("mode", ["shared", "exclusive"])
@@ -230,32 +242,16 @@ def test_a_failed_roll_loses_nothing_and_later_appends_work(tmp_path, point, fau
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
 
 
-FULL_DISK = r"""
+FULL_DISK = (
+    APPEND_ALL_CHECK_NOTHING_LOST
+    + r"""
 import sys
-from kafkalite import Log, KafkaliteError
 path = sys.argv[1]
 log = Log(path, segment_bytes=128 * 1024)
-acked, failures = {}, 0
-for i in range(6000):
-    value = b"%d:" % i + b"z" * 500
-    try:
-        first, last = log.append_values([value])
-    except KafkaliteError as e:
-        assert isinstance(e, OSError), repr(e)
-        failures += 1
-        continue
-    acked[first] = value
-try:
-    log.close()
-except KafkaliteError as e:
-    assert isinstance(e, OSError), repr(e)
-with Log(path, readonly=True) as r:
-    stored = {rec.offset: rec.value for rec in r.records()}
-lost = [o for o, v in acked.items() if stored.get(o) != v]
-print(len(acked), failures, len(lost))
-assert not lost, lost[:10]
-assert failures > 0, "the disk never filled"
+values = [b"%d:" % i + b"z" * 500 for i in range(6000)]
+assert append_all_check_nothing_lost(log, path, values) > 0, "the disk never filled"
 """
+)
 
 
 def test_a_full_disk_loses_nothing_acknowledged(tmp_path):

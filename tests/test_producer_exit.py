@@ -11,12 +11,31 @@ import sys
 import textwrap
 import time
 
+import pytest
 from kafkalite import Admin, Log
 
+#: The children's opening: a producer that would linger for a minute, with ten records queued.
+SEND_TEN = """
+    import sys
+    from kafkalite import Producer
+    producer = Producer(sys.argv[1], linger_ms=60_000)
+    for i in range(10):
+        producer.send("t", b"record-%d" % i)
+"""
 
-def _run(script: str, data_dir: str, timeout: float = 120) -> subprocess.CompletedProcess:
+
+@pytest.fixture
+def data_dir(tmp_path) -> str:
+    """A data directory with topic ``t`` (one partition)."""
+    path = str(tmp_path / "data")
+    Admin(path).create_topic("t")
+    return path
+
+
+def _run(*script: str, data_dir: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run the script's parts (each dedented on its own), in order, with ``data_dir`` as argv[1]."""
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script), data_dir],
+        [sys.executable, "-c", "\n".join(textwrap.dedent(part) for part in script), data_dir],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -29,33 +48,18 @@ def _count(data_dir: str) -> int:
         return log.end_offset
 
 
-def test_records_sent_before_exit_without_close_are_written(tmp_path):
-    data_dir = str(tmp_path / "data")
-    Admin(data_dir).create_topic("t")
-    result = _run(
-        """
-        import sys
-        from kafkalite import Producer
-        producer = Producer(sys.argv[1], linger_ms=60_000)
-        for i in range(10):
-            producer.send("t", b"record-%d" % i)
-        """,
-        data_dir,
-    )
+def test_records_sent_before_exit_without_close_are_written(data_dir):
+    result = _run(SEND_TEN, data_dir=data_dir)
     assert result.returncode == 0, result.stderr
     assert _count(data_dir) == 10
 
 
-def test_a_garbage_collected_open_producer_writes_its_records(tmp_path):
-    data_dir = str(tmp_path / "data")
-    Admin(data_dir).create_topic("t")
+def test_a_garbage_collected_open_producer_writes_its_records(data_dir):
     result = _run(
+        SEND_TEN,
         """
-        import gc, os, sys
-        from kafkalite import Log, Producer
-        producer = Producer(sys.argv[1], linger_ms=60_000)
-        for i in range(10):
-            producer.send("t", b"record-%d" % i)
+        import gc, os
+        from kafkalite import Log
         del producer
         gc.collect()
         with Log(os.path.join(sys.argv[1], "t-0"), readonly=True) as log:
@@ -63,15 +67,13 @@ def test_a_garbage_collected_open_producer_writes_its_records(tmp_path):
         sys.stdout.flush()
         os._exit(0)  # no atexit handlers: only the collection can have written them
         """,
-        data_dir,
+        data_dir=data_dir,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "10"
 
 
-def test_a_stuck_write_at_exit_is_bounded_and_reported(tmp_path):
-    data_dir = str(tmp_path / "data")
-    Admin(data_dir).create_topic("t")
+def test_a_stuck_write_at_exit_is_bounded_and_reported(data_dir):
     part = os.path.join(data_dir, "t-0")
     with open(os.path.join(part, ".kafkalite.lock"), "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # every writer of t-0 now waits: the write is stuck
@@ -85,7 +87,7 @@ def test_a_stuck_write_at_exit_is_bounded_and_reported(tmp_path):
             for i in range(7):
                 producer.send("t", b"record-%d" % i)
             """,
-            data_dir,
+            data_dir=data_dir,
             timeout=60,
         )
         elapsed = time.monotonic() - started

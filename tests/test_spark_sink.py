@@ -6,6 +6,7 @@ bad rows before appending anything and names what it appended when an append fai
 from __future__ import annotations
 
 import errno
+import json
 import os
 import random
 import signal
@@ -243,3 +244,24 @@ def test_scratch_logs_of_killed_commits_are_removed(data):
     assert os.listdir(scratch)  # the killed commit's
     _replay(data)
     assert os.listdir(scratch) == []
+
+
+def test_the_commit_record_is_written_atomically_without_following_links(tmp_path):
+    """The marker goes through ``_files.write_atomically``: a link planted where the sink once
+    put its fixed temp file (``<marker>.tmp``) must not redirect the write to a decoy outside
+    the data directory, and the bytes on disk are plain ``json.dumps`` of the state."""
+    from kafkalite.spark import sink
+
+    decoy = tmp_path / "decoy.txt"
+    decoy.write_text("untouched")
+    data = tmp_path / "data"
+    ident = "a" * 32
+    marker_dir = data / sink.SINKS_DIR
+    marker_dir.mkdir(parents=True)
+    (marker_dir / f"{ident}.json.tmp").symlink_to(decoy)
+    state = {"batch_id": 3, "sequences": {"t:0": 7}, "pending": None}
+    sink.save_state(str(data), ident, state)
+    assert decoy.read_text() == "untouched"
+    assert (marker_dir / f"{ident}.json").read_bytes() == json.dumps(state).encode()
+    assert sink.load_state(str(data), ident) == state
+    assert sorted(os.listdir(marker_dir)) == [f"{ident}.json", f"{ident}.json.tmp"]  # no temp file left

@@ -22,6 +22,17 @@ __all__ = [
     "partitions_for_keys",
     "crc32c",
     "failpoint_names",
+    "OFFSETS_TOPIC",
+    "OFFSETS_PARTITIONS",
+    "OFFSET_COMMIT_KEY_TYPES",
+    "MAX_OFFSET_COMMIT_VALUE_VERSION",
+    "java_string_hash",
+    "offsets_partition",
+    "offsets_encode_key",
+    "offsets_encode_value",
+    "offsets_decode_key",
+    "offsets_decode_value",
+    "inspect_segment",
     "__version__",
 ]
 
@@ -36,6 +47,22 @@ def murmur2(data: bytes) -> int: ...
 def partitions_for_keys(keys: list[bytes], partitions: int) -> list[int]: ...
 def crc32c(data: bytes) -> int: ...
 def failpoint_names() -> list[str]: ...
+
+# `__consumer_offsets` records (rust/src/offsets_codec.rs).
+OFFSETS_TOPIC: str
+OFFSETS_PARTITIONS: int
+OFFSET_COMMIT_KEY_TYPES: list[int]
+MAX_OFFSET_COMMIT_VALUE_VERSION: int
+
+def java_string_hash(s: str) -> int: ...
+def offsets_partition(group_id: str) -> int: ...
+def offsets_encode_key(group_id: str, topic: str, partition: int) -> bytes: ...
+def offsets_encode_value(offset: int, metadata: str, timestamp_ms: int) -> bytes: ...
+def offsets_decode_key(key: bytes) -> tuple[str, str, int] | None: ...
+def offsets_decode_value(value: bytes) -> tuple[int, str]: ...
+
+# A segment judged by recovery's rules (rust/src/inspect.rs), for `kafkalite dump-log`.
+def inspect_segment(log_path: str | PathLike[str], is_last: bool) -> dict[str, Any]: ...
 
 @final
 class ConsumerRecord:

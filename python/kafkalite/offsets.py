@@ -1,9 +1,10 @@
 """Committed offsets, stored as Kafka stores them: in the compacted topic ``__consumer_offsets``
 (50 partitions; a group lives in partition ``abs(javaHash(group_id)) % 50``), with Kafka's own
 binary key (OffsetCommitKey v1: group, topic, partition) and value (OffsetCommitValue v3:
-offset, leader epoch, metadata, commit timestamp). Deleting a group writes tombstones, which
-compaction removes after ``delete.retention.ms``. Offsets follow Kafka's meaning: the next
-offset to read.
+offset, leader epoch, metadata, commit timestamp), encoded and decoded by the engine's codec
+(``rust/src/offsets_codec.rs``), the one the wire-protocol server uses. Deleting a group
+writes tombstones, which compaction removes after ``delete.retention.ms``. Offsets follow
+Kafka's meaning: the next offset to read.
 
 Each store keeps the group's offsets in memory and reads only what was appended since its last
 look, so ``load`` is cheap; commits are appended with ``flush="always"`` (durable when the call
@@ -13,24 +14,23 @@ returns) by a shared writer, so any number of processes can commit at once.
 from __future__ import annotations
 
 import os
-import struct
 import threading
 import time
 from collections.abc import Mapping
 
+from kafkalite import _native
 from kafkalite.compaction import clean_if_dirty
 from kafkalite.datadir import DataDir
-from kafkalite.errors import (
-    CorruptRecordError,
-    InvalidConfigError,
-    TopicAlreadyExistsError,
-    UnsupportedFormatError,
-)
+from kafkalite.errors import InvalidConfigError, TopicAlreadyExistsError
 from kafkalite.log import Log, Record
 
-OFFSETS_TOPIC = "__consumer_offsets"
-#: Kafka's offsets.topic.num.partitions and offsets.topic.segment.bytes.
-OFFSETS_PARTITIONS = 50
+#: The topic, its partition count and the record types and versions are the engine's
+#: (``rust/src/offsets_codec.rs``), which the wire-protocol server encodes with too.
+OFFSETS_TOPIC: str = _native.OFFSETS_TOPIC
+OFFSETS_PARTITIONS: int = _native.OFFSETS_PARTITIONS
+OFFSET_COMMIT_KEY_TYPES: tuple[int, ...] = tuple(_native.OFFSET_COMMIT_KEY_TYPES)
+MAX_OFFSET_COMMIT_VALUE_VERSION: int = _native.MAX_OFFSET_COMMIT_VALUE_VERSION
+#: Kafka's offsets.topic.segment.bytes, on a compacted topic.
 OFFSETS_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 100 * 1024 * 1024}
 #: How often a committing store checks whether its partition needs compaction.
 CLEAN_CHECK_SECONDS = 15.0
@@ -40,106 +40,35 @@ Offsets = dict[tuple[str, int], tuple[int, str]]
 
 def java_string_hash(s: str) -> int:
     """Java's ``String.hashCode`` (UTF-16 code units, 32-bit wrap), as a signed int."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
+    return _native.java_string_hash(s)
 
 
 def offsets_partition(group_id: str) -> int:
     """Kafka's ``GroupCoordinator.partitionFor``: ``Utils.abs(groupId.hashCode) % 50``."""
-    h = java_string_hash(group_id)
-    return 0 if h == -(1 << 31) else abs(h) % OFFSETS_PARTITIONS
-
-
-def _string(s: str) -> bytes:
-    raw = s.encode("utf-8")
-    if len(raw) > 0x7FFF:
-        raise InvalidConfigError(f"{s[:40]!r}... is longer than Kafka's 32767-byte strings")
-    return struct.pack(">h", len(raw)) + raw
+    return _native.offsets_partition(group_id)
 
 
 def encode_key(group_id: str, topic: str, partition: int) -> bytes:
-    return struct.pack(">h", 1) + _string(group_id) + _string(topic) + struct.pack(">i", partition)
+    """OffsetCommitKey v1. A string over 32767 bytes is an InvalidConfigError."""
+    return _native.offsets_encode_key(group_id, topic, partition)
 
 
 def encode_value(offset: int, metadata: str, timestamp_ms: int) -> bytes:
-    return struct.pack(">hqi", 3, offset, -1) + _string(metadata) + struct.pack(">q", timestamp_ms)
-
-
-def _read_string(buf: bytes, pos: int) -> tuple[str, int]:
-    (n,) = struct.unpack_from(">h", buf, pos)
-    if n < 0 or pos + 2 + n > len(buf):
-        raise struct.error(f"string of {n} bytes at {pos} does not fit a {len(buf)}-byte record")
-    return buf[pos + 2 : pos + 2 + n].decode("utf-8"), pos + 2 + n
-
-
-def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    """An unsigned varint (Kafka's flexible versions: compact lengths, tagged fields)."""
-    value = shift = 0
-    while True:
-        if pos >= len(buf) or shift > 28:
-            raise struct.error(f"bad unsigned varint at {pos}")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-
-
-def _read_compact_string(buf: bytes, pos: int) -> tuple[str, int]:
-    n, pos = _read_uvarint(buf, pos)
-    if n == 0 or pos + n - 1 > len(buf):
-        raise struct.error(f"compact string of length {n - 1} at {pos} does not fit a {len(buf)}-byte record")
-    return buf[pos : pos + n - 1].decode("utf-8"), pos + n - 1
-
-
-#: Record types of `__consumer_offsets` keys (the key's leading int16): 0 and 1 are offset
-#: commits (OffsetCommitKey), 2 is group metadata, 3+ are the KIP-848 consumer/share group
-#: records of Kafka 4.x's group coordinator. Only offset commits carry offsets.
-OFFSET_COMMIT_KEY_TYPES = (0, 1)
-#: OffsetCommitValue versions Kafka has written: 0-3 fixed, 4 flexible (Kafka 4.x).
-MAX_OFFSET_COMMIT_VALUE_VERSION = 4
+    """OffsetCommitValue v3: offset, leader epoch -1, metadata, commit timestamp."""
+    return _native.offsets_encode_value(offset, metadata, timestamp_ms)
 
 
 def decode_key(key: bytes) -> tuple[str, str, int] | None:
     """(group, topic, partition) of an offset commit key; None for the other record types
-    (group metadata and the newer group records), which hold no offsets."""
-    (version,) = struct.unpack_from(">h", key, 0)
-    if version not in OFFSET_COMMIT_KEY_TYPES:
-        return None
-    try:
-        group, pos = _read_string(key, 2)
-        topic, pos = _read_string(key, pos)
-        (partition,) = struct.unpack_from(">i", key, pos)
-    except (struct.error, UnicodeDecodeError) as e:
-        raise CorruptRecordError(
-            f"{OFFSETS_TOPIC} holds an offset commit key that does not decode: {e}"
-        ) from None
-    return group, topic, partition
+    (group metadata and the newer group records), which hold no offsets. A damaged offset
+    commit key is a CorruptRecordError."""
+    return _native.offsets_decode_key(key)
 
 
 def decode_value(value: bytes) -> tuple[int, str]:
-    """(offset, metadata) of OffsetCommitValue v0-v4 (Kafka's OffsetCommitValue.json: v1 adds
-    expireTimestamp, v3 leaderEpoch, v4 is the first flexible version: compact string and
-    tagged fields, as Kafka 4.x writes)."""
-    try:
-        (version,) = struct.unpack_from(">h", value, 0)
-        if not 0 <= version <= MAX_OFFSET_COMMIT_VALUE_VERSION:
-            raise UnsupportedFormatError(
-                f"{OFFSETS_TOPIC} holds an OffsetCommitValue of version {version}; kafkalite reads versions "
-                f"0-{MAX_OFFSET_COMMIT_VALUE_VERSION} (a newer Kafka wrote it: upgrade kafkalite)"
-            )
-        (offset,) = struct.unpack_from(">q", value, 2)
-        pos = 10 + (4 if version >= 3 else 0)  # leaderEpoch from v3 on
-        metadata, _ = _read_compact_string(value, pos) if version >= 4 else _read_string(value, pos)
-    except (struct.error, UnicodeDecodeError) as e:
-        raise CorruptRecordError(
-            f"{OFFSETS_TOPIC} holds an OffsetCommitValue that does not decode: {e}"
-        ) from None
-    return offset, metadata
+    """(offset, metadata) of OffsetCommitValue v0-v4 (v4 is Kafka 4.x's flexible version). A
+    newer version is an UnsupportedFormatError, damaged bytes a CorruptRecordError."""
+    return _native.offsets_decode_value(value)
 
 
 def ensure_offsets_topic(data_dir: DataDir) -> None:
@@ -159,7 +88,13 @@ class OffsetStore:
         self._dir = data_dir if isinstance(data_dir, DataDir) else DataDir(data_dir)
         self.group_id = group_id
         self.partition = offsets_partition(group_id)
-        self._prefixes = tuple(struct.pack(">h", t) + _string(group_id) for t in OFFSET_COMMIT_KEY_TYPES)
+        # A key's record type (int16), then the group as an int16-length string: the prefix of
+        # every offset commit key of this group, cut from an encoded key (empty topic: 2 bytes,
+        # partition: 4).
+        group_part = encode_key(group_id, "", 0)[2:-6]
+        self._prefixes = tuple(
+            t.to_bytes(2, "big", signed=True) + group_part for t in OFFSET_COMMIT_KEY_TYPES
+        )
         self._offsets: Offsets = {}
         self._read_to = 0
         self._writer: Log | None = None

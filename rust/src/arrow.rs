@@ -2,8 +2,9 @@
 //! Arrow's contiguous buffers, no per-record objects.
 //!
 //! Schema: `offset int64, timestamp timestamp[ms, UTC], key binary, value binary,
-//! headers list<struct<key: string, value: binary>>` (headers null when a record has none,
-//! as in Spark's Kafka source).
+//! headers list<struct<key: string, value: binary>>` (headers null when a record has none).
+//! The pieces other row shapes reuse (the `headers` column, the 2 GiB payload guard) are
+//! `pub(crate)`; Spark's own shape lives in `crate::spark`, never here.
 
 use std::sync::Arc;
 
@@ -69,8 +70,8 @@ impl HeaderColumns {
         self.present.push(!r.headers.is_empty());
     }
 
-    /// Spark names the list item "element" and declares items and struct fields nullable; our
-    /// own schema uses "item", not nullable.
+    /// The list item's name and nullability (also of the struct's `key`) are the caller's:
+    /// our own schema uses "item", not nullable; other row shapes choose their own.
     pub(crate) fn finish(self, item_name: &str, item_nullable: bool) -> ListArray {
         let (mut keys, mut values) = (self.keys, self.values);
         let fields = header_fields_with(item_nullable);

@@ -22,10 +22,13 @@
 //!
 //! Layers, bottom up: `record` (the v2 codec), `index` and `segment` (one `.log` with its
 //! indexes, appended through `mmap`), `log` (a partition: roll, read, recovery, retention),
-//! `cleaner` (compaction), `arrow` (batches to Arrow). `py` is the PyO3 binding, built only with the `python` feature.
+//! `cleaner` (compaction), `arrow` (batches to Arrow), `spark` (the same records as Spark's Kafka-source
+//! rows). `py` is the PyO3 binding, built only with the `python` feature.
 //! Beside them: `nofollow` (every data-directory file is opened without following symlinks),
 //! `sigbus` (a file truncated under a map costs data, not the process), `failpoint` (named
-//! fault-injection points, `KAFKALITE_FAILPOINTS`), `lock` (writers' flocks, bounded waits).
+//! fault-injection points, `KAFKALITE_FAILPOINTS`), `lock` (writers' flocks, bounded waits),
+//! `offsets_codec` (Kafka's `__consumer_offsets` records, for the server and the clients),
+//! `inspect` (a segment judged by recovery's rules, for `kafkalite dump-log`).
 
 /// The `log` target of every engine event; the binding forwards it to Python's
 /// `logging.getLogger("kafkalite.engine")`. The engine logs only notable events (recovery
@@ -34,19 +37,20 @@
 pub const LOG_TARGET: &str = "kafkalite::engine";
 
 pub mod arrow;
-pub mod arrow_spark;
 pub mod checkpoint;
 pub mod cleaner;
 pub mod datadir;
 pub mod error;
 pub mod failpoint;
 pub mod index;
+pub mod inspect;
 pub mod lock;
 pub mod log;
 pub mod log_read;
 pub mod mmap;
 pub mod nofollow;
 pub mod notify;
+pub mod offsets_codec;
 pub mod options;
 pub mod partitioner;
 pub mod prealloc;
@@ -55,6 +59,7 @@ pub mod retention;
 pub mod segment;
 pub mod server;
 pub mod sigbus;
+pub mod spark;
 pub mod txn;
 
 #[cfg(feature = "python")]

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafkalite._files import write_atomically
 from kafkalite.spark.batches import SEQUENCE_MODULUS, Encoder, Producer, next_sequence, scan
 from kafkalite.spark.checks import ensure_topics
 from kafkalite.spark.options import SparkOptionError
@@ -93,20 +94,11 @@ def load_state(path: str, sink: str) -> dict[str, Any]:
 
 
 def save_state(path: str, sink: str, state: dict[str, Any]) -> None:
-    """Durably: temp file, fsync, rename."""
+    """Durably (temp file, fsync, rename, fsync of the folder), through the Python layer's one
+    atomic-write helper, so a link planted at the marker or its temp file is not followed."""
     marker = _marker(path, sink)
     os.makedirs(os.path.dirname(marker), exist_ok=True)
-    tmp = marker + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.rename(tmp, marker)
-    folder = os.open(os.path.dirname(marker), os.O_RDONLY)
-    try:
-        os.fsync(folder)  # the rename itself must survive a power loss
-    finally:
-        os.close(folder)
+    write_atomically(marker, json.dumps(state).encode("utf-8"))
 
 
 def _binary(table: Any, name: str) -> Any:

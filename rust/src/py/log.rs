@@ -8,12 +8,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 
 use crate::arrow::ArrowSink;
-use crate::arrow_spark::SparkSink;
 use crate::cleaner::CleanOptions;
 use crate::log::{now_ms, Log};
 use crate::log_read::RecordSink;
 use crate::options::{FlushPolicy, LogConfig};
 use crate::record::{Compression, Header, RecordInput, TimestampType};
+use crate::spark::SparkSink;
 use crate::txn::TxnState;
 
 use super::arrow::ArrowBatch;

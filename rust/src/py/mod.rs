@@ -5,7 +5,9 @@ mod arrow;
 mod buffer;
 mod consumer;
 mod errors;
+mod inspect;
 mod log;
+mod offsets;
 mod producer;
 mod record;
 mod server;
@@ -32,6 +34,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("BATCH_FULL", producer::FULL)?;
     m.add("RECORD_TOO_LARGE", producer::TOO_LARGE)?;
     m.add_function(wrap_pyfunction!(failpoint_names, m)?)?;
+    offsets::register(m)?;
+    m.add_function(wrap_pyfunction!(inspect::inspect_segment, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

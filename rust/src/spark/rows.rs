@@ -77,6 +77,7 @@ impl SparkSink {
         ];
         let include_headers = self.headers.is_some();
         if let Some(headers) = self.headers.take() {
+            // Spark names the list item "element" and declares items and struct fields nullable.
             columns.push(Arc::new(headers.finish("element", true)));
         }
         RecordBatch::try_new(spark_schema(include_headers), columns)
@@ -96,5 +97,37 @@ impl RecordSink for SparkSink {
             h.push(r);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Spark's Kafka-source schema (`KafkaRecordToRowConverter.kafkaSchema`), column for column;
+    /// the core's own schema shares no column order with it and names none of Spark's extras.
+    #[test]
+    fn rows_have_the_kafka_source_columns() {
+        let names = |s: &SchemaRef| s.fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>();
+        let spark = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"];
+        assert_eq!(names(&spark_schema(false)), spark);
+        assert_eq!(names(&spark_schema(true)).last().map(String::as_str), Some("headers"));
+        let core = names(&crate::arrow::record_schema());
+        assert!(core.iter().all(|c| !["topic", "partition", "timestampType"].contains(&c.as_str())));
+
+        let mut sink = SparkSink::new("t", 2, true, 1, 1);
+        let record = RecordRef {
+            offset: 5,
+            timestamp: 7,
+            log_append_time: true,
+            key: None,
+            value: Some(b"v"),
+            headers: vec![("h", Some(&b"x"[..]))],
+        };
+        sink.push(&record).unwrap();
+        let batch = sink.finish().unwrap();
+        assert_eq!(batch.num_rows(), 1);
+        let types = batch.column(6).as_any().downcast_ref::<Int32Array>().unwrap();
+        assert_eq!(types.value(0), LOG_APPEND_TIME);
     }
 }
