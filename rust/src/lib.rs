@@ -48,6 +48,7 @@ pub mod retention;
 pub mod segment;
 pub mod server;
 pub mod sigbus;
+pub mod topic_config;
 pub mod txn;
 
 #[cfg(feature = "python")]

@@ -9,6 +9,7 @@ mod log;
 mod producer;
 mod record;
 mod server;
+mod topic_config;
 
 use pyo3::prelude::*;
 
@@ -30,6 +31,13 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("BATCH_FULL", producer::FULL)?;
     m.add("RECORD_TOO_LARGE", producer::TOO_LARGE)?;
     m.add_function(wrap_pyfunction!(failpoint_names, m)?)?;
+    m.add_function(wrap_pyfunction!(topic_config::topic_config_defs, m)?)?;
+    m.add_function(wrap_pyfunction!(topic_config::dir_config_defs, m)?)?;
+    m.add_function(wrap_pyfunction!(topic_config::validate_topic_config, m)?)?;
+    m.add_function(wrap_pyfunction!(topic_config::validate_dir_config, m)?)?;
+    m.add_function(wrap_pyfunction!(topic_config::effective_topic_config, m)?)?;
+    m.add_function(wrap_pyfunction!(topic_config::topic_log_options, m)?)?;
+    m.add("MAX_PARTITIONS", crate::topic_config::MAX_PARTITIONS)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
