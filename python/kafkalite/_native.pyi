@@ -21,6 +21,13 @@ __all__ = [
     "partitions_for_keys",
     "crc32c",
     "failpoint_names",
+    "MAX_PARTITIONS",
+    "topic_config_defs",
+    "dir_config_defs",
+    "validate_topic_config",
+    "validate_dir_config",
+    "effective_topic_config",
+    "topic_log_options",
     "__version__",
 ]
 

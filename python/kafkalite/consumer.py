@@ -16,10 +16,11 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
-from kafkalite import consumer_args as args
+from kafkalite import validate as args
 from kafkalite._arrow import require_pyarrow
 from kafkalite._native import ConsumerRecord
 from kafkalite.assignors import TopicPartition
+from kafkalite.client_config import CONSUMER_CONFIG
 from kafkalite.datadir import DataDir
 from kafkalite.errors import (
     CommitFailedError,
@@ -52,22 +53,8 @@ class NoOffsetForPartitionError(OffsetOutOfRangeError):
     """auto_offset_reset='none' and no committed offset (or it fell out of range)."""
 
 
-DEFAULTS: dict[str, Any] = {
-    "auto_offset_reset": "latest",
-    "enable_auto_commit": True,
-    "auto_commit_interval_ms": 5000,
-    "key_deserializer": None,
-    "value_deserializer": None,
-    "max_poll_records": 500,
-    "consumer_timeout_ms": float("inf"),
-    "client_id": None,
-    "session_timeout_ms": 10_000,
-    "heartbeat_interval_ms": 3_000,
-    "max_poll_interval_ms": 300_000,
-    "partition_assignment_strategy": ("range", "cooperative-sticky"),
-    "exclude_internal_topics": True,
-    "isolation_level": "read_uncommitted",
-}
+#: Consumer config keys (kafka-python's names) and their defaults (``CONSUMER_CONFIG``).
+DEFAULTS: dict[str, Any] = CONSUMER_CONFIG.defaults()
 
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
@@ -130,13 +117,7 @@ class Consumer:
     def __init__(
         self, path: str | os.PathLike[str], *topics: str, group_id: str | None = None, **config: Any
     ) -> None:
-        unknown = sorted(set(config) - set(DEFAULTS))
-        if unknown:
-            raise InvalidConfigError(
-                f"unknown consumer config {unknown[0]!r}; supported: {', '.join(sorted(DEFAULTS))}"
-            )
-        self.config = {**DEFAULTS, **config}
-        args.check_config(self.config)
+        self.config = CONSUMER_CONFIG.resolve(config)
         self._read_committed = _read_committed(self.config["isolation_level"])
         self._strategies = _strategy_names(self.config["partition_assignment_strategy"])
         wanted_topics = args.topic_names(topics)
@@ -729,3 +710,6 @@ class Consumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+CONSUMER_CONFIG.document(Consumer)
