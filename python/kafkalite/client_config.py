@@ -129,7 +129,12 @@ PRODUCER_CONFIG = ConfigTable(
     "producer",
     [
         ConfigKey(
-            "acks", "0, 1 or 'all'", 1, "Accepted for compatibility: every append is written at once.", _acks
+            "acks",
+            "0, 1 or 'all'",
+            1,
+            "'all' (or -1): a batch is flushed to disk before its future completes (survives power loss); "
+            "0 and 1: written to the page cache (survives a process crash).",
+            _acks,
         ),
         ConfigKey(
             "batch_size",
@@ -164,7 +169,7 @@ PRODUCER_CONFIG = ConfigTable(
             "callable",
             None,
             "partitioner(key_bytes, all_partitions, available_partitions) -> partition; "
-            "default: murmur2 of the key as Kafka's, round-robin batches for keyless records.",
+            "default: murmur2 of the key as Kafka's, a sticky partition per batch for keyless records.",
             validate.optional_callable,
         ),
         ConfigKey(
@@ -299,3 +304,80 @@ CONSUMER_CONFIG = ConfigTable(
 
 #: Admin takes the data directory only; what it configures is topic and data-directory config.
 ADMIN_CONFIG = ConfigTable("admin", [])
+
+#: ``Log``'s keyword arguments: one partition's settings (the topic config it is opened with,
+#: under Python names; ``DataDir.open_partition`` fills them from the topic). ``Log`` checks
+#: them itself; this table documents them and a test keeps it equal to ``Log``'s signature.
+LOG_CONFIG = ConfigTable(
+    "log",
+    [
+        ConfigKey(
+            "segment_bytes", "int", 1 << 30, "Roll to a new segment past this size (segment.bytes).", _any
+        ),
+        ConfigKey("index_interval_bytes", "int", 4096, "Bytes between offset-index entries.", _any),
+        ConfigKey(
+            "segment_ms", "int", None, "Roll a segment after this long (segment.ms); None: never.", _any
+        ),
+        ConfigKey(
+            "retention_bytes",
+            "int",
+            None,
+            "Delete the oldest segments past this size (retention.bytes).",
+            _any,
+        ),
+        ConfigKey(
+            "retention_ms",
+            "int",
+            None,
+            "Delete segments whose newest record is older (retention.ms); None: keep forever (the topic's -1).",
+            _any,
+        ),
+        ConfigKey(
+            "compression", "'none' or 'zstd'", "none", "The codec of the batches this log writes.", _any
+        ),
+        ConfigKey(
+            "flush",
+            "'os', 'always' or int",
+            "os",
+            "'os' leaves writing to the page cache (a process crash loses nothing); 'always' makes every "
+            "append durable before it returns; N flushes every N messages.",
+            _any,
+        ),
+        ConfigKey(
+            "timestamp_type",
+            "'create' or 'log_append'",
+            "create",
+            "message.timestamp.type: CreateTime or LogAppendTime (Kafka's names are accepted too).",
+            _any,
+        ),
+        ConfigKey(
+            "max_message_bytes", "int", 1048588, "The largest batch accepted (max.message.bytes).", _any
+        ),
+        ConfigKey("readonly", "bool", False, "Never write; follow a writer in another process.", _any),
+        ConfigKey(
+            "shared_writers",
+            "bool",
+            False,
+            "Several processes append, each holding the partition lock only while it appends a batch.",
+            _any,
+        ),
+        ConfigKey(
+            "compact", "bool", False, "cleanup.policy includes compact: every record needs a key.", _any
+        ),
+    ],
+)
+
+
+def topic_docstring() -> str:
+    """The topic and data-directory config keys (the engine's tables) as a docstring section."""
+    from kafkalite.datadir import DIR_CONFIG_DEFS, TOPIC_CONFIG_DEFS
+
+    lines = ["", "Topic config (create_topic, alter_config; Kafka's names):"]
+    for d in TOPIC_CONFIG_DEFS:
+        lines.append(f"    {d['name']} ({d['type']}): {d['doc']} Default: {d['default']!r}.")
+    lines += ["", "Data-directory config (init, alter_data_dir_config; a broker's names):"]
+    for d in DIR_CONFIG_DEFS:
+        lines.append(f"    {d['name']} ({d['type']}): {d['doc']} Default: {d['default']!r}.")
+    for d in TOPIC_CONFIG_DEFS:
+        lines.append(f"    {d['broker_name']}: the default of every topic's {d['name']}.")
+    return "\n".join(textwrap.fill(line, 100, subsequent_indent=" " * 8) if line else line for line in lines)

@@ -181,15 +181,18 @@ class Consumer:
         self._refresh_subscription()
 
     def unsubscribe(self) -> None:
+        """Drop the subscription (and leave the group) and every assigned partition."""
         if self._member is not None:
             self._leave_group()
         self._set_assignment([])
         self._subscription, self._pattern, self._manual = set(), None, False
 
     def subscription(self) -> set[str]:
+        """The subscribed topic names (empty without subscribe())."""
         return set(self._subscription) if not self._pattern else {tp.topic for tp in self._assigned}
 
     def assignment(self) -> set[TopicPartition]:
+        """The partitions this consumer reads now."""
         return set(self._assigned)
 
     def _refresh_subscription(self) -> None:
@@ -370,16 +373,19 @@ class Consumer:
             raise IllegalStateError(f"{tp} is not assigned to this consumer")
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Make the next poll() of ``tp`` start at ``offset``."""
         tp = args.topic_partition(tp)
         args.offset("offset", offset)
         self._require_assigned(tp)
         self._positions[tp] = self._consumed[tp] = offset
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        """Move to the first offset of these partitions (every assigned one when none given)."""
         for tp in self._seekable(partitions):
             self.seek(tp, self._log(tp).start_offset)
 
     def seek_to_end(self, *partitions: TopicPartition) -> None:
+        """Move past the last record of these partitions (every assigned one when none given)."""
         for tp in self._seekable(partitions):
             self.seek(tp, self._end_of(self._log(tp)))
 
@@ -391,10 +397,12 @@ class Consumer:
         return parts
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The first offset of each partition (its log start offset)."""
         parts = [self._existing(tp) for tp in args.partitions(partitions)]
         return {tp: self._log(tp).start_offset for tp in parts}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The offset after the last record of each partition (for read_committed: the last stable offset)."""
         parts = [self._existing(tp) for tp in args.partitions(partitions)]
         return {tp: self._end_of(self._log(tp)) for tp in parts}
 
@@ -642,6 +650,7 @@ class Consumer:
             callback(offsets, None)
 
     def committed(self, tp: TopicPartition) -> int | None:
+        """The group's committed offset of ``tp``, or None."""
         if self._store is None:
             raise IllegalStateError("committed() needs a group_id")
         tp = args.topic_partition(tp)
@@ -665,21 +674,26 @@ class Consumer:
 
     # -- flow control and metadata ---------------------------------------------------------
     def pause(self, *partitions: TopicPartition) -> None:
+        """Stop returning records of these partitions from poll() until resume()."""
         parts = args.partitions(partitions)
         for tp in parts:
             self._require_assigned(tp)
         self._paused.update(parts)
 
     def resume(self, *partitions: TopicPartition) -> None:
+        """Return records of these paused partitions again."""
         self._paused.difference_update(args.partitions(partitions))
 
     def paused(self) -> set[TopicPartition]:
+        """The partitions paused by pause()."""
         return set(self._paused)
 
     def topics(self) -> set[str]:
+        """Every topic of the data directory."""
         return set(self._dir.topics())
 
     def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """The partition numbers of ``topic``, or None when it does not exist."""
         args.topic_names([topic])
         try:
             return set(range(self._dir.partitions(topic)))

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 from kafkalite import _native, validate
 from kafkalite._arrow import require_pyarrow
 from kafkalite._native import Record
+from kafkalite.client_config import LOG_CONFIG
 from kafkalite.errors import InvalidConfigError, InvalidTypeError, bytes_expected
 
 _I32 = validate.INT32_MAX
@@ -213,14 +214,17 @@ class Log:
 
     @property
     def segments(self) -> list[SegmentInfo]:
+        """The segments, oldest first."""
         return [SegmentInfo(*s) for s in self._native.segments]
 
     @property
     def path(self) -> str:
+        """The partition directory."""
         return os.fspath(self._native.path)
 
     @property
     def closed(self) -> bool:
+        """True after close()."""
         return self._native.closed
 
     # -- maintenance -----------------------------------------------------------------------
@@ -290,3 +294,6 @@ def _values_error(values: object) -> InvalidTypeError:
         if not isinstance(v, bytes):
             return bytes_expected(f"values[{i}]", v)
     return InvalidTypeError("values must be a list of bytes")
+
+
+LOG_CONFIG.document(Log)

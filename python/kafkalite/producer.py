@@ -93,20 +93,25 @@ class FutureRecordMetadata:
 
     @property
     def is_done(self) -> bool:
+        """True once the record was written or failed."""
         return self._batch.done.is_set()
 
     def succeeded(self) -> bool:
+        """True once the record was written."""
         return self.is_done and self._batch.error is None
 
     def failed(self) -> bool:
+        """True once writing the record failed (see ``exception``)."""
         return self.is_done and self._batch.error is not None
 
     @property
     def value(self) -> RecordMetadata | None:
+        """The RecordMetadata of a written record, else None."""
         return self._metadata() if self.succeeded() else None
 
     @property
     def exception(self) -> BaseException | None:
+        """The error of a failed record, else None."""
         return self._batch.error if self.is_done else None
 
     def _metadata(self) -> RecordMetadata:
@@ -803,6 +808,7 @@ class Producer:
         self._sender.close(timeout)
 
     def metrics(self) -> dict[str, Any]:
+        """kafka-python's ``metrics()``, for code that calls it: an empty dict (kafkalite keeps no client metrics)."""
         return {}
 
     def partitions_for(self, topic: str) -> set[int]:
