@@ -165,3 +165,19 @@ def test_log_timestamp_type_and_flush_are_parsed_by_the_engine(tmp_path):
         kafkalite.Log(str(tmp_path / "b"), flush="sometimes")
     with kafkalite.Log(str(tmp_path / "c"), timestamp_type="LogAppendTime", flush="always") as log:
         log.append_values([b"v"])
+
+
+def test_every_value_a_topic_accepts_opens_its_partitions(tmp_path):
+    """retention.bytes=0 was accepted as topic config (as Kafka does) but Log refused
+    retention_bytes=0, so every write to such a topic failed; Log's bounds now come from the
+    engine's table."""
+    data = str(tmp_path / "data")
+    admin = kafkalite.Admin(data)
+    admin.create_topic("t", config={"retention.bytes": 0, "segment.bytes": 14, "max.message.bytes": 61})
+    admin.create_topic("u", config={"retention.bytes": 0, "retention.ms": 0, "segment.ms": 1})
+    with kafkalite.Producer(data) as p:
+        p.send_batch("u", [b"v"], partition=0)
+    with DataDir(data).open_partition("t", 0) as log:
+        assert log.end_offset == 0
+    with pytest.raises(kafkalite.InvalidConfigError, match="retention_bytes must be >= 0"):
+        kafkalite.Log(str(tmp_path / "x"), retention_bytes=-1)

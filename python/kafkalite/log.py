@@ -19,6 +19,19 @@ from kafkalite.errors import InvalidConfigError, InvalidTypeError, bytes_expecte
 
 _I32 = validate.INT32_MAX
 
+#: The bounds of the topic configs behind Log's options, from the engine's table
+#: (rust/src/topic_config.rs), so a Log opened for a topic accepts every value the topic did.
+_TOPIC_BOUNDS: dict[str, tuple[int, int]] = {
+    d["name"]: (d["min"], d["max"]) for d in _native.topic_config_defs() if d["type"] == "int"
+}
+
+
+def _bounded(name: str, value: Any, topic_key: str) -> int | None:
+    """``value`` within ``topic_key``'s bounds; a topic's -1 ("no limit") is None here."""
+    low, high = _TOPIC_BOUNDS[topic_key]
+    return validate.optional_integer(name, value, max(low, 0), high)
+
+
 #: Records decoded per native call while iterating; large enough to amortise the call.
 _RECORDS_PER_CHUNK = 8192
 
@@ -74,16 +87,18 @@ class Log:
         compact: bool = False,
     ) -> None:
         path = validate.path("path", path)
-        segment_bytes = validate.integer("segment_bytes", segment_bytes, 14, _I32)
+        segment_bytes = validate.integer("segment_bytes", segment_bytes, *_TOPIC_BOUNDS["segment.bytes"])
         index_interval_bytes = validate.integer("index_interval_bytes", index_interval_bytes, 1, _I32)
-        segment_ms = validate.optional_integer("segment_ms", segment_ms, 1)
-        retention_bytes = validate.optional_integer("retention_bytes", retention_bytes, 1)
-        retention_ms = validate.optional_integer("retention_ms", retention_ms, 0)
+        segment_ms = _bounded("segment_ms", segment_ms, "segment.ms")
+        retention_bytes = _bounded("retention_bytes", retention_bytes, "retention.bytes")
+        retention_ms = _bounded("retention_ms", retention_ms, "retention.ms")
         validate.text("compression", compression)
         if not isinstance(flush, str):
             flush = validate.integer("flush (a message count, or 'os' / 'always')", flush, 1)
         validate.text("timestamp_type", timestamp_type)
-        max_message_bytes = validate.integer("max_message_bytes", max_message_bytes, 61, _I32)
+        max_message_bytes = validate.integer(
+            "max_message_bytes", max_message_bytes, *_TOPIC_BOUNDS["max.message.bytes"]
+        )
         for name, flag in (("readonly", readonly), ("shared_writers", shared_writers), ("compact", compact)):
             validate.boolean(name, flag)
         self._compact = compact

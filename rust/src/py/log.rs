@@ -192,7 +192,13 @@ impl PyLog {
             segment_bytes: positive("segment_bytes", segment_bytes)?,
             index_interval_bytes: positive("index_interval_bytes", index_interval_bytes)?,
             segment_ms,
-            retention_bytes: retention_bytes.map(|v| positive("retention_bytes", v)).transpose()?,
+            // 0 is a valid limit (retention.bytes=0 keeps only the active segment, as in Kafka).
+            retention_bytes: retention_bytes
+                .map(|v| {
+                    u64::try_from(v)
+                        .map_err(|_| crate::Error::config(format!("retention_bytes must be >= 0 (or None), got {v}")))
+                })
+                .transpose()?,
             retention_ms,
             compression: Compression::parse_for_writing(compression)?,
             flush: match &flush {
