@@ -33,6 +33,13 @@ __all__ = [
     "offsets_decode_key",
     "offsets_decode_value",
     "inspect_segment",
+    "MAX_PARTITIONS",
+    "topic_config_defs",
+    "dir_config_defs",
+    "validate_topic_config",
+    "validate_dir_config",
+    "effective_topic_config",
+    "topic_log_options",
     "__version__",
 ]
 
@@ -63,6 +70,20 @@ def offsets_decode_value(value: bytes) -> tuple[int, str]: ...
 
 # A segment judged by recovery's rules (rust/src/inspect.rs), for `kafkalite dump-log`.
 def inspect_segment(log_path: str | PathLike[str], is_last: bool) -> dict[str, Any]: ...
+MAX_PARTITIONS: int
+
+def topic_config_defs() -> list[dict[str, Any]]: ...
+def dir_config_defs() -> list[dict[str, Any]]: ...
+def validate_topic_config(config: dict[str, Any]) -> dict[str, Any]: ...
+def validate_dir_config(config: dict[str, Any]) -> dict[str, Any]: ...
+def effective_topic_config(
+    dir_config: dict[str, Any] | None, topic_config: dict[str, Any] | None
+) -> dict[str, Any]: ...
+def topic_log_options(
+    dir_config: dict[str, Any] | None,
+    topic_config: dict[str, Any] | None,
+    producer_compression: str | None = None,
+) -> dict[str, Any]: ...
 
 @final
 class ConsumerRecord:

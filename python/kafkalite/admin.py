@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import inspect
 import os
 import shutil
 import time
@@ -15,6 +16,7 @@ from typing import Any
 from kafkalite import group_admin, validate
 from kafkalite._files import open_nofollow
 from kafkalite._native import APPEND_LOCK_FILE, WRITERS_FILE
+from kafkalite.client_config import topic_docstring
 from kafkalite.compaction import CompactionResult, clean_if_dirty, clean_partition
 from kafkalite.datadir import (
     BROKER_SYNONYMS,
@@ -61,6 +63,7 @@ class Admin:
 
     @property
     def path(self) -> str:
+        """The data directory (an absolute path)."""
         return self._dir.path
 
     def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> None:
@@ -101,6 +104,7 @@ class Admin:
         self._dir.alter_dir_config(config)
 
     def list_topics(self) -> list[str]:
+        """The topic names, sorted (internal topics such as __consumer_offsets included)."""
         return sorted(self._dir.topics())
 
     def describe_topic(self, name: str) -> TopicDescription:
@@ -336,3 +340,6 @@ def _writers_holder(partition_dir: str) -> str:
             return f.read().strip()
     except OSError:
         return ""
+
+
+Admin.__doc__ = inspect.cleandoc(Admin.__doc__ or "") + "\n" + topic_docstring()

@@ -16,10 +16,11 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
-from kafkalite import consumer_args as args
+from kafkalite import validate as args
 from kafkalite._arrow import require_pyarrow
 from kafkalite._native import ConsumerRecord
 from kafkalite.assignors import TopicPartition
+from kafkalite.client_config import CONSUMER_CONFIG
 from kafkalite.datadir import DataDir
 from kafkalite.errors import (
     CommitFailedError,
@@ -52,22 +53,8 @@ class NoOffsetForPartitionError(OffsetOutOfRangeError):
     """auto_offset_reset='none' and no committed offset (or it fell out of range)."""
 
 
-DEFAULTS: dict[str, Any] = {
-    "auto_offset_reset": "latest",
-    "enable_auto_commit": True,
-    "auto_commit_interval_ms": 5000,
-    "key_deserializer": None,
-    "value_deserializer": None,
-    "max_poll_records": 500,
-    "consumer_timeout_ms": float("inf"),
-    "client_id": None,
-    "session_timeout_ms": 10_000,
-    "heartbeat_interval_ms": 3_000,
-    "max_poll_interval_ms": 300_000,
-    "partition_assignment_strategy": ("range", "cooperative-sticky"),
-    "exclude_internal_topics": True,
-    "isolation_level": "read_uncommitted",
-}
+#: Consumer config keys (kafka-python's names) and their defaults (``CONSUMER_CONFIG``).
+DEFAULTS: dict[str, Any] = CONSUMER_CONFIG.defaults()
 
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
@@ -130,13 +117,7 @@ class Consumer:
     def __init__(
         self, path: str | os.PathLike[str], *topics: str, group_id: str | None = None, **config: Any
     ) -> None:
-        unknown = sorted(set(config) - set(DEFAULTS))
-        if unknown:
-            raise InvalidConfigError(
-                f"unknown consumer config {unknown[0]!r}; supported: {', '.join(sorted(DEFAULTS))}"
-            )
-        self.config = {**DEFAULTS, **config}
-        args.check_config(self.config)
+        self.config = CONSUMER_CONFIG.resolve(config)
         self._read_committed = _read_committed(self.config["isolation_level"])
         self._strategies = _strategy_names(self.config["partition_assignment_strategy"])
         wanted_topics = args.topic_names(topics)
@@ -200,15 +181,18 @@ class Consumer:
         self._refresh_subscription()
 
     def unsubscribe(self) -> None:
+        """Drop the subscription (and leave the group) and every assigned partition."""
         if self._member is not None:
             self._leave_group()
         self._set_assignment([])
         self._subscription, self._pattern, self._manual = set(), None, False
 
     def subscription(self) -> set[str]:
+        """The subscribed topic names (empty without subscribe())."""
         return set(self._subscription) if not self._pattern else {tp.topic for tp in self._assigned}
 
     def assignment(self) -> set[TopicPartition]:
+        """The partitions this consumer reads now."""
         return set(self._assigned)
 
     def _refresh_subscription(self) -> None:
@@ -389,16 +373,19 @@ class Consumer:
             raise IllegalStateError(f"{tp} is not assigned to this consumer")
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Make the next poll() of ``tp`` start at ``offset``."""
         tp = args.topic_partition(tp)
         args.offset("offset", offset)
         self._require_assigned(tp)
         self._positions[tp] = self._consumed[tp] = offset
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        """Move to the first offset of these partitions (every assigned one when none given)."""
         for tp in self._seekable(partitions):
             self.seek(tp, self._log(tp).start_offset)
 
     def seek_to_end(self, *partitions: TopicPartition) -> None:
+        """Move past the last record of these partitions (every assigned one when none given)."""
         for tp in self._seekable(partitions):
             self.seek(tp, self._end_of(self._log(tp)))
 
@@ -410,10 +397,12 @@ class Consumer:
         return parts
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The first offset of each partition (its log start offset)."""
         parts = [self._existing(tp) for tp in args.partitions(partitions)]
         return {tp: self._log(tp).start_offset for tp in parts}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The offset after the last record of each partition (for read_committed: the last stable offset)."""
         parts = [self._existing(tp) for tp in args.partitions(partitions)]
         return {tp: self._end_of(self._log(tp)) for tp in parts}
 
@@ -661,6 +650,7 @@ class Consumer:
             callback(offsets, None)
 
     def committed(self, tp: TopicPartition) -> int | None:
+        """The group's committed offset of ``tp``, or None."""
         if self._store is None:
             raise IllegalStateError("committed() needs a group_id")
         tp = args.topic_partition(tp)
@@ -684,21 +674,26 @@ class Consumer:
 
     # -- flow control and metadata ---------------------------------------------------------
     def pause(self, *partitions: TopicPartition) -> None:
+        """Stop returning records of these partitions from poll() until resume()."""
         parts = args.partitions(partitions)
         for tp in parts:
             self._require_assigned(tp)
         self._paused.update(parts)
 
     def resume(self, *partitions: TopicPartition) -> None:
+        """Return records of these paused partitions again."""
         self._paused.difference_update(args.partitions(partitions))
 
     def paused(self) -> set[TopicPartition]:
+        """The partitions paused by pause()."""
         return set(self._paused)
 
     def topics(self) -> set[str]:
+        """Every topic of the data directory."""
         return set(self._dir.topics())
 
     def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """The partition numbers of ``topic``, or None when it does not exist."""
         args.topic_names([topic])
         try:
             return set(range(self._dir.partitions(topic)))
@@ -729,3 +724,6 @@ class Consumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+CONSUMER_CONFIG.document(Consumer)

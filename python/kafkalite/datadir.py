@@ -44,27 +44,63 @@ BROKER_META_FILE = "meta.properties"
 
 logger = logging.getLogger("kafkalite.admin")
 
-#: The most partitions a topic may have. Each partition is a folder and, while written, a few
-#: open files; this bound keeps a typo (partitions=10**9) from filling the disk with folders.
-MAX_PARTITIONS = 100_000
+#: The most partitions a topic may have (the engine's ``topic_config::MAX_PARTITIONS``).
+MAX_PARTITIONS: int = _native.MAX_PARTITIONS
 
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _PARTITION_DIR_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 
-#: Kafka's topic-level defaults (LogConfig), for the keys kafkalite implements.
-TOPIC_DEFAULTS: dict[str, Any] = {
-    "cleanup.policy": "delete",
-    "compression.type": "producer",
-    "delete.retention.ms": 86400000,
-    "max.message.bytes": 1048588,
-    "message.timestamp.type": "CreateTime",
-    "min.cleanable.dirty.ratio": 0.5,
-    "min.compaction.lag.ms": 0,
-    "retention.bytes": -1,
-    "retention.ms": 604800000,
-    "segment.bytes": 1073741824,
-    "segment.ms": 604800000,
+#: The topic config table, defined once in the engine (``rust/src/topic_config.rs``, as
+#: Kafka's ``LogConfig.define``): dicts of name, broker_name, type, default, min, max, choices, doc.
+TOPIC_CONFIG_DEFS: list[dict[str, Any]] = _native.topic_config_defs()
+#: The data directory's own config table (its topic defaults use each topic key's broker_name).
+DIR_CONFIG_DEFS: list[dict[str, Any]] = _native.dir_config_defs()
+
+#: Kafka's topic-level defaults, for the keys kafkalite implements.
+TOPIC_DEFAULTS: dict[str, Any] = {d["name"]: d["default"] for d in TOPIC_CONFIG_DEFS}
+
+#: Data-directory config: what a Kafka broker's server.properties sets for all its topics, under
+#: the broker's names (``kafka-configs --entity-type brokers``). Defaults are Kafka's.
+DIR_DEFAULTS: dict[str, Any] = {d["name"]: d["default"] for d in DIR_CONFIG_DEFS}
+
+#: The broker's name of each topic config's default (Kafka's ServerTopicConfigSynonyms):
+#: setting ``log.retention.ms`` on the data directory sets ``retention.ms`` of every topic that
+#: does not override it, as on a broker.
+BROKER_SYNONYMS: dict[str, str] = {d["broker_name"]: d["name"] for d in TOPIC_CONFIG_DEFS}
+
+#: The Python types each table type takes (Kafka's config strings are accepted for numbers);
+#: the engine checks the values.
+_ACCEPTED_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int, float, str),
+    "float": (int, float, str),
+    "list": (str, list, tuple),
 }
+_TYPE_WORDS = {
+    "int": "an integer",
+    "float": "a number between 0 and 1",
+    "list": "a str such as 'compact,delete'",
+}
+
+
+def _check_types(config: Mapping[str, Any], defs: dict[str, dict[str, Any]], what: str) -> None:
+    """Refuse values of the wrong Python type with InvalidTypeError (the engine checks the rest)."""
+    if not isinstance(config, Mapping):
+        raise InvalidTypeError(
+            f"config must be a dict of Kafka {what} config keys, not {type(config).__name__}"
+        )
+    for key, value in config.items():
+        if not isinstance(key, str):
+            raise InvalidTypeError(f"config keys are str, not {type(key).__name__} ({key!r})")
+        kind = defs[key]["type"] if key in defs else None
+        accepted = _ACCEPTED_TYPES.get(kind or "")
+        if accepted and (isinstance(value, bool) or not isinstance(value, accepted)):
+            raise InvalidTypeError(
+                f"{defs[key]['name']} must be {_TYPE_WORDS[kind or '']}, not {type(value).__name__} ({value!r})"
+            )
+        if kind == "list" and not isinstance(value, str) and not all(isinstance(p, str) for p in value):
+            raise InvalidTypeError(f"{key} must be a list of str, not {value!r}")
+        if kind is None and not isinstance(value, (str, int, float, bool)):
+            raise InvalidTypeError(f"{key} must be a str, int, float or bool, not {type(value).__name__}")
 
 
 def validate_topic_name(name: object) -> str:
@@ -80,160 +116,35 @@ def validate_topic_name(name: object) -> str:
     return name
 
 
-def _int(key: str, value: Any, minimum: int, maximum: int = 2**63 - 1) -> int:
-    """An integer config value; Kafka's config strings ("1000") are accepted too."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise InvalidTypeError(f"{key} must be an integer, not {type(value).__name__} ({value!r})")
-    try:
-        number = int(value)
-    except (ValueError, OverflowError):  # "abc", nan, inf
-        raise InvalidConfigError(f"{key} must be an integer, not {value!r}") from None
-    if isinstance(value, float) and value != number:
-        raise InvalidConfigError(f"{key} must be an integer, not {value!r}")
-    if number < minimum:
-        raise InvalidConfigError(f"{key} must be >= {minimum}, got {number}")
-    if number > maximum:
-        raise InvalidConfigError(f"{key} must be at most {maximum}, got {number}")
-    return number
-
-
-def _choice(key: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise InvalidConfigError(f"{key} must be one of {', '.join(choices)}; got {value!r}")
-    return str(value)
-
-
 def validate_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Check Kafka-named topic config; return it with values normalised (ints as ints)."""
-    if config is not None and not isinstance(config, Mapping):
-        raise InvalidTypeError(
-            f"config must be a dict of Kafka topic config keys, not {type(config).__name__}"
-        )
-    out: dict[str, Any] = {}
-    for key, value in (config or {}).items():
-        if key in ("retention.ms", "retention.bytes"):
-            out[key] = _int(key, value, -1)
-        elif key == "segment.bytes":
-            out[key] = _int(key, value, 14, 2**31 - 1)
-        elif key == "segment.ms":
-            out[key] = _int(key, value, 1)
-        elif key == "max.message.bytes":
-            out[key] = _int(key, value, 61, 2**31 - 1)
-        elif key == "compression.type":
-            if value in ("gzip", "snappy", "lz4"):
-                raise InvalidConfigError(
-                    f"compression.type {value!r} is read but not written by kafkalite; use 'zstd', 'none' or 'producer'"
-                )
-            out[key] = _choice(key, value, ("producer", "none", "uncompressed", "zstd"))
-        elif key == "message.timestamp.type":
-            out[key] = _choice(key, value, ("CreateTime", "LogAppendTime"))
-        elif key == "cleanup.policy":
-            if not isinstance(value, (str, list, tuple)):
-                raise InvalidTypeError(
-                    f"cleanup.policy must be a str such as 'compact,delete', not {type(value).__name__}"
-                )
-            parts = value.split(",") if isinstance(value, str) else list(value)
-            parts = sorted({str(p).strip() for p in parts})
-            if not parts or any(p not in ("compact", "delete") for p in parts):
-                raise InvalidConfigError(
-                    f"cleanup.policy must be 'delete', 'compact' or 'compact,delete'; got {value!r}"
-                )
-            out[key] = ",".join(parts)
-        elif key in ("delete.retention.ms", "min.compaction.lag.ms"):
-            out[key] = _int(key, value, 0)
-        elif key == "min.cleanable.dirty.ratio":
-            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-                raise InvalidTypeError(f"{key} must be a number between 0 and 1, not {type(value).__name__}")
-            try:
-                ratio = float(value)
-            except ValueError:
-                raise InvalidConfigError(f"{key} must be a number between 0 and 1, not {value!r}") from None
-            if not 0.0 <= ratio <= 1.0:
-                raise InvalidConfigError(f"{key} must be between 0 and 1, got {ratio}")
-            out[key] = ratio
-        else:
-            known = ", ".join(sorted(TOPIC_DEFAULTS))
-            raise InvalidConfigError(f"unknown topic config {key!r}; kafkalite supports: {known}")
-    return out
-
-
-#: Data-directory config: what a Kafka broker's server.properties sets for all its topics, under
-#: the broker's names (``kafka-configs --entity-type brokers``). Defaults are Kafka's.
-DIR_DEFAULTS: dict[str, Any] = {
-    "auto.create.topics.enable": True,
-    "num.partitions": 1,
-    # kafkalite's own (Kafka's broker has only the switch log.preallocate): the most bytes one
-    # process keeps reserved ahead of its writers, over all partitions of the directory.
-    "log.preallocate.budget.bytes": _native.PREALLOCATE_BUDGET_BYTES_DEFAULT,
-}
-
-#: The broker's name of each topic config's default (Kafka's ServerTopicConfigSynonyms):
-#: setting ``log.retention.ms`` on the data directory sets ``retention.ms`` of every topic that
-#: does not override it, as on a broker.
-BROKER_SYNONYMS: dict[str, str] = {
-    "log.cleanup.policy": "cleanup.policy",
-    "compression.type": "compression.type",
-    "log.cleaner.delete.retention.ms": "delete.retention.ms",
-    "message.max.bytes": "max.message.bytes",
-    "log.message.timestamp.type": "message.timestamp.type",
-    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
-    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
-    "log.retention.bytes": "retention.bytes",
-    "log.retention.ms": "retention.ms",
-    "log.segment.bytes": "segment.bytes",
-    "log.roll.ms": "segment.ms",
-}
-
-#: A broker address such as ``localhost:9092``, ``PLAINTEXT://h:9092`` or ``h1:9092,h2:9093``.
-_BROKER_ADDRESS = re.compile(
-    r"^([A-Za-z][A-Za-z0-9_]*://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):\d{1,5}(,.+)?$"
-)
+    """Check Kafka-named topic config; return it with values normalised (ints as ints). The
+    engine's table decides (the wire-protocol server's CreateTopics uses the same check)."""
+    config = {} if config is None else config
+    _check_types(config, {d["name"]: d for d in TOPIC_CONFIG_DEFS}, "topic")
+    return _native.validate_topic_config(dict(config))
 
 
 def validate_dir_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """Check data-directory config (broker names); return it normalised."""
-    if not isinstance(config, Mapping):
-        raise InvalidTypeError(
-            f"config must be a dict of Kafka broker config keys, not {type(config).__name__}"
+    defs = {d["name"]: d for d in DIR_CONFIG_DEFS}
+    defs.update({d["broker_name"]: d for d in TOPIC_CONFIG_DEFS})
+    try:
+        _check_types(config, defs, "broker")
+    except InvalidTypeError as e:
+        bad = next(
+            (k for k in config if k in BROKER_SYNONYMS and str(e).startswith(BROKER_SYNONYMS[k])), None
         )
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if key == "auto.create.topics.enable":
-            if isinstance(value, str) and value.lower() in ("true", "false"):
-                value = value.lower() == "true"
-            if not isinstance(value, bool):
-                raise InvalidConfigError(f"auto.create.topics.enable must be true or false, not {value!r}")
-            out[key] = value
-        elif key == "num.partitions":
-            out[key] = _int(key, value, 1, MAX_PARTITIONS)
-        elif key == "log.preallocate.budget.bytes":
-            out[key] = _int(key, value, 0)
-        elif key in BROKER_SYNONYMS:
-            topic_key = BROKER_SYNONYMS[key]
-            try:
-                out[key] = validate_config({topic_key: value})[topic_key]
-            except InvalidConfigError as e:
-                raise type(e)(f"{key} (the default of {topic_key}): {e}") from None
-        else:
-            hint = ""
-            for broker_key, topic_key in BROKER_SYNONYMS.items():
-                if key == topic_key:
-                    hint = f" (the default of the topic config {key!r} is set as {broker_key!r})"
-            known = ", ".join(sorted([*DIR_DEFAULTS, *BROKER_SYNONYMS]))
-            raise InvalidConfigError(
-                f"unknown data directory config {key!r}{hint}; kafkalite supports: {known}"
-            )
-    return out
+        if bad is None:
+            raise
+        raise InvalidTypeError(f"{bad} (the default of {BROKER_SYNONYMS[bad]}): {e}") from None
+    return _native.validate_dir_config(dict(config))
 
 
 def target_compression(topic_codec: str, producer_codec: str | None) -> str:
     """The codec a batch is written with (Kafka's ``BrokerCompressionType.targetCompression``):
     the topic's ``compression.type``, or the producer's own when the topic says ``producer``.
-    The one place this is decided, for ``send``, ``send_batch``, ``Log`` via ``open_partition``
-    and the Spark sink."""
-    if topic_codec == "producer":
-        return "zstd" if producer_codec == "zstd" else "none"
-    return "zstd" if topic_codec == "zstd" else "none"
+    Decided by the engine's ``topic_config::resolve``, as for every write path."""
+    return log_options({"compression.type": topic_codec}, producer_codec)["compression"]
 
 
 def is_compacted(config: Mapping[str, Any]) -> bool:
@@ -241,23 +152,18 @@ def is_compacted(config: Mapping[str, Any]) -> bool:
 
 
 def log_options(config: Mapping[str, Any], producer_compression: str | None = None) -> dict[str, Any]:
-    """Topic config (Kafka names, defaults filled in) as ``Log`` keyword arguments, for a writer
-    whose own codec is ``producer_compression``. Time and size retention apply only when
-    ``cleanup.policy`` includes ``delete``."""
-    full = {**TOPIC_DEFAULTS, **config}
-    deletes = "delete" in str(full["cleanup.policy"]).split(",")
-    retention_ms = int(full["retention.ms"]) if deletes else -1
-    retention_bytes = int(full["retention.bytes"]) if deletes else -1
-    return {
-        "segment_bytes": int(full["segment.bytes"]),
-        "segment_ms": int(full["segment.ms"]),
-        "retention_ms": None if retention_ms < 0 else retention_ms,
-        "retention_bytes": None if retention_bytes < 0 else retention_bytes,
-        "max_message_bytes": int(full["max.message.bytes"]),
-        "timestamp_type": "log_append" if full["message.timestamp.type"] == "LogAppendTime" else "create",
-        "compression": target_compression(str(full["compression.type"]), producer_compression),
-        "compact": is_compacted(full),
-    }
+    """Topic config (Kafka names; missing keys take Kafka's defaults) as ``Log`` keyword
+    arguments, for a writer whose own codec is ``producer_compression``: the engine's
+    ``topic_config::resolve``, the one resolution every write path (Producer, Log via
+    ``open_partition``, the Spark sink, the wire-protocol server) uses. Time and size retention
+    apply only when ``cleanup.policy`` includes ``delete``."""
+    return _native.topic_log_options({}, dict(config), producer_compression)
+
+
+#: A broker address such as ``localhost:9092``, ``PLAINTEXT://h:9092`` or ``h1:9092,h2:9093``.
+_BROKER_ADDRESS = re.compile(
+    r"^([A-Za-z][A-Za-z0-9_]*://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):\d{1,5}(,.+)?$"
+)
 
 
 def looks_like_broker_address(path: str) -> bool:
@@ -350,8 +256,7 @@ class DataDir:
 
     def resolve(self, topic_config: Mapping[str, Any]) -> dict[str, Any]:
         """TOPIC_DEFAULTS < data directory defaults < ``topic_config``."""
-        defaults = {BROKER_SYNONYMS[k]: v for k, v in self.dir_config().items() if k in BROKER_SYNONYMS}
-        return {**TOPIC_DEFAULTS, **defaults, **topic_config}
+        return _native.effective_topic_config(self.dir_config(), dict(topic_config))
 
     def _discovered(self) -> dict[str, dict[str, Any]]:
         """Topics of a folder without our metadata (a Kafka broker's), from folder names."""

@@ -14,9 +14,23 @@ from typing import Any, NamedTuple
 from kafkalite import _native, validate
 from kafkalite._arrow import require_pyarrow
 from kafkalite._native import Record
+from kafkalite.client_config import LOG_CONFIG
 from kafkalite.errors import InvalidConfigError, InvalidTypeError, bytes_expected
 
 _I32 = validate.INT32_MAX
+
+#: The bounds of the topic configs behind Log's options, from the engine's table
+#: (rust/src/topic_config.rs), so a Log opened for a topic accepts every value the topic did.
+_TOPIC_BOUNDS: dict[str, tuple[int, int]] = {
+    d["name"]: (d["min"], d["max"]) for d in _native.topic_config_defs() if d["type"] == "int"
+}
+
+
+def _bounded(name: str, value: Any, topic_key: str) -> int | None:
+    """``value`` within ``topic_key``'s bounds; a topic's -1 ("no limit") is None here."""
+    low, high = _TOPIC_BOUNDS[topic_key]
+    return validate.optional_integer(name, value, max(low, 0), high)
+
 
 #: Records decoded per native call while iterating; large enough to amortise the call.
 _RECORDS_PER_CHUNK = 8192
@@ -77,11 +91,11 @@ class Log:
         preallocate_budget_bytes: int | None = None,
     ) -> None:
         path = validate.path("path", path)
-        segment_bytes = validate.integer("segment_bytes", segment_bytes, 14, _I32)
+        segment_bytes = validate.integer("segment_bytes", segment_bytes, *_TOPIC_BOUNDS["segment.bytes"])
         index_interval_bytes = validate.integer("index_interval_bytes", index_interval_bytes, 1, _I32)
-        segment_ms = validate.optional_integer("segment_ms", segment_ms, 1)
-        retention_bytes = validate.optional_integer("retention_bytes", retention_bytes, 1)
-        retention_ms = validate.optional_integer("retention_ms", retention_ms, 0)
+        segment_ms = _bounded("segment_ms", segment_ms, "segment.ms")
+        retention_bytes = _bounded("retention_bytes", retention_bytes, "retention.bytes")
+        retention_ms = _bounded("retention_ms", retention_ms, "retention.ms")
         preallocate_budget_bytes = validate.optional_integer(
             "preallocate_budget_bytes", preallocate_budget_bytes
         )
@@ -89,7 +103,9 @@ class Log:
         if not isinstance(flush, str):
             flush = validate.integer("flush (a message count, or 'os' / 'always')", flush, 1)
         validate.text("timestamp_type", timestamp_type)
-        max_message_bytes = validate.integer("max_message_bytes", max_message_bytes, 61, _I32)
+        max_message_bytes = validate.integer(
+            "max_message_bytes", max_message_bytes, *_TOPIC_BOUNDS["max.message.bytes"]
+        )
         for name, flag in (("readonly", readonly), ("shared_writers", shared_writers), ("compact", compact)):
             validate.boolean(name, flag)
         self._compact = compact
@@ -221,14 +237,17 @@ class Log:
 
     @property
     def segments(self) -> list[SegmentInfo]:
+        """The segments, oldest first."""
         return [SegmentInfo(*s) for s in self._native.segments]
 
     @property
     def path(self) -> str:
+        """The partition directory."""
         return os.fspath(self._native.path)
 
     @property
     def closed(self) -> bool:
+        """True after close()."""
         return self._native.closed
 
     # -- maintenance -----------------------------------------------------------------------
@@ -298,3 +317,6 @@ def _values_error(values: object) -> InvalidTypeError:
         if not isinstance(v, bytes):
             return bytes_expected(f"values[{i}]", v)
     return InvalidTypeError("values must be a list of bytes")
+
+
+LOG_CONFIG.document(Log)

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 from kafkalite import validate
 from kafkalite._native import BATCH_FULL, RECORD_TOO_LARGE, BatchBuffer, Notifier, partitions_for_keys
+from kafkalite.client_config import PRODUCER_CONFIG
 from kafkalite.compaction import clean_if_dirty
 from kafkalite.datadir import NOTIFY_FILE, DataDir, is_compacted, log_options
 from kafkalite.errors import (
@@ -51,20 +52,8 @@ logger = logging.getLogger("kafkalite.producer")
 #: Records still unwritten then are named in a logged warning.
 EXIT_FLUSH_TIMEOUT = 30.0
 
-#: Producer config keys (kafka-python's names) and their defaults.
-DEFAULTS: dict[str, Any] = {
-    "acks": 1,
-    "batch_size": 16384,
-    "linger_ms": 0,
-    "compression_type": None,
-    "key_serializer": None,
-    "value_serializer": None,
-    "partitioner": None,
-    "max_request_size": 1048576,
-    "client_id": None,
-    "retention_check_interval_ms": 300_000,
-    "cleaner_check_interval_ms": 15_000,
-}
+#: Producer config keys (kafka-python's names) and their defaults (``PRODUCER_CONFIG``).
+DEFAULTS: dict[str, Any] = PRODUCER_CONFIG.defaults()
 
 
 _NULL_KEY = "topic {topic!r} is compacted (cleanup.policy=compact), so every record needs a key; got key=None"
@@ -106,20 +95,25 @@ class FutureRecordMetadata:
 
     @property
     def is_done(self) -> bool:
+        """True once the record was written or failed."""
         return self._batch.done.is_set()
 
     def succeeded(self) -> bool:
+        """True once the record was written."""
         return self.is_done and self._batch.error is None
 
     def failed(self) -> bool:
+        """True once writing the record failed (see ``exception``)."""
         return self.is_done and self._batch.error is not None
 
     @property
     def value(self) -> RecordMetadata | None:
+        """The RecordMetadata of a written record, else None."""
         return self._metadata() if self.succeeded() else None
 
     @property
     def exception(self) -> BaseException | None:
+        """The error of a failed record, else None."""
         return self._batch.error if self.is_done else None
 
     def _metadata(self) -> RecordMetadata:
@@ -652,12 +646,7 @@ class Producer:
     ``Admin.adopt_broker_dir``)."""
 
     def __init__(self, path: str | os.PathLike[str], **config: Any) -> None:
-        unknown = sorted(set(config) - set(DEFAULTS))
-        if unknown:
-            raise InvalidConfigError(
-                f"unknown producer config {unknown[0]!r}; supported: {', '.join(sorted(DEFAULTS))}"
-            )
-        self.config = _checked_config({**DEFAULTS, **config})
+        self.config = PRODUCER_CONFIG.resolve(config)
         data_dir = DataDir(
             validate.path("path", path), create=True
         )  # created by the first auto-created topic
@@ -865,6 +854,7 @@ class Producer:
         self._sender.close(timeout)
 
     def metrics(self) -> dict[str, Any]:
+        """kafka-python's ``metrics()``, for code that calls it: an empty dict (kafkalite keeps no client metrics)."""
         return {}
 
     def partitions_for(self, topic: str) -> set[int]:
@@ -880,29 +870,7 @@ class Producer:
         self.close()
 
 
-def _checked_config(config: dict[str, Any]) -> dict[str, Any]:
-    """Every producer setting checked up front (types, ranges, NaN), with what to pass instead."""
-    acks = config["acks"]
-    if isinstance(acks, bool) or acks not in (0, 1, -1, "all", "0", "1", "-1"):
-        raise InvalidConfigError(f"acks must be 0, 1 or 'all', not {acks!r}")
-    codec = config["compression_type"]
-    if codec is not None and not isinstance(codec, str):
-        raise InvalidTypeError(f"compression_type must be None or a str, not {type(codec).__name__}")
-    if (codec or "none") not in ("none", "zstd"):
-        raise InvalidConfigError(
-            f"compression_type must be None, 'none' or 'zstd' (kafkalite writes no {codec!r}), not {codec!r}"
-        )
-    for key in ("batch_size", "max_request_size"):
-        validate.integer(key, config[key], 1, validate.INT32_MAX)
-    validate.number("linger_ms", config["linger_ms"], 0, validate.INT32_MAX)
-    for key in ("retention_check_interval_ms", "cleaner_check_interval_ms"):
-        validate.number(key, config[key], 1, validate.INT64_MAX // 10**6)
-    for key in ("key_serializer", "value_serializer", "partitioner"):
-        if config[key] is not None and not callable(config[key]):
-            raise InvalidTypeError(f"{key} must be callable (or None), not {type(config[key]).__name__}")
-    if config["client_id"] is not None:
-        validate.text("client_id", config["client_id"])
-    return config
+PRODUCER_CONFIG.document(Producer)
 
 
 def _check_partition(t: _Topic, partition: Any) -> int:

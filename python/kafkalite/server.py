@@ -66,6 +66,7 @@ class Server:
 
     @property
     def running(self) -> bool:
+        """True while the server accepts connections."""
         return self._native is not None
 
     def __enter__(self) -> Self:

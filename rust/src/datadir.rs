@@ -15,13 +15,14 @@ use serde_json::{json, Map, Value};
 use crate::checkpoint::write_atomically;
 use crate::error::{Error, IoContext, Result};
 use crate::options::LogConfig;
-use crate::record::{Compression, TimestampType};
+use crate::record::Compression;
+use crate::topic_config;
 
 pub const METADATA_FILE: &str = ".kafkalite-topics.json";
 pub const LOCK_FILE: &str = ".kafkalite-admin.lock";
 pub const NOTIFY_FILE: &str = ".kafkalite-notify";
-/// The most partitions a topic may have (datadir.py's MAX_PARTITIONS).
-pub const MAX_PARTITIONS: i32 = 100_000;
+/// The most partitions a topic may have (`topic_config::MAX_PARTITIONS`).
+pub const MAX_PARTITIONS: i32 = topic_config::MAX_PARTITIONS as i32;
 
 /// One topic as the metadata file describes it. `discovered` topics come from the folder
 /// names of a directory without metadata (a Kafka broker's): read-only.
@@ -82,6 +83,20 @@ impl DataDir {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => self.discovered(),
             Err(e) => Err(Error::io(format!("cannot read {}", meta.display()), e)),
         }
+    }
+
+    /// The data directory's own config (broker names, as `kafkalite config` sets them; no
+    /// defaults filled in): empty without metadata.
+    pub fn dir_config(&self) -> Result<Map<String, Value>> {
+        let meta = self.metadata_path();
+        let data: Value = match std::fs::read(&meta) {
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(format!("{}: {e}", meta.display())))?
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Map::new()),
+            Err(e) => return Err(Error::io(format!("cannot read {}", meta.display()), e)),
+        };
+        Ok(data.get("config").and_then(Value::as_object).cloned().unwrap_or_default())
     }
 
     fn discovered(&self) -> Result<BTreeMap<String, TopicMeta>> {
@@ -191,125 +206,28 @@ fn parse_topics(bytes: &[u8]) -> std::result::Result<BTreeMap<String, TopicMeta>
     Ok(out)
 }
 
-/// Kafka's topic-level defaults for the keys kafkalite implements (datadir.py's TOPIC_DEFAULTS).
-fn default_config(key: &str) -> Option<Value> {
-    Some(match key {
-        "cleanup.policy" => json!("delete"),
-        "compression.type" => json!("producer"),
-        "delete.retention.ms" => json!(86_400_000),
-        "max.message.bytes" => json!(1_048_588),
-        "message.timestamp.type" => json!("CreateTime"),
-        "min.cleanable.dirty.ratio" => json!(0.5),
-        "min.compaction.lag.ms" => json!(0),
-        "retention.bytes" => json!(-1),
-        "retention.ms" => json!(604_800_000),
-        "segment.bytes" => json!(1_073_741_824),
-        "segment.ms" => json!(604_800_000),
-        _ => return None,
-    })
-}
-
-fn int(key: &str, value: &str, min: i64, max: i64) -> Result<Value> {
-    let n: i64 = value.trim().parse().map_err(|_| Error::config(format!("{key} must be an integer, not {value:?}")))?;
-    if n < min {
-        return Err(Error::config(format!("{key} must be >= {min}, got {n}")));
-    }
-    if n > max {
-        return Err(Error::config(format!("{key} must be at most {max}, got {n}")));
-    }
-    Ok(json!(n))
-}
-
-/// datadir.py's `validate_config` for config strings from the wire: normalised values.
+/// Config strings from the wire (CreateTopics), checked against `topic_config::TOPIC_CONFIGS`:
+/// normalised values, as `Admin.create_topic` stores them.
 pub fn validate_config(config: &BTreeMap<String, String>) -> Result<Map<String, Value>> {
-    let mut out = Map::new();
-    for (key, value) in config {
-        let checked = match key.as_str() {
-            "retention.ms" | "retention.bytes" => int(key, value, -1, i64::MAX)?,
-            "segment.bytes" | "max.message.bytes" => {
-                int(key, value, if key == "segment.bytes" { 14 } else { 61 }, i32::MAX as i64)?
-            }
-            "segment.ms" => int(key, value, 1, i64::MAX)?,
-            "delete.retention.ms" | "min.compaction.lag.ms" => int(key, value, 0, i64::MAX)?,
-            "compression.type" => match value.as_str() {
-                "producer" | "none" | "uncompressed" | "zstd" => json!(value),
-                "gzip" | "snappy" | "lz4" => {
-                    return Err(Error::config(format!(
-                        "compression.type {value:?} is read but not written by kafkalite; use 'zstd', 'none' or 'producer'"
-                    )))
-                }
-                _ => return Err(Error::config(format!("compression.type must be one of producer, none, uncompressed, zstd; got {value:?}"))),
-            },
-            "message.timestamp.type" => match value.as_str() {
-                "CreateTime" | "LogAppendTime" => json!(value),
-                _ => return Err(Error::config(format!("message.timestamp.type must be CreateTime or LogAppendTime; got {value:?}"))),
-            },
-            "cleanup.policy" => {
-                let mut parts: Vec<&str> = value.split(',').map(str::trim).collect();
-                parts.sort_unstable();
-                parts.dedup();
-                if parts.iter().any(|p| *p != "compact" && *p != "delete") {
-                    return Err(Error::config(format!(
-                        "cleanup.policy must be 'delete', 'compact' or 'compact,delete'; got {value:?}"
-                    )));
-                }
-                json!(parts.join(","))
-            }
-            "min.cleanable.dirty.ratio" => match value.trim().parse::<f64>() {
-                Ok(r) if (0.0..=1.0).contains(&r) => json!(r),
-                _ => return Err(Error::config(format!("{key} must be a number between 0 and 1, not {value:?}"))),
-            },
-            _ => {
-                return Err(Error::config(format!(
-                    "unknown topic config {key:?}; kafkalite supports: cleanup.policy, compression.type, delete.retention.ms, max.message.bytes, message.timestamp.type, min.cleanable.dirty.ratio, min.compaction.lag.ms, retention.bytes, retention.ms, segment.bytes, segment.ms"
-                )))
-            }
-        };
-        out.insert(key.clone(), checked);
-    }
-    Ok(out)
+    let config: Map<String, Value> = config.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+    topic_config::validate_topic_config(&config)
 }
 
 /// A topic config value with its default, as a string (how Kafka's configs travel).
-pub fn config_value(config: &Map<String, Value>, key: &str) -> Option<String> {
-    let v = config.get(key).cloned().or_else(|| default_config(key))?;
+pub fn config_value(dir_config: &Map<String, Value>, config: &Map<String, Value>, key: &str) -> Option<String> {
+    let v = topic_config::effective_config(dir_config, config).remove(key)?;
     Some(match v {
         Value::String(s) => s,
         other => other.to_string(),
     })
 }
 
-fn config_i64(config: &Map<String, Value>, key: &str) -> i64 {
-    config_value(config, key).and_then(|v| v.parse::<f64>().ok()).map(|f| f as i64).unwrap_or(-1)
-}
-
-/// The `LogConfig` a topic's partitions are opened with (datadir.py's `log_options`).
-pub fn log_config(meta: &TopicMeta) -> LogConfig {
-    let c = &meta.config;
-    let policy = config_value(c, "cleanup.policy").unwrap_or_default();
-    let deletes = policy.split(',').any(|p| p == "delete");
-    let retention_ms = if deletes { config_i64(c, "retention.ms") } else { -1 };
-    let retention_bytes = if deletes { config_i64(c, "retention.bytes") } else { -1 };
-    LogConfig {
-        segment_bytes: config_i64(c, "segment.bytes") as u64,
-        segment_ms: Some(config_i64(c, "segment.ms")),
-        retention_ms: (retention_ms >= 0).then_some(retention_ms),
-        retention_bytes: (retention_bytes >= 0).then_some(retention_bytes as u64),
-        max_message_bytes: config_i64(c, "max.message.bytes") as usize,
-        timestamp_type: if config_value(c, "message.timestamp.type").as_deref() == Some("LogAppendTime") {
-            TimestampType::LogAppendTime
-        } else {
-            TimestampType::CreateTime
-        },
-        compression: if config_value(c, "compression.type").as_deref() == Some("zstd") {
-            Compression::Zstd
-        } else {
-            Compression::None
-        },
-        compact: policy.split(',').any(|p| p == "compact"),
-        readonly: meta.discovered,
-        ..LogConfig::default()
-    }
+/// The `LogConfig` a topic's partitions are opened with by a writer that does not compress
+/// itself (`topic_config::resolve`, the resolution Python's clients use too).
+pub fn log_config(dir_config: &Map<String, Value>, meta: &TopicMeta) -> Result<LogConfig> {
+    let mut config = topic_config::resolve(dir_config, &meta.config, Compression::None)?;
+    config.readonly = meta.discovered;
+    Ok(config)
 }
 
 #[cfg(test)]
@@ -330,6 +248,6 @@ mod tests {
         assert!(!dd.create_topic("events", 1, &BTreeMap::new()).unwrap());
         assert!(dd.create_topic("bad/name", 1, &BTreeMap::new()).is_err());
         assert!(dd.create_topic("events_x", 0, &BTreeMap::new()).is_err());
-        assert_eq!(log_config(&topics["events"]).retention_ms, Some(1000));
+        assert_eq!(log_config(&dd.dir_config().unwrap(), &topics["events"]).unwrap().retention_ms, Some(1000));
     }
 }

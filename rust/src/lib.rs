@@ -60,6 +60,7 @@ pub mod segment;
 pub mod server;
 pub mod sigbus;
 pub mod spark;
+pub mod topic_config;
 pub mod txn;
 
 #[cfg(feature = "python")]

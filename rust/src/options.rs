@@ -15,10 +15,33 @@ pub enum FlushPolicy {
     EveryMessages(u64),
 }
 
-/// Configuration of a partition log.
+impl FlushPolicy {
+    /// `"os"`, `"always"`, or a message count given as text.
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "os" => Ok(FlushPolicy::Os),
+            "always" => Ok(FlushPolicy::Always),
+            other => match other.trim().parse::<u64>() {
+                Ok(n) if n >= 1 => Ok(FlushPolicy::EveryMessages(n)),
+                _ => Err(Error::config(format!("flush must be \"os\", \"always\" or a message count, not {other:?}"))),
+            },
+        }
+    }
+
+    /// Flush after every `n` messages; `n` must be at least 1.
+    pub fn every(n: i64) -> Result<Self> {
+        match u64::try_from(n) {
+            Ok(n) if n >= 1 => Ok(FlushPolicy::EveryMessages(n)),
+            _ => Err(Error::config("flush must be \"os\", \"always\" or a positive message count")),
+        }
+    }
+}
+
+/// Configuration of a partition log. The topic-level settings' names, defaults and bounds are
+/// defined once in `topic_config::TOPIC_CONFIGS`; `topic_config::resolve` builds this from them.
 #[derive(Clone, Debug)]
 pub struct LogConfig {
-    /// `segment.bytes`: roll when a segment would exceed this size (default 1 GiB).
+    /// `segment.bytes`: roll when a segment would exceed this size.
     pub segment_bytes: u64,
     /// `index.interval.bytes`: bytes between offset-index entries (default 4096).
     pub index_interval_bytes: u64,
@@ -26,14 +49,15 @@ pub struct LogConfig {
     pub segment_ms: Option<i64>,
     /// `retention.bytes`: delete oldest segments past this total size (default none).
     pub retention_bytes: Option<u64>,
-    /// `retention.ms`: delete segments whose newest record is older (default none).
+    /// `retention.ms`: delete segments whose newest record is older (None: no limit; the
+    /// topic config's -1).
     pub retention_ms: Option<i64>,
     /// `compression.type` for batches this log builds.
     pub compression: Compression,
     pub flush: FlushPolicy,
     /// `message.timestamp.type`.
     pub timestamp_type: TimestampType,
-    /// `max.message.bytes`: the largest batch accepted (default 1048588).
+    /// `max.message.bytes`: the largest batch accepted.
     pub max_message_bytes: usize,
     /// `segment.index.bytes`: the size of a full index (default 10 MiB).
     pub max_index_bytes: usize,
@@ -55,7 +79,7 @@ pub struct LogConfig {
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
-            segment_bytes: 1 << 30,
+            segment_bytes: crate::topic_config::SEGMENT_BYTES as u64,
             index_interval_bytes: 4096,
             segment_ms: None,
             retention_bytes: None,
@@ -63,7 +87,7 @@ impl Default for LogConfig {
             compression: Compression::None,
             flush: FlushPolicy::Os,
             timestamp_type: TimestampType::CreateTime,
-            max_message_bytes: 1_048_588,
+            max_message_bytes: crate::topic_config::MAX_MESSAGE_BYTES as usize,
             max_index_bytes: 10 * 1024 * 1024,
             lock_timeout: Some(std::time::Duration::from_secs(60)),
             readonly: false,

@@ -72,19 +72,9 @@ impl PyLog {
 
 fn parse_flush(flush: &Bound<'_, PyAny>) -> PyResult<FlushPolicy> {
     if let Ok(s) = flush.cast::<PyString>() {
-        return match s.to_str()? {
-            "os" => Ok(FlushPolicy::Os),
-            "always" => Ok(FlushPolicy::Always),
-            other => {
-                Err(crate::Error::config(format!("flush must be \"os\", \"always\" or a message count, not {other:?}"))
-                    .into())
-            }
-        };
+        return Ok(FlushPolicy::parse(s.to_str()?)?);
     }
-    match flush.extract::<i64>() {
-        Ok(n) if n >= 1 => Ok(FlushPolicy::EveryMessages(n as u64)),
-        _ => Err(crate::Error::config("flush must be \"os\", \"always\" or a positive message count").into()),
-    }
+    Ok(FlushPolicy::every(flush.extract::<i64>().unwrap_or(0))?)
 }
 
 impl PyLog {
@@ -210,23 +200,20 @@ impl PyLog {
             segment_bytes: positive("segment_bytes", segment_bytes)?,
             index_interval_bytes: positive("index_interval_bytes", index_interval_bytes)?,
             segment_ms,
-            retention_bytes: retention_bytes.map(|v| positive("retention_bytes", v)).transpose()?,
+            // 0 is a valid limit (retention.bytes=0 keeps only the active segment, as in Kafka).
+            retention_bytes: retention_bytes
+                .map(|v| {
+                    u64::try_from(v)
+                        .map_err(|_| crate::Error::config(format!("retention_bytes must be >= 0 (or None), got {v}")))
+                })
+                .transpose()?,
             retention_ms,
             compression: Compression::parse_for_writing(compression)?,
             flush: match &flush {
                 Some(f) if !f.is_none() => parse_flush(f)?,
                 _ => FlushPolicy::Os,
             },
-            timestamp_type: match timestamp_type {
-                "create" | "CreateTime" => TimestampType::CreateTime,
-                "log_append" | "LogAppendTime" => TimestampType::LogAppendTime,
-                other => {
-                    return Err(crate::Error::config(format!(
-                        "timestamp_type must be \"create\" or \"log_append\", not {other:?}"
-                    ))
-                    .into())
-                }
-            },
+            timestamp_type: TimestampType::parse(timestamp_type)?,
             max_message_bytes: positive("max_message_bytes", max_message_bytes)? as usize,
             readonly,
             shared_writers,

@@ -11,6 +11,7 @@ mod offsets;
 mod producer;
 mod record;
 mod server;
+mod topic_config;
 
 use pyo3::prelude::*;
 
@@ -36,6 +37,13 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(failpoint_names, m)?)?;
     offsets::register(m)?;
     m.add_function(wrap_pyfunction!(inspect::inspect_segment, m)?)?;
+    m.add_function(wrap_pyfunction!(topic_config::topic_config_defs, m)?)?;
+    m.add_function(wrap_pyfunction!(topic_config::dir_config_defs, m)?)?;
+    m.add_function(wrap_pyfunction!(topic_config::validate_topic_config, m)?)?;
+    m.add_function(wrap_pyfunction!(topic_config::validate_dir_config, m)?)?;
+    m.add_function(wrap_pyfunction!(topic_config::effective_topic_config, m)?)?;
+    m.add_function(wrap_pyfunction!(topic_config::topic_log_options, m)?)?;
+    m.add("MAX_PARTITIONS", crate::topic_config::MAX_PARTITIONS)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

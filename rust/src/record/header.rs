@@ -34,6 +34,20 @@ pub enum TimestampType {
     LogAppendTime,
 }
 
+impl TimestampType {
+    /// `message.timestamp.type` by Kafka's name (`CreateTime`, `LogAppendTime`) or `Log`'s
+    /// (`create`, `log_append`).
+    pub fn parse(name: &str) -> crate::error::Result<Self> {
+        match name {
+            "create" | "CreateTime" => Ok(TimestampType::CreateTime),
+            "log_append" | "LogAppendTime" => Ok(TimestampType::LogAppendTime),
+            other => Err(crate::error::Error::config(format!(
+                "timestamp_type must be \"create\" or \"log_append\" (Kafka's CreateTime / LogAppendTime), not {other:?}"
+            ))),
+        }
+    }
+}
+
 /// A parsed batch header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchHeader {

@@ -109,7 +109,8 @@ impl Broker {
         if partition < 0 || partition >= meta.partitions {
             return Ok(None);
         }
-        let mut config = log_config(meta);
+        // The data directory's defaults count as they do for Python's clients (one resolution).
+        let mut config = log_config(&self.dir.dir_config()?, meta)?;
         // Embedded producers in other processes append to the same partitions.
         config.shared_writers = !config.readonly;
         if topic == OFFSETS_TOPIC {
