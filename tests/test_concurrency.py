@@ -79,7 +79,7 @@ def snapshot(directory: str) -> dict[str, tuple[int, float, str]]:
 
 def test_readonly_never_writes(part_dir):
     with Log(part_dir, segment_bytes=4096) as log:
-        for i in range(40):
+        for _ in range(40):
             log.append_values([b"r" * 200] * 5)
     # An unclean-looking directory: no clean-shutdown marker. A writer would recover; a
     # reader must not touch anything.

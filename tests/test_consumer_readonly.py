@@ -118,7 +118,7 @@ def test_a_read_only_data_directory_is_consumed_by_polling(tmp_path):
         with Producer(data) as producer:
             for i in range(5):
                 producer.send("t", value=b"v%d" % i)
-        for dirpath, dirnames, filenames in os.walk(data):
+        for dirpath, _dirnames, filenames in os.walk(data):
             os.chmod(dirpath, 0o555)
             for name in filenames:
                 os.chmod(os.path.join(dirpath, name), 0o444)

@@ -173,7 +173,7 @@ def test_a_member_evicted_after_a_stall_stops_reading_its_old_partitions(tmp_pat
         spans = sorted(
             [(s, e, "stalling") for s, e in stalled_spans[tp]] + [(s, e, "other") for s, e in other_spans[tp]]
         )
-        for (s1, e1, m1), (s2, e2, m2) in itertools.pairwise(spans):
+        for (_s1, e1, m1), (s2, _e2, m2) in itertools.pairwise(spans):
             assert e1 <= s2, f"{tp}: {m1} and {m2} owned it at once"
         for t, read_tp in stalled_reads:
             if read_tp == tp:

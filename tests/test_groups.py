@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -127,7 +128,7 @@ def test_three_members_kill_join_and_leave(tmp_path, strategy):
             intervals[tp].append((start, end or 2**63, name))
     for tp, spans in intervals.items():
         spans.sort()
-        for (s1, e1, m1), (s2, e2, m2) in zip(spans, spans[1:]):
+        for (_s1, e1, m1), (s2, _e2, m2) in itertools.pairwise(spans):
             assert e1 <= s2, f"{tp}: {m1} and {m2} owned it at once"
     # Every record processed at least once; duplicates only after the dead member's last commit.
     for p in range(6):

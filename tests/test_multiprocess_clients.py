@@ -77,9 +77,10 @@ def test_a_waiting_consumer_wakes_for_a_new_record(tmp_path):
 
 def test_cli_produce_pipes_into_consume(tmp_path):
     env = {**os.environ, "KAFKALITE_DATA_DIR": str(tmp_path / "data")}
-    run = lambda *args, **kw: subprocess.run(
-        [sys.executable, "-m", "kafkalite", *args], env=env, capture_output=True, **kw
-    )
+
+    def run(*args, **kw):
+        return subprocess.run([sys.executable, "-m", "kafkalite", *args], env=env, capture_output=True, **kw)
+
     assert run("topics", "create", "lines", "--partitions", "1").returncode == 0
     text = "".join(f"key{i}\tline {i}\n" for i in range(1000)).encode()
     produced = run("produce", "lines", "--key-separator", "\t", input=text)

@@ -58,7 +58,7 @@ def test_damaged_tail_recovers_to_a_prefix(tmp_path_factory, batches, hurt):
         try:
             log = Log(path)
         except KafkaliteError as e:  # a typed error is acceptable; a crash is not
-            raise AssertionError(f"recovery refused a damaged tail: {e}")
+            raise AssertionError(f"recovery refused a damaged tail: {e}") from e
     recovered = list(log.records())
     got = [r.value for r in recovered]
     assert got == written[: len(got)], "recovered records must be a prefix of what was written"

@@ -52,7 +52,7 @@ def test_a_killed_writer_loses_only_unacknowledged_records(part_dir):
     rng = random.Random(5)
     survivors = [spawn(part_dir, wid, 40_000) for wid in (1, 2)]
     acknowledged = -1
-    for round_ in range(5):
+    for _round in range(5):
         victim = spawn(part_dir, 0, 10**9, report=True)
         time.sleep(rng.uniform(0.05, 0.3))
         victim.send_signal(signal.SIGKILL)
@@ -69,5 +69,5 @@ def test_a_killed_writer_loses_only_unacknowledged_records(part_dir):
     # The victim restarted from seq 0 each round; every round's acknowledged prefix is there.
     victim_seqs = seqs.get(0, [])
     assert acknowledged < 0 or max(victim_seqs) >= acknowledged
-    assert len(values) == len(set(zip(range(len(values)), values)))
+    assert len(values) == len(set(enumerate(values)))
     assert kafka_python_records(part_dir)[-1][3] == values[-1]

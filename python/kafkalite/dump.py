@@ -5,6 +5,7 @@ a sanity check of each segment's `.index` and `.timeindex`."""
 from __future__ import annotations
 
 import glob
+import itertools
 import os
 import struct
 from collections.abc import Iterator
@@ -86,7 +87,7 @@ def _check_indexes(log_path: str, base_offset: int, ends: dict[int, int], out: T
             )
             break
     stamps = [struct.unpack_from(">qi", times, i) for i in range(0, len(times) - len(times) % 12, 12)]
-    if any(b[0] <= a[0] for a, b in zip(stamps, stamps[1:]) if b != (0, 0)):
+    if any(b[0] <= a[0] for a, b in itertools.pairwise(stamps) if b != (0, 0)):
         problems += 1
         print(f"  PROBLEM: {time_path} timestamps do not increase", file=out)
     print(

@@ -789,7 +789,7 @@ class Producer:
             groups[partition] = (values, keys)
         else:
             numbers = partitions_for_keys([k if k is not None else b"" for k in keys], len(t.partitions))
-            for v, k, n in zip(values, keys, numbers):
+            for v, k, n in zip(values, keys, numbers, strict=True):
                 g = groups.setdefault(n, ([], []))
                 g[0].append(v)
                 g[1].append(k)  # type: ignore[union-attr]
@@ -803,7 +803,9 @@ class Producer:
                 if kss is None:
                     out[n] = log.append_values(vals, ts)
                 else:
-                    out[n] = log.append([Record(v, key=k, timestamp=ts) for v, k in zip(vals, kss)])
+                    out[n] = log.append(
+                        [Record(v, key=k, timestamp=ts) for v, k in zip(vals, kss, strict=True)]
+                    )
         sender.notify()
         return out
 
