@@ -137,11 +137,11 @@ PRODUCER = textwrap.dedent(
 )
 
 
-def test_producers_racing_to_create_the_same_topic_create_it_once(tmp_path):
+def test_producers_racing_to_create_the_same_topic_create_it_once(tmp_path, spawn):
     """Several processes send to the same missing topic at once: one topic, every record in it."""
     data_dir = str(tmp_path / "data")
     Admin(data_dir).init(config={"num.partitions": 3})
-    procs = [subprocess.Popen([sys.executable, "-c", PRODUCER, data_dir, str(n)]) for n in range(4)]
+    procs = [spawn.code(PRODUCER, data_dir, n) for n in range(4)]
     for proc in procs:
         assert proc.wait(timeout=60) == 0
     assert Admin(data_dir).list_topics() == ["race"]

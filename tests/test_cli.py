@@ -61,21 +61,24 @@ def test_internal_topics_hidden_unless_asked(data):
     assert "Topic: t" in described and "__consumer_offsets" not in described
 
 
-def test_consume_without_from_beginning_waits_for_new_records(data):
+def test_consume_without_from_beginning_waits_for_new_records(data, spawn):
     with Producer(data) as producer:
         producer.send("t", b"old", partition=0).get(5)
-    consumer = subprocess.Popen(
-        [sys.executable, "-m", "kafkalite", "--data-dir", data, "consume", "t", "--timeout-ms", "3000"],
+    consumer = spawn.module(
+        "kafkalite",
+        "--data-dir",
+        data,
+        "consume",
+        "t",
+        "--timeout-ms",
+        "3000",
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    try:
-        time.sleep(1.5)  # the consumer has started at the end and is waiting
-        with Producer(data) as producer:
-            producer.send("t", b"new", partition=1).get(5)
-        out, err = consumer.communicate(timeout=30)
-    finally:
-        consumer.kill()
+    time.sleep(1.5)  # the consumer has started at the end and is waiting
+    with Producer(data) as producer:
+        producer.send("t", b"new", partition=1).get(5)
+    out, err = consumer.communicate(timeout=30)
     assert out == b"new\n", err
     assert consumer.returncode == 0
     assert b"Processed a total of 1 messages" in err
@@ -126,23 +129,24 @@ def test_demo_cleans_up_and_never_writes_the_users_data_dir(tmp_path):
     assert len(left) == 1 and str(left[0]) in kept.stdout.decode().replace("\n", "")
 
 
-def test_ctrl_c_in_produce_stops_cleanly_and_counts(data):
+def test_ctrl_c_in_produce_stops_cleanly_and_counts(data, spawn):
     import signal
 
-    producer = subprocess.Popen(
-        [sys.executable, "-m", "kafkalite", "--data-dir", data, "produce", "t"],
+    producer = spawn.module(
+        "kafkalite",
+        "--data-dir",
+        data,
+        "produce",
+        "t",
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    try:
-        producer.stdin.write(b"one\ntwo\nthree\n")
-        producer.stdin.flush()
-        time.sleep(2.0)  # the lines are read; stdin stays open, as a user typing would leave it
-        producer.send_signal(signal.SIGINT)
-        out, err = producer.communicate(timeout=30)
-    finally:
-        producer.kill()
+    producer.stdin.write(b"one\ntwo\nthree\n")
+    producer.stdin.flush()
+    time.sleep(2.0)  # the lines are read; stdin stays open, as a user typing would leave it
+    producer.send_signal(signal.SIGINT)
+    out, err = producer.communicate(timeout=30)
     assert producer.returncode == 130, err
     assert b"Traceback" not in err
     assert b"Produced 3 records to t." in err

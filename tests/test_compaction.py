@@ -8,7 +8,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -193,7 +192,7 @@ def test_interrupted_swap_is_finished_at_open(tmp_path):
     assert read_all(reopened) == expected
 
 
-def test_kill_during_cleaning_loses_nothing(tmp_path):
+def test_kill_during_cleaning_loses_nothing(tmp_path, spawn):
     """SIGKILL a process while it cleans a big compacted log, many times; every reopen must
     give every key its latest value, with the offsets it was written at."""
     path = str(tmp_path / "kv-0")
@@ -214,7 +213,7 @@ def test_kill_during_cleaning_loses_nothing(tmp_path):
         "    log.clean(0, now_ms=int(time.time() * 1000) + 10**9)\n"
     )
     for attempt in range(12):
-        proc = subprocess.Popen([sys.executable, "-c", script, path], stdout=subprocess.PIPE)
+        proc = spawn.code(script, path, stdout=subprocess.PIPE)
         assert proc.stdout.readline() == b"open\n"
         time.sleep(0.005 + 0.02 * attempt)
         proc.send_signal(signal.SIGKILL)

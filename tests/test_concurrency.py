@@ -6,12 +6,11 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-import sys
 import threading
 import time
 
-from crash_writer import value_for
 from kafkalite import Log, Record
+from procs.crash_writer import value_for
 
 HERE = os.path.dirname(__file__)
 
@@ -28,12 +27,10 @@ def follow(log: Log, total: int, deadline: float) -> list[int]:
     return seen
 
 
-def test_reader_in_this_process_follows_a_writer_process(part_dir):
+def test_reader_in_this_process_follows_a_writer_process(part_dir, spawn):
     total = 20_000
     Log(part_dir, segment_bytes=32 * 1024).close()
-    writer = subprocess.Popen(
-        [sys.executable, os.path.join(HERE, "tail_writer.py"), part_dir, str(total)], cwd=HERE
-    )
+    writer = spawn("tail_writer.py", part_dir, total)
     try:
         reader = Log(part_dir, readonly=True)
         seen = follow(reader, total, time.monotonic() + 120)

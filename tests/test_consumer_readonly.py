@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -107,7 +106,7 @@ print("done", flush=True)
 """
 
 
-def test_a_read_only_data_directory_is_consumed_by_polling(tmp_path):
+def test_a_read_only_data_directory_is_consumed_by_polling(tmp_path, spawn):
     if os.geteuid() != 0:
         pytest.skip("needs root to run the consumer as another user (nobody)")
     base = tempfile.mkdtemp(dir="/tmp", prefix="kafkalite-ro-")  # traversable by nobody
@@ -123,9 +122,7 @@ def test_a_read_only_data_directory_is_consumed_by_polling(tmp_path):
             for name in filenames:
                 os.chmod(os.path.join(dirpath, name), 0o444)
         top = sorted(os.listdir(data))
-        proc = subprocess.Popen(
-            [sys.executable, "-c", READ_ONLY_CONSUMER, data, "10"], stdout=subprocess.PIPE, text=True
-        )
+        proc = spawn.code(READ_ONLY_CONSUMER, data, 10, stdout=subprocess.PIPE, text=True)
         try:
             assert proc.stdout.readline().split() == ["refused", "ReadOnlyDataDirError", "True"]
             assert proc.stdout.readline().split() == ["polling", "True"]

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import subprocess
-import sys
 import threading
 import time
 from collections import defaultdict
@@ -106,7 +104,7 @@ def ownership(path: str) -> tuple[dict[str, list[tuple[int, int]]], list[tuple[i
     return spans, reads
 
 
-def test_a_member_evicted_after_a_stall_stops_reading_its_old_partitions(tmp_path):
+def test_a_member_evicted_after_a_stall_stops_reading_its_old_partitions(tmp_path, spawn):
     data = str(tmp_path / "data")
     Admin(data).create_topic("t", 2)
     stop_producing = threading.Event()
@@ -127,18 +125,7 @@ def test_a_member_evicted_after_a_stall_stops_reading_its_old_partitions(tmp_pat
     try:
         for name, log_file in logs.items():
             max_poll = "1000" if name == "stalling" else "60000"
-            procs[name] = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-c",
-                    MEMBER,
-                    data,
-                    log_file,
-                    str(tmp_path / f"{name}.stall"),
-                    stop,
-                    max_poll,
-                ]
-            )
+            procs[name] = spawn.code(MEMBER, data, log_file, tmp_path / f"{name}.stall", stop, max_poll)
             _wait_for(log_file, "ASSIGN")
         time.sleep(0.5)  # both members own a partition and read it
         open(str(tmp_path / "stalling.stall"), "w").close()

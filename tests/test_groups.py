@@ -6,7 +6,6 @@ import itertools
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import defaultdict
@@ -24,13 +23,10 @@ from kafkalite.offsets import (
     offsets_partition,
 )
 
-HERE = os.path.dirname(__file__)
 
-
-def start_member(data_dir: str, log_file: str, strategy: str) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [sys.executable, os.path.join(HERE, "group_member_proc.py"), data_dir, log_file, "g", strategy],
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+def start_member(spawn, data_dir: str, log_file: str, strategy: str) -> subprocess.Popen:
+    proc = spawn(
+        "group_member_proc.py", data_dir, log_file, "g", strategy, env={**os.environ, "PYTHONUNBUFFERED": "1"}
     )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -49,7 +45,7 @@ def parse(log_file: str):
 
 
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
-def test_three_members_kill_join_and_leave(tmp_path, strategy):
+def test_three_members_kill_join_and_leave(tmp_path, strategy, spawn):
     data = str(tmp_path / "data")
     Admin(data).create_topic("t", 6)
     produced = threading.Event()
@@ -69,13 +65,13 @@ def test_three_members_kill_join_and_leave(tmp_path, strategy):
 
     threading.Thread(target=produce, daemon=True).start()
     logs = {name: str(tmp_path / f"{name}.log") for name in "ABCD"}
-    procs = {name: start_member(data, logs[name], strategy) for name in "ABC"}
+    procs = {name: start_member(spawn, data, logs[name], strategy) for name in "ABC"}
     time.sleep(1.0)
     procs["B"].send_signal(signal.SIGKILL)
     procs["B"].wait()
     killed_at = time.monotonic_ns()
     time.sleep(0.5)
-    procs["D"] = start_member(data, logs["D"], strategy)
+    procs["D"] = start_member(spawn, data, logs["D"], strategy)
     time.sleep(1.0)
     procs["A"].send_signal(signal.SIGTERM)
     assert procs["A"].wait(timeout=30) == 0
@@ -305,7 +301,7 @@ def test_groups_command_line(tmp_path, capsys):
     assert run("describe", "g") == 1
 
 
-def test_a_stopped_member_is_evicted_after_session_timeout(tmp_path):
+def test_a_stopped_member_is_evicted_after_session_timeout(tmp_path, spawn):
     """SIGSTOP: alive (its flock held) but silent; the others take over after session_timeout_ms."""
     data = str(tmp_path / "data")
     Admin(data).create_topic("t", 2)
@@ -315,7 +311,7 @@ def test_a_stopped_member_is_evicted_after_session_timeout(tmp_path):
         "c.poll(0)\nprint('joined', flush=True)\n"
         "while True:\n    c.poll(50)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code, data], stdout=subprocess.PIPE)
+    proc = spawn.code(code, data, stdout=subprocess.PIPE)
     assert proc.stdout.readline() == b"joined\n"
     other = Consumer(data, "t", group_id="g", session_timeout_ms=1000, heartbeat_interval_ms=100)
     deadline = time.monotonic() + 10
