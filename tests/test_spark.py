@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.spark  # starts a local Spark session: -m 'not spark' leaves it out
+
 pyspark = pytest.importorskip("pyspark")
 #: Admission control (maxOffsetsPerTrigger, minOffsetsPerTrigger, AvailableNow limits) came in 4.2.
 ADMISSION_CONTROL = tuple(int(x) for x in pyspark.__version__.split(".")[:2]) >= (4, 2)

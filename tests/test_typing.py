@@ -16,6 +16,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=HERE)
 
 
+@pytest.mark.slow
 def test_stubs_match_the_native_module():
     pytest.importorskip("mypy")
     result = run(
@@ -24,6 +25,7 @@ def test_stubs_match_the_native_module():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow  # mypy over the package: make lint runs it too
 def test_package_type_checks():
     pytest.importorskip("mypy")
     import kafkalite

@@ -53,6 +53,11 @@ class Log:
     append is durable before it returns) or a message count. ``readonly=True`` never writes
     and follows a writer in another process. ``shared_writers=True`` lets several processes
     append to the partition, each holding the partition lock only while it appends a batch.
+
+    Thread safety: a ``Log`` is thread-safe; threads may append and read through one instance
+    (its calls are serialized by a mutex inside, with the GIL released while the engine works,
+    so other Python threads run meanwhile).
+    Records and views it returned stay valid after further appends.
     """
 
     def __init__(

@@ -607,6 +607,10 @@ class Producer:
     fails (``RecordTooLargeError``). A producer not closed is flushed at interpreter exit and
     when garbage collected, waiting at most ``EXIT_FLUSH_TIMEOUT`` seconds.
 
+    Thread safety: as kafka-python's ``KafkaProducer``, a producer is thread-safe; several
+    threads may send through one instance (sharing it is cheaper than one per thread). Each
+    thread's records to one partition keep that thread's order.
+
     The first ``send``/``send_batch``/``partitions_for`` of a topic that does not exist creates
     it (and a missing data directory) with the data directory's ``num.partitions``, unless its
     ``auto.create.topics.enable`` is false (``Admin.alter_data_dir_config``), as a Kafka broker
