@@ -137,6 +137,7 @@ PRODUCER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_producers_racing_to_create_the_same_topic_create_it_once(tmp_path, spawn):
     """Several processes send to the same missing topic at once: one topic, every record in it."""
     data_dir = str(tmp_path / "data")
@@ -149,6 +150,7 @@ def test_producers_racing_to_create_the_same_topic_create_it_once(tmp_path, spaw
     assert sorted(values) == sorted(b"%d-%d" % (n, i) for n in range(4) for i in range(50))
 
 
+@pytest.mark.slow
 def test_kafkalite_produce_creates_the_topic_and_config_sets_the_defaults(tmp_path):
     data_dir = str(tmp_path / "data")
     env = {**os.environ, "KAFKALITE_DATA_DIR": data_dir}
@@ -183,6 +185,7 @@ def test_kafkalite_produce_creates_the_topic_and_config_sets_the_defaults(tmp_pa
 # -- the Spark sink's commit (plain Python, no Spark) ---------------------------------------
 
 
+@pytest.mark.slow
 def test_the_spark_sink_creates_missing_topics_at_commit(tmp_path):
     pa = pytest.importorskip("pyarrow")
     from kafkalite.spark import sink

@@ -34,6 +34,7 @@ def test_version():
     assert done.returncode == 0 and done.stdout.decode().strip() == f"kafkalite {__version__}"
 
 
+@pytest.mark.slow
 def test_data_dir_before_or_after_the_subcommand(data):
     before = kafkalite("--data-dir", data, "topics", "list")
     after = kafkalite("topics", "list", "--data-dir", data)
@@ -45,6 +46,7 @@ def test_data_dir_before_or_after_the_subcommand(data):
     assert groups_before.stdout == groups_after.stdout
 
 
+@pytest.mark.slow
 def test_internal_topics_hidden_unless_asked(data):
     with Producer(data) as producer:
         producer.send("t", b"x", partition=0).get(5)
@@ -61,6 +63,7 @@ def test_internal_topics_hidden_unless_asked(data):
     assert "Topic: t" in described and "__consumer_offsets" not in described
 
 
+@pytest.mark.slow
 def test_consume_without_from_beginning_waits_for_new_records(data, spawn):
     with Producer(data) as producer:
         producer.send("t", b"old", partition=0).get(5)
@@ -104,6 +107,7 @@ def test_errors_are_one_line_with_cli_hints(data, tmp_path):
     assert "Traceback" not in err and err.count("\n") == 1 and str(blocker) in err, err
 
 
+@pytest.mark.slow
 def test_dump_log_refuses_what_is_not_a_partition(data, tmp_path):
     with Producer(data) as producer:
         producer.send("t", b"a", partition=0).get(5)
@@ -114,6 +118,7 @@ def test_dump_log_refuses_what_is_not_a_partition(data, tmp_path):
         assert done.returncode != 0 and b"not a partition directory" in done.stderr, not_a_partition
 
 
+@pytest.mark.slow
 def test_demo_cleans_up_and_never_writes_the_users_data_dir(tmp_path):
     users = tmp_path / "users-data"
     users.mkdir()

@@ -47,6 +47,7 @@ histories = st.lists(
     codec=st.sampled_from(["none", "zstd"]),
     cleans=st.lists(st.integers(0, 3), min_size=1, max_size=4),
 )
+@pytest.mark.slow
 def test_cleaner_matches_a_dict_model(tmp_path_factory, history, codec, cleans):
     path = str(tmp_path_factory.mktemp("c") / "t-0")
     log = compacted_log(path, compression=codec)
@@ -192,6 +193,7 @@ def test_interrupted_swap_is_finished_at_open(tmp_path):
     assert read_all(reopened) == expected
 
 
+@pytest.mark.slow
 def test_kill_during_cleaning_loses_nothing(tmp_path, spawn):
     """SIGKILL a process while it cleans a big compacted log, many times; every reopen must
     give every key its latest value, with the offsets it was written at."""

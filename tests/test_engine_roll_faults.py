@@ -135,6 +135,7 @@ ROLL_POINTS = [
 ]
 
 
+@pytest.mark.slow
 def test_shared_writers_killed_at_random_and_at_every_roll_step_lose_nothing_acknowledged(tmp_path, spawn):
     path = str(tmp_path / "t-0")
     acks = run_chaos(
@@ -215,6 +216,7 @@ assert failures > 0, "the fault never fired"
     "point",
     ["roll.after_seal", "segment.create.index", "segment.reserve", "segment.seal.trim"],
 )
+@pytest.mark.slow
 def test_a_failed_roll_loses_nothing_and_later_appends_work(tmp_path, point, fault, mode):
     # Every third hit fails: rolls fail, and the appends after them still work.
     env = dict(

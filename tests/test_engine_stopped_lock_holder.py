@@ -79,6 +79,7 @@ def test_close_timeout_bounds_the_partition_lock_wait(part_dir, spawn):
         assert again.end_offset == 2
 
 
+@pytest.mark.slow
 def test_producer_close_with_timeout_returns(tmp_path, spawn):
     """Producer.close(timeout=2) used to never return while a stopped process held the lock.
     It now returns within its timeout (raising KafkaTimeoutError for the records it could not

@@ -104,6 +104,7 @@ def ownership(path: str) -> tuple[dict[str, list[tuple[int, int]]], list[tuple[i
     return spans, reads
 
 
+@pytest.mark.slow
 def test_a_member_evicted_after_a_stall_stops_reading_its_old_partitions(tmp_path, spawn):
     data = str(tmp_path / "data")
     Admin(data).create_topic("t", 2)
@@ -183,6 +184,7 @@ class RaisingListener:
         self.assigned.append(sorted(assigned))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
 def test_a_raising_revocation_listener_still_releases_the_partition(tmp_path, strategy):
     data = str(tmp_path)

@@ -44,6 +44,7 @@ def parse(log_file: str):
     return events
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
 def test_three_members_kill_join_and_leave(tmp_path, strategy, spawn):
     data = str(tmp_path / "data")

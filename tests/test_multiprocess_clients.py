@@ -9,10 +9,12 @@ import subprocess
 import sys
 import time
 
+import pytest
 from conftest import kafka_python_records
 from kafkalite import Admin, Producer
 
 
+@pytest.mark.slow
 def test_four_producer_processes_two_consumer_processes(tmp_path, spawn):
     data_dir = str(tmp_path / "data")
     Admin(data_dir).create_topic("events", partitions=2)
@@ -68,6 +70,7 @@ def test_a_waiting_consumer_wakes_for_a_new_record(tmp_path, spawn):
     )
 
 
+@pytest.mark.slow
 def test_cli_produce_pipes_into_consume(tmp_path):
     env = {**os.environ, "KAFKALITE_DATA_DIR": str(tmp_path / "data")}
 

@@ -246,6 +246,7 @@ def test_list_offsets_earliest_latest_and_by_timestamp(kafkalite_server):
     c.close()
 
 
+@pytest.mark.slow
 def test_restart_mid_stream_loses_nothing_acknowledged(tmp_path):
     data = tmp_path / "d"
     acked: list = []
@@ -417,6 +418,7 @@ def test_commits_without_a_group_membership_are_checked(kafkalite_server):
     consumer.close()
 
 
+@pytest.mark.slow
 def test_consumer_group_of_three_processes_with_one_killed(kafkalite_server, tmp_path, spawn):
     """Three confluent-kafka processes in one group (the server coordinates, the leader
     assigns): one is killed with SIGKILL, its partitions move to the others after the session

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import time
 
+import pytest
 from conftest import kafka_python_records
 from kafkalite import Log
 
@@ -27,6 +28,7 @@ def by_writer(values: list[bytes]) -> dict[int, list[int]]:
     return out
 
 
+@pytest.mark.slow
 def test_four_writer_processes_one_partition(part_dir, spawn):
     count = 25_000
     writers = [writer(spawn, part_dir, wid, count) for wid in range(4)]
@@ -43,6 +45,7 @@ def test_four_writer_processes_one_partition(part_dir, spawn):
     assert os.path.exists(os.path.join(part_dir, ".kafkalite-clean-shutdown"))  # the last one out sealed it
 
 
+@pytest.mark.slow
 def test_a_killed_writer_loses_only_unacknowledged_records(part_dir, spawn):
     rng = random.Random(5)
     survivors = [writer(spawn, part_dir, wid, 40_000) for wid in (1, 2)]

@@ -114,6 +114,7 @@ def data(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_replay_after_a_crash_with_another_producer_in_between_appends_nothing_twice(data, spawn):
     """The reported case: the marker is written, another producer appends, the sink appends,
     the commit dies before recording the batch id; Spark replays the micro-batch."""
@@ -125,6 +126,7 @@ def test_replay_after_a_crash_with_another_producer_in_between_appends_nothing_t
     _check_exactly_once(data)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("step", ["before_pending", "after_pending", "between_partitions", "before_commit"])
 def test_kill_9_at_each_commit_step_then_replay_writes_each_row_once(data, step, spawn):
     child = _committer(spawn, data, step)
@@ -139,6 +141,7 @@ def test_kill_9_at_each_commit_step_then_replay_writes_each_row_once(data, step,
     _check_exactly_once(data)
 
 
+@pytest.mark.slow
 def test_kill_9_at_random_moments_with_a_concurrent_producer(tmp_path, spawn):
     """A large micro-batch (several batches per partition), killed at random times while another
     process keeps producing to the same partitions; every replay leaves each row exactly once."""
@@ -232,6 +235,7 @@ def test_a_batch_commit_that_fails_midway_names_what_it_appended(data, monkeypat
     assert len(_values(data, 0)) == ROWS and _values(data, 1) == []  # exactly what the note says
 
 
+@pytest.mark.slow
 def test_scratch_logs_of_killed_commits_are_removed(data, spawn):
     """The sink encodes in scratch logs; a commit killed mid-encode leaves one, the next removes it."""
     from kafkalite.spark import sink
