@@ -265,6 +265,7 @@ def test_every_write_path_writes_the_same_codec(tmp_path, topic_codec, producer_
     assert target_compression(topic_codec, producer_codec) == ("zstd" if expected == ZSTD else "none")
 
 
+@pytest.mark.slow
 def test_the_spark_sink_resolves_compression_the_same_way(tmp_path):
     pa = pytest.importorskip("pyarrow")
     from kafkalite.spark import sink

@@ -94,6 +94,7 @@ def test_consume_from_beginning_stops_at_the_end(data):
     assert done.returncode == 0 and done.stdout == b"a\n"
 
 
+@pytest.mark.slow
 def test_errors_are_one_line_with_cli_hints(data, tmp_path):
     done = kafkalite("--data-dir", data, "consume", "nope")
     assert done.returncode == 1
@@ -134,6 +135,7 @@ def test_demo_cleans_up_and_never_writes_the_users_data_dir(tmp_path):
     assert len(left) == 1 and str(left[0]) in kept.stdout.decode().replace("\n", "")
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_produce_stops_cleanly_and_counts(data, spawn):
     import signal
 

@@ -9,6 +9,7 @@ import subprocess
 import threading
 import time
 
+import pytest
 from kafkalite import Log, Record
 from procs.crash_writer import value_for
 
@@ -27,6 +28,7 @@ def follow(log: Log, total: int, deadline: float) -> list[int]:
     return seen
 
 
+@pytest.mark.slow
 def test_reader_in_this_process_follows_a_writer_process(part_dir, spawn):
     total = 20_000
     Log(part_dir, segment_bytes=32 * 1024).close()

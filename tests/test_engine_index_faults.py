@@ -55,6 +55,7 @@ def test_a_failed_index_write_never_repeats_offsets(tmp_path, nth):
         )
 
 
+@pytest.mark.slow
 def test_a_second_writer_never_writes_over_a_published_batch(tmp_path, spawn):
     """Two shared writers alternate while index writes fail now and then: every acknowledged
     record stays at its offset (the follower must never clear published bytes)."""

@@ -166,6 +166,7 @@ report(held=held, held_after_rolls=held_after_rolls)
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["exclusive", "shared"])
 def test_1000_segment_partition_writable_with_1024_descriptors_allowed(fast_dir, mode):
     """Before: 5 descriptors per segment for a writer (5,007 for 1,001 segments)."""

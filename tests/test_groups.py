@@ -138,6 +138,7 @@ def test_three_members_kill_join_and_leave(tmp_path, strategy, spawn):
     assert any(len(w) == 1 and w[0] in "CD" for w in processed.values())  # newcomers did take over
 
 
+@pytest.mark.slow
 def test_a_late_commit_from_an_evicted_member_is_rejected(tmp_path):
     data = str(tmp_path)
     Admin(data).create_topic("t", 2)

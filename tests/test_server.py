@@ -219,6 +219,7 @@ def test_topics_created_over_the_network_are_kafkalite_topics(kafkalite_server):
     assert set(listed) >= {"made"} and len(listed["made"].partitions) == 3
 
 
+@pytest.mark.slow
 def test_auto_creation_follows_the_server_setting(tmp_path):
     with Server(tmp_path / "d", auto_create_topics=False) as server:
         p = confluent_producer(server, **{"message.timeout.ms": 2000})
