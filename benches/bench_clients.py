@@ -10,6 +10,7 @@ plus produce->consume latency between two processes.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -46,7 +47,7 @@ def check_futures(futures: list, what: str) -> None:
 def check_ranges(ranges: list[tuple[int, int]], expected: int, what: str) -> None:
     """(first, last) offsets of bulk appends: contiguous, and as many records as counted."""
     written = sum(last - first + 1 for first, last in ranges)
-    if written != expected or any(b[0] != a[1] + 1 for a, b in zip(ranges, ranges[1:])):
+    if written != expected or any(b[0] != a[1] + 1 for a, b in itertools.pairwise(ranges)):
         raise SystemExit(
             f"{what}: wrote {written} records in {len(ranges)} calls, expected {expected} contiguous"
         )
@@ -157,7 +158,7 @@ def main() -> None:
 
         def kafka_python_builder():
             with open(os.path.join(work, "kp.log"), "wb") as f:
-                for b in range(n // 1000):
+                for _ in range(n // 1000):
                     builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 20)
                     ts = int(time.time() * 1000)
                     for i in range(1000):
@@ -250,8 +251,8 @@ def main() -> None:
         "| path | p50 µs | p99 µs | max µs |",
         "|---|---:|---:|---:|",
     ]
-    for name, l in latency.items():
-        lines.append(f"| {name} | {l['p50_us']:.0f} | {l['p99_us']:.0f} | {l['max_us']:.0f} |")
+    for name, lat in latency.items():
+        lines.append(f"| {name} | {lat['p50_us']:.0f} | {lat['p99_us']:.0f} | {lat['max_us']:.0f} |")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "clients.json"), "w") as f:
         json.dump({"records": n, "throughput": res, "latency": latency}, f, indent=2)

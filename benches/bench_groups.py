@@ -102,7 +102,9 @@ def bench_takeover(kills: int, strategy: str = "cooperative-sticky") -> dict:
         killed = time.monotonic_ns()
         victim.proc.wait()
         survivor.wait_for(
-            lambda ls: {line.split()[2] for line in ls[mark:] if line.startswith("FIRST")} >= moved
+            lambda ls, mark=mark, moved=moved: (
+                {line.split()[2] for line in ls[mark:] if line.startswith("FIRST")} >= moved
+            )
         )
         firsts = [
             int(line.split()[1])

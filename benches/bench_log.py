@@ -233,7 +233,7 @@ def plot(results: dict[str, dict], path: str) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("MB/s of log bytes (log scale)")
     ax.set_title("kafkalite engine vs plain write(), 100-byte values")
-    for bar, r in zip(bars, (results[n]["ratio_to_plain_write"] for n in names)):
+    for bar, r in zip(bars, (results[n]["ratio_to_plain_write"] for n in names), strict=True):
         ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {r:.2f}x", va="center")
     ax.invert_yaxis()
     fig.tight_layout()

@@ -1,17 +1,108 @@
-"""Shared fixtures: a fresh partition directory per test, and a reader of .log files with
-kafka-python's record decoder (an implementation we did not write)."""
+"""Shared fixtures: a fresh partition directory per test, ``spawn`` (the one way tests start
+child processes), and a reader of .log files with kafka-python's record decoder (an
+implementation we did not write)."""
 
 from __future__ import annotations
 
 import glob
 import os
+import signal
+import subprocess
+import sys
+import threading
 
 import pytest
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+PROCS = os.path.join(TESTS, "procs")  # the child-process scripts
+CHILD_TIMEOUT = 300.0  # seconds a child may live before it counts as hung
 
 
 @pytest.fixture
 def part_dir(tmp_path):
     return str(tmp_path / "events-0")
+
+
+def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for a child: the caller's (or ``env``), with PYTHONPATH putting first the
+    kafkalite this test imported (so the child tests the same copy) and tests/ (so a child can
+    import ``procs.*``, ``faults.*`` and the test helpers)."""
+    import kafkalite
+
+    out = dict(os.environ if env is None else env)
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(kafkalite.__file__)))
+    rest = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p]
+    out["PYTHONPATH"] = os.pathsep.join([package_parent, TESTS, *rest])
+    return out
+
+
+class Spawn:
+    """Starts Python child processes for one test and cleans up after it.
+
+    ``spawn("crash_writer.py", part_dir, 3, stdout=subprocess.PIPE)`` runs tests/procs/crash_writer.py;
+    ``spawn.code(SOURCE, part_dir)`` runs ``python -c SOURCE`` and ``spawn.module("kafkalite", "serve")``
+    ``python -m kafkalite serve``. Arguments are passed through
+    ``str``; keyword arguments go to ``subprocess.Popen`` (``env`` is completed by ``child_env``).
+    A child still alive after ``timeout`` seconds is killed and the test fails naming it (a hang
+    becomes a failure, not a stuck CI run); at teardown every child still running is killed
+    (SIGKILL also ends a SIGSTOPped one) and reaped."""
+
+    def __init__(self) -> None:
+        self._children: list[subprocess.Popen] = []
+        self._timers: list[threading.Timer] = []
+        self.hung: list[str] = []
+
+    def __call__(self, script: str, *args: object, **kwargs) -> subprocess.Popen:
+        path = os.path.join(PROCS, script)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"no child script {path}: child scripts live in tests/procs/")
+        return self._start([sys.executable, path, *map(str, args)], **kwargs)
+
+    def code(self, source: str, *args: object, **kwargs) -> subprocess.Popen:
+        return self._start([sys.executable, "-c", source, *map(str, args)], **kwargs)
+
+    def module(self, name: str, *args: object, **kwargs) -> subprocess.Popen:
+        """``python -m name ARGS`` (for example the ``kafkalite`` command line)."""
+        return self._start([sys.executable, "-m", name, *map(str, args)], **kwargs)
+
+    def _start(
+        self, argv: list[str], *, timeout: float = CHILD_TIMEOUT, env: dict | None = None, **kwargs
+    ) -> subprocess.Popen:
+        proc = subprocess.Popen(argv, env=child_env(env), **kwargs)
+        self._children.append(proc)
+        timer = threading.Timer(timeout, self._expire, (proc, argv, timeout))
+        timer.daemon = True
+        timer.start()
+        self._timers.append(timer)
+        return proc
+
+    def _expire(self, proc: subprocess.Popen, argv: list[str], timeout: float) -> None:
+        if proc.poll() is None:
+            self.hung.append(f"{' '.join(argv)[:200]} (still running after {timeout:.0f} s)")
+            proc.kill()
+
+    def close(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+        for proc in self._children:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            for stream in (proc.stdin, proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+
+
+@pytest.fixture
+def spawn():
+    """See ``Spawn``: start child processes that are killed when the test ends."""
+    children = Spawn()
+    try:
+        yield children
+    finally:
+        children.close()
+    if children.hung:
+        pytest.fail("child process timed out and was killed: " + "; ".join(children.hung))
 
 
 def kafka_python_records(partition_dir: str) -> list[tuple[int, int, bytes | None, bytes | None, list]]:

@@ -5,6 +5,7 @@ two-phase hand-over)."""
 from __future__ import annotations
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import given, settings
 from kafkalite.assignors import cooperative_sticky_assign, range_assign, roundrobin_assign, sticky_assign
 
@@ -102,6 +103,7 @@ def check_complete(assignment, parts, subs):
         assert all(tp.topic in subs[m] for tp in owned), f"{m} got a topic it does not subscribe to"
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(members=members_st, parts=topics_st, data=st.data())
 def test_sticky_is_complete_balanced_and_sticky(members, parts, data):
@@ -131,6 +133,7 @@ def test_sticky_is_complete_balanced_and_sticky(members, parts, data):
         assert set(third[m]) <= set(first[m]), "existing members only give partitions away"
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(members=members_st, parts=topics_st, data=st.data())
 def test_sticky_with_mixed_subscriptions_is_complete(members, parts, data):
@@ -145,6 +148,7 @@ def test_sticky_with_mixed_subscriptions_is_complete(members, parts, data):
                 assert not any(tp.topic in subs[m] for tp in a[n]), f"{m} could take from {n}"
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(members=members_st, parts=topics_st)
 def test_cooperative_sticky_hands_over_in_two_rebalances(members, parts):

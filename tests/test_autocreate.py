@@ -137,11 +137,12 @@ PRODUCER = textwrap.dedent(
 )
 
 
-def test_producers_racing_to_create_the_same_topic_create_it_once(tmp_path):
+@pytest.mark.slow
+def test_producers_racing_to_create_the_same_topic_create_it_once(tmp_path, spawn):
     """Several processes send to the same missing topic at once: one topic, every record in it."""
     data_dir = str(tmp_path / "data")
     Admin(data_dir).init(config={"num.partitions": 3})
-    procs = [subprocess.Popen([sys.executable, "-c", PRODUCER, data_dir, str(n)]) for n in range(4)]
+    procs = [spawn.code(PRODUCER, data_dir, n) for n in range(4)]
     for proc in procs:
         assert proc.wait(timeout=60) == 0
     assert Admin(data_dir).list_topics() == ["race"]
@@ -149,6 +150,7 @@ def test_producers_racing_to_create_the_same_topic_create_it_once(tmp_path):
     assert sorted(values) == sorted(b"%d-%d" % (n, i) for n in range(4) for i in range(50))
 
 
+@pytest.mark.slow
 def test_kafkalite_produce_creates_the_topic_and_config_sets_the_defaults(tmp_path):
     data_dir = str(tmp_path / "data")
     env = {**os.environ, "KAFKALITE_DATA_DIR": data_dir}
@@ -183,6 +185,7 @@ def test_kafkalite_produce_creates_the_topic_and_config_sets_the_defaults(tmp_pa
 # -- the Spark sink's commit (plain Python, no Spark) ---------------------------------------
 
 
+@pytest.mark.slow
 def test_the_spark_sink_creates_missing_topics_at_commit(tmp_path):
     pa = pytest.importorskip("pyarrow")
     from kafkalite.spark import sink
@@ -262,6 +265,7 @@ def test_every_write_path_writes_the_same_codec(tmp_path, topic_codec, producer_
     assert target_compression(topic_codec, producer_codec) == ("zstd" if expected == ZSTD else "none")
 
 
+@pytest.mark.slow
 def test_the_spark_sink_resolves_compression_the_same_way(tmp_path):
     pa = pytest.importorskip("pyarrow")
     from kafkalite.spark import sink

@@ -60,7 +60,7 @@ def write_broker_partition(path: str) -> list[tuple[int, bytes]]:
         expected += [(offset + i, v) for i, v in enumerate(values)]
         offset += 10
     second_base = offset
-    for b in range(5):
+    for _ in range(5):
         values = [f"broker-{offset + i}".encode() for i in range(10)]
         seg2 += broker_batch(offset, values, 1_700_000_000_000 + offset)
         expected += [(offset + i, v) for i, v in enumerate(values)]

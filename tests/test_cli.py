@@ -34,6 +34,7 @@ def test_version():
     assert done.returncode == 0 and done.stdout.decode().strip() == f"kafkalite {__version__}"
 
 
+@pytest.mark.slow
 def test_data_dir_before_or_after_the_subcommand(data):
     before = kafkalite("--data-dir", data, "topics", "list")
     after = kafkalite("topics", "list", "--data-dir", data)
@@ -45,6 +46,7 @@ def test_data_dir_before_or_after_the_subcommand(data):
     assert groups_before.stdout == groups_after.stdout
 
 
+@pytest.mark.slow
 def test_internal_topics_hidden_unless_asked(data):
     with Producer(data) as producer:
         producer.send("t", b"x", partition=0).get(5)
@@ -61,21 +63,25 @@ def test_internal_topics_hidden_unless_asked(data):
     assert "Topic: t" in described and "__consumer_offsets" not in described
 
 
-def test_consume_without_from_beginning_waits_for_new_records(data):
+@pytest.mark.slow
+def test_consume_without_from_beginning_waits_for_new_records(data, spawn):
     with Producer(data) as producer:
         producer.send("t", b"old", partition=0).get(5)
-    consumer = subprocess.Popen(
-        [sys.executable, "-m", "kafkalite", "--data-dir", data, "consume", "t", "--timeout-ms", "3000"],
+    consumer = spawn.module(
+        "kafkalite",
+        "--data-dir",
+        data,
+        "consume",
+        "t",
+        "--timeout-ms",
+        "3000",
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    try:
-        time.sleep(1.5)  # the consumer has started at the end and is waiting
-        with Producer(data) as producer:
-            producer.send("t", b"new", partition=1).get(5)
-        out, err = consumer.communicate(timeout=30)
-    finally:
-        consumer.kill()
+    time.sleep(1.5)  # the consumer has started at the end and is waiting
+    with Producer(data) as producer:
+        producer.send("t", b"new", partition=1).get(5)
+    out, err = consumer.communicate(timeout=30)
     assert out == b"new\n", err
     assert consumer.returncode == 0
     assert b"Processed a total of 1 messages" in err
@@ -88,6 +94,7 @@ def test_consume_from_beginning_stops_at_the_end(data):
     assert done.returncode == 0 and done.stdout == b"a\n"
 
 
+@pytest.mark.slow
 def test_errors_are_one_line_with_cli_hints(data, tmp_path):
     done = kafkalite("--data-dir", data, "consume", "nope")
     assert done.returncode == 1
@@ -101,6 +108,7 @@ def test_errors_are_one_line_with_cli_hints(data, tmp_path):
     assert "Traceback" not in err and err.count("\n") == 1 and str(blocker) in err, err
 
 
+@pytest.mark.slow
 def test_dump_log_refuses_what_is_not_a_partition(data, tmp_path):
     with Producer(data) as producer:
         producer.send("t", b"a", partition=0).get(5)
@@ -111,6 +119,7 @@ def test_dump_log_refuses_what_is_not_a_partition(data, tmp_path):
         assert done.returncode != 0 and b"not a partition directory" in done.stderr, not_a_partition
 
 
+@pytest.mark.slow
 def test_demo_cleans_up_and_never_writes_the_users_data_dir(tmp_path):
     users = tmp_path / "users-data"
     users.mkdir()
@@ -126,23 +135,25 @@ def test_demo_cleans_up_and_never_writes_the_users_data_dir(tmp_path):
     assert len(left) == 1 and str(left[0]) in kept.stdout.decode().replace("\n", "")
 
 
-def test_ctrl_c_in_produce_stops_cleanly_and_counts(data):
+@pytest.mark.slow
+def test_ctrl_c_in_produce_stops_cleanly_and_counts(data, spawn):
     import signal
 
-    producer = subprocess.Popen(
-        [sys.executable, "-m", "kafkalite", "--data-dir", data, "produce", "t"],
+    producer = spawn.module(
+        "kafkalite",
+        "--data-dir",
+        data,
+        "produce",
+        "t",
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    try:
-        producer.stdin.write(b"one\ntwo\nthree\n")
-        producer.stdin.flush()
-        time.sleep(2.0)  # the lines are read; stdin stays open, as a user typing would leave it
-        producer.send_signal(signal.SIGINT)
-        out, err = producer.communicate(timeout=30)
-    finally:
-        producer.kill()
+    producer.stdin.write(b"one\ntwo\nthree\n")
+    producer.stdin.flush()
+    time.sleep(2.0)  # the lines are read; stdin stays open, as a user typing would leave it
+    producer.send_signal(signal.SIGINT)
+    out, err = producer.communicate(timeout=30)
     assert producer.returncode == 130, err
     assert b"Traceback" not in err
     assert b"Produced 3 records to t." in err

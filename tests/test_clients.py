@@ -36,7 +36,7 @@ def test_admin_create_list_describe_alter_delete(data_dir):
     assert d.config["retention.ms"] == 1000 and d.config["segment.bytes"] == 4096
     assert d.config["cleanup.policy"] == "delete"  # Kafka's defaults fill the rest
     with Producer(data_dir, batch_size=1000) as p:
-        for i in range(50):
+        for _ in range(50):
             p.send("orders", b"x" * 200, partition=0)
     d = admin.describe_topic("orders")
     assert (
@@ -108,7 +108,7 @@ def test_every_config_key_takes_effect(data_dir):
     )
     before = int(time.time() * 1000)
     with Producer(data_dir, batch_size=1000) as p:
-        for i in range(100):
+        for _ in range(100):
             p.send("t", os.urandom(300), timestamp_ms=1)
         with pytest.raises(kafkalite.RecordTooLargeError, match="5000"):
             p.send("t", b"x" * 6000)
@@ -165,7 +165,7 @@ def test_produce_consume_round_trip_with_serializers(data_dir):
         value_deserializer=json.loads,
     ) as c:
         got = {}
-        for tp, recs in c.poll(timeout_ms=500, max_records=1000).items():
+        for recs in c.poll(timeout_ms=500, max_records=1000).values():
             for r in recs:
                 got[r.value["n"]] = (r.key, r.partition, r.offset, r.timestamp, r.headers)
     assert len(got) == 300
@@ -214,8 +214,7 @@ def test_send_batch_lists_arrow_and_keys(data_dir):
         assert out == {0: (0, 1)}
         keyed = p.send_batch("t", [b"1", b"2", b"3", b"4"], keys=[b"k1", b"k2", b"k3", b"k4"])
         assert sum(last - first + 1 for first, last in keyed.values()) == 4
-        for n, (first, _) in keyed.items():
-            assert all(partition_for_key(k, 2) in keyed for k in [b"k1", b"k2", b"k3", b"k4"])
+        assert all(partition_for_key(k, 2) in keyed for k in [b"k1", b"k2", b"k3", b"k4"])
     with Consumer(data_dir) as c:
         c.assign([TopicPartition("t", 0), TopicPartition("t", 1)])
         c.seek_to_beginning()
@@ -384,7 +383,7 @@ def test_consumers_never_see_control_batches(data_dir, tmp_path):
 def test_retention_runs_by_itself(data_dir):
     make_topic(data_dir, "t", 1, {"segment.bytes": 1024, "retention.bytes": 2048})
     with Producer(data_dir, retention_check_interval_ms=50) as p:
-        for i in range(200):
+        for _ in range(200):
             p.send("t", b"r" * 100)
         p.flush()
         deadline = time.time() + 10

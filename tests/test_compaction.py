@@ -8,7 +8,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -48,6 +47,7 @@ histories = st.lists(
     codec=st.sampled_from(["none", "zstd"]),
     cleans=st.lists(st.integers(0, 3), min_size=1, max_size=4),
 )
+@pytest.mark.slow
 def test_cleaner_matches_a_dict_model(tmp_path_factory, history, codec, cleans):
     path = str(tmp_path_factory.mktemp("c") / "t-0")
     log = compacted_log(path, compression=codec)
@@ -193,7 +193,8 @@ def test_interrupted_swap_is_finished_at_open(tmp_path):
     assert read_all(reopened) == expected
 
 
-def test_kill_during_cleaning_loses_nothing(tmp_path):
+@pytest.mark.slow
+def test_kill_during_cleaning_loses_nothing(tmp_path, spawn):
     """SIGKILL a process while it cleans a big compacted log, many times; every reopen must
     give every key its latest value, with the offsets it was written at."""
     path = str(tmp_path / "kv-0")
@@ -214,7 +215,7 @@ def test_kill_during_cleaning_loses_nothing(tmp_path):
         "    log.clean(0, now_ms=int(time.time() * 1000) + 10**9)\n"
     )
     for attempt in range(12):
-        proc = subprocess.Popen([sys.executable, "-c", script, path], stdout=subprocess.PIPE)
+        proc = spawn.code(script, path, stdout=subprocess.PIPE)
         assert proc.stdout.readline() == b"open\n"
         time.sleep(0.005 + 0.02 * attempt)
         proc.send_signal(signal.SIGKILL)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-import sys
 import threading
 import time
 
-from crash_writer import value_for
+import pytest
 from kafkalite import Log, Record
+from procs.crash_writer import value_for
 
 HERE = os.path.dirname(__file__)
 
@@ -28,12 +28,11 @@ def follow(log: Log, total: int, deadline: float) -> list[int]:
     return seen
 
 
-def test_reader_in_this_process_follows_a_writer_process(part_dir):
+@pytest.mark.slow
+def test_reader_in_this_process_follows_a_writer_process(part_dir, spawn):
     total = 20_000
     Log(part_dir, segment_bytes=32 * 1024).close()
-    writer = subprocess.Popen(
-        [sys.executable, os.path.join(HERE, "tail_writer.py"), part_dir, str(total)], cwd=HERE
-    )
+    writer = spawn("tail_writer.py", part_dir, total)
     try:
         reader = Log(part_dir, readonly=True)
         seen = follow(reader, total, time.monotonic() + 120)
@@ -79,7 +78,7 @@ def snapshot(directory: str) -> dict[str, tuple[int, float, str]]:
 
 def test_readonly_never_writes(part_dir):
     with Log(part_dir, segment_bytes=4096) as log:
-        for i in range(40):
+        for _ in range(40):
             log.append_values([b"r" * 200] * 5)
     # An unclean-looking directory: no clean-shutdown marker. A writer would recover; a
     # reader must not touch anything.

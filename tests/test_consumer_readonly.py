@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -107,7 +106,7 @@ print("done", flush=True)
 """
 
 
-def test_a_read_only_data_directory_is_consumed_by_polling(tmp_path):
+def test_a_read_only_data_directory_is_consumed_by_polling(tmp_path, spawn):
     if os.geteuid() != 0:
         pytest.skip("needs root to run the consumer as another user (nobody)")
     base = tempfile.mkdtemp(dir="/tmp", prefix="kafkalite-ro-")  # traversable by nobody
@@ -118,14 +117,12 @@ def test_a_read_only_data_directory_is_consumed_by_polling(tmp_path):
         with Producer(data) as producer:
             for i in range(5):
                 producer.send("t", value=b"v%d" % i)
-        for dirpath, dirnames, filenames in os.walk(data):
+        for dirpath, _dirnames, filenames in os.walk(data):
             os.chmod(dirpath, 0o555)
             for name in filenames:
                 os.chmod(os.path.join(dirpath, name), 0o444)
         top = sorted(os.listdir(data))
-        proc = subprocess.Popen(
-            [sys.executable, "-c", READ_ONLY_CONSUMER, data, "10"], stdout=subprocess.PIPE, text=True
-        )
+        proc = spawn.code(READ_ONLY_CONSUMER, data, 10, stdout=subprocess.PIPE, text=True)
         try:
             assert proc.stdout.readline().split() == ["refused", "ReadOnlyDataDirError", "True"]
             assert proc.stdout.readline().split() == ["polling", "True"]

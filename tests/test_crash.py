@@ -7,29 +7,22 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 from conftest import kafka_python_records
-from crash_writer import value_for
 from kafkalite import Log
+from procs.crash_writer import value_for
 
 KILLS = int(os.environ.get("KAFKALITE_CRASH_KILLS", "50"))
 
 
 @pytest.mark.slow
-def test_sigkill_loses_no_acknowledged_record(part_dir):
+def test_sigkill_loses_no_acknowledged_record(part_dir, spawn):
     rng = random.Random(20261122)
-    here = os.path.dirname(__file__)
     acknowledged = -1
     for kill in range(KILLS):
-        child = subprocess.Popen(
-            [sys.executable, os.path.join(here, "crash_writer.py"), part_dir, str(kill)],
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=here,
-        )
+        child = spawn("crash_writer.py", part_dir, kill, stdout=subprocess.PIPE, text=True)
         assert child.stdout.readline().startswith("ready")
         time.sleep(rng.uniform(0.0, 0.15))
         child.send_signal(signal.SIGKILL)

@@ -117,6 +117,7 @@ def test_a_broker_address_gets_an_error_that_says_what_to_use(tmp_path, address,
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_what_creates_may_create(tmp_path):
     Admin(str(tmp_path / "a")).create_topic("t")
     assert Admin(str(tmp_path / "a")).list_topics() == ["t"]

@@ -55,15 +55,13 @@ def test_a_failed_index_write_never_repeats_offsets(tmp_path, nth):
         )
 
 
-def test_a_second_writer_never_writes_over_a_published_batch(tmp_path):
+@pytest.mark.slow
+def test_a_second_writer_never_writes_over_a_published_batch(tmp_path, spawn):
     """Two shared writers alternate while index writes fail now and then: every acknowledged
     record stays at its offset (the follower must never clear published bytes)."""
     part = str(tmp_path / "t-0")
     env = {**os.environ, "KAFKALITE_FAILPOINTS": "index.append=enospc@7"}
-    procs = [
-        subprocess.Popen([sys.executable, "-c", WRITER, part], env=env, stdout=subprocess.PIPE, text=True)
-        for _ in range(2)
-    ]
+    procs = [spawn.code(WRITER, part, env=env, stdout=subprocess.PIPE, text=True) for _ in range(2)]
     import json
 
     results = []

@@ -111,6 +111,7 @@ def test_300_shared_writer_partitions_open_at_once_with_1024_descriptors_allowed
     assert result["values"] == 50
 
 
+@pytest.mark.slow
 def test_10000_partitions_with_one_record_each_in_one_process(fast_dir):
     """The issue's target: 10,000 partitions opened, written, kept open and closed by one
     process; before, 2,000 exhausted the machine's memory and 10,000 needed 70,000 descriptors."""
@@ -157,6 +158,7 @@ report(held=held, held_after_reading=held_after_reading, peak_rss=peak_rss_bytes
 )
 
 
+@pytest.mark.slow
 def test_10000_segments_readable_with_1024_descriptors_allowed(fast_dir):
     """Before: 3 descriptors per sealed segment for a reader (a 1,001-segment partition needed
     3,003), so 10,000 segments were unreadable under `ulimit -n 1024`."""
@@ -192,6 +194,7 @@ report(held=held, held_after_rolls=held_after_rolls, peak_rss=peak_rss_bytes())
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["exclusive", "shared"])
 def test_1000_segment_partition_writable_with_1024_descriptors_allowed(fast_dir, mode):
     """Before: 5 descriptors per segment for a writer (5,007 for 1,001 segments)."""

@@ -49,17 +49,13 @@ def run_py(code: str, *args: str, env: dict[str, str] | None = None) -> subproce
     )
 
 
-def spawn(path: str, wid: int, gen: int, failpoints: str | None = None) -> subprocess.Popen:
+def writer(spawn, path: str, wid: int, gen: int, failpoints: str | None = None) -> subprocess.Popen:
     env = dict(os.environ)
     env.pop("KAFKALITE_FAILPOINTS", None)
     if failpoints:
         env["KAFKALITE_FAILPOINTS"] = failpoints
-    return subprocess.Popen(
-        [sys.executable, "-c", CHILD, path, str(wid), str(gen)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
+    return spawn.code(
+        CHILD, path, wid, gen, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
 
 
@@ -94,7 +90,7 @@ def check(path: str, acks: dict[int, bytes]) -> None:
     assert len(acks) > 100
 
 
-def run_chaos(path: str, seed: int, seconds: float, failpoint_choices: list[str]) -> dict[int, bytes]:
+def run_chaos(spawn, path: str, seed: int, seconds: float, failpoint_choices: list[str]) -> dict[int, bytes]:
     rng = random.Random(seed)
     print(f"seed {seed}")
     acks: dict[int, bytes] = {}
@@ -102,7 +98,7 @@ def run_chaos(path: str, seed: int, seconds: float, failpoint_choices: list[str]
     procs: dict[int, tuple[subprocess.Popen, int]] = {}
     for wid in range(3):
         gen += 1
-        procs[wid] = (spawn(path, wid, gen), gen)
+        procs[wid] = (writer(spawn, path, wid, gen), gen)
     deadline = time.monotonic() + seconds
     try:
         while time.monotonic() < deadline:
@@ -118,7 +114,7 @@ def run_chaos(path: str, seed: int, seconds: float, failpoint_choices: list[str]
             fp = rng.choice(failpoint_choices) if failpoint_choices else None
             if fp:
                 fp = f"{fp}=kill@{rng.randint(1, 4)}"
-            procs[wid] = (spawn(path, wid, gen, fp), gen)
+            procs[wid] = (writer(spawn, path, wid, gen, fp), gen)
     finally:
         for wid, (proc, g) in procs.items():
             if proc.poll() is None:
@@ -139,11 +135,11 @@ ROLL_POINTS = [
 ]
 
 
-def test_shared_writers_killed_at_random_and_at_every_roll_step_lose_nothing_acknowledged(
-    tmp_path,
-):
+@pytest.mark.slow
+def test_shared_writers_killed_at_random_and_at_every_roll_step_lose_nothing_acknowledged(tmp_path, spawn):
     path = str(tmp_path / "t-0")
     acks = run_chaos(
+        spawn,
         path,
         seed=int(os.environ.get("KAFKALITE_TEST_SEED", "9")),
         seconds=12,
@@ -232,6 +228,7 @@ assert append_all_check_nothing_lost(log, path, values) > 0, "the fault never fi
     "point",
     ["roll.after_seal", "segment.create.index", "segment.reserve", "segment.seal.trim"],
 )
+@pytest.mark.slow
 def test_a_failed_roll_loses_nothing_and_later_appends_work(tmp_path, point, fault, mode):
     # Every third hit fails: rolls fail, and the appends after them still work.
     env = dict(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 
@@ -25,8 +24,8 @@ time.sleep(600)
 """
 
 
-def stop_a_lock_holder(part_dir: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, part_dir], stdout=subprocess.PIPE, text=True)
+def stop_a_lock_holder(spawn, part_dir: str) -> subprocess.Popen:
+    proc = spawn.code(HOLDER, part_dir, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "holding"
     proc.send_signal(signal.SIGSTOP)
     return proc
@@ -38,12 +37,10 @@ def release(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
-def test_log_close_with_timeout_returns_while_an_append_waits_for_a_stopped_holder(
-    part_dir,
-):
+def test_log_close_with_timeout_returns_while_an_append_waits_for_a_stopped_holder(part_dir, spawn):
     log = Log(part_dir, shared_writers=True)
     log.append_values([b"before"])
-    holder = stop_a_lock_holder(part_dir)
+    holder = stop_a_lock_holder(spawn, part_dir)
     try:
 
         def append_and_wait() -> None:
@@ -64,11 +61,11 @@ def test_log_close_with_timeout_returns_while_an_append_waits_for_a_stopped_hold
     blocked.join(timeout=90)
 
 
-def test_close_timeout_bounds_the_partition_lock_wait(part_dir):
+def test_close_timeout_bounds_the_partition_lock_wait(part_dir, spawn):
     with Log(part_dir, shared_writers=True) as first:
         first.append_values([b"a"])
     log = Log(part_dir, shared_writers=True)
-    holder = stop_a_lock_holder(part_dir)
+    holder = stop_a_lock_holder(spawn, part_dir)
     try:
         # The holder is alive, so `log` is not the last one out: close needs no lock...
         started = time.monotonic()
@@ -82,7 +79,8 @@ def test_close_timeout_bounds_the_partition_lock_wait(part_dir):
         assert again.end_offset == 2
 
 
-def test_producer_close_with_timeout_returns(tmp_path):
+@pytest.mark.slow
+def test_producer_close_with_timeout_returns(tmp_path, spawn):
     """Producer.close(timeout=2) used to never return while a stopped process held the lock.
     It now returns within its timeout (raising KafkaTimeoutError for the records it could not
     write); the stuck append finishes or fails on its own when the lock frees."""
@@ -90,7 +88,7 @@ def test_producer_close_with_timeout_returns(tmp_path):
     Admin(data).create_topic("t", partitions=1)
     producer = Producer(data)
     producer.send("t", b"first").get(timeout=30)
-    holder = stop_a_lock_holder(os.path.join(data, "t-0"))
+    holder = stop_a_lock_holder(spawn, os.path.join(data, "t-0"))
     try:
         producer.send("t", b"stuck")  # the sender thread now waits for the stopped holder
         time.sleep(0.3)

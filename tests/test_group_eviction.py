@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import subprocess
-import sys
 import threading
 import time
 from collections import defaultdict
@@ -106,7 +104,8 @@ def ownership(path: str) -> tuple[dict[str, list[tuple[int, int]]], list[tuple[i
     return spans, reads
 
 
-def test_a_member_evicted_after_a_stall_stops_reading_its_old_partitions(tmp_path):
+@pytest.mark.slow
+def test_a_member_evicted_after_a_stall_stops_reading_its_old_partitions(tmp_path, spawn):
     data = str(tmp_path / "data")
     Admin(data).create_topic("t", 2)
     stop_producing = threading.Event()
@@ -127,18 +126,7 @@ def test_a_member_evicted_after_a_stall_stops_reading_its_old_partitions(tmp_pat
     try:
         for name, log_file in logs.items():
             max_poll = "1000" if name == "stalling" else "60000"
-            procs[name] = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-c",
-                    MEMBER,
-                    data,
-                    log_file,
-                    str(tmp_path / f"{name}.stall"),
-                    stop,
-                    max_poll,
-                ]
-            )
+            procs[name] = spawn.code(MEMBER, data, log_file, tmp_path / f"{name}.stall", stop, max_poll)
             _wait_for(log_file, "ASSIGN")
         time.sleep(0.5)  # both members own a partition and read it
         open(str(tmp_path / "stalling.stall"), "w").close()
@@ -173,7 +161,7 @@ def test_a_member_evicted_after_a_stall_stops_reading_its_old_partitions(tmp_pat
         spans = sorted(
             [(s, e, "stalling") for s, e in stalled_spans[tp]] + [(s, e, "other") for s, e in other_spans[tp]]
         )
-        for (s1, e1, m1), (s2, e2, m2) in itertools.pairwise(spans):
+        for (_s1, e1, m1), (s2, _e2, m2) in itertools.pairwise(spans):
             assert e1 <= s2, f"{tp}: {m1} and {m2} owned it at once"
         for t, read_tp in stalled_reads:
             if read_tp == tp:
@@ -196,6 +184,7 @@ class RaisingListener:
         self.assigned.append(sorted(assigned))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
 def test_a_raising_revocation_listener_still_releases_the_partition(tmp_path, strategy):
     data = str(tmp_path)

@@ -233,7 +233,10 @@ def test_the_command_line_round_trips_every_id(setup, group_id, capsys):
     data, root = setup
     outside = tree(root)
     use_group(data, group_id)
-    run = lambda *argv: main(["--data-dir", data, "groups", *argv])
+
+    def run(*argv):
+        return main(["--data-dir", data, "groups", *argv])
+
     assert run("list") == 0
     assert group_id in capsys.readouterr().out.split("\n")
     assert run("describe", "--", group_id) == 0

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import defaultdict
@@ -23,13 +23,10 @@ from kafkalite.offsets import (
     offsets_partition,
 )
 
-HERE = os.path.dirname(__file__)
 
-
-def start_member(data_dir: str, log_file: str, strategy: str) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [sys.executable, os.path.join(HERE, "group_member_proc.py"), data_dir, log_file, "g", strategy],
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+def start_member(spawn, data_dir: str, log_file: str, strategy: str) -> subprocess.Popen:
+    proc = spawn(
+        "group_member_proc.py", data_dir, log_file, "g", strategy, env={**os.environ, "PYTHONUNBUFFERED": "1"}
     )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -47,8 +44,9 @@ def parse(log_file: str):
     return events
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
-def test_three_members_kill_join_and_leave(tmp_path, strategy):
+def test_three_members_kill_join_and_leave(tmp_path, strategy, spawn):
     data = str(tmp_path / "data")
     Admin(data).create_topic("t", 6)
     produced = threading.Event()
@@ -68,13 +66,13 @@ def test_three_members_kill_join_and_leave(tmp_path, strategy):
 
     threading.Thread(target=produce, daemon=True).start()
     logs = {name: str(tmp_path / f"{name}.log") for name in "ABCD"}
-    procs = {name: start_member(data, logs[name], strategy) for name in "ABC"}
+    procs = {name: start_member(spawn, data, logs[name], strategy) for name in "ABC"}
     time.sleep(1.0)
     procs["B"].send_signal(signal.SIGKILL)
     procs["B"].wait()
     killed_at = time.monotonic_ns()
     time.sleep(0.5)
-    procs["D"] = start_member(data, logs["D"], strategy)
+    procs["D"] = start_member(spawn, data, logs["D"], strategy)
     time.sleep(1.0)
     procs["A"].send_signal(signal.SIGTERM)
     assert procs["A"].wait(timeout=30) == 0
@@ -127,7 +125,7 @@ def test_three_members_kill_join_and_leave(tmp_path, strategy):
             intervals[tp].append((start, end or 2**63, name))
     for tp, spans in intervals.items():
         spans.sort()
-        for (s1, e1, m1), (s2, e2, m2) in zip(spans, spans[1:]):
+        for (_s1, e1, m1), (s2, _e2, m2) in itertools.pairwise(spans):
             assert e1 <= s2, f"{tp}: {m1} and {m2} owned it at once"
     # Every record processed at least once; duplicates only after the dead member's last commit.
     for p in range(6):
@@ -140,6 +138,7 @@ def test_three_members_kill_join_and_leave(tmp_path, strategy):
     assert any(len(w) == 1 and w[0] in "CD" for w in processed.values())  # newcomers did take over
 
 
+@pytest.mark.slow
 def test_a_late_commit_from_an_evicted_member_is_rejected(tmp_path):
     data = str(tmp_path)
     Admin(data).create_topic("t", 2)
@@ -304,7 +303,7 @@ def test_groups_command_line(tmp_path, capsys):
     assert run("describe", "g") == 1
 
 
-def test_a_stopped_member_is_evicted_after_session_timeout(tmp_path):
+def test_a_stopped_member_is_evicted_after_session_timeout(tmp_path, spawn):
     """SIGSTOP: alive (its flock held) but silent; the others take over after session_timeout_ms."""
     data = str(tmp_path / "data")
     Admin(data).create_topic("t", 2)
@@ -314,7 +313,7 @@ def test_a_stopped_member_is_evicted_after_session_timeout(tmp_path):
         "c.poll(0)\nprint('joined', flush=True)\n"
         "while True:\n    c.poll(50)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code, data], stdout=subprocess.PIPE)
+    proc = spawn.code(code, data, stdout=subprocess.PIPE)
     assert proc.stdout.readline() == b"joined\n"
     other = Consumer(data, "t", group_id="g", session_timeout_ms=1000, heartbeat_interval_ms=100)
     deadline = time.monotonic() + 10

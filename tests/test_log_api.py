@@ -53,7 +53,7 @@ def test_append_values_read_and_arrow(part_dir):
 
 def test_read_returns_whole_batches_as_zero_copy_view(part_dir):
     with Log(part_dir) as log:
-        for i in range(10):
+        for _ in range(10):
             log.append_values([b"x" * 100] * 10)
         view = log.read(25, max_bytes=1)
         assert isinstance(view, memoryview) and view.readonly

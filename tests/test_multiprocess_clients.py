@@ -9,32 +9,27 @@ import subprocess
 import sys
 import time
 
+import pytest
 from conftest import kafka_python_records
 from kafkalite import Admin, Producer
 
-HERE = os.path.dirname(__file__)
 
-
-def child(script: str, *args: object) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, os.path.join(HERE, script), *map(str, args)],
-        cwd=HERE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-
-
-def test_four_producer_processes_two_consumer_processes(tmp_path):
+@pytest.mark.slow
+def test_four_producer_processes_two_consumer_processes(tmp_path, spawn):
     data_dir = str(tmp_path / "data")
     Admin(data_dir).create_topic("events", partitions=2)
     per_producer, producers_n = 100_000, 4
     total = per_producer * producers_n
     outs = [str(tmp_path / f"consumer{i}.txt") for i in range(2)]
-    consumers = [child("consumer_proc.py", data_dir, "events", total, out) for out in outs]
+    consumers = [
+        spawn("consumer_proc.py", data_dir, "events", total, out, stdout=subprocess.PIPE, text=True)
+        for out in outs
+    ]
     for c in consumers:
         assert c.stdout.readline().strip() == "ready"
     producers = [
-        child("producer_proc.py", data_dir, "events", pid, per_producer) for pid in range(producers_n)
+        spawn("producer_proc.py", data_dir, "events", pid, per_producer, stdout=subprocess.PIPE, text=True)
+        for pid in range(producers_n)
     ]
     for p in producers:
         p.wait(timeout=300)
@@ -58,11 +53,11 @@ def test_four_producer_processes_two_consumer_processes(tmp_path):
         assert [r[0] for r in records] == list(range(len(records)))
 
 
-def test_a_waiting_consumer_wakes_for_a_new_record(tmp_path):
+def test_a_waiting_consumer_wakes_for_a_new_record(tmp_path, spawn):
     data_dir = str(tmp_path / "data")
     Admin(data_dir).create_topic("t", partitions=1)
     out = str(tmp_path / "c.txt")
-    consumer = child("consumer_proc.py", data_dir, "t", 1, out)
+    consumer = spawn("consumer_proc.py", data_dir, "t", 1, out, stdout=subprocess.PIPE, text=True)
     assert consumer.stdout.readline().strip() == "ready"
     time.sleep(0.5)  # the consumer is now asleep in poll()
     with Producer(data_dir) as p:
@@ -75,11 +70,13 @@ def test_a_waiting_consumer_wakes_for_a_new_record(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_cli_produce_pipes_into_consume(tmp_path):
     env = {**os.environ, "KAFKALITE_DATA_DIR": str(tmp_path / "data")}
-    run = lambda *args, **kw: subprocess.run(
-        [sys.executable, "-m", "kafkalite", *args], env=env, capture_output=True, **kw
-    )
+
+    def run(*args, **kw):
+        return subprocess.run([sys.executable, "-m", "kafkalite", *args], env=env, capture_output=True, **kw)
+
     assert run("topics", "create", "lines", "--partitions", "1").returncode == 0
     text = "".join(f"key{i}\tline {i}\n" for i in range(1000)).encode()
     produced = run("produce", "lines", "--key-separator", "\t", input=text)

@@ -88,6 +88,7 @@ def _delete_records(data: str, partition: int, offset: int) -> None:
         log.delete_records_before(offset)
 
 
+@pytest.mark.slow
 def test_several_processes_update_one_checkpoint_without_losing_entries(tmp_path):
     data = str(tmp_path)
     Admin(data).create_topic("t", 8)

@@ -165,7 +165,7 @@ def crash_image(w: Workload, k: int, m: int, data: st.DataObject) -> tuple[dict[
         )
         content = bytearray(max(len(old), len(new)))
         content[: len(old)] = old
-        for i, t in zip(pages, take):
+        for i, t in zip(pages, take, strict=True):
             if t:
                 content[i : i + PAGE] = new[i : i + PAGE].ljust(min(PAGE, len(content) - i), b"\0")
         size = data.draw(st.sampled_from(sorted({len(old), len(new)})), label=f"{name} size")
@@ -182,6 +182,7 @@ def crash_image(w: Workload, k: int, m: int, data: st.DataObject) -> tuple[dict[
     report_multiple_bugs=False,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
+@pytest.mark.slow
 @given(data=st.data())
 def test_power_loss_keeps_every_acknowledged_record(workload, data):
     k = data.draw(st.integers(0, BATCHES - 2), label="last acknowledged append")

@@ -8,6 +8,7 @@ import tempfile
 import warnings
 
 import hypothesis.strategies as st
+import pytest
 from conftest import kafka_python_records
 from hypothesis import HealthCheck, given, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -19,6 +20,7 @@ timestamps = st.integers(min_value=0, max_value=2**53)
 records = st.builds(lambda v, k, h, t: (v, k, h, t), maybe_bytes, maybe_bytes, headers, timestamps)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(records, min_size=1, max_size=60), st.sampled_from(["none", "zstd"]))
 def test_arbitrary_records_round_trip_everywhere(tmp_path_factory, recs, compression):
@@ -131,3 +133,4 @@ class LogMachine(RuleBasedStateMachine):
 
 LogMachine.TestCase.settings = settings(max_examples=30, stateful_step_count=25, deadline=None)
 test_log_state_machine = LogMachine.TestCase
+test_log_state_machine.pytestmark = [pytest.mark.slow]

@@ -63,7 +63,9 @@ def test_consumer_reads_interleaved_transactions(tmp_path, level):
         got = []
         while batches := consumer.poll_arrow(max_records=4):
             for batch in batches.values():
-                got += list(zip(batch.column("offset").to_pylist(), batch.column("value").to_pylist()))
+                got += list(
+                    zip(batch.column("offset").to_pylist(), batch.column("value").to_pylist(), strict=True)
+                )
         assert got == expected
 
 

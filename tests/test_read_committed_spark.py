@@ -13,6 +13,8 @@ pytest.importorskip("pyspark")
 
 from txn_partition import INTERLEAVED, A, B, Data, Marker, TxnPartition
 
+pytestmark = pytest.mark.spark  # starts a local Spark session: -m 'not spark' leaves it out
+
 OPEN_TAIL = [Data(B, 2), Data(None, 2), Data(A, 1), Marker(A, commit=True)]  # B's transaction stays open
 
 

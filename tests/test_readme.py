@@ -41,11 +41,13 @@ def test_readme_has_the_blocks_this_test_runs():
     assert any(is_install(b) for b in blocks("bash")) and any(not is_install(b) for b in blocks("bash"))
 
 
+@pytest.mark.slow
 def test_python_blocks_run_as_written(tmp_path):
     code = "\n\n".join(b for b in blocks("python") if not is_spark(b))
     run_python(code, tmp_path, timeout=300)
 
 
+@pytest.mark.slow
 def test_bash_blocks_run_as_written(tmp_path):
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}

@@ -8,6 +8,7 @@ import os
 import warnings
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, given, settings
 from kafkalite import KafkaliteError, Log
 
@@ -24,6 +25,7 @@ damage = st.one_of(
     batches=st.lists(st.integers(1, 40), min_size=1, max_size=25),
     hurt=st.lists(damage, min_size=1, max_size=3),
 )
+@pytest.mark.slow
 def test_damaged_tail_recovers_to_a_prefix(tmp_path_factory, batches, hurt):
     path = str(tmp_path_factory.mktemp("d") / "t-0")
     written: list[bytes] = []
@@ -58,7 +60,7 @@ def test_damaged_tail_recovers_to_a_prefix(tmp_path_factory, batches, hurt):
         try:
             log = Log(path)
         except KafkaliteError as e:  # a typed error is acceptable; a crash is not
-            raise AssertionError(f"recovery refused a damaged tail: {e}")
+            raise AssertionError(f"recovery refused a damaged tail: {e}") from e
     recovered = list(log.records())
     got = [r.value for r in recovered]
     assert got == written[: len(got)], "recovered records must be a prefix of what was written"

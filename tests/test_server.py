@@ -138,7 +138,7 @@ def test_kafka_python_roundtrip(kafkalite_server, codec):
     )
     consumer.assign([TopicPartition(topic, 0)])
     consumer.seek_to_beginning()
-    got = [m for _, m in zip(range(200), consumer)]
+    got = [m for _, m in zip(range(200), consumer, strict=False)]
     consumer.close()
     assert [(m.key, m.value) for m in got] == [
         (None if i % 2 else b"k", b"v%d" % i if i % 4 else None) for i in range(200)
@@ -219,6 +219,7 @@ def test_topics_created_over_the_network_are_kafkalite_topics(kafkalite_server):
     assert set(listed) >= {"made"} and len(listed["made"].partitions) == 3
 
 
+@pytest.mark.slow
 def test_auto_creation_follows_the_server_setting(tmp_path):
     with Server(tmp_path / "d", auto_create_topics=False) as server:
         p = confluent_producer(server, **{"message.timeout.ms": 2000})
@@ -246,6 +247,7 @@ def test_list_offsets_earliest_latest_and_by_timestamp(kafkalite_server):
     c.close()
 
 
+@pytest.mark.slow
 def test_restart_mid_stream_loses_nothing_acknowledged(tmp_path):
     data = tmp_path / "d"
     acked: list = []
@@ -320,35 +322,27 @@ def test_stop_is_bounded_with_clients_connected(tmp_path):
     consumer.close()
 
 
-def test_cli_serve_until_ctrl_c(tmp_path):
+def test_cli_serve_until_ctrl_c(tmp_path, spawn):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kafkalite",
-            "serve",
-            "--data-dir",
-            str(tmp_path),
-            "--listen",
-            f"127.0.0.1:{port}",
-        ],
+    proc = spawn.module(
+        "kafkalite",
+        "serve",
+        "--data-dir",
+        tmp_path,
+        "--listen",
+        f"127.0.0.1:{port}",
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
-        line = proc.stderr.readline()
-        assert f"127.0.0.1:{port}" in line, line
-        p = confluent_kafka.Producer({"bootstrap.servers": f"127.0.0.1:{port}"})
-        p.produce("cli", b"hello")
-        assert p.flush(10) == 0
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(10) == 0
-    finally:
-        proc.kill()
-        proc.wait()
+    line = proc.stderr.readline()
+    assert f"127.0.0.1:{port}" in line, line
+    p = confluent_kafka.Producer({"bootstrap.servers": f"127.0.0.1:{port}"})
+    p.produce("cli", b"hello")
+    assert p.flush(10) == 0
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(10) == 0
     assert kafkalite.Admin(str(tmp_path)).describe_topic("cli").partitions[0].end_offset == 1
 
 
@@ -425,7 +419,8 @@ def test_commits_without_a_group_membership_are_checked(kafkalite_server):
     consumer.close()
 
 
-def test_consumer_group_of_three_processes_with_one_killed(kafkalite_server, tmp_path):
+@pytest.mark.slow
+def test_consumer_group_of_three_processes_with_one_killed(kafkalite_server, tmp_path, spawn):
     """Three confluent-kafka processes in one group (the server coordinates, the leader
     assigns): one is killed with SIGKILL, its partitions move to the others after the session
     timeout, every record is consumed, and the committed offsets reach the end, visible to
@@ -437,42 +432,38 @@ def test_consumer_group_of_three_processes_with_one_killed(kafkalite_server, tmp
         p.produce(topic, b"%d" % i, partition=i % partitions)
     assert p.flush(10) == 0
     outs = [tmp_path / f"member-{i}.txt" for i in range(3)]
-    member = os.path.join(os.path.dirname(__file__), "server_group_member.py")
     procs = [
-        subprocess.Popen(
-            [sys.executable, member, kafkalite_server.bootstrap_servers, topic, group, str(out)],
+        spawn(
+            "server_group_member.py",
+            kafkalite_server.bootstrap_servers,
+            topic,
+            group,
+            out,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
         for out in outs
     ]
-    try:
-        # Let the group form and consume a little, then kill one member mid-stream.
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not all(o.exists() for o in outs):
-            time.sleep(0.1)
-        procs[0].kill()
-        procs[0].wait()
-        total = partitions * per_partition
-        end_offsets = {(topic, q): per_partition for q in range(partitions)}
-        deadline = time.monotonic() + 45
-        while time.monotonic() < deadline:
-            description = kafkalite.Admin(kafkalite_server.path).describe_group(group)
-            committed = {(r.topic, r.partition): r.committed for r in description.partitions}
-            if committed == end_offsets:
-                break
-            time.sleep(0.3)
-        assert committed == end_offsets
-        seen = [
-            tuple(map(int, line.split())) for o in outs if o.exists() for line in o.read_text().splitlines()
-        ]
-        assert set(seen) == {(q, o) for q in range(partitions) for o in range(per_partition)}
-        # Duplicates only where the killed member read without committing (one per partition at most).
-        assert len(seen) - total <= partitions
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
+    # Let the group form and consume a little, then kill one member mid-stream.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not all(o.exists() for o in outs):
+        time.sleep(0.1)
+    procs[0].kill()
+    procs[0].wait()
+    total = partitions * per_partition
+    end_offsets = {(topic, q): per_partition for q in range(partitions)}
+    deadline = time.monotonic() + 45
+    while time.monotonic() < deadline:
+        description = kafkalite.Admin(kafkalite_server.path).describe_group(group)
+        committed = {(r.topic, r.partition): r.committed for r in description.partitions}
+        if committed == end_offsets:
+            break
+        time.sleep(0.3)
+    assert committed == end_offsets
+    seen = [tuple(map(int, line.split())) for o in outs if o.exists() for line in o.read_text().splitlines()]
+    assert set(seen) == {(q, o) for q in range(partitions) for o in range(per_partition)}
+    # Duplicates only where the killed member read without committing (one per partition at most).
+    assert len(seen) - total <= partitions
     cli = subprocess.run(
         [sys.executable, "-m", "kafkalite", "groups", "describe", group, "--data-dir", kafkalite_server.path],
         capture_output=True,
@@ -524,7 +515,7 @@ def test_kafka_python_group_and_admin_views(kafkalite_server):
         enable_auto_commit=False,
         consumer_timeout_ms=10_000,
     )
-    got = [m.value for _, m in zip(range(30), consumer)]
+    got = [m.value for _, m in zip(range(30), consumer, strict=False)]
     assert sorted(got) == sorted(b"%d" % i for i in range(30))
     consumer.commit()
     admin = AdminClient({"bootstrap.servers": kafkalite_server.bootstrap_servers})

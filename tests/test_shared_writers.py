@@ -8,20 +8,16 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 
+import pytest
 from conftest import kafka_python_records
 from kafkalite import Log
 
-HERE = os.path.dirname(__file__)
 
-
-def spawn(path: str, wid: int, count: int, report: bool = False) -> subprocess.Popen:
-    args = [sys.executable, os.path.join(HERE, "shared_writer.py"), path, str(wid), str(count)] + (
-        ["report"] if report else []
-    )
-    return subprocess.Popen(args, cwd=HERE, stdout=subprocess.PIPE, text=True)
+def writer(spawn, path: str, wid: int, count: int, report: bool = False) -> subprocess.Popen:
+    extra = ["report"] if report else []
+    return spawn("shared_writer.py", path, wid, count, *extra, stdout=subprocess.PIPE, text=True)
 
 
 def by_writer(values: list[bytes]) -> dict[int, list[int]]:
@@ -32,9 +28,10 @@ def by_writer(values: list[bytes]) -> dict[int, list[int]]:
     return out
 
 
-def test_four_writer_processes_one_partition(part_dir):
+@pytest.mark.slow
+def test_four_writer_processes_one_partition(part_dir, spawn):
     count = 25_000
-    writers = [spawn(part_dir, wid, count) for wid in range(4)]
+    writers = [writer(spawn, part_dir, wid, count) for wid in range(4)]
     for w in writers:
         w.wait(timeout=300)
         assert w.returncode == 0
@@ -48,12 +45,13 @@ def test_four_writer_processes_one_partition(part_dir):
     assert os.path.exists(os.path.join(part_dir, ".kafkalite-clean-shutdown"))  # the last one out sealed it
 
 
-def test_a_killed_writer_loses_only_unacknowledged_records(part_dir):
+@pytest.mark.slow
+def test_a_killed_writer_loses_only_unacknowledged_records(part_dir, spawn):
     rng = random.Random(5)
-    survivors = [spawn(part_dir, wid, 40_000) for wid in (1, 2)]
+    survivors = [writer(spawn, part_dir, wid, 40_000) for wid in (1, 2)]
     acknowledged = -1
-    for round_ in range(5):
-        victim = spawn(part_dir, 0, 10**9, report=True)
+    for _round in range(5):
+        victim = writer(spawn, part_dir, 0, 10**9, report=True)
         time.sleep(rng.uniform(0.05, 0.3))
         victim.send_signal(signal.SIGKILL)
         out, _ = victim.communicate()
@@ -69,5 +67,5 @@ def test_a_killed_writer_loses_only_unacknowledged_records(part_dir):
     # The victim restarted from seq 0 each round; every round's acknowledged prefix is there.
     victim_seqs = seqs.get(0, [])
     assert acknowledged < 0 or max(victim_seqs) >= acknowledged
-    assert len(values) == len(set(zip(range(len(values)), values)))
+    assert len(values) == len(set(enumerate(values)))
     assert kafka_python_records(part_dir)[-1][3] == values[-1]

@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.spark  # starts a local Spark session: -m 'not spark' leaves it out
+
 pyspark = pytest.importorskip("pyspark")
 #: Admission control (maxOffsetsPerTrigger, minOffsetsPerTrigger, AvailableNow limits) came in 4.2.
 ADMISSION_CONTROL = tuple(int(x) for x in pyspark.__version__.split(".")[:2]) >= (4, 2)
@@ -428,9 +430,7 @@ def test_min_offsets_per_trigger_and_new_partitions(spark, tmp_path):
     ]  # a new partition, from earliest
 
 
-def test_batch_read_while_another_process_appends(spark, tmp_path):
-    import subprocess
-
+def test_batch_read_while_another_process_appends(spark, tmp_path, spawn):
     path = str(tmp_path / "d")
     Admin(path).create_topic("t", 2)
     code = (
@@ -439,7 +439,7 @@ def test_batch_read_while_another_process_appends(spark, tmp_path):
         "    for i in range(200000):\n"
         "        p.send('t', value=b'x%d' % i, partition=i % 2)\n"
     )
-    writer = subprocess.Popen([sys.executable, "-c", code, path])
+    writer = spawn.code(code, path)
     try:
         counts = []
         while writer.poll() is None:

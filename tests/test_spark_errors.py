@@ -14,6 +14,8 @@ pytest.importorskip("pyspark")
 from kafkalite import Admin
 from kafkalite.log import Log
 
+pytestmark = pytest.mark.spark  # starts a local Spark session: -m 'not spark' leaves it out
+
 #: Spark's prefix and SQLSTATE line, one frame of traceback, our message.
 MAX_LINES = 6
 

@@ -14,6 +14,8 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+pytestmark = pytest.mark.spark  # starts a local Spark session: -m 'not spark' leaves it out
+
 SCRIPT = textwrap.dedent(
     """
     import sys

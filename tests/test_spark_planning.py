@@ -3,6 +3,7 @@ rate limit, offsets JSON."""
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import pytest
@@ -58,7 +59,7 @@ def test_kafka_range_calculator():
     assert OffsetRange("t", 1, 0, 10) in split  # small ranges stay whole
     big = [r for r in split if r.partition == 0]
     assert len(big) == 4 and big[0].start == 0 and big[-1].end == 1000
-    assert all(a.end == b.start for a, b in zip(big, big[1:]))
+    assert all(a.end == b.start for a, b in itertools.pairwise(big))
     capped = split_ranges(ranges, None, 300)
     assert [r.size for r in capped if r.partition == 0] == [250, 250, 250, 250]
 
@@ -126,7 +127,7 @@ def test_a_stream_commit_that_crashed_midway_is_finished_without_duplicates(tmp_
                 out += [(r.key, r.value) for r in log.records()]
         return sorted(out)
 
-    expected = sorted(zip(table.column("key").to_pylist(), table.column("value").to_pylist()))
+    expected = sorted(zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True))
     assert sink.publish_once(path, "s", 0, [table], "dst")
     assert not sink.publish_once(path, "s", 0, [table], "dst")  # a plain replay: skipped
     assert contents() == expected

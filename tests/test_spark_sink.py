@@ -11,7 +11,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 
@@ -80,8 +79,8 @@ COMMITTER = textwrap.dedent(
 )
 
 
-def _committer(path: str, step: str, rows: int = ROWS) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", COMMITTER, path, step, str(rows)])
+def _committer(spawn, path: str, step: str, rows: int = ROWS) -> subprocess.Popen:
+    return spawn.code(COMMITTER, path, step, rows)
 
 
 def _planned(rows: int = ROWS) -> pa.Table:
@@ -116,10 +115,11 @@ def data(tmp_path):
     return path
 
 
-def test_replay_after_a_crash_with_another_producer_in_between_appends_nothing_twice(data):
+@pytest.mark.slow
+def test_replay_after_a_crash_with_another_producer_in_between_appends_nothing_twice(data, spawn):
     """The reported case: the marker is written, another producer appends, the sink appends,
     the commit dies before recording the batch id; Spark replays the micro-batch."""
-    child = _committer(data, "interleave")
+    child = _committer(spawn, data, "interleave")
     assert child.wait(60) == -signal.SIGKILL
     with Log(os.path.join(data, "dst-0"), shared_writers=True) as log:
         log.append_values([FOREIGN])  # and more writes before the replay
@@ -127,9 +127,10 @@ def test_replay_after_a_crash_with_another_producer_in_between_appends_nothing_t
     _check_exactly_once(data)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("step", ["before_pending", "after_pending", "between_partitions", "before_commit"])
-def test_kill_9_at_each_commit_step_then_replay_writes_each_row_once(data, step):
-    child = _committer(data, step)
+def test_kill_9_at_each_commit_step_then_replay_writes_each_row_once(data, step, spawn):
+    child = _committer(spawn, data, step)
     assert child.wait(60) == -signal.SIGKILL
     with Log(os.path.join(data, "dst-1"), shared_writers=True) as log:
         log.append_values([FOREIGN])  # another producer writes before Spark replays
@@ -141,7 +142,8 @@ def test_kill_9_at_each_commit_step_then_replay_writes_each_row_once(data, step)
     _check_exactly_once(data)
 
 
-def test_kill_9_at_random_moments_with_a_concurrent_producer(tmp_path):
+@pytest.mark.slow
+def test_kill_9_at_random_moments_with_a_concurrent_producer(tmp_path, spawn):
     """A large micro-batch (several batches per partition), killed at random times while another
     process keeps producing to the same partitions; every replay leaves each row exactly once."""
     seed = int(os.environ.get("KAFKALITE_TEST_SEED", random.randrange(1 << 30)))
@@ -166,9 +168,9 @@ def test_kill_9_at_random_moments_with_a_concurrent_producer(tmp_path):
     for attempt in range(8):
         path = str(tmp_path / f"d{attempt}")
         Admin(path).create_topic("dst", 2, {"max.message.bytes": 64 * 1024})
-        other = subprocess.Popen([sys.executable, "-c", producer_code, path])
+        other = spawn.code(producer_code, path)
         try:
-            child = _committer(path, "never", rows)
+            child = _committer(spawn, path, "never", rows)
             deadline = time.monotonic() + 120
             while (
                 child.poll() is None
@@ -234,11 +236,12 @@ def test_a_batch_commit_that_fails_midway_names_what_it_appended(data, monkeypat
     assert len(_values(data, 0)) == ROWS and _values(data, 1) == []  # exactly what the note says
 
 
-def test_scratch_logs_of_killed_commits_are_removed(data):
+@pytest.mark.slow
+def test_scratch_logs_of_killed_commits_are_removed(data, spawn):
     """The sink encodes in scratch logs; a commit killed mid-encode leaves one, the next removes it."""
     from kafkalite.spark import sink
 
-    child = _committer(data, "before_pending")
+    child = _committer(spawn, data, "before_pending")
     assert child.wait(60) == -signal.SIGKILL
     scratch = os.path.join(data, sink.SINKS_DIR, "scratch")
     assert os.listdir(scratch)  # the killed commit's

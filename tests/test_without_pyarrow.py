@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 # Make `import pyarrow` fail in the child, as in an environment without the extra.
 NO_PYARROW = "import sys; sys.modules['pyarrow'] = None\n"
 
@@ -59,6 +61,7 @@ def test_clients_and_log_work_without_pyarrow(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_polars_takes_arrow_data_without_pyarrow(tmp_path):
     run(
         """

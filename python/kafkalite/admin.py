@@ -263,7 +263,7 @@ class Admin:
             config = self._dir.effective_config(name)
             if not is_compacted(config):
                 continue
-            cleaned = self._each_partition(name, lambda log: clean_if_dirty(log, config))
+            cleaned = self._each_partition(name, lambda log, config=config: clean_if_dirty(log, config))
             results = {p: stats for p, stats in cleaned.items() if stats is not None}
             if results:
                 out[name] = CompactionResult.of(name, results)

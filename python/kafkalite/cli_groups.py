@@ -91,7 +91,7 @@ def run(args: argparse.Namespace, data_dir: str) -> int:
         ]
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
         for r in rows:
-            print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+            print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
     elif args.action == "delete":
         count = admin.delete_group(args.group)  # a missing group: GroupIdNotFoundError, exit 1
         print(

@@ -112,7 +112,11 @@ def _require_writable(data_dir: DataDir, group_id: str) -> None:
 
 class Consumer:
     """``Consumer(path, *topics, group_id=None, **config)``: the data directory first, where
-    kafka-python takes ``bootstrap_servers``."""
+    kafka-python takes ``bootstrap_servers``.
+
+    Thread safety: as kafka-python's ``KafkaConsumer``, a consumer is not thread-safe; use it
+    from one thread at a time (one consumer per thread; several consumers in one group share the
+    work). Its group heartbeats run in a daemon thread of its own."""
 
     def __init__(
         self, path: str | os.PathLike[str], *topics: str, group_id: str | None = None, **config: Any

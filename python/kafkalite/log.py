@@ -70,6 +70,11 @@ class Log:
     ``preallocate_budget_bytes`` sets the data directory's ``log.preallocate.budget.bytes`` for
     this process: the most disk its writers keep reserved ahead of their data, summed over the
     directory's partitions (None keeps the current limit, 256 MiB unless set).
+
+    Thread safety: a ``Log`` is thread-safe; threads may append and read through one instance
+    (its calls are serialized by a mutex inside, with the GIL released while the engine works,
+    so other Python threads run meanwhile).
+    Records and views it returned stay valid after further appends.
     """
 
     def __init__(

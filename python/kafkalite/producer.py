@@ -638,6 +638,10 @@ class Producer:
     fails (``RecordTooLargeError``). A producer not closed is flushed at interpreter exit and
     when garbage collected, waiting at most ``EXIT_FLUSH_TIMEOUT`` seconds.
 
+    Thread safety: as kafka-python's ``KafkaProducer``, a producer is thread-safe; several
+    threads may send through one instance (sharing it is cheaper than one per thread). Each
+    thread's records to one partition keep that thread's order.
+
     The first ``send``/``send_batch``/``partitions_for`` of a topic that does not exist creates
     it (and a missing data directory) with the data directory's ``num.partitions``, unless its
     ``auto.create.topics.enable`` is false (``Admin.alter_data_dir_config``), as a Kafka broker
@@ -824,7 +828,7 @@ class Producer:
             groups[partition] = (values, keys)
         else:
             numbers = partitions_for_keys([k if k is not None else b"" for k in keys], len(t.partitions))
-            for v, k, n in zip(values, keys, numbers):
+            for v, k, n in zip(values, keys, numbers, strict=True):
                 g = groups.setdefault(n, ([], []))
                 g[0].append(v)
                 g[1].append(k)  # type: ignore[union-attr]
@@ -838,7 +842,9 @@ class Producer:
                 if kss is None:
                     out[n] = log.append_values(vals, ts)
                 else:
-                    out[n] = log.append([Record(v, key=k, timestamp=ts) for v, k in zip(vals, kss)])
+                    out[n] = log.append(
+                        [Record(v, key=k, timestamp=ts) for v, k in zip(vals, kss, strict=True)]
+                    )
         sender.notify()
         return out
 

@@ -9,7 +9,8 @@
 //!   00000000000000000000.index      8-byte entries: relative offset, position
 //!   00000000000000000000.timeindex  12-byte entries: timestamp, relative offset
 //!   00000000000000104857.log ...    the next segment, based at its first offset
-//!   .kafkalite.lock                 the single writer's lock (pid inside)
+//!   .kafkalite.writers              the writers' presence lock (the exclusive holder's pid inside)
+//!   .kafkalite.lock                 the append lock of shared writers (`lock.rs`)
 //!   .kafkalite-clean-shutdown       present after a clean close
 //!   .kafkalite-log-start-offset     the log start offset, when above the first segment
 //!   .kafkalite-cleaner-offset       where compaction resumes (compacted topics)
@@ -20,15 +21,22 @@
 //! `cleaner-offset-checkpoint` and `recovery-point-offset-checkpoint` (`checkpoint.rs`), and a
 //! broker's entries there are read.
 //!
-//! Layers, bottom up: `record` (the v2 codec), `index` and `segment` (one `.log` with its
-//! indexes, appended through `mmap`), `log` (a partition: roll, read, recovery, retention),
-//! `cleaner` (compaction), `arrow` (batches to Arrow), `spark` (the same records as Spark's Kafka-source
-//! rows). `py` is the PyO3 binding, built only with the `python` feature.
-//! Beside them: `nofollow` (every data-directory file is opened without following symlinks),
-//! `sigbus` (a file truncated under a map costs data, not the process), `failpoint` (named
-//! fault-injection points, `KAFKALITE_FAILPOINTS`), `lock` (writers' flocks, bounded waits),
-//! `offsets_codec` (Kafka's `__consumer_offsets` records, for the server and the clients),
-//! `inspect` (a segment judged by recovery's rules, for `kafkalite dump-log`).
+//! Layers, bottom up: `record` (the v2 codec: batches, records, varints, codecs, `scan`,
+//! `filter`), `index` (`.index` / `.timeindex`) and `segment` (one `.log` with its indexes,
+//! appended through `mmap`; `prealloc` bounds the disk reserved ahead of writers), `log` and
+//! `log_read` (a partition: roll, recovery, appends; reads), `retention`, `txn` (aborted
+//! transactions, last stable offset), `cleaner` (compaction), `checkpoint` (small atomic files,
+//! Kafka's checkpoint files), `topic_config` (every topic and data-directory config key: one
+//! table, one resolution), `options` (a log's settings) and `error` (the one error type). Above
+//! the partition: `datadir` (a data directory's topic metadata), `partitioner` (Kafka's
+//! murmur2), `notify` (futex wake-ups across processes), `offsets_codec` (Kafka's
+//! `__consumer_offsets` records, for the server and the clients), `inspect` (a segment judged by
+//! recovery's rules, for `kafkalite dump-log`), `arrow` (records to Arrow), `spark` (the same
+//! records as Spark's Kafka-source rows) and `server` (`kafkalite serve`, Kafka's wire
+//! protocol). `py` is the PyO3 binding, built only with the `python` feature. Beside them:
+//! `nofollow` (every data-directory file is opened without following symlinks), `sigbus` (a file
+//! truncated under a map costs data, not the process), `failpoint` (named fault-injection
+//! points, `KAFKALITE_FAILPOINTS`), `lock` (writers' flocks, bounded waits).
 
 /// The `log` target of every engine event; the binding forwards it to Python's
 /// `logging.getLogger("kafkalite.engine")`. The engine logs only notable events (recovery

@@ -31,8 +31,8 @@ from faults.journal import (
 
 STOP = Stop()  # SIGTERM handled from here on, before the slow import of kafkalite
 
-from kafkalite import Consumer, KafkaliteError, TopicPartition
-from kafkalite.errors import CommitFailedError
+from kafkalite import Consumer, KafkaliteError, TopicPartition  # noqa: E402 (after STOP, see above)
+from kafkalite.errors import CommitFailedError  # noqa: E402
 
 MAX_POLL_INTERVAL_MS = 1500
 

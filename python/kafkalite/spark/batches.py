@@ -139,11 +139,11 @@ class Encoder:
         """``values`` (with their keys and headers) as whole v2 batches, stamped with
         ``producer`` when given; the batches' base offsets are relative (the log re-offsets)."""
         log = self._scratch(options)
-        if not any(k is not None or h for k, h in zip(keys, headers)):
+        if not any(k is not None or h for k, h in zip(keys, headers, strict=True)):
             first, last = log.append_values(values)
         else:
             first, last = log.append(
-                [Record(v, key=k, headers=h or None) for v, k, h in zip(values, keys, headers)]
+                [Record(v, key=k, headers=h or None) for v, k, h in zip(values, keys, headers, strict=True)]
             )
         out = bytearray()
         position = first

@@ -145,7 +145,7 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         raw = get(options, "assign") or ""
         if not raw.strip().startswith("{"):
             raise SparkOptionError(
-                """No topicpartitions to assign as specified value for option 'assign' is '%s'""" % raw
+                f"""No topicpartitions to assign as specified value for option 'assign' is '{raw}'"""
             )
         try:
             assign = {t: [int(p) for p in ps] for t, ps in json.loads(raw).items()}
@@ -185,8 +185,8 @@ def parse(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     min_trigger = _positive(options, "minOffsetsPerTrigger")
     if max_trigger is not None and min_trigger is not None and min_trigger > max_trigger:
         raise SparkOptionError(
-            "The value of minOffsetPerTrigger(%d) is higher than the maxOffsetsPerTrigger(%d)."
-            % (min_trigger, max_trigger)
+            f"The value of minOffsetPerTrigger({min_trigger}) is higher than the "
+            f"maxOffsetsPerTrigger({max_trigger})."
         )
     return SourceOptions(
         path=path,

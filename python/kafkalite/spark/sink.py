@@ -159,7 +159,7 @@ def plan_groups(path: str, tables: list[Any], default_topic: str | None) -> list
         for topic, count in counts.items():  # toPositive(murmur2(key)) % partitions, as Kafka
             rows = [i for i in range(n) if topics[i] == topic and explicit[i] is None and keys[i] is not None]
             if rows:
-                by_key.update(zip(rows, partitions_for_keys([keys[i] for i in rows], count)))
+                by_key.update(zip(rows, partitions_for_keys([keys[i] for i in rows], count), strict=True))
         for i in range(n):
             topic = topics[i]
             if explicit[i] is not None:

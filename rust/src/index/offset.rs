@@ -5,7 +5,8 @@ use crate::error::Result;
 use crate::index::{Entry, IndexFile};
 use std::path::Path;
 
-/// One offset-index entry, with the offset already made absolute.
+/// One offset-index entry as stored: the offset relative to the segment's base offset (`lookup`
+/// makes it absolute), and the batch's byte position in the `.log`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OffsetPosition {
     pub relative_offset: u32,

@@ -4,8 +4,9 @@
 import random
 import sys
 
-from crash_writer import value_for
 from kafkalite import Log
+
+from procs.crash_writer import value_for
 
 
 def main(path: str, total: int) -> None:

@@ -1,0 +1,36 @@
+# The everyday commands (CONTRIBUTING.md explains them). `make lint` is what .ci/run and the
+# pre-commit hooks run; `make test-quick` is the everyday test loop (under a minute).
+#
+# Python tools come from the environment: PYTHON=.venv/bin/python make lint (or an activated
+# venv with the `dev` or `test` extra installed).
+
+PYTHON ?= python3
+PY_SOURCES := python tests benches examples
+QUICK := not slow and not spark and not broker and not faults
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+
+.PHONY: lint fmt build test test-quick
+
+lint:
+	cargo fmt --check
+	cargo clippy --all-targets --all-features -- -D warnings
+	$(PYTHON) -m ruff check $(PY_SOURCES)
+	$(PYTHON) -m ruff format --check $(PY_SOURCES)
+	$(PYTHON) -m mypy
+
+fmt:
+	cargo fmt
+	$(PYTHON) -m ruff check --fix $(PY_SOURCES)
+	$(PYTHON) -m ruff format $(PY_SOURCES)
+
+# The native module, built in place for the tests of this checkout (PYTHONPATH=python).
+build:
+	cargo build --release --features python --lib
+	cp $(TARGET_DIR)/release/libkafkalite.so python/kafkalite/_native.abi3.so
+
+test: build
+	cargo test --locked
+	PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q -p no:cacheprovider
+
+test-quick: build
+	PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q -p no:cacheprovider -m "$(QUICK)"
