@@ -34,6 +34,7 @@ pub mod cleaner;
 pub mod datadir;
 pub mod error;
 pub mod failpoint;
+pub mod files;
 pub mod index;
 pub mod lock;
 pub mod log;

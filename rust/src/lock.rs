@@ -19,8 +19,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, IoContext, Result};
 
-pub const LOCK_FILE: &str = ".kafkalite.lock";
-pub const WRITERS_FILE: &str = ".kafkalite.writers";
+use crate::files::{APPEND_LOCK_FILE, WRITERS_FILE};
 
 /// How long a shared writer waits for another one that is recovering the partition at open.
 const SHARED_OPEN_PATIENCE: Duration = Duration::from_secs(60);
@@ -67,7 +66,7 @@ impl WriterLock {
     /// The only writer: fails at once with `Error::Locked` if any writer is alive.
     pub fn exclusive(dir: &Path) -> Result<WriterLock> {
         let presence = open_lock_file(&dir.join(WRITERS_FILE))?;
-        let append = open_lock_file(&dir.join(LOCK_FILE))?;
+        let append = open_lock_file(&dir.join(APPEND_LOCK_FILE))?;
         match presence.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => return Err(locked(dir, read_holder(&presence))),
@@ -91,7 +90,7 @@ impl WriterLock {
     /// the caller recovers the partition before calling `share()`).
     pub fn shared(dir: &Path) -> Result<WriterLock> {
         let presence = open_lock_file(&dir.join(WRITERS_FILE))?;
-        let append = open_lock_file(&dir.join(LOCK_FILE))?;
+        let append = open_lock_file(&dir.join(APPEND_LOCK_FILE))?;
         let started = Instant::now();
         let mut exclusive_sightings = 0;
         let alone = loop {

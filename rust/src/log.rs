@@ -6,11 +6,12 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::checkpoint::{
-    read_offset, sync_dir, write_atomically, KafkaCheckpoints, CLEAN_SHUTDOWN_FILE, KAFKA_LOG_START_OFFSET,
-    KAFKA_RECOVERY_POINT, LOG_START_OFFSET_FILE,
-};
+use crate::checkpoint::{read_offset, sync_dir, write_atomically, KafkaCheckpoints};
 use crate::error::{Error, IoContext, Result};
+use crate::files::{
+    parse_base_offset, segment_path, CLEANED_SUFFIX, CLEAN_SHUTDOWN_FILE, DELETED_SUFFIX, INDEX_SUFFIX, INDEX_SUFFIXES,
+    KAFKA_LOG_START_OFFSET, KAFKA_RECOVERY_POINT, LOG_START_OFFSET_FILE, LOG_SUFFIX, TIME_INDEX_SUFFIX, TMP_SUFFIX,
+};
 use crate::lock::WriterLock;
 use crate::options::{FlushPolicy, LogConfig};
 use crate::record::header::{compute_crc, set_base_offset, BatchHeader, ATTR_TIMESTAMP_LOG_APPEND};
@@ -190,12 +191,8 @@ impl Log {
             let entry = entry.context(|| format!("cannot list {}", self.dir.display()))?;
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if let Some(stem) = name.strip_suffix(".log") {
-                if let Ok(base) = stem.parse::<i64>() {
-                    if stem.len() >= 20 && base >= 0 {
-                        bases.push(base);
-                    }
-                }
+            if let Some(base) = parse_base_offset(&name, LOG_SUFFIX) {
+                bases.push(base);
             }
         }
         bases.sort_unstable();
@@ -211,12 +208,8 @@ impl Log {
             let entry = entry.context(|| format!("cannot list {}", self.dir.display()))?;
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if let Some(stem) = name.strip_suffix(".log") {
-                if let Ok(base) = stem.parse::<i64>() {
-                    if stem.len() >= 20 && base >= 0 {
-                        found.push((base, entry.ino()));
-                    }
-                }
+            if let Some(base) = parse_base_offset(&name, LOG_SUFFIX) {
+                found.push((base, entry.ino()));
             }
         }
         found.sort_unstable();
@@ -229,11 +222,13 @@ impl Log {
         for entry in std::fs::read_dir(&self.dir).context(|| format!("cannot list {}", self.dir.display()))? {
             let entry = entry.context(|| format!("cannot list {}", self.dir.display()))?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            let orphan_index = ["index", "timeindex", "txnindex"].iter().any(|ext| {
-                name.strip_suffix(&format!(".{ext}"))
-                    .is_some_and(|stem| stem.parse::<i64>().is_ok() && !self.dir.join(format!("{stem}.log")).exists())
+            let orphan_index = INDEX_SUFFIXES.iter().any(|suffix| {
+                name.strip_suffix(suffix).is_some_and(|stem| {
+                    stem.parse::<i64>().is_ok() && !self.dir.join(format!("{stem}{LOG_SUFFIX}")).exists()
+                })
             });
-            if name.ends_with(".deleted") || name.ends_with(".cleaned") || name.ends_with(".tmp") || orphan_index {
+            let unfinished = [DELETED_SUFFIX, CLEANED_SUFFIX, TMP_SUFFIX].iter().any(|s| name.ends_with(s));
+            if unfinished || orphan_index {
                 std::fs::remove_file(entry.path()).context(|| format!("cannot remove {}", entry.path().display()))?;
             }
         }
@@ -263,7 +258,7 @@ impl Log {
         for (i, &base) in bases.iter().enumerate() {
             let is_last = i + 1 == bases.len();
             let indexes_present =
-                ["index", "timeindex"].iter().all(|ext| self.dir.join(crate::segment::file_name(base, ext)).exists());
+                [INDEX_SUFFIX, TIME_INDEX_SUFFIX].iter().all(|suffix| segment_path(&self.dir, base, suffix).exists());
             let mut seg = Segment::open(&self.dir, base, true, settings, now)?;
             let needs_recovery = !indexes_present || (is_last && !clean) || seg.load_trusted().is_err();
             if needs_recovery {

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use crate::checkpoint::remove_if_exists;
 use crate::error::{Error, IoContext, Result};
+use crate::files::{segment_path, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
 use crate::index::{OffsetIndex, TimeIndex};
 use crate::mmap::MappedFile;
 use crate::nofollow;
@@ -28,11 +29,6 @@ use crate::record::scan::{next_batch, Next};
 /// 16 MiB steps again.
 const MIN_ALLOCATION_STEP: usize = 64 << 10;
 const MAX_ALLOCATION_STEP: usize = 16 << 20;
-
-/// `<20-digit base offset>.<ext>`, Kafka's file naming.
-pub fn file_name(base_offset: i64, ext: &str) -> String {
-    format!("{base_offset:020}.{ext}")
-}
 
 /// What recovery found in a segment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -93,9 +89,9 @@ pub struct Segment {
 impl Segment {
     fn paths(dir: &Path, base_offset: i64) -> (PathBuf, PathBuf, PathBuf) {
         (
-            dir.join(file_name(base_offset, "log")),
-            dir.join(file_name(base_offset, "index")),
-            dir.join(file_name(base_offset, "timeindex")),
+            segment_path(dir, base_offset, LOG_SUFFIX),
+            segment_path(dir, base_offset, INDEX_SUFFIX),
+            segment_path(dir, base_offset, TIME_INDEX_SUFFIX),
         )
     }
 
@@ -195,7 +191,7 @@ impl Segment {
     }
 
     fn log_path(&self) -> PathBuf {
-        self.dir.join(file_name(self.base_offset, "log"))
+        segment_path(&self.dir, self.base_offset, LOG_SUFFIX)
     }
 
     /// Open the `.log` descriptor again if it was released (same mode as at open).

@@ -213,7 +213,7 @@ impl TxnState {
         let sealed = segments.len().saturating_sub(1);
         for seg in &segments[..sealed] {
             if self.indexed.insert(seg.base_offset) {
-                let path = log.dir().join(crate::segment::file_name(seg.base_offset, "txnindex"));
+                let path = log.dir().join(crate::files::file_name(seg.base_offset, crate::files::TXN_INDEX_SUFFIX));
                 for txn in read_txn_index(&path)? {
                     self.add_aborted(txn);
                 }
