@@ -49,6 +49,7 @@ pub mod retention;
 pub mod segment;
 pub mod server;
 pub mod sigbus;
+pub mod sync;
 pub mod txn;
 
 #[cfg(feature = "python")]

@@ -131,14 +131,15 @@ impl Log {
             None => log.load_readonly()?,
             Some(lock) => {
                 let alone = lock.alone();
-                lock.enter(log.config.lock_timeout.map(|t| std::time::Instant::now() + t))?;
+                let _append = lock.enter(log.config.lock_timeout.map(|t| std::time::Instant::now() + t))?;
                 // Alone: recover as the only writer. Otherwise other writers keep the partition
                 // consistent, and this one follows what they wrote.
-                let loaded = if alone { log.load_writable() } else { log.catch_up() };
-                let lock = log.lock.as_mut().unwrap();
-                let shared = loaded.and_then(|()| lock.share());
-                lock.leave();
-                shared?;
+                if alone {
+                    log.load_writable()?;
+                } else {
+                    log.catch_up()?;
+                }
+                log.lock.as_mut().expect("a writer has a lock").share()?;
             }
         }
         log.loaded = true;
@@ -157,10 +158,10 @@ impl Log {
             return result;
         };
         let deadline = self.lock_deadline.or_else(|| self.config.lock_timeout.map(|t| std::time::Instant::now() + t));
-        lock.enter(deadline)?;
-        let result = self.check_not_deleted().and_then(|()| self.catch_up()).and_then(|()| f(self));
-        self.lock.as_ref().unwrap().leave();
-        result
+        let _append = lock.enter(deadline)?;
+        self.check_not_deleted()?;
+        self.catch_up()?;
+        f(self)
     }
 
     /// The only writer of the partition needs no `.log` descriptor for its active segment

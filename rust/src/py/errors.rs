@@ -15,7 +15,7 @@ fn class_name(e: &Error) -> &'static str {
         Error::InvalidRecord(_) => "InvalidRecordError",
         Error::Unsupported(_) => "UnsupportedFormatError",
         Error::Closed(_) => "LogClosedError",
-        Error::Poisoned(_) => "LogPoisonedError",
+        Error::Poisoned(_) | Error::LogPoisoned(_) => "LogPoisonedError",
         Error::UnknownTopicOrPartition(_) => "UnknownTopicOrPartitionError",
         Error::Io { .. } => "KafkaliteIOError",
     }

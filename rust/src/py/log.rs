@@ -27,14 +27,34 @@ type RecoveryTuple = (i64, u64, u64, Option<String>);
 
 #[pyclass(frozen, name = "Log", module = "kafkalite._native")]
 pub struct PyLog {
+    /// The partition directory (`Log::dir`), kept outside the mutex: it never changes.
+    path: std::path::PathBuf,
     inner: Mutex<Log>,
     /// read_committed bookkeeping, learnt incrementally (txn.rs). Locked after `inner`.
     txn: Mutex<TxnState>,
 }
 
 impl PyLog {
-    fn lock(&self) -> MutexGuard<'_, Log> {
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// The log, or `Error::LogPoisoned` if a thread panicked holding it (`sync.rs`).
+    fn lock(&self) -> crate::Result<MutexGuard<'_, Log>> {
+        crate::sync::lock_log(&self.inner, || self.describe())
+    }
+
+    /// The log for `close`, `closed` and `path`, even after a panic poisoned the mutex: those
+    /// stay usable so a poisoned log can still be closed (and shown). The log is marked
+    /// poisoned first, so its close releases the partition without marking the shutdown
+    /// clean, and the next open recovers.
+    fn lock_even_poisoned(&self) -> MutexGuard<'_, Log> {
+        self.inner.lock().unwrap_or_else(|poisoned| {
+            let mut log = poisoned.into_inner();
+            log.poison("a thread panicked while it was using the log".into());
+            log
+        })
+    }
+
+    /// How errors name this log: its directory (immutable, so readable even when poisoned).
+    fn describe(&self) -> String {
+        format!("the log of {}", self.path.display())
     }
 
     /// Decode records into an arena without the GIL; returns it and the offset to continue from.
@@ -56,7 +76,7 @@ impl PyLog {
     /// `PanicException`: it poisons the log and surfaces as `LogPoisonedError`.
     fn detached<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Log) -> crate::Result<T> + Send) -> PyResult<T> {
         py.detach(|| {
-            let mut log = self.lock();
+            let mut log = self.lock()?;
             match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut log))) {
                 Ok(result) => result,
                 Err(payload) => Err(log.poison_after_panic(&*payload)),
@@ -113,8 +133,8 @@ impl PyLog {
         f: impl FnOnce(&mut Log, &mut TxnState) -> crate::Result<T> + Send,
     ) -> PyResult<T> {
         py.detach(|| {
-            let mut log = self.lock();
-            let mut txn = self.txn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut log = self.lock()?;
+            let mut txn = crate::sync::lock_log(&self.txn, || self.describe())?;
             f(&mut log, &mut txn)
         })
         .map_err(Into::into)
@@ -229,7 +249,7 @@ impl PyLog {
             std::panic::catch_unwind(|| Log::open(&path, config))
                 .unwrap_or_else(|payload| Err(crate::Error::Poisoned(crate::log::panic_message(&*payload))))
         })?;
-        Ok(PyLog { inner: Mutex::new(log), txn: Mutex::new(TxnState::new()) })
+        Ok(PyLog { path: log.dir().to_path_buf(), inner: Mutex::new(log), txn: Mutex::new(TxnState::new()) })
     }
 
     /// Append `Record` objects; returns (first offset, last offset).
@@ -537,8 +557,8 @@ impl PyLog {
 
     /// Dirty bytes over cleanable bytes (Kafka's `min.cleanable.dirty.ratio` measure).
     #[pyo3(signature = (min_compaction_lag_ms=0, now_ms=None))]
-    fn dirty_ratio(&self, min_compaction_lag_ms: i64, now_ms: Option<i64>) -> f64 {
-        self.lock().dirty_ratio(&clean_options(0, min_compaction_lag_ms, now_ms))
+    fn dirty_ratio(&self, min_compaction_lag_ms: i64, now_ms: Option<i64>) -> PyResult<f64> {
+        Ok(self.lock()?.dirty_ratio(&clean_options(0, min_compaction_lag_ms, now_ms)))
     }
 
     fn roll(&self, py: Python<'_>) -> PyResult<()> {
@@ -557,7 +577,15 @@ impl PyLog {
     /// inside an append that waits for the partition lock) and for the partition lock.
     #[pyo3(signature = (timeout=None))]
     fn close(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
-        let Some(timeout) = timeout else { return self.detached(py, |log| log.close()) };
+        let Some(timeout) = timeout else {
+            return py
+                .detach(|| {
+                    let mut log = self.lock_even_poisoned();
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| log.close()))
+                        .unwrap_or_else(|payload| Err(log.poison_after_panic(&*payload)))
+                })
+                .map_err(Into::into);
+        };
         if !(timeout.is_finite() && timeout >= 0.0) {
             return Err(crate::Error::config(format!(
                 "timeout must be a non-negative number of seconds, got {timeout}"
@@ -570,7 +598,9 @@ impl PyLog {
             loop {
                 match self.inner.try_lock() {
                     Ok(mut log) => return log.close_within(Some(deadline)),
-                    Err(std::sync::TryLockError::Poisoned(p)) => return p.into_inner().close_within(Some(deadline)),
+                    Err(std::sync::TryLockError::Poisoned(_)) => {
+                        return self.lock_even_poisoned().close_within(Some(deadline))
+                    }
                     Err(std::sync::TryLockError::WouldBlock) => {}
                 }
                 let now = std::time::Instant::now();
@@ -590,11 +620,11 @@ impl PyLog {
 
     #[getter]
     fn closed(&self) -> bool {
-        self.lock().closed
+        self.lock_even_poisoned().closed
     }
 
     #[getter]
     fn path(&self) -> std::path::PathBuf {
-        self.lock().dir().to_path_buf()
+        self.path.clone()
     }
 }
