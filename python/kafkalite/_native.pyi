@@ -2,7 +2,10 @@
 
 from collections.abc import Iterable
 from os import PathLike
-from typing import Any, final
+from typing import Any, Literal, final
+
+#: kafka-python's `isolation_level` values, taken by every reader of `Log`.
+IsolationLevel = Literal["read_uncommitted", "read_committed"]
 
 __all__ = [
     "Log",
@@ -148,14 +151,28 @@ class Log:
     def append_batches(self, data: bytes) -> tuple[int, int]: ...
     def read(self, offset: int, max_bytes: int = 1048576) -> BatchView: ...
     def read_records(
-        self, start: int, end: int | None = None, max_records: int = 8192
+        self,
+        start: int,
+        end: int | None = None,
+        max_records: int = 8192,
+        isolation_level: IsolationLevel = "read_uncommitted",
     ) -> tuple[list[Record], int]: ...
     def append_buffer(self, buffer: BatchBuffer) -> tuple[int, int, int | None] | None: ...
     def read_consumer_records(
-        self, topic: str, partition: int, start: int, max_records: int = 500, end: int | None = None
+        self,
+        topic: str,
+        partition: int,
+        start: int,
+        max_records: int = 500,
+        end: int | None = None,
+        isolation_level: IsolationLevel = "read_uncommitted",
     ) -> tuple[list[ConsumerRecord], int]: ...
     def read_arrow(
-        self, start: int, end: int | None = None, max_records: int | None = None
+        self,
+        start: int,
+        end: int | None = None,
+        max_records: int | None = None,
+        isolation_level: IsolationLevel = "read_uncommitted",
     ) -> tuple[ArrowBatch, int]: ...
     def read_spark_arrow(
         self,
@@ -165,26 +182,8 @@ class Log:
         end: int | None = None,
         max_records: int | None = None,
         include_headers: bool = False,
+        isolation_level: IsolationLevel = "read_uncommitted",
     ) -> tuple[ArrowBatch, int]: ...
-    def read_committed_consumer_records(
-        self, topic: str, partition: int, start: int, max_records: int = 500, end: int | None = None
-    ) -> tuple[list[ConsumerRecord], int]: ...
-    def read_committed_records(
-        self, start: int, end: int | None = None, max_records: int = 8192
-    ) -> tuple[list[Record], int]: ...
-    def read_committed_arrow(
-        self, start: int, end: int | None = None, max_records: int | None = None
-    ) -> tuple[ArrowBatch, int]: ...
-    def read_committed_spark_arrow(
-        self,
-        topic: str,
-        partition: int,
-        start: int,
-        end: int | None = None,
-        max_records: int | None = None,
-        include_headers: bool = False,
-    ) -> tuple[ArrowBatch, int]: ...
-    @property
     def last_stable_offset(self) -> int: ...
     def aborted_transactions(self) -> list[tuple[int, int, int, int]]: ...
     def offset_for_timestamp(self, ts: int) -> tuple[int, int] | None: ...

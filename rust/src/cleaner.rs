@@ -32,7 +32,7 @@ use crate::files::{
 use crate::index::Entry;
 use crate::log::Log;
 use crate::record::filter::{filter_batch, FilterCounts, Filtered};
-use crate::record::scan::{next_batch, verify_crc, Next};
+use crate::record::scan::verify_crc;
 use crate::record::{for_each_record, record_area};
 use crate::segment::Segment;
 
@@ -399,13 +399,12 @@ fn for_each_batch(
     seg: &Segment,
     mut f: impl FnMut(&[u8], &crate::record::BatchHeader, usize) -> Result<()>,
 ) -> Result<()> {
-    let bytes = seg.bytes(0, seg.size());
-    let mut pos = 0;
-    while let Next::Batch(header) = next_batch(bytes, pos, false)? {
-        let batch = &bytes[pos..pos + header.total_size()];
+    let batches = seg.batches_from(0);
+    for batch in batches.clone() {
+        let (pos, header) = batch?;
+        let batch = batches.batch_bytes(pos, &header);
         verify_crc(batch, &header, pos)?;
         f(batch, &header, pos)?;
-        pos += header.total_size();
     }
     Ok(())
 }

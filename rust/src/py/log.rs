@@ -14,7 +14,7 @@ use crate::log::{now_ms, Log};
 use crate::log_read::RecordSink;
 use crate::options::{FlushPolicy, LogConfig};
 use crate::record::{Compression, Header, RecordInput, TimestampType};
-use crate::txn::TxnState;
+use crate::txn::{IsolationLevel, TxnState};
 
 use super::arrow::ArrowBatch;
 use super::buffer::BatchView;
@@ -57,21 +57,6 @@ impl PyLog {
         format!("the log of {}", self.path.display())
     }
 
-    /// Decode records into an arena without the GIL; returns it and the offset to continue from.
-    fn scan_into_arena(
-        &self,
-        py: Python<'_>,
-        start: i64,
-        end: Option<i64>,
-        max: usize,
-    ) -> PyResult<(RecordArena, i64)> {
-        self.detached(py, |log| {
-            let mut arena = RecordArena::default();
-            let next = log.scan_records(start, end, max, &mut arena)?;
-            Ok((arena, next))
-        })
-    }
-
     /// Run `f` on the log with the GIL released. A panic (a bug) never crosses into Python as
     /// `PanicException`: it poisons the log and surfaces as `LogPoisonedError`.
     fn detached<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Log) -> crate::Result<T> + Send) -> PyResult<T> {
@@ -104,28 +89,6 @@ fn parse_flush(flush: &Bound<'_, PyAny>) -> PyResult<FlushPolicy> {
 }
 
 impl PyLog {
-    /// Scan `[start, end)` (at most `max_records`) into a sink made for the expected row count.
-    fn scan_to_arrow<S: RecordSink>(
-        &self,
-        py: Python<'_>,
-        start: i64,
-        end: Option<i64>,
-        max_records: Option<usize>,
-        make: impl FnOnce(usize) -> S + Send,
-        finish: impl FnOnce(S) -> crate::Result<arrow_array::RecordBatch> + Send,
-    ) -> PyResult<(ArrowBatch, i64)> {
-        let (batch, next) = self.detached(py, |log| {
-            let expected = (end.unwrap_or(log.end_offset()) - start).clamp(0, 1 << 20) as usize;
-            let limit = max_records.unwrap_or(usize::MAX);
-            let mut sink = make(expected.min(limit));
-            let next = log.scan_records(start, end, limit, &mut sink)?;
-            Ok((finish(sink)?, next))
-        })?;
-        Ok((ArrowBatch::new(batch), next))
-    }
-}
-
-impl PyLog {
     /// Run `f` on the log and its transaction state with the GIL released.
     fn detached_txn<T: Send>(
         &self,
@@ -135,41 +98,50 @@ impl PyLog {
         py.detach(|| {
             let mut log = self.lock()?;
             let mut txn = crate::sync::lock_log(&self.txn, || self.describe())?;
-            f(&mut log, &mut txn)
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut log, &mut txn))) {
+                Ok(result) => result,
+                Err(payload) => Err(log.poison_after_panic(&*payload)),
+            }
         })
         .map_err(Into::into)
     }
 
-    /// `scan_into_arena` as a read_committed reader.
-    fn scan_committed_into_arena(
+    /// Decode records into an arena without the GIL, as a reader at `isolation` sees them;
+    /// returns it and the offset to continue from.
+    fn scan_into_arena(
         &self,
         py: Python<'_>,
+        isolation: &str,
         start: i64,
         end: Option<i64>,
         max: usize,
     ) -> PyResult<(RecordArena, i64)> {
+        let isolation = IsolationLevel::parse(isolation)?;
         self.detached_txn(py, |log, txn| {
             let mut arena = RecordArena::default();
-            let next = txn.scan_committed(log, start, end, max, &mut arena)?;
+            let next = txn.scan(log, isolation, start, end, max, &mut arena)?;
             Ok((arena, next))
         })
     }
 
-    /// `scan_to_arrow` as a read_committed reader.
-    fn scan_committed_to_arrow<S: RecordSink>(
+    /// Scan `[start, end)` (at most `max_records`) into a sink made for the expected row count.
+    #[allow(clippy::too_many_arguments)]
+    fn scan_to_arrow<S: RecordSink>(
         &self,
         py: Python<'_>,
+        isolation: &str,
         start: i64,
         end: Option<i64>,
         max_records: Option<usize>,
         make: impl FnOnce(usize) -> S + Send,
         finish: impl FnOnce(S) -> crate::Result<arrow_array::RecordBatch> + Send,
     ) -> PyResult<(ArrowBatch, i64)> {
+        let isolation = IsolationLevel::parse(isolation)?;
         let (batch, next) = self.detached_txn(py, |log, txn| {
             let expected = (end.unwrap_or(log.end_offset()) - start).clamp(0, 1 << 20) as usize;
             let limit = max_records.unwrap_or(usize::MAX);
             let mut sink = make(expected.min(limit));
-            let next = txn.scan_committed(log, start, end, limit, &mut sink)?;
+            let next = txn.scan(log, isolation, start, end, limit, &mut sink)?;
             Ok((finish(sink)?, next))
         })?;
         Ok((ArrowBatch::new(batch), next))
@@ -332,8 +304,10 @@ impl PyLog {
     }
 
     /// Decode up to `max_records` records as kafka-python `ConsumerRecord`s of `topic`/`partition`.
-    /// Returns (records, next offset).
-    #[pyo3(signature = (topic, partition, start, max_records=500, end=None))]
+    /// Returns (records, next offset). Every reader takes kafka-python's `isolation_level`:
+    /// `"read_committed"` hides records of aborted transactions and stops at the last stable offset.
+    #[pyo3(signature = (topic, partition, start, max_records=500, end=None, isolation_level="read_uncommitted"))]
+    #[allow(clippy::too_many_arguments)]
     fn read_consumer_records(
         &self,
         py: Python<'_>,
@@ -342,8 +316,9 @@ impl PyLog {
         start: i64,
         max_records: usize,
         end: Option<i64>,
+        isolation_level: &str,
     ) -> PyResult<(Vec<Py<ConsumerRecord>>, i64)> {
-        let (arena, next) = self.scan_into_arena(py, start, end, max_records)?;
+        let (arena, next) = self.scan_into_arena(py, isolation_level, start, end, max_records)?;
         Ok((arena.into_consumer_records(py, &topic, partition)?, next))
     }
 
@@ -355,33 +330,37 @@ impl PyLog {
     }
 
     /// Decode up to `max_records` records from `start` (to `end`); returns (records, next offset).
-    #[pyo3(signature = (start, end=None, max_records=8192))]
+    #[pyo3(signature = (start, end=None, max_records=8192, isolation_level="read_uncommitted"))]
     fn read_records(
         &self,
         py: Python<'_>,
         start: i64,
         end: Option<i64>,
         max_records: usize,
+        isolation_level: &str,
     ) -> PyResult<(Vec<Py<Record>>, i64)> {
-        let (arena, next) = self.scan_into_arena(py, start, end, max_records)?;
+        let (arena, next) = self.scan_into_arena(py, isolation_level, start, end, max_records)?;
         Ok((arena.into_records(py)?, next))
     }
 
     /// Records in `[start, end)` as one Arrow batch (exported through `__arrow_c_array__`).
-    #[pyo3(signature = (start, end=None, max_records=None))]
+    #[pyo3(signature = (start, end=None, max_records=None, isolation_level="read_uncommitted"))]
     fn read_arrow(
         &self,
         py: Python<'_>,
         start: i64,
         end: Option<i64>,
         max_records: Option<usize>,
+        isolation_level: &str,
     ) -> PyResult<(ArrowBatch, i64)> {
-        self.scan_to_arrow(py, start, end, max_records, |n| ArrowSink::with_capacity(n, n * 64), ArrowSink::finish)
+        let make = |n: usize| ArrowSink::with_capacity(n, n * 64);
+        self.scan_to_arrow(py, isolation_level, start, end, max_records, make, ArrowSink::finish)
     }
 
     /// Records in `[start, end)` as the rows of Spark's Kafka source (the Spark data source's
     /// executor path): key, value, topic, partition, offset, timestamp[us], timestampType[, headers].
-    #[pyo3(signature = (topic, partition, start, end=None, max_records=None, include_headers=false))]
+    #[pyo3(signature = (topic, partition, start, end=None, max_records=None, include_headers=false,
+                        isolation_level="read_uncommitted"))]
     #[allow(clippy::too_many_arguments)]
     fn read_spark_arrow(
         &self,
@@ -392,68 +371,10 @@ impl PyLog {
         end: Option<i64>,
         max_records: Option<usize>,
         include_headers: bool,
+        isolation_level: &str,
     ) -> PyResult<(ArrowBatch, i64)> {
         let make = |n: usize| SparkSink::new(topic, partition, include_headers, n, n * 64);
-        self.scan_to_arrow(py, start, end, max_records, make, SparkSink::finish)
-    }
-
-    /// `read_consumer_records` with isolation.level=read_committed: no record of an aborted
-    /// transaction, nothing at or past the last stable offset.
-    #[pyo3(signature = (topic, partition, start, max_records=500, end=None))]
-    fn read_committed_consumer_records(
-        &self,
-        py: Python<'_>,
-        topic: Py<PyString>,
-        partition: i32,
-        start: i64,
-        max_records: usize,
-        end: Option<i64>,
-    ) -> PyResult<(Vec<Py<ConsumerRecord>>, i64)> {
-        let (arena, next) = self.scan_committed_into_arena(py, start, end, max_records)?;
-        Ok((arena.into_consumer_records(py, &topic, partition)?, next))
-    }
-
-    /// `read_records` with isolation.level=read_committed.
-    #[pyo3(signature = (start, end=None, max_records=8192))]
-    fn read_committed_records(
-        &self,
-        py: Python<'_>,
-        start: i64,
-        end: Option<i64>,
-        max_records: usize,
-    ) -> PyResult<(Vec<Py<Record>>, i64)> {
-        let (arena, next) = self.scan_committed_into_arena(py, start, end, max_records)?;
-        Ok((arena.into_records(py)?, next))
-    }
-
-    /// `read_arrow` with isolation.level=read_committed.
-    #[pyo3(signature = (start, end=None, max_records=None))]
-    fn read_committed_arrow(
-        &self,
-        py: Python<'_>,
-        start: i64,
-        end: Option<i64>,
-        max_records: Option<usize>,
-    ) -> PyResult<(ArrowBatch, i64)> {
-        let make = |n: usize| ArrowSink::with_capacity(n, n * 64);
-        self.scan_committed_to_arrow(py, start, end, max_records, make, ArrowSink::finish)
-    }
-
-    /// `read_spark_arrow` with kafka.isolation.level=read_committed.
-    #[pyo3(signature = (topic, partition, start, end=None, max_records=None, include_headers=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn read_committed_spark_arrow(
-        &self,
-        py: Python<'_>,
-        topic: &str,
-        partition: i32,
-        start: i64,
-        end: Option<i64>,
-        max_records: Option<usize>,
-        include_headers: bool,
-    ) -> PyResult<(ArrowBatch, i64)> {
-        let make = |n: usize| SparkSink::new(topic, partition, include_headers, n, n * 64);
-        self.scan_committed_to_arrow(py, start, end, max_records, make, SparkSink::finish)
+        self.scan_to_arrow(py, isolation_level, start, end, max_records, make, SparkSink::finish)
     }
 
     /// The last stable offset: where read_committed readers stop (the first offset of the
