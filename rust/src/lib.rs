@@ -9,7 +9,8 @@
 //!   00000000000000000000.index      8-byte entries: relative offset, position
 //!   00000000000000000000.timeindex  12-byte entries: timestamp, relative offset
 //!   00000000000000104857.log ...    the next segment, based at its first offset
-//!   .kafkalite.lock                 the single writer's lock (pid inside)
+//!   .kafkalite.writers              the writers' presence lock (the exclusive holder's pid inside)
+//!   .kafkalite.lock                 the append lock shared writers take around each append
 //!   .kafkalite-clean-shutdown       present after a clean close
 //!   .kafkalite-log-start-offset     the log start offset, when above the first segment
 //!   .kafkalite-cleaner-offset       where compaction resumes (compacted topics)
@@ -25,7 +26,9 @@
 //! `cleaner` (compaction), `arrow` (batches to Arrow). `py` is the PyO3 binding, built only with the `python` feature.
 //! Beside them: `nofollow` (every data-directory file is opened without following symlinks),
 //! `sigbus` (a file truncated under a map costs data, not the process), `failpoint` (named
-//! fault-injection points, `KAFKALITE_FAILPOINTS`), `lock` (writers' flocks, bounded waits).
+//! fault-injection points, `KAFKALITE_FAILPOINTS`), `lock` (writers' flocks, bounded waits),
+//! `sync` (the in-process mutex around a log, poisoned by a panic), `files` (every file name and
+//! suffix the engine writes, as Kafka's `LogFileUtils`).
 
 pub mod arrow;
 pub mod arrow_spark;
