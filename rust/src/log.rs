@@ -187,21 +187,12 @@ impl Log {
 
     /// Base offsets of the `.log` files in the directory, sorted.
     pub(crate) fn list_segment_files(&self) -> Result<Vec<i64>> {
-        let mut bases = Vec::new();
-        for entry in std::fs::read_dir(&self.dir).context(|| format!("cannot list {}", self.dir.display()))? {
-            let entry = entry.context(|| format!("cannot list {}", self.dir.display()))?;
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if let Some(base) = parse_base_offset(&name, LOG_SUFFIX) {
-                bases.push(base);
-            }
-        }
-        bases.sort_unstable();
-        Ok(bases)
+        Ok(self.list_segment_inodes()?.into_iter().map(|(base, _)| base).collect())
     }
 
     /// (base offset, inode) of the `.log` files in the directory, sorted: a cleaner replaces a
     /// segment by renaming a new file over it, which shows as a new inode under the same name.
+    /// (The inode comes with the directory entry: no stat per file.)
     fn list_segment_inodes(&self) -> Result<Vec<(i64, u64)>> {
         use std::os::unix::fs::DirEntryExt;
         let mut found = Vec::new();
