@@ -5,7 +5,8 @@ use crate::error::Result;
 use crate::index::{Entry, IndexFile};
 use std::path::Path;
 
-/// One offset-index entry, with the offset already made absolute.
+/// One offset-index entry as the file stores it: the offset is relative to the segment's base
+/// (`lookup` returns it made absolute).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OffsetPosition {
     pub relative_offset: u32,
