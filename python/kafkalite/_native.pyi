@@ -2,10 +2,7 @@
 
 from collections.abc import Iterable
 from os import PathLike
-from typing import Any, Literal, final
-
-#: kafka-python's `isolation_level` values, taken by every reader of `Log`.
-IsolationLevel = Literal["read_uncommitted", "read_committed"]
+from typing import Any, final
 
 __all__ = [
     "Log",
@@ -155,7 +152,7 @@ class Log:
         start: int,
         end: int | None = None,
         max_records: int = 8192,
-        isolation_level: IsolationLevel = "read_uncommitted",
+        isolation_level: str = "read_uncommitted",  # or "read_committed" (kafka-python's values),
     ) -> tuple[list[Record], int]: ...
     def append_buffer(self, buffer: BatchBuffer) -> tuple[int, int, int | None] | None: ...
     def read_consumer_records(
@@ -165,14 +162,14 @@ class Log:
         start: int,
         max_records: int = 500,
         end: int | None = None,
-        isolation_level: IsolationLevel = "read_uncommitted",
+        isolation_level: str = "read_uncommitted",  # or "read_committed" (kafka-python's values),
     ) -> tuple[list[ConsumerRecord], int]: ...
     def read_arrow(
         self,
         start: int,
         end: int | None = None,
         max_records: int | None = None,
-        isolation_level: IsolationLevel = "read_uncommitted",
+        isolation_level: str = "read_uncommitted",  # or "read_committed" (kafka-python's values),
     ) -> tuple[ArrowBatch, int]: ...
     def read_spark_arrow(
         self,
@@ -182,8 +179,9 @@ class Log:
         end: int | None = None,
         max_records: int | None = None,
         include_headers: bool = False,
-        isolation_level: IsolationLevel = "read_uncommitted",
+        isolation_level: str = "read_uncommitted",  # or "read_committed" (kafka-python's values),
     ) -> tuple[ArrowBatch, int]: ...
+    @property
     def last_stable_offset(self) -> int: ...
     def aborted_transactions(self) -> list[tuple[int, int, int, int]]: ...
     def offset_for_timestamp(self, ts: int) -> tuple[int, int] | None: ...
