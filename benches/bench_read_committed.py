@@ -11,6 +11,7 @@ Prints records/s per isolation level and the lookup times.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import tempfile
@@ -58,8 +59,14 @@ def main() -> None:
                 f"next: {again * 1000:.3f} ms"
             )
             readers = (
-                ("read_uncommitted", log._native.read_arrow),
-                ("read_committed", log._native.read_committed_arrow),
+                (
+                    "read_uncommitted",
+                    functools.partial(log._native.read_arrow, isolation_level="read_uncommitted"),
+                ),
+                (
+                    "read_committed",
+                    functools.partial(log._native.read_arrow, isolation_level="read_committed"),
+                ),
             )
             for name, read in readers:
 

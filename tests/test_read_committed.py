@@ -183,6 +183,31 @@ def test_isolation_level_is_validated(tmp_path):
         assert consumer.config["isolation_level"] == "read_uncommitted"
 
 
+def test_every_native_reader_takes_one_isolation_level(tmp_path):
+    """One set of native readers with an isolation_level (no read_committed_* twins): each
+    answers as its level's model says, and an unknown level is a typed error naming both."""
+    part = _partition(tmp_path)
+    with Log(part.path, readonly=True) as log:
+        native = log._native
+        for level in LEVELS:
+            want = part.expected(level == "read_committed")
+            records, _ = native.read_records(0, None, 1000, isolation_level=level)
+            assert [(r.offset, r.value) for r in records] == want, level
+            consumer_records, _ = native.read_consumer_records("tx", 0, 0, 1000, isolation_level=level)
+            assert [(r.offset, r.value) for r in consumer_records] == want, level
+            batch, _ = native.read_arrow(0, None, 1000, isolation_level=level)
+            assert len(batch) == len(want), level
+        assert not any(name.startswith("read_committed_") for name in dir(native))
+        for reader in (
+            lambda: native.read_records(0, isolation_level="READ_COMMITTED"),
+            lambda: native.read_arrow(0, isolation_level="committed"),
+            lambda: native.read_consumer_records("tx", 0, 0, isolation_level=""),
+            lambda: native.read_spark_arrow("tx", 0, 0, isolation_level="x"),
+        ):
+            with pytest.raises(InvalidConfigError, match="read_uncommitted.*read_committed"):
+                reader()
+
+
 def test_spark_option_and_planning(tmp_path):
     """kafka.isolation.level parsed as Spark's Kafka source does; "latest" is the LSO under
     read_committed. (Spark reads themselves: tests/test_read_committed_spark.py.)"""

@@ -200,14 +200,28 @@ class Log:
     def append_batches(self, data: bytes) -> tuple[int, int]: ...
     def read(self, offset: int, max_bytes: int = 1048576) -> BatchView: ...
     def read_records(
-        self, start: int, end: int | None = None, max_records: int = 8192
+        self,
+        start: int,
+        end: int | None = None,
+        max_records: int = 8192,
+        isolation_level: str = "read_uncommitted",  # or "read_committed" (kafka-python's values),
     ) -> tuple[list[Record], int]: ...
     def append_buffer(self, buffer: BatchBuffer) -> tuple[int, int, int | None] | None: ...
     def read_consumer_records(
-        self, topic: str, partition: int, start: int, max_records: int = 500, end: int | None = None
+        self,
+        topic: str,
+        partition: int,
+        start: int,
+        max_records: int = 500,
+        end: int | None = None,
+        isolation_level: str = "read_uncommitted",  # or "read_committed" (kafka-python's values),
     ) -> tuple[list[ConsumerRecord], int]: ...
     def read_arrow(
-        self, start: int, end: int | None = None, max_records: int | None = None
+        self,
+        start: int,
+        end: int | None = None,
+        max_records: int | None = None,
+        isolation_level: str = "read_uncommitted",  # or "read_committed" (kafka-python's values),
     ) -> tuple[ArrowBatch, int]: ...
     def read_spark_arrow(
         self,
@@ -217,24 +231,7 @@ class Log:
         end: int | None = None,
         max_records: int | None = None,
         include_headers: bool = False,
-    ) -> tuple[ArrowBatch, int]: ...
-    def read_committed_consumer_records(
-        self, topic: str, partition: int, start: int, max_records: int = 500, end: int | None = None
-    ) -> tuple[list[ConsumerRecord], int]: ...
-    def read_committed_records(
-        self, start: int, end: int | None = None, max_records: int = 8192
-    ) -> tuple[list[Record], int]: ...
-    def read_committed_arrow(
-        self, start: int, end: int | None = None, max_records: int | None = None
-    ) -> tuple[ArrowBatch, int]: ...
-    def read_committed_spark_arrow(
-        self,
-        topic: str,
-        partition: int,
-        start: int,
-        end: int | None = None,
-        max_records: int | None = None,
-        include_headers: bool = False,
+        isolation_level: str = "read_uncommitted",  # or "read_committed" (kafka-python's values),
     ) -> tuple[ArrowBatch, int]: ...
     @property
     def last_stable_offset(self) -> int: ...

@@ -123,6 +123,7 @@ class Consumer:
     ) -> None:
         self.config = CONSUMER_CONFIG.resolve(config)
         self._read_committed = _read_committed(self.config["isolation_level"])
+        self._isolation_level = "read_committed" if self._read_committed else "read_uncommitted"
         self._strategies = _strategy_names(self.config["partition_assignment_strategy"])
         wanted_topics = args.topic_names(topics)
         if not isinstance(path, (str, os.PathLike)):
@@ -486,13 +487,9 @@ class Consumer:
         topic = self._topic_names.setdefault(tp.topic, tp.topic)
 
         def read(log: Log, pos: int, n: int) -> Any:
-            native = log._native
-            fetch = (
-                native.read_committed_consumer_records
-                if self._read_committed
-                else native.read_consumer_records
+            return log._native.read_consumer_records(
+                topic, tp.partition, pos, n, isolation_level=self._isolation_level
             )
-            return fetch(topic, tp.partition, pos, n)
 
         records = self._read_at_position(tp, limit, read)
         if records and (self.config["key_deserializer"] or self.config["value_deserializer"]):
@@ -529,10 +526,7 @@ class Consumer:
 
         def read_one(tp: TopicPartition, limit: int) -> Any:
             def read(log: Log, pos: int, n: int) -> Any:
-                native = log._native
-                return (native.read_committed_arrow if self._read_committed else native.read_arrow)(
-                    pos, None, n
-                )
+                return log._native.read_arrow(pos, None, n, isolation_level=self._isolation_level)
 
             batch = self._read_at_position(tp, limit, read)
             return pa.record_batch(batch) if len(batch) else None

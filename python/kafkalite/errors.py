@@ -80,8 +80,10 @@ class LogClosedError(KafkaliteError):
     """The log is closed, or read-only and asked to write."""
 
 
-class LogPoisonedError(KafkaliteError):
-    """A flush failed earlier; reopen the log to recover before writing again."""
+class LogPoisonedError(KafkaliteError, RuntimeError):
+    """The log's state is unknown and it takes no more calls: a flush failed earlier, or a
+    thread panicked inside it. Close it and open it again (which recovers). Also a
+    ``RuntimeError``: the call was fine, the log cannot take it."""
 
 
 class KafkaliteIOError(KafkaliteError, OSError):

@@ -207,7 +207,9 @@ class Log:
         position = self.start_offset if start is None else start
         stop = self.last_stable_offset if end is None else end
         while position < stop:
-            chunk, position = self._native.read_committed_records(position, stop, _RECORDS_PER_CHUNK)
+            chunk, position = self._native.read_records(
+                position, stop, _RECORDS_PER_CHUNK, isolation_level="read_committed"
+            )
             if not chunk:
                 break
             yield from chunk

@@ -6,20 +6,14 @@ use std::io::{Read, Write};
 use std::path::Path;
 
 use crate::error::{IoContext, Result};
-
-/// Present after a clean close; its absence at open means "recover the active segment".
-pub const CLEAN_SHUTDOWN_FILE: &str = ".kafkalite-clean-shutdown";
-/// The log start offset, when it is above the first segment's base (Kafka keeps this in
-/// the log directory's `log-start-offset-checkpoint`).
-pub const LOG_START_OFFSET_FILE: &str = ".kafkalite-log-start-offset";
-
-/// The cleaner's first dirty offset: compaction resumes from here (Kafka keeps this in the
-/// log directory's `cleaner-offset-checkpoint`).
-pub const CLEANER_OFFSET_FILE: &str = ".kafkalite-cleaner-offset";
+use crate::files::{
+    CHECKPOINT_LOCK_FILE, KAFKA_CLEANER_OFFSET, KAFKA_LOG_START_OFFSET, KAFKA_META_PROPERTIES, KAFKA_RECOVERY_POINT,
+    TMP_SUFFIX, TOPICS_FILE,
+};
 
 /// Replace `dir/name` with `contents` atomically and durably.
 pub fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> Result<()> {
-    let tmp = dir.join(format!("{name}.tmp"));
+    let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
     let dst = dir.join(name);
     let mut f =
         crate::nofollow::open(crate::nofollow::options().write(true).create(true).truncate(true), &tmp, "checkpoint")?;
@@ -58,21 +52,11 @@ pub fn read_offset(dir: &Path, name: &str) -> Option<i64> {
     text.trim().parse().ok()
 }
 
-/// Kafka's per-log-directory checkpoint files (`CheckpointFile`: version line 0, count line,
-/// then `topic partition offset` lines), shared by every partition of the directory.
-pub const KAFKA_LOG_START_OFFSET: &str = "log-start-offset-checkpoint";
-pub const KAFKA_RECOVERY_POINT: &str = "recovery-point-offset-checkpoint";
-pub const KAFKA_CLEANER_OFFSET: &str = "cleaner-offset-checkpoint";
-
 /// A parent directory is a data directory (so its checkpoints are kept) when it holds
 /// kafkalite's topic metadata or one of a broker's log-directory files. A partition opened on
 /// its own (`Log(path)` in any folder) has no parent checkpoints.
 const DATA_DIR_MARKERS: &[&str] =
-    &[".kafkalite-topics.json", "meta.properties", KAFKA_RECOVERY_POINT, KAFKA_LOG_START_OFFSET, KAFKA_CLEANER_OFFSET];
-
-/// Serializes read-modify-write of the shared checkpoint files across partitions and
-/// processes of one data directory (Kafka does it in one thread; we have many writers).
-pub const CHECKPOINT_LOCK_FILE: &str = ".kafkalite-checkpoints.lock";
+    &[TOPICS_FILE, KAFKA_META_PROPERTIES, KAFKA_RECOVERY_POINT, KAFKA_LOG_START_OFFSET, KAFKA_CLEANER_OFFSET];
 
 /// How long a writer waits for another one updating the same checkpoint file.
 const CHECKPOINT_LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
@@ -225,7 +209,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(tmp.join("t-x-3")).unwrap();
         assert!(KafkaCheckpoints::for_partition(&tmp.join("t-x-3")).is_none(), "no data dir markers yet");
-        std::fs::write(tmp.join(".kafkalite-topics.json"), "{}").unwrap();
+        std::fs::write(tmp.join(TOPICS_FILE), "{}").unwrap();
         let c = KafkaCheckpoints::for_partition(&tmp.join("t-x-3")).unwrap();
         assert_eq!((c.topic.as_str(), c.partition), ("t-x", 3));
         std::fs::write(tmp.join(KAFKA_LOG_START_OFFSET), "0\n1\nother 0 5\n").unwrap();

@@ -23,16 +23,18 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
 use std::path::Path;
 
-use crate::checkpoint::{
-    read_offset, remove_if_exists, sync_dir, write_atomically, CLEANER_OFFSET_FILE, KAFKA_CLEANER_OFFSET,
-};
+use crate::checkpoint::{read_offset, remove_if_exists, sync_dir, write_atomically};
 use crate::error::{Error, IoContext, Result};
+use crate::files::{
+    file_name, marked_path, segment_path, CLEANED_SUFFIX, CLEANER_OFFSET_FILE, INDEX_SUFFIX, KAFKA_CLEANER_OFFSET,
+    LOG_SUFFIX, SEGMENT_SUFFIXES, SWAP_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
+};
 use crate::index::Entry;
 use crate::log::Log;
 use crate::record::filter::{filter_batch, FilterCounts, Filtered};
-use crate::record::scan::{next_batch, verify_crc, Next};
+use crate::record::scan::verify_crc;
 use crate::record::{for_each_record, record_area};
-use crate::segment::{file_name, Segment};
+use crate::segment::Segment;
 
 /// What the cleaner needs from the topic config.
 #[derive(Clone, Copy, Debug)]
@@ -283,8 +285,8 @@ impl Log {
         stats.bytes_before += self.segments[first..first + group.len()].iter().map(|s| s.size() as u64).sum::<u64>();
         let txn = self.merged_txn_index(&members)?;
         let dir = self.dir.clone();
-        let cleaned_path = dir.join(format!("{}.cleaned", file_name(base, "log")));
-        let swap_path = dir.join(format!("{}.swap", file_name(base, "log")));
+        let cleaned_path = marked_path(&dir, base, LOG_SUFFIX, CLEANED_SUFFIX);
+        let swap_path = marked_path(&dir, base, LOG_SUFFIX, SWAP_SUFFIX);
         let cannot = |what: &str, p: &Path| format!("cannot {what} {}", p.display());
         let mut file = crate::nofollow::open(
             crate::nofollow::options().write(true).create(true).truncate(true),
@@ -305,7 +307,7 @@ impl Log {
         drop(group);
         stats.bytes_after += written;
         if let Some(txn) = &txn {
-            write_atomically(&dir, &format!("{}.cleaned", file_name(base, "txnindex")), txn)?;
+            write_atomically(&dir, &format!("{}{CLEANED_SUFFIX}", file_name(base, TXN_INDEX_SUFFIX)), txn)?;
         }
         crate::failpoint::hit("cleaner.rename_swap")
             .and_then(|()| std::fs::rename(&cleaned_path, &swap_path))
@@ -320,21 +322,21 @@ impl Log {
     fn finish_replace(&mut self, first: usize, members: &[i64], txn: bool) -> Result<()> {
         let base = members[0];
         let dir = self.dir.clone();
-        let cleaned_path = dir.join(format!("{}.cleaned", file_name(base, "log")));
-        let swap_path = dir.join(format!("{}.swap", file_name(base, "log")));
-        let log_path = dir.join(file_name(base, "log"));
+        let cleaned_path = marked_path(&dir, base, LOG_SUFFIX, CLEANED_SUFFIX);
+        let swap_path = marked_path(&dir, base, LOG_SUFFIX, SWAP_SUFFIX);
+        let log_path = segment_path(&dir, base, LOG_SUFFIX);
         let cannot = |what: &str, p: &Path| format!("cannot {what} {}", p.display());
         crate::failpoint::hit("cleaner.remove_indexes").context(|| cannot("finish cleaning", &dir))?;
-        for ext in ["index", "timeindex"] {
-            remove_if_exists(&dir.join(file_name(base, ext)))?;
+        for ext in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+            remove_if_exists(&segment_path(&dir, base, ext))?;
         }
         crate::failpoint::hit("cleaner.replace_log")
             .and_then(|()| std::fs::hard_link(&swap_path, &cleaned_path))
             .and_then(|()| std::fs::rename(&cleaned_path, &log_path))
             .context(|| cannot("replace", &log_path))?;
         if txn {
-            let from = dir.join(format!("{}.cleaned", file_name(base, "txnindex")));
-            std::fs::rename(&from, dir.join(file_name(base, "txnindex"))).context(|| cannot("rename", &from))?;
+            let from = marked_path(&dir, base, TXN_INDEX_SUFFIX, CLEANED_SUFFIX);
+            std::fs::rename(&from, segment_path(&dir, base, TXN_INDEX_SUFFIX)).context(|| cannot("rename", &from))?;
         }
         sync_dir(&dir)?;
         for &member in &members[1..] {
@@ -359,7 +361,7 @@ impl Log {
         let mut merged = Vec::new();
         let mut any = false;
         for &m in members {
-            let path = self.dir.join(file_name(m, "txnindex"));
+            let path = segment_path(&self.dir, m, TXN_INDEX_SUFFIX);
             match crate::nofollow::open_read(&path, "transaction index") {
                 Ok(mut f) => {
                     any = true;
@@ -386,8 +388,8 @@ struct Cleaned {
 
 /// Delete one segment's files (the log first: index files without a log are dropped at open).
 fn delete_segment_files(dir: &Path, base: i64) -> Result<()> {
-    for ext in ["log", "index", "timeindex", "txnindex"] {
-        remove_if_exists(&dir.join(file_name(base, ext)))?;
+    for ext in SEGMENT_SUFFIXES {
+        remove_if_exists(&segment_path(dir, base, ext))?;
     }
     Ok(())
 }
@@ -397,13 +399,12 @@ fn for_each_batch(
     seg: &Segment,
     mut f: impl FnMut(&[u8], &crate::record::BatchHeader, usize) -> Result<()>,
 ) -> Result<()> {
-    let bytes = seg.bytes(0, seg.size());
-    let mut pos = 0;
-    while let Next::Batch(header) = next_batch(bytes, pos, false)? {
-        let batch = &bytes[pos..pos + header.total_size()];
+    let batches = seg.batches_from(0);
+    for batch in batches.clone() {
+        let (pos, header) = batch?;
+        let batch = batches.batch_bytes(pos, &header);
         verify_crc(batch, &header, pos)?;
         f(batch, &header, pos)?;
-        pos += header.total_size();
     }
     Ok(())
 }
@@ -418,25 +419,27 @@ pub(crate) fn finish_interrupted_swaps(dir: &Path) -> Result<bool> {
     for entry in std::fs::read_dir(dir).context(|| format!("cannot list {}", dir.display()))? {
         let entry = entry.context(|| format!("cannot list {}", dir.display()))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if let Some(base) = name.strip_suffix(".log.swap").and_then(|stem| stem.parse::<i64>().ok()) {
+        if let Some(base) =
+            name.strip_suffix(&format!("{LOG_SUFFIX}{SWAP_SUFFIX}")).and_then(|stem| stem.parse::<i64>().ok())
+        {
             swaps.push(base);
         } else if let Some(base) = name.split('.').next().and_then(|stem| stem.parse::<i64>().ok()) {
-            if !name.ends_with(".swap") && !name.ends_with(".cleaned") {
+            if !name.ends_with(SWAP_SUFFIX) && !name.ends_with(CLEANED_SUFFIX) {
                 bases.push(base);
             }
         }
     }
     let mut found = false;
     for base in swaps {
-        let swap = dir.join(format!("{}.swap", file_name(base, "log")));
+        let swap = marked_path(dir, base, LOG_SUFFIX, SWAP_SUFFIX);
         let next = next_offset_of(&swap, base)?;
         for &b in bases.iter().filter(|&&b| b > base && b < next) {
             delete_segment_files(dir, b)?;
         }
-        for ext in ["index", "timeindex"] {
-            remove_if_exists(&dir.join(file_name(base, ext)))?;
+        for ext in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+            remove_if_exists(&segment_path(dir, base, ext))?;
         }
-        let log = dir.join(file_name(base, "log"));
+        let log = segment_path(dir, base, LOG_SUFFIX);
         if same_file(&swap, &log) {
             // Interrupted after X.log became the new file (a second link to the swap): rename
             // between two links of one file does nothing, so drop the swap name.

@@ -14,13 +14,11 @@ use serde_json::{json, Map, Value};
 
 use crate::checkpoint::write_atomically;
 use crate::error::{Error, IoContext, Result};
+use crate::files::{ADMIN_LOCK_FILE, TOPICS_FILE};
 use crate::options::LogConfig;
 use crate::record::Compression;
 use crate::topic_config;
 
-pub const METADATA_FILE: &str = ".kafkalite-topics.json";
-pub const LOCK_FILE: &str = ".kafkalite-admin.lock";
-pub const NOTIFY_FILE: &str = ".kafkalite-notify";
 /// The most partitions a topic may have (`topic_config::MAX_PARTITIONS`).
 pub const MAX_PARTITIONS: i32 = topic_config::MAX_PARTITIONS as i32;
 
@@ -68,7 +66,7 @@ impl DataDir {
     }
 
     pub fn metadata_path(&self) -> PathBuf {
-        self.path.join(METADATA_FILE)
+        self.path.join(TOPICS_FILE)
     }
 
     pub fn partition_path(&self, topic: &str, partition: i32) -> PathBuf {
@@ -153,7 +151,7 @@ impl DataDir {
 
     /// Apply `change` to the topics under the data-directory lock and write them atomically.
     fn update(&self, change: impl FnOnce(&mut Map<String, Value>) -> Result<()>) -> Result<()> {
-        let lock_path = self.path.join(LOCK_FILE);
+        let lock_path = self.path.join(ADMIN_LOCK_FILE);
         let lock = OpenOptions::new()
             .create(true)
             .append(true)
@@ -185,7 +183,7 @@ impl DataDir {
         change(topics)?;
         // Python writes json.dump(indent=1, sort_keys=True); serde_json's maps are sorted too.
         let text = serde_json::to_string_pretty(&data).map_err(|e| Error::corrupt(e.to_string()))?;
-        write_atomically(&self.path, METADATA_FILE, text.as_bytes())
+        write_atomically(&self.path, TOPICS_FILE, text.as_bytes())
         // The flock is released when `lock` drops.
     }
 }

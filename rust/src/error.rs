@@ -53,6 +53,11 @@ pub enum Error {
     #[error("the log refuses writes after a failed flush ({0}); reopen it to run recovery")]
     Poisoned(String),
 
+    /// A thread panicked while it held the mutex around a log (a bug): what the log holds in
+    /// memory is unknown, so it takes no more calls; reopening it runs recovery.
+    #[error("a thread panicked while it was using {0}, so its state in memory is unknown; close it and open it again")]
+    LogPoisoned(String),
+
     /// The partition's directory was deleted (its topic deleted, perhaps created again)
     /// since this log opened it (Kafka's UNKNOWN_TOPIC_OR_PARTITION).
     #[error("unknown topic or partition: {0}")]

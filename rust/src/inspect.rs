@@ -248,7 +248,7 @@ fn recovery_verdict(scan: &LogScan, base_offset: i64, is_last: bool, trusted: bo
     } else if trusted {
         format!(
             "{what}: a clean shutdown is recorded and the batches' lengths and offsets hold, so a writer trusts segment {base_offset} without recovery and {kept}; remove {} to make recovery cut them",
-            crate::checkpoint::CLEAN_SHUTDOWN_FILE
+            crate::files::CLEAN_SHUTDOWN_FILE
         )
     } else {
         format!("{what}: recovery truncates the segment to {} bytes, dropping them", scan.valid_bytes)
@@ -300,7 +300,7 @@ pub fn inspect_segment(log_path: &Path, is_last: bool) -> Result<SegmentInspecti
     let index = read_index("index")?;
     let timeindex = read_index("timeindex")?;
     let indexes = index_problems(&log, &scan, base_offset, &index, &timeindex);
-    let clean = log_path.with_file_name(crate::checkpoint::CLEAN_SHUTDOWN_FILE).exists();
+    let clean = log_path.with_file_name(crate::files::CLEAN_SHUTDOWN_FILE).exists();
     let trusted = clean && missing.is_empty() && indexes.problems.is_empty() && whole_without_crc(&log, base_offset);
     let recovery = recovery_verdict(&scan, base_offset, is_last, trusted);
     Ok(SegmentInspection { base_offset, log: scan, indexes, missing, recovery })

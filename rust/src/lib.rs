@@ -10,7 +10,7 @@
 //!   00000000000000000000.timeindex  12-byte entries: timestamp, relative offset
 //!   00000000000000104857.log ...    the next segment, based at its first offset
 //!   .kafkalite.writers              the writers' presence lock (the exclusive holder's pid inside)
-//!   .kafkalite.lock                 the append lock of shared writers (`lock.rs`)
+//!   .kafkalite.lock                 the append lock shared writers take around each append
 //!   .kafkalite-clean-shutdown       present after a clean close
 //!   .kafkalite-log-start-offset     the log start offset, when above the first segment
 //!   .kafkalite-cleaner-offset       where compaction resumes (compacted topics)
@@ -36,7 +36,9 @@
 //! protocol). `py` is the PyO3 binding, built only with the `python` feature. Beside them:
 //! `nofollow` (every data-directory file is opened without following symlinks), `sigbus` (a file
 //! truncated under a map costs data, not the process), `failpoint` (named fault-injection
-//! points, `KAFKALITE_FAILPOINTS`), `lock` (writers' flocks, bounded waits).
+//! points, `KAFKALITE_FAILPOINTS`), `lock` (writers' flocks, bounded waits),
+//! `sync` (the in-process mutex around a log, poisoned by a panic), `files` (every file name and
+//! suffix the engine writes, as Kafka's `LogFileUtils`).
 
 /// The `log` target of every engine event; the binding forwards it to Python's
 /// `logging.getLogger("kafkalite.engine")`. The engine logs only notable events (recovery
@@ -50,6 +52,7 @@ pub mod cleaner;
 pub mod datadir;
 pub mod error;
 pub mod failpoint;
+pub mod files;
 pub mod index;
 pub mod inspect;
 pub mod lock;
@@ -68,6 +71,7 @@ pub mod segment;
 pub mod server;
 pub mod sigbus;
 pub mod spark;
+pub mod sync;
 pub mod topic_config;
 pub mod txn;
 

@@ -15,12 +15,12 @@
 use std::fs::{File, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, IoContext, Result};
 
-pub const LOCK_FILE: &str = ".kafkalite.lock";
-pub const WRITERS_FILE: &str = ".kafkalite.writers";
+use crate::files::{APPEND_LOCK_FILE, WRITERS_FILE};
 
 /// How long a shared writer waits for another one that is recovering the partition at open.
 const SHARED_OPEN_PATIENCE: Duration = Duration::from_secs(60);
@@ -56,8 +56,9 @@ fn locked(dir: &Path, holder: String) -> Error {
 pub struct WriterLock {
     dir: PathBuf,
     presence: File,
-    /// The append lock's file: held by shared writers only (see `exclusive`).
-    append: Option<File>,
+    /// The append lock's file: held by shared writers only (see `exclusive`). Shared with each
+    /// `AppendGuard`, which unlocks it when dropped.
+    append: Option<Arc<File>>,
     shared: bool,
     /// True while this shared writer holds the presence lock exclusively (it was alone at open).
     alone: bool,
@@ -67,7 +68,7 @@ impl WriterLock {
     /// The only writer: fails at once with `Error::Locked` if any writer is alive.
     pub fn exclusive(dir: &Path) -> Result<WriterLock> {
         let presence = open_lock_file(&dir.join(WRITERS_FILE))?;
-        let append = open_lock_file(&dir.join(LOCK_FILE))?;
+        let append = open_lock_file(&dir.join(APPEND_LOCK_FILE))?;
         match presence.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => return Err(locked(dir, read_holder(&presence))),
@@ -91,7 +92,7 @@ impl WriterLock {
     /// the caller recovers the partition before calling `share()`).
     pub fn shared(dir: &Path) -> Result<WriterLock> {
         let presence = open_lock_file(&dir.join(WRITERS_FILE))?;
-        let append = open_lock_file(&dir.join(LOCK_FILE))?;
+        let append = open_lock_file(&dir.join(APPEND_LOCK_FILE))?;
         let started = Instant::now();
         let mut exclusive_sightings = 0;
         let alone = loop {
@@ -122,7 +123,7 @@ impl WriterLock {
                 }
             }
         };
-        let lock = WriterLock { dir: dir.to_path_buf(), presence, append: Some(append), shared: true, alone };
+        let lock = WriterLock { dir: dir.to_path_buf(), presence, append: Some(Arc::new(append)), shared: true, alone };
         Ok(lock)
     }
 
@@ -147,14 +148,17 @@ impl WriterLock {
     /// Shared writers: wait for the append lock (other shared writers hold it only briefly),
     /// until `deadline` at most: a writer that is stopped (SIGSTOP) or hung while holding it
     /// must not block this one forever. Polls `try_lock` with a backoff up to 20 ms; an
-    /// uncontended lock costs one call, as before.
-    pub fn enter(&self, deadline: Option<Instant>) -> Result<()> {
-        let Some(append) = self.append.as_ref() else { return Ok(()) };
+    /// uncontended lock costs one call, as before. The lock is held until the returned guard is
+    /// dropped, so every way out of the critical section (`?`, early return, panic) releases it.
+    /// (An exclusive writer's guard holds nothing: its presence lock already keeps others out.)
+    #[must_use = "the append lock is released when the guard is dropped"]
+    pub fn enter(&self, deadline: Option<Instant>) -> Result<AppendGuard> {
+        let Some(append) = self.append.as_ref() else { return Ok(AppendGuard { append: None }) };
         let started = Instant::now();
         let mut pause = Duration::from_micros(50);
         loop {
             match append.try_lock() {
-                Ok(()) => return Ok(()),
+                Ok(()) => return Ok(AppendGuard { append: Some(Arc::clone(append)) }),
                 Err(TryLockError::Error(e)) => return Err(Error::io(format!("cannot lock {}", self.dir.display()), e)),
                 Err(TryLockError::WouldBlock) => {}
             }
@@ -172,13 +176,6 @@ impl WriterLock {
         }
     }
 
-    /// Shared writers: release the append lock.
-    pub fn leave(&self) {
-        if let Some(append) = &self.append {
-            let _ = append.unlock();
-        }
-    }
-
     /// At close: true if no other writer is alive (this one then finishes the partition).
     /// A shared writer tries to take the presence lock exclusively; either way it is leaving.
     pub fn last_one_out(&mut self) -> bool {
@@ -190,5 +187,23 @@ impl WriterLock {
             let _ = write_holder(&self.presence, &format!("pid {} (shared writers)", std::process::id()));
         }
         self.alone
+    }
+}
+
+/// A held append lock (`WriterLock::enter`); dropping it releases the lock. It owns a handle on
+/// the lock file rather than borrowing the `WriterLock`, so the writer can change its log
+/// (which owns the `WriterLock`) while it holds the lock.
+#[derive(Debug)]
+pub struct AppendGuard {
+    append: Option<Arc<File>>,
+}
+
+impl Drop for AppendGuard {
+    fn drop(&mut self) {
+        if let Some(append) = self.append.take() {
+            // Unlock fails only on a bad descriptor; closing the file (when the writer closes)
+            // would release the lock anyway.
+            let _ = append.unlock();
+        }
     }
 }

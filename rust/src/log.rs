@@ -6,11 +6,12 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::checkpoint::{
-    read_offset, sync_dir, write_atomically, KafkaCheckpoints, CLEAN_SHUTDOWN_FILE, KAFKA_LOG_START_OFFSET,
-    KAFKA_RECOVERY_POINT, LOG_START_OFFSET_FILE,
-};
+use crate::checkpoint::{read_offset, sync_dir, write_atomically, KafkaCheckpoints};
 use crate::error::{Error, IoContext, Result};
+use crate::files::{
+    parse_base_offset, segment_path, CLEANED_SUFFIX, CLEAN_SHUTDOWN_FILE, DELETED_SUFFIX, INDEX_SUFFIX, INDEX_SUFFIXES,
+    KAFKA_LOG_START_OFFSET, KAFKA_RECOVERY_POINT, LOG_START_OFFSET_FILE, LOG_SUFFIX, TIME_INDEX_SUFFIX, TMP_SUFFIX,
+};
 use crate::lock::WriterLock;
 use crate::options::{FlushPolicy, LogConfig};
 use crate::record::header::{compute_crc, set_base_offset, BatchHeader, ATTR_TIMESTAMP_LOG_APPEND};
@@ -146,14 +147,15 @@ impl Log {
             None => log.load_readonly()?,
             Some(lock) => {
                 let alone = lock.alone();
-                lock.enter(log.config.lock_timeout.map(|t| std::time::Instant::now() + t))?;
+                let _append = lock.enter(log.config.lock_timeout.map(|t| std::time::Instant::now() + t))?;
                 // Alone: recover as the only writer. Otherwise other writers keep the partition
                 // consistent, and this one follows what they wrote.
-                let loaded = if alone { log.load_writable() } else { log.catch_up() };
-                let lock = log.lock.as_mut().unwrap();
-                let shared = loaded.and_then(|()| lock.share());
-                lock.leave();
-                shared?;
+                if alone {
+                    log.load_writable()?;
+                } else {
+                    log.catch_up()?;
+                }
+                log.lock.as_mut().expect("a writer has a lock").share()?;
             }
         }
         log.loaded = true;
@@ -172,10 +174,10 @@ impl Log {
             return result;
         };
         let deadline = self.lock_deadline.or_else(|| self.config.lock_timeout.map(|t| std::time::Instant::now() + t));
-        lock.enter(deadline)?;
-        let result = self.check_not_deleted().and_then(|()| self.catch_up()).and_then(|()| f(self));
-        self.lock.as_ref().unwrap().leave();
-        result
+        let _append = lock.enter(deadline)?;
+        self.check_not_deleted()?;
+        self.catch_up()?;
+        f(self)
     }
 
     /// The only writer of the partition needs no `.log` descriptor for its active segment
@@ -201,25 +203,12 @@ impl Log {
 
     /// Base offsets of the `.log` files in the directory, sorted.
     pub(crate) fn list_segment_files(&self) -> Result<Vec<i64>> {
-        let mut bases = Vec::new();
-        for entry in std::fs::read_dir(&self.dir).context(|| format!("cannot list {}", self.dir.display()))? {
-            let entry = entry.context(|| format!("cannot list {}", self.dir.display()))?;
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if let Some(stem) = name.strip_suffix(".log") {
-                if let Ok(base) = stem.parse::<i64>() {
-                    if stem.len() >= 20 && base >= 0 {
-                        bases.push(base);
-                    }
-                }
-            }
-        }
-        bases.sort_unstable();
-        Ok(bases)
+        Ok(self.list_segment_inodes()?.into_iter().map(|(base, _)| base).collect())
     }
 
     /// (base offset, inode) of the `.log` files in the directory, sorted: a cleaner replaces a
     /// segment by renaming a new file over it, which shows as a new inode under the same name.
+    /// (The inode comes with the directory entry: no stat per file.)
     fn list_segment_inodes(&self) -> Result<Vec<(i64, u64)>> {
         use std::os::unix::fs::DirEntryExt;
         let mut found = Vec::new();
@@ -227,12 +216,8 @@ impl Log {
             let entry = entry.context(|| format!("cannot list {}", self.dir.display()))?;
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if let Some(stem) = name.strip_suffix(".log") {
-                if let Ok(base) = stem.parse::<i64>() {
-                    if stem.len() >= 20 && base >= 0 {
-                        found.push((base, entry.ino()));
-                    }
-                }
+            if let Some(base) = parse_base_offset(&name, LOG_SUFFIX) {
+                found.push((base, entry.ino()));
             }
         }
         found.sort_unstable();
@@ -245,11 +230,13 @@ impl Log {
         for entry in std::fs::read_dir(&self.dir).context(|| format!("cannot list {}", self.dir.display()))? {
             let entry = entry.context(|| format!("cannot list {}", self.dir.display()))?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            let orphan_index = ["index", "timeindex", "txnindex"].iter().any(|ext| {
-                name.strip_suffix(&format!(".{ext}"))
-                    .is_some_and(|stem| stem.parse::<i64>().is_ok() && !self.dir.join(format!("{stem}.log")).exists())
+            let orphan_index = INDEX_SUFFIXES.iter().any(|suffix| {
+                name.strip_suffix(suffix).is_some_and(|stem| {
+                    stem.parse::<i64>().is_ok() && !self.dir.join(format!("{stem}{LOG_SUFFIX}")).exists()
+                })
             });
-            if name.ends_with(".deleted") || name.ends_with(".cleaned") || name.ends_with(".tmp") || orphan_index {
+            let unfinished = [DELETED_SUFFIX, CLEANED_SUFFIX, TMP_SUFFIX].iter().any(|s| name.ends_with(s));
+            if unfinished || orphan_index {
                 std::fs::remove_file(entry.path()).context(|| format!("cannot remove {}", entry.path().display()))?;
             }
         }
@@ -279,13 +266,13 @@ impl Log {
         for (i, &base) in bases.iter().enumerate() {
             let is_last = i + 1 == bases.len();
             let indexes_present =
-                ["index", "timeindex"].iter().all(|ext| self.dir.join(crate::segment::file_name(base, ext)).exists());
+                [INDEX_SUFFIX, TIME_INDEX_SUFFIX].iter().all(|suffix| segment_path(&self.dir, base, suffix).exists());
             let mut seg = Segment::open(&self.dir, base, true, settings, now)?;
             let needs_recovery = !indexes_present || (is_last && !clean) || seg.load_trusted().is_err();
             if needs_recovery {
                 // The active segment must end at a batch boundary to be appended to.
                 let report = if is_last { seg.recover()? } else { seg.recover_sealed(bases[i + 1])? };
-                let segment = self.dir.join(crate::segment::file_name(base, "log"));
+                let segment = self.dir.join(crate::files::file_name(base, crate::files::LOG_SUFFIX));
                 if report.dropped_bytes > 0 || report.reason.is_some() {
                     ::log::warn!(
                         target: crate::LOG_TARGET,

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::log::Log;
 use crate::mmap::MappedFile;
 use crate::record::header::BatchHeader;
-use crate::record::scan::{next_batch, verify_crc, Next};
+use crate::record::scan::verify_crc;
 use crate::record::{for_each_record, for_each_record_until, record_area, OwnedRecord, RecordRef};
 
 /// Whole batches inside one segment's map: `[start, start + len)`. Holding it keeps the map
@@ -75,13 +75,13 @@ impl Log {
             return Ok(BatchSlice { map: None, start: 0, len: 0 });
         };
         let seg = &self.segments[seg_idx];
-        let bytes = seg.bytes(0, seg.size());
         let mut end = start + first.total_size();
-        while end < seg.size() {
-            match next_batch(bytes, end, false)? {
-                Next::Batch(h) if end + h.total_size() - start <= max_bytes => end += h.total_size(),
-                _ => break,
+        for batch in seg.batches_from(end) {
+            let (_, h) = batch?;
+            if end + h.total_size() - start > max_bytes {
+                break;
             }
+            end += h.total_size();
         }
         Ok(BatchSlice { map: seg.map().cloned(), start, len: end - start })
     }
@@ -112,22 +112,21 @@ impl Log {
         };
         'segments: while seg_idx < self.segments.len() {
             let seg = &self.segments[seg_idx];
-            let bytes = seg.bytes(0, seg.size());
             let mut follows_from = seg.base_offset;
-            while let Next::Batch(header) = next_batch(bytes, pos, false)? {
+            let mut batches = seg.batches_from(pos);
+            while let Some(item) = batches.next() {
+                let (pos, header) = item?;
                 check_batch_offsets(seg, pos, &header, follows_from)?;
                 follows_from = header.next_offset();
-                let batch = &bytes[pos..pos + header.total_size()];
+                let batch = batches.batch_bytes(pos, &header);
                 if header.base_offset >= end {
                     break 'segments;
                 }
                 if header.last_offset() < next || header.is_control() {
-                    pos += header.total_size();
                     next = next.max(header.next_offset());
                     continue;
                 }
                 verify_crc(batch, &header, pos)?;
-                pos += header.total_size();
                 let area = record_area(batch, &header)?;
                 let mut full = false;
                 for_each_record(&area, &header, |r| {
@@ -147,9 +146,9 @@ impl Log {
                 }
                 next = next.max(header.next_offset());
             }
-            if pos < seg.size() {
+            if batches.position() < seg.size() {
                 // Never step over damage to the next segment: the caller would silently skip records.
-                return Err(seg.not_a_batch(pos));
+                return Err(seg.not_a_batch(batches.position()));
             }
             seg_idx += 1;
             pos = 0;
@@ -168,13 +167,12 @@ impl Log {
     ) -> Result<()> {
         let Some((mut seg_idx, mut pos, _)) = self.locate(from)? else { return Ok(()) };
         while seg_idx < self.segments.len() {
-            let seg = &self.segments[seg_idx];
-            let bytes = seg.bytes(0, seg.size());
-            while let Next::Batch(h) = next_batch(bytes, pos, false)? {
-                if !f(&h, &bytes[pos..pos + h.total_size()], pos)? {
+            let batches = self.segments[seg_idx].batches_from(pos);
+            for batch in batches.clone() {
+                let (pos, h) = batch?;
+                if !f(&h, batches.batch_bytes(pos, &h), pos)? {
                     return Ok(());
                 }
-                pos += h.total_size();
             }
             seg_idx += 1;
             pos = 0;
@@ -193,16 +191,14 @@ impl Log {
             if seg.max_timestamp() < ts || seg.next_offset() <= start_offset {
                 continue;
             }
-            let mut pos = seg.timestamp_search_start(ts, start_offset)?;
-            let bytes = seg.bytes(0, seg.size());
-            while let Next::Batch(h) = next_batch(bytes, pos, false)? {
-                let batch = &bytes[pos..pos + h.total_size()];
+            let batches = seg.batches_from(seg.timestamp_search_start(ts, start_offset)?);
+            for batch in batches.clone() {
+                let (pos, h) = batch?;
+                let batch = batches.batch_bytes(pos, &h);
                 if h.max_timestamp < ts || h.is_control() || h.last_offset() < start_offset {
-                    pos += h.total_size();
                     continue;
                 }
                 verify_crc(batch, &h, pos)?;
-                pos += h.total_size();
                 let area = record_area(batch, &h)?;
                 let mut found = None;
                 for_each_record_until(&area, &h, |r| {

@@ -67,12 +67,13 @@ impl Log {
                 break;
             }
             let upper = if n > 1 { self.segments[1].base_offset } else { self.end_offset() };
-            let mtime = std::fs::metadata(self.dir.join(crate::segment::file_name(seg.base_offset, "log")))
-                .ok()
-                .and_then(|m| m.modified().ok())
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map(|d| d.as_millis() as i64)
-                .unwrap_or(0);
+            let mtime =
+                std::fs::metadata(self.dir.join(crate::files::file_name(seg.base_offset, crate::files::LOG_SUFFIX)))
+                    .ok()
+                    .and_then(|m| m.modified().ok())
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map(|d| d.as_millis() as i64)
+                    .unwrap_or(0);
             let breach = upper <= self.start_offset;
             if !(breach || extra(seg.size() as u64, seg.max_timestamp(), mtime)) {
                 break;
@@ -85,7 +86,7 @@ impl Log {
             ::log::info!(
                 target: crate::LOG_TARGET,
                 "deleted segment {} of {} (offsets [{}, {upper})): {}",
-                crate::segment::file_name(seg.base_offset, "log"),
+                crate::files::file_name(seg.base_offset, crate::files::LOG_SUFFIX),
                 self.dir.display(),
                 seg.base_offset,
                 if breach { "below the log start offset" } else { "retention limit reached" }

@@ -15,11 +15,12 @@ use std::sync::Arc;
 
 use crate::checkpoint::remove_if_exists;
 use crate::error::{Error, IoContext, Result};
+use crate::files::{segment_path, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
 use crate::index::{OffsetIndex, TimeIndex};
 use crate::mmap::MappedFile;
 use crate::nofollow;
 use crate::record::header::{BatchHeader, HEADER_LEN, LOG_OVERHEAD};
-use crate::record::scan::{next_batch, Next};
+use crate::record::scan::{next_batch, verify_crc, Batches, Next};
 
 /// Reserve disk for the active segment in steps that follow what is written: the first is
 /// `MIN_ALLOCATION_STEP`, each next one as large as what is reserved already (doubling), up to
@@ -28,11 +29,6 @@ use crate::record::scan::{next_batch, Next};
 /// 16 MiB steps again.
 const MIN_ALLOCATION_STEP: usize = 64 << 10;
 const MAX_ALLOCATION_STEP: usize = 16 << 20;
-
-/// `<20-digit base offset>.<ext>`, Kafka's file naming.
-pub fn file_name(base_offset: i64, ext: &str) -> String {
-    format!("{base_offset:020}.{ext}")
-}
 
 /// What recovery found in a segment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -96,9 +92,9 @@ pub struct Segment {
 impl Segment {
     fn paths(dir: &Path, base_offset: i64) -> (PathBuf, PathBuf, PathBuf) {
         (
-            dir.join(file_name(base_offset, "log")),
-            dir.join(file_name(base_offset, "index")),
-            dir.join(file_name(base_offset, "timeindex")),
+            segment_path(dir, base_offset, LOG_SUFFIX),
+            segment_path(dir, base_offset, INDEX_SUFFIX),
+            segment_path(dir, base_offset, TIME_INDEX_SUFFIX),
         )
     }
 
@@ -199,7 +195,7 @@ impl Segment {
     }
 
     fn log_path(&self) -> PathBuf {
-        self.dir.join(file_name(self.base_offset, "log"))
+        segment_path(&self.dir, self.base_offset, LOG_SUFFIX)
     }
 
     /// Open the `.log` descriptor again if it was released (same mode as at open).
@@ -261,6 +257,12 @@ impl Segment {
     /// The map holding the published bytes (None while the segment is empty).
     pub fn map(&self) -> Option<&Arc<MappedFile>> {
         self.map.as_ref()
+    }
+
+    /// The published batches from `pos` on (Kafka's `FileRecords.batchesFrom`), ending cleanly
+    /// at the end of the data; see `Batches`.
+    pub fn batches_from(&self, pos: usize) -> Batches<'_> {
+        Batches::new(self.bytes(0, self.size), pos.min(self.size))
     }
 
     /// Published bytes `[start, end)`.
@@ -387,13 +389,7 @@ impl Segment {
         // In-memory state first, and nothing here can fail: the batch is already published, so
         // the next offset must move past it even if an index write below fails (a stale next
         // offset would give the next batch the same offsets).
-        if header.max_timestamp > self.max_timestamp {
-            self.max_timestamp = header.max_timestamp;
-            self.offset_of_max_timestamp = header.last_offset();
-        }
-        if self.first_batch_timestamp.is_none() {
-            self.first_batch_timestamp = Some(header.max_timestamp);
-        }
+        self.observe_timestamps(header);
         let index_due = self.bytes_since_last_index_entry > self.settings.index_interval_bytes;
         let since = if index_due { 0 } else { self.bytes_since_last_index_entry };
         self.bytes_since_last_index_entry = since + header.total_size();
@@ -405,6 +401,32 @@ impl Segment {
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, false)?;
         }
         Ok(())
+    }
+
+    /// The one place a batch's timestamp enters the segment's bookkeeping (append, recovery and
+    /// a reader's discovery): the largest timestamp with its offset (Kafka's
+    /// `maxTimestampAndOffsetSoFar`), and the first batch's, which `segment.ms` measures from.
+    fn observe_timestamps(&mut self, header: &BatchHeader) {
+        if header.max_timestamp > self.max_timestamp {
+            self.max_timestamp = header.max_timestamp;
+            self.offset_of_max_timestamp = header.last_offset();
+        }
+        if self.first_batch_timestamp.is_none() {
+            self.first_batch_timestamp = Some(header.max_timestamp);
+        }
+    }
+
+    /// The largest timestamp as the time index's last entry holds it (a segment loaded without
+    /// scanning all its batches: `load_trusted`, a reader's first look).
+    fn take_max_timestamp_from_time_index(&mut self) -> bool {
+        match self.time_index.file.last() {
+            Some(e) => {
+                self.max_timestamp = e.timestamp;
+                self.offset_of_max_timestamp = self.base_offset + e.relative_offset as i64;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Kafka's `shouldRoll` size and index conditions for a batch of `size` bytes ending at `last_offset`.
@@ -446,11 +468,13 @@ impl Segment {
         self.bytes_since_last_index_entry = 0;
         let map = if file_len > 0 { Some(MappedFile::readonly(self.f(), file_len, "segment")?) } else { None };
         let bytes = map.as_ref().map(|m| m.bytes(0, file_len)).unwrap_or(&[]);
+        // Recovery's checks on top of the iterator: every CRC, and offsets that follow.
         let mut pos = 0usize;
         let mut reason = None;
-        loop {
-            match next_batch(bytes, pos, true) {
-                Ok(Next::Batch(h)) => {
+        for batch in Batches::new(bytes, 0) {
+            let checked = batch.and_then(|(at, h)| verify_crc(&bytes[at..at + h.total_size()], &h, at).map(|()| h));
+            match checked {
+                Ok(h) => {
                     if h.base_offset < self.next_offset || h.last_offset() - self.base_offset > i32::MAX as i64 {
                         reason = Some(format!(
                             "batch at position {pos} has offsets {}..={} that do not follow offset {} in a segment based at {}",
@@ -465,17 +489,14 @@ impl Segment {
                     pos += h.total_size();
                     self.size = pos;
                 }
-                Ok(Next::End) | Ok(Next::Zeros) => {
-                    if pos < file_len && bytes[pos..].iter().any(|&b| b != 0) {
-                        reason = Some(format!("incomplete batch at position {pos}"));
-                    }
-                    break;
-                }
                 Err(e) => {
                     reason = Some(e.to_string());
                     break;
                 }
             }
+        }
+        if reason.is_none() && pos < file_len && bytes[pos..].iter().any(|&b| b != 0) {
+            reason = Some(format!("incomplete batch at position {pos}"));
         }
         let dropped_bytes = bytes[pos..].iter().filter(|&&b| b != 0).count() as u64;
         let dropped_span = if dropped_bytes > 0 { (file_len - pos) as u64 } else { 0 };
@@ -536,11 +557,12 @@ impl Segment {
             self.mapped_len = file_len;
         }
         let (_, start) = self.offset_index.lookup(i64::MAX);
-        let mut pos = start as usize;
         let bytes = self.map.as_ref().map(|m| m.bytes(0, file_len)).unwrap_or(&[]);
-        let mut last_pos_and_header = None;
+        let mut last_header = None;
         let mut follows_from = self.base_offset;
-        while let Next::Batch(h) = next_batch(bytes, pos, false)? {
+        let mut batches = Batches::new(bytes, start as usize);
+        for batch in batches.by_ref() {
+            let (pos, h) = batch?;
             // baseOffset is outside the CRC: a damaged one must not become this segment's end.
             if h.base_offset < follows_from || h.last_offset() - self.base_offset > i32::MAX as i64 {
                 return Err(Error::corrupt(format!(
@@ -552,9 +574,9 @@ impl Segment {
                 )));
             }
             follows_from = h.next_offset();
-            last_pos_and_header = Some((pos, h));
-            pos += h.total_size();
+            last_header = Some(h);
         }
+        let pos = batches.position();
         if pos != file_len {
             return Err(Error::corrupt(format!(
                 "{} has {} bytes after its last batch",
@@ -562,26 +584,18 @@ impl Segment {
                 file_len - pos
             )));
         }
-        if let Some((_, h)) = last_pos_and_header {
+        if let Some(h) = &last_header {
             self.next_offset = h.next_offset();
         }
         self.check_indexes(bytes)?;
-        match self.time_index.file.last() {
-            Some(e) => {
-                self.max_timestamp = e.timestamp;
-                self.offset_of_max_timestamp = self.base_offset + e.relative_offset as i64;
-            }
-            None => {
-                if let Some((_, h)) = last_pos_and_header {
-                    self.max_timestamp = h.max_timestamp;
-                    self.offset_of_max_timestamp = h.last_offset();
-                }
+        let first_batch_timestamp = Batches::new(bytes, 0).next().and_then(|b| b.ok()).map(|(_, h)| h.max_timestamp);
+        if !self.take_max_timestamp_from_time_index() {
+            if let Some(h) = &last_header {
+                self.max_timestamp = h.max_timestamp;
+                self.offset_of_max_timestamp = h.last_offset();
             }
         }
-        self.first_batch_timestamp = next_batch(bytes, 0, false).ok().and_then(|n| match n {
-            Next::Batch(h) => Some(h.max_timestamp),
-            _ => None,
-        });
+        self.first_batch_timestamp = first_batch_timestamp;
         Ok(())
     }
 
@@ -670,13 +684,7 @@ impl Segment {
                 Ok(Next::Batch(h)) => {
                     self.size += h.total_size();
                     self.next_offset = h.next_offset();
-                    if h.max_timestamp > self.max_timestamp {
-                        self.max_timestamp = h.max_timestamp;
-                        self.offset_of_max_timestamp = h.last_offset();
-                    }
-                    if self.first_batch_timestamp.is_none() {
-                        self.first_batch_timestamp = Some(h.max_timestamp);
-                    }
+                    self.observe_timestamps(&h);
                 }
                 _ => break,
             }
@@ -704,10 +712,7 @@ impl Segment {
                 self.first_batch_timestamp = Some(h.max_timestamp);
             }
         }
-        if let Some(t) = self.time_index.file.last() {
-            self.max_timestamp = t.timestamp;
-            self.offset_of_max_timestamp = self.base_offset + t.relative_offset as i64;
-        }
+        self.take_max_timestamp_from_time_index();
         self.size = position;
     }
 
@@ -797,20 +802,17 @@ impl Segment {
     /// with its header; None if no batch here reaches `target`.
     pub fn translate_offset(&self, target: i64) -> Result<Option<(usize, BatchHeader)>> {
         let (_, start) = self.offset_index.lookup(target);
-        let mut pos = (start as usize).min(self.size);
-        let bytes = self.bytes(0, self.size);
-        loop {
-            match next_batch(bytes, pos, false)? {
-                Next::Batch(h) => {
-                    if h.last_offset() >= target {
-                        return Ok(Some((pos, h)));
-                    }
-                    pos += h.total_size();
-                }
-                _ if pos < self.size => return Err(self.not_a_batch(pos)),
-                _ => return Ok(None),
+        let mut batches = self.batches_from(start as usize);
+        for batch in batches.by_ref() {
+            let (pos, h) = batch?;
+            if h.last_offset() >= target {
+                return Ok(Some((pos, h)));
             }
         }
+        if batches.position() < self.size {
+            return Err(self.not_a_batch(batches.position()));
+        }
+        Ok(None)
     }
 
     /// Published bytes at `pos` that do not start a batch: damage a reader must not step over.

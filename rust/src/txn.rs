@@ -33,6 +33,30 @@ pub const TXN_INDEX_ENTRY_SIZE: usize = 34;
 const ABORT: i16 = 0;
 const COMMIT: i16 = 1;
 
+/// What a reader sees of transactions (Kafka's `IsolationLevel`, kafka-python's
+/// `isolation_level`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IsolationLevel {
+    /// Every record up to the log end offset.
+    #[default]
+    ReadUncommitted,
+    /// No record of an aborted transaction, no control record, nothing at or past the LSO.
+    ReadCommitted,
+}
+
+impl IsolationLevel {
+    /// kafka-python's spelling: `"read_uncommitted"` or `"read_committed"`.
+    pub fn parse(name: &str) -> Result<IsolationLevel> {
+        match name {
+            "read_uncommitted" => Ok(IsolationLevel::ReadUncommitted),
+            "read_committed" => Ok(IsolationLevel::ReadCommitted),
+            other => Err(Error::config(format!(
+                "isolation_level must be \"read_uncommitted\" or \"read_committed\", not {other:?}"
+            ))),
+        }
+    }
+}
+
 /// One aborted transaction, as Kafka's `AbortedTxn` (and a `.txnindex` entry) holds it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AbortedTxn {
@@ -213,7 +237,7 @@ impl TxnState {
         let sealed = segments.len().saturating_sub(1);
         for seg in &segments[..sealed] {
             if self.indexed.insert(seg.base_offset) {
-                let path = log.dir().join(crate::segment::file_name(seg.base_offset, "txnindex"));
+                let path = log.dir().join(crate::files::file_name(seg.base_offset, crate::files::TXN_INDEX_SUFFIX));
                 for txn in read_txn_index(&path)? {
                     self.add_aborted(txn);
                 }
@@ -239,6 +263,23 @@ impl TxnState {
     /// transactions are skipped (their batches are not even decoded), and reading stops at
     /// the last stable offset. Returns the offset to continue from, which moves past aborted
     /// batches even when no record is returned.
+    /// Decode records of `[start, end)` as a reader at `isolation` sees them: the one entry
+    /// point of the readers that take an isolation level. Returns the offset to continue from.
+    pub fn scan(
+        &mut self,
+        log: &mut Log,
+        isolation: IsolationLevel,
+        start: i64,
+        end: Option<i64>,
+        max_records: usize,
+        sink: &mut impl RecordSink,
+    ) -> Result<i64> {
+        match isolation {
+            IsolationLevel::ReadUncommitted => log.scan_records(start, end, max_records, sink),
+            IsolationLevel::ReadCommitted => self.scan_committed(log, start, end, max_records, sink),
+        }
+    }
+
     pub fn scan_committed(
         &mut self,
         log: &mut Log,

@@ -104,10 +104,16 @@ def read_range(part: InputPartition | None, schema: Any) -> Iterator[Any]:
                     "before this task read them. Some data may have been lost; set failOnDataLoss=false to skip them."
                 )
             position = log.start_offset
-        read = log._native.read_committed_spark_arrow if part.read_committed else log._native.read_spark_arrow
+        isolation_level = "read_committed" if part.read_committed else "read_uncommitted"
         while position < part.end:
-            native, position = read(
-                part.topic, part.partition, position, part.end, ROWS_PER_BATCH, part.include_headers
+            native, position = log._native.read_spark_arrow(
+                part.topic,
+                part.partition,
+                position,
+                part.end,
+                ROWS_PER_BATCH,
+                part.include_headers,
+                isolation_level=isolation_level,
             )
             batch = pa.record_batch(native)
             if batch.num_rows == 0:

@@ -5,6 +5,8 @@ use crate::error::Result;
 use crate::index::{Entry, IndexFile};
 use std::path::Path;
 
+/// One time-index entry as the file stores it: the offset is relative to the segment's base
+/// (`lookup` returns it made absolute).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TimestampOffset {
     pub timestamp: i64,

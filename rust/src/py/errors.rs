@@ -35,7 +35,7 @@ fn to_pyerr(py: Python<'_>, e: Error) -> PyErr {
         Error::InvalidRecord(_) => InvalidRecordError::new_err(msg),
         Error::Unsupported(_) => UnsupportedFormatError::new_err(msg),
         Error::Closed(_) => LogClosedError::new_err(msg),
-        Error::Poisoned(_) => LogPoisonedError::new_err(msg),
+        Error::Poisoned(_) | Error::LogPoisoned(_) => LogPoisonedError::new_err(msg),
         Error::UnknownTopicOrPartition(_) => UnknownTopicOrPartitionError::new_err(msg),
         Error::Io { context, path, source } => io_error(py, &context, path, &source),
     }

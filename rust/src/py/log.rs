@@ -14,7 +14,7 @@ use crate::log_read::RecordSink;
 use crate::options::{FlushPolicy, LogConfig};
 use crate::record::{Compression, Header, RecordInput, TimestampType};
 use crate::spark::SparkSink;
-use crate::txn::TxnState;
+use crate::txn::{IsolationLevel, TxnState};
 
 use super::arrow::ArrowBatch;
 use super::buffer::BatchView;
@@ -27,39 +27,44 @@ type RecoveryTuple = (i64, u64, u64, Option<String>);
 
 #[pyclass(frozen, name = "Log", module = "kafkalite._native")]
 pub struct PyLog {
+    /// The partition directory (`Log::dir`), kept outside the mutex: it never changes.
+    path: std::path::PathBuf,
     inner: Mutex<Log>,
     /// read_committed bookkeeping, learnt incrementally (txn.rs). Locked after `inner`.
     txn: Mutex<TxnState>,
 }
 
 impl PyLog {
+    /// The log, or `Error::LogPoisoned` if a thread panicked holding it (`sync.rs`).
     /// Only ever called with the GIL released (`py.detach`): the engine may log while it holds
     /// this mutex, and logging takes the GIL (pyo3-log), so a thread waiting here with the GIL
     /// held would deadlock against it.
-    fn lock(&self) -> MutexGuard<'_, Log> {
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn lock(&self) -> crate::Result<MutexGuard<'_, Log>> {
+        crate::sync::lock_log(&self.inner, || self.describe())
     }
 
-    /// Decode records into an arena without the GIL; returns it and the offset to continue from.
-    fn scan_into_arena(
-        &self,
-        py: Python<'_>,
-        start: i64,
-        end: Option<i64>,
-        max: usize,
-    ) -> PyResult<(RecordArena, i64)> {
-        self.detached(py, |log| {
-            let mut arena = RecordArena::default();
-            let next = log.scan_records(start, end, max, &mut arena)?;
-            Ok((arena, next))
+    /// The log for `close`, `closed` and `path`, even after a panic poisoned the mutex: those
+    /// stay usable so a poisoned log can still be closed (and shown). The log is marked
+    /// poisoned first, so its close releases the partition without marking the shutdown
+    /// clean, and the next open recovers.
+    fn lock_even_poisoned(&self) -> MutexGuard<'_, Log> {
+        self.inner.lock().unwrap_or_else(|poisoned| {
+            let mut log = poisoned.into_inner();
+            log.poison("a thread panicked while it was using the log".into());
+            log
         })
+    }
+
+    /// How errors name this log: its directory (immutable, so readable even when poisoned).
+    fn describe(&self) -> String {
+        format!("the log of {}", self.path.display())
     }
 
     /// Run `f` on the log with the GIL released. A panic (a bug) never crosses into Python as
     /// `PanicException`: it poisons the log and surfaces as `LogPoisonedError`.
     fn detached<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Log) -> crate::Result<T> + Send) -> PyResult<T> {
         py.detach(|| {
-            let mut log = self.lock();
+            let mut log = self.lock()?;
             match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut log))) {
                 // An I/O error that names no file names the partition.
                 Ok(result) => result.map_err(|e| e.or_path(log.dir())),
@@ -78,28 +83,6 @@ fn parse_flush(flush: &Bound<'_, PyAny>) -> PyResult<FlushPolicy> {
 }
 
 impl PyLog {
-    /// Scan `[start, end)` (at most `max_records`) into a sink made for the expected row count.
-    fn scan_to_arrow<S: RecordSink>(
-        &self,
-        py: Python<'_>,
-        start: i64,
-        end: Option<i64>,
-        max_records: Option<usize>,
-        make: impl FnOnce(usize) -> S + Send,
-        finish: impl FnOnce(S) -> crate::Result<arrow_array::RecordBatch> + Send,
-    ) -> PyResult<(ArrowBatch, i64)> {
-        let (batch, next) = self.detached(py, |log| {
-            let expected = (end.unwrap_or(log.end_offset()) - start).clamp(0, 1 << 20) as usize;
-            let limit = max_records.unwrap_or(usize::MAX);
-            let mut sink = make(expected.min(limit));
-            let next = log.scan_records(start, end, limit, &mut sink)?;
-            Ok((finish(sink)?, next))
-        })?;
-        Ok((ArrowBatch::new(batch), next))
-    }
-}
-
-impl PyLog {
     /// Run `f` on the log and its transaction state with the GIL released.
     fn detached_txn<T: Send>(
         &self,
@@ -107,43 +90,52 @@ impl PyLog {
         f: impl FnOnce(&mut Log, &mut TxnState) -> crate::Result<T> + Send,
     ) -> PyResult<T> {
         py.detach(|| {
-            let mut log = self.lock();
-            let mut txn = self.txn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            f(&mut log, &mut txn).map_err(|e| e.or_path(log.dir()))
+            let mut log = self.lock()?;
+            let mut txn = crate::sync::lock_log(&self.txn, || self.describe())?;
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut log, &mut txn))) {
+                Ok(result) => result.map_err(|e| e.or_path(log.dir())),
+                Err(payload) => Err(log.poison_after_panic(&*payload)),
+            }
         })
         .map_err(Into::into)
     }
 
-    /// `scan_into_arena` as a read_committed reader.
-    fn scan_committed_into_arena(
+    /// Decode records into an arena without the GIL, as a reader at `isolation` sees them;
+    /// returns it and the offset to continue from.
+    fn scan_into_arena(
         &self,
         py: Python<'_>,
+        isolation: &str,
         start: i64,
         end: Option<i64>,
         max: usize,
     ) -> PyResult<(RecordArena, i64)> {
+        let isolation = IsolationLevel::parse(isolation)?;
         self.detached_txn(py, |log, txn| {
             let mut arena = RecordArena::default();
-            let next = txn.scan_committed(log, start, end, max, &mut arena)?;
+            let next = txn.scan(log, isolation, start, end, max, &mut arena)?;
             Ok((arena, next))
         })
     }
 
-    /// `scan_to_arrow` as a read_committed reader.
-    fn scan_committed_to_arrow<S: RecordSink>(
+    /// Scan `[start, end)` (at most `max_records`) into a sink made for the expected row count.
+    #[allow(clippy::too_many_arguments)]
+    fn scan_to_arrow<S: RecordSink>(
         &self,
         py: Python<'_>,
+        isolation: &str,
         start: i64,
         end: Option<i64>,
         max_records: Option<usize>,
         make: impl FnOnce(usize) -> S + Send,
         finish: impl FnOnce(S) -> crate::Result<arrow_array::RecordBatch> + Send,
     ) -> PyResult<(ArrowBatch, i64)> {
+        let isolation = IsolationLevel::parse(isolation)?;
         let (batch, next) = self.detached_txn(py, |log, txn| {
             let expected = (end.unwrap_or(log.end_offset()) - start).clamp(0, 1 << 20) as usize;
             let limit = max_records.unwrap_or(usize::MAX);
             let mut sink = make(expected.min(limit));
-            let next = txn.scan_committed(log, start, end, limit, &mut sink)?;
+            let next = txn.scan(log, isolation, start, end, limit, &mut sink)?;
             Ok((finish(sink)?, next))
         })?;
         Ok((ArrowBatch::new(batch), next))
@@ -228,7 +220,7 @@ impl PyLog {
                 .unwrap_or_else(|payload| Err(crate::Error::Poisoned(crate::log::panic_message(&*payload))))
                 .map_err(|e| e.or_path(&path))
         })?;
-        Ok(PyLog { inner: Mutex::new(log), txn: Mutex::new(TxnState::new()) })
+        Ok(PyLog { path: log.dir().to_path_buf(), inner: Mutex::new(log), txn: Mutex::new(TxnState::new()) })
     }
 
     /// Append `Record` objects; returns (first offset, last offset).
@@ -311,8 +303,10 @@ impl PyLog {
     }
 
     /// Decode up to `max_records` records as kafka-python `ConsumerRecord`s of `topic`/`partition`.
-    /// Returns (records, next offset).
-    #[pyo3(signature = (topic, partition, start, max_records=500, end=None))]
+    /// Returns (records, next offset). Every reader takes kafka-python's `isolation_level`:
+    /// `"read_committed"` hides records of aborted transactions and stops at the last stable offset.
+    #[pyo3(signature = (topic, partition, start, max_records=500, end=None, isolation_level="read_uncommitted"))]
+    #[allow(clippy::too_many_arguments)]
     fn read_consumer_records(
         &self,
         py: Python<'_>,
@@ -321,8 +315,9 @@ impl PyLog {
         start: i64,
         max_records: usize,
         end: Option<i64>,
+        isolation_level: &str,
     ) -> PyResult<(Vec<Py<ConsumerRecord>>, i64)> {
-        let (arena, next) = self.scan_into_arena(py, start, end, max_records)?;
+        let (arena, next) = self.scan_into_arena(py, isolation_level, start, end, max_records)?;
         Ok((arena.into_consumer_records(py, &topic, partition)?, next))
     }
 
@@ -334,33 +329,37 @@ impl PyLog {
     }
 
     /// Decode up to `max_records` records from `start` (to `end`); returns (records, next offset).
-    #[pyo3(signature = (start, end=None, max_records=8192))]
+    #[pyo3(signature = (start, end=None, max_records=8192, isolation_level="read_uncommitted"))]
     fn read_records(
         &self,
         py: Python<'_>,
         start: i64,
         end: Option<i64>,
         max_records: usize,
+        isolation_level: &str,
     ) -> PyResult<(Vec<Py<Record>>, i64)> {
-        let (arena, next) = self.scan_into_arena(py, start, end, max_records)?;
+        let (arena, next) = self.scan_into_arena(py, isolation_level, start, end, max_records)?;
         Ok((arena.into_records(py)?, next))
     }
 
     /// Records in `[start, end)` as one Arrow batch (exported through `__arrow_c_array__`).
-    #[pyo3(signature = (start, end=None, max_records=None))]
+    #[pyo3(signature = (start, end=None, max_records=None, isolation_level="read_uncommitted"))]
     fn read_arrow(
         &self,
         py: Python<'_>,
         start: i64,
         end: Option<i64>,
         max_records: Option<usize>,
+        isolation_level: &str,
     ) -> PyResult<(ArrowBatch, i64)> {
-        self.scan_to_arrow(py, start, end, max_records, |n| ArrowSink::with_capacity(n, n * 64), ArrowSink::finish)
+        let make = |n: usize| ArrowSink::with_capacity(n, n * 64);
+        self.scan_to_arrow(py, isolation_level, start, end, max_records, make, ArrowSink::finish)
     }
 
     /// Records in `[start, end)` as the rows of Spark's Kafka source (the Spark data source's
     /// executor path): key, value, topic, partition, offset, timestamp[us], timestampType[, headers].
-    #[pyo3(signature = (topic, partition, start, end=None, max_records=None, include_headers=false))]
+    #[pyo3(signature = (topic, partition, start, end=None, max_records=None, include_headers=false,
+                        isolation_level="read_uncommitted"))]
     #[allow(clippy::too_many_arguments)]
     fn read_spark_arrow(
         &self,
@@ -371,68 +370,10 @@ impl PyLog {
         end: Option<i64>,
         max_records: Option<usize>,
         include_headers: bool,
+        isolation_level: &str,
     ) -> PyResult<(ArrowBatch, i64)> {
         let make = |n: usize| SparkSink::new(topic, partition, include_headers, n, n * 64);
-        self.scan_to_arrow(py, start, end, max_records, make, SparkSink::finish)
-    }
-
-    /// `read_consumer_records` with isolation.level=read_committed: no record of an aborted
-    /// transaction, nothing at or past the last stable offset.
-    #[pyo3(signature = (topic, partition, start, max_records=500, end=None))]
-    fn read_committed_consumer_records(
-        &self,
-        py: Python<'_>,
-        topic: Py<PyString>,
-        partition: i32,
-        start: i64,
-        max_records: usize,
-        end: Option<i64>,
-    ) -> PyResult<(Vec<Py<ConsumerRecord>>, i64)> {
-        let (arena, next) = self.scan_committed_into_arena(py, start, end, max_records)?;
-        Ok((arena.into_consumer_records(py, &topic, partition)?, next))
-    }
-
-    /// `read_records` with isolation.level=read_committed.
-    #[pyo3(signature = (start, end=None, max_records=8192))]
-    fn read_committed_records(
-        &self,
-        py: Python<'_>,
-        start: i64,
-        end: Option<i64>,
-        max_records: usize,
-    ) -> PyResult<(Vec<Py<Record>>, i64)> {
-        let (arena, next) = self.scan_committed_into_arena(py, start, end, max_records)?;
-        Ok((arena.into_records(py)?, next))
-    }
-
-    /// `read_arrow` with isolation.level=read_committed.
-    #[pyo3(signature = (start, end=None, max_records=None))]
-    fn read_committed_arrow(
-        &self,
-        py: Python<'_>,
-        start: i64,
-        end: Option<i64>,
-        max_records: Option<usize>,
-    ) -> PyResult<(ArrowBatch, i64)> {
-        let make = |n: usize| ArrowSink::with_capacity(n, n * 64);
-        self.scan_committed_to_arrow(py, start, end, max_records, make, ArrowSink::finish)
-    }
-
-    /// `read_spark_arrow` with kafka.isolation.level=read_committed.
-    #[pyo3(signature = (topic, partition, start, end=None, max_records=None, include_headers=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn read_committed_spark_arrow(
-        &self,
-        py: Python<'_>,
-        topic: &str,
-        partition: i32,
-        start: i64,
-        end: Option<i64>,
-        max_records: Option<usize>,
-        include_headers: bool,
-    ) -> PyResult<(ArrowBatch, i64)> {
-        let make = |n: usize| SparkSink::new(topic, partition, include_headers, n, n * 64);
-        self.scan_committed_to_arrow(py, start, end, max_records, make, SparkSink::finish)
+        self.scan_to_arrow(py, isolation_level, start, end, max_records, make, SparkSink::finish)
     }
 
     /// The last stable offset: where read_committed readers stop (the first offset of the
@@ -536,8 +477,8 @@ impl PyLog {
 
     /// Dirty bytes over cleanable bytes (Kafka's `min.cleanable.dirty.ratio` measure).
     #[pyo3(signature = (min_compaction_lag_ms=0, now_ms=None))]
-    fn dirty_ratio(&self, py: Python<'_>, min_compaction_lag_ms: i64, now_ms: Option<i64>) -> f64 {
-        py.detach(|| self.lock().dirty_ratio(&clean_options(0, min_compaction_lag_ms, now_ms)))
+    fn dirty_ratio(&self, py: Python<'_>, min_compaction_lag_ms: i64, now_ms: Option<i64>) -> PyResult<f64> {
+        Ok(py.detach(|| self.lock().map(|log| log.dirty_ratio(&clean_options(0, min_compaction_lag_ms, now_ms))))?)
     }
 
     fn roll(&self, py: Python<'_>) -> PyResult<()> {
@@ -556,7 +497,15 @@ impl PyLog {
     /// inside an append that waits for the partition lock) and for the partition lock.
     #[pyo3(signature = (timeout=None))]
     fn close(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
-        let Some(timeout) = timeout else { return self.detached(py, |log| log.close()) };
+        let Some(timeout) = timeout else {
+            return py
+                .detach(|| {
+                    let mut log = self.lock_even_poisoned();
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| log.close()))
+                        .unwrap_or_else(|payload| Err(log.poison_after_panic(&*payload)))
+                })
+                .map_err(Into::into);
+        };
         if !(timeout.is_finite() && timeout >= 0.0) {
             return Err(crate::Error::config(format!(
                 "timeout must be a non-negative number of seconds, got {timeout}"
@@ -569,7 +518,9 @@ impl PyLog {
             loop {
                 match self.inner.try_lock() {
                     Ok(mut log) => return log.close_within(Some(deadline)),
-                    Err(std::sync::TryLockError::Poisoned(p)) => return p.into_inner().close_within(Some(deadline)),
+                    Err(std::sync::TryLockError::Poisoned(_)) => {
+                        return self.lock_even_poisoned().close_within(Some(deadline))
+                    }
                     Err(std::sync::TryLockError::WouldBlock) => {}
                 }
                 let now = std::time::Instant::now();
@@ -589,11 +540,11 @@ impl PyLog {
 
     #[getter]
     fn closed(&self, py: Python<'_>) -> bool {
-        py.detach(|| self.lock().closed)
+        py.detach(|| self.lock_even_poisoned().closed)
     }
 
     #[getter]
-    fn path(&self, py: Python<'_>) -> std::path::PathBuf {
-        py.detach(|| self.lock().dir().to_path_buf())
+    fn path(&self) -> std::path::PathBuf {
+        self.path.clone()
     }
 }

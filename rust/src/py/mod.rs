@@ -29,8 +29,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(record::murmur2, m)?)?;
     m.add_function(wrap_pyfunction!(record::partitions_for_keys, m)?)?;
     m.add_function(wrap_pyfunction!(record::crc32c, m)?)?;
-    m.add("APPEND_LOCK_FILE", crate::lock::LOCK_FILE)?;
-    m.add("WRITERS_FILE", crate::lock::WRITERS_FILE)?;
+    m.add("APPEND_LOCK_FILE", crate::files::APPEND_LOCK_FILE)?;
+    m.add("WRITERS_FILE", crate::files::WRITERS_FILE)?;
     m.add("PREALLOCATE_BUDGET_BYTES_DEFAULT", crate::prealloc::DEFAULT_BUDGET_BYTES)?;
     m.add("BATCH_FULL", producer::FULL)?;
     m.add("RECORD_TOO_LARGE", producer::TOO_LARGE)?;

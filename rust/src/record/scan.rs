@@ -83,3 +83,58 @@ pub fn verify_crc(batch: &[u8], header: &BatchHeader, pos: usize) -> Result<()> 
     }
     Ok(())
 }
+
+/// The batches of a run of bytes from a position on (Kafka's `FileRecords.batchesFrom`):
+/// yields `(position, header)` for each complete batch with a valid header (the CRC is left to
+/// the caller, who may not need the body), and ends at the first position where no batch
+/// starts: a torn tail (a batch that runs past the end), a zero tail (preallocated space) or
+/// the end of the bytes. A header that is invalid is yielded once as the error and ends the
+/// iteration. `position()` then says where it stopped, so a caller can tell "the end of the
+/// data" from "bytes that are not a batch".
+#[derive(Clone)]
+pub struct Batches<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    done: bool,
+}
+
+impl<'a> Batches<'a> {
+    pub fn new(bytes: &'a [u8], pos: usize) -> Batches<'a> {
+        Batches { bytes, pos, done: false }
+    }
+
+    /// Where the next batch would start: after the iteration, the end of the last whole batch.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// The whole bytes of a batch this iterator yielded.
+    pub fn batch_bytes(&self, pos: usize, header: &BatchHeader) -> &'a [u8] {
+        &self.bytes[pos..pos + header.total_size()]
+    }
+}
+
+impl Iterator for Batches<'_> {
+    type Item = Result<(usize, BatchHeader)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match next_batch(self.bytes, self.pos, false) {
+            Ok(Next::Batch(h)) => {
+                let at = self.pos;
+                self.pos += h.total_size();
+                Some(Ok((at, h)))
+            }
+            Ok(Next::End | Next::Zeros) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}

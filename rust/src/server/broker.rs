@@ -14,8 +14,9 @@ use super::frame::QUEUED_MAX_REQUEST_BYTES;
 use super::group::Coordinator;
 use super::offsets::{OffsetStore, OFFSETS_TOPIC};
 use super::ServerConfig;
-use crate::datadir::{log_config, DataDir, TopicMeta, NOTIFY_FILE};
+use crate::datadir::{log_config, DataDir, TopicMeta};
 use crate::error::{Error, Result};
+use crate::files::NOTIFY_FILE;
 use crate::log::Log;
 use crate::notify::Notifier;
 

@@ -41,11 +41,13 @@ pub fn for_error(e: &Error) -> i16 {
         Error::Unsupported(_) => UNSUPPORTED_FOR_MESSAGE_FORMAT,
         Error::UnknownTopicOrPartition(_) => UNKNOWN_TOPIC_OR_PARTITION,
         Error::LockTimeout { .. } => REQUEST_TIMED_OUT, // another writer held the append lock too long
-        Error::Locked { .. } | Error::Closed(_) | Error::Poisoned(_) | Error::Io { .. } => KAFKA_STORAGE_ERROR,
+        Error::Locked { .. } | Error::Closed(_) | Error::Poisoned(_) | Error::LogPoisoned(_) | Error::Io { .. } => {
+            KAFKA_STORAGE_ERROR
+        }
     }
 }
 
 /// Errors after which the cached log should be reopened.
 pub fn needs_reopen(e: &Error) -> bool {
-    matches!(e, Error::UnknownTopicOrPartition(_) | Error::Poisoned(_) | Error::Closed(_))
+    matches!(e, Error::UnknownTopicOrPartition(_) | Error::Poisoned(_) | Error::LogPoisoned(_) | Error::Closed(_))
 }

@@ -534,7 +534,7 @@ fn encode_name(value: &str) -> Option<String> {
 /// None when the group's folder name cannot be computed here.
 pub fn embedded_members(data_dir: &Path, group: &str) -> Option<bool> {
     let name = encode_name(group)?;
-    let Ok(entries) = std::fs::read_dir(data_dir.join(".kafkalite-groups").join(name)) else { return Some(false) };
+    let Ok(entries) = std::fs::read_dir(data_dir.join(crate::files::GROUPS_DIR).join(name)) else { return Some(false) };
     Some(entries.flatten().any(|e| {
         let path = e.path();
         if path.extension().and_then(|x| x.to_str()) != Some("member") {

@@ -1,0 +1,121 @@
+//! Every name the engine gives a file, in one place (Kafka's `LogFileUtils`): the suffixes of a
+//! segment's files, the offset-to-filename rule, and the fixed names of kafkalite's and Kafka's
+//! own files in a partition and a data directory.
+//!
+//! Two spellings exist on disk: the partition locks are `.kafkalite.lock` / `.kafkalite.writers`
+//! (the first names kafkalite ever wrote) and every later file is `.kafkalite-<what>`. They are
+//! kept as they are: a renamed lock would let an old writer and a new one hold different files
+//! for the same partition, and Python (`admin.py`) and other processes find these files by
+//! these names (the binding exports the lock names as `APPEND_LOCK_FILE` / `WRITERS_FILE`).
+
+use std::path::{Path, PathBuf};
+
+// -- segment files, `<20-digit base offset><suffix>` (Kafka's names) --------------------------
+
+/// Record batches back to back.
+pub const LOG_SUFFIX: &str = ".log";
+/// 8-byte entries: offset relative to the segment's base (4 bytes), position (4 bytes).
+pub const INDEX_SUFFIX: &str = ".index";
+/// 12-byte entries: timestamp (8 bytes), offset relative to the segment's base (4 bytes).
+pub const TIME_INDEX_SUFFIX: &str = ".timeindex";
+/// Aborted transactions (34-byte entries).
+pub const TXN_INDEX_SUFFIX: &str = ".txnindex";
+/// A producer-state snapshot (Kafka writes them; kafkalite reads none but lists the name so the
+/// suffix set is complete).
+pub const SNAPSHOT_SUFFIX: &str = ".snapshot";
+
+// -- suffixes appended to a whole file name while it is being replaced or removed -------------
+
+/// A file scheduled for deletion (Kafka renames before it deletes); removed at open.
+pub const DELETED_SUFFIX: &str = ".deleted";
+/// The cleaner's new segment before its commit point; removed at open.
+pub const CLEANED_SUFFIX: &str = ".cleaned";
+/// The cleaner's new segment after its commit point; completed at open (`cleaner.rs`).
+pub const SWAP_SUFFIX: &str = ".swap";
+/// A small file being written atomically (`checkpoint::write_atomically`); removed at open.
+pub const TMP_SUFFIX: &str = ".tmp";
+
+/// The suffixes of a segment's index files (dropped at open when their `.log` is missing).
+pub const INDEX_SUFFIXES: [&str; 3] = [INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX];
+/// Every file one segment may own, the log first (index files without a log are dropped at open,
+/// so deleting in this order never leaves a log without what it needs).
+pub const SEGMENT_SUFFIXES: [&str; 4] = [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX];
+
+/// `<20-digit base offset><suffix>`, Kafka's file naming (`LogFileUtils.filenamePrefixFromOffset`).
+pub fn file_name(base_offset: i64, suffix: &str) -> String {
+    format!("{base_offset:020}{suffix}")
+}
+
+/// `dir/<20-digit base offset><suffix>`.
+pub fn segment_path(dir: &Path, base_offset: i64, suffix: &str) -> PathBuf {
+    dir.join(file_name(base_offset, suffix))
+}
+
+/// `dir/<20-digit base offset><suffix><marker>`, e.g. `00…07.log.swap` (`marker` is one of
+/// `CLEANED_SUFFIX`, `SWAP_SUFFIX`, `DELETED_SUFFIX`).
+pub fn marked_path(dir: &Path, base_offset: i64, suffix: &str, marker: &str) -> PathBuf {
+    dir.join(format!("{}{marker}", file_name(base_offset, suffix)))
+}
+
+/// The base offset of a file named `<digits><suffix>`: at least 20 digits and non-negative,
+/// as Kafka writes them (a shorter or signed stem is somebody else's file).
+pub fn parse_base_offset(name: &str, suffix: &str) -> Option<i64> {
+    let stem = name.strip_suffix(suffix)?;
+    let base = stem.parse::<i64>().ok()?;
+    (stem.len() >= 20 && base >= 0).then_some(base)
+}
+
+// -- a partition directory's own files -------------------------------------------------------
+
+/// The append lock: shared writers hold it around each append (`lock.rs`). Its spelling
+/// predates the `.kafkalite-…` names; see the module comment.
+pub const APPEND_LOCK_FILE: &str = ".kafkalite.lock";
+/// The presence lock; the writer holding it exclusively writes its pid into it (`lock.rs`).
+pub const WRITERS_FILE: &str = ".kafkalite.writers";
+/// Present after a clean close; its absence at open means "recover the active segment".
+pub const CLEAN_SHUTDOWN_FILE: &str = ".kafkalite-clean-shutdown";
+/// The log start offset, when it is above the first segment's base (Kafka keeps this in
+/// the log directory's `log-start-offset-checkpoint`).
+pub const LOG_START_OFFSET_FILE: &str = ".kafkalite-log-start-offset";
+/// The cleaner's first dirty offset: compaction resumes from here (Kafka keeps this in the
+/// log directory's `cleaner-offset-checkpoint`).
+pub const CLEANER_OFFSET_FILE: &str = ".kafkalite-cleaner-offset";
+
+// -- a data directory's own files ------------------------------------------------------------
+
+/// Topic metadata (`datadir.rs`).
+pub const TOPICS_FILE: &str = ".kafkalite-topics.json";
+/// Serializes changes to `TOPICS_FILE` (`datadir.rs`).
+pub const ADMIN_LOCK_FILE: &str = ".kafkalite-admin.lock";
+/// The counter producers bump after appending (`notify.rs`).
+pub const NOTIFY_FILE: &str = ".kafkalite-notify";
+/// Serializes read-modify-write of Kafka's shared checkpoint files (`checkpoint.rs`).
+pub const CHECKPOINT_LOCK_FILE: &str = ".kafkalite-checkpoints.lock";
+/// Consumer-group state, one folder per group.
+pub const GROUPS_DIR: &str = ".kafkalite-groups";
+
+/// Kafka's per-log-directory checkpoint files (`CheckpointFile`: version line 0, count line,
+/// then `topic partition offset` lines), shared by every partition of the directory.
+pub const KAFKA_LOG_START_OFFSET: &str = "log-start-offset-checkpoint";
+pub const KAFKA_RECOVERY_POINT: &str = "recovery-point-offset-checkpoint";
+pub const KAFKA_CLEANER_OFFSET: &str = "cleaner-offset-checkpoint";
+/// A Kafka broker's log-directory identity file.
+pub const KAFKA_META_PROPERTIES: &str = "meta.properties";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        assert_eq!(file_name(42, LOG_SUFFIX), "00000000000000000042.log");
+        assert_eq!(parse_base_offset("00000000000000000042.log", LOG_SUFFIX), Some(42));
+        assert_eq!(parse_base_offset("42.log", LOG_SUFFIX), None, "Kafka's names have 20 digits");
+        assert_eq!(parse_base_offset("-0000000000000000042.log", LOG_SUFFIX), None);
+        assert_eq!(parse_base_offset("00000000000000000042.index", LOG_SUFFIX), None);
+        assert_eq!(
+            marked_path(Path::new("d"), 7, LOG_SUFFIX, SWAP_SUFFIX),
+            Path::new("d/00000000000000000007.log.swap")
+        );
+    }
+}

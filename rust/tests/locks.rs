@@ -1,0 +1,88 @@
+//! Failure paths of the engine's locks: the cross-process append lock is released on every way
+//! out of its critical section, and a mutex poisoned by a panic is an error, not a silent recovery.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kafkalite::lock::WriterLock;
+use kafkalite::sync::lock_log;
+use kafkalite::{Error, Log, LogConfig, Result};
+
+/// Two shared writers of one partition, as two processes would hold them (flock locks belong
+/// to the open file, so two opens in one process exclude each other like two processes).
+fn two_shared_writers(dir: &std::path::Path) -> (WriterLock, WriterLock) {
+    let mut first = WriterLock::shared(dir).unwrap();
+    assert!(first.alone());
+    first.share().unwrap();
+    let second = WriterLock::shared(dir).unwrap();
+    assert!(!second.alone());
+    (first, second)
+}
+
+/// A critical section that fails half way with `?`, as an append that meets a full disk does.
+fn failing_critical_section(lock: &WriterLock) -> Result<()> {
+    let _append = lock.enter(None)?;
+    Err(Error::corrupt("injected failure inside the append lock"))?;
+    unreachable!("the `?` above returns");
+}
+
+#[test]
+fn append_lock_is_released_by_a_question_mark_return() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = two_shared_writers(dir.path());
+
+    // While the first holds the lock, the second times out: the lock is real.
+    let held = first.enter(None).unwrap();
+    let waited = second.enter(Some(Instant::now() + Duration::from_millis(50)));
+    assert!(matches!(waited, Err(Error::LockTimeout { .. })), "{waited:?}");
+    drop(held);
+
+    let failed = failing_critical_section(&first);
+    assert!(matches!(failed, Err(Error::Corrupt(_))), "{failed:?}");
+    // The early return dropped the guard: the other writer gets the lock at once.
+    let taken = second.enter(Some(Instant::now() + Duration::from_secs(5)));
+    assert!(taken.is_ok(), "the append lock stayed held after an early return: {taken:?}");
+}
+
+#[test]
+fn a_shared_log_whose_append_fails_lets_the_other_writer_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events-0");
+    let config = LogConfig {
+        shared_writers: true,
+        max_message_bytes: 1024,
+        lock_timeout: Some(Duration::from_secs(5)),
+        ..LogConfig::default()
+    };
+    let mut first = Log::open(&path, config.clone()).unwrap();
+    let mut second = Log::open(&path, config).unwrap();
+    // Refused inside the append lock (the batch is built and measured there).
+    let big = vec![b'x'; 4096];
+    let refused = first.append_values(&[big.as_slice()], 1);
+    assert!(refused.is_err(), "a batch above max_message_bytes was accepted");
+    second.append_values(&[b"after".as_slice()], 2).unwrap();
+    first.append_values(&[b"again".as_slice()], 3).unwrap();
+    assert_eq!(first.end_offset(), 2);
+}
+
+#[test]
+fn a_poisoned_log_mutex_is_an_error() {
+    let shared = Arc::new(Mutex::new(0u64));
+    let holder = Arc::clone(&shared);
+    let panicked = std::thread::spawn(move || {
+        let _guard = holder.lock().unwrap();
+        panic!("injected panic while holding the log's mutex");
+    })
+    .join();
+    assert!(panicked.is_err());
+    match lock_log(&shared, || "the log of events-0".to_string()) {
+        Err(e @ Error::LogPoisoned(_)) => {
+            let message = e.to_string();
+            assert!(message.contains("the log of events-0") && message.contains("open it again"), "{message}");
+        }
+        other => panic!("expected Error::LogPoisoned, got {:?}", other.map(|g| *g)),
+    }
+    // A mutex nobody poisoned locks as usual.
+    let fine = Mutex::new(1u64);
+    assert_eq!(*lock_log(&fine, String::new).unwrap(), 1);
+}

@@ -1,0 +1,10 @@
+//! The engine's integration tests, one module per area, linked into one binary (`cargo test`
+//! runs them all; `cargo test --test engine <module>::` runs one area).
+
+mod cleaner_crash;
+mod hostile;
+mod locks;
+mod log;
+mod server;
+mod txn;
+mod vectors;
