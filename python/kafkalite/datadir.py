@@ -429,7 +429,10 @@ class DataDir:
                 f"topic {topic!r} has partitions 0..{int(meta['partitions']) - 1}; there is no partition {partition}"
             )
         options = log_options(self.resolve(meta.get("config", {})), producer_compression)
-        options["preallocate_budget_bytes"] = int(self.dir_config()["log.preallocate.budget.bytes"])
+        # Validated here too: the metadata file may have been written by hand (a typed error naming
+        # the key, never int()'s ValueError/TypeError, and no silent 1.5 -> 1 or true -> 1).
+        budget_key = "log.preallocate.budget.bytes"
+        options["preallocate_budget_bytes"] = _int(budget_key, self.dir_config()[budget_key], 0)
         if meta.get("discovered"):
             overrides["readonly"] = True
         options.update(overrides)

@@ -224,6 +224,24 @@ impl Log {
         Ok(found)
     }
 
+    /// The segment files, for a follower: no segment missing below the newest one listed.
+    /// `readdir` may return a name created while it runs yet miss another created during it
+    /// (ext4 returns names in hash order), so one listing taken while a writer rolls twice can
+    /// hold the newer segment without the one before it, and the follower would skip that
+    /// segment's records for good. Every segment older than the newest one listed was created
+    /// before it, so before a second listing starts: the second listing, cut at that newest
+    /// base, holds them all. Only taken when segments newer than `known_last` appeared.
+    fn list_complete_segment_inodes(&self, known_last: Option<i64>) -> Result<Vec<(i64, u64)>> {
+        let first = self.list_segment_inodes()?;
+        let Some(&(newest, _)) = first.last() else { return Ok(first) };
+        if known_last.is_some_and(|k| newest <= k) {
+            return Ok(first);
+        }
+        let mut second = self.list_segment_inodes()?;
+        second.retain(|&(base, _)| base <= newest);
+        Ok(second)
+    }
+
     /// Kafka's temp-file cleanup: unfinished deletes and cleanings are removed, and index
     /// files without a `.log` are dropped.
     fn remove_leftovers(&self) -> Result<()> {
@@ -378,7 +396,7 @@ impl Log {
             }
         }
         self.last_listing = std::time::Instant::now();
-        let listing = self.list_segment_inodes()?;
+        let listing = self.list_complete_segment_inodes(discovered)?;
         let bases: Vec<i64> = listing.iter().map(|&(b, _)| b).collect();
         self.segments.retain(|s| bases.binary_search(&s.base_offset).is_ok());
         self.reopen_replaced_segments(&listing)?;
