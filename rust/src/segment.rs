@@ -316,6 +316,9 @@ impl Segment {
         }
         self.finish_prefault();
         let map = Arc::clone(self.map.as_ref().unwrap());
+        // Bounded resident set (issue 14 target 6): pages more than one step behind the write
+        // position were written and are not needed mapped here (page cache keeps them).
+        map.release(0, self.size.saturating_sub(self.allocation_step()) / 4096 * 4096);
         self.prefault = Some(std::thread::spawn(move || map.prefault_for_write(from, target - from)));
         Ok(())
     }
