@@ -4,6 +4,8 @@ from collections.abc import Iterable
 from os import PathLike
 from typing import Any, final
 
+from typing_extensions import disjoint_base
+
 __all__ = [
     "Log",
     "Record",
@@ -12,6 +14,7 @@ __all__ = [
     "ConsumerRecord",
     "Notifier",
     "BatchBuffer",
+    "StickyPartitioner",
     "NativeServer",
     "BATCH_FULL",
     "APPEND_LOCK_FILE",
@@ -20,6 +23,8 @@ __all__ = [
     "PREALLOCATE_BUDGET_BYTES_DEFAULT",
     "murmur2",
     "partitions_for_keys",
+    "partition_for_key",
+    "FutureBase",
     "crc32c",
     "failpoint_names",
     "OFFSETS_TOPIC",
@@ -52,6 +57,7 @@ PREALLOCATE_BUDGET_BYTES_DEFAULT: int
 
 def murmur2(data: bytes) -> int: ...
 def partitions_for_keys(keys: list[bytes], partitions: int) -> list[int]: ...
+def partition_for_key(key: bytes, partitions: int) -> int: ...
 def crc32c(data: bytes) -> int: ...
 def failpoint_names() -> list[str]: ...
 
@@ -140,9 +146,27 @@ class BatchBuffer:
         timestamp: int | None,
         batch_size: int,
         max_bytes: int,
-    ) -> tuple[int, int, int] | None: ...
+    ) -> tuple[int, int, int, int] | None: ...
     def __len__(self) -> int: ...
     def size_bytes(self) -> int: ...
+
+@disjoint_base
+class FutureBase:
+    def __new__(cls, batch: Any, index: int, timestamp: int) -> FutureBase: ...
+    @property
+    def _batch(self) -> Any: ...
+    @property
+    def _index(self) -> int: ...
+    @property
+    def _timestamp(self) -> int: ...
+
+@final
+class StickyPartitioner:
+    def __new__(cls, partitions: int, batch_size: int, seed: int) -> StickyPartitioner: ...
+    @property
+    def current(self) -> int: ...
+    def appended(self, size: int) -> None: ...
+    def runs(self, values: list[bytes | None], timestamp: int) -> list[tuple[int, int, int]]: ...
 
 @final
 class Record:

@@ -432,7 +432,9 @@ class DataDir:
         # Validated here too: the metadata file may have been written by hand (a typed error naming
         # the key, never int()'s ValueError/TypeError, and no silent 1.5 -> 1 or true -> 1).
         budget_key = "log.preallocate.budget.bytes"
-        options["preallocate_budget_bytes"] = _int(budget_key, self.dir_config()[budget_key], 0)
+        options["preallocate_budget_bytes"] = validate_dir_config(
+            {budget_key: self.dir_config()[budget_key]}
+        )[budget_key]
         if meta.get("discovered"):
             overrides["readonly"] = True
         options.update(overrides)

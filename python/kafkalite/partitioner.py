@@ -1,17 +1,17 @@
 """Choosing a partition the way Kafka's Java client does: keyed records go to
 ``(murmur2(key) & 0x7fffffff) % partitions`` (so a key lands in the same partition number as
-in a real cluster); null keys stick to one partition until its batch is sent (KIP-480)."""
+in a real cluster); null keys stick to one partition until ``batch_size`` bytes went to it
+(KIP-480/KIP-794)."""
 
 from __future__ import annotations
 
 import random
 
-from kafkalite._native import murmur2
+# Kafka's ``BuiltInPartitioner.partitionForKey``: toPositive(murmur2(key)) % partitions (Rust,
+# rust/src/partitioner.rs, which also holds the sticky partitioner the producer uses).
+from kafkalite._native import partition_for_key
 
-
-def partition_for_key(key: bytes, partitions: int) -> int:
-    """Kafka's ``BuiltInPartitioner.partitionForKey``: toPositive(murmur2) % partitions."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
+__all__ = ["DefaultPartitioner", "partition_for_key"]
 
 
 class DefaultPartitioner:

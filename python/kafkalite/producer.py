@@ -23,7 +23,16 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from kafkalite import validate
-from kafkalite._native import BATCH_FULL, RECORD_TOO_LARGE, BatchBuffer, Notifier, partitions_for_keys
+from kafkalite._native import (
+    BATCH_FULL,
+    RECORD_TOO_LARGE,
+    BatchBuffer,
+    FutureBase,
+    Notifier,
+    StickyPartitioner,
+    partition_for_key,
+    partitions_for_keys,
+)
 from kafkalite.client_config import PRODUCER_CONFIG
 from kafkalite.compaction import clean_if_dirty
 from kafkalite.datadir import NOTIFY_FILE, DataDir, is_compacted, log_options
@@ -43,7 +52,6 @@ from kafkalite.errors import (
     with_action,
 )
 from kafkalite.log import Log, Record
-from kafkalite.partitioner import partition_for_key
 
 logger = logging.getLogger("kafkalite.producer")
 
@@ -83,15 +91,13 @@ class _Batch:
         self.callbacks: list[tuple[FutureRecordMetadata, bool, Callable, tuple]] = []
 
 
-class FutureRecordMetadata:
-    """kafka-python's future: ``get(timeout)``, ``add_callback``, ``add_errback``, ``is_done``."""
+class FutureRecordMetadata(FutureBase):
+    """kafka-python's future: ``get(timeout)``, ``add_callback``, ``add_errback``, ``is_done``.
+    ``FutureRecordMetadata(batch, index, timestamp)``: the native base holds the three (one is
+    made per ``send()``, so it costs no Python ``__init__``); it resolves from its batch."""
 
-    __slots__ = ("_batch", "_index", "_timestamp")
-
-    def __init__(self, batch: _Batch, index: int, timestamp: int) -> None:
-        self._batch = batch
-        self._index = index
-        self._timestamp = timestamp
+    __slots__ = ()
+    _batch: _Batch
 
     @property
     def is_done(self) -> bool:
@@ -211,6 +217,7 @@ class _Topic:
         "codec",
         "config",
         "compacted",
+        "batch_size",
     )
 
     def __init__(
@@ -220,9 +227,11 @@ class _Topic:
         config: dict[str, Any],
         producer_codec: str,
         max_request_size: int,
+        batch_size: int,
     ) -> None:
         self.name = name
         self.partitions: list[_Partition] = []
+        self.batch_size = batch_size
         self.configure(meta, config, producer_codec, max_request_size)
 
     def configure(
@@ -248,7 +257,8 @@ class _Topic:
             kept = self.partitions[:count]
             self.partitions = kept + [_Partition(self.name, p, self.codec) for p in range(len(kept), count)]
             self.all = list(range(count))
-            self.sticky = random.randrange(count)
+            # Keyless records: Kafka's sticky partitioner (a new partition per batch_size bytes).
+            self.sticky = StickyPartitioner(count, self.batch_size, random.getrandbits(64))
         for p in self.partitions:
             p.codec = self.codec
 
@@ -363,7 +373,9 @@ class _Sender:
             except (UnknownTopicError, NotADataDirError):  # a missing directory is made with the topic
                 meta = self.dir.auto_create(name)
             config = self.dir.resolve(meta.get("config", {}))
-            topic = _Topic(name, meta, config, self.codec, self.config["max_request_size"])
+            topic = _Topic(
+                name, meta, config, self.codec, self.config["max_request_size"], self.config["batch_size"]
+            )
             with self.lock:
                 topic = self.topics.setdefault(name, topic)
         return topic
@@ -424,11 +436,6 @@ class _Sender:
         if count == 0:
             return
         p.current = (BatchBuffer(p.codec), _Batch(p.topic, p.number))
-        t = self.topics.get(p.topic)
-        if (
-            t is not None and t.sticky == p.number and len(t.partitions) > 1
-        ):  # KIP-480: a new sticky partition per batch
-            t.sticky = random.choice([n for n in t.all if n != p.number])
         p.inflight = count
         try:
             result = self.log(p)._native.append_buffer(buffer)
@@ -704,6 +711,8 @@ class Producer:
         timestamp_ms: int | None = None,
     ) -> FutureRecordMetadata:
         """Queue one record; returns a future of its ``RecordMetadata``."""
+        # The hot path of a producer: every line here runs once per record, so the common
+        # cases (known topic, murmur2 or sticky partition) are inlined.
         sender = self._sender
         if sender.closed or sender.failure is not None:
             self._check_open()
@@ -711,17 +720,25 @@ class Producer:
             key, value = self._serialize(key, value)
         if value is None and key is None:
             raise InvalidConfigError("a record needs a key or a value (None for both is not allowed)")
-        t = self._topic(topic)
+        try:
+            t = self._topics[topic]
+        except (KeyError, TypeError):
+            t = self._topic(topic)
+        sticky = None
         if key is None and t.compacted:
             raise InvalidRecordError(_NULL_KEY.format(topic=topic))
-        if partition is None:
-            partition = (
-                t.sticky
-                if key is None and self._custom_partitioner is None
-                else self._choose_partition(t, key)
-            )
-        else:
+        if partition is not None:
             partition = _check_partition(t, partition)
+        elif self._custom_partitioner is not None:
+            partition = self._choose_partition(t, key)
+        elif key is None:
+            sticky = t.sticky
+            partition = sticky.current
+        else:
+            try:
+                partition = partition_for_key(key, len(t.partitions))
+            except TypeError:
+                raise bytes_expected("key", key) from None
         if timestamp_ms is not None:
             validate.integer("timestamp_ms", timestamp_ms, 0)
         p = t.partitions[partition]
@@ -733,7 +750,7 @@ class Producer:
                 raise _record_error(value, key, headers) from e
             if added is None:
                 continue
-            index, batch_bytes, ts = added
+            index, batch_bytes, ts, record_bytes = added
             if index >= 0:
                 break
             if index == RECORD_TOO_LARGE:
@@ -752,6 +769,8 @@ class Producer:
                 raise RecordTooLargeError(f"{problem}; raise max_request_size or send a smaller record")
             assert index == BATCH_FULL  # the record starts the next batch: send this one now
             sender.drain(p)
+        if sticky is not None:
+            sticky.appended(record_bytes)
         future = FutureRecordMetadata(batch, index, ts)
         if batch_bytes >= self._batch_size:
             sender.drain(p)
@@ -779,7 +798,7 @@ class Producer:
             except InvalidConfigError as e:
                 raise type(e)(f"the partitioner returned {chosen!r}: {e}") from None
         if key is None:
-            return t.sticky
+            return t.sticky.current
         if not isinstance(key, bytes):
             raise bytes_expected("key", key)
         return partition_for_key(key, len(t.partitions))
@@ -794,8 +813,9 @@ class Producer:
     ) -> dict[int, tuple[int, int]]:
         """Bulk path: append many values (a list or a pyarrow binary/string array) at engine
         speed, synchronously. ``value_serializer`` / ``key_serializer`` apply as in ``send``.
-        Keys choose partitions with murmur2 like ``send``; without keys all values go to
-        ``partition`` (default: the sticky one). Every argument is checked before anything is
+        Keys choose partitions with murmur2 like ``send``; without keys the values go to
+        ``partition``, or else are spread by the sticky partitioner as ``send`` spreads them (a
+        new partition each time ``batch_size`` bytes went to one). Every argument is checked before anything is
         written. Returns ``{partition: (first offset, last offset)}``."""
         self._check_open()
         values = _as_bytes_list(values, "values")
@@ -822,8 +842,14 @@ class Producer:
         if not values:
             return {}
         groups: dict[int, tuple[list, list | None]] = {}
-        if keys is None:
-            groups[t.sticky if partition is None else partition] = (values, None)
+        if keys is None and partition is not None:
+            groups[partition] = (values, None)
+        elif keys is None:
+            runs = t.sticky.runs(values, ts)
+            if len(runs) == 1:
+                groups[runs[0][0]] = (values, None)
+            for n, start, end in runs if len(runs) > 1 else ():
+                groups.setdefault(n, ([], None))[0].extend(values[start:end])
         elif partition is not None:
             groups[partition] = (values, keys)
         else:

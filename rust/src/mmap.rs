@@ -97,6 +97,21 @@ impl MappedFile {
         }
     }
 
+    /// Unmap `[at, at + len)` from this process's resident set (MADV_DONTNEED), keeping the
+    /// bytes: the map is `MAP_SHARED` over a file, so written pages stay in the page cache (and
+    /// are written back as before) and a later access faults them in again with the same
+    /// contents. The writer drops what lies behind it so that a producer writing a large
+    /// segment does not keep every page it wrote resident (issue 14 target 6). Best effort.
+    pub fn release(&self, at: usize, len: usize) {
+        if len > 0 {
+            // SAFETY: DONTNEED discards data only in private or anonymous mappings; this one is a
+            // shared file mapping (`map_raw` of a file), where it only drops the page-table
+            // entries: the contents stay in the page cache / file, so every reference into the
+            // range keeps reading the same bytes (re-faulted on access).
+            let _ = unsafe { self.map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, at, len) };
+        }
+    }
+
     /// The 4-byte word at `at` as an atomic shared with every process that maps the file
     /// (the notifier's futex word). Panics unless `at` is 4-byte aligned and inside the map.
     pub fn atomic_u32(&self, at: usize) -> &std::sync::atomic::AtomicU32 {

@@ -343,9 +343,12 @@ impl Segment {
             self.mapped_len = len;
         }
         self.finish_prefault();
+        let map = Arc::clone(self.map.as_ref().unwrap());
+        // Bounded resident set (issue 14 target 6): pages more than one step behind the write
+        // position were written and are not needed mapped here (page cache keeps them).
+        map.release(0, self.size.saturating_sub(self.allocation_step()) / 4096 * 4096);
         if target >= from + MIN_ALLOCATION_STEP {
             // A page or two (a spent budget's growth) is cheaper to fault in by the append itself.
-            let map = Arc::clone(self.map.as_ref().unwrap());
             self.prefault = Some(std::thread::spawn(move || map.prefault_for_write(from, target - from)));
         }
         Ok(())

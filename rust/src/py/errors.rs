@@ -22,6 +22,8 @@ pyo3::import_exception!(kafkalite.errors, UnsupportedFormatError);
 pyo3::import_exception!(kafkalite.errors, LogClosedError);
 pyo3::import_exception!(kafkalite.errors, LogPoisonedError);
 pyo3::import_exception!(kafkalite.errors, UnknownTopicOrPartitionError);
+// Raised by the binding itself (a Python value of a type no config takes), not mapped from `Error`.
+pyo3::import_exception!(kafkalite.errors, InvalidTypeError);
 
 /// The one mapping from engine error to Python exception.
 fn to_pyerr(py: Python<'_>, e: Error) -> PyErr {

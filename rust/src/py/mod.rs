@@ -25,9 +25,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<consumer::ConsumerRecord>()?;
     m.add_class::<consumer::Notifier>()?;
     m.add_class::<producer::BatchBuffer>()?;
+    m.add_class::<producer::StickyPartitioner>()?;
+    m.add_class::<producer::FutureBase>()?;
     m.add_class::<server::NativeServer>()?;
     m.add_function(wrap_pyfunction!(record::murmur2, m)?)?;
     m.add_function(wrap_pyfunction!(record::partitions_for_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(record::partition_for_key, m)?)?;
     m.add_function(wrap_pyfunction!(record::crc32c, m)?)?;
     m.add("APPEND_LOCK_FILE", crate::files::APPEND_LOCK_FILE)?;
     m.add("WRITERS_FILE", crate::files::WRITERS_FILE)?;

@@ -4,6 +4,9 @@
 use std::sync::Mutex;
 
 use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
+
+use crate::partitioner;
 
 use crate::record::header::HEADER_LEN;
 use crate::record::record::record_size_upper_bound;
@@ -52,10 +55,12 @@ impl BatchBuffer {
 
     /// Encode one record into this batch, as Kafka's `RecordAccumulator.tryAppend` does.
     /// Returns one of:
-    /// - `(index in the batch >= 0, the batch's size in bytes, the record's timestamp)`: added;
-    /// - `(FULL, size, ts)`: the batch holds records and this one would push it past
+    /// - `(index in the batch >= 0, the batch's size in bytes, the record's timestamp, the
+    ///   record's size)`: added (the record's size, an upper bound, is what the sticky
+    ///   partitioner counts);
+    /// - `(FULL, size, ts, record size)`: the batch holds records and this one would push it past
     ///   `min(batch_size, max_bytes)`: the caller sends this batch and adds the record to the next;
-    /// - `(TOO_LARGE, size of a batch holding only this record, ts)`: no batch can hold the record
+    /// - `(TOO_LARGE, size of a batch holding only this record, ts, record size)`: no batch can hold the record
     ///   within `max_bytes` (the hard cap: the topic's max.message.bytes / max_request_size);
     /// - `None`: the buffer was already taken for appending (the caller retries on the new one).
     ///
@@ -72,14 +77,14 @@ impl BatchBuffer {
         timestamp: Option<i64>,
         batch_size: usize,
         max_bytes: usize,
-    ) -> PyResult<Option<(i64, usize, i64)>> {
+    ) -> PyResult<Option<(i64, usize, i64, usize)>> {
         let held = held_headers(headers)?;
         let hs = header_slices(&held)?;
         let timestamp = timestamp.unwrap_or_else(crate::log::now_ms);
         let record = RecordInput { key, value, headers: &hs, timestamp };
         let record_bytes = record_size_upper_bound(&record);
         if HEADER_LEN + record_bytes > max_bytes {
-            return Ok(Some((TOO_LARGE, HEADER_LEN + record_bytes, timestamp)));
+            return Ok(Some((TOO_LARGE, HEADER_LEN + record_bytes, timestamp, record_bytes)));
         }
         let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if guard.sealed {
@@ -88,10 +93,10 @@ impl BatchBuffer {
         let builder = guard.builder.get_or_insert_with(|| BatchBuilder::new(self.compression, None, 16 * 1024));
         let index = builder.count();
         if index > 0 && builder.size() + record_bytes > batch_size.min(max_bytes) {
-            return Ok(Some((FULL, builder.size(), timestamp)));
+            return Ok(Some((FULL, builder.size(), timestamp, record_bytes)));
         }
         builder.push(&record);
-        Ok(Some((index as i64, builder.size(), timestamp)))
+        Ok(Some((index as i64, builder.size(), timestamp, record_bytes)))
     }
 
     fn __len__(&self) -> usize {
@@ -101,5 +106,69 @@ impl BatchBuffer {
     /// Encoded bytes so far (uncompressed).
     fn size_bytes(&self) -> usize {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).builder.as_ref().map_or(0, |b| b.size())
+    }
+}
+
+/// A topic's keyless-record partitioner (`crate::partitioner::StickyPartitioner`), shared by
+/// `send` and `send_batch` of one producer.
+#[pyclass(frozen, module = "kafkalite._native")]
+pub struct StickyPartitioner {
+    inner: Mutex<partitioner::StickyPartitioner>,
+}
+
+impl StickyPartitioner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, partitioner::StickyPartitioner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[pymethods]
+impl StickyPartitioner {
+    #[new]
+    fn new(partitions: u32, batch_size: usize, seed: u64) -> Self {
+        StickyPartitioner { inner: Mutex::new(partitioner::StickyPartitioner::new(partitions, batch_size, seed)) }
+    }
+
+    /// The partition the next keyless record goes to.
+    #[getter]
+    fn current(&self) -> u32 {
+        self.lock().current()
+    }
+
+    /// Count a record of `size` bytes appended to `current` (may move to another partition).
+    fn appended(&self, size: usize) {
+        self.lock().appended(size)
+    }
+
+    /// Place keyless records (`bytes` values, or None) in order: `(partition, start, end)` runs.
+    fn runs(&self, values: &Bound<'_, PyList>, timestamp: i64) -> PyResult<Vec<(u32, usize, usize)>> {
+        let mut sizes = Vec::with_capacity(values.len());
+        for v in values.iter() {
+            let bytes = if v.is_none() { None } else { Some(v.cast::<PyBytes>()?.clone()) };
+            let value = bytes.as_ref().map(|b| b.as_bytes());
+            sizes.push(record_size_upper_bound(&RecordInput { key: None, value, headers: &[], timestamp }));
+        }
+        Ok(self.lock().runs(sizes))
+    }
+}
+
+/// The state of one `send()` future (`kafkalite.producer.FutureRecordMetadata` subclasses it):
+/// the shared batch it resolves from, its index in that batch and its timestamp. Native so that
+/// creating one per record costs an allocation, not a Python `__init__`.
+#[pyclass(subclass, frozen, module = "kafkalite._native")]
+pub struct FutureBase {
+    #[pyo3(get, name = "_batch")]
+    batch: Py<PyAny>,
+    #[pyo3(get, name = "_index")]
+    index: i64,
+    #[pyo3(get, name = "_timestamp")]
+    timestamp: i64,
+}
+
+#[pymethods]
+impl FutureBase {
+    #[new]
+    fn new(batch: Py<PyAny>, index: i64, timestamp: i64) -> Self {
+        FutureBase { batch, index, timestamp }
     }
 }

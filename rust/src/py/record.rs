@@ -167,6 +167,16 @@ pub fn crc32c(data: &[u8]) -> u32 {
     ::crc32c::crc32c(data)
 }
 
+/// Kafka's default partition of a non-null key, `(murmur2(key) & 0x7fffffff) % partitions`
+/// (the Java client's `BuiltInPartitioner.partitionForKey`).
+#[pyfunction]
+pub fn partition_for_key(key: &[u8], partitions: u32) -> PyResult<u32> {
+    if partitions == 0 {
+        return Err(crate::Error::config("a topic has at least one partition").into());
+    }
+    Ok(crate::partitioner::partition_for_key(key, partitions))
+}
+
 /// Kafka's default partition of each key, `(murmur2(key) & 0x7fffffff) % partitions`, for a
 /// whole list at once (the bulk producer path).
 #[pyfunction]

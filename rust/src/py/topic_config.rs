@@ -2,7 +2,6 @@
 //! tables (`crate::topic_config`) and their validation and resolution, for Python's `datadir.py`
 //! and docs generator. Conversions only; the rules live in the engine.
 
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Value};
@@ -37,14 +36,21 @@ fn to_value(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
     if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() {
         return obj.try_iter()?.map(|item| to_value(&item?)).collect::<PyResult<Vec<_>>>().map(Value::Array);
     }
-    Err(PyTypeError::new_err(format!("config values are str, int, float or bool, not {}", obj.get_type().name()?)))
+    Err(crate::py::errors::InvalidTypeError::new_err(format!(
+        "config values are str, int, float or bool, not {}",
+        obj.get_type().name()?
+    )))
 }
 
 fn to_map(config: Option<&Bound<'_, PyDict>>) -> PyResult<Map<String, Value>> {
     let mut out = Map::new();
     if let Some(config) = config {
         for (k, v) in config.iter() {
-            out.insert(k.extract::<String>()?, to_value(&v)?);
+            let key = k.extract::<String>()?;
+            // Name the key: a hand-edited metadata file may hold any JSON value.
+            let value = to_value(&v)
+                .map_err(|e| crate::py::errors::InvalidTypeError::new_err(format!("{key}: {}", e.value(v.py()))))?;
+            out.insert(key, value);
         }
     }
     Ok(out)
