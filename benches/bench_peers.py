@@ -153,7 +153,12 @@ class Broker:
         kafka_broker.ensure_jars()
         self.broker = kafka_broker.KafkaBroker(
             work / "broker-logs", work / "broker", **{"log.segment.delete.delay.ms": "0"}
-        ).start()
+        )
+        try:
+            self.broker.start()
+        except BaseException:  # Ctrl-C while it starts: no JVM left behind
+            self.broker.stop()
+            raise
         self.bootstrap = self.broker.bootstrap_servers
         # log_level 4: no notices about the topics this script deletes
         self.admin = ck.admin.AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 4})
@@ -682,6 +687,12 @@ def report(args, bench: Bench, figures: dict, load: tuple[float, float], seconds
             plot_rows.append((f"{ROWS[row]} vs {peer}", r))
     plot_name = base.name + ".png"
     ver = versions(bench.spark)
+    mismatch = []
+    if bench.spark is not None and bench.spark.kafka_version != ver["pyspark"]:
+        mismatch = [
+            f"Maven Central has no spark-sql-kafka-0-10 {ver['pyspark']} (pyspark's version): "
+            f"Spark's Kafka source ran from {bench.spark.kafka_version}, an earlier release of the same major version."
+        ]
     lines = [
         f"# kafkalite against its peers (`python benches/bench_peers.py {' '.join(sys.argv[1:])}`)",
         "",
@@ -701,7 +712,10 @@ def report(args, bench: Bench, figures: dict, load: tuple[float, float], seconds
         "broker path tuned: producer `linger.ms` as shown, `acks=1`, `socket.nagle.disable=true`; consumer "
         "`fetch.wait.max.ms=10`, `fetch.queue.backoff.ms=0`, `socket.nagle.disable=true`. "
         f"Spark per-task overhead: `count()` of a {TINY[1]}-partition topic minus a {TINY[0]}-partition one "
-        "(10 records a partition), per extra task, wall-clock in `local[2]`.",
+        "(10 records a partition), per extra task, wall-clock in `local[2]`. confluent-kafka producers use "
+        "`delivery.report.only.error=true` (a callback only for a failure) and wait in `poll()` when "
+        "librdkafka's queue is full; kafkalite's `send()` returns a future per record.",
+        *mismatch,
         "",
         "Versions: " + "; ".join(f"{k} {v}" for k, v in ver.items()) + ".",
     ]
@@ -716,10 +730,14 @@ def report(args, bench: Bench, figures: dict, load: tuple[float, float], seconds
         "rss_file_backed_mb": bench.rss_file,
     }
     write_report(str(base.parent), base.name, results, lines)
-    plot(plot_rows, base.with_suffix(".png"))
+    title = (
+        f"kafkalite / peer, {args.records:,} records (Spark {args.spark_records:,}), median of {args.rounds}, "
+        f"load {load[0]:.1f}-{load[1]:.1f}"
+    )
+    plot(plot_rows, base.with_suffix(".png"), title)
 
 
-def plot(rows: list[tuple[str, float]], path: Path) -> None:
+def plot(rows: list[tuple[str, float]], path: Path, title: str) -> None:
     try:
         import matplotlib
 
@@ -728,13 +746,14 @@ def plot(rows: list[tuple[str, float]], path: Path) -> None:
     except ImportError:
         print("(matplotlib not installed: no plot)")
         return
-    fig, ax = plt.subplots(figsize=(10, 0.4 * len(rows) + 1.2))
+    fig, ax = plt.subplots(figsize=(13, 0.4 * len(rows) + 1.4))
     labels = [name.replace("`", "") for name, _ in rows][::-1]
     values = [r for _, r in rows][::-1]
     ax.barh(labels, values, color=["tab:green" if v >= 1 else "tab:red" for v in values])
     ax.axvline(1, color="black", linewidth=0.8)
     ax.set_xscale("log")
     ax.set_xlabel("kafkalite / peer (above 1: kafkalite ahead)")
+    ax.set_title(title, fontsize=9)
     for y, v in enumerate(values):
         ax.text(v, y, f" {v:.2f}×", va="center", fontsize=8)
     fig.tight_layout()
