@@ -104,6 +104,7 @@ class Kafkalite:
     def __init__(self, data: str) -> None:
         self.data = data
         self.admin = Admin(data)
+        import pyarrow  # noqa: F401 (imported now: the first poll_arrow() would otherwise time the import)
 
     def topic(self, name: str, partitions: int = PARTITIONS) -> str:
         self.admin.create_topic(name, partitions=partitions)
@@ -352,6 +353,8 @@ class SparkBench:
             .getOrCreate()
         )
         self.spark.sparkContext.setLogLevel("ERROR")
+        for side in ("kafkalite", "kafka"):  # untimed: Python workers and JVM classes load on first use
+            expect(self.reader(side, f"tiny{TINY[0]}").count(), 10 * TINY[0], f"Spark warm-up through {side}")
 
     def stop(self) -> None:
         self.spark.stop()
@@ -668,11 +671,16 @@ def versions(spark: SparkBench | None) -> dict[str, str]:
     }
 
 
-def report(args, bench: Bench, figures: dict, load: tuple[float, float], seconds: float) -> None:
+def report(
+    args, bench: Bench, figures: dict, failures: dict[str, str], load: tuple[float, float], seconds: float
+) -> None:
     base = output_base(args.out, args.replace)
     table, plot_rows = [], []
     for row, sides in figures.items():
         unit = UNITS[row][0]
+        if row in failures:
+            table.append(f"| {ROWS[row]} | failed | {failures[row].replace('|', '/')} | |")
+            continue
         kl = statistics.median(sides["kafkalite"])
         for peer, values in sides.items():
             if peer == "kafkalite":
@@ -714,7 +722,9 @@ def report(args, bench: Bench, figures: dict, load: tuple[float, float], seconds
         f"Spark per-task overhead: `count()` of a {TINY[1]}-partition topic minus a {TINY[0]}-partition one "
         "(10 records a partition), per extra task, wall-clock in `local[2]`. confluent-kafka producers use "
         "`delivery.report.only.error=true` (a callback only for a failure) and wait in `poll()` when "
-        "librdkafka's queue is full; kafkalite's `send()` returns a future per record.",
+        "librdkafka's queue is full; kafkalite's `send()` returns a future per record. The consumer rows read "
+        "a topic written once per side by its bulk path (kafkalite `send_batch`, 1,000 keyed records a call; "
+        "confluent-kafka with 1 MiB batches).",
         *mismatch,
         "",
         "Versions: " + "; ".join(f"{k} {v}" for k, v in ver.items()) + ".",
@@ -781,6 +791,7 @@ def main() -> None:
         broker = Broker(work)
         bench = Bench(args, work, broker)
         rows = {row: sides for row, sides in bench.rows().items() if not args.only or row in args.only}
+        failures: dict[str, str] = {}  # row -> why it stopped (its other figures are dropped)
         figures: dict[str, dict[str, list[float]]] = {
             row: {side: [] for side in sides} for row, sides in rows.items()
         }
@@ -789,13 +800,28 @@ def main() -> None:
             for row, sides in rows.items():
                 order = list(sides.items())
                 for side, fn in order if r % 2 == 0 else order[::-1]:
-                    value = fn()
+                    if row in failures:
+                        break
+                    try:
+                        value = fn()
+                    except Missing:
+                        raise
+                    except (
+                        Exception
+                    ) as e:  # e.g. Spark's "Python worker failed to connect back" on a busy machine
+                        failures[row] = (
+                            f"{side}: {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
+                        )
+                        print(f"round {r + 1} {row:13} FAILED {failures[row]}", flush=True)
+                        continue
                     figures[row][side].append(value)
                     print(f"round {r + 1} {row:13} {side}: {fmt(value, UNITS[row][0])}", flush=True)
             for kind, label in (("kafkalite", "kafkalite"), ("confluent", "confluent-kafka")):
                 if f"rss-file-{kind}" in bench.cache:
                     bench.rss_file[label].append(bench.cache[f"rss-file-{kind}"])
-        report(args, bench, figures, (load_start, os.getloadavg()[0]), time.perf_counter() - began)
+        report(args, bench, figures, failures, (load_start, os.getloadavg()[0]), time.perf_counter() - began)
+        if failures:
+            raise SystemExit(f"{len(failures)} row(s) failed (the report says which): {', '.join(failures)}")
     finally:
         if bench is not None:
             bench.close()
