@@ -698,8 +698,9 @@ def report(
     mismatch = []
     if bench.spark is not None and bench.spark.kafka_version != ver["pyspark"]:
         mismatch = [
+            "",
             f"Maven Central has no spark-sql-kafka-0-10 {ver['pyspark']} (pyspark's version): "
-            f"Spark's Kafka source ran from {bench.spark.kafka_version}, an earlier release of the same major version."
+            f"Spark's Kafka source ran from {bench.spark.kafka_version}, an earlier release of the same major version.",
         ]
     lines = [
         f"# kafkalite against its peers (`python benches/bench_peers.py {' '.join(sys.argv[1:])}`)",
