@@ -201,6 +201,7 @@ class Broker:
             {
                 "bootstrap.servers": self.bootstrap,
                 "delivery.report.only.error": True,  # a tuned user's choice: no callback per success
+                "partitioner": "murmur2_random",  # the Java client's (and kafkalite's) key -> partition
                 "on_delivery": lambda err, msg: failed.append(err),
                 **config,
             }
@@ -698,6 +699,7 @@ def report(
             )
             plot_rows.append((f"{ROWS[row]} vs {peer}", r))
     plot_name = base.name + ".png"
+    spark_size = f" (Spark rows: {args.spark_records:,})" if bench.spark is not None else ""
     ver = versions(bench.spark)
     mismatch = []
     if bench.spark is not None and bench.spark.kafka_version != ver["pyspark"]:
@@ -709,7 +711,7 @@ def report(
     lines = [
         f"# kafkalite against its peers (`python benches/bench_peers.py {' '.join(sys.argv[1:])}`)",
         "",
-        f"{args.records:,} records (Spark rows: {args.spark_records:,}) of 8-byte keys and 100-byte values, "
+        f"{args.records:,} records{spark_size} of 8-byte keys and 100-byte values, "
         f"{PARTITIONS} partitions (latency and RSS: 1); medians of {args.rounds} interleaved rounds; "
         f"a ratio above 1 means kafkalite is ahead. 1-minute load average {load[0]:.2f} at the start, "
         f"{load[1]:.2f} at the end; {seconds / 60:.1f} minutes.",
