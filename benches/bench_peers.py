@@ -677,7 +677,13 @@ def versions(spark: SparkBench | None) -> dict[str, str]:
 
 
 def report(
-    args, bench: Bench, figures: dict, failures: dict[str, str], load: tuple[float, float], seconds: float
+    args,
+    bench: Bench,
+    figures: dict,
+    failures: dict[str, str],
+    interrupted: str,
+    load: tuple[float, float],
+    seconds: float,
 ) -> None:
     base = output_base(args.out, args.replace)
     table, plot_rows = [], []
@@ -686,13 +692,15 @@ def report(
         if row in failures:
             table.append(f"| {ROWS[row]} | failed | {failures[row].replace('|', '/')} | |")
             continue
+        if not sides["kafkalite"]:
+            continue  # not reached before an interruption
         kl = statistics.median(sides["kafkalite"])
         for peer, values in sides.items():
-            if peer == "kafkalite":
+            if peer == "kafkalite" or not values:
                 continue
             r = ratio(row, kl, statistics.median(values))
             kl_cell = fmt(kl, unit)
-            if row == "rss":
+            if row == "rss" and bench.rss_file["kafkalite"]:
                 kl_cell += f" ({statistics.median(bench.rss_file['kafkalite']):.0f} MB file-backed)"
             table.append(
                 f"| {ROWS[row]} | {kl_cell} | {peer}: {fmt(statistics.median(values), unit)} | {r:.2f}× |"
@@ -715,6 +723,7 @@ def report(
         f"{PARTITIONS} partitions (latency and RSS: 1); medians of {args.rounds} interleaved rounds; "
         f"a ratio above 1 means kafkalite is ahead. 1-minute load average {load[0]:.2f} at the start, "
         f"{load[1]:.2f} at the end; {seconds / 60:.1f} minutes.",
+        *(["", f"**{interrupted}**"] if interrupted else []),
         "",
         "| workload | kafkalite | peer | ratio |",
         "|---|---:|---:|---:|",
@@ -740,6 +749,7 @@ def report(
         "records": args.records,
         "spark_records": args.spark_records,
         "rounds": args.rounds,
+        "interrupted": interrupted,
         "load_average_1min": {"start": load[0], "end": load[1]},
         "versions": ver,
         "units": {row: UNITS[row][0] for row in figures},
@@ -755,6 +765,8 @@ def report(
 
 
 def plot(rows: list[tuple[str, float]], path: Path, title: str) -> None:
+    if not rows:
+        return
     try:
         import matplotlib
 
@@ -779,6 +791,31 @@ def plot(rows: list[tuple[str, float]], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def run_round(bench: Bench, rows: dict, r: int, figures: dict, failures: dict[str, str]) -> None:
+    """Every row once, the order of its sides reversed every other round."""
+    for row, sides in rows.items():
+        order = list(sides.items())
+        for side, fn in order if r % 2 == 0 else order[::-1]:
+            if row in failures:
+                break
+            try:
+                value = fn()
+            except Missing:
+                raise
+            # e.g. Spark's "Python worker failed to connect back" on a busy machine: the other rows go on
+            except Exception as e:
+                failures[row] = (
+                    f"{side}: {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
+                )
+                print(f"round {r + 1} {row:13} FAILED {failures[row]}", flush=True)
+                continue
+            figures[row][side].append(value)
+            print(f"round {r + 1} {row:13} {side}: {fmt(value, UNITS[row][0])}", flush=True)
+    for kind, label in (("kafkalite", "kafkalite"), ("confluent", "confluent-kafka")):
+        if f"rss-file-{kind}" in bench.cache:
+            bench.rss_file[label].append(bench.cache.pop(f"rss-file-{kind}"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=1_000_000, help="records per producer/consumer row")
@@ -791,6 +828,7 @@ def main() -> None:
     if args.records < 1000 or args.spark_records < 1 or args.rounds < 1:
         ap.error("--records must be at least 1000, --spark-records and --rounds at least 1")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-up below on kill, too
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C even when started in the background
     load_start = os.getloadavg()[0]
     began = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="kafkalite-peers-"))
@@ -803,33 +841,24 @@ def main() -> None:
         figures: dict[str, dict[str, list[float]]] = {
             row: {side: [] for side in sides} for row, sides in rows.items()
         }
-        for r in range(args.rounds):
-            bench.cache.clear()
-            for row, sides in rows.items():
-                order = list(sides.items())
-                for side, fn in order if r % 2 == 0 else order[::-1]:
-                    if row in failures:
-                        break
-                    try:
-                        value = fn()
-                    except Missing:
-                        raise
-                    except (
-                        Exception
-                    ) as e:  # e.g. Spark's "Python worker failed to connect back" on a busy machine
-                        failures[row] = (
-                            f"{side}: {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
-                        )
-                        print(f"round {r + 1} {row:13} FAILED {failures[row]}", flush=True)
-                        continue
-                    figures[row][side].append(value)
-                    print(f"round {r + 1} {row:13} {side}: {fmt(value, UNITS[row][0])}", flush=True)
-            for kind, label in (("kafkalite", "kafkalite"), ("confluent", "confluent-kafka")):
-                if f"rss-file-{kind}" in bench.cache:
-                    bench.rss_file[label].append(bench.cache[f"rss-file-{kind}"])
-        report(args, bench, figures, failures, (load_start, os.getloadavg()[0]), time.perf_counter() - began)
+        interrupted = ""
+        try:
+            for r in range(args.rounds):
+                bench.cache.clear()
+                run_round(bench, rows, r, figures, failures)
+        except KeyboardInterrupt:  # keep what was measured: the report says where it stopped
+            if not any(values for sides in figures.values() for values in sides.values()):
+                raise
+            interrupted = (
+                f"Interrupted (Ctrl-C) in round {r + 1} of {args.rounds}: medians of the rounds measured."
+            )
+            print(interrupted, flush=True)
+        load = (load_start, os.getloadavg()[0])
+        report(args, bench, figures, failures, interrupted, load, time.perf_counter() - began)
         if failures:
             raise SystemExit(f"{len(failures)} row(s) failed (the report says which): {', '.join(failures)}")
+        if interrupted:
+            raise SystemExit(130)
     finally:
         if bench is not None:
             bench.close()
