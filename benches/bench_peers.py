@@ -20,6 +20,7 @@ import gc
 import glob
 import os
 import platform
+import select
 import shutil
 import signal
 import statistics
@@ -517,8 +518,9 @@ class Bench:
             send, flush = (lambda v: (p.produce(topic, v), p.poll(0))), (lambda: p.flush(30))
         send(b"probe")  # the child answers once its consumer sees records: connections are up
         flush()
-        if child.stdout.readline().strip() != "ready":
-            raise Missing(f"the {kind} latency consumer did not start")
+        ready, _, _ = select.select([child.stdout], [], [], 120)
+        if not ready or child.stdout.readline().strip() != "ready":
+            raise Missing(f"the {kind} latency consumer did not see the probe record within 120 s")
         time.sleep(0.2)
         began = time.monotonic()
         for i in range(total):
