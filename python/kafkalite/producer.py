@@ -35,7 +35,7 @@ from kafkalite._native import (
 )
 from kafkalite.client_config import PRODUCER_CONFIG
 from kafkalite.compaction import clean_if_dirty
-from kafkalite.datadir import NOTIFY_FILE, DataDir, is_compacted, log_options
+from kafkalite.datadir import METADATA_FILE, NOTIFY_FILE, DataDir, is_compacted, log_options
 from kafkalite.errors import (
     IllegalStateError,
     InvalidConfigError,
@@ -58,6 +58,10 @@ logger = logging.getLogger("kafkalite.producer")
 #: How long closing a deleted or idle partition's log may wait for its append lock (another
 #: process's writer may hold it, even stopped): the sender thread must go on sending.
 _CLOSE_TIMEOUT = 1.0
+#: A file mtime older than this is final: a later change gets a later mtime even where the
+#: file system's clock ticks coarsely (Linux stamps with the jiffy clock, some file systems by
+#: the second).
+_MTIME_SETTLED_NS = 2_000_000_000
 
 #: How long a producer still open at interpreter exit, or garbage collected while open, waits
 #: for its queued records to be written (seconds; ``Producer.close()`` takes its own timeout).
@@ -361,6 +365,8 @@ class _Sender:
         self.pid = os.getpid()  # a forked child must not flush its parent's records at its exit
         self.thread = threading.Thread(target=self.run, name="kafkalite-producer-sender", daemon=True)
         self.flusher = _Flusher()
+        #: The metadata file's identity when forget_deleted last swept (None: sweep next time).
+        self.swept_metadata: tuple[int, int, int] | None = None
 
     def notify(self) -> None:
         """Wake readers in every process (the wake-up file is made with the data directory)."""
@@ -438,11 +444,27 @@ class _Sender:
             )
         # Opening a partition is a metadata request in Kafka: first let go of deleted topics'
         # logs, so the new log gets the preallocation budget they held.
-        self.forget_unused()
+        self.forget_deleted()
         options = {"shared_writers": True, "flush": "always" if self.durable else "os"}
         log = self.dir.open_partition(p.topic, p.number, producer_compression=self.codec, **options)
         p.log, p.identity = log, current
         return log
+
+    def forget_deleted(self) -> None:
+        """``forget_unused``, when a topic may have been deleted since the last sweep: deleting
+        (or re-creating) a topic rewrites the data directory's metadata file (atomically: a new
+        inode). This keeps a producer opening many partitions from stat-ing every open one each
+        time. (The directory's own mtime would not do: opening a log rewrites checkpoints there.)"""
+        try:
+            st = os.stat(os.path.join(self.dir.path, METADATA_FILE))
+            signature: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
+            settled = st.st_mtime_ns < time.time_ns() - _MTIME_SETTLED_NS
+        except FileNotFoundError:  # no metadata file: nothing to compare, sweep every time
+            signature, settled = None, False
+        if signature is not None and signature == self.swept_metadata:
+            return
+        self.forget_unused()
+        self.swept_metadata = signature if settled else None
 
     def forget_unused(self) -> None:
         """Kafka's metadata refresh, for the logs this producer holds: close those of deleted
