@@ -130,16 +130,11 @@ def _reserved_ahead(data_dir: str, topic: str) -> int:
     return os.stat(os.path.join(path, f"{base:020d}.log")).st_blocks * 512 - size
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="left open: a Producer keeps a deleted partition's Log (its budget share, descriptors and the "
-    "deleted files' blocks) until it writes that partition again or closes; Kafka's producer forgets "
-    "idle topics after metadata.max.idle.ms",
-)
 def test_deleting_a_topic_gives_its_budget_back_to_the_producer(tmp_path):
     """Two topics take the whole 128 KiB budget (64 KiB first steps); both are deleted while
     the producer stays open. Found: a new topic then gets one page ahead (4 KiB), not 64 KiB,
-    and the producer holds 6 descriptors of deleted files."""
+    and the producer held 6 descriptors of deleted files. Now opening t3 first closes the deleted
+    topics' logs (metadata refresh, tests/test_producer_metadata_refresh.py)."""
     data_dir = str(tmp_path / "d")
     admin = Admin(data_dir)
     admin.init()
@@ -156,5 +151,15 @@ def test_deleting_a_topic_gives_its_budget_back_to_the_producer(tmp_path):
         admin.create_topic("t3", partitions=1)
         producer.send("t3", b"x").get(timeout=30)
         assert _reserved_ahead(data_dir, "t3") >= 60 * 1024
+        held = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                held.append(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:
+                pass
+        deleted = [
+            t for t in held if t.startswith((os.path.join(data_dir, "t1-"), os.path.join(data_dir, "t2-")))
+        ]
+        assert deleted == []
     finally:
         producer.close()

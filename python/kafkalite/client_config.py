@@ -198,6 +198,24 @@ PRODUCER_CONFIG = ConfigTable(
             _number(1, validate.INT64_MAX // 10**6),
             kafka_python=False,
         ),
+        ConfigKey(
+            "metadata_max_age_ms",
+            "number",
+            300_000,
+            "How often the producer re-reads topic metadata: at least this often (and whenever it opens "
+            "a partition) it closes the logs of deleted topics, giving back their descriptors, disk "
+            "blocks and preallocation budget.",
+            _number(1, validate.INT64_MAX // 10**6),
+        ),
+        ConfigKey(
+            "metadata_max_idle_ms",
+            "number",
+            300_000,
+            "A partition not written for this long has its log closed at the next metadata refresh "
+            "(reopened on next use), as Kafka's metadata.max.idle.ms (at least 5000).",
+            _number(5000, validate.INT64_MAX // 10**6),
+            kafka_python=False,
+        ),
     ],
 )
 

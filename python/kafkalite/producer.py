@@ -35,7 +35,7 @@ from kafkalite._native import (
 )
 from kafkalite.client_config import PRODUCER_CONFIG
 from kafkalite.compaction import clean_if_dirty
-from kafkalite.datadir import NOTIFY_FILE, DataDir, is_compacted, log_options
+from kafkalite.datadir import METADATA_FILE, NOTIFY_FILE, DataDir, is_compacted, log_options
 from kafkalite.errors import (
     IllegalStateError,
     InvalidConfigError,
@@ -54,6 +54,14 @@ from kafkalite.errors import (
 from kafkalite.log import Log, Record
 
 logger = logging.getLogger("kafkalite.producer")
+
+#: How long closing a deleted or idle partition's log may wait for its append lock (another
+#: process's writer may hold it, even stopped): the sender thread must go on sending.
+_CLOSE_TIMEOUT = 1.0
+#: A file mtime older than this is final: a later change gets a later mtime even where the
+#: file system's clock ticks coarsely (Linux stamps with the jiffy clock, some file systems by
+#: the second).
+_MTIME_SETTLED_NS = 2_000_000_000
 
 #: How long a producer still open at interpreter exit, or garbage collected while open, waits
 #: for its queued records to be written (seconds; ``Producer.close()`` takes its own timeout).
@@ -191,6 +199,7 @@ class _Partition:
         "drain_lock",
         "codec",
         "inflight",
+        "last_used",
     )
 
     def __init__(self, topic: str, number: int, codec: str) -> None:
@@ -203,6 +212,7 @@ class _Partition:
         self.identity: tuple[int, int] | None = None
         self.drain_lock = threading.Lock()
         self.inflight = 0  # records of the batch being appended now (for the exit warning)
+        self.last_used = 0.0  # monotonic time of the last append (metadata_max_idle_ms)
 
 
 class _Topic:
@@ -355,6 +365,8 @@ class _Sender:
         self.pid = os.getpid()  # a forked child must not flush its parent's records at its exit
         self.thread = threading.Thread(target=self.run, name="kafkalite-producer-sender", daemon=True)
         self.flusher = _Flusher()
+        #: The metadata file's identity when forget_deleted last swept (None: sweep next time).
+        self.swept_metadata: tuple[int, int, int] | None = None
 
     def notify(self) -> None:
         """Wake readers in every process (the wake-up file is made with the data directory)."""
@@ -380,30 +392,41 @@ class _Sender:
                 topic = self.topics.setdefault(name, topic)
         return topic
 
+    def identity(self, p: _Partition) -> tuple[int, int] | None:
+        """The (device, inode) of the partition's directory now; None when it is gone."""
+        try:
+            st = os.stat(self.dir.partition_path(p.topic, p.number))
+        except FileNotFoundError:
+            return None
+        return (st.st_dev, st.st_ino)
+
+    def close_log(self, p: _Partition) -> None:
+        """Close the partition's log (the caller holds ``p.drain_lock``). Its queued records stay
+        queued: the next append reopens the log, or fails them typed if the topic is gone."""
+        stale, p.log, p.identity = p.log, None, None
+        if stale is None:
+            return
+        try:
+            stale.close(_CLOSE_TIMEOUT)
+        except Exception:  # the handle is dropped anyway: dropping it releases what close did not
+            logger.warning("closing the log of %s-%d failed", p.topic, p.number, exc_info=True)
+
     def log(self, p: _Partition) -> Log:
         """The partition's log, reopened when its directory is not the one it was opened on
         (the topic was deleted, perhaps created again). The engine repeats this check under
         the append lock, so a delete racing with this append also fails it (typed), never
         acknowledges it."""
-        path = self.dir.partition_path(p.topic, p.number)
-        try:
-            st = os.stat(path)
-            current: tuple[int, int] | None = (st.st_dev, st.st_ino)
-        except FileNotFoundError:
-            current = None
+        p.last_used = time.monotonic()
+        current = self.identity(p)
         if p.log is not None and current == p.identity:
             return p.log
         if p.log is not None:  # deleted: drop the stale handle, re-read the topic
-            stale, p.log = p.log, None
-            try:
-                stale.close()
-            except Exception:
-                logger.debug("closing the stale log of deleted %s-%d", p.topic, p.number, exc_info=True)
             logger.warning(
                 "topic %r partition %d was deleted while this producer wrote it; re-reading the topic",
                 p.topic,
                 p.number,
             )
+            self.close_log(p)
         try:
             meta = self.dir.topic(p.topic)
         except UnknownTopicError:
@@ -419,10 +442,51 @@ class _Sender:
             raise UnknownTopicOrPartitionError(
                 f"topic {p.topic!r} has no partition {p.number} (any more) in {self.dir.path}"
             )
+        # Opening a partition is a metadata request in Kafka: first let go of deleted topics'
+        # logs, so the new log gets the preallocation budget they held.
+        self.forget_deleted()
         options = {"shared_writers": True, "flush": "always" if self.durable else "os"}
         log = self.dir.open_partition(p.topic, p.number, producer_compression=self.codec, **options)
         p.log, p.identity = log, current
         return log
+
+    def forget_deleted(self) -> None:
+        """``forget_unused``, when a topic may have been deleted since the last sweep: deleting
+        (or re-creating) a topic rewrites the data directory's metadata file (atomically: a new
+        inode). This keeps a producer opening many partitions from stat-ing every open one each
+        time. (The directory's own mtime would not do: opening a log rewrites checkpoints there.)"""
+        try:
+            st = os.stat(os.path.join(self.dir.path, METADATA_FILE))
+            signature: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
+            settled = st.st_mtime_ns < time.time_ns() - _MTIME_SETTLED_NS
+        except FileNotFoundError:  # no metadata file: nothing to compare, sweep every time
+            signature, settled = None, False
+        if signature is not None and signature == self.swept_metadata:
+            return
+        self.forget_unused()
+        self.swept_metadata = signature if settled else None
+
+    def forget_unused(self) -> None:
+        """Kafka's metadata refresh, for the logs this producer holds: close those of deleted
+        (or re-created) partitions, and those not written for ``metadata_max_idle_ms`` that have
+        no records queued (reopened on next use). A partition being written now (its drain lock
+        taken, perhaps by the caller) is skipped: its own append notices a deletion."""
+        idle_before = time.monotonic() - self.config["metadata_max_idle_ms"] / 1000.0
+        for t in list(self.topics.values()):
+            for p in list(t.partitions):
+                if p.log is None or not p.drain_lock.acquire(blocking=False):
+                    continue
+                try:
+                    if p.log is None:
+                        continue
+                    if self.identity(p) != p.identity:
+                        logger.info("closing the log of %s-%d: the topic was deleted", p.topic, p.number)
+                        self.close_log(p)
+                    elif p.last_used < idle_before and not len(p.current[0]):
+                        logger.debug("closing the log of %s-%d: idle", p.topic, p.number)
+                        self.close_log(p)
+                finally:
+                    p.drain_lock.release()
 
     # -- appending ------------------------------------------------------------------------
     def drain(self, p: _Partition) -> None:
@@ -476,10 +540,11 @@ class _Sender:
         step is logged and retried on the next pass; nothing here ends the thread but close()."""
         next_retention = time.monotonic() + self.config["retention_check_interval_ms"] / 1000.0
         next_cleaning = time.monotonic() + self.config["cleaner_check_interval_ms"] / 1000.0
+        next_metadata = time.monotonic() + self.config["metadata_max_age_ms"] / 1000.0
         while True:
             with self.wakeup:
                 if not self.dirty and not self.closed:
-                    next_due = min(next_retention, next_cleaning)
+                    next_due = min(next_retention, next_cleaning, next_metadata)
                     self.wakeup.wait(timeout=max(0.0, min(1.0, next_due - time.monotonic())))
                 dirty, self.dirty = self.dirty, set()
                 closing = self.closed
@@ -497,6 +562,9 @@ class _Sender:
             if time.monotonic() >= next_cleaning and not closing:
                 self.step("compacting", self.compact_dirty_partitions)
                 next_cleaning = time.monotonic() + self.config["cleaner_check_interval_ms"] / 1000.0
+            if time.monotonic() >= next_metadata and not closing:
+                self.step("refreshing metadata", self.forget_unused)
+                next_metadata = time.monotonic() + self.config["metadata_max_age_ms"] / 1000.0
             if closing:
                 return
 
@@ -570,8 +638,10 @@ class _Sender:
                         f"flush did not finish within {timeout} s; {self.pending()} records are not written yet"
                     )
                 self.drain(p)
-                if p.log is not None and self.durable:
-                    p.log.flush()
+                if self.durable:
+                    with p.drain_lock:  # forget_unused may close the log meanwhile
+                        if p.log is not None:
+                            p.log.flush()
 
     def close(self, timeout: float | None) -> None:
         if self.closed:
