@@ -4,8 +4,8 @@ A topic entry of ``.kafkalite-topics.json`` edited by hand into the wrong shape 
 ``partitions`` not a positive integer) must give a typed error naming the file and what to fix,
 as a damaged file does (CorruptMetadataError, a KafkaliteError and ValueError); today the
 Producer and Consumer raise bare AttributeError / TypeError / ValueError / OverflowError from
-deep inside (producer.py _Topic.configure, consumer.py _refresh_subscription). Marked
-xfail(strict): the fix belongs to datadir.py (validate each topic entry in _read_metadata)."""
+deep inside (producer.py _Topic.configure, consumer.py _refresh_subscription), and a consumer
+of "partitions": -1 silently reads nothing. datadir._read_metadata now checks every entry."""
 
 from __future__ import annotations
 
@@ -35,7 +35,6 @@ def _typed(error: BaseException) -> bool:
     return isinstance(error, KafkaliteError) and isinstance(error, ValueError)
 
 
-@pytest.mark.xfail(strict=True, reason="adv2 finding: hand-edited topic entries are not validated")
 @pytest.mark.parametrize("entry", list(BAD_ENTRIES.values()), ids=list(BAD_ENTRIES))
 def test_producer_on_hand_edited_topic_entry_is_a_typed_error(tmp_path, entry):
     data_dir = str(tmp_path / "data")
@@ -47,7 +46,6 @@ def test_producer_on_hand_edited_topic_entry_is_a_typed_error(tmp_path, entry):
     assert METADATA_FILE in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason="adv2 finding: hand-edited topic entries are not validated")
 @pytest.mark.parametrize("entry", list(BAD_ENTRIES.values()), ids=list(BAD_ENTRIES))
 def test_consumer_on_hand_edited_topic_entry_is_a_typed_error(tmp_path, entry):
     data_dir = str(tmp_path / "data")
