@@ -469,7 +469,37 @@ def _read_metadata(meta: str) -> dict[str, Any]:
         raise CorruptMetadataError(
             f"{meta} is damaged (no topics table); restore it from a backup or re-create the topics"
         )
+    if data.get("config") is not None and not isinstance(data["config"], dict):
+        raise CorruptMetadataError(
+            f'{meta} is damaged ("config": {data["config"]!r:.100}, not an object); fix it by hand, '
+            "restore the file from a backup or set the data directory config again"
+        )
+    for name, entry in data["topics"].items():
+        _check_topic_entry(meta, name, entry)
     return data
+
+
+def _check_topic_entry(meta: str, name: str, entry: object) -> None:
+    """A hand-edited topic entry of the wrong shape is a CorruptMetadataError naming the file
+    and the topic here, not an AttributeError/TypeError/OverflowError in whichever client reads
+    it first (or a consumer that silently reads no partition for ``"partitions": -1``)."""
+    partitions = entry.get("partitions") if isinstance(entry, dict) else None
+    if not _TOPIC_RE.match(name) or name in (".", ".."):
+        problem = "is not a valid topic name (its folders would leave the data directory)"
+    elif not isinstance(entry, dict):
+        problem = f"is {type(entry).__name__} {entry!r:.100}, not an object"
+    elif isinstance(partitions, bool) or not isinstance(partitions, int):
+        problem = f'has "partitions": {partitions!r}, not an integer'
+    elif not 1 <= partitions <= MAX_PARTITIONS:
+        problem = f'has "partitions": {partitions}, outside 1..{MAX_PARTITIONS}'
+    elif not isinstance(entry.get("config", {}), dict):
+        problem = f'has "config": {entry["config"]!r:.100}, not an object'
+    else:
+        return
+    raise CorruptMetadataError(
+        f"{meta} is damaged (topic {name!r} {problem}); fix that entry by hand, restore the file "
+        "from a backup or re-create the topic"
+    )
 
 
 def _adopted(found: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
