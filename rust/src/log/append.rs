@@ -35,7 +35,7 @@ impl Log {
         let deadline = self.lock_deadline.or_else(|| self.config.lock_timeout.map(|t| std::time::Instant::now() + t));
         let _append = lock.enter(deadline)?;
         self.check_not_deleted()?;
-        self.catch_up()?;
+        self.follow_and_take_tail()?;
         f(self)
     }
 

@@ -12,11 +12,27 @@ use super::{now_ms, Log};
 const LISTING_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl Log {
-    /// Under the append lock (shared writers): follow other writers' rolls, deletions and
-    /// appends, then make the active segment ours to append to.
+    /// Learn what other processes wrote to this partition since we last looked: their appends,
+    /// rolls, deletions (retention, DeleteRecords), cleanings and log start offset. The one
+    /// entry for it: readers and shared writers call it lock-free before they read; it only
+    /// learns what is published (taking over the active segment to append waits for the append
+    /// lock, `follow_and_take_tail`). A sole writer has nothing to learn.
+    pub fn follow(&mut self) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        if self.config.readonly || self.config.shared_writers {
+            self.follow_files()
+        } else {
+            Ok(())
+        }
+    }
+
+    /// `follow`, under the append lock (shared writers), then make the active segment ours to
+    /// append to.
     /// Also how a shared writer joins live writers: it trusts the files they keep consistent.
-    pub(super) fn catch_up(&mut self) -> Result<()> {
-        self.follow_segment_files()?;
+    pub(super) fn follow_and_take_tail(&mut self) -> Result<()> {
+        self.follow_files()?;
         if self.segments.is_empty() {
             let start = self.checkpointed_start_offset().unwrap_or(0);
             self.segments.push(Segment::create(&self.dir, start, self.settings(), now_ms())?);
@@ -25,10 +41,10 @@ impl Log {
         if !self.segments.last().unwrap().is_writable() {
             let base = self.segments.last().unwrap().base_offset;
             let mut seg = Segment::open(&self.dir, base, true, self.settings(), now_ms())?;
-            seg.discover()?;
+            seg.follow()?;
             *self.segments.last_mut().unwrap() = seg;
         }
-        // follow_segment_files (or the open just above) discovered the active segment's tail.
+        // follow_files (or the open just above) discovered the active segment's tail.
         let max_batch = self.config.max_message_bytes;
         let active = self.segments.last_mut().unwrap();
         active.adopt_for_append(max_batch)?;
@@ -36,17 +52,17 @@ impl Log {
         Ok(())
     }
 
-    /// Match `segments` to the directory (read-only opens): drop segments a writer deleted,
+    /// `follow`'s work: match `segments` to the directory: drop segments a writer deleted,
     /// learn the new batches of the newest known segment, and open segments created since.
     /// Every segment but the newest is sealed, trimmed and final, so it is trusted as it is.
-    pub(super) fn follow_segment_files(&mut self) -> Result<()> {
+    fn follow_files(&mut self) -> Result<()> {
         // Listing the directory is the expensive part; it is needed only when the newest known
         // segment was sealed (someone rolled) or to notice other writers' deletions, which
         // only move the log start offset, so those are picked up within LISTING_INTERVAL.
         self.follow_start_offset();
         let discovered = self.segments.last().map(|s| s.base_offset);
         if let Some(last) = self.segments.last_mut() {
-            last.discover()?;
+            last.follow()?;
             if !last.looks_sealed() && self.last_listing.elapsed() < LISTING_INTERVAL {
                 return Ok(());
             }
@@ -63,7 +79,7 @@ impl Log {
             // deleted), or a newer segment appeared, so a writer may have appended its last
             // batches and sealed it after our first look.
             if Some(last.base_offset) != discovered || !newer.is_empty() {
-                last.discover()?;
+                last.follow()?;
             }
             if !newer.is_empty() {
                 last.mark_sealed();
@@ -86,7 +102,7 @@ impl Log {
                 }
                 seg.mark_sealed();
             } else {
-                seg.discover()?;
+                seg.follow()?;
             }
             self.segments.push(seg);
         }
@@ -118,7 +134,7 @@ impl Log {
                 }
                 fresh.mark_sealed();
             } else {
-                fresh.discover()?;
+                fresh.follow()?;
             }
             self.segments[i] = fresh;
         }
@@ -148,25 +164,12 @@ impl Log {
         }
     }
 
-    /// Reader side: pick up batches and segments a writer added since we last looked.
-    pub fn refresh(&mut self) -> Result<()> {
-        if self.closed {
-            return Ok(());
-        }
-        if self.config.readonly || self.config.shared_writers {
-            // Lock-free: only learn what is published; adopting the tail waits for the lock.
-            self.follow_segment_files()
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Look at the directory now (not within `LISTING_INTERVAL`): another process changed the
-    /// sealed segments (a cleaner's swap it left unfinished was just completed).
-    pub(crate) fn relist_segments(&mut self) -> Result<()> {
+    /// Make the next `follow` list the directory (not wait for `LISTING_INTERVAL`): another
+    /// process changed the sealed segments (a cleaner's swap it left unfinished was just
+    /// completed).
+    pub(crate) fn invalidate_listing(&mut self) {
         if let Some(past) = std::time::Instant::now().checked_sub(LISTING_INTERVAL * 2) {
             self.last_listing = past;
         }
-        self.follow_segment_files()
     }
 }

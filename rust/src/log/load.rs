@@ -70,7 +70,7 @@ impl Log {
                 Some(crate::prealloc::Budget::of_partition(&log.dir, log.config.preallocate_budget_bytes));
         }
         match &log.lock {
-            None => log.load_readonly()?,
+            None => log.follow()?,
             Some(lock) => {
                 let alone = lock.alone();
                 let _append = lock.enter(log.config.lock_timeout.map(|t| std::time::Instant::now() + t))?;
@@ -79,7 +79,7 @@ impl Log {
                 if alone {
                     log.load_writable()?;
                 } else {
-                    log.catch_up()?;
+                    log.follow_and_take_tail()?;
                 }
                 log.lock.as_mut().expect("a writer has a lock").share()?;
             }
@@ -238,9 +238,5 @@ impl Log {
         active.reopen_for_append()?;
         self.flushed_position = active.size();
         Ok(())
-    }
-
-    fn load_readonly(&mut self) -> Result<()> {
-        self.follow_segment_files()
     }
 }

@@ -49,7 +49,7 @@ pub struct Log {
     scratch: Vec<u8>,
     /// The LogAppendTime stamp of the last built batch (None for CreateTime topics).
     last_log_append_time: Option<i64>,
-    /// When `follow_segment_files` last listed the directory.
+    /// When `follow` last listed the directory.
     last_listing: std::time::Instant,
     /// Identity of the start-offset file when last read (inode, mtime).
     start_offset_stamp: Option<(u64, i64, i64)>,

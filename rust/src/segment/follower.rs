@@ -9,10 +9,10 @@ use crate::record::scan::{next_batch, Next};
 use super::{read_at_most, Segment};
 
 impl Segment {
-    /// Reader side: find batches a writer published since we last looked. New ground is
+    /// `Log::follow` for one segment: find batches a writer published since we last looked. New ground is
     /// read with `pread`, never through the map, so a concurrent trim cannot fault us; only
     /// bytes proven to be whole, CRC-valid batches become part of `size`.
-    pub fn discover(&mut self) -> Result<bool> {
+    pub(crate) fn follow(&mut self) -> Result<bool> {
         let before = self.size;
         self.offset_index.file.load_more()?;
         self.time_index.file.load_more()?;

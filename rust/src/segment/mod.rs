@@ -61,9 +61,9 @@ pub struct Segment {
     mapped_len: usize,
     /// Bytes of the file backed by reserved blocks (writer only); stores stay below this.
     allocated_len: usize,
-    /// The file length `discover` last saw: equal to `size` once the segment is sealed.
+    /// The file length `follow` last saw: equal to `size` once the segment is sealed.
     file_len_seen: usize,
-    /// Whether `map` may be written through (a writer's map, not one made by `discover`).
+    /// Whether `map` may be written through (a writer's map, not one made by `follow`).
     map_writable: bool,
     /// The helper thread faulting in the newest reserved range.
     prefault: Option<std::thread::JoinHandle<()>>,
@@ -134,7 +134,7 @@ impl Segment {
     }
 
     /// Open an existing segment. `size` is trusted when `trust_size` (a sealed segment of a
-    /// cleanly closed log); otherwise call `recover` (writer) or `discover` (reader).
+    /// cleanly closed log); otherwise call `recover` (writer) or `follow` (reader).
     pub fn open(
         dir: &Path,
         base_offset: i64,

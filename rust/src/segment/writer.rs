@@ -175,8 +175,8 @@ impl Segment {
     /// appended to it. Learns their batches, clears the torn body a writer that died mid-append
     /// may have left (its 12-byte prefix is never written, so no reader saw it), and maps the
     /// segment for writing from the file's current reserved length.
-    /// `discover` must have run just before, under the same lock.
-    pub fn adopt_for_append(&mut self, max_batch: usize) -> Result<()> {
+    /// `follow` must have run just before, under the same lock.
+    pub(crate) fn adopt_for_append(&mut self, max_batch: usize) -> Result<()> {
         // The length now, under the append lock (no writer can change it until we leave).
         self.ensure_file()?;
         let file_len =
@@ -193,7 +193,7 @@ impl Segment {
         let prefix = &probe[..n.min(LOG_OVERHEAD)];
         if prefix.iter().any(|&b| b != 0) {
             // The offset/length prefix is written last, so a batch with one was published in
-            // full. `discover` stopped before it, so it does not follow this log's offsets (or is
+            // full. `follow` stopped before it, so it does not follow this log's offsets (or is
             // damaged): writing here would destroy records that may have been acknowledged.
             return Err(Error::corrupt(format!(
                 "{} holds a batch at position {} that does not follow offset {}; refusing to write over it",
