@@ -121,7 +121,8 @@ impl Log {
         // (shared writers in other processes). Finish it first, or a later open would complete it
         // over the segments this pass writes.
         if self.lock_is_shared() && finish_interrupted_swaps(&self.dir)? {
-            self.relist_segments()?;
+            self.invalidate_listing();
+            self.follow()?;
         }
         let (n, dirty_end) = self.cleanable(options);
         let first_dirty = self.first_dirty_offset(dirty_end);

@@ -8,7 +8,7 @@
 //! trusted-load index checks of `Segment::check_indexes`, and Kafka's own index sanity check
 //! (`OffsetIndex`/`TimeIndex.sanityCheck`, DumpLogSegments `--index-sanity-check`).
 //! `Segment::rescan` and `check_indexes` are meant to call `scan_log` and `index_problems`
-//! once segment.rs is split by role; until then `tests/test_dump.py` checks that this module
+//! (both in `segment/recovery.rs`); until then `tests/test_dump.py` checks that this module
 //! and a real recovery agree on every kind of damage it injects.
 
 use std::path::Path;
@@ -235,7 +235,7 @@ pub struct SegmentInspection {
     pub recovery: Option<String>,
 }
 
-/// What `Log::open` does with a segment's damage (its recovery rule, in log.rs): the last
+/// What `Log::open` does with a segment's damage (its recovery rule, in log/load.rs): the last
 /// segment is recovered, so cut at the valid end, unless a clean shutdown was recorded and
 /// the segment passes the trusted load; a segment with a successor keeps its bytes.
 fn recovery_verdict(scan: &LogScan, base_offset: i64, is_last: bool, trusted: bool) -> Option<String> {

@@ -23,8 +23,10 @@
 //!
 //! Layers, bottom up: `record` (the v2 codec: batches, records, varints, codecs, `scan`,
 //! `filter`), `index` (`.index` / `.timeindex`) and `segment` (one `.log` with its indexes,
-//! appended through `mmap`; `prealloc` bounds the disk reserved ahead of writers), `log` and
-//! `log_read` (a partition: roll, recovery, appends; reads), `retention`, `txn` (aborted
+//! appended through `mmap`; split by role into `writer`, `follower` and `recovery`; `prealloc`
+//! bounds the disk reserved ahead of writers), `log` and `log_read` (a partition: `log::load`
+//! opens and recovers, `log::follow` learns what other processes wrote, `log::append` appends
+//! and rolls; `log_read` reads), `retention`, `txn` (aborted
 //! transactions, last stable offset), `cleaner` (compaction), `checkpoint` (small atomic files,
 //! Kafka's checkpoint files), `topic_config` (every topic and data-directory config key: one
 //! table, one resolution), `options` (a log's settings) and `error` (the one error type). Above

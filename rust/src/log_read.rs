@@ -68,7 +68,7 @@ impl Log {
     pub fn read(&mut self, offset: i64, max_bytes: usize) -> Result<BatchSlice> {
         self.check_open()?;
         if offset >= self.end_offset() {
-            self.refresh()?;
+            self.follow()?;
         }
         self.check_range(offset)?;
         let Some((seg_idx, start, first)) = self.locate(offset)? else {
@@ -98,7 +98,7 @@ impl Log {
     ) -> Result<i64> {
         self.check_open()?;
         if start >= self.end_offset() {
-            self.refresh()?;
+            self.follow()?;
         }
         self.check_range(start)?;
         let end = end.unwrap_or(i64::MAX).min(self.end_offset());
@@ -185,7 +185,7 @@ impl Log {
     /// from its time-index hint.
     pub fn offset_for_timestamp(&mut self, ts: i64) -> Result<Option<(i64, i64)>> {
         self.check_open()?;
-        self.refresh()?;
+        self.follow()?;
         let start_offset = self.start_offset;
         for seg in &self.segments {
             if seg.max_timestamp() < ts || seg.next_offset() <= start_offset {

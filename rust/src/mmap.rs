@@ -1,6 +1,6 @@
 //! Memory maps over segment files: the one place (with the Python buffer) that uses `unsafe`.
 //!
-//! The invariants that make the maps sound, kept by `segment.rs` and `log.rs`:
+//! The invariants that make the maps sound, kept by `segment/` and `log/`:
 //! 1. A file is never shrunk below the bytes any reader may touch: a segment is trimmed only
 //!    to its *valid* length (the end of its last complete batch), and readers only touch
 //!    bytes below the valid length they were given.

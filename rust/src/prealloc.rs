@@ -2,7 +2,7 @@
 //! (`fallocate`d) but not yet written, summed over every active segment of every partition in
 //! one data directory (the partition folder's parent).
 //!
-//! A segment reserves disk ahead of its writer in growing steps (`segment.rs`); with thousands
+//! A segment reserves disk ahead of its writer in growing steps (`segment/writer.rs`); with thousands
 //! of partitions those steps add up to disk and page cache that hold no data. The budget caps
 //! the sum: each step takes what it wants from the budget, or what is left of it, and a step
 //! that finds the budget spent reserves only what the append itself needs (rounded up to a

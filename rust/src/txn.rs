@@ -184,7 +184,7 @@ impl TxnState {
 
     /// Learn the batches appended (and segments sealed) since the last call.
     pub fn update(&mut self, log: &mut Log) -> Result<()> {
-        log.refresh()?;
+        log.follow()?;
         let end = log.end_offset();
         if end < self.seen_end {
             *self = TxnState::default(); // truncated (recovery cut the tail): start over

@@ -163,11 +163,11 @@ fn second_writer_is_refused_readers_see_appends() {
     let mut got = Vec::new();
     reader.scan_records(0, None, usize::MAX, &mut got).unwrap();
     assert!(got.len() >= 10);
-    reader.refresh().unwrap();
+    reader.follow().unwrap();
     assert_eq!(reader.end_offset(), 310);
     assert_eq!(all(&mut reader).len(), 310);
     writer.close().unwrap();
-    reader.refresh().unwrap();
+    reader.follow().unwrap();
     assert_eq!(all(&mut reader).len(), 310);
 }
 
@@ -293,7 +293,7 @@ fn shared_writers_interleave_batches_and_follow_each_other() {
     }
     assert!(a.segments().len() > 3);
     for w in [&mut a, &mut b] {
-        w.refresh().unwrap();
+        w.follow().unwrap();
         let got: Vec<Vec<u8>> = all(w).into_iter().map(|r| r.value.unwrap()).collect();
         assert_eq!(got, expected);
     }
@@ -382,7 +382,7 @@ fn sealed_segments_hold_no_descriptors() {
     append(&mut log, &values(1, "after"), 2000);
     log.roll().unwrap();
     append(&mut log, &values(1, "last"), 2001);
-    reader.refresh().unwrap();
+    reader.follow().unwrap();
     assert_eq!(reader.end_offset(), 32);
     assert_eq!(all(&mut reader).len(), 32);
     assert!(reader.segment_descriptors() <= 1, "{}", reader.segment_descriptors());

@@ -407,7 +407,7 @@ impl PyLog {
     #[getter]
     fn start_offset(&self, py: Python<'_>) -> PyResult<i64> {
         self.detached(py, |log| {
-            log.refresh()?;
+            log.follow()?;
             Ok(log.start_offset())
         })
     }
@@ -415,7 +415,7 @@ impl PyLog {
     #[getter]
     fn end_offset(&self, py: Python<'_>) -> PyResult<i64> {
         self.detached(py, |log| {
-            log.refresh()?;
+            log.follow()?;
             Ok(log.end_offset())
         })
     }
@@ -485,8 +485,9 @@ impl PyLog {
         self.detached(py, |log| log.roll())
     }
 
+    /// Python keeps the name `refresh`; the engine's verb is `Log::follow`.
     fn refresh(&self, py: Python<'_>) -> PyResult<()> {
-        self.detached(py, |log| log.refresh())
+        self.detached(py, |log| log.follow())
     }
 
     fn flush(&self, py: Python<'_>) -> PyResult<()> {

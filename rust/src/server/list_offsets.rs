@@ -50,7 +50,7 @@ fn max_timestamp(log: &mut Log) -> Result<Option<(i64, i64)>> {
 }
 
 fn lookup(log: &mut Log, timestamp: i64) -> Result<(i64, i64)> {
-    log.refresh()?;
+    log.follow()?;
     Ok(match timestamp {
         LATEST => (-1, log.end_offset()),
         EARLIEST | EARLIEST_LOCAL => (-1, log.start_offset()),

@@ -90,7 +90,7 @@ impl OffsetStore {
             return Ok(state.offsets.clone());
         };
         let mut log = lock(&log);
-        log.refresh()?;
+        log.follow()?;
         let mut next = state.read_to.max(log.start_offset());
         let end = log.end_offset();
         let mut sink = Collect { group, into: &mut state.offsets };

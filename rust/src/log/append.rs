@@ -1,0 +1,316 @@
+//! Appending to a partition and rolling its active segment.
+
+use crate::checkpoint::sync_dir;
+use crate::error::{Error, IoContext, Result};
+use crate::options::FlushPolicy;
+use crate::record::header::{compute_crc, set_base_offset, BatchHeader, ATTR_TIMESTAMP_LOG_APPEND};
+use crate::record::record::record_size_upper_bound;
+use crate::record::scan::{next_batch, Next};
+use crate::record::{for_each_record, record_area, BatchBuilder, RecordInput, TimestampType};
+use crate::segment::Segment;
+
+use super::{now_ms, Log};
+
+/// Upper bound for the batches `append_records` builds, below `max_message_bytes`.
+const TARGET_BATCH_BYTES: usize = 1 << 20;
+
+/// Kafka's broker refuses keyless records on compacted topics the same way.
+fn null_key_error() -> Error {
+    Error::InvalidRecord(
+        "the topic is compacted (cleanup.policy=compact), so every record needs a key; this one has a null key".into(),
+    )
+}
+
+impl Log {
+    /// Run `f` as the partition's writer: shared writers take the append lock and first catch
+    /// up with what the others appended; an exclusive writer already holds everything.
+    pub(crate) fn as_writer<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        self.check_writable()?;
+        let Some(lock) = self.lock.as_ref().filter(|l| l.is_shared()) else {
+            self.check_not_deleted()?;
+            let result = f(self);
+            self.release_idle_descriptors();
+            return result;
+        };
+        let deadline = self.lock_deadline.or_else(|| self.config.lock_timeout.map(|t| std::time::Instant::now() + t));
+        let _append = lock.enter(deadline)?;
+        self.check_not_deleted()?;
+        self.follow_and_take_tail()?;
+        f(self)
+    }
+
+    fn log_append_time(&self) -> Option<i64> {
+        match self.config.timestamp_type {
+            TimestampType::LogAppendTime => Some(now_ms()),
+            TimestampType::CreateTime => None,
+        }
+    }
+
+    /// Append records, building batches of up to ~1 MiB. Returns (first, last) offset.
+    pub fn append_records(&mut self, records: &[RecordInput<'_>]) -> Result<(i64, i64)> {
+        if self.config.compact && records.iter().any(|r| r.key.is_none()) {
+            return Err(null_key_error());
+        }
+        self.append_inputs(records.iter().copied(), records.len(), "append")
+    }
+
+    /// Append values with null keys and no headers, all stamped `timestamp`.
+    pub fn append_values(&mut self, values: &[&[u8]], timestamp: i64) -> Result<(i64, i64)> {
+        if self.config.compact {
+            return Err(null_key_error());
+        }
+        let inputs = values.iter().map(|v| RecordInput { key: None, value: Some(v), headers: &[], timestamp });
+        self.append_inputs(inputs, values.len(), "append_values")
+    }
+
+    /// Encode `count` records into batches that stay under the target size, and append them.
+    fn append_inputs<'a>(
+        &mut self,
+        inputs: impl Iterator<Item = RecordInput<'a>>,
+        count: usize,
+        what: &str,
+    ) -> Result<(i64, i64)> {
+        self.check_writable()?;
+        if count == 0 {
+            return Err(Error::config(format!("{what} needs at least one record")));
+        }
+        self.as_writer(|log| log.append_inputs_locked(inputs, count))
+    }
+
+    fn append_inputs_locked<'a>(
+        &mut self,
+        inputs: impl Iterator<Item = RecordInput<'a>>,
+        count: usize,
+    ) -> Result<(i64, i64)> {
+        let first = self.end_offset();
+        let target = self.target_batch_bytes();
+        let mut builder = self.new_builder(target);
+        for r in inputs {
+            if builder.count() > 0 && builder.size() + record_size_upper_bound(&r) > target {
+                let empty = BatchBuilder::new(self.config.compression, None, 0);
+                let full = std::mem::replace(&mut builder, empty);
+                self.append_built(full)?;
+                builder = self.new_builder(target);
+            }
+            builder.push(&r);
+        }
+        self.append_built(builder)?;
+        self.after_append(count as u64)?;
+        Ok((first, self.end_offset() - 1))
+    }
+
+    /// Append one batch a client built (a producer's per-partition buffer). Returns (first, last).
+    pub fn append_builder(&mut self, builder: BatchBuilder) -> Result<(i64, i64)> {
+        self.check_writable()?;
+        let count = builder.count() as u64;
+        if count == 0 {
+            return Err(Error::config("cannot append an empty batch"));
+        }
+        self.as_writer(|log| {
+            let first = log.end_offset();
+            log.append_built(builder)?;
+            log.after_append(count)?;
+            Ok((first, log.end_offset() - 1))
+        })
+    }
+
+    /// The LogAppendTime stamp given to the last batch this log built, if the topic uses it.
+    pub fn last_log_append_time(&self) -> Option<i64> {
+        self.last_log_append_time
+    }
+
+    /// Batches we build stay within max_message_bytes and within one segment.
+    fn target_batch_bytes(&self) -> usize {
+        TARGET_BATCH_BYTES.min(self.config.max_message_bytes).min(self.config.segment_bytes as usize)
+    }
+
+    fn new_builder(&mut self, capacity: usize) -> BatchBuilder {
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.reserve(capacity + crate::record::header::HEADER_LEN);
+        BatchBuilder::with_buffer(buf, self.config.compression, self.log_append_time())
+    }
+
+    fn append_built(&mut self, mut builder: BatchBuilder) -> Result<()> {
+        self.last_log_append_time = self.log_append_time();
+        if let Some(now) = self.last_log_append_time {
+            builder.stamp_log_append_time(now);
+        }
+        let (bytes, header) = builder.finish(0)?;
+        if self.config.compact {
+            let area = record_area(&bytes, &header)?;
+            for_each_record(&area, &header, |r| if r.key.is_none() { Err(null_key_error()) } else { Ok(()) })?;
+        }
+        self.append_batch(bytes, header)
+    }
+
+    /// Append pre-built v2 batches (from another Kafka client or broker): each is validated
+    /// (CRC, structure, every record decodes), then given this log's next offsets. Control
+    /// batches and batches whose offsets are not dense are refused. All or nothing: nothing
+    /// is appended unless every batch is valid.
+    pub fn append_raw_batches(&mut self, data: &[u8]) -> Result<(i64, i64)> {
+        self.check_writable()?;
+        let mut batches = Vec::new();
+        let mut pos = 0;
+        while pos < data.len() {
+            let header = match next_batch(data, pos, true)? {
+                Next::Batch(h) => h,
+                _ => {
+                    return Err(Error::corrupt(format!(
+                        "{} bytes at position {pos} are not a whole record batch",
+                        data.len() - pos
+                    )))
+                }
+            };
+            if header.is_control() {
+                return Err(Error::config("control batches are written by brokers, not appended by clients"));
+            }
+            if header.records_count <= 0 || header.last_offset_delta + 1 != header.records_count {
+                return Err(Error::corrupt(format!(
+                    "batch at position {pos} has {} records but lastOffsetDelta {}; appended batches must have dense offsets",
+                    header.records_count, header.last_offset_delta
+                )));
+            }
+            let bytes = &data[pos..pos + header.total_size()];
+            let area = record_area(bytes, &header)?;
+            let compact = self.config.compact;
+            for_each_record(
+                &area,
+                &header,
+                |r| if compact && r.key.is_none() { Err(null_key_error()) } else { Ok(()) },
+            )?;
+            batches.push((bytes, header));
+            pos += header.total_size();
+        }
+        if batches.is_empty() {
+            return Err(Error::config("append_batches needs at least one record batch"));
+        }
+        self.as_writer(|log| log.append_validated_batches(batches))
+    }
+
+    fn append_validated_batches(&mut self, batches: Vec<(&[u8], BatchHeader)>) -> Result<(i64, i64)> {
+        let first = self.end_offset();
+        let mut count = 0u64;
+        for (bytes, mut header) in batches {
+            let mut bytes = bytes.to_vec();
+            if let Some(now) = self.log_append_time() {
+                // Broker behaviour for LogAppendTime: stamp maxTimestamp and bit 3, new CRC.
+                header.attributes |= ATTR_TIMESTAMP_LOG_APPEND;
+                header.max_timestamp = now;
+                header.write(&mut bytes);
+                header.crc = compute_crc(&bytes);
+                header.write(&mut bytes);
+            }
+            count += header.records_count as u64;
+            self.append_batch(bytes, header)?;
+        }
+        self.after_append(count)?;
+        Ok((first, self.end_offset() - 1))
+    }
+
+    /// Give a finished batch this log's next offsets, roll if needed, and write it.
+    fn append_batch(&mut self, mut bytes: Vec<u8>, mut header: BatchHeader) -> Result<()> {
+        if bytes.len() > self.config.max_message_bytes {
+            return Err(Error::RecordTooLarge { size: bytes.len(), max: self.config.max_message_bytes });
+        }
+        let base = self.end_offset();
+        header.base_offset = base;
+        set_base_offset(&mut bytes, base);
+        self.maybe_roll(bytes.len(), &header)?;
+        if let Err(e) = self.segments.last_mut().unwrap().append(&bytes, &header) {
+            if let Error::Poisoned(why) = &e {
+                self.poisoned = Some(why.clone());
+            }
+            return Err(e);
+        }
+        if bytes.capacity() > self.scratch.capacity() {
+            self.scratch = bytes;
+        }
+        Ok(())
+    }
+
+    /// Kafka's `maybeRoll`: size, time, full index or relative-offset overflow.
+    fn maybe_roll(&mut self, size: usize, header: &BatchHeader) -> Result<()> {
+        let active = self.segments.last().unwrap();
+        let by_time = self
+            .config
+            .segment_ms
+            .is_some_and(|ms| active.size() > 0 && active.time_waited_for_roll(now_ms(), header.max_timestamp) > ms);
+        if by_time || active.is_full_for(size, header.last_offset()) {
+            self.roll_locked()?;
+        }
+        Ok(())
+    }
+
+    /// Seal the active segment and start a new one at the log end offset.
+    pub fn roll(&mut self) -> Result<()> {
+        self.as_writer(|log| log.roll_locked())
+    }
+
+    /// Seal the active segment, then create the next one. A roll that fails at any step, or
+    /// whose writer dies between steps, leaves a log every writer can append to: until the next
+    /// segment exists, the sealed one is still the newest segment in the directory, and the
+    /// next append (ours after `unseal`, another shared writer's in `adopt_for_append`, or the
+    /// next open's recovery) takes it as the active segment and reserves blocks for it again.
+    /// (Creating the next segment first would leave, on failure, an unsealed segment with an
+    /// empty successor; a shared writer would append to the old one unless it listed the
+    /// directory on every append.)
+    pub(crate) fn roll_locked(&mut self) -> Result<()> {
+        let base = self.end_offset();
+        if self.segments.last().is_none_or(|s| s.is_empty()) {
+            return Ok(());
+        }
+        let dir = self.dir.clone();
+        let settings = self.settings();
+        let flush = self.config.flush;
+        let active = self.segments.last_mut().unwrap();
+        crate::failpoint::hit("roll.before_seal").context(|| format!("cannot roll {}", dir.display()))?;
+        if let Err(e) = active.seal() {
+            active.unseal();
+            return Err(e);
+        }
+        if flush != FlushPolicy::Os {
+            active.sync_all().inspect_err(|e| self.poisoned = Some(e.to_string()))?;
+        }
+        let created = crate::failpoint::hit("roll.after_seal")
+            .context(|| format!("cannot roll {}", dir.display()))
+            .and_then(|()| Segment::create(&dir, base, settings, now_ms()));
+        let seg = match created {
+            Ok(seg) => seg,
+            Err(e) => {
+                active.unseal();
+                ::log::warn!(
+                    target: crate::LOG_TARGET,
+                    "could not roll {} at offset {base} ({e}); undone, appends continue in the current segment",
+                    dir.display()
+                );
+                return Err(e);
+            }
+        };
+        self.segments.push(seg);
+        self.flushed_position = 0;
+        crate::failpoint::hit("roll.after_create").context(|| format!("cannot roll {}", dir.display()))?;
+        self.sync_dir_if_always()
+    }
+
+    /// Under flush="always", a new segment's directory entries (log and indexes) are made
+    /// durable before anything is acknowledged in it; a failed directory fsync poisons the log.
+    pub(super) fn sync_dir_if_always(&mut self) -> Result<()> {
+        if self.config.flush == FlushPolicy::Always {
+            sync_dir(&self.dir).inspect_err(|e| self.poisoned = Some(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    fn after_append(&mut self, records: u64) -> Result<()> {
+        self.unflushed_messages += records;
+        let due = match self.config.flush {
+            FlushPolicy::Os => false,
+            FlushPolicy::Always => true,
+            FlushPolicy::EveryMessages(n) => self.unflushed_messages >= n,
+        };
+        if due {
+            self.flush_data()?;
+        }
+        Ok(())
+    }
+}

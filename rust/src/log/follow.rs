@@ -1,0 +1,175 @@
+//! Learning what other processes wrote to a partition: their rolls, appends, deletions,
+//! cleanings and log start offset.
+
+use crate::checkpoint::read_offset;
+use crate::error::{Error, Result};
+use crate::files::{KAFKA_LOG_START_OFFSET, LOG_START_OFFSET_FILE};
+use crate::segment::Segment;
+
+use super::{now_ms, Log};
+
+/// How stale a follower's view of other writers' segment deletions may get.
+const LISTING_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
+
+impl Log {
+    /// Learn what other processes wrote to this partition since we last looked: their appends,
+    /// rolls, deletions (retention, DeleteRecords), cleanings and log start offset. The one
+    /// entry for it: readers and shared writers call it lock-free before they read; it only
+    /// learns what is published (taking over the active segment to append waits for the append
+    /// lock, `follow_and_take_tail`). A sole writer has nothing to learn.
+    pub fn follow(&mut self) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        if self.config.readonly || self.config.shared_writers {
+            self.follow_files()
+        } else {
+            Ok(())
+        }
+    }
+
+    /// `follow`, under the append lock (shared writers), then make the active segment ours to
+    /// append to.
+    /// Also how a shared writer joins live writers: it trusts the files they keep consistent.
+    pub(super) fn follow_and_take_tail(&mut self) -> Result<()> {
+        self.follow_files()?;
+        if self.segments.is_empty() {
+            let start = self.checkpointed_start_offset().unwrap_or(0);
+            self.segments.push(Segment::create(&self.dir, start, self.settings(), now_ms())?);
+            self.sync_dir_if_always()?;
+        }
+        if !self.segments.last().unwrap().is_writable() {
+            let base = self.segments.last().unwrap().base_offset;
+            let mut seg = Segment::open(&self.dir, base, true, self.settings(), now_ms())?;
+            seg.follow()?;
+            *self.segments.last_mut().unwrap() = seg;
+        }
+        // follow_files (or the open just above) discovered the active segment's tail.
+        let max_batch = self.config.max_message_bytes;
+        let active = self.segments.last_mut().unwrap();
+        active.adopt_for_append(max_batch)?;
+        self.flushed_position = self.flushed_position.min(active.size());
+        Ok(())
+    }
+
+    /// `follow`'s work: match `segments` to the directory: drop segments a writer deleted,
+    /// learn the new batches of the newest known segment, and open segments created since.
+    /// Every segment but the newest is sealed, trimmed and final, so it is trusted as it is.
+    fn follow_files(&mut self) -> Result<()> {
+        // Listing the directory is the expensive part; it is needed only when the newest known
+        // segment was sealed (someone rolled) or to notice other writers' deletions, which
+        // only move the log start offset, so those are picked up within LISTING_INTERVAL.
+        self.follow_start_offset();
+        let discovered = self.segments.last().map(|s| s.base_offset);
+        if let Some(last) = self.segments.last_mut() {
+            last.follow()?;
+            if !last.looks_sealed() && self.last_listing.elapsed() < LISTING_INTERVAL {
+                return Ok(());
+            }
+        }
+        self.last_listing = std::time::Instant::now();
+        let listing = self.list_complete_segment_inodes(discovered)?;
+        let bases: Vec<i64> = listing.iter().map(|&(b, _)| b).collect();
+        self.segments.retain(|s| bases.binary_search(&s.base_offset).is_ok());
+        self.reopen_replaced_segments(&listing)?;
+        let known_last = self.segments.last().map(|s| s.base_offset);
+        let newer: Vec<i64> = bases.into_iter().filter(|&b| known_last.is_none_or(|k| b > k)).collect();
+        if let Some(last) = self.segments.last_mut() {
+            // Read it again if it changed: it is not the one discovered above (that one was
+            // deleted), or a newer segment appeared, so a writer may have appended its last
+            // batches and sealed it after our first look.
+            if Some(last.base_offset) != discovered || !newer.is_empty() {
+                last.follow()?;
+            }
+            if !newer.is_empty() {
+                last.mark_sealed();
+            }
+        }
+        let settings = self.settings();
+        let count = newer.len();
+        let next_bases = newer.clone();
+        for (i, base) in newer.into_iter().enumerate() {
+            let mut seg = match Segment::open(&self.dir, base, false, settings, now_ms()) {
+                Ok(seg) => seg,
+                // Deleted by a writer's retention between listing and opening.
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            if i + 1 < count {
+                // Sealed: trusted, or (damaged) kept whole so that reads fail at the damage.
+                if seg.load_trusted().is_err() {
+                    seg.recover_sealed(next_bases[i + 1])?;
+                }
+                seg.mark_sealed();
+            } else {
+                seg.follow()?;
+            }
+            self.segments.push(seg);
+        }
+        let first_base = self.segments.first().map(|s| s.base_offset).unwrap_or(0);
+        self.start_offset = self.start_offset.max(first_base);
+        Ok(())
+    }
+
+    /// Sealed segments whose file a cleaner replaced (a merged, cleaned segment under the same
+    /// name) are opened again: keeping the old file would hide the records the cleaner moved
+    /// into it from the old segments it deleted.
+    fn reopen_replaced_segments(&mut self, listing: &[(i64, u64)]) -> Result<()> {
+        let settings = self.settings();
+        for i in 0..self.segments.len() {
+            let seg = &self.segments[i];
+            let Ok(k) = listing.binary_search_by_key(&seg.base_offset, |&(b, _)| b) else { continue };
+            if seg.is_writable() || listing[k].1 == seg.inode() {
+                continue;
+            }
+            let base = seg.base_offset;
+            let mut fresh = match Segment::open(&self.dir, base, false, settings, now_ms()) {
+                Ok(seg) => seg,
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            if i + 1 < self.segments.len() {
+                if fresh.load_trusted().is_err() {
+                    fresh.recover_sealed(self.segments[i + 1].base_offset)?;
+                }
+                fresh.mark_sealed();
+            } else {
+                fresh.follow()?;
+            }
+            self.segments[i] = fresh;
+        }
+        Ok(())
+    }
+
+    /// Another writer's DeleteRecords must be seen at once: one stat of the start-offset file
+    /// (replaced by rename, so a change shows as a new inode or mtime), read only on change.
+    fn follow_start_offset(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        if let Some(kafka) = &self.kafka_checkpoints {
+            let stamp = kafka.stamp(KAFKA_LOG_START_OFFSET);
+            if stamp.is_some() && stamp != self.kafka_start_offset_stamp {
+                self.kafka_start_offset_stamp = stamp;
+                if let Some(checkpoint) = kafka.read(KAFKA_LOG_START_OFFSET) {
+                    self.start_offset = self.start_offset.max(checkpoint);
+                }
+            }
+        }
+        let Ok(meta) = std::fs::metadata(self.dir.join(LOG_START_OFFSET_FILE)) else { return };
+        let stamp = (meta.ino(), meta.mtime(), meta.mtime_nsec());
+        if self.start_offset_stamp != Some(stamp) {
+            self.start_offset_stamp = Some(stamp);
+            if let Some(checkpoint) = read_offset(&self.dir, LOG_START_OFFSET_FILE) {
+                self.start_offset = self.start_offset.max(checkpoint);
+            }
+        }
+    }
+
+    /// Make the next `follow` list the directory (not wait for `LISTING_INTERVAL`): another
+    /// process changed the sealed segments (a cleaner's swap it left unfinished was just
+    /// completed).
+    pub(crate) fn invalidate_listing(&mut self) {
+        if let Some(past) = std::time::Instant::now().checked_sub(LISTING_INTERVAL * 2) {
+            self.last_listing = past;
+        }
+    }
+}

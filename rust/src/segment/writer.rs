@@ -1,0 +1,311 @@
+//! The writer's side of a segment: appends through the shared map, growing the reserved
+//! blocks ahead of them, taking over a segment others appended to, sealing and syncing.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+
+use crate::error::{Error, IoContext, Result};
+use crate::mmap::MappedFile;
+use crate::nofollow;
+use crate::record::header::{BatchHeader, HEADER_LEN, LOG_OVERHEAD};
+
+use super::{read_at_most, Segment};
+
+/// Reserve disk for the active segment in steps that follow what is written: the first is
+/// `MIN_ALLOCATION_STEP`, each next one as large as what is reserved already (doubling), up to
+/// `MAX_ALLOCATION_STEP` (and never past `segment_bytes`). A partition holding one record
+/// costs 64-128 KiB of disk and page cache, not 16 MiB, while a busy one soon reserves in
+/// 16 MiB steps again.
+const MIN_ALLOCATION_STEP: usize = 64 << 10;
+const MAX_ALLOCATION_STEP: usize = 16 << 20;
+
+impl Segment {
+    /// Milliseconds the segment has been "open" by Kafka's `segment.ms` rule.
+    pub fn time_waited_for_roll(&self, now_ms: i64, batch_max_ts: i64) -> i64 {
+        match self.first_batch_timestamp {
+            Some(first) if first >= 0 => batch_max_ts - first,
+            _ => now_ms - self.created_ms,
+        }
+    }
+
+    /// Make room for `extra` more bytes past the published end. Blocks are reserved with
+    /// `fallocate` one step ahead of the writer, and each new step is faulted in for writing
+    /// on a helper thread, so the kernel's zero-filling of fresh pages overlaps with encoding
+    /// instead of stalling every 4 KiB store. The step ahead comes out of the data directory's
+    /// preallocation budget (`prealloc.rs`); once that is spent, only what this append needs is
+    /// reserved, plus the rest of its last page (so the file always ends past the data, which
+    /// is what tells readers the segment is still active, see `looks_sealed`).
+    pub(super) fn ensure_capacity(&mut self, extra: usize) -> Result<()> {
+        let needed = self.size + extra;
+        let step = self.allocation_step();
+        // What is written (or about to be) no longer counts against the budget.
+        self.reservation.settle(self.allocated_len.saturating_sub(needed));
+        let remap = self.map.is_none() || !self.map_writable;
+        let must = needed >= self.allocated_len || remap;
+        if !must && self.allocated_len - needed >= step / 2 {
+            return Ok(());
+        }
+        let mut wanted = if must { needed.max(self.allocated_len + step) } else { self.allocated_len + step };
+        if wanted - needed < step / 2 {
+            wanted += step;
+        }
+        let floor = (needed + 1).next_multiple_of(4096).max(self.allocated_len);
+        let granted = self.reservation.take(&self.dir, wanted.next_multiple_of(4096).saturating_sub(floor));
+        let target = floor + granted;
+        if target > self.allocated_len || remap {
+            if let Err(e) = self.grow(target) {
+                // Nothing was reserved: the budget taken for it goes back.
+                self.reservation.settle(self.allocated_len.saturating_sub(needed));
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn allocation_step(&self) -> usize {
+        let step = self.allocated_len.clamp(MIN_ALLOCATION_STEP, MAX_ALLOCATION_STEP);
+        step.min(self.settings.segment_bytes.max(4096)).next_multiple_of(4096)
+    }
+
+    /// Reserve blocks up to `target` bytes, map them (the map spans the whole segment size,
+    /// so it is rarely replaced), and start prefaulting the new range.
+    fn grow(&mut self, target: usize) -> Result<()> {
+        let target = target.next_multiple_of(4096);
+        let from = self.allocated_len;
+        self.ensure_file()?;
+        if target > from {
+            crate::failpoint::hit("segment.reserve")
+                .and_then(|()| reserve_blocks(self.f(), from, target))
+                .context_at(&self.log_path(), || {
+                    format!("cannot reserve {target} bytes for {} (is the disk full?)", self.log_path().display())
+                })?;
+        }
+        self.allocated_len = target.max(from);
+        if self.map.is_none() || target > self.mapped_len || !self.map_writable {
+            // Address space only: bytes past `allocated_len` are never touched (mmap invariant 3).
+            let len = target.max(self.settings.segment_bytes.next_multiple_of(4096));
+            self.map = Some(MappedFile::writable(self.f(), len, &self.log_path().display().to_string())?);
+            self.map_writable = true;
+            self.mapped_len = len;
+        }
+        self.finish_prefault();
+        let map = Arc::clone(self.map.as_ref().unwrap());
+        // Bounded resident set (issue 14 target 6): pages more than one step behind the write
+        // position were written and are not needed mapped here (page cache keeps them).
+        map.release(0, self.size.saturating_sub(self.allocation_step()) / 4096 * 4096);
+        if target >= from + MIN_ALLOCATION_STEP {
+            // A page or two (a spent budget's growth) is cheaper to fault in by the append itself.
+            self.prefault = Some(std::thread::spawn(move || map.prefault_for_write(from, target - from)));
+        }
+        Ok(())
+    }
+
+    /// Wait for the helper thread (before the file is trimmed, or the segment dropped).
+    pub(super) fn finish_prefault(&mut self) {
+        if let Some(handle) = self.prefault.take() {
+            let _ = handle.join();
+        }
+    }
+
+    /// Append one batch whose offsets are already assigned. Returns its file position.
+    pub fn append(&mut self, batch: &[u8], header: &BatchHeader) -> Result<usize> {
+        if !self.writable || self.sealed {
+            return Err(Error::Closed(format!("segment {} is not writable", self.log_path().display())));
+        }
+        self.ensure_capacity(batch.len())?;
+        let pos = self.size;
+        let map = self.map.as_ref().expect("ensure_capacity maps");
+        // Body first, then the offset/length prefix: the prefix is what makes a batch visible.
+        map.write(pos + LOG_OVERHEAD, &batch[LOG_OVERHEAD..]);
+        fence(Ordering::Release);
+        map.write(pos, &batch[..LOG_OVERHEAD]);
+        if map.is_damaged() {
+            // Another process shrank the file under our map: these stores may have gone to a
+            // zero page instead of the file, so the batch must not be acknowledged.
+            return Err(Error::Poisoned(format!(
+                "{} was truncated by another process while this writer had it mapped; appends stop",
+                self.log_path().display()
+            )));
+        }
+        self.size += batch.len();
+        self.after_batch(pos, header)?;
+        Ok(pos)
+    }
+
+    /// Index bookkeeping for a batch at `pos`, shared by append and recovery (Kafka's
+    /// `LogSegment.append` / `recover`: one index entry per `index_interval_bytes`).
+    pub(super) fn after_batch(&mut self, pos: usize, header: &BatchHeader) -> Result<()> {
+        // In-memory state first, and nothing here can fail: the batch is already published, so
+        // the next offset must move past it even if an index write below fails (a stale next
+        // offset would give the next batch the same offsets).
+        self.observe_timestamps(header);
+        let index_due = self.bytes_since_last_index_entry > self.settings.index_interval_bytes;
+        let since = if index_due { 0 } else { self.bytes_since_last_index_entry };
+        self.bytes_since_last_index_entry = since + header.total_size();
+        self.next_offset = header.next_offset();
+        // A failed index write leaves the index sparser (still correct: entries are hints that
+        // reads verify) and is reported; the batch itself stays in the log.
+        if index_due {
+            self.offset_index.append(header.last_offset(), pos as u32)?;
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, false)?;
+        }
+        Ok(())
+    }
+
+    /// Kafka's `shouldRoll` size and index conditions for a batch of `size` bytes ending at `last_offset`.
+    pub fn is_full_for(&self, size: usize, last_offset: i64) -> bool {
+        self.size > 0 && self.size > self.settings.segment_bytes.saturating_sub(size)
+            || self.offset_index.is_full()
+            || self.time_index.is_full()
+            || last_offset - self.base_offset > i32::MAX as i64
+    }
+
+    /// Reopen a trusted or recovered segment for appending (the active segment of a writer).
+    pub fn reopen_for_append(&mut self) -> Result<()> {
+        self.bytes_since_last_index_entry = self.bytes_after_last_index_entry();
+        self.map = None;
+        self.mapped_len = 0;
+        self.allocated_len = self.size;
+        self.ensure_capacity(0)
+    }
+
+    /// Shared writers, under the append lock: take over the active segment after others
+    /// appended to it. Learns their batches, clears the torn body a writer that died mid-append
+    /// may have left (its 12-byte prefix is never written, so no reader saw it), and maps the
+    /// segment for writing from the file's current reserved length.
+    /// `follow` must have run just before, under the same lock.
+    pub(crate) fn adopt_for_append(&mut self, max_batch: usize) -> Result<()> {
+        // The length now, under the append lock (no writer can change it until we leave).
+        self.ensure_file()?;
+        let file_len =
+            self.f().metadata().context(|| format!("cannot stat {}", self.log_path().display()))?.len() as usize;
+        if file_len < self.size {
+            return Err(Error::corrupt(format!(
+                "{} is {file_len} bytes, shorter than the {} bytes of batches already read from it (truncated by another process?)",
+                self.log_path().display(),
+                self.size
+            )));
+        }
+        let mut probe = [0u8; HEADER_LEN];
+        let n = read_at_most(self.f(), &mut probe, self.size as u64)?;
+        let prefix = &probe[..n.min(LOG_OVERHEAD)];
+        if prefix.iter().any(|&b| b != 0) {
+            // The offset/length prefix is written last, so a batch with one was published in
+            // full. `follow` stopped before it, so it does not follow this log's offsets (or is
+            // damaged): writing here would destroy records that may have been acknowledged.
+            return Err(Error::corrupt(format!(
+                "{} holds a batch at position {} that does not follow offset {}; refusing to write over it",
+                self.log_path().display(),
+                self.size,
+                self.next_offset - 1
+            )));
+        }
+        if probe[..n].iter().any(|&b| b != 0) {
+            // A torn body: a writer died after copying a batch's body and before its prefix.
+            let end = file_len.min(self.size + max_batch + HEADER_LEN);
+            let zeros = vec![0u8; end - self.size];
+            self.f()
+                .write_all_at(&zeros, self.size as u64)
+                .context(|| format!("cannot clear a torn batch in {}", self.log_path().display()))?;
+        }
+        self.bytes_since_last_index_entry = self.bytes_after_last_index_entry();
+        // Only the file's current length is backed by blocks: another writer may have sealed
+        // (trimmed) this segment since we last wrote it, and then failed or died before it
+        // created the next one. Our old allocation and map are stale; storing below them but
+        // past the file's end would be lost, or raise SIGBUS (mmap invariant 3).
+        self.allocated_len = file_len;
+        self.sealed = false;
+        self.ensure_capacity(0)
+    }
+
+    /// Seal the segment: final time-index entry, log trimmed to its valid length.
+    pub fn seal(&mut self) -> Result<()> {
+        if self.sealed || !self.writable {
+            self.sealed = true;
+            return Ok(());
+        }
+        if self.max_timestamp >= 0 {
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, true)?;
+        }
+        self.finish_prefault();
+        // Trimming never cuts below `size`, so maps handed to readers stay valid (mmap invariant 1).
+        let cannot = || format!("cannot trim {}", self.log_path().display());
+        crate::failpoint::hit("segment.seal.trim").context(cannot)?;
+        self.ensure_file()?;
+        self.f().set_len(self.size as u64).context(|| format!("cannot trim {}", self.log_path().display()))?;
+        // Blocks past `size` are gone: a later append (after a failed roll) must reserve again.
+        self.allocated_len = self.size;
+        self.reservation.release();
+        self.sealed = true;
+        // Final: read through the map from now on. (`sync_all` and an `unseal`ed segment's next
+        // append reopen what they need.)
+        self.release_descriptors();
+        Ok(())
+    }
+
+    /// Undo `seal` after the roll that sealed this segment failed to create the next one:
+    /// it is still the newest segment, so it stays the active one. Its blocks are reserved
+    /// again by the next append (`ensure_capacity`), which fails with an error, not a store
+    /// past the end of the file, while the disk is full.
+    pub fn unseal(&mut self) {
+        if self.writable {
+            self.allocated_len = self.allocated_len.min(self.size);
+            self.reservation.settle(self.allocated_len - self.size);
+            self.sealed = false;
+        }
+    }
+
+    /// Make `[from, size)` durable.
+    pub fn flush_range(&self, from: usize) -> Result<()> {
+        if let Some(map) = &self.map {
+            if self.writable && self.size > from {
+                map.flush_range(from, self.size - from)
+                    .map_err(|e| Error::Poisoned(format!("msync of {} failed: {e}", self.log_path().display())))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// fdatasync the log file and both indexes.
+    pub fn sync_all(&self) -> Result<()> {
+        if !self.writable {
+            return Ok(());
+        }
+        self.flush_range(0)?;
+        // A released descriptor is reopened for the fsync: it flushes the file's dirty pages
+        // whichever descriptor (or map) wrote them.
+        let temporary;
+        let file = match &self.file {
+            Some(f) => f,
+            None => {
+                temporary = nofollow::open_read(&self.log_path(), "segment")?;
+                &temporary
+            }
+        };
+        file.sync_data().map_err(|e| Error::Poisoned(format!("fsync of {} failed: {e}", self.log_path().display())))?;
+        self.offset_index.file.sync()?;
+        self.time_index.file.sync()
+    }
+}
+
+/// Reserve real blocks for `[from, to)` and extend the file to `to`. Falls back to writing
+/// zeros where the filesystem has no `fallocate`.
+fn reserve_blocks(file: &File, from: usize, to: usize) -> std::io::Result<()> {
+    use rustix::fs::{fallocate, FallocateFlags};
+    match fallocate(file, FallocateFlags::empty(), from as u64, (to - from) as u64) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::OPNOTSUPP) => {
+            let zeros = vec![0u8; 1 << 20];
+            let mut at = from;
+            while at < to {
+                let n = (to - at).min(zeros.len());
+                file.write_all_at(&zeros[..n], at as u64)?;
+                at += n;
+            }
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
