@@ -7,6 +7,7 @@ mod consumer;
 mod errors;
 mod inspect;
 mod log;
+mod metadata;
 mod offsets;
 mod producer;
 mod record;
@@ -46,6 +47,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(topic_config::validate_dir_config, m)?)?;
     m.add_function(wrap_pyfunction!(topic_config::effective_topic_config, m)?)?;
     m.add_function(wrap_pyfunction!(topic_config::topic_log_options, m)?)?;
+    m.add_function(wrap_pyfunction!(metadata::read_metadata, m)?)?;
+    m.add_function(wrap_pyfunction!(metadata::update_metadata, m)?)?;
     m.add("MAX_PARTITIONS", crate::topic_config::MAX_PARTITIONS)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
