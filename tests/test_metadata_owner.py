@@ -84,7 +84,7 @@ def test_concurrent_updates_from_threads_lose_nothing(tmp_path):
         try:
             for j in range(5):
                 admin.create_topic(f"t{i}-{j}", 1)
-        except BaseException as e:  # noqa: BLE001 - reported below
+        except BaseException as e:  # reported below
             errors.append(e)
 
     threads = [threading.Thread(target=create, args=(i,)) for i in range(4)]
