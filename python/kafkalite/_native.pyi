@@ -19,6 +19,10 @@ __all__ = [
     "BATCH_FULL",
     "APPEND_LOCK_FILE",
     "WRITERS_FILE",
+    "TOPICS_FILE",
+    "ADMIN_LOCK_FILE",
+    "read_metadata",
+    "update_metadata",
     "RECORD_TOO_LARGE",
     "PREALLOCATE_BUDGET_BYTES_DEFAULT",
     "murmur2",
@@ -52,6 +56,8 @@ __version__: str
 BATCH_FULL: int
 APPEND_LOCK_FILE: str
 WRITERS_FILE: str
+TOPICS_FILE: str
+ADMIN_LOCK_FILE: str
 RECORD_TOO_LARGE: int
 PREALLOCATE_BUDGET_BYTES_DEFAULT: int
 

@@ -1,6 +1,7 @@
 """A data directory laid out like a Kafka ``log.dirs`` folder: one ``<topic>-<partition>``
-folder per partition, plus kafkalite's metadata in ``.kafkalite-topics.json`` (written
-atomically: temp file, fsync, rename): the topics with their own config, and the directory's
+folder per partition, plus kafkalite's metadata in ``.kafkalite-topics.json`` (read,
+checked and written atomically by the engine, ``rust/src/datadir.rs``, which the wire-protocol
+server uses too): the topics with their own config, and the directory's
 config under a broker's names (``auto.create.topics.enable``, ``num.partitions``, ``log.*``
 topic defaults). A broker's folder without our metadata is read-only and its topics are
 discovered from the folder names. A topic's effective config is resolved here only
@@ -34,9 +35,9 @@ from kafkalite.errors import (
 )
 from kafkalite.log import Log
 
-METADATA_FILE = ".kafkalite-topics.json"
+METADATA_FILE: str = _native.TOPICS_FILE
 NOTIFY_FILE = ".kafkalite-notify"
-LOCK_FILE = ".kafkalite-admin.lock"
+LOCK_FILE: str = _native.ADMIN_LOCK_FILE
 #: What a Kafka broker writes at the top of each of its log directories.
 BROKER_META_FILE = "meta.properties"
 

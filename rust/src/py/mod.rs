@@ -35,6 +35,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(record::crc32c, m)?)?;
     m.add("APPEND_LOCK_FILE", crate::files::APPEND_LOCK_FILE)?;
     m.add("WRITERS_FILE", crate::files::WRITERS_FILE)?;
+    m.add("TOPICS_FILE", crate::files::TOPICS_FILE)?;
+    m.add("ADMIN_LOCK_FILE", crate::files::ADMIN_LOCK_FILE)?;
     m.add("PREALLOCATE_BUDGET_BYTES_DEFAULT", crate::prealloc::DEFAULT_BUDGET_BYTES)?;
     m.add("BATCH_FULL", producer::FULL)?;
     m.add("RECORD_TOO_LARGE", producer::TOO_LARGE)?;
