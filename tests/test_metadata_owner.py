@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -94,3 +97,33 @@ def test_concurrent_updates_from_threads_lose_nothing(tmp_path):
         t.join(timeout=60)
     assert not any(t.is_alive() for t in threads) and not errors
     assert len(admin.list_topics()) == 20
+
+
+_CHILD = """
+import sys
+from kafkalite import Admin, KafkaliteError
+try:
+    Admin(sys.argv[1]).create_topic("b", 1)
+except KafkaliteError as e:
+    print(type(e).__name__, e)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize(
+    "fault", ["checkpoint.write=kill", "checkpoint.rename=kill", "checkpoint.write=enospc"]
+)
+def test_a_metadata_write_that_dies_midway_leaves_the_old_file(tmp_path, fault):
+    # The engine replaces the file atomically: a writer killed (or out of space) before the
+    # rename leaves the previous metadata whole, and the next writer succeeds over its temp file.
+    data = str(tmp_path / "data")
+    admin = Admin(data)
+    admin.create_topic("a", 1)
+    env = {**os.environ, "KAFKALITE_FAILPOINTS": fault}
+    child = subprocess.run([sys.executable, "-c", _CHILD, data], env=env, capture_output=True, timeout=60)
+    assert child.returncode == (-signal.SIGKILL if fault.endswith("kill") else 3), child
+    if fault.endswith("enospc"):
+        assert b"No space left" in child.stdout, child
+    assert admin.list_topics() == ["a"]
+    admin.create_topic("b", 1)
+    assert sorted(admin.list_topics()) == ["a", "b"]
