@@ -1,6 +1,6 @@
 """Type stubs for kafkalite's private native module (the Rust engine)."""
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from os import PathLike
 from typing import Any, final
 
@@ -19,6 +19,10 @@ __all__ = [
     "BATCH_FULL",
     "APPEND_LOCK_FILE",
     "WRITERS_FILE",
+    "TOPICS_FILE",
+    "ADMIN_LOCK_FILE",
+    "read_metadata",
+    "update_metadata",
     "RECORD_TOO_LARGE",
     "PREALLOCATE_BUDGET_BYTES_DEFAULT",
     "murmur2",
@@ -52,6 +56,8 @@ __version__: str
 BATCH_FULL: int
 APPEND_LOCK_FILE: str
 WRITERS_FILE: str
+TOPICS_FILE: str
+ADMIN_LOCK_FILE: str
 RECORD_TOO_LARGE: int
 PREALLOCATE_BUDGET_BYTES_DEFAULT: int
 
@@ -82,6 +88,10 @@ MAX_PARTITIONS: int
 def topic_config_defs() -> list[dict[str, Any]]: ...
 def dir_config_defs() -> list[dict[str, Any]]: ...
 def validate_topic_config(config: dict[str, Any]) -> dict[str, Any]: ...
+def read_metadata(path: str | PathLike[str]) -> dict[str, Any] | None: ...
+def update_metadata(
+    dir: str | PathLike[str], change: Callable[[dict[str, Any] | None], dict[str, Any]]
+) -> None: ...
 def validate_dir_config(config: dict[str, Any]) -> dict[str, Any]: ...
 def effective_topic_config(
     dir_config: dict[str, Any] | None, topic_config: dict[str, Any] | None

@@ -1,6 +1,7 @@
 """A data directory laid out like a Kafka ``log.dirs`` folder: one ``<topic>-<partition>``
-folder per partition, plus kafkalite's metadata in ``.kafkalite-topics.json`` (written
-atomically: temp file, fsync, rename): the topics with their own config, and the directory's
+folder per partition, plus kafkalite's metadata in ``.kafkalite-topics.json`` (read,
+checked and written atomically by the engine, ``rust/src/datadir.rs``, which the wire-protocol
+server uses too): the topics with their own config, and the directory's
 config under a broker's names (``auto.create.topics.enable``, ``num.partitions``, ``log.*``
 topic defaults). A broker's folder without our metadata is read-only and its topics are
 discovered from the folder names. A topic's effective config is resolved here only
@@ -10,7 +11,7 @@ write uses (``target_compression``).
 
 from __future__ import annotations
 
-import json
+import errno
 import logging
 import os
 import re
@@ -19,10 +20,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kafkalite import _native
-from kafkalite._files import locked, open_nofollow, write_atomically
 from kafkalite.errors import (
     BrokerAddressError,
-    CorruptMetadataError,
     InvalidConfigError,
     InvalidTopicError,
     InvalidTopicTypeError,
@@ -31,14 +30,14 @@ from kafkalite.errors import (
     ReadOnlyDataDirError,
     TopicAlreadyExistsError,
     UnknownTopicError,
-    typed_io_errors,
+    io_error,
     with_action,
 )
 from kafkalite.log import Log
 
-METADATA_FILE = ".kafkalite-topics.json"
+METADATA_FILE: str = _native.TOPICS_FILE
 NOTIFY_FILE = ".kafkalite-notify"
-LOCK_FILE = ".kafkalite-admin.lock"
+LOCK_FILE: str = _native.ADMIN_LOCK_FILE
 #: What a Kafka broker writes at the top of each of its log directories.
 BROKER_META_FILE = "meta.properties"
 
@@ -298,26 +297,29 @@ class DataDir:
             os.makedirs(self.path, exist_ok=True)
             logger.info("created the data directory %s", self.path)
         self.require()
-        with locked(os.path.join(self.path, LOCK_FILE)):
-            meta = os.path.join(self.path, METADATA_FILE)
-            if os.path.lexists(meta):
-                data = _read_metadata(meta)
-            elif self.broker_owned() and not adopt:
-                raise ReadOnlyDataDirError(
-                    f"{self.path} is a Kafka broker's log directory (partitions or meta.properties, no kafkalite "
-                    f"metadata): the broker's metadata log owns its topics, so kafkalite only reads it. To write it "
-                    f"with kafkalite on purpose (no broker may run on it then), adopt it: `kafkalite init --adopt "
-                    f"{self.path}` (or Admin.adopt_broker_dir())"
-                )
-            else:
-                data = {"version": 1, "topics": {}}
-                if adopt:
-                    data["topics"] = _adopted(self._discovered())
-            data.setdefault("config", {})
+
+        def apply(data: dict[str, Any] | None) -> dict[str, Any]:
+            # Called by the engine under the data-directory lock, with the checked metadata
+            # (None: no file yet); what it returns is checked again and written atomically.
+            if data is None:
+                if self.broker_owned() and not adopt:
+                    raise ReadOnlyDataDirError(
+                        f"{self.path} is a Kafka broker's log directory (partitions or meta.properties, no "
+                        f"kafkalite metadata): the broker's metadata log owns its topics, so kafkalite only reads "
+                        f"it. To write it with kafkalite on purpose (no broker may run on it then), adopt it: "
+                        f"`kafkalite init --adopt {self.path}` (or Admin.adopt_broker_dir())"
+                    )
+                data = {"version": 1, "topics": _adopted(self._discovered()) if adopt else {}}
+            if data.get("config") is None:
+                data["config"] = {}
             change(data)
-            write_atomically(meta, json.dumps(data, indent=1, sort_keys=True).encode())
-        with self._mutex:
-            self._cache = None
+            return data
+
+        try:
+            _native.update_metadata(self.path, apply)
+        finally:
+            with self._mutex:
+                self._cache = None
 
     def init(self, *, adopt: bool = False, config: Mapping[str, Any] | None = None) -> bool:
         """Make this a kafkalite data directory (``kafkalite init``): create it and its metadata.
@@ -454,52 +456,13 @@ def _add_topic(data_dir: DataDir, topics: dict, name: str, partitions: int, conf
 
 
 def _read_metadata(meta: str) -> dict[str, Any]:
-    """The parsed metadata file. Damage is a CorruptMetadataError naming the file (never a
-    JSONDecodeError or KeyError from deep inside a call); I/O errors are KafkaliteIOErrors."""
-    fd = open_nofollow(meta, os.O_RDONLY)
-    with typed_io_errors(f"cannot read {meta}"), os.fdopen(fd, "rb") as f:
-        raw = f.read()
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise CorruptMetadataError(
-            f"{meta} is damaged ({e}); restore it from a backup or re-create the topics"
-        ) from None
-    if not isinstance(data, dict) or not isinstance(data.get("topics"), dict):
-        raise CorruptMetadataError(
-            f"{meta} is damaged (no topics table); restore it from a backup or re-create the topics"
-        )
-    if data.get("config") is not None and not isinstance(data["config"], dict):
-        raise CorruptMetadataError(
-            f'{meta} is damaged ("config": {data["config"]!r:.100}, not an object); fix it by hand, '
-            "restore the file from a backup or set the data directory config again"
-        )
-    for name, entry in data["topics"].items():
-        _check_topic_entry(meta, name, entry)
+    """The parsed metadata file, read and checked by the engine (``datadir.rs``, the one owner of
+    the file's rules): damage is a CorruptMetadataError naming the file, the topic and the fix;
+    I/O errors (a link planted there included) are KafkaliteIOErrors."""
+    data = _native.read_metadata(meta)
+    if data is None:
+        raise io_error(errno.ENOENT, f"cannot read {meta}: the file is gone", meta)
     return data
-
-
-def _check_topic_entry(meta: str, name: str, entry: object) -> None:
-    """A hand-edited topic entry of the wrong shape is a CorruptMetadataError naming the file
-    and the topic here, not an AttributeError/TypeError/OverflowError in whichever client reads
-    it first (or a consumer that silently reads no partition for ``"partitions": -1``)."""
-    partitions = entry.get("partitions") if isinstance(entry, dict) else None
-    if not _TOPIC_RE.match(name) or name in (".", ".."):
-        problem = "is not a valid topic name (its folders would leave the data directory)"
-    elif not isinstance(entry, dict):
-        problem = f"is {type(entry).__name__} {entry!r:.100}, not an object"
-    elif isinstance(partitions, bool) or not isinstance(partitions, int):
-        problem = f'has "partitions": {partitions!r}, not an integer'
-    elif not 1 <= partitions <= MAX_PARTITIONS:
-        problem = f'has "partitions": {partitions}, outside 1..{MAX_PARTITIONS}'
-    elif not isinstance(entry.get("config", {}), dict):
-        problem = f'has "config": {entry["config"]!r:.100}, not an object'
-    else:
-        return
-    raise CorruptMetadataError(
-        f"{meta} is damaged (topic {name!r} {problem}); fix that entry by hand, restore the file "
-        "from a backup or re-create the topic"
-    )
 
 
 def _adopted(found: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

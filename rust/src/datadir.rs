@@ -3,11 +3,13 @@
 //! "config": {...}}}}`, changed under an exclusive flock on `.kafkalite-admin.lock` and
 //! replaced atomically (temp file, fsync, rename, fsync the directory).
 //!
-//! This is the one Rust reader/writer of that file (the wire-protocol server uses it); the
-//! Python side should later call it instead of keeping its own copy of these rules.
+//! This is the one reader, checker and writer of that file: the wire-protocol server uses it
+//! directly, Python's `datadir.py` through `kafkalite._native.read_metadata` /
+//! `update_metadata`. A hand-damaged file is an `Error::CorruptMetadata` naming the file, the
+//! topic and the fix, whichever of them reads it.
 
 use std::collections::BTreeMap;
-use std::fs::OpenOptions;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
@@ -75,26 +77,23 @@ impl DataDir {
 
     /// Every topic: from the metadata file, or discovered from folder names without one.
     pub fn topics(&self) -> Result<BTreeMap<String, TopicMeta>> {
-        let meta = self.metadata_path();
-        match std::fs::read(&meta) {
-            Ok(bytes) => parse_topics(&bytes).map_err(|e| Error::corrupt(format!("{}: {e}", meta.display()))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => self.discovered(),
-            Err(e) => Err(Error::io(format!("cannot read {}", meta.display()), e)),
-        }
+        let Some(data) = read_metadata(&self.metadata_path())? else { return self.discovered() };
+        let topics = data["topics"].as_object().map(|t| t.iter()).into_iter().flatten();
+        // `read_metadata` has checked every entry's shape.
+        Ok(topics
+            .map(|(name, meta)| {
+                let partitions = meta["partitions"].as_i64().unwrap_or(0) as i32;
+                let config = meta.get("config").and_then(Value::as_object).cloned().unwrap_or_default();
+                (name.clone(), TopicMeta { partitions, config, discovered: false })
+            })
+            .collect())
     }
 
     /// The data directory's own config (broker names, as `kafkalite config` sets them; no
     /// defaults filled in): empty without metadata.
     pub fn dir_config(&self) -> Result<Map<String, Value>> {
-        let meta = self.metadata_path();
-        let data: Value = match std::fs::read(&meta) {
-            Ok(bytes) => {
-                serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(format!("{}: {e}", meta.display())))?
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Map::new()),
-            Err(e) => return Err(Error::io(format!("cannot read {}", meta.display()), e)),
-        };
-        Ok(data.get("config").and_then(Value::as_object).cloned().unwrap_or_default())
+        let data = read_metadata(&self.metadata_path())?;
+        Ok(data.and_then(|d| d.get("config").and_then(Value::as_object).cloned()).unwrap_or_default())
     }
 
     fn discovered(&self) -> Result<BTreeMap<String, TopicMeta>> {
@@ -151,57 +150,144 @@ impl DataDir {
 
     /// Apply `change` to the topics under the data-directory lock and write them atomically.
     fn update(&self, change: impl FnOnce(&mut Map<String, Value>) -> Result<()>) -> Result<()> {
-        let lock_path = self.path.join(ADMIN_LOCK_FILE);
-        let lock = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .read(true)
-            .open(&lock_path)
-            .context(|| format!("cannot open {}", lock_path.display()))?;
-        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
-            .map_err(|e| Error::io(format!("cannot lock {}", lock_path.display()), e.into()))?;
-        let meta = self.metadata_path();
-        let mut data: Value = match std::fs::read(&meta) {
-            Ok(bytes) => {
-                serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(format!("{}: {e}", meta.display())))?
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                if !self.discovered()?.is_empty() {
+        update_metadata(&self.path, |data| {
+            let mut data = match data {
+                Some(data) => data,
+                None if !self.discovered()?.is_empty() => {
                     return Err(Error::config(format!(
                         "{} holds partitions but no kafkalite metadata (a Kafka broker's log directory?); it can be read but not changed",
                         self.path.display()
-                    )));
+                    )))
                 }
-                json!({"version": 1, "topics": {}})
+                None => json!({"version": 1, "topics": {}}),
+            };
+            // `read_metadata` has checked that "topics" is an object.
+            if let Some(topics) = data.get_mut("topics").and_then(Value::as_object_mut) {
+                change(topics)?;
             }
-            Err(e) => return Err(Error::io(format!("cannot read {}", meta.display()), e)),
-        };
-        let topics = data
-            .get_mut("topics")
-            .and_then(Value::as_object_mut)
-            .ok_or_else(|| Error::corrupt(format!("{} has no \"topics\" object", meta.display())))?;
-        change(topics)?;
-        // Python writes json.dump(indent=1, sort_keys=True); serde_json's maps are sorted too.
-        let text = serde_json::to_string_pretty(&data).map_err(|e| Error::corrupt(e.to_string()))?;
-        write_atomically(&self.path, TOPICS_FILE, text.as_bytes())
-        // The flock is released when `lock` drops.
+            Ok(data)
+        })
     }
 }
 
-fn parse_topics(bytes: &[u8]) -> std::result::Result<BTreeMap<String, TopicMeta>, String> {
-    let data: Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-    let topics = data.get("topics").and_then(Value::as_object).ok_or("no \"topics\" object")?;
-    let mut out = BTreeMap::new();
-    for (name, meta) in topics {
-        let partitions = meta
-            .get("partitions")
-            .and_then(Value::as_i64)
-            .filter(|n| (1..=MAX_PARTITIONS as i64).contains(n))
-            .ok_or_else(|| format!("topic {name:?} has no valid \"partitions\""))?;
-        let config = meta.get("config").and_then(Value::as_object).cloned().unwrap_or_default();
-        out.insert(name.clone(), TopicMeta { partitions: partitions as i32, config, discovered: false });
+/// The parsed and checked metadata file at `meta`, None when there is none. Never follows a
+/// link; damage is an `Error::CorruptMetadata` naming the file (`check_metadata`).
+pub fn read_metadata(meta: &Path) -> Result<Option<Value>> {
+    let mut file = match crate::nofollow::open_read(meta, "the topic metadata") {
+        Ok(file) => file,
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut raw = Vec::new();
+    file.read_to_end(&mut raw).context_at(meta, || format!("cannot read {}", meta.display()))?;
+    let data: Value = serde_json::from_slice(&raw).map_err(|e| {
+        Error::CorruptMetadata(format!(
+            "{} is damaged ({e}); restore it from a backup or re-create the topics",
+            meta.display()
+        ))
+    })?;
+    check_metadata(meta, &data)?;
+    Ok(Some(data))
+}
+
+/// The shape every reader relies on: `{"topics": {name: {"partitions": 1..MAX_PARTITIONS,
+/// "config": {...}}}, "config": {...} or null}`, topic names by Kafka's rules (so no folder
+/// leaves the data directory). A hand-edited entry of the wrong shape is refused here, naming
+/// the file and the topic, not an odd error in whichever client reads it first.
+pub fn check_metadata(meta: &Path, data: &Value) -> Result<()> {
+    let Some(topics) = data.get("topics").and_then(Value::as_object) else {
+        return Err(Error::CorruptMetadata(format!(
+            "{} is damaged (no topics table); restore it from a backup or re-create the topics",
+            meta.display()
+        )));
+    };
+    match data.get("config") {
+        None | Some(Value::Null) | Some(Value::Object(_)) => {}
+        Some(other) => {
+            return Err(Error::CorruptMetadata(format!(
+                "{} is damaged (\"config\": {}, not an object); fix it by hand, restore the file from a backup or \
+                 set the data directory config again",
+                meta.display(),
+                shown(other)
+            )))
+        }
     }
-    Ok(out)
+    for (name, entry) in topics {
+        let partitions = entry.get("partitions");
+        let problem = if validate_topic_name(name).is_err() {
+            "is not a valid topic name (its folders would leave the data directory)".to_string()
+        } else if !entry.is_object() {
+            format!("is {} {}, not an object", type_name(entry), shown(entry))
+        } else if !partitions.is_some_and(|p| p.is_i64() || p.is_u64()) {
+            format!("has \"partitions\": {}, not an integer", partitions.map_or("None".to_string(), shown))
+        } else if !partitions.and_then(Value::as_i64).is_some_and(|n| (1..=MAX_PARTITIONS as i64).contains(&n)) {
+            format!("has \"partitions\": {}, outside 1..{MAX_PARTITIONS}", shown(partitions.unwrap_or(&Value::Null)))
+        } else if entry.get("config").is_some_and(|c| !c.is_object()) {
+            format!("has \"config\": {}, not an object", shown(&entry["config"]))
+        } else {
+            continue;
+        };
+        return Err(Error::CorruptMetadata(format!(
+            "{} is damaged (topic {name:?} {problem}); fix that entry by hand, restore the file from a backup or \
+             re-create the topic",
+            meta.display()
+        )));
+    }
+    Ok(())
+}
+
+/// A JSON value in an error message, cut at 100 characters (a damaged file may be huge).
+fn shown(v: &Value) -> String {
+    v.to_string().chars().take(100).collect()
+}
+
+/// The Python type a JSON value reads as, as datadir.py named it.
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "NoneType",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_f64() => "float",
+        Value::Number(_) => "int",
+        Value::String(_) => "str",
+        Value::Array(_) => "list",
+        Value::Object(_) => "dict",
+    }
+}
+
+/// Change the metadata of the data directory `dir` under its admin lock (an exclusive flock on
+/// `.kafkalite-admin.lock`, never through a link): read and check it, hand it to `change`
+/// (None when there is no file yet), check what comes back and replace the file atomically
+/// (temp file, fsync, rename, fsync the directory) in the format datadir.py has always written
+/// (`json.dumps(indent=1, sort_keys=True)`; serde_json's maps are sorted).
+pub fn update_metadata<E: From<Error>>(
+    dir: &Path,
+    change: impl FnOnce(Option<Value>) -> std::result::Result<Value, E>,
+) -> std::result::Result<(), E> {
+    let lock_path = dir.join(ADMIN_LOCK_FILE);
+    let lock = crate::nofollow::open(
+        crate::nofollow::options().create(true).append(true).read(true),
+        &lock_path,
+        "the data directory's admin lock",
+    )?;
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| Error::io_at(&lock_path, format!("cannot lock {}", lock_path.display()), e.into()))?;
+    let meta = dir.join(TOPICS_FILE);
+    let data = change(read_metadata(&meta)?)?;
+    check_metadata(&meta, &data)?;
+    let pretty = serde_json::to_string_pretty(&data)
+        .map_err(|e| Error::config(format!("cannot write {}: {e}", meta.display())))?;
+    // serde_json indents by two spaces, json.dumps(indent=1) by one; JSON strings hold no raw
+    // newline, so every line starts with indentation only.
+    let text: Vec<String> = pretty
+        .lines()
+        .map(|line| {
+            let body = line.trim_start_matches(' ');
+            format!("{}{body}", " ".repeat((line.len() - body.len()) / 2))
+        })
+        .collect();
+    write_atomically(dir, TOPICS_FILE, text.join("\n").as_bytes())?;
+    drop(lock); // releases the flock
+    Ok(())
 }
 
 /// Config strings from the wire (CreateTopics), checked against `topic_config::TOPIC_CONFIGS`:
@@ -247,5 +333,20 @@ mod tests {
         assert!(dd.create_topic("bad/name", 1, &BTreeMap::new()).is_err());
         assert!(dd.create_topic("events_x", 0, &BTreeMap::new()).is_err());
         assert_eq!(log_config(&dd.dir_config().unwrap(), &topics["events"]).unwrap().retention_ms, Some(1000));
+    }
+
+    #[test]
+    fn damaged_metadata_is_refused_naming_file_and_topic() {
+        let dir = tempfile::tempdir().unwrap();
+        let dd = DataDir::new(dir.path()).unwrap();
+        std::fs::write(dd.metadata_path(), r#"{"version": 1, "topics": {"t": {"partitions": 0}}}"#).unwrap();
+        let err = dd.topics().unwrap_err();
+        assert!(matches!(err, Error::CorruptMetadata(_)), "{err}");
+        assert!(err.to_string().contains(TOPICS_FILE) && err.to_string().contains("\"t\""), "{err}");
+        // A change that would damage the file is refused before it is written.
+        std::fs::write(dd.metadata_path(), r#"{"version": 1, "topics": {}}"#).unwrap();
+        let err = update_metadata(dd.path(), |_| Ok::<_, Error>(json!({"topics": {"t": 1}}))).unwrap_err();
+        assert!(matches!(err, Error::CorruptMetadata(_)), "{err}");
+        assert_eq!(std::fs::read_to_string(dd.metadata_path()).unwrap(), r#"{"version": 1, "topics": {}}"#);
     }
 }

@@ -63,6 +63,11 @@ pub enum Error {
     #[error("unknown topic or partition: {0}")]
     UnknownTopicOrPartition(String),
 
+    /// A damaged `.kafkalite-topics.json` (`datadir.rs`); the message names the file, the topic
+    /// and the fix.
+    #[error("{0}")]
+    CorruptMetadata(String),
+
     /// Any I/O failure, with what the engine was doing and, when known, the file it concerned
     /// (the binding hands both to Python as `OSError.strerror` / `.filename`).
     #[error("{context}: {source}")]

@@ -22,6 +22,7 @@ pyo3::import_exception!(kafkalite.errors, UnsupportedFormatError);
 pyo3::import_exception!(kafkalite.errors, LogClosedError);
 pyo3::import_exception!(kafkalite.errors, LogPoisonedError);
 pyo3::import_exception!(kafkalite.errors, UnknownTopicOrPartitionError);
+pyo3::import_exception!(kafkalite.errors, CorruptMetadataError);
 // Raised by the binding itself (a Python value of a type no config takes), not mapped from `Error`.
 pyo3::import_exception!(kafkalite.errors, InvalidTypeError);
 
@@ -39,6 +40,7 @@ fn to_pyerr(py: Python<'_>, e: Error) -> PyErr {
         Error::Closed(_) => LogClosedError::new_err(msg),
         Error::Poisoned(_) | Error::LogPoisoned(_) => LogPoisonedError::new_err(msg),
         Error::UnknownTopicOrPartition(_) => UnknownTopicOrPartitionError::new_err(msg),
+        Error::CorruptMetadata(_) => CorruptMetadataError::new_err(msg),
         Error::Io { context, path, source } => io_error(py, &context, path, &source),
     }
 }

@@ -7,6 +7,7 @@ mod consumer;
 mod errors;
 mod inspect;
 mod log;
+mod metadata;
 mod offsets;
 mod producer;
 mod record;
@@ -34,6 +35,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(record::crc32c, m)?)?;
     m.add("APPEND_LOCK_FILE", crate::files::APPEND_LOCK_FILE)?;
     m.add("WRITERS_FILE", crate::files::WRITERS_FILE)?;
+    m.add("TOPICS_FILE", crate::files::TOPICS_FILE)?;
+    m.add("ADMIN_LOCK_FILE", crate::files::ADMIN_LOCK_FILE)?;
     m.add("PREALLOCATE_BUDGET_BYTES_DEFAULT", crate::prealloc::DEFAULT_BUDGET_BYTES)?;
     m.add("BATCH_FULL", producer::FULL)?;
     m.add("RECORD_TOO_LARGE", producer::TOO_LARGE)?;
@@ -46,6 +49,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(topic_config::validate_dir_config, m)?)?;
     m.add_function(wrap_pyfunction!(topic_config::effective_topic_config, m)?)?;
     m.add_function(wrap_pyfunction!(topic_config::topic_log_options, m)?)?;
+    m.add_function(wrap_pyfunction!(metadata::read_metadata, m)?)?;
+    m.add_function(wrap_pyfunction!(metadata::update_metadata, m)?)?;
     m.add("MAX_PARTITIONS", crate::topic_config::MAX_PARTITIONS)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -56,7 +56,7 @@ fn to_map(config: Option<&Bound<'_, PyDict>>) -> PyResult<Map<String, Value>> {
     Ok(out)
 }
 
-fn to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
+pub(super) fn to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
     Ok(match value {
         Value::Null => py.None().into_bound(py),
         Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),

@@ -54,6 +54,9 @@ pub struct Broker {
 impl Broker {
     pub fn open(config: &ServerConfig, advertised: (String, i32)) -> Result<Broker> {
         let dir = DataDir::new(&config.data_dir)?;
+        // A damaged metadata file stops the start with the error Admin gives for it, rather
+        // than failing every request later.
+        dir.topics()?;
         let groups = Coordinator::new(dir.path());
         let notifier = Arc::new(Notifier::open(&dir.path().join(NOTIFY_FILE))?);
         let appended = Arc::new(Notify::new());

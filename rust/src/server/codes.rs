@@ -41,9 +41,12 @@ pub fn for_error(e: &Error) -> i16 {
         Error::Unsupported(_) => UNSUPPORTED_FOR_MESSAGE_FORMAT,
         Error::UnknownTopicOrPartition(_) => UNKNOWN_TOPIC_OR_PARTITION,
         Error::LockTimeout { .. } => REQUEST_TIMED_OUT, // another writer held the append lock too long
-        Error::Locked { .. } | Error::Closed(_) | Error::Poisoned(_) | Error::LogPoisoned(_) | Error::Io { .. } => {
-            KAFKA_STORAGE_ERROR
-        }
+        Error::Locked { .. }
+        | Error::Closed(_)
+        | Error::Poisoned(_)
+        | Error::LogPoisoned(_)
+        | Error::CorruptMetadata(_)
+        | Error::Io { .. } => KAFKA_STORAGE_ERROR,
     }
 }
 

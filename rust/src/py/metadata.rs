@@ -1,0 +1,74 @@
+//! `kafkalite._native.read_metadata` / `update_metadata`: the data directory's topic metadata
+//! file through the engine (`datadir.rs` reads, checks and writes it); this only converts
+//! between JSON values and Python objects.
+
+use std::path::PathBuf;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use serde_json::{Map, Value};
+
+use crate::datadir;
+use crate::py::errors::InvalidTypeError;
+use crate::py::topic_config::to_py;
+
+/// The parsed, checked metadata file at `path`, None when there is none.
+#[pyfunction]
+pub fn read_metadata(py: Python<'_>, path: PathBuf) -> PyResult<Option<Bound<'_, PyAny>>> {
+    let data = py.detach(|| datadir::read_metadata(&path))?;
+    data.map(|d| to_py(py, &d)).transpose()
+}
+
+/// Under the admin lock of the data directory `dir`: read the metadata, call `change(dict or
+/// None)`, which returns the new metadata, check it and replace the file atomically. The lock
+/// is waited for without the GIL (another thread of this process may hold it and need the GIL).
+#[pyfunction]
+pub fn update_metadata(py: Python<'_>, dir: PathBuf, change: Py<PyAny>) -> PyResult<()> {
+    py.detach(|| {
+        datadir::update_metadata(&dir, |data| {
+            Python::attach(|py| {
+                let arg = data.map(|d| to_py(py, &d)).transpose()?;
+                let result = change.bind(py).call1((arg,))?;
+                to_json(&result)
+            })
+        })
+    })
+}
+
+/// A Python value as JSON, as `json.dumps` would write it; anything else is an InvalidTypeError.
+fn to_json(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
+    if obj.is_none() {
+        return Ok(Value::Null);
+    }
+    if let Ok(b) = obj.cast::<PyBool>() {
+        return Ok(Value::Bool(b.is_true()));
+    }
+    if obj.is_instance_of::<PyInt>() {
+        return obj.extract::<i64>().map(Value::from).map_err(|_| {
+            InvalidTypeError::new_err(format!("the topic metadata cannot hold the integer {obj} (outside 64 bits)"))
+        });
+    }
+    if let Ok(f) = obj.cast::<PyFloat>() {
+        return serde_json::Number::from_f64(f.value()).map(Value::Number).ok_or_else(|| {
+            InvalidTypeError::new_err(format!("the topic metadata cannot hold the float {obj} (not finite)"))
+        });
+    }
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(Value::String(s.to_str()?.to_string()));
+    }
+    if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() {
+        return obj.try_iter()?.map(|item| to_json(&item?)).collect::<PyResult<Vec<_>>>().map(Value::Array);
+    }
+    if let Ok(d) = obj.cast::<PyDict>() {
+        let mut map = Map::new();
+        for (k, v) in d.iter() {
+            let Ok(key) = k.extract::<String>() else {
+                let kind = k.get_type().name()?;
+                return Err(InvalidTypeError::new_err(format!("the topic metadata's keys are str, not {kind}")));
+            };
+            map.insert(key, to_json(&v)?);
+        }
+        return Ok(Value::Object(map));
+    }
+    Err(InvalidTypeError::new_err(format!("the topic metadata cannot hold a {}", obj.get_type().name()?)))
+}
