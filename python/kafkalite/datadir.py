@@ -188,8 +188,8 @@ class DataDir:
             raise BrokerAddressError(
                 f"{raw!r} looks like a broker address (host:port), but kafkalite takes the path of a data directory "
                 "(where kafka-python takes bootstrap_servers), for example Producer('data'). To talk to a Kafka "
-                "broker, use a Kafka client such as kafka-python or confluent-kafka; to serve kafkalite's files "
-                "from a broker, point its log.dirs at the data directory"
+                "broker, use a Kafka client such as kafka-python or confluent-kafka; to give Kafka clients a "
+                "broker over a data directory, run: kafkalite serve --data-dir DIR --listen HOST:PORT"
             )
         self.path = os.path.abspath(raw)
         if not create or os.path.lexists(self.path):  # a path that exists must be a data directory now
