@@ -10,6 +10,8 @@ import struct
 import time
 
 import kafkalite
+from kafkalite.server import Server
+from test_server import CODECS, confluent_producer, produce_all
 
 #: Kafka's API key of InitProducerId (idempotent producers).
 INIT_PRODUCER_ID = 22
@@ -29,6 +31,22 @@ def items(n: int) -> list[Item]:
         )
         for i in range(n)
     ]
+
+
+def write_from_python(server: Server, n: int) -> dict[str, list[Item]]:
+    """What the other clients read: ``items(n)`` produced by confluent-kafka with every codec
+    (topics ``py-<codec>``) and, by the embedded Producer, those with a key or a value (it refuses
+    a record with neither, as kafka-python does) to ``py-embedded``. Returns topic -> items."""
+    written: dict[str, list[Item]] = {}
+    for codec in CODECS:
+        producer = confluent_producer(server, **{"compression.type": codec})
+        written[f"py-{codec}"] = items(n)
+        produce_all(producer, f"py-{codec}", items(n))
+    written["py-embedded"] = [item for item in items(n) if item[0] is not None or item[1] is not None]
+    with kafkalite.Producer(server.path) as producer:
+        for key, value, headers in written["py-embedded"]:
+            producer.send("py-embedded", value, key=key, headers=headers, partition=0)
+    return written
 
 
 def embedded_read(path: str, topic: str, count: int, timeout: float = 30.0) -> list:

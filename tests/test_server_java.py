@@ -13,8 +13,15 @@ from pathlib import Path
 import kafkalite
 import maven_jars
 import pytest
-from server_clients import INIT_PRODUCER_ID, embedded_read, items, served_api_keys, stored_codecs
-from test_server import CODECS, confluent_producer, produce_all
+from server_clients import (
+    INIT_PRODUCER_ID,
+    embedded_read,
+    items,
+    served_api_keys,
+    stored_codecs,
+    write_from_python,
+)
+from test_server import CODECS
 
 pytestmark = pytest.mark.broker
 pytest_plugins = ["kafkalite.testing"]
@@ -111,25 +118,16 @@ def test_java_consumer_group_reads_what_python_wrote(kafkalite_server, java):
     """confluent-kafka writes every codec, the embedded Producer writes a topic of its own; the
     Java consumer reads them all in one group and commits, and the embedded side sees its
     committed offsets."""
-    topics = []
-    for codec in CODECS:
-        topics.append(f"py-{codec}")
-        produce_all(confluent_producer(kafkalite_server, **{"compression.type": codec}), topics[-1], items(N))
-    embedded_items = [item for item in items(N) if item[0] is not None or item[1] is not None]
-    with kafkalite.Producer(kafkalite_server.path) as producer:
-        for key, value, headers in embedded_items:
-            producer.send("py-embedded", value, key=key, headers=headers, partition=0)
-    topics.append("py-embedded")
-    total = N * len(CODECS) + len(embedded_items)
-    lines = java.run("consume", kafkalite_server.bootstrap_servers, "java-group", total, *topics)
+    written = write_from_python(kafkalite_server, N)
+    total = sum(map(len, written.values()))
+    lines = java.run("consume", kafkalite_server.bootstrap_servers, "java-group", total, *written)
     assert lines[-1] == f"COMMITTED {total}"
     got = parse_records(lines)
-    for topic in topics:
-        want = embedded_items if topic == "py-embedded" else items(N)
+    for topic, want in written.items():
         assert [r[2:] for r in got if r[0] == topic] == [(i, *item) for i, item in enumerate(want)], topic
     description = kafkalite.Admin(kafkalite_server.path).describe_group("java-group")
     assert {(p.topic, p.partition): p.committed for p in description.partitions} == {
-        (t, 0): len(embedded_items) if t == "py-embedded" else N for t in topics
+        (topic, 0): len(want) for topic, want in written.items()
     }
 
 

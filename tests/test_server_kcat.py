@@ -12,8 +12,8 @@ import subprocess
 
 import kafkalite
 import pytest
-from server_clients import embedded_read, items, stored_codecs
-from test_server import CODECS, confluent_producer, produce_all
+from server_clients import embedded_read, items, stored_codecs, write_from_python
+from test_server import CODECS
 
 pytest_plugins = ["kafkalite.testing"]
 
@@ -68,20 +68,12 @@ def test_kcat_produces_every_codec_with_headers_and_nulls(kafkalite_server, kcat
 
 
 def test_kcat_consumes_what_python_wrote(kafkalite_server, kcat):
-    topics = []
-    for codec in CODECS:
-        topics.append(f"py-{codec}")
-        produce_all(confluent_producer(kafkalite_server, **{"compression.type": codec}), topics[-1], items(N))
-    embedded_items = [item for item in items(N) if item[0] is not None or item[1] is not None]
-    with kafkalite.Producer(kafkalite_server.path) as producer:
-        for key, value, headers in embedded_items:
-            producer.send("py-embedded", value, key=key, headers=headers, partition=0)
+    written = write_from_python(kafkalite_server, N)
 
     def shown(b: bytes | None) -> str:
         return "NULL" if b is None else b.decode()
 
-    for topic in [*topics, "py-embedded"]:
-        want = embedded_items if topic == "py-embedded" else items(N)
+    for topic, want in written.items():
         out = run(
             kcat,
             "-b",
