@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import subprocess
 import time
+from pathlib import Path
 
 import kafkalite
 from kafkalite.server import Server
@@ -62,6 +64,29 @@ def embedded_read(path: str, topic: str, count: int, timeout: float = 30.0) -> l
     finally:
         consumer.close()
     return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve(spawn, data: Path, port: int):
+    """`kafkalite serve` as a child process; returns it once it listens."""
+    proc = spawn.module(
+        "kafkalite",
+        "serve",
+        "--data-dir",
+        data,
+        "--listen",
+        f"127.0.0.1:{port}",
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stderr.readline()
+    assert f"127.0.0.1:{port}" in line, line
+    return proc
 
 
 def stored_codecs(path: str, topic: str, partition: int = 0) -> set[int]:

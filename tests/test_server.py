@@ -323,21 +323,10 @@ def test_stop_is_bounded_with_clients_connected(tmp_path):
 
 
 def test_cli_serve_until_ctrl_c(tmp_path, spawn):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = spawn.module(
-        "kafkalite",
-        "serve",
-        "--data-dir",
-        tmp_path,
-        "--listen",
-        f"127.0.0.1:{port}",
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    line = proc.stderr.readline()
-    assert f"127.0.0.1:{port}" in line, line
+    from server_clients import free_port, serve
+
+    port = free_port()
+    proc = serve(spawn, tmp_path, port)
     p = confluent_kafka.Producer({"bootstrap.servers": f"127.0.0.1:{port}"})
     p.produce("cli", b"hello")
     assert p.flush(10) == 0

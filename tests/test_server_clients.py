@@ -5,7 +5,6 @@ SIGKILL while a producer with acks=all streams, then restarted on the same port.
 from __future__ import annotations
 
 import collections
-import socket
 import subprocess
 import threading
 import time
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import kafkalite
 import pytest
-from server_clients import INIT_PRODUCER_ID, served_api_keys
+from server_clients import INIT_PRODUCER_ID, free_port, serve, served_api_keys
 from test_server import confluent_producer, confluent_read
 
 pytest_plugins = ["kafkalite.testing"]
@@ -146,29 +145,6 @@ def test_consumer_group_of_three_processes_with_one_killed(kafkalite_server, tmp
     assert set(reads) == {(p, o) for p in range(partitions) for o in range(end[p])}
     twice = sum(n - 1 for n in reads.values())
     assert twice <= partitions, f"{twice} records read twice (at most one uncommitted per partition)"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def serve(spawn, data: Path, port: int):
-    """`kafkalite serve` as a child process; returns it once it listens."""
-    proc = spawn.module(
-        "kafkalite",
-        "serve",
-        "--data-dir",
-        data,
-        "--listen",
-        f"127.0.0.1:{port}",
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    line = proc.stderr.readline()
-    assert f"127.0.0.1:{port}" in line, line + proc.stderr.read()
-    return proc
 
 
 @pytest.mark.slow
