@@ -62,14 +62,16 @@ def java_client_jars() -> Path:
 
 def spark_kafka_jars(spark_version: str) -> tuple[str, list[str]]:
     """spark-sql-kafka-0-10 for ``spark_version`` (or, when Maven Central has no such release
-    yet, the newest earlier minor release of the same major version: pyspark 4.3.0 runs 4.2.0's);
-    returns (version used, the jars pyspark does not already ship, for ``spark.jars``)."""
+    yet, the newest earlier minor release of the same major version: pyspark 4.3.0 runs 4.2.0's;
+    a release already in the cache is taken first); returns (version used, the jars pyspark does
+    not already ship, for ``spark.jars``)."""
     import pyspark
 
     major, minor = (int(x) for x in spark_version.split(".")[:2])
     candidates = [spark_version] + [f"{major}.{m}.0" for m in range(minor - 1, -1, -1)]
+    cached = [v for v in candidates if (CACHE / f"spark-sql-kafka-0-10_2.13-{v}").is_dir()]
     errors = []
-    for version in candidates:
+    for version in cached[:1] or candidates:  # no Maven run (seconds) when one is already here
         try:
             folder = copy_dependencies(
                 TESTS / "spark_kafka" / "pom.xml",
