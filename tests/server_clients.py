@@ -1,6 +1,7 @@
 """Helpers shared by the tests that drive real clients (Java, kcat, Spark, confluent-kafka child
 processes) against `kafkalite serve`: the records they exchange, reading them back with the
-embedded Consumer, and asking the server which APIs it serves."""
+embedded Consumer, starting `kafkalite serve` as a child process, and asking the server which
+APIs it serves."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import kafkalite
 from kafkalite.server import Server
-from test_server import CODECS, confluent_producer, produce_all
 
 #: Kafka's API key of InitProducerId (idempotent producers).
 INIT_PRODUCER_ID = 22
@@ -39,6 +39,8 @@ def write_from_python(server: Server, n: int) -> dict[str, list[Item]]:
     """What the other clients read: ``items(n)`` produced by confluent-kafka with every codec
     (topics ``py-<codec>``) and, by the embedded Producer, those with a key or a value (it refuses
     a record with neither, as kafka-python does) to ``py-embedded``. Returns topic -> items."""
+    from test_server import CODECS, confluent_producer, produce_all  # needs confluent-kafka
+
     written: dict[str, list[Item]] = {}
     for codec in CODECS:
         producer = confluent_producer(server, **{"compression.type": codec})
