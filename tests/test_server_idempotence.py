@@ -234,7 +234,14 @@ def test_init_producer_id_is_fresh_unique_across_restarts_and_apart_from_the_sin
 
 def start_serving(spawn, data, port: int):
     proc = spawn.module(
-        "kafkalite", "serve", "--data-dir", data, "--listen", f"127.0.0.1:{port}", stderr=subprocess.PIPE, text=True
+        "kafkalite",
+        "serve",
+        "--data-dir",
+        data,
+        "--listen",
+        f"127.0.0.1:{port}",
+        stderr=subprocess.PIPE,
+        text=True,
     )
     line = proc.stderr.readline()
     assert f"127.0.0.1:{port}" in line, line

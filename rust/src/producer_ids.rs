@@ -68,9 +68,9 @@ fn read_next(data_dir: &Path) -> Result<i64> {
     let path = data_dir.join(PRODUCER_IDS_FILE);
     let mut text = String::new();
     match crate::nofollow::open_read(&path, "producer id file") {
-        Ok(mut f) => {
-            f.read_to_string(&mut text).map_err(|e| Error::io_at(&path, format!("cannot read {}", path.display()), e))?
-        }
+        Ok(mut f) => f
+            .read_to_string(&mut text)
+            .map_err(|e| Error::io_at(&path, format!("cannot read {}", path.display()), e))?,
         Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return Ok(0),
         Err(e) => return Err(e),
     };

@@ -473,10 +473,7 @@ mod tests {
         assert_eq!(s.check(&[batch(1, 1, 0, 0, 1)], "t-0"), Verdict::Append);
         assert!(matches!(s.check(&[batch(1, 1, 5, 0, 1)], "t-0"), Verdict::Refused(Refusal::OutOfOrderSequence(_))));
         s.apply(&batch(1, 1, 0, 2, 1));
-        assert!(matches!(
-            s.check(&[batch(1, 0, 44, 0, 1)], "t-0"),
-            Verdict::Refused(Refusal::InvalidProducerEpoch(_))
-        ));
+        assert!(matches!(s.check(&[batch(1, 0, 44, 0, 1)], "t-0"), Verdict::Refused(Refusal::InvalidProducerEpoch(_))));
         // Batches without a producer id are never checked.
         assert_eq!(s.check(&[batch(-1, -1, -1, 0, 1)], "t-0"), Verdict::Append);
     }

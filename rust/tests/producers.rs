@@ -51,10 +51,7 @@ fn a_retry_through_another_writer_is_found_and_embedded_appends_do_not_disturb()
     assert!(matches!(b.append_produce(&batch(7, 0, 0, 3)).unwrap(), Produced::Duplicate(d) if d.first_offset() == 0));
     assert_eq!(b.append_produce(&batch(7, 0, 3, 1)).unwrap(), Produced::Appended(4, 4));
     assert!(matches!(a.append_produce(&batch(7, 0, 3, 1)).unwrap(), Produced::Duplicate(d) if d.first_offset() == 4));
-    assert!(matches!(
-        a.append_produce(&batch(7, 0, 9, 1)).unwrap(),
-        Produced::Refused(Refusal::OutOfOrderSequence(_))
-    ));
+    assert!(matches!(a.append_produce(&batch(7, 0, 9, 1)).unwrap(), Produced::Refused(Refusal::OutOfOrderSequence(_))));
     assert_eq!(a.end_offset(), 5);
     // Plain appends (Log::append_raw_batches, the Spark sink's path) are not checked.
     assert_eq!(a.append_raw_batches(&batch(7, 0, 0, 3)).unwrap(), (5, 7));
