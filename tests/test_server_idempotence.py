@@ -372,3 +372,60 @@ def test_a_snapshot_beyond_the_log_end_is_dropped_at_open(tmp_path):
         assert wire.produce(batch(pid, 0, 1, [b"b"])) == (NONE, 1)
         wire.close()
     assert not (part / "00000000000000000500.snapshot").exists()
+
+
+@pytest.mark.broker
+def test_a_brokers_snapshot_is_read_and_written_back_byte_for_byte(tmp_path, caplog):
+    """An idempotent kafka-python producer writes to Apache Kafka 4.1; the broker's stopped
+    partition (its `.log`, indexes and `<end>.snapshot`) moves into a kafkalite data directory.
+    The server takes its state from that snapshot (a retry of the broker-written last batch is
+    acknowledged at the broker's offset, no damage warning), and the snapshot kafkalite writes
+    at its own clean close, for the same state and offset, has the broker's exact bytes."""
+    from kafka import KafkaProducer
+    from kafka_broker import KafkaBroker
+
+    logs = tmp_path / "logs"
+    with KafkaBroker(logs, tmp_path / "work") as broker:
+        producer = KafkaProducer(
+            bootstrap_servers=broker.bootstrap_servers, enable_idempotence=True, linger_ms=0, acks="all"
+        )
+        for i in range(5):
+            producer.send(TOPIC, b"broker-%d" % i, partition=0).get(timeout=60)
+        producer.close()
+    broker_part = logs / f"{TOPIC}-0"
+    (snapshot,) = glob.glob(str(broker_part / "*.snapshot"))
+    assert os.path.basename(snapshot) == "00000000000000000005.snapshot"
+    with open(snapshot, "rb") as f:
+        broker_bytes = f.read()
+    with open(broker_part / "00000000000000000000.log", "rb") as f:
+        log_bytes = f.read()
+    last_at = list(_infos(log_bytes))[-1]
+    last_batch = log_bytes[last_at[0] :]
+    data = tmp_path / "d"
+    kafkalite.Admin(str(data)).create_topic(TOPIC, partitions=1)
+    part = data / f"{TOPIC}-0"
+    for name in os.listdir(part):
+        os.remove(part / name)
+    for suffix in (".log", ".index", ".timeindex", ".snapshot"):
+        src = broker_part / f"{'5' if suffix == '.snapshot' else '0':0>20}{suffix}"
+        with open(src, "rb") as f, open(part / src.name, "wb") as g:
+            g.write(f.read())
+    copied = os.stat(part / "00000000000000000005.snapshot").st_ino
+    with caplog.at_level(logging.WARNING, logger="kafkalite"), Server(data) as server:
+        wire = Wire(server.address)
+        assert wire.produce(last_batch) == (NONE, 4)
+        wire.close()
+    assert "damaged producer snapshot" not in caplog.text
+    assert stored(str(data)) == [b"broker-%d" % i for i in range(5)]
+    assert os.stat(part / "00000000000000000005.snapshot").st_ino != copied, "written again at close"
+    with open(part / "00000000000000000005.snapshot", "rb") as f:
+        assert f.read() == broker_bytes
+
+
+def _infos(data: bytes):
+    """(position, base offset) of each batch in a `.log` file's bytes."""
+    pos = 0
+    while pos + 12 <= len(data):
+        base, length = struct.unpack_from(">qi", data, pos)
+        yield pos, base
+        pos += 12 + length
