@@ -38,21 +38,22 @@ const SNAPSHOT_CRC_START: usize = 6;
 /// coordinatorEpoch 4, currentTxnFirstOffset 8.
 const SNAPSHOT_ENTRY_LEN: usize = 46;
 
-/// Kafka's `DefaultRecordBatch.incrementSequence`: sequences wrap from i32::MAX to 0.
+/// Kafka's `DefaultRecordBatch.incrementSequence`: sequences wrap from i32::MAX to 0. Java's
+/// int arithmetic wraps, so a hostile sequence (negative) gives Java's answer, never a panic.
 fn increment_sequence(sequence: i32, increment: i32) -> i32 {
-    if sequence > i32::MAX - increment {
-        increment - (i32::MAX - sequence) - 1
+    if sequence > i32::MAX.wrapping_sub(increment) {
+        increment.wrapping_sub(i32::MAX.wrapping_sub(sequence)).wrapping_sub(1)
     } else {
-        sequence + increment
+        sequence.wrapping_add(increment)
     }
 }
 
-/// `DefaultRecordBatch.decrementSequence`.
+/// `DefaultRecordBatch.decrementSequence`, with Java's wrapping arithmetic too.
 fn decrement_sequence(sequence: i32, decrement: i32) -> i32 {
     if sequence < decrement {
-        i32::MAX - (decrement - sequence) + 1
+        i32::MAX.wrapping_sub(decrement.wrapping_sub(sequence)).wrapping_add(1)
     } else {
-        sequence - decrement
+        sequence.wrapping_sub(decrement)
     }
 }
 
@@ -493,6 +494,20 @@ mod tests {
         assert_eq!(w.producer(4).unwrap().1[0].last_seq, 0, "i32::MAX - 1 plus 2 wraps to 0");
         assert_eq!(w.check(&[batch(4, 0, 1, 3, 1)], "t-0"), Verdict::Append);
         assert_eq!(w.producer(4).unwrap().1[0].first_seq(), i32::MAX - 1);
+    }
+
+    #[test]
+    fn hostile_sequences_and_epochs_never_panic() {
+        let mut s = ProducerState::empty(0);
+        for (seq, count) in [(i32::MIN, 5), (-1, 1), (i32::MAX, i32::MAX), (i32::MIN, i32::MAX), (-7, 3)] {
+            for epoch in [i16::MIN, -1, 0, i16::MAX] {
+                let h = batch(11, epoch, seq, 0, count);
+                let _ = s.check(&[h, h], "t-0");
+                s.apply(&h);
+                let _ = s.check(&[h], "t-0");
+            }
+        }
+        let _ = ProducerState::decode_snapshot(&s.encode_snapshot(), 0).unwrap();
     }
 
     #[test]
