@@ -432,3 +432,44 @@ def _infos(data: bytes):
         base, length = struct.unpack_from(">qi", data, pos)
         yield pos, base
         pos += 12 + length
+
+
+@pytest.mark.parametrize("fault", ["kill", "enospc"])
+def test_a_snapshot_write_that_fails_at_close_costs_a_scan_not_the_state(tmp_path, spawn, fault):
+    """The server's clean stop writes the producer snapshot; here that write kills the process
+    (kill -9 mid-close) or runs out of space. Either way the next server rebuilds the state
+    from the log and a retry is still deduplicated."""
+    data = tmp_path / "d"
+    kafkalite.Admin(str(data)).create_topic(TOPIC, partitions=1)
+    port = free_port()
+    proc = spawn.module(
+        "kafkalite",
+        "serve",
+        "--data-dir",
+        data,
+        "--listen",
+        f"127.0.0.1:{port}",
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "KAFKALITE_FAILPOINTS": f"producer_snapshot.write={fault}"},
+    )
+    assert f"127.0.0.1:{port}" in proc.stderr.readline()
+    wire = Wire(f"127.0.0.1:{port}")
+    _, pid, _ = wire.init_producer_id()
+    originals = [batch(pid, 0, 2 * i, [b"a", b"b"]) for i in range(3)]
+    for i, original in enumerate(originals):
+        assert wire.produce(original) == (NONE, 2 * i)
+    wire.close()
+    proc.send_signal(signal.SIGINT)
+    code = proc.wait(10)
+    assert code == (-signal.SIGKILL if fault == "kill" else 0)
+    assert glob.glob(str(data / f"{TOPIC}-0" / "*.snapshot")) == []
+    proc = start_serving(spawn, data, port)
+    wire = Wire(f"127.0.0.1:{port}")
+    for i, original in enumerate(originals):
+        assert wire.produce(original) == (NONE, 2 * i)
+    assert wire.produce(batch(pid, 0, 6, [b"c"])) == (NONE, 6)
+    wire.close()
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(10) == 0
+    assert stored(str(data)) == [b"a", b"b"] * 3 + [b"c"]

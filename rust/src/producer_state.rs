@@ -353,6 +353,8 @@ pub fn list_snapshots(dir: &Path) -> Result<Vec<i64>> {
 
 /// Write `state` as `<map_end>.snapshot`, atomically (`takeSnapshot`).
 pub fn write_snapshot(dir: &Path, state: &ProducerState) -> Result<()> {
+    crate::failpoint::hit("producer_snapshot.write")
+        .context(|| format!("cannot write a producer snapshot in {}", dir.display()))?;
     write_atomically(dir, &file_name(state.map_end, SNAPSHOT_SUFFIX), &state.encode_snapshot())
 }
 
