@@ -473,3 +473,25 @@ def test_a_snapshot_write_that_fails_at_close_costs_a_scan_not_the_state(tmp_pat
     proc.send_signal(signal.SIGINT)
     assert proc.wait(10) == 0
     assert stored(str(data)) == [b"a", b"b"] * 3 + [b"c"]
+
+
+def test_two_servers_on_one_data_directory_share_ids_and_state(tmp_path):
+    """Two servers over the same data directory (each a shared writer of the partition): their
+    producer ids never collide, and a retry sent to the other server is still recognised."""
+    data = tmp_path / "d"
+    kafkalite.Admin(str(data)).create_topic(TOPIC, partitions=1)
+    with Server(data) as a, Server(data) as b:
+        wa, wb = Wire(a.address), Wire(b.address)
+        ids = [wa.init_producer_id()[1], wb.init_producer_id()[1], wa.init_producer_id()[1]]
+        assert len(set(ids)) == 3, ids
+        pid = ids[0]
+        first = batch(pid, 0, 0, [b"1", b"2"])
+        assert wa.produce(first) == (NONE, 0)
+        assert wb.produce(batch(ids[1], 0, 0, [b"other"])) == (NONE, 2)
+        assert wb.produce(first) == (NONE, 0)
+        assert wb.produce(batch(pid, 0, 2, [b"3"])) == (NONE, 3)
+        assert wa.produce(batch(pid, 0, 2, [b"3"])) == (NONE, 3)
+        assert wa.produce(batch(pid, 0, 4, [b"gap"]))[0] == OUT_OF_ORDER_SEQUENCE_NUMBER
+        wa.close()
+        wb.close()
+    assert stored(str(data)) == [b"1", b"2", b"other", b"3"]
