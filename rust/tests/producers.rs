@@ -10,10 +10,14 @@ use kafkalite::{Log, LogConfig};
 
 /// A v2 batch of `n` records as an idempotent producer sends it.
 fn batch(pid: i64, epoch: i16, seq: i32, n: usize) -> Vec<u8> {
+    batch_at(pid, epoch, seq, n, kafkalite::log::now_ms())
+}
+
+fn batch_at(pid: i64, epoch: i16, seq: i32, n: usize, timestamp: i64) -> Vec<u8> {
     let mut b = BatchBuilder::new(Compression::None, None, 1024);
     let value = [b'v'; 100];
     for _ in 0..n {
-        b.push(&RecordInput { key: None, value: Some(&value), headers: &[], timestamp: kafkalite::log::now_ms() });
+        b.push(&RecordInput { key: None, value: Some(&value), headers: &[], timestamp });
     }
     let (mut bytes, mut h) = b.finish(0).unwrap();
     (h.producer_id, h.producer_epoch, h.base_sequence) = (pid, epoch, seq);
@@ -115,5 +119,23 @@ fn damaged_or_missing_snapshots_are_rebuilt_from_the_log() {
     let mut log = Log::open(&path, config).unwrap();
     assert_eq!(first_offset(log.append_produce(&batch(3, 0, 19, 1)).unwrap()), 19);
     assert_eq!(first_offset(log.append_produce(&batch(3, 0, 20, 1)).unwrap()), 20);
+    log.close().unwrap();
+}
+
+#[test]
+fn a_producer_silent_past_the_expiration_is_unknown_after_reopening() {
+    // Kafka's producer.id.expiration.ms (1 day, from the batch timestamps): an expired producer
+    // is dropped when the state is loaded, and its next batch is taken at any sequence
+    // (Kafka 4.x has no UNKNOWN_PRODUCER_ID), so a retry that old is not recognised.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let two_days_ago = kafkalite::log::now_ms() - 2 * kafkalite::producer_state::PRODUCER_ID_EXPIRATION_MS;
+    let mut log = Log::open(&path, LogConfig::default()).unwrap();
+    assert_eq!(log.append_produce(&batch_at(5, 0, 0, 1, two_days_ago)).unwrap(), Produced::Appended(0, 0));
+    assert_eq!(log.append_produce(&batch(6, 0, 0, 1)).unwrap(), Produced::Appended(1, 1));
+    log.close().unwrap();
+    let mut log = Log::open(&path, LogConfig::default()).unwrap();
+    assert_eq!(log.append_produce(&batch(5, 0, 9, 1)).unwrap(), Produced::Appended(2, 2), "any sequence");
+    assert!(matches!(log.append_produce(&batch(6, 0, 0, 1)).unwrap(), Produced::Duplicate(_)), "6 is not expired");
     log.close().unwrap();
 }
