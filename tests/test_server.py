@@ -114,9 +114,7 @@ def test_kafka_python_roundtrip(kafkalite_server, codec):
     producer = KafkaProducer(
         bootstrap_servers=kafkalite_server.bootstrap_servers,
         compression_type=codec,
-        acks="all",
-        # kafka-python 2.1+ turns idempotence on by default; InitProducerId is not served yet.
-        enable_idempotence=False,
+        acks="all",  # and idempotence, kafka-python 2.1+'s default: InitProducerId is served
     )
     futures = [
         producer.send(

@@ -21,6 +21,7 @@ __all__ = [
     "WRITERS_FILE",
     "TOPICS_FILE",
     "ADMIN_LOCK_FILE",
+    "FIRST_SINK_PRODUCER_ID",
     "read_metadata",
     "update_metadata",
     "RECORD_TOO_LARGE",
@@ -57,6 +58,7 @@ BATCH_FULL: int
 APPEND_LOCK_FILE: str
 WRITERS_FILE: str
 TOPICS_FILE: str
+FIRST_SINK_PRODUCER_ID: int
 ADMIN_LOCK_FILE: str
 RECORD_TOO_LARGE: int
 PREALLOCATE_BUDGET_BYTES_DEFAULT: int

@@ -37,6 +37,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("WRITERS_FILE", crate::files::WRITERS_FILE)?;
     m.add("TOPICS_FILE", crate::files::TOPICS_FILE)?;
     m.add("ADMIN_LOCK_FILE", crate::files::ADMIN_LOCK_FILE)?;
+    m.add("FIRST_SINK_PRODUCER_ID", crate::producer_ids::FIRST_SINK_PRODUCER_ID)?;
     m.add("PREALLOCATE_BUDGET_BYTES_DEFAULT", crate::prealloc::DEFAULT_BUDGET_BYTES)?;
     m.add("BATCH_FULL", producer::FULL)?;
     m.add("RECORD_TOO_LARGE", producer::TOO_LARGE)?;

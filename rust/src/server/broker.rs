@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::files::NOTIFY_FILE;
 use crate::log::Log;
 use crate::notify::Notifier;
+use crate::producer_ids::ProducerIds;
 
 pub type Topics = Arc<BTreeMap<String, TopicMeta>>;
 /// An open partition log, shared by the connections that use it.
@@ -47,6 +48,8 @@ pub struct Broker {
     pub offsets: OffsetStore,
     /// The classic group coordinator for network members.
     pub groups: Coordinator,
+    /// InitProducerId's ids, reserved in blocks in the data directory.
+    pub producer_ids: Mutex<ProducerIds>,
     stopping: Arc<AtomicBool>,
     bridge: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -58,6 +61,7 @@ impl Broker {
         // than failing every request later.
         dir.topics()?;
         let groups = Coordinator::new(dir.path());
+        let producer_ids = Mutex::new(ProducerIds::new(dir.path()));
         let notifier = Arc::new(Notifier::open(&dir.path().join(NOTIFY_FILE))?);
         let appended = Arc::new(Notify::new());
         let stopping = Arc::new(AtomicBool::new(false));
@@ -74,6 +78,7 @@ impl Broker {
             request_budget: Arc::new(Semaphore::new(QUEUED_MAX_REQUEST_BYTES)),
             offsets: OffsetStore::default(),
             groups,
+            producer_ids,
             stopping,
             bridge: Mutex::new(Some(bridge)),
         })

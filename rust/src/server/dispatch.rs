@@ -5,15 +5,15 @@ use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreateTopicsRequest, DescribeGroupsRequest, FetchRequest,
-    FindCoordinatorRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
-    ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader,
-    ResponseHeader, SyncGroupRequest,
+    FindCoordinatorRequest, HeartbeatRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
+    ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest,
+    RequestHeader, ResponseHeader, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::broker::Broker;
 use super::codes;
-use super::{coordinator, fetch, group_api, list_offsets, metadata, offset_commit, produce};
+use super::{coordinator, fetch, group_api, init_producer_id, list_offsets, metadata, offset_commit, produce};
 
 /// The APIs and versions implemented here: exactly what ApiVersions advertises. The upper
 /// bounds are what current clients negotiate (Java 3.x/4.x, librdkafka 2.x, kafka-python)
@@ -34,6 +34,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::LeaveGroup, 0, 4),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::ListGroups, 0, 4),
+    (ApiKey::InitProducerId, 0, 5),
 ];
 
 fn supported(key: ApiKey, version: i16) -> bool {
@@ -58,6 +59,7 @@ pub enum Body {
     LeaveGroup(LeaveGroupRequest),
     DescribeGroups(DescribeGroupsRequest),
     ListGroups(ListGroupsRequest),
+    InitProducerId(InitProducerIdRequest),
     /// ApiVersions at a version we do not know: answered with UNSUPPORTED_VERSION at v0,
     /// so the client can retry with one we do (Kafka's behaviour).
     ApiVersionsUnsupported,
@@ -116,6 +118,7 @@ pub fn decode_request(frame: Bytes) -> Result<Request, DecodeError> {
         ApiKey::LeaveGroup => Body::LeaveGroup(decode(&mut buf, version)?),
         ApiKey::DescribeGroups => Body::DescribeGroups(decode(&mut buf, version)?),
         ApiKey::ListGroups => Body::ListGroups(decode(&mut buf, version)?),
+        ApiKey::InitProducerId => Body::InitProducerId(decode(&mut buf, version)?),
         other => return Err(DecodeError(format!("{other:?} is not supported"))),
     };
     Ok(Request { header, key, body })
@@ -172,6 +175,7 @@ pub async fn handle(broker: &Broker, request: Request, peer: &str) -> Result<Opt
         Body::DescribeGroups(r) => frame(key, v, id, &group_api::describe_groups(broker, r))?,
         Body::ListGroups(r) => frame(key, v, id, &group_api::list_groups(broker, r, v))?,
         Body::ListOffsets(r) => frame(key, v, id, &list_offsets::list_offsets(broker, r, v))?,
+        Body::InitProducerId(r) => frame(key, v, id, &init_producer_id::init_producer_id(broker, r))?,
     };
     Ok(Some(response))
 }

@@ -9,7 +9,9 @@
 //! per API family: `metadata` (Metadata, CreateTopics), `produce`, `fetch`, `list_offsets`, `coordinator`
 //! (FindCoordinator), `offset_commit` (OffsetCommit, OffsetFetch) over `offsets` (the
 //! `__consumer_offsets` records, shared with the embedded clients), `group_api` (JoinGroup,
-//! SyncGroup, Heartbeat, LeaveGroup, DescribeGroups, ListGroups) over `group` (the coordinator).
+//! SyncGroup, Heartbeat, LeaveGroup, DescribeGroups, ListGroups) over `group` (the coordinator),
+//! `init_producer_id` (ids for idempotent producers; their sequences are checked by the engine's
+//! `producer_state`, which `produce` calls through `Log::append_produce`).
 //! Request and response bodies are encoded by the `kafka-protocol` crate, generated from
 //! Kafka's JSON schemas; nothing here hand-writes a message codec.
 
@@ -22,6 +24,7 @@ mod fetch;
 pub mod frame;
 mod group;
 mod group_api;
+mod init_producer_id;
 mod list_offsets;
 pub mod listen;
 mod metadata;
