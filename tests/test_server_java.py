@@ -132,12 +132,9 @@ def test_java_consumer_group_reads_what_python_wrote(kafkalite_server, java):
 
 
 def test_java_producer_with_its_default_config(kafkalite_server, java):
-    """The Java client enables idempotence by default (since 3.0): it works once the server
-    serves InitProducerId; until then it must fail clearly, never write half."""
+    """The Java client enables idempotence by default (since 3.0): InitProducerId is served, and
+    the default producer writes every record once."""
+    assert INIT_PRODUCER_ID in served_api_keys(kafkalite_server.address)
     lines = java.run("produce", kafkalite_server.bootstrap_servers, "java-default", 10, "lz4", check=False)
-    if INIT_PRODUCER_ID in served_api_keys(kafkalite_server.address):
-        assert lines[-1] == "ACK java-default-lz4 0 9", java.stderr[-3000:]
-        assert len(embedded_read(kafkalite_server.path, "java-default-lz4", 10)) == 10
-    else:
-        assert "does not support INIT_PRODUCER_ID" in java.stderr, java.stderr[-3000:]
-        assert not [line for line in lines if line.startswith("ACK")]
+    assert lines[-1] == "ACK java-default-lz4 0 9", java.stderr[-3000:]
+    assert len(embedded_read(kafkalite_server.path, "java-default-lz4", 10)) == 10
