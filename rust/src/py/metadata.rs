@@ -72,3 +72,19 @@ fn to_json(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
     }
     Err(InvalidTypeError::new_err(format!("the topic metadata cannot hold a {}", obj.get_type().name()?)))
 }
+
+/// `DataDir::delete_topic`: what `Admin.delete_topic` and the server's DeleteTopics do (folders
+/// renamed under each partition's append lock, then removed).
+#[pyfunction]
+pub fn delete_topic(py: Python<'_>, dir: PathBuf, name: String) -> PyResult<()> {
+    py.detach(|| datadir::DataDir::new(&dir)?.delete_topic(&name))?;
+    Ok(())
+}
+
+/// `DataDir::create_partitions`: grow a topic to `total` partitions (Admin.create_partitions,
+/// the server's CreatePartitions).
+#[pyfunction]
+pub fn create_partitions(py: Python<'_>, dir: PathBuf, name: String, total: i32) -> PyResult<()> {
+    py.detach(|| datadir::DataDir::new(&dir)?.create_partitions(&name, total, false))?;
+    Ok(())
+}
