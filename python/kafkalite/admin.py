@@ -171,7 +171,9 @@ class Admin:
             topic, partition = entry
             offset = validate.integer("offset", offset, -1)
             with self._dir.open_partition(topic, partition, shared_writers=True) as log:
-                out[(topic, partition)] = log.delete_records_before(log.end_offset if offset == -1 else offset)
+                out[(topic, partition)] = log.delete_records_before(
+                    log.end_offset if offset == -1 else offset
+                )
         return out
 
     def alter_config(self, name: str, config: Mapping[str, Any]) -> None:

@@ -288,22 +288,26 @@ fn apply_op(
     op: i8,
     value: Option<&str>,
 ) -> Result<(), Error> {
-    let def = def_for(resource_type, key).ok_or_else(|| Error::config(format!("unknown config '{key}'")))?;
-    let is_list = matches!(def.kind, Kind::List(_));
+    let unknown = || {
+        let what = if resource_type == TOPIC { "topic" } else { "data directory" };
+        Error::config(format!("unknown {what} config '{key}'"))
+    };
     match op {
+        // An unknown key or a bad value is reported by the engine's check of the result.
         SET => {
             let value = value.ok_or_else(|| Error::config(format!("SET of '{key}' needs a value")))?;
             config.insert(key.to_string(), Value::String(value.to_string()));
         }
         DELETE => {
+            def_for(resource_type, key).ok_or_else(unknown)?;
             config.remove(key);
         }
-        APPEND | SUBTRACT if !is_list => {
+        APPEND | SUBTRACT if !matches!(def_for(resource_type, key).ok_or_else(unknown)?.kind, Kind::List(_)) => {
             let verb = if op == APPEND { "append" } else { "subtract" };
             return Err(Error::config(format!("Config value {verb} is not allowed for config key: {key}")));
         }
         APPEND | SUBTRACT => {
-            let current = config.get(key).cloned().or_else(|| effective(key)).unwrap_or(def.default.to_value());
+            let current = config.get(key).cloned().or_else(|| effective(key)).unwrap_or_default();
             let mut items: Vec<String> =
                 text(&current).split(',').map(str::trim).filter(|p| !p.is_empty()).map(str::to_string).collect();
             let given = value.unwrap_or_default().split(',').map(str::trim).filter(|p| !p.is_empty());

@@ -56,7 +56,7 @@ fn auto_create(broker: &Broker, name: &str) -> Result<(), i16> {
     if validate_topic_name(name).is_err() || name.starts_with("__") {
         return Err(codes::INVALID_TOPIC_EXCEPTION);
     }
-    match broker.dir.create_topic(name, broker.default_partitions, &BTreeMap::new()) {
+    match broker.dir.create_topic(name, broker.default_partitions(), &BTreeMap::new()) {
         Ok(_) => {
             broker.topics_changed();
             Ok(())
@@ -87,7 +87,7 @@ pub fn metadata(broker: &Broker, request: MetadataRequest, version: i16) -> Meta
         Some(t) if t.is_empty() && version == 0 => None,
         Some(t) => Some(t),
     };
-    let allow_create = broker.auto_create_topics && (version < 4 || request.allow_auto_topic_creation);
+    let allow_create = (version < 4 || request.allow_auto_topic_creation) && broker.auto_create_topics();
     let entries = match wanted {
         None => topics.iter().map(|(name, meta)| topic_entry(name, meta, version)).collect(),
         Some(wanted) => {
@@ -122,7 +122,7 @@ pub fn create_topics(broker: &Broker, request: CreateTopicsRequest, version: i16
     let mut results = Vec::with_capacity(request.topics.len().min(1024));
     for topic in request.topics {
         let name = topic.name.0.to_string();
-        let partitions = if topic.num_partitions == -1 { broker.default_partitions } else { topic.num_partitions };
+        let partitions = if topic.num_partitions == -1 { broker.default_partitions() } else { topic.num_partitions };
         let configs: BTreeMap<String, String> =
             topic.configs.iter().filter_map(|c| Some((c.name.to_string(), c.value.as_ref()?.to_string()))).collect();
         let checked = crate::datadir::validate_config(&configs);
