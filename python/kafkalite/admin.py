@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import inspect
 import os
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kafkalite import _native, group_admin, validate
-from kafkalite._files import open_nofollow
-from kafkalite._native import APPEND_LOCK_FILE, WRITERS_FILE
 from kafkalite.client_config import topic_docstring
 from kafkalite.compaction import CompactionResult, clean_if_dirty, clean_partition
 from kafkalite.datadir import (
@@ -25,11 +20,8 @@ from kafkalite.datadir import (
     validate_config,
     validate_topic_name,
 )
-from kafkalite.errors import InvalidConfigError, InvalidTypeError, LogLockedError, UnknownTopicError
+from kafkalite.errors import InvalidConfigError, InvalidTypeError
 from kafkalite.log import Log
-
-#: How long delete_topic waits for a shared writer's append (normally microseconds) to finish.
-DELETE_LOCK_PATIENCE = 10.0
 
 
 @dataclass(frozen=True)
@@ -178,7 +170,8 @@ class Admin:
 
     def alter_config(self, name: str, config: Mapping[str, Any]) -> None:
         """Set topic config keys (``None`` as a value restores the default). Clients pick the
-        new settings up when they next open the partition."""
+        new settings up when they next open the partition. The engine stores it
+        (``DataDir::alter_topic_config``, the server's AlterConfigs too)."""
         validate_topic_name(name)
         if not isinstance(config, Mapping):
             raise InvalidTypeError(
@@ -191,15 +184,12 @@ class Admin:
         if unknown:
             raise InvalidConfigError(f"unknown topic config {unknown[0]!r}")
 
-        def change(topics: dict) -> None:
-            if name not in topics:
-                raise UnknownTopicError(f"unknown topic {name!r} in {self.path}")
-            merged = {**topics[name]["config"], **checked}
-            for k in removals:
-                merged.pop(k, None)
-            topics[name]["config"] = merged
-
-        self._dir.update(change)
+        self._dir.topic(name)  # a typed error naming the fix for a missing topic
+        self._dir.check_writable()
+        try:
+            _native.alter_topic_config(self.path, name, checked, removals)
+        finally:
+            self._dir.forget_cache()
 
     def enforce_retention(self, topics: list[str] | None = None, now_ms: int | None = None) -> dict[str, int]:
         """Apply each topic's ``retention.ms`` / ``retention.bytes`` now (Kafka's broker does
@@ -299,44 +289,6 @@ class Admin:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-@contextlib.contextmanager
-def _append_lock(partition_dir: str):  # -> Iterator[None]
-    """Hold a partition's append lock (the engine's flock, see rust/src/lock.rs), waiting up
-    to DELETE_LOCK_PATIENCE for a shared writer's append; skipped for an exclusive writer,
-    which holds it for its lifetime (see delete_topic)."""
-    with os.fdopen(
-        open_nofollow(os.path.join(partition_dir, APPEND_LOCK_FILE), os.O_RDWR | os.O_CREAT), "r+b"
-    ) as f:
-        deadline = time.monotonic() + DELETE_LOCK_PATIENCE
-        while True:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                holder = _writers_holder(partition_dir)
-                if "(exclusive)" in holder:
-                    yield
-                    return
-                if time.monotonic() > deadline:
-                    raise LogLockedError(
-                        f"{partition_dir} is in the middle of an append by {holder or 'another process'} for more than "
-                        f"{DELETE_LOCK_PATIENCE:g} s (a stopped process?); nothing was deleted, try again"
-                    ) from None
-                time.sleep(0.005)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _writers_holder(partition_dir: str) -> str:
-    try:
-        with open(os.path.join(partition_dir, WRITERS_FILE), encoding="utf-8", errors="replace") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 Admin.__doc__ = inspect.cleandoc(Admin.__doc__ or "") + "\n" + topic_docstring()

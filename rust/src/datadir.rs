@@ -515,4 +515,67 @@ mod tests {
         assert!(matches!(err, Error::CorruptMetadata(_)), "{err}");
         assert_eq!(std::fs::read_to_string(dd.metadata_path()).unwrap(), r#"{"version": 1, "topics": {}}"#);
     }
+
+    #[test]
+    fn delete_topic_renames_under_the_append_lock_then_removes() {
+        let dir = tempfile::tempdir().unwrap();
+        let dd = DataDir::new(dir.path()).unwrap();
+        assert!(dd.create_topic("t", 2, &BTreeMap::new()).unwrap());
+        // A shared writer mid-append holds the partition's append lock: the delete waits for it.
+        let held = std::fs::File::create(dd.partition_path("t", 0).join(APPEND_LOCK_FILE)).unwrap();
+        rustix::fs::flock(&held, rustix::fs::FlockOperation::LockExclusive).unwrap();
+        let deleter = {
+            let dd = dd.clone();
+            std::thread::spawn(move || dd.delete_topic("t"))
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(dd.partition_path("t", 0).is_dir(), "renamed while an append held the lock");
+        assert!(!deleter.is_finished());
+        drop(held);
+        deleter.join().unwrap().unwrap();
+        assert!(dd.topics().unwrap().is_empty());
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert!(left.iter().all(|n| !n.to_string_lossy().starts_with("t-")), "{left:?}");
+        assert!(matches!(dd.delete_topic("t"), Err(Error::UnknownTopicOrPartition(_))));
+        assert!(matches!(dd.delete_topic("../t"), Err(Error::InvalidConfig(_))));
+    }
+
+    #[test]
+    fn partitions_only_grow_and_validate_only_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let dd = DataDir::new(dir.path()).unwrap();
+        dd.create_topic("t", 2, &BTreeMap::new()).unwrap();
+        dd.create_partitions("t", 4, true).unwrap();
+        assert_eq!(dd.topics().unwrap()["t"].partitions, 2);
+        dd.create_partitions("t", 4, false).unwrap();
+        assert_eq!(dd.topics().unwrap()["t"].partitions, 4);
+        assert!(dd.partition_path("t", 3).is_dir());
+        for bad in [4, 3, 0, -1, MAX_PARTITIONS + 1] {
+            assert!(matches!(dd.create_partitions("t", bad, false), Err(Error::InvalidConfig(_))), "{bad}");
+        }
+        assert!(matches!(dd.create_partitions("nope", 3, false), Err(Error::UnknownTopicOrPartition(_))));
+    }
+
+    #[test]
+    fn topic_config_changes_are_checked_and_normalised() {
+        let dir = tempfile::tempdir().unwrap();
+        let dd = DataDir::new(dir.path()).unwrap();
+        dd.create_topic("t", 1, &BTreeMap::new()).unwrap();
+        let set = |key: &str, value: &str| {
+            let (key, value) = (key.to_string(), json!(value));
+            move |c: &Map<String, Value>| {
+                let mut c = c.clone();
+                c.insert(key, value);
+                Ok(c)
+            }
+        };
+        dd.alter_topic_config("t", true, set("retention.ms", "5")).unwrap();
+        assert!(dd.topics().unwrap()["t"].config.is_empty(), "validate_only stored it");
+        dd.alter_topic_config("t", false, set("retention.ms", "5")).unwrap();
+        assert_eq!(dd.topics().unwrap()["t"].config["retention.ms"], json!(5));
+        let err = dd.alter_topic_config("t", false, set("retention.ms", "soon")).unwrap_err();
+        assert!(err.to_string().contains("retention.ms must be an integer"), "{err}");
+        assert!(dd.alter_topic_config("t", false, set("no.such", "1")).is_err());
+        assert_eq!(dd.topics().unwrap()["t"].config["retention.ms"], json!(5));
+    }
 }
