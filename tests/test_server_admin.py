@@ -493,6 +493,29 @@ def test_the_cluster_id_of_a_broker_directory_is_its_own(tmp_path):
         assert client.list_topics(timeout=TIMEOUT).cluster_id == "q1Sh-9_ISia_zwGINzRvyQ"
 
 
+def test_a_broker_directory_is_read_only_to_the_admin_apis(tmp_path):
+    """A Kafka broker's log directory (no kafkalite metadata): its topics are described, never
+    deleted, grown or reconfigured (POLICY_VIOLATION), as the embedded Admin refuses them."""
+    data = tmp_path / "broker-dir"
+    (data / "old-0").mkdir(parents=True)
+    (data / "meta.properties").write_text("version=1\nnode.id=1\ncluster.id=q1Sh-9_ISia_zwGINzRvyQ\n")
+    with Server(data) as server:
+        client = admin_client(server)
+        assert code_of(client.delete_topics(["old"])["old"]) == KafkaError.POLICY_VIOLATION
+        assert (
+            code_of(client.create_partitions([NewPartitions("old", 2)])["old"]) == KafkaError.POLICY_VIOLATION
+        )
+        assert incremental(client, "old", ("retention.ms", "1", AlterConfigOpType.SET)).code() == (
+            KafkaError.POLICY_VIOLATION
+        )
+        resource = ConfigResource("topic", "old")
+        assert client.describe_configs([resource])[resource].result(timeout=TIMEOUT)["retention.ms"].value
+    # Nothing but the server's wake-up file was added; no kafkalite metadata took the topics over.
+    assert sorted(n for n in os.listdir(data) if n != ".kafkalite-notify") == ["meta.properties", "old-0"]
+    with pytest.raises(kafkalite.ReadOnlyDataDirError):
+        kafkalite.Admin(data).delete_topic("old")
+
+
 def test_create_topics_validate_only_configs_and_replication(kafkalite_server):
     admin = kafkalite.Admin(kafkalite_server.path)
     client = admin_client(kafkalite_server)

@@ -33,7 +33,7 @@ const DELETE: i8 = 1;
 const APPEND: i8 = 2;
 const SUBTRACT: i8 = 3;
 
-type Failure = (i16, String);
+use super::topics_admin::Failure;
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
@@ -230,10 +230,7 @@ fn alter(
         TOPIC => {
             check_topic(name)?;
             if broker.topics().map_err(engine_failure)?.get(name).is_some_and(|m| m.discovered) {
-                return Err((
-                    codes::POLICY_VIOLATION,
-                    format!("topic {name:?} belongs to a Kafka broker's log directory, which kafkalite only reads"),
-                ));
+                return Err(super::topics_admin::read_only(name));
             }
             broker.dir.alter_topic_config(name, validate_only, change)
         }

@@ -14,7 +14,7 @@ use super::offsets::OFFSETS_TOPIC;
 use crate::error::Error;
 
 /// A topic-level failure: Kafka's code and the message that says what to fix.
-type Failure = (i16, String);
+pub type Failure = (i16, String);
 
 /// The code and message for an engine error of a topic admin call.
 fn failure(e: Error, invalid: i16) -> Failure {
@@ -30,6 +30,14 @@ fn topic_name(name: &str) -> Result<(), Failure> {
     crate::datadir::validate_topic_name(name).map_err(|e| (codes::INVALID_TOPIC_EXCEPTION, e.to_string()))
 }
 
+/// A topic of a Kafka broker's log directory (no kafkalite metadata): read-only here.
+pub fn read_only(name: &str) -> Failure {
+    (
+        codes::POLICY_VIOLATION,
+        format!("topic {name:?} belongs to a Kafka broker's log directory, which kafkalite only reads"),
+    )
+}
+
 fn delete_one(broker: &Broker, name: &str) -> Result<(), Failure> {
     topic_name(name)?;
     if name == OFFSETS_TOPIC {
@@ -39,7 +47,11 @@ fn delete_one(broker: &Broker, name: &str) -> Result<(), Failure> {
             format!("{OFFSETS_TOPIC} is an internal topic and cannot be deleted"),
         ));
     }
-    let partitions = broker.topics().ok().and_then(|t| t.get(name).map(|m| m.partitions)).unwrap_or(0);
+    let meta = broker.topics().ok().and_then(|t| t.get(name).cloned());
+    if meta.as_ref().is_some_and(|m| m.discovered) {
+        return Err(read_only(name));
+    }
+    let partitions = meta.map_or(0, |m| m.partitions);
     let result = broker.dir.delete_topic(name);
     // This server's own open logs of the topic are stale either way.
     for p in 0..partitions {
@@ -91,10 +103,7 @@ fn grow(broker: &Broker, name: &str, count: i32, assigned: bool, validate_only: 
     }
     let discovered = broker.topics().ok().and_then(|t| t.get(name).map(|m| m.discovered)).unwrap_or(false);
     if discovered {
-        return Err((
-            codes::POLICY_VIOLATION,
-            format!("topic {name:?} belongs to a Kafka broker's log directory, which kafkalite only reads"),
-        ));
+        return Err(read_only(name));
     }
     let result = broker.dir.create_partitions(name, count, validate_only);
     broker.topics_changed();
