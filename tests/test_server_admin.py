@@ -593,7 +593,16 @@ def test_kafka_python_admin_client(kafkalite_server):
     client = kafka_admin.KafkaAdminClient(bootstrap_servers=kafkalite_server.bootstrap_servers)
     admin = kafkalite.Admin(kafkalite_server.path)
     try:
-        client.create_topics([kafka_admin.NewTopic("kp", 2, 1, topic_configs={"retention.ms": "5000"})])
+        made = client.create_topics(
+            [kafka_admin.NewTopic("kp", 2, 1, topic_configs={"retention.ms": "5000"})]
+        )
+        # CreateTopics v5+ reports the new topic's configs, with where each value comes from.
+        (result,) = made["topics"]
+        assert (result["num_partitions"], result["replication_factor"]) == (2, 1)
+        assert set(result["configs"]) == set(TOPIC_DEFAULTS)
+        assert result["configs"]["retention.ms"]["value"] == "5000"
+        assert result["configs"]["retention.ms"]["config_source"] == "DYNAMIC_TOPIC_CONFIG"
+        assert result["configs"]["segment.bytes"]["config_source"] == "DEFAULT_CONFIG"
         assert admin.describe_topic("kp").config["retention.ms"] == 5000
         client.create_partitions({"kp": kafka_admin.NewPartitions(4)})
         assert len(admin.describe_topic("kp").partitions) == 4
