@@ -33,7 +33,7 @@ const DELETE: i8 = 1;
 const APPEND: i8 = 2;
 const SUBTRACT: i8 = 3;
 
-use super::topics_admin::Failure;
+use super::topics_admin::{topic_name, Failure};
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
@@ -79,10 +79,6 @@ fn check_broker(name: &str) -> Result<(), Failure> {
     ))
 }
 
-fn check_topic(name: &str) -> Result<(), Failure> {
-    crate::datadir::validate_topic_name(name).map_err(|e| (codes::INVALID_TOPIC_EXCEPTION, e.to_string()))
-}
-
 fn unsupported_resource(kind: i8) -> Failure {
     (
         codes::INVALID_REQUEST,
@@ -100,7 +96,7 @@ struct Entry {
 }
 
 fn topic_entries(broker: &Broker, name: &str) -> Result<Vec<Entry>, Failure> {
-    check_topic(name)?;
+    topic_name(name)?;
     let topics = broker.topics().map_err(engine_failure)?;
     let meta =
         topics.get(name).ok_or_else(|| (codes::UNKNOWN_TOPIC_OR_PARTITION, format!("unknown topic {name:?}")))?;
@@ -228,7 +224,7 @@ fn alter(
 ) -> Result<(), Failure> {
     let result = match resource_type {
         TOPIC => {
-            check_topic(name)?;
+            topic_name(name)?;
             if broker.topics().map_err(engine_failure)?.get(name).is_some_and(|m| m.discovered) {
                 return Err(super::topics_admin::read_only(name));
             }

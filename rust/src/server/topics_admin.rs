@@ -26,7 +26,8 @@ fn failure(e: Error, invalid: i16) -> Failure {
     (code, e.to_string())
 }
 
-fn topic_name(name: &str) -> Result<(), Failure> {
+/// Kafka's topic-name rules: INVALID_TOPIC_EXCEPTION, before any name becomes a path.
+pub fn topic_name(name: &str) -> Result<(), Failure> {
     crate::datadir::validate_topic_name(name).map_err(|e| (codes::INVALID_TOPIC_EXCEPTION, e.to_string()))
 }
 
