@@ -302,13 +302,8 @@ class DataDir:
             # Called by the engine under the data-directory lock, with the checked metadata
             # (None: no file yet); what it returns is checked again and written atomically.
             if data is None:
-                if self.broker_owned() and not adopt:
-                    raise ReadOnlyDataDirError(
-                        f"{self.path} is a Kafka broker's log directory (partitions or meta.properties, no "
-                        f"kafkalite metadata): the broker's metadata log owns its topics, so kafkalite only reads "
-                        f"it. To write it with kafkalite on purpose (no broker may run on it then), adopt it: "
-                        f"`kafkalite init --adopt {self.path}` (or Admin.adopt_broker_dir())"
-                    )
+                if not adopt:
+                    self.check_writable()
                 data = {"version": 1, "topics": _adopted(self._discovered()) if adopt else {}}
             if data.get("config") is None:
                 data["config"] = {}
@@ -318,8 +313,22 @@ class DataDir:
         try:
             _native.update_metadata(self.path, apply)
         finally:
-            with self._mutex:
-                self._cache = None
+            self.forget_cache()
+
+    def check_writable(self) -> None:
+        """Raise ReadOnlyDataDirError for a Kafka broker's log directory (not adopted)."""
+        if self.broker_owned():
+            raise ReadOnlyDataDirError(
+                f"{self.path} is a Kafka broker's log directory (partitions or meta.properties, no "
+                f"kafkalite metadata): the broker's metadata log owns its topics, so kafkalite only reads "
+                f"it. To write it with kafkalite on purpose (no broker may run on it then), adopt it: "
+                f"`kafkalite init --adopt {self.path}` (or Admin.adopt_broker_dir())"
+            )
+
+    def forget_cache(self) -> None:
+        """Re-read the metadata next time (after the engine changed it directly)."""
+        with self._mutex:
+            self._cache = None
 
     def init(self, *, adopt: bool = False, config: Mapping[str, Any] | None = None) -> bool:
         """Make this a kafkalite data directory (``kafkalite init``): create it and its metadata.

@@ -52,6 +52,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(topic_config::topic_log_options, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::read_metadata, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::update_metadata, m)?)?;
+    m.add_function(wrap_pyfunction!(metadata::delete_topic, m)?)?;
+    m.add_function(wrap_pyfunction!(metadata::create_partitions, m)?)?;
+    m.add_function(wrap_pyfunction!(metadata::alter_topic_config, m)?)?;
     m.add("MAX_PARTITIONS", crate::topic_config::MAX_PARTITIONS)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -33,8 +33,10 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 pub struct Broker {
     pub dir: DataDir,
-    pub auto_create_topics: bool,
-    pub default_partitions: i32,
+    /// The server's own switch; the data directory's `auto.create.topics.enable` must agree.
+    auto_create_topics: bool,
+    /// `num.partitions` unless the data directory sets it.
+    default_partitions: i32,
     advertised: (String, i32),
     topics: Mutex<Option<(Option<SystemTime>, Topics)>>,
     partitions: Mutex<HashMap<(String, i32), SharedLog>>,
@@ -82,6 +84,21 @@ impl Broker {
             stopping,
             bridge: Mutex::new(Some(bridge)),
         })
+    }
+
+    /// Whether Metadata may create topics: the server's setting and the data directory's
+    /// `auto.create.topics.enable` (changed at run time by `kafkalite config` or
+    /// IncrementalAlterConfigs on broker 0, as a dynamic broker config).
+    pub fn auto_create_topics(&self) -> bool {
+        let set = self.dir.dir_config().ok().and_then(|c| c.get("auto.create.topics.enable").and_then(|v| v.as_bool()));
+        self.auto_create_topics && set.unwrap_or(true)
+    }
+
+    /// The partitions of a topic created without a count: the data directory's
+    /// `num.partitions` when it sets one, else the server's.
+    pub fn default_partitions(&self) -> i32 {
+        let set = self.dir.dir_config().ok().and_then(|c| c.get("num.partitions").and_then(|v| v.as_i64()));
+        set.map_or(self.default_partitions, |n| n as i32)
     }
 
     pub fn advertised(&self) -> (String, i32) {
