@@ -17,6 +17,7 @@ import time
 import kafkalite
 import pytest
 from kafkalite.server import Server
+from serve_proc import start_serve
 
 pytest_plugins = ["kafkalite.testing"]
 
@@ -323,22 +324,8 @@ def test_stop_is_bounded_with_clients_connected(tmp_path):
 
 
 def test_cli_serve_until_ctrl_c(tmp_path, spawn):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = spawn.module(
-        "kafkalite",
-        "serve",
-        "--data-dir",
-        tmp_path,
-        "--listen",
-        f"127.0.0.1:{port}",
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    line = proc.stderr.readline()
-    assert f"127.0.0.1:{port}" in line, line
-    p = confluent_kafka.Producer({"bootstrap.servers": f"127.0.0.1:{port}"})
+    proc, bootstrap = start_serve(spawn.module, tmp_path, "--log-level", "WARNING")
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap})
     p.produce("cli", b"hello")
     assert p.flush(10) == 0
     proc.send_signal(signal.SIGINT)
