@@ -383,12 +383,19 @@ def _consume(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    """Serve the data directory over Kafka's wire protocol until Ctrl-C (or SIGTERM)."""
+    """Serve the data directory over Kafka's wire protocol until Ctrl-C (or SIGTERM). The
+    server's events (``kafkalite.server...`` loggers: connections at DEBUG, request errors at
+    WARNING, group joins and rebalances at INFO) and the engine's go to stderr at
+    ``--log-level``."""
+    import logging
     import signal
     import threading
 
     from kafkalite.server import Server
 
+    logging.basicConfig(
+        level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     stop = threading.Event()
     # SIGTERM (service managers, `kill`) stops as cleanly as Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -549,6 +556,14 @@ def main(argv: list[str] | None = None) -> int:
         "--advertised-listener",
         metavar="HOST:PORT",
         help="the address clients are told to connect to (default: --listen)",
+    )
+    serve.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="what the server logs to stderr (default INFO: group joins and rebalances, request "
+        "errors; DEBUG adds every connection opened and closed)",
     )
     serve.set_defaults(run=_serve)
 

@@ -95,6 +95,13 @@ pub const CHECKPOINT_LOCK_FILE: &str = ".kafkalite-checkpoints.lock";
 pub const PRODUCER_IDS_FILE: &str = ".kafkalite-producer-ids";
 /// Consumer-group state, one folder per group.
 pub const GROUPS_DIR: &str = ".kafkalite-groups";
+/// In a group's folder: the flock serializing every change of the group's membership, taken by
+/// embedded members (`group.py`) and by `kafkalite serve` when it claims the group.
+pub const GROUP_STATE_LOCK_FILE: &str = "state.lock";
+/// In a group's folder: held (exclusive flock, for as long as the group has network members) by
+/// the `kafkalite serve` that coordinates the group; holds its pid and address for messages.
+/// The kernel drops the flock when that server dies, however it dies (`server/group_owner.rs`).
+pub const GROUP_NETWORK_OWNER_FILE: &str = "network-owner.lock";
 
 /// Kafka's per-log-directory checkpoint files (`CheckpointFile`: version line 0, count line,
 /// then `topic partition offset` lines), shared by every partition of the directory.

@@ -36,6 +36,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("APPEND_LOCK_FILE", crate::files::APPEND_LOCK_FILE)?;
     m.add("WRITERS_FILE", crate::files::WRITERS_FILE)?;
     m.add("TOPICS_FILE", crate::files::TOPICS_FILE)?;
+    m.add("GROUPS_DIR", crate::files::GROUPS_DIR)?;
+    m.add("GROUP_STATE_LOCK_FILE", crate::files::GROUP_STATE_LOCK_FILE)?;
+    m.add("GROUP_NETWORK_OWNER_FILE", crate::files::GROUP_NETWORK_OWNER_FILE)?;
     m.add("ADMIN_LOCK_FILE", crate::files::ADMIN_LOCK_FILE)?;
     m.add("FIRST_SINK_PRODUCER_ID", crate::producer_ids::FIRST_SINK_PRODUCER_ID)?;
     m.add("PREALLOCATE_BUDGET_BYTES_DEFAULT", crate::prealloc::DEFAULT_BUDGET_BYTES)?;

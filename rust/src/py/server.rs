@@ -49,9 +49,28 @@ impl NativeServer {
 
     /// Stop serving and close the partitions; waits at most `timeout_ms` for connections.
     fn stop(&self, py: Python<'_>, timeout_ms: u64) {
+        self.stop_detached(py, timeout_ms);
+    }
+}
+
+impl NativeServer {
+    /// The server's threads log through Python (pyo3-log takes the GIL), so it is stopped with
+    /// the GIL released: otherwise a connection logging its close would wait for the GIL this
+    /// thread holds while this thread waits for that connection.
+    fn stop_detached(&self, py: Python<'_>, timeout_ms: u64) {
         let server = self.inner.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(mut server) = server {
             py.detach(move || server.stop(Duration::from_millis(timeout_ms)));
+        }
+    }
+}
+
+impl Drop for NativeServer {
+    /// Garbage-collected without `stop()`: stopped the same way (GIL released). At interpreter
+    /// shutdown (no attaching then) the `Server` field's own drop stops it.
+    fn drop(&mut self) {
+        if self.inner.get_mut().map(|s| s.is_some()).unwrap_or(true) {
+            let _ = Python::try_attach(|py| self.stop_detached(py, 5_000));
         }
     }
 }

@@ -18,10 +18,6 @@ use super::{
     cluster, configs, coordinator, delete_records, fetch, group_api, groups_admin, init_producer_id, list_offsets,
     metadata, offset_commit, produce, topics_admin,
 };
-use super::{
-    cluster, configs, coordinator, delete_records, fetch, group_api, groups_admin, list_offsets, metadata,
-    offset_commit, produce, topics_admin,
-};
 
 /// The APIs and versions implemented here: exactly what ApiVersions advertises. The upper
 /// bounds are what current clients negotiate (Java 3.x/4.x, librdkafka 2.x, kafka-python)

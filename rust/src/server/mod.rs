@@ -9,7 +9,8 @@
 //! per API family: `metadata` (Metadata, CreateTopics), `produce`, `fetch`, `list_offsets`, `coordinator`
 //! (FindCoordinator), `offset_commit` (OffsetCommit, OffsetFetch) over `offsets` (the
 //! `__consumer_offsets` records, shared with the embedded clients), `group_api` (JoinGroup,
-//! SyncGroup, Heartbeat, LeaveGroup, DescribeGroups, ListGroups) over `group` (the coordinator),
+//! SyncGroup, Heartbeat, LeaveGroup, DescribeGroups, ListGroups) over `group` (the coordinator)
+//! and `group_owner` (which of the embedded consumers or this server coordinates a group id),
 //! `init_producer_id` (ids for idempotent producers; their sequences are checked by the engine's
 //! `producer_state`, which `produce` calls through `Log::append_produce`),
 //! and the admin APIs: `topics_admin` (DeleteTopics, CreatePartitions), `configs`
@@ -17,6 +18,10 @@
 //! (DeleteGroups) and `cluster` (DescribeCluster, the cluster id).
 //! Request and response bodies are encoded by the `kafka-protocol` crate, generated from
 //! Kafka's JSON schemas; nothing here hand-writes a message codec.
+//!
+//! Logging goes through the `log` crate under targets `kafkalite::server...`, which the Python
+//! binding forwards to `logging.getLogger("kafkalite.server...")`: the start at INFO here,
+//! connections in `connection`, group joins, rebalances and evictions in `group`.
 
 mod broker;
 mod cluster;
@@ -30,8 +35,9 @@ mod fetch;
 pub mod frame;
 mod group;
 mod group_api;
-mod init_producer_id;
+mod group_owner;
 mod groups_admin;
+mod init_producer_id;
 mod list_offsets;
 pub mod listen;
 mod metadata;
@@ -113,6 +119,13 @@ impl Server {
         let (shutdown, stop_rx) = watch::channel(false);
         runtime.spawn(expire_sessions(broker.clone(), stop_rx.clone()));
         runtime.spawn(connection::accept_loop(listener, broker.clone(), config.clone(), stop_rx));
+        log::info!(
+            target: "kafkalite::server",
+            "serving {} on {local_addr} (advertised as {}:{})",
+            config.data_dir.display(),
+            broker.advertised().0,
+            broker.advertised().1
+        );
         Ok(Server { runtime: Some(runtime), shutdown, broker, local_addr })
     }
 
