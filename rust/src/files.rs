@@ -91,6 +91,8 @@ pub const ADMIN_LOCK_FILE: &str = ".kafkalite-admin.lock";
 pub const NOTIFY_FILE: &str = ".kafkalite-notify";
 /// Serializes read-modify-write of Kafka's shared checkpoint files (`checkpoint.rs`).
 pub const CHECKPOINT_LOCK_FILE: &str = ".kafkalite-checkpoints.lock";
+/// SASL/SCRAM users: salted, hashed credentials, never passwords; mode 0600 (`users.rs`).
+pub const USERS_FILE: &str = ".kafkalite-users.json";
 /// Consumer-group state, one folder per group.
 pub const GROUPS_DIR: &str = ".kafkalite-groups";
 
