@@ -1,6 +1,6 @@
 //! Accepting clients and serving one connection: frames are read, answered and written
-//! in order (Kafka's per-connection ordering), one request at a time. A bad frame closes
-//! only its own connection; every task's failure stays inside that task.
+//! in order (Kafka's per-connection ordering), one request at a time, each first admitted by
+//! the connection's SASL session (`sasl.rs`). A bad frame closes only its own connection; every task's failure stays inside that task.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use super::broker::Broker;
 use super::dispatch::{decode_request, handle};
 use super::frame::{read_frame, FrameError};
+use super::sasl::{Outcome, Session, AUTH_FAILURE_DELAY};
 use super::ServerConfig;
 
 pub async fn accept_loop(
@@ -41,9 +42,10 @@ pub async fn accept_loop(
             continue;
         }
         open.fetch_add(1, Ordering::SeqCst);
-        let (broker, open, stop, idle) = (broker.clone(), open.clone(), stop.clone(), config.idle_timeout);
+        let (broker, open, stop, idle, sasl) =
+            (broker.clone(), open.clone(), stop.clone(), config.idle_timeout, config.sasl);
         tokio::spawn(async move {
-            serve(stream, &broker, idle, stop).await;
+            serve(stream, &broker, idle, sasl, stop).await;
             open.fetch_sub(1, Ordering::SeqCst);
         });
     }
@@ -59,24 +61,48 @@ async fn closed_by_peer(reader: &mut BufReader<OwnedReadHalf>) {
     }
 }
 
-/// Serve one client until it closes, sends something we cannot answer, idles past
-/// `connections.max.idle.ms`, or the server stops.
-async fn serve(stream: TcpStream, broker: &Broker, idle: Duration, mut stop: watch::Receiver<bool>) {
+/// Serve one client until it closes, sends something we cannot answer, fails to authenticate
+/// (`sasl`: the listener is SASL_PLAINTEXT), idles past `connections.max.idle.ms`, or the
+/// server stops.
+async fn serve(stream: TcpStream, broker: &Broker, idle: Duration, sasl: bool, mut stop: watch::Receiver<bool>) {
     let _ = stream.set_nodelay(true);
     // Kafka's DescribeGroups shows members' hosts as "/<ip>".
     let peer = stream.peer_addr().map(|a| format!("/{}", a.ip())).unwrap_or_default();
+    let mut session = Session::new(sasl, &peer);
     let (reader, mut writer) = stream.into_split();
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
     loop {
+        let max = session.max_frame();
         let frame = tokio::select! {
             _ = stop.changed() => return,
-            read = tokio::time::timeout(idle, read_frame(&mut reader, &broker.request_budget)) => match read {
+            read = tokio::time::timeout(idle, read_frame(&mut reader, &broker.request_budget, max)) => match read {
                 Ok(Ok(frame)) => frame,
                 Ok(Err(FrameError::Closed | FrameError::BadSize(_) | FrameError::Io(_))) | Err(_) => return,
             },
         };
-        // Kafka closes a connection whose request it cannot parse (InvalidRequestException).
-        let Ok(request) = decode_request(frame.bytes.clone()) else { return };
+        let outcome = if session.expects_raw_token() {
+            session.raw_token(&frame.bytes, broker.dir.path())
+        } else {
+            // Kafka closes a connection whose request it cannot parse (InvalidRequestException).
+            let Ok(request) = decode_request(frame.bytes.clone()) else { return };
+            session.admit(request, broker.dir.path())
+        };
+        let request = match outcome {
+            Outcome::Serve(request) => request,
+            Outcome::Reply(bytes) => {
+                if writer.write_all(&bytes).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            Outcome::ReplyAndClose(bytes) => {
+                if writer.write_all(&bytes).await.is_ok() {
+                    tokio::time::sleep(AUTH_FAILURE_DELAY).await;
+                }
+                return;
+            }
+            Outcome::Close => return,
+        };
         let response = tokio::select! {
             _ = stop.changed() => return,
             _ = closed_by_peer(&mut reader) => return,

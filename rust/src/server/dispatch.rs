@@ -1,5 +1,6 @@
 //! Request headers, the table of APIs this server implements (what ApiVersions
-//! advertises), and routing each decoded request to its API family.
+//! advertises), and routing each decoded request to its API family (SaslHandshake and
+//! SaslAuthenticate go to the connection's `sasl::Session` instead: they change its state).
 
 use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
@@ -7,7 +8,7 @@ use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreateTopicsRequest, DescribeGroupsRequest, FetchRequest,
     FindCoordinatorRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
     ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader,
-    ResponseHeader, SyncGroupRequest,
+    ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -34,6 +35,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::LeaveGroup, 0, 4),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::ListGroups, 0, 4),
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
 ];
 
 fn supported(key: ApiKey, version: i16) -> bool {
@@ -58,6 +61,8 @@ pub enum Body {
     LeaveGroup(LeaveGroupRequest),
     DescribeGroups(DescribeGroupsRequest),
     ListGroups(ListGroupsRequest),
+    SaslHandshake(SaslHandshakeRequest),
+    SaslAuthenticate(SaslAuthenticateRequest),
     /// ApiVersions at a version we do not know: answered with UNSUPPORTED_VERSION at v0,
     /// so the client can retry with one we do (Kafka's behaviour).
     ApiVersionsUnsupported,
@@ -116,6 +121,8 @@ pub fn decode_request(frame: Bytes) -> Result<Request, DecodeError> {
         ApiKey::LeaveGroup => Body::LeaveGroup(decode(&mut buf, version)?),
         ApiKey::DescribeGroups => Body::DescribeGroups(decode(&mut buf, version)?),
         ApiKey::ListGroups => Body::ListGroups(decode(&mut buf, version)?),
+        ApiKey::SaslHandshake => Body::SaslHandshake(decode(&mut buf, version)?),
+        ApiKey::SaslAuthenticate => Body::SaslAuthenticate(decode(&mut buf, version)?),
         other => return Err(DecodeError(format!("{other:?} is not supported"))),
     };
     Ok(Request { header, key, body })
@@ -130,7 +137,7 @@ fn api_versions(error_code: i16) -> ApiVersionsResponse {
 }
 
 /// Encode `header + body` with its size prefix.
-fn frame<T: Encodable>(key: ApiKey, version: i16, correlation_id: i32, body: &T) -> Result<Bytes, DecodeError> {
+pub fn frame<T: Encodable>(key: ApiKey, version: i16, correlation_id: i32, body: &T) -> Result<Bytes, DecodeError> {
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
     let header_version = key.response_header_version(version);
     let mut out = BytesMut::with_capacity(64);
@@ -172,6 +179,10 @@ pub async fn handle(broker: &Broker, request: Request, peer: &str) -> Result<Opt
         Body::DescribeGroups(r) => frame(key, v, id, &group_api::describe_groups(broker, r))?,
         Body::ListGroups(r) => frame(key, v, id, &group_api::list_groups(broker, r, v))?,
         Body::ListOffsets(r) => frame(key, v, id, &list_offsets::list_offsets(broker, r, v))?,
+        // The connection's SASL session answers these (`sasl::Session::admit`) before dispatch.
+        Body::SaslHandshake(_) | Body::SaslAuthenticate(_) => {
+            return Err(DecodeError(format!("{key:?} reached dispatch without the connection's SASL session")))
+        }
     };
     Ok(Some(response))
 }
