@@ -220,6 +220,8 @@ pub fn add(dir: &Path, user: &str, password: &[u8], mechanisms: &[Mechanism], it
     for &m in mechanisms {
         made.push((m, Credential::new(m, password, iterations)?));
     }
+    // Like `kafkalite serve`, the first user may come before the data directory exists.
+    std::fs::create_dir_all(dir).context(|| format!("cannot create data directory {}", dir.display()))?;
     update(dir, |users| {
         users.entry(user.to_string()).or_default().extend(made);
         true
@@ -228,6 +230,9 @@ pub fn add(dir: &Path, user: &str, password: &[u8], mechanisms: &[Mechanism], it
 
 /// Remove `user`; false when there was no such user.
 pub fn delete(dir: &Path, user: &str) -> Result<bool> {
+    if !dir.join(USERS_FILE).exists() {
+        return Ok(false); // no users at all (perhaps no data directory either)
+    }
     let mut found = false;
     update(dir, |users| {
         found = users.remove(user).is_some();

@@ -34,9 +34,12 @@ fn users_add(
     Ok(())
 }
 
-/// Every user: `{name: [(mechanism, iterations), ...]}`.
+/// A user and its (mechanism, iterations) pairs.
+type UserEntry = (String, Vec<(&'static str, u32)>);
+
+/// Every user: `[(name, [(mechanism, iterations), ...]), ...]`.
 #[pyfunction]
-fn users_list(data_dir: PathBuf) -> PyResult<Vec<(String, Vec<(&'static str, u32)>)>> {
+fn users_list(data_dir: PathBuf) -> PyResult<Vec<UserEntry>> {
     Ok(users::list(&data_dir)?
         .into_iter()
         .map(|(user, creds)| (user, creds.into_iter().map(|(m, i)| (m.name(), i)).collect()))

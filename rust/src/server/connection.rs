@@ -80,28 +80,29 @@ async fn serve(stream: TcpStream, broker: &Broker, idle: Duration, sasl: bool, m
                 Ok(Err(FrameError::Closed | FrameError::BadSize(_) | FrameError::Io(_))) | Err(_) => return,
             },
         };
-        let outcome = if session.expects_raw_token() {
-            session.raw_token(&frame.bytes, broker.dir.path())
+        let (outcome, request) = if session.expects_raw_token() {
+            (session.raw_token(&frame.bytes, broker.dir.path()), None)
         } else {
             // Kafka closes a connection whose request it cannot parse (InvalidRequestException).
             let Ok(request) = decode_request(frame.bytes.clone()) else { return };
-            session.admit(request, broker.dir.path())
+            (session.admit(&request, broker.dir.path()), Some(request))
         };
-        let request = match outcome {
-            Outcome::Serve(request) => request,
-            Outcome::Reply(bytes) => {
+        let request = match (outcome, request) {
+            (Outcome::Serve, Some(request)) => request,
+            (Outcome::Serve, None) => return, // a bare token is never served
+            (Outcome::Reply(bytes), _) => {
                 if writer.write_all(&bytes).await.is_err() {
                     return;
                 }
                 continue;
             }
-            Outcome::ReplyAndClose(bytes) => {
+            (Outcome::ReplyAndClose(bytes), _) => {
                 if writer.write_all(&bytes).await.is_ok() {
                     tokio::time::sleep(AUTH_FAILURE_DELAY).await;
                 }
                 return;
             }
-            Outcome::Close => return,
+            (Outcome::Close, _) => return,
         };
         let response = tokio::select! {
             _ = stop.changed() => return,

@@ -33,7 +33,7 @@ pub const AUTH_FAILURE_DELAY: Duration = Duration::from_millis(100);
 #[derive(Debug)]
 pub enum Outcome {
     /// Not a SASL matter, and allowed now: serve it.
-    Serve(Request),
+    Serve,
     /// Send these bytes and read on.
     Reply(Bytes),
     /// Send these bytes, wait `AUTH_FAILURE_DELAY`, close.
@@ -106,10 +106,10 @@ impl Session {
     }
 
     /// Decide what happens to a decoded request.
-    pub fn admit(&mut self, request: Request, dir: &Path) -> Outcome {
+    pub fn admit(&mut self, request: &Request, dir: &Path) -> Outcome {
         let v = request.header.request_api_version;
         let id = request.header.correlation_id;
-        match request.body {
+        match &request.body {
             Body::SaslHandshake(r) => {
                 let (outcome, code) = self.handshake(r.mechanism.as_str(), v);
                 let body = SaslHandshakeResponse::default().with_error_code(code).with_mechanisms(mechanism_names());
@@ -124,10 +124,8 @@ impl Session {
                     .with_session_lifetime_ms(0); // no re-authentication (connections.max.reauth.ms = 0)
                 encode(ApiKey::SaslAuthenticate, v, id, &body, outcome)
             }
-            _ if self.authenticated() => Outcome::Serve(request),
-            _ if request.key == ApiKey::ApiVersions && matches!(self.state, State::Handshake) => {
-                Outcome::Serve(request)
-            }
+            _ if self.authenticated() => Outcome::Serve,
+            _ if request.key == ApiKey::ApiVersions && matches!(self.state, State::Handshake) => Outcome::Serve,
             _ => {
                 ::log::info!(
                     target: LOG_TARGET,

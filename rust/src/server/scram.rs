@@ -243,7 +243,7 @@ mod tests {
     }
 
     fn users(m: Mechanism) -> impl Fn(&str) -> Result<Option<Credential>, String> {
-        move |user| Ok((user == "alice").then(|| Credential::derive(m, b"pw", b"salty", 4096)))
+        move |user| Ok((user == "alice").then(|| Credential::derive(m, b"pw", b"salty", 16)))
     }
 
     fn exchange(m: Mechanism, user: &str, password: &[u8]) -> Result<Step, ScramError> {
