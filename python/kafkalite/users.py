@@ -16,7 +16,7 @@ import os
 from collections.abc import Sequence
 
 from kafkalite import _native
-from kafkalite.errors import InvalidTypeError
+from kafkalite.errors import InvalidConfigError, InvalidTypeError
 
 #: The mechanisms the server offers, by Kafka's names.
 MECHANISMS: tuple[str, ...] = tuple(_native.SCRAM_MECHANISMS)
@@ -54,8 +54,11 @@ def add_user(
         raise InvalidTypeError(f"mechanisms must be a list of names such as {list(MECHANISMS)}")
     if isinstance(iterations, bool) or not isinstance(iterations, int):
         raise InvalidTypeError(f"iterations must be an int, not {type(iterations).__name__}")
-    if not 0 <= iterations < 2**32:
-        iterations = 0  # the engine's range check names the limits
+    if not _native.SCRAM_MIN_ITERATIONS <= iterations <= _native.SCRAM_MAX_ITERATIONS:
+        raise InvalidConfigError(
+            f"iterations must be between {_native.SCRAM_MIN_ITERATIONS} and {_native.SCRAM_MAX_ITERATIONS} "
+            f"(Kafka's SCRAM limits), got {iterations}"
+        )
     # Kafka's ScramFormatter hashes the password's UTF-8 bytes (no SASLprep), as clients do.
     _native.users_add(_dir(data_dir), _name(name), password.encode(), list(mechanisms), iterations)
 

@@ -31,7 +31,8 @@ pub const NAMES: &[&str] = &[
     // Log::close on the last writer: seal, sync, then the clean-shutdown marker.
     "shutdown.before_marker",
     "shutdown.after_marker",
-    // checkpoint::write_atomically: the temp file, the rename, the directory sync.
+    // checkpoint::write_atomically (and write_private_atomically: the users file): the temp file,
+    // the rename, the directory sync.
     "checkpoint.write",
     "checkpoint.rename",
     // KafkaCheckpoints::update: a data directory's shared Kafka checkpoint file rewritten.
