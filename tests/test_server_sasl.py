@@ -15,6 +15,7 @@ import struct
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import kafkalite
 import kafkalite.users
@@ -221,6 +222,45 @@ def test_kafka_python_scram(sasl_server, mechanism, caplog):
     with caplog.at_level(logging.ERROR, logger="kafka"), pytest.raises(kafka.errors.KafkaError):
         kafka.KafkaProducer(**{**common, "sasl_plain_password": "nope"}, enable_idempotence=False)
     assert "invalid credentials" in caplog.text, caplog.text
+
+
+@pytest.mark.broker  # Java and the Kafka jars (tests/kafka_broker.py)
+def test_java_client_scram(sasl_server):
+    """The Java client (kafka-clients 4.x: SaslAuthenticate v2, flexible) authenticates with
+    both mechanisms, and a wrong password is its SaslAuthenticationException."""
+    from kafka_broker import require_jars
+
+    classpath = str(require_jars() / "*")
+    program = str(Path(__file__).parent / "broker" / "ScramClient.java")
+
+    def java(mechanism: str, password: str) -> str:
+        done = subprocess.run(
+            [
+                "java",
+                "-Xmx256m",
+                "-cp",
+                classpath,
+                program,
+                sasl_server.bootstrap_servers,
+                mechanism,
+                USER,
+                password,
+                "java",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    for mechanism in MECHANISMS:
+        out = java(mechanism, PASSWORD)
+        assert "delivered" in out and "consumed from java" in out, out
+    out = java("SCRAM-SHA-256", "wrong")
+    assert "failed: org.apache.kafka.common.errors.SaslAuthenticationException" in out, out
+    assert "invalid credentials" in out, out
 
 
 # -- raw connections: what no well-behaved client sends ---------------------------------------
