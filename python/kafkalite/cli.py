@@ -558,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument(
         "--advertised-listener",
         metavar="HOST:PORT",
-        help="the address clients are told to connect to (default: --listen)",
+        help="the address clients are told to connect to (default: --listen; required with 0.0.0.0)",
     )
     serve.set_defaults(run=_serve)
 

@@ -60,7 +60,10 @@ def run(args: argparse.Namespace, data_dir: str) -> int:
         users.add_user(data_dir, args.name, _password(args), mechanisms, args.iterations)
         print(f"kafkalite: user {args.name!r} can authenticate with {', '.join(mechanisms)}", file=sys.stderr)
     elif args.action == "list":
-        for name, creds in users.list_users(data_dir).items():
+        listed = users.list_users(data_dir)
+        if not listed:
+            print("kafkalite: no users (add one with `kafkalite users add NAME`)", file=sys.stderr)
+        for name, creds in listed.items():
             shown = ", ".join(f"{m} (iterations={i})" for m, i in creds.items())
             print(f"{name}\t{shown}")
     elif users.delete_user(data_dir, args.name):

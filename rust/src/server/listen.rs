@@ -57,6 +57,20 @@ pub fn check_users(listen: &str, loopback: bool, has_users: bool) -> Result<()> 
     )))
 }
 
+/// Kafka refuses to advertise the wildcard address (0.0.0.0, ::): clients elsewhere cannot connect
+/// to it. Listening on it therefore needs an advertised listener.
+pub fn check_advertised(listen: &str, addr: SocketAddr, advertised: Option<&str>) -> Result<()> {
+    if advertised.is_none() && addr.ip().is_unspecified() {
+        return Err(Error::config(format!(
+            "listening on {listen} needs an advertised listener (--advertised-listener HOST:PORT, \
+             advertised_listener=...): the address other machines reach this server at; clients cannot \
+             connect to {} (Kafka refuses to advertise it too)",
+            addr.ip()
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,5 +87,8 @@ mod tests {
         let err = check_users("0.0.0.0:9092", false, false).unwrap_err().to_string();
         assert!(err.contains("kafkalite users add"), "{err}");
         assert!(check_users("0.0.0.0:9092", false, true).is_ok());
+        let any = resolve("0.0.0.0:9092").unwrap().0;
+        assert!(check_advertised("0.0.0.0:9092", any, None).unwrap_err().to_string().contains("advertised"));
+        assert!(check_advertised("0.0.0.0:9092", any, Some("host:9092")).is_ok());
     }
 }

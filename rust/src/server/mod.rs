@@ -102,6 +102,7 @@ impl Server {
         if config.sasl {
             listen::check_users(&config.listen, loopback, crate::users::any(&config.data_dir)?)?;
         }
+        listen::check_advertised(&config.listen, addr, config.advertised.as_deref())?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("kafkalite-server")
