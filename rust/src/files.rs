@@ -93,6 +93,8 @@ pub const NOTIFY_FILE: &str = ".kafkalite-notify";
 pub const CHECKPOINT_LOCK_FILE: &str = ".kafkalite-checkpoints.lock";
 /// The next producer id `InitProducerId` hands out, reserved in blocks (`producer_ids.rs`).
 pub const PRODUCER_IDS_FILE: &str = ".kafkalite-producer-ids";
+/// SASL/SCRAM users: salted, hashed credentials, never passwords; mode 0600 (`users.rs`).
+pub const USERS_FILE: &str = ".kafkalite-users.json";
 /// Consumer-group state, one folder per group.
 pub const GROUPS_DIR: &str = ".kafkalite-groups";
 /// In a group's folder: the flock serializing every change of the group's membership, taken by

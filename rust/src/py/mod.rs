@@ -13,6 +13,7 @@ mod producer;
 mod record;
 mod server;
 mod topic_config;
+mod users;
 
 use pyo3::prelude::*;
 
@@ -46,6 +47,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RECORD_TOO_LARGE", producer::TOO_LARGE)?;
     m.add_function(wrap_pyfunction!(failpoint_names, m)?)?;
     offsets::register(m)?;
+    users::register(m)?;
     m.add_function(wrap_pyfunction!(inspect::inspect_segment, m)?)?;
     m.add_function(wrap_pyfunction!(topic_config::topic_config_defs, m)?)?;
     m.add_function(wrap_pyfunction!(topic_config::dir_config_defs, m)?)?;

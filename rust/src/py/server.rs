@@ -13,12 +13,13 @@ pub struct NativeServer {
     inner: Mutex<Option<Server>>,
     local_addr: String,
     advertised: String,
+    security_protocol: &'static str,
 }
 
 #[pymethods]
 impl NativeServer {
     #[new]
-    #[pyo3(signature = (data_dir, listen, advertised=None, auto_create_topics=true, idle_timeout_ms=600_000))]
+    #[pyo3(signature = (data_dir, listen, advertised=None, auto_create_topics=true, idle_timeout_ms=600_000, sasl=false))]
     fn new(
         py: Python<'_>,
         data_dir: std::path::PathBuf,
@@ -26,15 +27,18 @@ impl NativeServer {
         advertised: Option<String>,
         auto_create_topics: bool,
         idle_timeout_ms: u64,
+        sasl: bool,
     ) -> PyResult<Self> {
         let mut config = ServerConfig::new(data_dir, listen);
         config.advertised = advertised;
         config.auto_create_topics = auto_create_topics;
         config.idle_timeout = Duration::from_millis(idle_timeout_ms);
+        config.sasl = sasl;
         let server = py.detach(|| Server::start(config))?;
         let local_addr = server.local_addr().to_string();
         let advertised = server.advertised();
-        Ok(NativeServer { inner: Mutex::new(Some(server)), local_addr, advertised })
+        let security_protocol = server.security_protocol();
+        Ok(NativeServer { inner: Mutex::new(Some(server)), local_addr, advertised, security_protocol })
     }
 
     #[getter]
@@ -45,6 +49,12 @@ impl NativeServer {
     #[getter]
     fn advertised(&self) -> String {
         self.advertised.clone()
+    }
+
+    /// PLAINTEXT, or SASL_PLAINTEXT when clients must authenticate.
+    #[getter]
+    fn security_protocol(&self) -> &'static str {
+        self.security_protocol
     }
 
     /// Stop serving and close the partitions; waits at most `timeout_ms` for connections.

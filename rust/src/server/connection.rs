@@ -1,6 +1,7 @@
 //! Accepting clients and serving one connection: frames are read, answered and written
-//! in order (Kafka's per-connection ordering), one request at a time. A bad frame closes
-//! only its own connection; every task's failure stays inside that task.
+//! in order (Kafka's per-connection ordering), one request at a time, each first admitted by
+//! the connection's SASL session (`sasl.rs`). A bad frame closes only its own connection;
+//! every task's failure stays inside that task.
 //!
 //! Logged on `kafkalite.server.connection` (Kafka's `SocketServer` levels): connections opened
 //! and closed at DEBUG, frames and requests that close a connection at WARNING with the peer.
@@ -17,6 +18,7 @@ use tokio::sync::watch;
 use super::broker::Broker;
 use super::dispatch::{decode_request, handle};
 use super::frame::{read_frame, FrameError};
+use super::sasl::{Outcome, Session, AUTH_FAILURE_DELAY};
 use super::ServerConfig;
 
 /// The `log` target (Python: `logging.getLogger("kafkalite.server.connection")`).
@@ -60,9 +62,10 @@ pub async fn accept_loop(
             continue;
         }
         open.fetch_add(1, Ordering::SeqCst);
-        let (broker, open, stop, idle) = (broker.clone(), open.clone(), stop.clone(), config.idle_timeout);
+        let (broker, open, stop, idle, sasl) =
+            (broker.clone(), open.clone(), stop.clone(), config.idle_timeout, config.sasl);
         tokio::spawn(async move {
-            serve(stream, &broker, idle, stop).await;
+            serve(stream, &broker, idle, sasl, stop).await;
             open.fetch_sub(1, Ordering::SeqCst);
         });
     }
@@ -78,12 +81,13 @@ async fn closed_by_peer(reader: &mut BufReader<OwnedReadHalf>) {
     }
 }
 
-/// Serve one client until it closes, sends something we cannot answer, idles past
-/// `connections.max.idle.ms`, or the server stops.
-async fn serve(stream: TcpStream, broker: &Broker, idle: Duration, stop: watch::Receiver<bool>) {
+/// Serve one client until it closes, sends something we cannot answer, fails to authenticate
+/// (`sasl`: the listener is SASL_PLAINTEXT), idles past `connections.max.idle.ms`, or the
+/// server stops.
+async fn serve(stream: TcpStream, broker: &Broker, idle: Duration, sasl: bool, stop: watch::Receiver<bool>) {
     let addr = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "an unknown peer".into());
     log::debug!(target: TARGET, "connection from {addr} opened");
-    let why = serve_until_closed(stream, broker, idle, stop).await;
+    let why = serve_until_closed(stream, broker, idle, sasl, stop).await;
     log::debug!(target: TARGET, "connection from {addr} closed ({why})");
 }
 
@@ -92,18 +96,21 @@ async fn serve_until_closed(
     stream: TcpStream,
     broker: &Broker,
     idle: Duration,
+    sasl: bool,
     mut stop: watch::Receiver<bool>,
 ) -> String {
     let _ = stream.set_nodelay(true);
-    let addr = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    let addr = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "an unknown peer".into());
     // Kafka's DescribeGroups shows members' hosts as "/<ip>".
     let peer = stream.peer_addr().map(|a| format!("/{}", a.ip())).unwrap_or_default();
+    let mut session = Session::new(sasl, &peer);
     let (reader, mut writer) = stream.into_split();
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
     loop {
+        let max = session.max_frame();
         let frame = tokio::select! {
             _ = stop.changed() => return "the server stops".into(),
-            read = tokio::time::timeout(idle, read_frame(&mut reader, &broker.request_budget)) => match read {
+            read = tokio::time::timeout(idle, read_frame(&mut reader, &broker.request_budget, max)) => match read {
                 Ok(Ok(frame)) => frame,
                 Ok(Err(FrameError::Closed)) => return "closed by the client".into(),
                 Ok(Err(FrameError::BadSize(size))) => {
@@ -121,13 +128,34 @@ async fn serve_until_closed(
                 Err(_) => return format!("idle for more than connections.max.idle.ms ({} ms)", idle.as_millis()),
             },
         };
-        // Kafka closes a connection whose request it cannot parse (InvalidRequestException).
-        let request = match decode_request(frame.bytes.clone()) {
-            Ok(request) => request,
-            Err(e) => {
-                log::warn!(target: TARGET, "closing the connection from {addr}: cannot decode its request: {}", e.0);
-                return format!("undecodable request: {}", e.0);
+        let (outcome, request) = if session.expects_raw_token() {
+            (session.raw_token(&frame.bytes, broker.dir.path()), None)
+        } else {
+            // Kafka closes a connection whose request it cannot parse (InvalidRequestException).
+            match decode_request(frame.bytes.clone()) {
+                Ok(request) => (session.admit(&request, broker.dir.path()), Some(request)),
+                Err(e) => {
+                    log::warn!(target: TARGET, "closing the connection from {addr}: cannot decode its request: {}", e.0);
+                    return format!("undecodable request: {}", e.0);
+                }
             }
+        };
+        let request = match (outcome, request) {
+            (Outcome::Serve, Some(request)) => request,
+            (Outcome::Serve, None) => return "a bare SASL token outside an exchange".into(), // never served
+            (Outcome::Reply(bytes), _) => {
+                if let Err(e) = writer.write_all(&bytes).await {
+                    return format!("writing a response failed: {e}");
+                }
+                continue;
+            }
+            (Outcome::ReplyAndClose(bytes), _) => {
+                if writer.write_all(&bytes).await.is_ok() {
+                    tokio::time::sleep(AUTH_FAILURE_DELAY).await;
+                }
+                return "authentication failed".into();
+            }
+            (Outcome::Close, _) => return "closed by its SASL session (a request before authentication)".into(),
         };
         let response = tokio::select! {
             _ = stop.changed() => return "the server stops".into(),
