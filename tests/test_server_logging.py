@@ -8,7 +8,6 @@ import logging
 import signal
 import socket
 import struct
-import subprocess
 import time
 
 import kafkalite
@@ -66,16 +65,12 @@ def test_group_joins_rebalances_and_evictions_are_logged_at_info(tmp_path, caplo
     caplog.set_level(logging.INFO, logger="kafkalite.server")
     kafkalite.Admin(str(tmp_path)).create_topic("logged", partitions=2)
     with kafkalite.Server(tmp_path) as server:
-        member = spawn(
-            "server_group_member.py",
-            server.bootstrap_servers,
-            "logged",
-            "watched",
-            tmp_path / "out",
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert member.stdout.readline().startswith("assigned")
+        journal = tmp_path / "journal"
+        member = spawn("server_group_member.py", server.bootstrap_servers, "logged", "watched", journal)
+        deadline = time.monotonic() + 60
+        while not (journal.exists() and journal.read_text().startswith("A ")):  # partitions assigned
+            assert time.monotonic() < deadline and member.poll() is None, "the member was never assigned"
+            time.sleep(0.05)
         group = [r for r in caplog.records if r.name == "kafkalite.server.group"]
         assert all(r.levelno == logging.INFO for r in group)
         text = "\n".join(r.message for r in group)

@@ -46,9 +46,9 @@ mod metadata;
 mod offset_commit;
 mod offsets;
 mod produce;
-mod topics_admin;
 mod sasl;
 mod scram;
+mod topics_admin;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -139,8 +139,9 @@ impl Server {
         runtime.spawn(connection::accept_loop(listener, broker.clone(), config.clone(), stop_rx));
         log::info!(
             target: "kafkalite::server",
-            "serving {} on {local_addr} (advertised as {}:{})",
+            "serving {} on {}://{local_addr} (advertised as {}:{})",
             config.data_dir.display(),
+            listen::security_protocol(config.sasl),
             broker.advertised().0,
             broker.advertised().1
         );
