@@ -21,6 +21,13 @@ __all__ = [
     "WRITERS_FILE",
     "TOPICS_FILE",
     "ADMIN_LOCK_FILE",
+    "NOTIFY_FILE",
+    "NOTIFY_FILE_LEN",
+    "GROUPS_DIR",
+    "KAFKA_META_PROPERTIES",
+    "SEGMENT_BYTES_DEFAULT",
+    "INDEX_INTERVAL_BYTES_DEFAULT",
+    "MAX_MESSAGE_BYTES_DEFAULT",
     "read_metadata",
     "update_metadata",
     "RECORD_TOO_LARGE",
@@ -58,6 +65,13 @@ APPEND_LOCK_FILE: str
 WRITERS_FILE: str
 TOPICS_FILE: str
 ADMIN_LOCK_FILE: str
+NOTIFY_FILE: str
+NOTIFY_FILE_LEN: int
+GROUPS_DIR: str
+KAFKA_META_PROPERTIES: str
+SEGMENT_BYTES_DEFAULT: int
+INDEX_INTERVAL_BYTES_DEFAULT: int
+MAX_MESSAGE_BYTES_DEFAULT: int
 RECORD_TOO_LARGE: int
 PREALLOCATE_BUDGET_BYTES_DEFAULT: int
 
@@ -215,15 +229,15 @@ class Log:
     def __new__(
         cls,
         path: str | PathLike[str],
-        segment_bytes: int = 1073741824,
-        index_interval_bytes: int = 4096,
+        segment_bytes: int | None = None,
+        index_interval_bytes: int | None = None,
         segment_ms: int | None = None,
         retention_bytes: int | None = None,
         retention_ms: int | None = None,
         compression: str = "none",
         flush: str | int | None = None,
         timestamp_type: str = "create",
-        max_message_bytes: int = 1048588,
+        max_message_bytes: int | None = None,
         readonly: bool = False,
         shared_writers: bool = False,
         compact: bool = False,

@@ -38,11 +38,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from kafkalite import _native
 from kafkalite._files import open_nofollow, write_atomically
 from kafkalite.assignors import ASSIGNORS, TopicPartition, sticky_assign
 from kafkalite.errors import CommitFailedError, InvalidConfigError, InvalidTypeError, typed_io_errors
 
-GROUPS_DIR = ".kafkalite-groups"
+GROUPS_DIR: str = _native.GROUPS_DIR  # rust/src/files.rs
 #: How often a member probes the others' liveness locks: the bound on detecting a death.
 LIVENESS_PROBE_S = 0.05
 STRATEGIES = ("range", "roundrobin", "sticky", "cooperative-sticky")

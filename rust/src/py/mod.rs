@@ -37,6 +37,15 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("WRITERS_FILE", crate::files::WRITERS_FILE)?;
     m.add("TOPICS_FILE", crate::files::TOPICS_FILE)?;
     m.add("ADMIN_LOCK_FILE", crate::files::ADMIN_LOCK_FILE)?;
+    m.add("NOTIFY_FILE", crate::files::NOTIFY_FILE)?;
+    m.add("NOTIFY_FILE_LEN", crate::notify::FILE_LEN)?;
+    m.add("GROUPS_DIR", crate::files::GROUPS_DIR)?;
+    m.add("KAFKA_META_PROPERTIES", crate::files::KAFKA_META_PROPERTIES)?;
+    // A Log's size defaults, for the signature Python shows (log.py) and the config docs.
+    let log_defaults = crate::LogConfig::default();
+    m.add("SEGMENT_BYTES_DEFAULT", log_defaults.segment_bytes)?;
+    m.add("INDEX_INTERVAL_BYTES_DEFAULT", log_defaults.index_interval_bytes)?;
+    m.add("MAX_MESSAGE_BYTES_DEFAULT", log_defaults.max_message_bytes)?;
     m.add("PREALLOCATE_BUDGET_BYTES_DEFAULT", crate::prealloc::DEFAULT_BUDGET_BYTES)?;
     m.add("BATCH_FULL", producer::FULL)?;
     m.add("RECORD_TOO_LARGE", producer::TOO_LARGE)?;
