@@ -26,6 +26,31 @@ POM = Path(__file__).parent / "broker" / "pom.xml"
 JVM_HEAP = "-Xmx512m"
 
 
+def commit_as_group(
+    bootstrap_servers: str, topic: str, group_id: str, read: int, commits: list[tuple[int, str]]
+) -> None:
+    """kafka-python's consumer joins ``group_id`` through the broker's coordinator, reads ``read``
+    records of ``topic`` from the earliest, commits each ``(offset, metadata)`` of ``commits``
+    for partition 0 in order, and leaves: the group coordinator's records for the tests."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap_servers,
+        group_id=group_id,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=10_000,
+    )
+    for n, _ in enumerate(consumer, 1):
+        if n == read:
+            break
+    for offset, metadata in commits:
+        consumer.commit({TopicPartition(topic, 0): OffsetAndMetadata(offset, metadata, -1)})
+    consumer.close()
+
+
 def jars_dir() -> Path:
     default = Path.home() / ".cache" / "kafkalite" / f"kafka_2.13-{KAFKA_VERSION}"
     return Path(os.environ.get("KAFKALITE_KAFKA_JARS", default))
