@@ -166,7 +166,9 @@ class KafkaBroker:
     def start(self, timeout: float = 90) -> KafkaBroker:
         props = self._properties()  # new ports are fine: KRaft keeps them only in this file
         if not (self.log_dir / "meta.properties").exists():
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            cluster_id = "-"
+            while cluster_id.startswith("-"):  # as Kafka's Uuid.randomUuid: a leading '-' reads as an option
+                cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             done = run_kafka_class("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props))
             if done.returncode != 0:
                 raise RuntimeError(f"formatting {self.log_dir} failed:\n{done.stdout}{done.stderr}")
