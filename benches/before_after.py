@@ -111,7 +111,9 @@ def main() -> None:
         if name.startswith("producer peak"):
             lines.append(f"| {name} | | | {wa / wb:.2f} | {wb:.0f} | {wa:.0f} |")
         else:
-            lines.append(f"| {name} | {b * 1000:,.1f} | {a * 1000:,.1f} | {a / b:.2f} | {wb:,.0f} | {wa:,.0f} |")
+            lines.append(
+                f"| {name} | {b * 1000:,.1f} | {a * 1000:,.1f} | {a / b:.2f} | {wb:,.0f} | {wa:,.0f} |"
+            )
     command = " ".join(["python", os.path.relpath(__file__), *sys.argv[1:]])
     lines += [
         "",
