@@ -1,7 +1,7 @@
 """kafkalite against its peers in one run (issue 14): a real Apache Kafka broker (KRaft, one
 node on 127.0.0.1, started and stopped here; tests/kafka_broker.py) driven by confluent-kafka and
 kafka-python, and Spark's own Kafka source (spark-sql-kafka-0-10 from Maven Central, through
-benches/spark_kafka/pom.xml) against kafkalite's Spark source on the same records.
+tests/spark_kafka/pom.xml) against kafkalite's Spark source on the same records.
 
     python benches/bench_peers.py [--records N] [--spark-records N] [--rounds 3] [--only ROW ...]
                                   [--out benches/results] [--replace]
@@ -33,12 +33,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))  # tests/kafka_broker.py: the broker the broker tests use
+sys.path.insert(
+    0, str(HERE.parent / "tests")
+)  # tests/: kafka_broker.py (the broker), maven_jars.py (Spark's Kafka source)
 
 import confluent_kafka as ck  # noqa: E402
 import confluent_kafka.admin  # noqa: E402 (makes ck.admin available)
 import kafka_broker  # noqa: E402
 import kafkalite  # noqa: E402
+import maven_jars  # noqa: E402
 from kafkalite import Admin, Consumer, Producer, TopicPartition  # noqa: E402
 from report import write_report  # noqa: E402
 
@@ -50,7 +53,6 @@ LATENCY_RECORDS, LATENCY_RATE = 2000, 2000  # records/s: latency, not throughput
 #: warm-up lasts 3 s, the same for both paths.
 LATENCY_WARMUP = 3 * LATENCY_RATE
 TINY = (2, 34)  # partitions of the two tiny topics whose count() difference gives the per-task cost
-CACHE = Path.home() / ".cache" / "kafkalite"
 
 ROWS = {
     "send": "`send()` per record, defaults",
@@ -280,48 +282,6 @@ class Broker:
 
 
 # -- Spark ----------------------------------------------------------------------------------------
-def spark_kafka_jars(spark_version: str) -> tuple[str, list[str]]:
-    """spark-sql-kafka-0-10 for ``spark_version`` (or, when Maven Central has no such release
-    yet, the newest earlier minor release of the same major version), cached like the broker's
-    jars; returns (version used, jars pyspark does not already ship)."""
-    import pyspark
-
-    major, minor = (int(x) for x in spark_version.split(".")[:2])
-    candidates = [spark_version] + [f"{major}.{m}.0" for m in range(minor - 1, -1, -1)]
-    errors = []
-    for version in candidates:
-        folder = CACHE / f"spark-sql-kafka-0-10_2.13-{version}"
-        if not folder.exists():
-            partial = folder.with_name(folder.name + ".partial")
-            shutil.rmtree(partial, ignore_errors=True)
-            cmd = [
-                "mvn",
-                "-q",
-                "-B",
-                "-f",
-                str(HERE / "spark_kafka" / "pom.xml"),
-                "dependency:copy-dependencies",
-            ]
-            cmd += [f"-Dspark.version={version}", "-DincludeScope=runtime", f"-DoutputDirectory={partial}"]
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-            if done.returncode != 0:
-                errors.append(f"{version}: {(done.stdout + done.stderr).strip().splitlines()[:1]}")
-                continue
-            partial.rename(folder)  # complete or absent
-        shipped = {_artifact(j) for j in os.listdir(Path(pyspark.__file__).parent / "jars")}
-        jars = sorted(str(j) for j in folder.glob("*.jar") if _artifact(j.name) not in shipped)
-        return version, jars
-    raise SystemExit("spark-sql-kafka-0-10 could not be fetched from Maven Central:\n" + "\n".join(errors))
-
-
-def _artifact(jar: str) -> str:
-    """``kafka-clients-3.9.2.jar`` -> ``kafka-clients``."""
-    parts = os.path.basename(jar)[: -len(".jar")].split("-")
-    while parts and parts[-1][:1].isdigit():
-        parts.pop()
-    return "-".join(parts)
-
-
 class SparkBench:
     def __init__(self, kl: Kafkalite, broker: Broker, records: int, work: Path) -> None:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -329,7 +289,7 @@ class SparkBench:
         import pyspark
         from pyspark.sql import SparkSession
 
-        self.kafka_version, jars = spark_kafka_jars(pyspark.__version__)
+        self.kafka_version, jars = maven_jars.spark_kafka_jars(pyspark.__version__)
         self.kl, self.broker, self.n, self.work = kl, broker, records, work
         keys = [i.to_bytes(8, "big") for i in range(records)]
         kl.send_batch(kl.topic("spark"), keys, 100_000)

@@ -1,7 +1,7 @@
 """A real Apache Kafka broker for the tests marked ``broker``: one KRaft node (broker and
 controller in one JVM) listening on 127.0.0.1 only, started and stopped by the test.
 
-The jars come from Maven Central through ``tests/broker/pom.xml`` into a cache folder
+The jars come from Maven Central through ``tests/broker/pom.xml`` (``maven_jars.py``) into a cache folder
 (``$KAFKALITE_KAFKA_JARS``, default ``~/.cache/kafkalite/kafka_2.13-<version>``); `.ci/run`
 fetches them, and a test run outside CI without them (or without Java/Maven) skips the broker
 tests with the reason. ``dump_log_segments`` runs Kafka's own ``DumpLogSegments`` tool, the
@@ -10,16 +10,14 @@ reference for what a broker accepts on disk."""
 from __future__ import annotations
 
 import base64
-import glob
 import os
-import shutil
 import socket
 import subprocess
 import time
 import uuid
 from pathlib import Path
 
-import pytest
+import maven_jars
 
 KAFKA_VERSION = "4.1.1"
 POM = Path(__file__).parent / "broker" / "pom.xml"
@@ -59,44 +57,13 @@ def jars_dir() -> Path:
 def ensure_jars() -> Path:
     """The broker's classpath folder, fetched with Maven when missing. Raises RuntimeError
     saying what is missing."""
-    folder = jars_dir()
-    if glob.glob(str(folder / f"kafka_2.13-{KAFKA_VERSION}.jar")):
-        return folder
-    if not shutil.which("java"):
-        raise RuntimeError("the broker tests need Java 17+ (java not on PATH)")
-    if not shutil.which("mvn"):
-        raise RuntimeError("the broker tests fetch Kafka with Maven (mvn not on PATH; apt-get install maven)")
-    partial = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    cmd = [
-        "mvn",
-        "-q",
-        "-B",
-        "-f",
-        str(POM),
-        "dependency:copy-dependencies",
-        f"-Dkafka.version={KAFKA_VERSION}",
-        "-DincludeScope=runtime",
-        f"-DoutputDirectory={partial}",
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"fetching Kafka {KAFKA_VERSION} with Maven failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
-        )
-    partial.rename(folder)  # complete or absent, never half there
-    return folder
+    return maven_jars.copy_dependencies(POM, jars_dir(), **{"kafka.version": KAFKA_VERSION})
 
 
 def require_jars() -> Path:
     """``ensure_jars`` for a test: skip when the broker cannot be had, except in CI, where a
     missing broker is a failure (CI installs what it needs)."""
-    try:
-        return ensure_jars()
-    except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(f"no Kafka broker: {e}")
+    return maven_jars.require(ensure_jars)
 
 
 def _free_port() -> int:

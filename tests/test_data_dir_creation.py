@@ -109,6 +109,7 @@ def test_a_broker_address_gets_an_error_that_says_what_to_use(tmp_path, address,
         assert isinstance(info.value, FileNotFoundError) and isinstance(info.value, ValueError)
     out = _cli("--data-dir", address, "produce", "t", cwd=tmp_path, stdin=b"x\n")
     assert out.returncode == 1 and b"confluent-kafka" in out.stderr, out.stderr
+    assert b"kafkalite serve --data-dir DIR --listen HOST:PORT" in out.stderr, out.stderr
     assert os.listdir(tmp_path) == []
 
 

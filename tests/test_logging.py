@@ -76,6 +76,26 @@ def test_a_segment_deleted_by_retention_is_logged(tmp_path, caplog):
     )
 
 
+def test_a_compaction_pass_is_logged_with_its_sizes(tmp_path, caplog):
+    from kafkalite.log import Record
+
+    part = tmp_path / "t-0"
+    caplog.set_level(logging.INFO, logger=ENGINE)
+    with Log(str(part), segment_bytes=600, compact=True) as log:
+        log.append([Record(b"v1", key=b"a"), Record(b"v1", key=b"b")])
+        log.append([Record(b"v2", key=b"a")])
+        log.roll()
+        log.append([Record(b"x", key=b"c")])
+        assert log.clean(now_ms=10_000)["records_removed"] == 1
+        quiet = len(caplog.records)
+        log.clean(now_ms=10_000)  # nothing left to clean: no line
+        assert len(caplog.records) == quiet
+    infos = messages(caplog, ENGINE, logging.INFO)
+    assert any(
+        m.startswith(f"compacted {part}") and "1 record(s) and 0 tombstone(s) removed" in m for m in infos
+    ), caplog.records
+
+
 def test_engine_logs_obey_levels_set_after_import(tmp_path, caplog):
     # Levels are asked of Python per event (not cached in Rust): raising the level silences it.
     part = tmp_path / "t-0"

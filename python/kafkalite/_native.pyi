@@ -28,6 +28,7 @@ __all__ = [
     "SEGMENT_BYTES_DEFAULT",
     "INDEX_INTERVAL_BYTES_DEFAULT",
     "MAX_MESSAGE_BYTES_DEFAULT",
+    "FIRST_SINK_PRODUCER_ID",
     "read_metadata",
     "update_metadata",
     "RECORD_TOO_LARGE",
@@ -64,6 +65,7 @@ BATCH_FULL: int
 APPEND_LOCK_FILE: str
 WRITERS_FILE: str
 TOPICS_FILE: str
+FIRST_SINK_PRODUCER_ID: int
 ADMIN_LOCK_FILE: str
 NOTIFY_FILE: str
 NOTIFY_FILE_LEN: int
@@ -105,6 +107,11 @@ def validate_topic_config(config: dict[str, Any]) -> dict[str, Any]: ...
 def read_metadata(path: str | PathLike[str]) -> dict[str, Any] | None: ...
 def update_metadata(
     dir: str | PathLike[str], change: Callable[[dict[str, Any] | None], dict[str, Any]]
+) -> None: ...
+def delete_topic(dir: str | PathLike[str], name: str) -> None: ...
+def create_partitions(dir: str | PathLike[str], name: str, total: int) -> None: ...
+def alter_topic_config(
+    dir: str | PathLike[str], name: str, set: dict[str, Any], remove: list[str]
 ) -> None: ...
 def validate_dir_config(config: dict[str, Any]) -> dict[str, Any]: ...
 def effective_topic_config(

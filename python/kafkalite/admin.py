@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import inspect
 import os
-import shutil
-import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafkalite import group_admin, validate
-from kafkalite._files import open_nofollow
-from kafkalite._native import APPEND_LOCK_FILE, WRITERS_FILE
+from kafkalite import _native, group_admin, validate
 from kafkalite.client_config import topic_docstring
 from kafkalite.compaction import CompactionResult, clean_if_dirty, clean_partition
 from kafkalite.datadir import (
@@ -27,11 +20,8 @@ from kafkalite.datadir import (
     validate_config,
     validate_topic_name,
 )
-from kafkalite.errors import InvalidConfigError, InvalidTypeError, LogLockedError, UnknownTopicError
+from kafkalite.errors import InvalidConfigError, InvalidTypeError
 from kafkalite.log import Log
-
-#: How long delete_topic waits for a shared writer's append (normally microseconds) to finish.
-DELETE_LOCK_PATIENCE = 10.0
 
 
 @dataclass(frozen=True)
@@ -136,52 +126,52 @@ class Admin:
         or fails; none is acknowledged into the renamed folder. An exclusive writer (a ``Log``
         opened without ``shared_writers``) holds the append lock for its lifetime; its next
         append fails the same check, but one already running when the rename lands completes
-        into the deleted folder."""
-        validate_topic_name(name)
-        doomed: list[str] = []
-
-        def change(topics: dict) -> None:
-            if name not in topics:
-                raise UnknownTopicError(f"unknown topic {name!r} in {self.path}")
-            with contextlib.ExitStack() as held:
-                sources = []
-                for p in range(int(topics[name]["partitions"])):
-                    src = self._dir.partition_path(name, p)
-                    if os.path.isdir(src):
-                        held.enter_context(_append_lock(src))
-                        sources.append(src)
-                for src in sources:
-                    dst = f"{src}.{uuid.uuid4().hex}-delete"
-                    os.rename(src, dst)
-                    doomed.append(dst)
-            del topics[name]
-
-        self._dir.update(change)
-        for path in doomed:
-            shutil.rmtree(path, ignore_errors=True)
+        into the deleted folder. The engine does it (``DataDir::delete_topic``, which the
+        wire-protocol server's DeleteTopics uses too)."""
+        self._dir.topic(name)  # a typed error naming the fix for a missing topic
+        self._dir.check_writable()
+        try:
+            _native.delete_topic(self.path, name)
+        finally:
+            self._dir.forget_cache()
 
     def create_partitions(self, name: str, total: int) -> None:
-        """Grow the topic to ``total`` partitions (Kafka never shrinks a topic)."""
+        """Grow the topic to ``total`` partitions (Kafka never shrinks a topic). The engine does
+        it (``DataDir::create_partitions``, the server's CreatePartitions too)."""
         validate_topic_name(name)
         validate.integer("total", total, 1, MAX_PARTITIONS)
+        self._dir.topic(name)
+        self._dir.check_writable()
+        try:
+            _native.create_partitions(self.path, name, total)
+        finally:
+            self._dir.forget_cache()
 
-        def change(topics: dict) -> None:
-            if name not in topics:
-                raise UnknownTopicError(f"unknown topic {name!r} in {self.path}")
-            current = int(topics[name]["partitions"])
-            if not isinstance(total, int) or total <= current:
-                raise InvalidConfigError(
-                    f"topic {name!r} has {current} partitions; the new total must be larger, got {total!r}"
+    def delete_records(self, offsets: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """Kafka's ``AdminClient.delete_records``: make each ``(topic, partition)``'s given offset
+        its new log start offset (``-1``: the high watermark, i.e. everything); whole segments
+        below it are deleted. Returns the new log start offset (low watermark) of each. An offset
+        beyond the high watermark raises ``OffsetOutOfRangeError`` (nothing after it is applied)."""
+        if not isinstance(offsets, Mapping):
+            raise InvalidTypeError(
+                f"offsets must be a dict of (topic, partition) -> offset, not {type(offsets).__name__}"
+            )
+        out: dict[tuple[str, int], int] = {}
+        for entry, offset in offsets.items():
+            if isinstance(entry, str) or not isinstance(entry, tuple) or len(entry) != 2:
+                raise InvalidTypeError(f"offsets' keys are (topic, partition) pairs, not {entry!r}")
+            topic, partition = entry
+            offset = validate.integer("offset", offset, -1)
+            with self._dir.open_partition(topic, partition, shared_writers=True) as log:
+                out[(topic, partition)] = log.delete_records_before(
+                    log.end_offset if offset == -1 else offset
                 )
-            for p in range(current, total):
-                os.makedirs(self._dir.partition_path(name, p), exist_ok=True)
-            topics[name]["partitions"] = total
-
-        self._dir.update(change)
+        return out
 
     def alter_config(self, name: str, config: Mapping[str, Any]) -> None:
         """Set topic config keys (``None`` as a value restores the default). Clients pick the
-        new settings up when they next open the partition."""
+        new settings up when they next open the partition. The engine stores it
+        (``DataDir::alter_topic_config``, the server's AlterConfigs too)."""
         validate_topic_name(name)
         if not isinstance(config, Mapping):
             raise InvalidTypeError(
@@ -194,15 +184,12 @@ class Admin:
         if unknown:
             raise InvalidConfigError(f"unknown topic config {unknown[0]!r}")
 
-        def change(topics: dict) -> None:
-            if name not in topics:
-                raise UnknownTopicError(f"unknown topic {name!r} in {self.path}")
-            merged = {**topics[name]["config"], **checked}
-            for k in removals:
-                merged.pop(k, None)
-            topics[name]["config"] = merged
-
-        self._dir.update(change)
+        self._dir.topic(name)  # a typed error naming the fix for a missing topic
+        self._dir.check_writable()
+        try:
+            _native.alter_topic_config(self.path, name, checked, removals)
+        finally:
+            self._dir.forget_cache()
 
     def enforce_retention(self, topics: list[str] | None = None, now_ms: int | None = None) -> dict[str, int]:
         """Apply each topic's ``retention.ms`` / ``retention.bytes`` now (Kafka's broker does
@@ -302,44 +289,6 @@ class Admin:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-@contextlib.contextmanager
-def _append_lock(partition_dir: str):  # -> Iterator[None]
-    """Hold a partition's append lock (the engine's flock, see rust/src/lock.rs), waiting up
-    to DELETE_LOCK_PATIENCE for a shared writer's append; skipped for an exclusive writer,
-    which holds it for its lifetime (see delete_topic)."""
-    with os.fdopen(
-        open_nofollow(os.path.join(partition_dir, APPEND_LOCK_FILE), os.O_RDWR | os.O_CREAT), "r+b"
-    ) as f:
-        deadline = time.monotonic() + DELETE_LOCK_PATIENCE
-        while True:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                holder = _writers_holder(partition_dir)
-                if "(exclusive)" in holder:
-                    yield
-                    return
-                if time.monotonic() > deadline:
-                    raise LogLockedError(
-                        f"{partition_dir} is in the middle of an append by {holder or 'another process'} for more than "
-                        f"{DELETE_LOCK_PATIENCE:g} s (a stopped process?); nothing was deleted, try again"
-                    ) from None
-                time.sleep(0.005)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _writers_holder(partition_dir: str) -> str:
-    try:
-        with open(os.path.join(partition_dir, WRITERS_FILE), encoding="utf-8", errors="replace") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 Admin.__doc__ = inspect.cleandoc(Admin.__doc__ or "") + "\n" + topic_docstring()

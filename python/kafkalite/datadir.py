@@ -188,8 +188,8 @@ class DataDir:
             raise BrokerAddressError(
                 f"{raw!r} looks like a broker address (host:port), but kafkalite takes the path of a data directory "
                 "(where kafka-python takes bootstrap_servers), for example Producer('data'). To talk to a Kafka "
-                "broker, use a Kafka client such as kafka-python or confluent-kafka; to serve kafkalite's files "
-                "from a broker, point its log.dirs at the data directory"
+                "broker, use a Kafka client such as kafka-python or confluent-kafka; to give Kafka clients a "
+                "broker over a data directory, run: kafkalite serve --data-dir DIR --listen HOST:PORT"
             )
         self.path = os.path.abspath(raw)
         if not create or os.path.lexists(self.path):  # a path that exists must be a data directory now
@@ -302,13 +302,8 @@ class DataDir:
             # Called by the engine under the data-directory lock, with the checked metadata
             # (None: no file yet); what it returns is checked again and written atomically.
             if data is None:
-                if self.broker_owned() and not adopt:
-                    raise ReadOnlyDataDirError(
-                        f"{self.path} is a Kafka broker's log directory (partitions or meta.properties, no "
-                        f"kafkalite metadata): the broker's metadata log owns its topics, so kafkalite only reads "
-                        f"it. To write it with kafkalite on purpose (no broker may run on it then), adopt it: "
-                        f"`kafkalite init --adopt {self.path}` (or Admin.adopt_broker_dir())"
-                    )
+                if not adopt:
+                    self.check_writable()
                 data = {"version": 1, "topics": _adopted(self._discovered()) if adopt else {}}
             if data.get("config") is None:
                 data["config"] = {}
@@ -318,8 +313,22 @@ class DataDir:
         try:
             _native.update_metadata(self.path, apply)
         finally:
-            with self._mutex:
-                self._cache = None
+            self.forget_cache()
+
+    def check_writable(self) -> None:
+        """Raise ReadOnlyDataDirError for a Kafka broker's log directory (not adopted)."""
+        if self.broker_owned():
+            raise ReadOnlyDataDirError(
+                f"{self.path} is a Kafka broker's log directory (partitions or meta.properties, no "
+                f"kafkalite metadata): the broker's metadata log owns its topics, so kafkalite only reads "
+                f"it. To write it with kafkalite on purpose (no broker may run on it then), adopt it: "
+                f"`kafkalite init --adopt {self.path}` (or Admin.adopt_broker_dir())"
+            )
+
+    def forget_cache(self) -> None:
+        """Re-read the metadata next time (after the engine changed it directly)."""
+        with self._mutex:
+            self._cache = None
 
     def init(self, *, adopt: bool = False, config: Mapping[str, Any] | None = None) -> bool:
         """Make this a kafkalite data directory (``kafkalite init``): create it and its metadata.

@@ -159,29 +159,34 @@ impl KafkaCheckpoints {
         write_atomically(&self.data_dir, file, format_checkpoint(&entries).as_bytes())
     }
 
-    /// The data directory's checkpoint lock (an flock, released by the kernel if we die),
-    /// waited for at most `CHECKPOINT_LOCK_PATIENCE`.
     fn lock(&self) -> Result<File> {
-        let path = self.data_dir.join(CHECKPOINT_LOCK_FILE);
-        let file =
-            crate::nofollow::open(crate::nofollow::options().read(true).write(true).create(true), &path, "lock file")?;
-        let started = std::time::Instant::now();
-        loop {
-            match file.try_lock() {
-                Ok(()) => return Ok(file),
-                Err(std::fs::TryLockError::WouldBlock) if started.elapsed() < CHECKPOINT_LOCK_PATIENCE => {
-                    std::thread::sleep(std::time::Duration::from_millis(1))
-                }
-                Err(std::fs::TryLockError::WouldBlock) => {
-                    return Err(crate::error::Error::LockTimeout {
-                        path,
-                        waited_ms: started.elapsed().as_millis() as u64,
-                        holder: "another kafkalite writer of this data directory".into(),
-                    })
-                }
-                Err(std::fs::TryLockError::Error(e)) => {
-                    return Err(crate::error::Error::io(format!("cannot lock {}", path.display()), e))
-                }
+        lock_data_dir(&self.data_dir)
+    }
+}
+
+/// The data directory's checkpoint lock (an flock, released by the kernel if we die), waited
+/// for at most `CHECKPOINT_LOCK_PATIENCE`: held around every read-modify-write of a file the
+/// data directory's writers share.
+pub fn lock_data_dir(data_dir: &Path) -> Result<File> {
+    let path = data_dir.join(CHECKPOINT_LOCK_FILE);
+    let file =
+        crate::nofollow::open(crate::nofollow::options().read(true).write(true).create(true), &path, "lock file")?;
+    let started = std::time::Instant::now();
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) if started.elapsed() < CHECKPOINT_LOCK_PATIENCE => {
+                std::thread::sleep(std::time::Duration::from_millis(1))
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(crate::error::Error::LockTimeout {
+                    path,
+                    waited_ms: started.elapsed().as_millis() as u64,
+                    holder: "another kafkalite writer of this data directory".into(),
+                })
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(crate::error::Error::io(format!("cannot lock {}", path.display()), e))
             }
         }
     }

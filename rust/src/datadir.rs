@@ -11,12 +11,14 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
 
 use crate::checkpoint::write_atomically;
 use crate::error::{Error, IoContext, Result};
-use crate::files::{ADMIN_LOCK_FILE, TOPICS_FILE};
+use crate::files::{ADMIN_LOCK_FILE, APPEND_LOCK_FILE, TOPICS_FILE, WRITERS_FILE};
 use crate::options::LogConfig;
 use crate::record::Compression;
 use crate::topic_config;
@@ -148,6 +150,130 @@ impl DataDir {
         Ok(created)
     }
 
+    /// Delete a topic as `Admin.delete_topic` and Kafka's DeleteTopics do: under the metadata
+    /// lock, each partition folder is renamed the way Kafka marks it (`<topic>-<p>.<id>-delete`)
+    /// while holding its append lock, then the topic leaves the metadata and the renamed folders
+    /// are removed. A shared writer checks under that lock that its folder is still the one it
+    /// opened, so an append either finished before the rename (deleted with the topic) or fails
+    /// with UnknownTopicOrPartition; none is acknowledged into the renamed folder. An exclusive
+    /// writer holds the append lock for life: it is not waited for (its next append fails the
+    /// same check).
+    pub fn delete_topic(&self, name: &str) -> Result<()> {
+        validate_topic_name(name)?;
+        let mut doomed = Vec::new();
+        self.update(|topics| {
+            let Some(entry) = topics.get(name) else { return Err(self.unknown_topic(name)) };
+            let partitions = entry["partitions"].as_i64().unwrap_or(0) as i32;
+            let mut held = Vec::new();
+            let mut sources = Vec::new();
+            for p in 0..partitions {
+                let src = self.partition_path(name, p);
+                if src.is_dir() {
+                    held.extend(hold_append_lock(&src)?);
+                    sources.push(src);
+                }
+            }
+            for src in sources {
+                let dst = PathBuf::from(format!("{}.{}-delete", src.display(), deletion_id()));
+                std::fs::rename(&src, &dst).context_at(&src, || format!("cannot rename {}", src.display()))?;
+                doomed.push(dst);
+            }
+            drop(held); // releases the append locks
+            topics.remove(name);
+            Ok(())
+        })?;
+        for path in doomed {
+            if let Err(e) = std::fs::remove_dir_all(&path) {
+                ::log::warn!(target: "kafkalite::admin", "deleted topic {name:?}, but cannot remove {}: {e}", path.display());
+            }
+        }
+        Ok(())
+    }
+
+    /// Grow a topic to `total` partitions, as `Admin.create_partitions` and Kafka's
+    /// CreatePartitions do (never shrink): `Error::InvalidConfig` when `total` is not larger than
+    /// the current count or above MAX_PARTITIONS, `UnknownTopicOrPartition` for a missing topic.
+    /// `validate_only` checks without changing anything.
+    pub fn create_partitions(&self, name: &str, total: i32, validate_only: bool) -> Result<()> {
+        validate_topic_name(name)?;
+        if !(1..=MAX_PARTITIONS).contains(&total) {
+            return Err(Error::config(format!(
+                "partitions must be between 1 and {MAX_PARTITIONS} (MAX_PARTITIONS), got {total}"
+            )));
+        }
+        let check = |topics: &Map<String, Value>| -> Result<i32> {
+            let Some(entry) = topics.get(name) else { return Err(self.unknown_topic(name)) };
+            let current = entry["partitions"].as_i64().unwrap_or(0) as i32;
+            if total <= current {
+                return Err(Error::config(format!(
+                    "topic {name:?} has {current} partitions; the new total must be larger, got {total}"
+                )));
+            }
+            Ok(current)
+        };
+        if validate_only {
+            let data = read_metadata(&self.metadata_path())?.unwrap_or_else(|| json!({"topics": {}}));
+            let topics = data["topics"].as_object().cloned().unwrap_or_default();
+            return check(&topics).map(|_| ());
+        }
+        self.update(|topics| {
+            let current = check(topics)?;
+            for p in current..total {
+                let dir = self.partition_path(name, p);
+                std::fs::create_dir_all(&dir).context(|| format!("cannot create {}", dir.display()))?;
+            }
+            topics[name]["partitions"] = json!(total);
+            Ok(())
+        })
+    }
+
+    /// Change a topic's own config under the metadata lock: `change` gets the stored config and
+    /// returns the new one, which is checked (`topic_config::validate_topic_config`) and stored
+    /// normalised unless `validate_only`. What AlterConfigs/IncrementalAlterConfigs and
+    /// `Admin.alter_config` do.
+    pub fn alter_topic_config(
+        &self,
+        name: &str,
+        validate_only: bool,
+        change: impl FnOnce(&Map<String, Value>) -> Result<Map<String, Value>>,
+    ) -> Result<()> {
+        validate_topic_name(name)?;
+        let unknown = || self.unknown_topic(name);
+        if validate_only {
+            let topic = self.topics()?.remove(name).ok_or_else(unknown)?;
+            return topic_config::validate_topic_config(&change(&topic.config)?).map(|_| ());
+        }
+        self.update(|topics| {
+            let entry = topics.get_mut(name).ok_or_else(unknown)?;
+            let current = entry.get("config").and_then(Value::as_object).cloned().unwrap_or_default();
+            let checked = topic_config::validate_topic_config(&change(&current)?)?;
+            entry["config"] = Value::Object(checked);
+            Ok(())
+        })
+    }
+
+    /// Change the data directory's own config (broker names, `kafkalite config alter`), checked
+    /// by `topic_config::validate_dir_config`, as `Admin.alter_data_dir_config` stores it.
+    pub fn alter_dir_config(
+        &self,
+        validate_only: bool,
+        change: impl FnOnce(&Map<String, Value>) -> Result<Map<String, Value>>,
+    ) -> Result<()> {
+        if validate_only {
+            return topic_config::validate_dir_config(&change(&self.dir_config()?)?).map(|_| ());
+        }
+        update_metadata(&self.path, |data| {
+            let mut data = data.unwrap_or_else(|| json!({"version": 1, "topics": {}}));
+            let current = data.get("config").and_then(Value::as_object).cloned().unwrap_or_default();
+            data["config"] = Value::Object(topic_config::validate_dir_config(&change(&current)?)?);
+            Ok::<_, Error>(data)
+        })
+    }
+
+    fn unknown_topic(&self, name: &str) -> Error {
+        Error::UnknownTopicOrPartition(format!("unknown topic {name:?} in {}", self.path.display()))
+    }
+
     /// Apply `change` to the topics under the data-directory lock and write them atomically.
     fn update(&self, change: impl FnOnce(&mut Map<String, Value>) -> Result<()>) -> Result<()> {
         update_metadata(&self.path, |data| {
@@ -168,6 +294,46 @@ impl DataDir {
             Ok(data)
         })
     }
+}
+
+/// How long a delete waits for a shared writer's append (normally microseconds) to finish.
+const DELETE_LOCK_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Hold a partition's append lock (the engine's flock, `lock.rs`) for a delete, waiting up to
+/// DELETE_LOCK_PATIENCE for a shared writer's append. None for an exclusive writer, which holds
+/// it for its lifetime (see `DataDir::delete_topic`).
+fn hold_append_lock(partition_dir: &Path) -> Result<Option<std::fs::File>> {
+    let path = partition_dir.join(APPEND_LOCK_FILE);
+    let file = crate::nofollow::open(
+        crate::nofollow::options().create(true).append(true).read(true),
+        &path,
+        "the partition's append lock",
+    )?;
+    let start = Instant::now();
+    loop {
+        if rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok() {
+            return Ok(Some(file));
+        }
+        let holder = std::fs::read_to_string(partition_dir.join(WRITERS_FILE)).unwrap_or_default();
+        if holder.contains("(exclusive)") {
+            return Ok(None);
+        }
+        if start.elapsed() > DELETE_LOCK_PATIENCE {
+            return Err(Error::LockTimeout {
+                path,
+                waited_ms: start.elapsed().as_millis() as u64,
+                holder: if holder.trim().is_empty() { "another process".into() } else { holder.trim().to_string() },
+            });
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A unique part for a deleted partition's folder name (Kafka uses a random UUID).
+fn deletion_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    format!("{:016x}{:08x}{:08x}", nanos as u64, std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// The parsed and checked metadata file at `meta`, None when there is none. Never follows a
@@ -348,5 +514,68 @@ mod tests {
         let err = update_metadata(dd.path(), |_| Ok::<_, Error>(json!({"topics": {"t": 1}}))).unwrap_err();
         assert!(matches!(err, Error::CorruptMetadata(_)), "{err}");
         assert_eq!(std::fs::read_to_string(dd.metadata_path()).unwrap(), r#"{"version": 1, "topics": {}}"#);
+    }
+
+    #[test]
+    fn delete_topic_renames_under_the_append_lock_then_removes() {
+        let dir = tempfile::tempdir().unwrap();
+        let dd = DataDir::new(dir.path()).unwrap();
+        assert!(dd.create_topic("t", 2, &BTreeMap::new()).unwrap());
+        // A shared writer mid-append holds the partition's append lock: the delete waits for it.
+        let held = std::fs::File::create(dd.partition_path("t", 0).join(APPEND_LOCK_FILE)).unwrap();
+        rustix::fs::flock(&held, rustix::fs::FlockOperation::LockExclusive).unwrap();
+        let deleter = {
+            let dd = dd.clone();
+            std::thread::spawn(move || dd.delete_topic("t"))
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(dd.partition_path("t", 0).is_dir(), "renamed while an append held the lock");
+        assert!(!deleter.is_finished());
+        drop(held);
+        deleter.join().unwrap().unwrap();
+        assert!(dd.topics().unwrap().is_empty());
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert!(left.iter().all(|n| !n.to_string_lossy().starts_with("t-")), "{left:?}");
+        assert!(matches!(dd.delete_topic("t"), Err(Error::UnknownTopicOrPartition(_))));
+        assert!(matches!(dd.delete_topic("../t"), Err(Error::InvalidConfig(_))));
+    }
+
+    #[test]
+    fn partitions_only_grow_and_validate_only_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let dd = DataDir::new(dir.path()).unwrap();
+        dd.create_topic("t", 2, &BTreeMap::new()).unwrap();
+        dd.create_partitions("t", 4, true).unwrap();
+        assert_eq!(dd.topics().unwrap()["t"].partitions, 2);
+        dd.create_partitions("t", 4, false).unwrap();
+        assert_eq!(dd.topics().unwrap()["t"].partitions, 4);
+        assert!(dd.partition_path("t", 3).is_dir());
+        for bad in [4, 3, 0, -1, MAX_PARTITIONS + 1] {
+            assert!(matches!(dd.create_partitions("t", bad, false), Err(Error::InvalidConfig(_))), "{bad}");
+        }
+        assert!(matches!(dd.create_partitions("nope", 3, false), Err(Error::UnknownTopicOrPartition(_))));
+    }
+
+    #[test]
+    fn topic_config_changes_are_checked_and_normalised() {
+        let dir = tempfile::tempdir().unwrap();
+        let dd = DataDir::new(dir.path()).unwrap();
+        dd.create_topic("t", 1, &BTreeMap::new()).unwrap();
+        let set = |key: &str, value: &str| {
+            let (key, value) = (key.to_string(), json!(value));
+            move |c: &Map<String, Value>| {
+                let mut c = c.clone();
+                c.insert(key, value);
+                Ok(c)
+            }
+        };
+        dd.alter_topic_config("t", true, set("retention.ms", "5")).unwrap();
+        assert!(dd.topics().unwrap()["t"].config.is_empty(), "validate_only stored it");
+        dd.alter_topic_config("t", false, set("retention.ms", "5")).unwrap();
+        assert_eq!(dd.topics().unwrap()["t"].config["retention.ms"], json!(5));
+        let err = dd.alter_topic_config("t", false, set("retention.ms", "soon")).unwrap_err();
+        assert!(err.to_string().contains("retention.ms must be an integer"), "{err}");
+        assert!(dd.alter_topic_config("t", false, set("no.such", "1")).is_err());
+        assert_eq!(dd.topics().unwrap()["t"].config["retention.ms"], json!(5));
     }
 }

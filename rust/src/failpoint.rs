@@ -31,6 +31,8 @@ pub const NAMES: &[&str] = &[
     // Log::close on the last writer: seal, sync, then the clean-shutdown marker.
     "shutdown.before_marker",
     "shutdown.after_marker",
+    // producer_state::write_snapshot: a producer snapshot (at roll, at clean close) is written.
+    "producer_snapshot.write",
     // checkpoint::write_atomically: the temp file, the rename, the directory sync.
     "checkpoint.write",
     "checkpoint.rename",

@@ -20,8 +20,8 @@ pub const INDEX_SUFFIX: &str = ".index";
 pub const TIME_INDEX_SUFFIX: &str = ".timeindex";
 /// Aborted transactions (34-byte entries).
 pub const TXN_INDEX_SUFFIX: &str = ".txnindex";
-/// A producer-state snapshot (Kafka writes them; kafkalite reads none but lists the name so the
-/// suffix set is complete).
+/// A producer-state snapshot, `<log end offset>.snapshot` (`producer_state.rs`, Kafka's
+/// `ProducerStateManager`), taken at roll and clean close by a log whose producer state is loaded.
 pub const SNAPSHOT_SUFFIX: &str = ".snapshot";
 
 // -- suffixes appended to a whole file name while it is being replaced or removed -------------
@@ -91,6 +91,8 @@ pub const ADMIN_LOCK_FILE: &str = ".kafkalite-admin.lock";
 pub const NOTIFY_FILE: &str = ".kafkalite-notify";
 /// Serializes read-modify-write of Kafka's shared checkpoint files (`checkpoint.rs`).
 pub const CHECKPOINT_LOCK_FILE: &str = ".kafkalite-checkpoints.lock";
+/// The next producer id `InitProducerId` hands out, reserved in blocks (`producer_ids.rs`).
+pub const PRODUCER_IDS_FILE: &str = ".kafkalite-producer-ids";
 /// Consumer-group state, one folder per group.
 pub const GROUPS_DIR: &str = ".kafkalite-groups";
 

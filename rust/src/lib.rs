@@ -9,6 +9,7 @@
 //!   00000000000000000000.index      8-byte entries: relative offset, position
 //!   00000000000000000000.timeindex  12-byte entries: timestamp, relative offset
 //!   00000000000000104857.log ...    the next segment, based at its first offset
+//!   00000000000000104857.snapshot   producer state (ids, epochs, sequences) as of that offset
 //!   .kafkalite.writers              the writers' presence lock (the exclusive holder's pid inside)
 //!   .kafkalite.lock                 the append lock shared writers take around each append
 //!   .kafkalite-clean-shutdown       present after a clean close
@@ -27,7 +28,8 @@
 //! bounds the disk reserved ahead of writers), `log` and `log_read` (a partition: `log::load`
 //! opens and recovers, `log::follow` learns what other processes wrote, `log::append` appends
 //! and rolls; `log_read` reads), `retention`, `txn` (aborted
-//! transactions, last stable offset), `cleaner` (compaction), `checkpoint` (small atomic files,
+//! transactions, last stable offset), `producer_state` (Kafka's per-producer sequences and
+//! `.snapshot` files, for idempotent produce), `producer_ids` (InitProducerId's ids), `cleaner` (compaction), `checkpoint` (small atomic files,
 //! Kafka's checkpoint files), `topic_config` (every topic and data-directory config key: one
 //! table, one resolution), `options` (a log's settings) and `error` (the one error type). Above
 //! the partition: `datadir` (a data directory's topic metadata), `partitioner` (Kafka's
@@ -67,6 +69,8 @@ pub mod offsets_codec;
 pub mod options;
 pub mod partitioner;
 pub mod prealloc;
+pub mod producer_ids;
+pub mod producer_state;
 pub mod record;
 pub mod retention;
 pub mod segment;

@@ -98,6 +98,7 @@ impl Log {
             if first > self.start_offset {
                 self.set_start_offset(first)?;
             }
+            self.delete_snapshots_below(first)?;
         }
         Ok(count)
     }

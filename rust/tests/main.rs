@@ -5,6 +5,7 @@ mod cleaner_crash;
 mod hostile;
 mod locks;
 mod log;
+mod producers;
 mod server;
 mod txn;
 mod vectors;

@@ -195,3 +195,61 @@ proptest! {
         let _ = decode_request(frame.freeze());
     }
 }
+
+/// Send one request and decode its response.
+fn call<Req: Encodable, Resp: Decodable>(s: &mut TcpStream, key: ApiKey, version: i16, body: &Req) -> Resp {
+    s.write_all(&request(key, version, 11, body)).unwrap();
+    let mut reply = read_response(s).expect("a response");
+    let header = ResponseHeader::decode(&mut reply, key.response_header_version(version)).unwrap();
+    assert_eq!(header.correlation_id, 11);
+    Resp::decode(&mut reply, version).unwrap()
+}
+
+/// The admin APIs' answers that librdkafka and kafka-python never let through (they check
+/// first): requests naming what cannot exist get Kafka's codes from the server itself.
+#[test]
+fn admin_requests_for_what_does_not_exist_get_kafkas_codes() {
+    use kafka_protocol::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
+    use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::{
+        DeleteRecordsRequest, DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeClusterRequest,
+        DescribeClusterResponse, DescribeConfigsRequest, DescribeConfigsResponse, TopicName,
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    kafkalite::datadir::DataDir::new(dir.path()).unwrap().create_topic("t", 1, &Default::default()).unwrap();
+    let server = start(dir.path());
+    let mut s = connect(&server);
+    let name = |n: &str| TopicName(StrBytes::from_string(n.to_string()));
+
+    let partitions =
+        |p: i32, offset: i64| vec![DeleteRecordsPartition::default().with_partition_index(p).with_offset(offset)];
+    let req = DeleteRecordsRequest::default().with_topics(vec![
+        DeleteRecordsTopic::default().with_name(name("t")).with_partitions(partitions(5, 0)),
+        DeleteRecordsTopic::default().with_name(name("nope")).with_partitions(partitions(0, 0)),
+        DeleteRecordsTopic::default().with_name(name("../t")).with_partitions(partitions(0, 0)),
+        DeleteRecordsTopic::default().with_name(name("t")).with_partitions(partitions(0, 1)),
+    ]);
+    let resp: DeleteRecordsResponse = call(&mut s, ApiKey::DeleteRecords, 2, &req);
+    let codes: Vec<i16> = resp.topics.iter().map(|t| t.partitions[0].error_code).collect();
+    assert_eq!(codes, [3, 3, 3, 1]); // UNKNOWN_TOPIC_OR_PARTITION x3, OFFSET_OUT_OF_RANGE
+
+    let by_path = DeleteTopicState::default().with_name(Some(name("../t")));
+    let resp: DeleteTopicsResponse =
+        call(&mut s, ApiKey::DeleteTopics, 6, &DeleteTopicsRequest::default().with_topics(vec![by_path]));
+    assert_eq!(resp.responses[0].error_code, 17); // INVALID_TOPIC_EXCEPTION
+
+    let other_broker = DescribeConfigsResource::default().with_resource_type(4).with_resource_name("7".into());
+    let group = DescribeConfigsResource::default().with_resource_type(32).with_resource_name("g".into());
+    let req = DescribeConfigsRequest::default().with_resources(vec![other_broker, group]);
+    let resp: DescribeConfigsResponse = call(&mut s, ApiKey::DescribeConfigs, 4, &req);
+    assert_eq!(resp.results.iter().map(|r| r.error_code).collect::<Vec<_>>(), [42, 42]); // INVALID_REQUEST
+
+    let resp: DescribeClusterResponse =
+        call(&mut s, ApiKey::DescribeCluster, 1, &DescribeClusterRequest::default().with_endpoint_type(2));
+    assert_eq!(resp.error_code, 119); // UNSUPPORTED_ENDPOINT_TYPE
+    let resp: DescribeClusterResponse = call(&mut s, ApiKey::DescribeCluster, 0, &DescribeClusterRequest::default());
+    assert_eq!((resp.error_code, resp.cluster_id.as_str(), resp.brokers.len()), (0, "kafkalite", 1));
+    assert!(dir.path().join("t-0").is_dir(), "nothing deleted");
+}

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafkalite._files import write_atomically
+from kafkalite._native import FIRST_SINK_PRODUCER_ID
 from kafkalite.spark.batches import SEQUENCE_MODULUS, Encoder, Producer, next_sequence, scan
 from kafkalite.spark.checks import ensure_topics
 from kafkalite.spark.options import SparkOptionError
@@ -183,8 +184,11 @@ def _key(g: Group) -> str:
 
 
 def producer_for(sink: str) -> Producer:
-    """The sink's Kafka producer identity: a non-negative 63-bit id from the sink id, epoch 0."""
-    return Producer(int.from_bytes(hashlib.sha256(sink.encode()).digest()[:8], "big") >> 1)
+    """The sink's Kafka producer identity, epoch 0: an id from the sink id, at or above
+    ``FIRST_SINK_PRODUCER_ID`` (bit 62 set), where ``kafkalite serve``'s InitProducerId never
+    reaches, so a network producer never shares a sink's producer state."""
+    digest = int.from_bytes(hashlib.sha256(sink.encode()).digest()[:8], "big")
+    return Producer((digest >> 2) | FIRST_SINK_PRODUCER_ID)
 
 
 def _encode(

@@ -149,6 +149,12 @@ impl Log {
     /// is appended unless every batch is valid.
     pub fn append_raw_batches(&mut self, data: &[u8]) -> Result<(i64, i64)> {
         self.check_writable()?;
+        let batches = self.validate_raw_batches(data)?;
+        self.as_writer(|log| log.append_validated_batches(batches))
+    }
+
+    /// `append_raw_batches`' checks: every batch whole, valid and appendable by a client.
+    pub(super) fn validate_raw_batches<'a>(&self, data: &'a [u8]) -> Result<Vec<(&'a [u8], BatchHeader)>> {
         let mut batches = Vec::new();
         let mut pos = 0;
         while pos < data.len() {
@@ -184,10 +190,10 @@ impl Log {
         if batches.is_empty() {
             return Err(Error::config("append_batches needs at least one record batch"));
         }
-        self.as_writer(|log| log.append_validated_batches(batches))
+        Ok(batches)
     }
 
-    fn append_validated_batches(&mut self, batches: Vec<(&[u8], BatchHeader)>) -> Result<(i64, i64)> {
+    pub(super) fn append_validated_batches(&mut self, batches: Vec<(&[u8], BatchHeader)>) -> Result<(i64, i64)> {
         let first = self.end_offset();
         let mut count = 0u64;
         for (bytes, mut header) in batches {
@@ -222,6 +228,7 @@ impl Log {
             }
             return Err(e);
         }
+        self.producers_note(&header);
         if bytes.capacity() > self.scratch.capacity() {
             self.scratch = bytes;
         }
@@ -289,7 +296,10 @@ impl Log {
         self.segments.push(seg);
         self.flushed_position = 0;
         crate::failpoint::hit("roll.after_create").context(|| format!("cannot roll {}", dir.display()))?;
-        self.sync_dir_if_always()
+        self.sync_dir_if_always()?;
+        // Kafka takes a producer snapshot at every roll, named by the new segment's base.
+        self.snapshot_producers();
+        Ok(())
     }
 
     /// Under flush="always", a new segment's directory entries (log and indexes) are made

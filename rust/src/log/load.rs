@@ -64,6 +64,7 @@ impl Log {
             loaded: false,
             lock_deadline: None,
             _prealloc_budget: None,
+            producers: None,
         };
         if log.lock.is_some() {
             log._prealloc_budget =
@@ -234,6 +235,9 @@ impl Log {
                 kafka.update(KAFKA_LOG_START_OFFSET, wanted)?;
             }
         }
+        // Snapshots beyond the log end describe batches recovery cut (Kafka's truncateAndReload):
+        // a writer that appends past them again must not take them for its own state.
+        crate::producer_state::delete_snapshots_outside(&self.dir, i64::MIN, self.end_offset())?;
         let active = self.segments.last_mut().unwrap();
         active.reopen_for_append()?;
         self.flushed_position = active.size();

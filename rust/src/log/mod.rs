@@ -8,6 +8,9 @@
 mod append;
 mod follow;
 mod load;
+mod producers;
+
+pub use producers::Produced;
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -67,6 +70,8 @@ pub struct Log {
     /// The data directory's preallocation budget (writers only), held so the limit this log
     /// was opened with stays set while it is open (`prealloc.rs`).
     _prealloc_budget: Option<std::sync::Arc<crate::prealloc::Budget>>,
+    /// Kafka's producer state, once something needed it (`producers.rs`).
+    producers: Option<crate::producer_state::ProducerState>,
 }
 
 /// (device, inode) of a directory.
@@ -222,6 +227,7 @@ impl Log {
         let result = result.or_else(|e| if matches!(e, Error::UnknownTopicOrPartition(_)) { Ok(()) } else { Err(e) });
         self.closed = true;
         self.segments.clear();
+        self.producers = None;
         self.lock = None;
         result
     }
@@ -242,6 +248,8 @@ impl Log {
         if let Some(kafka) = &self.kafka_checkpoints {
             kafka.update(KAFKA_RECOVERY_POINT, Some(self.end_offset()))?;
         }
+        // Kafka snapshots producer state at clean shutdown, so the next open scans nothing.
+        self.snapshot_producers();
         crate::failpoint::hit("shutdown.before_marker").context(|| format!("cannot close {}", self.dir.display()))?;
         write_atomically(&self.dir, CLEAN_SHUTDOWN_FILE, b"")?;
         crate::failpoint::hit("shutdown.after_marker").context(|| format!("cannot close {}", self.dir.display()))

@@ -72,3 +72,44 @@ fn to_json(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
     }
     Err(InvalidTypeError::new_err(format!("the topic metadata cannot hold a {}", obj.get_type().name()?)))
 }
+
+/// `DataDir::delete_topic`: what `Admin.delete_topic` and the server's DeleteTopics do (folders
+/// renamed under each partition's append lock, then removed).
+#[pyfunction]
+pub fn delete_topic(py: Python<'_>, dir: PathBuf, name: String) -> PyResult<()> {
+    py.detach(|| datadir::DataDir::new(&dir)?.delete_topic(&name))?;
+    Ok(())
+}
+
+/// `DataDir::create_partitions`: grow a topic to `total` partitions (Admin.create_partitions,
+/// the server's CreatePartitions).
+#[pyfunction]
+pub fn create_partitions(py: Python<'_>, dir: PathBuf, name: String, total: i32) -> PyResult<()> {
+    py.detach(|| datadir::DataDir::new(&dir)?.create_partitions(&name, total, false))?;
+    Ok(())
+}
+
+/// `DataDir::alter_topic_config`: set the `set` keys (values already checked by the caller) and
+/// drop the `remove` keys of a topic's own config, checked again and stored under the metadata
+/// lock (Admin.alter_config; the server's AlterConfigs/IncrementalAlterConfigs use the same).
+#[pyfunction]
+pub fn alter_topic_config(
+    py: Python<'_>,
+    dir: PathBuf,
+    name: String,
+    set: Bound<'_, PyDict>,
+    remove: Vec<String>,
+) -> PyResult<()> {
+    let Value::Object(set) = to_json(set.as_any())? else { unreachable!("a dict is a JSON object") };
+    py.detach(|| {
+        datadir::DataDir::new(&dir)?.alter_topic_config(&name, false, |current| {
+            let mut config = current.clone();
+            config.extend(set);
+            for key in &remove {
+                config.remove(key);
+            }
+            Ok(config)
+        })
+    })?;
+    Ok(())
+}

@@ -46,6 +46,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SEGMENT_BYTES_DEFAULT", log_defaults.segment_bytes)?;
     m.add("INDEX_INTERVAL_BYTES_DEFAULT", log_defaults.index_interval_bytes)?;
     m.add("MAX_MESSAGE_BYTES_DEFAULT", log_defaults.max_message_bytes)?;
+    m.add("FIRST_SINK_PRODUCER_ID", crate::producer_ids::FIRST_SINK_PRODUCER_ID)?;
     m.add("PREALLOCATE_BUDGET_BYTES_DEFAULT", crate::prealloc::DEFAULT_BUDGET_BYTES)?;
     m.add("BATCH_FULL", producer::FULL)?;
     m.add("RECORD_TOO_LARGE", producer::TOO_LARGE)?;
@@ -60,6 +61,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(topic_config::topic_log_options, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::read_metadata, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::update_metadata, m)?)?;
+    m.add_function(wrap_pyfunction!(metadata::delete_topic, m)?)?;
+    m.add_function(wrap_pyfunction!(metadata::create_partitions, m)?)?;
+    m.add_function(wrap_pyfunction!(metadata::alter_topic_config, m)?)?;
     m.add("MAX_PARTITIONS", crate::topic_config::MAX_PARTITIONS)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

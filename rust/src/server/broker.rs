@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::files::NOTIFY_FILE;
 use crate::log::Log;
 use crate::notify::Notifier;
+use crate::producer_ids::ProducerIds;
 
 pub type Topics = Arc<BTreeMap<String, TopicMeta>>;
 /// An open partition log, shared by the connections that use it.
@@ -32,8 +33,10 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 pub struct Broker {
     pub dir: DataDir,
-    pub auto_create_topics: bool,
-    pub default_partitions: i32,
+    /// The server's own switch; the data directory's `auto.create.topics.enable` must agree.
+    auto_create_topics: bool,
+    /// `num.partitions` unless the data directory sets it.
+    default_partitions: i32,
     advertised: (String, i32),
     topics: Mutex<Option<(Option<SystemTime>, Topics)>>,
     partitions: Mutex<HashMap<(String, i32), SharedLog>>,
@@ -47,6 +50,8 @@ pub struct Broker {
     pub offsets: OffsetStore,
     /// The classic group coordinator for network members.
     pub groups: Coordinator,
+    /// InitProducerId's ids, reserved in blocks in the data directory.
+    pub producer_ids: Mutex<ProducerIds>,
     stopping: Arc<AtomicBool>,
     bridge: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -58,6 +63,7 @@ impl Broker {
         // than failing every request later.
         dir.topics()?;
         let groups = Coordinator::new(dir.path());
+        let producer_ids = Mutex::new(ProducerIds::new(dir.path()));
         let notifier = Arc::new(Notifier::open(&dir.path().join(NOTIFY_FILE))?);
         let appended = Arc::new(Notify::new());
         let stopping = Arc::new(AtomicBool::new(false));
@@ -74,9 +80,25 @@ impl Broker {
             request_budget: Arc::new(Semaphore::new(QUEUED_MAX_REQUEST_BYTES)),
             offsets: OffsetStore::default(),
             groups,
+            producer_ids,
             stopping,
             bridge: Mutex::new(Some(bridge)),
         })
+    }
+
+    /// Whether Metadata may create topics: the server's setting and the data directory's
+    /// `auto.create.topics.enable` (changed at run time by `kafkalite config` or
+    /// IncrementalAlterConfigs on broker 0, as a dynamic broker config).
+    pub fn auto_create_topics(&self) -> bool {
+        let set = self.dir.dir_config().ok().and_then(|c| c.get("auto.create.topics.enable").and_then(|v| v.as_bool()));
+        self.auto_create_topics && set.unwrap_or(true)
+    }
+
+    /// The partitions of a topic created without a count: the data directory's
+    /// `num.partitions` when it sets one, else the server's.
+    pub fn default_partitions(&self) -> i32 {
+        let set = self.dir.dir_config().ok().and_then(|c| c.get("num.partitions").and_then(|v| v.as_i64()));
+        set.map_or(self.default_partitions, |n| n as i32)
     }
 
     pub fn advertised(&self) -> (String, i32) {

@@ -4,16 +4,24 @@
 use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreateTopicsRequest, DescribeGroupsRequest, FetchRequest,
-    FindCoordinatorRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
-    ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader,
-    ResponseHeader, SyncGroupRequest,
+    AlterConfigsRequest, ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreatePartitionsRequest, CreateTopicsRequest,
+    DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
+    DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
+    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest,
+    OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader, ResponseHeader, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::broker::Broker;
 use super::codes;
-use super::{coordinator, fetch, group_api, list_offsets, metadata, offset_commit, produce};
+use super::{
+    cluster, configs, coordinator, delete_records, fetch, group_api, groups_admin, init_producer_id, list_offsets,
+    metadata, offset_commit, produce, topics_admin,
+};
+use super::{
+    cluster, configs, coordinator, delete_records, fetch, group_api, groups_admin, list_offsets, metadata,
+    offset_commit, produce, topics_admin,
+};
 
 /// The APIs and versions implemented here: exactly what ApiVersions advertises. The upper
 /// bounds are what current clients negotiate (Java 3.x/4.x, librdkafka 2.x, kafka-python)
@@ -34,6 +42,15 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::LeaveGroup, 0, 4),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::ListGroups, 0, 4),
+    (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DeleteRecords, 0, 2),
+    (ApiKey::DescribeCluster, 0, 2),
 ];
 
 fn supported(key: ApiKey, version: i16) -> bool {
@@ -58,6 +75,15 @@ pub enum Body {
     LeaveGroup(LeaveGroupRequest),
     DescribeGroups(DescribeGroupsRequest),
     ListGroups(ListGroupsRequest),
+    InitProducerId(InitProducerIdRequest),
+    DeleteGroups(DeleteGroupsRequest),
+    DeleteTopics(DeleteTopicsRequest),
+    CreatePartitions(CreatePartitionsRequest),
+    DescribeConfigs(DescribeConfigsRequest),
+    AlterConfigs(AlterConfigsRequest),
+    IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
+    DeleteRecords(DeleteRecordsRequest),
+    DescribeCluster(DescribeClusterRequest),
     /// ApiVersions at a version we do not know: answered with UNSUPPORTED_VERSION at v0,
     /// so the client can retry with one we do (Kafka's behaviour).
     ApiVersionsUnsupported,
@@ -116,6 +142,15 @@ pub fn decode_request(frame: Bytes) -> Result<Request, DecodeError> {
         ApiKey::LeaveGroup => Body::LeaveGroup(decode(&mut buf, version)?),
         ApiKey::DescribeGroups => Body::DescribeGroups(decode(&mut buf, version)?),
         ApiKey::ListGroups => Body::ListGroups(decode(&mut buf, version)?),
+        ApiKey::InitProducerId => Body::InitProducerId(decode(&mut buf, version)?),
+        ApiKey::DeleteGroups => Body::DeleteGroups(decode(&mut buf, version)?),
+        ApiKey::DeleteTopics => Body::DeleteTopics(decode(&mut buf, version)?),
+        ApiKey::CreatePartitions => Body::CreatePartitions(decode(&mut buf, version)?),
+        ApiKey::DescribeConfigs => Body::DescribeConfigs(decode(&mut buf, version)?),
+        ApiKey::AlterConfigs => Body::AlterConfigs(decode(&mut buf, version)?),
+        ApiKey::IncrementalAlterConfigs => Body::IncrementalAlterConfigs(decode(&mut buf, version)?),
+        ApiKey::DeleteRecords => Body::DeleteRecords(decode(&mut buf, version)?),
+        ApiKey::DescribeCluster => Body::DescribeCluster(decode(&mut buf, version)?),
         other => return Err(DecodeError(format!("{other:?} is not supported"))),
     };
     Ok(Request { header, key, body })
@@ -172,6 +207,15 @@ pub async fn handle(broker: &Broker, request: Request, peer: &str) -> Result<Opt
         Body::DescribeGroups(r) => frame(key, v, id, &group_api::describe_groups(broker, r))?,
         Body::ListGroups(r) => frame(key, v, id, &group_api::list_groups(broker, r, v))?,
         Body::ListOffsets(r) => frame(key, v, id, &list_offsets::list_offsets(broker, r, v))?,
+        Body::InitProducerId(r) => frame(key, v, id, &init_producer_id::init_producer_id(broker, r))?,
+        Body::DeleteGroups(r) => frame(key, v, id, &groups_admin::delete_groups(broker, r))?,
+        Body::DeleteTopics(r) => frame(key, v, id, &topics_admin::delete_topics(broker, r, v))?,
+        Body::CreatePartitions(r) => frame(key, v, id, &topics_admin::create_partitions(broker, r))?,
+        Body::DescribeConfigs(r) => frame(key, v, id, &configs::describe_configs(broker, r, v))?,
+        Body::AlterConfigs(r) => frame(key, v, id, &configs::alter_configs(broker, r))?,
+        Body::IncrementalAlterConfigs(r) => frame(key, v, id, &configs::incremental_alter_configs(broker, r))?,
+        Body::DeleteRecords(r) => frame(key, v, id, &delete_records::delete_records(broker, r))?,
+        Body::DescribeCluster(r) => frame(key, v, id, &cluster::describe_cluster(broker, r))?,
     };
     Ok(Some(response))
 }

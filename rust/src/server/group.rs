@@ -506,6 +506,17 @@ impl Coordinator {
         Some((g.state.name().to_string(), g.protocol_type.clone(), g.protocol.clone(), members))
     }
 
+    /// Forget a group without members (DeleteGroups). NON_EMPTY_GROUP while it has members;
+    /// Ok(true) when the coordinator knew it.
+    pub fn delete(&self, group_id: &str) -> Result<bool, i16> {
+        let mut groups = lock(&self.groups);
+        match groups.get(group_id) {
+            Some(g) if !g.members.is_empty() => Err(codes::NON_EMPTY_GROUP),
+            Some(_) => Ok(groups.remove(group_id).is_some()),
+            None => Ok(false),
+        }
+    }
+
     pub fn list(&self) -> Vec<(String, String, String)> {
         lock(&self.groups)
             .iter()
@@ -544,4 +555,23 @@ pub fn embedded_members(data_dir: &Path, group: &str) -> Option<bool> {
         // Getting the lock means the member is dead; it is released when `file` closes.
         rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err()
     }))
+}
+
+/// Remove an embedded group's folder (`.kafkalite-groups/<id>`: its state and members' files),
+/// as `Admin.delete_group` does: a symlink there is removed as a link, never followed, and
+/// nothing outside the groups folder is touched. Ok(true) when there was one; Ok(false) also
+/// for ids whose folder name group.py hashes (not computed here).
+pub fn remove_group_folder(data_dir: &Path, group: &str) -> std::io::Result<bool> {
+    let Some(name) = encode_name(group) else { return Ok(false) };
+    let root = data_dir.join(crate::files::GROUPS_DIR);
+    if root.symlink_metadata().map(|m| m.file_type().is_symlink()).unwrap_or(false) {
+        return Err(std::io::Error::other(format!("refusing to delete under {}: it is a symlink", root.display())));
+    }
+    let path = root.join(name);
+    match path.symlink_metadata() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(&path).map(|_| true),
+        Ok(_) => std::fs::remove_file(&path).map(|_| true),
+    }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
@@ -13,13 +13,13 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::broker::Broker;
+use super::cluster::cluster_id;
 use super::codes;
 use super::offsets::OFFSETS_TOPIC;
 use crate::datadir::{validate_topic_name, TopicMeta};
 use crate::error::Error;
 
 pub const NODE_ID: i32 = 0;
-pub const CLUSTER_ID: &str = "kafkalite";
 
 fn topic_entry(name: &str, meta: &TopicMeta, version: i16) -> MetadataResponseTopic {
     let partitions = (0..meta.partitions)
@@ -56,7 +56,7 @@ fn auto_create(broker: &Broker, name: &str) -> Result<(), i16> {
     if validate_topic_name(name).is_err() || name.starts_with("__") {
         return Err(codes::INVALID_TOPIC_EXCEPTION);
     }
-    match broker.dir.create_topic(name, broker.default_partitions, &BTreeMap::new()) {
+    match broker.dir.create_topic(name, broker.default_partitions(), &BTreeMap::new()) {
         Ok(_) => {
             broker.topics_changed();
             Ok(())
@@ -75,7 +75,7 @@ pub fn metadata(broker: &Broker, request: MetadataRequest, version: i16) -> Meta
         response = response.with_controller_id(BrokerId(NODE_ID));
     }
     if version >= 2 {
-        response = response.with_cluster_id(Some(StrBytes::from_static_str(CLUSTER_ID)));
+        response = response.with_cluster_id(Some(StrBytes::from_string(cluster_id(broker.dir.path()))));
     }
     let mut topics = match broker.topics() {
         Ok(t) => t,
@@ -87,7 +87,7 @@ pub fn metadata(broker: &Broker, request: MetadataRequest, version: i16) -> Meta
         Some(t) if t.is_empty() && version == 0 => None,
         Some(t) => Some(t),
     };
-    let allow_create = broker.auto_create_topics && (version < 4 || request.allow_auto_topic_creation);
+    let allow_create = (version < 4 || request.allow_auto_topic_creation) && broker.auto_create_topics();
     let entries = match wanted {
         None => topics.iter().map(|(name, meta)| topic_entry(name, meta, version)).collect(),
         Some(wanted) => {
@@ -122,9 +122,10 @@ pub fn create_topics(broker: &Broker, request: CreateTopicsRequest, version: i16
     let mut results = Vec::with_capacity(request.topics.len().min(1024));
     for topic in request.topics {
         let name = topic.name.0.to_string();
-        let partitions = if topic.num_partitions == -1 { broker.default_partitions } else { topic.num_partitions };
+        let partitions = if topic.num_partitions == -1 { broker.default_partitions() } else { topic.num_partitions };
         let configs: BTreeMap<String, String> =
             topic.configs.iter().filter_map(|c| Some((c.name.to_string(), c.value.as_ref()?.to_string()))).collect();
+        let checked = crate::datadir::validate_config(&configs);
         let exists = broker.topics().map(|t| t.contains_key(&name)).unwrap_or(false);
         let outcome: Result<(), (i16, String)> = if validate_topic_name(&name).is_err() {
             Err((codes::INVALID_TOPIC_EXCEPTION, validate_topic_name(&name).unwrap_err().to_string()))
@@ -145,7 +146,7 @@ pub fn create_topics(broker: &Broker, request: CreateTopicsRequest, version: i16
                     crate::datadir::MAX_PARTITIONS
                 ),
             ))
-        } else if let Err(e) = crate::datadir::validate_config(&configs) {
+        } else if let Err(e) = checked.as_ref() {
             Err((codes::INVALID_CONFIG, e.to_string()))
         } else if request.validate_only {
             Ok(())
@@ -164,7 +165,18 @@ pub fn create_topics(broker: &Broker, request: CreateTopicsRequest, version: i16
         match outcome {
             Ok(()) => {
                 if version >= 5 {
-                    result = result.with_num_partitions(partitions).with_replication_factor(1);
+                    let own = checked.as_ref().cloned().unwrap_or_default();
+                    let configs = super::configs::created_topic_configs(broker, &own)
+                        .into_iter()
+                        .map(|(name, value, source)| {
+                            CreatableTopicConfigs::default()
+                                .with_name(StrBytes::from_string(name))
+                                .with_value(Some(StrBytes::from_string(value)))
+                                .with_config_source(source)
+                        })
+                        .collect();
+                    result =
+                        result.with_num_partitions(partitions).with_replication_factor(1).with_configs(Some(configs));
                 }
             }
             Err((code, message)) => {

@@ -9,25 +9,36 @@
 //! per API family: `metadata` (Metadata, CreateTopics), `produce`, `fetch`, `list_offsets`, `coordinator`
 //! (FindCoordinator), `offset_commit` (OffsetCommit, OffsetFetch) over `offsets` (the
 //! `__consumer_offsets` records, shared with the embedded clients), `group_api` (JoinGroup,
-//! SyncGroup, Heartbeat, LeaveGroup, DescribeGroups, ListGroups) over `group` (the coordinator).
+//! SyncGroup, Heartbeat, LeaveGroup, DescribeGroups, ListGroups) over `group` (the coordinator),
+//! `init_producer_id` (ids for idempotent producers; their sequences are checked by the engine's
+//! `producer_state`, which `produce` calls through `Log::append_produce`),
+//! and the admin APIs: `topics_admin` (DeleteTopics, CreatePartitions), `configs`
+//! (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs), `delete_records`, `groups_admin`
+//! (DeleteGroups) and `cluster` (DescribeCluster, the cluster id).
 //! Request and response bodies are encoded by the `kafka-protocol` crate, generated from
 //! Kafka's JSON schemas; nothing here hand-writes a message codec.
 
 mod broker;
+mod cluster;
 mod codes;
+mod configs;
 mod connection;
 mod coordinator;
+mod delete_records;
 mod dispatch;
 mod fetch;
 pub mod frame;
 mod group;
 mod group_api;
+mod init_producer_id;
+mod groups_admin;
 mod list_offsets;
 pub mod listen;
 mod metadata;
 mod offset_commit;
 mod offsets;
 mod produce;
+mod topics_admin;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

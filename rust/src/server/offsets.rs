@@ -105,6 +105,26 @@ impl OffsetStore {
         Ok(state.offsets.clone())
     }
 
+    /// Delete the group's committed offsets (DeleteGroups, as offsets.py's `OffsetStore.delete`):
+    /// one tombstone per committed partition, appended durably in one batch. Returns how many.
+    pub fn delete(&self, broker: &Broker, group: &str) -> Result<usize> {
+        let committed = self.load(broker, group)?;
+        if committed.is_empty() {
+            return Ok(0);
+        }
+        let now = now_ms();
+        let keys: Vec<Vec<u8>> = committed.keys().map(|(t, p)| encode_key(group, t, *p)).collect::<Result<_>>()?;
+        let inputs: Vec<RecordInput<'_>> =
+            keys.iter().map(|k| RecordInput { key: Some(k), value: None, headers: &[], timestamp: now }).collect();
+        let log = broker
+            .partition(OFFSETS_TOPIC, offsets_partition(group))?
+            .ok_or_else(|| Error::UnknownTopicOrPartition(format!("{OFFSETS_TOPIC}-{}", offsets_partition(group))))?;
+        lock(&log).append_records(&inputs)?;
+        // Read again from the start next time (the tombstones remove the entries).
+        lock(&self.groups).remove(group);
+        Ok(committed.len())
+    }
+
     /// Append the commits durably, in one batch (all or nothing).
     pub fn commit(&self, broker: &Broker, group: &str, commits: &[(String, i32, i64, String)]) -> Result<()> {
         if commits.is_empty() {

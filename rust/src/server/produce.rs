@@ -1,6 +1,7 @@
-//! Produce: each partition's record batches go to `Log::append_raw_batches`, which checks
-//! CRC and structure, assigns offsets and stores the batches as sent (every codec, no
-//! recompression: Kafka's `compression.type=producer`). acks=0 gets no response; with one
+//! Produce: each partition's record batches go to `Log::append_produce`, which checks
+//! CRC and structure, checks idempotent producers' sequences (a retried batch is answered
+//! with its original base offset and not written again), assigns offsets and stores the
+//! batches as sent (every codec, no recompression: Kafka's `compression.type=producer`). acks=0 gets no response; with one
 //! broker, acks=1 and acks=-1 both answer once the batches are in the log.
 
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
@@ -9,6 +10,8 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::broker::{lock, Broker};
 use super::codes;
+use crate::log::Produced;
+use crate::producer_state::Refusal;
 use crate::record::TimestampType;
 
 /// Byte offset of maxTimestamp in a v2 batch header (Kafka's DefaultRecordBatch layout).
@@ -36,8 +39,19 @@ fn append(broker: &Broker, topic: &str, partition: i32, records: Option<&[u8]>) 
     }
     let records = records.ok_or((codes::CORRUPT_MESSAGE, "the partition's records are null".to_string()))?;
     let mut log = lock(&log);
-    match log.append_raw_batches(records) {
-        Ok((base_offset, _)) => {
+    match log.append_produce(records) {
+        Ok(Produced::Duplicate(batch)) => {
+            // Kafka answers a retry with the original batch's offset (and, for LogAppendTime,
+            // the time it was appended).
+            let log_append_time =
+                if log.config().timestamp_type == TimestampType::LogAppendTime { batch.timestamp } else { -1 };
+            Ok(Appended { base_offset: batch.first_offset(), log_append_time, log_start_offset: log.start_offset() })
+        }
+        Ok(Produced::Refused(refusal)) => Err(match refusal {
+            Refusal::InvalidProducerEpoch(m) => (codes::INVALID_PRODUCER_EPOCH, m),
+            Refusal::OutOfOrderSequence(m) => (codes::OUT_OF_ORDER_SEQUENCE_NUMBER, m),
+        }),
+        Ok(Produced::Appended(base_offset, _)) => {
             let mut log_append_time = -1;
             if log.config().timestamp_type == TimestampType::LogAppendTime {
                 // The stamp the engine wrote into the first batch's maxTimestamp.

@@ -1,0 +1,524 @@
+//! Kafka's producer state (`ProducerStateManager`, `ProducerStateEntry`, `ProducerAppendInfo`):
+//! per producer id, its epoch and the metadata of its last five batches, learnt from the
+//! batch headers in the log (producerId, producerEpoch, baseSequence, lastOffsetDelta). An
+//! idempotent produce is checked against it: a retried batch is found and answered with its
+//! original offsets instead of being written again, a sequence gap or an old epoch is refused.
+//!
+//! The state survives restarts in Kafka's `<offset>.snapshot` files in the partition folder
+//! (kafka-format.md §4.8): the state as of `offset`, the log end when it was taken. At open the
+//! latest snapshot at or below the log end is loaded and the batches after it are scanned.
+//! This file holds the state, its checks and the snapshot codec and files; `log/producers.rs`
+//! wires it into the partition (when to load, catch up, snapshot).
+
+use std::collections::{HashMap, VecDeque};
+use std::path::Path;
+
+use crate::checkpoint::{remove_if_exists, write_atomically};
+use crate::error::{IoContext, Result};
+use crate::files::{file_name, parse_base_offset, SNAPSHOT_SUFFIX};
+use crate::record::header::BatchHeader;
+
+/// `ProducerStateEntry.NUM_BATCHES_TO_RETAIN`: the batches a retry is looked up in (a
+/// producer has at most 5 requests in flight with idempotence on).
+pub const BATCHES_TO_RETAIN: usize = 5;
+/// Kafka's `producer.id.expiration.ms` default (1 day): a producer silent that long is
+/// forgotten, and its next batch is taken with any sequence (an unknown producer).
+pub const PRODUCER_ID_EXPIRATION_MS: i64 = 86_400_000;
+
+/// `RecordBatch.NO_PRODUCER_EPOCH` / `NO_SEQUENCE`.
+const NO_EPOCH: i16 = -1;
+const NO_SEQUENCE: i32 = -1;
+
+const SNAPSHOT_VERSION: i16 = 1;
+/// version (2), CRC-32C (4), entry count (4).
+const SNAPSHOT_HEADER_LEN: usize = 10;
+/// Where the CRC-covered bytes start (after version and CRC).
+const SNAPSHOT_CRC_START: usize = 6;
+/// producerId 8, epoch 2, lastSequence 4, lastOffset 8, offsetDelta 4, timestamp 8,
+/// coordinatorEpoch 4, currentTxnFirstOffset 8.
+const SNAPSHOT_ENTRY_LEN: usize = 46;
+
+/// Kafka's `DefaultRecordBatch.incrementSequence`: sequences wrap from i32::MAX to 0. Java's
+/// int arithmetic wraps, so a hostile sequence (negative) gives Java's answer, never a panic.
+fn increment_sequence(sequence: i32, increment: i32) -> i32 {
+    if sequence > i32::MAX.wrapping_sub(increment) {
+        increment.wrapping_sub(i32::MAX.wrapping_sub(sequence)).wrapping_sub(1)
+    } else {
+        sequence.wrapping_add(increment)
+    }
+}
+
+/// `DefaultRecordBatch.decrementSequence`, with Java's wrapping arithmetic too.
+fn decrement_sequence(sequence: i32, decrement: i32) -> i32 {
+    if sequence < decrement {
+        i32::MAX.wrapping_sub(decrement.wrapping_sub(sequence)).wrapping_add(1)
+    } else {
+        sequence.wrapping_sub(decrement)
+    }
+}
+
+/// `ProducerAppendInfo.inSequence`.
+fn in_sequence(last: i32, next: i32) -> bool {
+    next as i64 == last as i64 + 1 || (next == 0 && last == i32::MAX)
+}
+
+/// Kafka's `BatchMetadata`: one appended batch of a producer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchMetadata {
+    pub last_seq: i32,
+    pub last_offset: i64,
+    pub offset_delta: i32,
+    pub timestamp: i64,
+}
+
+impl BatchMetadata {
+    pub fn first_seq(&self) -> i32 {
+        decrement_sequence(self.last_seq, self.offset_delta)
+    }
+
+    pub fn first_offset(&self) -> i64 {
+        self.last_offset - self.offset_delta as i64
+    }
+
+    fn of(h: &BatchHeader) -> BatchMetadata {
+        BatchMetadata {
+            last_seq: increment_sequence(h.base_sequence, h.last_offset_delta),
+            last_offset: h.last_offset(),
+            offset_delta: h.last_offset_delta,
+            timestamp: h.max_timestamp,
+        }
+    }
+}
+
+/// Kafka's `ProducerStateEntry` (without transactions: coordinator epoch and open transaction
+/// are written to snapshots as "none").
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Entry {
+    epoch: i16,
+    batches: VecDeque<BatchMetadata>,
+    last_timestamp: i64,
+}
+
+impl Entry {
+    fn empty() -> Entry {
+        Entry { epoch: NO_EPOCH, batches: VecDeque::new(), last_timestamp: -1 }
+    }
+
+    fn last_seq(&self) -> i32 {
+        self.batches.back().map_or(NO_SEQUENCE, |b| b.last_seq)
+    }
+
+    /// `maybeUpdateProducerEpoch`: a new epoch starts with no batches.
+    fn set_epoch(&mut self, epoch: i16) {
+        if self.epoch != epoch {
+            self.batches.clear();
+            self.epoch = epoch;
+        }
+    }
+
+    /// `addBatch`: remember the batch, forgetting the oldest beyond five.
+    fn add(&mut self, epoch: i16, batch: BatchMetadata) {
+        self.set_epoch(epoch);
+        self.batches.push_back(batch);
+        if self.batches.len() > BATCHES_TO_RETAIN {
+            self.batches.pop_front();
+        }
+        self.last_timestamp = batch.timestamp;
+    }
+
+    /// `findDuplicateBatch`: a cached batch of the same epoch and sequence range.
+    fn duplicate_of(&self, h: &BatchHeader) -> Option<BatchMetadata> {
+        if h.producer_epoch != self.epoch {
+            return None;
+        }
+        let last = increment_sequence(h.base_sequence, h.last_offset_delta);
+        self.batches.iter().find(|b| b.first_seq() == h.base_sequence && b.last_seq == last).copied()
+    }
+}
+
+/// Why an idempotent batch is refused (Kafka's exception, hence the client's error code).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// `InvalidProducerEpochException`: the batch's epoch is older than the producer's.
+    InvalidProducerEpoch(String),
+    /// `OutOfOrderSequenceException`: a gap (or a new epoch not starting at 0).
+    OutOfOrderSequence(String),
+}
+
+/// What the checks decided for the batches of one produce request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Append them.
+    Append,
+    /// A retry of this batch, already in the log: acknowledge it, write nothing.
+    Duplicate(BatchMetadata),
+    /// Refuse them all.
+    Refused(Refusal),
+}
+
+/// The producer state of one partition, as of `map_end` (the log offset up to which batches
+/// were applied).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProducerState {
+    producers: HashMap<i64, Entry>,
+    map_end: i64,
+}
+
+impl ProducerState {
+    /// No producers, as of `map_end`.
+    pub fn empty(map_end: i64) -> ProducerState {
+        ProducerState { producers: HashMap::new(), map_end }
+    }
+
+    pub fn map_end(&self) -> i64 {
+        self.map_end
+    }
+
+    pub fn producer_count(&self) -> usize {
+        self.producers.len()
+    }
+
+    /// The epoch and cached batches (oldest first) of a producer.
+    pub fn producer(&self, producer_id: i64) -> Option<(i16, Vec<BatchMetadata>)> {
+        self.producers.get(&producer_id).map(|e| (e.epoch, e.batches.iter().copied().collect()))
+    }
+
+    /// Learn one batch of the log (its offsets final). Batches without a producer id only
+    /// move `map_end`; a control batch (a transaction marker a broker wrote) carries its
+    /// producer's epoch (`appendEndTxnMarker`).
+    pub fn apply(&mut self, h: &BatchHeader) {
+        self.map_end = self.map_end.max(h.last_offset() + 1);
+        if h.producer_id < 0 {
+            return;
+        }
+        let entry = self.producers.entry(h.producer_id).or_insert_with(Entry::empty);
+        if h.is_control() {
+            if h.producer_epoch >= entry.epoch {
+                entry.set_epoch(h.producer_epoch);
+            }
+            return;
+        }
+        entry.add(h.producer_epoch, BatchMetadata::of(h));
+    }
+
+    /// Kafka's checks (`UnifiedLog.analyzeAndValidateProducerState`, `ProducerAppendInfo`)
+    /// for the batches of one request, in order: a batch that repeats one of its producer's
+    /// cached batches makes the whole request a duplicate; otherwise each batch's epoch must
+    /// not be older than its producer's and its sequence must follow the previous batch's.
+    /// A producer with no state (new, or forgotten after expiry or retention) may start at
+    /// any sequence (Kafka 2.5+, KIP-360: no UNKNOWN_PRODUCER_ID). Batches without a
+    /// producer id are not checked.
+    pub fn check(&self, headers: &[BatchHeader], topic_partition: &str) -> Verdict {
+        // Each producer's state as the request's earlier batches leave it (Kafka's updatedEntry).
+        let mut updated: HashMap<i64, Entry> = HashMap::new();
+        for h in headers.iter().filter(|h| h.producer_id >= 0) {
+            let current = self.producers.get(&h.producer_id);
+            if let Some(duplicate) = current.and_then(|e| e.duplicate_of(h)) {
+                return Verdict::Duplicate(duplicate);
+            }
+            let current_epoch = current.map_or(NO_EPOCH, |e| e.epoch);
+            let entry = updated.entry(h.producer_id).or_insert_with(|| Entry {
+                epoch: current_epoch,
+                batches: VecDeque::new(),
+                last_timestamp: -1,
+            });
+            let pid = h.producer_id;
+            if h.producer_epoch < entry.epoch {
+                return Verdict::Refused(Refusal::InvalidProducerEpoch(format!(
+                    "epoch {} of producer {pid} is older than its current epoch {} in {topic_partition}: \
+                     a newer instance of this producer took over",
+                    h.producer_epoch, entry.epoch
+                )));
+            }
+            let first = h.base_sequence;
+            if h.producer_epoch != entry.epoch {
+                if first != 0 && entry.epoch != NO_EPOCH {
+                    return Verdict::Refused(Refusal::OutOfOrderSequence(format!(
+                        "invalid sequence number {first} for the new epoch {} of producer {pid} in \
+                         {topic_partition}: a new epoch starts at sequence 0",
+                        h.producer_epoch
+                    )));
+                }
+            } else {
+                let last = if !entry.batches.is_empty() {
+                    entry.last_seq()
+                } else if current.is_some_and(|c| c.epoch == h.producer_epoch) {
+                    current.map_or(NO_SEQUENCE, Entry::last_seq)
+                } else {
+                    NO_SEQUENCE
+                };
+                if current_epoch != NO_EPOCH && !in_sequence(last, first) {
+                    return Verdict::Refused(Refusal::OutOfOrderSequence(format!(
+                        "out of order sequence number for producer {pid} in {topic_partition}: {first} \
+                         (incoming sequence), {last} (current end sequence)"
+                    )));
+                }
+            }
+            entry.add(h.producer_epoch, BatchMetadata::of(h));
+        }
+        Verdict::Append
+    }
+
+    /// Everything below `end` was applied (or given up on): `map_end` moves there.
+    pub fn apply_end(&mut self, end: i64) {
+        self.map_end = self.map_end.max(end);
+    }
+
+    /// Forget producers whose last batch is older than `PRODUCER_ID_EXPIRATION_MS`
+    /// (`removeExpiredProducers`).
+    pub fn expire(&mut self, now_ms: i64) {
+        self.producers.retain(|_, e| now_ms - e.last_timestamp < PRODUCER_ID_EXPIRATION_MS);
+    }
+
+    /// The snapshot file's bytes, Kafka's layout: version 1, CRC-32C of what follows the
+    /// CRC, entry count, then per producer its last batch (`writeSnapshot`).
+    pub fn encode_snapshot(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(SNAPSHOT_HEADER_LEN + self.producers.len() * SNAPSHOT_ENTRY_LEN);
+        out.extend_from_slice(&SNAPSHOT_VERSION.to_be_bytes());
+        out.extend_from_slice(&[0; 4]);
+        out.extend_from_slice(&(self.producers.len() as i32).to_be_bytes());
+        let mut ids: Vec<_> = self.producers.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let e = &self.producers[&id];
+            let last = e.batches.back();
+            out.extend_from_slice(&id.to_be_bytes());
+            out.extend_from_slice(&e.epoch.to_be_bytes());
+            out.extend_from_slice(&last.map_or(NO_SEQUENCE, |b| b.last_seq).to_be_bytes());
+            out.extend_from_slice(&last.map_or(-1i64, |b| b.last_offset).to_be_bytes());
+            out.extend_from_slice(&last.map_or(0i32, |b| b.offset_delta).to_be_bytes());
+            out.extend_from_slice(&e.last_timestamp.to_be_bytes());
+            out.extend_from_slice(&(-1i32).to_be_bytes()); // coordinatorEpoch: no transactions
+            out.extend_from_slice(&(-1i64).to_be_bytes()); // currentTxnFirstOffset: none
+        }
+        let crc = crc32c::crc32c(&out[SNAPSHOT_CRC_START..]);
+        out[2..6].copy_from_slice(&crc.to_be_bytes());
+        out
+    }
+
+    /// Read a snapshot taken at `map_end` (`readSnapshot`); Err says what is wrong with it.
+    pub fn decode_snapshot(bytes: &[u8], map_end: i64) -> std::result::Result<ProducerState, String> {
+        if bytes.len() < SNAPSHOT_HEADER_LEN {
+            return Err(format!("{} bytes are too short for a snapshot header", bytes.len()));
+        }
+        let version = i16::from_be_bytes([bytes[0], bytes[1]]);
+        if version != SNAPSHOT_VERSION {
+            return Err(format!("unknown snapshot version {version}"));
+        }
+        let crc = u32::from_be_bytes(bytes[2..6].try_into().unwrap());
+        let computed = crc32c::crc32c(&bytes[SNAPSHOT_CRC_START..]);
+        if crc != computed {
+            return Err(format!("CRC mismatch (stored {crc:#010x}, computed {computed:#010x})"));
+        }
+        let count = i32::from_be_bytes(bytes[6..10].try_into().unwrap());
+        let body = &bytes[SNAPSHOT_HEADER_LEN..];
+        if count < 0 || body.len() != count as usize * SNAPSHOT_ENTRY_LEN {
+            return Err(format!("{count} entries do not fill the {} bytes after the header", body.len()));
+        }
+        let mut state = ProducerState::empty(map_end);
+        for e in body.chunks_exact(SNAPSHOT_ENTRY_LEN) {
+            let i64_at = |at: usize| i64::from_be_bytes(e[at..at + 8].try_into().unwrap());
+            let i32_at = |at: usize| i32::from_be_bytes(e[at..at + 4].try_into().unwrap());
+            let (id, epoch) = (i64_at(0), i16::from_be_bytes([e[8], e[9]]));
+            let batch = BatchMetadata {
+                last_seq: i32_at(10),
+                last_offset: i64_at(14),
+                offset_delta: i32_at(22),
+                timestamp: i64_at(26),
+            };
+            let mut entry = Entry { epoch, batches: VecDeque::new(), last_timestamp: batch.timestamp };
+            if batch.last_offset >= 0 && batch.last_seq >= 0 {
+                entry.batches.push_back(batch);
+            }
+            state.producers.insert(id, entry);
+        }
+        Ok(state)
+    }
+}
+
+// -- snapshot files --------------------------------------------------------------------------
+
+/// Offsets of the `<offset>.snapshot` files in a partition directory, ascending.
+pub fn list_snapshots(dir: &Path) -> Result<Vec<i64>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).context(|| format!("cannot list {}", dir.display()))? {
+        let entry = entry.context(|| format!("cannot list {}", dir.display()))?;
+        if let Some(offset) = parse_base_offset(&entry.file_name().to_string_lossy(), SNAPSHOT_SUFFIX) {
+            found.push(offset);
+        }
+    }
+    found.sort_unstable();
+    Ok(found)
+}
+
+/// Write `state` as `<map_end>.snapshot`, atomically (`takeSnapshot`).
+pub fn write_snapshot(dir: &Path, state: &ProducerState) -> Result<()> {
+    crate::failpoint::hit("producer_snapshot.write")
+        .context(|| format!("cannot write a producer snapshot in {}", dir.display()))?;
+    write_atomically(dir, &file_name(state.map_end, SNAPSHOT_SUFFIX), &state.encode_snapshot())
+}
+
+/// Delete the snapshots below `keep_from` and above `log_end` (Kafka's `deleteSnapshotsBefore`
+/// and `truncateAndReload`): the first are superseded, the second describe batches the log
+/// no longer holds.
+pub fn delete_snapshots_outside(dir: &Path, keep_from: i64, log_end: i64) -> Result<()> {
+    for offset in list_snapshots(dir)? {
+        if offset < keep_from || offset > log_end {
+            remove_if_exists(&dir.join(file_name(offset, SNAPSHOT_SUFFIX)))?;
+        }
+    }
+    Ok(())
+}
+
+/// The latest readable snapshot at or below `log_end` (Kafka's `loadFromSnapshot`). A
+/// damaged one is logged, deleted, and the next older one tried. `Ok(None)` with `any`
+/// false: the directory had no snapshot at all; with `any` true: none was usable.
+pub fn load_latest_snapshot(dir: &Path, log_end: i64) -> Result<(Option<ProducerState>, bool)> {
+    let offsets = list_snapshots(dir)?;
+    let any = !offsets.is_empty();
+    for &offset in offsets.iter().rev().filter(|&&o| o <= log_end) {
+        let path = dir.join(file_name(offset, SNAPSHOT_SUFFIX));
+        let bytes = match crate::nofollow::open_read(&path, "producer snapshot") {
+            Ok(mut f) => {
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut f, &mut bytes).map(|_| bytes).map_err(|e| e.to_string())
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        match bytes.and_then(|b| ProducerState::decode_snapshot(&b, offset)) {
+            Ok(state) => return Ok((Some(state), any)),
+            Err(why) => {
+                ::log::warn!(
+                    target: crate::LOG_TARGET,
+                    "ignoring the damaged producer snapshot {} ({why}); deleting it and rebuilding the producer \
+                     state from the log",
+                    path.display()
+                );
+                remove_if_exists(&path)?;
+            }
+        }
+    }
+    Ok((None, any))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(pid: i64, epoch: i16, seq: i32, base: i64, count: i32) -> BatchHeader {
+        BatchHeader {
+            base_offset: base,
+            batch_length: 49,
+            partition_leader_epoch: 0,
+            magic: 2,
+            crc: 0,
+            attributes: 0,
+            last_offset_delta: count - 1,
+            base_timestamp: 1000,
+            max_timestamp: 1000 + base,
+            producer_id: pid,
+            producer_epoch: epoch,
+            base_sequence: seq,
+            records_count: count,
+        }
+    }
+
+    #[test]
+    fn the_empty_snapshot_is_kafkas_bytes() {
+        // kafka-format.md §4.8, verified in a broker's files.
+        assert_eq!(ProducerState::empty(0).encode_snapshot(), [0x00, 0x01, 0x48, 0x67, 0x4B, 0xC7, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn snapshots_round_trip_the_last_batch_and_refuse_damage() {
+        let mut s = ProducerState::empty(0);
+        s.apply(&batch(7, 2, 0, 0, 3));
+        s.apply(&batch(7, 2, 3, 3, 2));
+        s.apply(&batch(-1, -1, -1, 5, 4));
+        s.apply(&batch(9, 0, 10, 9, 1));
+        let bytes = s.encode_snapshot();
+        assert_eq!(bytes.len(), 10 + 2 * 46);
+        let back = ProducerState::decode_snapshot(&bytes, 10).unwrap();
+        assert_eq!(back.map_end(), 10);
+        let (epoch, batches) = back.producer(7).unwrap();
+        assert_eq!(epoch, 2);
+        assert_eq!(batches, vec![BatchMetadata { last_seq: 4, last_offset: 4, offset_delta: 1, timestamp: 1003 }]);
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x40;
+            assert!(ProducerState::decode_snapshot(&bad, 10).is_err(), "a flipped byte at {i} went unnoticed");
+        }
+        assert!(ProducerState::decode_snapshot(&bytes[..bytes.len() - 1], 10).is_err());
+    }
+
+    #[test]
+    fn kafkas_sequence_rules() {
+        let mut s = ProducerState::empty(0);
+        // An unknown producer may start anywhere (KIP-360).
+        assert_eq!(s.check(&[batch(1, 0, 42, 0, 2)], "t-0"), Verdict::Append);
+        s.apply(&batch(1, 0, 42, 0, 2));
+        // Next in sequence, in one request with a follower.
+        assert_eq!(s.check(&[batch(1, 0, 44, 0, 1), batch(1, 0, 45, 0, 1)], "t-0"), Verdict::Append);
+        // A gap inside a request, and against the log.
+        assert!(matches!(
+            s.check(&[batch(1, 0, 44, 0, 1), batch(1, 0, 46, 0, 1)], "t-0"),
+            Verdict::Refused(Refusal::OutOfOrderSequence(_))
+        ));
+        assert!(matches!(s.check(&[batch(1, 0, 45, 0, 1)], "t-0"), Verdict::Refused(Refusal::OutOfOrderSequence(_))));
+        // A retry of the cached batch.
+        assert_eq!(
+            s.check(&[batch(1, 0, 42, 0, 2)], "t-0"),
+            Verdict::Duplicate(BatchMetadata { last_seq: 43, last_offset: 1, offset_delta: 1, timestamp: 1000 })
+        );
+        // Same start, different range: not a duplicate, and out of order.
+        assert!(matches!(s.check(&[batch(1, 0, 42, 0, 1)], "t-0"), Verdict::Refused(Refusal::OutOfOrderSequence(_))));
+        // A new epoch starts at 0; an older one is fenced.
+        assert_eq!(s.check(&[batch(1, 1, 0, 0, 1)], "t-0"), Verdict::Append);
+        assert!(matches!(s.check(&[batch(1, 1, 5, 0, 1)], "t-0"), Verdict::Refused(Refusal::OutOfOrderSequence(_))));
+        s.apply(&batch(1, 1, 0, 2, 1));
+        assert!(matches!(s.check(&[batch(1, 0, 44, 0, 1)], "t-0"), Verdict::Refused(Refusal::InvalidProducerEpoch(_))));
+        // Batches without a producer id are never checked.
+        assert_eq!(s.check(&[batch(-1, -1, -1, 0, 1)], "t-0"), Verdict::Append);
+    }
+
+    #[test]
+    fn five_batches_are_kept_and_sequences_wrap() {
+        let mut s = ProducerState::empty(0);
+        for i in 0..7 {
+            s.apply(&batch(3, 0, i, i as i64, 1));
+        }
+        let (_, batches) = s.producer(3).unwrap();
+        assert_eq!(batches.iter().map(|b| b.first_seq()).collect::<Vec<_>>(), vec![2, 3, 4, 5, 6]);
+        assert!(matches!(s.check(&[batch(3, 0, 1, 0, 1)], "t-0"), Verdict::Refused(_)), "evicted from the cache");
+        assert!(matches!(s.check(&[batch(3, 0, 2, 0, 1)], "t-0"), Verdict::Duplicate(_)));
+        let mut w = ProducerState::empty(0);
+        w.apply(&batch(4, 0, i32::MAX - 1, 0, 3));
+        assert_eq!(w.producer(4).unwrap().1[0].last_seq, 0, "i32::MAX - 1 plus 2 wraps to 0");
+        assert_eq!(w.check(&[batch(4, 0, 1, 3, 1)], "t-0"), Verdict::Append);
+        assert_eq!(w.producer(4).unwrap().1[0].first_seq(), i32::MAX - 1);
+    }
+
+    #[test]
+    fn hostile_sequences_and_epochs_never_panic() {
+        let mut s = ProducerState::empty(0);
+        for (seq, count) in [(i32::MIN, 5), (-1, 1), (i32::MAX, i32::MAX), (i32::MIN, i32::MAX), (-7, 3)] {
+            for epoch in [i16::MIN, -1, 0, i16::MAX] {
+                let h = batch(11, epoch, seq, 0, count);
+                let _ = s.check(&[h, h], "t-0");
+                s.apply(&h);
+                let _ = s.check(&[h], "t-0");
+            }
+        }
+        let _ = ProducerState::decode_snapshot(&s.encode_snapshot(), 0).unwrap();
+    }
+
+    #[test]
+    fn expiry_forgets_silent_producers() {
+        let mut s = ProducerState::empty(0);
+        s.apply(&batch(5, 0, 0, 0, 1));
+        s.expire(1000 + PRODUCER_ID_EXPIRATION_MS - 1);
+        assert_eq!(s.producer_count(), 1);
+        s.expire(1000 + PRODUCER_ID_EXPIRATION_MS);
+        assert_eq!(s.producer_count(), 0);
+    }
+}
