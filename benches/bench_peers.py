@@ -15,12 +15,8 @@ Results: ``peers-<date>.json``, ``.md`` and ``.png`` (ratios) in --out, a new na
 from __future__ import annotations
 
 import argparse
-import datetime
-import gc
-import glob
 import os
 import platform
-import select
 import shutil
 import signal
 import statistics
@@ -43,15 +39,23 @@ import kafka_broker  # noqa: E402
 import kafkalite  # noqa: E402
 import maven_jars  # noqa: E402
 from kafkalite import Admin, Consumer, Producer, TopicPartition  # noqa: E402
+from peers_common import (  # noqa: E402
+    LATENCY_RECORDS,
+    LATENCY_WARMUP,
+    PARTITIONS,
+    VALUE,
+    KafkaEndpoint,
+    Missing,
+    expect,
+    fmt,
+    output_base,
+    paced_latency,
+    percentile,
+    plot,
+    timed,
+)
 from report import write_report  # noqa: E402
 
-VALUE = b"v" * 100
-PARTITIONS = 4
-LATENCY_RECORDS, LATENCY_RATE = 2000, 2000  # records/s: latency, not throughput
-#: Records sent and consumed but not counted. A new librdkafka consumer on a new topic stalls for a
-#: second or more after its first records (seen here: 1.2 s, then steady at a few ms), so the
-#: warm-up lasts 3 s, the same for both paths.
-LATENCY_WARMUP = 3 * LATENCY_RATE
 TINY = (2, 34)  # partitions of the two tiny topics whose count() difference gives the per-task cost
 
 ROWS = {
@@ -83,27 +87,6 @@ UNITS = {
     "spark_task": ("ms", False),
     "rss": ("MB", False),
 }
-
-
-class Missing(SystemExit):
-    """A benchmark counted records that were not written (or read fewer than were)."""
-
-
-def expect(got: int, want: int, what: str) -> None:
-    if got != want:
-        raise Missing(f"{what}: counted {got:,} records, expected {want:,}: the figure would be wrong")
-
-
-def timed(fn: Callable[[], object]) -> tuple[float, object]:
-    os.sync()  # earlier phases' writeback must not land on this one
-    began = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - began, out
-
-
-def percentile(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(len(xs) * q))]
 
 
 # -- kafkalite ------------------------------------------------------------------------------------
@@ -156,7 +139,7 @@ class Kafkalite:
 
 
 # -- the broker, through confluent-kafka and kafka-python ------------------------------------------
-class Broker:
+class Broker(KafkaEndpoint):
     def __init__(self, work: Path) -> None:
         kafka_broker.ensure_jars()
         self.broker = kafka_broker.KafkaBroker(
@@ -167,62 +150,11 @@ class Broker:
         except BaseException:  # Ctrl-C while it starts: no JVM left behind
             self.broker.stop()
             raise
-        self.bootstrap = self.broker.bootstrap_servers
-        # log_level 4: no notices about the topics this script deletes
-        self.admin = ck.admin.AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 4})
-        self.checker = ck.Consumer(
-            {"bootstrap.servers": self.bootstrap, "group.id": "bench-check", "enable.auto.commit": False}
-        )
+        super().__init__(self.broker.bootstrap_servers)
 
     def stop(self) -> None:
-        self.checker.close()
-        del self.admin  # its connections would log the broker's going away
-        gc.collect()
+        self.close()
         self.broker.stop()
-
-    def topic(self, name: str, partitions: int = PARTITIONS) -> str:
-        for f in self.admin.create_topics([ck.admin.NewTopic(name, partitions, 1)]).values():
-            f.result(60)
-        deadline = time.monotonic() + 30  # metadata reaches the broker's cache a moment later
-        while len(self.admin.list_topics(name, timeout=10).topics[name].partitions) != partitions:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"topic {name} did not appear on the broker")
-            time.sleep(0.1)
-        return name
-
-    def count(self, topic: str) -> int:
-        parts = self.admin.list_topics(topic, timeout=10).topics[topic].partitions
-        return sum(self.checker.get_watermark_offsets(ck.TopicPartition(topic, p), 30)[1] for p in parts)
-
-    def drop(self, topic: str) -> None:
-        for f in self.admin.delete_topics([topic]).values():
-            f.result(60)
-
-    def producer(self, **config: object) -> tuple[ck.Producer, list]:
-        failed: list = []
-        p = ck.Producer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "delivery.report.only.error": True,  # a tuned user's choice: no callback per success
-                "partitioner": "murmur2_random",  # the Java client's (and kafkalite's) key -> partition
-                "on_delivery": lambda err, msg: failed.append(err),
-                **config,
-            }
-        )
-        return p, failed
-
-    def send(self, topic: str, keys: list[bytes], **config: object) -> None:
-        p, failed = self.producer(**config)
-        produce = p.produce
-        for k in keys:
-            try:
-                produce(topic, VALUE, k)
-            except BufferError:  # librdkafka's queue is full: serve it, as its docs say
-                p.poll(0.05)
-                produce(topic, VALUE, k)
-        left = p.flush(120)
-        if left or failed:
-            raise Missing(f"confluent-kafka: {left} unsent, {len(failed)} failed, first {failed[:1]}")
 
     def kafka_python_send(self, topic: str, keys: list[bytes]) -> None:
         from kafka import KafkaProducer
@@ -234,32 +166,6 @@ class Broker:
         failed = [f for f in futures if not f.succeeded()]
         if failed:
             raise Missing(f"kafka-python: {len(failed)} records failed, first {failed[0].exception!r}")
-
-    def consume(self, topic: str, n: int, **config: object) -> int:
-        c = ck.Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": f"bench-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                **config,
-            }
-        )
-        c.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in range(PARTITIONS)])
-        got = 0
-        try:
-            while got < n:
-                # consume() waits for all it asks for: never ask past the end
-                msgs = c.consume(min(10000, n - got), timeout=10)
-                if not msgs:
-                    raise Missing(f"confluent-kafka consumer stalled after {got:,} of {n:,} records")
-                for m in msgs:
-                    if m.error():
-                        raise Missing(f"confluent-kafka consumer: {m.error()}")
-                    m.key(), m.value()
-                got += len(msgs)
-        finally:
-            c.close()
-        return got
 
     def kafka_python_consume(self, topic: str, n: int) -> int:
         from kafka import KafkaConsumer
@@ -402,14 +308,9 @@ class Bench:
         self.spark_records = args.spark_records
         self.spark: SparkBench | None = None
         self.read_topics: dict[str, str] = {}
-        self.children: list[subprocess.Popen] = []
         self.cache: dict[str, float] = {}  # a peer figure two rows share, per round
 
     def close(self) -> None:
-        for child in self.children:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
         if self.spark is not None:
             self.spark.stop()
 
@@ -464,35 +365,18 @@ class Bench:
         topic = side.topic(f"lat-{uuid.uuid4().hex[:8]}", 1)
         target = self.kl.data if kind == "kafkalite" else self.broker.bootstrap
         total = LATENCY_RECORDS + LATENCY_WARMUP
-        child = subprocess.Popen(
-            [sys.executable, str(HERE / "peers_child.py"), "latency", kind, target, topic, str(total)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self.children.append(child)
+        child = [sys.executable, str(HERE / "peers_child.py"), "latency", kind, target, topic, str(total)]
         if kind == "kafkalite":
             p = Producer(self.kl.data, **config)
             send, flush = (lambda v: p.send(topic, v)), p.flush
         else:
             p, failed = self.broker.producer(**config)
             send, flush = (lambda v: (p.produce(topic, v), p.poll(0))), (lambda: p.flush(30))
-        send(b"probe")  # the child answers once its consumer sees records: connections are up
-        flush()
-        ready, _, _ = select.select([child.stdout], [], [], 120)
-        if not ready or child.stdout.readline().strip() != "ready":
-            raise Missing(f"the {kind} latency consumer did not see the probe record within 120 s")
-        time.sleep(0.2)
-        began = time.monotonic()
-        for i in range(total):
-            time.sleep(max(0.0, began + i / LATENCY_RATE - time.monotonic()))
-            send(str(time.monotonic_ns()).encode())
-        flush()
+        lat = paced_latency(child, send, flush, total)
         if kind == "kafkalite":
             p.close()
         elif failed:
             raise Missing(f"confluent-kafka latency producer: {len(failed)} records failed")
-        out, _ = child.communicate(timeout=120)
-        lat = [float(x) for x in out.split()][LATENCY_WARMUP:]
         expect(len(lat), LATENCY_RECORDS, f"{kind} latency records")
         expect(side.count(topic), total + 1, f"{kind} latency topic")
         side.drop(topic)
@@ -596,28 +480,8 @@ class Bench:
 
 
 # -- the report -----------------------------------------------------------------------------------
-def fmt(value: float, unit: str) -> str:
-    if unit in ("rec/s", "rows/s"):
-        return f"{value / 1e6:.2f} M {unit}" if value >= 1e6 else f"{value:,.0f} {unit}"
-    if unit == "µs":
-        return f"{value:,.0f} µs"
-    return f"{value:,.1f} {unit}"
-
-
 def ratio(row: str, kafkalite: float, peer: float) -> float:
     return kafkalite / peer if UNITS[row][1] else peer / kafkalite
-
-
-def output_base(out: str, replace: bool) -> Path:
-    """``peers-<UTC date>``, with -2, -3, ... while that name is taken, unless --replace."""
-    base = Path(out) / f"peers-{datetime.datetime.now(datetime.UTC):%Y-%m-%d}"
-    if replace:
-        return base
-    n, candidate = 1, base
-    while glob.glob(f"{candidate}.*"):
-        n += 1
-        candidate = base.with_name(f"{base.name}-{n}")
-    return candidate
 
 
 def versions(spark: SparkBench | None) -> dict[str, str]:
@@ -647,7 +511,7 @@ def report(
     load: tuple[float, float],
     seconds: float,
 ) -> None:
-    base = output_base(args.out, args.replace)
+    base = output_base(args.out, "peers", args.replace)
     table, plot_rows = [], []
     for row, sides in figures.items():
         unit = UNITS[row][0]
@@ -724,33 +588,6 @@ def report(
         f"load {load[0]:.1f}-{load[1]:.1f}"
     )
     plot(plot_rows, base.with_suffix(".png"), title)
-
-
-def plot(rows: list[tuple[str, float]], path: Path, title: str) -> None:
-    if not rows:
-        return
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(matplotlib not installed: no plot)")
-        return
-    fig, ax = plt.subplots(figsize=(13, 0.4 * len(rows) + 1.4))
-    labels = [name.replace("`", "") for name, _ in rows][::-1]
-    values = [r for _, r in rows][::-1]
-    ax.barh(labels, values, color=["tab:green" if v >= 1 else "tab:red" for v in values])
-    ax.axvline(1, color="black", linewidth=0.8)
-    ax.set_xscale("log")
-    ax.set_xlim(right=max(values) * 4)  # room for the last label
-    ax.set_xlabel("kafkalite / peer (above 1: kafkalite ahead)")
-    ax.set_title(title, fontsize=9)
-    for y, v in enumerate(values):
-        ax.text(v, y, f" {v:.2f}×", va="center", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def run_round(bench: Bench, rows: dict, r: int, figures: dict, failures: dict[str, str]) -> None:

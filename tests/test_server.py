@@ -17,6 +17,7 @@ import time
 import kafkalite
 import pytest
 from kafkalite.server import Server
+from serve_proc import start_serve
 
 pytest_plugins = ["kafkalite.testing"]
 
@@ -321,11 +322,8 @@ def test_stop_is_bounded_with_clients_connected(tmp_path):
 
 
 def test_cli_serve_until_ctrl_c(tmp_path, spawn):
-    from server_clients import free_port, serve
-
-    port = free_port()
-    proc = serve(spawn, tmp_path, port)
-    p = confluent_kafka.Producer({"bootstrap.servers": f"127.0.0.1:{port}"})
+    proc, bootstrap = start_serve(spawn.module, tmp_path, "--log-level", "WARNING")
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap})
     p.produce("cli", b"hello")
     assert p.flush(10) == 0
     proc.send_signal(signal.SIGINT)

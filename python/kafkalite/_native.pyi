@@ -20,10 +20,12 @@ __all__ = [
     "APPEND_LOCK_FILE",
     "WRITERS_FILE",
     "TOPICS_FILE",
+    "GROUPS_DIR",
+    "GROUP_STATE_LOCK_FILE",
+    "GROUP_NETWORK_OWNER_FILE",
     "ADMIN_LOCK_FILE",
     "NOTIFY_FILE",
     "NOTIFY_FILE_LEN",
-    "GROUPS_DIR",
     "KAFKA_META_PROPERTIES",
     "SEGMENT_BYTES_DEFAULT",
     "INDEX_INTERVAL_BYTES_DEFAULT",
@@ -57,6 +59,14 @@ __all__ = [
     "validate_dir_config",
     "effective_topic_config",
     "topic_log_options",
+    "users_add",
+    "users_list",
+    "users_delete",
+    "USERS_FILE",
+    "SCRAM_MECHANISMS",
+    "SCRAM_DEFAULT_ITERATIONS",
+    "SCRAM_MIN_ITERATIONS",
+    "SCRAM_MAX_ITERATIONS",
     "__version__",
 ]
 
@@ -66,10 +76,12 @@ APPEND_LOCK_FILE: str
 WRITERS_FILE: str
 TOPICS_FILE: str
 FIRST_SINK_PRODUCER_ID: int
+GROUPS_DIR: str
+GROUP_STATE_LOCK_FILE: str
+GROUP_NETWORK_OWNER_FILE: str
 ADMIN_LOCK_FILE: str
 NOTIFY_FILE: str
 NOTIFY_FILE_LEN: int
-GROUPS_DIR: str
 KAFKA_META_PROPERTIES: str
 SEGMENT_BYTES_DEFAULT: int
 INDEX_INTERVAL_BYTES_DEFAULT: int
@@ -101,6 +113,18 @@ def inspect_segment(log_path: str | PathLike[str], is_last: bool) -> dict[str, A
 
 MAX_PARTITIONS: int
 
+# SASL/SCRAM users of a data directory (rust/src/users.rs).
+USERS_FILE: str
+SCRAM_MECHANISMS: list[str]
+SCRAM_DEFAULT_ITERATIONS: int
+SCRAM_MIN_ITERATIONS: int
+SCRAM_MAX_ITERATIONS: int
+
+def users_add(
+    data_dir: str | PathLike[str], name: str, password: bytes, mechanisms: list[str], iterations: int
+) -> None: ...
+def users_list(data_dir: str | PathLike[str]) -> list[tuple[str, list[tuple[str, int]]]]: ...
+def users_delete(data_dir: str | PathLike[str], name: str) -> bool: ...
 def topic_config_defs() -> list[dict[str, Any]]: ...
 def dir_config_defs() -> list[dict[str, Any]]: ...
 def validate_topic_config(config: dict[str, Any]) -> dict[str, Any]: ...
@@ -159,11 +183,14 @@ class NativeServer:
         advertised: str | None = None,
         auto_create_topics: bool = True,
         idle_timeout_ms: int = 600000,
+        sasl: bool = False,
     ) -> NativeServer: ...
     @property
     def local_addr(self) -> str: ...
     @property
     def advertised(self) -> str: ...
+    @property
+    def security_protocol(self) -> str: ...
     def stop(self, timeout_ms: int) -> None: ...
 
 @final

@@ -383,19 +383,28 @@ def _consume(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    """Serve the data directory over Kafka's wire protocol until Ctrl-C (or SIGTERM)."""
+    """Serve the data directory over Kafka's wire protocol until Ctrl-C (or SIGTERM). The
+    server's events (``kafkalite.server...`` loggers: connections at DEBUG, request errors at
+    WARNING, group joins and rebalances at INFO) and the engine's go to stderr at
+    ``--log-level``."""
+    import logging
     import signal
     import threading
 
     from kafkalite.server import Server
 
+    logging.basicConfig(
+        level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     stop = threading.Event()
     # SIGTERM (service managers, `kill`) stops as cleanly as Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with Server(_require_dir(args), args.listen, advertised_listener=args.advertised_listener) as server:
+    with Server(
+        _require_dir(args), args.listen, advertised_listener=args.advertised_listener, sasl=args.sasl
+    ) as server:
         print(
-            f"kafkalite: serving {server.path} on {server.address} (bootstrap.servers={server.bootstrap_servers}); "
-            "Ctrl-C stops",
+            f"kafkalite: serving {server.path} on {server.security_protocol}://{server.address} "
+            f"(bootstrap.servers={server.bootstrap_servers}); Ctrl-C stops",
             file=sys.stderr,
             flush=True,
         )
@@ -537,18 +546,34 @@ def main(argv: list[str] | None = None) -> int:
 
     cli_groups.add_parser(sub, _require_dir, _subparser)
 
-    serve = _subparser(
-        sub, "serve", help="serve the data directory over Kafka's wire protocol (loopback only)"
-    )
+    from kafkalite import cli_users
+
+    cli_users.add_parser(sub, _require_dir, _subparser)
+
+    serve = _subparser(sub, "serve", help="serve the data directory over Kafka's wire protocol")
     serve.add_argument(
         "--listen",
         default="127.0.0.1:9092",
-        help="HOST:PORT to listen on (default 127.0.0.1:9092; loopback only)",
+        help="HOST:PORT to listen on (default 127.0.0.1:9092); anything but loopback requires SASL/SCRAM "
+        "and a user (`kafkalite users add NAME`)",
+    )
+    serve.add_argument(
+        "--sasl",
+        action="store_true",
+        help="require SASL/SCRAM (SASL_PLAINTEXT) on a loopback listener too",
     )
     serve.add_argument(
         "--advertised-listener",
         metavar="HOST:PORT",
-        help="the address clients are told to connect to (default: --listen)",
+        help="the address clients are told to connect to (default: --listen; required with 0.0.0.0)",
+    )
+    serve.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="what the server logs to stderr (default INFO: group joins and rebalances, request "
+        "errors; DEBUG adds every connection opened and closed)",
     )
     serve.set_defaults(run=_serve)
 

@@ -247,7 +247,7 @@ class Consumer:
     def _follow_group(self, topics: list[str]) -> None:
         member = self._member
         if member is None:
-            member = self._member = GroupMember(
+            member = GroupMember(
                 self._dir.path,
                 self.group_id,  # type: ignore[arg-type]
                 client_id=self.config["client_id"] or "kafkalite",
@@ -258,7 +258,8 @@ class Consumer:
                 partition_counts=lambda: {t: int(m["partitions"]) for t, m in self._dir.topics().items()},
                 notify=self._notifier.notify,
             )
-            member.join(topics)
+            member.join(topics)  # refused (raises) when the group is in use over the network
+            self._member = member
         else:
             member.set_topics(topics)
         member.touch_poll()

@@ -207,7 +207,16 @@ class KafkaTimeoutError(KafkaliteError, TimeoutError):
     """A future or flush did not complete in time."""
 
 
+class InconsistentGroupProtocolError(KafkaliteError, RuntimeError):
+    """The consumer group is coordinated elsewhere: its id is in use by network consumers of a
+    ``kafkalite serve`` on the same data directory, and one group id has one coordinator at a
+    time (kafka-python's name for Kafka's INCONSISTENT_GROUP_PROTOCOL, the error network
+    consumers get in the opposite case). Use another group id, or wait until the network
+    consumers have left the group."""
+
+
 __all__ += [
+    "InconsistentGroupProtocolError",
     "CommitFailedError",
     "UnknownTopicError",
     "TopicAlreadyExistsError",

@@ -7,6 +7,11 @@ client ids are any string, as in Kafka, and never name a path outside their own 
   members with their subscriptions, the assignment, and which member currently *owns* each
   partition. Every change is a read-modify-write under ``state.lock`` (a flock), replaced by
   rename, followed by a wake-up of every consumer through the data directory's notifier.
+- ``network-owner.lock`` (``_native.GROUP_NETWORK_OWNER_FILE``): a ``kafkalite serve`` holds a flock
+  on it while network consumers are members of the group (the server coordinates them). A group
+  id has one coordinator at a time, so ``join`` refuses the group while the flock is held
+  (``InconsistentGroupProtocolError``), and the server refuses network members while embedded
+  ones are alive. Both sides decide under ``state.lock``. A killed server's flock is gone with it.
 - ``<encoded member id>.member``: each member holds an exclusive flock on its own file for life. The
   kernel drops it when the process dies, however it dies, so others detect a death by probing
   the lock (every ``LIVENESS_PROBE_S``) rather than by waiting for a session timeout. The
@@ -41,9 +46,15 @@ from typing import Any
 from kafkalite import _native
 from kafkalite._files import open_nofollow, write_atomically
 from kafkalite.assignors import ASSIGNORS, TopicPartition, sticky_assign
-from kafkalite.errors import CommitFailedError, InvalidConfigError, InvalidTypeError, typed_io_errors
+from kafkalite.errors import (
+    CommitFailedError,
+    InconsistentGroupProtocolError,
+    InvalidConfigError,
+    InvalidTypeError,
+    typed_io_errors,
+)
 
-GROUPS_DIR: str = _native.GROUPS_DIR  # rust/src/files.rs
+GROUPS_DIR = _native.GROUPS_DIR
 #: How often a member probes the others' liveness locks: the bound on detecting a death.
 LIVENESS_PROBE_S = 0.05
 STRATEGIES = ("range", "roundrobin", "sticky", "cooperative-sticky")
@@ -219,7 +230,7 @@ class GroupFiles:
     def locked(self) -> Iterator[None]:
         with typed_io_errors(f"cannot lock the state of group {self.group_id!r}"):
             os.makedirs(self.path, exist_ok=True)
-            fd = open_nofollow(os.path.join(self.path, "state.lock"), os.O_RDWR | os.O_CREAT)
+            fd = open_nofollow(os.path.join(self.path, _native.GROUP_STATE_LOCK_FILE), os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -259,6 +270,21 @@ class GroupFiles:
         except FileNotFoundError:
             return None
         return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def network_owner(self) -> str | None:
+        """Who coordinates this group over the network (the text a ``kafkalite serve`` wrote in
+        its claim file), or None when no live server holds the claim."""
+        try:
+            fd = open_nofollow(os.path.join(self.path, _native.GROUP_NETWORK_OWNER_FILE), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.pread(fd, 512, 0).decode("utf-8", "replace").strip() or "kafkalite serve"
+        finally:
+            os.close(fd)  # also drops the probe's lock if it got it
+        return None
 
     def member_path(self, member_id: str) -> str:
         return os.path.join(self.path, encode_name(member_id, "member id") + ".member")
@@ -406,6 +432,16 @@ class GroupMember:
             self._write_stamps()
         self._topics = sorted(topics)
         with self.files.locked():
+            server = self.files.network_owner()
+            if server is not None:
+                self._drop_member_file()
+                self.member_id = None
+                raise InconsistentGroupProtocolError(
+                    f"consumer group {self.group_id!r} is in use over the network by {server} on this data "
+                    "directory, which coordinates its network members; a group id has one coordinator at a "
+                    "time, so embedded consumers cannot join it now. Use another group_id, or join once the "
+                    "network consumers have left the group"
+                )
             state = self.files.load()
             self._evict_locked(state)
             state["members"][self.member_id] = {

@@ -114,6 +114,12 @@ def _require_inactive(data_dir: DataDir, group_id: str, what: str) -> None:
         raise IllegalStateError(
             f"cannot {what} group {group_id!r}: it has {len(live)} active member(s); stop its consumers first"
         )
+    server = GroupFiles(data_dir.path, group_id).network_owner()
+    if server is not None:
+        raise IllegalStateError(
+            f"cannot {what} group {group_id!r}: it has network members, coordinated by {server}; "
+            "stop those consumers first"
+        )
 
 
 def delete_group(data_dir: DataDir, group_id: str) -> int:

@@ -3,8 +3,10 @@ client (confluent-kafka, kafka-python, ...) can produce to and consume from it w
 embedded ``Producer``/``Consumer``/``Admin`` keep using the same files.
 
 The server is Rust (tokio) on its own background threads; Python only starts and stops it.
-It listens on loopback only: other addresses need authentication (SASL/SCRAM), which is not
-implemented yet.
+On loopback it needs no authentication (PLAINTEXT); any other address is SASL_PLAINTEXT: clients
+authenticate with SCRAM-SHA-256/512 as the data directory's users (``kafkalite.users``), and the
+server refuses to start without one. ``sasl=True`` asks for SASL on loopback too. There is no
+TLS: SCRAM keeps passwords off the wire, but records travel in clear.
 
     with kafkalite.Server("data") as server:
         producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap_servers})
@@ -33,6 +35,7 @@ class Server:
         *,
         advertised_listener: str | None = None,
         auto_create_topics: bool = True,
+        sasl: bool = False,
     ) -> None:
         try:
             self.path = os.path.abspath(os.fspath(path))
@@ -45,16 +48,17 @@ class Server:
                 raise InvalidTypeError(
                     f"{name} must be a 'HOST:PORT' str, not {type(value).__name__} ({value!r})"
                 )
-        if not isinstance(auto_create_topics, bool):
-            raise InvalidTypeError(
-                f"auto_create_topics must be a bool, not {type(auto_create_topics).__name__}"
-            )
+        for flag, given in (("auto_create_topics", auto_create_topics), ("sasl", sasl)):
+            if not isinstance(given, bool):
+                raise InvalidTypeError(f"{flag} must be a bool, not {type(given).__name__}")
         self._native: NativeServer | None = NativeServer(
-            self.path, listen, advertised_listener, auto_create_topics
+            self.path, listen, advertised_listener, auto_create_topics, sasl=sasl
         )
         self.address: str = self._native.local_addr
         #: What Kafka clients take as ``bootstrap.servers`` (the advertised listener).
         self.bootstrap_servers: str = self._native.advertised
+        #: Kafka's name for the listener's protocol: ``PLAINTEXT`` or ``SASL_PLAINTEXT``.
+        self.security_protocol: str = self._native.security_protocol
 
     def stop(self) -> None:
         """Stop serving: close connections and partitions. Bounded; calling it again is a no-op."""

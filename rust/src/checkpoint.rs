@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use crate::error::{IoContext, Result};
@@ -13,11 +14,27 @@ use crate::files::{
 
 /// Replace `dir/name` with `contents` atomically and durably.
 pub fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> Result<()> {
+    write_file(dir, name, contents, false)
+}
+
+/// `write_atomically` for a secret (the SCRAM credentials): the file is readable by its owner
+/// only (0600) from its creation on, whatever the umask or a stale temp file's mode.
+pub fn write_private_atomically(dir: &Path, name: &str, contents: &[u8]) -> Result<()> {
+    write_file(dir, name, contents, true)
+}
+
+fn write_file(dir: &Path, name: &str, contents: &[u8], private: bool) -> Result<()> {
     let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
     let dst = dir.join(name);
-    let mut f =
-        crate::nofollow::open(crate::nofollow::options().write(true).create(true).truncate(true), &tmp, "checkpoint")?;
+    let mut opts = crate::nofollow::options();
+    opts.write(true).create(true).truncate(true);
+    if private {
+        opts.mode(0o600);
+    }
+    let mut f = crate::nofollow::open(&opts, &tmp, "checkpoint")?;
     crate::failpoint::hit("checkpoint.write")
+        // `mode` applies only to a new file: a leftover temp file keeps its own, so set it.
+        .and_then(|()| if private { f.set_permissions(std::fs::Permissions::from_mode(0o600)) } else { Ok(()) })
         .and_then(|()| f.write_all(contents))
         .and_then(|_| f.sync_all())
         .context(|| format!("cannot write {}", tmp.display()))?;

@@ -429,14 +429,7 @@ pub fn update_metadata<E: From<Error>>(
     dir: &Path,
     change: impl FnOnce(Option<Value>) -> std::result::Result<Value, E>,
 ) -> std::result::Result<(), E> {
-    let lock_path = dir.join(ADMIN_LOCK_FILE);
-    let lock = crate::nofollow::open(
-        crate::nofollow::options().create(true).append(true).read(true),
-        &lock_path,
-        "the data directory's admin lock",
-    )?;
-    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
-        .map_err(|e| Error::io_at(&lock_path, format!("cannot lock {}", lock_path.display()), e.into()))?;
+    let lock = admin_lock(dir)?;
     let meta = dir.join(TOPICS_FILE);
     let data = change(read_metadata(&meta)?)?;
     check_metadata(&meta, &data)?;
@@ -454,6 +447,21 @@ pub fn update_metadata<E: From<Error>>(
     write_atomically(dir, TOPICS_FILE, text.join("\n").as_bytes())?;
     drop(lock); // releases the flock
     Ok(())
+}
+
+/// The data directory's admin lock, held (exclusive flock on `.kafkalite-admin.lock`, never
+/// through a link) until the returned file is dropped: it serializes every read-modify-write of
+/// the data directory's own files (topics, users).
+pub fn admin_lock(dir: &Path) -> Result<std::fs::File> {
+    let lock_path = dir.join(ADMIN_LOCK_FILE);
+    let lock = crate::nofollow::open(
+        crate::nofollow::options().create(true).append(true).read(true),
+        &lock_path,
+        "the data directory's admin lock",
+    )?;
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| Error::io_at(&lock_path, format!("cannot lock {}", lock_path.display()), e.into()))?;
+    Ok(lock)
 }
 
 /// Config strings from the wire (CreateTopics), checked against `topic_config::TOPIC_CONFIGS`:

@@ -33,7 +33,8 @@ pub const NAMES: &[&str] = &[
     "shutdown.after_marker",
     // producer_state::write_snapshot: a producer snapshot (at roll, at clean close) is written.
     "producer_snapshot.write",
-    // checkpoint::write_atomically: the temp file, the rename, the directory sync.
+    // checkpoint::write_atomically (and write_private_atomically: the users file): the temp file,
+    // the rename, the directory sync.
     "checkpoint.write",
     "checkpoint.rename",
     // KafkaCheckpoints::update: a data directory's shared Kafka checkpoint file rewritten.

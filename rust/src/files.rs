@@ -93,8 +93,17 @@ pub const NOTIFY_FILE: &str = ".kafkalite-notify";
 pub const CHECKPOINT_LOCK_FILE: &str = ".kafkalite-checkpoints.lock";
 /// The next producer id `InitProducerId` hands out, reserved in blocks (`producer_ids.rs`).
 pub const PRODUCER_IDS_FILE: &str = ".kafkalite-producer-ids";
+/// SASL/SCRAM users: salted, hashed credentials, never passwords; mode 0600 (`users.rs`).
+pub const USERS_FILE: &str = ".kafkalite-users.json";
 /// Consumer-group state, one folder per group.
 pub const GROUPS_DIR: &str = ".kafkalite-groups";
+/// In a group's folder: the flock serializing every change of the group's membership, taken by
+/// embedded members (`group.py`) and by `kafkalite serve` when it claims the group.
+pub const GROUP_STATE_LOCK_FILE: &str = "state.lock";
+/// In a group's folder: held (exclusive flock, for as long as the group has network members) by
+/// the `kafkalite serve` that coordinates the group; holds its pid and address for messages.
+/// The kernel drops the flock when that server dies, however it dies (`server/group_owner.rs`).
+pub const GROUP_NETWORK_OWNER_FILE: &str = "network-owner.lock";
 
 /// Kafka's per-log-directory checkpoint files (`CheckpointFile`: version line 0, count line,
 /// then `topic partition offset` lines), shared by every partition of the directory.

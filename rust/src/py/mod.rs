@@ -13,6 +13,7 @@ mod producer;
 mod record;
 mod server;
 mod topic_config;
+mod users;
 
 use pyo3::prelude::*;
 
@@ -36,10 +37,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("APPEND_LOCK_FILE", crate::files::APPEND_LOCK_FILE)?;
     m.add("WRITERS_FILE", crate::files::WRITERS_FILE)?;
     m.add("TOPICS_FILE", crate::files::TOPICS_FILE)?;
+    m.add("GROUPS_DIR", crate::files::GROUPS_DIR)?;
+    m.add("GROUP_STATE_LOCK_FILE", crate::files::GROUP_STATE_LOCK_FILE)?;
+    m.add("GROUP_NETWORK_OWNER_FILE", crate::files::GROUP_NETWORK_OWNER_FILE)?;
     m.add("ADMIN_LOCK_FILE", crate::files::ADMIN_LOCK_FILE)?;
     m.add("NOTIFY_FILE", crate::files::NOTIFY_FILE)?;
     m.add("NOTIFY_FILE_LEN", crate::notify::FILE_LEN)?;
-    m.add("GROUPS_DIR", crate::files::GROUPS_DIR)?;
     m.add("KAFKA_META_PROPERTIES", crate::files::KAFKA_META_PROPERTIES)?;
     // A Log's size defaults, for the signature Python shows (log.py) and the config docs.
     let log_defaults = crate::LogConfig::default();
@@ -52,6 +55,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RECORD_TOO_LARGE", producer::TOO_LARGE)?;
     m.add_function(wrap_pyfunction!(failpoint_names, m)?)?;
     offsets::register(m)?;
+    users::register(m)?;
     m.add_function(wrap_pyfunction!(inspect::inspect_segment, m)?)?;
     m.add_function(wrap_pyfunction!(topic_config::topic_config_defs, m)?)?;
     m.add_function(wrap_pyfunction!(topic_config::dir_config_defs, m)?)?;

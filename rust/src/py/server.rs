@@ -13,12 +13,13 @@ pub struct NativeServer {
     inner: Mutex<Option<Server>>,
     local_addr: String,
     advertised: String,
+    security_protocol: &'static str,
 }
 
 #[pymethods]
 impl NativeServer {
     #[new]
-    #[pyo3(signature = (data_dir, listen, advertised=None, auto_create_topics=true, idle_timeout_ms=600_000))]
+    #[pyo3(signature = (data_dir, listen, advertised=None, auto_create_topics=true, idle_timeout_ms=600_000, sasl=false))]
     fn new(
         py: Python<'_>,
         data_dir: std::path::PathBuf,
@@ -26,15 +27,18 @@ impl NativeServer {
         advertised: Option<String>,
         auto_create_topics: bool,
         idle_timeout_ms: u64,
+        sasl: bool,
     ) -> PyResult<Self> {
         let mut config = ServerConfig::new(data_dir, listen);
         config.advertised = advertised;
         config.auto_create_topics = auto_create_topics;
         config.idle_timeout = Duration::from_millis(idle_timeout_ms);
+        config.sasl = sasl;
         let server = py.detach(|| Server::start(config))?;
         let local_addr = server.local_addr().to_string();
         let advertised = server.advertised();
-        Ok(NativeServer { inner: Mutex::new(Some(server)), local_addr, advertised })
+        let security_protocol = server.security_protocol();
+        Ok(NativeServer { inner: Mutex::new(Some(server)), local_addr, advertised, security_protocol })
     }
 
     #[getter]
@@ -47,11 +51,36 @@ impl NativeServer {
         self.advertised.clone()
     }
 
+    /// PLAINTEXT, or SASL_PLAINTEXT when clients must authenticate.
+    #[getter]
+    fn security_protocol(&self) -> &'static str {
+        self.security_protocol
+    }
+
     /// Stop serving and close the partitions; waits at most `timeout_ms` for connections.
     fn stop(&self, py: Python<'_>, timeout_ms: u64) {
+        self.stop_detached(py, timeout_ms);
+    }
+}
+
+impl NativeServer {
+    /// The server's threads log through Python (pyo3-log takes the GIL), so it is stopped with
+    /// the GIL released: otherwise a connection logging its close would wait for the GIL this
+    /// thread holds while this thread waits for that connection.
+    fn stop_detached(&self, py: Python<'_>, timeout_ms: u64) {
         let server = self.inner.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(mut server) = server {
             py.detach(move || server.stop(Duration::from_millis(timeout_ms)));
+        }
+    }
+}
+
+impl Drop for NativeServer {
+    /// Garbage-collected without `stop()`: stopped the same way (GIL released). At interpreter
+    /// shutdown (no attaching then) the `Server` field's own drop stops it.
+    fn drop(&mut self) {
+        if self.inner.get_mut().map(|s| s.is_some()).unwrap_or(true) {
+            let _ = Python::try_attach(|py| self.stop_detached(py, 5_000));
         }
     }
 }

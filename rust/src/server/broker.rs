@@ -62,7 +62,7 @@ impl Broker {
         // A damaged metadata file stops the start with the error Admin gives for it, rather
         // than failing every request later.
         dir.topics()?;
-        let groups = Coordinator::new(dir.path());
+        let groups = Coordinator::new(dir.path(), &format!("{}:{}", advertised.0, advertised.1));
         let producer_ids = Mutex::new(ProducerIds::new(dir.path()));
         let notifier = Arc::new(Notifier::open(&dir.path().join(NOTIFY_FILE))?);
         let appended = Arc::new(Notify::new());

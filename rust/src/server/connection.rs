@@ -1,6 +1,10 @@
 //! Accepting clients and serving one connection: frames are read, answered and written
-//! in order (Kafka's per-connection ordering), one request at a time. A bad frame closes
-//! only its own connection; every task's failure stays inside that task.
+//! in order (Kafka's per-connection ordering), one request at a time, each first admitted by
+//! the connection's SASL session (`sasl.rs`). A bad frame closes only its own connection;
+//! every task's failure stays inside that task.
+//!
+//! Logged on `kafkalite.server.connection` (Kafka's `SocketServer` levels): connections opened
+//! and closed at DEBUG, frames and requests that close a connection at WARNING with the peer.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -14,7 +18,11 @@ use tokio::sync::watch;
 use super::broker::Broker;
 use super::dispatch::{decode_request, handle};
 use super::frame::{read_frame, FrameError};
+use super::sasl::{Outcome, Session, AUTH_FAILURE_DELAY};
 use super::ServerConfig;
+
+/// The `log` target (Python: `logging.getLogger("kafkalite.server.connection")`).
+const TARGET: &str = "kafkalite::server::connection";
 
 pub async fn accept_loop(
     listener: TcpListener,
@@ -23,27 +31,41 @@ pub async fn accept_loop(
     mut stop: watch::Receiver<bool>,
 ) {
     let open = Arc::new(AtomicUsize::new(0));
+    let mut failing = false; // accept errors are said once per run of them, not every 50 ms
     loop {
         let accepted = tokio::select! {
             _ = stop.changed() => return,
             accepted = listener.accept() => accepted,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
-            Err(_) => {
+        let (stream, peer) = match accepted {
+            Ok(accepted) => {
+                failing = false;
+                accepted
+            }
+            Err(e) => {
+                if !failing {
+                    log::warn!(target: TARGET, "cannot accept connections ({e}); retrying as connections close");
+                }
+                failing = true;
                 // EMFILE and friends: wait for connections to close instead of spinning.
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
         if open.load(Ordering::SeqCst) >= config.max_connections {
+            log::warn!(
+                target: TARGET,
+                "closed a connection from {peer} at once: {} connections are open (max.connections)",
+                config.max_connections
+            );
             drop(stream); // over max.connections: closed at once
             continue;
         }
         open.fetch_add(1, Ordering::SeqCst);
-        let (broker, open, stop, idle) = (broker.clone(), open.clone(), stop.clone(), config.idle_timeout);
+        let (broker, open, stop, idle, sasl) =
+            (broker.clone(), open.clone(), stop.clone(), config.idle_timeout, config.sasl);
         tokio::spawn(async move {
-            serve(stream, &broker, idle, stop).await;
+            serve(stream, &broker, idle, sasl, stop).await;
             open.fetch_sub(1, Ordering::SeqCst);
         });
     }
@@ -59,37 +81,98 @@ async fn closed_by_peer(reader: &mut BufReader<OwnedReadHalf>) {
     }
 }
 
-/// Serve one client until it closes, sends something we cannot answer, idles past
-/// `connections.max.idle.ms`, or the server stops.
-async fn serve(stream: TcpStream, broker: &Broker, idle: Duration, mut stop: watch::Receiver<bool>) {
+/// Serve one client until it closes, sends something we cannot answer, fails to authenticate
+/// (`sasl`: the listener is SASL_PLAINTEXT), idles past `connections.max.idle.ms`, or the
+/// server stops.
+async fn serve(stream: TcpStream, broker: &Broker, idle: Duration, sasl: bool, stop: watch::Receiver<bool>) {
+    let addr = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "an unknown peer".into());
+    log::debug!(target: TARGET, "connection from {addr} opened");
+    let why = serve_until_closed(stream, broker, idle, sasl, stop).await;
+    log::debug!(target: TARGET, "connection from {addr} closed ({why})");
+}
+
+/// Serve one connection; returns why it ended (logged by `serve`).
+async fn serve_until_closed(
+    stream: TcpStream,
+    broker: &Broker,
+    idle: Duration,
+    sasl: bool,
+    mut stop: watch::Receiver<bool>,
+) -> String {
     let _ = stream.set_nodelay(true);
+    let addr = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "an unknown peer".into());
     // Kafka's DescribeGroups shows members' hosts as "/<ip>".
     let peer = stream.peer_addr().map(|a| format!("/{}", a.ip())).unwrap_or_default();
+    let mut session = Session::new(sasl, &peer);
     let (reader, mut writer) = stream.into_split();
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
     loop {
+        let max = session.max_frame();
         let frame = tokio::select! {
-            _ = stop.changed() => return,
-            read = tokio::time::timeout(idle, read_frame(&mut reader, &broker.request_budget)) => match read {
+            _ = stop.changed() => return "the server stops".into(),
+            read = tokio::time::timeout(idle, read_frame(&mut reader, &broker.request_budget, max)) => match read {
                 Ok(Ok(frame)) => frame,
-                Ok(Err(FrameError::Closed | FrameError::BadSize(_) | FrameError::Io(_))) | Err(_) => return,
+                Ok(Err(FrameError::Closed)) => return "closed by the client".into(),
+                Ok(Err(FrameError::BadSize(size))) => {
+                    log::warn!(
+                        target: TARGET,
+                        "closing the connection from {addr}: a request frame of {size} bytes (negative, or over \
+                         socket.request.max.bytes)"
+                    );
+                    return format!("bad frame size {size}");
+                }
+                Ok(Err(FrameError::Io(e))) => {
+                    log::warn!(target: TARGET, "closing the connection from {addr}: reading a request failed: {e}");
+                    return format!("read failed: {e}");
+                }
+                Err(_) => return format!("idle for more than connections.max.idle.ms ({} ms)", idle.as_millis()),
             },
         };
-        // Kafka closes a connection whose request it cannot parse (InvalidRequestException).
-        let Ok(request) = decode_request(frame.bytes.clone()) else { return };
+        let (outcome, request) = if session.expects_raw_token() {
+            (session.raw_token(&frame.bytes, broker.dir.path()), None)
+        } else {
+            // Kafka closes a connection whose request it cannot parse (InvalidRequestException).
+            match decode_request(frame.bytes.clone()) {
+                Ok(request) => (session.admit(&request, broker.dir.path()), Some(request)),
+                Err(e) => {
+                    log::warn!(target: TARGET, "closing the connection from {addr}: cannot decode its request: {}", e.0);
+                    return format!("undecodable request: {}", e.0);
+                }
+            }
+        };
+        let request = match (outcome, request) {
+            (Outcome::Serve, Some(request)) => request,
+            (Outcome::Serve, None) => return "a bare SASL token outside an exchange".into(), // never served
+            (Outcome::Reply(bytes), _) => {
+                if let Err(e) = writer.write_all(&bytes).await {
+                    return format!("writing a response failed: {e}");
+                }
+                continue;
+            }
+            (Outcome::ReplyAndClose(bytes), _) => {
+                if writer.write_all(&bytes).await.is_ok() {
+                    tokio::time::sleep(AUTH_FAILURE_DELAY).await;
+                }
+                return "authentication failed".into();
+            }
+            (Outcome::Close, _) => return "closed by its SASL session (a request before authentication)".into(),
+        };
         let response = tokio::select! {
-            _ = stop.changed() => return,
-            _ = closed_by_peer(&mut reader) => return,
+            _ = stop.changed() => return "the server stops".into(),
+            _ = closed_by_peer(&mut reader) => return "closed by the client while its request was served".into(),
             response = handle(broker, request, &peer) => response,
         };
         match response {
             Ok(Some(bytes)) => {
-                if writer.write_all(&bytes).await.is_err() {
-                    return;
+                if let Err(e) = writer.write_all(&bytes).await {
+                    return format!("writing a response failed: {e}");
                 }
             }
             Ok(None) => {}
-            Err(_) => return,
+            Err(e) => {
+                log::warn!(target: TARGET, "closing the connection from {addr}: its request failed: {}", e.0);
+                return format!("request failed: {}", e.0);
+            }
         }
         // The frame (and its share of the request budget) lives until its request is answered:
         // decoded bodies such as Produce records point into it.

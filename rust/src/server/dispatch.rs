@@ -1,5 +1,6 @@
 //! Request headers, the table of APIs this server implements (what ApiVersions
-//! advertises), and routing each decoded request to its API family.
+//! advertises), and routing each decoded request to its API family (SaslHandshake and
+//! SaslAuthenticate go to the connection's `sasl::Session` instead: they change its state).
 
 use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
@@ -8,7 +9,8 @@ use kafka_protocol::messages::{
     DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
     DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
     InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest,
-    OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader, ResponseHeader, SyncGroupRequest,
+    OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader, ResponseHeader, SaslAuthenticateRequest,
+    SaslHandshakeRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -17,10 +19,6 @@ use super::codes;
 use super::{
     cluster, configs, coordinator, delete_records, fetch, group_api, groups_admin, init_producer_id, list_offsets,
     metadata, offset_commit, produce, topics_admin,
-};
-use super::{
-    cluster, configs, coordinator, delete_records, fetch, group_api, groups_admin, list_offsets, metadata,
-    offset_commit, produce, topics_admin,
 };
 
 /// The APIs and versions implemented here: exactly what ApiVersions advertises. The upper
@@ -51,6 +49,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::DescribeCluster, 0, 2),
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
 ];
 
 fn supported(key: ApiKey, version: i16) -> bool {
@@ -84,6 +84,8 @@ pub enum Body {
     IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
     DeleteRecords(DeleteRecordsRequest),
     DescribeCluster(DescribeClusterRequest),
+    SaslHandshake(SaslHandshakeRequest),
+    SaslAuthenticate(SaslAuthenticateRequest),
     /// ApiVersions at a version we do not know: answered with UNSUPPORTED_VERSION at v0,
     /// so the client can retry with one we do (Kafka's behaviour).
     ApiVersionsUnsupported,
@@ -151,6 +153,8 @@ pub fn decode_request(frame: Bytes) -> Result<Request, DecodeError> {
         ApiKey::IncrementalAlterConfigs => Body::IncrementalAlterConfigs(decode(&mut buf, version)?),
         ApiKey::DeleteRecords => Body::DeleteRecords(decode(&mut buf, version)?),
         ApiKey::DescribeCluster => Body::DescribeCluster(decode(&mut buf, version)?),
+        ApiKey::SaslHandshake => Body::SaslHandshake(decode(&mut buf, version)?),
+        ApiKey::SaslAuthenticate => Body::SaslAuthenticate(decode(&mut buf, version)?),
         other => return Err(DecodeError(format!("{other:?} is not supported"))),
     };
     Ok(Request { header, key, body })
@@ -165,7 +169,7 @@ fn api_versions(error_code: i16) -> ApiVersionsResponse {
 }
 
 /// Encode `header + body` with its size prefix.
-fn frame<T: Encodable>(key: ApiKey, version: i16, correlation_id: i32, body: &T) -> Result<Bytes, DecodeError> {
+pub fn frame<T: Encodable>(key: ApiKey, version: i16, correlation_id: i32, body: &T) -> Result<Bytes, DecodeError> {
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
     let header_version = key.response_header_version(version);
     let mut out = BytesMut::with_capacity(64);
@@ -216,6 +220,10 @@ pub async fn handle(broker: &Broker, request: Request, peer: &str) -> Result<Opt
         Body::IncrementalAlterConfigs(r) => frame(key, v, id, &configs::incremental_alter_configs(broker, r))?,
         Body::DeleteRecords(r) => frame(key, v, id, &delete_records::delete_records(broker, r))?,
         Body::DescribeCluster(r) => frame(key, v, id, &cluster::describe_cluster(broker, r))?,
+        // The connection's SASL session answers these (`sasl::Session::admit`) before dispatch.
+        Body::SaslHandshake(_) | Body::SaslAuthenticate(_) => {
+            return Err(DecodeError(format!("{key:?} reached dispatch without the connection's SASL session")))
+        }
     };
     Ok(Some(response))
 }

@@ -21,7 +21,7 @@ const CHUNK: usize = 64 * 1024;
 pub enum FrameError {
     /// The peer closed between frames: a normal end.
     Closed,
-    /// Negative, or above `socket.request.max.bytes`.
+    /// Negative, or above `socket.request.max.bytes` (or `sasl.server.max.receive.size`).
     BadSize(i32),
     /// The peer closed or failed in the middle of a frame.
     Io(std::io::Error),
@@ -33,8 +33,13 @@ pub struct Frame {
     _permits: Vec<OwnedSemaphorePermit>,
 }
 
-/// Read the next frame. Never allocates more than has arrived plus one chunk.
-pub async fn read_frame<R: AsyncRead + Unpin>(reader: &mut R, budget: &Arc<Semaphore>) -> Result<Frame, FrameError> {
+/// Read the next frame of at most `max` bytes (`MAX_REQUEST_BYTES`, or less before a SASL
+/// client has authenticated). Never allocates more than has arrived plus one chunk.
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    budget: &Arc<Semaphore>,
+    max: i32,
+) -> Result<Frame, FrameError> {
     let mut size = [0u8; 4];
     match reader.read_exact(&mut size).await {
         Ok(_) => {}
@@ -42,7 +47,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(reader: &mut R, budget: &Arc<Semap
         Err(e) => return Err(FrameError::Io(e)),
     }
     let size = i32::from_be_bytes(size);
-    if !(0..=MAX_REQUEST_BYTES).contains(&size) {
+    if !(0..=max.min(MAX_REQUEST_BYTES)).contains(&size) {
         return Err(FrameError::BadSize(size));
     }
     let size = size as usize;

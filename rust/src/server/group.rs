@@ -4,9 +4,10 @@
 //! computed by the leader client, as in Kafka. Groups live as long as the server; their
 //! committed offsets live in `__consumer_offsets` (see `offsets`).
 //!
-//! A group id with a live embedded member (a `kafkalite.Consumer` holding the flock on its
-//! `.kafkalite-groups/<id>/<member>.member` file) is refused, so a partition never has two
-//! owners; see `embedded_members`.
+//! A group id is coordinated either by embedded consumers (`group.py`) or by this server,
+//! never both: while a group has network members the server holds its claim file, and a group
+//! with live embedded members is refused (see `group_owner`). So a partition never has two
+//! owners. Joins, rebalances and evictions are logged at INFO on `kafkalite.server.group`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -19,6 +20,10 @@ use tokio::sync::Notify;
 
 use super::broker::lock;
 use super::codes;
+use super::group_owner::{self, Claim, NetworkOwner};
+
+/// The `log` target of group events (Python: `logging.getLogger("kafkalite.server.group")`).
+const TARGET: &str = "kafkalite::server::group";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum State {
@@ -54,6 +59,7 @@ pub struct Member {
 
 #[derive(Debug)]
 pub struct Group {
+    pub id: String,
     pub state: State,
     pub generation: i32,
     pub protocol_type: String,
@@ -61,11 +67,14 @@ pub struct Group {
     pub leader: Option<String>,
     pub members: BTreeMap<String, Member>,
     rebalance_deadline: Option<Instant>,
+    /// Held while the group has network members (`group_owner`); None while it is unused here.
+    owner: Option<NetworkOwner>,
 }
 
 impl Group {
-    fn new(protocol_type: &str) -> Group {
+    fn new(id: &str, protocol_type: &str) -> Group {
         Group {
+            id: id.to_string(),
             state: State::Empty,
             generation: 0,
             protocol_type: protocol_type.to_string(),
@@ -73,17 +82,27 @@ impl Group {
             leader: None,
             members: BTreeMap::new(),
             rebalance_deadline: None,
+            owner: None,
         }
     }
 
-    fn prepare_rebalance(&mut self) {
+    /// Start a join round (`reason` is logged, as Kafka's coordinator logs it).
+    fn prepare_rebalance(&mut self, reason: &str) {
         if self.members.is_empty() {
             self.state = State::Empty;
             self.leader = None;
             self.protocol = None;
             self.generation += 1;
+            self.become_empty(reason);
             return;
         }
+        log::info!(
+            target: TARGET,
+            "preparing to rebalance group {:?} with old generation {} ({} member(s); reason: {reason})",
+            self.id,
+            self.generation,
+            self.members.len()
+        );
         self.state = State::PreparingRebalance;
         let timeout = self.members.values().map(|m| m.rebalance_timeout).max().unwrap_or_default();
         self.rebalance_deadline = Some(Instant::now() + timeout);
@@ -94,13 +113,20 @@ impl Group {
 
     /// End the join round: drop members that did not rejoin, choose the protocol and leader.
     fn complete_join(&mut self) {
-        self.members.retain(|_, m| m.joined);
+        let id = &self.id;
+        self.members.retain(|member, m| {
+            if !m.joined {
+                log::info!(target: TARGET, "group {id:?}: member {member} did not rejoin in time; removed");
+            }
+            m.joined
+        });
         self.generation += 1;
         self.rebalance_deadline = None;
         if self.members.is_empty() {
             self.state = State::Empty;
             self.leader = None;
             self.protocol = None;
+            self.become_empty("no member rejoined");
             return;
         }
         if !self.leader.as_ref().is_some_and(|l| self.members.contains_key(l)) {
@@ -129,6 +155,28 @@ impl Group {
             m.assignment = Bytes::new();
         }
         self.state = State::CompletingRebalance;
+        log::info!(
+            target: TARGET,
+            "stabilized group {:?} generation {} ({} member(s), protocol {}, leader {})",
+            self.id,
+            self.generation,
+            self.members.len(),
+            self.protocol.as_deref().unwrap_or("none"),
+            self.leader.as_deref().unwrap_or("none")
+        );
+    }
+
+    /// The group has no network members left: give the group id back (embedded consumers of
+    /// the same id may join from now on).
+    fn become_empty(&mut self, reason: &str) {
+        if self.owner.take().is_some() {
+            log::info!(
+                target: TARGET,
+                "group {:?} with generation {} is now empty ({reason}); released it for embedded consumers",
+                self.id,
+                self.generation
+            );
+        }
     }
 
     fn supports(&self, protocols: &[(String, Bytes)]) -> bool {
@@ -171,15 +219,75 @@ pub struct Coordinator {
     changed: Arc<Notify>,
     next_member: AtomicU64,
     data_dir: std::path::PathBuf,
+    /// Written into each group's claim file: which server holds it (for the embedded side's error).
+    identity: String,
+    /// One claim at a time: two joins of an unclaimed group must not both try to flock it
+    /// (the second would find this very server's lock and be refused).
+    claiming: tokio::sync::Mutex<()>,
 }
 
 impl Coordinator {
-    pub fn new(data_dir: &Path) -> Coordinator {
+    /// `address`: where this server listens, for the claim files' text.
+    pub fn new(data_dir: &Path, address: &str) -> Coordinator {
         Coordinator {
             groups: Mutex::new(BTreeMap::new()),
             changed: Arc::new(Notify::new()),
             next_member: AtomicU64::new(0),
             data_dir: data_dir.to_path_buf(),
+            identity: format!("kafkalite serve (pid {}, listening on {address})", std::process::id()),
+            claiming: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn claimed(&self, group: &str) -> bool {
+        lock(&self.groups).get(group).is_some_and(|g| g.owner.is_some())
+    }
+
+    /// Make sure this server holds `group`'s claim (`group_owner`); the error code otherwise.
+    /// The claim is returned for the caller to install with its first member, in the same
+    /// critical section (an unused claim is released by `expire`).
+    async fn claim(&self, group: &str) -> Result<Option<NetworkOwner>, i16> {
+        if self.claimed(group) {
+            return Ok(None);
+        }
+        let _one_at_a_time = self.claiming.lock().await;
+        if self.claimed(group) {
+            return Ok(None);
+        }
+        let (dir, id, who) = (self.data_dir.clone(), group.to_string(), self.identity.clone());
+        let claim = tokio::task::spawn_blocking(move || group_owner::claim(&dir, &id, &who)).await;
+        match claim {
+            Ok(Ok(Claim::Owned(owner))) => Ok(Some(owner)),
+            // Kafka's answer to a member whose protocol differs from the group's (a connect
+            // group joined by a consumer, a classic member joining a new-protocol group):
+            // fatal for the client, which is what a group in use elsewhere needs.
+            Ok(Ok(Claim::Embedded)) => {
+                log::warn!(
+                    target: TARGET,
+                    "refused a network member of group {group:?}: the group has live embedded kafkalite.Consumer \
+                     members in this data directory (INCONSISTENT_GROUP_PROTOCOL); use another group id"
+                );
+                Err(codes::INCONSISTENT_GROUP_PROTOCOL)
+            }
+            Ok(Ok(Claim::OtherServer(holder))) => {
+                log::warn!(
+                    target: TARGET,
+                    "refused a network member of group {group:?}: the group is coordinated by another server \
+                     on this data directory ({holder}) (INCONSISTENT_GROUP_PROTOCOL)"
+                );
+                Err(codes::INCONSISTENT_GROUP_PROTOCOL)
+            }
+            // group.py names such a group's folder by a SHA-256 this side does not compute:
+            // refused rather than risk two owners.
+            Ok(Ok(Claim::Unnamed)) => Err(codes::INVALID_GROUP_ID),
+            Ok(Err(e)) => {
+                log::warn!(target: TARGET, "cannot claim group {group:?} for network members: {e}");
+                Err(codes::COORDINATOR_NOT_AVAILABLE)
+            }
+            Err(e) => {
+                log::warn!(target: TARGET, "claiming group {group:?} failed: {e}");
+                Err(codes::COORDINATOR_NOT_AVAILABLE)
+            }
         }
     }
 
@@ -202,18 +310,27 @@ impl Coordinator {
         if !(MIN_SESSION..=MAX_SESSION).contains(&req.session_timeout) {
             return Self::error_join(codes::INVALID_SESSION_TIMEOUT, &req.member_id);
         }
-        match embedded_members(&self.data_dir, &req.group) {
-            // Kafka's answer to a member whose protocol differs from the group's: the group is
-            // in use by embedded consumers, another protocol. Fatal for the client, as wanted.
-            Some(true) => return Self::error_join(codes::INCONSISTENT_GROUP_PROTOCOL, &req.member_id),
-            Some(false) => {}
-            // A group id too long for its folder name to be computed here (group.py hashes it
-            // with SHA-256): refused rather than risk two owners.
-            None => return Self::error_join(codes::INVALID_GROUP_ID, &req.member_id),
-        }
-        let member_id = {
+        let mut claim = None;
+        let member_id = loop {
+            if claim.is_none() && !self.claimed(&req.group) {
+                match self.claim(&req.group).await {
+                    Ok(owner) => claim = owner,
+                    Err(code) => return Self::error_join(code, &req.member_id),
+                }
+            }
             let mut groups = lock(&self.groups);
-            let group = groups.entry(req.group.clone()).or_insert_with(|| Group::new(&req.protocol_type));
+            let group = groups.entry(req.group.clone()).or_insert_with(|| Group::new(&req.group, &req.protocol_type));
+            if group.owner.is_none() {
+                // Released since `claimed` said yes (the group emptied): claim it again.
+                let Some(owner) = claim.take() else { continue };
+                group.owner = Some(owner);
+                log::info!(
+                    target: TARGET,
+                    "group {:?} is now coordinated by this server (embedded consumers of it are refused until \
+                     it is empty)",
+                    req.group
+                );
+            }
             if group.protocol_type != req.protocol_type && !group.members.is_empty() {
                 return Self::error_join(codes::INCONSISTENT_GROUP_PROTOCOL, &req.member_id);
             }
@@ -249,6 +366,15 @@ impl Coordinator {
             member.session_timeout = req.session_timeout;
             member.rebalance_timeout = req.rebalance_timeout;
             member.last_seen = Instant::now();
+            if req.member_id.is_empty() {
+                log::info!(
+                    target: TARGET,
+                    "group {:?}: member {member_id} joined (client id {:?}, host {})",
+                    req.group,
+                    req.client_id,
+                    req.client_host
+                );
+            }
             let is_leader_in_stable = group.state == State::Stable && group.leader.as_deref() == Some(&member_id);
             if group.state != State::PreparingRebalance
                 && (changed_protocols
@@ -257,12 +383,12 @@ impl Coordinator {
                     || group.state == State::CompletingRebalance
                     || group.state == State::Stable)
             {
-                group.prepare_rebalance();
+                group.prepare_rebalance(&format!("member {member_id} joined"));
             }
             if let Some(m) = group.members.get_mut(&member_id) {
                 m.joined = true;
             }
-            member_id
+            break member_id;
         };
         self.changed.notify_waiters();
         loop {
@@ -430,7 +556,8 @@ impl Coordinator {
             match groups.get_mut(group_id) {
                 Some(group) => {
                     if group.members.remove(member_id).is_some() {
-                        group.prepare_rebalance();
+                        log::info!(target: TARGET, "group {group_id:?}: member {member_id} left");
+                        group.prepare_rebalance(&format!("member {member_id} left"));
                         codes::NONE
                     } else {
                         codes::UNKNOWN_MEMBER_ID
@@ -471,10 +598,25 @@ impl Coordinator {
             let now = Instant::now();
             for group in groups.values_mut() {
                 let before = group.members.len();
-                group.members.retain(|_, m| now.duration_since(m.last_seen) <= m.session_timeout);
+                let id = &group.id;
+                group.members.retain(|member, m| {
+                    let alive = now.duration_since(m.last_seen) <= m.session_timeout;
+                    if !alive {
+                        log::info!(
+                            target: TARGET,
+                            "group {id:?}: member {member} has failed (no heartbeat within session.timeout.ms, \
+                             {} ms); removed",
+                            m.session_timeout.as_millis()
+                        );
+                    }
+                    alive
+                });
                 if group.members.len() != before {
-                    group.prepare_rebalance();
+                    group.prepare_rebalance("members' sessions expired");
                     any = true;
+                } else if group.members.is_empty() {
+                    // A claim whose join was refused after it was taken (see `join`).
+                    group.become_empty("no members");
                 }
                 if group.state == State::PreparingRebalance && group.rebalance_deadline.is_some_and(|d| now >= d) {
                     any = true; // a waiting joiner completes the round
@@ -522,56 +664,5 @@ impl Coordinator {
             .iter()
             .map(|(id, g)| (id.clone(), g.protocol_type.clone(), g.state.name().to_string()))
             .collect()
-    }
-}
-
-/// group.py's `encode_name`: an id as one file-name component; None for ids group.py hashes.
-fn encode_name(value: &str) -> Option<String> {
-    const KEPT: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-";
-    let plain = !value.is_empty()
-        && value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
-        && value != "."
-        && value != "..";
-    let name = if plain {
-        value.to_string()
-    } else {
-        value.bytes().map(|b| if KEPT.contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
-    };
-    (name.len() <= 200).then_some(name)
-}
-
-/// True when an embedded `kafkalite.Consumer` of this group is alive: it holds an exclusive
-/// flock on its `.member` file for life (group.py), so a failed non-blocking flock means alive.
-/// None when the group's folder name cannot be computed here.
-pub fn embedded_members(data_dir: &Path, group: &str) -> Option<bool> {
-    let name = encode_name(group)?;
-    let Ok(entries) = std::fs::read_dir(data_dir.join(crate::files::GROUPS_DIR).join(name)) else { return Some(false) };
-    Some(entries.flatten().any(|e| {
-        let path = e.path();
-        if path.extension().and_then(|x| x.to_str()) != Some("member") {
-            return false;
-        }
-        let Ok(file) = std::fs::File::open(&path) else { return false };
-        // Getting the lock means the member is dead; it is released when `file` closes.
-        rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err()
-    }))
-}
-
-/// Remove an embedded group's folder (`.kafkalite-groups/<id>`: its state and members' files),
-/// as `Admin.delete_group` does: a symlink there is removed as a link, never followed, and
-/// nothing outside the groups folder is touched. Ok(true) when there was one; Ok(false) also
-/// for ids whose folder name group.py hashes (not computed here).
-pub fn remove_group_folder(data_dir: &Path, group: &str) -> std::io::Result<bool> {
-    let Some(name) = encode_name(group) else { return Ok(false) };
-    let root = data_dir.join(crate::files::GROUPS_DIR);
-    if root.symlink_metadata().map(|m| m.file_type().is_symlink()).unwrap_or(false) {
-        return Err(std::io::Error::other(format!("refusing to delete under {}: it is a symlink", root.display())));
-    }
-    let path = root.join(name);
-    match path.symlink_metadata() {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e),
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(&path).map(|_| true),
-        Ok(_) => std::fs::remove_file(&path).map(|_| true),
     }
 }

@@ -8,7 +8,7 @@ use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
 
 use super::broker::Broker;
 use super::codes;
-use super::group::{embedded_members, remove_group_folder};
+use super::group_owner::{embedded_members, remove_group_folder};
 
 fn delete_group(broker: &Broker, group: &str) -> Result<(), i16> {
     if group.is_empty() {

@@ -5,11 +5,14 @@
 //! Files, one concept each: `listen` (address policy), `frame` (length-prefixed frames and
 //! their limits), `connection` (one client: read, dispatch, answer, in order), `dispatch`
 //! (request header, ApiVersions table, routing), `broker` (shared state: topics, open
-//! partitions, append wake-ups), `codes` (engine errors as Kafka error codes), and one file
+//! partitions, append wake-ups), `codes` (engine errors as Kafka error codes), `sasl` (a
+//! connection's SASL state: SaslHandshake, SaslAuthenticate, what is allowed before
+//! authentication) over `scram` (one SCRAM exchange, checked against `crate::users`), and one file
 //! per API family: `metadata` (Metadata, CreateTopics), `produce`, `fetch`, `list_offsets`, `coordinator`
 //! (FindCoordinator), `offset_commit` (OffsetCommit, OffsetFetch) over `offsets` (the
 //! `__consumer_offsets` records, shared with the embedded clients), `group_api` (JoinGroup,
-//! SyncGroup, Heartbeat, LeaveGroup, DescribeGroups, ListGroups) over `group` (the coordinator),
+//! SyncGroup, Heartbeat, LeaveGroup, DescribeGroups, ListGroups) over `group` (the coordinator)
+//! and `group_owner` (which of the embedded consumers or this server coordinates a group id),
 //! `init_producer_id` (ids for idempotent producers; their sequences are checked by the engine's
 //! `producer_state`, which `produce` calls through `Log::append_produce`),
 //! and the admin APIs: `topics_admin` (DeleteTopics, CreatePartitions), `configs`
@@ -17,6 +20,10 @@
 //! (DeleteGroups) and `cluster` (DescribeCluster, the cluster id).
 //! Request and response bodies are encoded by the `kafka-protocol` crate, generated from
 //! Kafka's JSON schemas; nothing here hand-writes a message codec.
+//!
+//! Logging goes through the `log` crate under targets `kafkalite::server...`, which the Python
+//! binding forwards to `logging.getLogger("kafkalite.server...")`: the start at INFO here,
+//! connections in `connection`, group joins, rebalances and evictions in `group`.
 
 mod broker;
 mod cluster;
@@ -30,8 +37,9 @@ mod fetch;
 pub mod frame;
 mod group;
 mod group_api;
-mod init_producer_id;
+mod group_owner;
 mod groups_admin;
+mod init_producer_id;
 mod list_offsets;
 pub mod listen;
 mod metadata;
@@ -39,6 +47,8 @@ mod offset_commit;
 mod offsets;
 mod produce;
 mod topics_admin;
+mod sasl;
+mod scram;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -48,6 +58,10 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+/// The `log` target of the server's events (failed authentications, refused connections); the
+/// binding forwards it to Python's `logging.getLogger("kafkalite.server")`.
+pub const LOG_TARGET: &str = "kafkalite::server";
+
 use crate::error::{Error, Result};
 pub use broker::Broker;
 pub use dispatch::{decode_request, SUPPORTED as SUPPORTED_APIS};
@@ -56,8 +70,10 @@ pub use dispatch::{decode_request, SUPPORTED as SUPPORTED_APIS};
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     pub data_dir: PathBuf,
-    /// `listeners`: loopback only until SASL/SCRAM exists.
+    /// `listeners`: HOST:PORT; anything but loopback needs SASL.
     pub listen: String,
+    /// SASL/SCRAM on a loopback listener too (SASL_PLAINTEXT); always on for other addresses.
+    pub sasl: bool,
     /// `advertised.listeners`: HOST:PORT clients are told to connect to (default: the bound address).
     pub advertised: Option<String>,
     /// `auto.create.topics.enable` (Kafka's default: true).
@@ -75,6 +91,7 @@ impl ServerConfig {
         ServerConfig {
             data_dir: data_dir.into(),
             listen: listen.into(),
+            sasl: false,
             advertised: None,
             auto_create_topics: true,
             default_partitions: 1,
@@ -90,12 +107,19 @@ pub struct Server {
     shutdown: watch::Sender<bool>,
     broker: Arc<Broker>,
     local_addr: SocketAddr,
+    sasl: bool,
 }
 
 impl Server {
     /// Bind, then serve on background threads until `stop` (or drop).
     pub fn start(config: ServerConfig) -> Result<Server> {
-        let addr = listen::loopback_address(&config.listen)?;
+        let (addr, loopback) = listen::resolve(&config.listen)?;
+        let mut config = config;
+        config.sasl |= !loopback;
+        if config.sasl {
+            listen::check_users(&config.listen, loopback, crate::users::any(&config.data_dir)?)?;
+        }
+        listen::check_advertised(&config.listen, addr, config.advertised.as_deref())?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("kafkalite-server")
@@ -113,12 +137,24 @@ impl Server {
         let (shutdown, stop_rx) = watch::channel(false);
         runtime.spawn(expire_sessions(broker.clone(), stop_rx.clone()));
         runtime.spawn(connection::accept_loop(listener, broker.clone(), config.clone(), stop_rx));
-        Ok(Server { runtime: Some(runtime), shutdown, broker, local_addr })
+        log::info!(
+            target: "kafkalite::server",
+            "serving {} on {local_addr} (advertised as {}:{})",
+            config.data_dir.display(),
+            broker.advertised().0,
+            broker.advertised().1
+        );
+        Ok(Server { runtime: Some(runtime), shutdown, broker, local_addr, sasl: config.sasl })
     }
 
     /// The address the listener is bound to (port 0 resolved).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// Kafka's name for the listener's security protocol: PLAINTEXT or SASL_PLAINTEXT.
+    pub fn security_protocol(&self) -> &'static str {
+        listen::security_protocol(self.sasl)
     }
 
     /// HOST:PORT as clients are told in Metadata.

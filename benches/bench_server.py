@@ -1,0 +1,345 @@
+"""`kafkalite serve` against Apache Kafka in one run (issue 13's benchmark): the same client,
+confluent-kafka, with 8-byte keys and 100-byte values, against each server on 127.0.0.1.
+
+    python benches/bench_server.py [--records N] [--rounds 1] [--out benches/results] [--replace]
+
+Rows: time from starting the server process to the first acknowledged produce (Kafka's storage
+format runs before the clock starts), produce throughput at acks=1 and acks=all, consume
+throughput, produce->consume latency p50/p99 at a fixed rate (the consumer in another process),
+and the server process's peak resident memory (VmHWM) after the rest. Kafka is one KRaft node
+with default settings (tests/kafka_broker.py, jars from Maven Central; needs Java 17+ and mvn).
+Every figure counts its records back (end offsets, records read) and stops the run if any are
+missing. Results: ``server-<date>.json``, ``.md`` and ``.png`` (ratios) in --out, a new name
+unless --replace. A ratio above 1 means kafkalite serve is ahead; the targets (throughput >= the
+broker's, p99 <= the broker's, start <= 0.2 s, RSS <= 100 MB) are marked met or not."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))  # kafka_broker.py, serve_proc.py: what the tests start
+
+import confluent_kafka as ck  # noqa: E402
+import kafka_broker  # noqa: E402
+import kafkalite  # noqa: E402
+from peers_common import (  # noqa: E402
+    LATENCY_RECORDS,
+    LATENCY_WARMUP,
+    KafkaEndpoint,
+    Missing,
+    expect,
+    fmt,
+    output_base,
+    paced_latency,
+    percentile,
+    plot,
+    timed,
+)
+from report import write_report  # noqa: E402
+from serve_proc import start_serve  # noqa: E402
+
+KAFKALITE = "kafkalite serve"
+KAFKA = f"Apache Kafka {kafka_broker.KAFKA_VERSION}"
+
+
+class Row(NamedTuple):
+    label: str
+    unit: str
+    larger_is_better: bool
+    #: issue 13's target: ("ratio", r) = at least r times the broker's figure (either direction),
+    #: ("absolute", x) = at most x in ``unit``; None where the issue sets none
+    target: tuple[str, float] | None
+
+
+ROWS = {
+    "start": Row("process start → first acknowledged produce", "s", False, ("absolute", 0.2)),
+    "produce_acks1": Row("produce, acks=1", "rec/s", True, ("ratio", 1.0)),
+    "produce_acks_all": Row("produce, acks=all", "rec/s", True, ("ratio", 1.0)),
+    "consume": Row("consume (`consume(10000)`)", "rec/s", True, ("ratio", 1.0)),
+    "latency_p50": Row("produce→consume p50 (2,000 rec/s)", "µs", False, None),
+    "latency_p99": Row("produce→consume p99 (2,000 rec/s)", "µs", False, ("ratio", 1.0)),
+    "rss": Row("server peak RSS (VmHWM)", "MB", False, ("absolute", 100.0)),
+}
+#: a producer of a user who wants throughput: big batches, a callback only on failure
+THROUGHPUT_PRODUCER = {"linger.ms": 5, "batch.size": 1 << 20}
+#: linger.ms=1, not 0: bench_peers measured librdkafka at linger.ms=0 against Kafka at ~100 ms p50
+#: (a request per record), which would make the comparison about that, not about the servers.
+LATENCY_PRODUCER = {"linger.ms": 1, "acks": 1, "socket.nagle.disable": True}
+
+
+def status_mb(pid: int) -> dict[str, float]:
+    """VmRSS, VmHWM, RssAnon and RssFile of a process, in MB."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
+                out[key] = int(rest.split()[0]) / 1024
+    return out
+
+
+def first_ack(bootstrap: str, began: float) -> float:
+    """Seconds from ``began`` until a produce to a new (auto-created) topic is acknowledged."""
+    producer = ck.Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 0,
+            "reconnect.backoff.ms": 5,
+            "reconnect.backoff.max.ms": 20,
+            "log_level": 2,  # the first connection attempts may be refused: not news
+        }
+    )
+    errors: list = []
+    while True:
+        errors.clear()
+        producer.produce("first", b"x", on_delivery=lambda err, msg: errors.append(err))
+        producer.flush(30)
+        if errors == [None]:
+            return time.perf_counter() - began
+        if time.perf_counter() - began > 120:
+            raise Missing(f"no acknowledged produce within 120 s: {errors}")
+
+
+class Side(KafkaEndpoint):
+    """One server under test: its process, when it started, and the endpoint's client view."""
+
+    def __init__(self, name: str, bootstrap: str, pid: int, start_s: float) -> None:
+        super().__init__(bootstrap)
+        self.name, self.pid, self.start_s = name, pid, start_s
+
+
+def start_kafkalite(work: Path) -> tuple[Side, subprocess.Popen]:
+    data = work / "kafkalite"
+    data.mkdir()
+    began = time.perf_counter()
+    proc, bootstrap = start_serve(
+        lambda *a, **kw: subprocess.Popen([sys.executable, "-m", *a], **kw), data, "--log-level", "WARNING"
+    )
+    return Side(KAFKALITE, bootstrap, proc.pid, first_ack(bootstrap, began)), proc
+
+
+def in_process_start(work: Path) -> float:
+    """Seconds from ``kafkalite.Server(...)`` (what a test suite's fixture does, in its own
+    process) to the first acknowledged produce: the start without the interpreter's."""
+    began = time.perf_counter()
+    with kafkalite.Server(work / "in-process") as server:
+        return first_ack(server.bootstrap_servers, began)
+
+
+def start_kafka(work: Path) -> tuple[Side, kafka_broker.KafkaBroker]:
+    kafka_broker.ensure_jars()
+    broker = kafka_broker.KafkaBroker(work / "kafka-logs", work / "kafka")
+    broker.format()  # a one-time step, as kafka-storage.sh: not part of the start
+    began = time.perf_counter()
+    try:
+        broker.start()
+        assert broker.process is not None
+        return Side(
+            KAFKA, broker.bootstrap_servers, broker.process.pid, first_ack(broker.bootstrap_servers, began)
+        ), broker
+    except BaseException:  # Ctrl-C while it starts: no JVM left behind
+        broker.stop()
+        raise
+
+
+class Bench:
+    def __init__(self, records: int, work: Path) -> None:
+        self.n, self.work = records, work
+        self.keys = [i.to_bytes(8, "big") for i in range(records)]
+        self.read_topics: dict[str, str] = {}
+        self.cache: dict[tuple[str, str], tuple[float, float]] = {}
+
+    def produce(self, side: Side, acks: str) -> float:
+        topic = side.topic(f"p-{uuid.uuid4().hex[:8]}")
+        s, _ = timed(lambda: side.send(topic, self.keys, acks=acks, **THROUGHPUT_PRODUCER))
+        expect(side.count(topic), self.n, f"produce acks={acks} to {side.name}")
+        return self.n / s
+
+    def consume(self, side: Side) -> float:
+        if side.name not in self.read_topics:
+            topic = side.topic("read")
+            side.send(topic, self.keys, **THROUGHPUT_PRODUCER)
+            expect(side.count(topic), self.n, f"read topic on {side.name}")
+            self.read_topics[side.name] = topic
+        s, got = timed(lambda: side.consume(self.read_topics[side.name], self.n))
+        expect(int(got), self.n, f"consume from {side.name}")  # type: ignore[call-overload]
+        return self.n / s
+
+    def latency(self, side: Side, which: int) -> float:
+        """p50 (which=0) or p99 (1); both rows come from one run per side and round."""
+        key = (side.name, "latency")
+        if key not in self.cache:
+            topic = side.topic(f"lat-{uuid.uuid4().hex[:8]}", 1)
+            total = LATENCY_RECORDS + LATENCY_WARMUP
+            p, failed = side.producer(**LATENCY_PRODUCER)
+            child = [
+                sys.executable,
+                str(HERE / "peers_child.py"),
+                "latency",
+                "confluent",
+                side.bootstrap,
+                topic,
+            ]
+            lat = paced_latency(
+                [*child, str(total)], lambda v: (p.produce(topic, v), p.poll(0)), lambda: p.flush(30), total
+            )
+            if failed:
+                raise Missing(f"latency producer on {side.name}: {len(failed)} records failed")
+            expect(len(lat), LATENCY_RECORDS, f"latency records from {side.name}")
+            expect(side.count(topic), total + 1, f"latency topic on {side.name}")
+            self.cache[key] = (statistics.median(lat), percentile(lat, 0.99))
+        return self.cache[key][which]
+
+    def rows(self) -> dict[str, Callable[[Side], float]]:
+        return {
+            "start": lambda side: side.start_s,
+            "produce_acks1": lambda side: self.produce(side, "1"),
+            "produce_acks_all": lambda side: self.produce(side, "all"),
+            "consume": self.consume,
+            "latency_p50": lambda side: self.latency(side, 0),
+            "latency_p99": lambda side: self.latency(side, 1),
+            "rss": lambda side: status_mb(side.pid)["VmHWM"],
+        }
+
+
+def target_met(row: str, kl: float, ratio: float) -> str:
+    spec = ROWS[row]
+    if spec.target is None:
+        return ""
+    kind, bound = spec.target
+    if kind == "ratio":
+        return (
+            f"{'met' if ratio >= bound else 'NOT met'} ({'≥' if spec.larger_is_better else '≤'} the broker's)"
+        )
+    return f"{'met' if kl <= bound else 'NOT met'} (≤ {bound:g} {spec.unit})"
+
+
+def report(
+    args, figures: dict, memory: dict, in_process: float, load: tuple[float, float], seconds: float
+) -> None:
+    base = output_base(args.out, "server", args.replace)
+    table, plot_rows = [], []
+    for row, sides in figures.items():
+        unit, larger_better = ROWS[row].unit, ROWS[row].larger_is_better
+        kl, peer = statistics.median(sides[KAFKALITE]), statistics.median(sides[KAFKA])
+        ratio = kl / peer if larger_better else peer / kl
+        kl_cell, peer_cell = (f"{v:.3f} s" if unit == "s" else fmt(v, unit) for v in (kl, peer))
+        table.append(
+            f"| {ROWS[row].label} | {kl_cell} | {peer_cell} | {ratio:.2f}× | {target_met(row, kl, ratio)} |"
+        )
+        plot_rows.append((ROWS[row].label, ratio))
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
+    versions = {
+        "kafkalite": kafkalite.__version__,
+        "Kafka": f"{kafka_broker.KAFKA_VERSION} (KRaft, one node, 127.0.0.1, default settings, {kafka_broker.JVM_HEAP})",
+        "confluent-kafka": f"{ck.version()} (librdkafka {ck.libversion()[0]})",
+        "java": java,
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}",
+    }
+    kl_mem = memory[KAFKALITE]
+    lines = [
+        f"# kafkalite serve against Apache Kafka (`python benches/bench_server.py {' '.join(sys.argv[1:])}`)",
+        "",
+        f"confluent-kafka against each server, {args.records:,} records of 8-byte keys and 100-byte values, "
+        f"4 partitions (latency: 1); medians of {args.rounds} round(s); a ratio above 1 means kafkalite serve "
+        f"is ahead. 1-minute load average {load[0]:.2f} at the start, {load[1]:.2f} at the end; "
+        f"{seconds / 60:.1f} minutes.",
+        "",
+        f"| workload | {KAFKALITE} | {KAFKA} | ratio | issue 13's target |",
+        "|---|---:|---:|---:|---|",
+        *table,
+        "",
+        f"![ratios]({base.name}.png)",
+        "",
+        "Start: from launching the process (`python -m kafkalite serve`, including the interpreter's start; "
+        "`java ... kafka.Kafka` after `kafka-storage format`) until the first produce to a new topic is "
+        f"acknowledged; `kafkalite.Server()` in an already running Python process: {in_process:.3f} s. Producers: `linger.ms=5`, `batch.size=1 MiB`, `delivery.report.only.error=true`, "
+        "murmur2_random partitioner. Latency: one record every 0.5 ms for "
+        f"{LATENCY_RECORDS:,} records after {LATENCY_WARMUP:,} warm-up records, producer `linger.ms=1`, "
+        "`acks=1`, Nagle off; the consumer in another process with `fetch.wait.max.ms=10`, "
+        "`fetch.queue.backoff.ms=0`. RSS: the server process's VmHWM after all rows (kafkalite serve's VmRSS "
+        f"then: {kl_mem['VmRSS']:.1f} MB, of which {kl_mem['RssFile']:.1f} MB mapped segment files and "
+        f"{kl_mem['RssAnon']:.1f} MB anonymous; Kafka's VmRSS {memory[KAFKA]['VmRSS']:.1f} MB).",
+        "",
+        "Versions: " + "; ".join(f"{k} {v}" for k, v in versions.items()) + ".",
+    ]
+    results = {
+        "records": args.records,
+        "rounds": args.rounds,
+        "load_average_1min": {"start": load[0], "end": load[1]},
+        "versions": versions,
+        "units": {row: ROWS[row].unit for row in figures},
+        "figures": figures,
+        "memory_mb": memory,
+        "in_process_start_s": in_process,
+    }
+    write_report(str(base.parent), base.name, results, lines)
+    plot(plot_rows, base.with_suffix(".png"), f"kafkalite serve / Apache Kafka, {args.records:,} records")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=1_000_000, help="records per throughput row")
+    ap.add_argument("--rounds", type=int, default=1, help="rounds (interleaved; medians reported)")
+    ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--replace", action="store_true", help="overwrite today's server-<date> files")
+    args = ap.parse_args()
+    if args.records < 1000 or args.rounds < 1:
+        ap.error("--records must be at least 1000, --rounds at least 1")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-up below on kill, too
+    load_start = os.getloadavg()[0]
+    began = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="kafkalite-server-bench-"))
+    serve = broker = None
+    sides: list[Side] = []
+    try:
+        kl, serve = start_kafkalite(work)
+        sides.append(kl)
+        kafka, broker = start_kafka(work)
+        sides.append(kafka)
+        bench = Bench(args.records, work)
+        figures: dict[str, dict[str, list[float]]] = {row: {KAFKALITE: [], KAFKA: []} for row in ROWS}
+        for r in range(args.rounds):
+            bench.cache.clear()
+            for row, measure in bench.rows().items():
+                for side in sides if r % 2 == 0 else sides[::-1]:
+                    value = measure(side)
+                    figures[row][side.name].append(value)
+                    print(f"round {r + 1} {row:16} {side.name}: {value:,.3f} {ROWS[row].unit}", flush=True)
+        memory = {side.name: status_mb(side.pid) for side in sides}
+        in_process = in_process_start(work)
+        report(
+            args, figures, memory, in_process, (load_start, os.getloadavg()[0]), time.perf_counter() - began
+        )
+    finally:
+        for side in sides:
+            side.close()
+        if serve is not None:
+            serve.terminate()
+            try:
+                serve.wait(10)
+            except subprocess.TimeoutExpired:
+                serve.kill()
+                serve.wait()
+        if broker is not None:
+            broker.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+"""What the benchmarks that drive Kafka clients share (bench_peers.py against a real broker,
+bench_server.py against `kafkalite serve` and a real broker): the record shape, the checks that
+stop a run whose counts are wrong, a confluent-kafka view of any Kafka endpoint, the paced
+produce->consume latency run, and the report's number format, file names and ratio plot."""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import glob
+import os
+import select
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import confluent_kafka as ck
+import confluent_kafka.admin
+
+VALUE = b"v" * 100
+PARTITIONS = 4
+LATENCY_RECORDS, LATENCY_RATE = 2000, 2000  # records/s: latency, not throughput
+#: Records sent and consumed but not counted. A new librdkafka consumer on a new topic stalls for a
+#: second or more after its first records (seen here: 1.2 s, then steady at a few ms), so the
+#: warm-up lasts 3 s, the same for both paths.
+LATENCY_WARMUP = 3 * LATENCY_RATE
+
+
+class Missing(SystemExit):
+    """A benchmark counted records that were not written (or read fewer than were)."""
+
+
+def expect(got: int, want: int, what: str) -> None:
+    if got != want:
+        raise Missing(f"{what}: counted {got:,} records, expected {want:,}: the figure would be wrong")
+
+
+def timed(fn: Callable[[], object]) -> tuple[float, object]:
+    os.sync()  # earlier phases' writeback must not land on this one
+    began = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - began, out
+
+
+def percentile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * q))]
+
+
+def paced_latency(
+    child_argv: list[str], send: Callable[[bytes], object], flush: Callable[[], object], total: int
+) -> list[float]:
+    """Produce->consume latency (µs) of ``total`` records sent at ``LATENCY_RATE``, read by the
+    child process ``child_argv`` (peers_child.py latency ...), minus the warm-up records. The
+    child says "ready" once it has seen the probe record, so connections are up before timing.
+    ``send(value)`` sends one record, ``flush()`` waits for all."""
+    child = subprocess.Popen(child_argv, stdout=subprocess.PIPE, text=True)
+    try:
+        send(b"probe")
+        flush()
+        ready, _, _ = select.select([child.stdout], [], [], 120)
+        if not ready or child.stdout.readline().strip() != "ready":  # type: ignore[union-attr]
+            raise Missing("the latency consumer did not see the probe record within 120 s")
+        time.sleep(0.2)
+        began = time.monotonic()
+        for i in range(total):
+            time.sleep(max(0.0, began + i / LATENCY_RATE - time.monotonic()))
+            send(str(time.monotonic_ns()).encode())
+        flush()
+        out, _ = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    return [float(x) for x in out.split()][LATENCY_WARMUP:]
+
+
+# -- any Kafka endpoint, through confluent-kafka ----------------------------------------------------
+class KafkaEndpoint:
+    """A Kafka broker (Apache Kafka or `kafkalite serve`) at ``bootstrap``, as confluent-kafka
+    sees it: create topics, count records (end offsets), produce and consume checked batches."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        # log_level 4: no notices about the topics this script deletes
+        self.admin = ck.admin.AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 4})
+        self.checker = ck.Consumer(
+            {"bootstrap.servers": self.bootstrap, "group.id": "bench-check", "enable.auto.commit": False}
+        )
+
+    def close(self) -> None:
+        self.checker.close()
+        del self.admin  # its connections would log the broker's going away
+        gc.collect()
+
+    def topic(self, name: str, partitions: int = PARTITIONS) -> str:
+        for f in self.admin.create_topics([ck.admin.NewTopic(name, partitions, 1)]).values():
+            f.result(60)
+        deadline = time.monotonic() + 30  # metadata reaches the broker's cache a moment later
+        while len(self.admin.list_topics(name, timeout=10).topics[name].partitions) != partitions:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"topic {name} did not appear on the broker")
+            time.sleep(0.1)
+        return name
+
+    def count(self, topic: str) -> int:
+        parts = self.admin.list_topics(topic, timeout=10).topics[topic].partitions
+        return sum(self.checker.get_watermark_offsets(ck.TopicPartition(topic, p), 30)[1] for p in parts)
+
+    def drop(self, topic: str) -> None:
+        for f in self.admin.delete_topics([topic]).values():
+            f.result(60)
+
+    def producer(self, **config: object) -> tuple[ck.Producer, list]:
+        failed: list = []
+        p = ck.Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "delivery.report.only.error": True,  # a tuned user's choice: no callback per success
+                "partitioner": "murmur2_random",  # the Java client's (and kafkalite's) key -> partition
+                "on_delivery": lambda err, msg: failed.append(err),
+                **config,
+            }
+        )
+        return p, failed
+
+    def send(self, topic: str, keys: list[bytes], **config: object) -> None:
+        p, failed = self.producer(**config)
+        produce = p.produce
+        for k in keys:
+            while True:
+                try:
+                    produce(topic, VALUE, k)
+                    break
+                except BufferError:  # librdkafka's queue is full: serve it, as its docs say
+                    p.poll(0.05)
+        left = p.flush(120)
+        if left or failed:
+            raise Missing(f"confluent-kafka: {left} unsent, {len(failed)} failed, first {failed[:1]}")
+
+    def consume(self, topic: str, n: int, **config: object) -> int:
+        c = ck.Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"bench-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                **config,
+            }
+        )
+        c.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        got = 0
+        try:
+            while got < n:
+                # consume() waits for all it asks for: never ask past the end
+                msgs = c.consume(min(10000, n - got), timeout=10)
+                if not msgs:
+                    raise Missing(f"confluent-kafka consumer stalled after {got:,} of {n:,} records")
+                for m in msgs:
+                    if m.error():
+                        raise Missing(f"confluent-kafka consumer: {m.error()}")
+                    m.key(), m.value()
+                got += len(msgs)
+        finally:
+            c.close()
+        return got
+
+
+def fmt(value: float, unit: str) -> str:
+    if unit in ("rec/s", "rows/s"):
+        return f"{value / 1e6:.2f} M {unit}" if value >= 1e6 else f"{value:,.0f} {unit}"
+    if unit == "µs":
+        return f"{value:,.0f} µs"
+    return f"{value:,.1f} {unit}"
+
+
+def output_base(out: str, prefix: str, replace: bool) -> Path:
+    """``<prefix>-<UTC date>``, with -2, -3, ... while that name is taken, unless --replace."""
+    base = Path(out) / f"{prefix}-{datetime.datetime.now(datetime.UTC):%Y-%m-%d}"
+    if replace:
+        return base
+    n, candidate = 1, base
+    while glob.glob(f"{candidate}.*"):
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return candidate
+
+
+def plot(rows: list[tuple[str, float]], path: Path, title: str) -> None:
+    if not rows:
+        return
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib not installed: no plot)")
+        return
+    fig, ax = plt.subplots(figsize=(13, 0.4 * len(rows) + 1.4))
+    labels = [name.replace("`", "") for name, _ in rows][::-1]
+    values = [r for _, r in rows][::-1]
+    ax.barh(labels, values, color=["tab:green" if v >= 1 else "tab:red" for v in values])
+    ax.axvline(1, color="black", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_xlim(right=max(values) * 4)  # room for the last label
+    ax.set_xlabel("kafkalite / peer (above 1: kafkalite ahead)")
+    ax.set_title(title, fontsize=9)
+    for y, v in enumerate(values):
+        ax.text(v, y, f" {v:.2f}×", va="center", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,150 @@
+//! Which side coordinates a group id: the embedded consumers of `group.py` (file-based state
+//! in the group's folder) or this server (in memory). The two cannot share one membership, so
+//! a group id is used by one side at a time and the side that comes second is refused; a
+//! partition never has two owners.
+//!
+//! The server's claim is a file in the group's folder, `GROUP_NETWORK_OWNER_FILE`, on which it
+//! holds an exclusive flock while the group has network members. The kernel drops the flock
+//! when the server process dies, however it dies (kill -9 included), so a dead server never
+//! locks the group out. Claiming happens under the group's `GROUP_STATE_LOCK_FILE`, the lock
+//! every embedded join takes before it checks this file, so a claim and an embedded join are
+//! serialized: whichever takes the state lock first wins, the other sees it and is refused.
+//! A second server on the same data directory finds the flock taken and is refused too.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{flock, FlockOperation};
+
+use crate::error::{Error, Result};
+use crate::files::{GROUPS_DIR, GROUP_NETWORK_OWNER_FILE, GROUP_STATE_LOCK_FILE};
+use crate::nofollow;
+
+/// This server's claim on a group; dropping it (closing the file) releases the group.
+#[derive(Debug)]
+pub struct NetworkOwner {
+    _file: File,
+}
+
+/// The answer to `claim`.
+#[derive(Debug)]
+pub enum Claim {
+    Owned(NetworkOwner),
+    /// Embedded `kafkalite.Consumer`s of the group are alive.
+    Embedded,
+    /// Another server (described by what it wrote in the file) coordinates the group.
+    OtherServer(String),
+    /// An id whose folder name `group.py` hashes (over 200 bytes encoded), not computed here.
+    Unnamed,
+}
+
+/// group.py's `encode_name`: an id as one file-name component; None for ids group.py hashes.
+pub fn encode_name(value: &str) -> Option<String> {
+    const KEPT: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-";
+    let plain = !value.is_empty()
+        && value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+        && value != "."
+        && value != "..";
+    let name = if plain {
+        value.to_string()
+    } else {
+        value.bytes().map(|b| if KEPT.contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
+    };
+    (name.len() <= 200).then_some(name)
+}
+
+fn group_dir(data_dir: &Path, name: &str) -> PathBuf {
+    data_dir.join(GROUPS_DIR).join(name)
+}
+
+/// Claim `group` for this server (blocking: waits for the group's state lock, which embedded
+/// members hold only for a read-modify-write). `who` is written into the claim file so that a
+/// refused embedded consumer can say which server holds the group.
+pub fn claim(data_dir: &Path, group: &str, who: &str) -> Result<Claim> {
+    let Some(name) = encode_name(group) else { return Ok(Claim::Unnamed) };
+    let dir = group_dir(data_dir, &name);
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io_at(&dir, format!("cannot create {}", dir.display()), e))?;
+    nofollow::check_dir(&dir)?;
+    let state_lock = nofollow::open(
+        nofollow::options().read(true).write(true).create(true).truncate(false),
+        &dir.join(GROUP_STATE_LOCK_FILE),
+        "the group's state lock",
+    )?;
+    flock(&state_lock, FlockOperation::LockExclusive)
+        .map_err(|e| Error::io(format!("cannot lock the state of group {group:?}"), e.into()))?;
+    if embedded_members_alive(&dir) {
+        return Ok(Claim::Embedded);
+    }
+    let path = dir.join(GROUP_NETWORK_OWNER_FILE);
+    let mut file = nofollow::open(
+        nofollow::options().read(true).write(true).create(true).truncate(false),
+        &path,
+        "the group's network-owner file",
+    )?;
+    if flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
+        let mut holder = String::new();
+        let _ = file.read_to_string(&mut holder);
+        return Ok(Claim::OtherServer(holder.trim().to_string()));
+    }
+    // Only the holder of the flock writes the file, so readers see one server's words.
+    let describe = |e| Error::io_at(&path, format!("cannot write {}", path.display()), e);
+    file.set_len(0).map_err(describe)?;
+    file.write_all(who.as_bytes()).map_err(describe)?;
+    Ok(Claim::Owned(NetworkOwner { _file: file }))
+    // `state_lock` closes here: embedded joins proceed and now see the claim.
+}
+
+/// True when an embedded `kafkalite.Consumer` of the group is alive: it holds an exclusive
+/// flock on its `.member` file for life (group.py), so a failed non-blocking flock means alive.
+fn embedded_members_alive(dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else { return false };
+    entries.flatten().any(|e| {
+        let path = e.path();
+        if path.extension().and_then(|x| x.to_str()) != Some("member") {
+            return false;
+        }
+        let Ok(file) = nofollow::open_read(&path, "a group member's file") else { return false };
+        // Getting the lock means the member is dead; it is released when `file` closes.
+        flock(&file, FlockOperation::NonBlockingLockExclusive).is_err()
+    })
+}
+
+/// Whether embedded `kafkalite.Consumer`s of `group` are alive; None for ids whose folder name
+/// group.py hashes (not computed here).
+pub fn embedded_members(data_dir: &Path, group: &str) -> Option<bool> {
+    let name = encode_name(group)?;
+    Some(embedded_members_alive(&group_dir(data_dir, &name)))
+}
+
+/// Remove an embedded group's folder (`.kafkalite-groups/<id>`: its state and members' files),
+/// as `Admin.delete_group` does: a symlink there is removed as a link, never followed, and
+/// nothing outside the groups folder is touched. Ok(true) when there was one; Ok(false) also
+/// for ids whose folder name group.py hashes (not computed here).
+pub fn remove_group_folder(data_dir: &Path, group: &str) -> std::io::Result<bool> {
+    let Some(name) = encode_name(group) else { return Ok(false) };
+    let root = data_dir.join(GROUPS_DIR);
+    if root.symlink_metadata().map(|m| m.file_type().is_symlink()).unwrap_or(false) {
+        return Err(std::io::Error::other(format!("refusing to delete under {}: it is a symlink", root.display())));
+    }
+    let path = root.join(name);
+    match path.symlink_metadata() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(&path).map(|_| true),
+        Ok(_) => std::fs::remove_file(&path).map(|_| true),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_match_group_py() {
+        assert_eq!(encode_name("orders.v1_x-y").as_deref(), Some("orders.v1_x-y"));
+        assert_eq!(encode_name("a b/c").as_deref(), Some("a%20b%2Fc"));
+        assert_eq!(encode_name("..").as_deref(), Some("%2E%2E"));
+        assert_eq!(encode_name(&"x".repeat(201)), None);
+    }
+}
