@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
-import platform
 import shutil
 import sqlite3
 import statistics
@@ -23,6 +21,7 @@ import tempfile
 import time
 
 from kafkalite import Admin, Consumer, Log, Producer
+from report import machine, write_report
 
 VALUE = b"v" * 100
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -236,7 +235,7 @@ def main() -> None:
     lines = [
         f"# Client benchmark: {n:,} records of 100-byte values, one process",
         "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        f"Machine: {machine()}",
         "",
         "| workload | records/s | vs engine append_values |",
         "|---|---:|---:|",
@@ -253,12 +252,7 @@ def main() -> None:
     ]
     for name, lat in latency.items():
         lines.append(f"| {name} | {lat['p50_us']:.0f} | {lat['p99_us']:.0f} | {lat['max_us']:.0f} |")
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "clients.json"), "w") as f:
-        json.dump({"records": n, "throughput": res, "latency": latency}, f, indent=2)
-    with open(os.path.join(args.out, "clients.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(args.out, "clients", {"records": n, "throughput": res, "latency": latency}, lines)
 
 
 if __name__ == "__main__":

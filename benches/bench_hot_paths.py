@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -21,19 +20,15 @@ import tempfile
 import time
 
 from kafkalite import Admin, Consumer, Producer
+from report import machine, write_report
 
 VALUE = b"v" * 100
 
 RSS_CHILD = r"""
 import json, sys
+sys.path.insert(0, sys.argv[3])  # benches/, for report.py
 from kafkalite import Admin, Producer
-def status():
-    out = {}
-    for line in open("/proc/self/status"):
-        k, _, v = line.partition(":")
-        if k in ("VmRSS", "RssFile"):
-            out[k] = int(v.split()[0]) * 1024
-    return out
+from report import memory_status as status
 data, n = sys.argv[1], int(sys.argv[2])
 Admin(data).create_topic("t", partitions=1)
 peak = {"VmRSS": 0, "RssFile": 0}
@@ -93,7 +88,14 @@ def main() -> None:
                 best["records_per_cpu_s"] = max(best["records_per_cpu_s"], count / cpu)
             shutil.rmtree(data)
         out = subprocess.run(
-            [sys.executable, "-c", RSS_CHILD, os.path.join(work, "rss"), str(2 * n)],
+            [
+                sys.executable,
+                "-c",
+                RSS_CHILD,
+                os.path.join(work, "rss"),
+                str(2 * n),
+                os.path.dirname(__file__),
+            ],
             capture_output=True,
             text=True,
             check=True,
@@ -105,8 +107,7 @@ def main() -> None:
     lines = [
         f"# Hot paths: {n:,} records (8-byte keys, 100-byte values), best of {args.rounds}",
         "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"1-minute load at the end {load:.1f}",
+        f"Machine: {machine()}, 1-minute load at the end {load:.1f}",
         "",
         "| workload | records/s (wall) | records per CPU-second |",
         "|---|---:|---:|",
@@ -118,12 +119,8 @@ def main() -> None:
         f"Producer writing one partition ({2 * n:,} keyed sends): peak VmRSS {rss['VmRSS'] >> 20} MB, "
         f"peak RssFile (file-backed) {rss['RssFile'] >> 20} MB",
     ]
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "hot_paths.json"), "w") as f:
-        json.dump({"records": n, "load": load, "throughput": res, "producer_rss_bytes": rss}, f, indent=2)
-    with open(os.path.join(args.out, "hot_paths.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    raw = {"records": n, "load": load, "throughput": res, "producer_rss_bytes": rss}
+    write_report(args.out, "hot_paths", raw, lines)
 
 
 if __name__ == "__main__":

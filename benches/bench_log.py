@@ -3,14 +3,14 @@ beside a plain sequential write() of the same bytes (the physical limit here), i
 
     python benches/bench_log.py [--gib 1.0] [--out benches/results]
 
-Reports records/s, MB/s and the ratio to the plain write; writes results/log.json and .md.
-Reads come from the page cache (the data was just written), as for a tailing consumer.
+Reports records/s, MB/s, the ratio to the plain write and the process's CPU time per record
+(its steadier figure on a shared machine); writes results/log.json and .md. Reads come from
+the page cache (the data was just written), as for a tailing consumer.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import random
@@ -20,6 +20,7 @@ import tempfile
 import time
 
 from kafkalite import Log, Record
+from report import machine, write_report
 
 VALUE = b"v" * 100
 PER_BATCH = 1000
@@ -42,16 +43,18 @@ def check_written(log: Log, expected: int, what: str) -> None:
 
 
 def timed(fn, setup=None, repeats: int = REPEATS):
-    """Median seconds of `repeats` runs (each after `setup` and a sync), and the last result."""
-    times, result = [], None
+    """Median wall seconds and median CPU seconds (this process, all its threads) of `repeats`
+    runs, each after `setup` and a sync, and the last result."""
+    times, cpu, result = [], [], None
     for _ in range(repeats):
         if setup:
             setup()
         settle()
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), time.process_time()
         result = fn()
         times.append(time.perf_counter() - began)
-    return statistics.median(times), result
+        cpu.append(time.process_time() - began_cpu)
+    return statistics.median(times), statistics.median(cpu), result
 
 
 def main() -> None:
@@ -79,9 +82,16 @@ def main() -> None:
                 for _ in range(batches):
                     f.write(batch_bytes)
 
-        plain_s, _ = timed(plain_write, setup=lambda: os.path.exists(plain_path) and os.remove(plain_path))
+        plain_s, cpu, _ = timed(
+            plain_write, setup=lambda: os.path.exists(plain_path) and os.remove(plain_path)
+        )
         os.remove(plain_path)
-        results["plain write()"] = {"seconds": plain_s, "records": records, "bytes": total_bytes}
+        results["plain write()"] = {
+            "seconds": plain_s,
+            "cpu_seconds": cpu,
+            "records": records,
+            "bytes": total_bytes,
+        }
 
         # 2. append_values: the fast path (a fresh log each repeat; the last one is kept).
         path = os.path.join(work, "events-0")
@@ -97,10 +107,15 @@ def main() -> None:
             for i in range(batches):
                 logs[0].append_values(values, timestamp=1_000_000 + i)
 
-        s, _ = timed(append_values, setup=fresh_log)
+        s, cpu, _ = timed(append_values, setup=fresh_log)
         log = logs[0]
         check_written(log, records, "append_values")
-        results["append_values"] = {"seconds": s, "records": records, "bytes": total_bytes}
+        results["append_values"] = {
+            "seconds": s,
+            "cpu_seconds": cpu,
+            "records": records,
+            "bytes": total_bytes,
+        }
 
         # 3. append with Record objects (a tenth of the volume: it is the slow path).
         rec_batches = max(1, batches // 10)
@@ -111,10 +126,11 @@ def main() -> None:
             for _ in range(rec_batches):
                 rec_log.append(recs)
 
-        s, _ = timed(append_records, repeats=1)
+        s, cpu, _ = timed(append_records, repeats=1)
         check_written(rec_log, rec_batches * PER_BATCH, "append(Record)")
         results["append(Record)"] = {
             "seconds": s,
+            "cpu_seconds": cpu,
             "records": rec_batches * PER_BATCH,
             "bytes": rec_batches * len(batch_bytes),
         }
@@ -132,14 +148,17 @@ def main() -> None:
                 offset += (len(view) // len(batch_bytes)) * PER_BATCH
             return touched
 
-        s, touched = timed(read_views)
-        results["read (views)"] = {"seconds": s, "records": records, "bytes": touched}
+        s, cpu, touched = timed(read_views)
+        results["read (views)"] = {"seconds": s, "cpu_seconds": cpu, "records": records, "bytes": touched}
 
         # 5. records(): per-record Python objects (a tenth of the log).
         n_iter = min(records, max(PER_BATCH, records // 10))
-        s, count = timed(lambda: sum(1 for _ in log.records(0, n_iter)))
+        s, cpu, count = timed(lambda: sum(1 for _ in log.records(0, n_iter)))
+        if count != n_iter:
+            raise SystemExit(f"records() yielded {count} records, expected {n_iter}")
         results["records() iteration"] = {
             "seconds": s,
+            "cpu_seconds": cpu,
             "records": count,
             "bytes": count * len(batch_bytes) // PER_BATCH,
         }
@@ -153,8 +172,10 @@ def main() -> None:
                 offset += batch.num_rows
             return rows
 
-        s, rows = timed(arrow_all)
-        results["read_arrow"] = {"seconds": s, "records": rows, "bytes": total_bytes}
+        s, cpu, rows = timed(arrow_all)
+        if rows != records:
+            raise SystemExit(f"read_arrow returned {rows} rows, expected {records}")
+        results["read_arrow"] = {"seconds": s, "cpu_seconds": cpu, "records": rows, "bytes": total_bytes}
 
         # 7. Latencies: offset_for_timestamp and a random read seek.
         rng = random.Random(1)
@@ -177,17 +198,19 @@ def main() -> None:
     lines = [
         f"# Engine benchmark: {args.gib} GiB of 100-byte values, batches of {PER_BATCH}",
         "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.platform()}",
+        f"Machine: {machine()}, {platform.platform()}",
         "",
-        "| operation | records/s | MB/s (log bytes) | ratio to plain write() |",
-        "|---|---:|---:|---:|",
+        "| operation | records/s | MB/s (log bytes) | ratio to plain write() | CPU µs/record |",
+        "|---|---:|---:|---:|---:|",
     ]
     for name, r in results.items():
         r["records_per_s"] = r["records"] / r["seconds"]
         r["mb_per_s"] = r["bytes"] / r["seconds"] / 1e6
         r["ratio_to_plain_write"] = r["mb_per_s"] / plain_mbps
+        r["cpu_us_per_record"] = r["cpu_seconds"] / r["records"] * 1e6
         lines.append(
-            f"| {name} | {r['records_per_s']:,.0f} | {r['mb_per_s']:,.0f} | {r['ratio_to_plain_write']:.2f} |"
+            f"| {name} | {r['records_per_s']:,.0f} | {r['mb_per_s']:,.0f} | {r['ratio_to_plain_write']:.2f} "
+            f"| {r['cpu_us_per_record']:.3f} |"
         )
     latency = {
         "offset_for_timestamp_us_mean": oft_us,
@@ -197,23 +220,13 @@ def main() -> None:
     lines += [
         "",
         f"offset_for_timestamp: {oft_us:.1f} µs mean; random read seek: {latency['random_read_seek_us_p50']:.1f} µs p50, {latency['random_read_seek_us_p99']:.1f} µs p99 (Python call included)",
-    ]
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "log.json"), "w") as f:
-        json.dump(
-            {"gib": args.gib, "results": results, "latency": latency, "machine": platform.platform()},
-            f,
-            indent=2,
-        )
-    lines += [
         "",
         f"Each figure is the median of {REPEATS} runs (append(Record): 1 run on a tenth of the data), with a sync before each run.",
         "",
         "![throughput](log.png)",
     ]
-    with open(os.path.join(args.out, "log.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    raw = {"gib": args.gib, "results": results, "latency": latency, "machine": platform.platform()}
+    write_report(args.out, "log", raw, lines)
     plot(results, os.path.join(args.out, "log.png"))
 
 

@@ -12,8 +12,8 @@ import sys
 import threading
 
 import pytest
+from helpers import TESTS, child_env
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
 PROCS = os.path.join(TESTS, "procs")  # the child-process scripts
 CHILD_TIMEOUT = 300.0  # seconds a child may live before it counts as hung
 
@@ -23,24 +23,12 @@ def part_dir(tmp_path):
     return str(tmp_path / "events-0")
 
 
-def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment for a child: the caller's (or ``env``), with PYTHONPATH putting first the
-    kafkalite this test imported (so the child tests the same copy) and tests/ (so a child can
-    import ``procs.*``, ``faults.*`` and the test helpers)."""
-    import kafkalite
-
-    out = dict(os.environ if env is None else env)
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(kafkalite.__file__)))
-    rest = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p]
-    out["PYTHONPATH"] = os.pathsep.join([package_parent, TESTS, *rest])
-    return out
-
-
 class Spawn:
     """Starts Python child processes for one test and cleans up after it.
 
     ``spawn("crash_writer.py", part_dir, 3, stdout=subprocess.PIPE)`` runs tests/procs/crash_writer.py;
-    ``spawn.code(SOURCE, part_dir)`` runs ``python -c SOURCE`` and ``spawn.module("kafkalite", "serve")``
+    ``spawn.code(SOURCE, part_dir)`` runs ``python -c SOURCE``, ``spawn.run(SOURCE, part_dir)`` the same
+    to its end (a ``CompletedProcess``, output as text) and ``spawn.module("kafkalite", "serve")``
     ``python -m kafkalite serve``. Arguments are passed through
     ``str``; keyword arguments go to ``subprocess.Popen`` (``env`` is completed by ``child_env``).
     A child still alive after ``timeout`` seconds is killed and the test fails naming it (a hang
@@ -60,6 +48,17 @@ class Spawn:
 
     def code(self, source: str, *args: object, **kwargs) -> subprocess.Popen:
         return self._start([sys.executable, "-c", source, *map(str, args)], **kwargs)
+
+    def run(
+        self, source: str, *args: object, timeout: float = 60.0, env: dict | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """``python -c SOURCE ARGS`` run to the end: stdout and stderr captured as text. A child
+        still running after ``timeout`` is killed and the test fails naming it."""
+        proc = self.code(
+            source, *args, timeout=timeout, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        out, err = proc.communicate()
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     def module(self, name: str, *args: object, **kwargs) -> subprocess.Popen:
         """``python -m name ARGS`` (for example the ``kafkalite`` command line)."""

@@ -24,6 +24,31 @@ POM = Path(__file__).parent / "broker" / "pom.xml"
 JVM_HEAP = "-Xmx512m"
 
 
+def commit_as_group(
+    bootstrap_servers: str, topic: str, group_id: str, read: int, commits: list[tuple[int, str]]
+) -> None:
+    """kafka-python's consumer joins ``group_id`` through the broker's coordinator, reads ``read``
+    records of ``topic`` from the earliest, commits each ``(offset, metadata)`` of ``commits``
+    for partition 0 in order, and leaves: the group coordinator's records for the tests."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap_servers,
+        group_id=group_id,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=10_000,
+    )
+    for n, _ in enumerate(consumer, 1):
+        if n == read:
+            break
+    for offset, metadata in commits:
+        consumer.commit({TopicPartition(topic, 0): OffsetAndMetadata(offset, metadata, -1)})
+    consumer.close()
+
+
 def jars_dir() -> Path:
     default = Path.home() / ".cache" / "kafkalite" / f"kafka_2.13-{KAFKA_VERSION}"
     return Path(os.environ.get("KAFKALITE_KAFKA_JARS", default))
@@ -111,7 +136,9 @@ class KafkaBroker:
         start calls it first, so the timing is the broker process's alone."""
         props = self._properties()  # new ports are fine: KRaft keeps them only in this file
         if not (self.log_dir / "meta.properties").exists():
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            cluster_id = "-"
+            while cluster_id.startswith("-"):  # as Kafka's Uuid.randomUuid: a leading '-' reads as an option
+                cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             done = run_kafka_class("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props))
             if done.returncode != 0:
                 raise RuntimeError(f"formatting {self.log_dir} failed:\n{done.stdout}{done.stderr}")

@@ -4,10 +4,8 @@ data directory, and two CLI inputs."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
+from helpers import run_cli
 from kafkalite import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition
 from kafkalite.errors import InvalidConfigError, KafkaliteError, NotADataDirError
 
@@ -49,44 +47,13 @@ def test_a_file_is_not_a_data_directory(tmp_path):
 
 
 def test_cli_reset_offsets_with_a_bad_partition_list_is_one_line(data):
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kafkalite",
-            "--data-dir",
-            data,
-            "groups",
-            "reset-offsets",
-            "g",
-            "--topic",
-            "keep:x",
-            "--to-earliest",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    done = run_cli(
+        "--data-dir", data, "groups", "reset-offsets", "g", "--topic", "keep:x", "--to-earliest", text=True
     )
     assert done.returncode != 0 and "Traceback" not in done.stderr and "partition numbers" in done.stderr
 
 
 def test_cli_alter_to_zero_partitions_is_refused(data):
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kafkalite",
-            "--data-dir",
-            data,
-            "topics",
-            "alter",
-            "keep",
-            "--partitions",
-            "0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_cli("--data-dir", data, "topics", "alter", "keep", "--partitions", "0", text=True)
     assert done.returncode == 1 and "Altered" not in done.stdout
     assert isinstance(KafkaliteError, type)

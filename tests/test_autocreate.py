@@ -9,16 +9,13 @@ import glob
 import logging
 import os
 import struct
-import subprocess
-import sys
 import textwrap
 
 import kafkalite
 import pytest
+from helpers import run_cli
 from kafkalite import Admin, Consumer, Log, Producer, TopicPartition
 from kafkalite.datadir import DataDir, target_compression
-
-CLI = [sys.executable, "-m", "kafkalite"]
 
 
 def _values(data_dir: str, topic: str, partitions: int = 1) -> list[bytes]:
@@ -156,9 +153,7 @@ def test_kafkalite_produce_creates_the_topic_and_config_sets_the_defaults(tmp_pa
     env = {**os.environ, "KAFKALITE_DATA_DIR": data_dir}
 
     def run(*args, stdin=None):
-        return subprocess.run(
-            [*CLI, *args], input=stdin, capture_output=True, env=env, timeout=60, check=False
-        )
+        return run_cli(*args, input=stdin, env=env)
 
     assert run("init").returncode == 0
     out = run("config", "alter", "--add-config", "num.partitions=2", "--add-config", "log.retention.ms=1000")

@@ -7,19 +7,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 
 import pytest
+from helpers import run_cli as kafkalite
 from kafkalite import Producer, __version__
-
-
-def kafkalite(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 60, **kw
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "kafkalite", *args], capture_output=True, timeout=timeout, env=env, **kw
-    )
 
 
 @pytest.fixture

@@ -62,6 +62,18 @@ def test_the_tables_are_what_the_clients_use():
     assert consumer.DEFAULTS == CONSUMER_CONFIG.defaults()
 
 
+def test_log_defaults_are_the_topic_defaults_of_the_engine():
+    """Log's size limits and clean()'s compaction settings default to the engine's topic table,
+    written once in rust/src/topic_config.rs (Log used to write 1048588 and 1 << 30 itself)."""
+    topic = {d["name"]: d["default"] for d in TOPIC_CONFIG_DEFS}
+    log = inspect.signature(kafkalite.Log.__init__).parameters
+    assert log["segment_bytes"].default == topic["segment.bytes"]
+    assert log["max_message_bytes"].default == topic["max.message.bytes"]
+    clean = inspect.signature(kafkalite.Log.clean).parameters
+    assert clean["delete_retention_ms"].default == topic["delete.retention.ms"]
+    assert clean["min_compaction_lag_ms"].default == topic["min.compaction.lag.ms"]
+
+
 def _public_members(obj: object) -> list[tuple[str, object]]:
     if not inspect.isclass(obj):
         return []

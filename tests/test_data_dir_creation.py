@@ -10,23 +10,18 @@ accept send() and fail later in future.get()), saying why and how to adopt the d
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import kafkalite
 import pytest
+from helpers import run_cli
 from kafkalite import Admin, Consumer, Log, Producer
 from kafkalite.errors import BrokerAddressError, NotADataDirError, ReadOnlyDataDirError
-
-CLI = [sys.executable, "-m", "kafkalite"]
 
 
 def _cli(*args, cwd, stdin=None, env=None):
     environment = {k: v for k, v in os.environ.items() if k != "KAFKALITE_DATA_DIR"}
     environment.update(env or {})
-    return subprocess.run(
-        [*CLI, *args], input=stdin, capture_output=True, cwd=cwd, env=environment, timeout=60, check=False
-    )
+    return run_cli(*args, input=stdin, cwd=cwd, env=environment)
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,6 @@ also hold the rest of the page its data ends in (a file's blocks are whole pages
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 from kafkalite import Admin, KafkaliteError, Log, Producer
@@ -116,16 +114,9 @@ log.close()
 """
 
 
-def test_a_full_disk_during_growth_still_fails_the_append(tmp_path):
+def test_a_full_disk_during_growth_still_fails_the_append(tmp_path, spawn):
     env = dict(os.environ, KAFKALITE_FAILPOINTS="segment.reserve=enospc@3")
-    proc = subprocess.run(
-        [sys.executable, "-c", ENOSPC_WRITER, str(tmp_path / "t-0")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = spawn.run(ENOSPC_WRITER, tmp_path / "t-0", env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "FAILED" in proc.stdout and "disk full" in proc.stdout, proc.stdout
     assert "VALUES [b'first', b'after']" in proc.stdout, proc.stdout

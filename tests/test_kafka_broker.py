@@ -10,7 +10,7 @@ import shutil
 import time
 
 import pytest
-from kafka_broker import KafkaBroker, dump_log_segments, require_jars
+from kafka_broker import KafkaBroker, commit_as_group, dump_log_segments, require_jars
 from kafkalite import Admin, Consumer, Log, Record
 
 pytestmark = pytest.mark.broker
@@ -153,25 +153,10 @@ def test_admin_topics_in_a_broker_dir_are_read_only(tmp_path):
 def test_committed_offsets_of_a_kafka_4_broker(tmp_path):
     """Kafka 4.x's group coordinator writes OffsetCommitValue v4 (flexible) beside group
     metadata records; kafkalite's group tools read the offsets a broker's consumers committed."""
-    from kafka import KafkaConsumer, TopicPartition
-    from kafka.structs import OffsetAndMetadata
-
     broker = KafkaBroker(tmp_path / "logs", tmp_path / "work")
     with broker:
         _kafka_python_produce(broker.bootstrap_servers, "orders", "none", 50)
-        consumer = KafkaConsumer(
-            "orders",
-            bootstrap_servers=broker.bootstrap_servers,
-            group_id="billing",
-            auto_offset_reset="earliest",
-            enable_auto_commit=False,
-            consumer_timeout_ms=10_000,
-        )
-        for n, _ in enumerate(consumer, 1):
-            if n == 30:
-                break
-        consumer.commit({TopicPartition("orders", 0): OffsetAndMetadata(30, "note", -1)})
-        consumer.close()
+        commit_as_group(broker.bootstrap_servers, "orders", "billing", read=30, commits=[(30, "note")])
     admin = Admin(str(tmp_path / "logs"))
     described = admin.describe_group("billing")
     offsets = {(p.topic, p.partition): (p.committed, p.lag) for p in described.partitions}

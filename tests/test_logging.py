@@ -10,7 +10,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -59,13 +58,18 @@ def test_an_index_rebuilt_at_open_is_a_warning(tmp_path, caplog):
     ), caplog.records
 
 
-def test_a_segment_deleted_by_retention_is_logged(tmp_path, caplog):
-    part = tmp_path / "t-0"
-    caplog.set_level(logging.INFO, logger=ENGINE)
+def fill_and_retain(part) -> int:
+    """60 KB into 16 KiB segments with a 20 KiB retention limit; returns the segments deleted."""
     with Log(str(part), segment_bytes=16 * 1024, retention_bytes=20 * 1024) as log:
         for _ in range(60):
             log.append_values([b"x" * 1000])
-        assert log.enforce_retention() > 0
+        return log.enforce_retention()
+
+
+def test_a_segment_deleted_by_retention_is_logged(tmp_path, caplog):
+    part = tmp_path / "t-0"
+    caplog.set_level(logging.INFO, logger=ENGINE)
+    assert fill_and_retain(part) > 0
     infos = messages(caplog, ENGINE, logging.INFO)
     assert any("deleted segment 00000000000000000000.log" in m and str(part) in m for m in infos), (
         caplog.records
@@ -96,10 +100,7 @@ def test_engine_logs_obey_levels_set_after_import(tmp_path, caplog):
     # Levels are asked of Python per event (not cached in Rust): raising the level silences it.
     part = tmp_path / "t-0"
     caplog.set_level(logging.ERROR, logger=ENGINE)
-    with Log(str(part), segment_bytes=16 * 1024, retention_bytes=20 * 1024) as log:
-        for _ in range(60):
-            log.append_values([b"x" * 1000])
-        log.enforce_retention()
+    assert fill_and_retain(part) > 0
     assert not [r for r in caplog.records if r.name == ENGINE]
 
 
@@ -116,12 +117,10 @@ except OSError as e:
 """
 
 
-def test_an_undone_roll_is_a_warning(tmp_path):
+def test_an_undone_roll_is_a_warning(tmp_path, spawn):
     part = tmp_path / "t-0"
     env = {**os.environ, "KAFKALITE_FAILPOINTS": "segment.create.log=enospc@2"}
-    done = subprocess.run(
-        [sys.executable, "-c", UNDONE_ROLL, str(part)], capture_output=True, text=True, timeout=120, env=env
-    )
+    done = spawn.run(UNDONE_ROLL, part, timeout=120, env=env)
     assert done.returncode == 0 and "failed: 28" in done.stdout, (done.stdout, done.stderr)
     assert f"kafkalite.engine WARNING could not roll {part} at offset" in done.stderr, done.stderr
     assert "undone" in done.stderr
@@ -140,29 +139,24 @@ time.sleep(600)
 """
 
 
-def test_rebalances_are_info_and_a_dead_member_is_a_warning(tmp_path, caplog):
+def test_rebalances_are_info_and_a_dead_member_is_a_warning(tmp_path, caplog, spawn):
     data = str(tmp_path / "data")
     Admin(data).create_topic("t", partitions=2)
     with Producer(data) as producer:
         producer.send("t", b"v", partition=0)
     caplog.set_level(logging.INFO, logger=GROUP)
-    child = subprocess.Popen([sys.executable, "-c", MEMBER, data], stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "joined"
-        consumer = Consumer(data, group_id="g", auto_offset_reset="earliest")
-        consumer.subscribe(["t"])
-        consumer.poll(timeout_ms=500)
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(timeout=30)
-        deadline = time.monotonic() + 30
-        while len(consumer.assignment()) < 2 and time.monotonic() < deadline:
-            consumer.poll(timeout_ms=100)
-        assert len(consumer.assignment()) == 2
-        consumer.close()
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+    child = spawn.code(MEMBER, data, stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline().strip() == "joined"
+    consumer = Consumer(data, group_id="g", auto_offset_reset="earliest")
+    consumer.subscribe(["t"])
+    consumer.poll(timeout_ms=500)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while len(consumer.assignment()) < 2 and time.monotonic() < deadline:
+        consumer.poll(timeout_ms=100)
+    assert len(consumer.assignment()) == 2
+    consumer.close()
     infos = messages(caplog, GROUP, logging.INFO)
     assert any("group 'g' rebalanced (member" in m and "joined" in m for m in infos), infos
     assert any("group 'g' rebalanced (members were evicted)" in m for m in infos), infos

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 
 import pytest
 from conftest import kafka_python_records
+from helpers import run_cli
 from kafkalite import Admin, Producer
 
 
@@ -75,7 +75,7 @@ def test_cli_produce_pipes_into_consume(tmp_path):
     env = {**os.environ, "KAFKALITE_DATA_DIR": str(tmp_path / "data")}
 
     def run(*args, **kw):
-        return subprocess.run([sys.executable, "-m", "kafkalite", *args], env=env, capture_output=True, **kw)
+        return run_cli(*args, env=env, **kw)
 
     assert run("topics", "create", "lines", "--partitions", "1").returncode == 0
     text = "".join(f"key{i}\tline {i}\n" for i in range(1000)).encode()

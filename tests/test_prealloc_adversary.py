@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 
 import pytest
@@ -87,7 +85,7 @@ log.close()
 
 
 @pytest.mark.parametrize("budget", [0, 256 << 20])
-def test_a_follower_in_another_process_misses_no_segment(tmp_path, budget):
+def test_a_follower_in_another_process_misses_no_segment(tmp_path, budget, spawn):
     """A read-only follower polls while a writer in another process appends and rolls small
     segments (with the budget spent, each append grows the file by exactly what it needs).
     Found: the follower skipped whole segments (offsets 1931..1934 of 3000 here, 2-15 gaps per
@@ -96,24 +94,22 @@ def test_a_follower_in_another_process_misses_no_segment(tmp_path, budget):
     path = tmp_path / "t-0"
     path.mkdir()
     count = 3000
-    writer = subprocess.Popen([sys.executable, "-c", FOLLOWED_WRITER, str(path), str(budget), str(count)])
+    writer = spawn.code(FOLLOWED_WRITER, path, budget, count)
     gaps = []
-    try:
-        log = Log(str(path), readonly=True)
-        expected = 0
-        deadline = time.monotonic() + 120
-        while expected < count and time.monotonic() < deadline:
-            finished = writer.poll() is not None
-            for record in log.records(expected):
-                if record.offset != expected:
-                    gaps.append((expected, record.offset))
-                expected = record.offset + 1
-            if finished:
-                break
-        log.close()
-    finally:
-        writer.kill()
-        writer.wait()
+    log = Log(str(path), readonly=True)
+    expected = 0
+    deadline = time.monotonic() + 120
+    while expected < count and time.monotonic() < deadline:
+        finished = writer.poll() is not None
+        for record in log.records(expected):
+            if record.offset != expected:
+                gaps.append((expected, record.offset))
+            expected = record.offset + 1
+        if finished:
+            break
+    log.close()
+    writer.kill()
+    writer.wait()
     assert writer.returncode in (0, -9)
     assert gaps == [], f"the follower skipped offsets [from, to): {gaps[:10]}"
     assert expected == count

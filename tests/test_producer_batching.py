@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import kafkalite
 import pytest
+from helpers import run_cli
 from kafkalite import Admin, Log, Producer
 
 # The README benchmark's settings scaled down 16x: batch_size equal to max.message.bytes
@@ -70,13 +70,7 @@ def test_the_limit_named_is_the_smaller_of_topic_and_producer(tmp_path):
 
 
 def _cli(data_dir: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "kafkalite", "--data-dir", data_dir, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_cli("--data-dir", data_dir, *args, text=True, timeout=120)
 
 
 def test_cli_produce_counts_only_acknowledged_records(tmp_path):

@@ -4,13 +4,11 @@ batch and streaming reads; read_uncommitted (the default) returns every record."
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 
 pytest.importorskip("pyspark")
 
+from helpers import local_spark
 from txn_partition import INTERLEAVED, A, B, Data, Marker, TxnPartition
 
 pytestmark = pytest.mark.spark  # starts a local Spark session: -m 'not spark' leaves it out
@@ -20,19 +18,8 @@ OPEN_TAIL = [Data(B, 2), Data(None, 2), Data(A, 1), Marker(A, commit=True)]  # B
 
 @pytest.fixture(scope="module")
 def spark():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    with local_spark(2, {"spark.sql.shuffle.partitions": "2"}) as session:
+        yield session
 
 
 def _data(tmp_path) -> tuple[str, TxnPartition, TxnPartition]:

@@ -12,20 +12,13 @@ import time
 
 import pytest
 from conftest import kafka_python_records
+from helpers import split_by_writer
 from kafkalite import Log
 
 
 def writer(spawn, path: str, wid: int, count: int, report: bool = False) -> subprocess.Popen:
     extra = ["report"] if report else []
     return spawn("shared_writer.py", path, wid, count, *extra, stdout=subprocess.PIPE, text=True)
-
-
-def by_writer(values: list[bytes]) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for v in values:
-        wid, seq = v.split(b":")
-        out.setdefault(int(wid), []).append(int(seq))
-    return out
 
 
 @pytest.mark.slow
@@ -40,7 +33,7 @@ def test_four_writer_processes_one_partition(part_dir, spawn):
         assert log.end_offset == 4 * count
         assert len(log.segments) > 20
     assert [r.offset for r in records] == list(range(4 * count))
-    assert by_writer([r.value for r in records]) == {wid: list(range(count)) for wid in range(4)}
+    assert split_by_writer([r.value for r in records]) == {wid: list(range(count)) for wid in range(4)}
     assert [r[3] for r in kafka_python_records(part_dir)] == [r.value for r in records]
     assert os.path.exists(os.path.join(part_dir, ".kafkalite-clean-shutdown"))  # the last one out sealed it
 
@@ -62,7 +55,7 @@ def test_a_killed_writer_loses_only_unacknowledged_records(part_dir, spawn):
         assert w.returncode == 0
     with Log(part_dir, shared_writers=True) as log:
         values = [r.value for r in log.records()]
-    seqs = by_writer(values)
+    seqs = split_by_writer(values)
     assert seqs[1] == list(range(40_000)) and seqs[2] == list(range(40_000))
     # The victim restarted from seq 0 each round; every round's acknowledged prefix is there.
     victim_seqs = seqs.get(0, [])

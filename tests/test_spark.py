@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import time
 
 import pytest
@@ -22,6 +21,7 @@ needs_admission_control = pytest.mark.skipif(
     not ADMISSION_CONTROL, reason="PySpark < 4.2 has no admission control"
 )
 
+from helpers import local_spark, start_stream_copy  # noqa: E402
 from kafkalite import Admin, Consumer, Producer, TopicPartition  # noqa: E402
 from kafkalite.log import Log  # noqa: E402
 
@@ -30,20 +30,8 @@ T0 = 1_700_000_000_000
 
 @pytest.fixture(scope="module")
 def spark():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    with local_spark(2, {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g"}) as session:
+        yield session
 
 
 @pytest.fixture(scope="module")
@@ -331,17 +319,7 @@ def test_streaming_write_is_exactly_once_across_replays(spark, tmp_path):
     ck = str(tmp_path / "ck")
 
     def run():
-        q = (
-            spark.readStream.format("kafkalite")
-            .option("subscribe", "src")
-            .option("startingOffsets", "earliest")
-            .load(path)
-            .select("value")
-            .writeStream.format("kafkalite")
-            .option("topic", "dst")
-            .option("checkpointLocation", ck)
-            .start(path)
-        )
+        q = start_stream_copy(spark, path, "src", "dst", ck)
         q.processAllAvailable()
         q.stop()
 

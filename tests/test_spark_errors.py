@@ -5,12 +5,12 @@ what to do; a write whose rows the topic refuses appends nothing."""
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
 pytest.importorskip("pyspark")
 
+from helpers import local_spark, start_stream_copy
 from kafkalite import Admin
 from kafkalite.log import Log
 
@@ -22,13 +22,8 @@ MAX_LINES = 6
 
 @pytest.fixture(scope="module")
 def spark():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    session = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
-    session.sparkContext.setLogLevel("OFF")
-    yield session
-    session.stop()
+    with local_spark(1, log_level="OFF") as session:
+        yield session
 
 
 @pytest.fixture(scope="module")
@@ -141,17 +136,7 @@ def test_a_write_creates_its_missing_topic_on_the_driver_before_any_task(spark, 
 
     with Producer(path) as producer:
         producer.send("src", b"streamed row").get(timeout=10)
-    q = (
-        spark.readStream.format("kafkalite")
-        .option("subscribe", "src")
-        .option("startingOffsets", "earliest")
-        .load(path)
-        .select("value")
-        .writeStream.format("kafkalite")
-        .option("topic", "streamed")
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .start(path)
-    )
+    q = start_stream_copy(spark, path, "src", "streamed", str(tmp_path / "ck"))
     try:
         q.processAllAvailable()  # the stream writer (driver side) created the topic
     finally:

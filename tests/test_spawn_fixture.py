@@ -1,5 +1,5 @@
 """The ``spawn`` fixture's promises (tests/conftest.py): a child imports the kafkalite under
-test and the test helpers, a hung child is killed and reported, and every child (even a
+test and the test helpers, ``run`` returns a child's output, a hung child is killed and reported, and every child (even a
 SIGSTOPped one) is killed and reaped when the test ends."""
 
 from __future__ import annotations
@@ -26,6 +26,16 @@ def test_a_hung_child_is_killed_after_its_timeout_and_reported():
     children = Spawn()
     proc = children.code(SLEEP, timeout=0.5)
     assert proc.wait(timeout=60) == -signal.SIGKILL
+    children.close()
+    assert len(children.hung) == 1 and "still running after" in children.hung[0]
+
+
+def test_run_returns_the_output_and_a_hung_run_is_killed_and_reported():
+    children = Spawn()
+    done = children.run("import sys; print(sys.argv[1]); sys.exit(3)", "arg")
+    assert (done.returncode, done.stdout) == (3, "arg\n")
+    hung = children.run(SLEEP, timeout=0.5)
+    assert hung.returncode == -signal.SIGKILL
     children.close()
     assert len(children.hung) == 1 and "still running after" in children.hung[0]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 
+from helpers import split_by_writer
 from kafkalite import Admin, Consumer, Log, Producer, TopicPartition
 
 THREADS, PER_THREAD = 4, 2_000
@@ -27,14 +28,6 @@ def run_threads(target) -> None:
         t.join(timeout=120)
     assert not any(t.is_alive() for t in threads), "a thread is still running"
     assert errors == []
-
-
-def in_order_per_thread(values: list[bytes]) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for v in values:
-        thread, seq = v.split(b":")
-        out.setdefault(int(thread), []).append(int(seq))
-    return out
 
 
 def test_threads_share_one_producer(tmp_path):
@@ -59,7 +52,7 @@ def test_threads_share_one_producer(tmp_path):
                 by_partition[tp.partition] += [r.value for r in records]
     for partition, values in by_partition.items():
         expected = list(range(partition, PER_THREAD, 2))
-        assert in_order_per_thread(values) == {n: expected for n in range(THREADS)}
+        assert split_by_writer(values) == {n: expected for n in range(THREADS)}
 
 
 def test_threads_share_one_log(part_dir):
@@ -73,6 +66,4 @@ def test_threads_share_one_log(part_dir):
         run_threads(append)
         records = list(log.records())
     assert [r.offset for r in records] == list(range(THREADS * PER_THREAD))
-    assert in_order_per_thread([r.value for r in records]) == {
-        n: list(range(PER_THREAD)) for n in range(THREADS)
-    }
+    assert split_by_writer([r.value for r in records]) == {n: list(range(PER_THREAD)) for n in range(THREADS)}

@@ -24,6 +24,12 @@ __all__ = [
     "GROUP_STATE_LOCK_FILE",
     "GROUP_NETWORK_OWNER_FILE",
     "ADMIN_LOCK_FILE",
+    "NOTIFY_FILE",
+    "NOTIFY_FILE_LEN",
+    "KAFKA_META_PROPERTIES",
+    "SEGMENT_BYTES_DEFAULT",
+    "INDEX_INTERVAL_BYTES_DEFAULT",
+    "MAX_MESSAGE_BYTES_DEFAULT",
     "FIRST_SINK_PRODUCER_ID",
     "read_metadata",
     "update_metadata",
@@ -74,6 +80,12 @@ GROUPS_DIR: str
 GROUP_STATE_LOCK_FILE: str
 GROUP_NETWORK_OWNER_FILE: str
 ADMIN_LOCK_FILE: str
+NOTIFY_FILE: str
+NOTIFY_FILE_LEN: int
+KAFKA_META_PROPERTIES: str
+SEGMENT_BYTES_DEFAULT: int
+INDEX_INTERVAL_BYTES_DEFAULT: int
+MAX_MESSAGE_BYTES_DEFAULT: int
 RECORD_TOO_LARGE: int
 PREALLOCATE_BUDGET_BYTES_DEFAULT: int
 
@@ -251,15 +263,15 @@ class Log:
     def __new__(
         cls,
         path: str | PathLike[str],
-        segment_bytes: int = 1073741824,
-        index_interval_bytes: int = 4096,
+        segment_bytes: int | None = None,
+        index_interval_bytes: int | None = None,
         segment_ms: int | None = None,
         retention_bytes: int | None = None,
         retention_ms: int | None = None,
         compression: str = "none",
         flush: str | int | None = None,
         timestamp_type: str = "create",
-        max_message_bytes: int = 1048588,
+        max_message_bytes: int | None = None,
         readonly: bool = False,
         shared_writers: bool = False,
         compact: bool = False,

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kafkalite import validate
+from kafkalite import _native, validate
 from kafkalite.errors import InvalidConfigError, InvalidTypeError
 
 
@@ -330,9 +330,19 @@ LOG_CONFIG = ConfigTable(
     "log",
     [
         ConfigKey(
-            "segment_bytes", "int", 1 << 30, "Roll to a new segment past this size (segment.bytes).", _any
+            "segment_bytes",
+            "int",
+            _native.SEGMENT_BYTES_DEFAULT,
+            "Roll to a new segment past this size (segment.bytes).",
+            _any,
         ),
-        ConfigKey("index_interval_bytes", "int", 4096, "Bytes between offset-index entries.", _any),
+        ConfigKey(
+            "index_interval_bytes",
+            "int",
+            _native.INDEX_INTERVAL_BYTES_DEFAULT,
+            "Bytes between offset-index entries.",
+            _any,
+        ),
         ConfigKey(
             "segment_ms", "int", None, "Roll a segment after this long (segment.ms); None: never.", _any
         ),
@@ -369,7 +379,11 @@ LOG_CONFIG = ConfigTable(
             _any,
         ),
         ConfigKey(
-            "max_message_bytes", "int", 1048588, "The largest batch accepted (max.message.bytes).", _any
+            "max_message_bytes",
+            "int",
+            _native.MAX_MESSAGE_BYTES_DEFAULT,
+            "The largest batch accepted (max.message.bytes).",
+            _any,
         ),
         ConfigKey("readonly", "bool", False, "Never write; follow a writer in another process.", _any),
         ConfigKey(

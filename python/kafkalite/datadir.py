@@ -36,10 +36,10 @@ from kafkalite.errors import (
 from kafkalite.log import Log
 
 METADATA_FILE: str = _native.TOPICS_FILE
-NOTIFY_FILE = ".kafkalite-notify"
+NOTIFY_FILE: str = _native.NOTIFY_FILE
 LOCK_FILE: str = _native.ADMIN_LOCK_FILE
 #: What a Kafka broker writes at the top of each of its log directories.
-BROKER_META_FILE = "meta.properties"
+BROKER_META_FILE: str = _native.KAFKA_META_PROPERTIES
 
 logger = logging.getLogger("kafkalite.admin")
 

@@ -24,6 +24,8 @@ _I32 = validate.INT32_MAX
 _TOPIC_BOUNDS: dict[str, tuple[int, int]] = {
     d["name"]: (d["min"], d["max"]) for d in _native.topic_config_defs() if d["type"] == "int"
 }
+#: The topic defaults behind ``clean``'s arguments (the same table).
+_TOPIC_DEFAULTS: dict[str, Any] = {d["name"]: d["default"] for d in _native.topic_config_defs()}
 
 
 def _bounded(name: str, value: Any, topic_key: str) -> int | None:
@@ -81,15 +83,15 @@ class Log:
         self,
         path: str | os.PathLike[str],
         *,
-        segment_bytes: int = 1 << 30,
-        index_interval_bytes: int = 4096,
+        segment_bytes: int = _native.SEGMENT_BYTES_DEFAULT,
+        index_interval_bytes: int = _native.INDEX_INTERVAL_BYTES_DEFAULT,
         segment_ms: int | None = None,
         retention_bytes: int | None = None,
         retention_ms: int | None = None,
         compression: str = "none",
         flush: str | int = "os",
         timestamp_type: str = "create",
-        max_message_bytes: int = 1048588,
+        max_message_bytes: int = _native.MAX_MESSAGE_BYTES_DEFAULT,
         readonly: bool = False,
         shared_writers: bool = False,
         compact: bool = False,
@@ -269,7 +271,10 @@ class Log:
         return self._native.enforce_retention(now_ms)
 
     def clean(
-        self, delete_retention_ms: int = 86_400_000, min_compaction_lag_ms: int = 0, now_ms: int | None = None
+        self,
+        delete_retention_ms: int = _TOPIC_DEFAULTS["delete.retention.ms"],
+        min_compaction_lag_ms: int = _TOPIC_DEFAULTS["min.compaction.lag.ms"],
+        now_ms: int | None = None,
     ) -> dict[str, int]:
         """One log-compaction pass now (``cleanup.policy=compact``): keep the latest record per
         key in the sealed segments, drop tombstones older than ``delete_retention_ms``. Offsets
@@ -286,7 +291,9 @@ class Log:
             )
         return self._native.clean(delete_retention_ms, min_compaction_lag_ms, now_ms)
 
-    def dirty_ratio(self, min_compaction_lag_ms: int = 0, now_ms: int | None = None) -> float:
+    def dirty_ratio(
+        self, min_compaction_lag_ms: int = _TOPIC_DEFAULTS["min.compaction.lag.ms"], now_ms: int | None = None
+    ) -> float:
         """Uncleaned bytes over cleanable bytes (compared with ``min.cleanable.dirty.ratio``)."""
         validate.integer("min_compaction_lag_ms", min_compaction_lag_ms, 0)
         validate.optional_integer("now_ms", now_ms, 0)

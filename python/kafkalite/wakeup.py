@@ -16,6 +16,7 @@ import os
 import stat
 import time
 
+from kafkalite import _native
 from kafkalite._native import Notifier
 from kafkalite.datadir import METADATA_FILE, NOTIFY_FILE
 from kafkalite.errors import KafkaliteError
@@ -27,7 +28,7 @@ POLL_INTERVAL_MS = 50
 RECHECK_S = 1.0
 #: The size the engine gives the notify file (rust/src/notify.rs FILE_LEN): a shorter file
 #: would be extended by opening it, which a reader must not do.
-NOTIFY_FILE_LEN = 4096
+NOTIFY_FILE_LEN: int = _native.NOTIFY_FILE_LEN
 
 
 def _usable(data_dir: str) -> bool:

@@ -14,7 +14,9 @@ use rustix::thread::futex;
 use crate::error::{IoContext, Result};
 use crate::mmap::MappedFile;
 
-const FILE_LEN: usize = 4096;
+/// The notify file's size; a reader (Python's `wakeup.py`, through `_native.NOTIFY_FILE_LEN`)
+/// only maps a file of exactly this size, since opening a shorter one would extend it.
+pub const FILE_LEN: usize = 4096;
 
 pub struct Notifier {
     map: Arc<MappedFile>,

@@ -21,8 +21,8 @@ pub const SEGMENT_BYTES: i64 = 1 << 30;
 /// The most partitions a topic may have. Each partition is a folder and, while written, a few
 /// open files; this bound keeps a typo (partitions=10**9) from filling the disk with folders.
 pub const MAX_PARTITIONS: i64 = 100_000;
-/// Codecs kafkalite reads (a Kafka broker's files) but does not write.
-pub const READ_ONLY_CODECS: &[&str] = &["gzip", "snappy", "lz4"];
+/// Codecs kafkalite reads (a Kafka broker's files) but does not write (the codec's own list).
+pub use crate::record::compression::READ_ONLY_CODECS;
 
 const I32_MAX: i64 = i32::MAX as i64;
 

@@ -13,15 +13,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kafka_broker import KAFKA_VERSION, KafkaBroker, require_jars
+from kafka_broker import KAFKA_VERSION, KafkaBroker, commit_as_group, require_jars
 from kafkalite import Log
 
 OUT = Path(__file__).with_name("consumer_offsets.json")
 
 
 def main() -> None:
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-    from kafka.structs import OffsetAndMetadata
+    from kafka import KafkaProducer
 
     require_jars()
     with tempfile.TemporaryDirectory() as tmp:
@@ -31,21 +30,10 @@ def main() -> None:
             for i in range(10):
                 producer.send("orders", b"v%d" % i, partition=0)
             producer.close()
-            consumer = KafkaConsumer(
-                "orders",
-                bootstrap_servers=broker.bootstrap_servers,
-                group_id="billing",
-                auto_offset_reset="earliest",
-                enable_auto_commit=False,
-                consumer_timeout_ms=10_000,
-            )
-            for n, _ in enumerate(consumer, 1):
-                if n == 10:
-                    break
             # Two commits: metadata with a non-ASCII character, then an empty one.
-            consumer.commit({TopicPartition("orders", 0): OffsetAndMetadata(7, "nöte", -1)})
-            consumer.commit({TopicPartition("orders", 0): OffsetAndMetadata(10, "", -1)})
-            consumer.close()
+            commit_as_group(
+                broker.bootstrap_servers, "orders", "billing", read=10, commits=[(7, "nöte"), (10, "")]
+            )
         records = []
         for part in sorted(glob.glob(str(logs / "__consumer_offsets-*"))):
             with Log(part, readonly=True) as log:

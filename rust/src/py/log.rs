@@ -157,23 +157,25 @@ struct HeldRecord<'py> {
 #[pymethods]
 impl PyLog {
     #[new]
-    #[pyo3(signature = (path, segment_bytes=1073741824, index_interval_bytes=4096, segment_ms=None,
+    // The size defaults (None) are `LogConfig::default()`'s, the engine's one copy of them;
+    // Python's `Log` shows the same values (`_native.SEGMENT_BYTES_DEFAULT`...).
+    #[pyo3(signature = (path, segment_bytes=None, index_interval_bytes=None, segment_ms=None,
                         retention_bytes=None, retention_ms=None, compression="none", flush=None,
-                        timestamp_type="create", max_message_bytes=1048588, readonly=false, shared_writers=false,
+                        timestamp_type="create", max_message_bytes=None, readonly=false, shared_writers=false,
                         compact=false, preallocate_budget_bytes=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         path: std::path::PathBuf,
-        segment_bytes: i64,
-        index_interval_bytes: i64,
+        segment_bytes: Option<i64>,
+        index_interval_bytes: Option<i64>,
         segment_ms: Option<i64>,
         retention_bytes: Option<i64>,
         retention_ms: Option<i64>,
         compression: &str,
         flush: Option<Bound<'_, PyAny>>,
         timestamp_type: &str,
-        max_message_bytes: i64,
+        max_message_bytes: Option<i64>,
         readonly: bool,
         shared_writers: bool,
         compact: bool,
@@ -188,9 +190,16 @@ impl PyLog {
         let non_negative = |name: &str, v: i64| -> PyResult<u64> {
             u64::try_from(v).map_err(|_| crate::Error::config(format!("{name} must be >= 0, got {v}")).into())
         };
+        let defaults = LogConfig::default();
         let config = LogConfig {
-            segment_bytes: positive("segment_bytes", segment_bytes)?,
-            index_interval_bytes: positive("index_interval_bytes", index_interval_bytes)?,
+            segment_bytes: match segment_bytes {
+                Some(v) => positive("segment_bytes", v)?,
+                None => defaults.segment_bytes,
+            },
+            index_interval_bytes: match index_interval_bytes {
+                Some(v) => positive("index_interval_bytes", v)?,
+                None => defaults.index_interval_bytes,
+            },
             segment_ms,
             // 0 is a valid limit (retention.bytes=0 keeps only the active segment, as in Kafka).
             retention_bytes: retention_bytes
@@ -206,14 +215,17 @@ impl PyLog {
                 _ => FlushPolicy::Os,
             },
             timestamp_type: TimestampType::parse(timestamp_type)?,
-            max_message_bytes: positive("max_message_bytes", max_message_bytes)? as usize,
+            max_message_bytes: match max_message_bytes {
+                Some(v) => positive("max_message_bytes", v)? as usize,
+                None => defaults.max_message_bytes,
+            },
             readonly,
             shared_writers,
             compact,
             preallocate_budget_bytes: preallocate_budget_bytes
                 .map(|v| non_negative("preallocate_budget_bytes", v))
                 .transpose()?,
-            ..LogConfig::default()
+            ..defaults
         };
         let log = py.detach(|| {
             std::panic::catch_unwind(|| Log::open(&path, config))

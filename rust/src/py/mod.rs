@@ -41,6 +41,14 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("GROUP_STATE_LOCK_FILE", crate::files::GROUP_STATE_LOCK_FILE)?;
     m.add("GROUP_NETWORK_OWNER_FILE", crate::files::GROUP_NETWORK_OWNER_FILE)?;
     m.add("ADMIN_LOCK_FILE", crate::files::ADMIN_LOCK_FILE)?;
+    m.add("NOTIFY_FILE", crate::files::NOTIFY_FILE)?;
+    m.add("NOTIFY_FILE_LEN", crate::notify::FILE_LEN)?;
+    m.add("KAFKA_META_PROPERTIES", crate::files::KAFKA_META_PROPERTIES)?;
+    // A Log's size defaults, for the signature Python shows (log.py) and the config docs.
+    let log_defaults = crate::LogConfig::default();
+    m.add("SEGMENT_BYTES_DEFAULT", log_defaults.segment_bytes)?;
+    m.add("INDEX_INTERVAL_BYTES_DEFAULT", log_defaults.index_interval_bytes)?;
+    m.add("MAX_MESSAGE_BYTES_DEFAULT", log_defaults.max_message_bytes)?;
     m.add("FIRST_SINK_PRODUCER_ID", crate::producer_ids::FIRST_SINK_PRODUCER_ID)?;
     m.add("PREALLOCATE_BUDGET_BYTES_DEFAULT", crate::prealloc::DEFAULT_BUDGET_BYTES)?;
     m.add("BATCH_FULL", producer::FULL)?;

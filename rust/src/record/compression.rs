@@ -24,6 +24,9 @@ pub enum Compression {
     Zstd = 4,
 }
 
+/// Codecs read (a Kafka broker's files) but never written: producers write `none` or `zstd`.
+pub const READ_ONLY_CODECS: &[&str] = &["gzip", "snappy", "lz4"];
+
 impl Compression {
     /// Decode attribute bits 0-2.
     pub fn from_attributes(attributes: i16) -> Result<Self> {
@@ -53,7 +56,7 @@ impl Compression {
         match name {
             "none" | "uncompressed" => Ok(Compression::None),
             "zstd" => Ok(Compression::Zstd),
-            "gzip" | "snappy" | "lz4" => Err(Error::config(format!(
+            _ if READ_ONLY_CODECS.contains(&name) => Err(Error::config(format!(
                 "compression {name:?} can be read but not written; use \"none\" or \"zstd\""
             ))),
             _ => Err(Error::config(format!("unknown compression {name:?}; use \"none\" or \"zstd\""))),

@@ -1,0 +1,93 @@
+"""Plain helpers the tests share (``from helpers import ...``: pytest puts tests/ on sys.path).
+Fixtures live in conftest.py; the Kafka broker's in kafka_broker.py; child-process scripts in
+procs/. Nothing here imports pyspark until a Spark helper is called."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for a child: the caller's (or ``env``), with PYTHONPATH putting first the
+    kafkalite this test imported (so the child tests the same copy) and tests/ (so a child can
+    import ``procs.*``, ``faults.*`` and the test helpers)."""
+    import kafkalite
+
+    out = dict(os.environ if env is None else env)
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(kafkalite.__file__)))
+    rest = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p]
+    out["PYTHONPATH"] = os.pathsep.join([package_parent, TESTS, *rest])
+    return out
+
+
+def run_cli(
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+    text: bool = False,
+    **kwargs: Any,
+) -> subprocess.CompletedProcess:
+    """``python -m kafkalite ARGS`` run to the end (killed after ``timeout``), output captured
+    (bytes unless ``text``), in ``env`` completed by ``child_env``; ``input=``, ``cwd=`` go
+    to ``subprocess.run``. It never raises for the exit status: tests assert on it."""
+    return subprocess.run(
+        [sys.executable, "-m", "kafkalite", *args],
+        env=child_env(env),
+        capture_output=True,
+        text=text,
+        timeout=timeout,
+        check=False,
+        **kwargs,
+    )
+
+
+def split_by_writer(values: list[bytes]) -> dict[int, list[int]]:
+    """Values written as ``b"<writer>:<seq>"`` (by threads or processes), grouped by writer in
+    log order, to check that each writer's records kept their order."""
+    out: dict[int, list[int]] = {}
+    for v in values:
+        writer, seq = v.split(b":")
+        out.setdefault(int(writer), []).append(int(seq))
+    return out
+
+
+@contextmanager
+def local_spark(cores: int, conf: dict[str, str] | None = None, log_level: str = "ERROR") -> Iterator[Any]:
+    """A local SparkSession (``local[cores]``, UI off) whose Python workers run this interpreter,
+    so they import the kafkalite under test; stopped on exit."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(f"local[{cores}]").config("spark.ui.enabled", "false")
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(log_level)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def start_stream_copy(spark: Any, path: str, source: str, target: str, checkpoint: str) -> Any:
+    """Start a streaming query that copies the values of topic ``source`` (from earliest) into
+    topic ``target`` of the data directory ``path``, checkpointing in ``checkpoint``."""
+    return (
+        spark.readStream.format("kafkalite")
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+        .load(path)
+        .select("value")
+        .writeStream.format("kafkalite")
+        .option("topic", target)
+        .option("checkpointLocation", checkpoint)
+        .start(path)
+    )
