@@ -172,7 +172,13 @@ class _Topic:
             self.all = list(range(count))
             # Keyless records: Kafka's sticky partitioner (a new partition per batch_size bytes).
             self.sticky = StickyPartitioner(count, self.batch_size, random.getrandbits(64))
-        self.acc.configure(count, self.sticky, self.codec, self.compacted, self.max_bytes)
+        for batch in self.acc.configure(count, self.sticky, self.codec, self.compacted, self.max_bytes):
+            batch.fail(
+                UnknownTopicOrPartitionError(
+                    f"topic {self.name!r} has no partition {batch.partition} any more (it was deleted and "
+                    f"created again with {count} partitions); its queued records were not written"
+                )
+            )
 
 
 def _log_background_failure(what: str, e: Exception) -> None:

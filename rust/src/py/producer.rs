@@ -464,10 +464,10 @@ impl Accumulator {
         Accumulator { topic, batches: Mutex::new(batches) }
     }
 
-    /// Take the topic's (possibly new) settings: partition count (a partition beyond it is
-    /// dropped with its queued records, as the topic that had it is gone), the sticky
-    /// partitioner of keyless records, the codec of new batches, whether keys are required,
-    /// and the hard cap of an encoded batch.
+    /// Take the topic's (possibly new) settings: partition count, the sticky partitioner of
+    /// keyless records, the codec of new batches, whether keys are required, and the hard cap
+    /// of an encoded batch. Returns the batches (with records) of partitions beyond the new
+    /// count, for the caller to fail: the topic that had them is gone.
     fn configure(
         &self,
         py: Python<'_>,
@@ -476,10 +476,15 @@ impl Accumulator {
         compression: &str,
         compacted: bool,
         max_bytes: usize,
-    ) -> PyResult<()> {
+    ) -> PyResult<Vec<Py<BatchState>>> {
         let compression = Compression::parse_for_writing(compression)?;
         let mut b = lock(&self.batches);
-        b.slots.truncate(partitions);
+        let mut dropped = Vec::new();
+        let kept = partitions.min(b.slots.len());
+        for (n, mut slot) in b.slots.drain(kept..).enumerate() {
+            slot.seal(py, &self.topic, kept + n)?;
+            dropped.extend(slot.full.into_iter().map(|(_, state)| state));
+        }
         for n in b.slots.len()..partitions {
             let slot = Slot::new(py, &self.topic, n)?;
             b.slots.push(slot);
@@ -488,7 +493,7 @@ impl Accumulator {
         b.compression = compression;
         b.compacted = compacted;
         b.max_bytes = max_bytes;
-        Ok(())
+        Ok(dropped)
     }
 
     /// Queue one record, as Kafka's `RecordAccumulator.append`: to `partition`, else by the
