@@ -213,12 +213,11 @@ class Broker:
         p, failed = self.producer(**config)
         produce = p.produce
         for k in keys:
-            while True:
-                try:
-                    produce(topic, VALUE, k)
-                    break
-                except BufferError:  # librdkafka's queue is full: serve it until it has room, as its docs say
-                    p.poll(0.05)
+            try:
+                produce(topic, VALUE, k)
+            except BufferError:  # librdkafka's queue is full: serve it, as its docs say
+                p.poll(0.05)
+                produce(topic, VALUE, k)
         left = p.flush(120)
         if left or failed:
             raise Missing(f"confluent-kafka: {left} unsent, {len(failed)} failed, first {failed[:1]}")
