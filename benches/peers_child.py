@@ -116,11 +116,12 @@ def rss(kind: str, target: str, topic: str, n: int) -> dict:
         )
         produce = p.produce
         for k in keys:
-            try:
-                produce(topic, VALUE, k)
-            except BufferError:
-                p.poll(0.05)
-                produce(topic, VALUE, k)
+            while True:
+                try:
+                    produce(topic, VALUE, k)
+                    break
+                except BufferError:  # the queue is full: serve it until it has room
+                    p.poll(0.05)
         if p.flush(60) or failed:
             raise SystemExit(f"confluent producer: {len(failed)} records failed")
     seconds = time.perf_counter() - began

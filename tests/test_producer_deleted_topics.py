@@ -53,6 +53,26 @@ def test_a_recreated_topic_gets_the_new_records_in_fresh_partitions(tmp_path):
     assert sorted(r.value for r in records) == [b"new-0", b"new-1", b"new-2"]
 
 
+def test_records_queued_for_partitions_a_recreated_topic_lacks_fail_typed_not_hang(tmp_path):
+    # Queued (linger) records for partitions 1..3; the topic comes back with one partition. The
+    # first append notices, re-reads the topic, and every queued record fails typed: none waits forever.
+    data_dir = str(tmp_path / "data")
+    admin = Admin(data_dir)
+    admin.create_topic("t", partitions=4)
+    with Producer(data_dir, linger_ms=60_000) as p:
+        p.send("t", b"opened", partition=0)
+        p.flush(timeout=10)  # the producer opened partition 0 of the first topic
+        queued = [p.send("t", b"q-%d" % n, partition=n) for n in range(4)]
+        admin.delete_topic("t")
+        admin.create_topic("t", partitions=1)
+        p.flush(timeout=10)
+        for n, f in enumerate(queued[1:], 1):
+            with pytest.raises(UnknownTopicOrPartitionError, match=f"no partition {n}"):
+                f.get(timeout=10)
+        assert queued[0].get(timeout=10).offset == 0  # partition 0 exists again: written there
+    assert _values(data_dir, "t") == [b"q-0"]
+
+
 def test_a_delete_racing_an_append_never_acknowledges_it_into_the_deleted_folder(tmp_path):
     """The append waits on the partition's append lock (held here, as delete_topic holds it
     around its rename); the folder is renamed meanwhile: the append must fail, typed."""

@@ -4,8 +4,6 @@ from collections.abc import Callable, Iterable
 from os import PathLike
 from typing import Any, final
 
-from typing_extensions import disjoint_base
-
 __all__ = [
     "Log",
     "Record",
@@ -14,9 +12,15 @@ __all__ = [
     "ConsumerRecord",
     "Notifier",
     "BatchBuffer",
+    "BatchState",
+    "Accumulator",
+    "FutureRecordMetadata",
     "StickyPartitioner",
     "NativeServer",
-    "BATCH_FULL",
+    "SEND_DRAIN",
+    "SEND_FIRST",
+    "SEND_NO_KEY_OR_VALUE",
+    "SEND_NULL_KEY",
     "APPEND_LOCK_FILE",
     "WRITERS_FILE",
     "TOPICS_FILE",
@@ -38,7 +42,6 @@ __all__ = [
     "murmur2",
     "partitions_for_keys",
     "partition_for_key",
-    "FutureBase",
     "crc32c",
     "failpoint_names",
     "OFFSETS_TOPIC",
@@ -71,7 +74,10 @@ __all__ = [
 ]
 
 __version__: str
-BATCH_FULL: int
+SEND_DRAIN: int
+SEND_FIRST: int
+SEND_NO_KEY_OR_VALUE: int
+SEND_NULL_KEY: int
 APPEND_LOCK_FILE: str
 WRITERS_FILE: str
 TOPICS_FILE: str
@@ -195,28 +201,52 @@ class NativeServer:
 
 @final
 class BatchBuffer:
-    def __new__(cls, compression: str = "none") -> BatchBuffer: ...
-    def add(
+    def __len__(self) -> int: ...
+    def size_bytes(self) -> int: ...
+
+@final
+class BatchState:
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def done(self) -> bool: ...
+    @property
+    def error(self) -> Any: ...
+    def complete(self, first_offset: int, log_append_time: int | None = None) -> None: ...
+    def fail(self, error: BaseException) -> None: ...
+
+@final
+class FutureRecordMetadata:
+    @property
+    def is_done(self) -> bool: ...
+    def succeeded(self) -> bool: ...
+    def failed(self) -> bool: ...
+    @property
+    def value(self) -> Any: ...
+    @property
+    def exception(self) -> BaseException | None: ...
+    def get(self, timeout: float | None = None) -> Any: ...
+    def add_callback(self, func: Callable[..., Any], *args: Any) -> FutureRecordMetadata: ...
+    def add_errback(self, func: Callable[..., Any], *args: Any) -> FutureRecordMetadata: ...
+
+@final
+class Accumulator:
+    def __new__(cls, topic: str, batch_size: int) -> Accumulator: ...
+    def configure(
+        self, partitions: int, sticky: StickyPartitioner, compression: str, compacted: bool, max_bytes: int
+    ) -> list[BatchState]: ...
+    def send(
         self,
         value: bytes | None,
         key: bytes | None,
         headers: Iterable[tuple[str, bytes | None]] | None,
+        partition: int | None,
         timestamp: int | None,
-        batch_size: int,
-        max_bytes: int,
-    ) -> tuple[int, int, int, int] | None: ...
-    def __len__(self) -> int: ...
-    def size_bytes(self) -> int: ...
-
-@disjoint_base
-class FutureBase:
-    def __new__(cls, batch: Any, index: int, timestamp: int) -> FutureBase: ...
-    @property
-    def _batch(self) -> Any: ...
-    @property
-    def _index(self) -> int: ...
-    @property
-    def _timestamp(self) -> int: ...
+    ) -> FutureRecordMetadata | tuple[int, int, FutureRecordMetadata | None]: ...
+    def take(self, partition: int, current: bool) -> list[tuple[BatchBuffer, BatchState]]: ...
+    def pending(self, partition: int | None = None) -> int: ...
 
 @final
 class StickyPartitioner:

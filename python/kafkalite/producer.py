@@ -1,8 +1,9 @@
 """``kafkalite.Producer``: kafka-python's producer API over an embedded data directory.
 
-``send`` encodes each record straight into its partition's v2 batch in Rust (a
-``BatchBuffer``); a full batch is appended by the caller, a partial one by the sender thread
-after ``linger_ms``. Futures resolve when their batch is in the log. Several producer
+``send`` is one native call per record (``Accumulator.send``): it checks the record, picks its
+partition, encodes it into that partition's v2 batch and returns its future. A full batch is
+appended by the caller, a partial one by the sender thread after ``linger_ms``. Futures
+(``FutureRecordMetadata``, native) resolve when their batch is in the log. Several producer
 processes may write the same partition at once (shared writers).
 
 The sender thread and everything it needs live in ``_Sender``; the ``Producer`` object is the
@@ -24,13 +25,15 @@ from typing import Any, NamedTuple
 
 from kafkalite import validate
 from kafkalite._native import (
-    BATCH_FULL,
     RECORD_TOO_LARGE,
-    BatchBuffer,
-    FutureBase,
+    SEND_DRAIN,
+    SEND_FIRST,
+    SEND_NO_KEY_OR_VALUE,
+    SEND_NULL_KEY,
+    Accumulator,
+    FutureRecordMetadata,
     Notifier,
     StickyPartitioner,
-    partition_for_key,
     partitions_for_keys,
 )
 from kafkalite.client_config import PRODUCER_CONFIG
@@ -84,129 +87,27 @@ class RecordMetadata(NamedTuple):
     timestamp: int
 
 
-class _Batch:
-    """What the futures of one partition batch wait on."""
-
-    __slots__ = ("topic", "partition", "done", "first_offset", "log_append_time", "error", "callbacks")
-
-    def __init__(self, topic: str, partition: int) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.done = threading.Event()
-        self.first_offset = -1
-        self.log_append_time: int | None = None
-        self.error: BaseException | None = None
-        self.callbacks: list[tuple[FutureRecordMetadata, bool, Callable, tuple]] = []
-
-
-class FutureRecordMetadata(FutureBase):
-    """kafka-python's future: ``get(timeout)``, ``add_callback``, ``add_errback``, ``is_done``.
-    ``FutureRecordMetadata(batch, index, timestamp)``: the native base holds the three (one is
-    made per ``send()``, so it costs no Python ``__init__``); it resolves from its batch."""
-
-    __slots__ = ()
-    _batch: _Batch
-
-    @property
-    def is_done(self) -> bool:
-        """True once the record was written or failed."""
-        return self._batch.done.is_set()
-
-    def succeeded(self) -> bool:
-        """True once the record was written."""
-        return self.is_done and self._batch.error is None
-
-    def failed(self) -> bool:
-        """True once writing the record failed (see ``exception``)."""
-        return self.is_done and self._batch.error is not None
-
-    @property
-    def value(self) -> RecordMetadata | None:
-        """The RecordMetadata of a written record, else None."""
-        return self._metadata() if self.succeeded() else None
-
-    @property
-    def exception(self) -> BaseException | None:
-        """The error of a failed record, else None."""
-        return self._batch.error if self.is_done else None
-
-    def _metadata(self) -> RecordMetadata:
-        b = self._batch
-        ts = b.log_append_time if b.log_append_time is not None else self._timestamp
-        return RecordMetadata(b.topic, b.partition, b.first_offset + self._index, ts)
-
-    def get(self, timeout: float | None = None) -> RecordMetadata:
-        """Wait until the record is in the log and return where; raise what went wrong."""
-        if timeout is not None:
-            validate.timeout("timeout", timeout)
-        if not self._batch.done.wait(timeout):
-            raise KafkaTimeoutError(f"record not written within {timeout} s")
-        if self._batch.error is not None:
-            raise self._batch.error
-        return self._metadata()
-
-    def add_callback(self, fn: Callable, *args: Any) -> FutureRecordMetadata:
-        """Call ``fn(*args, metadata)`` once the record is written."""
-        return self._add(True, fn, args)
-
-    def add_errback(self, fn: Callable, *args: Any) -> FutureRecordMetadata:
-        """Call ``fn(*args, exception)`` if writing fails."""
-        return self._add(False, fn, args)
-
-    def _add(self, on_success: bool, fn: Callable, args: tuple) -> FutureRecordMetadata:
-        b = self._batch
-        if b.done.is_set():
-            _fire(self, on_success, fn, args)
-        else:
-            b.callbacks.append((self, on_success, fn, args))
-            if b.done.is_set():  # resolved while we appended: make sure it fires once
-                _resolve_callbacks(b)
-        return self
-
-
-def _fire(future: FutureRecordMetadata, on_success: bool, fn: Callable, args: tuple) -> None:
-    err = future._batch.error
-    if on_success and err is None:
-        fn(*args, future._metadata())
-    elif not on_success and err is not None:
-        fn(*args, err)
-
-
-def _resolve_callbacks(batch: _Batch) -> None:
-    while batch.callbacks:
-        try:
-            future, on_success, fn, args = batch.callbacks.pop(0)
-        except IndexError:
-            break
-        try:
-            _fire(future, on_success, fn, args)
-        except Exception:  # a user callback must not kill the sender thread
-            logger.exception("a producer callback (%r) raised; the record's result is unaffected", fn)
-
-
 class _Partition:
-    """Per-partition state: the batch being built with its futures' shared state (swapped
-    together as one tuple), the log, and the identity (device, inode) of the directory the
-    log was opened on, to notice a deleted (and perhaps re-created) topic."""
+    """Per-partition state: the topic's accumulator that holds this partition's queued
+    records, the log, and the identity (device, inode) of the directory the log was opened on,
+    to notice a deleted (and perhaps re-created) topic."""
 
     __slots__ = (
         "topic",
         "number",
-        "current",
+        "acc",
         "first_add",
         "log",
         "identity",
         "drain_lock",
-        "codec",
         "inflight",
         "last_used",
     )
 
-    def __init__(self, topic: str, number: int, codec: str) -> None:
+    def __init__(self, topic: str, number: int, acc: Accumulator) -> None:
         self.topic = topic
         self.number = number
-        self.codec = codec
-        self.current: tuple[BatchBuffer, _Batch] = (BatchBuffer(codec), _Batch(topic, number))
+        self.acc = acc
         self.first_add = 0.0
         self.log: Log | None = None
         self.identity: tuple[int, int] | None = None
@@ -228,6 +129,7 @@ class _Topic:
         "config",
         "compacted",
         "batch_size",
+        "acc",
     )
 
     def __init__(
@@ -242,6 +144,7 @@ class _Topic:
         self.name = name
         self.partitions: list[_Partition] = []
         self.batch_size = batch_size
+        self.acc = Accumulator(name, batch_size)  # send()'s records, per partition, in Rust
         self.configure(meta, config, producer_codec, max_request_size)
 
     def configure(
@@ -265,12 +168,17 @@ class _Topic:
         count = int(meta["partitions"])
         if count != len(self.partitions):  # re-created with another partition count
             kept = self.partitions[:count]
-            self.partitions = kept + [_Partition(self.name, p, self.codec) for p in range(len(kept), count)]
+            self.partitions = kept + [_Partition(self.name, p, self.acc) for p in range(len(kept), count)]
             self.all = list(range(count))
             # Keyless records: Kafka's sticky partitioner (a new partition per batch_size bytes).
             self.sticky = StickyPartitioner(count, self.batch_size, random.getrandbits(64))
-        for p in self.partitions:
-            p.codec = self.codec
+        for batch in self.acc.configure(count, self.sticky, self.codec, self.compacted, self.max_bytes):
+            batch.fail(
+                UnknownTopicOrPartitionError(
+                    f"topic {self.name!r} has no partition {batch.partition} any more (it was deleted and "
+                    f"created again with {count} partitions); its queued records were not written"
+                )
+            )
 
 
 def _log_background_failure(what: str, e: Exception) -> None:
@@ -358,6 +266,10 @@ class _Sender:
         self.lock = threading.Lock()
         self.wakeup = threading.Condition(threading.Lock())
         self.dirty: set[_Partition] = set()
+        #: True while the sender thread waits with nothing to send: only then does a new batch
+        #: need to wake it (otherwise it finds the batch in ``dirty`` on its next pass). Each
+        #: needless wake-up hands the GIL to the sender thread and back, per batch.
+        self.idle = False
         self.closed = False
         #: Set when the sender thread died: later sends raise at once instead of timing out.
         self.failure: BaseException | None = None
@@ -482,43 +394,49 @@ class _Sender:
                     if self.identity(p) != p.identity:
                         logger.info("closing the log of %s-%d: the topic was deleted", p.topic, p.number)
                         self.close_log(p)
-                    elif p.last_used < idle_before and not len(p.current[0]):
+                    elif p.last_used < idle_before and not p.acc.pending(p.number):
                         logger.debug("closing the log of %s-%d: idle", p.topic, p.number)
                         self.close_log(p)
                 finally:
                     p.drain_lock.release()
 
     # -- appending ------------------------------------------------------------------------
-    def drain(self, p: _Partition) -> None:
+    def drain(self, p: _Partition, current: bool = True) -> None:
         with p.drain_lock:
-            self.drain_locked(p)
+            self.drain_locked(p, current)
         self.notify()
 
-    def drain_locked(self, p: _Partition) -> None:
-        buffer, batch = p.current
-        count = len(buffer)
-        if count == 0:
+    def drain_locked(self, p: _Partition, current: bool = True) -> None:
+        """Append the partition's full batches in order, and the one being built if
+        ``current``; resolve each batch's futures (callbacks run here)."""
+        taken = p.acc.take(p.number, current)
+        if not taken:
             return
-        p.current = (BatchBuffer(p.codec), _Batch(p.topic, p.number))
-        p.inflight = count
+        p.inflight = sum(len(buffer) for buffer, _ in taken)
         try:
-            result = self.log(p)._native.append_buffer(buffer)
-            if result is not None:
-                batch.first_offset, _, batch.log_append_time = result
-        except Exception as e:  # every failure reaches the batch's futures, and the log
-            if isinstance(e, KafkaliteError):
-                logger.warning("%d records for %s-%d were not written: %s", count, p.topic, p.number, e)
-            else:
-                logger.exception("%d records for %s-%d were not written", count, p.topic, p.number)
-            batch.error = e
+            for buffer, batch in taken:
+                count = len(buffer)
+                try:
+                    result = self.log(p)._native.append_buffer(buffer)
+                except Exception as e:  # every failure reaches the batch's futures, and the log
+                    if isinstance(e, KafkaliteError):
+                        logger.warning(
+                            "%d records for %s-%d were not written: %s", count, p.topic, p.number, e
+                        )
+                    else:
+                        logger.exception("%d records for %s-%d were not written", count, p.topic, p.number)
+                    p.inflight -= count
+                    batch.fail(e)
+                    continue
+                p.inflight -= count
+                batch.complete(*((-1, None) if result is None else (result[0], result[2])))
         finally:
             p.inflight = 0
-        batch.done.set()
-        _resolve_callbacks(batch)
 
     def pending(self) -> int:
         """Records accepted by send() and not written yet."""
-        return sum(len(p.current[0]) + p.inflight for t in list(self.topics.values()) for p in t.partitions)
+        topics = list(self.topics.values())
+        return sum(t.acc.pending() for t in topics) + sum(p.inflight for t in topics for p in t.partitions)
 
     # -- the sender thread ----------------------------------------------------------------
     def run(self) -> None:
@@ -529,11 +447,8 @@ class _Sender:
             logger.critical("the producer's sender thread stopped; later sends will fail", exc_info=True)
             for t in list(self.topics.values()):
                 for p in t.partitions:
-                    buffer, batch = p.current
-                    if len(buffer) and not batch.done.is_set():
-                        batch.error = IllegalStateError(f"the producer's sender thread stopped: {e!r}")
-                        batch.done.set()
-                        _resolve_callbacks(batch)
+                    for _, batch in t.acc.take(p.number, True):
+                        batch.fail(IllegalStateError(f"the producer's sender thread stopped: {e!r}"))
 
     def loop(self) -> None:
         """Send lingering batches; run retention and compaction on their schedules. A failing
@@ -545,7 +460,9 @@ class _Sender:
             with self.wakeup:
                 if not self.dirty and not self.closed:
                     next_due = min(next_retention, next_cleaning, next_metadata)
+                    self.idle = True
                     self.wakeup.wait(timeout=max(0.0, min(1.0, next_due - time.monotonic())))
+                    self.idle = False
                 dirty, self.dirty = self.dirty, set()
                 closing = self.closed
             if self.linger and dirty and not closing:
@@ -781,74 +698,64 @@ class Producer:
         timestamp_ms: int | None = None,
     ) -> FutureRecordMetadata:
         """Queue one record; returns a future of its ``RecordMetadata``."""
-        # The hot path of a producer: every line here runs once per record, so the common
-        # cases (known topic, murmur2 or sticky partition) are inlined.
+        # The hot path of a producer: every line here runs once per record. The common case
+        # (known topic, murmur2 or sticky partition) is one native call that returns the future.
         sender = self._sender
         if sender.closed or sender.failure is not None:
             self._check_open()
         if self._serializing:
             key, value = self._serialize(key, value)
-        if value is None and key is None:
-            raise InvalidConfigError("a record needs a key or a value (None for both is not allowed)")
         try:
             t = self._topics[topic]
         except (KeyError, TypeError):
             t = self._topic(topic)
-        sticky = None
-        if key is None and t.compacted:
-            raise InvalidRecordError(_NULL_KEY.format(topic=topic))
-        if partition is not None:
-            partition = _check_partition(t, partition)
-        elif self._custom_partitioner is not None:
-            partition = self._choose_partition(t, key)
-        elif key is None:
-            sticky = t.sticky
-            partition = sticky.current
-        else:
-            try:
-                partition = partition_for_key(key, len(t.partitions))
-            except TypeError:
-                raise bytes_expected("key", key) from None
+        if partition is not None or self._custom_partitioner is not None:
+            partition = self._route(t, key, value, partition)
         if timestamp_ms is not None:
             validate.integer("timestamp_ms", timestamp_ms, 0)
-        p = t.partitions[partition]
-        while True:  # a buffer taken by the sender meanwhile refuses the record: use the next one
-            buffer, batch = p.current
-            try:
-                added = buffer.add(value, key, headers, timestamp_ms, self._batch_size, t.max_bytes)
-            except (TypeError, ValueError, OverflowError) as e:
-                raise _record_error(value, key, headers) from e
-            if added is None:
-                continue
-            index, batch_bytes, ts, record_bytes = added
-            if index >= 0:
-                break
-            if index == RECORD_TOO_LARGE:
-                problem = (
-                    f"the record is {batch_bytes} bytes as a batch of its own (with the 61-byte batch header), "
-                    f"more than {t.limit_name} allows for topic {topic!r}"
+        try:
+            sent = t.acc.send(value, key, headers, partition, timestamp_ms)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise _record_error(value, key, headers) from e
+        if isinstance(sent, tuple):
+            return self._after_send(t, sent)
+        return sent
+
+    def _after_send(
+        self, t: _Topic, sent: tuple[int, int, FutureRecordMetadata | None]
+    ) -> FutureRecordMetadata:
+        """What ``send`` does beyond queueing: raise for a refused record, append full batches
+        now, wake the sender for a new batch (appended after ``linger_ms``)."""
+        code, n, future = sent
+        if code == SEND_NO_KEY_OR_VALUE:
+            raise InvalidConfigError("a record needs a key or a value (None for both is not allowed)")
+        if code == SEND_NULL_KEY:
+            raise InvalidRecordError(_NULL_KEY.format(topic=t.name))
+        if code == RECORD_TOO_LARGE:
+            problem = (
+                f"the record is {n} bytes as a batch of its own (with the 61-byte batch header), "
+                f"more than {t.limit_name} allows for topic {t.name!r}"
+            )
+            if t.limit_is_topics:
+                raise with_action(
+                    RecordTooLargeError,
+                    problem,
+                    "send a smaller record, or raise max.message.bytes",
+                    "Admin.alter_config",
+                    topic=t.name,
                 )
-                if t.limit_is_topics:
-                    raise with_action(
-                        RecordTooLargeError,
-                        problem,
-                        "send a smaller record, or raise max.message.bytes",
-                        "Admin.alter_config",
-                        topic=topic,
-                    )
-                raise RecordTooLargeError(f"{problem}; raise max_request_size or send a smaller record")
-            assert index == BATCH_FULL  # the record starts the next batch: send this one now
-            sender.drain(p)
-        if sticky is not None:
-            sticky.appended(record_bytes)
-        future = FutureRecordMetadata(batch, index, ts)
-        if batch_bytes >= self._batch_size:
-            sender.drain(p)
-        elif index == 0:
+            raise RecordTooLargeError(f"{problem}; raise max_request_size or send a smaller record")
+        assert future is not None
+        p = t.partitions[n]
+        sender = self._sender
+        if code & SEND_DRAIN:  # full batches, this record's perhaps: append them now, in order
+            sender.drain(p, current=False)
+        if code & SEND_FIRST:
             p.first_add = time.monotonic()
             with sender.wakeup:
                 sender.dirty.add(p)
-                sender.wakeup.notify()
+                if sender.idle:
+                    sender.wakeup.notify()
         return future
 
     def _serialize(self, key: Any, value: Any) -> tuple[Any, Any]:
@@ -859,19 +766,20 @@ class Producer:
             value = vs(value)
         return key, value
 
-    def _choose_partition(self, t: _Topic, key: bytes | None) -> int:
-        custom = self.config["partitioner"]
-        if custom is not None:
-            chosen = custom(key, t.all, t.all)
-            try:
-                return _check_partition(t, chosen)
-            except InvalidConfigError as e:
-                raise type(e)(f"the partitioner returned {chosen!r}: {e}") from None
-        if key is None:
-            return t.sticky.current
-        if not isinstance(key, bytes):
-            raise bytes_expected("key", key)
-        return partition_for_key(key, len(t.partitions))
+    def _route(self, t: _Topic, key: Any, value: Any, partition: Any) -> int:
+        """An explicit ``partition``, checked, else the custom ``partitioner``'s choice (the
+        record itself is checked first, so a partitioner never sees a record send refuses)."""
+        if value is None and key is None:
+            raise InvalidConfigError("a record needs a key or a value (None for both is not allowed)")
+        if key is None and t.compacted:
+            raise InvalidRecordError(_NULL_KEY.format(topic=t.name))
+        if partition is not None:
+            return _check_partition(t, partition)
+        chosen = self._custom_partitioner(key, t.all, t.all)
+        try:
+            return _check_partition(t, chosen)
+        except InvalidConfigError as e:
+            raise type(e)(f"the partitioner returned {chosen!r}: {e}") from None
 
     def send_batch(
         self,

@@ -28,7 +28,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<consumer::Notifier>()?;
     m.add_class::<producer::BatchBuffer>()?;
     m.add_class::<producer::StickyPartitioner>()?;
-    m.add_class::<producer::FutureBase>()?;
+    m.add_class::<producer::FutureRecordMetadata>()?;
+    m.add_class::<producer::BatchState>()?;
+    m.add_class::<producer::Accumulator>()?;
     m.add_class::<server::NativeServer>()?;
     m.add_function(wrap_pyfunction!(record::murmur2, m)?)?;
     m.add_function(wrap_pyfunction!(record::partitions_for_keys, m)?)?;
@@ -51,7 +53,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_MESSAGE_BYTES_DEFAULT", log_defaults.max_message_bytes)?;
     m.add("FIRST_SINK_PRODUCER_ID", crate::producer_ids::FIRST_SINK_PRODUCER_ID)?;
     m.add("PREALLOCATE_BUDGET_BYTES_DEFAULT", crate::prealloc::DEFAULT_BUDGET_BYTES)?;
-    m.add("BATCH_FULL", producer::FULL)?;
+    m.add("SEND_DRAIN", producer::DRAIN)?;
+    m.add("SEND_FIRST", producer::FIRST)?;
+    m.add("SEND_NO_KEY_OR_VALUE", producer::NO_KEY_OR_VALUE)?;
+    m.add("SEND_NULL_KEY", producer::NULL_KEY)?;
     m.add("RECORD_TOO_LARGE", producer::TOO_LARGE)?;
     m.add_function(wrap_pyfunction!(failpoint_names, m)?)?;
     offsets::register(m)?;
@@ -85,6 +90,17 @@ fn install_logging(py: Python<'_>) {
         }
         Err(e) => e.print(py),
     }
+}
+
+/// Take a new object out of the cyclic GC's lists, so that collections (every 700
+/// allocations) never walk it: for the objects made per record (producer futures, consumed
+/// records), which a program may keep by the million. Only for classes without `__traverse__`:
+/// the GC cannot see their references anyway, so tracking them finds nothing and costs a walk.
+pub(crate) fn gc_untrack<T>(object: &Bound<'_, T>) {
+    // SAFETY: `object` is a live object (a Bound holds a reference) and the GIL is held
+    // (a Bound proves it). Untracking only removes it from the GC's generation lists; its
+    // deallocation untracks again, which CPython allows for an untracked object.
+    unsafe { pyo3::ffi::PyObject_GC_UnTrack(object.as_ptr().cast()) }
 }
 
 /// The engine's fail points (see `failpoint.rs`), for fault-injection suites that set

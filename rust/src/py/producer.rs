@@ -1,10 +1,18 @@
-//! A producer's per-partition buffer: `send` encodes each record straight into a v2 batch in
-//! Rust, so nothing per record is kept as a Python object until the batch is appended.
+//! The producer's per-record path, native end to end: `Accumulator.send` validates a record,
+//! picks its partition (murmur2 of the key, or the sticky partitioner), encodes it into that
+//! partition's v2 batch and returns its `FutureRecordMetadata`, in one call. Full batches are
+//! queued in order for the caller (or the sender thread) to append; `BatchState` is what the
+//! futures of one batch resolve from.
 
-use std::sync::Mutex;
+use std::collections::VecDeque;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
+use pyo3::exceptions::{PyException, PyIndexError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::IntoPyObjectExt;
 
 use crate::partitioner;
 
@@ -14,98 +22,52 @@ use crate::record::{BatchBuilder, Compression, RecordInput};
 
 use super::record::{header_slices, held_headers};
 
-/// `BatchBuffer.add`'s answer when the record does not fit the batch (send it, start another).
-pub const FULL: i64 = -1;
-/// `BatchBuffer.add`'s answer when the record does not fit any batch on its own.
-pub const TOO_LARGE: i64 = -2;
+pyo3::import_exception!(kafkalite.errors, KafkaTimeoutError);
 
-#[pyclass(frozen, module = "kafkalite._native")]
-pub struct BatchBuffer {
-    compression: Compression,
-    inner: Mutex<Buffered>,
+/// `Accumulator.send`'s answers other than a bare future, `(code, a, future or None)`:
+/// the record fits no batch on its own (`a`: its size as a batch of its own).
+pub const TOO_LARGE: i64 = -2;
+/// Neither key nor value.
+pub const NO_KEY_OR_VALUE: i64 = -3;
+/// No key, to a compacted topic.
+pub const NULL_KEY: i64 = -4;
+/// Flag: partition `a` has full batches queued: the caller appends them now (`take(a, False)`).
+pub const DRAIN: i64 = 1;
+/// Flag: the record started partition `a`'s batch: the sender appends it after `linger_ms`.
+pub const FIRST: i64 = 2;
+
+/// The initial capacity of a batch's buffer (it grows up to `batch_size`).
+const BATCH_CAPACITY: usize = 16 * 1024;
+/// How often a `get()` without the GIL looks up for signals (Ctrl-C interrupts it, as it
+/// interrupts a `threading.Event.wait`).
+const SIGNAL_CHECK: Duration = Duration::from_millis(100);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The batch so far, and whether it was taken for appending (then `add` refuses, and the
-/// sender retries on the partition's next buffer: no Python-side lock is needed).
-#[derive(Default)]
-struct Buffered {
-    builder: Option<BatchBuilder>,
-    sealed: bool,
+/// A full batch handed to `PyLog.append_buffer` (which takes its records out).
+#[pyclass(frozen, module = "kafkalite._native")]
+pub struct BatchBuffer {
+    inner: Mutex<Option<BatchBuilder>>,
 }
 
 impl BatchBuffer {
-    /// Take the batch built so far and seal the buffer against further records.
+    /// The batch's records (once: the buffer is empty afterwards).
     pub fn take(&self) -> Option<BatchBuilder> {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner.sealed = true;
-        inner.builder.take().filter(|b| b.count() > 0)
+        lock(&self.inner).take().filter(|b| b.count() > 0)
     }
 }
 
 #[pymethods]
 impl BatchBuffer {
-    #[new]
-    #[pyo3(signature = (compression="none"))]
-    fn new(compression: &str) -> PyResult<Self> {
-        Ok(BatchBuffer {
-            compression: Compression::parse_for_writing(compression)?,
-            inner: Mutex::new(Buffered::default()),
-        })
-    }
-
-    /// Encode one record into this batch, as Kafka's `RecordAccumulator.tryAppend` does.
-    /// Returns one of:
-    /// - `(index in the batch >= 0, the batch's size in bytes, the record's timestamp, the
-    ///   record's size)`: added (the record's size, an upper bound, is what the sticky
-    ///   partitioner counts);
-    /// - `(FULL, size, ts, record size)`: the batch holds records and this one would push it past
-    ///   `min(batch_size, max_bytes)`: the caller sends this batch and adds the record to the next;
-    /// - `(TOO_LARGE, size of a batch holding only this record, ts, record size)`: no batch can hold the record
-    ///   within `max_bytes` (the hard cap: the topic's max.message.bytes / max_request_size);
-    /// - `None`: the buffer was already taken for appending (the caller retries on the new one).
-    ///
-    /// Sizes are encoded batch bytes including the 61-byte batch header and log overhead
-    /// (uncompressed, so an upper bound of what a compressed batch takes). `timestamp`
-    /// defaults to now.
-    #[pyo3(signature = (value, key, headers, timestamp, batch_size, max_bytes))]
-    #[allow(clippy::too_many_arguments)]
-    fn add(
-        &self,
-        value: Option<&[u8]>,
-        key: Option<&[u8]>,
-        headers: Option<&Bound<'_, PyAny>>,
-        timestamp: Option<i64>,
-        batch_size: usize,
-        max_bytes: usize,
-    ) -> PyResult<Option<(i64, usize, i64, usize)>> {
-        let held = held_headers(headers)?;
-        let hs = header_slices(&held)?;
-        let timestamp = timestamp.unwrap_or_else(crate::log::now_ms);
-        let record = RecordInput { key, value, headers: &hs, timestamp };
-        let record_bytes = record_size_upper_bound(&record);
-        if HEADER_LEN + record_bytes > max_bytes {
-            return Ok(Some((TOO_LARGE, HEADER_LEN + record_bytes, timestamp, record_bytes)));
-        }
-        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if guard.sealed {
-            return Ok(None);
-        }
-        let builder = guard.builder.get_or_insert_with(|| BatchBuilder::new(self.compression, None, 16 * 1024));
-        let index = builder.count();
-        if index > 0 && builder.size() + record_bytes > batch_size.min(max_bytes) {
-            return Ok(Some((FULL, builder.size(), timestamp, record_bytes)));
-        }
-        builder.push(&record);
-        Ok(Some((index as i64, builder.size(), timestamp, record_bytes)))
-    }
-
     fn __len__(&self) -> usize {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).builder.as_ref().map_or(0, |b| b.count())
+        lock(&self.inner).as_ref().map_or(0, |b| b.count())
     }
 
-    /// Encoded bytes so far (uncompressed).
+    /// Encoded bytes (uncompressed).
     fn size_bytes(&self) -> usize {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).builder.as_ref().map_or(0, |b| b.size())
+        lock(&self.inner).as_ref().map_or(0, |b| b.size())
     }
 }
 
@@ -114,12 +76,6 @@ impl BatchBuffer {
 #[pyclass(frozen, module = "kafkalite._native")]
 pub struct StickyPartitioner {
     inner: Mutex<partitioner::StickyPartitioner>,
-}
-
-impl StickyPartitioner {
-    fn lock(&self) -> std::sync::MutexGuard<'_, partitioner::StickyPartitioner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
 }
 
 #[pymethods]
@@ -132,12 +88,12 @@ impl StickyPartitioner {
     /// The partition the next keyless record goes to.
     #[getter]
     fn current(&self) -> u32 {
-        self.lock().current()
+        lock(&self.inner).current()
     }
 
     /// Count a record of `size` bytes appended to `current` (may move to another partition).
     fn appended(&self, size: usize) {
-        self.lock().appended(size)
+        lock(&self.inner).appended(size)
     }
 
     /// Place keyless records (`bytes` values, or None) in order: `(partition, start, end)` runs.
@@ -148,27 +104,498 @@ impl StickyPartitioner {
             let value = bytes.as_ref().map(|b| b.as_bytes());
             sizes.push(record_size_upper_bound(&RecordInput { key: None, value, headers: &[], timestamp }));
         }
-        Ok(self.lock().runs(sizes))
+        Ok(lock(&self.inner).runs(sizes))
     }
 }
 
-/// The state of one `send()` future (`kafkalite.producer.FutureRecordMetadata` subclasses it):
-/// the shared batch it resolves from, its index in that batch and its timestamp. Native so that
-/// creating one per record costs an allocation, not a Python `__init__`.
-#[pyclass(subclass, frozen, module = "kafkalite._native")]
-pub struct FutureBase {
-    #[pyo3(get, name = "_batch")]
-    batch: Py<PyAny>,
-    #[pyo3(get, name = "_index")]
+/// What the futures of one batch wait on: set once, by `complete` or `fail`.
+#[pyclass(frozen, module = "kafkalite._native")]
+pub struct BatchState {
+    #[pyo3(get)]
+    topic: Py<PyString>,
+    #[pyo3(get)]
+    partition: i32,
+    state: Mutex<Outcome>,
+    resolved: Condvar,
+}
+
+struct Outcome {
+    done: bool,
+    first_offset: i64,
+    log_append_time: Option<i64>,
+    error: Option<Py<PyAny>>,
+    /// Registered before the batch resolved; run in order by whoever resolves it.
+    callbacks: VecDeque<Callback>,
+}
+
+struct Callback {
+    on_success: bool,
+    func: Py<PyAny>,
+    args: Py<PyTuple>,
     index: i64,
-    #[pyo3(get, name = "_timestamp")]
     timestamp: i64,
 }
 
+impl BatchState {
+    fn new(topic: &Py<PyString>, partition: i32, py: Python<'_>) -> Self {
+        BatchState {
+            topic: topic.clone_ref(py),
+            partition,
+            state: Mutex::new(Outcome {
+                done: false,
+                first_offset: -1,
+                log_append_time: None,
+                error: None,
+                callbacks: VecDeque::new(),
+            }),
+            resolved: Condvar::new(),
+        }
+    }
+
+    fn resolve(&self, py: Python<'_>, set: impl FnOnce(&mut Outcome)) -> PyResult<()> {
+        {
+            let mut s = lock(&self.state);
+            if s.done {
+                return Ok(());
+            }
+            set(&mut s);
+            s.done = true;
+        }
+        self.resolved.notify_all();
+        // Popped one at a time without the lock held: a callback may call get() or add_callback.
+        while let Some(cb) = self.next_callback() {
+            if let Err(e) = self.fire(py, &cb) {
+                if !e.is_instance_of::<PyException>(py) {
+                    return Err(e); // KeyboardInterrupt, SystemExit: not the callback's own failure
+                }
+                log_callback_failure(py, &cb.func, e);
+            }
+        }
+        Ok(())
+    }
+
+    fn next_callback(&self) -> Option<Callback> {
+        lock(&self.state).callbacks.pop_front()
+    }
+
+    /// Call a callback of a resolved batch: `func(*args, metadata)` if written and it is a
+    /// callback, `func(*args, exception)` if failed and it is an errback.
+    fn fire(&self, py: Python<'_>, cb: &Callback) -> PyResult<()> {
+        let (error, first, log_append_time) = {
+            let s = lock(&self.state);
+            (s.error.as_ref().map(|e| e.clone_ref(py)), s.first_offset, s.log_append_time)
+        };
+        let last = match (cb.on_success, error) {
+            (true, None) => self.metadata(py, first, log_append_time, cb.index, cb.timestamp)?,
+            (false, Some(err)) => err.into_bound(py),
+            _ => return Ok(()),
+        };
+        let mut args: Vec<Bound<'_, PyAny>> = cb.args.bind(py).iter().collect();
+        args.push(last);
+        cb.func.bind(py).call1(PyTuple::new(py, args)?)?;
+        Ok(())
+    }
+
+    /// kafka-python's `RecordMetadata(topic, partition, offset, timestamp)` of record `index`.
+    fn metadata<'py>(
+        &self,
+        py: Python<'py>,
+        first: i64,
+        log_append_time: Option<i64>,
+        index: i64,
+        timestamp: i64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        static RECORD_METADATA: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let cls = RECORD_METADATA.import(py, "kafkalite.producer", "RecordMetadata")?;
+        cls.call1((self.topic.clone_ref(py), self.partition, first + index, log_append_time.unwrap_or(timestamp)))
+    }
+}
+
+/// A failing user callback is logged, as kafka-python does; the record's result stands.
+fn log_callback_failure(py: Python<'_>, func: &Py<PyAny>, e: PyErr) {
+    static LOGGER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let logged = LOGGER
+        .get_or_try_init(py, || {
+            py.import("logging")?.call_method1("getLogger", ("kafkalite.producer",)).map(Bound::unbind)
+        })
+        .and_then(|logger| {
+            let kwargs = PyDict::new(py);
+            kwargs.set_item("exc_info", e.value(py))?;
+            logger.bind(py).call_method(
+                "error",
+                ("a producer callback (%r) raised; the record's result is unaffected", func.clone_ref(py)),
+                Some(&kwargs),
+            )
+        });
+    if let Err(log_error) = logged {
+        e.print(py);
+        log_error.print(py);
+    }
+}
+
 #[pymethods]
-impl FutureBase {
+impl BatchState {
+    /// The batch is in the log from `first_offset`: resolve its futures, run their callbacks.
+    #[pyo3(signature = (first_offset, log_append_time=None))]
+    fn complete(&self, py: Python<'_>, first_offset: i64, log_append_time: Option<i64>) -> PyResult<()> {
+        self.resolve(py, |s| {
+            s.first_offset = first_offset;
+            s.log_append_time = log_append_time;
+        })
+    }
+
+    /// Writing the batch failed with `error`: fail its futures, run their errbacks.
+    fn fail(&self, py: Python<'_>, error: Py<PyAny>) -> PyResult<()> {
+        self.resolve(py, |s| s.error = Some(error))
+    }
+
+    #[getter]
+    fn done(&self) -> bool {
+        lock(&self.state).done
+    }
+
+    #[getter]
+    fn error(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        lock(&self.state).error.as_ref().map(|e| e.clone_ref(py))
+    }
+}
+
+/// kafka-python's future of one `send()`: `get(timeout)`, `add_callback`, `add_errback`,
+/// `is_done`, `succeeded()`, `failed()`, `value`, `exception`.
+#[pyclass(frozen, module = "kafkalite.producer", name = "FutureRecordMetadata")]
+pub struct FutureRecordMetadata {
+    batch: Py<BatchState>,
+    index: i64,
+    timestamp: i64,
+}
+
+impl FutureRecordMetadata {
+    /// (done, error) now.
+    fn outcome(&self, py: Python<'_>) -> (bool, Option<Py<PyAny>>) {
+        let s = lock(&self.batch.get().state);
+        (s.done, s.error.as_ref().map(|e| e.clone_ref(py)))
+    }
+
+    fn written<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let b = self.batch.get();
+        let (first, log_append_time) = {
+            let s = lock(&b.state);
+            (s.first_offset, s.log_append_time)
+        };
+        b.metadata(py, first, log_append_time, self.index, self.timestamp)
+    }
+
+    fn add(slf: Bound<'_, Self>, on_success: bool, func: Py<PyAny>, args: Py<PyTuple>) -> PyResult<Bound<'_, Self>> {
+        let py = slf.py();
+        let (batch, index, timestamp) = {
+            let me = slf.get();
+            (me.batch.clone_ref(py), me.index, me.timestamp)
+        };
+        let cb = Callback { on_success, func, args, index, timestamp };
+        let b = batch.get();
+        let cb = {
+            let mut s = lock(&b.state);
+            if !s.done {
+                s.callbacks.push_back(cb);
+                return Ok(slf);
+            }
+            cb
+        };
+        b.fire(py, &cb)?; // resolved already: now, in the caller's thread
+        Ok(slf)
+    }
+}
+
+#[pymethods]
+impl FutureRecordMetadata {
+    /// True once the record was written or failed.
+    #[getter]
+    fn is_done(&self) -> bool {
+        lock(&self.batch.get().state).done
+    }
+
+    /// True once the record was written.
+    fn succeeded(&self, py: Python<'_>) -> bool {
+        matches!(self.outcome(py), (true, None))
+    }
+
+    /// True once writing the record failed (see `exception`).
+    fn failed(&self, py: Python<'_>) -> bool {
+        matches!(self.outcome(py), (true, Some(_)))
+    }
+
+    /// The RecordMetadata of a written record, else None.
+    #[getter]
+    fn value<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        match self.outcome(py) {
+            (true, None) => self.written(py).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// The error of a failed record, else None.
+    #[getter]
+    fn exception(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.outcome(py).1
+    }
+
+    /// Wait until the record is in the log and return where; raise what went wrong
+    /// (`KafkaTimeoutError` when `timeout` seconds pass first).
+    #[pyo3(signature = (timeout=None))]
+    fn get<'py>(&self, py: Python<'py>, timeout: Option<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+        static CHECK_TIMEOUT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let mut deadline = None;
+        if let Some(t) = timeout.as_ref().filter(|t| !t.is_none()) {
+            let seconds: f64 =
+                CHECK_TIMEOUT.import(py, "kafkalite.validate", "timeout")?.call1(("timeout", t))?.extract()?;
+            // A wait too long for an Instant is a wait without limit.
+            deadline = Duration::try_from_secs_f64(seconds).ok().and_then(|d| Instant::now().checked_add(d));
+        }
+        let b = self.batch.get();
+        loop {
+            let slice =
+                deadline.map_or(SIGNAL_CHECK, |d| d.saturating_duration_since(Instant::now()).min(SIGNAL_CHECK));
+            let done = py.detach(|| {
+                let s = lock(&b.state);
+                let (s, _) = b.resolved.wait_timeout_while(s, slice, |s| !s.done).unwrap_or_else(|p| p.into_inner());
+                s.done
+            });
+            if done {
+                break;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                let shown =
+                    timeout.as_ref().map_or_else(|| Ok("None".to_string()), |t| t.str().map(|s| s.to_string()))?;
+                return Err(KafkaTimeoutError::new_err(format!("record not written within {shown} s")));
+            }
+            py.check_signals()?;
+        }
+        match self.outcome(py).1 {
+            Some(err) => Err(PyErr::from_value(err.into_bound(py))),
+            None => self.written(py),
+        }
+    }
+
+    /// Call `fn(*args, metadata)` once the record is written.
+    #[pyo3(signature = (func, *args))]
+    fn add_callback<'py>(slf: Bound<'py, Self>, func: Py<PyAny>, args: Py<PyTuple>) -> PyResult<Bound<'py, Self>> {
+        Self::add(slf, true, func, args)
+    }
+
+    /// Call `fn(*args, exception)` if writing fails.
+    #[pyo3(signature = (func, *args))]
+    fn add_errback<'py>(slf: Bound<'py, Self>, func: Py<PyAny>, args: Py<PyTuple>) -> PyResult<Bound<'py, Self>> {
+        Self::add(slf, false, func, args)
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let b = self.batch.get();
+        let state = match self.outcome(py) {
+            (false, _) => "pending",
+            (true, None) => "written",
+            (true, Some(_)) => "failed",
+        };
+        format!("<FutureRecordMetadata {}-{} #{} {state}>", b.topic.bind(py), b.partition, self.index)
+    }
+}
+
+/// One partition's records not yet handed to the log: the batch being built, the state its
+/// futures share, and the full batches waiting (in order) to be appended.
+struct Slot {
+    builder: Option<BatchBuilder>,
+    batch: Py<BatchState>,
+    full: VecDeque<(BatchBuilder, Py<BatchState>)>,
+}
+
+impl Slot {
+    fn new(py: Python<'_>, topic: &Py<PyString>, partition: usize) -> PyResult<Self> {
+        Ok(Slot {
+            builder: None,
+            batch: Py::new(py, BatchState::new(topic, partition as i32, py))?,
+            full: VecDeque::new(),
+        })
+    }
+
+    /// Queue the batch being built (if it holds records) and start another.
+    fn seal(&mut self, py: Python<'_>, topic: &Py<PyString>, partition: usize) -> PyResult<()> {
+        if self.builder.as_ref().is_some_and(|b| b.count() > 0) {
+            let fresh = Py::new(py, BatchState::new(topic, partition as i32, py))?;
+            let batch = std::mem::replace(&mut self.batch, fresh);
+            if let Some(builder) = self.builder.take() {
+                self.full.push_back((builder, batch));
+            }
+        }
+        Ok(())
+    }
+
+    fn records(&self) -> usize {
+        self.builder.as_ref().map_or(0, |b| b.count()) + self.full.iter().map(|(b, _)| b.count()).sum::<usize>()
+    }
+}
+
+struct Batches {
+    slots: Vec<Slot>,
+    sticky: Option<Py<StickyPartitioner>>,
+    compression: Compression,
+    compacted: bool,
+    max_bytes: usize,
+    batch_size: usize,
+}
+
+/// A producer's record accumulator for one topic (Kafka's `RecordAccumulator`).
+#[pyclass(frozen, module = "kafkalite._native")]
+pub struct Accumulator {
+    topic: Py<PyString>,
+    batches: Mutex<Batches>,
+}
+
+#[pymethods]
+impl Accumulator {
     #[new]
-    fn new(batch: Py<PyAny>, index: i64, timestamp: i64) -> Self {
-        FutureBase { batch, index, timestamp }
+    fn new(topic: Py<PyString>, batch_size: usize) -> Self {
+        let batches = Batches {
+            slots: Vec::new(),
+            sticky: None,
+            compression: Compression::None,
+            compacted: false,
+            max_bytes: usize::MAX,
+            batch_size,
+        };
+        Accumulator { topic, batches: Mutex::new(batches) }
+    }
+
+    /// Take the topic's (possibly new) settings: partition count, the sticky partitioner of
+    /// keyless records, the codec of new batches, whether keys are required, and the hard cap
+    /// of an encoded batch. Returns the batches (with records) of partitions beyond the new
+    /// count, for the caller to fail: the topic that had them is gone.
+    fn configure(
+        &self,
+        py: Python<'_>,
+        partitions: usize,
+        sticky: Py<StickyPartitioner>,
+        compression: &str,
+        compacted: bool,
+        max_bytes: usize,
+    ) -> PyResult<Vec<Py<BatchState>>> {
+        let compression = Compression::parse_for_writing(compression)?;
+        let mut b = lock(&self.batches);
+        let mut dropped = Vec::new();
+        let kept = partitions.min(b.slots.len());
+        for (n, mut slot) in b.slots.drain(kept..).enumerate() {
+            slot.seal(py, &self.topic, kept + n)?;
+            dropped.extend(slot.full.into_iter().map(|(_, state)| state));
+        }
+        for n in b.slots.len()..partitions {
+            let slot = Slot::new(py, &self.topic, n)?;
+            b.slots.push(slot);
+        }
+        b.sticky = Some(sticky);
+        b.compression = compression;
+        b.compacted = compacted;
+        b.max_bytes = max_bytes;
+        Ok(dropped)
+    }
+
+    /// Queue one record, as Kafka's `RecordAccumulator.append`: to `partition`, else by the
+    /// key's murmur2, else to the sticky partition. Returns the record's future, or
+    /// `(code, partition or size, future or None)` when the caller has more to do (see the
+    /// constants). A record that would push a batch past `min(batch_size, max_bytes)` starts
+    /// the next batch; a batch that reached `batch_size` is queued full. `timestamp` defaults
+    /// to now. A key, value or headers of the wrong type raise `TypeError`.
+    #[pyo3(signature = (value, key, headers, partition, timestamp))]
+    fn send<'py>(
+        &self,
+        py: Python<'py>,
+        value: Option<&[u8]>,
+        key: Option<&[u8]>,
+        headers: Option<&Bound<'py, PyAny>>,
+        partition: Option<usize>,
+        timestamp: Option<i64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        if value.is_none() && key.is_none() {
+            return (NO_KEY_OR_VALUE, 0, py.None()).into_bound_py_any(py);
+        }
+        let held = held_headers(headers)?;
+        let hs = header_slices(&held)?;
+        let timestamp = timestamp.unwrap_or_else(crate::log::now_ms);
+        let record = RecordInput { key, value, headers: &hs, timestamp };
+        let record_bytes = record_size_upper_bound(&record);
+        let mut guard = lock(&self.batches);
+        let b = &mut *guard;
+        if key.is_none() && b.compacted {
+            return (NULL_KEY, 0, py.None()).into_bound_py_any(py);
+        }
+        if HEADER_LEN + record_bytes > b.max_bytes {
+            return (TOO_LARGE, HEADER_LEN + record_bytes, py.None()).into_bound_py_any(py);
+        }
+        let count = b.slots.len();
+        if count == 0 {
+            return Err(PyIndexError::new_err("the topic has no partitions configured"));
+        }
+        let sticky = b.sticky.as_ref().map(|s| s.get());
+        let (number, sticky) = match (partition, key, sticky) {
+            (Some(n), _, _) => (n, None),
+            (None, Some(k), _) => (partitioner::partition_for_key(k, count as u32) as usize, None),
+            (None, None, Some(s)) => (lock(&s.inner).current() as usize, Some(s)),
+            (None, None, None) => (0, None),
+        };
+        let limit = b.batch_size.min(b.max_bytes);
+        let Some(slot) = b.slots.get_mut(number) else {
+            return Err(PyIndexError::new_err(format!("topic has no partition {number} (it has {count})")));
+        };
+        let mut flags = 0;
+        if slot.builder.as_ref().is_some_and(|s| s.count() > 0 && s.size() + record_bytes > limit) {
+            slot.seal(py, &self.topic, number)?;
+            flags |= DRAIN;
+        }
+        let builder = slot.builder.get_or_insert_with(|| BatchBuilder::new(b.compression, None, BATCH_CAPACITY));
+        let index = builder.count();
+        builder.push(&record);
+        let future = FutureRecordMetadata { batch: slot.batch.clone_ref(py), index: index as i64, timestamp };
+        if builder.size() >= b.batch_size {
+            slot.seal(py, &self.topic, number)?;
+            flags |= DRAIN;
+        } else if index == 0 {
+            flags |= FIRST;
+        }
+        if let Some(s) = sticky {
+            lock(&s.inner).appended(record_bytes);
+        }
+        drop(guard);
+        let future = Bound::new(py, future)?;
+        // A future refers to its batch only, and a batch never to futures: no cycle runs
+        // through it, and a program keeping a million futures would otherwise pay GC passes
+        // over all of them again and again.
+        super::gc_untrack(&future);
+        if flags == 0 {
+            Ok(future.into_any())
+        } else {
+            (flags, number, future).into_bound_py_any(py)
+        }
+    }
+
+    /// Partition `partition`'s queued full batches, oldest first, with the one being built
+    /// when `current`: `[(BatchBuffer, BatchState)]`, to append in that order.
+    fn take(&self, py: Python<'_>, partition: usize, current: bool) -> PyResult<Vec<(BatchBuffer, Py<BatchState>)>> {
+        let mut b = lock(&self.batches);
+        let Some(slot) = b.slots.get_mut(partition) else { return Ok(Vec::new()) };
+        if current {
+            slot.seal(py, &self.topic, partition)?;
+        }
+        Ok(slot
+            .full
+            .drain(..)
+            .map(|(builder, state)| (BatchBuffer { inner: Mutex::new(Some(builder)) }, state))
+            .collect())
+    }
+
+    /// Records queued and not taken, of one partition or of all.
+    #[pyo3(signature = (partition=None))]
+    fn pending(&self, partition: Option<usize>) -> usize {
+        let b = lock(&self.batches);
+        match partition {
+            Some(n) => b.slots.get(n).map_or(0, Slot::records),
+            None => b.slots.iter().map(Slot::records).sum(),
+        }
     }
 }

@@ -262,7 +262,7 @@ impl RecordArena {
                 .iter()
                 .map(|(k, v)| (k.1 - k.0) + v.map_or(0, |v| v.1 - v.0))
                 .sum::<usize>() as i64;
-            out.push(Py::new(
+            let record = Bound::new(
                 py,
                 super::consumer::ConsumerRecord {
                     topic: topic.clone_ref(py),
@@ -277,7 +277,11 @@ impl RecordArena {
                     serialized_value_size: size(r.value),
                     serialized_header_size: if r.headers.0 == r.headers.1 { -1 } else { header_size },
                 },
-            )?);
+            )?;
+            // ConsumerRecord has no __traverse__ (the GC cannot see its fields anyway): being
+            // tracked would only make every collection walk each record still held.
+            super::gc_untrack(&record);
+            out.push(record.unbind());
         }
         Ok(out)
     }
