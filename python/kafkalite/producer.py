@@ -35,6 +35,7 @@ from kafkalite._native import (
 )
 from kafkalite.client_config import PRODUCER_CONFIG
 from kafkalite.compaction import clean_if_dirty
+from kafkalite.durable_acks import DurableAcks
 from kafkalite.datadir import METADATA_FILE, NOTIFY_FILE, DataDir, is_compacted, log_options
 from kafkalite.errors import (
     IllegalStateError,
@@ -67,6 +68,10 @@ _MTIME_SETTLED_NS = 2_000_000_000
 #: for its queued records to be written (seconds; ``Producer.close()`` takes its own timeout).
 #: Records still unwritten then are named in a logged warning.
 EXIT_FLUSH_TIMEOUT = 30.0
+
+#: How long an acks='all' batch waits for another writer's sync (a stopped process holding the
+#: partition's sync lock) before it fails: the engine's lock timeout, Kafka's max.block.ms default.
+_DURABLE_TIMEOUT_MS = 60_000
 
 #: Producer config keys (kafka-python's names) and their defaults (``PRODUCER_CONFIG``).
 DEFAULTS: dict[str, Any] = PRODUCER_CONFIG.defaults()
@@ -273,6 +278,13 @@ class _Topic:
             p.codec = self.codec
 
 
+def _finish_batch(batch: _Batch, error: BaseException | None) -> None:
+    """The batch is written (and, under acks='all', on disk), or failed: resolve its futures."""
+    batch.error = error
+    batch.done.set()
+    _resolve_callbacks(batch)
+
+
 def _log_background_failure(what: str, e: Exception) -> None:
     """The one rule for background work that failed and is retried on the next pass: a
     KafkaliteError (full disk, too many open files) is operational and its message says it all
@@ -365,6 +377,8 @@ class _Sender:
         self.pid = os.getpid()  # a forked child must not flush its parent's records at its exit
         self.thread = threading.Thread(target=self.run, name="kafkalite-producer-sender", daemon=True)
         self.flusher = _Flusher()
+        #: acks='all': batches appended and waiting for group commit before they are acknowledged.
+        self.acks = DurableAcks(_finish_batch, _DURABLE_TIMEOUT_MS)
         #: The metadata file's identity when forget_deleted last swept (None: sweep next time).
         self.swept_metadata: tuple[int, int, int] | None = None
 
@@ -501,10 +515,12 @@ class _Sender:
             return
         p.current = (BatchBuffer(p.codec), _Batch(p.topic, p.number))
         p.inflight = count
+        mark = None
         try:
-            result = self.log(p)._native.append_buffer(buffer)
+            # acks='all': appended now, acknowledged by self.acks once group commit synced it.
+            result = self.log(p)._native.append_buffer_deferred(buffer)
             if result is not None:
-                batch.first_offset, _, batch.log_append_time = result
+                batch.first_offset, _, batch.log_append_time, mark = result
         except Exception as e:  # every failure reaches the batch's futures, and the log
             if isinstance(e, KafkaliteError):
                 logger.warning("%d records for %s-%d were not written: %s", count, p.topic, p.number, e)
@@ -513,12 +529,15 @@ class _Sender:
             batch.error = e
         finally:
             p.inflight = 0
-        batch.done.set()
-        _resolve_callbacks(batch)
+        if mark is not None:
+            self.acks.hand(batch, mark, count, f"{p.topic}-{p.number}")
+        else:
+            _finish_batch(batch, batch.error)
 
     def pending(self) -> int:
         """Records accepted by send() and not written yet."""
-        return sum(len(p.current[0]) + p.inflight for t in list(self.topics.values()) for p in t.partitions)
+        queued = sum(len(p.current[0]) + p.inflight for t in list(self.topics.values()) for p in t.partitions)
+        return queued + self.acks.pending()
 
     # -- the sender thread ----------------------------------------------------------------
     def run(self) -> None:
@@ -638,10 +657,12 @@ class _Sender:
                         f"flush did not finish within {timeout} s; {self.pending()} records are not written yet"
                     )
                 self.drain(p)
-                if self.durable:
-                    with p.drain_lock:  # forget_unused may close the log meanwhile
-                        if p.log is not None:
-                            p.log.flush()
+        # acks='all': the batches just appended are acknowledged once group commit synced them.
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not self.acks.wait_idle(left):
+            raise KafkaTimeoutError(
+                f"flush did not finish within {timeout} s; {self.pending()} records are not on disk yet"
+            )
 
     def close(self, timeout: float | None) -> None:
         if self.closed:
@@ -660,6 +681,7 @@ class _Sender:
                 self.wakeup.notify()
             if self.thread.is_alive() and self.thread is not threading.current_thread():
                 self.thread.join(left())
+            self.acks.close(left())
             for t in self.topics.values():
                 for p in t.partitions:
                     if p.log is not None:

@@ -62,6 +62,10 @@ pub struct Log {
     dir_identity: (u64, u64),
     /// `open` finished: the segments were loaded (and recovered) completely.
     loaded: bool,
+    /// Group commit of flush="always" writers (`group_commit.rs`); None for others.
+    group: Option<std::sync::Arc<crate::group_commit::GroupCommit>>,
+    /// What the current append waits for under flush="always", taken by `as_writer`.
+    pending_durable: Option<crate::group_commit::Ticket>,
     /// Set by `close_within`: the append lock must be had by then.
     lock_deadline: Option<std::time::Instant>,
     /// The data directory's preallocation budget (writers only), held so the limit this log
@@ -176,6 +180,9 @@ impl Log {
         }
         if let Some(why) = &self.poisoned {
             return Err(Error::Poisoned(why.clone()));
+        }
+        if let Some(why) = self.group.as_ref().and_then(|g| g.failure()) {
+            return Err(Error::Poisoned(why));
         }
         Ok(())
     }

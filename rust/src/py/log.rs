@@ -19,6 +19,7 @@ use crate::txn::{IsolationLevel, TxnState};
 use super::arrow::ArrowBatch;
 use super::buffer::BatchView;
 use super::consumer::ConsumerRecord;
+use super::durable::DurableMark;
 use super::producer::BatchBuffer;
 use super::record::{header_slices, held_headers, HeldHeaders, Record, RecordArena};
 
@@ -300,6 +301,23 @@ impl PyLog {
                 .map(Some),
             None => Ok(None),
         }
+    }
+
+    /// `append_buffer` that does not wait for durability: under flush="always" the result also
+    /// holds the `DurableMark` to pass to `wait_durable` before acknowledging (None otherwise).
+    #[allow(clippy::type_complexity)]
+    fn append_buffer_deferred(
+        &self,
+        py: Python<'_>,
+        buffer: &BatchBuffer,
+    ) -> PyResult<Option<(i64, i64, Option<i64>, Option<DurableMark>)>> {
+        let Some(builder) = buffer.take() else { return Ok(None) };
+        let ((first, last), ticket, time) = self.detached(py, |log| {
+            let (range, ticket) = log.append_builder_deferred(builder)?;
+            Ok((range, ticket, log.last_log_append_time()))
+        })?;
+        let mark = ticket.map(|ticket| DurableMark { ticket, dir: self.path.clone() });
+        Ok(Some((first, last, time, mark)))
     }
 
     /// Decode up to `max_records` records as kafka-python `ConsumerRecord`s of `topic`/`partition`.
