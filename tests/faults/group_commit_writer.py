@@ -1,0 +1,93 @@
+"""The workload of tests/test_power_loss_group_commit.py: several threads, each its own
+``Log(shared_writers=True, flush="always")`` of one partition, appending small batches, in
+two processes at once (``--pair``); the first process is killed by the engine's fail point
+``group_commit.sync=kill@N`` (SIGKILL at its N-th group sync, holding the sync lock, before
+its msync) while the second goes on.
+
+After each acknowledged append a thread opens ``MARKERS/ack-<first>-<last>-<pid>-<thread>-<seq>``
+(which does not exist): that failing openat() is the ack's point in the strace log, and the name
+says which records it acknowledged (their values follow from it, ``values_for``). A process
+ends with os._exit, as a crash would: no close. Both processes open their logs first and start
+appending together, so the kill lands while the other process has appends waiting.
+
+usage: group_commit_writer.py PART_DIR MARKERS SEED THREADS APPENDS SEGMENT_BYTES
+       group_commit_writer.py --pair PART_DIR MARKERS SEED THREADS APPENDS SEGMENT_BYTES KILL_AT"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+
+def values_for(pid: int, thread: int, seq: int, n: int) -> list[bytes]:
+    return [(b"%d-%d-%d-%d;" % (pid, thread, seq, i)) * (1 + (seq + i) % 7) for i in range(n)]
+
+
+def writer(
+    part_dir: str, markers: str, seed: int, thread: int, appends: int, segment_bytes: int, start: threading.Barrier
+) -> None:
+    from kafkalite import Log
+
+    rng = random.Random(seed * 1000 + thread)
+    pid = os.getpid()
+    log = Log(part_dir, shared_writers=True, flush="always", segment_bytes=segment_bytes)
+    start.wait()
+    for seq in range(appends):
+        first, last = log.append_values(values_for(pid, thread, seq, rng.randint(1, 20)))
+        try:
+            os.open(os.path.join(markers, f"ack-{first}-{last}-{pid}-{thread}-{seq}"), os.O_RDONLY)
+        except FileNotFoundError:
+            pass
+
+
+def main(part_dir: str, markers: str, seed: int, threads: int, appends: int, segment_bytes: int) -> None:
+    """Every thread opens its log; once all threads of both processes have (a file per process in
+    BARRIER, the environment variable), they append."""
+    barrier = os.environ.get("GROUP_COMMIT_BARRIER")
+
+    def both_ready() -> None:
+        if barrier:
+            open(os.path.join(barrier, str(os.getpid())), "w").close()
+            while len(os.listdir(barrier)) < 2:
+                time.sleep(0.005)
+
+    start = threading.Barrier(threads + 1)
+    workers = [
+        threading.Thread(target=writer, args=(part_dir, markers, seed, t, appends, segment_bytes, start))
+        for t in range(threads)
+    ]
+    for w in workers:
+        w.start()
+    both_ready()
+    start.wait()
+    for w in workers:
+        w.join()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def pair(args: list[str], kill_at: int) -> None:
+    """Both processes at once; the first killed at its kill_at-th group sync. Prints both statuses."""
+    barrier = tempfile.mkdtemp(prefix="group-commit-barrier-")
+    plain = dict(os.environ, GROUP_COMMIT_BARRIER=barrier)
+    killed = dict(plain, KAFKALITE_FAILPOINTS=f"group_commit.sync=kill@{kill_at}")
+    kids = [
+        subprocess.Popen([sys.executable, __file__, *args[:2], str(int(args[2]) + i), *args[3:]], env=env)
+        for i, env in enumerate([killed, plain])
+    ]
+    print(" ".join(str(k.wait(300)) for k in kids), flush=True)
+    shutil.rmtree(barrier)
+
+
+if __name__ == "__main__":
+    a = sys.argv[1:]
+    if a[0] == "--pair":
+        pair(a[1:7], int(a[7]))
+    else:
+        main(a[0], a[1], int(a[2]), int(a[3]), int(a[4]), int(a[5]))
