@@ -181,7 +181,8 @@ impl GroupCommit {
             }
         }
         self.turn.notify_all();
-        result
+        // Every waiter of a failed sync sees the same poisoned-writer error (a timeout is not a failure).
+        result.map_err(|e| if matches!(e, Error::LockTimeout { .. }) { e } else { Error::Poisoned(e.to_string()) })
     }
 
     /// This thread is the syncer of its process: take the sync lock, and msync what was

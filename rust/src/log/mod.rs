@@ -220,8 +220,11 @@ impl Log {
         }
         // A log whose open failed part-way recovered nothing: it must not leave the marker
         // that tells the next writer to trust the files.
+        // A failed group sync poisons the writer as a failed flush does (its waiters may have
+        // been another thread's, so `poisoned` may not say it).
+        let poisoned = self.poisoned.is_some() || self.group.as_ref().is_some_and(|g| g.failure().is_some());
         let finish = match self.lock.as_mut() {
-            Some(lock) => self.loaded && self.poisoned.is_none() && lock.last_one_out(),
+            Some(lock) => self.loaded && !poisoned && lock.last_one_out(),
             None => false,
         };
         let result = if finish { self.as_writer(|log| log.finish_partition()) } else { Ok(()) };
