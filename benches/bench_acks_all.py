@@ -9,11 +9,13 @@ A shape PxT runs P processes of T threads each, every thread sending records/(P*
 through its process's one producer (kafkalite's Producer and confluent-kafka's Producer are both
 thread-safe); the time runs from "go" to the last process's flush. Rounds are interleaved and
 the medians printed; every row counts its records back (end offsets) and stops the run if any
-is missing. Prints a markdown table; nothing is written unless --out is given."""
+is missing. Prints a markdown table and writes it to ``results/acks-all-<date>.md`` (a new name
+if that exists), or to --out."""
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import shutil
 import statistics
@@ -132,12 +134,21 @@ def run_shape(side: str, target: str, topic: str, procs: int, threads: int, reco
     return (records // procs // threads) * procs * threads / took
 
 
+def new_result_path() -> Path:
+    stem = HERE / "results" / f"acks-all-{datetime.date.today().isoformat()}"
+    path, n = stem.with_suffix(".md"), 1
+    while path.exists():
+        n += 1
+        path = Path(f"{stem}-{n}.md")
+    return path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--shape", action="append", help="PxT: processes x threads (default 1x1 and 2x2)")
-    ap.add_argument("--out", help="also write the table to this file")
+    ap.add_argument("--out", help="write the table here (default: results/acks-all-<date>.md, a new name)")
     ap.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -177,8 +188,9 @@ def main() -> None:
             lines.append(f"| {shape[0]}x{shape[1]} | {a:,.0f} rec/s | {b:,.0f} rec/s | {a / b:.2f}x |")
         table = "\n".join(lines)
         print(table)
-        if args.out:
-            Path(args.out).write_text(table + "\n")
+        out = Path(args.out) if args.out else new_result_path()
+        out.write_text(table + "\n")
+        print(f"written to {out}")
     finally:
         if broker is not None:
             broker.stop()

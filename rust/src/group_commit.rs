@@ -353,3 +353,63 @@ fn copy_error(e: &Error) -> Error {
         other => Error::Poisoned(other.to_string()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn segment(dir: &Path, len: usize) -> (Arc<MappedFile>, PathBuf) {
+        let path = dir.join("00000000000000000000.log");
+        let file = std::fs::OpenOptions::new().read(true).write(true).create(true).open(&path).unwrap();
+        file.set_len(len as u64).unwrap();
+        (MappedFile::writable(&file, len, "segment").unwrap(), path)
+    }
+
+    #[test]
+    fn a_sync_publishes_what_was_appended_before_it_and_covers_later_waiters() {
+        let dir = tempfile::tempdir().unwrap();
+        let group = GroupCommit::open(dir.path()).unwrap();
+        group.reset(0, 0);
+        let (map, path) = segment(dir.path(), 8192);
+        let first = Ticket::new(&group, 0, 100, Arc::clone(&map), path.clone());
+        group.appended(0, 100);
+        group.appended(0, 300); // another writer appended meanwhile
+        let second = Ticket::new(&group, 0, 300, map, path);
+        assert!(!group.covered(&first));
+        first.wait(None).unwrap();
+        assert_eq!(group.load(DURABLE), Some((0, 300)), "the sync covers everything appended before it");
+        assert!(group.covered(&second), "a later waiter needs no sync of its own");
+        // Another process opening the same file sees the same watermark.
+        let other = GroupCommit::open(dir.path()).unwrap();
+        assert_eq!(other.load(DURABLE), Some((0, 300)));
+    }
+
+    #[test]
+    fn a_writer_killed_mid_store_leaves_no_watermark_to_trust() {
+        let dir = tempfile::tempdir().unwrap();
+        let group = GroupCommit::open(dir.path()).unwrap();
+        group.reset(0, 0);
+        group.store(DURABLE, 0, 4096);
+        // A writer died between its two sequence stores: the word stays odd.
+        group.word(DURABLE).fetch_or(1, Ordering::SeqCst);
+        let (map, path) = segment(dir.path(), 8192);
+        let ticket = Ticket::new(&group, 0, 200, map, path);
+        assert_eq!(group.load(DURABLE), None);
+        assert!(!group.covered(&ticket), "a torn watermark covers nothing");
+        group.appended(0, 200);
+        ticket.wait(None).unwrap(); // syncs itself, then publishes a whole pair again
+        assert_eq!(group.load(DURABLE), Some((0, 200)));
+    }
+
+    #[test]
+    fn a_ticket_of_a_rolled_segment_syncs_its_own_bytes_and_publishes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let group = GroupCommit::open(dir.path()).unwrap();
+        group.reset(0, 0);
+        let (map, path) = segment(dir.path(), 8192);
+        let old = Ticket::new(&group, 0, 500, map, path);
+        group.appended(40, 64); // the partition rolled to segment 40 since
+        old.wait(None).unwrap();
+        assert_eq!(group.load(DURABLE), Some((NO_SEGMENT, 0)), "nothing of segment 40 was synced");
+    }
+}
