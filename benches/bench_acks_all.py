@@ -104,7 +104,17 @@ def run_shape(side: str, target: str, topic: str, procs: int, threads: int, reco
     env = dict(os.environ)
     kids = [
         subprocess.Popen(
-            [sys.executable, __file__, "--child", side, target, topic, str(threads), str(i * per_proc), str(per_proc)],
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                side,
+                target,
+                topic,
+                str(threads),
+                str(i * per_proc),
+                str(per_proc),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -114,7 +124,9 @@ def run_shape(side: str, target: str, topic: str, procs: int, threads: int, reco
     ]
     try:
         for k in kids:
-            assert k.stdout is not None and k.stdout.readline().strip() == "ready", f"{side} child did not start"
+            assert k.stdout is not None and k.stdout.readline().strip() == "ready", (
+                f"{side} child did not start"
+            )
         os.sync()  # earlier rows' writeback must not land on this one
         began = time.perf_counter()
         for k in kids:

@@ -55,7 +55,11 @@ def run_producer(tmp_path, fault: str, partitions: int, flush_every: int = 0) ->
     env = {**os.environ, "KAFKALITE_FAILPOINTS": fault}
     done = subprocess.run(
         [sys.executable, "-c", PRODUCER, str(tmp_path / "data"), str(partitions), str(flush_every)],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.splitlines()[-1])
@@ -113,7 +117,12 @@ def test_a_log_whose_sync_fails_raises_and_takes_no_more_appends(tmp_path, point
     part = tmp_path / "t-0"
     env = {**os.environ, "KAFKALITE_FAILPOINTS": f"{point}=eio"}
     done = subprocess.run(
-        [sys.executable, "-c", LOG_CHILD, str(part)], env=env, capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-c", LOG_CHILD, str(part)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()

@@ -58,7 +58,8 @@ _MSYNC = re.compile(r"^msync\((0x[0-9a-f]+), (\d+), MS_SYNC\)\s+= 0")
 _FSYNC = re.compile(r"^f(?:data)?sync\((\d+)\)\s+= 0")
 _TRIM = re.compile(r"^ftruncate\((\d+), \d+\)\s+= 0")
 _UNLOCK = re.compile(r"^flock\((\d+), LOCK_UN\)\s+= 0")
-_ACK = re.compile(r"ack-(\d+)-(\d+)-(\d+)-(\d+)-(\d+)$")
+_ACK = re.compile(r"(p?)ack-(\d+)-(\d+)-(\d+)-(\d+)-(\d+)$")
+_LOCKED = re.compile(r"^flock\((\d+), LOCK_EX\|LOCK_NB\)\s+= 0")
 
 
 @dataclass
@@ -78,7 +79,8 @@ class Ack:
     pid: int
     thread: int
     seq: int
-    written_by: int  # trace index of the writer's append lock release before the ack
+    written_by: int  # trace index by which the batch was in the page cache (its append lock release)
+    producer: bool  # acknowledged by a Producer's future (else by Log.append_values returning)
 
 
 @dataclass
@@ -87,6 +89,9 @@ class Model:
     acks: list[Ack] = field(default_factory=list)
     created: dict[str, int] = field(default_factory=dict)  # segment .log path -> trace index of its creation
     sealed: dict[str, int] = field(default_factory=dict)  # segment .log path -> its first trim (seal)
+    # Append lock holds: (process, fd, thread, trace index of the lock, of the release).
+    holds: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    ack_threads: set[tuple[int, int]] = field(default_factory=set)  # (process, tid) of Log threads' acks
 
 
 def events(trace: str):
@@ -122,7 +127,8 @@ def model_from_strace(trace: str, part_dir: str) -> Model:
 
     fds: dict[int, dict[int, str]] = {}  # process -> fd -> path
     maps: dict[int, list[tuple[int, int, str, int]]] = {}  # process -> (addr, len, path, file offset)
-    last_release: dict[int, int] = {}  # tid -> trace index of its last append lock release
+    last_release: dict[int, int] = {}  # tid -> trace index where its last append lock release began
+    locked: dict[tuple[int, int], int] = {}  # (process, fd) -> trace index of the lock taken
     for i, tid, began, text in events(trace):
         proc = process_of(tid)
         table = fds.setdefault(proc, {})
@@ -137,14 +143,20 @@ def model_from_strace(trace: str, part_dir: str) -> Model:
                 if "O_CREAT" in text and path.endswith(".log"):
                     model.created.setdefault(os.path.normpath(path), i)
             elif a := _ACK.search(path):
-                first, last, pid, thread, seq = (int(g) for g in a.groups())
-                model.acks.append(Ack(i, first, last, pid, thread, seq, last_release.get(tid, -1)))
+                first, last, pid, thread, seq = (int(g) for g in a.groups()[1:])
+                model.acks.append(
+                    Ack(i, first, last, pid, thread, seq, last_release.get(tid, -1), a.group(1) == "p")
+                )
+                if a.group(1) != "p":
+                    model.ack_threads.add((proc, tid))
         elif m := _CLOSE.match(text):
             table.pop(int(m.group(1)), None)
         elif m := _MMAP.match(text):
             path = table.get(int(m.group(2)), "")
             if path.endswith(".log"):
-                maps.setdefault(proc, []).append((int(m.group(4), 16), int(m.group(1)), path, int(m.group(3))))
+                maps.setdefault(proc, []).append(
+                    (int(m.group(4), 16), int(m.group(1)), path, int(m.group(3)))
+                )
         elif m := _MUNMAP.match(text):
             addr = int(m.group(1), 16)
             maps[proc] = [x for x in maps.get(proc, []) if x[0] != addr]
@@ -162,10 +174,55 @@ def model_from_strace(trace: str, part_dir: str) -> Model:
             path = table.get(int(m.group(1)), "")
             if path.endswith(".log"):
                 model.sealed.setdefault(path, began)
+        elif m := _LOCKED.match(text):
+            if table.get(int(m.group(1)), "").endswith(".kafkalite.lock"):
+                locked[(proc, int(m.group(1)))] = i
         elif m := _UNLOCK.match(text):
             if table.get(int(m.group(1)), "").endswith(".kafkalite.lock"):
-                last_release[tid] = i
+                # The batch was stored before the release was called: its entry, not its return.
+                last_release[tid] = began
+                start = locked.pop((proc, int(m.group(1))), None)
+                if start is not None:
+                    model.holds.append((proc, int(m.group(1)), tid, start, began))
     return model
+
+
+def attribute_producer_batches(model: Model, part_dir: str, batches) -> None:
+    """A producer's future is resolved by its acks thread, not by the thread that appended, so
+    its batch's write is found another way: the producing process is the only one writing its
+    values, each of its append lock holds after the first on a descriptor (the log's open) and
+    before its last acknowledgement appends exactly one batch (a drain), in file order. Sets
+    `written_by` of every producer acknowledgement to the release of that hold."""
+    log_threads = {tid for _, tid in model.ack_threads}  # their holds are their own appends
+    for pid in {a.pid for a in model.acks if a.producer}:
+        last_ack = max(a.at for a in model.acks if a.pid == pid and a.producer)
+        holds, opened = [], set()
+        theirs = [h for h in model.holds if h[0] == pid and h[2] not in log_threads]
+        for proc, fd, _tid, start, end in sorted(theirs, key=lambda h: h[3]):
+            if (proc, fd) not in opened:
+                opened.add((proc, fd))  # the open's hold: recovery or following, no batch
+            elif start < last_ack:
+                holds.append(end)
+        holds.sort()
+        with Log(part_dir, readonly=True) as log:
+            mine = [
+                base
+                for base in sorted(batches)
+                if next(iter(log.records(base, base + 1))).value.startswith(b"%d-p" % pid)
+            ]
+        assert len(mine) == len(holds), (
+            f"the producer (pid {pid}) wrote {len(mine)} batches in {len(holds)} append lock holds: "
+            "the model's one batch per hold does not hold"
+        )
+        written = dict(zip(mine, holds, strict=True))
+        for a in model.acks:
+            if a.producer and a.pid == pid:
+                a.written_by = written[batch_of(batches, a.first)]
+
+
+def batch_of(batches, offset: int) -> int:
+    """The base offset of the batch holding `offset`."""
+    return max(base for base in batches if base <= offset)
 
 
 def batches_on_disk(part_dir: str) -> dict[int, tuple[str, int, int]]:
@@ -185,7 +242,10 @@ def written_before(model: Model, batches: dict[int, tuple[str, int, int]]) -> di
     cache. Acknowledged batches have their writer's lock release; batches are written in file
     order (under the append lock), so any other batch was written before the next acknowledged one,
     and before its segment was sealed (trimmed)."""
-    known = {a.first: a.written_by for a in model.acks}
+    known: dict[int, int] = {}
+    for a in model.acks:
+        base = batch_of(batches, a.first)
+        known[base] = min(known.get(base, a.written_by), a.written_by)
     bound, out = None, {}
     for base in sorted(batches, reverse=True):
         if base in known:
@@ -204,14 +264,16 @@ def durable_at(model: Model, batches, written, k: int) -> set[int]:
     out = set()
     for base, w in written.items():
         path, pos, size = batches[base]
-        if any(s.exit < k and s.entry > w and s.path == path and s.start <= pos and s.end >= pos + size
-               for s in model.syncs):
+        if any(
+            s.exit < k and s.entry > w and s.path == path and s.start <= pos and s.end >= pos + size
+            for s in model.syncs
+        ):
             out.add(base)
     return out
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
+@pytest.fixture(scope="module", params=["log-threads", "with-producer"])
+def run(request, tmp_path_factory):
     strace = shutil.which("strace")
     if not strace:
         pytest.skip("strace is not installed: the group commit model needs the system calls")
@@ -220,31 +282,59 @@ def run(tmp_path_factory):
     markers = str(root / "no-such-dir")
     trace_file = str(root / "strace.txt")
     syscalls = "openat,close,mmap,munmap,msync,fsync,fdatasync,flock,ftruncate,clone,clone3,vfork,fork"
-    cmd = [sys.executable, WRITER, "--pair", part_dir, markers, "7", str(THREADS), str(APPENDS),
-           str(SEGMENT_BYTES), str(KILL_AT)]
-    done = subprocess.run([strace, "-f", "-qq", "-e", f"trace={syscalls}", "-o", trace_file, *cmd],
-                          capture_output=True, text=True, timeout=300, check=False)
+    cmd = [
+        sys.executable,
+        WRITER,
+        "--pair",
+        part_dir,
+        markers,
+        "7",
+        str(THREADS),
+        str(APPENDS),
+        str(SEGMENT_BYTES),
+        str(KILL_AT),
+    ] + (["--producer"] if request.param == "with-producer" else [])
+    done = subprocess.run(
+        [strace, "-f", "-qq", "-e", f"trace={syscalls}", "-o", trace_file, *cmd],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     if done.returncode != 0 or not os.path.exists(trace_file):
         pytest.skip(f"strace could not run the workload (status {done.returncode}): {done.stderr[-300:]}")
     statuses = done.stdout.split()
-    assert statuses == ["-9", "0"], f"expected the first writer killed and the second finished, got {statuses}"
+    assert statuses == ["-9", "0"], (
+        f"expected the first writer killed and the second finished, got {statuses}"
+    )
     with open(trace_file) as f:
         model = model_from_strace(f.read(), part_dir)
-    pids = {a.pid for a in model.acks}
-    assert len(pids) == 2, "both processes acknowledged appends"
+    log_acks = sorted(
+        sum(not a.producer and a.pid == pid for a in model.acks) for pid in {a.pid for a in model.acks}
+    )
+    assert len(log_acks) == 2 and 0 < log_acks[0] < THREADS * APPENDS == log_acks[1], (
+        f"both processes acknowledged appends, the killed one fewer: {log_acks}"
+    )
+    producer_acks = sum(a.producer for a in model.acks)
+    assert producer_acks == (THREADS * APPENDS * 4 if request.param == "with-producer" else 0)
     batches = batches_on_disk(part_dir)
+    attribute_producer_batches(model, part_dir, batches)
     return part_dir, model, batches
 
 
 def test_every_acknowledged_batch_was_synced_after_it_was_written(run):
     part_dir, model, batches = run
-    assert len(model.acks) > THREADS * APPENDS, "the second process acknowledged all its appends"
     for a in model.acks:
-        assert a.first in batches, f"acknowledged batch at offset {a.first} is not in the files"
-        path, pos, size = batches[a.first]
-        covering = [s for s in model.syncs
-                    if s.entry > a.written_by and s.exit < a.at and s.path == path
-                    and s.start <= pos and s.end >= pos + size]
+        path, pos, size = batches[batch_of(batches, a.first)]
+        covering = [
+            s
+            for s in model.syncs
+            if s.entry > a.written_by
+            and s.exit < a.at
+            and s.path == path
+            and s.start <= pos
+            and s.end >= pos + size
+        ]
         assert covering, (
             f"offsets {a.first}..{a.last} (pid {a.pid} thread {a.thread}) were acknowledged at trace line "
             f"{a.at + 1} but no msync/fdatasync of {os.path.basename(path)} [{pos}, {pos + size}) started "
@@ -256,8 +346,11 @@ def test_every_acknowledged_record_survives_every_crash_image(run, tmp_path):
     part_dir, model, batches = run
     written = written_before(model, batches)
     rng = random.Random(11)
-    files = {n: open(os.path.join(part_dir, n), "rb").read() for n in os.listdir(part_dir)
-             if os.path.isfile(os.path.join(part_dir, n))}
+    files = {
+        n: open(os.path.join(part_dir, n), "rb").read()
+        for n in os.listdir(part_dir)
+        if os.path.isfile(os.path.join(part_dir, n))
+    }
     for image in range(IMAGES):
         ack = rng.choice(model.acks)
         acked = [a for a in model.acks if a.at <= ack.at]
@@ -287,16 +380,21 @@ def test_every_acknowledged_record_survives_every_crash_image(run, tmp_path):
                     data[cut : page + PAGE] = bytes(len(data[cut : page + PAGE]))
                 notes.append(f"{name}: durable below {prefix}")
             (path / name).write_bytes(bytes(data))
-        where = f"image {image} at the ack of {ack.first}..{ack.last} (trace line {ack.at + 1}); " + "; ".join(notes)
+        where = (
+            f"image {image} at the ack of {ack.first}..{ack.last} (trace line {ack.at + 1}); "
+            + "; ".join(notes)
+        )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # RecoveryWarning: the unsynced tail is cut
             log = Log(str(path), segment_bytes=SEGMENT_BYTES, flush="always")
         try:
             got = {r.offset: r.value for r in log.records(0, max(a.last for a in acked) + 1)}
             for a in acked:
-                want = values_for(a.pid, a.thread, a.seq, a.last - a.first + 1)
+                want = values_for(a.pid, a.thread, a.seq, a.last - a.first + 1, a.producer)
                 for i, v in enumerate(want):
-                    assert got.get(a.first + i) == v, f"acknowledged offset {a.first + i} reads {got.get(a.first + i)!r}; {where}"
+                    assert got.get(a.first + i) == v, (
+                        f"acknowledged offset {a.first + i} reads {got.get(a.first + i)!r}; {where}"
+                    )
         finally:
             log.close()
         shutil.rmtree(path.parent)

@@ -77,13 +77,17 @@ class DurableAcks:
                     return
                 work, self._queue = self._queue, []
             try:
-                errors: list[BaseException | None] = wait_durable([m for _, m, _, _ in work], self._timeout_ms)
+                errors: list[BaseException | None] = wait_durable(
+                    [m for _, m, _, _ in work], self._timeout_ms
+                )
             except BaseException as e:  # a bug: fail the batches (never acknowledge them) and say so
                 logger.exception("waiting for %d batches to be durable failed", len(work))
                 errors = [e] * len(work)
             for (batch, _, records, where), error in zip(work, errors, strict=True):
                 if error is not None:
-                    logger.warning("%d records for %s were appended but not made durable: %s", records, where, error)
+                    logger.warning(
+                        "%d records for %s were appended but not made durable: %s", records, where, error
+                    )
                 try:
                     self._resolve(batch, error)
                 except Exception:  # a resolve that raised must not stop the acknowledgements

@@ -35,8 +35,8 @@ from kafkalite._native import (
 )
 from kafkalite.client_config import PRODUCER_CONFIG
 from kafkalite.compaction import clean_if_dirty
-from kafkalite.durable_acks import DurableAcks
 from kafkalite.datadir import METADATA_FILE, NOTIFY_FILE, DataDir, is_compacted, log_options
+from kafkalite.durable_acks import DurableAcks
 from kafkalite.errors import (
     IllegalStateError,
     InvalidConfigError,

@@ -360,7 +360,7 @@ mod tests {
 
     fn segment(dir: &Path, len: usize) -> (Arc<MappedFile>, PathBuf) {
         let path = dir.join("00000000000000000000.log");
-        let file = std::fs::OpenOptions::new().read(true).write(true).create(true).open(&path).unwrap();
+        let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
         file.set_len(len as u64).unwrap();
         (MappedFile::writable(&file, len, "segment").unwrap(), path)
     }
