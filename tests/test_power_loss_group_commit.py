@@ -10,7 +10,8 @@ from the process's mmap calls), and every acknowledgement (a failing openat of a
 names the records). From them:
 
 1. Every acknowledged batch was covered by a successful msync (or fdatasync) of its file that
-   *started after* the batch was written and *finished before* the acknowledgement, by any
+   *started after* its writer took the append lock to write it (the writer publishes the batch
+   to syncers before it releases the lock) and *finished before* the acknowledgement, by any
    thread or process. A watermark published for bytes nobody synced (a syncer trusting another
    process's claim, a killed syncer's half-written state) fails this.
 2. Crash images: at an acknowledgement k, a batch is durable if such a sync covered it before
@@ -42,9 +43,9 @@ from kafkalite._native import inspect_segment
 
 PAGE = 4096
 THREADS = 3
-APPENDS = 25
+APPENDS = 60
 SEGMENT_BYTES = 16384
-KILL_AT = 12
+KILL_AT = 30
 IMAGES = 60
 WRITER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "faults", "group_commit_writer.py")
 
@@ -79,7 +80,7 @@ class Ack:
     pid: int
     thread: int
     seq: int
-    written_by: int  # trace index by which the batch was in the page cache (its append lock release)
+    written_by: int  # trace index where its writer took the append lock to write it
     producer: bool  # acknowledged by a Producer's future (else by Log.append_values returning)
 
 
@@ -127,8 +128,12 @@ def model_from_strace(trace: str, part_dir: str) -> Model:
 
     fds: dict[int, dict[int, str]] = {}  # process -> fd -> path
     maps: dict[int, list[tuple[int, int, str, int]]] = {}  # process -> (addr, len, path, file offset)
-    last_release: dict[int, int] = {}  # tid -> trace index where its last append lock release began
+    # tid -> trace index where it last took the append lock. A batch counts as written from its
+    # writer's lock taken on: the writer stores it and publishes it to syncers (the shared
+    # "appended" end) while holding the lock, so a sync of it may start before the release.
+    last_lock: dict[int, int] = {}
     locked: dict[tuple[int, int], int] = {}  # (process, fd) -> trace index of the lock taken
+    trims: dict[str, list[int]] = {}  # segment .log path -> its ftruncate calls (recovery cuts, seals)
     for i, tid, began, text in events(trace):
         proc = process_of(tid)
         table = fds.setdefault(proc, {})
@@ -145,7 +150,7 @@ def model_from_strace(trace: str, part_dir: str) -> Model:
             elif a := _ACK.search(path):
                 first, last, pid, thread, seq = (int(g) for g in a.groups()[1:])
                 model.acks.append(
-                    Ack(i, first, last, pid, thread, seq, last_release.get(tid, -1), a.group(1) == "p")
+                    Ack(i, first, last, pid, thread, seq, last_lock.get(tid, -1), a.group(1) == "p")
                 )
                 if a.group(1) != "p":
                     model.ack_threads.add((proc, tid))
@@ -173,17 +178,25 @@ def model_from_strace(trace: str, part_dir: str) -> Model:
         elif m := _TRIM.match(text):
             path = table.get(int(m.group(1)), "")
             if path.endswith(".log"):
-                model.sealed.setdefault(path, began)
+                trims.setdefault(path, []).append(began)
         elif m := _LOCKED.match(text):
             if table.get(int(m.group(1)), "").endswith(".kafkalite.lock"):
                 locked[(proc, int(m.group(1)))] = i
+                last_lock[tid] = i
         elif m := _UNLOCK.match(text):
             if table.get(int(m.group(1)), "").endswith(".kafkalite.lock"):
-                # The batch was stored before the release was called: its entry, not its return.
-                last_release[tid] = began
                 start = locked.pop((proc, int(m.group(1))), None)
                 if start is not None:
                     model.holds.append((proc, int(m.group(1)), tid, start, began))
+    # A segment's seal is its last trim before the next segment was created (earlier trims are
+    # recovery cutting a torn tail at open; the active segment has no seal).
+    for path, created in model.created.items():
+        older = [p for p in trims if p < path and p in model.created]
+        for p in older:
+            if p == max(older):
+                seals = [t for t in trims[p] if t < created]
+                if seals:
+                    model.sealed[p] = seals[-1]
     return model
 
 
@@ -192,17 +205,17 @@ def attribute_producer_batches(model: Model, part_dir: str, batches) -> None:
     its batch's write is found another way: the producing process is the only one writing its
     values, each of its append lock holds after the first on a descriptor (the log's open) and
     before its last acknowledgement appends exactly one batch (a drain), in file order. Sets
-    `written_by` of every producer acknowledgement to the release of that hold."""
+    `written_by` of every producer acknowledgement to the start of that hold."""
     log_threads = {tid for _, tid in model.ack_threads}  # their holds are their own appends
     for pid in {a.pid for a in model.acks if a.producer}:
         last_ack = max(a.at for a in model.acks if a.pid == pid and a.producer)
         holds, opened = [], set()
         theirs = [h for h in model.holds if h[0] == pid and h[2] not in log_threads]
-        for proc, fd, _tid, start, end in sorted(theirs, key=lambda h: h[3]):
+        for proc, fd, _tid, start, _end in sorted(theirs, key=lambda h: h[3]):
             if (proc, fd) not in opened:
                 opened.add((proc, fd))  # the open's hold: recovery or following, no batch
             elif start < last_ack:
-                holds.append(end)
+                holds.append(start)
         holds.sort()
         with Log(part_dir, readonly=True) as log:
             mine = [

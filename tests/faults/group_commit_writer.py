@@ -3,7 +3,7 @@
 two processes at once (``--pair``); the first process is killed by the engine's fail point
 ``group_commit.sync=kill@N`` (SIGKILL at its N-th group sync, holding the sync lock, before
 its msync) while the second goes on: as many Log threads and, with ``--producer``, as many
-threads sending through a ``Producer(acks='all')``.
+threads sending through a ``Producer(acks='all')`` (its Log threads then share one Log).
 
 After each acknowledged append a thread opens ``MARKERS/ack-<first>-<last>-<pid>-<thread>-<seq>``
 (the producer's future callback ``MARKERS/pack-<offset>-<offset>-...``), which does not exist: that failing openat() is the ack's point in the strace log, and the name
@@ -42,13 +42,15 @@ def writer(
     appends: int,
     segment_bytes: int,
     start: threading.Barrier,
+    shared_log=None,
 ) -> None:
     from kafkalite import Log
 
     rng = random.Random(seed * 1000 + thread)
     pid = os.getpid()
-    log = Log(part_dir, shared_writers=True, flush="always", segment_bytes=segment_bytes)
-    start.wait()
+    log = shared_log or Log(part_dir, shared_writers=True, flush="always", segment_bytes=segment_bytes)
+    start.wait(120)  # opened
+    start.wait(120)  # both processes opened theirs: go
     for seq in range(appends):
         first, last = log.append_values(values_for(pid, thread, seq, rng.randint(1, 20)))
         try:
@@ -60,7 +62,8 @@ def writer(
 def producer_thread(producer, markers: str, thread: int, appends: int, start: threading.Barrier) -> None:
     """send() with acks='all'; the future's callback (the producer's acks thread) marks the ack."""
     pid = os.getpid()
-    start.wait()
+    start.wait(120)
+    start.wait(120)
     for seq in range(appends * 4):  # single records: more of them, to overlap the other process
 
         def acked(m, seq=seq) -> None:
@@ -85,13 +88,21 @@ def main(part_dir: str, markers: str, seed: int, threads: int, appends: int, seg
     def both_ready() -> None:
         if barrier:
             open(os.path.join(barrier, str(os.getpid())), "w").close()
-            while len(os.listdir(barrier)) < 2:
+            deadline = time.monotonic() + 120
+            while len(os.listdir(barrier)) < 2 and time.monotonic() < deadline:
                 time.sleep(0.005)
 
     producing = bool(os.environ.get("GROUP_COMMIT_PRODUCER"))
     start = threading.Barrier(threads * (2 if producing else 1) + 1)
+    shared_log = None
+    if producing:  # this variant's Log threads also share one Log (their syncs group in-process)
+        from kafkalite import Log
+
+        shared_log = Log(part_dir, shared_writers=True, flush="always", segment_bytes=segment_bytes)
     workers = [
-        threading.Thread(target=writer, args=(part_dir, markers, seed, t, appends, segment_bytes, start))
+        threading.Thread(
+            target=writer, args=(part_dir, markers, seed, t, appends, segment_bytes, start, shared_log)
+        )
         for t in range(threads)
     ]
     if producing:
@@ -104,8 +115,11 @@ def main(part_dir: str, markers: str, seed: int, threads: int, appends: int, seg
         ]
     for w in workers:
         w.start()
+    # Every thread opened its log, then both processes did: go. (A thread that failed breaks
+    # the barrier: the process fails instead of hanging.)
+    start.wait(120)
     both_ready()
-    start.wait()
+    start.wait(120)
     for w in workers:
         w.join()
     sys.stdout.flush()

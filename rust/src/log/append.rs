@@ -32,9 +32,28 @@ impl Log {
         let ticket = self.pending_durable.take();
         let value = result?;
         if let Some(ticket) = ticket {
-            self.wait_durable(&ticket)?;
+            match &mut self.deferred_durable {
+                Some(deferred) => *deferred = Some(ticket),
+                None => self.wait_durable(&ticket)?,
+            }
         }
         Ok(value)
+    }
+
+    /// Run `f` (an append) without waiting for durability: under flush="always" returns the
+    /// ticket the caller must wait for (`Ticket::wait`) before acknowledging, so a caller that
+    /// shares this log between threads can wait outside its lock and the threads' appends share
+    /// one sync.
+    pub fn defer_durability<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<(T, Option<Ticket>)> {
+        self.deferred_durable = Some(None);
+        let result = f(self);
+        let ticket = self.deferred_durable.take().flatten();
+        Ok((result?, ticket))
+    }
+
+    /// The longest wait for another writer's sync from now (the lock timeout).
+    pub fn durability_deadline(&self) -> Option<std::time::Instant> {
+        self.config.lock_timeout.map(|t| std::time::Instant::now() + t)
     }
 
     fn as_writer_locked<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
@@ -55,7 +74,7 @@ impl Log {
     /// Wait for group commit to make `ticket` durable. A failed sync poisons the log (a
     /// timeout waiting for another writer's sync does not: nothing failed).
     pub fn wait_durable(&mut self, ticket: &Ticket) -> Result<()> {
-        let deadline = self.config.lock_timeout.map(|t| std::time::Instant::now() + t);
+        let deadline = self.durability_deadline();
         ticket.wait(deadline).inspect_err(|e| {
             if !matches!(e, Error::LockTimeout { .. }) {
                 self.poisoned = Some(e.to_string());

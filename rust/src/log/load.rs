@@ -64,6 +64,7 @@ impl Log {
             loaded: false,
             group: None,
             pending_durable: None,
+            deferred_durable: None,
             lock_deadline: None,
             _prealloc_budget: None,
         };

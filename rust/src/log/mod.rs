@@ -66,6 +66,8 @@ pub struct Log {
     group: Option<std::sync::Arc<crate::group_commit::GroupCommit>>,
     /// What the current append waits for under flush="always", taken by `as_writer`.
     pending_durable: Option<crate::group_commit::Ticket>,
+    /// Inside `defer_durability`: where `as_writer` leaves the ticket instead of waiting.
+    deferred_durable: Option<Option<crate::group_commit::Ticket>>,
     /// Set by `close_within`: the append lock must be had by then.
     lock_deadline: Option<std::time::Instant>,
     /// The data directory's preallocation budget (writers only), held so the limit this log
