@@ -39,6 +39,7 @@ from kafkalite._native import (
 from kafkalite.client_config import PRODUCER_CONFIG
 from kafkalite.compaction import clean_if_dirty
 from kafkalite.datadir import METADATA_FILE, NOTIFY_FILE, DataDir, is_compacted, log_options
+from kafkalite.durable_acks import DurableAcks
 from kafkalite.errors import (
     IllegalStateError,
     InvalidConfigError,
@@ -70,6 +71,10 @@ _MTIME_SETTLED_NS = 2_000_000_000
 #: for its queued records to be written (seconds; ``Producer.close()`` takes its own timeout).
 #: Records still unwritten then are named in a logged warning.
 EXIT_FLUSH_TIMEOUT = 30.0
+
+#: How long an acks='all' batch waits for another writer's sync (a stopped process holding the
+#: partition's sync lock) before it fails: the engine's lock timeout, Kafka's max.block.ms default.
+_DURABLE_TIMEOUT_MS = 60_000
 
 #: Producer config keys (kafka-python's names) and their defaults (``PRODUCER_CONFIG``).
 DEFAULTS: dict[str, Any] = PRODUCER_CONFIG.defaults()
@@ -181,6 +186,16 @@ class _Topic:
             )
 
 
+def _finish_batch(appended: tuple[Any, int, int | None], error: BaseException | None) -> None:
+    """A batch appended under acks='all' is on disk, or its sync failed: resolve its futures.
+    ``appended``: the native batch with the first offset and log-append time it was given."""
+    batch, first_offset, log_append_time = appended
+    if error is None:
+        batch.complete(first_offset, log_append_time)
+    else:
+        batch.fail(error)
+
+
 def _log_background_failure(what: str, e: Exception) -> None:
     """The one rule for background work that failed and is retried on the next pass: a
     KafkaliteError (full disk, too many open files) is operational and its message says it all
@@ -277,6 +292,8 @@ class _Sender:
         self.pid = os.getpid()  # a forked child must not flush its parent's records at its exit
         self.thread = threading.Thread(target=self.run, name="kafkalite-producer-sender", daemon=True)
         self.flusher = _Flusher()
+        #: acks='all': batches appended and waiting for group commit before they are acknowledged.
+        self.acks = DurableAcks(_finish_batch, _DURABLE_TIMEOUT_MS)
         #: The metadata file's identity when forget_deleted last swept (None: sweep next time).
         self.swept_metadata: tuple[int, int, int] | None = None
 
@@ -417,7 +434,8 @@ class _Sender:
             for buffer, batch in taken:
                 count = len(buffer)
                 try:
-                    result = self.log(p)._native.append_buffer(buffer)
+                    # acks='all': appended now, acknowledged by self.acks once group commit synced it.
+                    result = self.log(p)._native.append_buffer_deferred(buffer)
                 except Exception as e:  # every failure reaches the batch's futures, and the log
                     if isinstance(e, KafkaliteError):
                         logger.warning(
@@ -429,14 +447,25 @@ class _Sender:
                     batch.fail(e)
                     continue
                 p.inflight -= count
-                batch.complete(*((-1, None) if result is None else (result[0], result[2])))
+                if result is None:
+                    batch.complete(-1, None)
+                    continue
+                first_offset, _, log_append_time, mark = result
+                if mark is None:
+                    batch.complete(first_offset, log_append_time)
+                else:
+                    self.acks.hand(
+                        (batch, first_offset, log_append_time), mark, count, f"{p.topic}-{p.number}"
+                    )
         finally:
             p.inflight = 0
 
     def pending(self) -> int:
-        """Records accepted by send() and not written yet."""
+        """Records accepted by send() and not acknowledged yet (queued, being appended, or
+        appended and waiting to be durable)."""
         topics = list(self.topics.values())
-        return sum(t.acc.pending() for t in topics) + sum(p.inflight for t in topics for p in t.partitions)
+        queued = sum(t.acc.pending() for t in topics) + sum(p.inflight for t in topics for p in t.partitions)
+        return queued + self.acks.pending()
 
     # -- the sender thread ----------------------------------------------------------------
     def run(self) -> None:
@@ -555,10 +584,12 @@ class _Sender:
                         f"flush did not finish within {timeout} s; {self.pending()} records are not written yet"
                     )
                 self.drain(p)
-                if self.durable:
-                    with p.drain_lock:  # forget_unused may close the log meanwhile
-                        if p.log is not None:
-                            p.log.flush()
+        # acks='all': the batches just appended are acknowledged once group commit synced them.
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not self.acks.wait_idle(left):
+            raise KafkaTimeoutError(
+                f"flush did not finish within {timeout} s; {self.pending()} records are not on disk yet"
+            )
 
     def close(self, timeout: float | None) -> None:
         if self.closed:
@@ -577,6 +608,7 @@ class _Sender:
                 self.wakeup.notify()
             if self.thread.is_alive() and self.thread is not threading.current_thread():
                 self.thread.join(left())
+            self.acks.close(left())
             for t in self.topics.values():
                 for p in t.partitions:
                     if p.log is not None:

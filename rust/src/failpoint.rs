@@ -41,6 +41,10 @@ pub const NAMES: &[&str] = &[
     "kafka_checkpoint.update",
     // checkpoint::sync_dir: every directory fsync (new segments under flush="always", renames).
     "dir.sync",
+    // GroupCommit::sync_round (flush="always"): before the syncer's msync, and after it,
+    // before the durable watermark is published.
+    "group_commit.sync",
+    "group_commit.publish",
     // Cleaner swap of a group of segments (cleaner::replace_group): X.log.cleaned written,
     // renamed to X.log.swap (commit), X's indexes removed, X.log replaced by the new file, each
     // other old segment deleted (one hit per segment), the swap name removed.

@@ -57,6 +57,7 @@ pub mod datadir;
 pub mod error;
 pub mod failpoint;
 pub mod files;
+pub mod group_commit;
 pub mod index;
 pub mod inspect;
 pub mod lock;

@@ -122,6 +122,16 @@ impl MappedFile {
         unsafe { &*(self.map.as_ptr().add(at) as *const std::sync::atomic::AtomicU32) }
     }
 
+    /// The 8-byte word at `at` as an atomic shared with every process that maps the file
+    /// (group commit's watermarks). Panics unless `at` is 8-byte aligned and inside the map.
+    pub fn atomic_u64(&self, at: usize) -> &std::sync::atomic::AtomicU64 {
+        assert!(at.is_multiple_of(8) && at + 8 <= self.map.len(), "atomic word {at} outside or misaligned");
+        // SAFETY: the word is inside the map (checked), 8-byte aligned (maps are page-aligned and
+        // `at` is a multiple of 8), backed by blocks written when the file was made, and every
+        // process touches it only through atomic operations, so no plain access races with it.
+        unsafe { &*(self.map.as_ptr().add(at) as *const std::sync::atomic::AtomicU64) }
+    }
+
     /// msync the range to disk (`MS_SYNC`): makes the bytes durable like fdatasync.
     pub fn flush_range(&self, at: usize, len: usize) -> std::io::Result<()> {
         if len == 0 {

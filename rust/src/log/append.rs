@@ -2,6 +2,7 @@
 
 use crate::checkpoint::sync_dir;
 use crate::error::{Error, IoContext, Result};
+use crate::group_commit::Ticket;
 use crate::options::FlushPolicy;
 use crate::record::header::{compute_crc, set_base_offset, BatchHeader, ATTR_TIMESTAMP_LOG_APPEND};
 use crate::record::record::record_size_upper_bound;
@@ -23,8 +24,39 @@ fn null_key_error() -> Error {
 
 impl Log {
     /// Run `f` as the partition's writer: shared writers take the append lock and first catch
-    /// up with what the others appended; an exclusive writer already holds everything.
+    /// up with what the others appended; an exclusive writer already holds everything. Under
+    /// flush="always", what `f` appended is then made durable by group commit, after the append
+    /// lock is released (unless `f` took the ticket to wait for it later).
     pub(crate) fn as_writer<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        let result = self.as_writer_locked(f);
+        let ticket = self.pending_durable.take();
+        let value = result?;
+        if let Some(ticket) = ticket {
+            match &mut self.deferred_durable {
+                Some(deferred) => *deferred = Some(ticket),
+                None => self.wait_durable(&ticket)?,
+            }
+        }
+        Ok(value)
+    }
+
+    /// Run `f` (an append) without waiting for durability: under flush="always" returns the
+    /// ticket the caller must wait for (`Ticket::wait`) before acknowledging, so a caller that
+    /// shares this log between threads can wait outside its lock and the threads' appends share
+    /// one sync.
+    pub fn defer_durability<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<(T, Option<Ticket>)> {
+        self.deferred_durable = Some(None);
+        let result = f(self);
+        let ticket = self.deferred_durable.take().flatten();
+        Ok((result?, ticket))
+    }
+
+    /// The longest wait for another writer's sync from now (the lock timeout).
+    pub fn durability_deadline(&self) -> Option<std::time::Instant> {
+        self.config.lock_timeout.map(|t| std::time::Instant::now() + t)
+    }
+
+    fn as_writer_locked<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
         self.check_writable()?;
         let Some(lock) = self.lock.as_ref().filter(|l| l.is_shared()) else {
             self.check_not_deleted()?;
@@ -37,6 +69,17 @@ impl Log {
         self.check_not_deleted()?;
         self.follow_and_take_tail()?;
         f(self)
+    }
+
+    /// Wait for group commit to make `ticket` durable. A failed sync poisons the log (a
+    /// timeout waiting for another writer's sync does not: nothing failed).
+    pub fn wait_durable(&mut self, ticket: &Ticket) -> Result<()> {
+        let deadline = self.durability_deadline();
+        ticket.wait(deadline).inspect_err(|e| {
+            if !matches!(e, Error::LockTimeout { .. }) {
+                self.poisoned = Some(e.to_string());
+            }
+        })
     }
 
     fn log_append_time(&self) -> Option<i64> {
@@ -101,17 +144,32 @@ impl Log {
 
     /// Append one batch a client built (a producer's per-partition buffer). Returns (first, last).
     pub fn append_builder(&mut self, builder: BatchBuilder) -> Result<(i64, i64)> {
+        let (range, ticket) = self.append_builder_deferred(builder)?;
+        if let Some(ticket) = ticket {
+            self.wait_durable(&ticket)?;
+        }
+        Ok(range)
+    }
+
+    /// `append_builder` without waiting for durability: under flush="always" it also returns
+    /// the ticket to wait for (`Ticket::wait`, `group_commit::wait_all`) before acknowledging,
+    /// so a producer can hand the batches of several partitions to one wait and append more
+    /// meanwhile.
+    pub fn append_builder_deferred(&mut self, builder: BatchBuilder) -> Result<((i64, i64), Option<Ticket>)> {
         self.check_writable()?;
         let count = builder.count() as u64;
         if count == 0 {
             return Err(Error::config("cannot append an empty batch"));
         }
-        self.as_writer(|log| {
+        let mut ticket = None;
+        let range = self.as_writer(|log| {
             let first = log.end_offset();
             log.append_built(builder)?;
             log.after_append(count)?;
+            ticket = log.pending_durable.take();
             Ok((first, log.end_offset() - 1))
-        })
+        })?;
+        Ok((range, ticket))
     }
 
     /// The LogAppendTime stamp given to the last batch this log built, if the topic uses it.
@@ -222,11 +280,15 @@ impl Log {
         header.base_offset = base;
         set_base_offset(&mut bytes, base);
         self.maybe_roll(bytes.len(), &header)?;
-        if let Err(e) = self.segments.last_mut().unwrap().append(&bytes, &header) {
+        let active = self.segments.last_mut().unwrap();
+        if let Err(e) = active.append(&bytes, &header) {
             if let Error::Poisoned(why) = &e {
                 self.poisoned = Some(why.clone());
             }
             return Err(e);
+        }
+        if let Some(group) = &self.group {
+            group.appended(active.base_offset, active.size());
         }
         self.producers_note(&header);
         if bytes.capacity() > self.scratch.capacity() {
@@ -315,12 +377,28 @@ impl Log {
         self.unflushed_messages += records;
         let due = match self.config.flush {
             FlushPolicy::Os => false,
-            FlushPolicy::Always => true,
+            FlushPolicy::Always => match self.durability_ticket() {
+                Some(ticket) => {
+                    // Synced by group commit once the append lock is released (`as_writer`).
+                    self.pending_durable = Some(ticket);
+                    self.unflushed_messages = 0;
+                    false
+                }
+                None => true,
+            },
             FlushPolicy::EveryMessages(n) => self.unflushed_messages >= n,
         };
         if due {
             self.flush_data()?;
         }
         Ok(())
+    }
+
+    /// What the appends so far wait for: the active segment durable up to its end.
+    fn durability_ticket(&self) -> Option<Ticket> {
+        let group = self.group.as_ref()?;
+        let active = self.segments.last()?;
+        let map = active.write_map()?;
+        Some(Ticket::new(group, active.base_offset, active.size(), map, active.log_path()))
     }
 }

@@ -62,6 +62,9 @@ impl Log {
             kafka_checkpoints,
             dir_identity: identity,
             loaded: false,
+            group: None,
+            pending_durable: None,
+            deferred_durable: None,
             lock_deadline: None,
             _prealloc_budget: None,
             producers: None,
@@ -82,12 +85,30 @@ impl Log {
                 } else {
                     log.follow_and_take_tail()?;
                 }
+                log.start_group_commit(alone)?;
                 log.lock.as_mut().expect("a writer has a lock").share()?;
             }
         }
         log.loaded = true;
         log.release_idle_descriptors();
         Ok(log)
+    }
+
+    /// Under the append lock at open: flush="always" writers join the partition's group commit.
+    /// The writer that recovered the partition alone resets its state (whatever a writer before
+    /// the crash published describes files recovery may have cut).
+    fn start_group_commit(&mut self, alone: bool) -> Result<()> {
+        let (base, end) = self.segments.last().map_or((self.start_offset, 0), |s| (s.base_offset, s.size()));
+        if self.config.flush == crate::options::FlushPolicy::Always {
+            let group = crate::group_commit::GroupCommit::open(&self.dir)?;
+            if alone {
+                group.reset(base, end);
+            }
+            self.group = Some(group);
+        } else if alone {
+            crate::group_commit::reset_if_present(&self.dir, base, end)?;
+        }
+        Ok(())
     }
 
     /// Base offsets of the `.log` files in the directory, sorted.

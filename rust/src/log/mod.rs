@@ -65,6 +65,12 @@ pub struct Log {
     dir_identity: (u64, u64),
     /// `open` finished: the segments were loaded (and recovered) completely.
     loaded: bool,
+    /// Group commit of flush="always" writers (`group_commit.rs`); None for others.
+    group: Option<std::sync::Arc<crate::group_commit::GroupCommit>>,
+    /// What the current append waits for under flush="always", taken by `as_writer`.
+    pending_durable: Option<crate::group_commit::Ticket>,
+    /// Inside `defer_durability`: where `as_writer` leaves the ticket instead of waiting.
+    deferred_durable: Option<Option<crate::group_commit::Ticket>>,
     /// Set by `close_within`: the append lock must be had by then.
     lock_deadline: Option<std::time::Instant>,
     /// The data directory's preallocation budget (writers only), held so the limit this log
@@ -182,6 +188,9 @@ impl Log {
         if let Some(why) = &self.poisoned {
             return Err(Error::Poisoned(why.clone()));
         }
+        if let Some(why) = self.group.as_ref().and_then(|g| g.failure()) {
+            return Err(Error::Poisoned(why));
+        }
         Ok(())
     }
 
@@ -218,8 +227,11 @@ impl Log {
         }
         // A log whose open failed part-way recovered nothing: it must not leave the marker
         // that tells the next writer to trust the files.
+        // A failed group sync poisons the writer as a failed flush does (its waiters may have
+        // been another thread's, so `poisoned` may not say it).
+        let poisoned = self.poisoned.is_some() || self.group.as_ref().is_some_and(|g| g.failure().is_some());
         let finish = match self.lock.as_mut() {
-            Some(lock) => self.loaded && self.poisoned.is_none() && lock.last_one_out(),
+            Some(lock) => self.loaded && !poisoned && lock.last_one_out(),
             None => false,
         };
         let result = if finish { self.as_writer(|log| log.finish_partition()) } else { Ok(()) };

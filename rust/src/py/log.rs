@@ -19,6 +19,7 @@ use crate::txn::{IsolationLevel, TxnState};
 use super::arrow::ArrowBatch;
 use super::buffer::BatchView;
 use super::consumer::ConsumerRecord;
+use super::durable::DurableMark;
 use super::producer::BatchBuffer;
 use super::record::{header_slices, held_headers, HeldHeaders, Record, RecordArena};
 
@@ -83,6 +84,24 @@ fn parse_flush(flush: &Bound<'_, PyAny>) -> PyResult<FlushPolicy> {
 }
 
 impl PyLog {
+    /// Run the append `f` with the GIL released, then, under flush="always", wait for group
+    /// commit outside the log's mutex: threads sharing this log append while one syncs, and one
+    /// sync covers them all. A failed sync fails this call and poisons the writer (`group_commit`).
+    fn appended_durably<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Log) -> crate::Result<T> + Send,
+    ) -> PyResult<T> {
+        let (value, ticket, deadline) = self.detached(py, |log| {
+            let (value, ticket) = log.defer_durability(f)?;
+            Ok((value, ticket, log.durability_deadline()))
+        })?;
+        if let Some(ticket) = ticket {
+            py.detach(|| ticket.wait(deadline)).map_err(|e| e.or_path(&self.path))?;
+        }
+        Ok(value)
+    }
+
     /// Run `f` on the log and its transaction state with the GIL released.
     fn detached_txn<T: Send>(
         &self,
@@ -269,7 +288,7 @@ impl PyLog {
                 timestamp: h.timestamp,
             })
             .collect();
-        self.detached(py, |log| log.append_records(&inputs))
+        self.appended_durably(py, |log| log.append_records(&inputs))
     }
 
     /// Append values (null keys, no headers) from a list of bytes, with one timestamp.
@@ -292,12 +311,12 @@ impl PyLog {
         };
         let slices: Vec<&[u8]> = held.iter().map(|b| b.as_bytes()).collect();
         let ts = timestamp.unwrap_or_else(now_ms);
-        self.detached(py, |log| log.append_values(&slices, ts))
+        self.appended_durably(py, |log| log.append_values(&slices, ts))
     }
 
     /// Append pre-built v2 record batches; they are validated and given new offsets.
     fn append_batches(&self, py: Python<'_>, data: &[u8]) -> PyResult<(i64, i64)> {
-        self.detached(py, |log| log.append_raw_batches(data))
+        self.appended_durably(py, |log| log.append_raw_batches(data))
     }
 
     /// Append the batch a producer buffered for this partition (the buffer is left empty).
@@ -312,6 +331,23 @@ impl PyLog {
                 .map(Some),
             None => Ok(None),
         }
+    }
+
+    /// `append_buffer` that does not wait for durability: under flush="always" the result also
+    /// holds the `DurableMark` to pass to `wait_durable` before acknowledging (None otherwise).
+    #[allow(clippy::type_complexity)]
+    fn append_buffer_deferred(
+        &self,
+        py: Python<'_>,
+        buffer: &BatchBuffer,
+    ) -> PyResult<Option<(i64, i64, Option<i64>, Option<DurableMark>)>> {
+        let Some(builder) = buffer.take() else { return Ok(None) };
+        let ((first, last), ticket, time) = self.detached(py, |log| {
+            let (range, ticket) = log.append_builder_deferred(builder)?;
+            Ok((range, ticket, log.last_log_append_time()))
+        })?;
+        let mark = ticket.map(|ticket| DurableMark { ticket, dir: self.path.clone() });
+        Ok(Some((first, last, time, mark)))
     }
 
     /// Decode up to `max_records` records as kafka-python `ConsumerRecord`s of `topic`/`partition`.

@@ -4,6 +4,7 @@
 mod arrow;
 mod buffer;
 mod consumer;
+mod durable;
 mod errors;
 mod inspect;
 mod log;
@@ -32,6 +33,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<producer::BatchState>()?;
     m.add_class::<producer::Accumulator>()?;
     m.add_class::<server::NativeServer>()?;
+    m.add_class::<durable::DurableMark>()?;
+    m.add_function(wrap_pyfunction!(durable::wait_durable, m)?)?;
     m.add_function(wrap_pyfunction!(record::murmur2, m)?)?;
     m.add_function(wrap_pyfunction!(record::partitions_for_keys, m)?)?;
     m.add_function(wrap_pyfunction!(record::partition_for_key, m)?)?;

@@ -193,7 +193,7 @@ impl Segment {
         })
     }
 
-    fn log_path(&self) -> PathBuf {
+    pub(crate) fn log_path(&self) -> PathBuf {
         segment_path(&self.dir, self.base_offset, LOG_SUFFIX)
     }
 

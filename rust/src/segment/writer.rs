@@ -257,6 +257,11 @@ impl Segment {
         }
     }
 
+    /// The writable map of the active segment (group commit syncs through it, after a roll too).
+    pub(crate) fn write_map(&self) -> Option<Arc<MappedFile>> {
+        self.map.as_ref().filter(|_| self.writable && self.map_writable).cloned()
+    }
+
     /// Make `[from, size)` durable.
     pub fn flush_range(&self, from: usize) -> Result<()> {
         if let Some(map) = &self.map {
