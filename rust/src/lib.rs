@@ -28,7 +28,8 @@
 //! bounds the disk reserved ahead of writers), `log` and `log_read` (a partition: `log::load`
 //! opens and recovers, `log::follow` learns what other processes wrote, `log::append` appends
 //! and rolls; `log_read` reads), `retention`, `txn` (aborted
-//! transactions, last stable offset), `producer_state` (Kafka's per-producer sequences and
+//! transactions, last stable offset), `group_commit` (flush="always": one sync covers every
+//! batch appended meanwhile, across threads and processes), `producer_state` (Kafka's per-producer sequences and
 //! `.snapshot` files, for idempotent produce), `producer_ids` (InitProducerId's ids), `cleaner` (compaction), `checkpoint` (small atomic files,
 //! Kafka's checkpoint files), `topic_config` (every topic and data-directory config key: one
 //! table, one resolution), `options` (a log's settings) and `error` (the one error type). Above
