@@ -36,6 +36,11 @@ __all__ = [
     "MAX_MESSAGE_BYTES_DEFAULT",
     "FIRST_SINK_PRODUCER_ID",
     "read_metadata",
+    "delete_topic",
+    "DurableMark",
+    "wait_durable",
+    "create_partitions",
+    "alter_topic_config",
     "update_metadata",
     "RECORD_TOO_LARGE",
     "PREALLOCATE_BUDGET_BYTES_DEFAULT",
@@ -102,6 +107,7 @@ def crc32c(data: bytes) -> int: ...
 def failpoint_names() -> list[str]: ...
 def wait_durable(marks: list[DurableMark], timeout_ms: int = 60000) -> list[BaseException | None]: ...
 
+@final
 class DurableMark:
     """What one appended batch waits for before ``acks='all'`` acknowledges it (group commit)."""
 
