@@ -4,6 +4,8 @@ client or a crash would and failed on the code before its fix."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import kafkalite
@@ -50,3 +52,41 @@ def test_delete_records_of_consumer_offsets_is_refused_whatever_its_policy(tmp_p
         assert committed(server, "g", tp) == 3
     with Server(data) as server:
         assert committed(server, "g", tp) == 3
+
+
+def network_values(server: Server, topic: str, want: int, timeout: float = 10.0) -> list[bytes]:
+    """The values a kafka-python consumer reads from the start of ``topic``-0: stops at ``want``
+    records or after ``timeout`` seconds (to show extra records, not only missing ones)."""
+    consumer = KafkaConsumer(
+        bootstrap_servers=server.bootstrap_servers, enable_auto_commit=False, consumer_timeout_ms=1500
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        consumer.seek_to_beginning()
+        values: list[bytes] = []
+        deadline = time.monotonic() + timeout
+        while len(values) < want and time.monotonic() < deadline:
+            values.extend(r.value for r in consumer)
+        return values
+    finally:
+        consumer.close()
+
+
+def test_a_topic_deleted_and_created_again_embedded_is_not_served_stale(tmp_path):
+    """``Admin.delete_topic`` then ``create_topic`` in this (embedded) process while the server
+    has the partition open: the server kept reading the deleted folder's open segments and
+    served the deleted records to every new consumer (until a produce over the network reopened
+    the partition). Now the follower notices the folder is a new one and the server reopens."""
+    with Server(tmp_path / "data") as server:
+        admin = kafkalite.Admin(server.path)
+        admin.create_topic("t")
+        with kafkalite.Producer(server.path) as producer:
+            for i in range(10):
+                producer.send("t", b"old%d" % i)
+        assert network_values(server, "t", 10) == [b"old%d" % i for i in range(10)]
+        admin.delete_topic("t")
+        admin.create_topic("t")
+        with kafkalite.Producer(server.path) as producer:
+            for i in range(3):
+                producer.send("t", b"new%d" % i)
+        assert network_values(server, "t", 3) == [b"new0", b"new1", b"new2"]

@@ -39,7 +39,8 @@ pub struct Broker {
     default_partitions: i32,
     advertised: (String, i32),
     topics: Mutex<Option<(Option<SystemTime>, Topics)>>,
-    partitions: Mutex<HashMap<(String, i32), SharedLog>>,
+    /// With the identity of the folder each was opened in (`Log::dir_identity`).
+    partitions: Mutex<HashMap<(String, i32), (SharedLog, (u64, u64))>>,
     /// Bumped (with every other process's producers) after each append.
     notifier: Arc<Notifier>,
     /// Woken whenever the notifier moves: what long-polling fetches wait on.
@@ -127,8 +128,15 @@ impl Broker {
     /// The open log of one partition, opening it on first use. `Ok(None)`: no such partition.
     pub fn partition(&self, topic: &str, partition: i32) -> Result<Option<SharedLog>> {
         let key = (topic.to_string(), partition);
-        if let Some(log) = lock(&self.partitions).get(&key) {
-            return Ok(Some(log.clone()));
+        let cached = lock(&self.partitions).get(&key).cloned();
+        if let Some((log, opened)) = cached {
+            // Another process (`Admin.delete_topic`, another server) may have deleted the topic
+            // and created it again: a reader's open segments would keep serving the deleted
+            // records (reads follow other writers only at the log end), so reopen.
+            match crate::log::dir_identity(&self.dir.partition_path(topic, partition)) {
+                Ok(now) if now == opened => return Ok(Some(log)),
+                _ => self.forget_partition(topic, partition),
+            }
         }
         let topics = self.topics()?;
         let Some(meta) = topics.get(topic) else { return Ok(None) };
@@ -143,8 +151,10 @@ impl Broker {
             // Commits are durable when acknowledged, as offsets.py writes them.
             config.flush = crate::options::FlushPolicy::Always;
         }
-        let log = Arc::new(Mutex::new(Log::open(self.dir.partition_path(topic, partition), config)?));
-        Ok(Some(lock(&self.partitions).entry(key).or_insert(log).clone()))
+        let log = Log::open(self.dir.partition_path(topic, partition), config)?;
+        let opened = log.dir_identity();
+        let entry = lock(&self.partitions).entry(key).or_insert((Arc::new(Mutex::new(log)), opened)).clone();
+        Ok(Some(entry.0))
     }
 
     /// Drop a partition whose log failed in a way reopening may cure (topic deleted and
@@ -167,7 +177,7 @@ impl Broker {
         if let Some(handle) = lock(&self.bridge).take() {
             let _ = handle.join();
         }
-        let logs: Vec<_> = lock(&self.partitions).drain().map(|(_, log)| log).collect();
+        let logs: Vec<_> = lock(&self.partitions).drain().map(|(_, (log, _))| log).collect();
         for log in logs {
             let _ = lock(&log).close();
         }
