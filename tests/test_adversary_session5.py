@@ -4,6 +4,9 @@ client or a crash would and failed on the code before its fix."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -90,3 +93,29 @@ def test_a_topic_deleted_and_created_again_embedded_is_not_served_stale(tmp_path
             for i in range(3):
                 producer.send("t", b"new%d" % i)
         assert network_values(server, "t", 3) == [b"new0", b"new1", b"new2"]
+
+
+def test_a_delete_killed_before_the_metadata_write_is_finished_at_the_next_start(tmp_path):
+    """kill -9 of a topic delete (the engine's ``DataDir::delete_topic``, what DeleteTopics and
+    ``Admin.delete_topic`` run) after its partition folders were renamed to ``-delete`` but
+    before the metadata was written: the topic stayed listed with its data gone (reads as
+    empty, offsets reused) and the renamed folders were never removed. Now the server's start
+    finishes the delete, as Kafka's log manager does: the topic is gone, so are the folders."""
+    data = tmp_path / "data"
+    admin = kafkalite.Admin(data)
+    admin.create_topic("t", partitions=3)
+    with kafkalite.Producer(data) as producer:
+        for i in range(30):
+            producer.send("t", b"v%d" % i, partition=i % 3)
+    # The first atomic file write of a process that only deletes is the metadata's.
+    env = {**os.environ, "KAFKALITE_FAILPOINTS": "checkpoint.write=kill"}
+    killed = subprocess.run(
+        [sys.executable, "-c", f"import kafkalite; kafkalite.Admin({str(data)!r}).delete_topic('t')"],
+        env=env,
+        timeout=60,
+    )
+    assert killed.returncode == -9
+    assert any(name.endswith("-delete") for name in os.listdir(data)), "the kill came before the renames"
+    with Server(data) as server:
+        assert kafkalite.Admin(server.path).list_topics() == []
+    assert not [name for name in os.listdir(data) if name.startswith("t-")]

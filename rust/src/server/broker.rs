@@ -63,6 +63,11 @@ impl Broker {
         // A damaged metadata file stops the start with the error Admin gives for it, rather
         // than failing every request later.
         dir.topics()?;
+        // A server killed during DeleteTopics (or an Admin.delete_topic killed) left the topic
+        // half-deleted: finish it, as Kafka does at startup. Failing that is no reason not to serve.
+        if let Err(e) = dir.finish_interrupted_deletes() {
+            ::log::warn!(target: "kafkalite::server", "cannot finish an interrupted topic delete: {e}");
+        }
         let groups = Coordinator::new(dir.path(), &format!("{}:{}", advertised.0, advertised.1));
         let producer_ids = Mutex::new(ProducerIds::new(dir.path()));
         let notifier = Arc::new(Notifier::open(&dir.path().join(NOTIFY_FILE))?);
