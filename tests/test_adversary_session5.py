@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -119,3 +120,42 @@ def test_a_delete_killed_before_the_metadata_write_is_finished_at_the_next_start
     with Server(data) as server:
         assert kafkalite.Admin(server.path).list_topics() == []
     assert not [name for name in os.listdir(data) if name.startswith("t-")]
+
+
+@pytest.mark.parametrize("call", ["flush", "close"])
+@pytest.mark.parametrize("drainer", ["sender thread", "caller's flush"])
+def test_flush_or_close_inside_a_callback_is_refused_not_a_deadlock(tmp_path, call, drainer):
+    """A future's callback runs while its partition is being written (holding its drain lock),
+    in the sender thread or in the thread whose flush() drains. flush() or close() from the
+    callback waited for that drain forever: the sender thread hung, every later record stayed
+    unwritten. Kafka's Java producer refuses flush() in a callback; kafkalite raises
+    IllegalStateError (a KafkaliteError and RuntimeError) for both, and the producer goes on."""
+    admin = kafkalite.Admin(tmp_path)
+    admin.create_topic("t")
+    producer = kafkalite.Producer(tmp_path, linger_ms=0 if drainer == "sender thread" else 60_000)
+    outcome: list[BaseException | None] = []
+
+    def callback(_metadata: object) -> None:
+        try:
+            getattr(producer, call)(timeout=None)
+            outcome.append(None)
+        except BaseException as e:
+            outcome.append(e)
+
+    producer.send("t", b"first").add_callback(callback)
+    if drainer == "caller's flush":
+        # In a thread of its own: before the fix this flush never returned.
+        threading.Thread(target=producer.flush, daemon=True).start()
+    deadline = time.monotonic() + 10
+    while not outcome and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert outcome, f"{call}() inside the callback never returned (deadlock)"
+    (error,) = outcome
+    assert isinstance(error, kafkalite.IllegalStateError) and isinstance(error, RuntimeError), error
+    assert "callback" in str(error)
+    second = producer.send("t", b"second")
+    producer.flush(timeout=10)
+    second.get(timeout=10)
+    producer.close(timeout=10)
+    with kafkalite.Log(tmp_path / "t-0", readonly=True) as log:
+        assert [r.value for r in log.records()] == [b"first", b"second"]
