@@ -10,9 +10,8 @@ import sys
 import threading
 import time
 
-import pytest
-
 import kafkalite
+import pytest
 from kafkalite.server import Server
 
 kafka = pytest.importorskip("kafka")
@@ -24,7 +23,9 @@ OFFSETS_PARTITIONS = 50
 
 
 def committed(server: Server, group: str, tp: TopicPartition) -> int | None:
-    consumer = KafkaConsumer(bootstrap_servers=server.bootstrap_servers, group_id=group, enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        bootstrap_servers=server.bootstrap_servers, group_id=group, enable_auto_commit=False
+    )
     try:
         return consumer.committed(tp)
     finally:
@@ -40,13 +41,19 @@ def test_delete_records_of_consumer_offsets_is_refused_whatever_its_policy(tmp_p
     tp = TopicPartition("t", 0)
     with Server(data) as server:
         kafkalite.Admin(server.path).create_topic("t")
-        consumer = KafkaConsumer(bootstrap_servers=server.bootstrap_servers, group_id="g", enable_auto_commit=False)
+        consumer = KafkaConsumer(
+            bootstrap_servers=server.bootstrap_servers, group_id="g", enable_auto_commit=False
+        )
         consumer.commit({tp: OffsetAndMetadata(3, "", -1)})
         consumer.close()
         admin = KafkaAdminClient(bootstrap_servers=server.bootstrap_servers)
         try:
             admin.alter_configs(
-                [ConfigResource(ConfigResourceType.TOPIC, "__consumer_offsets", configs={"cleanup.policy": "delete"})]
+                [
+                    ConfigResource(
+                        ConfigResourceType.TOPIC, "__consumer_offsets", configs={"cleanup.policy": "delete"}
+                    )
+                ]
             )
             for partition in range(OFFSETS_PARTITIONS):
                 with pytest.raises(InvalidTopicError):

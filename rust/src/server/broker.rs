@@ -39,8 +39,7 @@ pub struct Broker {
     default_partitions: i32,
     advertised: (String, i32),
     topics: Mutex<Option<(Option<SystemTime>, Topics)>>,
-    /// With the identity of the folder each was opened in (`Log::dir_identity`).
-    partitions: Mutex<HashMap<(String, i32), (SharedLog, (u64, u64))>>,
+    partitions: Mutex<HashMap<(String, i32), OpenPartition>>,
     /// Bumped (with every other process's producers) after each append.
     notifier: Arc<Notifier>,
     /// Woken whenever the notifier moves: what long-polling fetches wait on.
@@ -56,6 +55,10 @@ pub struct Broker {
     stopping: Arc<AtomicBool>,
     bridge: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
+
+/// A cached open partition, with the identity of the folder it was opened in
+/// (`Log::dir_identity`): a folder of the same name with another is a topic re-created.
+type OpenPartition = (SharedLog, (u64, u64));
 
 impl Broker {
     pub fn open(config: &ServerConfig, advertised: (String, i32)) -> Result<Broker> {
