@@ -256,6 +256,21 @@ class _Flusher:
             self._thread = None
 
 
+# Futures' callbacks run in whichever thread drains a partition, holding its drain_lock (so a
+# partition's callbacks run in order, as Kafka's do). Counts, per thread, the drains under way.
+_in_callbacks = threading.local()
+
+
+def _refuse_in_callback(what: str) -> None:
+    """flush() or close() from a callback would wait for the drain that runs the callback: a
+    deadlock. Kafka's Java producer refuses flush() there too."""
+    if getattr(_in_callbacks, "depth", 0):
+        raise IllegalStateError(
+            f"{what}() inside a producer callback is not permitted: the callback runs while its records "
+            f"are being written, so {what}() would wait for itself; call it from another thread"
+        )
+
+
 def _run_jobs(jobs: queue.SimpleQueue[Callable[[], None] | None]) -> None:
     while (job := jobs.get()) is not None:
         job()
@@ -430,6 +445,7 @@ class _Sender:
         if not taken:
             return
         p.inflight = sum(len(buffer) for buffer, _ in taken)
+        _in_callbacks.depth = getattr(_in_callbacks, "depth", 0) + 1
         try:
             for buffer, batch in taken:
                 count = len(buffer)
@@ -459,6 +475,7 @@ class _Sender:
                     )
         finally:
             p.inflight = 0
+            _in_callbacks.depth -= 1
 
     def pending(self) -> int:
         """Records accepted by send() and not acknowledged yet (queued, being appended, or
@@ -887,10 +904,13 @@ class Producer:
     # -- lifecycle -------------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> None:
         """Append every queued record now and wait until they are in the log."""
+        _refuse_in_callback("flush")
         self._sender.flush(validate.timeout("timeout", timeout))
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, stop the sender thread, close the partition logs. Idempotent."""
+        if not self._sender.closed:
+            _refuse_in_callback("close")
         timeout = validate.timeout("timeout", timeout)
         self._finalizer.detach()
         self._sender.close(timeout)

@@ -162,32 +162,81 @@ impl DataDir {
         validate_topic_name(name)?;
         let mut doomed = Vec::new();
         self.update(|topics| {
-            let Some(entry) = topics.get(name) else { return Err(self.unknown_topic(name)) };
-            let partitions = entry["partitions"].as_i64().unwrap_or(0) as i32;
-            let mut held = Vec::new();
-            let mut sources = Vec::new();
-            for p in 0..partitions {
-                let src = self.partition_path(name, p);
-                if src.is_dir() {
-                    held.extend(hold_append_lock(&src)?);
-                    sources.push(src);
-                }
+            if !topics.contains_key(name) {
+                return Err(self.unknown_topic(name));
             }
-            for src in sources {
-                let dst = PathBuf::from(format!("{}.{}-delete", src.display(), deletion_id()));
-                std::fs::rename(&src, &dst).context_at(&src, || format!("cannot rename {}", src.display()))?;
-                doomed.push(dst);
-            }
-            drop(held); // releases the append locks
-            topics.remove(name);
-            Ok(())
+            self.unlist_topic(topics, name, &mut doomed)
         })?;
-        for path in doomed {
-            if let Err(e) = std::fs::remove_dir_all(&path) {
-                ::log::warn!(target: "kafkalite::admin", "deleted topic {name:?}, but cannot remove {}: {e}", path.display());
+        remove_doomed(&doomed);
+        Ok(())
+    }
+
+    /// `delete_topic`'s step under the metadata lock: rename the topic's partition folders away
+    /// (pushed on `doomed`) holding their append locks, then drop it from `topics`.
+    fn unlist_topic(&self, topics: &mut Map<String, Value>, name: &str, doomed: &mut Vec<PathBuf>) -> Result<()> {
+        let partitions = topics.get(name).and_then(|e| e["partitions"].as_i64()).unwrap_or(0) as i32;
+        let mut held = Vec::new();
+        let mut sources = Vec::new();
+        for p in 0..partitions {
+            let src = self.partition_path(name, p);
+            if src.is_dir() {
+                held.extend(hold_append_lock(&src)?);
+                sources.push(src);
             }
         }
+        for src in sources {
+            let dst = PathBuf::from(format!("{}.{}-delete", src.display(), deletion_id()));
+            std::fs::rename(&src, &dst).context_at(&src, || format!("cannot rename {}", src.display()))?;
+            doomed.push(dst);
+        }
+        drop(held); // releases the append locks
+        topics.remove(name);
         Ok(())
+    }
+
+    /// Finish what a killed `delete_topic` left, as Kafka's log manager does at startup: a
+    /// topic still listed while one of its partition folders exists only renamed away
+    /// (`<topic>-<p>.<id>-delete`, no `<topic>-<p>`) was being deleted, so the delete is
+    /// completed; every `-delete` folder is removed. A directory without kafkalite metadata
+    /// (a Kafka broker's, read-only here) is left alone. Returns the topics whose delete it finished.
+    pub fn finish_interrupted_deletes(&self) -> Result<Vec<String>> {
+        if read_metadata(&self.metadata_path())?.is_none() {
+            return Ok(Vec::new());
+        }
+        let leftovers = |dir: &Path| -> Result<Vec<(PathBuf, String, i32)>> {
+            let entries = std::fs::read_dir(dir).context(|| format!("cannot list {}", dir.display()))?;
+            Ok(entries
+                .flatten()
+                .filter_map(|entry| {
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    let (folder, _id) = name.strip_suffix("-delete")?.rsplit_once('.')?;
+                    let (topic, partition) = folder.rsplit_once('-')?;
+                    let partition = partition.parse::<i32>().ok()?;
+                    Some((entry.path(), topic.to_string(), partition))
+                })
+                .collect())
+        };
+        if leftovers(&self.path)?.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut finished = Vec::new();
+        let mut doomed = Vec::new();
+        self.update(|topics| {
+            for (_, topic, partition) in leftovers(&self.path)? {
+                let interrupted = topics.contains_key(&topic) && !self.partition_path(&topic, partition).exists();
+                if interrupted && !finished.contains(&topic) {
+                    self.unlist_topic(topics, &topic, &mut doomed)?;
+                    finished.push(topic);
+                }
+            }
+            Ok(())
+        })?;
+        for topic in &finished {
+            ::log::warn!(target: "kafkalite::admin", "finished deleting topic {topic:?}, which an interrupted delete left half-deleted");
+        }
+        doomed.extend(leftovers(&self.path)?.into_iter().map(|(path, _, _)| path));
+        remove_doomed(&doomed);
+        Ok(finished)
     }
 
     /// Grow a topic to `total` partitions, as `Admin.create_partitions` and Kafka's
@@ -326,6 +375,19 @@ fn hold_append_lock(partition_dir: &Path) -> Result<Option<std::fs::File>> {
             });
         }
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Remove deleted partitions' renamed folders (after the metadata lock is released). Another
+/// process finishing the same folders meanwhile is no failure.
+fn remove_doomed(doomed: &[PathBuf]) {
+    for path in doomed {
+        match std::fs::remove_dir_all(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                ::log::warn!(target: "kafkalite::admin", "cannot remove the deleted partition folder {}: {e}", path.display());
+            }
+            _ => {}
+        }
     }
 }
 

@@ -81,7 +81,7 @@ pub struct Log {
 }
 
 /// (device, inode) of a directory.
-fn dir_identity(dir: &Path) -> std::io::Result<(u64, u64)> {
+pub(crate) fn dir_identity(dir: &Path) -> std::io::Result<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(dir).map(|m| (m.dev(), m.ino()))
 }
@@ -151,6 +151,12 @@ impl Log {
 
     pub fn size_bytes(&self) -> u64 {
         self.segments.iter().map(|s| s.size() as u64).sum()
+    }
+
+    /// (device, inode) of the partition folder this log opened; a folder of the same name with
+    /// another identity is a topic deleted and created again since.
+    pub fn dir_identity(&self) -> (u64, u64) {
+        self.dir_identity
     }
 
     pub(crate) fn check_open(&self) -> Result<()> {

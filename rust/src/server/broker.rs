@@ -39,7 +39,7 @@ pub struct Broker {
     default_partitions: i32,
     advertised: (String, i32),
     topics: Mutex<Option<(Option<SystemTime>, Topics)>>,
-    partitions: Mutex<HashMap<(String, i32), SharedLog>>,
+    partitions: Mutex<HashMap<(String, i32), OpenPartition>>,
     /// Bumped (with every other process's producers) after each append.
     notifier: Arc<Notifier>,
     /// Woken whenever the notifier moves: what long-polling fetches wait on.
@@ -56,12 +56,21 @@ pub struct Broker {
     bridge: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
+/// A cached open partition, with the identity of the folder it was opened in
+/// (`Log::dir_identity`): a folder of the same name with another is a topic re-created.
+type OpenPartition = (SharedLog, (u64, u64));
+
 impl Broker {
     pub fn open(config: &ServerConfig, advertised: (String, i32)) -> Result<Broker> {
         let dir = DataDir::new(&config.data_dir)?;
         // A damaged metadata file stops the start with the error Admin gives for it, rather
         // than failing every request later.
         dir.topics()?;
+        // A server killed during DeleteTopics (or an Admin.delete_topic killed) left the topic
+        // half-deleted: finish it, as Kafka does at startup. Failing that is no reason not to serve.
+        if let Err(e) = dir.finish_interrupted_deletes() {
+            ::log::warn!(target: "kafkalite::server", "cannot finish an interrupted topic delete: {e}");
+        }
         let groups = Coordinator::new(dir.path(), &format!("{}:{}", advertised.0, advertised.1));
         let producer_ids = Mutex::new(ProducerIds::new(dir.path()));
         let notifier = Arc::new(Notifier::open(&dir.path().join(NOTIFY_FILE))?);
@@ -127,8 +136,15 @@ impl Broker {
     /// The open log of one partition, opening it on first use. `Ok(None)`: no such partition.
     pub fn partition(&self, topic: &str, partition: i32) -> Result<Option<SharedLog>> {
         let key = (topic.to_string(), partition);
-        if let Some(log) = lock(&self.partitions).get(&key) {
-            return Ok(Some(log.clone()));
+        let cached = lock(&self.partitions).get(&key).cloned();
+        if let Some((log, opened)) = cached {
+            // Another process (`Admin.delete_topic`, another server) may have deleted the topic
+            // and created it again: a reader's open segments would keep serving the deleted
+            // records (reads follow other writers only at the log end), so reopen.
+            match crate::log::dir_identity(&self.dir.partition_path(topic, partition)) {
+                Ok(now) if now == opened => return Ok(Some(log)),
+                _ => self.forget_partition(topic, partition),
+            }
         }
         let topics = self.topics()?;
         let Some(meta) = topics.get(topic) else { return Ok(None) };
@@ -143,8 +159,10 @@ impl Broker {
             // Commits are durable when acknowledged, as offsets.py writes them.
             config.flush = crate::options::FlushPolicy::Always;
         }
-        let log = Arc::new(Mutex::new(Log::open(self.dir.partition_path(topic, partition), config)?));
-        Ok(Some(lock(&self.partitions).entry(key).or_insert(log).clone()))
+        let log = Log::open(self.dir.partition_path(topic, partition), config)?;
+        let opened = log.dir_identity();
+        let entry = lock(&self.partitions).entry(key).or_insert((Arc::new(Mutex::new(log)), opened)).clone();
+        Ok(Some(entry.0))
     }
 
     /// Drop a partition whose log failed in a way reopening may cure (topic deleted and
@@ -167,7 +185,7 @@ impl Broker {
         if let Some(handle) = lock(&self.bridge).take() {
             let _ = handle.join();
         }
-        let logs: Vec<_> = lock(&self.partitions).drain().map(|(_, log)| log).collect();
+        let logs: Vec<_> = lock(&self.partitions).drain().map(|(_, (log, _))| log).collect();
         for log in logs {
             let _ = lock(&log).close();
         }
