@@ -153,6 +153,15 @@ impl Log {
         self.segments.iter().map(|s| s.size() as u64).sum()
     }
 
+    /// Drop this log's mapped pages from the process's resident set (they stay in the page
+    /// cache). `kafkalite serve` calls it for its open partitions from time to time, so its
+    /// memory does not grow with the number of partitions it has written or read.
+    pub fn release_resident(&mut self) {
+        for segment in &mut self.segments {
+            segment.release_resident();
+        }
+    }
+
     /// (device, inode) of the partition folder this log opened; a folder of the same name with
     /// another identity is a topic deleted and created again since.
     pub fn dir_identity(&self) -> (u64, u64) {

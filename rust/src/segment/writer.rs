@@ -102,6 +102,18 @@ impl Segment {
         Ok(())
     }
 
+    /// Drop every page of this segment from the process's resident set (the page cache keeps
+    /// them: the map is shared over the file, so later reads and appends fault them back in with
+    /// the same bytes). For a long-running process with many idle partitions, each of which
+    /// would otherwise keep its last allocation step resident. The prefault helper is finished
+    /// first so that it does not touch the pages again behind this call.
+    pub fn release_resident(&mut self) {
+        self.finish_prefault();
+        if let Some(map) = &self.map {
+            map.release(0, map.len());
+        }
+    }
+
     /// Wait for the helper thread (before the file is trimmed, or the segment dropped).
     pub(super) fn finish_prefault(&mut self) {
         if let Some(handle) = self.prefault.take() {

@@ -171,6 +171,18 @@ impl Broker {
         lock(&self.partitions).remove(&(topic.to_string(), partition));
     }
 
+    /// Drop the pages of every open partition from the resident set (`Log::release_resident`).
+    /// A partition busy with a request is skipped (`try_lock`): this runs on the server's
+    /// threads and must not wait behind an append that waits for another writer's lock.
+    pub fn release_resident_pages(&self) {
+        let logs: Vec<SharedLog> = lock(&self.partitions).values().map(|(log, _)| log.clone()).collect();
+        for log in logs {
+            if let Ok(mut log) = log.try_lock() {
+                log.release_resident();
+            }
+        }
+    }
+
     /// Tell fetchers here and consumers in other processes that data arrived.
     pub fn announce_append(&self) {
         self.notifier.notify();

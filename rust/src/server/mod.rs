@@ -136,6 +136,7 @@ impl Server {
         let broker = Arc::new(Broker::open(&config, advertised)?);
         let (shutdown, stop_rx) = watch::channel(false);
         runtime.spawn(expire_sessions(broker.clone(), stop_rx.clone()));
+        runtime.spawn(release_resident_pages(broker.clone(), stop_rx.clone()));
         runtime.spawn(connection::accept_loop(listener, broker.clone(), config.clone(), stop_rx));
         log::info!(
             target: "kafkalite::server",
@@ -180,6 +181,22 @@ async fn expire_sessions(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
         tokio::select! {
             _ = stop.changed() => return,
             _ = tokio::time::sleep(Duration::from_millis(250)) => broker.groups.expire(),
+        }
+    }
+}
+
+/// How often the pages of the open partitions leave the server's resident set.
+const RELEASE_RESIDENT_EVERY: Duration = Duration::from_millis(250);
+
+/// Keeps the server's resident memory from growing with the partitions it has served: every
+/// writer keeps its current allocation step mapped (up to 16 MiB each), so dozens of open
+/// partitions would hold hundreds of MB resident. Dropping the pages every couple of seconds
+/// costs active partitions a few minor faults (the page cache still has the bytes).
+async fn release_resident_pages(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tokio::time::sleep(RELEASE_RESIDENT_EVERY) => broker.release_resident_pages(),
         }
     }
 }
