@@ -15,15 +15,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_serve(
-    start: Callable[..., subprocess.Popen], data_dir: object, *extra: str
-) -> tuple[subprocess.Popen, str]:
-    """Run ``kafkalite serve`` through ``start`` (``spawn.module`` in tests: called as
-    ``start("kafkalite", "serve", ARGS..., stderr=PIPE, text=True)``), wait for the line that
-    says where it listens, and return the process and its ``bootstrap.servers``. ``extra``:
-    more CLI arguments (``--log-level WARNING`` keeps an unread stderr pipe from filling)."""
-    port = free_port()
-    kwargs: dict[str, Any] = {"stderr": subprocess.PIPE, "text": True}
+def serve_on(
+    start: Callable[..., subprocess.Popen], data_dir: object, port: int, *extra: str, **kwargs: Any
+) -> subprocess.Popen:
+    """Run ``kafkalite serve`` on 127.0.0.1:``port`` through ``start`` (``spawn.module`` in tests:
+    called as ``start("kafkalite", "serve", ARGS..., stderr=PIPE, text=True, **kwargs)``) and
+    return the process once the line that says where it listens came. ``extra``: more CLI
+    arguments (``--log-level WARNING`` keeps an unread stderr pipe from filling); ``kwargs``: more
+    for ``start`` (``env=``)."""
+    kwargs = {"stderr": subprocess.PIPE, "text": True, **kwargs}
     proc = start(
         "kafkalite", "serve", "--data-dir", str(data_dir), "--listen", f"127.0.0.1:{port}", *extra, **kwargs
     )
@@ -32,4 +32,12 @@ def start_serve(
     if f"127.0.0.1:{port}" not in line:
         proc.kill()
         raise RuntimeError(f"kafkalite serve did not start: {line!r}{proc.stderr.read()}")
-    return proc, f"127.0.0.1:{port}"
+    return proc
+
+
+def start_serve(
+    start: Callable[..., subprocess.Popen], data_dir: object, *extra: str
+) -> tuple[subprocess.Popen, str]:
+    """``serve_on`` a free port; returns the process and its ``bootstrap.servers``."""
+    port = free_port()
+    return serve_on(start, data_dir, port, *extra), f"127.0.0.1:{port}"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import kafkalite
 from kafkalite.server import Server
+from serve_proc import serve_on
 
 #: Kafka's API key of InitProducerId (idempotent producers).
 INIT_PRODUCER_ID = 22
@@ -68,27 +69,9 @@ def embedded_read(path: str, topic: str, count: int, timeout: float = 30.0) -> l
     return out
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def serve(spawn, data: Path, port: int):
+def serve(spawn, data: Path, port: int) -> subprocess.Popen:
     """`kafkalite serve` as a child process; returns it once it listens."""
-    proc = spawn.module(
-        "kafkalite",
-        "serve",
-        "--data-dir",
-        data,
-        "--listen",
-        f"127.0.0.1:{port}",
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    line = proc.stderr.readline()
-    assert f"127.0.0.1:{port}" in line, line
-    return proc
+    return serve_on(spawn.module, data, port)
 
 
 def stored_codecs(path: str, topic: str, partition: int = 0) -> set[int]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import maven_jars
 import pytest
-from server_clients import free_port
+from serve_proc import free_port
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import kafkalite
 import pytest
-from server_clients import INIT_PRODUCER_ID, free_port, serve, served_api_keys
+from serve_proc import free_port
+from server_clients import INIT_PRODUCER_ID, serve, served_api_keys
 from test_server import confluent_producer, confluent_read
 
 pytest_plugins = ["kafkalite.testing"]

@@ -17,7 +17,6 @@ import os
 import signal
 import socket
 import struct
-import subprocess
 import time
 
 import kafkalite
@@ -26,6 +25,7 @@ from kafkalite._native import FIRST_SINK_PRODUCER_ID, crc32c
 from kafkalite.server import Server
 from kafkalite.spark.batches import scan
 from kafkalite.spark.sink import producer_for
+from serve_proc import free_port, serve_on
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 default_records = pytest.importorskip("kafka.record.default_records")
@@ -232,28 +232,6 @@ def test_init_producer_id_is_fresh_unique_across_restarts_and_apart_from_the_sin
     assert all(producer_for(f"sink-{i}").id < 1 << 63 for i in range(100))
 
 
-def start_serving(spawn, data, port: int):
-    proc = spawn.module(
-        "kafkalite",
-        "serve",
-        "--data-dir",
-        data,
-        "--listen",
-        f"127.0.0.1:{port}",
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    line = proc.stderr.readline()
-    assert f"127.0.0.1:{port}" in line, line
-    return proc
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("stop", ["clean", "kill-9"])
 def test_a_retry_after_a_restart_is_still_deduplicated(tmp_path, spawn, stop):
     """The original request is acknowledged, the server stops (SIGINT: clean close, which
@@ -262,7 +240,7 @@ def test_a_retry_after_a_restart_is_still_deduplicated(tmp_path, spawn, stop):
     data = tmp_path / "d"
     kafkalite.Admin(str(data)).create_topic(TOPIC, partitions=1)
     port = free_port()
-    proc = start_serving(spawn, data, port)
+    proc = serve_on(spawn.module, data, port)
     wire = Wire(f"127.0.0.1:{port}")
     _, pid, _ = wire.init_producer_id()
     originals = [batch(pid, 0, 3 * i, [b"%d-%d" % (i, j) for j in range(3)]) for i in range(7)]
@@ -273,7 +251,7 @@ def test_a_retry_after_a_restart_is_still_deduplicated(tmp_path, spawn, stop):
     proc.wait(10)
     snapshots = sorted(os.path.basename(p) for p in glob.glob(str(data / f"{TOPIC}-0" / "*.snapshot")))
     assert snapshots == (["00000000000000000021.snapshot"] if stop == "clean" else [])
-    proc = start_serving(spawn, data, port)
+    proc = serve_on(spawn.module, data, port)
     wire = Wire(f"127.0.0.1:{port}")
     # After a clean stop only the last batch is in the snapshot (Kafka keeps one batch per
     # producer there); after kill -9 the scan of the log recovers all five.
@@ -442,18 +420,12 @@ def test_a_snapshot_write_that_fails_at_close_costs_a_scan_not_the_state(tmp_pat
     data = tmp_path / "d"
     kafkalite.Admin(str(data)).create_topic(TOPIC, partitions=1)
     port = free_port()
-    proc = spawn.module(
-        "kafkalite",
-        "serve",
-        "--data-dir",
+    proc = serve_on(
+        spawn.module,
         data,
-        "--listen",
-        f"127.0.0.1:{port}",
-        stderr=subprocess.PIPE,
-        text=True,
+        port,
         env={**os.environ, "KAFKALITE_FAILPOINTS": f"producer_snapshot.write={fault}"},
     )
-    assert f"127.0.0.1:{port}" in proc.stderr.readline()
     wire = Wire(f"127.0.0.1:{port}")
     _, pid, _ = wire.init_producer_id()
     originals = [batch(pid, 0, 2 * i, [b"a", b"b"]) for i in range(3)]
@@ -464,7 +436,7 @@ def test_a_snapshot_write_that_fails_at_close_costs_a_scan_not_the_state(tmp_pat
     code = proc.wait(10)
     assert code == (-signal.SIGKILL if fault == "kill" else 0)
     assert glob.glob(str(data / f"{TOPIC}-0" / "*.snapshot")) == []
-    proc = start_serving(spawn, data, port)
+    proc = serve_on(spawn.module, data, port)
     wire = Wire(f"127.0.0.1:{port}")
     for i, original in enumerate(originals):
         assert wire.produce(original) == (NONE, 2 * i)
