@@ -194,6 +194,9 @@ class DataDir:
         self.path = os.path.abspath(raw)
         if not create or os.path.lexists(self.path):  # a path that exists must be a data directory now
             self.require()
+            # The engine's DataDir::open, as the server's start: a topic delete killed between its
+            # folder renames and its metadata write is finished before this client reads the topics.
+            _native.open_data_dir(self.path)
         self._mutex = threading.Lock()
         self._cache: tuple[float, dict[str, Any]] | None = None
 

@@ -65,6 +65,20 @@ impl DataDir {
         Ok(DataDir { path })
     }
 
+    /// The data directory as the server (`Broker::open`) and every embedded client (Python's
+    /// `DataDir`, which Admin, Producer, Consumer and the Spark paths build on, through
+    /// `_native.open_data_dir`) start using it: a topic delete killed between its folder renames
+    /// and its metadata write is finished first (`finish_interrupted_deletes`), so no client sees
+    /// the topic listed with its data gone. Failing that (a read-only directory) is logged, not
+    /// fatal: reading is still possible, and the next opener with write access finishes it.
+    pub fn open(path: impl AsRef<Path>) -> Result<DataDir> {
+        let dir = DataDir::new(path)?;
+        if let Err(e) = dir.finish_interrupted_deletes() {
+            ::log::warn!(target: "kafkalite::admin", "cannot finish an interrupted topic delete in {}: {e}", dir.path.display());
+        }
+        Ok(dir)
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

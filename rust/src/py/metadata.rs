@@ -73,6 +73,14 @@ fn to_json(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
     Err(InvalidTypeError::new_err(format!("the topic metadata cannot hold a {}", obj.get_type().name()?)))
 }
 
+/// `DataDir::open`: what every embedded client does first with an existing data directory, as
+/// the server's start does (finish a topic delete a kill interrupted).
+#[pyfunction]
+pub fn open_data_dir(py: Python<'_>, dir: PathBuf) -> PyResult<()> {
+    py.detach(|| datadir::DataDir::open(&dir))?;
+    Ok(())
+}
+
 /// `DataDir::delete_topic`: what `Admin.delete_topic` and the server's DeleteTopics do (folders
 /// renamed under each partition's append lock, then removed).
 #[pyfunction]

@@ -62,15 +62,11 @@ type OpenPartition = (SharedLog, (u64, u64));
 
 impl Broker {
     pub fn open(config: &ServerConfig, advertised: (String, i32)) -> Result<Broker> {
-        let dir = DataDir::new(&config.data_dir)?;
+        // Finishes a topic delete a kill interrupted, as every embedded client's open does.
+        let dir = DataDir::open(&config.data_dir)?;
         // A damaged metadata file stops the start with the error Admin gives for it, rather
         // than failing every request later.
         dir.topics()?;
-        // A server killed during DeleteTopics (or an Admin.delete_topic killed) left the topic
-        // half-deleted: finish it, as Kafka does at startup. Failing that is no reason not to serve.
-        if let Err(e) = dir.finish_interrupted_deletes() {
-            ::log::warn!(target: "kafkalite::server", "cannot finish an interrupted topic delete: {e}");
-        }
         let groups = Coordinator::new(dir.path(), &format!("{}:{}", advertised.0, advertised.1));
         let producer_ids = Mutex::new(ProducerIds::new(dir.path()));
         let notifier = Arc::new(Notifier::open(&dir.path().join(NOTIFY_FILE))?);
