@@ -15,6 +15,7 @@ from pathlib import Path
 
 import kafkalite
 import pytest
+from kafkalite.offsets import OFFSETS_TOPIC
 
 
 def values(path: Path) -> list[bytes]:
@@ -93,3 +94,75 @@ def test_a_delete_that_cannot_be_finished_is_logged_and_reading_goes_on(tmp_path
     lock.rmdir()
     assert kafkalite.Admin(data).list_topics() == ["kept"]
     assert not [name for name in os.listdir(data) if name.startswith("t-")]
+
+
+# -- 3. destructive admin calls on __consumer_offsets ------------------------------------------
+
+
+def committed_offsets_dir(tmp_path: Path) -> tuple[Path, kafkalite.TopicPartition]:
+    """A data directory whose group ``g`` committed offset 1 of ``t``-0 (in __consumer_offsets)."""
+    data = tmp_path / "data"
+    kafkalite.Admin(data).create_topic("t")
+    with kafkalite.Producer(data) as producer:
+        producer.send("t", b"a")
+        producer.send("t", b"b")
+    tp = kafkalite.TopicPartition("t", 0)
+    with kafkalite.Consumer(data, group_id="g") as consumer:
+        consumer.assign([tp])
+        consumer.commit({tp: kafkalite.OffsetAndMetadata(1, "")})
+    return data, tp
+
+
+def committed(data: Path, tp: kafkalite.TopicPartition) -> int | None:
+    with kafkalite.Consumer(data, group_id="g") as consumer:
+        return consumer.committed(tp)
+
+
+@pytest.mark.parametrize("policy", [None, "delete"])
+def test_embedded_delete_records_of_consumer_offsets_is_refused(tmp_path, policy):
+    """The server refuses DeleteRecords on __consumer_offsets (INVALID_TOPIC_EXCEPTION, the
+    engine's ``refuse_internal``); embedded ``Admin.delete_records`` wiped every group's
+    committed offsets, compacted or not. Now it raises InvalidTopicError (a ValueError) saying
+    why and what to use, before applying anything of the call."""
+    data, tp = committed_offsets_dir(tmp_path)
+    admin = kafkalite.Admin(data)
+    if policy is not None:
+        admin.alter_config(OFFSETS_TOPIC, {"cleanup.policy": policy})  # allowed, as in Kafka
+    partitions = admin.describe_topic(OFFSETS_TOPIC).partitions
+    for p in partitions:
+        with pytest.raises(kafkalite.InvalidTopicError) as refused:
+            admin.delete_records({("t", 0): 1, (OFFSETS_TOPIC, p.partition): -1})
+        assert isinstance(refused.value, ValueError)
+        assert "internal topic" in str(refused.value) and "delete_group" in str(refused.value)
+    assert committed(data, tp) == 1
+    assert admin.describe_topic("t").partitions[0].start_offset == 0, "part of the refused call was applied"
+
+
+def test_embedded_delete_topic_of_consumer_offsets_is_refused(tmp_path):
+    """The server refuses DeleteTopics of __consumer_offsets; embedded ``Admin.delete_topic``
+    deleted it with every group's offsets. The engine's ``DataDir::delete_topic`` refuses it
+    now, for both."""
+    data, tp = committed_offsets_dir(tmp_path)
+    with pytest.raises(kafkalite.InvalidTopicError, match="internal topic"):
+        kafkalite.Admin(data).delete_topic(OFFSETS_TOPIC)
+    assert OFFSETS_TOPIC in kafkalite.Admin(data).list_topics()
+    assert committed(data, tp) == 1
+
+
+def test_the_server_refuses_deleting_consumer_offsets_with_the_engine_s_rule(tmp_path):
+    """DeleteTopics over the network goes through the same rule (``refuse_internal``):
+    INVALID_TOPIC_EXCEPTION with its message, and the offsets stay."""
+    pytest.importorskip("kafka")
+    from kafka import KafkaAdminClient
+    from kafka.errors import InvalidTopicError
+    from kafkalite.server import Server
+
+    data, tp = committed_offsets_dir(tmp_path)
+    with Server(data) as server:
+        admin = KafkaAdminClient(bootstrap_servers=server.bootstrap_servers)
+        try:
+            with pytest.raises(InvalidTopicError, match="internal topic"):
+                admin.delete_topics([OFFSETS_TOPIC])
+        finally:
+            admin.close()
+    assert committed(data, tp) == 1

@@ -127,7 +127,8 @@ class Admin:
         opened without ``shared_writers``) holds the append lock for its lifetime; its next
         append fails the same check, but one already running when the rename lands completes
         into the deleted folder. The engine does it (``DataDir::delete_topic``, which the
-        wire-protocol server's DeleteTopics uses too)."""
+        wire-protocol server's DeleteTopics uses too), which refuses the internal
+        ``__consumer_offsets`` (``InvalidTopicError``), as Kafka does."""
         self._dir.topic(name)  # a typed error naming the fix for a missing topic
         self._dir.check_writable()
         try:
@@ -151,17 +152,24 @@ class Admin:
         """Kafka's ``AdminClient.delete_records``: make each ``(topic, partition)``'s given offset
         its new log start offset (``-1``: the high watermark, i.e. everything); whole segments
         below it are deleted. Returns the new log start offset (low watermark) of each. An offset
-        beyond the high watermark raises ``OffsetOutOfRangeError`` (nothing after it is applied)."""
+        beyond the high watermark raises ``OffsetOutOfRangeError`` (nothing after it is applied).
+        An internal topic (``__consumer_offsets``) raises ``InvalidTopicError`` before anything is
+        applied, as Kafka's broker refuses it (INVALID_TOPIC_EXCEPTION) whatever its cleanup.policy."""
         if not isinstance(offsets, Mapping):
             raise InvalidTypeError(
                 f"offsets must be a dict of (topic, partition) -> offset, not {type(offsets).__name__}"
             )
-        out: dict[tuple[str, int], int] = {}
+        checked: list[tuple[str, int, int]] = []
         for entry, offset in offsets.items():
             if isinstance(entry, str) or not isinstance(entry, tuple) or len(entry) != 2:
                 raise InvalidTypeError(f"offsets' keys are (topic, partition) pairs, not {entry!r}")
             topic, partition = entry
-            offset = validate.integer("offset", offset, -1)
+            validate_topic_name(topic)
+            # The server's DeleteRecords rule (the engine's): never on __consumer_offsets.
+            _native.refuse_internal(topic, "delete_records")
+            checked.append((topic, partition, validate.integer("offset", offset, -1)))
+        out: dict[tuple[str, int], int] = {}
+        for topic, partition, offset in checked:
             with self._dir.open_partition(topic, partition, shared_writers=True) as log:
                 out[(topic, partition)] = log.delete_records_before(
                     log.end_offset if offset == -1 else offset

@@ -190,7 +190,9 @@ class TopicAlreadyExistsError(KafkaliteError):
 
 
 class InvalidTopicError(KafkaliteError, ValueError):
-    """A topic name that breaks Kafka's rules (1-249 characters of [a-zA-Z0-9._-], not . or ..)."""
+    """A topic name that breaks Kafka's rules (1-249 characters of [a-zA-Z0-9._-], not . or ..), or
+    a call the topic refuses (Kafka's INVALID_TOPIC_EXCEPTION): deleting the internal
+    ``__consumer_offsets`` or records from it."""
 
 
 class IllegalStateError(KafkaliteError, RuntimeError):

@@ -19,6 +19,7 @@ use serde_json::{json, Map, Value};
 use crate::checkpoint::write_atomically;
 use crate::error::{Error, IoContext, Result};
 use crate::files::{ADMIN_LOCK_FILE, APPEND_LOCK_FILE, TOPICS_FILE, WRITERS_FILE};
+use crate::offsets_codec::OFFSETS_TOPIC;
 use crate::options::LogConfig;
 use crate::record::Compression;
 use crate::topic_config;
@@ -49,6 +50,23 @@ pub fn validate_topic_name(name: &str) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Kafka's rule for destructive admin calls on an internal topic, the one copy that DeleteTopics
+/// and DeleteRecords (the server's) and `Admin.delete_topic` / `Admin.delete_records` (embedded)
+/// all apply: `__consumer_offsets` holds every consumer group's committed offsets, so deleting
+/// it, or records from it, would lose them all. Kafka answers INVALID_TOPIC_EXCEPTION whatever
+/// the topic's cleanup.policy (changing that config stays allowed, as in Kafka). `what` names
+/// the refused call in the message.
+pub fn refuse_internal(topic: &str, what: &str) -> Result<()> {
+    if topic != OFFSETS_TOPIC {
+        return Ok(());
+    }
+    Err(Error::InvalidTopic(format!(
+        "{OFFSETS_TOPIC} is an internal topic (it holds every consumer group's committed offsets), so {what} \
+         is not allowed on it; to drop or move a group's offsets, delete the group or reset its offsets \
+         (Admin.delete_group, Admin.reset_offsets)"
+    )))
 }
 
 /// The data directory of one broker: where topics live and how they are described.
@@ -174,6 +192,7 @@ impl DataDir {
     /// same check).
     pub fn delete_topic(&self, name: &str) -> Result<()> {
         validate_topic_name(name)?;
+        refuse_internal(name, "deleting the topic")?;
         let mut doomed = Vec::new();
         self.update(|topics| {
             if !topics.contains_key(name) {

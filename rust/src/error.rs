@@ -63,6 +63,11 @@ pub enum Error {
     #[error("unknown topic or partition: {0}")]
     UnknownTopicOrPartition(String),
 
+    /// An operation a topic refuses: Kafka's INVALID_TOPIC_EXCEPTION, such as deleting an
+    /// internal topic or its records (`datadir::refuse_internal`).
+    #[error("{0}")]
+    InvalidTopic(String),
+
     /// A damaged `.kafkalite-topics.json` (`datadir.rs`); the message names the file, the topic
     /// and the fix.
     #[error("{0}")]

@@ -23,6 +23,7 @@ pyo3::import_exception!(kafkalite.errors, LogClosedError);
 pyo3::import_exception!(kafkalite.errors, LogPoisonedError);
 pyo3::import_exception!(kafkalite.errors, UnknownTopicOrPartitionError);
 pyo3::import_exception!(kafkalite.errors, CorruptMetadataError);
+pyo3::import_exception!(kafkalite.errors, InvalidTopicError);
 // Raised by the binding itself (a Python value of a type no config takes), not mapped from `Error`.
 pyo3::import_exception!(kafkalite.errors, InvalidTypeError);
 
@@ -41,6 +42,7 @@ fn to_pyerr(py: Python<'_>, e: Error) -> PyErr {
         Error::Poisoned(_) | Error::LogPoisoned(_) => LogPoisonedError::new_err(msg),
         Error::UnknownTopicOrPartition(_) => UnknownTopicOrPartitionError::new_err(msg),
         Error::CorruptMetadata(_) => CorruptMetadataError::new_err(msg),
+        Error::InvalidTopic(_) => InvalidTopicError::new_err(msg),
         Error::Io { context, path, source } => io_error(py, &context, path, &source),
     }
 }

@@ -81,6 +81,14 @@ pub fn open_data_dir(py: Python<'_>, dir: PathBuf) -> PyResult<()> {
     Ok(())
 }
 
+/// `datadir::refuse_internal`: InvalidTopicError for a destructive call (`what`) on an internal
+/// topic, the rule the server's DeleteRecords/DeleteTopics apply (Admin.delete_records).
+#[pyfunction]
+pub fn refuse_internal(topic: &str, what: &str) -> PyResult<()> {
+    datadir::refuse_internal(topic, what)?;
+    Ok(())
+}
+
 /// `DataDir::delete_topic`: what `Admin.delete_topic` and the server's DeleteTopics do (folders
 /// renamed under each partition's append lock, then removed).
 #[pyfunction]

@@ -74,6 +74,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(metadata::read_metadata, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::update_metadata, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::open_data_dir, m)?)?;
+    m.add_function(wrap_pyfunction!(metadata::refuse_internal, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::delete_topic, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::create_partitions, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::alter_topic_config, m)?)?;

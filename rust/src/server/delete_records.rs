@@ -7,8 +7,7 @@ use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
 use super::broker::{lock, Broker};
 use super::codes;
-use super::offsets::OFFSETS_TOPIC;
-use crate::datadir::TopicMeta;
+use crate::datadir::{refuse_internal, TopicMeta};
 use crate::topic_config::effective_config;
 
 /// Kafka's DeleteRecordsRequest.HIGH_WATERMARK.
@@ -24,11 +23,8 @@ fn deletes_allowed(broker: &Broker, meta: &TopicMeta) -> bool {
 
 /// The new log start offset (low watermark), or Kafka's error code.
 fn delete_before(broker: &Broker, topic: &str, partition: i32, offset: i64) -> Result<i64, i16> {
-    // Kafka refuses DeleteRecords on an internal topic whatever its cleanup.policy: deleting
-    // from `__consumer_offsets` would drop every group's committed offsets.
-    if topic == OFFSETS_TOPIC {
-        return Err(codes::INVALID_TOPIC_EXCEPTION);
-    }
+    // Internal topics: INVALID_TOPIC_EXCEPTION whatever their cleanup.policy (Admin's rule too).
+    refuse_internal(topic, "DeleteRecords").map_err(|e| codes::for_error(&e))?;
     let topics = broker.topics().map_err(|e| codes::for_error(&e))?;
     let Some(meta) = topics.get(topic) else { return Err(codes::UNKNOWN_TOPIC_OR_PARTITION) };
     if partition < 0 || partition >= meta.partitions {

@@ -10,7 +10,6 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::broker::Broker;
 use super::codes;
-use super::offsets::OFFSETS_TOPIC;
 use crate::error::Error;
 
 /// A topic-level failure: Kafka's code and the message that says what to fix.
@@ -41,13 +40,9 @@ pub fn read_only(name: &str) -> Failure {
 
 fn delete_one(broker: &Broker, name: &str) -> Result<(), Failure> {
     topic_name(name)?;
-    if name == OFFSETS_TOPIC {
-        // The server's committed-offset caches read it; Admin may delete it with no server running.
-        return Err((
-            codes::INVALID_TOPIC_EXCEPTION,
-            format!("{OFFSETS_TOPIC} is an internal topic and cannot be deleted"),
-        ));
-    }
+    // `DataDir::delete_topic` refuses it too; checked first so that the server's open logs of
+    // `__consumer_offsets` (its committed-offset store) are not dropped for a refused call.
+    crate::datadir::refuse_internal(name, "DeleteTopics").map_err(|e| failure(e, codes::INVALID_TOPIC_EXCEPTION))?;
     let meta = broker.topics().ok().and_then(|t| t.get(name).cloned());
     if meta.as_ref().is_some_and(|m| m.discovered) {
         return Err(read_only(name));
