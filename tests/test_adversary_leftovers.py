@@ -10,12 +10,16 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import kafkalite
 import pytest
 from kafkalite.offsets import OFFSETS_TOPIC
+
+#: How long a call that must not deadlock gets before the test calls it hung.
+PATIENCE = 10.0
 
 
 def values(path: Path) -> list[bytes]:
@@ -94,6 +98,117 @@ def test_a_delete_that_cannot_be_finished_is_logged_and_reading_goes_on(tmp_path
     lock.rmdir()
     assert kafkalite.Admin(data).list_topics() == ["kept"]
     assert not [name for name in os.listdir(data) if name.startswith("t-")]
+
+
+# -- 2. blocking calls inside a send callback ---------------------------------------------------
+
+
+def run_in_callback(
+    producer: kafkalite.Producer, first: kafkalite.FutureRecordMetadata, call: Callable
+) -> object:
+    """Run ``call()`` in ``first``'s callback; its result or exception, or fail when it hung."""
+    outcome: list[object] = []
+    done = threading.Event()
+
+    def callback(_metadata: object) -> None:
+        try:
+            outcome.append(call())
+        except BaseException as e:
+            outcome.append(e)
+        done.set()
+
+    first.add_callback(callback)
+    assert done.wait(PATIENCE), "the call inside the callback never returned (deadlock)"
+    return outcome[0]
+
+
+@pytest.mark.parametrize("drainer", ["sender thread", "caller's flush"])
+def test_send_batch_inside_a_callback_is_refused_not_a_deadlock(tmp_path, drainer):
+    """send_batch() appends synchronously under the partition's drain lock, which the thread
+    running the callback already holds: it waited for itself forever (and the sender thread
+    with it). It is refused now, as flush() and close() are, naming what to use instead."""
+    kafkalite.Admin(tmp_path).create_topic("t")
+    producer = kafkalite.Producer(tmp_path, linger_ms=0 if drainer == "sender thread" else 60_000)
+    first = producer.send("t", b"first")
+    if drainer == "caller's flush":
+        threading.Thread(target=producer.flush, daemon=True).start()
+    error = run_in_callback(producer, first, lambda: producer.send_batch("t", [b"batch"]))
+    assert isinstance(error, kafkalite.IllegalStateError) and isinstance(error, RuntimeError), error
+    assert "callback" in str(error) and "use send()" in str(error)
+    producer.send_batch("t", [b"after"])  # from the caller's thread: allowed
+    producer.close(timeout=PATIENCE)
+    assert values(tmp_path / "t-0") == [b"first", b"after"]
+
+
+@pytest.mark.parametrize("drainer", ["sender thread", "caller's flush"])
+def test_send_filling_a_batch_inside_a_callback_does_not_deadlock(tmp_path, drainer):
+    """send() from a callback is allowed (as in Kafka), but a record that filled its batch was
+    appended at once under the partition's drain lock, which the callback's thread holds: a
+    deadlock. Now the full batches go to the sender thread, and every record is written in
+    send order."""
+    kafkalite.Admin(tmp_path).create_topic("t")
+    producer = kafkalite.Producer(
+        tmp_path, batch_size=200, linger_ms=0 if drainer == "sender thread" else 60_000
+    )
+    first = producer.send("t", b"first")
+    if drainer == "caller's flush":
+        threading.Thread(target=producer.flush, daemon=True).start()
+    sent = [b"r%02d" % i + b"x" * 60 for i in range(20)]  # several batches of 200 bytes
+    futures = run_in_callback(producer, first, lambda: [producer.send("t", v) for v in sent])
+    assert isinstance(futures, list), futures
+    for future in futures:
+        future.get(timeout=PATIENCE)
+    producer.close(timeout=PATIENCE)
+    assert values(tmp_path / "t-0") == [b"first", *sent]
+
+
+def test_callbacks_of_two_partitions_sending_to_each_other_do_not_deadlock(tmp_path):
+    """Two threads each fill a batch of their own partition, so each drains it and runs its
+    callback holding its drain lock; each callback fills a batch of the other partition. With
+    that drain done inline, each waited for the lock the other held."""
+    kafkalite.Admin(tmp_path).create_topic("t", partitions=2)
+    producer = kafkalite.Producer(tmp_path, batch_size=100, linger_ms=60_000)
+    both = threading.Barrier(2)
+
+    def callback_to(other: int) -> Callable[[object], None]:
+        def callback(_metadata: object) -> None:
+            both.wait(PATIENCE)  # both threads hold their own partition's drain lock now
+            producer.send("t", b"y" * 200, partition=other)
+
+        return callback
+
+    for p in (0, 1):
+        producer.send("t", b"x", partition=p).add_callback(callback_to(1 - p))
+    fillers = [
+        threading.Thread(target=producer.send, args=("t", b"z" * 200), kwargs={"partition": p}, daemon=True)
+        for p in (0, 1)
+    ]
+    for thread in fillers:
+        thread.start()
+    for thread in fillers:
+        thread.join(PATIENCE)
+    assert not any(thread.is_alive() for thread in fillers), "the two callbacks deadlocked"
+    producer.close(timeout=PATIENCE)
+    for p in (0, 1):
+        written = values(tmp_path / f"t-{p}")
+        assert written[0] == b"x" and sorted(written[1:]) == [b"y" * 200, b"z" * 200], written
+
+
+@pytest.mark.parametrize("call", ["flush", "close"])
+def test_flush_or_close_in_an_acks_all_callback_is_refused_not_a_deadlock(tmp_path, call):
+    """Under acks='all' the callbacks run in the acknowledging thread, which flush() and
+    close() wait for: flush() there waited for itself forever (only the drain's callbacks were
+    refused). Refused the same way now; the producer goes on."""
+    kafkalite.Admin(tmp_path).create_topic("t")
+    producer = kafkalite.Producer(tmp_path, acks="all")
+    error = run_in_callback(
+        producer, producer.send("t", b"first"), lambda: getattr(producer, call)(timeout=None)
+    )
+    assert isinstance(error, kafkalite.IllegalStateError), error
+    assert "callback" in str(error)
+    producer.send("t", b"second").get(timeout=PATIENCE)
+    producer.close(timeout=PATIENCE)
+    assert values(tmp_path / "t-0") == [b"first", b"second"]
 
 
 # -- 3. destructive admin calls on __consumer_offsets ------------------------------------------

@@ -190,10 +190,15 @@ def _finish_batch(appended: tuple[Any, int, int | None], error: BaseException | 
     """A batch appended under acks='all' is on disk, or its sync failed: resolve its futures.
     ``appended``: the native batch with the first offset and log-append time it was given."""
     batch, first_offset, log_append_time = appended
-    if error is None:
-        batch.complete(first_offset, log_append_time)
-    else:
-        batch.fail(error)
+    # The callbacks run in the acknowledging thread, which flush() and close() wait for.
+    _in_callbacks.depth = getattr(_in_callbacks, "depth", 0) + 1
+    try:
+        if error is None:
+            batch.complete(first_offset, log_append_time)
+        else:
+            batch.fail(error)
+    finally:
+        _in_callbacks.depth -= 1
 
 
 def _log_background_failure(what: str, e: Exception) -> None:
@@ -257,17 +262,27 @@ class _Flusher:
 
 
 # Futures' callbacks run in whichever thread drains a partition, holding its drain_lock (so a
-# partition's callbacks run in order, as Kafka's do). Counts, per thread, the drains under way.
+# partition's callbacks run in order, as Kafka's do), or (acks='all') in the acknowledging
+# thread. Counts, per thread, the drains and acknowledgements under way.
 _in_callbacks = threading.local()
+
+#: Why each blocking call is refused inside a callback (``_refuse_in_callback``).
+_WAITS_FOR_ITSELF = {
+    "flush": "flush() would wait for the records being written, the callback's own among them",
+    "close": "close() would wait for the records being written, the callback's own among them",
+    "send_batch": "send_batch() appends at once and would wait for the partition the callback's thread "
+    "is writing (its own, or one another callback holds); use send(), which queues",
+}
 
 
 def _refuse_in_callback(what: str) -> None:
-    """flush() or close() from a callback would wait for the drain that runs the callback: a
-    deadlock. Kafka's Java producer refuses flush() there too."""
+    """flush(), close() or send_batch() from a callback would wait for the drain (or the
+    acknowledgement) that runs the callback: a deadlock. Kafka's Java producer refuses flush()
+    in a callback too; send() stays allowed (``_after_send`` never waits there)."""
     if getattr(_in_callbacks, "depth", 0):
         raise IllegalStateError(
-            f"{what}() inside a producer callback is not permitted: the callback runs while its records "
-            f"are being written, so {what}() would wait for itself; call it from another thread"
+            f"{what}() inside a producer callback is not permitted: the callback runs while records are "
+            f"being written or acknowledged, and {_WAITS_FOR_ITSELF[what]}; call it from another thread"
         )
 
 
@@ -300,6 +315,9 @@ class _Sender:
         #: need to wake it (otherwise it finds the batch in ``dirty`` on its next pass). Each
         #: needless wake-up hands the GIL to the sender thread and back, per batch.
         self.idle = False
+        #: A partition in ``dirty`` must be appended now, whatever linger_ms (full batches a
+        #: callback queued): cuts the sender's linger wait short.
+        self.due = False
         self.closed = False
         #: Set when the sender thread died: later sends raise at once instead of timing out.
         self.failure: BaseException | None = None
@@ -311,6 +329,18 @@ class _Sender:
         self.acks = DurableAcks(_finish_batch, _DURABLE_TIMEOUT_MS)
         #: The metadata file's identity when forget_deleted last swept (None: sweep next time).
         self.swept_metadata: tuple[int, int, int] | None = None
+
+    def wake(self, p: _Partition, due: bool = False) -> None:
+        """Have the sender thread append ``p``'s records: after ``linger_ms`` from
+        ``p.first_add``, or at once when ``due``."""
+        with self.wakeup:
+            self.dirty.add(p)
+            if due:
+                p.first_add = 0.0
+                self.due = True
+                self.wakeup.notify()
+            elif self.idle:
+                self.wakeup.notify()
 
     def notify(self) -> None:
         """Wake readers in every process (the wake-up file is made with the data directory)."""
@@ -509,14 +539,14 @@ class _Sender:
                     self.idle = True
                     self.wakeup.wait(timeout=max(0.0, min(1.0, next_due - time.monotonic())))
                     self.idle = False
-                dirty, self.dirty = self.dirty, set()
+                dirty, self.dirty, self.due = self.dirty, set(), False
                 closing = self.closed
             if self.linger and dirty and not closing:
                 oldest = min(p.first_add for p in dirty)
                 delay = oldest + self.linger - time.monotonic()
                 if delay > 0:
-                    with self.wakeup:  # close() cuts the linger short
-                        self.wakeup.wait_for(lambda: self.closed, timeout=delay)
+                    with self.wakeup:  # close(), or batches due now, cut the linger short
+                        self.wakeup.wait_for(lambda: self.closed or self.due, timeout=delay)
             for p in dirty:
                 self.step("sending a batch", self.drain, p)
             if time.monotonic() >= next_retention:
@@ -798,13 +828,16 @@ class Producer:
         p = t.partitions[n]
         sender = self._sender
         if code & SEND_DRAIN:  # full batches, this record's perhaps: append them now, in order
+            if getattr(_in_callbacks, "depth", 0):
+                # In a callback this thread may hold this partition's drain lock (or another's,
+                # which a thread holding this one waits for): waiting for it would be a deadlock.
+                # The sender thread appends them, due now whatever linger_ms.
+                sender.wake(p, due=True)
+                return future
             sender.drain(p, current=False)
         if code & SEND_FIRST:
             p.first_add = time.monotonic()
-            with sender.wakeup:
-                sender.dirty.add(p)
-                if sender.idle:
-                    sender.wakeup.notify()
+            sender.wake(p)
         return future
 
     def _serialize(self, key: Any, value: Any) -> tuple[Any, Any]:
@@ -843,7 +876,9 @@ class Producer:
         Keys choose partitions with murmur2 like ``send``; without keys the values go to
         ``partition``, or else are spread by the sticky partitioner as ``send`` spreads them (a
         new partition each time ``batch_size`` bytes went to one). Every argument is checked before anything is
-        written. Returns ``{partition: (first offset, last offset)}``."""
+        written. Returns ``{partition: (first offset, last offset)}``. Not permitted inside a
+        send callback (``IllegalStateError``): it would wait for the partition being written."""
+        _refuse_in_callback("send_batch")
         self._check_open()
         values = _as_bytes_list(values, "values")
         if keys is not None:
