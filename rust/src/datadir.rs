@@ -233,9 +233,6 @@ impl DataDir {
     /// completed; every `-delete` folder is removed. A directory without kafkalite metadata
     /// (a Kafka broker's, read-only here) is left alone. Returns the topics whose delete it finished.
     pub fn finish_interrupted_deletes(&self) -> Result<Vec<String>> {
-        if read_metadata(&self.metadata_path())?.is_none() {
-            return Ok(Vec::new());
-        }
         let leftovers = |dir: &Path| -> Result<Vec<(PathBuf, String, i32)>> {
             let entries = std::fs::read_dir(dir).context(|| format!("cannot list {}", dir.display()))?;
             Ok(entries
@@ -249,7 +246,9 @@ impl DataDir {
                 })
                 .collect())
         };
-        if leftovers(&self.path)?.is_empty() {
+        // Every client's open runs this: the directory listing first, the metadata parsed only
+        // when there is something to finish.
+        if leftovers(&self.path)?.is_empty() || read_metadata(&self.metadata_path())?.is_none() {
             return Ok(Vec::new());
         }
         let mut finished = Vec::new();
