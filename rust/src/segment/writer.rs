@@ -93,7 +93,9 @@ impl Segment {
         self.finish_prefault();
         let map = Arc::clone(self.map.as_ref().unwrap());
         // Bounded resident set (issue 14 target 6): pages more than one step behind the write
-        // position were written and are not needed mapped here (page cache keeps them).
+        // position were written and are not needed mapped here (page cache keeps them). This
+        // costs ~5 ns per 100-byte record here and returns more in `close()`, which finds nothing
+        // left to unmap or write-protect (benches/results/structure-before-after.md, 2026-11-24).
         map.release(0, self.size.saturating_sub(self.allocation_step()) / 4096 * 4096);
         if target >= from + MIN_ALLOCATION_STEP {
             // A page or two (a spent budget's growth) is cheaper to fault in by the append itself.
