@@ -250,6 +250,17 @@ fn raw_batches_are_validated_and_reoffset() {
     assert!(matches!(dst.append_raw_batches(&bad), Err(Error::Corrupt(_))));
     assert!(matches!(dst.append_raw_batches(&raw[..raw.len() - 1]), Err(Error::Corrupt(_))));
     assert_eq!(dst.end_offset(), 13);
+    // The batch is stored from the caller's bytes, and its own baseOffset field is not trusted
+    // (a client may send anything there): the file holds the assigned offset.
+    let mut odd = raw.clone();
+    odd[..8].copy_from_slice(&1_000_000i64.to_be_bytes());
+    assert_eq!(dst.append_raw_batches(&odd).unwrap(), (13, 22));
+    let stored = dst.read(13, 1 << 20).unwrap().bytes().to_vec();
+    assert_eq!(i64::from_be_bytes(stored[..8].try_into().unwrap()), 13);
+    drop(dst);
+    let mut reopened = Log::open(dir.path().join("b-0"), config(1 << 20)).unwrap();
+    assert_eq!(reopened.end_offset(), 23);
+    assert_eq!(all(&mut reopened).iter().map(|r| r.offset).collect::<Vec<_>>(), (0..23).collect::<Vec<i64>>());
 }
 
 #[test]

@@ -121,7 +121,10 @@ impl Segment {
         }
     }
 
-    /// Append one batch whose offsets are already assigned. Returns its file position.
+    /// Append one batch at `header.base_offset`, the offset assigned to it: the batch's own
+    /// baseOffset field is not read, so a client's batch is written from the request's bytes
+    /// as they are (no copy to re-offset it; the CRC does not cover the field). Returns its
+    /// file position.
     pub fn append(&mut self, batch: &[u8], header: &BatchHeader) -> Result<usize> {
         if !self.writable || self.sealed {
             return Err(Error::Closed(format!("segment {} is not writable", self.log_path().display())));
@@ -129,10 +132,13 @@ impl Segment {
         self.ensure_capacity(batch.len())?;
         let pos = self.size;
         let map = self.map.as_ref().expect("ensure_capacity maps");
+        let mut prefix = [0u8; LOG_OVERHEAD];
+        prefix[..8].copy_from_slice(&header.base_offset.to_be_bytes());
+        prefix[8..].copy_from_slice(&batch[8..LOG_OVERHEAD]);
         // Body first, then the offset/length prefix: the prefix is what makes a batch visible.
         map.write(pos + LOG_OVERHEAD, &batch[LOG_OVERHEAD..]);
         fence(Ordering::Release);
-        map.write(pos, &batch[..LOG_OVERHEAD]);
+        map.write(pos, &prefix);
         if map.is_damaged() {
             // Another process shrank the file under our map: these stores may have gone to a
             // zero page instead of the file, so the batch must not be acknowledged.
