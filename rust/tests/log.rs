@@ -402,14 +402,27 @@ fn sealed_segments_hold_no_descriptors() {
     assert!(shared.segment_descriptors() <= 1, "{}", shared.segment_descriptors());
 }
 
-/// Rss of this process's mapping that starts at `addr` (/proc/self/smaps), in bytes.
-fn mapping_rss(addr: usize) -> usize {
+/// Rss of this process's mappings that start at `addrs` (/proc/self/smaps), in bytes.
+fn mappings_rss(addrs: &[usize]) -> usize {
     let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-    let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&format!("{addr:x}-")));
-    lines
-        .find_map(|l| l.strip_prefix("Rss:"))
-        .map(|kb| kb.trim().trim_end_matches(" kB").parse::<usize>().unwrap() * 1024)
-        .unwrap_or_else(|| panic!("no mapping at {addr:x}"))
+    let mut total = 0;
+    for addr in addrs {
+        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&format!("{addr:x}-")));
+        let rss_kb = lines.find_map(|l| l.strip_prefix("Rss:")).unwrap_or_else(|| panic!("no mapping at {addr:x}"));
+        total += rss_kb.trim().trim_end_matches(" kB").parse::<usize>().unwrap() * 1024;
+    }
+    total
+}
+
+/// One batch of 1 MB: 100 values of 10 kB (few records, so a debug build appends fast).
+fn megabyte() -> Vec<Vec<u8>> {
+    (0..100).map(|i| format!("{i:03}{}", "m".repeat(10_000 - 3)).into_bytes()).collect()
+}
+
+/// Where the map of `log`'s active segment starts.
+fn active_map(log: &mut Log) -> usize {
+    let last = log.end_offset() - 1;
+    log.read(last, 1).unwrap().map.expect("the active segment is mapped").as_ptr() as usize
 }
 
 #[test]
@@ -420,15 +433,36 @@ fn a_writer_keeps_only_a_window_of_its_segment_resident() {
     // faulted in ahead and one kept behind: up to 32 MiB of this mapping resident.
     let dir = tempfile::tempdir().unwrap();
     let mut log = Log::open(dir.path().join("w-0"), config(1 << 30)).unwrap();
-    let batch = values(10_000, "w");
+    let batch = megabyte();
     let mut peak = 0;
     for _ in 0..72 {
-        let (_, last) = append(&mut log, &batch, 7);
-        let map = log.read(last, 1).unwrap().map.expect("the active segment is mapped");
-        peak = peak.max(mapping_rss(map.as_ptr() as usize));
+        append(&mut log, &batch, 7);
+        peak = peak.max(mappings_rss(&[active_map(&mut log)]));
     }
     assert!(log.size_bytes() > 64 << 20);
     assert!(peak <= 8 << 20, "{peak} bytes of the segment resident");
     // Dropped pages are still the file's: everything reads back.
-    assert_eq!(all(&mut log).len(), 720_000);
+    assert_eq!(all(&mut log).len(), 7_200);
+}
+
+#[test]
+fn many_partitions_written_at_once_share_the_pages_faulted_in_ahead() {
+    // 32 partitions written in turn, 8 MB each in 1 MB batches. Each writer's window ahead is
+    // up to 4 MiB, but all of them together are capped at 32 MiB (prealloc::FAULTED_AHEAD_LIMIT,
+    // shared with any other test of this process), so the 32 segments hold what their writers
+    // stored since their last release (under 3 MiB each) plus 32 MiB, not 32 full windows.
+    let dir = tempfile::tempdir().unwrap();
+    let mut logs: Vec<Log> =
+        (0..32).map(|p| Log::open(dir.path().join(format!("m-{p}")), config(1 << 30)).unwrap()).collect();
+    let batch = megabyte();
+    let mut peak = 0;
+    for _ in 0..8 {
+        for log in logs.iter_mut() {
+            append(log, &batch, 7);
+        }
+        let maps: Vec<usize> = logs.iter_mut().map(active_map).collect();
+        peak = peak.max(mappings_rss(&maps));
+    }
+    assert!(peak <= (32 * 3 + 32) << 20, "{} MiB of 32 segments resident", peak >> 20);
+    assert!(logs.iter_mut().all(|log| all(log).len() == 800));
 }

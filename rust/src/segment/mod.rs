@@ -71,6 +71,9 @@ pub struct Segment {
     prefaulted: usize,
     /// Pages below this were dropped from the resident set behind the writer.
     released: usize,
+    /// The share of the process's budget of pages faulted in ahead of writers that the window
+    /// `[size, prefaulted)` holds (`prealloc::Reservation::faulted_ahead`).
+    faulted_ahead: crate::prealloc::Reservation,
     /// The share of the data directory's preallocation budget that `allocated_len` holds
     /// beyond the written bytes (`prealloc.rs`).
     reservation: crate::prealloc::Reservation,
@@ -183,6 +186,7 @@ impl Segment {
             prefault: None,
             prefaulted: 0,
             released: 0,
+            faulted_ahead: crate::prealloc::Reservation::faulted_ahead(),
             reservation: Default::default(),
             size: 0,
             next_offset: base_offset,

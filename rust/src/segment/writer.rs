@@ -26,7 +26,8 @@ const MAX_ALLOCATION_STEP: usize = 16 << 20;
 /// disk still grows in whole allocation steps; only what is mapped in follows the writer.
 /// Prefaulting whole 16 MiB steps kept up to 32 MiB per busy partition resident: a server
 /// taking 1 MiB batches for four partitions peaked over 100 MB (issue 13). A window costs one
-/// helper thread per 2 MiB written.
+/// helper thread per 2 MiB written. What all writers of the process keep faulted in ahead is
+/// capped by `prealloc::FAULTED_AHEAD_LIMIT`.
 pub(crate) const RESIDENT_WINDOW: usize = 2 << 20;
 const PAGE: usize = 4096;
 
@@ -100,7 +101,7 @@ impl Segment {
             self.mapped_len = len;
             // Nothing of a new map is resident yet.
             self.finish_prefault();
-            (self.prefaulted, self.released) = (self.size / PAGE * PAGE, self.size / PAGE * PAGE);
+            self.forget_window();
         }
         self.slide_resident_window();
         Ok(())
@@ -111,8 +112,12 @@ impl Segment {
     /// is faulted in ahead of the writer, drop the pages behind it (written: the page cache
     /// keeps them, and a reader faults them back in) and fault in up to two windows ahead on a
     /// helper thread, so the kernel's zero-filling of fresh pages overlaps with the appends.
-    /// Called after every append and growth; most calls only compare two numbers.
+    /// What is faulted in ahead comes out of the process's budget (`FAULTED_AHEAD_LIMIT`);
+    /// once that is spent, this writer faults its pages in as it stores them.
+    /// Called after every append and growth; most calls only compare a few numbers.
     fn slide_resident_window(&mut self) {
+        // What the writer stored into its window is no longer ahead of it.
+        self.faulted_ahead.settle(self.prefaulted.saturating_sub(self.size));
         if self.prefaulted >= self.size + RESIDENT_WINDOW {
             return;
         }
@@ -120,6 +125,10 @@ impl Segment {
             return;
         };
         let written = self.size / PAGE * PAGE; // the last partial page is still being written
+        if written >= self.released + RESIDENT_WINDOW {
+            map.release(self.released, written - self.released);
+            self.released = written;
+        }
         let from = self.prefaulted.max(written);
         let to = (self.size + 2 * RESIDENT_WINDOW).min(self.allocated_len) / PAGE * PAGE;
         if to < from + MIN_ALLOCATION_STEP {
@@ -127,13 +136,22 @@ impl Segment {
             // fault in by the append itself.
             return;
         }
-        self.finish_prefault();
-        if written > self.released {
-            map.release(self.released, written - self.released);
-            self.released = written;
+        let granted = self.faulted_ahead.take(&self.dir, to - from);
+        if granted < MIN_ALLOCATION_STEP {
+            // Many partitions are busy at once and their windows hold the process's budget.
+            self.faulted_ahead.settle(self.prefaulted.saturating_sub(self.size));
+            return;
         }
-        self.prefault = Some(std::thread::spawn(move || map.prefault_for_write(from, to - from)));
-        self.prefaulted = to;
+        self.finish_prefault();
+        self.prefault = Some(std::thread::spawn(move || map.prefault_for_write(from, granted)));
+        self.prefaulted = from + granted;
+    }
+
+    /// The window is gone from the resident set (a new map, or all of it released): the next
+    /// append faults in a new one, and the budget it held goes back.
+    fn forget_window(&mut self) {
+        (self.prefaulted, self.released) = (self.size / PAGE * PAGE, self.size / PAGE * PAGE);
+        self.faulted_ahead.release();
     }
 
     /// Drop every page of this segment from the process's resident set (the page cache keeps
@@ -146,8 +164,7 @@ impl Segment {
         if let Some(map) = &self.map {
             map.release(0, map.len());
         }
-        // The window ahead went too: the next append faults in a new one.
-        (self.prefaulted, self.released) = (self.size / PAGE * PAGE, self.size / PAGE * PAGE);
+        self.forget_window();
     }
 
     /// Wait for the helper thread (before the file is trimmed, or the segment dropped).
@@ -295,6 +312,7 @@ impl Segment {
         // Blocks past `size` are gone: a later append (after a failed roll) must reserve again.
         self.allocated_len = self.size;
         self.reservation.release();
+        self.faulted_ahead.release(); // the pages past `size` went with the trim
         self.sealed = true;
         // Final: read through the map from now on. (`sync_all` and an `unseal`ed segment's next
         // append reopen what they need.)
