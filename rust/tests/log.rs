@@ -429,8 +429,9 @@ fn active_map(log: &mut Log) -> usize {
 fn a_writer_keeps_only_a_window_of_its_segment_resident() {
     // 68 MB in 1 MB batches into one segment: the reserve on disk grows in steps of up to
     // 16 MiB, but what is faulted in follows the writer (2 MiB windows, RESIDENT_WINDOW in
-    // segment/writer.rs: under one behind it plus up to two ahead). Before, a whole step was
-    // faulted in ahead and one kept behind: up to 32 MiB of this mapping resident.
+    // segment/writer.rs: under one behind it plus up to two ahead, ~7 MiB; the bound leaves
+    // room for a loaded machine). Before, a whole step was faulted in ahead and one kept
+    // behind: up to 32 MiB of this mapping resident.
     let dir = tempfile::tempdir().unwrap();
     let mut log = Log::open(dir.path().join("w-0"), config(1 << 30)).unwrap();
     let batch = megabyte();
@@ -440,7 +441,7 @@ fn a_writer_keeps_only_a_window_of_its_segment_resident() {
         peak = peak.max(mappings_rss(&[active_map(&mut log)]));
     }
     assert!(log.size_bytes() > 64 << 20);
-    assert!(peak <= 8 << 20, "{peak} bytes of the segment resident");
+    assert!(peak <= 16 << 20, "{peak} bytes of the segment resident");
     // Dropped pages are still the file's: everything reads back.
     assert_eq!(all(&mut log).len(), 7_200);
 }

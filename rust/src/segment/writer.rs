@@ -126,6 +126,9 @@ impl Segment {
         };
         let written = self.size / PAGE * PAGE; // the last partial page is still being written
         if written >= self.released + RESIDENT_WINDOW {
+            // A helper the writer overtook (a loaded machine) would fault pages in behind it
+            // again after they are dropped.
+            self.finish_prefault();
             map.release(self.released, written - self.released);
             self.released = written;
         }
