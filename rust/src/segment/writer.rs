@@ -22,13 +22,14 @@ const MIN_ALLOCATION_STEP: usize = 64 << 10;
 const MAX_ALLOCATION_STEP: usize = 16 << 20;
 /// How much of the active segment a writer keeps resident around its write position: the
 /// prefault helper faults in at most two windows ahead of it (a new window once less than
-/// one is left), and the pages behind it are dropped each time it starts one. The reserve on
-/// disk still grows in whole allocation steps; only what is mapped in follows the writer.
+/// one is left), and the pages behind it are dropped each time it has moved a window on. The
+/// reserve on disk still grows in whole allocation steps; only what is mapped in follows the
+/// writer.
 /// Prefaulting whole 16 MiB steps kept up to 32 MiB per busy partition resident: a server
 /// taking 1 MiB batches for four partitions peaked over 100 MB (issue 13). A window costs one
 /// helper thread per 2 MiB written. What all writers of the process keep faulted in ahead is
 /// capped by `prealloc::FAULTED_AHEAD_LIMIT`.
-pub(crate) const RESIDENT_WINDOW: usize = 2 << 20;
+const RESIDENT_WINDOW: usize = 2 << 20;
 const PAGE: usize = 4096;
 
 impl Segment {
@@ -43,10 +44,11 @@ impl Segment {
     /// Make room for `extra` more bytes past the published end. Blocks are reserved with
     /// `fallocate` one step ahead of the writer, and the window just ahead of it is faulted in
     /// for writing on a helper thread (`slide_resident_window`), so the kernel's zero-filling of
-    /// fresh pages overlaps with encoding instead of stalling every 4 KiB store. The step ahead comes out of the data directory's
-    /// preallocation budget (`prealloc.rs`); once that is spent, only what this append needs is
-    /// reserved, plus the rest of its last page (so the file always ends past the data, which
-    /// is what tells readers the segment is still active, see `looks_sealed`).
+    /// fresh pages overlaps with encoding instead of stalling every 4 KiB store. The step ahead
+    /// comes out of the data directory's preallocation budget (`prealloc.rs`); once that is
+    /// spent, only what this append needs is reserved, plus the rest of its last page (so the
+    /// file always ends past the data, which is what tells readers the segment is still
+    /// active, see `looks_sealed`).
     pub(super) fn ensure_capacity(&mut self, extra: usize) -> Result<()> {
         let needed = self.size + extra;
         let step = self.allocation_step();
