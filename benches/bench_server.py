@@ -2,6 +2,7 @@
 confluent-kafka, with 8-byte keys and 100-byte values, against each server on 127.0.0.1.
 
     python benches/bench_server.py [--records N] [--rounds 1] [--out benches/results] [--replace]
+    python benches/bench_server.py --only kafkalite [--records N]   # no broker, no results file
 
 Rows: time from starting the server process to the first acknowledged produce (Kafka's storage
 format runs before the clock starts), produce throughput at acks=1 and acks=all, consume
@@ -9,8 +10,11 @@ throughput, produce->consume latency p50/p99 at a fixed rate (the consumer in an
 and the server process's peak resident memory (VmHWM) after the rest. Kafka is one KRaft node
 with default settings (tests/kafka_broker.py, jars from Maven Central; needs Java 17+ and mvn).
 Every figure counts its records back (end offsets, records read) and stops the run if any are
-missing. Results: ``server-<date>.json``, ``.md`` and ``.png`` (ratios) in --out, a new name
-unless --replace. A ratio above 1 means kafkalite serve is ahead; the targets (throughput >= the
+missing. kafkalite serve's memory is also sampled every 20 ms, so the report says what its
+peak was made of (anonymous memory, or mapped segment files) and in which row it came.
+Results: ``server-<date>.json``, ``.md`` and ``.png`` (ratios) in --out, a new name unless
+--replace; ``--only kafkalite`` runs that side alone (printed, not saved): a quick look at its
+figures without the broker's start. A ratio above 1 means kafkalite serve is ahead; the targets (throughput >= the
 broker's, p99 <= the broker's, start <= 0.2 s, RSS <= 100 MB) are marked met or not."""
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -90,6 +95,32 @@ def status_mb(pid: int) -> dict[str, float]:
             if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
                 out[key] = int(rest.split()[0]) / 1024
     return out
+
+
+class PeakSampler:
+    """Samples a process's status every 20 ms on a thread and keeps the sample with the largest
+    VmRSS, with the row it came in: what the peak (VmHWM, which the kernel keeps) was made of."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.row = pid, "start"
+        self.peak: dict[str, float | str] = {"VmRSS": 0.0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            try:
+                sample: dict[str, float | str] = {**status_mb(self.pid), "row": self.row}
+            except OSError:  # the process ended
+                return
+            if float(sample["VmRSS"]) > float(self.peak["VmRSS"]):
+                self.peak = sample
+
+    def stop(self) -> dict[str, float | str]:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
 
 
 def first_ack(bootstrap: str, began: float) -> float:
@@ -251,7 +282,7 @@ def report(
         "python": platform.python_version(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}",
     }
-    kl_mem = memory[KAFKALITE]
+    kl_mem, peak = memory[KAFKALITE], memory["kafkalite serve sampled peak"]
     lines = [
         f"# kafkalite serve against Apache Kafka (`python benches/bench_server.py {' '.join(sys.argv[1:])}`)",
         "",
@@ -274,7 +305,9 @@ def report(
         "`acks=1`, Nagle off; the consumer in another process with `fetch.wait.max.ms=10`, "
         "`fetch.queue.backoff.ms=0`. RSS: the server process's VmHWM after all rows (kafkalite serve's VmRSS "
         f"then: {kl_mem['VmRSS']:.1f} MB, of which {kl_mem['RssFile']:.1f} MB mapped segment files and "
-        f"{kl_mem['RssAnon']:.1f} MB anonymous; Kafka's VmRSS {memory[KAFKA]['VmRSS']:.1f} MB).",
+        f"{kl_mem['RssAnon']:.1f} MB anonymous; Kafka's VmRSS {memory[KAFKA]['VmRSS']:.1f} MB). kafkalite "
+        f"serve's largest VmRSS sampled every 20 ms: {peak['VmRSS']:.1f} MB ({peak['RssFile']:.1f} MB mapped "
+        f"files, {peak['RssAnon']:.1f} MB anonymous) in the {peak['row']} row.",
         "",
         "Versions: " + "; ".join(f"{k} {v}" for k, v in versions.items()) + ".",
     ]
@@ -298,6 +331,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, help="rounds (interleaved; medians reported)")
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--replace", action="store_true", help="overwrite today's server-<date> files")
+    ap.add_argument(
+        "--only",
+        choices=["kafkalite"],
+        help="run kafkalite serve alone: figures printed, no broker, no results file",
+    )
     args = ap.parse_args()
     if args.records < 1000 or args.rounds < 1:
         ap.error("--records must be at least 1000, --rounds at least 1")
@@ -307,26 +345,36 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="kafkalite-server-bench-"))
     serve = broker = None
     sides: list[Side] = []
+    sampler = None
     try:
         kl, serve = start_kafkalite(work)
         sides.append(kl)
-        kafka, broker = start_kafka(work)
-        sides.append(kafka)
+        sampler = PeakSampler(kl.pid)
+        if args.only is None:
+            kafka, broker = start_kafka(work)
+            sides.append(kafka)
         bench = Bench(args.records, work)
-        figures: dict[str, dict[str, list[float]]] = {row: {KAFKALITE: [], KAFKA: []} for row in ROWS}
+        figures: dict[str, dict[str, list[float]]] = {row: {side.name: [] for side in sides} for row in ROWS}
         for r in range(args.rounds):
             bench.cache.clear()
             for row, measure in bench.rows().items():
+                sampler.row = row
                 for side in sides if r % 2 == 0 else sides[::-1]:
                     value = measure(side)
                     figures[row][side.name].append(value)
                     print(f"round {r + 1} {row:16} {side.name}: {value:,.3f} {ROWS[row].unit}", flush=True)
-        memory = {side.name: status_mb(side.pid) for side in sides}
+        memory: dict[str, Mapping[str, float | str]] = {side.name: status_mb(side.pid) for side in sides}
+        memory["kafkalite serve sampled peak"] = sampler.stop()
+        print(f"kafkalite serve: {memory[KAFKALITE]}; sampled peak {memory['kafkalite serve sampled peak']}")
+        if args.only is not None:
+            return
         in_process = in_process_start(work)
         report(
             args, figures, memory, in_process, (load_start, os.getloadavg()[0]), time.perf_counter() - began
         )
     finally:
+        if sampler is not None:
+            sampler.stop()
         for side in sides:
             side.close()
         if serve is not None:

@@ -17,11 +17,16 @@
 //!
 //! Thread-safe without locks on the append path: the used bytes are an atomic counter,
 //! reserved with a compare-and-swap so two partitions can never both take the last bytes.
+//!
+//! The same kind of budget, one per process (`Reservation::faulted_ahead`), caps the pages
+//! writers keep faulted in ahead of their write positions (`segment/writer.rs`): each busy
+//! partition's window ahead is resident memory, so many partitions written at once would add
+//! up to hundreds of MB; past the cap, a writer faults its pages in as it stores them.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 /// The default budget per data directory and process: 256 MiB, enough for sixteen busy
 /// partitions reserving in full 16 MiB steps, or 4,096 quiet ones in their first 64 KiB step.
@@ -29,6 +34,13 @@ pub const DEFAULT_BUDGET_BYTES: u64 = 256 << 20;
 
 /// Grants are whole pages: a reserve is mapped and faulted in by the page.
 const PAGE: u64 = 4096;
+
+/// The pages this process keeps faulted in ahead of all its writers together: a busy
+/// partition's window is up to 4 MiB, so eight partitions written at full speed get whole
+/// windows; more share this.
+pub const FAULTED_AHEAD_LIMIT: u64 = 32 << 20;
+
+static FAULTED_AHEAD: LazyLock<Arc<Budget>> = LazyLock::new(|| Arc::new(Budget::new(FAULTED_AHEAD_LIMIT)));
 
 /// One data directory's budget in this process.
 #[derive(Debug)]
@@ -133,6 +145,12 @@ pub struct Reservation {
 }
 
 impl Reservation {
+    /// A share of the process's budget of pages faulted in ahead of writers
+    /// (`FAULTED_AHEAD_LIMIT`), instead of a data directory's preallocation budget.
+    pub fn faulted_ahead() -> Reservation {
+        Reservation { budget: Some(Arc::clone(&FAULTED_AHEAD)), held: 0 }
+    }
+
     /// Reserve up to `wanted` more bytes ahead of the writer of a segment in `partition_dir`;
     /// returns the bytes granted (whole pages, possibly 0).
     pub fn take(&mut self, partition_dir: &Path, wanted: usize) -> usize {

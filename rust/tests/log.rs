@@ -250,6 +250,17 @@ fn raw_batches_are_validated_and_reoffset() {
     assert!(matches!(dst.append_raw_batches(&bad), Err(Error::Corrupt(_))));
     assert!(matches!(dst.append_raw_batches(&raw[..raw.len() - 1]), Err(Error::Corrupt(_))));
     assert_eq!(dst.end_offset(), 13);
+    // The batch is stored from the caller's bytes, and its own baseOffset field is not trusted
+    // (a client may send anything there): the file holds the assigned offset.
+    let mut odd = raw.clone();
+    odd[..8].copy_from_slice(&1_000_000i64.to_be_bytes());
+    assert_eq!(dst.append_raw_batches(&odd).unwrap(), (13, 22));
+    let stored = dst.read(13, 1 << 20).unwrap().bytes().to_vec();
+    assert_eq!(i64::from_be_bytes(stored[..8].try_into().unwrap()), 13);
+    drop(dst);
+    let mut reopened = Log::open(dir.path().join("b-0"), config(1 << 20)).unwrap();
+    assert_eq!(reopened.end_offset(), 23);
+    assert_eq!(all(&mut reopened).iter().map(|r| r.offset).collect::<Vec<_>>(), (0..23).collect::<Vec<i64>>());
 }
 
 #[test]
@@ -389,4 +400,70 @@ fn sealed_segments_hold_no_descriptors() {
     log.close().unwrap();
     let shared = Log::open(&path, LogConfig { shared_writers: true, ..config(16 * 1024) }).unwrap();
     assert!(shared.segment_descriptors() <= 1, "{}", shared.segment_descriptors());
+}
+
+/// Rss of this process's mappings that start at `addrs` (/proc/self/smaps), in bytes.
+fn mappings_rss(addrs: &[usize]) -> usize {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut total = 0;
+    for addr in addrs {
+        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&format!("{addr:x}-")));
+        let rss_kb = lines.find_map(|l| l.strip_prefix("Rss:")).unwrap_or_else(|| panic!("no mapping at {addr:x}"));
+        total += rss_kb.trim().trim_end_matches(" kB").parse::<usize>().unwrap() * 1024;
+    }
+    total
+}
+
+/// One batch of 1 MB: 100 values of 10 kB (few records, so a debug build appends fast).
+fn megabyte() -> Vec<Vec<u8>> {
+    (0..100).map(|i| format!("{i:03}{}", "m".repeat(10_000 - 3)).into_bytes()).collect()
+}
+
+/// Where the map of `log`'s active segment starts.
+fn active_map(log: &mut Log) -> usize {
+    let last = log.end_offset() - 1;
+    log.read(last, 1).unwrap().map.expect("the active segment is mapped").as_ptr() as usize
+}
+
+#[test]
+fn a_writer_keeps_only_a_window_of_its_segment_resident() {
+    // 68 MB in 1 MB batches into one segment: the reserve on disk grows in steps of up to
+    // 16 MiB, but what is faulted in follows the writer (2 MiB windows, RESIDENT_WINDOW in
+    // segment/writer.rs: under one behind it plus up to two ahead, ~7 MiB; the bound leaves
+    // room for a loaded machine). Before, a whole step was faulted in ahead and one kept
+    // behind: up to 32 MiB of this mapping resident.
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path().join("w-0"), config(1 << 30)).unwrap();
+    let batch = megabyte();
+    let mut peak = 0;
+    for _ in 0..72 {
+        append(&mut log, &batch, 7);
+        peak = peak.max(mappings_rss(&[active_map(&mut log)]));
+    }
+    assert!(log.size_bytes() > 64 << 20);
+    assert!(peak <= 16 << 20, "{peak} bytes of the segment resident");
+    // Dropped pages are still the file's: everything reads back.
+    assert_eq!(all(&mut log).len(), 7_200);
+}
+
+#[test]
+fn many_partitions_written_at_once_share_the_pages_faulted_in_ahead() {
+    // 32 partitions written in turn, 8 MB each in 1 MB batches. Each writer's window ahead is
+    // up to 4 MiB, but all of them together are capped at 32 MiB (prealloc::FAULTED_AHEAD_LIMIT,
+    // shared with any other test of this process), so the 32 segments hold what their writers
+    // stored since their last release (under 3 MiB each) plus 32 MiB, not 32 full windows.
+    let dir = tempfile::tempdir().unwrap();
+    let mut logs: Vec<Log> =
+        (0..32).map(|p| Log::open(dir.path().join(format!("m-{p}")), config(1 << 30)).unwrap()).collect();
+    let batch = megabyte();
+    let mut peak = 0;
+    for _ in 0..8 {
+        for log in logs.iter_mut() {
+            append(log, &batch, 7);
+        }
+        let maps: Vec<usize> = logs.iter_mut().map(active_map).collect();
+        peak = peak.max(mappings_rss(&maps));
+    }
+    assert!(peak <= (32 * 3 + 32) << 20, "{} MiB of 32 segments resident", peak >> 20);
+    assert!(logs.iter_mut().all(|log| all(log).len() == 800));
 }

@@ -4,7 +4,7 @@ use crate::checkpoint::sync_dir;
 use crate::error::{Error, IoContext, Result};
 use crate::group_commit::Ticket;
 use crate::options::FlushPolicy;
-use crate::record::header::{compute_crc, set_base_offset, BatchHeader, ATTR_TIMESTAMP_LOG_APPEND};
+use crate::record::header::{compute_crc, BatchHeader, ATTR_TIMESTAMP_LOG_APPEND};
 use crate::record::record::record_size_upper_bound;
 use crate::record::scan::{next_batch, Next};
 use crate::record::{for_each_record, record_area, BatchBuilder, RecordInput, TimestampType};
@@ -198,7 +198,12 @@ impl Log {
             let area = record_area(&bytes, &header)?;
             for_each_record(&area, &header, |r| if r.key.is_none() { Err(null_key_error()) } else { Ok(()) })?;
         }
-        self.append_batch(bytes, header)
+        self.append_batch(&bytes, header)?;
+        // The next builder reuses the buffer.
+        if bytes.capacity() > self.scratch.capacity() {
+            self.scratch = bytes;
+        }
+        Ok(())
     }
 
     /// Append pre-built v2 batches (from another Kafka client or broker): each is validated
@@ -255,33 +260,35 @@ impl Log {
         let first = self.end_offset();
         let mut count = 0u64;
         for (bytes, mut header) in batches {
-            let mut bytes = bytes.to_vec();
+            count += header.records_count as u64;
             if let Some(now) = self.log_append_time() {
                 // Broker behaviour for LogAppendTime: stamp maxTimestamp and bit 3, new CRC.
+                let mut bytes = bytes.to_vec();
                 header.attributes |= ATTR_TIMESTAMP_LOG_APPEND;
                 header.max_timestamp = now;
                 header.write(&mut bytes);
                 header.crc = compute_crc(&bytes);
                 header.write(&mut bytes);
+                self.append_batch(&bytes, header)?;
+            } else {
+                // Stored as sent, straight from the caller's bytes (a Produce request's frame):
+                // the new base offset goes into the prefix the segment writes.
+                self.append_batch(bytes, header)?;
             }
-            count += header.records_count as u64;
-            self.append_batch(bytes, header)?;
         }
         self.after_append(count)?;
         Ok((first, self.end_offset() - 1))
     }
 
     /// Give a finished batch this log's next offsets, roll if needed, and write it.
-    fn append_batch(&mut self, mut bytes: Vec<u8>, mut header: BatchHeader) -> Result<()> {
+    fn append_batch(&mut self, bytes: &[u8], mut header: BatchHeader) -> Result<()> {
         if bytes.len() > self.config.max_message_bytes {
             return Err(Error::RecordTooLarge { size: bytes.len(), max: self.config.max_message_bytes });
         }
-        let base = self.end_offset();
-        header.base_offset = base;
-        set_base_offset(&mut bytes, base);
+        header.base_offset = self.end_offset(); // written by the segment (`Segment::append`)
         self.maybe_roll(bytes.len(), &header)?;
         let active = self.segments.last_mut().unwrap();
-        if let Err(e) = active.append(&bytes, &header) {
+        if let Err(e) = active.append(bytes, &header) {
             if let Error::Poisoned(why) = &e {
                 self.poisoned = Some(why.clone());
             }
@@ -291,9 +298,6 @@ impl Log {
             group.appended(active.base_offset, active.size());
         }
         self.producers_note(&header);
-        if bytes.capacity() > self.scratch.capacity() {
-            self.scratch = bytes;
-        }
         Ok(())
     }
 

@@ -65,8 +65,15 @@ pub struct Segment {
     file_len_seen: usize,
     /// Whether `map` may be written through (a writer's map, not one made by `follow`).
     map_writable: bool,
-    /// The helper thread faulting in the newest reserved range.
+    /// The helper thread faulting in the window ahead of the writer.
     prefault: Option<std::thread::JoinHandle<()>>,
+    /// Where the window faulted in ahead of the writer ends (`slide_resident_window`).
+    prefaulted: usize,
+    /// Pages below this were dropped from the resident set behind the writer.
+    released: usize,
+    /// The share of the process's budget of pages faulted in ahead of writers that the window
+    /// `[size, prefaulted)` holds (`prealloc::Reservation::faulted_ahead`).
+    faulted_ahead: crate::prealloc::Reservation,
     /// The share of the data directory's preallocation budget that `allocated_len` holds
     /// beyond the written bytes (`prealloc.rs`).
     reservation: crate::prealloc::Reservation,
@@ -177,6 +184,9 @@ impl Segment {
             map_writable: false,
             file_len_seen: 0,
             prefault: None,
+            prefaulted: 0,
+            released: 0,
+            faulted_ahead: crate::prealloc::Reservation::faulted_ahead(),
             reservation: Default::default(),
             size: 0,
             next_offset: base_offset,

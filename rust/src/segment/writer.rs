@@ -20,6 +20,17 @@ use super::{read_at_most, Segment};
 /// 16 MiB steps again.
 const MIN_ALLOCATION_STEP: usize = 64 << 10;
 const MAX_ALLOCATION_STEP: usize = 16 << 20;
+/// How much of the active segment a writer keeps resident around its write position: the
+/// prefault helper faults in at most two windows ahead of it (a new window once less than
+/// one is left), and the pages behind it are dropped each time it has moved a window on. The
+/// reserve on disk still grows in whole allocation steps; only what is mapped in follows the
+/// writer.
+/// Prefaulting whole 16 MiB steps kept up to 32 MiB per busy partition resident: a server
+/// taking 1 MiB batches for four partitions peaked over 100 MB (issue 13). A window costs one
+/// helper thread per 2 MiB written. What all writers of the process keep faulted in ahead is
+/// capped by `prealloc::FAULTED_AHEAD_LIMIT`.
+const RESIDENT_WINDOW: usize = 2 << 20;
+const PAGE: usize = 4096;
 
 impl Segment {
     /// Milliseconds the segment has been "open" by Kafka's `segment.ms` rule.
@@ -31,12 +42,13 @@ impl Segment {
     }
 
     /// Make room for `extra` more bytes past the published end. Blocks are reserved with
-    /// `fallocate` one step ahead of the writer, and each new step is faulted in for writing
-    /// on a helper thread, so the kernel's zero-filling of fresh pages overlaps with encoding
-    /// instead of stalling every 4 KiB store. The step ahead comes out of the data directory's
-    /// preallocation budget (`prealloc.rs`); once that is spent, only what this append needs is
-    /// reserved, plus the rest of its last page (so the file always ends past the data, which
-    /// is what tells readers the segment is still active, see `looks_sealed`).
+    /// `fallocate` one step ahead of the writer, and the window just ahead of it is faulted in
+    /// for writing on a helper thread (`slide_resident_window`), so the kernel's zero-filling of
+    /// fresh pages overlaps with encoding instead of stalling every 4 KiB store. The step ahead
+    /// comes out of the data directory's preallocation budget (`prealloc.rs`); once that is
+    /// spent, only what this append needs is reserved, plus the rest of its last page (so the
+    /// file always ends past the data, which is what tells readers the segment is still
+    /// active, see `looks_sealed`).
     pub(super) fn ensure_capacity(&mut self, extra: usize) -> Result<()> {
         let needed = self.size + extra;
         let step = self.allocation_step();
@@ -89,31 +101,75 @@ impl Segment {
             self.map = Some(MappedFile::writable(self.f(), len, &self.log_path().display().to_string())?);
             self.map_writable = true;
             self.mapped_len = len;
+            // Nothing of a new map is resident yet.
+            self.finish_prefault();
+            self.forget_window();
+        }
+        self.slide_resident_window();
+        Ok(())
+    }
+
+    /// Keep the resident part of the map to a window around the write position (bounded
+    /// resident set: issue 14 target 6, issue 13's server): once less than `RESIDENT_WINDOW`
+    /// is faulted in ahead of the writer, drop the pages behind it (written: the page cache
+    /// keeps them, and a reader faults them back in) and fault in up to two windows ahead on a
+    /// helper thread, so the kernel's zero-filling of fresh pages overlaps with the appends.
+    /// What is faulted in ahead comes out of the process's budget (`FAULTED_AHEAD_LIMIT`);
+    /// once that is spent, this writer faults its pages in as it stores them.
+    /// Called after every append and growth; most calls only compare a few numbers.
+    fn slide_resident_window(&mut self) {
+        // What the writer stored into its window is no longer ahead of it.
+        self.faulted_ahead.settle(self.prefaulted.saturating_sub(self.size));
+        if self.prefaulted >= self.size + RESIDENT_WINDOW {
+            return;
+        }
+        let Some(map) = self.map.as_ref().filter(|_| self.map_writable).map(Arc::clone) else {
+            return;
+        };
+        let written = self.size / PAGE * PAGE; // the last partial page is still being written
+        if written >= self.released + RESIDENT_WINDOW {
+            // A helper the writer overtook (a loaded machine) would fault pages in behind it
+            // again after they are dropped.
+            self.finish_prefault();
+            map.release(self.released, written - self.released);
+            self.released = written;
+        }
+        let from = self.prefaulted.max(written);
+        let to = (self.size + 2 * RESIDENT_WINDOW).min(self.allocated_len) / PAGE * PAGE;
+        if to < from + MIN_ALLOCATION_STEP {
+            // A page or two (a spent budget's growth, the end of the reserve) is cheaper to
+            // fault in by the append itself.
+            return;
+        }
+        let granted = self.faulted_ahead.take(&self.dir, to - from);
+        if granted < MIN_ALLOCATION_STEP {
+            // Many partitions are busy at once and their windows hold the process's budget.
+            self.faulted_ahead.settle(self.prefaulted.saturating_sub(self.size));
+            return;
         }
         self.finish_prefault();
-        let map = Arc::clone(self.map.as_ref().unwrap());
-        // Bounded resident set (issue 14 target 6): pages more than one step behind the write
-        // position were written and are not needed mapped here (page cache keeps them). This
-        // costs ~5 ns per 100-byte record here and returns more in `close()`, which finds nothing
-        // left to unmap or write-protect (benches/results/structure-before-after.md, 2026-11-24).
-        map.release(0, self.size.saturating_sub(self.allocation_step()) / 4096 * 4096);
-        if target >= from + MIN_ALLOCATION_STEP {
-            // A page or two (a spent budget's growth) is cheaper to fault in by the append itself.
-            self.prefault = Some(std::thread::spawn(move || map.prefault_for_write(from, target - from)));
-        }
-        Ok(())
+        self.prefault = Some(std::thread::spawn(move || map.prefault_for_write(from, granted)));
+        self.prefaulted = from + granted;
+    }
+
+    /// The window is gone from the resident set (a new map, or all of it released): the next
+    /// append faults in a new one, and the budget it held goes back.
+    fn forget_window(&mut self) {
+        (self.prefaulted, self.released) = (self.size / PAGE * PAGE, self.size / PAGE * PAGE);
+        self.faulted_ahead.release();
     }
 
     /// Drop every page of this segment from the process's resident set (the page cache keeps
     /// them: the map is shared over the file, so later reads and appends fault them back in with
     /// the same bytes). For a long-running process with many idle partitions, each of which
-    /// would otherwise keep its last allocation step resident. The prefault helper is finished
+    /// would otherwise keep its last window resident. The prefault helper is finished
     /// first so that it does not touch the pages again behind this call.
     pub fn release_resident(&mut self) {
         self.finish_prefault();
         if let Some(map) = &self.map {
             map.release(0, map.len());
         }
+        self.forget_window();
     }
 
     /// Wait for the helper thread (before the file is trimmed, or the segment dropped).
@@ -123,7 +179,10 @@ impl Segment {
         }
     }
 
-    /// Append one batch whose offsets are already assigned. Returns its file position.
+    /// Append one batch at `header.base_offset`, the offset assigned to it: the batch's own
+    /// baseOffset field is not read, so a client's batch is written from the request's bytes
+    /// as they are (no copy to re-offset it; the CRC does not cover the field). Returns its
+    /// file position.
     pub fn append(&mut self, batch: &[u8], header: &BatchHeader) -> Result<usize> {
         if !self.writable || self.sealed {
             return Err(Error::Closed(format!("segment {} is not writable", self.log_path().display())));
@@ -131,10 +190,13 @@ impl Segment {
         self.ensure_capacity(batch.len())?;
         let pos = self.size;
         let map = self.map.as_ref().expect("ensure_capacity maps");
+        let mut prefix = [0u8; LOG_OVERHEAD];
+        prefix[..8].copy_from_slice(&header.base_offset.to_be_bytes());
+        prefix[8..].copy_from_slice(&batch[8..LOG_OVERHEAD]);
         // Body first, then the offset/length prefix: the prefix is what makes a batch visible.
         map.write(pos + LOG_OVERHEAD, &batch[LOG_OVERHEAD..]);
         fence(Ordering::Release);
-        map.write(pos, &batch[..LOG_OVERHEAD]);
+        map.write(pos, &prefix);
         if map.is_damaged() {
             // Another process shrank the file under our map: these stores may have gone to a
             // zero page instead of the file, so the batch must not be acknowledged.
@@ -144,6 +206,7 @@ impl Segment {
             )));
         }
         self.size += batch.len();
+        self.slide_resident_window();
         self.after_batch(pos, header)?;
         Ok(pos)
     }
@@ -230,6 +293,8 @@ impl Segment {
         // created the next one. Our old allocation and map are stale; storing below them but
         // past the file's end would be lost, or raise SIGBUS (mmap invariant 3).
         self.allocated_len = file_len;
+        // What was faulted in past a trimmed end is gone from the map.
+        self.prefaulted = self.prefaulted.min(file_len);
         self.sealed = false;
         self.ensure_capacity(0)
     }
@@ -252,6 +317,7 @@ impl Segment {
         // Blocks past `size` are gone: a later append (after a failed roll) must reserve again.
         self.allocated_len = self.size;
         self.reservation.release();
+        self.faulted_ahead.release(); // the pages past `size` went with the trim
         self.sealed = true;
         // Final: read through the map from now on. (`sync_all` and an `unseal`ed segment's next
         // append reopen what they need.)

@@ -189,9 +189,10 @@ async fn expire_sessions(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
 const RELEASE_RESIDENT_EVERY: Duration = Duration::from_millis(250);
 
 /// Keeps the server's resident memory from growing with the partitions it has served: every
-/// writer keeps its current allocation step mapped (up to 16 MiB each), so dozens of open
-/// partitions would hold hundreds of MB resident. Dropping the pages every couple of seconds
-/// costs active partitions a few minor faults (the page cache still has the bytes).
+/// writer keeps a window around its write position faulted in (2-6 MiB, `RESIDENT_WINDOW` in
+/// segment/writer.rs), and fetches fault in what they read, so dozens of open partitions would
+/// hold over a hundred MB resident. Dropping the pages four times a second costs active
+/// partitions a few minor faults (the page cache still has the bytes).
 async fn release_resident_pages(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     loop {
         tokio::select! {
