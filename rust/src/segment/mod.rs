@@ -67,6 +67,9 @@ pub struct Segment {
     map_writable: bool,
     /// The helper thread faulting in the newest reserved range.
     prefault: Option<std::thread::JoinHandle<()>>,
+    /// The last append was large enough to go through the file (`write_through_file`), so
+    /// the next reserved range is not faulted in ahead of it.
+    writes_through_file: bool,
     /// The share of the data directory's preallocation budget that `allocated_len` holds
     /// beyond the written bytes (`prealloc.rs`).
     reservation: crate::prealloc::Reservation,
@@ -177,6 +180,7 @@ impl Segment {
             map_writable: false,
             file_len_seen: 0,
             prefault: None,
+            writes_through_file: false,
             reservation: Default::default(),
             size: 0,
             next_offset: base_offset,
