@@ -50,7 +50,7 @@ pub fn filter_batch(
     for_each_record(&area, header, |r| {
         if keep(&r) {
             tombstone_kept |= r.value.is_none();
-            kept.push(r);
+            kept.push(r.clone());
         } else {
             counts.records_removed += 1;
             if r.value.is_none() {
