@@ -51,6 +51,38 @@ def test_append_values_read_and_arrow(part_dir):
         assert log.read_arrow(0, max_records=7).num_rows == 7
 
 
+def test_append_values_while_another_thread_rewrites_the_list(part_dir):
+    """append_values borrows the values' bytes without copying and without the GIL: a thread
+    that replaces (and so frees) the list's items meanwhile must not change or corrupt what is
+    written. Each value is one byte repeated, so a torn or freed value shows."""
+    import threading
+
+    values = [bytes([1]) * 100 for _ in range(1000)]
+    stop = threading.Event()
+
+    def rewrite():
+        n = 0
+        while not stop.is_set():
+            n += 1
+            for i in range(len(values)):
+                values[i] = bytes([n % 251 + 1]) * (100 + n % 7)
+            values.append(b"x")
+            del values[-1]
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    try:
+        with Log(part_dir) as log:
+            for _ in range(300):
+                log.append_values(values)
+            for r in log.records():
+                assert 100 <= len(r.value) <= 106 and r.value == r.value[:1] * len(r.value), r.offset
+            assert log.end_offset == 300_000
+    finally:
+        stop.set()
+        writer.join()
+
+
 def test_read_arrow_columns_where_nulls_and_headers_start_and_stop(part_dir):
     """read_arrow keeps a column's validity as one flag while every row agrees and per row
     once they differ: each way of switching (valid -> null, null -> valid, headers appearing

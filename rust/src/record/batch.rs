@@ -7,7 +7,7 @@ use crate::record::compression::{compress, decompress, Compression};
 use crate::record::header::{
     compute_crc, BatchHeader, TimestampType, ATTR_TIMESTAMP_LOG_APPEND, HEADER_LEN, LOG_OVERHEAD, MAGIC_V2,
 };
-use crate::record::record::{decode_record, encode_record, RecordInput, RecordRef};
+use crate::record::record::{decode_record, EncodeRecord, RecordInput, RecordRef};
 
 /// The record area of a batch (bytes 61..), decompressed when the batch is compressed.
 pub fn record_area<'a>(batch: &'a [u8], header: &BatchHeader) -> Result<Cow<'a, [u8]>> {
@@ -144,14 +144,20 @@ impl BatchBuilder {
     }
 
     pub fn push(&mut self, r: &RecordInput<'_>) {
-        let ts = self.log_append_time.unwrap_or(r.timestamp);
+        self.push_encoded(r);
+    }
+
+    /// Add any record kind the batch can encode (`EncodeRecord`).
+    #[inline(always)]
+    pub fn push_encoded(&mut self, r: &impl EncodeRecord) {
+        let ts = self.log_append_time.unwrap_or(r.timestamp());
         if self.count == 0 {
             self.base_timestamp = ts;
             self.max_timestamp = ts;
         }
         self.max_timestamp = self.max_timestamp.max(ts);
         let delta = ts.wrapping_sub(self.base_timestamp);
-        encode_record(&mut self.buf, self.count, delta, r);
+        r.encode(&mut self.buf, self.count, delta);
         self.count += 1;
     }
 
