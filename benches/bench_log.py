@@ -217,6 +217,14 @@ def main() -> None:
         "random_read_seek_us_p50": statistics.median(per_seek),
         "random_read_seek_us_p99": sorted(per_seek)[int(len(per_seek) * 0.99)],
     }
+    # Issue 14 target 3's rows, against their targets.
+    append_ratio = results["append_values"]["ratio_to_plain_write"]
+    arrow_gbps = results["read_arrow"]["mb_per_s"] / 1000
+    lines += [
+        "",
+        f"Issue 14 target 3: append_values {append_ratio:.2f}x a plain write() (target >= 0.8x), "
+        f"read_arrow {arrow_gbps:.2f} GB/s (target >= 2 GB/s); load average at the end {os.getloadavg()[0]:.1f}.",
+    ]
     lines += [
         "",
         f"offset_for_timestamp: {oft_us:.1f} µs mean; random read seek: {latency['random_read_seek_us_p50']:.1f} µs p50, {latency['random_read_seek_us_p99']:.1f} µs p99 (Python call included)",

@@ -104,7 +104,9 @@ def test_read_arrow_columns_where_nulls_and_headers_start_and_stop(part_dir):
             assert table.column("timestamp").cast(pa.int64()).to_pylist() == [r.timestamp for r in want]
             assert table.column("key").to_pylist() == [r.key for r in want]
             assert table.column("value").to_pylist() == [r.value for r in want]
-            headers = [None if not r.headers else [{"key": k, "value": v} for k, v in r.headers] for r in want]
+            headers = [
+                None if not r.headers else [{"key": k, "value": v} for k, v in r.headers] for r in want
+            ]
             assert table.column("headers").to_pylist() == headers
             table.validate(full=True)
 

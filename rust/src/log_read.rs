@@ -140,7 +140,7 @@ impl Log {
                     if full || r.offset < next || r.offset >= end {
                         return Ok(());
                     }
-                    sink.push(&r)?;
+                    sink.push(r)?;
                     taken += 1;
                     if taken >= max_records {
                         full = true;

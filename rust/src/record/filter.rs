@@ -48,7 +48,7 @@ pub fn filter_batch(
     let mut kept: Vec<RecordRef<'_>> = Vec::with_capacity(header.records_count.max(0) as usize);
     let mut tombstone_kept = false;
     for_each_record(&area, header, |r| {
-        if keep(&r) {
+        if keep(r) {
             tombstone_kept |= r.value.is_none();
             kept.push(r.clone());
         } else {
