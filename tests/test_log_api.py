@@ -51,6 +51,66 @@ def test_append_values_read_and_arrow(part_dir):
         assert log.read_arrow(0, max_records=7).num_rows == 7
 
 
+def test_append_values_while_another_thread_rewrites_the_list(part_dir):
+    """append_values borrows the values' bytes without copying and without the GIL: a thread
+    that replaces (and so frees) the list's items meanwhile must not change or corrupt what is
+    written. Each value is one byte repeated, so a torn or freed value shows."""
+    import threading
+
+    values = [bytes([1]) * 100 for _ in range(1000)]
+    stop = threading.Event()
+
+    def rewrite():
+        n = 0
+        while not stop.is_set():
+            n += 1
+            for i in range(len(values)):
+                values[i] = bytes([n % 251 + 1]) * (100 + n % 7)
+            values.append(b"x")
+            del values[-1]
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    try:
+        with Log(part_dir) as log:
+            for _ in range(300):
+                log.append_values(values)
+            for r in log.records():
+                assert 100 <= len(r.value) <= 106 and r.value == r.value[:1] * len(r.value), r.offset
+            assert log.end_offset == 300_000
+    finally:
+        stop.set()
+        writer.join()
+
+
+def test_read_arrow_columns_where_nulls_and_headers_start_and_stop(part_dir):
+    """read_arrow keeps a column's validity as one flag while every row agrees and per row
+    once they differ: each way of switching (valid -> null, null -> valid, headers appearing
+    after rows without, all rows valid) must give the rows records() gives."""
+    recs = (
+        [Record(b"v%d" % i, timestamp=1000 + i) for i in range(300)]  # null keys, no headers
+        + [Record(None, key=b"k%d" % i, timestamp=2000 + i) for i in range(5)]  # keys appear, values null
+        + [Record(b"h", headers=[("a", b"1"), ("b", None)], timestamp=3000)]  # headers appear
+        + [Record(b"x" * 200, key=b"", timestamp=4000 + i) for i in range(300)]
+    )
+    with Log(part_dir) as log:
+        for start in range(0, len(recs), 97):  # several Kafka batches per Arrow batch
+            log.append(recs[start : start + 97])
+        expected = list(log.records())
+        for start, max_records in [(0, None), (0, 300), (300, 6), (305, 1), (306, None), (299, 3)]:
+            table = log.read_arrow(start, max_records=max_records)
+            want = expected[start : start + (max_records or len(expected))]
+            assert table.column("offset").to_pylist() == [r.offset for r in want]
+            assert table.column("timestamp").cast(pa.int64()).to_pylist() == [r.timestamp for r in want]
+            assert table.column("key").to_pylist() == [r.key for r in want]
+            assert table.column("value").to_pylist() == [r.value for r in want]
+            headers = [
+                None if not r.headers else [{"key": k, "value": v} for k, v in r.headers] for r in want
+            ]
+            assert table.column("headers").to_pylist() == headers
+            table.validate(full=True)
+
+
 def test_read_returns_whole_batches_as_zero_copy_view(part_dir):
     with Log(part_dir) as log:
         for _ in range(10):

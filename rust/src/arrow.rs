@@ -8,9 +8,9 @@
 
 use std::sync::Arc;
 
-use arrow_array::builder::{BinaryBuilder, Int64Builder, StringBuilder, TimestampMillisecondBuilder};
-use arrow_array::{ArrayRef, ListArray, RecordBatch, StructArray};
-use arrow_buffer::{NullBuffer, OffsetBuffer};
+use arrow_array::builder::{BinaryBuilder, StringBuilder};
+use arrow_array::{ArrayRef, BinaryArray, Int64Array, ListArray, RecordBatch, StructArray, TimestampMillisecondArray};
+use arrow_buffer::{Buffer, NullBuffer, OffsetBuffer};
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 
 use crate::error::{Error, Result};
@@ -36,37 +36,81 @@ pub fn record_schema() -> SchemaRef {
     ]))
 }
 
+/// Per-row validity, kept as one flag while every row so far agrees (the usual case: every
+/// key null, or no record with headers) and as one flag per row once they differ: a store
+/// per row saved on the hot path of every reader.
+pub(crate) struct Validity {
+    rows: usize,
+    uniform: bool,
+    per_row: Option<Vec<bool>>,
+}
+
+impl Validity {
+    fn new() -> Self {
+        Validity { rows: 0, uniform: true, per_row: None }
+    }
+
+    #[inline(always)]
+    fn push(&mut self, valid: bool) {
+        match &mut self.per_row {
+            Some(rows) => rows.push(valid),
+            None if self.rows == 0 || valid == self.uniform => self.uniform = valid,
+            None => {
+                let mut rows = vec![self.uniform; self.rows];
+                rows.push(valid);
+                self.per_row = Some(rows);
+            }
+        }
+        self.rows += 1;
+    }
+
+    /// Arrow's null buffer: none when every row is valid.
+    fn finish(self) -> Option<NullBuffer> {
+        match self.per_row {
+            Some(rows) => Some(NullBuffer::from(rows)),
+            None if self.rows > 0 && !self.uniform => Some(NullBuffer::new_null(self.rows)),
+            None => None,
+        }
+    }
+}
+
 /// The `headers` column: `list<struct<key, value>>`, null for records without headers.
 pub(crate) struct HeaderColumns {
+    /// List offsets, only once a record had headers (until then every one is 0).
     offsets: Vec<i32>,
-    present: Vec<bool>,
+    /// The rows expected, to size `offsets` when it is made.
+    capacity: usize,
+    present: Validity,
     keys: StringBuilder,
     values: BinaryBuilder,
 }
 
 impl HeaderColumns {
     pub(crate) fn with_capacity(records: usize) -> Self {
-        let mut offsets = Vec::with_capacity(records + 1);
-        offsets.push(0);
         HeaderColumns {
-            offsets,
-            present: Vec::with_capacity(records),
+            offsets: Vec::new(),
+            capacity: records,
+            present: Validity::new(),
             keys: StringBuilder::new(),
             values: BinaryBuilder::new(),
         }
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.present.len()
-    }
-
+    #[inline(always)]
     pub(crate) fn push(&mut self, r: &RecordRef<'_>) {
-        for (k, v) in &r.headers {
-            self.keys.append_value(k);
-            self.values.append_option(*v);
+        if !r.headers.is_empty() {
+            if self.offsets.is_empty() {
+                self.offsets.reserve(self.capacity.max(self.present.rows) + 1);
+                self.offsets.resize(self.present.rows + 1, 0);
+            }
+            for (k, v) in &r.headers {
+                self.keys.append_value(k);
+                self.values.append_option(*v);
+            }
         }
-        let last = *self.offsets.last().unwrap();
-        self.offsets.push(last + r.headers.len() as i32);
+        if let Some(&last) = self.offsets.last() {
+            self.offsets.push(last + r.headers.len() as i32);
+        }
         self.present.push(!r.headers.is_empty());
     }
 
@@ -80,12 +124,15 @@ impl HeaderColumns {
             vec![Arc::new(keys.finish()) as ArrayRef, Arc::new(values.finish())],
             None,
         );
-        let any_missing = self.present.iter().any(|p| !p);
+        let offsets = match self.offsets.is_empty() {
+            true => vec![0; self.present.rows + 1],
+            false => self.offsets,
+        };
         ListArray::new(
             Arc::new(Field::new(item_name, DataType::Struct(fields), item_nullable)),
-            OffsetBuffer::new(self.offsets.into()),
+            OffsetBuffer::new(offsets.into()),
             Arc::new(structs),
-            any_missing.then(|| NullBuffer::from(self.present)),
+            self.present.finish(),
         )
     }
 }
@@ -105,31 +152,81 @@ pub(crate) fn count_payload(total: &mut usize, r: &RecordRef<'_>) -> Result<()> 
     Ok(())
 }
 
+/// One nullable binary column (keys or values) laid out as Arrow stores it: the bytes in one
+/// buffer, an offset per row, validity per row. Handed to Arrow without a copy at the end.
+pub(crate) struct BinaryColumn {
+    offsets: Vec<i32>,
+    data: Vec<u8>,
+    valid: Validity,
+}
+
+impl BinaryColumn {
+    pub(crate) fn with_capacity(records: usize, bytes: usize) -> Self {
+        let mut offsets = Vec::with_capacity(records + 1);
+        offsets.push(0);
+        BinaryColumn { offsets, data: Vec::with_capacity(bytes), valid: Validity::new() }
+    }
+
+    /// Room for `bytes` more, sized so that the buffer grows once rather than doubling (a
+    /// doubling copies everything read so far): `rows_left` more rows like the ones so far
+    /// (or, before the first, like the batch about to be read: `bytes` for `rows` rows).
+    pub(crate) fn reserve(&mut self, bytes: usize, rows: usize, rows_left: usize) {
+        if self.data.capacity() - self.data.len() >= bytes {
+            return;
+        }
+        let per_row = match self.valid.rows {
+            0 => bytes.div_ceil(rows.max(1)),
+            n => self.data.len().div_ceil(n),
+        };
+        self.data.reserve(bytes.max(per_row.saturating_mul(rows_left)));
+    }
+
+    /// Append one row. Fails once the column holds more than Arrow's 32-bit offsets address.
+    #[inline(always)]
+    pub(crate) fn push(&mut self, bytes: Option<&[u8]>) -> Result<()> {
+        if let Some(b) = bytes {
+            self.data.extend_from_slice(b);
+        }
+        let end = i32::try_from(self.data.len()).map_err(|_| {
+            Error::config("records do not fit one Arrow batch (2 GiB of keys or values); pass a smaller max_records")
+        })?;
+        self.offsets.push(end);
+        self.valid.push(bytes.is_some());
+        Ok(())
+    }
+
+    pub(crate) fn finish(self) -> BinaryArray {
+        BinaryArray::new(OffsetBuffer::new(self.offsets.into()), Buffer::from_vec(self.data), self.valid.finish())
+    }
+}
+
 /// Accumulates records as Arrow columns.
 pub struct ArrowSink {
-    offsets: Int64Builder,
-    timestamps: TimestampMillisecondBuilder,
-    keys: BinaryBuilder,
-    values: BinaryBuilder,
+    offsets: Vec<i64>,
+    timestamps: Vec<i64>,
+    keys: BinaryColumn,
+    values: BinaryColumn,
     headers: HeaderColumns,
-    /// Bytes of keys and values so far: Arrow's binary type addresses at most 2 GiB.
-    payload_bytes: usize,
+    /// The rows the caller expects (the sink's capacity), for sizing the binary buffers.
+    expected: usize,
 }
 
 impl ArrowSink {
+    /// `records`: the rows expected (at most); the keys' and values' buffers are sized from
+    /// the batches as they come (`RecordSink::reserve`), `bytes` is only a first guess.
     pub fn with_capacity(records: usize, bytes: usize) -> Self {
         ArrowSink {
-            offsets: Int64Builder::with_capacity(records),
-            timestamps: TimestampMillisecondBuilder::with_capacity(records).with_timezone("UTC"),
-            keys: BinaryBuilder::with_capacity(records, 0),
-            values: BinaryBuilder::with_capacity(records, bytes),
+            offsets: Vec::with_capacity(records),
+            timestamps: Vec::with_capacity(records),
+            keys: BinaryColumn::with_capacity(records, 0),
+            values: BinaryColumn::with_capacity(records, bytes),
             headers: HeaderColumns::with_capacity(records),
-            payload_bytes: 0,
+            expected: records,
         }
     }
 
     pub fn len(&self) -> usize {
-        self.headers.len()
+        self.offsets.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -137,11 +234,11 @@ impl ArrowSink {
     }
 
     /// Build the batch.
-    pub fn finish(mut self) -> Result<RecordBatch> {
+    pub fn finish(self) -> Result<RecordBatch> {
         let headers = self.headers.finish("item", false);
         let columns: Vec<ArrayRef> = vec![
-            Arc::new(self.offsets.finish()),
-            Arc::new(self.timestamps.finish()),
+            Arc::new(Int64Array::new(self.offsets.into(), None)),
+            Arc::new(TimestampMillisecondArray::new(self.timestamps.into(), None).with_timezone("UTC")),
             Arc::new(self.keys.finish()),
             Arc::new(self.values.finish()),
             Arc::new(headers),
@@ -152,12 +249,18 @@ impl ArrowSink {
 }
 
 impl RecordSink for ArrowSink {
+    fn reserve(&mut self, records: usize, bytes: usize) {
+        let left = self.expected.saturating_sub(self.len()).max(records);
+        // Keys and values share the record area's bytes; values usually hold most of them.
+        self.values.reserve(bytes, records, left);
+    }
+
+    #[inline(always)]
     fn push(&mut self, r: &RecordRef<'_>) -> Result<()> {
-        count_payload(&mut self.payload_bytes, r)?;
-        self.offsets.append_value(r.offset);
-        self.timestamps.append_value(r.timestamp);
-        self.keys.append_option(r.key);
-        self.values.append_option(r.value);
+        self.keys.push(r.key)?;
+        self.values.push(r.value)?;
+        self.offsets.push(r.offset);
+        self.timestamps.push(r.timestamp);
         self.headers.push(r);
         Ok(())
     }

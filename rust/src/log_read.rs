@@ -29,6 +29,12 @@ impl BatchSlice {
 
 /// Receives decoded records; implemented by owned vectors, Arrow builders and the Python layer.
 pub trait RecordSink {
+    /// A batch of `records` records in `bytes` bytes (its record area) comes next: room for
+    /// it can be made in one step. (Some of its records may be skipped.)
+    fn reserve(&mut self, records: usize, bytes: usize) {
+        let _ = (records, bytes);
+    }
+
     fn push(&mut self, record: &RecordRef<'_>) -> Result<()>;
 }
 
@@ -128,12 +134,13 @@ impl Log {
                 }
                 verify_crc(batch, &header, pos)?;
                 let area = record_area(batch, &header)?;
+                sink.reserve(header.records_count.max(0) as usize, area.len());
                 let mut full = false;
                 for_each_record(&area, &header, |r| {
                     if full || r.offset < next || r.offset >= end {
                         return Ok(());
                     }
-                    sink.push(&r)?;
+                    sink.push(r)?;
                     taken += 1;
                     if taken >= max_records {
                         full = true;

@@ -5,9 +5,8 @@ use crate::error::{Error, IoContext, Result};
 use crate::group_commit::Ticket;
 use crate::options::FlushPolicy;
 use crate::record::header::{compute_crc, BatchHeader, ATTR_TIMESTAMP_LOG_APPEND};
-use crate::record::record::record_size_upper_bound;
 use crate::record::scan::{next_batch, Next};
-use crate::record::{for_each_record, record_area, BatchBuilder, RecordInput, TimestampType};
+use crate::record::{for_each_record, record_area, BatchBuilder, EncodeRecord, RecordInput, TimestampType, ValueInput};
 use crate::segment::Segment;
 
 use super::{now_ms, Log};
@@ -102,14 +101,14 @@ impl Log {
         if self.config.compact {
             return Err(null_key_error());
         }
-        let inputs = values.iter().map(|v| RecordInput { key: None, value: Some(v), headers: &[], timestamp });
+        let inputs = values.iter().map(|&value| ValueInput { value, timestamp });
         self.append_inputs(inputs, values.len(), "append_values")
     }
 
     /// Encode `count` records into batches that stay under the target size, and append them.
-    fn append_inputs<'a>(
+    fn append_inputs(
         &mut self,
-        inputs: impl Iterator<Item = RecordInput<'a>>,
+        inputs: impl Iterator<Item = impl EncodeRecord>,
         count: usize,
         what: &str,
     ) -> Result<(i64, i64)> {
@@ -120,22 +119,22 @@ impl Log {
         self.as_writer(|log| log.append_inputs_locked(inputs, count))
     }
 
-    fn append_inputs_locked<'a>(
+    fn append_inputs_locked(
         &mut self,
-        inputs: impl Iterator<Item = RecordInput<'a>>,
+        inputs: impl Iterator<Item = impl EncodeRecord>,
         count: usize,
     ) -> Result<(i64, i64)> {
         let first = self.end_offset();
         let target = self.target_batch_bytes();
         let mut builder = self.new_builder(target);
         for r in inputs {
-            if builder.count() > 0 && builder.size() + record_size_upper_bound(&r) > target {
+            if builder.count() > 0 && builder.size() + r.size_upper_bound() > target {
                 let empty = BatchBuilder::new(self.config.compression, None, 0);
                 let full = std::mem::replace(&mut builder, empty);
                 self.append_built(full)?;
                 builder = self.new_builder(target);
             }
-            builder.push(&r);
+            builder.push_encoded(&r);
         }
         self.append_built(builder)?;
         self.after_append(count as u64)?;

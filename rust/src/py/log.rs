@@ -5,7 +5,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::arrow::ArrowSink;
 use crate::cleaner::CleanOptions;
@@ -17,7 +17,7 @@ use crate::spark::SparkSink;
 use crate::txn::{IsolationLevel, TxnState};
 
 use super::arrow::ArrowBatch;
-use super::buffer::BatchView;
+use super::buffer::{bytes_items, BatchView};
 use super::consumer::ConsumerRecord;
 use super::durable::DurableMark;
 use super::producer::BatchBuffer;
@@ -294,22 +294,14 @@ impl PyLog {
     /// Append values (null keys, no headers) from a list of bytes, with one timestamp.
     #[pyo3(signature = (values, timestamp=None))]
     fn append_values(&self, py: Python<'_>, values: &Bound<'_, PyAny>, timestamp: Option<i64>) -> PyResult<(i64, i64)> {
-        let held: Vec<Bound<'_, PyBytes>> = match values.cast::<PyList>() {
-            Ok(list) => list
-                .iter()
-                .map(|v| {
-                    v.cast_into::<PyBytes>().map_err(|_| PyTypeError::new_err("append_values takes a list of bytes"))
-                })
-                .collect::<PyResult<_>>()?,
-            Err(_) => values
-                .try_iter()?
-                .map(|v| {
-                    v?.cast_into::<PyBytes>()
-                        .map_err(|_| PyTypeError::new_err("append_values takes an iterable of bytes"))
-                })
-                .collect::<PyResult<_>>()?,
+        // A tuple of the values holds them for the append (the caller's list may change once
+        // the GIL is released); a list's copy is one C call.
+        let (items, what) = match values.cast::<PyList>() {
+            Ok(list) => (list.to_tuple(), "a list"),
+            Err(_) => (PyTuple::new(py, values.try_iter()?.collect::<PyResult<Vec<_>>>()?)?, "an iterable"),
         };
-        let slices: Vec<&[u8]> = held.iter().map(|b| b.as_bytes()).collect();
+        let slices =
+            bytes_items(&items).map_err(|_| PyTypeError::new_err(format!("append_values takes {what} of bytes")))?;
         let ts = timestamp.unwrap_or_else(now_ms);
         self.appended_durably(py, |log| log.append_values(&slices, ts))
     }

@@ -48,9 +48,9 @@ pub fn filter_batch(
     let mut kept: Vec<RecordRef<'_>> = Vec::with_capacity(header.records_count.max(0) as usize);
     let mut tombstone_kept = false;
     for_each_record(&area, header, |r| {
-        if keep(&r) {
+        if keep(r) {
             tombstone_kept |= r.value.is_none();
-            kept.push(r);
+            kept.push(r.clone());
         } else {
             counts.records_removed += 1;
             if r.value.is_none() {

@@ -12,4 +12,4 @@ pub mod varint;
 pub use batch::{decode_batch_owned, for_each_record, for_each_record_until, record_area, BatchBuilder, OwnedRecord};
 pub use compression::Compression;
 pub use header::{BatchHeader, TimestampType};
-pub use record::{Header, RecordInput, RecordRef};
+pub use record::{EncodeRecord, Header, RecordInput, RecordRef, ValueInput};

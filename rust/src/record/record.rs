@@ -7,7 +7,7 @@
 //! ```
 
 use crate::error::{Error, Result};
-use crate::record::varint::{get_varint, get_varlong, put_varint, varint_len, varlong_len};
+use crate::record::varint::{get_varint, get_varlong, put_varint, put_varlong, varint_len, varlong_len};
 
 /// A header: a UTF-8 key and a nullable value.
 pub type Header<'a> = (&'a str, Option<&'a [u8]>);
@@ -46,7 +46,9 @@ fn get_nullable_bytes<'a>(buf: &'a [u8], pos: &mut usize, what: &str) -> Result<
 /// Decode the record starting at `buf[*pos..]` and advance `pos` past it.
 /// `base_offset`/`base_timestamp` come from the batch header; `log_append_time` is the
 /// batch's maxTimestamp when the batch uses LogAppendTime (then every record reports it).
-#[inline]
+// Inlined into the batch loop, so that a sink takes the fields from registers rather than
+// from a returned `RecordRef` (measured: a third of read_arrow's decode time).
+#[inline(always)]
 pub fn decode_record<'a>(
     buf: &'a [u8],
     pos: &mut usize,
@@ -206,6 +208,75 @@ pub fn encode_record(out: &mut Vec<u8>, offset_delta: i32, timestamp_delta: i64,
     }
 }
 
+/// `encode_record` for a record with a null key and no headers (what `Log.append_values`
+/// writes): the same bytes, with the fixed fields written as constants and each byte pushed
+/// straight into the reserved buffer (the general encoder's stack staging made the copy out
+/// wait for its byte stores, a store-forwarding stall per record). The tests check both
+/// encoders give the same bytes.
+#[inline(always)]
+pub fn encode_value_record(out: &mut Vec<u8>, offset_delta: i32, timestamp_delta: i64, value: &[u8]) {
+    let len = value.len() as i32;
+    // attributes, timestampDelta, offsetDelta, null key, valueLength, value, header count
+    let body = 1 + varlong_len(timestamp_delta) + varint_len(offset_delta) + 1 + varint_len(len) + value.len() + 1;
+    out.reserve(5 + body);
+    put_varint(out, body as i32);
+    out.push(0);
+    put_varlong(out, timestamp_delta);
+    put_varint(out, offset_delta);
+    put_varint(out, -1);
+    put_varint(out, len);
+    out.extend_from_slice(value);
+    out.push(0);
+}
+
+/// A record a batch can be built from: sized before it is added (to close a batch that
+/// would pass its target size) and then encoded into the batch.
+pub trait EncodeRecord {
+    /// `encode_record`'s size bound for this record.
+    fn size_upper_bound(&self) -> usize;
+    /// Encode into `out` with these deltas.
+    fn encode(&self, out: &mut Vec<u8>, offset_delta: i32, timestamp_delta: i64);
+    fn timestamp(&self) -> i64;
+}
+
+impl EncodeRecord for RecordInput<'_> {
+    #[inline(always)]
+    fn size_upper_bound(&self) -> usize {
+        record_size_upper_bound(self)
+    }
+    #[inline(always)]
+    fn encode(&self, out: &mut Vec<u8>, offset_delta: i32, timestamp_delta: i64) {
+        encode_record(out, offset_delta, timestamp_delta, self)
+    }
+    #[inline(always)]
+    fn timestamp(&self) -> i64 {
+        self.timestamp
+    }
+}
+
+/// A value with a null key and no headers.
+#[derive(Clone, Copy, Debug)]
+pub struct ValueInput<'a> {
+    pub value: &'a [u8],
+    pub timestamp: i64,
+}
+
+impl EncodeRecord for ValueInput<'_> {
+    #[inline(always)]
+    fn size_upper_bound(&self) -> usize {
+        // length, attributes, timestampDelta, offsetDelta, key, valueLength, value, headers
+        5 + 1 + 10 + 5 + 1 + 5 + self.value.len() + 1
+    }
+    #[inline(always)]
+    fn encode(&self, out: &mut Vec<u8>, offset_delta: i32, timestamp_delta: i64) {
+        encode_value_record(out, offset_delta, timestamp_delta, self.value)
+    }
+    #[inline(always)]
+    fn timestamp(&self) -> i64 {
+        self.timestamp
+    }
+}
+
 /// Size in bytes of one record as `encode_record` writes it (an upper bound when the
 /// timestamp delta is not yet known: we assume the 10-byte worst case).
 #[inline]
@@ -215,4 +286,33 @@ pub fn record_size_upper_bound(r: &RecordInput<'_>) -> usize {
         body += nullable_len(Some(k.as_bytes())) + nullable_len(*v);
     }
     body + 5
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The values-only encoder is a shortcut of the general one: the same bytes for every
+    /// varint width of every field it writes.
+    #[test]
+    fn value_records_encode_as_general_records() {
+        let lengths = [0usize, 1, 63, 64, 127, 128, 8191, 8192, 70_000];
+        let offset_deltas = [0i32, 1, 63, 64, 8191, 8192, 1 << 20, i32::MAX];
+        let timestamp_deltas = [0i64, 1, -1, 63, 64, -65, 1 << 40, i64::MAX, i64::MIN];
+        for &len in &lengths {
+            let value = vec![0xa5u8; len];
+            for &od in &offset_deltas {
+                for &td in &timestamp_deltas {
+                    let general = RecordInput { key: None, value: Some(&value), headers: &[], timestamp: 0 };
+                    let (mut want, mut got) = (vec![7u8], vec![7u8]);
+                    encode_record(&mut want, od, td, &general);
+                    encode_value_record(&mut got, od, td, &value);
+                    assert_eq!(got, want, "value of {len} bytes, offset delta {od}, timestamp delta {td}");
+                    let input = ValueInput { value: &value, timestamp: 0 };
+                    assert!(input.size_upper_bound() >= want.len() - 1);
+                    assert!(input.size_upper_bound() <= record_size_upper_bound(&general));
+                }
+            }
+        }
+    }
 }

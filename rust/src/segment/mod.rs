@@ -74,6 +74,9 @@ pub struct Segment {
     /// The share of the process's budget of pages faulted in ahead of writers that the window
     /// `[size, prefaulted)` holds (`prealloc::Reservation::faulted_ahead`).
     faulted_ahead: crate::prealloc::Reservation,
+    /// The last append was large enough to go through the file (`write_through_file`), so
+    /// the next reserved range is not faulted in ahead of it.
+    writes_through_file: bool,
     /// The share of the data directory's preallocation budget that `allocated_len` holds
     /// beyond the written bytes (`prealloc.rs`).
     reservation: crate::prealloc::Reservation,
@@ -187,6 +190,7 @@ impl Segment {
             prefaulted: 0,
             released: 0,
             faulted_ahead: crate::prealloc::Reservation::faulted_ahead(),
+            writes_through_file: false,
             reservation: Default::default(),
             size: 0,
             next_offset: base_offset,
