@@ -52,6 +52,7 @@ from peers_common import (  # noqa: E402
     paced_latency,
     percentile,
     plot,
+    stream_into_parquet,
     timed,
 )
 from report import write_report  # noqa: E402
@@ -269,16 +270,9 @@ class SparkBench:
         out, checkpoint = self._out(f"stream-{side}"), self._out(f"checkpoint-{side}")
 
         def run() -> None:
-            q = (
-                self.reader(side, "spark", stream=True)
-                .writeStream.format("parquet")
-                .option("checkpointLocation", checkpoint)
-                .trigger(availableNow=True)
-                .start(out)
-            )
-            q.awaitTermination()
-            if q.exception() is not None:
-                raise Missing(f"the {side} stream failed: {q.exception()}")
+            failed = stream_into_parquet(self.reader(side, "spark", stream=True), out, checkpoint)
+            if failed is not None:
+                raise Missing(f"the {side} stream failed: {failed}")
 
         s, _ = timed(run)
         expect(self.spark.read.parquet(out).count(), self.n, f"stream written through {side}")

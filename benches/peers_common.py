@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import confluent_kafka as ck
 import confluent_kafka.admin
@@ -42,6 +43,19 @@ def timed(fn: Callable[[], object]) -> tuple[float, object]:
     began = time.perf_counter()
     out = fn()
     return time.perf_counter() - began, out
+
+
+def stream_into_parquet(df: Any, out: str, checkpoint: str) -> str | None:
+    """Runs the streaming DataFrame ``df`` as one Trigger.AvailableNow query into Parquet files at
+    ``out`` and waits for it: None when it finished, else why it failed."""
+    q = (
+        df.writeStream.format("parquet")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start(out)
+    )
+    q.awaitTermination()
+    return None if q.exception() is None else str(q.exception())
 
 
 def percentile(xs: list[float], q: float) -> float:
