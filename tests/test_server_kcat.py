@@ -62,8 +62,13 @@ def test_kcat_produces_every_codec_with_headers_and_nulls(kafkalite_server, kcat
     sent = {"uncompressed": 0, **{c: CODECS.index(c) for c in CODECS[1:]}}
     sent_codecs = {sent[name] for name in SENT.findall(log)}
     assert sent_codecs, log[-3000:]
-    if codec in ("none", "zstd") or "does not support compression type" not in log:
-        assert sent_codecs == {CODECS.index(codec)}, log[-3000:]
+    if codec == "none":
+        assert sent_codecs == {0}, log[-3000:]
+    elif codec == "zstd" or "does not support compression type" not in log:
+        # librdkafka sends a set uncompressed when compressing would not shrink it (a set of
+        # one record, split off by timing on a loaded machine): every other set goes as asked.
+        assert CODECS.index(codec) in sent_codecs, log[-3000:]
+        assert sent_codecs <= {0, CODECS.index(codec)}, log[-3000:]
     assert stored_codecs(kafkalite_server.path, topic) == sent_codecs
 
 
