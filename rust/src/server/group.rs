@@ -297,9 +297,6 @@ impl Coordinator {
                 );
                 Err(codes::INCONSISTENT_GROUP_PROTOCOL)
             }
-            // group.py names such a group's folder by a SHA-256 this side does not compute:
-            // refused rather than risk two owners.
-            Ok(Ok(Claim::Unnamed)) => Err(codes::INVALID_GROUP_ID),
             Ok(Err(e)) => {
                 log::warn!(target: TARGET, "cannot claim group {group:?} for network members: {e}");
                 Err(codes::COORDINATOR_NOT_AVAILABLE)
