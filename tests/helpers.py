@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -25,6 +25,23 @@ def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
     rest = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p]
     out["PYTHONPATH"] = os.pathsep.join([package_parent, TESTS, *rest])
     return out
+
+
+def produce_all(producer: Any, topic: str, value: bytes, keys: Iterable[bytes | None]) -> None:
+    """confluent-kafka's ``produce(topic, value, key)`` for each key (None: keyless), serving
+    delivery reports whenever librdkafka's queue is full (``BufferError``), as its docs say, and
+    every 10,000 records so they never pile up. Does not flush. The one copy of this loop: the
+    tests and the benches (which put tests/ on sys.path, as for serve_proc.py) use it."""
+    produce = producer.produce
+    for i, key in enumerate(keys):
+        while True:
+            try:
+                produce(topic, value, key)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 10_000 == 9_999:
+            producer.poll(0)
 
 
 def run_cli(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from helpers import produce_all
 from serve_proc import start_serve
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -32,13 +33,7 @@ def test_serving_a_log_larger_than_memory_budget_keeps_rss_bounded(tmp_path, spa
         producer = confluent_kafka.Producer(
             {"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1 << 20, "acks": 1}
         )
-        for i in range(RECORDS):
-            while True:
-                try:
-                    producer.produce("big", VALUE, key=b"%d" % i)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+        produce_all(producer, "big", VALUE, (b"%d" % i for i in range(RECORDS)))
         assert producer.flush(120) == 0
         consumer = confluent_kafka.Consumer(
             {"bootstrap.servers": bootstrap, "group.id": "rss", "auto.offset.reset": "earliest"}
@@ -77,13 +72,7 @@ def test_many_written_partitions_do_not_stay_resident(tmp_path, spawn):
             {"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1 << 20, "acks": 1}
         )
         for t in range(30):
-            for i in range(8_000):
-                while True:
-                    try:
-                        producer.produce(f"many-{t}", VALUE, key=b"%d" % i)
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
+            produce_all(producer, f"many-{t}", VALUE, (b"%d" % i for i in range(8_000)))
             assert producer.flush(60) == 0
         time.sleep(5)  # idle: the server's periodic release has run
         rss = current_rss(server.pid)
