@@ -60,6 +60,8 @@ pub const NAMES: &[&str] = &[
     "producer.accumulate",
     // The server's shared partition log locked for a Produce request (server/produce.rs).
     "server.produce",
+    // The server's consumer-group state locked for a Heartbeat (server/group.rs).
+    "server.group_heartbeat",
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

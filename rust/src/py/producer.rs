@@ -570,8 +570,9 @@ impl Accumulator {
             let builder = slot.builder.get_or_insert_with(|| BatchBuilder::new(b.compression, None, BATCH_CAPACITY));
             let index = builder.count();
             builder.push(&record);
-            // Here the batch holds a record no future stands for yet: a panic now is the worst case.
-            crate::failpoint::hit("producer.accumulate")?;
+            // Here the batch holds a record no future stands for yet: a panic now is the worst
+            // case. Only the `panic` (and `kill`) actions mean anything: this step does no I/O.
+            let _ = crate::failpoint::hit("producer.accumulate");
             let future = FutureRecordMetadata { batch: slot.batch.clone_ref(py), index: index as i64, timestamp };
             if builder.size() >= b.batch_size {
                 slot.seal(py, &self.topic, number)?;
