@@ -29,6 +29,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))  # helpers.py: the produce loop the tests use too
+
+from helpers import produce_all  # noqa: E402
 
 VALUE = b"v" * 100
 
@@ -69,14 +72,7 @@ def child(side: str, target: str, topic: str, threads: int, start: int, n: int) 
         )
 
         def send(keys: list[bytes]) -> None:
-            produce = p.produce
-            for k in keys:
-                while True:
-                    try:
-                        produce(topic, VALUE, k)
-                        break
-                    except BufferError:  # librdkafka's queue is full: serve it, as its docs say
-                        p.poll(0.05)
+            produce_all(p, topic, VALUE, keys)
 
         def finish() -> None:
             left = p.flush(120)

@@ -6,12 +6,17 @@ Run: PYTHONPATH=python python benches/bench_idempotence.py [records]"""
 
 from __future__ import annotations
 
+import itertools
+import os
 import sys
 import tempfile
 import time
 
 import confluent_kafka
 import kafkalite
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+from helpers import produce_all  # tests/helpers.py: the produce loop the tests use too
 
 
 def produce_rate(
@@ -30,15 +35,7 @@ def produce_rate(
     producer.produce(topic, value)  # connect, metadata, InitProducerId: not timed
     producer.flush(30)
     began = time.perf_counter()
-    for i in range(records):
-        while True:
-            try:
-                producer.produce(topic, value)
-                break
-            except BufferError:
-                producer.poll(0.01)
-        if i % 10_000 == 0:
-            producer.poll(0)
+    produce_all(producer, topic, value, itertools.repeat(None, records))
     assert producer.flush(60) == 0
     return records / (time.perf_counter() - began)
 

@@ -47,6 +47,7 @@ from peers_common import (  # noqa: E402
     KafkaEndpoint,
     Missing,
     expect,
+    finish_run,
     fmt,
     output_base,
     paced_latency,
@@ -655,9 +656,7 @@ def main() -> None:
     finally:
         if bench is not None:
             bench.close()
-        if broker is not None:
-            broker.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        finish_run(broker, work)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import shutil
 import signal
 import statistics
 import subprocess
@@ -41,19 +40,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))  # kafka_broker.py, serve_proc.py
 import confluent_kafka as ck  # noqa: E402
 import kafka_broker  # noqa: E402
 import kafkalite  # noqa: E402
-from peers_common import (  # noqa: E402
-    LATENCY_RECORDS,
-    LATENCY_WARMUP,
-    KafkaEndpoint,
-    Missing,
-    expect,
-    fmt,
-    output_base,
-    paced_latency,
-    percentile,
-    plot,
-    timed,
-)
+import peers_common as pc  # noqa: E402 (what bench_peers.py measures with too)
 from report import write_report  # noqa: E402
 from serve_proc import start_serve  # noqa: E402
 
@@ -142,10 +129,10 @@ def first_ack(bootstrap: str, began: float) -> float:
         if errors == [None]:
             return time.perf_counter() - began
         if time.perf_counter() - began > 120:
-            raise Missing(f"no acknowledged produce within 120 s: {errors}")
+            raise pc.Missing(f"no acknowledged produce within 120 s: {errors}")
 
 
-class Side(KafkaEndpoint):
+class Side(pc.KafkaEndpoint):
     """One server under test: its process, when it started, and the endpoint's client view."""
 
     def __init__(self, name: str, bootstrap: str, pid: int, start_s: float) -> None:
@@ -196,18 +183,18 @@ class Bench:
 
     def produce(self, side: Side, acks: str) -> float:
         topic = side.topic(f"p-{uuid.uuid4().hex[:8]}")
-        s, _ = timed(lambda: side.send(topic, self.keys, acks=acks, **THROUGHPUT_PRODUCER))
-        expect(side.count(topic), self.n, f"produce acks={acks} to {side.name}")
+        s, _ = pc.timed(lambda: side.send(topic, self.keys, acks=acks, **THROUGHPUT_PRODUCER))
+        pc.expect(side.count(topic), self.n, f"produce acks={acks} to {side.name}")
         return self.n / s
 
     def consume(self, side: Side) -> float:
         if side.name not in self.read_topics:
             topic = side.topic("read")
             side.send(topic, self.keys, **THROUGHPUT_PRODUCER)
-            expect(side.count(topic), self.n, f"read topic on {side.name}")
+            pc.expect(side.count(topic), self.n, f"read topic on {side.name}")
             self.read_topics[side.name] = topic
-        s, got = timed(lambda: side.consume(self.read_topics[side.name], self.n))
-        expect(int(got), self.n, f"consume from {side.name}")  # type: ignore[call-overload]
+        s, got = pc.timed(lambda: side.consume(self.read_topics[side.name], self.n))
+        pc.expect(int(got), self.n, f"consume from {side.name}")  # type: ignore[call-overload]
         return self.n / s
 
     def latency(self, side: Side, which: int) -> float:
@@ -215,7 +202,7 @@ class Bench:
         key = (side.name, "latency")
         if key not in self.cache:
             topic = side.topic(f"lat-{uuid.uuid4().hex[:8]}", 1)
-            total = LATENCY_RECORDS + LATENCY_WARMUP
+            total = pc.LATENCY_RECORDS + pc.LATENCY_WARMUP
             p, failed = side.producer(**LATENCY_PRODUCER)
             child = [
                 sys.executable,
@@ -225,14 +212,14 @@ class Bench:
                 side.bootstrap,
                 topic,
             ]
-            lat = paced_latency(
+            lat = pc.paced_latency(
                 [*child, str(total)], lambda v: (p.produce(topic, v), p.poll(0)), lambda: p.flush(30), total
             )
             if failed:
-                raise Missing(f"latency producer on {side.name}: {len(failed)} records failed")
-            expect(len(lat), LATENCY_RECORDS, f"latency records from {side.name}")
-            expect(side.count(topic), total + 1, f"latency topic on {side.name}")
-            self.cache[key] = (statistics.median(lat), percentile(lat, 0.99))
+                raise pc.Missing(f"latency producer on {side.name}: {len(failed)} records failed")
+            pc.expect(len(lat), pc.LATENCY_RECORDS, f"latency records from {side.name}")
+            pc.expect(side.count(topic), total + 1, f"latency topic on {side.name}")
+            self.cache[key] = (statistics.median(lat), pc.percentile(lat, 0.99))
         return self.cache[key][which]
 
     def rows(self) -> dict[str, Callable[[Side], float]]:
@@ -262,13 +249,13 @@ def target_met(row: str, kl: float, ratio: float) -> str:
 def report(
     args, figures: dict, memory: dict, in_process: float, load: tuple[float, float], seconds: float
 ) -> None:
-    base = output_base(args.out, "server", args.replace)
+    base = pc.output_base(args.out, "server", args.replace)
     table, plot_rows = [], []
     for row, sides in figures.items():
         unit, larger_better = ROWS[row].unit, ROWS[row].larger_is_better
         kl, peer = statistics.median(sides[KAFKALITE]), statistics.median(sides[KAFKA])
         ratio = kl / peer if larger_better else peer / kl
-        kl_cell, peer_cell = (f"{v:.3f} s" if unit == "s" else fmt(v, unit) for v in (kl, peer))
+        kl_cell, peer_cell = (f"{v:.3f} s" if unit == "s" else pc.fmt(v, unit) for v in (kl, peer))
         table.append(
             f"| {ROWS[row].label} | {kl_cell} | {peer_cell} | {ratio:.2f}× | {target_met(row, kl, ratio)} |"
         )
@@ -301,7 +288,7 @@ def report(
         "`java ... kafka.Kafka` after `kafka-storage format`) until the first produce to a new topic is "
         f"acknowledged; `kafkalite.Server()` in an already running Python process: {in_process:.3f} s. Producers: `linger.ms=5`, `batch.size=1 MiB`, `delivery.report.only.error=true`, "
         "murmur2_random partitioner. Latency: one record every 0.5 ms for "
-        f"{LATENCY_RECORDS:,} records after {LATENCY_WARMUP:,} warm-up records, producer `linger.ms=1`, "
+        f"{pc.LATENCY_RECORDS:,} records after {pc.LATENCY_WARMUP:,} warm-up records, producer `linger.ms=1`, "
         "`acks=1`, Nagle off; the consumer in another process with `fetch.wait.max.ms=10`, "
         "`fetch.queue.backoff.ms=0`. RSS: the server process's VmHWM after all rows (kafkalite serve's VmRSS "
         f"then: {kl_mem['VmRSS']:.1f} MB, of which {kl_mem['RssFile']:.1f} MB mapped segment files and "
@@ -322,7 +309,7 @@ def report(
         "in_process_start_s": in_process,
     }
     write_report(str(base.parent), base.name, results, lines)
-    plot(plot_rows, base.with_suffix(".png"), f"kafkalite serve / Apache Kafka, {args.records:,} records")
+    pc.plot(plot_rows, base.with_suffix(".png"), f"kafkalite serve / Apache Kafka, {args.records:,} records")
 
 
 def main() -> None:
@@ -384,9 +371,7 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 serve.kill()
                 serve.wait()
-        if broker is not None:
-            broker.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        pc.finish_run(broker, work)
 
 
 if __name__ == "__main__":

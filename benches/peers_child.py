@@ -10,6 +10,7 @@ bootstrap servers). Latency values hold the producer's ``time.monotonic_ns()``
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -105,6 +106,10 @@ def rss(kind: str, target: str, topic: str, n: int) -> dict:
     else:
         import confluent_kafka as ck
 
+        # tests/helpers.py (imported here, not at the top: the kafkalite side's peak stays its own)
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+        from helpers import produce_all
+
         failed = []
         p = ck.Producer(
             {
@@ -114,14 +119,7 @@ def rss(kind: str, target: str, topic: str, n: int) -> dict:
                 "on_delivery": lambda err, msg: failed.append(err),
             }
         )
-        produce = p.produce
-        for k in keys:
-            while True:
-                try:
-                    produce(topic, VALUE, k)
-                    break
-                except BufferError:  # the queue is full: serve it until it has room
-                    p.poll(0.05)
+        produce_all(p, topic, VALUE, keys)
         if p.flush(60) or failed:
             raise SystemExit(f"confluent producer: {len(failed)} records failed")
     seconds = time.perf_counter() - began

@@ -1,7 +1,7 @@
 """What the benchmarks that drive Kafka clients share (bench_peers.py against a real broker,
 bench_server.py against `kafkalite serve` and a real broker): the record shape, the checks that
 stop a run whose counts are wrong, a confluent-kafka view of any Kafka endpoint, the paced
-produce->consume latency run, and the report's number format, file names and ratio plot."""
+produce->consume latency run, the end of a run, and the report's number format, file names and ratio plot."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import gc
 import glob
 import os
 import select
+import shutil
 import subprocess
 import time
 import uuid
@@ -19,6 +20,7 @@ from typing import Any
 
 import confluent_kafka as ck
 import confluent_kafka.admin
+from helpers import produce_all  # tests/helpers.py: the scripts importing this put tests/ on sys.path
 
 VALUE = b"v" * 100
 PARTITIONS = 4
@@ -142,14 +144,7 @@ class KafkaEndpoint:
 
     def send(self, topic: str, keys: list[bytes], **config: object) -> None:
         p, failed = self.producer(**config)
-        produce = p.produce
-        for k in keys:
-            while True:
-                try:
-                    produce(topic, VALUE, k)
-                    break
-                except BufferError:  # librdkafka's queue is full: serve it, as its docs say
-                    p.poll(0.05)
+        produce_all(p, topic, VALUE, keys)
         left = p.flush(120)
         if left or failed:
             raise Missing(f"confluent-kafka: {left} unsent, {len(failed)} failed, first {failed[:1]}")
@@ -179,6 +174,14 @@ class KafkaEndpoint:
         finally:
             c.close()
         return got
+
+
+def finish_run(broker: Any, work: Path) -> None:
+    """The end of a run, whatever happened: the Apache Kafka broker stopped if one was started
+    (``kafka_broker``'s), the run's work folder removed."""
+    if broker is not None:
+        broker.stop()
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def fmt(value: float, unit: str) -> str:

@@ -5,6 +5,7 @@ side by side yet). Run: PYTHONPATH=python python benches/server_quick.py [record
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import subprocess
@@ -14,6 +15,9 @@ import time
 
 import confluent_kafka
 import kafkalite
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+from helpers import produce_all  # tests/helpers.py: the produce loop the tests use too
 
 
 def rss_mb(pid: int) -> str:
@@ -81,13 +85,7 @@ def main(records: int) -> None:
                 }
             )
             start = time.perf_counter()
-            for _ in range(records):
-                while True:
-                    try:
-                        producer.produce(topic, value)
-                        break
-                    except BufferError:
-                        producer.poll(0.01)
+            produce_all(producer, topic, value, itertools.repeat(None, records))
             producer.flush(60)
             took = time.perf_counter() - start
             print(

@@ -4,10 +4,11 @@ procs/. Nothing here imports pyspark until a Spark helper is called."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -25,6 +26,31 @@ def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
     rest = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p]
     out["PYTHONPATH"] = os.pathsep.join([package_parent, TESTS, *rest])
     return out
+
+
+def produce_all(
+    producer: Any,
+    topic: str,
+    value: bytes,
+    keys: Iterable[bytes | None],
+    partitions: Iterable[int] | None = None,
+) -> None:
+    """confluent-kafka's ``produce(topic, value, key)`` for each key (None: keyless), serving
+    delivery reports whenever librdkafka's queue is full (``BufferError``), as its docs say, and
+    every 10,000 records so they never pile up; record i goes to ``partitions[i]`` when given
+    (else -1: librdkafka's partitioner picks, as when the argument is left out). Does not flush. The one copy of this loop: the
+    tests and the benches (which put tests/ on sys.path, as for serve_proc.py) use it."""
+    produce = producer.produce
+    where = itertools.repeat(-1) if partitions is None else partitions
+    for i, (key, partition) in enumerate(zip(keys, where)):
+        while True:
+            try:
+                produce(topic, value, key, partition)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 10_000 == 9_999:
+            producer.poll(0)
 
 
 def run_cli(

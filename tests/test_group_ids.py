@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafkalite import Admin, Consumer, Producer, TopicPartition
 from kafkalite.cli import main
 from kafkalite.errors import GroupIdNotFoundError, InvalidConfigError, InvalidTopicError, InvalidTypeError
@@ -257,3 +260,58 @@ def test_reset_offsets_takes_only_partitions_of_known_topics(setup):
     with pytest.raises(InvalidTypeError):
         admin.reset_offsets("keeper", ["t"], to_earliest=True)
     assert admin.describe_group("keeper").partitions[0].committed == 2
+
+
+# -- the folder name's one owner is the engine: names must never change -------------------------
+# group.py's encode_name as it was before the engine owned the rule, frozen here: every group
+# folder on disk was named by it, so the engine's names must equal its names for every id.
+_FROZEN_PLAIN = re.compile(r"[A-Za-z0-9._-]+")
+_FROZEN_KEPT = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_FROZEN_HEX = "0123456789ABCDEF"
+
+
+def _frozen_encode_name(value: str) -> str:
+    import hashlib
+
+    raw = value.encode("utf-8")
+    if _FROZEN_PLAIN.fullmatch(value) and value not in (".", ".."):
+        name = value
+    else:
+        name = "".join(
+            chr(b) if b in _FROZEN_KEPT else "%" + _FROZEN_HEX[b >> 4] + _FROZEN_HEX[b & 15] for b in raw
+        )
+    return name if len(name) <= 200 else "=" + hashlib.sha256(raw).hexdigest()
+
+
+_ID_TEXT = st.text(
+    alphabet=st.one_of(
+        st.sampled_from("abcXYZ019._-%=/ \x00\n"), st.characters(blacklist_categories=("Cs",))
+    ),
+    min_size=1,
+    max_size=260,
+)
+
+
+_PLAIN_LONG = st.text(alphabet="abcXYZ019._-", min_size=150, max_size=260)  # around the hashing edge
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=st.one_of(_ID_TEXT, _PLAIN_LONG))
+def test_folder_names_are_byte_identical_to_the_old_python_rule(value):
+    assert encode_name(value) == _frozen_encode_name(value)
+
+
+def test_folder_names_at_the_hashing_edge_match_the_old_rule():
+    for value in [
+        "x" * 200,
+        "x" * 201,
+        "é" * 33,
+        "é" * 34,
+        "." * 67,
+        "." * 66,
+        "..",
+        ".",
+        "日" * 22,
+        "日" * 23,
+    ]:
+        assert encode_name(value) == _frozen_encode_name(value), value

@@ -182,3 +182,19 @@ def test_embedded_and_network_members_starting_together_never_share_the_group(da
             assert network_got == set(range(PARTITIONS))
         for consumer, _ in nets:
             consumer.close()
+
+
+def test_a_long_group_id_is_served_and_shares_its_hashed_folder_with_embedded_members(data_dir):
+    """An id whose folder name is hashed (over 200 bytes encoded): the server used to refuse it
+    (INVALID_GROUP_ID, it could not compute the name); it now claims the same folder group.py
+    uses, so the embedded side is refused while network members hold it, as for short ids."""
+    group = "long-" + "é" * 120
+    with kafkalite.Server(data_dir) as server:
+        net, seen = network_consumer(server.bootstrap_servers, group)
+        poll_until(net, seen, "assigned")
+        assert sorted(seen["assigned"]) == list(range(PARTITIONS)), seen
+        embedded = kafkalite.Consumer(data_dir, group_id=group)
+        with pytest.raises(InconsistentGroupProtocolError):
+            embedded.subscribe([TOPIC])
+        embedded.close()
+        net.close()

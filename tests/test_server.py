@@ -455,3 +455,13 @@ def test_kafka_python_group_and_admin_views(kafkalite_server):
     assert len(described.members) == 1 and str(described.state).endswith("STABLE")
     consumer.close()
     assert kafkalite.Admin(kafkalite_server.path).describe_group("kp").partitions[0].committed == 30
+
+
+def test_serve_says_where_it_listens_once(tmp_path, spawn):
+    """At the default log level (INFO) the terminal shows host:port in one line, not in the
+    CLI's line and again in the server's own log line."""
+    proc, bootstrap = start_serve(spawn.module, tmp_path)  # returns once the first line said it
+    proc.terminate()
+    rest = proc.communicate(timeout=30)[1]
+    assert rest.count(bootstrap) == 0, rest  # the first line (already read) was the only one
+    assert "server stopped" in rest

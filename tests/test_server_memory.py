@@ -6,10 +6,11 @@ writes to several partitions at once keeps only a small window of each resident.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Iterable
 
 import kafkalite
 import pytest
+from helpers import produce_all
 from serve_proc import start_serve
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -34,22 +35,14 @@ def assert_peak_below(pid: int, bound: int, doing: str) -> None:
     assert hwm < bound, f"peak RSS {hwm / 1e6:.0f} MB {doing}"
 
 
-def send_all(
-    bootstrap: str, topic: str, count: int, where: Callable[[int], dict] = lambda i: {"key": b"%d" % i}
-) -> None:
-    """``count`` records of VALUE to ``topic`` (``where(i)``: the key or partition of record i)
-    from a producer that wants throughput, as bench_server's (1 MiB batches, linger.ms=5),
-    waiting whenever its queue is full; returns once all are acknowledged."""
+def send_all(bootstrap: str, topic: str, count: int, partitions: Iterable[int] | None = None) -> None:
+    """``count`` records of VALUE keyed by their number to ``topic`` (record i to
+    ``partitions[i]`` when given) from a producer that wants throughput, as bench_server's
+    (1 MiB batches, linger.ms=5); returns once all are acknowledged."""
     producer = confluent_kafka.Producer(
         {"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1 << 20, "acks": 1}
     )
-    for i in range(count):
-        while True:
-            try:
-                producer.produce(topic, VALUE, **where(i))
-                break
-            except BufferError:
-                producer.poll(0.05)
+    produce_all(producer, topic, VALUE, (b"%d" % i for i in range(count)), partitions)
     assert producer.flush(120) == 0
 
 
@@ -111,7 +104,7 @@ def test_a_burst_of_1_mib_batches_to_4_partitions_keeps_a_small_window_resident(
     server, bootstrap = start_serve(spawn.module, tmp_path, "--log-level", "WARNING")
     try:
         kafkalite.Admin(tmp_path).create_topic("burst", partitions=4)  # the same files the server serves
-        send_all(bootstrap, "burst", 160_000, lambda i: {"partition": i % 4})  # 160 MB
+        send_all(bootstrap, "burst", 160_000, (i % 4 for i in range(160_000)))  # 160 MB
         sizes = [sum(f.stat().st_size for f in (tmp_path / f"burst-{p}").glob("*.log")) for p in range(4)]
         assert min(sizes) > 40_000_000, sizes  # every partition took its 40 MB
         assert_peak_below(server.pid, 75 << 20, "taking 4 x 40 MB in 1 MiB batches")

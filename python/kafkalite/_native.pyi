@@ -27,6 +27,9 @@ __all__ = [
     "GROUPS_DIR",
     "GROUP_STATE_LOCK_FILE",
     "GROUP_NETWORK_OWNER_FILE",
+    "ID_NAME_MAX",
+    "HASHED_ID_PREFIX",
+    "id_file_name",
     "ADMIN_LOCK_FILE",
     "NOTIFY_FILE",
     "NOTIFY_FILE_LEN",
@@ -92,6 +95,8 @@ FIRST_SINK_PRODUCER_ID: int
 GROUPS_DIR: str
 GROUP_STATE_LOCK_FILE: str
 GROUP_NETWORK_OWNER_FILE: str
+ID_NAME_MAX: int
+HASHED_ID_PREFIX: str
 ADMIN_LOCK_FILE: str
 NOTIFY_FILE: str
 NOTIFY_FILE_LEN: int
@@ -107,6 +112,7 @@ def partitions_for_keys(keys: list[bytes], partitions: int) -> list[int]: ...
 def partition_for_key(key: bytes, partitions: int) -> int: ...
 def crc32c(data: bytes) -> int: ...
 def failpoint_names() -> list[str]: ...
+def id_file_name(value: str, what: str) -> str: ...
 def wait_durable(marks: list[DurableMark], timeout_ms: int = 60000) -> list[BaseException | None]: ...
 
 @final

@@ -29,11 +29,9 @@ that was evicted is fenced: its commits are rejected.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import logging
 import os
-import re
 import struct
 import threading
 import time
@@ -63,17 +61,13 @@ _STAMPS = struct.Struct("<qq")  # last heartbeat ms, last poll ms
 logger = logging.getLogger("kafkalite.group")
 
 # -- ids as file names -------------------------------------------------------------------------
-#: Ids made only of these characters (and not "." or "..") are their own file name.
-_PLAIN = re.compile(r"[A-Za-z0-9._-]+")
-#: Bytes an encoded name keeps as they are; every other byte (the dot too, so that no encoded
-#: name is "." or "..") is written %XX. A plain name never holds a '%', an encoded one always
-#: does: the mapping is injective.
-_KEPT = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+# The engine owns the rule (``_native.id_file_name``, Rust's ``files::id_file_name``), so this
+# side and ``kafkalite serve`` name a group's folder alike; decoding it back stays here.
 _HEX = "0123456789ABCDEF"
-#: Names longer than this are hashed: "=" + SHA-256 of the id (the id itself is then read back
-#: from the group's state.json). NAME_MAX is 255 bytes, and a member file adds ".member".
-MAX_NAME = 200
-_HASHED = "="
+#: Longer encoded names are hashed: ``_HASHED`` + SHA-256 of the id (the id itself is then read
+#: back from the group's state.json).
+MAX_NAME = _native.ID_NAME_MAX
+_HASHED = _native.HASHED_ID_PREFIX
 
 
 def encode_name(value: str, what: str = "group_id") -> str:
@@ -81,19 +75,12 @@ def encode_name(value: str, what: str = "group_id") -> str:
     component, never "." or "..", never longer than ``MAX_NAME``, different for every id."""
     if not isinstance(value, str):
         raise InvalidTypeError(f"{what} must be a str, not {type(value).__name__}")
-    if not value:
-        raise InvalidConfigError(f"{what} must not be empty")
     try:
-        raw = value.encode("utf-8")
+        return _native.id_file_name(value, what)
     except UnicodeEncodeError:
         raise InvalidConfigError(
             f"{what} {value!r} is not valid Unicode text (it holds a lone surrogate)"
         ) from None
-    if _PLAIN.fullmatch(value) and value not in (".", ".."):
-        name = value
-    else:
-        name = "".join(chr(b) if b in _KEPT else "%" + _HEX[b >> 4] + _HEX[b & 15] for b in raw)
-    return name if len(name) <= MAX_NAME else _HASHED + hashlib.sha256(raw).hexdigest()
 
 
 def decode_name(name: str) -> str | None:

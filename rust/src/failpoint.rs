@@ -3,7 +3,8 @@
 //!
 //! `KAFKALITE_FAILPOINTS="name=action[,name=action...]"`, read once per process, where action
 //! is `kill` (SIGKILL this process), `enospc`, `emfile` or `eio` (the step returns that I/O
-//! error), optionally suffixed `@N` to fire only on the N-th hit of that point (1-based).
+//! error) or `panic` (the step panics, as a bug would: what poisoned-lock handling guards
+//! against), optionally suffixed `@N` to fire only on the N-th hit of that point (1-based).
 //! Unset, a check is one `OnceLock` load of `None`: nothing on the hot path.
 //!
 //! Every point the engine checks is listed in `NAMES`, so a fault suite can enumerate them
@@ -54,12 +55,20 @@ pub const NAMES: &[&str] = &[
     "cleaner.replace_log",
     "cleaner.delete_old",
     "cleaner.remove_swap",
+    // Accumulator::send (the producer binding): a record being added to its partition's batch,
+    // with the accumulator's lock held.
+    "producer.accumulate",
+    // The server's shared partition log locked for a Produce request (server/produce.rs).
+    "server.produce",
+    // The server's consumer-group state locked for a Heartbeat (server/group.rs).
+    "server.group_heartbeat",
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Action {
     Kill,
     Errno(i32),
+    Panic,
 }
 
 struct Point {
@@ -86,6 +95,7 @@ fn parse(spec: &str) -> Vec<Point> {
                 "enospc" => Action::Errno(rustix::io::Errno::NOSPC.raw_os_error()),
                 "emfile" => Action::Errno(rustix::io::Errno::MFILE.raw_os_error()),
                 "eio" => Action::Errno(rustix::io::Errno::IO.raw_os_error()),
+                "panic" => Action::Panic,
                 _ => return None,
             };
             Some(Point { name, action, nth, hits: AtomicU64::new(0) })
@@ -93,7 +103,7 @@ fn parse(spec: &str) -> Vec<Point> {
         match parsed {
             Some(p) => points.push(p),
             None => eprintln!(
-                "kafkalite: ignoring KAFKALITE_FAILPOINTS entry {item:?}: expected name=kill|enospc|emfile|eio[@N] \
+                "kafkalite: ignoring KAFKALITE_FAILPOINTS entry {item:?}: expected name=kill|enospc|emfile|eio|panic[@N] \
                  with a name from {NAMES:?}"
             ),
         }
@@ -108,7 +118,7 @@ fn points() -> Option<&'static [Point]> {
 }
 
 /// Check fail point `name`: Ok unless it is configured to fire now, in which case it kills
-/// the process or returns the configured I/O error.
+/// the process, panics, or returns the configured I/O error.
 #[inline]
 pub fn hit(name: &'static str) -> std::io::Result<()> {
     debug_assert!(NAMES.contains(&name), "unlisted fail point {name}");
@@ -133,6 +143,7 @@ fn fire(points: &[Point], name: &str) -> std::io::Result<()> {
                     std::thread::park();
                 }
             }
+            Action::Panic => panic!("injected panic (fail point {})", p.name),
             Action::Errno(code) => {
                 let os = std::io::Error::from_raw_os_error(code);
                 return Err(std::io::Error::new(os.kind(), Injected { code, name: p.name }));
@@ -172,8 +183,9 @@ mod tests {
 
     #[test]
     fn parses_actions_and_counts() {
-        let p = parse("roll.after_seal=kill, segment.reserve=enospc@2,nope=eio,roll.before_seal=bad");
-        assert_eq!(p.len(), 2);
+        let p = parse("roll.after_seal=kill, segment.reserve=enospc@2,nope=eio,roll.before_seal=bad,dir.sync=panic");
+        assert_eq!(p.len(), 3);
+        assert_eq!(p[2].action, Action::Panic);
         assert_eq!(p[0].action, Action::Kill);
         assert_eq!(p[1].nth, Some(2));
         assert!(fire(&p, "segment.reserve").is_ok());

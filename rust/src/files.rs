@@ -134,3 +134,71 @@ mod tests {
         );
     }
 }
+
+// -- group and member ids as file names -----------------------------------------------------
+
+/// Encoded names longer than this are hashed (`id_file_name`): NAME_MAX is 255 bytes, and a
+/// member file adds ".member".
+pub const ID_NAME_MAX: usize = 200;
+/// A hashed name is this, then the SHA-256 of the id's UTF-8 bytes in lowercase hex (the id
+/// itself is then read back from the group's state.json, `group.py`).
+pub const HASHED_ID_PREFIX: &str = "=";
+
+/// The file-name component that stands for a group id (`GROUPS_DIR/<name>`) or a member id
+/// (`<name>.member`), for `group.py` and the server alike: one path component, never "." or
+/// "..", never longer than `ID_NAME_MAX`, different for every id. An id of `[A-Za-z0-9._-]`
+/// (not "." or "..") is its own name; any other id is its UTF-8 bytes with every byte but
+/// `[A-Za-z0-9_-]` written `%XX` (the dot too, so no encoded name is "." or "..": a plain name
+/// never holds '%', an encoded one always does, so the mapping is injective); a name longer
+/// than `ID_NAME_MAX` is `HASHED_ID_PREFIX` + the id's SHA-256. Existing group folders were
+/// named by exactly these rules (they were Python's first): they must never change.
+/// `what` names the id in the error for an empty one.
+pub fn id_file_name(value: &str, what: &str) -> crate::error::Result<String> {
+    use sha2::{Digest, Sha256};
+    use std::fmt::Write as _;
+
+    if value.is_empty() {
+        return Err(crate::error::Error::InvalidConfig(format!("{what} must not be empty")));
+    }
+    let plain = value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+        && value != "."
+        && value != "..";
+    let mut name = String::with_capacity(value.len());
+    if plain {
+        name.push_str(value);
+    } else {
+        for b in value.bytes() {
+            if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
+                name.push(b as char);
+            } else {
+                let _ = write!(name, "%{b:02X}");
+            }
+        }
+    }
+    if name.len() <= ID_NAME_MAX {
+        return Ok(name);
+    }
+    let mut hashed = String::from(HASHED_ID_PREFIX);
+    for b in Sha256::digest(value.as_bytes()) {
+        let _ = write!(hashed, "{b:02x}");
+    }
+    Ok(hashed)
+}
+
+#[cfg(test)]
+mod id_name_tests {
+    use super::*;
+
+    #[test]
+    fn plain_encoded_and_hashed_names() {
+        assert_eq!(id_file_name("orders.v1_x-y", "g").unwrap(), "orders.v1_x-y");
+        assert_eq!(id_file_name("a b/c", "g").unwrap(), "a%20b%2Fc");
+        assert_eq!(id_file_name("..", "g").unwrap(), "%2E%2E");
+        assert_eq!(id_file_name("\u{e9}", "g").unwrap(), "%C3%A9");
+        assert_eq!(id_file_name(&"x".repeat(200), "g").unwrap(), "x".repeat(200));
+        // hashlib.sha256(b"x" * 201).hexdigest()
+        let hashed = "=84a0678c90937f5dcf9994d5866668da6b995109c8ad845410559b48a4ecafed";
+        assert_eq!(id_file_name(&"x".repeat(201), "g").unwrap(), hashed);
+        assert!(id_file_name("", "group_id").unwrap_err().to_string().contains("group_id must not be empty"));
+    }
+}

@@ -62,6 +62,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SEND_NULL_KEY", producer::NULL_KEY)?;
     m.add("RECORD_TOO_LARGE", producer::TOO_LARGE)?;
     m.add_function(wrap_pyfunction!(failpoint_names, m)?)?;
+    m.add_function(wrap_pyfunction!(id_file_name, m)?)?;
+    m.add("ID_NAME_MAX", crate::files::ID_NAME_MAX)?;
+    m.add("HASHED_ID_PREFIX", crate::files::HASHED_ID_PREFIX)?;
     offsets::register(m)?;
     users::register(m)?;
     m.add_function(wrap_pyfunction!(inspect::inspect_segment, m)?)?;
@@ -106,6 +109,13 @@ pub(crate) fn gc_untrack<T>(object: &Bound<'_, T>) {
     // (a Bound proves it). Untracking only removes it from the GC's generation lists; its
     // deallocation untracks again, which CPython allows for an untracked object.
     unsafe { pyo3::ffi::PyObject_GC_UnTrack(object.as_ptr().cast()) }
+}
+
+/// The file-name component of a group or member id (`files::id_file_name`), the one rule
+/// group.py and the server share; `what` names the id in the error for an empty one.
+#[pyfunction]
+fn id_file_name(value: &str, what: &str) -> PyResult<String> {
+    Ok(crate::files::id_file_name(value, what)?)
 }
 
 /// The engine's fail points (see `failpoint.rs`), for fault-injection suites that set

@@ -42,8 +42,20 @@ const BATCH_CAPACITY: usize = 16 * 1024;
 /// interrupts a `threading.Event.wait`).
 const SIGNAL_CHECK: Duration = Duration::from_millis(100);
 
+/// Lock a mutex whose state no panic can leave half-updated, even if a holder panicked.
+/// Only for `BatchState`'s `Outcome` and `BatchBuffer` (and for collecting the batch states of a
+/// poisoned `Accumulator`, read-only, to fail them): every change under those locks is one
+/// field assignment, a `VecDeque` push or pop, or an `Option::take`, none of which can panic
+/// part way (allocation failure aborts rather than unwinds). A batch's futures must stay
+/// resolvable after a panic elsewhere: that is how they fail with `LogPoisonedError`.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Lock a mutex whose state a panic may have left half-updated (a batch half encoded, a
+/// partitioner half moved), or raise `LogPoisonedError` naming `what`.
+fn lock_or_raise<'a, T>(m: &'a Mutex<T>, what: impl FnOnce() -> String) -> PyResult<MutexGuard<'a, T>> {
+    Ok(crate::sync::lock_log(m, what)?)
 }
 
 /// A full batch handed to `PyLog.append_buffer` (which takes its records out).
@@ -87,13 +99,14 @@ impl StickyPartitioner {
 
     /// The partition the next keyless record goes to.
     #[getter]
-    fn current(&self) -> u32 {
-        lock(&self.inner).current()
+    fn current(&self) -> PyResult<u32> {
+        Ok(self.locked()?.current())
     }
 
     /// Count a record of `size` bytes appended to `current` (may move to another partition).
-    fn appended(&self, size: usize) {
-        lock(&self.inner).appended(size)
+    fn appended(&self, size: usize) -> PyResult<()> {
+        self.locked()?.appended(size);
+        Ok(())
     }
 
     /// Place keyless records (`bytes` values, or None) in order: `(partition, start, end)` runs.
@@ -104,7 +117,13 @@ impl StickyPartitioner {
             let value = bytes.as_ref().map(|b| b.as_bytes());
             sizes.push(record_size_upper_bound(&RecordInput { key: None, value, headers: &[], timestamp }));
         }
-        Ok(lock(&self.inner).runs(sizes))
+        Ok(self.locked()?.runs(sizes))
+    }
+}
+
+impl StickyPartitioner {
+    fn locked(&self) -> PyResult<MutexGuard<'_, partitioner::StickyPartitioner>> {
+        lock_or_raise(&self.inner, || "a producer's sticky partitioner".into())
     }
 }
 
@@ -478,22 +497,23 @@ impl Accumulator {
         max_bytes: usize,
     ) -> PyResult<Vec<Py<BatchState>>> {
         let compression = Compression::parse_for_writing(compression)?;
-        let mut b = lock(&self.batches);
-        let mut dropped = Vec::new();
-        let kept = partitions.min(b.slots.len());
-        for (n, mut slot) in b.slots.drain(kept..).enumerate() {
-            slot.seal(py, &self.topic, kept + n)?;
-            dropped.extend(slot.full.into_iter().map(|(_, state)| state));
-        }
-        for n in b.slots.len()..partitions {
-            let slot = Slot::new(py, &self.topic, n)?;
-            b.slots.push(slot);
-        }
-        b.sticky = Some(sticky);
-        b.compression = compression;
-        b.compacted = compacted;
-        b.max_bytes = max_bytes;
-        Ok(dropped)
+        self.with_batches(py, |b| {
+            let mut dropped = Vec::new();
+            let kept = partitions.min(b.slots.len());
+            for (n, mut slot) in b.slots.drain(kept..).enumerate() {
+                slot.seal(py, &self.topic, kept + n)?;
+                dropped.extend(slot.full.into_iter().map(|(_, state)| state));
+            }
+            for n in b.slots.len()..partitions {
+                let slot = Slot::new(py, &self.topic, n)?;
+                b.slots.push(slot);
+            }
+            b.sticky = Some(sticky);
+            b.compression = compression;
+            b.compacted = compacted;
+            b.max_bytes = max_bytes;
+            Ok(dropped)
+        })
     }
 
     /// Queue one record, as Kafka's `RecordAccumulator.append`: to `partition`, else by the
@@ -520,48 +540,55 @@ impl Accumulator {
         let timestamp = timestamp.unwrap_or_else(crate::log::now_ms);
         let record = RecordInput { key, value, headers: &hs, timestamp };
         let record_bytes = record_size_upper_bound(&record);
-        let mut guard = lock(&self.batches);
-        let b = &mut *guard;
-        if key.is_none() && b.compacted {
-            return (NULL_KEY, 0, py.None()).into_bound_py_any(py);
-        }
-        if HEADER_LEN + record_bytes > b.max_bytes {
-            return (TOO_LARGE, HEADER_LEN + record_bytes, py.None()).into_bound_py_any(py);
-        }
-        let count = b.slots.len();
-        if count == 0 {
-            return Err(PyIndexError::new_err("the topic has no partitions configured"));
-        }
-        let sticky = b.sticky.as_ref().map(|s| s.get());
-        let (number, sticky) = match (partition, key, sticky) {
-            (Some(n), _, _) => (n, None),
-            (None, Some(k), _) => (partitioner::partition_for_key(k, count as u32) as usize, None),
-            (None, None, Some(s)) => (lock(&s.inner).current() as usize, Some(s)),
-            (None, None, None) => (0, None),
+        let placed = self.with_batches(py, |b| {
+            if key.is_none() && b.compacted {
+                return Ok(Placed::Code(NULL_KEY, 0));
+            }
+            if HEADER_LEN + record_bytes > b.max_bytes {
+                return Ok(Placed::Code(TOO_LARGE, HEADER_LEN + record_bytes));
+            }
+            let count = b.slots.len();
+            if count == 0 {
+                return Err(PyIndexError::new_err("the topic has no partitions configured"));
+            }
+            let sticky = b.sticky.as_ref().map(|s| s.get());
+            let (number, sticky) = match (partition, key, sticky) {
+                (Some(n), _, _) => (n, None),
+                (None, Some(k), _) => (partitioner::partition_for_key(k, count as u32) as usize, None),
+                (None, None, Some(s)) => (s.locked()?.current() as usize, Some(s)),
+                (None, None, None) => (0, None),
+            };
+            let limit = b.batch_size.min(b.max_bytes);
+            let Some(slot) = b.slots.get_mut(number) else {
+                return Err(PyIndexError::new_err(format!("topic has no partition {number} (it has {count})")));
+            };
+            let mut flags = 0;
+            if slot.builder.as_ref().is_some_and(|s| s.count() > 0 && s.size() + record_bytes > limit) {
+                slot.seal(py, &self.topic, number)?;
+                flags |= DRAIN;
+            }
+            let builder = slot.builder.get_or_insert_with(|| BatchBuilder::new(b.compression, None, BATCH_CAPACITY));
+            let index = builder.count();
+            builder.push(&record);
+            // Here the batch holds a record no future stands for yet: a panic now is the worst
+            // case. Only the `panic` (and `kill`) actions mean anything: this step does no I/O.
+            let _ = crate::failpoint::hit("producer.accumulate");
+            let future = FutureRecordMetadata { batch: slot.batch.clone_ref(py), index: index as i64, timestamp };
+            if builder.size() >= b.batch_size {
+                slot.seal(py, &self.topic, number)?;
+                flags |= DRAIN;
+            } else if index == 0 {
+                flags |= FIRST;
+            }
+            if let Some(s) = sticky {
+                s.locked()?.appended(record_bytes);
+            }
+            Ok(Placed::Future(future, flags, number))
+        })?;
+        let (future, flags, number) = match placed {
+            Placed::Code(code, a) => return (code, a, py.None()).into_bound_py_any(py),
+            Placed::Future(future, flags, number) => (future, flags, number),
         };
-        let limit = b.batch_size.min(b.max_bytes);
-        let Some(slot) = b.slots.get_mut(number) else {
-            return Err(PyIndexError::new_err(format!("topic has no partition {number} (it has {count})")));
-        };
-        let mut flags = 0;
-        if slot.builder.as_ref().is_some_and(|s| s.count() > 0 && s.size() + record_bytes > limit) {
-            slot.seal(py, &self.topic, number)?;
-            flags |= DRAIN;
-        }
-        let builder = slot.builder.get_or_insert_with(|| BatchBuilder::new(b.compression, None, BATCH_CAPACITY));
-        let index = builder.count();
-        builder.push(&record);
-        let future = FutureRecordMetadata { batch: slot.batch.clone_ref(py), index: index as i64, timestamp };
-        if builder.size() >= b.batch_size {
-            slot.seal(py, &self.topic, number)?;
-            flags |= DRAIN;
-        } else if index == 0 {
-            flags |= FIRST;
-        }
-        if let Some(s) = sticky {
-            lock(&s.inner).appended(record_bytes);
-        }
-        drop(guard);
         let future = Bound::new(py, future)?;
         // A future refers to its batch only, and a batch never to futures: no cycle runs
         // through it, and a program keeping a million futures would otherwise pay GC passes
@@ -577,25 +604,79 @@ impl Accumulator {
     /// Partition `partition`'s queued full batches, oldest first, with the one being built
     /// when `current`: `[(BatchBuffer, BatchState)]`, to append in that order.
     fn take(&self, py: Python<'_>, partition: usize, current: bool) -> PyResult<Vec<(BatchBuffer, Py<BatchState>)>> {
-        let mut b = lock(&self.batches);
-        let Some(slot) = b.slots.get_mut(partition) else { return Ok(Vec::new()) };
-        if current {
-            slot.seal(py, &self.topic, partition)?;
-        }
-        Ok(slot
-            .full
-            .drain(..)
-            .map(|(builder, state)| (BatchBuffer { inner: Mutex::new(Some(builder)) }, state))
-            .collect())
+        self.with_batches(py, |b| {
+            let Some(slot) = b.slots.get_mut(partition) else { return Ok(Vec::new()) };
+            if current {
+                slot.seal(py, &self.topic, partition)?;
+            }
+            Ok(slot
+                .full
+                .drain(..)
+                .map(|(builder, state)| (BatchBuffer { inner: Mutex::new(Some(builder)) }, state))
+                .collect())
+        })
     }
 
     /// Records queued and not taken, of one partition or of all.
     #[pyo3(signature = (partition=None))]
-    fn pending(&self, partition: Option<usize>) -> usize {
-        let b = lock(&self.batches);
-        match partition {
-            Some(n) => b.slots.get(n).map_or(0, Slot::records),
-            None => b.slots.iter().map(Slot::records).sum(),
+    fn pending(&self, py: Python<'_>, partition: Option<usize>) -> PyResult<usize> {
+        self.with_batches(py, |b| {
+            Ok(match partition {
+                Some(n) => b.slots.get(n).map_or(0, Slot::records),
+                None => b.slots.iter().map(Slot::records).sum(),
+            })
+        })
+    }
+}
+
+/// Where `Accumulator::send` put a record: in a batch (its future, the flags, the partition),
+/// or nowhere, with the code and value the caller acts on.
+enum Placed {
+    Code(i64, usize),
+    Future(FutureRecordMetadata, i64, usize),
+}
+
+impl Accumulator {
+    /// Run `f` on the batches. A panic inside (a bug) may leave a batch half encoded, so it
+    /// never crosses into Python as `PanicException`: the mutex stays poisoned, the futures of
+    /// every record not yet handed to the log fail with `LogPoisonedError` (they would
+    /// otherwise never resolve), and this call and every later one raise it.
+    fn with_batches<R>(&self, py: Python<'_>, f: impl FnOnce(&mut Batches) -> PyResult<R>) -> PyResult<R> {
+        // The guard is taken inside the closure so that unwinding drops it, which poisons the mutex.
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match self.batches.lock() {
+            Ok(mut b) => Some(f(&mut b)),
+            Err(_) => None,
+        }));
+        match run {
+            Ok(Some(result)) => result,
+            Ok(None) => Err(self.poisoned(py)),
+            Err(payload) => {
+                ::log::error!(
+                    target: "kafkalite.producer",
+                    "{}: the producer of topic {} refuses records from now on",
+                    crate::log::panic_message(&*payload),
+                    self.topic.bind(py)
+                );
+                Err(self.poisoned(py))
+            }
         }
+    }
+
+    /// Fail the futures of every batch still held (a panic poisoned the mutex) and return the error.
+    fn poisoned(&self, py: Python<'_>) -> PyErr {
+        let topic = self.topic.bind(py).to_string();
+        let err = PyErr::from(crate::Error::LogPoisoned(format!("the record accumulator of topic {topic:?}")));
+        // Collected first, then failed without the lock: an errback may call the producer again.
+        let states: Vec<Py<BatchState>> = {
+            let b = lock(&self.batches);
+            let held = b.slots.iter().flat_map(|s| std::iter::once(&s.batch).chain(s.full.iter().map(|(_, st)| st)));
+            held.map(|st| st.clone_ref(py)).collect()
+        };
+        for state in states {
+            if let Err(e) = state.get().fail(py, err.value(py).clone().into_any().unbind()) {
+                return e; // KeyboardInterrupt or SystemExit in an errback: raised instead
+            }
+        }
+        err
     }
 }

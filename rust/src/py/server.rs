@@ -68,6 +68,8 @@ impl NativeServer {
     /// the GIL released: otherwise a connection logging its close would wait for the GIL this
     /// thread holds while this thread waits for that connection.
     fn stop_detached(&self, py: Python<'_>, timeout_ms: u64) {
+        // Recovering a poisoned lock is safe here: the only thing ever done under it is this
+        // `Option::take`, which cannot panic part way; stopping must work whatever happened.
         let server = self.inner.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(mut server) = server {
             py.detach(move || server.stop(Duration::from_millis(timeout_ms)));

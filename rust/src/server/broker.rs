@@ -25,10 +25,30 @@ pub type Topics = Arc<BTreeMap<String, TopicMeta>>;
 /// An open partition log, shared by the connections that use it.
 type SharedLog = Arc<Mutex<Log>>;
 
-/// A lock whose holder may have panicked: the data it guards stays usable (the engine keeps
-/// its own invariants on disk), so one failed request never wedges the others.
+/// Lock a mutex whose state no panic can leave half-updated, recovering it if a holder
+/// panicked, so one failed request never wedges the others. Each use says why its state is
+/// consistent at every point a holder could panic (see the fields); a partition's log is not,
+/// and is locked with `lock_log`.
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Lock an open partition's log. A request that panicked holding it (a bug) may have left the
+/// log's state in memory half-updated, so instead of that state: the log is marked poisoned (its
+/// close never marks the shutdown clean), the panic is logged at ERROR, and this request and
+/// every later one on it get `Error::LogPoisoned` (KAFKA_STORAGE_ERROR), after which the caller
+/// forgets the partition (`codes::needs_reopen`): the next request reopens it, which recovers.
+pub fn lock_log(log: &Mutex<Log>) -> Result<MutexGuard<'_, Log>> {
+    log.lock().map_err(|poisoned| {
+        let mut log = poisoned.into_inner();
+        let dir = log.dir().display().to_string();
+        log.poison("a request panicked while it was using the log".into());
+        ::log::error!(
+            target: "kafkalite::server",
+            "a request panicked while it held the log of {dir}: that partition answers KAFKA_STORAGE_ERROR until it is reopened"
+        );
+        Error::LogPoisoned(format!("the log of {dir}"))
+    })
 }
 
 pub struct Broker {
@@ -38,7 +58,9 @@ pub struct Broker {
     /// `num.partitions` unless the data directory sets it.
     default_partitions: i32,
     advertised: (String, i32),
+    /// Consistent at any panic: only ever replaced whole.
     topics: Mutex<Option<(Option<SystemTime>, Topics)>>,
+    /// Consistent at any panic: one map operation per lock (a `String` key's hash cannot panic).
     partitions: Mutex<HashMap<(String, i32), OpenPartition>>,
     /// Bumped (with every other process's producers) after each append.
     notifier: Arc<Notifier>,
@@ -50,7 +72,9 @@ pub struct Broker {
     pub offsets: OffsetStore,
     /// The classic group coordinator for network members.
     pub groups: Coordinator,
-    /// InitProducerId's ids, reserved in blocks in the data directory.
+    /// InitProducerId's ids, reserved in blocks in the data directory. Consistent at any panic:
+    /// `allocate` moves its counters in one assignment after the file write (a panic before it
+    /// at worst leaves a reserved block unused, as a kill does).
     pub producer_ids: Mutex<ProducerIds>,
     stopping: Arc<AtomicBool>,
     bridge: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -195,7 +219,9 @@ impl Broker {
         }
         let logs: Vec<_> = lock(&self.partitions).drain().map(|(_, (log, _))| log).collect();
         for log in logs {
-            let _ = lock(&log).close();
+            // A poisoned log is closed too (as not clean): it still holds its partition's locks.
+            let mut log = lock_log(&log).unwrap_or_else(|_| log.lock().unwrap_or_else(|e| e.into_inner()));
+            let _ = log.close();
         }
     }
 }

@@ -5,7 +5,7 @@
 use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
-use super::broker::{lock, Broker};
+use super::broker::{lock_log, Broker};
 use super::codes;
 use crate::datadir::{refuse_internal, TopicMeta};
 use crate::topic_config::effective_config;
@@ -38,13 +38,11 @@ fn delete_before(broker: &Broker, topic: &str, partition: i32, offset: i64) -> R
         Ok(None) => return Err(codes::UNKNOWN_TOPIC_OR_PARTITION),
         Err(e) => return Err(codes::for_error(&e)),
     };
-    let result = {
-        let mut log = lock(&log);
-        log.follow().and_then(|_| {
-            let target = if offset == HIGH_WATERMARK { log.end_offset() } else { offset };
-            log.delete_records_before(target)
-        })
-    };
+    let result = lock_log(&log).and_then(|mut log| {
+        log.follow()?;
+        let target = if offset == HIGH_WATERMARK { log.end_offset() } else { offset };
+        log.delete_records_before(target)
+    });
     result.map_err(|e| {
         if codes::needs_reopen(&e) {
             broker.forget_partition(topic, partition);

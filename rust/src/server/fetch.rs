@@ -13,7 +13,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{FetchRequest, FetchResponse};
 
-use super::broker::{lock, Broker};
+use super::broker::{lock_log, Broker};
 use super::codes;
 use crate::log_read::BatchSlice;
 
@@ -61,7 +61,15 @@ fn read_once(broker: &Broker, request: &FetchRequest, version: i16) -> (FetchRes
                     continue;
                 }
             };
-            let mut log = lock(&log);
+            let mut log = match lock_log(&log) {
+                Ok(log) => log,
+                Err(e) => {
+                    any_error = true;
+                    broker.forget_partition(&name, p.partition);
+                    partitions.push(data.with_error_code(codes::for_error(&e)).with_high_watermark(-1));
+                    continue;
+                }
+            };
             let limit = (p.partition_max_bytes.max(0) as usize).min(budget);
             let read = if total > 0 && limit == 0 {
                 Ok(BatchSlice { map: None, start: 0, len: 0 })

@@ -12,13 +12,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-use super::broker::lock;
 use super::codes;
 use super::group_owner::{self, Claim, NetworkOwner};
 
@@ -215,6 +214,8 @@ const MIN_SESSION: Duration = Duration::from_millis(6_000);
 const MAX_SESSION: Duration = Duration::from_millis(1_800_000);
 
 pub struct Coordinator {
+    /// Locked through `groups()`, never `lock`: a panic can leave a group half way through a
+    /// state change.
     groups: Mutex<BTreeMap<String, Group>>,
     changed: Arc<Notify>,
     next_member: AtomicU64,
@@ -227,6 +228,25 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
+    /// The groups. A request that panicked holding them (a bug) may have left a group half way
+    /// through a state change: that state is dropped, as Kafka's coordinator state is when the
+    /// coordinator moves (claims released, members answered UNKNOWN_MEMBER_ID, so they rejoin
+    /// and resume from their committed offsets), and the panic is logged at ERROR.
+    fn groups(&self) -> MutexGuard<'_, BTreeMap<String, Group>> {
+        self.groups.lock().unwrap_or_else(|poisoned| {
+            let mut groups = poisoned.into_inner();
+            log::error!(
+                target: TARGET,
+                "a request panicked while it held the consumer groups' state: dropped the state of {} group(s); \
+                 their members rejoin",
+                groups.len()
+            );
+            groups.clear();
+            self.groups.clear_poison();
+            groups
+        })
+    }
+
     /// `address`: where this server listens, for the claim files' text.
     pub fn new(data_dir: &Path, address: &str) -> Coordinator {
         Coordinator {
@@ -240,7 +260,7 @@ impl Coordinator {
     }
 
     fn claimed(&self, group: &str) -> bool {
-        lock(&self.groups).get(group).is_some_and(|g| g.owner.is_some())
+        self.groups().get(group).is_some_and(|g| g.owner.is_some())
     }
 
     /// Make sure this server holds `group`'s claim (`group_owner`); the error code otherwise.
@@ -277,9 +297,6 @@ impl Coordinator {
                 );
                 Err(codes::INCONSISTENT_GROUP_PROTOCOL)
             }
-            // group.py names such a group's folder by a SHA-256 this side does not compute:
-            // refused rather than risk two owners.
-            Ok(Ok(Claim::Unnamed)) => Err(codes::INVALID_GROUP_ID),
             Ok(Err(e)) => {
                 log::warn!(target: TARGET, "cannot claim group {group:?} for network members: {e}");
                 Err(codes::COORDINATOR_NOT_AVAILABLE)
@@ -318,7 +335,7 @@ impl Coordinator {
                     Err(code) => return Self::error_join(code, &req.member_id),
                 }
             }
-            let mut groups = lock(&self.groups);
+            let mut groups = self.groups();
             let group = groups.entry(req.group.clone()).or_insert_with(|| Group::new(&req.group, &req.protocol_type));
             if group.owner.is_none() {
                 // Released since `claimed` said yes (the group emptied): claim it again.
@@ -396,7 +413,7 @@ impl Coordinator {
             tokio::pin!(notified);
             notified.as_mut().enable();
             let wait = {
-                let mut groups = lock(&self.groups);
+                let mut groups = self.groups();
                 let Some(group) = groups.get_mut(&req.group) else {
                     return Self::error_join(codes::UNKNOWN_MEMBER_ID, &member_id);
                 };
@@ -478,7 +495,7 @@ impl Coordinator {
         assignments: Vec<(String, Bytes)>,
     ) -> (i16, Bytes, String, Option<String>) {
         {
-            let mut groups = lock(&self.groups);
+            let mut groups = self.groups();
             let group = groups.get_mut(group_id);
             if let Err(code) = Self::check_member(group.as_deref(), member_id, generation) {
                 return (code, Bytes::new(), String::new(), None);
@@ -505,7 +522,7 @@ impl Coordinator {
             tokio::pin!(notified);
             notified.as_mut().enable();
             {
-                let mut groups = lock(&self.groups);
+                let mut groups = self.groups();
                 let group = groups.get_mut(group_id);
                 if let Err(code) = Self::check_member(group.as_deref(), member_id, generation) {
                     return (code, Bytes::new(), String::new(), None);
@@ -536,7 +553,11 @@ impl Coordinator {
     }
 
     pub fn heartbeat(&self, group_id: &str, member_id: &str, generation: i32) -> i16 {
-        let mut groups = lock(&self.groups);
+        let mut groups = self.groups();
+        // A panic here (a bug) leaves the groups' state locked half way through a request.
+        if crate::failpoint::hit("server.group_heartbeat").is_err() {
+            return codes::COORDINATOR_NOT_AVAILABLE;
+        }
         let group = groups.get_mut(group_id);
         if let Err(code) = Self::check_member(group.as_deref(), member_id, generation) {
             // A member of an older generation learns of the rebalance from this error.
@@ -552,7 +573,7 @@ impl Coordinator {
 
     pub fn leave(&self, group_id: &str, member_id: &str) -> i16 {
         let code = {
-            let mut groups = lock(&self.groups);
+            let mut groups = self.groups();
             match groups.get_mut(group_id) {
                 Some(group) => {
                     if group.members.remove(member_id).is_some() {
@@ -572,7 +593,7 @@ impl Coordinator {
 
     /// Whether a commit with this generation/member may be written (Kafka's validateOffsetCommit).
     pub fn check_commit(&self, group_id: &str, member_id: &str, generation: i32) -> Result<(), i16> {
-        let groups = lock(&self.groups);
+        let groups = self.groups();
         let group = groups.get(group_id);
         if generation < 0 && member_id.is_empty() {
             // A "simple" consumer (assign, no membership): only while the group has no members.
@@ -594,7 +615,7 @@ impl Coordinator {
     pub fn expire(&self) {
         let mut any = false;
         {
-            let mut groups = lock(&self.groups);
+            let mut groups = self.groups();
             let now = Instant::now();
             for group in groups.values_mut() {
                 let before = group.members.len();
@@ -630,7 +651,7 @@ impl Coordinator {
 
     /// (group, state, protocol type, protocol, members (id, client id, host, metadata, assignment)).
     pub fn describe(&self, group_id: &str) -> Option<(String, String, Option<String>, Vec<DescribedMember>)> {
-        let groups = lock(&self.groups);
+        let groups = self.groups();
         let g = groups.get(group_id)?;
         let members = g
             .members
@@ -651,7 +672,7 @@ impl Coordinator {
     /// Forget a group without members (DeleteGroups). NON_EMPTY_GROUP while it has members;
     /// Ok(true) when the coordinator knew it.
     pub fn delete(&self, group_id: &str) -> Result<bool, i16> {
-        let mut groups = lock(&self.groups);
+        let mut groups = self.groups();
         match groups.get(group_id) {
             Some(g) if !g.members.is_empty() => Err(codes::NON_EMPTY_GROUP),
             Some(_) => Ok(groups.remove(group_id).is_some()),
@@ -660,9 +681,6 @@ impl Coordinator {
     }
 
     pub fn list(&self) -> Vec<(String, String, String)> {
-        lock(&self.groups)
-            .iter()
-            .map(|(id, g)| (id.clone(), g.protocol_type.clone(), g.state.name().to_string()))
-            .collect()
+        self.groups().iter().map(|(id, g)| (id.clone(), g.protocol_type.clone(), g.state.name().to_string())).collect()
     }
 }

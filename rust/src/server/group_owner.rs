@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{flock, FlockOperation};
 
 use crate::error::{Error, Result};
-use crate::files::{GROUPS_DIR, GROUP_NETWORK_OWNER_FILE, GROUP_STATE_LOCK_FILE};
+use crate::files::{id_file_name, GROUPS_DIR, GROUP_NETWORK_OWNER_FILE, GROUP_STATE_LOCK_FILE};
 use crate::nofollow;
 
 /// This server's claim on a group; dropping it (closing the file) releases the group.
@@ -35,35 +35,18 @@ pub enum Claim {
     Embedded,
     /// Another server (described by what it wrote in the file) coordinates the group.
     OtherServer(String),
-    /// An id whose folder name `group.py` hashes (over 200 bytes encoded), not computed here.
-    Unnamed,
 }
 
-/// group.py's `encode_name`: an id as one file-name component; None for ids group.py hashes.
-pub fn encode_name(value: &str) -> Option<String> {
-    const KEPT: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-";
-    let plain = !value.is_empty()
-        && value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
-        && value != "."
-        && value != "..";
-    let name = if plain {
-        value.to_string()
-    } else {
-        value.bytes().map(|b| if KEPT.contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
-    };
-    (name.len() <= 200).then_some(name)
-}
-
-fn group_dir(data_dir: &Path, name: &str) -> PathBuf {
-    data_dir.join(GROUPS_DIR).join(name)
+/// The group's folder, named as `group.py` names it (`files::id_file_name`).
+fn group_dir(data_dir: &Path, group: &str) -> Result<PathBuf> {
+    Ok(data_dir.join(GROUPS_DIR).join(id_file_name(group, "group id")?))
 }
 
 /// Claim `group` for this server (blocking: waits for the group's state lock, which embedded
 /// members hold only for a read-modify-write). `who` is written into the claim file so that a
 /// refused embedded consumer can say which server holds the group.
 pub fn claim(data_dir: &Path, group: &str, who: &str) -> Result<Claim> {
-    let Some(name) = encode_name(group) else { return Ok(Claim::Unnamed) };
-    let dir = group_dir(data_dir, &name);
+    let dir = group_dir(data_dir, group)?;
     std::fs::create_dir_all(&dir).map_err(|e| Error::io_at(&dir, format!("cannot create {}", dir.display()), e))?;
     nofollow::check_dir(&dir)?;
     let state_lock = nofollow::open(
@@ -110,19 +93,18 @@ fn embedded_members_alive(dir: &Path) -> bool {
     })
 }
 
-/// Whether embedded `kafkalite.Consumer`s of `group` are alive; None for ids whose folder name
-/// group.py hashes (not computed here).
-pub fn embedded_members(data_dir: &Path, group: &str) -> Option<bool> {
-    let name = encode_name(group)?;
-    Some(embedded_members_alive(&group_dir(data_dir, &name)))
+/// Whether embedded `kafkalite.Consumer`s of `group` are alive (never, for the empty id, which
+/// names no folder).
+pub fn embedded_members(data_dir: &Path, group: &str) -> bool {
+    group_dir(data_dir, group).is_ok_and(|dir| embedded_members_alive(&dir))
 }
 
 /// Remove an embedded group's folder (`.kafkalite-groups/<id>`: its state and members' files),
 /// as `Admin.delete_group` does: a symlink there is removed as a link, never followed, and
-/// nothing outside the groups folder is touched. Ok(true) when there was one; Ok(false) also
-/// for ids whose folder name group.py hashes (not computed here).
+/// nothing outside the groups folder is touched. Ok(true) when there was one (never for the
+/// empty id, which names no folder).
 pub fn remove_group_folder(data_dir: &Path, group: &str) -> std::io::Result<bool> {
-    let Some(name) = encode_name(group) else { return Ok(false) };
+    let Ok(name) = id_file_name(group, "group id") else { return Ok(false) };
     let root = data_dir.join(GROUPS_DIR);
     if root.symlink_metadata().map(|m| m.file_type().is_symlink()).unwrap_or(false) {
         return Err(std::io::Error::other(format!("refusing to delete under {}: it is a symlink", root.display())));
@@ -133,18 +115,5 @@ pub fn remove_group_folder(data_dir: &Path, group: &str) -> std::io::Result<bool
         Err(e) => Err(e),
         Ok(m) if m.is_dir() => std::fs::remove_dir_all(&path).map(|_| true),
         Ok(_) => std::fs::remove_file(&path).map(|_| true),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_match_group_py() {
-        assert_eq!(encode_name("orders.v1_x-y").as_deref(), Some("orders.v1_x-y"));
-        assert_eq!(encode_name("a b/c").as_deref(), Some("a%20b%2Fc"));
-        assert_eq!(encode_name("..").as_deref(), Some("%2E%2E"));
-        assert_eq!(encode_name(&"x".repeat(201)), None);
     }
 }

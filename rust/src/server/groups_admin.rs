@@ -14,7 +14,7 @@ fn delete_group(broker: &Broker, group: &str) -> Result<(), i16> {
     if group.is_empty() {
         return Err(codes::INVALID_GROUP_ID);
     }
-    if embedded_members(broker.dir.path(), group) == Some(true) {
+    if embedded_members(broker.dir.path(), group) {
         return Err(codes::NON_EMPTY_GROUP);
     }
     let known = broker.groups.delete(group)?;

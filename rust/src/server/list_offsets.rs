@@ -4,7 +4,7 @@
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
-use super::broker::{lock, Broker};
+use super::broker::{lock_log, Broker};
 use super::codes;
 use crate::error::Result;
 use crate::log::Log;
@@ -67,7 +67,12 @@ pub fn list_offsets(broker: &Broker, request: ListOffsetsRequest, version: i16) 
         for p in &topic.partitions {
             let mut resp = ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
             let outcome = match broker.partition(&name, p.partition_index) {
-                Ok(Some(log)) => lookup(&mut lock(&log), p.timestamp).map_err(|e| codes::for_error(&e)),
+                Ok(Some(log)) => lock_log(&log).and_then(|mut log| lookup(&mut log, p.timestamp)).map_err(|e| {
+                    if codes::needs_reopen(&e) {
+                        broker.forget_partition(&name, p.partition_index);
+                    }
+                    codes::for_error(&e)
+                }),
                 Ok(None) => Err(codes::UNKNOWN_TOPIC_OR_PARTITION),
                 Err(e) => Err(codes::for_error(&e)),
             };

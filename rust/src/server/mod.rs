@@ -138,14 +138,8 @@ impl Server {
         runtime.spawn(expire_sessions(broker.clone(), stop_rx.clone()));
         runtime.spawn(release_resident_pages(broker.clone(), stop_rx.clone()));
         runtime.spawn(connection::accept_loop(listener, broker.clone(), config.clone(), stop_rx));
-        log::info!(
-            target: "kafkalite::server",
-            "serving {} on {}://{local_addr} (advertised as {}:{})",
-            config.data_dir.display(),
-            listen::security_protocol(config.sasl),
-            broker.advertised().0,
-            broker.advertised().1
-        );
+        // Where it listens is said once, by the caller (`kafkalite serve` prints it whatever the
+        // log level; `kafkalite.Server` has `address` and `bootstrap_servers`), not logged here too.
         Ok(Server { runtime: Some(runtime), shutdown, broker, local_addr, sasl: config.sasl })
     }
 

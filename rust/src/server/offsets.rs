@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
-use super::broker::{lock, Broker};
+use super::broker::{lock, lock_log, Broker};
 use crate::error::{Error, Result};
 use crate::log::now_ms;
 use crate::log_read::RecordSink;
@@ -62,6 +62,9 @@ impl RecordSink for Collect<'_> {
 /// The committed offsets of every group this server has served.
 #[derive(Default)]
 pub struct OffsetStore {
+    /// A cache of the offsets topic, consistent at any panic (so `lock` recovers it): `load`
+    /// moves `read_to` only after the scan, so a scan a panic cut short is read again from
+    /// there, and a commit read twice sets the same entry to the same value.
     groups: Mutex<HashMap<String, GroupOffsets>>,
 }
 
@@ -89,7 +92,7 @@ impl OffsetStore {
         let Some(log) = broker.partition(OFFSETS_TOPIC, offsets_partition(group))? else {
             return Ok(state.offsets.clone());
         };
-        let mut log = lock(&log);
+        let mut log = lock_log(&log)?;
         log.follow()?;
         let mut next = state.read_to.max(log.start_offset());
         let end = log.end_offset();
@@ -119,7 +122,7 @@ impl OffsetStore {
         let log = broker
             .partition(OFFSETS_TOPIC, offsets_partition(group))?
             .ok_or_else(|| Error::UnknownTopicOrPartition(format!("{OFFSETS_TOPIC}-{}", offsets_partition(group))))?;
-        lock(&log).append_records(&inputs)?;
+        lock_log(&log)?.append_records(&inputs)?;
         // Read again from the start next time (the tombstones remove the entries).
         lock(&self.groups).remove(group);
         Ok(committed.len())
@@ -143,7 +146,7 @@ impl OffsetStore {
         let log = broker
             .partition(OFFSETS_TOPIC, offsets_partition(group))?
             .ok_or_else(|| Error::UnknownTopicOrPartition(format!("{OFFSETS_TOPIC}-{}", offsets_partition(group))))?;
-        lock(&log).append_records(&inputs)?;
+        lock_log(&log)?.append_records(&inputs)?;
         Ok(())
     }
 }

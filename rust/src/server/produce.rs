@@ -8,7 +8,7 @@ use kafka_protocol::messages::produce_response::{PartitionProduceResponse, Topic
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::broker::{lock, Broker};
+use super::broker::{lock_log, Broker};
 use super::codes;
 use crate::log::Produced;
 use crate::producer_state::Refusal;
@@ -38,7 +38,17 @@ fn append(broker: &Broker, topic: &str, partition: i32, records: Option<&[u8]>) 
         ));
     }
     let records = records.ok_or((codes::CORRUPT_MESSAGE, "the partition's records are null".to_string()))?;
-    let mut log = lock(&log);
+    let mut log = match lock_log(&log) {
+        Ok(log) => log,
+        Err(e) => {
+            broker.forget_partition(topic, partition);
+            return Err((codes::for_error(&e), e.to_string()));
+        }
+    };
+    // A panic here (a bug) leaves the log locked half way through a request.
+    if let Err(e) = crate::failpoint::hit("server.produce") {
+        return Err((codes::KAFKA_STORAGE_ERROR, e.to_string()));
+    }
     match log.append_produce(records) {
         Ok(Produced::Duplicate(batch)) => {
             // Kafka answers a retry with the original batch's offset (and, for LogAppendTime,
