@@ -42,7 +42,7 @@ def produce_all(
     tests and the benches (which put tests/ on sys.path, as for serve_proc.py) use it."""
     produce = producer.produce
     where = itertools.repeat(-1) if partitions is None else partitions
-    for i, (key, partition) in enumerate(zip(keys, where)):
+    for i, (key, partition) in enumerate(zip(keys, where, strict=False)):  # repeat(-1) never ends
         while True:
             try:
                 produce(topic, value, key, partition)
