@@ -342,8 +342,11 @@ impl PyLog {
     /// Records given as columns (values, keys, headers; all stamped `timestamp`, default now)
     /// as whole v2 batches stamped with the producer's id, epoch and first sequence (-1: no
     /// producer), batched as this log's appends are; nothing is appended (`Log::encode_batches`).
+    // The text signature spelled out: pyo3 shows negative defaults as `...`.
     #[pyo3(signature = (values, keys=None, headers=None, producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                        timestamp=None))]
+                        timestamp=None),
+           text_signature = "(self, /, values, keys=None, headers=None, producer_id=-1, producer_epoch=-1, \
+                             base_sequence=-1, timestamp=None)")]
     #[allow(clippy::too_many_arguments)]
     fn encode_batches<'py>(
         &self,
