@@ -63,15 +63,15 @@ COMMITTER = textwrap.dedent(
             other_producer()  # another producer appends between the marker and our append...
 
     sink.save_state = save_state
-    append = Log.append_batches
+    append = Log.append_produce
 
-    def append_batches(self, data):
+    def append_produce(self, data):
         result = append(self, data)
         if step == "between_partitions":
             die()
         return result
 
-    Log.append_batches = append_batches
+    Log.append_produce = append_produce
     values = [b"row-%d" % i for i in range(2 * rows)]
     table = pa.table({"value": values, "partition": [i % 2 for i in range(2 * rows)]})
     sink.publish_once(path, sink.sink_id({"checkpointLocation": "ck"}), 7, [table], "dst")
@@ -220,7 +220,7 @@ def test_a_batch_commit_that_fails_midway_names_what_it_appended(data, monkeypat
     from kafkalite.spark import sink
 
     calls = []
-    append = Log.append_batches
+    append = Log.append_produce
 
     def failing(self, data_):
         calls.append(self.path)
@@ -228,7 +228,7 @@ def test_a_batch_commit_that_fails_midway_names_what_it_appended(data, monkeypat
             raise OSError(errno.ENOSPC, "No space left on device (injected)", self.path)
         return append(self, data_)
 
-    monkeypatch.setattr(Log, "append_batches", failing)
+    monkeypatch.setattr(Log, "append_produce", failing)
     with pytest.raises(OSError) as info:
         sink.publish(data, [_planned()], "dst")
     assert info.value.errno == errno.ENOSPC  # the cause keeps its type
@@ -236,19 +236,6 @@ def test_a_batch_commit_that_fails_midway_names_what_it_appended(data, monkeypat
     assert "stay visible: dst-0" in "".join(info.value.__notes__)
     monkeypatch.undo()
     assert len(_values(data, 0)) == ROWS and _values(data, 1) == []  # exactly what the note says
-
-
-@pytest.mark.slow
-def test_scratch_logs_of_killed_commits_are_removed(data, spawn):
-    """The sink encodes in scratch logs; a commit killed mid-encode leaves one, the next removes it."""
-    from kafkalite.spark import sink
-
-    child = _committer(spawn, data, "before_pending")
-    assert child.wait(60) == -signal.SIGKILL
-    scratch = os.path.join(data, sink.SINKS_DIR, "scratch")
-    assert os.listdir(scratch)  # the killed commit's
-    _replay(data)
-    assert os.listdir(scratch) == []
 
 
 def test_the_commit_record_is_written_atomically_without_following_links(tmp_path):

@@ -301,3 +301,17 @@ class GroupIdNotFoundError(KafkaliteError, KeyError):
 
 
 __all__ += ["NotADataDirError", "BrokerAddressError", "GroupIdNotFoundError"]
+
+
+class OutOfOrderSequenceNumberError(KafkaliteError, ValueError):
+    """An idempotent producer's batch whose sequence number does not follow the producer's last
+    one in the partition (Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER): records in between are missing,
+    or the producer's state was reset. Nothing was appended."""
+
+
+class InvalidProducerEpochError(KafkaliteError, ValueError):
+    """A batch from an older epoch of a producer than the partition has seen (Kafka's
+    INVALID_PRODUCER_EPOCH): a newer instance of the producer took over. Nothing was appended."""
+
+
+__all__ += ["OutOfOrderSequenceNumberError", "InvalidProducerEpochError"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from kafkalite import _native, validate
@@ -56,6 +56,29 @@ class AbortedTransaction(NamedTuple):
     first_offset: int
     last_offset: int
     last_stable_offset: int
+
+
+class Produced(NamedTuple):
+    """What ``Log.append_produce`` did: the offsets appended, or with ``duplicate`` the
+    offsets of the batch already in the log that the request repeats (nothing written)."""
+
+    first_offset: int
+    last_offset: int
+    duplicate: bool
+
+
+class BatchInfo(NamedTuple):
+    """One batch's header fields (``Log.batch_headers``): its offsets, the idempotent
+    producer's id, epoch and first sequence number (-1: none), its record count, and whether
+    it is a control batch (a transaction marker)."""
+
+    base_offset: int
+    last_offset: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records: int
+    control: bool
 
 
 class RecoveryWarning(UserWarning):
@@ -162,7 +185,57 @@ class Log:
             raise bytes_expected("data", data)
         return self._native.append_batches(bytes(data) if not isinstance(data, bytes) else data)
 
+    def encode_batches(
+        self,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[Sequence[tuple[str, bytes | None]] | None] | None = None,
+        *,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        base_sequence: int = -1,
+    ) -> bytes:
+        """Records given as columns (``keys`` and ``headers``: None, or one entry per value)
+        as whole v2 batches, built as this log's appends build them (compression, batch size,
+        a compacted topic's key rule, ``max_message_bytes``), stamped with an idempotent
+        producer's id, epoch and first sequence number (Kafka's producerId, producerEpoch,
+        baseSequence; each batch's baseSequence is its first record's). Nothing is appended:
+        hand the bytes to ``append_produce``. Offsets start at 0 (the log re-offsets)."""
+        validate.integer("producer_id", producer_id, -1)
+        validate.integer("producer_epoch", producer_epoch, -1, (1 << 15) - 1)
+        validate.integer("base_sequence", base_sequence, -1, _I32)
+        try:
+            return self._native.encode_batches(
+                values, keys, headers, producer_id, producer_epoch, base_sequence
+            )
+        except TypeError as e:  # a value, key or header of the wrong type: nothing was encoded
+            raise InvalidTypeError(f"encode_batches takes bytes (or None) values and keys: {e}") from e
+
+    def append_produce(self, data: bytes | bytearray | memoryview) -> Produced:
+        """Append v2 record batches as Kafka's broker appends a produce request: validated, then
+        checked against the partition's idempotent producers (their last five batches, as
+        Kafka's ``ProducerStateManager``). A retry of batches already in the log writes nothing
+        and returns the original batch's offsets with ``duplicate=True``; a sequence gap raises
+        ``OutOfOrderSequenceNumberError``, an older epoch ``InvalidProducerEpochError``."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise bytes_expected("data", data)
+        return Produced(*self._native.append_produce(bytes(data) if not isinstance(data, bytes) else data))
+
     # -- reading ---------------------------------------------------------------------------
+    def batch_headers(self, start: int, max_batches: int = 4096) -> list[BatchInfo]:
+        """The headers of the batches from the one holding ``start``, at most ``max_batches``
+        (records are not decoded)."""
+        validate.integer("start", start, -(2**63))
+        max_batches = validate.integer("max_batches", max_batches, 1)
+        return [BatchInfo(*h) for h in self._native.batch_headers(start, max_batches)]
+
+    def producer_sequence(self, producer_id: int) -> tuple[int, int] | None:
+        """(epoch, last sequence number) of an idempotent producer in this partition, as the
+        checks of ``append_produce`` know it; None for a producer the partition has no state
+        for (never seen, expired after ``producer.id.expiration.ms``, or its batches deleted)."""
+        validate.integer("producer_id", producer_id, 0)
+        return self._native.producer_sequence(producer_id)
+
     def read(self, offset: int, max_bytes: int = 1 << 20) -> memoryview:
         """Whole batches starting with the one that holds ``offset``, as a read-only
         memoryview over the mapped segment (no copy). Empty at the log end."""

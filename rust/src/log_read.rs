@@ -187,6 +187,23 @@ impl Log {
         Ok(())
     }
 
+    /// The headers of the batches from the one holding `from` (which must lie in the log), at
+    /// most `max_batches`, following other writers first; records are not decoded nor CRCs
+    /// checked. How a writer finds its own batches again by their producer fields.
+    pub fn batch_headers(&mut self, from: i64, max_batches: usize) -> Result<Vec<BatchHeader>> {
+        self.check_open()?;
+        self.follow()?;
+        self.check_range(from)?;
+        let mut out = Vec::new();
+        self.walk_batches(from, |h, _, _| {
+            if h.last_offset() >= from {
+                out.push(*h);
+            }
+            Ok(out.len() < max_batches)
+        })?;
+        Ok(out)
+    }
+
     /// Kafka's ListOffsets by timestamp: the earliest offset whose record timestamp >= ts,
     /// with that timestamp, or None. Searches the first segment whose largest timestamp >= ts,
     /// from its time-index hint.

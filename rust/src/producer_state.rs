@@ -16,7 +16,7 @@ use std::path::Path;
 use crate::checkpoint::{remove_if_exists, write_atomically};
 use crate::error::{IoContext, Result};
 use crate::files::{file_name, parse_base_offset, SNAPSHOT_SUFFIX};
-use crate::record::header::BatchHeader;
+use crate::record::header::{decrement_sequence, increment_sequence, BatchHeader, NO_EPOCH, NO_SEQUENCE};
 
 /// `ProducerStateEntry.NUM_BATCHES_TO_RETAIN`: the batches a retry is looked up in (a
 /// producer has at most 5 requests in flight with idempotence on).
@@ -24,10 +24,6 @@ pub const BATCHES_TO_RETAIN: usize = 5;
 /// Kafka's `producer.id.expiration.ms` default (1 day): a producer silent that long is
 /// forgotten, and its next batch is taken with any sequence (an unknown producer).
 pub const PRODUCER_ID_EXPIRATION_MS: i64 = 86_400_000;
-
-/// `RecordBatch.NO_PRODUCER_EPOCH` / `NO_SEQUENCE`.
-const NO_EPOCH: i16 = -1;
-const NO_SEQUENCE: i32 = -1;
 
 const SNAPSHOT_VERSION: i16 = 1;
 /// version (2), CRC-32C (4), entry count (4).
@@ -37,25 +33,6 @@ const SNAPSHOT_CRC_START: usize = 6;
 /// producerId 8, epoch 2, lastSequence 4, lastOffset 8, offsetDelta 4, timestamp 8,
 /// coordinatorEpoch 4, currentTxnFirstOffset 8.
 const SNAPSHOT_ENTRY_LEN: usize = 46;
-
-/// Kafka's `DefaultRecordBatch.incrementSequence`: sequences wrap from i32::MAX to 0. Java's
-/// int arithmetic wraps, so a hostile sequence (negative) gives Java's answer, never a panic.
-fn increment_sequence(sequence: i32, increment: i32) -> i32 {
-    if sequence > i32::MAX.wrapping_sub(increment) {
-        increment.wrapping_sub(i32::MAX.wrapping_sub(sequence)).wrapping_sub(1)
-    } else {
-        sequence.wrapping_add(increment)
-    }
-}
-
-/// `DefaultRecordBatch.decrementSequence`, with Java's wrapping arithmetic too.
-fn decrement_sequence(sequence: i32, decrement: i32) -> i32 {
-    if sequence < decrement {
-        i32::MAX.wrapping_sub(decrement.wrapping_sub(sequence)).wrapping_add(1)
-    } else {
-        sequence.wrapping_sub(decrement)
-    }
-}
 
 /// `ProducerAppendInfo.inSequence`.
 fn in_sequence(last: i32, next: i32) -> bool {

@@ -4,8 +4,8 @@
 
 use kafkalite::log::Produced;
 use kafkalite::producer_state::Refusal;
-use kafkalite::record::header::compute_crc;
-use kafkalite::record::{BatchBuilder, Compression, RecordInput};
+use kafkalite::record::scan::{next_batch, Next};
+use kafkalite::record::{decode_batch_owned, BatchBuilder, BatchHeader, Compression, ProducerStamp, RecordInput};
 use kafkalite::{Log, LogConfig};
 
 /// A v2 batch of `n` records as an idempotent producer sends it.
@@ -19,12 +19,8 @@ fn batch_at(pid: i64, epoch: i16, seq: i32, n: usize, timestamp: i64) -> Vec<u8>
     for _ in 0..n {
         b.push(&RecordInput { key: None, value: Some(&value), headers: &[], timestamp });
     }
-    let (mut bytes, mut h) = b.finish(0).unwrap();
-    (h.producer_id, h.producer_epoch, h.base_sequence) = (pid, epoch, seq);
-    h.write(&mut bytes);
-    h.crc = compute_crc(&bytes);
-    h.write(&mut bytes);
-    bytes
+    b.set_producer(ProducerStamp::new(pid, epoch, seq).unwrap());
+    b.finish(0).unwrap().0
 }
 
 fn shared(segment_bytes: u64) -> LogConfig {
@@ -138,4 +134,86 @@ fn a_producer_silent_past_the_expiration_is_unknown_after_reopening() {
     assert_eq!(log.append_produce(&batch(5, 0, 9, 1)).unwrap(), Produced::Appended(2, 2), "any sequence");
     assert!(matches!(log.append_produce(&batch(6, 0, 0, 1)).unwrap(), Produced::Duplicate(_)), "6 is not expired");
     log.close().unwrap();
+}
+
+/// The headers of the whole batches in `data`, each CRC verified by the engine's own decoder
+/// (`next_batch` with the check on, as recovery and reads use it), with their records.
+fn decoded(data: &[u8]) -> Vec<(BatchHeader, Vec<Vec<u8>>)> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos < data.len() {
+        let Next::Batch(h) = next_batch(data, pos, true).unwrap() else { panic!("no whole batch at {pos}") };
+        let records = decode_batch_owned(&data[pos..pos + h.total_size()], &h).unwrap();
+        out.push((h, records.into_iter().map(|r| r.value.unwrap()).collect()));
+        pos += h.total_size();
+    }
+    out
+}
+
+#[test]
+fn encoded_batches_carry_the_producer_and_each_batch_the_sequence_of_its_first_record() {
+    let dir = tempfile::tempdir().unwrap();
+    // Batches of at most 1 KiB: 100-byte values make several, across the sequence wrap.
+    let config = LogConfig { max_message_bytes: 1024, compression: Compression::Zstd, ..LogConfig::default() };
+    let log = Log::open(dir.path().join("t-0"), config).unwrap();
+    let values: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 100]).collect();
+    let inputs: Vec<RecordInput<'_>> =
+        values.iter().map(|v| RecordInput { key: None, value: Some(v), headers: &[], timestamp: 7 }).collect();
+    let first = i32::MAX - 12;
+    let data = log.encode_batches(&inputs, ProducerStamp::new(42, 3, first).unwrap()).unwrap();
+    let batches = decoded(&data);
+    assert!(batches.len() > 2, "several batches: {}", batches.len());
+    let mut records = 0i64;
+    let mut seen = Vec::new();
+    for (h, batch_values) in &batches {
+        assert_eq!((h.producer_id, h.producer_epoch), (42, 3));
+        assert_eq!(h.base_offset, records, "offsets relative to the first record");
+        // Kafka's sequence: the first record's, wrapping from i32::MAX to 0.
+        assert_eq!(h.base_sequence as i64, (first as i64 + records) % (1i64 << 31));
+        assert_eq!(h.compression().unwrap(), Compression::Zstd);
+        assert!(h.total_size() <= 1024);
+        records += h.records_count as i64;
+        seen.extend(batch_values.iter().cloned());
+    }
+    assert_eq!(seen, values);
+    assert!(batches.iter().any(|(h, _)| h.base_sequence < 12), "the run crossed the wrap");
+    // Without a producer: Kafka's "none" (-1) in all three fields.
+    let plain = log.encode_batches(&inputs[..1], ProducerStamp::NONE).unwrap();
+    let (h, _) = &decoded(&plain)[0];
+    assert_eq!((h.producer_id, h.producer_epoch, h.base_sequence), (-1, -1, -1));
+    assert!(ProducerStamp::new(42, -1, 0).is_err() && ProducerStamp::new(-2, -1, -1).is_err());
+}
+
+#[test]
+fn the_same_stamped_batches_appended_twice_are_a_duplicate_and_leave_the_log_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let config = LogConfig { max_message_bytes: 1024, shared_writers: true, ..LogConfig::default() };
+    let mut log = Log::open(&path, config.clone()).unwrap();
+    let values: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 100]).collect();
+    let inputs: Vec<RecordInput<'_>> =
+        values.iter().map(|v| RecordInput { key: None, value: Some(v), headers: &[], timestamp: 7 }).collect();
+    let producer = ProducerStamp::new(9, 0, 0).unwrap();
+    let data = log.encode_batches(&inputs[..3], producer).unwrap();
+    assert_eq!(log.append_produce(&data).unwrap(), Produced::Appended(0, 2));
+    let end = log.end_offset();
+    let bytes = log.read(0, 1 << 20).unwrap().bytes().to_vec();
+    // The replay, through another writer that learns the first append from the log.
+    let mut other = Log::open(&path, config).unwrap();
+    assert!(matches!(other.append_produce(&data).unwrap(), Produced::Duplicate(b) if b.first_offset() == 0));
+    assert!(matches!(log.append_produce(&data).unwrap(), Produced::Duplicate(_)));
+    assert_eq!((log.end_offset(), other.end_offset()), (end, end));
+    assert_eq!(other.read(0, 1 << 20).unwrap().bytes(), &bytes[..], "nothing written");
+    // What the log would refuse on append is refused when encoding, before any append.
+    let big = vec![0u8; 2048];
+    let too_large = [RecordInput { key: None, value: Some(&big), headers: &[], timestamp: 7 }];
+    assert!(matches!(log.encode_batches(&too_large, producer), Err(kafkalite::Error::RecordTooLarge { .. })));
+    // The rest of the rows, several batches, continue the sequence; skipping rows is refused.
+    let rest = log.encode_batches(&inputs[3..], producer.advanced(3)).unwrap();
+    assert!(decoded(&rest).len() > 1);
+    let gap = log.encode_batches(&inputs[4..], producer.advanced(4)).unwrap();
+    assert!(matches!(other.append_produce(&gap).unwrap(), Produced::Refused(Refusal::OutOfOrderSequence(_))));
+    assert_eq!(other.append_produce(&rest).unwrap(), Produced::Appended(3, 19));
+    log.close().unwrap();
+    other.close().unwrap();
 }

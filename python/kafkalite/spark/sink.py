@@ -25,18 +25,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafkalite._files import write_atomically
 from kafkalite._native import FIRST_SINK_PRODUCER_ID
-from kafkalite.spark.batches import SEQUENCE_MODULUS, Encoder, Producer, next_sequence, scan
+from kafkalite.spark.batches import SEQUENCE_MODULUS, Producer, encode, next_sequence, scan
 from kafkalite.spark.checks import ensure_topics
 from kafkalite.spark.options import SparkOptionError
 
+if TYPE_CHECKING:
+    from kafkalite.log import Log
+
 SINKS_DIR = ".kafkalite-spark-sinks"
+log_ = logging.getLogger("kafkalite.spark")
 
 
 def sink_id(options: Mapping[str, str]) -> str:
@@ -194,14 +199,14 @@ def producer_for(sink: str) -> Producer:
 def _encode(
     path: str,
     groups: list[Group],
-    encoder: Encoder,
     producer: Producer | None = None,
     sequences: Mapping[str, int] | None = None,
     skips: Mapping[str, int] | None = None,
     compression: str | None = None,
 ) -> list[tuple[Group, bytes]]:
-    """Every group's rows (after its first ``skips`` rows) as v2 batches, before any append."""
-    from kafkalite.datadir import DataDir, log_options
+    """Every group's rows (after its first ``skips`` rows) as v2 batches, encoded by the engine
+    with the partition's settings before any append."""
+    from kafkalite.datadir import DataDir
 
     data_dir = DataDir(path, create=False)
     out = []
@@ -209,26 +214,58 @@ def _encode(
         skip = (skips or {}).get(_key(g), 0)
         if skip >= len(g.values):
             continue
-        meta = data_dir.topic(g.topic)
-        if not 0 <= g.partition < int(meta["partitions"]):
-            raise SparkOptionError(
-                f"a row asks for partition {g.partition} of topic {g.topic!r}, which has partitions 0..{int(meta['partitions']) - 1}"
-            )
-        if meta.get("discovered"):
-            raise SparkOptionError(
-                f"{path} is a Kafka broker's log directory without kafkalite metadata: it can be read, not written"
-            )
         first_sequence = next_sequence((sequences or {}).get(_key(g), 0), skip)
-        options = log_options(data_dir.resolve(meta.get("config", {})), compression)
-        data = encoder.encode(
-            options, g.values[skip:], g.keys[skip:], g.headers[skip:], producer, first_sequence
-        )
+        with _open(data_dir, g, compression) as log:
+            data = encode(log, g.values[skip:], g.keys[skip:], g.headers[skip:], producer, first_sequence)
         out.append((g, data))
     return out
 
 
+def _open(data_dir: Any, g: Group, compression: str | None = None) -> Log:
+    """``g``'s partition as a writer; rows for a missing partition or a broker's folder fail
+    with a message naming them."""
+    meta = data_dir.topic(g.topic)
+    if not 0 <= g.partition < int(meta["partitions"]):
+        raise SparkOptionError(
+            f"a row asks for partition {g.partition} of topic {g.topic!r}, which has partitions 0..{int(meta['partitions']) - 1}"
+        )
+    if meta.get("discovered"):
+        raise SparkOptionError(
+            f"{data_dir.path} is a Kafka broker's log directory without kafkalite metadata: it can be read, not written"
+        )
+    log: Log = data_dir.open_partition(
+        g.topic, g.partition, producer_compression=compression, shared_writers=True
+    )
+    return log
+
+
+def _first_sequences(
+    path: str, groups: list[Group], producer: Producer, committed: Mapping[str, int]
+) -> dict[str, int]:
+    """Each partition's first sequence number for a new micro-batch: the next one the sink
+    recorded, else (a partition it never committed to, or its record was deleted) the next one
+    the partition's producer state expects from it, else 0 (Kafka's first sequence)."""
+    from kafkalite.datadir import DataDir
+
+    data_dir = DataDir(path, create=False)
+    out = {}
+    for g in groups:
+        if _key(g) in committed:
+            out[_key(g)] = committed[_key(g)]
+            continue
+        with _open(data_dir, g) as log:
+            known = log.producer_sequence(producer.id)
+        if known is not None and known[0] == producer.epoch and known[1] >= 0:
+            out[_key(g)] = next_sequence(known[1], 1)
+        else:
+            out[_key(g)] = 0
+    return out
+
+
 def _append_all(path: str, encoded: list[tuple[Group, bytes]]) -> None:
-    """One append call per partition; an error names the partitions already appended."""
+    """One append call per partition, through the engine's idempotent producer checks (the
+    batches of a replay already in the log are a duplicate: nothing is written again); an
+    error names the partitions already appended."""
     from kafkalite.datadir import DataDir
 
     data_dir = DataDir(path, create=False)
@@ -236,7 +273,15 @@ def _append_all(path: str, encoded: list[tuple[Group, bytes]]) -> None:
     for g, data in encoded:
         try:
             with data_dir.open_partition(g.topic, g.partition, shared_writers=True) as log:
-                log.append_batches(data)
+                produced = log.append_produce(data)
+            if produced.duplicate:
+                log_.info(
+                    "kafkalite Spark sink: %s-%d already holds these batches (offsets %d..%d); not appended again",
+                    g.topic,
+                    g.partition,
+                    produced.first_offset,
+                    produced.last_offset,
+                )
         except Exception as e:
             e.add_note(
                 f"kafkalite Spark sink: appending to {g.topic}-{g.partition} failed; "
@@ -274,17 +319,11 @@ def _written(path: str, g: Group, producer: Producer, start: int, first_sequence
     return min(done, len(g.values))
 
 
-def _scratch(path: str) -> str:
-    return os.path.join(path, SINKS_DIR, "scratch")
-
-
 def publish(path: str, tables: list[Any], default_topic: str | None, compression: str | None = None) -> None:
     """Batch write: plan and encode every partition's rows, then append them partition by
     partition (what holds on failure: the module docstring)."""
     groups = plan_groups(path, tables, default_topic)
-    with Encoder(_scratch(path)) as encoder:
-        encoded = _encode(path, groups, encoder, compression=compression)
-    _append_all(path, encoded)
+    _append_all(path, _encode(path, groups, compression=compression))
 
 
 def publish_once(
@@ -304,29 +343,26 @@ def publish_once(
     producer = producer_for(sink)
     committed: dict[str, int] = state["sequences"]
     pending = state["pending"] if state["pending"] and state["pending"].get("batch_id") == batch_id else None
-    with Encoder(_scratch(path)) as encoder:
-        if pending is None:
-            sequences = {_key(g): committed.get(_key(g), 0) for g in groups}
-            encoded = _encode(
-                path, groups, encoder, producer, sequences, compression=compression
-            )  # bad rows fail here, before the marker
-            starts = {_key(g): _end_offset(path, g) for g in groups}
-            save_state(
-                path,
-                sink,
-                {**state, "pending": {"batch_id": batch_id, "starts": starts, "sequences": sequences}},
-            )
-        else:
-            starts = pending["starts"]
-            sequences = {
-                _key(g): pending.get("sequences", {}).get(_key(g), committed.get(_key(g), 0)) for g in groups
-            }
-            skips = {
-                _key(g): _written(path, g, producer, starts[_key(g)], sequences[_key(g)])
-                for g in groups
-                if _key(g) in starts
-            }
-            encoded = _encode(path, groups, encoder, producer, sequences, skips, compression)
+    if pending is None:
+        sequences = _first_sequences(path, groups, producer, committed)
+        encoded = _encode(path, groups, producer, sequences, compression=compression)  # bad rows fail here
+        starts = {_key(g): _end_offset(path, g) for g in groups}
+        save_state(
+            path,
+            sink,
+            {**state, "pending": {"batch_id": batch_id, "starts": starts, "sequences": sequences}},
+        )
+    else:
+        starts = pending["starts"]
+        sequences = {
+            _key(g): pending.get("sequences", {}).get(_key(g), committed.get(_key(g), 0)) for g in groups
+        }
+        skips = {
+            _key(g): _written(path, g, producer, starts[_key(g)], sequences[_key(g)])
+            for g in groups
+            if _key(g) in starts
+        }
+        encoded = _encode(path, groups, producer, sequences, skips, compression)
     _append_all(path, encoded)
     after = dict(committed)
     after.update({_key(g): next_sequence(sequences[_key(g)], len(g.values)) for g in groups})

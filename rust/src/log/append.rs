@@ -6,7 +6,10 @@ use crate::group_commit::Ticket;
 use crate::options::FlushPolicy;
 use crate::record::header::{compute_crc, BatchHeader, ATTR_TIMESTAMP_LOG_APPEND};
 use crate::record::scan::{next_batch, Next};
-use crate::record::{for_each_record, record_area, BatchBuilder, EncodeRecord, RecordInput, TimestampType, ValueInput};
+use crate::record::{
+    encode_batches, fill_batches, for_each_record, record_area, BatchBuilder, EncodeRecord, ProducerStamp, RecordInput,
+    TimestampType, ValueInput,
+};
 use crate::segment::Segment;
 
 use super::{now_ms, Log};
@@ -126,19 +129,35 @@ impl Log {
     ) -> Result<(i64, i64)> {
         let first = self.end_offset();
         let target = self.target_batch_bytes();
-        let mut builder = self.new_builder(target);
-        for r in inputs {
-            if builder.count() > 0 && builder.size() + r.size_upper_bound() > target {
-                let empty = BatchBuilder::new(self.config.compression, None, 0);
-                let full = std::mem::replace(&mut builder, empty);
-                self.append_built(full)?;
-                builder = self.new_builder(target);
-            }
-            builder.push_encoded(&r);
-        }
-        self.append_built(builder)?;
+        let builder = self.new_builder(target);
+        let last = fill_batches(builder, inputs, target, |full| {
+            self.append_built(full)?;
+            Ok(self.new_builder(target))
+        })?;
+        self.append_built(last)?;
         self.after_append(count as u64)?;
         Ok((first, self.end_offset() - 1))
+    }
+
+    /// `records` encoded as this log's appends would batch them (compression, batch size
+    /// target, the compacted topic's key rule, `max_message_bytes`) and stamped with `producer`
+    /// (`record::encode_batches`), without appending: a caller that appends several partitions
+    /// encodes them all first, so a record a partition refuses fails before any append, then
+    /// hands each result to `append_produce`.
+    pub fn encode_batches(&self, records: &[RecordInput<'_>], producer: ProducerStamp) -> Result<Vec<u8>> {
+        if self.config.compact && records.iter().any(|r| r.key.is_none()) {
+            return Err(null_key_error());
+        }
+        let data = encode_batches(records, self.config.compression, self.target_batch_bytes(), producer)?;
+        let mut pos = 0;
+        while pos < data.len() {
+            let size = BatchHeader::parse(&data[pos..])?.total_size();
+            if size > self.config.max_message_bytes {
+                return Err(Error::RecordTooLarge { size, max: self.config.max_message_bytes });
+            }
+            pos += size;
+        }
+        Ok(data)
     }
 
     /// Append one batch a client built (a producer's per-partition buffer). Returns (first, last).

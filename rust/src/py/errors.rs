@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 
 use crate::error::Error;
+use crate::producer_state::Refusal;
 
 pyo3::import_exception!(kafkalite.errors, CorruptRecordError);
 pyo3::import_exception!(kafkalite.errors, OffsetOutOfRangeError);
@@ -24,6 +25,8 @@ pyo3::import_exception!(kafkalite.errors, LogPoisonedError);
 pyo3::import_exception!(kafkalite.errors, UnknownTopicOrPartitionError);
 pyo3::import_exception!(kafkalite.errors, CorruptMetadataError);
 pyo3::import_exception!(kafkalite.errors, InvalidTopicError);
+pyo3::import_exception!(kafkalite.errors, OutOfOrderSequenceNumberError);
+pyo3::import_exception!(kafkalite.errors, InvalidProducerEpochError);
 // Raised by the binding itself (a Python value of a type no config takes), not mapped from `Error`.
 pyo3::import_exception!(kafkalite.errors, InvalidTypeError);
 
@@ -44,6 +47,15 @@ fn to_pyerr(py: Python<'_>, e: Error) -> PyErr {
         Error::CorruptMetadata(_) => CorruptMetadataError::new_err(msg),
         Error::InvalidTopic(_) => InvalidTopicError::new_err(msg),
         Error::Io { context, path, source } => io_error(py, &context, path, &source),
+    }
+}
+
+/// An idempotent append the producer-state checks refused (`Log::append_produce`), as the
+/// exception of Kafka's error code (OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH).
+pub fn refused(refusal: Refusal) -> PyErr {
+    match refusal {
+        Refusal::OutOfOrderSequence(m) => OutOfOrderSequenceNumberError::new_err(m),
+        Refusal::InvalidProducerEpoch(m) => InvalidProducerEpochError::new_err(m),
     }
 }
 

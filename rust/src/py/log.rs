@@ -9,10 +9,11 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::arrow::ArrowSink;
 use crate::cleaner::CleanOptions;
+use crate::log::Produced;
 use crate::log::{now_ms, Log};
 use crate::log_read::RecordSink;
 use crate::options::{FlushPolicy, LogConfig};
-use crate::record::{Compression, Header, RecordInput, TimestampType};
+use crate::record::{Compression, Header, ProducerStamp, RecordInput, TimestampType};
 use crate::spark::SparkSink;
 use crate::txn::{IsolationLevel, TxnState};
 
@@ -20,8 +21,9 @@ use super::arrow::ArrowBatch;
 use super::buffer::{bytes_items, BatchView};
 use super::consumer::ConsumerRecord;
 use super::durable::DurableMark;
+use super::errors::refused;
 use super::producer::BatchBuffer;
-use super::record::{header_slices, held_headers, HeldHeaders, Record, RecordArena};
+use super::record::{header_slices, held_headers, to_bytes, HeldHeaders, Record, RecordArena};
 
 /// (base_offset, valid_bytes, dropped_bytes, reason) as Python sees a recovery report.
 type RecoveryTuple = (i64, u64, u64, Option<String>);
@@ -165,6 +167,62 @@ fn clean_options(delete_retention_ms: i64, min_compaction_lag_ms: i64, now: Opti
     CleanOptions { now_ms: now.unwrap_or_else(now_ms), delete_retention_ms, min_compaction_lag_ms }
 }
 
+/// A batch header as Python's `batch_headers` returns it.
+type BatchInfoTuple = (i64, i64, i64, i16, i32, i32, bool);
+
+/// Records given as columns: `values` (bytes or None each), `keys` and `headers` (None, or one
+/// entry per value), held so their bytes can be borrowed without the GIL.
+fn held_columns<'py>(
+    values: &Bound<'py, PyAny>,
+    keys: Option<&Bound<'py, PyAny>>,
+    headers: Option<&Bound<'py, PyAny>>,
+    timestamp: i64,
+) -> PyResult<Vec<HeldRecord<'py>>> {
+    let values = values.try_iter()?.collect::<PyResult<Vec<_>>>()?;
+    let keys = column(keys, "keys", values.len())?;
+    let headers = column(headers, "headers", values.len())?;
+    let mut held = Vec::with_capacity(values.len());
+    for (i, value) in values.into_iter().enumerate() {
+        held.push(HeldRecord {
+            key: to_bytes(keys.as_ref().map(|k| k[i].clone()), "key")?,
+            value: to_bytes(Some(value), "value")?,
+            headers: held_headers(headers.as_ref().map(|h| &h[i]))?,
+            timestamp,
+        });
+    }
+    Ok(held)
+}
+
+/// An optional column of one entry per value.
+fn column<'py>(c: Option<&Bound<'py, PyAny>>, name: &str, values: usize) -> PyResult<Option<Vec<Bound<'py, PyAny>>>> {
+    let Some(c) = c.filter(|c| !c.is_none()) else { return Ok(None) };
+    let items = c.try_iter()?.collect::<PyResult<Vec<_>>>()?;
+    if items.len() != values {
+        let n = items.len();
+        return Err(
+            crate::Error::config(format!("{name} has {n} entries for {values} values; give one per value")).into()
+        );
+    }
+    Ok(Some(items))
+}
+
+fn held_header_slices<'a>(held: &'a [HeldRecord<'_>]) -> PyResult<Vec<Vec<Header<'a>>>> {
+    held.iter().map(|h| header_slices(&h.headers)).collect()
+}
+
+/// Held records as the engine's inputs (borrowing their bytes).
+fn record_inputs<'a>(held: &'a [HeldRecord<'_>], header_slices: &'a [Vec<Header<'a>>]) -> Vec<RecordInput<'a>> {
+    held.iter()
+        .zip(header_slices)
+        .map(|(h, hs)| RecordInput {
+            key: h.key.as_ref().map(|b| b.as_bytes()),
+            value: h.value.as_ref().map(|b| b.as_bytes()),
+            headers: hs,
+            timestamp: h.timestamp,
+        })
+        .collect()
+}
+
 /// Held references to one record's Python objects, so their bytes can be borrowed without the GIL.
 struct HeldRecord<'py> {
     key: Option<Bound<'py, PyBytes>>,
@@ -276,19 +334,37 @@ impl PyLog {
                 timestamp: rec.timestamp.unwrap_or(now),
             });
         }
-        let header_slices: Vec<Vec<Header<'_>>> =
-            held.iter().map(|h| header_slices(&h.headers)).collect::<PyResult<_>>()?;
-        let inputs: Vec<RecordInput<'_>> = held
-            .iter()
-            .zip(&header_slices)
-            .map(|(h, hs)| RecordInput {
-                key: h.key.as_ref().map(|b| b.as_bytes()),
-                value: h.value.as_ref().map(|b| b.as_bytes()),
-                headers: hs,
-                timestamp: h.timestamp,
-            })
-            .collect();
+        let header_slices = held_header_slices(&held)?;
+        let inputs = record_inputs(&held, &header_slices);
         self.appended_durably(py, |log| log.append_records(&inputs))
+    }
+
+    /// Records given as columns (values, keys, headers; all stamped `timestamp`, default now)
+    /// as whole v2 batches stamped with the producer's id, epoch and first sequence (-1: no
+    /// producer), batched as this log's appends are; nothing is appended (`Log::encode_batches`).
+    // The text signature spelled out: pyo3 shows negative defaults as `...`.
+    #[pyo3(signature = (values, keys=None, headers=None, producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                        timestamp=None),
+           text_signature = "(self, /, values, keys=None, headers=None, producer_id=-1, producer_epoch=-1, \
+                             base_sequence=-1, timestamp=None)")]
+    #[allow(clippy::too_many_arguments)]
+    fn encode_batches<'py>(
+        &self,
+        py: Python<'py>,
+        values: &Bound<'py, PyAny>,
+        keys: Option<&Bound<'py, PyAny>>,
+        headers: Option<&Bound<'py, PyAny>>,
+        producer_id: i64,
+        producer_epoch: i16,
+        base_sequence: i32,
+        timestamp: Option<i64>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let producer = ProducerStamp::new(producer_id, producer_epoch, base_sequence)?;
+        let held = held_columns(values, keys, headers, timestamp.unwrap_or_else(now_ms))?;
+        let header_slices = held_header_slices(&held)?;
+        let inputs = record_inputs(&held, &header_slices);
+        let data = self.detached(py, |log| log.encode_batches(&inputs, producer))?;
+        Ok(PyBytes::new(py, &data))
     }
 
     /// Append values (null keys, no headers) from a list of bytes, with one timestamp.
@@ -309,6 +385,45 @@ impl PyLog {
     /// Append pre-built v2 record batches; they are validated and given new offsets.
     fn append_batches(&self, py: Python<'_>, data: &[u8]) -> PyResult<(i64, i64)> {
         self.appended_durably(py, |log| log.append_raw_batches(data))
+    }
+
+    /// Append v2 record batches as Kafka's broker does a produce request: validated, then
+    /// checked against the partition's idempotent producer state (`Log::append_produce`).
+    /// Returns (first offset, last offset, duplicate): for a retry of batches already in the
+    /// log, the offsets of the batch found and True, nothing written. A sequence gap or an old
+    /// epoch raises OutOfOrderSequenceNumberError / InvalidProducerEpochError, nothing written.
+    fn append_produce(&self, py: Python<'_>, data: &[u8]) -> PyResult<(i64, i64, bool)> {
+        match self.appended_durably(py, |log| log.append_produce(data))? {
+            Produced::Appended(first, last) => Ok((first, last, false)),
+            Produced::Duplicate(batch) => Ok((batch.first_offset(), batch.last_offset, true)),
+            Produced::Refused(refusal) => Err(refused(refusal)),
+        }
+    }
+
+    /// The headers of the batches from the one holding `start`, at most `max_batches`, as
+    /// (base_offset, last_offset, producer_id, producer_epoch, base_sequence, records_count,
+    /// is_control) (`Log::batch_headers`).
+    #[pyo3(signature = (start, max_batches=4096))]
+    fn batch_headers(&self, py: Python<'_>, start: i64, max_batches: usize) -> PyResult<Vec<BatchInfoTuple>> {
+        let headers = self.detached(py, |log| log.batch_headers(start, max_batches))?;
+        Ok(headers
+            .iter()
+            .map(|h| {
+                let info = (h.base_offset, h.last_offset(), h.producer_id, h.producer_epoch, h.base_sequence);
+                (info.0, info.1, info.2, info.3, info.4, h.records_count, h.is_control())
+            })
+            .collect())
+    }
+
+    /// (epoch, last sequence) of a producer in this partition's producer state, or None if
+    /// the partition has no state for it (never seen, expired, or its batches deleted).
+    fn producer_sequence(&self, py: Python<'_>, producer_id: i64) -> PyResult<Option<(i16, i32)>> {
+        self.detached(py, |log| {
+            let state = log.producer_state()?;
+            Ok(state.producer(producer_id).map(|(epoch, batches)| {
+                (epoch, batches.last().map_or(crate::record::header::NO_SEQUENCE, |b| b.last_seq))
+            }))
+        })
     }
 
     /// Append the batch a producer buffered for this partition (the buffer is left empty).

@@ -5,7 +5,8 @@ use std::borrow::Cow;
 use crate::error::{Error, Result};
 use crate::record::compression::{compress, decompress, Compression};
 use crate::record::header::{
-    compute_crc, BatchHeader, TimestampType, ATTR_TIMESTAMP_LOG_APPEND, HEADER_LEN, LOG_OVERHEAD, MAGIC_V2,
+    compute_crc, BatchHeader, ProducerStamp, TimestampType, ATTR_TIMESTAMP_LOG_APPEND, HEADER_LEN, LOG_OVERHEAD,
+    MAGIC_V2,
 };
 use crate::record::record::{decode_record, EncodeRecord, RecordInput, RecordRef};
 
@@ -117,6 +118,7 @@ pub struct BatchBuilder {
     max_timestamp: i64,
     compression: Compression,
     log_append_time: Option<i64>,
+    producer: ProducerStamp,
 }
 
 impl BatchBuilder {
@@ -130,7 +132,15 @@ impl BatchBuilder {
     pub fn with_buffer(mut buf: Vec<u8>, compression: Compression, log_append_time: Option<i64>) -> Self {
         buf.clear();
         buf.resize(HEADER_LEN, 0);
-        BatchBuilder { buf, count: 0, base_timestamp: -1, max_timestamp: -1, compression, log_append_time }
+        BatchBuilder {
+            buf,
+            count: 0,
+            base_timestamp: -1,
+            max_timestamp: -1,
+            compression,
+            log_append_time,
+            producer: ProducerStamp::NONE,
+        }
     }
 
     /// Number of records so far.
@@ -168,6 +178,18 @@ impl BatchBuilder {
         self.max_timestamp = now;
     }
 
+    /// Stamp the batch as an idempotent producer's: its id, epoch and the sequence number of
+    /// the batch's first record (Kafka's producerId, producerEpoch, baseSequence).
+    pub fn set_producer(&mut self, producer: ProducerStamp) {
+        self.producer = producer;
+    }
+
+    /// Whether `r` should start a new batch: this one has records and `r` could take it past
+    /// `target` bytes (a record larger than `target` gets a batch of its own).
+    fn is_full_for(&self, r: &impl EncodeRecord, target: usize) -> bool {
+        self.count > 0 && self.size() + r.size_upper_bound() > target
+    }
+
     /// Finish the batch with offsets starting at `base_offset`. Returns the bytes and header.
     pub fn finish(mut self, base_offset: i64) -> Result<(Vec<u8>, BatchHeader)> {
         if self.count == 0 {
@@ -192,9 +214,9 @@ impl BatchBuilder {
             last_offset_delta: self.count - 1,
             base_timestamp: self.base_timestamp,
             max_timestamp: self.max_timestamp,
-            producer_id: -1,
-            producer_epoch: -1,
-            base_sequence: -1,
+            producer_id: self.producer.producer_id,
+            producer_epoch: self.producer.producer_epoch,
+            base_sequence: self.producer.base_sequence,
             records_count: self.count,
         };
         header.write(&mut self.buf);
@@ -202,4 +224,56 @@ impl BatchBuilder {
         header.write(&mut self.buf);
         Ok((self.buf, header))
     }
+}
+
+/// Push `inputs` into batches of at most `target` bytes (before compression): `builder` takes
+/// records until the next would take it past `target`, then `next` receives the full builder
+/// and returns the one to continue with. Returns the last builder, not finished. The one rule
+/// for cutting records into batches, shared by the log's appends and `encode_batches`.
+pub fn fill_batches(
+    mut builder: BatchBuilder,
+    inputs: impl IntoIterator<Item = impl EncodeRecord>,
+    target: usize,
+    mut next: impl FnMut(BatchBuilder) -> Result<BatchBuilder>,
+) -> Result<BatchBuilder> {
+    for r in inputs {
+        if builder.is_full_for(&r, target) {
+            builder = next(builder)?;
+        }
+        builder.push_encoded(&r);
+    }
+    Ok(builder)
+}
+
+/// `records` as whole v2 batches of at most `target` bytes each (before compression), ready
+/// for `Log::append_produce`: base offsets relative (the first record is offset 0; the log
+/// re-offsets on append), CreateTime, and every batch stamped with `producer`, its baseSequence
+/// the sequence of its first record (`producer.base_sequence` plus the records before it,
+/// wrapping from i32::MAX to 0 as Kafka's sequences do).
+pub fn encode_batches(
+    records: &[RecordInput<'_>],
+    compression: Compression,
+    target: usize,
+    producer: ProducerStamp,
+) -> Result<Vec<u8>> {
+    if records.is_empty() {
+        return Err(Error::config("encode_batches needs at least one record"));
+    }
+    let mut out = Vec::new();
+    let mut encoded = 0u64;
+    // Each finished batch is copied out and its buffer reused for the next.
+    let mut finish = |mut builder: BatchBuilder| -> Result<Vec<u8>> {
+        let count = builder.count() as u64;
+        builder.set_producer(producer.advanced(encoded));
+        let (bytes, _) = builder.finish(encoded as i64)?;
+        out.extend_from_slice(&bytes);
+        encoded += count;
+        Ok(bytes)
+    };
+    let first = BatchBuilder::new(compression, None, target);
+    let last = fill_batches(first, records.iter().copied(), target, |full| {
+        Ok(BatchBuilder::with_buffer(finish(full)?, compression, None))
+    })?;
+    finish(last)?;
+    Ok(out)
 }

@@ -48,6 +48,72 @@ impl TimestampType {
     }
 }
 
+/// Kafka's `DefaultRecordBatch.incrementSequence`: sequences wrap from i32::MAX to 0. Java's
+/// int arithmetic wraps, so a hostile sequence (negative) gives Java's answer, never a panic.
+pub fn increment_sequence(sequence: i32, increment: i32) -> i32 {
+    if sequence > i32::MAX.wrapping_sub(increment) {
+        increment.wrapping_sub(i32::MAX.wrapping_sub(sequence)).wrapping_sub(1)
+    } else {
+        sequence.wrapping_add(increment)
+    }
+}
+
+/// `DefaultRecordBatch.decrementSequence`, with Java's wrapping arithmetic too.
+pub fn decrement_sequence(sequence: i32, decrement: i32) -> i32 {
+    if sequence < decrement {
+        i32::MAX.wrapping_sub(decrement.wrapping_sub(sequence)).wrapping_add(1)
+    } else {
+        sequence.wrapping_sub(decrement)
+    }
+}
+
+/// `RecordBatch.NO_PRODUCER_ID` / `NO_PRODUCER_EPOCH` / `NO_SEQUENCE`: a batch no idempotent
+/// producer wrote.
+pub const NO_PRODUCER_ID: i64 = -1;
+pub const NO_EPOCH: i16 = -1;
+pub const NO_SEQUENCE: i32 = -1;
+
+/// The idempotent producer's fields of a batch header (producerId, producerEpoch,
+/// baseSequence): who wrote the batch and the sequence number of its first record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProducerStamp {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+}
+
+impl ProducerStamp {
+    /// No producer: what plain appends write.
+    pub const NONE: ProducerStamp =
+        ProducerStamp { producer_id: NO_PRODUCER_ID, producer_epoch: NO_EPOCH, base_sequence: NO_SEQUENCE };
+
+    /// A producer's stamp, or `NONE` for producer id -1; refuses what Kafka's broker would
+    /// refuse from a client (a negative epoch or sequence with a producer id, ids below -1).
+    pub fn new(producer_id: i64, producer_epoch: i16, base_sequence: i32) -> Result<ProducerStamp> {
+        let stamp = ProducerStamp { producer_id, producer_epoch, base_sequence };
+        if producer_id == NO_PRODUCER_ID && producer_epoch == NO_EPOCH && base_sequence == NO_SEQUENCE {
+            return Ok(stamp);
+        }
+        if producer_id < 0 || producer_epoch < 0 || base_sequence < 0 {
+            return Err(Error::config(format!(
+                "producer_id, producer_epoch and base_sequence must all be >= 0 (an idempotent producer's batch) \
+                 or all -1 (no producer), got {producer_id}, {producer_epoch}, {base_sequence}"
+            )));
+        }
+        Ok(stamp)
+    }
+
+    /// The stamp of the batch whose first record comes `records` after this stamp's first:
+    /// same producer, the sequence moved on (wrapping as Kafka's). `NONE` stays `NONE`.
+    pub fn advanced(self, records: u64) -> ProducerStamp {
+        if self.producer_id == NO_PRODUCER_ID {
+            return self;
+        }
+        let step = (records % (i32::MAX as u64 + 1)) as i32;
+        ProducerStamp { base_sequence: increment_sequence(self.base_sequence, step), ..self }
+    }
+}
+
 /// A parsed batch header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchHeader {
