@@ -74,6 +74,24 @@ def run_cli(
     )
 
 
+def run_python_ok(
+    code: str, *args: str, env: dict[str, str], timeout: float = 120, stderr_tail: int = 2000
+) -> subprocess.CompletedProcess:
+    """``python -c CODE ARGS`` (this interpreter) run to the end in exactly ``env`` (not completed
+    by ``child_env``: some tests need an environment without this kafkalite), text output
+    captured; asserts it exited 0, showing the last ``stderr_tail`` characters of stderr if not."""
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-stderr_tail:]
+    return done
+
+
 def split_by_writer(values: list[bytes]) -> dict[int, list[int]]:
     """Values written as ``b"<writer>:<seq>"`` (by threads or processes), grouped by writer in
     log order, to check that each writer's records kept their order."""

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from helpers import run_python_ok
 from kafkalite import Log, LogPoisonedError
 
 PRODUCER = textwrap.dedent(
@@ -53,15 +52,7 @@ PRODUCER = textwrap.dedent(
 
 def run_producer(tmp_path, fault: str, partitions: int, flush_every: int = 0) -> dict:
     env = {**os.environ, "KAFKALITE_FAILPOINTS": fault}
-    done = subprocess.run(
-        [sys.executable, "-c", PRODUCER, str(tmp_path / "data"), str(partitions), str(flush_every)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = run_python_ok(PRODUCER, str(tmp_path / "data"), str(partitions), str(flush_every), env=env)
     return json.loads(done.stdout.splitlines()[-1])
 
 
@@ -116,15 +107,7 @@ def test_a_log_whose_sync_fails_raises_and_takes_no_more_appends(tmp_path, point
     after the msync (before the watermark is published) fails as well: nothing is published."""
     part = tmp_path / "t-0"
     env = {**os.environ, "KAFKALITE_FAILPOINTS": f"{point}=eio"}
-    done = subprocess.run(
-        [sys.executable, "-c", LOG_CHILD, str(part)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = run_python_ok(LOG_CHILD, str(part), env=env, timeout=60)
     lines = done.stdout.splitlines()
     assert lines[0].startswith("first:") and point in lines[0], lines
     assert lines[1].startswith("later:"), lines

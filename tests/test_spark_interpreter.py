@@ -11,6 +11,7 @@ import sys
 import textwrap
 
 import pytest
+from helpers import run_python_ok
 
 pytest.importorskip("pyspark")
 
@@ -63,15 +64,7 @@ def test_format_kafkalite_works_from_a_venv_that_is_not_activated(tmp_path):
         )
         if probe.returncode == 0:
             pytest.skip(f"{python3} on PATH has kafkalite and pyarrow: the failure cannot be reproduced here")
-    out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path / "data")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
+    out = run_python_ok(SCRIPT, str(tmp_path / "data"), env=env, timeout=240, stderr_tail=3000)
     assert "COUNT 10" in out.stdout
 
 
