@@ -1,0 +1,90 @@
+"""Adversary findings against session 6's changes (resident window, append_values/read_arrow
+fast paths, ...). Each test injects the fault it is about; every one runs its victim in a child
+process, since the failures they guard against kill the process (an abort or a panic)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_child(code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the child as another user")
+def test_a_process_that_cannot_start_threads_still_opens_and_appends():
+    """The writer's prefault helper (one thread per 2 MiB window since the resident window)
+    is best effort; std::thread::spawn panicked when the process could not start a thread
+    (RLIMIT_NPROC spent, a pids cgroup full): Log() itself failed with LogPoisonedError
+    'the log refuses writes after a failed flush (... failed to spawn thread ...)'."""
+    # Not under tmp_path: its parents are private to root, so the other user could not reach it.
+    with tempfile.TemporaryDirectory(prefix="kafkalite-adv-") as tmp:
+        os.chown(tmp, 65534, 65534)
+        child = run_child(NO_THREADS_CHILD, str(Path(tmp) / "t-0"))
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.split() == [str(20 * 1010)]
+
+
+NO_THREADS_CHILD = """
+        import os, resource, sys
+        from kafkalite import _native  # imported first: the other user may not read the venv
+        os.setgid(65534)
+        os.setuid(65534)
+        # Root ignores RLIMIT_NPROC; this user now cannot create a single thread.
+        resource.setrlimit(resource.RLIMIT_NPROC, (1, 1))
+        log = _native.Log(sys.argv[1])
+        for _ in range(20):  # 20 MB: several 2 MiB windows, both the map and pwrite paths
+            log.append_values([b"x" * 1000] * 1000)
+            log.append_values([b"y" * 100] * 10)
+        log.close()
+        print(_native.Log(sys.argv[1], readonly=True).end_offset)
+"""
+
+
+def test_read_arrow_on_a_batch_declaring_2g_records_raises_instead_of_aborting(tmp_path):
+    """A damaged batch whose CRC was recomputed (a bad copy, a hostile file) declares
+    2^31-1 records. read_arrow sized its value column from that count times the bytes per row
+    seen so far: 'memory allocation of 2147483655000 bytes failed', the process aborted
+    (SIGABRT) instead of raising CorruptRecordError."""
+    code = """
+        import glob, struct, sys
+        from kafkalite import _native, CorruptRecordError
+        path = sys.argv[1]
+        log = _native.Log(path)
+        log.append_values([b"v" * 1000] * 8)
+        log.append_values([b"w" * 5000] * 2)
+        log.close()
+        seg = sorted(glob.glob(path + "/*.log"))[0]
+        with open(seg, "r+b") as f:
+            data = f.read()
+            pos = 12 + struct.unpack(">i", data[8:12])[0]  # the second batch
+            batch = bytearray(data[pos : pos + 12 + struct.unpack(">i", data[pos + 8 : pos + 12])[0]])
+            struct.pack_into(">i", batch, 57, 2**31 - 1)  # recordsCount
+            struct.pack_into(">I", batch, 17, _native.crc32c(bytes(batch[21:])))
+            f.seek(pos)
+            f.write(batch)
+        log = _native.Log(path, readonly=True)
+        try:
+            log.read_arrow(0)
+        except CorruptRecordError as e:
+            print("raised", e)
+    """
+    child = run_child(code, str(tmp_path / "t-0"))
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert "declares 2147483647 records" in child.stdout
