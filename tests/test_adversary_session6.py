@@ -88,3 +88,27 @@ def test_read_arrow_on_a_batch_declaring_2g_records_raises_instead_of_aborting(t
     child = run_child(code, str(tmp_path / "t-0"))
     assert child.returncode == 0, child.stderr[-2000:]
     assert "declares 2147483647 records" in child.stdout
+
+
+def test_a_leftover_of_an_older_topic_of_the_same_name_does_not_delete_the_live_one(tmp_path):
+    """Every embedded open now finishes interrupted deletes (DataDir::open). A `t-1.<id>-delete`
+    folder that is not the live topic's: process A deleted "t" (2 partitions) and is still
+    removing its folders (or could not remove one) when B re-creates "t" with 1 partition and
+    writes to it. The next Admin/Producer/Consumer open took the leftover for an interrupted
+    delete of the new "t" (listed, no t-1 folder) and deleted the live topic and its records:
+    'finished deleting topic "t", which an interrupted delete left half-deleted', topics []."""
+    import kafkalite
+
+    data = str(tmp_path)
+    admin = kafkalite.Admin(data)
+    admin.create_topic("t", partitions=2)
+    admin.delete_topic("t")
+    admin.create_topic("t", partitions=1)
+    with kafkalite.Producer(data) as producer:
+        producer.send("t", b"live", partition=0).get(timeout=10)
+    # Process A's delete of the old "t", still under way: its folders are renamed, the metadata
+    # no longer lists that "t", the removal has not reached t-1's folder yet.
+    (tmp_path / "t-1.5f1c0a3e9b2d4c6f8a7e1b3d5c9f0a2e-delete").mkdir()
+    assert "t" in kafkalite.Admin(data).list_topics()
+    with kafkalite.Consumer(data, "t", auto_offset_reset="earliest", consumer_timeout_ms=0) as consumer:
+        assert [r.value for r in consumer] == [b"live"]
