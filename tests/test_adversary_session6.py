@@ -112,3 +112,44 @@ def test_a_leftover_of_an_older_topic_of_the_same_name_does_not_delete_the_live_
     assert "t" in kafkalite.Admin(data).list_topics()
     with kafkalite.Consumer(data, "t", auto_offset_reset="earliest", consumer_timeout_ms=0) as consumer:
         assert [r.value for r in consumer] == [b"live"]
+
+
+@pytest.mark.slow
+def test_stalled_large_frames_do_not_lock_every_other_client_out(tmp_path):
+    """NOT FIXED. Six connections each declare a frame of socket.request.max.bytes (100 MiB),
+    send 90 MiB of it and stall. They hold the server's whole request budget
+    (QUEUED_MAX_REQUEST_BYTES, 512 MiB), so any other client's request, even a 10-byte
+    ApiVersions, waits for permits until connections.max.idle.ms (10 minutes) cuts the stalled
+    ones: kafka-python could not bootstrap ('Unable to bootstrap', 30 s), and the server held
+    549 MB resident. Kafka's default (queued.max.request.bytes=-1) never blocks a small request
+    behind other connections' partial frames."""
+    import socket
+    import struct
+
+    import kafkalite
+
+    kafkalite.Admin(str(tmp_path)).create_topic("t", partitions=1)
+    with kafkalite.Server(str(tmp_path)) as server:
+        host, port = server.bootstrap_servers.rsplit(":", 1)
+        stalled = []
+        try:
+            chunk = b"\0" * (1 << 20)
+            for _ in range(6):
+                s = socket.create_connection((host, int(port)))
+                s.sendall(struct.pack(">i", 100 * 1024 * 1024 - 1))
+                s.settimeout(2)
+                try:
+                    for _ in range(90):
+                        s.sendall(chunk)
+                except TimeoutError:
+                    pass  # the server stopped reading this one: its budget is spent
+                stalled.append(s)
+            # ApiVersions v0 from a new client: api_key 18, version 0, correlation id 7, null client id.
+            with socket.create_connection((host, int(port)), timeout=10) as legit:
+                body = struct.pack(">hhih", 18, 0, 7, -1)
+                legit.sendall(struct.pack(">i", len(body)) + body)
+                head = legit.recv(8)
+            assert len(head) == 8 and struct.unpack(">i", head[4:8])[0] == 7
+        finally:
+            for s in stalled:
+                s.close()
