@@ -255,7 +255,11 @@ impl DataDir {
         let mut doomed = Vec::new();
         self.update(|topics| {
             for (_, topic, partition) in leftovers(&self.path)? {
-                let interrupted = topics.contains_key(&topic) && !self.partition_path(&topic, partition).exists();
+                // Only a partition the listed topic has: a leftover of an older topic of the
+                // same name (re-created with fewer partitions while another process was still
+                // removing the old folders) must not delete the live one.
+                let listed = topics.get(&topic).and_then(|e| e["partitions"].as_i64()).unwrap_or(0);
+                let interrupted = i64::from(partition) < listed && !self.partition_path(&topic, partition).exists();
                 if interrupted && !finished.contains(&topic) {
                     self.unlist_topic(topics, &topic, &mut doomed)?;
                     finished.push(topic);

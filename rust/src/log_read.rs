@@ -27,6 +27,10 @@ impl BatchSlice {
     }
 }
 
+/// The smallest record a v2 batch can hold: a one-byte length, attributes, timestamp delta,
+/// offset delta, key length, value length and header count (one varint byte each).
+const MIN_RECORD_BYTES: usize = 7;
+
 /// Receives decoded records; implemented by owned vectors, Arrow builders and the Python layer.
 pub trait RecordSink {
     /// A batch of `records` records in `bytes` bytes (its record area) comes next: room for
@@ -134,7 +138,11 @@ impl Log {
                 }
                 verify_crc(batch, &header, pos)?;
                 let area = record_area(batch, &header)?;
-                sink.reserve(header.records_count.max(0) as usize, area.len());
+                // The count is only a sizing hint, and a damaged batch (its CRC recomputed) can
+                // declare 2^31 records: never more than the area's bytes can hold (a record is at
+                // least MIN_RECORD_BYTES), or the sink's reservation aborts the process.
+                let rows = (header.records_count.max(0) as usize).min(area.len() / MIN_RECORD_BYTES);
+                sink.reserve(rows, area.len());
                 let mut full = false;
                 for_each_record(&area, &header, |r| {
                     if full || r.offset < next || r.offset >= end {

@@ -158,8 +158,18 @@ impl Segment {
             return;
         }
         self.finish_prefault();
-        self.prefault = Some(std::thread::spawn(move || map.prefault_for_write(from, granted)));
-        self.prefaulted = from + granted;
+        // Faulting in ahead is an optimisation: a process that cannot start a thread (its
+        // RLIMIT_NPROC or the pids cgroup is spent) appends without it rather than panicking.
+        match std::thread::Builder::new().spawn(move || map.prefault_for_write(from, granted)) {
+            Ok(handle) => {
+                self.prefault = Some(handle);
+                self.prefaulted = from + granted;
+            }
+            Err(e) => {
+                log::debug!("no prefault helper for {}: {e}", self.log_path().display());
+                self.faulted_ahead.settle(self.prefaulted.saturating_sub(self.size));
+            }
+        }
     }
 
     /// The window is gone from the resident set (a new map, or all of it released): the next
