@@ -49,8 +49,11 @@ pub enum Error {
     #[error("{0}")]
     Closed(String),
 
-    /// An fsync failed earlier: the fate of unflushed data is unknown, so writes stop.
-    #[error("the log refuses writes after a failed flush ({0}); reopen it to run recovery")]
+    /// A write, flush or publish failed earlier (or another process truncated the file): the
+    /// fate of unflushed data is unknown, so writes stop. `{0}` says what failed.
+    #[error(
+        "the log refuses writes after a failure that may have lost unflushed data ({0}); reopen it to run recovery"
+    )]
     Poisoned(String),
 
     /// A thread panicked while it held the mutex around a log (a bug): what the log holds in
