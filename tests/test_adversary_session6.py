@@ -154,3 +154,26 @@ def test_stalled_large_frames_do_not_lock_every_other_client_out(tmp_path):
         finally:
             for s in stalled:
                 s.close()
+
+
+def test_append_values_and_append_name_the_bad_item_with_a_typed_error(tmp_path):
+    """A str among append_values' values, or a non-Record given to append, is an
+    InvalidTypeError (a KafkaliteError and a TypeError) naming the item; nothing is appended.
+    (The native calls behind them raise the same class, not a plain TypeError.)"""
+    import kafkalite
+    from kafkalite import Log, _native
+
+    with Log(str(tmp_path / "t-0")) as log:
+        with pytest.raises(kafkalite.InvalidTypeError, match=r"values\[1\] must be bytes") as bad:
+            log.append_values([b"ok", "text"])
+        assert isinstance(bad.value, TypeError) and isinstance(bad.value, kafkalite.KafkaliteError)
+        with pytest.raises(kafkalite.InvalidTypeError, match="Record objects, not bytes"):
+            log.append([b"raw"])
+        assert log.end_offset == 0
+    native = _native.Log(str(tmp_path / "n-0"))
+    try:
+        with pytest.raises(kafkalite.InvalidTypeError, match="item 1 is <class 'str'>"):
+            native.append_values([b"ok", "text"])
+        assert native.end_offset == 0
+    finally:
+        native.close()

@@ -3,7 +3,6 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
@@ -21,7 +20,7 @@ use super::arrow::ArrowBatch;
 use super::buffer::{bytes_items, BatchView};
 use super::consumer::ConsumerRecord;
 use super::durable::DurableMark;
-use super::errors::refused;
+use super::errors::{refused, InvalidTypeError};
 use super::producer::BatchBuffer;
 use super::record::{header_slices, held_headers, to_bytes, HeldHeaders, Record, RecordArena};
 
@@ -321,7 +320,7 @@ impl PyLog {
             let rec = item
                 .cast::<Record>()
                 .map_err(|_| {
-                    PyTypeError::new_err(format!(
+                    InvalidTypeError::new_err(format!(
                         "append takes Record objects, not {}",
                         item.get_type().name().map(|n| n.to_string()).unwrap_or_default()
                     ))
@@ -376,8 +375,12 @@ impl PyLog {
             Ok(list) => (list.to_tuple(), "a list"),
             Err(_) => (PyTuple::new(py, values.try_iter()?.collect::<PyResult<Vec<_>>>()?)?, "an iterable"),
         };
-        let slices =
-            bytes_items(&items).map_err(|_| PyTypeError::new_err(format!("append_values takes {what} of bytes")))?;
+        let slices = bytes_items(&items).map_err(|i| {
+            let kind = items.get_item(i).map(|v| v.get_type().to_string()).unwrap_or_default();
+            InvalidTypeError::new_err(format!(
+                "append_values takes {what} of bytes; item {i} is {kind} (convert it with bytes(...))"
+            ))
+        })?;
         let ts = timestamp.unwrap_or_else(now_ms);
         self.appended_durably(py, |log| log.append_values(&slices, ts))
     }
