@@ -12,12 +12,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
+from helpers import child_env
 
 
 def run_child(code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    env = child_env()  # the kafkalite this test imported: a source tree or the installed wheel
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code), *args],
         env=env,

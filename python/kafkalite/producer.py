@@ -420,7 +420,12 @@ class _Sender:
         # logs, so the new log gets the preallocation budget they held.
         self.forget_deleted()
         options = {"shared_writers": True, "flush": "always" if self.durable else "os"}
-        log = self.dir.open_partition(p.topic, p.number, producer_compression=self.codec, **options)
+        try:
+            log = self.dir.open_partition(p.topic, p.number, producer_compression=self.codec, **options)
+        except FileNotFoundError:  # deleted between the stat above and the open
+            raise UnknownTopicOrPartitionError(
+                f"topic {p.topic!r} partition {p.number} was deleted from {self.dir.path}"
+            ) from None
         p.log, p.identity = log, current
         return log
 
