@@ -4,7 +4,6 @@ procs/. Nothing here imports pyspark until a Spark helper is called."""
 
 from __future__ import annotations
 
-import itertools
 import os
 import subprocess
 import sys
@@ -37,15 +36,22 @@ def produce_all(
 ) -> None:
     """confluent-kafka's ``produce(topic, value, key)`` for each key (None: keyless), serving
     delivery reports whenever librdkafka's queue is full (``BufferError``), as its docs say, and
-    every 10,000 records so they never pile up; record i goes to ``partitions[i]`` when given
-    (else -1: librdkafka's partitioner picks, as when the argument is left out). Does not flush. The one copy of this loop: the
-    tests and the benches (which put tests/ on sys.path, as for serve_proc.py) use it."""
+    every 10,000 records so they never pile up; record i goes to ``partitions[i]`` when given.
+    Does not flush. The one copy of this loop: the tests and the benches (which put tests/ on
+    sys.path, as for serve_proc.py) use it. The benches time the call without partitions, so
+    it stays the bare ``producer.produce``; only the partitioned form pays for a wrapper."""
     produce = producer.produce
-    where = itertools.repeat(-1) if partitions is None else partitions
-    for i, (key, partition) in enumerate(zip(keys, where, strict=False)):  # repeat(-1) never ends
+    records: Iterable[Any] = keys
+    if partitions is not None:
+        records = zip(keys, partitions, strict=False)
+
+        def produce(topic: str, value: bytes, record: tuple[bytes | None, int]) -> None:
+            producer.produce(topic, value, record[0], record[1])
+
+    for i, record in enumerate(records):
         while True:
             try:
-                produce(topic, value, key, partition)
+                produce(topic, value, record)
                 break
             except BufferError:
                 producer.poll(0.01)
