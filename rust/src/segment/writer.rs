@@ -124,7 +124,7 @@ impl Segment {
     /// Called after every append and growth; most calls only compare a few numbers.
     fn slide_resident_window(&mut self) {
         // What the writer stored into its window is no longer ahead of it.
-        self.faulted_ahead.settle(self.prefaulted.saturating_sub(self.size));
+        self.settle_faulted_ahead();
         if self.prefaulted >= self.size + RESIDENT_WINDOW {
             return;
         }
@@ -154,7 +154,7 @@ impl Segment {
         let granted = self.faulted_ahead.take(&self.dir, to - from);
         if granted < MIN_ALLOCATION_STEP {
             // Many partitions are busy at once and their windows hold the process's budget.
-            self.faulted_ahead.settle(self.prefaulted.saturating_sub(self.size));
+            self.settle_faulted_ahead();
             return;
         }
         self.finish_prefault();
@@ -167,9 +167,15 @@ impl Segment {
             }
             Err(e) => {
                 log::debug!("no prefault helper for {}: {e}", self.log_path().display());
-                self.faulted_ahead.settle(self.prefaulted.saturating_sub(self.size));
+                self.settle_faulted_ahead();
             }
         }
+    }
+
+    /// Hold of the process's budget exactly what is faulted in ahead of the writer now (giving
+    /// back what it stored into, or a grant no helper thread used).
+    fn settle_faulted_ahead(&mut self) {
+        self.faulted_ahead.settle(self.prefaulted.saturating_sub(self.size));
     }
 
     /// The window is gone from the resident set (a new map, or all of it released): the next
