@@ -2,7 +2,7 @@
 
 from collections.abc import Callable, Iterable
 from os import PathLike
-from typing import Any, final
+from typing import Any, Literal, final, overload
 
 __all__ = [
     "Log",
@@ -354,9 +354,14 @@ class Log:
         isolation_level: str = "read_uncommitted",  # or "read_committed" (kafka-python's values),
     ) -> tuple[list[Record], int]: ...
     def append_buffer(self, buffer: BatchBuffer) -> tuple[int, int, int | None] | None: ...
+    @overload
     def append_buffer_deferred(
         self, buffer: BatchBuffer
     ) -> tuple[int, int, int | None, DurableMark | None] | None: ...
+    @overload
+    def append_buffer_deferred(
+        self, buffer: BatchBuffer, if_current: bool
+    ) -> tuple[int, int, int | None, DurableMark | None] | None | Literal[False]: ...
     def read_consumer_records(
         self,
         topic: str,

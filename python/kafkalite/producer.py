@@ -31,6 +31,8 @@ from kafkalite._native import (
     SEND_NO_KEY_OR_VALUE,
     SEND_NULL_KEY,
     Accumulator,
+    BatchBuffer,
+    DurableMark,
     FutureRecordMetadata,
     Notifier,
     StickyPartitioner,
@@ -429,6 +431,20 @@ class _Sender:
         p.log, p.identity = log, current
         return log
 
+    def append(
+        self, p: _Partition, buffer: BatchBuffer
+    ) -> tuple[int, int, int | None, DurableMark | None] | None:
+        """Append one taken batch to the partition (the caller holds ``p.drain_lock``): into
+        the open log while its folder is the one it opened (checked natively, without
+        releasing the GIL twice per batch), else through ``log``, which reopens the partition
+        of a re-created topic or fails the batch typed when it is gone."""
+        p.last_used = time.monotonic()
+        if p.log is not None:
+            result = p.log._native.append_buffer_deferred(buffer, if_current=True)
+            if result is not False:
+                return result
+        return self.log(p)._native.append_buffer_deferred(buffer)
+
     def forget_deleted(self) -> None:
         """``forget_unused``, when a topic may have been deleted since the last sweep: deleting
         (or re-creating) a topic rewrites the data directory's metadata file (atomically: a new
@@ -486,7 +502,7 @@ class _Sender:
                 count = len(buffer)
                 try:
                     # acks='all': appended now, acknowledged by self.acks once group commit synced it.
-                    result = self.log(p)._native.append_buffer_deferred(buffer)
+                    result = self.append(p, buffer)
                 except Exception as e:  # every failure reaches the batch's futures, and the log
                     if isinstance(e, KafkaliteError):
                         logger.warning(
