@@ -2,7 +2,9 @@
 
 from collections.abc import Callable, Iterable
 from os import PathLike
-from typing import Any, Literal, final, overload
+from typing import Any, Literal, Self, final, overload
+
+from typing_extensions import disjoint_base
 
 __all__ = [
     "Log",
@@ -14,6 +16,8 @@ __all__ = [
     "BatchBuffer",
     "BatchState",
     "Accumulator",
+    "ProducerCore",
+    "SendGate",
     "FutureRecordMetadata",
     "StickyPartitioner",
     "NativeServer",
@@ -267,6 +271,27 @@ class Accumulator:
     ) -> FutureRecordMetadata | tuple[int, int, FutureRecordMetadata | None]: ...
     def take(self, partition: int, current: bool) -> list[tuple[BatchBuffer, BatchState]]: ...
     def pending(self, partition: int | None = None) -> int: ...
+
+@final
+class SendGate:
+    def __new__(cls) -> SendGate: ...
+    def shut(self) -> None: ...
+    @property
+    def open(self) -> bool: ...
+
+@disjoint_base  # subclassed by kafkalite.Producer; its layout is native
+class ProducerCore:
+    def __new__(cls, *_args: Any, **_kwargs: Any) -> Self: ...
+    def _setup_send(self, accumulators: dict[str, Accumulator], gate: SendGate, direct: bool) -> None: ...
+    def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        headers: Iterable[tuple[str, bytes | None]] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> FutureRecordMetadata: ...
 
 @final
 class StickyPartitioner:

@@ -1,7 +1,9 @@
 """``kafkalite.Producer``: kafka-python's producer API over an embedded data directory.
 
-``send`` is one native call per record (``Accumulator.send``): it checks the record, picks its
-partition, encodes it into that partition's v2 batch and returns its future. A full batch is
+``send`` is native (``ProducerCore.send``, the base of ``Producer``): for the common record it
+runs no Python frame, and ``Accumulator.send`` checks the record, picks its partition, encodes
+it into that partition's v2 batch and returns its future. Every other record goes through
+``Producer._send_slow``. A full batch is
 appended by the caller, a partial one by the sender thread after ``linger_ms``. Futures
 (``FutureRecordMetadata``, native) resolve when their batch is in the log. Several producer
 processes may write the same partition at once (shared writers).
@@ -35,6 +37,8 @@ from kafkalite._native import (
     DurableMark,
     FutureRecordMetadata,
     Notifier,
+    ProducerCore,
+    SendGate,
     StickyPartitioner,
     partitions_for_keys,
 )
@@ -310,6 +314,10 @@ class _Sender:
         if os.path.isdir(data_dir.path):
             self._notifier = Notifier(os.path.join(data_dir.path, NOTIFY_FILE))
         self.topics: dict[str, _Topic] = {}
+        #: Each topic's accumulator, by name: what ``ProducerCore.send`` looks a topic up in.
+        self.accumulators: dict[str, Accumulator] = {}
+        #: Shut when the producer closes or this thread dies: ``send`` then takes the Python path.
+        self.gate = SendGate()
         self.lock = threading.Lock()
         self.wakeup = threading.Condition(threading.Lock())
         self.dirty: set[_Partition] = set()
@@ -366,6 +374,7 @@ class _Sender:
             )
             with self.lock:
                 topic = self.topics.setdefault(name, topic)
+                self.accumulators.setdefault(name, topic.acc)
         return topic
 
     def identity(self, p: _Partition) -> tuple[int, int] | None:
@@ -541,6 +550,7 @@ class _Sender:
             self.loop()
         except BaseException as e:  # a bug: make later sends fail at once, and say so
             self.failure = e
+            self.gate.shut()
             logger.critical("the producer's sender thread stopped; later sends will fail", exc_info=True)
             for t in list(self.topics.values()):
                 for p in t.partitions:
@@ -673,6 +683,7 @@ class _Sender:
             self.flusher.stop()
             with self.wakeup:
                 self.closed = True
+                self.gate.shut()
                 self.wakeup.notify()
             if self.thread.is_alive() and self.thread is not threading.current_thread():
                 self.thread.join(left())
@@ -719,7 +730,7 @@ def _finalize(sender: _Sender, why: str) -> None:
     sender.close_at_exit(why)
 
 
-class Producer:
+class Producer(ProducerCore):
     """``Producer(path, **config)`` with kafka-python's names: ``acks`` (0, 1, 'all'),
     ``batch_size``, ``linger_ms``, ``compression_type`` (None/'none'/'zstd'),
     ``key_serializer``, ``value_serializer``, ``partitioner``, ``max_request_size``,
@@ -762,6 +773,10 @@ class Producer:
             self.config["key_serializer"] is not None or self.config["value_serializer"] is not None
         )
         self._custom_partitioner = self.config["partitioner"]
+        # send() is ProducerCore.send (native): the common record queues without a Python
+        # frame; the others come to _send_slow, and answers beyond the future to _sent.
+        direct = not self._serializing and self._custom_partitioner is None
+        self._setup_send(self._sender.accumulators, self._sender.gate, direct)
         self._sender.thread.start()
         # Flushes at garbage collection and (weakref.finalize's atexit) at interpreter exit.
         self._finalizer = weakref.finalize(self, _finalize, self._sender, "exit or garbage collection")
@@ -788,18 +803,18 @@ class Producer:
         except TypeError:  # unhashable
             raise InvalidTypeError(f"topic must be a str, not {type(name).__name__}") from None
 
-    def send(
+    def _send_slow(
         self,
         topic: str,
-        value: Any = None,
-        key: Any = None,
-        headers: Sequence[tuple[str, bytes | None]] | None = None,
-        partition: int | None = None,
-        timestamp_ms: int | None = None,
+        value: Any,
+        key: Any,
+        headers: Sequence[tuple[str, bytes | None]] | None,
+        partition: int | None,
+        timestamp_ms: int | None,
     ) -> FutureRecordMetadata:
-        """Queue one record; returns a future of its ``RecordMetadata``."""
-        # The hot path of a producer: every line here runs once per record. The common case
-        # (known topic, murmur2 or sticky partition) is one native call that returns the future.
+        """``send`` of a record the native path (``ProducerCore.send``) does not take: a
+        closed producer, a new topic, serializers, a custom partitioner, an explicit partition
+        or timestamp, a key or value that is not bytes, bad headers."""
         sender = self._sender
         if sender.closed or sender.failure is not None:
             self._check_open()
@@ -820,6 +835,11 @@ class Producer:
         if isinstance(sent, tuple):
             return self._after_send(t, sent)
         return sent
+
+    def _sent(self, topic: str, sent: tuple[int, int, FutureRecordMetadata | None]) -> FutureRecordMetadata:
+        """``ProducerCore.send`` queued (or refused) a record and the answer needs more than
+        its future (see ``_after_send``)."""
+        return self._after_send(self._topics[topic], sent)
 
     def _after_send(
         self, t: _Topic, sent: tuple[int, int, FutureRecordMetadata | None]
