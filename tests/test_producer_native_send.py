@@ -5,11 +5,14 @@ it queues are the ones written, in order, with their futures."""
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 
 import kafkalite
 import pytest
+from helpers import child_env, run_python_ok
 from kafkalite import Admin, Consumer, Producer
 from kafkalite import producer as producer_module
 
@@ -103,3 +106,45 @@ def test_send_keeps_kafka_pythons_signature(tmp_path):
         assert first.get(timeout=10).timestamp == 5 and second.get(timeout=10).offset == 1
     with pytest.raises(TypeError):
         p.send("t", b"v", bogus=1)
+
+
+CLOSE_WITH_A_FAILING_PARTITION = r"""
+import json, os, sys
+from kafkalite import Admin, Producer
+data = sys.argv[1]
+Admin(data).create_topic("t", partitions=4)
+p = Producer(data)
+for n in range(4):
+    p.send("t", b"v%d" % n, partition=n)
+p.flush()
+try:
+    p.close()
+    error = None
+except Exception as e:
+    error = {"type": type(e).__name__, "message": str(e)}
+# Seen before this process exits (dropping a log at exit would close it anyway).
+markers = [os.path.exists(os.path.join(data, f"t-{n}", ".kafkalite-clean-shutdown")) for n in range(4)]
+print(json.dumps({"error": error, "markers": markers}))
+"""
+
+
+def test_close_closes_every_partition_even_when_one_fails_and_raises_that_failure(tmp_path):
+    """close() closes the partition logs several at once; one close's clean-shutdown
+    step fails (fail point, ENOSPC): close() raises that failure, typed, and every other
+    partition still got its clean shutdown (its marker), the failed one not."""
+    data_dir = str(tmp_path / "data")
+    env = child_env({**os.environ, "KAFKALITE_FAILPOINTS": "shutdown.before_marker=enospc@2"})
+    done = run_python_ok(CLOSE_WITH_A_FAILING_PARTITION, data_dir, env=env, timeout=60)
+    result = json.loads(done.stdout)
+    error = result["error"]
+    assert error is not None and "No space left" in error["message"], result
+    assert sorted(result["markers"]) == [False, True, True, True], result
+    for n in range(4):  # every record is there for the next open (the unclean one recovers)
+        assert [r.value for r in _records_of(data_dir, n)] == [b"v%d" % n]
+
+
+def _records_of(data_dir: str, partition: int) -> list:
+    from kafkalite import Log
+
+    with Log(os.path.join(data_dir, f"t-{partition}"), readonly=True) as log:
+        return list(log.records())
