@@ -3,10 +3,9 @@
 ``send`` is native (``ProducerCore.send``, the base of ``Producer``): for the common record it
 runs no Python frame, and ``Accumulator.send`` checks the record, picks its partition, encodes
 it into that partition's v2 batch and returns its future. Every other record goes through
-``Producer._send_slow``. A full batch is
-appended by the caller, a partial one by the sender thread after ``linger_ms``. Futures
-(``FutureRecordMetadata``, native) resolve when their batch is in the log. Several producer
-processes may write the same partition at once (shared writers).
+``Producer._send_slow``. A full batch is appended by the caller, a partial one by the sender
+thread after ``linger_ms``. Futures (``FutureRecordMetadata``, native) resolve when their batch
+is in the log. Several producer processes may write the same partition at once (shared writers).
 
 The sender thread and everything it needs live in ``_Sender``; the ``Producer`` object is the
 public face and the only owner of the sender. So a producer that is garbage collected, or still
@@ -734,7 +733,8 @@ def _close_logs(logs: list[Log], left: Callable[[], float | None]) -> None:
     """Close a producer's partition logs, up to ``_CLOSE_PARALLELISM`` at once. Closing a
     partition's last writer syncs its active segment (Kafka's clean shutdown: the marker says
     the data is on disk), which mostly waits for the disk, and the syncs of several partitions
-    overlap: closing 4 partitions that took 1,000,000 records took half as long. Each close is
+    overlap (4 partitions that took 1,000,000 records: 240 ms one by one, 105 ms together, with
+    the disk busy; the same on a quiet disk, where each took about 25 ms). Each close is
     bounded by ``left()`` (another writer may hold the lock). Every log is closed even when one
     fails; the first failure is raised."""
     pending = list(logs)  # list.pop is atomic: the workers share it
