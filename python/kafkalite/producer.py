@@ -733,8 +733,8 @@ def _close_logs(logs: list[Log], left: Callable[[], float | None]) -> None:
     """Close a producer's partition logs, up to ``_CLOSE_PARALLELISM`` at once. Closing a
     partition's last writer syncs its active segment (Kafka's clean shutdown: the marker says
     the data is on disk), which mostly waits for the disk, and the syncs of several partitions
-    overlap (4 partitions that took 1,000,000 records: 240 ms one by one, 105 ms together, with
-    the disk busy; the same on a quiet disk, where each took about 25 ms). Each close is
+    overlap (4 partitions that took 1,000,000 records, the machine busy: 240-250 ms one by one,
+    105-130 ms together). Each close is
     bounded by ``left()`` (another writer may hold the lock). Every log is closed even when one
     fails; the first failure is raised."""
     pending = list(logs)  # list.pop is atomic: the workers share it
