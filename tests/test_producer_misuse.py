@@ -233,8 +233,11 @@ def _folders(data_dir: str) -> list[str]:
     return sorted(n for n in os.listdir(data_dir) if os.path.isdir(os.path.join(data_dir, n)))
 
 
+@pytest.mark.parametrize("known", [False, True], ids=["new-topics", "known-topics"])
 @pytest.mark.parametrize("builtin, words, call", [c[1:] for c in CALL_CASES], ids=[c[0] for c in CALL_CASES])
-def test_misuse_is_refused_typed_and_writes_nothing(tmp_path, builtin, words, call):
+def test_misuse_is_refused_typed_and_writes_nothing(tmp_path, builtin, words, call, known):
+    """``known``: the producer has looked the topics up already, so send() takes its native
+    path (ProducerCore.send) first, which must hand every refused call to the Python rules."""
     data_dir = str(tmp_path / "data")
     admin = Admin(data_dir)
     admin.create_topic("t", partitions=2)
@@ -246,6 +249,8 @@ def test_misuse_is_refused_typed_and_writes_nothing(tmp_path, builtin, words, ca
     producer = Producer(data_dir, linger_ms=0, **config)
     log = Log(os.path.join(data_dir, "t-0"), shared_writers=True)
     before = _folders(data_dir)
+    if known:
+        assert producer.partitions_for("t") == {0, 1} and producer.partitions_for("c") == {0}
     try:
         with pytest.raises(KafkaliteError, match=words) as info:
             call(producer, log, admin)

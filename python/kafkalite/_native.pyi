@@ -2,7 +2,9 @@
 
 from collections.abc import Callable, Iterable
 from os import PathLike
-from typing import Any, final
+from typing import Any, Literal, Self, final, overload
+
+from typing_extensions import disjoint_base
 
 __all__ = [
     "Log",
@@ -14,6 +16,8 @@ __all__ = [
     "BatchBuffer",
     "BatchState",
     "Accumulator",
+    "ProducerCore",
+    "SendGate",
     "FutureRecordMetadata",
     "StickyPartitioner",
     "NativeServer",
@@ -269,6 +273,27 @@ class Accumulator:
     def pending(self, partition: int | None = None) -> int: ...
 
 @final
+class SendGate:
+    def __new__(cls) -> SendGate: ...
+    def shut(self) -> None: ...
+    @property
+    def open(self) -> bool: ...
+
+@disjoint_base  # subclassed by kafkalite.Producer; its layout is native
+class ProducerCore:
+    def __new__(cls, *_args: Any, **_kwargs: Any) -> Self: ...
+    def _setup_send(self, accumulators: dict[str, Accumulator], gate: SendGate, direct: bool) -> None: ...
+    def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        headers: Iterable[tuple[str, bytes | None]] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> FutureRecordMetadata: ...
+
+@final
 class StickyPartitioner:
     def __new__(cls, partitions: int, batch_size: int, seed: int) -> StickyPartitioner: ...
     @property
@@ -354,9 +379,14 @@ class Log:
         isolation_level: str = "read_uncommitted",  # or "read_committed" (kafka-python's values),
     ) -> tuple[list[Record], int]: ...
     def append_buffer(self, buffer: BatchBuffer) -> tuple[int, int, int | None] | None: ...
+    @overload
     def append_buffer_deferred(
         self, buffer: BatchBuffer
     ) -> tuple[int, int, int | None, DurableMark | None] | None: ...
+    @overload
+    def append_buffer_deferred(
+        self, buffer: BatchBuffer, if_current: bool
+    ) -> tuple[int, int, int | None, DurableMark | None] | None | Literal[False]: ...
     def read_consumer_records(
         self,
         topic: str,

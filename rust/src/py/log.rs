@@ -77,6 +77,16 @@ impl PyLog {
     }
 }
 
+/// Whether the log's partition folder is gone or is another folder of the same name than the
+/// one it opened (`Log::dir_identity`). A folder that cannot be stat-ed for another reason
+/// counts as current: the append's own check under the lock reports that error, typed.
+fn folder_replaced(log: &Log) -> bool {
+    match crate::log::dir_identity(log.dir()) {
+        Ok(identity) => identity != log.dir_identity(),
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    }
+}
+
 fn parse_flush(flush: &Bound<'_, PyAny>) -> PyResult<FlushPolicy> {
     if let Ok(s) = flush.cast::<PyString>() {
         return Ok(FlushPolicy::parse(s.to_str()?)?);
@@ -445,19 +455,38 @@ impl PyLog {
 
     /// `append_buffer` that does not wait for durability: under flush="always" the result also
     /// holds the `DurableMark` to pass to `wait_durable` before acknowledging (None otherwise).
-    #[allow(clippy::type_complexity)]
-    fn append_buffer_deferred(
+    ///
+    /// `if_current`: first check that the partition folder is still the one this log opened,
+    /// and if it is not (the topic was deleted, perhaps created again) return False with the
+    /// buffer untouched, for the caller to reopen the partition and append there. This is the
+    /// producer's per-batch check, done here without the GIL: a stat in Python released and
+    /// retook the GIL once per batch, handing it to the sender thread and back. The engine
+    /// repeats the check under the append lock, where a delete racing this append fails it
+    /// (`UnknownTopicOrPartitionError`), never acknowledging it into the deleted folder.
+    #[pyo3(signature = (buffer, if_current=false))]
+    fn append_buffer_deferred<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         buffer: &BatchBuffer,
-    ) -> PyResult<Option<(i64, i64, Option<i64>, Option<DurableMark>)>> {
-        let Some(builder) = buffer.take() else { return Ok(None) };
-        let ((first, last), ticket, time) = self.detached(py, |log| {
+        if_current: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        use pyo3::IntoPyObjectExt;
+        let appended = self.detached(py, |log| {
+            if if_current && folder_replaced(log) {
+                return Ok(None);
+            }
+            let Some(builder) = buffer.take() else { return Ok(Some(None)) };
             let (range, ticket) = log.append_builder_deferred(builder)?;
-            Ok((range, ticket, log.last_log_append_time()))
+            Ok(Some(Some((range, ticket, log.last_log_append_time()))))
         })?;
-        let mark = ticket.map(|ticket| DurableMark { ticket, dir: self.path.clone() });
-        Ok(Some((first, last, time, mark)))
+        match appended {
+            None => false.into_bound_py_any(py),
+            Some(None) => Ok(py.None().into_bound(py)),
+            Some(Some(((first, last), ticket, time))) => {
+                let mark = ticket.map(|ticket| DurableMark { ticket, dir: self.path.clone() });
+                (first, last, time, mark).into_bound_py_any(py)
+            }
+        }
     }
 
     /// Decode up to `max_records` records as kafka-python `ConsumerRecord`s of `topic`/`partition`.

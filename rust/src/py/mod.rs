@@ -12,6 +12,7 @@ mod metadata;
 mod offsets;
 mod producer;
 mod record;
+mod send;
 mod server;
 mod topic_config;
 mod users;
@@ -32,6 +33,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<producer::FutureRecordMetadata>()?;
     m.add_class::<producer::BatchState>()?;
     m.add_class::<producer::Accumulator>()?;
+    m.add_class::<send::ProducerCore>()?;
+    m.add_class::<send::SendGate>()?;
     m.add_class::<server::NativeServer>()?;
     m.add_class::<durable::DurableMark>()?;
     m.add_function(wrap_pyfunction!(durable::wait_durable, m)?)?;

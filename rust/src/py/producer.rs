@@ -522,8 +522,9 @@ impl Accumulator {
     /// constants). A record that would push a batch past `min(batch_size, max_bytes)` starts
     /// the next batch; a batch that reached `batch_size` is queued full. `timestamp` defaults
     /// to now. A key, value or headers of the wrong type raise `TypeError`.
+    /// (`ProducerCore.send` calls this directly, without a Python call in between.)
     #[pyo3(signature = (value, key, headers, partition, timestamp))]
-    fn send<'py>(
+    pub(super) fn send<'py>(
         &self,
         py: Python<'py>,
         value: Option<&[u8]>,

@@ -1,0 +1,136 @@
+//! `Producer.send` as a native method: `kafkalite.Producer` subclasses `ProducerCore`, so the
+//! common call (a known topic, bytes key and value, no explicit partition or timestamp, no
+//! serializer or custom partitioner, the producer open) runs no Python frame at all: it finds
+//! the topic's `Accumulator` and queues the record there (`Accumulator::send`). Every
+//! other call, and every answer that needs more than the future, goes to the producer's Python
+//! methods `_send_slow` and `_sent`, which hold the rules: this file only decides which path
+//! a call takes. A Python frame per record cost about as much as the rest of `send` together.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+use pyo3::exceptions::{PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyTuple};
+
+use super::producer::{Accumulator, FutureRecordMetadata};
+
+/// Whether a producer still takes records: shut when it closes or its sender thread dies
+/// (then every send takes the Python path, which raises why). Owned by the sender, which
+/// holds no reference to the producer; `ProducerCore` only reads it.
+#[pyclass(frozen, module = "kafkalite._native")]
+pub struct SendGate {
+    open: AtomicBool,
+}
+
+#[pymethods]
+impl SendGate {
+    #[new]
+    fn new() -> Self {
+        SendGate { open: AtomicBool::new(true) }
+    }
+
+    /// Send every later record through `Producer._send_slow` (which raises for a closed producer).
+    fn shut(&self) {
+        self.open.store(false, Ordering::Release);
+    }
+
+    #[getter]
+    fn open(&self) -> bool {
+        self.open.load(Ordering::Acquire)
+    }
+}
+
+/// What `ProducerCore.send` needs, given once by `Producer.__init__`.
+struct Setup {
+    /// Topic name -> its `Accumulator` (the sender adds a topic when it first uses it).
+    accumulators: Py<PyDict>,
+    gate: Py<SendGate>,
+    /// False when a serializer or a custom partitioner must see every record (Python path).
+    direct: bool,
+}
+
+/// The native base of `kafkalite.Producer`: its `send`.
+#[pyclass(subclass, frozen, module = "kafkalite._native")]
+pub struct ProducerCore {
+    setup: OnceLock<Setup>,
+}
+
+#[pymethods]
+impl ProducerCore {
+    /// Takes (and ignores) the subclass's constructor arguments: `Producer.__init__` reads them
+    /// and calls `_setup_send`.
+    #[new]
+    #[pyo3(signature = (*_args, **_kwargs))]
+    fn new(_args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>) -> Self {
+        ProducerCore { setup: OnceLock::new() }
+    }
+
+    /// Give `send` the topics' accumulators (a dict the sender fills), the gate, and whether
+    /// records may skip the Python path. Once per producer.
+    fn _setup_send(&self, accumulators: Py<PyDict>, gate: Py<SendGate>, direct: bool) -> PyResult<()> {
+        self.setup
+            .set(Setup { accumulators, gate, direct })
+            .map_err(|_| PyRuntimeError::new_err("the producer's send path is set up already"))
+    }
+
+    /// Queue one record; returns a future of its ``RecordMetadata``.
+    #[pyo3(signature = (topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None))]
+    fn send<'py>(
+        slf: &Bound<'py, Self>,
+        topic: &Bound<'py, PyAny>,
+        value: Option<&Bound<'py, PyAny>>,
+        key: Option<&Bound<'py, PyAny>>,
+        headers: Option<&Bound<'py, PyAny>>,
+        partition: Option<&Bound<'py, PyAny>>,
+        timestamp_ms: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let slow =
+            || slf.call_method1(intern!(py, "_send_slow"), (topic, value, key, headers, partition, timestamp_ms));
+        let Some(acc) = slf.get().direct_accumulator(py, topic, partition, timestamp_ms) else { return slow() };
+        let (Some(value), Some(key)) = (as_bytes(value), as_bytes(key)) else { return slow() };
+        match acc.get().send(py, value, key, headers, None, None) {
+            Ok(sent) if sent.is_instance_of::<FutureRecordMetadata>() => Ok(sent),
+            Ok(sent) => slf.call_method1(intern!(py, "_sent"), (topic, sent)),
+            // Refused before anything was queued (bad headers): the Python path names the problem.
+            Err(e)
+                if e.is_instance_of::<PyTypeError>(py)
+                    || e.is_instance_of::<PyValueError>(py)
+                    || e.is_instance_of::<PyOverflowError>(py) =>
+            {
+                slow()
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl ProducerCore {
+    /// The topic's accumulator when this call may skip the Python path.
+    fn direct_accumulator<'py>(
+        &self,
+        py: Python<'py>,
+        topic: &Bound<'py, PyAny>,
+        partition: Option<&Bound<'py, PyAny>>,
+        timestamp_ms: Option<&Bound<'py, PyAny>>,
+    ) -> Option<Bound<'py, Accumulator>> {
+        let setup = self.setup.get()?;
+        if !setup.direct || partition.is_some() || timestamp_ms.is_some() || !setup.gate.get().open() {
+            return None;
+        }
+        // An unknown topic (created by the Python path) or an unhashable one: the Python path.
+        let acc = setup.accumulators.bind(py).get_item(topic).ok()??;
+        acc.cast_into::<Accumulator>().ok()
+    }
+}
+
+/// A key or value the direct path takes: None, or `bytes` (anything else: the Python path,
+/// which converts or refuses it). The outer None means "not direct".
+fn as_bytes<'a>(item: Option<&'a Bound<'_, PyAny>>) -> Option<Option<&'a [u8]>> {
+    match item {
+        None => Some(None),
+        Some(b) => b.cast::<PyBytes>().ok().map(|b| Some(b.as_bytes())),
+    }
+}
