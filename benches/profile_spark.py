@@ -2,14 +2,17 @@
 wall clock and CPU seconds split between Spark's JVM and its Python processes (workers, planner
 and the streaming source runner), for kafkalite's source into count(), a no-op sink, Parquet and an
 AvailableNow stream into Parquet; beside them Spark's own Parquet reader on the same rows (the
-ceiling for any source feeding the same writer) and the fixed cost of a streaming query through
-kafkalite and through a minimal Python data source (what every Python streaming source pays).
+ceiling for any source feeding the same writer), an ideal Python data source (rows that cost
+nothing to make: one Arrow batch of the same shape built once per task and handed over again and
+again, the ceiling for any Python source, whose rows reach Spark the same way) and the fixed cost
+of a streaming query through kafkalite and through a minimal Python data source (what every Python
+streaming source pays).
 
 CPU seconds are steadier than wall clock on the shared 2-core VM: the machine's other load
 stretches wall time, not the CPU a path spends. Each workload runs once untimed (JIT, worker
 imports), then --runs times; the best run is reported.
 
-    python benches/profile_spark.py [--records 2000000] [--runs 2] [--out benches/results]
+    python benches/profile_spark.py [--records 2000000] [--runs 2] [--out benches/results] [--only TEXT ...]
 """
 
 from __future__ import annotations
@@ -103,11 +106,72 @@ class MinimalStream:
         spark.dataSource.register(Source)
 
 
+class IdealSource:
+    """A Python batch source whose rows cost nothing to make: each task builds one Arrow batch of
+    kafkalite's rows' shape (8-byte keys, 100-byte values) once and yields it until its share of
+    ``rows`` is out. What is left is the cost of the Python data source path itself (the worker's
+    Arrow stream to the JVM and Spark's conversion to rows), the same for every Python source."""
+
+    @staticmethod
+    def register(spark) -> None:
+        from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+        class Reader(DataSourceReader):
+            def __init__(self, schema: object, rows: int) -> None:
+                self.schema, self.rows = schema, rows
+
+            def partitions(self) -> list:
+                share = [self.rows // PARTITIONS + (p < self.rows % PARTITIONS) for p in range(PARTITIONS)]
+                return [InputPartition((p, n)) for p, n in enumerate(share)]
+
+            def read(self, partition: InputPartition):
+                import pyarrow as pa
+                from kafkalite.spark.source import _arrow_target
+
+                p, n = partition.value
+                size = 65536  # kafkalite.spark.source.ROWS_PER_BATCH
+                batch = pa.record_batch(
+                    [
+                        pa.array([i.to_bytes(8, "big") for i in range(size)], pa.binary()),
+                        pa.array([VALUE] * size, pa.binary()),
+                        pa.array(["spark"] * size, pa.string()),
+                        pa.array([p] * size, pa.int32()),
+                        pa.array(range(size), pa.int64()),
+                        pa.array([0] * size, pa.timestamp("us", tz="UTC")),
+                        pa.array([0] * size, pa.int32()),
+                    ],
+                    schema=_arrow_target(self.schema),
+                )
+                for first in range(0, n, size):
+                    yield batch if n - first >= size else batch.slice(0, n - first)
+
+        class Source(DataSource):
+            @classmethod
+            def name(cls) -> str:
+                return "ideal_python_source"
+
+            def schema(self) -> str:
+                from kafkalite.spark.source import SCHEMA
+
+                return SCHEMA
+
+            def reader(self, schema: object) -> Reader:
+                return Reader(schema, int(self.options["rows"]))
+
+        spark.dataSource.register(Source)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=2_000_000)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument(
+        "--only",
+        action="append",
+        metavar="TEXT",
+        help="only the workloads whose name contains TEXT (repeatable)",
+    )
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -134,6 +198,7 @@ def main() -> None:
         )
         spark.sparkContext.setLogLevel("ERROR")
         MinimalStream.register(spark)
+        IdealSource.register(spark)
         jvm = spark.sparkContext._gateway.proc.pid
         out, checkpoint, parquet_src = str(work / "out"), str(work / "checkpoint"), str(work / "src.parquet")
 
@@ -155,6 +220,7 @@ def main() -> None:
             return run
 
         noop = lambda df: df.write.format("noop").mode("overwrite").save()  # noqa: E731
+        ideal = lambda: spark.read.format("ideal_python_source").option("rows", args.records).load()  # noqa: E731
         kafkalite().write.parquet(parquet_src)  # the same rows in Spark's own format
         expect(spark.read.parquet(parquet_src).count(), args.records, "Parquet copy")
         workloads: list[tuple[str, int, Callable[[], object]]] = [
@@ -163,6 +229,11 @@ def main() -> None:
                 args.records,
                 lambda: expect(kafkalite().count(), args.records, "count()"),
             ),
+            (
+                "ideal Python source → count()",
+                args.records,
+                lambda: expect(ideal().count(), args.records, "ideal count()"),
+            ),
             ("kafkalite → noop sink", args.records, lambda: noop(kafkalite())),
             (
                 "Spark's Parquet reader → noop sink",
@@ -170,6 +241,7 @@ def main() -> None:
                 lambda: noop(spark.read.parquet(parquet_src)),
             ),
             ("kafkalite → Parquet", args.records, lambda: kafkalite().write.parquet(out)),
+            ("ideal Python source → Parquet", args.records, lambda: ideal().write.parquet(out)),
             (
                 "Spark's Parquet reader → Parquet",
                 args.records,
@@ -191,6 +263,8 @@ def main() -> None:
                 stream(lambda: spark.readStream.format("minimal_stream").load()),
             ),
         ]
+        if args.only:
+            workloads = [w for w in workloads if any(text in w[0] for text in args.only)]
         results: dict[str, dict[str, float]] = {}
         for name, rows, fn in workloads:
             best = None
@@ -218,7 +292,7 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
     lines = [
-        f"# Where kafkalite's Spark time goes (`python benches/profile_spark.py --records {args.records} --runs {args.runs}`)",
+        f"# Where kafkalite's Spark time goes (`python benches/profile_spark.py {' '.join(sys.argv[1:])}`)",
         "",
         f"{args.records:,} records of 8-byte keys and 100-byte values in {PARTITIONS} partitions, `local[2]`, best of "
         f"{args.runs} after a warm-up run; CPU seconds of Spark's JVM and of its Python processes. "
