@@ -6,7 +6,10 @@ ceiling for any source feeding the same writer), an ideal Python data source (ro
 nothing to make: one Arrow batch of the same shape built once per task and handed over again and
 again, the ceiling for any Python source, whose rows reach Spark the same way) and the fixed cost
 of a streaming query through kafkalite and through a minimal Python data source (what every Python
-streaming source pays).
+streaming source pays). Last, the imports of the streaming source runner (a new Python process
+per streaming query) as Spark starts it, with pyspark.zip ahead of site-packages (zipimport
+compiles every module each time: no cached bytecode), against the same imports from
+site-packages.
 
 CPU seconds are steadier than wall clock on the shared 2-core VM: the machine's other load
 stretches wall time, not the CPU a path spends. Each workload runs once untimed (JIT, worker
@@ -18,8 +21,11 @@ imports), then --runs times; the best run is reported.
 from __future__ import annotations
 
 import argparse
+import glob
 import os
+import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -161,6 +167,36 @@ class IdealSource:
         spark.dataSource.register(Source)
 
 
+#: What the streaming source runner imports before it serves the first call (plus kafkalite's source).
+RUNNER_IMPORTS = "import pyspark.sql.streaming.python_streaming_source_runner, kafkalite.spark.source"
+
+
+def runner_imports(runs: int) -> dict[str, float]:
+    """CPU seconds (best of ``runs``) of a new interpreter doing the runner's imports, with Spark's
+    PYTHONPATH (``$SPARK_HOME/python/lib/pyspark.zip`` and py4j's zip first, as PythonWorkerFactory
+    sets it) and with site-packages alone."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    lib = os.path.join(_find_spark_home(), "python", "lib")
+    zips = [os.path.join(lib, "pyspark.zip"), *glob.glob(os.path.join(lib, "py4j-*-src.zip"))]
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    out = {}
+    for label, path in (
+        ("from pyspark.zip, as Spark starts the runner", zips + inherited),
+        ("from site-packages (cached bytecode)", inherited),
+    ):
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+        best = None
+        for _ in range(runs):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run([sys.executable, "-c", RUNNER_IMPORTS], env=env, check=True)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+            best = cpu if best is None else min(best, cpu)
+        out[label] = best or 0.0
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=2_000_000)
@@ -285,6 +321,7 @@ def main() -> None:
                 f"{name:45} {best['wall_s']:6.2f} s  JVM {best['jvm_cpu_s']:5.2f} s  Python {best['python_cpu_s']:5.2f} s",
                 flush=True,
             )
+        imports = runner_imports(args.runs + 1)
         load = os.getloadavg()[0]
     finally:
         if spark is not None:
@@ -309,10 +346,19 @@ def main() -> None:
         lines.append(
             f"| {name} | {r['wall_s']:.2f} s | {rate} | {r['jvm_cpu_s']:.2f} s | {r['python_cpu_s']:.2f} s | {per_row} |"
         )
+    lines += [
+        "",
+        f"The streaming source runner's imports in a new interpreter (`{RUNNER_IMPORTS}`), CPU seconds, "
+        f"best of {args.runs + 1}:",
+        "",
+        "| imports | CPU |",
+        "|---|---:|",
+        *(f"| {label} | {cpu:.2f} s |" for label, cpu in imports.items()),
+    ]
     write_report(
         args.out,
         output_base(args.out, "spark-profile", False).name,
-        {"records": args.records, "results": results},
+        {"records": args.records, "results": results, "runner_imports_cpu_s": imports},
         lines,
     )
 
