@@ -1,7 +1,10 @@
 """kafkalite against its peers in one run (issue 14): a real Apache Kafka broker (KRaft, one
 node on 127.0.0.1, started and stopped here; tests/kafka_broker.py) driven by confluent-kafka and
 kafka-python, and Spark's own Kafka source (spark-sql-kafka-0-10 from Maven Central, through
-tests/spark_kafka/pom.xml) against kafkalite's Spark source on the same records.
+tests/spark_kafka/pom.xml) against kafkalite's Spark source on the same records. Beside the Spark
+rows, a reference that is not kafkalite: Spark's own Parquet reader on a Parquet copy of the same
+rows into the same sink, the ceiling any source feeding that sink reaches on this machine in this
+run, reported as the ratio it gets against the Kafka source.
 
     python benches/bench_peers.py [--records N] [--spark-records N] [--rounds 3] [--only ROW ...]
                                   [--out benches/results] [--replace]
@@ -59,6 +62,13 @@ from peers_common import (  # noqa: E402
 from report import write_report  # noqa: E402
 
 TINY = (2, 34)  # partitions of the two tiny topics whose count() difference gives the per-task cost
+#: The Spark rows' reference sides (not kafkalite, not a peer): Spark's Parquet reader on a Parquet
+#: copy of the same rows, into the same sink. count() through Parquet reads only the row counts in
+#: the files' footers, which a source that cannot prune columns (every Python data source) never
+#: can, so count() also gets the ceiling of a reader that hands Spark every column (a noop sink).
+CEILING = "ceiling: Spark's Parquet reader"
+CEILING_ALL_COLUMNS = "ceiling: Spark's Parquet reader, every column (noop sink)"
+PEER_SPARK = "Spark's Kafka source via the broker"
 
 ROWS = {
     "send": "`send()` per record, defaults",
@@ -229,12 +239,22 @@ class SparkBench:
         self.spark.sparkContext.setLogLevel("ERROR")
         for side in ("kafkalite", "kafka"):  # untimed: Python workers and JVM classes load on first use
             expect(self.reader(side, f"tiny{TINY[0]}").count(), 10 * TINY[0], f"Spark warm-up through {side}")
+        # The ceiling's input: the same rows in Spark's own format, written once, untimed.
+        self.parquet = str(work / "spark-rows.parquet")
+        self.reader("kafkalite", "spark").write.parquet(self.parquet)
+        self.parquet_schema = self.spark.read.parquet(self.parquet).schema
+        expect(self.spark.read.parquet(self.parquet).count(), records, "Parquet copy of the Spark rows")
 
     def stop(self) -> None:
         self.spark.stop()
 
     def reader(self, side: str, topic: str, stream: bool = False):
+        """``side``: "kafkalite", "kafka" (the broker) or "parquet" (the ceiling: Spark's Parquet
+        reader, and for a stream its file source, on the Parquet copy of ``topic`` "spark")."""
         r = self.spark.readStream if stream else self.spark.read
+        if side == "parquet":
+            assert topic == "spark", "only the Spark rows have a Parquet copy"
+            return r.schema(self.parquet_schema).parquet(self.parquet)
         if side == "kafkalite":
             return (
                 r.format("kafkalite")
@@ -253,6 +273,12 @@ class SparkBench:
     def count(self, side: str) -> float:
         s, got = timed(lambda: self.reader(side, "spark").count())
         expect(got, self.n, f"Spark count() through {side}")
+        return self.n / s
+
+    def all_columns(self, side: str) -> float:
+        """Every column read and handed to Spark, then dropped (a noop sink): what count() costs
+        a reader that cannot prune columns."""
+        s, _ = timed(lambda: self.reader(side, "spark").write.format("noop").mode("overwrite").save())
         return self.n / s
 
     def _out(self, name: str) -> str:
@@ -458,7 +484,9 @@ class Bench:
             **{
                 row: {
                     "kafkalite": sp(name)("kafkalite"),
-                    "Spark's Kafka source via the broker": sp(name)("kafka"),
+                    PEER_SPARK: sp(name)("kafka"),
+                    **({CEILING: sp(name)("parquet")} if row != "spark_task" else {}),
+                    **({CEILING_ALL_COLUMNS: sp("all_columns")("parquet")} if row == "spark_count" else {}),
                 }
                 for row, name in (
                     ("spark_count", "count"),
@@ -507,7 +535,7 @@ def report(
     seconds: float,
 ) -> None:
     base = output_base(args.out, "peers", args.replace)
-    table, plot_rows = [], []
+    table, plot_rows, ceilings = [], [], []
     for row, sides in figures.items():
         unit = UNITS[row][0]
         if row in failures:
@@ -517,7 +545,7 @@ def report(
             continue  # not reached before an interruption
         kl = statistics.median(sides["kafkalite"])
         for peer, values in sides.items():
-            if peer == "kafkalite" or not values:
+            if peer == "kafkalite" or peer.startswith("ceiling") or not values:
                 continue
             r = ratio(row, kl, statistics.median(values))
             kl_cell = fmt(kl, unit)
@@ -527,6 +555,19 @@ def report(
                 f"| {ROWS[row]} | {kl_cell} | {peer}: {fmt(statistics.median(values), unit)} | {r:.2f}× |"
             )
             plot_rows.append((f"{ROWS[row]} vs {peer}", r))
+        for ceiling, values in sides.items():
+            if not ceiling.startswith("ceiling") or not values or not sides[PEER_SPARK]:
+                continue
+            ref, peer_value = statistics.median(values), statistics.median(sides[PEER_SPARK])
+            r = ratio(row, ref, peer_value)
+            table.append(
+                f"| {ROWS[row]}, {ceiling} (a reference, not kafkalite) | {fmt(ref, unit)} "
+                f"(kafkalite reaches {ratio(row, kl, ref):.2f} of it) | {PEER_SPARK}: {fmt(peer_value, unit)} "
+                f"| ceiling {r:.2f}× |"
+            )
+            label = f"{ROWS[row]}, {ceiling} vs Spark's Kafka source"
+            plot_rows.append((label, r))
+            ceilings.append(label)
     plot_name = base.name + ".png"
     spark_size = f" (Spark rows: {args.spark_records:,})" if bench.spark is not None else ""
     ver = versions(bench.spark)
@@ -556,6 +597,13 @@ def report(
         f"{LATENCY_RECORDS:,} records after {LATENCY_WARMUP:,} warm-up records (3 s), the consumer in another process; "
         "broker path tuned: producer `linger.ms` as shown, `acks=1`, `socket.nagle.disable=true`; consumer "
         "`fetch.wait.max.ms=10`, `fetch.queue.backoff.ms=0`, `socket.nagle.disable=true`. "
+        "Ceiling rows (a reference, not kafkalite): Spark's own Parquet reader on a Parquet copy of the same "
+        "rows (written once from kafkalite's topic, untimed), into the same sink (a stream: Spark's file source "
+        "with AvailableNow); their ratio is what a perfect source would get against Spark's Kafka source in this "
+        "run. Parquet's `count()` reads only the footers' row counts, which no source without column pruning "
+        "(every Python data source) can do, hence the every-column ceiling: the same rows into a noop sink. "
+        "The records' values are all the same 100 bytes, which Parquet stores dictionary-encoded, so the "
+        "ceiling reads a fraction of the bytes a log reader does: a generous ceiling. "
         f"Spark per-task overhead: `count()` of a {TINY[1]}-partition topic minus a {TINY[0]}-partition one "
         "(10 records a partition), per extra task, wall-clock in `local[2]`. confluent-kafka producers use "
         "`delivery.report.only.error=true` (a callback only for a failure) and wait in `poll()` when "
@@ -574,6 +622,7 @@ def report(
         "load_average_1min": {"start": load[0], "end": load[1]},
         "versions": ver,
         "units": {row: UNITS[row][0] for row in figures},
+        "reference_sides": [CEILING, CEILING_ALL_COLUMNS],
         "figures": figures,
         "rss_file_backed_mb": bench.rss_file,
     }
@@ -582,7 +631,7 @@ def report(
         f"kafkalite / peer, {args.records:,} records (Spark {args.spark_records:,}), median of {args.rounds}, "
         f"load {load[0]:.1f}-{load[1]:.1f}"
     )
-    plot(plot_rows, base.with_suffix(".png"), title)
+    plot(plot_rows, base.with_suffix(".png"), title, references=ceilings)
 
 
 def run_round(bench: Bench, rows: dict, r: int, figures: dict, failures: dict[str, str]) -> None:

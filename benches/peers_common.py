@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +204,9 @@ def output_base(out: str, prefix: str, replace: bool) -> Path:
     return candidate
 
 
-def plot(rows: list[tuple[str, float]], path: Path, title: str) -> None:
+def plot(rows: list[tuple[str, float]], path: Path, title: str, references: Collection[str] = ()) -> None:
+    """One bar per (label, ratio), green where kafkalite is ahead, red where behind; the labels in
+    ``references`` are reference figures (not kafkalite's: e.g. a ceiling), drawn grey."""
     if not rows:
         return
     try:
@@ -218,11 +220,15 @@ def plot(rows: list[tuple[str, float]], path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(13, 0.4 * len(rows) + 1.4))
     labels = [name.replace("`", "") for name, _ in rows][::-1]
     values = [r for _, r in rows][::-1]
-    ax.barh(labels, values, color=["tab:green" if v >= 1 else "tab:red" for v in values])
+    colors = ["tab:gray" if name in references else "tab:green" if v >= 1 else "tab:red" for name, v in rows]
+    ax.barh(labels, values, color=colors[::-1])
     ax.axvline(1, color="black", linewidth=0.8)
     ax.set_xscale("log")
     ax.set_xlim(right=max(values) * 4)  # room for the last label
-    ax.set_xlabel("kafkalite / peer (above 1: kafkalite ahead)")
+    ax.set_xlabel(
+        "kafkalite / peer (above 1: kafkalite ahead)"
+        + ("; grey: a reference / peer, not kafkalite" if references else "")
+    )
     ax.set_title(title, fontsize=9)
     for y, v in enumerate(values):
         ax.text(v, y, f" {v:.2f}×", va="center", fontsize=8)

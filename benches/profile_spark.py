@@ -2,21 +2,30 @@
 wall clock and CPU seconds split between Spark's JVM and its Python processes (workers, planner
 and the streaming source runner), for kafkalite's source into count(), a no-op sink, Parquet and an
 AvailableNow stream into Parquet; beside them Spark's own Parquet reader on the same rows (the
-ceiling for any source feeding the same writer) and the fixed cost of a streaming query through
-kafkalite and through a minimal Python data source (what every Python streaming source pays).
+ceiling for any source feeding the same writer), an ideal Python data source (rows that cost
+nothing to make: one Arrow batch of the same shape built once per task and handed over again and
+again, the ceiling for any Python source, whose rows reach Spark the same way) and the fixed cost
+of a streaming query through kafkalite and through a minimal Python data source (what every Python
+streaming source pays). Last, the imports of the streaming source runner (a new Python process
+per streaming query) as Spark starts it, with pyspark.zip ahead of site-packages (zipimport
+compiles every module each time: no cached bytecode), against the same imports from
+site-packages.
 
 CPU seconds are steadier than wall clock on the shared 2-core VM: the machine's other load
 stretches wall time, not the CPU a path spends. Each workload runs once untimed (JIT, worker
 imports), then --runs times; the best run is reported.
 
-    python benches/profile_spark.py [--records 2000000] [--runs 2] [--out benches/results]
+    python benches/profile_spark.py [--records 2000000] [--runs 2] [--out benches/results] [--only TEXT ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import os
+import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -103,11 +112,102 @@ class MinimalStream:
         spark.dataSource.register(Source)
 
 
+class IdealSource:
+    """A Python batch source whose rows cost nothing to make: each task builds one Arrow batch of
+    kafkalite's rows' shape (8-byte keys, 100-byte values) once and yields it until its share of
+    ``rows`` is out. What is left is the cost of the Python data source path itself (the worker's
+    Arrow stream to the JVM and Spark's conversion to rows), the same for every Python source."""
+
+    @staticmethod
+    def register(spark) -> None:
+        from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+        class Reader(DataSourceReader):
+            def __init__(self, schema: object, rows: int) -> None:
+                self.schema, self.rows = schema, rows
+
+            def partitions(self) -> list:
+                share = [self.rows // PARTITIONS + (p < self.rows % PARTITIONS) for p in range(PARTITIONS)]
+                return [InputPartition((p, n)) for p, n in enumerate(share)]
+
+            def read(self, partition: InputPartition):
+                import pyarrow as pa
+                from kafkalite.spark.source import _arrow_target
+
+                p, n = partition.value
+                size = 65536  # kafkalite.spark.source.ROWS_PER_BATCH
+                batch = pa.record_batch(
+                    [
+                        pa.array([i.to_bytes(8, "big") for i in range(size)], pa.binary()),
+                        pa.array([VALUE] * size, pa.binary()),
+                        pa.array(["spark"] * size, pa.string()),
+                        pa.array([p] * size, pa.int32()),
+                        pa.array(range(size), pa.int64()),
+                        pa.array([0] * size, pa.timestamp("us", tz="UTC")),
+                        pa.array([0] * size, pa.int32()),
+                    ],
+                    schema=_arrow_target(self.schema),
+                )
+                for first in range(0, n, size):
+                    yield batch if n - first >= size else batch.slice(0, n - first)
+
+        class Source(DataSource):
+            @classmethod
+            def name(cls) -> str:
+                return "ideal_python_source"
+
+            def schema(self) -> str:
+                from kafkalite.spark.source import SCHEMA
+
+                return SCHEMA
+
+            def reader(self, schema: object) -> Reader:
+                return Reader(schema, int(self.options["rows"]))
+
+        spark.dataSource.register(Source)
+
+
+#: What the streaming source runner imports before it serves the first call (plus kafkalite's source).
+RUNNER_IMPORTS = "import pyspark.sql.streaming.python_streaming_source_runner, kafkalite.spark.source"
+
+
+def runner_imports(runs: int) -> dict[str, float]:
+    """CPU seconds (best of ``runs``) of a new interpreter doing the runner's imports, with Spark's
+    PYTHONPATH (``$SPARK_HOME/python/lib/pyspark.zip`` and py4j's zip first, as PythonWorkerFactory
+    sets it) and with site-packages alone."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    lib = os.path.join(_find_spark_home(), "python", "lib")
+    zips = [os.path.join(lib, "pyspark.zip"), *glob.glob(os.path.join(lib, "py4j-*-src.zip"))]
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    out = {}
+    for label, path in (
+        ("from pyspark.zip, as Spark starts the runner", zips + inherited),
+        ("from site-packages (cached bytecode)", inherited),
+    ):
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+        best = None
+        for _ in range(runs):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run([sys.executable, "-c", RUNNER_IMPORTS], env=env, check=True)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+            best = cpu if best is None else min(best, cpu)
+        out[label] = best or 0.0
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=2_000_000)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument(
+        "--only",
+        action="append",
+        metavar="TEXT",
+        help="only the workloads whose name contains TEXT (repeatable)",
+    )
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -134,6 +234,7 @@ def main() -> None:
         )
         spark.sparkContext.setLogLevel("ERROR")
         MinimalStream.register(spark)
+        IdealSource.register(spark)
         jvm = spark.sparkContext._gateway.proc.pid
         out, checkpoint, parquet_src = str(work / "out"), str(work / "checkpoint"), str(work / "src.parquet")
 
@@ -155,6 +256,7 @@ def main() -> None:
             return run
 
         noop = lambda df: df.write.format("noop").mode("overwrite").save()  # noqa: E731
+        ideal = lambda: spark.read.format("ideal_python_source").option("rows", args.records).load()  # noqa: E731
         kafkalite().write.parquet(parquet_src)  # the same rows in Spark's own format
         expect(spark.read.parquet(parquet_src).count(), args.records, "Parquet copy")
         workloads: list[tuple[str, int, Callable[[], object]]] = [
@@ -163,6 +265,11 @@ def main() -> None:
                 args.records,
                 lambda: expect(kafkalite().count(), args.records, "count()"),
             ),
+            (
+                "ideal Python source → count()",
+                args.records,
+                lambda: expect(ideal().count(), args.records, "ideal count()"),
+            ),
             ("kafkalite → noop sink", args.records, lambda: noop(kafkalite())),
             (
                 "Spark's Parquet reader → noop sink",
@@ -170,6 +277,7 @@ def main() -> None:
                 lambda: noop(spark.read.parquet(parquet_src)),
             ),
             ("kafkalite → Parquet", args.records, lambda: kafkalite().write.parquet(out)),
+            ("ideal Python source → Parquet", args.records, lambda: ideal().write.parquet(out)),
             (
                 "Spark's Parquet reader → Parquet",
                 args.records,
@@ -191,6 +299,8 @@ def main() -> None:
                 stream(lambda: spark.readStream.format("minimal_stream").load()),
             ),
         ]
+        if args.only:
+            workloads = [w for w in workloads if any(text in w[0] for text in args.only)]
         results: dict[str, dict[str, float]] = {}
         for name, rows, fn in workloads:
             best = None
@@ -211,6 +321,7 @@ def main() -> None:
                 f"{name:45} {best['wall_s']:6.2f} s  JVM {best['jvm_cpu_s']:5.2f} s  Python {best['python_cpu_s']:5.2f} s",
                 flush=True,
             )
+        imports = runner_imports(args.runs + 1)
         load = os.getloadavg()[0]
     finally:
         if spark is not None:
@@ -218,7 +329,7 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
     lines = [
-        f"# Where kafkalite's Spark time goes (`python benches/profile_spark.py --records {args.records} --runs {args.runs}`)",
+        f"# Where kafkalite's Spark time goes (`python benches/profile_spark.py {' '.join(sys.argv[1:])}`)",
         "",
         f"{args.records:,} records of 8-byte keys and 100-byte values in {PARTITIONS} partitions, `local[2]`, best of "
         f"{args.runs} after a warm-up run; CPU seconds of Spark's JVM and of its Python processes. "
@@ -235,10 +346,19 @@ def main() -> None:
         lines.append(
             f"| {name} | {r['wall_s']:.2f} s | {rate} | {r['jvm_cpu_s']:.2f} s | {r['python_cpu_s']:.2f} s | {per_row} |"
         )
+    lines += [
+        "",
+        f"The streaming source runner's imports in a new interpreter (`{RUNNER_IMPORTS}`), CPU seconds, "
+        f"best of {args.runs + 1}:",
+        "",
+        "| imports | CPU |",
+        "|---|---:|",
+        *(f"| {label} | {cpu:.2f} s |" for label, cpu in imports.items()),
+    ]
     write_report(
         args.out,
         output_base(args.out, "spark-profile", False).name,
-        {"records": args.records, "results": results},
+        {"records": args.records, "results": results, "runner_imports_cpu_s": imports},
         lines,
     )
 
