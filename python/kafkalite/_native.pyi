@@ -25,6 +25,7 @@ __all__ = [
     "SEND_FIRST",
     "SEND_NO_KEY_OR_VALUE",
     "SEND_NULL_KEY",
+    "SEND_CLOSED",
     "APPEND_LOCK_FILE",
     "WRITERS_FILE",
     "TOPICS_FILE",
@@ -92,6 +93,7 @@ SEND_DRAIN: int
 SEND_FIRST: int
 SEND_NO_KEY_OR_VALUE: int
 SEND_NULL_KEY: int
+SEND_CLOSED: int
 APPEND_LOCK_FILE: str
 WRITERS_FILE: str
 TOPICS_FILE: str
@@ -261,6 +263,7 @@ class Accumulator:
     def configure(
         self, partitions: int, sticky: StickyPartitioner, compression: str, compacted: bool, max_bytes: int
     ) -> list[BatchState]: ...
+    def close(self) -> None: ...
     def send(
         self,
         value: bytes | None,

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 from kafkalite import validate
 from kafkalite._native import (
     RECORD_TOO_LARGE,
+    SEND_CLOSED,
     SEND_DRAIN,
     SEND_FIRST,
     SEND_NO_KEY_OR_VALUE,
@@ -293,6 +294,21 @@ def _refuse_in_callback(what: str) -> None:
         )
 
 
+#: Every producer's sender, for ``_shut_in_forked_child``.
+_senders: weakref.WeakSet[_Sender] = weakref.WeakSet()
+
+
+def _shut_in_forked_child() -> None:
+    """A forked child has a copy of its parent's producers without their sender threads: a
+    record it sent would never be appended, and its flush would append the parent's queued
+    records a second time. Its sends take the Python path, which refuses them (``forked``)."""
+    for sender in list(_senders):
+        sender.gate.shut()
+
+
+os.register_at_fork(after_in_child=_shut_in_forked_child)
+
+
 def _run_jobs(jobs: queue.SimpleQueue[Callable[[], None] | None]) -> None:
     while (job := jobs.get()) is not None:
         job()
@@ -340,6 +356,18 @@ class _Sender:
         self.acks = DurableAcks(_finish_batch, _DURABLE_TIMEOUT_MS)
         #: The metadata file's identity when forget_deleted last swept (None: sweep next time).
         self.swept_metadata: tuple[int, int, int] | None = None
+        _senders.add(self)
+
+    @property
+    def forked(self) -> bool:
+        """True in a process forked after this producer was made (see ``_shut_in_forked_child``)."""
+        return os.getpid() != self.pid
+
+    def forked_error(self) -> IllegalStateError:
+        return IllegalStateError(
+            f"this producer was created in process {self.pid} before os.fork(); a forked process "
+            "cannot use it (its records would never be written): create a new Producer in the child"
+        )
 
     def wake(self, p: _Partition, due: bool = False) -> None:
         """Have the sender thread append ``p``'s records: after ``linger_ms`` from
@@ -376,7 +404,18 @@ class _Sender:
             with self.lock:
                 topic = self.topics.setdefault(name, topic)
                 self.accumulators.setdefault(name, topic.acc)
+                if self.closed or self.failure is not None:  # see refuse_records
+                    topic.acc.close()
         return topic
+
+    def refuse_records(self) -> None:
+        """Have every accumulator refuse records from now on (close, or the sender thread died),
+        before the last take of what they hold: a send that passed the open-check earlier and
+        queues only now (a thread preempted in between, a serializer running) is refused
+        (``SEND_CLOSED``) instead of queued where nobody appends it."""
+        with self.lock:
+            for t in self.topics.values():
+                t.acc.close()
 
     def identity(self, p: _Partition) -> tuple[int, int] | None:
         """The (device, inode) of the partition's directory now; None when it is gone."""
@@ -552,6 +591,7 @@ class _Sender:
         except BaseException as e:  # a bug: make later sends fail at once, and say so
             self.failure = e
             self.gate.shut()
+            self.refuse_records()
             logger.critical("the producer's sender thread stopped; later sends will fail", exc_info=True)
             for t in list(self.topics.values()):
                 for p in t.partitions:
@@ -573,6 +613,9 @@ class _Sender:
                     self.idle = False
                 dirty, self.dirty, self.due = self.dirty, set(), False
                 closing = self.closed
+            if closing:  # the last pass: everything queued before close() refused records, even
+                # a record whose sender has not called wake() yet (preempted after queueing it)
+                dirty = {p for t in list(self.topics.values()) for p in t.partitions}
             if self.linger and dirty and not closing:
                 oldest = min(p.first_add for p in dirty)
                 delay = oldest + self.linger - time.monotonic()
@@ -673,6 +716,9 @@ class _Sender:
     def close(self, timeout: float | None) -> None:
         if self.closed:
             return
+        if self.forked:  # the parent's records and logs: the parent writes and closes them
+            self.closed = True
+            return
         deadline = None if timeout is None else time.monotonic() + timeout
 
         def left() -> float | None:
@@ -685,6 +731,7 @@ class _Sender:
             with self.wakeup:
                 self.closed = True
                 self.gate.shut()
+                self.refuse_records()
                 self.wakeup.notify()
             if self.thread.is_alive() and self.thread is not threading.current_thread():
                 self.thread.join(left())
@@ -826,6 +873,8 @@ class Producer(ProducerCore):
     # -- sending ---------------------------------------------------------------------------
     def _check_open(self) -> None:
         sender = self._sender
+        if sender.forked:
+            raise sender.forked_error()
         if sender.closed:
             raise IllegalStateError("the producer is closed")
         if sender.failure is not None:
@@ -854,7 +903,7 @@ class Producer(ProducerCore):
         closed producer, a new topic, serializers, a custom partitioner, an explicit partition
         or timestamp, a key or value that is not bytes, bad headers."""
         sender = self._sender
-        if sender.closed or sender.failure is not None:
+        if not sender.gate.open:  # closed, the sender thread died, or a forked child
             self._check_open()
         if self._serializing:
             key, value = self._serialize(key, value)
@@ -885,6 +934,9 @@ class Producer(ProducerCore):
         """What ``send`` does beyond queueing: raise for a refused record, append full batches
         now, wake the sender for a new batch (appended after ``linger_ms``)."""
         code, n, future = sent
+        if code == SEND_CLOSED:  # close() (or the sender's death) overtook this send
+            self._check_open()
+            raise IllegalStateError("the producer is closed")
         if code == SEND_NO_KEY_OR_VALUE:
             raise InvalidConfigError("a record needs a key or a value (None for both is not allowed)")
         if code == SEND_NULL_KEY:
@@ -1019,6 +1071,8 @@ class Producer(ProducerCore):
     def flush(self, timeout: float | None = None) -> None:
         """Append every queued record now and wait until they are in the log."""
         _refuse_in_callback("flush")
+        if self._sender.forked:
+            raise self._sender.forked_error()
         self._sender.flush(validate.timeout("timeout", timeout))
 
     def close(self, timeout: float | None = None) -> None:

@@ -63,6 +63,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SEND_FIRST", producer::FIRST)?;
     m.add("SEND_NO_KEY_OR_VALUE", producer::NO_KEY_OR_VALUE)?;
     m.add("SEND_NULL_KEY", producer::NULL_KEY)?;
+    m.add("SEND_CLOSED", producer::CLOSED)?;
     m.add("RECORD_TOO_LARGE", producer::TOO_LARGE)?;
     m.add_function(wrap_pyfunction!(failpoint_names, m)?)?;
     m.add_function(wrap_pyfunction!(id_file_name, m)?)?;

@@ -31,6 +31,9 @@ pub const TOO_LARGE: i64 = -2;
 pub const NO_KEY_OR_VALUE: i64 = -3;
 /// No key, to a compacted topic.
 pub const NULL_KEY: i64 = -4;
+/// The producer closed (or its sender thread died): nothing is queued any more, since nothing
+/// would append it (`Accumulator.close`).
+pub const CLOSED: i64 = -5;
 /// Flag: partition `a` has full batches queued: the caller appends them now (`take(a, False)`).
 pub const DRAIN: i64 = 1;
 /// Flag: the record started partition `a`'s batch: the sender appends it after `linger_ms`.
@@ -459,6 +462,10 @@ struct Batches {
     compacted: bool,
     max_bytes: usize,
     batch_size: usize,
+    /// Set by `Accumulator.close`: `send` refuses records (`CLOSED`). Checked under the same
+    /// lock that queues a record, so a send that passed the producer's own open-check before
+    /// close() and queues after close()'s last take cannot leave a record nobody appends.
+    closed: bool,
 }
 
 /// A producer's record accumulator for one topic (Kafka's `RecordAccumulator`).
@@ -479,6 +486,7 @@ impl Accumulator {
             compacted: false,
             max_bytes: usize::MAX,
             batch_size,
+            closed: false,
         };
         Accumulator { topic, batches: Mutex::new(batches) }
     }
@@ -516,6 +524,15 @@ impl Accumulator {
         })
     }
 
+    /// Refuse every later record (`send` answers `CLOSED`), as Kafka's `RecordAccumulator.close`:
+    /// the producer is closing (or its sender died) and takes what is queued one last time.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.with_batches(py, |b| {
+            b.closed = true;
+            Ok(())
+        })
+    }
+
     /// Queue one record, as Kafka's `RecordAccumulator.append`: to `partition`, else by the
     /// key's murmur2, else to the sticky partition. Returns the record's future, or
     /// `(code, partition or size, future or None)` when the caller has more to do (see the
@@ -542,6 +559,9 @@ impl Accumulator {
         let record = RecordInput { key, value, headers: &hs, timestamp };
         let record_bytes = record_size_upper_bound(&record);
         let placed = self.with_batches(py, |b| {
+            if b.closed {
+                return Ok(Placed::Code(CLOSED, 0));
+            }
             if key.is_none() && b.compacted {
                 return Ok(Placed::Code(NULL_KEY, 0));
             }
