@@ -160,3 +160,35 @@ def test_a_forked_child_cannot_send_through_its_parents_producer(tmp_path):
     child = run_child(FORK_CHILD, str(tmp_path))
     assert child.returncode == 0, child.stderr[-3000:]
     assert child.stdout.split("\n")[:2] == ["send refused / send_batch refused / flush refused", "100"]
+
+
+def test_a_producer_initialised_twice_refuses_instead_of_splitting_in_two(tmp_path):
+    """Producer.__init__ called again on a live producer: the old code built a second sender
+    (its thread never started) and then failed in _setup_send with a bare RuntimeError, leaving
+    a producer whose native send queued into the first sender and whose answers came from the
+    second: the next send raised KeyError with the record queued anyway, and close() closed the
+    idle sender. Now the second __init__ raises IllegalStateError and changes nothing."""
+    producer = Producer(tmp_path, linger_ms=10_000)
+    producer.send("t", b"a")
+    producer.flush()
+    with pytest.raises(IllegalStateError, match="initialised already"):
+        producer.__init__(tmp_path, linger_ms=10_000)  # type: ignore[misc]
+    future = producer.send("t", b"b")
+    producer.close()
+    assert future.get(0).offset == 1
+    assert records_in(str(tmp_path), "t") == 2
+
+
+class LateProducer(Producer):
+    def __init__(self, path, **config):
+        self.sent_early = self.send("t", b"early")  # before Producer.__init__: a user bug
+        super().__init__(path, **config)
+
+
+def test_send_on_a_producer_not_initialised_raises_typed(tmp_path):
+    """send() on an object made by Producer.__new__, or from a subclass's __init__ before
+    Producer.__init__: AttributeError ('_sender') on the old code, now IllegalStateError."""
+    with pytest.raises(IllegalStateError, match="not initialised"):
+        Producer.__new__(Producer).send("t", b"x")
+    with pytest.raises(IllegalStateError, match="not initialised"):
+        LateProducer(tmp_path)

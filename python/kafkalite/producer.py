@@ -840,6 +840,8 @@ class Producer(ProducerCore):
     ``Admin.adopt_broker_dir``)."""
 
     def __init__(self, path: str | os.PathLike[str], **config: Any) -> None:
+        if "_sender" in self.__dict__:  # its send path and sender thread are this producer's for good
+            raise IllegalStateError("this Producer is initialised already: create a new Producer instead")
         self.config = PRODUCER_CONFIG.resolve(config)
         data_dir = DataDir(
             validate.path("path", path), create=True

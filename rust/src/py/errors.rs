@@ -29,6 +29,7 @@ pyo3::import_exception!(kafkalite.errors, OutOfOrderSequenceNumberError);
 pyo3::import_exception!(kafkalite.errors, InvalidProducerEpochError);
 // Raised by the binding itself (a Python value of a type no config takes), not mapped from `Error`.
 pyo3::import_exception!(kafkalite.errors, InvalidTypeError);
+pyo3::import_exception!(kafkalite.errors, IllegalStateError);
 
 /// The one mapping from engine error to Python exception.
 fn to_pyerr(py: Python<'_>, e: Error) -> PyErr {

@@ -14,6 +14,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
+use super::errors::IllegalStateError;
 use super::producer::{Accumulator, FutureRecordMetadata};
 
 /// Whether a producer still takes records: shut when it closes or its sender thread dies
@@ -87,8 +88,16 @@ impl ProducerCore {
         timestamp_ms: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
-        let slow =
-            || slf.call_method1(intern!(py, "_send_slow"), (topic, value, key, headers, partition, timestamp_ms));
+        let slow = || {
+            if slf.get().setup.get().is_none() {
+                // Built with Producer.__new__, or sending before (or after a failed) __init__:
+                // the Python path would fail on a missing attribute.
+                return Err(IllegalStateError::new_err(
+                    "this Producer is not initialised (Producer.__init__ did not run, or failed): create it with Producer(path, ...)",
+                ));
+            }
+            slf.call_method1(intern!(py, "_send_slow"), (topic, value, key, headers, partition, timestamp_ms))
+        };
         let Some(acc) = slf.get().direct_accumulator(py, topic, partition, timestamp_ms) else { return slow() };
         let (Some(value), Some(key)) = (as_bytes(value), as_bytes(key)) else { return slow() };
         match acc.get().send(py, value, key, headers, None, None) {
