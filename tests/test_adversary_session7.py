@@ -11,10 +11,9 @@ import textwrap
 import threading
 import time
 
+import kafkalite
 import pytest
 from helpers import child_env
-
-import kafkalite
 from kafkalite import Admin, IllegalStateError, Producer, _native
 from kafkalite import producer as producer_module
 
@@ -192,3 +191,48 @@ def test_send_on_a_producer_not_initialised_raises_typed(tmp_path):
         Producer.__new__(Producer).send("t", b"x")
     with pytest.raises(IllegalStateError, match="not initialised"):
         LateProducer(tmp_path)
+
+
+def test_a_second_close_waits_until_the_first_has_written_everything(tmp_path, monkeypatch):
+    """Two threads close one producer. The second close() returned as soon as the first had
+    set ``closed``, before the sender's last pass wrote the records sent during the first
+    close's flush: its caller saw unresolved futures (and logs still open). Kafka's close()
+    joins the I/O thread from every caller; now the second close waits for the first."""
+    real_stop, real_drain = producer_module._Flusher.stop, producer_module._Sender.drain
+
+    def slow_stop(self):
+        time.sleep(0.05)  # the first close between its flush and shutting the producer
+        return real_stop(self)
+
+    def slow_drain(self, p, current=True):
+        if self.closed:
+            time.sleep(0.02)  # the sender's last pass, on a busy disk
+        return real_drain(self, p, current)
+
+    monkeypatch.setattr(producer_module._Flusher, "stop", slow_stop)
+    monkeypatch.setattr(producer_module._Sender, "drain", slow_drain)
+    Admin(tmp_path).create_topic("t", 4)
+    producer = Producer(tmp_path, linger_ms=60_000)
+    futures: list = []
+
+    def feeder() -> None:
+        while True:
+            try:
+                futures.append(producer.send("t", b"v", key=b"%d" % len(futures)))
+            except IllegalStateError:
+                return
+            time.sleep(0.0001)
+
+    feeding = threading.Thread(target=feeder)
+    feeding.start()
+    time.sleep(0.02)
+    first = threading.Thread(target=producer.close)
+    first.start()
+    while not producer._sender.closed:
+        time.sleep(0.001)
+    producer.close()
+    unresolved = sum(1 for f in list(futures) if not f.is_done)
+    first.join(10)
+    feeding.join(10)
+    assert unresolved == 0
+    assert sum(1 for f in futures if f.succeeded()) == records_in(str(tmp_path), "t")

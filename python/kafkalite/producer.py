@@ -352,6 +352,8 @@ class _Sender:
         self.pid = os.getpid()  # a forked child must not flush its parent's records at its exit
         self.thread = threading.Thread(target=self.run, name="kafkalite-producer-sender", daemon=True)
         self.flusher = _Flusher()
+        #: Held by the close() under way: a second caller waits for it (see close).
+        self.close_lock = threading.Lock()
         #: acks='all': batches appended and waiting for group commit before they are acknowledged.
         self.acks = DurableAcks(_finish_batch, _DURABLE_TIMEOUT_MS)
         #: The metadata file's identity when forget_deleted last swept (None: sweep next time).
@@ -714,18 +716,35 @@ class _Sender:
             )
 
     def close(self, timeout: float | None) -> None:
+        """Flush, stop the sender thread, close the logs. A close() called while another thread's
+        is under way waits for it (as every caller of Kafka's close joins its I/O thread): it
+        returns once the records are written and the logs closed, not as soon as ``closed`` is
+        set. Inside a callback it returns at once: the close under way may be waiting for it."""
+        in_callback: int = getattr(_in_callbacks, "depth", 0)
+        if self.closed and in_callback:
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self.close_lock.acquire(timeout=-1 if timeout is None else timeout):
+            raise KafkaTimeoutError(
+                f"close did not finish within {timeout} s (another thread is closing the producer)"
+            )
+        try:
+            self.close_locked(deadline)
+        finally:
+            self.close_lock.release()
+
+    def close_locked(self, deadline: float | None) -> None:
         if self.closed:
             return
         if self.forked:  # the parent's records and logs: the parent writes and closes them
             self.closed = True
             return
-        deadline = None if timeout is None else time.monotonic() + timeout
 
         def left() -> float | None:
             return None if deadline is None else max(0.0, deadline - time.monotonic())
 
         try:
-            self.flush(timeout)
+            self.flush(left())
         finally:
             self.flusher.stop()
             with self.wakeup:
