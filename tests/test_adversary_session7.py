@@ -236,3 +236,39 @@ def test_a_second_close_waits_until_the_first_has_written_everything(tmp_path, m
     feeding.join(10)
     assert unresolved == 0
     assert sum(1 for f in futures if f.succeeded()) == records_in(str(tmp_path), "t")
+
+
+POISONED_CHILD = """
+    import sys, threading
+    from kafkalite import LogPoisonedError, Producer
+    producer = Producer(sys.argv[1], linger_ms=5)
+    futures = []
+    for i in range(200):
+        try:
+            futures.append(producer.send("t", b"v", key=b"%d" % i))
+        except LogPoisonedError:
+            pass
+    try:
+        producer.close(10)
+    except LogPoisonedError:
+        pass
+    threads = [t.name for t in threading.enumerate() if t.name == "kafkalite-producer-sender"]
+    print(len(futures), sum(f.is_done for f in futures), threads)
+"""
+
+
+def test_close_after_a_panic_poisoned_the_accumulator_still_stops_and_resolves(tmp_path):
+    """A panic inside the accumulator (fail point) poisons it. close() must still stop the
+    sender thread and leave no future pending: making the accumulators refuse records (this
+    session's fix for the close race) must not stop close() halfway on the poisoned one."""
+    env = {"KAFKALITE_FAILPOINTS": "producer.accumulate=panic@50"}
+    child = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(POISONED_CHILD), str(tmp_path)],
+        env={**child_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    sent, done, threads = child.stdout.split(" ", 2)
+    assert sent == done and threads.strip() == "[]", child.stdout

@@ -53,6 +53,7 @@ from kafkalite.errors import (
     InvalidTypeError,
     KafkaliteError,
     KafkaTimeoutError,
+    LogPoisonedError,
     NotADataDirError,
     ReadOnlyDataDirError,
     RecordTooLargeError,
@@ -417,7 +418,10 @@ class _Sender:
         (``SEND_CLOSED``) instead of queued where nobody appends it."""
         with self.lock:
             for t in self.topics.values():
-                t.acc.close()
+                try:
+                    t.acc.close()
+                except LogPoisonedError:  # a panic poisoned it: it refuses every record already
+                    pass
 
     def identity(self, p: _Partition) -> tuple[int, int] | None:
         """The (device, inode) of the partition's directory now; None when it is gone."""
