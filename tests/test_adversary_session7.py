@@ -5,6 +5,7 @@ about: a thread preempted at the worst moment, a forked child, a process killed 
 from __future__ import annotations
 
 import glob
+import os
 import subprocess
 import sys
 import textwrap
@@ -14,8 +15,9 @@ import time
 import kafkalite
 import pytest
 from helpers import child_env
-from kafkalite import Admin, IllegalStateError, Producer, _native
+from kafkalite import Admin, IllegalStateError, KafkaTimeoutError, Producer, _native
 from kafkalite import producer as producer_module
+from test_engine_stopped_lock_holder import release, stop_a_lock_holder
 
 
 def run_child(code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -272,3 +274,24 @@ def test_close_after_a_panic_poisoned_the_accumulator_still_stops_and_resolves(t
     assert child.returncode == 0, child.stderr[-3000:]
     sent, done, threads = child.stdout.split(" ", 2)
     assert sent == done and threads.strip() == "[]", child.stdout
+
+
+def test_producer_close_timeout_raises_the_flush_timeout_not_its_own_log_close(tmp_path, spawn):
+    """The flush inside close(timeout) runs out of time (a stopped process holds a partition's
+    lock): KafkaTimeoutError, saying another writer may be stopped. Closing that partition's log
+    then also fails (this process's own flusher thread is still inside its append), and that
+    LogLockedError replaced the timeout, blaming 'another thread of this process'."""
+    data = str(tmp_path / "data")
+    Admin(data).create_topic("t", partitions=4)
+    producer = Producer(data)
+    for i in range(8):
+        producer.send("t", b"first", key=b"%d" % i).get(timeout=30)
+    holder = stop_a_lock_holder(spawn, os.path.join(data, "t-0"))
+    try:
+        for i in range(8):
+            producer.send("t", b"stuck", key=b"%d" % i)
+        time.sleep(0.3)
+        with pytest.raises(KafkaTimeoutError, match="another writer stopped"):
+            producer.close(timeout=1)
+    finally:
+        release(holder)

@@ -747,8 +747,11 @@ class _Sender:
         def left() -> float | None:
             return None if deadline is None else max(0.0, deadline - time.monotonic())
 
+        flushed = False
         try:
-            self.flush(left())
+            remaining = left()
+            self.flush(None if remaining is None else round(remaining, 3))
+            flushed = True
         finally:
             self.flusher.stop()
             with self.wakeup:
@@ -765,7 +768,15 @@ class _Sender:
                     if p.log is not None:
                         logs.append(p.log)
                         p.log = None
-            _close_logs(logs, left)
+            try:
+                _close_logs(logs, left)
+            except KafkaliteError:
+                if flushed:
+                    raise
+                # The flush's error (raised on leaving this block) says what went wrong: a log
+                # whose close timed out is one that append is still stuck in (the flusher's, a
+                # thread of this process), which is all this one would say.
+                logger.warning("closing the partition logs after the flush failed failed too", exc_info=True)
 
     def close_at_exit(self, why: str) -> None:
         """Flush and close a producer nobody closed (interpreter exit, or garbage collection),
