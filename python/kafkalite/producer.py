@@ -353,8 +353,9 @@ class _Sender:
         self.pid = os.getpid()  # a forked child must not flush its parent's records at its exit
         self.thread = threading.Thread(target=self.run, name="kafkalite-producer-sender", daemon=True)
         self.flusher = _Flusher()
-        #: Held by the close() under way: a second caller waits for it (see close).
-        self.close_lock = threading.Lock()
+        #: Held by the close() under way: a second caller waits for it (see close). Reentrant: a
+        #: signal handler closing the producer may interrupt this thread's own close().
+        self.close_lock = threading.RLock()
         #: acks='all': batches appended and waiting for group commit before they are acknowledged.
         self.acks = DurableAcks(_finish_batch, _DURABLE_TIMEOUT_MS)
         #: The metadata file's identity when forget_deleted last swept (None: sweep next time).
