@@ -413,10 +413,12 @@ class _Sender:
         return topic
 
     def refuse_records(self) -> None:
-        """Have every accumulator refuse records from now on (close, or the sender thread died),
-        before the last take of what they hold: a send that passed the open-check earlier and
-        queues only now (a thread preempted in between, a serializer running) is refused
-        (``SEND_CLOSED``) instead of queued where nobody appends it."""
+        """Take no more records (close, or the sender thread died): shut the gate, so ``send``
+        takes the Python path that raises why, and have every accumulator refuse records from
+        now on, before the last take of what they hold: a send that passed the open-check
+        earlier and queues only now (a thread preempted in between, a serializer running) is
+        refused (``SEND_CLOSED``) instead of queued where nobody appends it."""
+        self.gate.shut()
         with self.lock:
             for t in self.topics.values():
                 try:
@@ -597,7 +599,6 @@ class _Sender:
             self.loop()
         except BaseException as e:  # a bug: make later sends fail at once, and say so
             self.failure = e
-            self.gate.shut()
             self.refuse_records()
             logger.critical("the producer's sender thread stopped; later sends will fail", exc_info=True)
             for t in list(self.topics.values()):
@@ -757,7 +758,6 @@ class _Sender:
             self.flusher.stop()
             with self.wakeup:
                 self.closed = True
-                self.gate.shut()
                 self.refuse_records()
                 self.wakeup.notify()
             if self.thread.is_alive() and self.thread is not threading.current_thread():
