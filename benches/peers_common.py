@@ -12,6 +12,7 @@ import os
 import select
 import shutil
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Collection
@@ -20,7 +21,13 @@ from typing import Any
 
 import confluent_kafka as ck
 import confluent_kafka.admin
-from helpers import produce_all  # tests/helpers.py: the scripts importing this put tests/ on sys.path
+
+# tests/helpers.py holds the one produce loop the tests and the benches share: every script that
+# imports this module gets tests/ on its path here, not by remembering to add it itself.
+_TESTS = str(Path(__file__).resolve().parent.parent / "tests")
+if _TESTS not in sys.path:
+    sys.path.insert(0, _TESTS)
+from helpers import produce_all  # noqa: E402
 
 VALUE = b"v" * 100
 PARTITIONS = 4
