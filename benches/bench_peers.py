@@ -68,6 +68,7 @@ TINY = (2, 34)  # partitions of the two tiny topics whose count() difference giv
 #: can, so count() also gets the ceiling of a reader that hands Spark every column (a noop sink).
 CEILING = "ceiling: Spark's Parquet reader"
 CEILING_ALL_COLUMNS = "ceiling: Spark's Parquet reader, every column (noop sink)"
+REFERENCE_SIDES = (CEILING, CEILING_ALL_COLUMNS)
 PEER_SPARK = "Spark's Kafka source via the broker"
 
 ROWS = {
@@ -545,7 +546,7 @@ def report(
             continue  # not reached before an interruption
         kl = statistics.median(sides["kafkalite"])
         for peer, values in sides.items():
-            if peer == "kafkalite" or peer.startswith("ceiling") or not values:
+            if peer == "kafkalite" or peer in REFERENCE_SIDES or not values:
                 continue
             r = ratio(row, kl, statistics.median(values))
             kl_cell = fmt(kl, unit)
@@ -556,7 +557,7 @@ def report(
             )
             plot_rows.append((f"{ROWS[row]} vs {peer}", r))
         for ceiling, values in sides.items():
-            if not ceiling.startswith("ceiling") or not values or not sides[PEER_SPARK]:
+            if ceiling not in REFERENCE_SIDES or not values or not sides[PEER_SPARK]:
                 continue
             ref, peer_value = statistics.median(values), statistics.median(sides[PEER_SPARK])
             r = ratio(row, ref, peer_value)
@@ -622,7 +623,7 @@ def report(
         "load_average_1min": {"start": load[0], "end": load[1]},
         "versions": ver,
         "units": {row: UNITS[row][0] for row in figures},
-        "reference_sides": [CEILING, CEILING_ALL_COLUMNS],
+        "reference_sides": list(REFERENCE_SIDES),
         "figures": figures,
         "rss_file_backed_mb": bench.rss_file,
     }

@@ -132,10 +132,10 @@ class IdealSource:
 
             def read(self, partition: InputPartition):
                 import pyarrow as pa
+                from kafkalite.spark.source import ROWS_PER_BATCH as size
                 from kafkalite.spark.source import _arrow_target
 
                 p, n = partition.value
-                size = 65536  # kafkalite.spark.source.ROWS_PER_BATCH
                 batch = pa.record_batch(
                     [
                         pa.array([i.to_bytes(8, "big") for i in range(size)], pa.binary()),
