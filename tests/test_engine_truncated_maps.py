@@ -19,6 +19,19 @@ def build(n=200):
             log.append_values([b"%d" % i + b"x" * 100])
 def segments():
     return sorted(glob.glob(os.path.join(path, "*.log")))
+# Append `batches` (each 32 KiB or more: the pwrite path) to a writer whose segment was
+# truncated, then one more: the first that notices is typed, and the writer stays poisoned.
+def append_large_after_truncation(writer, batches):
+    try:
+        for batch in batches:
+            writer.append_values(batch)
+        print("no error")
+    except LogPoisonedError as e:
+        print("typed", type(e).__name__)
+    try:
+        writer.append_values([b"later"] * 100000)
+    except LogPoisonedError:
+        print("stays poisoned")
 """
 
 CASES = {
@@ -53,16 +66,18 @@ except LogPoisonedError:
 writer = Log(path, segment_bytes=64 << 20)
 writer.append_values([b"first" * 10000])
 os.truncate(segments()[-1], 0)
-try:
-    for i in range(5):
-        writer.append_values([b"y" * 1000] * 100)
-    print("no error")
-except LogPoisonedError as e:
-    print("typed", type(e).__name__)
-try:
-    writer.append_values([b"later"] * 100000)
-except LogPoisonedError:
-    print("stays poisoned")
+append_large_after_truncation(writer, [[b"y" * 1000] * 100] * 5)
+""",
+    "active segment being written in large batches, none reserving blocks": """
+# The pwrite path stats the file before an append only when the append reserves blocks (which
+# would lengthen a truncated file again); here the batch after the truncation fits the blocks
+# reserved already (256 KiB after the second batch), so only the length seen after its write
+# can tell.
+writer = Log(path, segment_bytes=64 << 20)
+writer.append_values([b"x" * 1000] * 40)
+writer.append_values([b"x" * 1000] * 33)
+os.truncate(segments()[-1], 0)
+append_large_after_truncation(writer, [[b"y" * 1000] * 33])
 """,
     "wake-up file": """
 from kafkalite._native import Notifier

@@ -16,7 +16,7 @@ use std::path::Path;
 use crate::checkpoint::{remove_if_exists, write_atomically};
 use crate::error::{IoContext, Result};
 use crate::files::{file_name, parse_base_offset, SNAPSHOT_SUFFIX};
-use crate::record::header::{decrement_sequence, increment_sequence, BatchHeader, NO_EPOCH, NO_SEQUENCE};
+use crate::record::header::{crc32c, decrement_sequence, increment_sequence, BatchHeader, NO_EPOCH, NO_SEQUENCE};
 
 /// `ProducerStateEntry.NUM_BATCHES_TO_RETAIN`: the batches a retry is looked up in (a
 /// producer has at most 5 requests in flight with idempotence on).
@@ -268,7 +268,7 @@ impl ProducerState {
             out.extend_from_slice(&(-1i32).to_be_bytes()); // coordinatorEpoch: no transactions
             out.extend_from_slice(&(-1i64).to_be_bytes()); // currentTxnFirstOffset: none
         }
-        let crc = crc32c::crc32c(&out[SNAPSHOT_CRC_START..]);
+        let crc = crc32c(&out[SNAPSHOT_CRC_START..]);
         out[2..6].copy_from_slice(&crc.to_be_bytes());
         out
     }
@@ -283,7 +283,7 @@ impl ProducerState {
             return Err(format!("unknown snapshot version {version}"));
         }
         let crc = u32::from_be_bytes(bytes[2..6].try_into().unwrap());
-        let computed = crc32c::crc32c(&bytes[SNAPSHOT_CRC_START..]);
+        let computed = crc32c(&bytes[SNAPSHOT_CRC_START..]);
         if crc != computed {
             return Err(format!("CRC mismatch (stored {crc:#010x}, computed {computed:#010x})"));
         }

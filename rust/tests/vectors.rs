@@ -3,7 +3,7 @@
 //! batches of every codec written by real brokers and other clients.
 
 use kafkalite::partitioner::{murmur2, partition_for_key};
-use kafkalite::record::header::{compute_crc, BatchHeader};
+use kafkalite::record::header::{compute_crc, crc32c, BatchHeader};
 use kafkalite::record::scan::{next_batch, Next};
 use kafkalite::record::varint::*;
 use kafkalite::record::{decode_batch_owned, BatchBuilder, Compression, RecordInput};
@@ -70,7 +70,7 @@ fn crc32c_values() {
             continue;
         }
         let input = unhex(&case["input_hex"]);
-        assert_eq!(crc32c::crc32c(&input) as u64, case["value"].as_u64().unwrap(), "{}", case["input_hex"]);
+        assert_eq!(crc32c(&input) as u64, case["value"].as_u64().unwrap(), "{}", case["input_hex"]);
     }
 }
 

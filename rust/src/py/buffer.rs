@@ -7,7 +7,7 @@ use std::ffi::c_int;
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyTuple};
+use pyo3::types::PyTuple;
 
 use crate::log_read::BatchSlice;
 
@@ -52,17 +52,19 @@ impl BatchView {
 pub(crate) fn bytes_items<'a>(items: &'a Bound<'_, PyTuple>) -> Result<Vec<&'a [u8]>, usize> {
     let mut out = Vec::with_capacity(items.len());
     for (i, item) in items.iter_borrowed().enumerate() {
-        let Ok(bytes) = item.cast::<PyBytes>() else { return Err(i) };
         let (mut ptr, mut len): (*mut std::ffi::c_char, ffi::Py_ssize_t) = (std::ptr::null_mut(), 0);
-        // SAFETY: `bytes` is a bytes object (checked above), for which PyBytes_AsStringAndSize
-        // cannot fail: it sets `ptr` and `len` to the object's own buffer. That buffer lives as
-        // long as the object, which the tuple keeps alive for 'a (the tuple is borrowed for 'a
-        // and never changes), and a bytes object's contents are immutable, so the slice is
-        // valid and unaliased by writes for 'a.
-        let slice = unsafe {
-            ffi::PyBytes_AsStringAndSize(bytes.as_ptr(), &mut ptr, &mut len);
-            std::slice::from_raw_parts(ptr.cast::<u8>(), len as usize)
-        };
+        // SAFETY: `item` is a live object (the tuple holds it, and we hold the GIL).
+        // PyBytes_AsStringAndSize checks that it is a bytes object itself (a separate type
+        // check cost a third C call per value) and fails, raising TypeError, for anything else.
+        if unsafe { ffi::PyBytes_AsStringAndSize(item.as_ptr(), &mut ptr, &mut len) } != 0 {
+            drop(PyErr::take(items.py())); // reported as the index, with the caller's message
+            return Err(i);
+        }
+        // SAFETY: for a bytes object the call set `ptr` and `len` to the object's own buffer.
+        // That buffer lives as long as the object, which the tuple keeps alive for 'a (the
+        // tuple is borrowed for 'a and never changes), and a bytes object's contents are
+        // immutable, so the slice is valid and unaliased by writes for 'a.
+        let slice = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len as usize) };
         out.push(slice);
     }
     Ok(out)

@@ -164,7 +164,7 @@ pub fn murmur2(data: &[u8]) -> i32 {
 /// CRC-32C (Castagnoli), as stored in v2 batches over bytes 21..end.
 #[pyfunction]
 pub fn crc32c(data: &[u8]) -> u32 {
-    ::crc32c::crc32c(data)
+    crate::record::header::crc32c(data)
 }
 
 /// Kafka's default partition of a non-null key, `(murmur2(key) & 0x7fffffff) % partitions`

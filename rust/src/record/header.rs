@@ -237,7 +237,15 @@ impl BatchHeader {
 /// CRC-32C over a batch's covered bytes, as stored at byte 17.
 #[inline]
 pub fn compute_crc(batch: &[u8]) -> u32 {
-    crc32c::crc32c(&batch[CRC_START..])
+    crc32c(&batch[CRC_START..])
+}
+
+/// CRC-32C (Castagnoli; CRC-32/ISCSI), the checksum of v2 batches and producer snapshots.
+/// crc-fast folds with carry-less multiplies (VPCLMULQDQ where the CPU has it): about 3x the
+/// crc32 instruction's rate here, which took 9% of an `append_values` call (issue 14).
+#[inline]
+pub fn crc32c(data: &[u8]) -> u32 {
+    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, data) as u32
 }
 
 /// Overwrite a batch's baseOffset in place (not covered by the CRC).
