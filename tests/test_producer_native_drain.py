@@ -22,6 +22,19 @@ PAD = b"x" * 100
 SMALL_BATCH = 300
 
 
+def _topic(tmp_path) -> tuple[str, Admin]:
+    """A data directory with topic "t" (one partition), and its Admin."""
+    data_dir = str(tmp_path / "data")
+    admin = Admin(data_dir)
+    admin.create_topic("t")
+    return data_dir, admin
+
+
+def _send(p: Producer, prefix: bytes, count: int) -> list:
+    """``count`` keyed records ``prefix-i`` + PAD to "t"; their futures."""
+    return [p.send("t", b"%s-%d" % (prefix, i) + PAD, key=b"k") for i in range(count)]
+
+
 def _values(data_dir: str, topic: str = "t", partition: int = 0) -> list[bytes]:
     with Log(os.path.join(data_dir, f"{topic}-{partition}"), readonly=True) as log:
         return [r.value for r in log.records()]
@@ -54,16 +67,14 @@ def test_a_send_from_a_callback_of_a_batch_send_appended_queues_instead_of_deadl
 
 
 def test_a_topic_deleted_between_batches_send_appends_fails_the_later_ones_typed(tmp_path):
-    data_dir = str(tmp_path / "data")
-    admin = Admin(data_dir)
-    admin.create_topic("t")
+    data_dir, admin = _topic(tmp_path)
     # linger_ms long: only full batches are appended, each by the send() that filled it.
     with Producer(data_dir, batch_size=SMALL_BATCH, linger_ms=60_000) as p:
-        before = [p.send("t", b"before-%d" % i + PAD, key=b"k") for i in range(10)]
+        before = _send(p, b"before", 10)
         written = [f for f in before if f.is_done]
         assert written and all(f.succeeded() for f in written)
         admin.delete_topic("t")
-        after = [p.send("t", b"after-%d" % i + PAD, key=b"k") for i in range(10)]
+        after = _send(p, b"after", 10)
         assert sum(f.is_done for f in after) >= 8, "send() appended no batch after the delete"
         p.flush(timeout=10)  # and the lingering one
         for f in after:
@@ -73,16 +84,14 @@ def test_a_topic_deleted_between_batches_send_appends_fails_the_later_ones_typed
 
 
 def test_a_topic_recreated_between_batches_send_appends_gets_the_later_ones(tmp_path):
-    data_dir = str(tmp_path / "data")
-    admin = Admin(data_dir)
-    admin.create_topic("t")
+    data_dir, admin = _topic(tmp_path)
     with Producer(data_dir, batch_size=SMALL_BATCH, linger_ms=60_000) as p:
-        old = [p.send("t", b"old-%d" % i + PAD, key=b"k") for i in range(9)]
+        old = _send(p, b"old", 9)
         p.flush(timeout=10)
         assert [f.get(timeout=0).offset for f in old] == list(range(9))
         admin.delete_topic("t")
         admin.create_topic("t")
-        new = [p.send("t", b"new-%d" % i + PAD, key=b"k") for i in range(9)]
+        new = _send(p, b"new", 9)
         assert sum(f.is_done for f in new) >= 6  # appended by send(), into the new folder
         p.flush(timeout=10)
         assert [f.get(timeout=0).offset for f in new] == list(range(9))
@@ -102,8 +111,7 @@ with Producer(data_dir, batch_size=1000, linger_ms=0) as p:
 
 
 def test_kill_9_in_an_append_send_runs_loses_no_acknowledged_record(tmp_path, spawn):
-    data_dir = str(tmp_path / "data")
-    Admin(data_dir).create_topic("t")
+    data_dir, _ = _topic(tmp_path)
     env = {**os.environ, "KAFKALITE_FAILPOINTS": "index.append=kill@40"}
     out = spawn.run(KILLED_MID_APPEND, data_dir, timeout=60, env=env)
     assert out.returncode == -9, (out.returncode, out.stderr)
@@ -147,17 +155,15 @@ def test_an_append_that_fails_in_send_fails_its_batch_logged_and_later_ones_go_o
 def test_send_waiting_for_another_writers_append_lock_lets_other_threads_run(tmp_path):
     """send() fills a batch while another writer holds the partition's append lock: the append
     waits for it with the GIL released (the attempt that keeps the GIL only tries the lock)."""
-    data_dir = str(tmp_path / "data")
-    Admin(data_dir).create_topic("t")
+    data_dir, _ = _topic(tmp_path)
     part = os.path.join(data_dir, "t-0")
     with Producer(data_dir, batch_size=SMALL_BATCH, linger_ms=60_000) as p:
-        first = [p.send("t", b"a-%d" % i + PAD, key=b"k") for i in range(3)]
+        first = _send(p, b"a", 3)
         assert first[0].is_done  # the partition's log is open
         sent = threading.Event()
 
         def fill() -> None:
-            for i in range(3):
-                p.send("t", b"b-%d" % i + PAD, key=b"k")
+            _send(p, b"b", 3)
             sent.set()
 
         with open(os.path.join(part, ".kafkalite.lock"), "a+") as lock:
@@ -180,8 +186,7 @@ def test_a_batch_send_fills_waits_for_the_sender_threads_drain_of_earlier_batche
     """The sender thread appends batches a callback queued, and runs their (slow) callbacks
     between them; a batch send() fills meanwhile must wait for the rest (the drain lock), or
     it would land before records sent earlier."""
-    data_dir = str(tmp_path / "data")
-    Admin(data_dir).create_topic("t")
+    data_dir, _ = _topic(tmp_path)
     sent: list[bytes] = []
 
     def send(value: bytes):
@@ -205,8 +210,7 @@ def test_a_batch_send_fills_waits_for_the_sender_threads_drain_of_earlier_batche
 
 
 def test_two_threads_sending_to_one_partition_lose_nothing_and_keep_their_order(tmp_path):
-    data_dir = str(tmp_path / "data")
-    Admin(data_dir).create_topic("t")
+    data_dir, _ = _topic(tmp_path)
     per_thread = 5000
     with Producer(data_dir, batch_size=SMALL_BATCH * 4, linger_ms=0) as p:
 
