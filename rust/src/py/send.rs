@@ -1,10 +1,12 @@
 //! `Producer.send` as a native method: `kafkalite.Producer` subclasses `ProducerCore`, so the
 //! common call (a known topic, bytes key and value, no explicit partition or timestamp, no
 //! serializer or custom partitioner, the producer open) runs no Python frame at all: it finds
-//! the topic's `Accumulator` and queues the record there (`Accumulator::send`). Every
-//! other call, and every answer that needs more than the future, goes to the producer's Python
-//! methods `_send_slow` and `_sent`, which hold the rules: this file only decides which path
-//! a call takes. A Python frame per record cost about as much as the rest of `send` together.
+//! the topic's `Accumulator` and queues the record there (`Accumulator::send`); a batch it
+//! fills is appended here too (`drain.rs`), and a batch it starts wakes the sender thread. Every
+//! other call, and every answer the native path does not take (a refused record, a drain that
+//! must wait or is unusual), goes to the producer's Python methods `_send_slow` and `_sent`,
+//! which hold the rules: this file only decides which path a call takes. A Python frame per
+//! record cost about as much as the rest of `send` together.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
