@@ -495,9 +495,9 @@ class _Sender:
         self, p: _Partition, buffer: BatchBuffer
     ) -> tuple[int, int, int | None, DurableMark | None] | None:
         """Append one taken batch to the partition (the caller holds ``p.drain_lock``): into
-        the open log while its folder is the one it opened (checked natively, without
-        releasing the GIL twice per batch), else through ``log``, which reopens the partition
-        of a re-created topic or fails the batch typed when it is gone."""
+        the open log while its folder is the one it opened (checked natively; the append keeps
+        the GIL unless another thread or writer holds the log), else through ``log``, which
+        reopens the partition of a re-created topic or fails the batch typed when it is gone."""
         p.last_used = time.monotonic()
         if p.log is not None:
             result = p.log._native.append_buffer_deferred(buffer, if_current=True)
