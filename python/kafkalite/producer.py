@@ -34,12 +34,14 @@ from kafkalite._native import (
     SEND_NULL_KEY,
     Accumulator,
     BatchBuffer,
+    BatchState,
     DurableMark,
     FutureRecordMetadata,
     Notifier,
     ProducerCore,
     SendGate,
     StickyPartitioner,
+    drain_partition,
     partitions_for_keys,
 )
 from kafkalite.client_config import PRODUCER_CONFIG
@@ -493,9 +495,9 @@ class _Sender:
         self, p: _Partition, buffer: BatchBuffer
     ) -> tuple[int, int, int | None, DurableMark | None] | None:
         """Append one taken batch to the partition (the caller holds ``p.drain_lock``): into
-        the open log while its folder is the one it opened (checked natively, without
-        releasing the GIL twice per batch), else through ``log``, which reopens the partition
-        of a re-created topic or fails the batch typed when it is gone."""
+        the open log while its folder is the one it opened (checked natively; the append keeps
+        the GIL unless another thread or writer holds the log), else through ``log``, which
+        reopens the partition of a re-created topic or fails the batch typed when it is gone."""
         p.last_used = time.monotonic()
         if p.log is not None:
             result = p.log._native.append_buffer_deferred(buffer, if_current=True)
@@ -543,6 +545,10 @@ class _Sender:
 
     # -- appending ------------------------------------------------------------------------
     def drain(self, p: _Partition, current: bool = True) -> None:
+        # The common case natively (drain.rs: an open log, the lock free, acks 0 or 1, not in a
+        # callback); else here, waiting for the lock.
+        if drain_partition(self, p, current):
+            return
         with p.drain_lock:
             self.drain_locked(p, current)
         self.notify()
@@ -557,34 +563,40 @@ class _Sender:
         _in_callbacks.depth = getattr(_in_callbacks, "depth", 0) + 1
         try:
             for buffer, batch in taken:
-                count = len(buffer)
-                try:
-                    # acks='all': appended now, acknowledged by self.acks once group commit synced it.
-                    result = self.append(p, buffer)
-                except Exception as e:  # every failure reaches the batch's futures, and the log
-                    if isinstance(e, KafkaliteError):
-                        logger.warning(
-                            "%d records for %s-%d were not written: %s", count, p.topic, p.number, e
-                        )
-                    else:
-                        logger.exception("%d records for %s-%d were not written", count, p.topic, p.number)
-                    p.inflight -= count
-                    batch.fail(e)
-                    continue
-                p.inflight -= count
-                if result is None:
-                    batch.complete(-1, None)
-                    continue
-                first_offset, _, log_append_time, mark = result
-                if mark is None:
-                    batch.complete(first_offset, log_append_time)
-                else:
-                    self.acks.hand(
-                        (batch, first_offset, log_append_time), mark, count, f"{p.topic}-{p.number}"
-                    )
+                self.append_one(p, buffer, batch)
         finally:
             p.inflight = 0
             _in_callbacks.depth -= 1
+
+    def append_one(self, p: _Partition, buffer: BatchBuffer, batch: BatchState) -> None:
+        """Append one taken batch and resolve (acks='all': hand over) its futures; the caller
+        holds ``p.drain_lock``, counted the batch in ``p.inflight`` and raised the callback
+        depth (``drain_locked``, or the native drain for a partition whose folder changed)."""
+        count = len(buffer)
+        try:
+            # acks='all': appended now, acknowledged by self.acks once group commit synced it.
+            result = self.append(p, buffer)
+        except Exception as e:  # every failure reaches the batch's futures, and the log
+            p.inflight -= count
+            self.append_failed(p, count, batch, e)
+            return
+        p.inflight -= count
+        if result is None:
+            batch.complete(-1, None)
+            return
+        first_offset, _, log_append_time, mark = result
+        if mark is None:
+            batch.complete(first_offset, log_append_time)
+        else:
+            self.acks.hand((batch, first_offset, log_append_time), mark, count, f"{p.topic}-{p.number}")
+
+    def append_failed(self, p: _Partition, count: int, batch: BatchState, e: Exception) -> None:
+        """Appending a batch of ``count`` records failed with ``e``: say so, fail its futures."""
+        if isinstance(e, KafkaliteError):
+            logger.warning("%d records for %s-%d were not written: %s", count, p.topic, p.number, e)
+        else:
+            logger.error("%d records for %s-%d were not written", count, p.topic, p.number, exc_info=e)
+        batch.fail(e)
 
     def pending(self) -> int:
         """Records accepted by send() and not acknowledged yet (queued, being appended, or
@@ -898,7 +910,7 @@ class Producer(ProducerCore):
         # send() is ProducerCore.send (native): the common record queues without a Python
         # frame; the others come to _send_slow, and answers beyond the future to _sent.
         direct = not self._serializing and self._custom_partitioner is None
-        self._setup_send(self._sender.accumulators, self._sender.gate, direct)
+        self._setup_send(self._sender.accumulators, self._sender.gate, direct, self._sender)
         self._sender.thread.start()
         # Flushes at garbage collection and (weakref.finalize's atexit) at interpreter exit.
         self._finalizer = weakref.finalize(self, _finalize, self._sender, "exit or garbage collection")

@@ -86,3 +86,44 @@ fn a_poisoned_log_mutex_is_an_error() {
     let fine = Mutex::new(1u64);
     assert_eq!(*lock_log(&fine, String::new).unwrap(), 1);
 }
+
+/// A one-record batch, as a producer's accumulator hands it over.
+fn one_record_batch(value: &[u8]) -> kafkalite::record::BatchBuilder {
+    use kafkalite::record::{BatchBuilder, Compression, RecordInput};
+    let mut batch = BatchBuilder::new(Compression::None, None, 256);
+    batch.push(&RecordInput { key: None, value: Some(value), headers: &[], timestamp: 1 });
+    batch
+}
+
+#[test]
+fn try_append_gives_the_batch_back_while_another_writer_holds_the_append_lock() {
+    // The producer appends with the GIL held only through this: it must not wait for the lock,
+    // must not lose the batch when the lock is taken, and must leave later appends their wait.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events-0");
+    let config = LogConfig { shared_writers: true, lock_timeout: Some(Duration::from_secs(5)), ..LogConfig::default() };
+    let mut log = Log::open(&path, config).unwrap();
+    let other = Arc::new(WriterLock::shared(&path).unwrap());
+    let held = other.enter(None).unwrap();
+    let started = Instant::now();
+    let Err(back) = log.try_append_builder_deferred(one_record_batch(b"first")).unwrap() else {
+        panic!("appended while another writer held the append lock");
+    };
+    assert!(started.elapsed() < Duration::from_secs(1), "waited for the lock: {:?}", started.elapsed());
+    assert_eq!((back.count(), log.end_offset()), (1, 0));
+    drop(held);
+    let Ok(((first, last), _)) = log.try_append_builder_deferred(back).unwrap() else {
+        panic!("the batch came back though the lock is free");
+    };
+    assert_eq!((first, last), (0, 0));
+    // A plain append afterwards still waits for a held lock (up to lock_timeout), not just tries it.
+    let held = other.enter(None).unwrap();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        drop(held);
+    });
+    let ((first, _), _) = log.append_builder_deferred(one_record_batch(b"second")).unwrap();
+    releaser.join().unwrap();
+    assert_eq!(first, 1);
+    assert_eq!(log.end_offset(), 2);
+}

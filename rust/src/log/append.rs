@@ -14,6 +14,10 @@ use crate::segment::Segment;
 
 use super::{now_ms, Log};
 
+/// What a deferred append gives: the batch's (first, last) offsets, and under flush="always"
+/// the ticket to wait for before acknowledging it.
+pub type DeferredAppend = ((i64, i64), Option<Ticket>);
+
 /// Upper bound for the batches `append_records` builds, below `max_message_bytes`.
 const TARGET_BATCH_BYTES: usize = 1 << 20;
 
@@ -173,14 +177,43 @@ impl Log {
     /// the ticket to wait for (`Ticket::wait`, `group_commit::wait_all`) before acknowledging,
     /// so a producer can hand the batches of several partitions to one wait and append more
     /// meanwhile.
-    pub fn append_builder_deferred(&mut self, builder: BatchBuilder) -> Result<((i64, i64), Option<Ticket>)> {
+    pub fn append_builder_deferred(&mut self, builder: BatchBuilder) -> Result<DeferredAppend> {
+        let mut held = Some(builder);
+        self.append_held_deferred(&mut held)
+    }
+
+    /// `append_builder_deferred` only if no other writer holds the partition's append lock
+    /// now (no wait): `Ok(Err(builder))` gives the batch back untouched when one does. The
+    /// producer appends this way while holding the GIL, and waits for the lock (without
+    /// the GIL) only when it is taken: releasing and retaking the GIL for every batch handed
+    /// it to the other Python threads and back, which cost more than the append itself.
+    pub fn try_append_builder_deferred(
+        &mut self,
+        builder: BatchBuilder,
+    ) -> Result<std::result::Result<DeferredAppend, BatchBuilder>> {
+        let mut held = Some(builder);
+        // A deadline already past: `WriterLock::enter` tries the lock once.
+        let saved = self.lock_deadline.replace(std::time::Instant::now());
+        let result = self.append_held_deferred(&mut held);
+        self.lock_deadline = saved;
+        match (result, held) {
+            // The batch is still here: the append never started (the lock was busy).
+            (Err(Error::LockTimeout { .. }), Some(builder)) => Ok(Err(builder)),
+            (result, _) => result.map(Ok),
+        }
+    }
+
+    /// The append of `append_builder_deferred`; takes the batch out of `held` only once the
+    /// append lock is held.
+    fn append_held_deferred(&mut self, held: &mut Option<BatchBuilder>) -> Result<DeferredAppend> {
         self.check_writable()?;
-        let count = builder.count() as u64;
+        let count = held.as_ref().map_or(0, |b| b.count() as u64);
         if count == 0 {
             return Err(Error::config("cannot append an empty batch"));
         }
         let mut ticket = None;
         let range = self.as_writer(|log| {
+            let builder = held.take().ok_or_else(|| Error::config("cannot append an empty batch"))?;
             let first = log.end_offset();
             log.append_built(builder)?;
             log.after_append(count)?;

@@ -12,7 +12,7 @@ use crate::log::Produced;
 use crate::log::{now_ms, Log};
 use crate::log_read::RecordSink;
 use crate::options::{FlushPolicy, LogConfig};
-use crate::record::{Compression, Header, ProducerStamp, RecordInput, TimestampType};
+use crate::record::{BatchBuilder, Compression, Header, ProducerStamp, RecordInput, TimestampType};
 use crate::spark::SparkSink;
 use crate::txn::{IsolationLevel, TxnState};
 
@@ -40,7 +40,7 @@ impl PyLog {
     /// The log, or `Error::LogPoisoned` if a thread panicked holding it (`sync.rs`).
     /// Only ever called with the GIL released (`py.detach`): the engine may log while it holds
     /// this mutex, and logging takes the GIL (pyo3-log), so a thread waiting here with the GIL
-    /// held would deadlock against it.
+    /// held would deadlock against it. (`try_append_attached` only tries it, with the GIL.)
     fn lock(&self) -> crate::Result<MutexGuard<'_, Log>> {
         crate::sync::lock_log(&self.inner, || self.describe())
     }
@@ -74,6 +74,69 @@ impl PyLog {
             }
         })
         .map_err(Into::into)
+    }
+}
+
+/// What `PyLog::try_append_attached` did: appended (or found the folder replaced, with the
+/// batch given back), or nothing because another thread or writer holds the log now.
+enum Attached {
+    Done(std::result::Result<AppendedBatch, BatchBuilder>),
+    Busy(BatchBuilder),
+}
+
+/// (first and last offset, the durability ticket under flush="always", the log-append time).
+pub(super) type AppendedBatch = ((i64, i64), Option<crate::group_commit::Ticket>, Option<i64>);
+
+impl PyLog {
+    /// A producer's batch, appended without waiting for durability (`append_buffer_deferred`):
+    /// `Err(builder)` gives it back untouched when `if_current` and the folder was replaced.
+    pub(super) fn append_batch(
+        &self,
+        py: Python<'_>,
+        builder: BatchBuilder,
+        if_current: bool,
+    ) -> PyResult<std::result::Result<AppendedBatch, BatchBuilder>> {
+        match self.try_append_attached(builder, if_current)? {
+            Attached::Done(appended) => Ok(appended),
+            Attached::Busy(builder) => self.detached(py, |log| {
+                if if_current && folder_replaced(log) {
+                    return Ok(Err(builder));
+                }
+                let (range, ticket) = log.append_builder_deferred(builder)?;
+                Ok(Ok((range, ticket, log.last_log_append_time())))
+            }),
+        }
+    }
+
+    /// The producer's append without releasing the GIL, when nobody holds the log: neither
+    /// another thread of this process (its mutex) nor another writer process (the append lock).
+    /// Releasing the GIL for each batch let the other Python threads (the producer's sender
+    /// among them) take it, and the sending thread then waited to get it back: a GIL hand-off
+    /// per batch cost more than the append. When the log is held, `Busy` gives the batch back
+    /// for the caller to wait for it with the GIL released, and so does a log that may sync
+    /// during an append (flush="always"). Holding the GIL while holding the mutex is safe: the
+    /// mutex is only tried here, never waited for, and the engine's logging under it (which
+    /// takes the GIL) finds the GIL held by this very thread.
+    fn try_append_attached(&self, builder: BatchBuilder, if_current: bool) -> PyResult<Attached> {
+        let mut log = match self.inner.try_lock() {
+            // flush="always" may sync (a roll syncs the sealed segment): never with the GIL held.
+            Ok(log) if log.config().flush == FlushPolicy::Os => log,
+            // Held, or poisoned (the detached path raises that, typed).
+            _ => return Ok(Attached::Busy(builder)),
+        };
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if if_current && folder_replaced(&log) {
+                return Ok(Attached::Done(Err(builder)));
+            }
+            Ok(match log.try_append_builder_deferred(builder)? {
+                Ok((range, ticket)) => Attached::Done(Ok((range, ticket, log.last_log_append_time()))),
+                Err(builder) => Attached::Busy(builder),
+            })
+        }));
+        match run {
+            Ok(result) => result.map_err(|e: crate::Error| e.or_path(log.dir()).into()),
+            Err(payload) => Err(log.poison_after_panic(&*payload).into()),
+        }
     }
 }
 
@@ -471,20 +534,21 @@ impl PyLog {
         if_current: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         use pyo3::IntoPyObjectExt;
-        let appended = self.detached(py, |log| {
-            if if_current && folder_replaced(log) {
-                return Ok(None);
-            }
-            let Some(builder) = buffer.take() else { return Ok(Some(None)) };
-            let (range, ticket) = log.append_builder_deferred(builder)?;
-            Ok(Some(Some((range, ticket, log.last_log_append_time()))))
-        })?;
-        match appended {
-            None => false.into_bound_py_any(py),
-            Some(None) => Ok(py.None().into_bound(py)),
-            Some(Some(((first, last), ticket, time))) => {
+        let Some(builder) = buffer.take() else {
+            return match self.detached(py, |log| Ok(if_current && folder_replaced(log))) {
+                Ok(true) => false.into_bound_py_any(py),
+                Ok(false) => Ok(py.None().into_bound(py)),
+                Err(e) => Err(e),
+            };
+        };
+        match self.append_batch(py, builder, if_current)? {
+            Ok(((first, last), ticket, time)) => {
                 let mark = ticket.map(|ticket| DurableMark { ticket, dir: self.path.clone() });
                 (first, last, time, mark).into_bound_py_any(py)
+            }
+            Err(builder) => {
+                buffer.put_back(builder); // the caller reopens the partition and appends it there
+                false.into_bound_py_any(py)
             }
         }
     }

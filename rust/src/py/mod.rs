@@ -4,6 +4,7 @@
 mod arrow;
 mod buffer;
 mod consumer;
+mod drain;
 mod durable;
 mod errors;
 mod inspect;
@@ -38,6 +39,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<server::NativeServer>()?;
     m.add_class::<durable::DurableMark>()?;
     m.add_function(wrap_pyfunction!(durable::wait_durable, m)?)?;
+    m.add_function(wrap_pyfunction!(drain::drain_partition, m)?)?;
     m.add_function(wrap_pyfunction!(record::murmur2, m)?)?;
     m.add_function(wrap_pyfunction!(record::partitions_for_keys, m)?)?;
     m.add_function(wrap_pyfunction!(record::partition_for_key, m)?)?;

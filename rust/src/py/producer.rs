@@ -72,6 +72,17 @@ impl BatchBuffer {
     pub fn take(&self) -> Option<BatchBuilder> {
         lock(&self.inner).take().filter(|b| b.count() > 0)
     }
+
+    /// A buffer holding `builder` (a batch the native drain hands to the Python path).
+    pub(super) fn holding(builder: BatchBuilder) -> Self {
+        BatchBuffer { inner: Mutex::new(Some(builder)) }
+    }
+
+    /// Give back records taken and not appended (the log's folder was replaced: the caller
+    /// appends them to the reopened partition).
+    pub fn put_back(&self, builder: BatchBuilder) {
+        *lock(&self.inner) = Some(builder);
+    }
 }
 
 #[pymethods]
@@ -259,7 +270,7 @@ fn log_callback_failure(py: Python<'_>, func: &Py<PyAny>, e: PyErr) {
 impl BatchState {
     /// The batch is in the log from `first_offset`: resolve its futures, run their callbacks.
     #[pyo3(signature = (first_offset, log_append_time=None))]
-    fn complete(&self, py: Python<'_>, first_offset: i64, log_append_time: Option<i64>) -> PyResult<()> {
+    pub(super) fn complete(&self, py: Python<'_>, first_offset: i64, log_append_time: Option<i64>) -> PyResult<()> {
         self.resolve(py, |s| {
             s.first_offset = first_offset;
             s.log_append_time = log_append_time;
@@ -625,17 +636,11 @@ impl Accumulator {
     /// Partition `partition`'s queued full batches, oldest first, with the one being built
     /// when `current`: `[(BatchBuffer, BatchState)]`, to append in that order.
     fn take(&self, py: Python<'_>, partition: usize, current: bool) -> PyResult<Vec<(BatchBuffer, Py<BatchState>)>> {
-        self.with_batches(py, |b| {
-            let Some(slot) = b.slots.get_mut(partition) else { return Ok(Vec::new()) };
-            if current {
-                slot.seal(py, &self.topic, partition)?;
-            }
-            Ok(slot
-                .full
-                .drain(..)
-                .map(|(builder, state)| (BatchBuffer { inner: Mutex::new(Some(builder)) }, state))
-                .collect())
-        })
+        Ok(self
+            .take_batches(py, partition, current)?
+            .into_iter()
+            .map(|(b, state)| (BatchBuffer::holding(b), state))
+            .collect())
     }
 
     /// Records queued and not taken, of one partition or of all.
@@ -658,6 +663,22 @@ enum Placed {
 }
 
 impl Accumulator {
+    /// `take`, for the native drain: the batches themselves.
+    pub(super) fn take_batches(
+        &self,
+        py: Python<'_>,
+        partition: usize,
+        current: bool,
+    ) -> PyResult<Vec<(BatchBuilder, Py<BatchState>)>> {
+        self.with_batches(py, |b| {
+            let Some(slot) = b.slots.get_mut(partition) else { return Ok(Vec::new()) };
+            if current {
+                slot.seal(py, &self.topic, partition)?;
+            }
+            Ok(slot.full.drain(..).collect())
+        })
+    }
+
     /// Run `f` on the batches. A panic inside (a bug) may leave a batch half encoded, so it
     /// never crosses into Python as `PanicException`: the mutex stays poisoned, the futures of
     /// every record not yet handed to the log fail with `LogPoisonedError` (they would

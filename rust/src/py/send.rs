@@ -1,10 +1,12 @@
 //! `Producer.send` as a native method: `kafkalite.Producer` subclasses `ProducerCore`, so the
 //! common call (a known topic, bytes key and value, no explicit partition or timestamp, no
 //! serializer or custom partitioner, the producer open) runs no Python frame at all: it finds
-//! the topic's `Accumulator` and queues the record there (`Accumulator::send`). Every
-//! other call, and every answer that needs more than the future, goes to the producer's Python
-//! methods `_send_slow` and `_sent`, which hold the rules: this file only decides which path
-//! a call takes. A Python frame per record cost about as much as the rest of `send` together.
+//! the topic's `Accumulator` and queues the record there (`Accumulator::send`); a batch it
+//! fills is appended here too (`drain.rs`), and a batch it starts wakes the sender thread. Every
+//! other call, and every answer the native path does not take (a refused record, a drain that
+//! must wait or is unusual), goes to the producer's Python methods `_send_slow` and `_sent`,
+//! which hold the rules: this file only decides which path a call takes. A Python frame per
+//! record cost about as much as the rest of `send` together.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -14,8 +16,9 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
+use super::drain::{drain, monotonic};
 use super::errors::IllegalStateError;
-use super::producer::{Accumulator, FutureRecordMetadata};
+use super::producer::{Accumulator, FutureRecordMetadata, DRAIN, FIRST};
 
 /// Whether a producer still takes records: shut when it closes or its sender thread dies
 /// (then every send takes the Python path, which raises why). Owned by the sender, which
@@ -50,6 +53,8 @@ struct Setup {
     gate: Py<SendGate>,
     /// False when a serializer or a custom partitioner must see every record (Python path).
     direct: bool,
+    /// The producer's `_Sender`: its topics' partitions, for the native drain (`drain.rs`).
+    sender: Py<PyAny>,
 }
 
 /// The native base of `kafkalite.Producer`: its `send`.
@@ -70,9 +75,15 @@ impl ProducerCore {
 
     /// Give `send` the topics' accumulators (a dict the sender fills), the gate, and whether
     /// records may skip the Python path. Once per producer.
-    fn _setup_send(&self, accumulators: Py<PyDict>, gate: Py<SendGate>, direct: bool) -> PyResult<()> {
+    fn _setup_send(
+        &self,
+        accumulators: Py<PyDict>,
+        gate: Py<SendGate>,
+        direct: bool,
+        sender: Py<PyAny>,
+    ) -> PyResult<()> {
         self.setup
-            .set(Setup { accumulators, gate, direct })
+            .set(Setup { accumulators, gate, direct, sender })
             .map_err(|_| PyRuntimeError::new_err("the producer's send path is set up already"))
     }
 
@@ -102,7 +113,10 @@ impl ProducerCore {
         let (Some(value), Some(key)) = (as_bytes(value), as_bytes(key)) else { return slow() };
         match acc.get().send(py, value, key, headers, None, None) {
             Ok(sent) if sent.is_instance_of::<FutureRecordMetadata>() => Ok(sent),
-            Ok(sent) => slf.call_method1(intern!(py, "_sent"), (topic, sent)),
+            Ok(sent) => match slf.get().after_send(topic, &sent)? {
+                Some(future) => Ok(future),
+                None => slf.call_method1(intern!(py, "_sent"), (topic, sent)),
+            },
             // Refused before anything was queued (bad headers): the Python path names the problem.
             Err(e)
                 if e.is_instance_of::<PyTypeError>(py)
@@ -117,6 +131,35 @@ impl ProducerCore {
 }
 
 impl ProducerCore {
+    /// `Producer._after_send` for a queued record, natively: append the partition's full batches
+    /// now (`drain.rs`) and wake the sender for a new batch. None, having done nothing, when the
+    /// Python path must answer (a refused record, or a drain the native path does not take).
+    fn after_send<'py>(
+        &self,
+        topic: &Bound<'py, PyAny>,
+        sent: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let py = topic.py();
+        let Some(setup) = self.setup.get() else { return Ok(None) };
+        let Ok((flags, number, future)) = sent.extract::<(i64, usize, Bound<'py, FutureRecordMetadata>)>() else {
+            return Ok(None); // a refusal code: no future
+        };
+        if flags <= 0 {
+            return Ok(None);
+        }
+        let sender = setup.sender.bind(py);
+        let topics = sender.getattr(intern!(py, "topics"))?;
+        let p = topics.get_item(topic)?.getattr(intern!(py, "partitions"))?.get_item(number)?;
+        if flags & DRAIN != 0 && !drain(sender, &p, false)? {
+            return Ok(None);
+        }
+        if flags & FIRST != 0 {
+            p.setattr(intern!(py, "first_add"), monotonic(py)?)?;
+            sender.call_method1(intern!(py, "wake"), (&p,))?;
+        }
+        Ok(Some(future.into_any()))
+    }
+
     /// The topic's accumulator when this call may skip the Python path.
     fn direct_accumulator<'py>(
         &self,
