@@ -127,3 +127,21 @@ fn try_append_gives_the_batch_back_while_another_writer_holds_the_append_lock() 
     assert_eq!(first, 1);
     assert_eq!(log.end_offset(), 2);
 }
+
+#[test]
+fn try_append_gives_back_a_batch_that_would_roll_the_segment() {
+    // A roll writes and syncs checkpoints and the producer snapshot: the producer must do it
+    // with the GIL released (append_builder_deferred), so the GIL-held try declines it.
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig { segment_bytes: 200, ..LogConfig::default() };
+    let mut log = Log::open(dir.path().join("events-0"), config).unwrap();
+    let Ok(_) = log.try_append_builder_deferred(one_record_batch(&[b'x'; 120])).unwrap() else {
+        panic!("the first batch of an empty segment never rolls");
+    };
+    let Err(back) = log.try_append_builder_deferred(one_record_batch(&[b'y'; 120])).unwrap() else {
+        panic!("appended a batch that rolled the segment");
+    };
+    assert_eq!((back.count(), log.end_offset(), log.segments().len()), (1, 1, 1));
+    let ((first, _), _) = log.append_builder_deferred(back).unwrap();
+    assert_eq!((first, log.end_offset(), log.segments().len()), (1, 2, 2));
+}

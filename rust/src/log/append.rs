@@ -179,14 +179,17 @@ impl Log {
     /// meanwhile.
     pub fn append_builder_deferred(&mut self, builder: BatchBuilder) -> Result<DeferredAppend> {
         let mut held = Some(builder);
-        self.append_held_deferred(&mut held)
+        let appended = self.append_held_deferred(&mut held, true)?;
+        appended.ok_or_else(|| Error::config("cannot append an empty batch")) // (may_roll: always Some)
     }
 
-    /// `append_builder_deferred` only if no other writer holds the partition's append lock
-    /// now (no wait): `Ok(Err(builder))` gives the batch back untouched when one does. The
-    /// producer appends this way while holding the GIL, and waits for the lock (without
-    /// the GIL) only when it is taken: releasing and retaking the GIL for every batch handed
-    /// it to the other Python threads and back, which cost more than the append itself.
+    /// `append_builder_deferred` only if it can be done at once and quickly: no other writer
+    /// holds the partition's append lock now (no wait), and the batch fits the active segment
+    /// (a roll writes and syncs checkpoints and the producer snapshot). `Ok(Err(builder))`
+    /// gives the batch back untouched otherwise. The producer appends this way while holding
+    /// the GIL, and does the rest (waiting for the lock, rolling) with the GIL released:
+    /// releasing and retaking the GIL for every batch handed it to the other Python threads
+    /// and back, which cost more than the append itself.
     pub fn try_append_builder_deferred(
         &mut self,
         builder: BatchBuilder,
@@ -194,18 +197,26 @@ impl Log {
         let mut held = Some(builder);
         // A deadline already past: `WriterLock::enter` tries the lock once.
         let saved = self.lock_deadline.replace(std::time::Instant::now());
-        let result = self.append_held_deferred(&mut held);
+        let result = self.append_held_deferred(&mut held, false);
         self.lock_deadline = saved;
         match (result, held) {
-            // The batch is still here: the append never started (the lock was busy).
-            (Err(Error::LockTimeout { .. }), Some(builder)) => Ok(Err(builder)),
-            (result, _) => result.map(Ok),
+            // The batch is still here: the append never started (the lock was busy, or it
+            // would have rolled).
+            (Err(Error::LockTimeout { .. }) | Ok(None), Some(builder)) => Ok(Err(builder)),
+            (Ok(Some(appended)), _) => Ok(Ok(appended)),
+            (Ok(None), None) => Err(Error::config("cannot append an empty batch")),
+            (Err(e), _) => Err(e),
         }
     }
 
     /// The append of `append_builder_deferred`; takes the batch out of `held` only once the
-    /// append lock is held.
-    fn append_held_deferred(&mut self, held: &mut Option<BatchBuilder>) -> Result<DeferredAppend> {
+    /// append lock is held, and, unless `may_roll`, only if it fits the active segment
+    /// (`Ok(None)` and the batch left in `held` when it does not).
+    fn append_held_deferred(
+        &mut self,
+        held: &mut Option<BatchBuilder>,
+        may_roll: bool,
+    ) -> Result<Option<DeferredAppend>> {
         self.check_writable()?;
         let count = held.as_ref().map_or(0, |b| b.count() as u64);
         if count == 0 {
@@ -215,12 +226,19 @@ impl Log {
         let range = self.as_writer(|log| {
             let builder = held.take().ok_or_else(|| Error::config("cannot append an empty batch"))?;
             let first = log.end_offset();
+            if !may_roll {
+                let newest = log.log_append_time().unwrap_or(builder.max_timestamp());
+                if log.roll_due(builder.size_upper_bound(), first + count as i64 - 1, newest) {
+                    *held = Some(builder);
+                    return Ok(None);
+                }
+            }
             log.append_built(builder)?;
             log.after_append(count)?;
             ticket = log.pending_durable.take();
-            Ok((first, log.end_offset() - 1))
+            Ok(Some((first, log.end_offset() - 1)))
         })?;
-        Ok((range, ticket))
+        Ok(range.map(|range| (range, ticket)))
     }
 
     /// The LogAppendTime stamp given to the last batch this log built, if the topic uses it.
@@ -354,15 +372,21 @@ impl Log {
 
     /// Kafka's `maybeRoll`: size, time, full index or relative-offset overflow.
     fn maybe_roll(&mut self, size: usize, header: &BatchHeader) -> Result<()> {
+        if self.roll_due(size, header.last_offset(), header.max_timestamp) {
+            self.roll_locked()?;
+        }
+        Ok(())
+    }
+
+    /// Whether a batch of `size` bytes ending at `last_offset`, newest timestamp
+    /// `max_timestamp`, starts a new segment (`maybe_roll`'s rule).
+    fn roll_due(&self, size: usize, last_offset: i64, max_timestamp: i64) -> bool {
         let active = self.segments.last().unwrap();
         let by_time = self
             .config
             .segment_ms
-            .is_some_and(|ms| active.size() > 0 && active.time_waited_for_roll(now_ms(), header.max_timestamp) > ms);
-        if by_time || active.is_full_for(size, header.last_offset()) {
-            self.roll_locked()?;
-        }
-        Ok(())
+            .is_some_and(|ms| active.size() > 0 && active.time_waited_for_roll(now_ms(), max_timestamp) > ms);
+        by_time || active.is_full_for(size, last_offset)
     }
 
     /// Seal the active segment and start a new one at the log end offset.

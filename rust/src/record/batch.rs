@@ -153,6 +153,21 @@ impl BatchBuilder {
         self.buf.len()
     }
 
+    /// The newest record timestamp so far (-1 before the first record).
+    pub fn max_timestamp(&self) -> i64 {
+        self.max_timestamp
+    }
+
+    /// At least the size `finish` will give: the encoded size, plus for a compressed batch
+    /// the most a codec adds to incompressible bytes (snappy's bound, the largest of the
+    /// four: a sixth of the input plus 32 bytes; zstd, lz4 and gzip add under 1%).
+    pub fn size_upper_bound(&self) -> usize {
+        match self.compression {
+            Compression::None => self.size(),
+            _ => self.size() + self.size() / 6 + 64,
+        }
+    }
+
     pub fn push(&mut self, r: &RecordInput<'_>) {
         self.push_encoded(r);
     }
