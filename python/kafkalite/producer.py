@@ -14,6 +14,7 @@ bounded wait, as kafka-python delivers queued records at exit."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -561,12 +562,25 @@ class _Sender:
             return
         p.inflight = sum(len(buffer) for buffer, _ in taken)
         _in_callbacks.depth = getattr(_in_callbacks, "depth", 0) + 1
+        # A KeyboardInterrupt or SystemExit (a callback's, or a signal's) is raised once every
+        # taken batch was appended and resolved: the batches are out of the accumulator, and
+        # stopping at the first would lose the others' records and never resolve their futures.
+        interrupted: BaseException | None = None
         try:
             for buffer, batch in taken:
-                self.append_one(p, buffer, batch)
+                try:
+                    self.append_one(p, buffer, batch)
+                except BaseException as e:  # raised below, after the other batches
+                    interrupted = interrupted or e
+                    if not batch.done:  # interrupted before the append finished: say so
+                        why = f"appending this record's batch was interrupted ({e!r}); it may or may not be in the log"
+                        with contextlib.suppress(BaseException):  # an errback's interrupt: the first is raised
+                            batch.fail(IllegalStateError(why))
         finally:
             p.inflight = 0
             _in_callbacks.depth -= 1
+        if interrupted is not None:
+            raise interrupted
 
     def append_one(self, p: _Partition, buffer: BatchBuffer, batch: BatchState) -> None:
         """Append one taken batch and resolve (acks='all': hand over) its futures; the caller

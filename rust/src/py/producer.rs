@@ -196,15 +196,19 @@ impl BatchState {
         }
         self.resolved.notify_all();
         // Popped one at a time without the lock held: a callback may call get() or add_callback.
+        // A KeyboardInterrupt or SystemExit (not the callback's own failure) is raised once the
+        // batch's other callbacks ran: stopping here would drop them, as they are popped only here.
+        let mut interrupted = None;
         while let Some(cb) = self.next_callback() {
             if let Err(e) = self.fire(py, &cb) {
                 if !e.is_instance_of::<PyException>(py) {
-                    return Err(e); // KeyboardInterrupt, SystemExit: not the callback's own failure
+                    interrupted.get_or_insert(e);
+                    continue;
                 }
                 log_callback_failure(py, &cb.func, e);
             }
         }
-        Ok(())
+        interrupted.map_or(Ok(()), Err)
     }
 
     fn next_callback(&self) -> Option<Callback> {

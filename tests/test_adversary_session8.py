@@ -1,0 +1,71 @@
+"""Adversary findings against session 8's producer changes (the native drain of filled batches in
+``send()`` and the sender thread, the append that keeps the GIL, one stat per large append,
+CRC-32C through crc-fast). Each test injects the fault it is about: a callback that raises
+KeyboardInterrupt or SystemExit in the middle of a drain, and so on."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from kafkalite import Admin, Log, Producer
+from kafkalite import producer as producer_module
+
+PAD = b"x" * 100
+#: Two of these records fill a batch.
+SMALL_BATCH = 300
+
+
+def _values(data_dir: str) -> list[bytes]:
+    with Log(os.path.join(data_dir, "t-0"), readonly=True) as log:
+        return [r.value.rstrip(b"x") for r in log.records()]
+
+
+@pytest.mark.parametrize("path", ["native", "python"])
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_a_callback_interrupting_a_drain_leaves_no_taken_batch_unwritten(tmp_path, monkeypatch, path, interrupt):
+    """A drain takes every queued batch of a partition out of the accumulator, then appends
+    them one by one, running each batch's callbacks. A callback that raised KeyboardInterrupt
+    or SystemExit (or was hit by Ctrl-C) ended the drain there: the batches after it were out of
+    the accumulator and never appended, their futures never resolved, pending() said 0 and
+    close() returned as if all were written (19 of 20 records lost, native and Python drains
+    alike); the callbacks of the same batch after the raising one never ran either. Now the
+    drain appends and resolves every batch it took, runs every callback, then raises the first
+    interrupt."""
+    data_dir = str(tmp_path / "data")
+    Admin(data_dir).create_topic("t")
+    if path == "python":  # the sender's drain takes the Python path (as when the lock is busy)
+        monkeypatch.setattr(producer_module, "drain_partition", lambda *args: False)
+    later: list = []
+    with Producer(data_dir, batch_size=SMALL_BATCH, linger_ms=60_000) as p:
+        real_wake = producer_module._Sender.wake
+        # The sender thread is not told: the batches the callback queues stay queued, several.
+        monkeypatch.setattr(producer_module._Sender, "wake", lambda self, part, due=False: None)
+
+        def queue_more(metadata):
+            # Inside a callback send() queues (its drain would wait for the one running it).
+            later.extend(p.send("t", b"later-%d" % i + PAD, key=b"k") for i in range(20))
+
+        p.send("t", b"seed" + PAD, key=b"k").add_callback(queue_more)
+        p.flush()
+        assert len(later) == 20 and not any(f.is_done for f in later)
+        monkeypatch.setattr(producer_module._Sender, "wake", real_wake)
+        ran = []
+
+        def interrupting(metadata):
+            raise interrupt("from a callback")
+
+        later[0].add_callback(interrupting)
+        later[0].add_callback(lambda md: ran.append(md.offset))  # the same batch, after it
+        later[1].add_callback(lambda md: ran.append(md.offset))
+        later[5].add_callback(lambda md: ran.append(md.offset))  # a later batch
+        with pytest.raises(interrupt):
+            p.flush()
+        unresolved = [i for i, f in enumerate(later) if not f.is_done]
+        assert unresolved == [], f"futures never resolved: {unresolved}"
+        assert all(f.succeeded() for f in later)
+        assert ran == [later[i].get().offset for i in (0, 1, 5)]
+        assert p._sender.pending() == 0
+    values = _values(data_dir)
+    assert values == [b"seed"] + [b"later-%d" % i for i in range(20)]
+    assert [f.get().offset for f in later] == list(range(1, 21))
