@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from kafkalite import Admin, Log, Producer
+from kafkalite import Admin, Log, LogPoisonedError, Producer
 from kafkalite import producer as producer_module
 
 PAD = b"x" * 100
@@ -69,3 +69,26 @@ def test_a_callback_interrupting_a_drain_leaves_no_taken_batch_unwritten(tmp_pat
     values = _values(data_dir)
     assert values == [b"seed"] + [b"later-%d" % i for i in range(20)]
     assert [f.get().offset for f in later] == list(range(1, 21))
+
+
+@pytest.mark.parametrize("truncated_to", [0, 4096])
+def test_a_large_append_after_another_process_truncated_the_segment_does_not_lengthen_it(tmp_path, truncated_to):
+    """Batches of 32 KiB and more are written with pwrite, which raises no SIGBUS past the end of
+    a shrunk file: it lengthens the file again, after a hole. Session 8 dropped the stat before
+    such a write when the append reserves no blocks (one stat per append instead of two), so a
+    segment another process truncated grew back to 107,137 bytes (a hole, then a batch nobody
+    acknowledged) before the writer noticed. Now the writer stats before every pwrite: a typed
+    error, the file left as the other process left it, and the writer poisoned."""
+    path = str(tmp_path / "t-0")
+    writer = Log(path, segment_bytes=64 << 20)
+    writer.append_values([b"x" * 1000] * 40)
+    writer.append_values([b"x" * 1000] * 33)  # 256 KiB reserved: the next batch reserves nothing
+    (segment,) = [os.path.join(path, f) for f in os.listdir(path) if f.endswith(".log")]
+    os.truncate(segment, truncated_to)
+    with pytest.raises(LogPoisonedError, match="truncated by another process"):
+        writer.append_values([b"y" * 1000] * 33)
+    assert os.path.getsize(segment) == truncated_to, "the append lengthened the truncated segment again"
+    with pytest.raises(LogPoisonedError):
+        writer.append_values([b"later"] * 100)
+    assert os.path.getsize(segment) == truncated_to
+    writer.close()
