@@ -6,6 +6,7 @@ KeyboardInterrupt or SystemExit in the middle of a drain, and so on."""
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 from kafkalite import Admin, Log, LogPoisonedError, Producer
@@ -92,3 +93,29 @@ def test_a_large_append_after_another_process_truncated_the_segment_does_not_len
         writer.append_values([b"later"] * 100)
     assert os.path.getsize(segment) == truncated_to
     writer.close()
+
+
+def test_a_callback_raising_systemexit_in_the_acknowledging_thread_does_not_stop_acks_all(tmp_path, caplog):
+    """Under acks='all' the callbacks run in the acknowledging thread, which caught only
+    Exception from resolving a batch: a callback's SystemExit ended the thread with the other
+    batches of its round unresolved and their records still counted, so every later flush()
+    timed out (without a timeout: waited forever) and close() raised. Now the thread logs it and
+    goes on."""
+    Admin(tmp_path).create_topic("t")
+    raised = []
+
+    def exits_once(metadata):
+        if not raised and threading.current_thread().name == "kafkalite-producer-acks":
+            raised.append(metadata.offset)
+            raise SystemExit("from a callback")
+
+    p = Producer(tmp_path, acks="all", batch_size=SMALL_BATCH, linger_ms=0)
+    futures = [p.send("t", b"v%d" % i + PAD, key=b"k").add_callback(exits_once) for i in range(50)]
+    p.flush(timeout=10)
+    assert raised, "no callback ran in the acknowledging thread"
+    assert all(f.is_done and f.succeeded() for f in futures)
+    later = [p.send("t", b"later%d" % i, key=b"k") for i in range(5)]
+    p.flush(timeout=10)
+    assert all(f.succeeded() for f in later)
+    p.close(timeout=10)
+    assert "SystemExit: from a callback" in caplog.text
