@@ -5,11 +5,13 @@ KeyboardInterrupt or SystemExit in the middle of a drain, and so on."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+import time
 
 import pytest
-from kafkalite import Admin, Log, LogPoisonedError, Producer
+from kafkalite import Admin, KafkaliteError, Log, LogPoisonedError, Producer
 from kafkalite import producer as producer_module
 
 PAD = b"x" * 100
@@ -119,3 +121,55 @@ def test_a_callback_raising_systemexit_in_the_acknowledging_thread_does_not_stop
     assert all(f.succeeded() for f in later)
     p.close(timeout=10)
     assert "SystemExit: from a callback" in caplog.text
+
+
+@pytest.mark.parametrize("before, after, partitioner", [(4, 1, None), (2, 4, lambda key, all, available: all[-1])])
+def test_a_send_while_a_re_created_topic_changes_size_gets_a_typed_answer(
+    tmp_path, monkeypatch, before, after, partitioner
+):
+    """The thread that finds a topic re-created with another partition count re-reads it
+    (``_Topic.configure``): it replaced the topic's partition list and partition numbers first
+    and resized the accumulator after. A send() whose thread ran in between raised a bare
+    IndexError: shrunk, the accumulator routed its record to a partition no longer in the list
+    (3 of 200 sends here); grown, a custom partitioner picked a new partition the accumulator
+    did not have yet (every send in the window). Now neither names a partition the other lacks."""
+    Admin(tmp_path).create_topic("t", before)
+    p = Producer(tmp_path, batch_size=SMALL_BATCH, linger_ms=60_000, partitioner=partitioner)
+    keys = [b"k%d" % i for i in range(8)]
+    for key in keys:
+        p.send("t", PAD, key=key)
+    p.flush()  # every partition's log is open
+    for key in keys:
+        p.send("t", PAD, key=key)
+    Admin(tmp_path).delete_topic("t")
+    Admin(tmp_path).create_topic("t", after)
+    real = producer_module.StickyPartitioner
+    rereading = threading.Event()
+
+    def preempted(*args):
+        rereading.set()
+        time.sleep(0.3)  # the GIL goes to the sending thread in the middle of configure()
+        return real(*args)
+
+    monkeypatch.setattr(producer_module, "StickyPartitioner", preempted)
+
+    def flush() -> None:
+        with contextlib.suppress(KafkaliteError):  # the deleted partitions' records fail
+            p.flush()
+
+    flusher = threading.Thread(target=flush)
+    flusher.start()  # its append to partition 0 finds the new folder and re-reads the topic
+    assert rereading.wait(10)
+    futures, untyped = [], []
+    for i in range(200):
+        try:
+            futures.append(p.send("t", PAD, key=keys[i % 8]))
+        except KafkaliteError:
+            pass
+        except Exception as e:
+            untyped.append(e)
+    flusher.join()
+    assert untyped == []
+    p.flush(timeout=10)
+    assert all(f.is_done for f in futures)
+    p.close(timeout=10)

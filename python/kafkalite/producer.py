@@ -183,13 +183,25 @@ class _Topic:
             self.limit_name = f"the producer's max_request_size ({max_request_size})"
             self.limit_is_topics = False
         count = int(meta["partitions"])
-        if count != len(self.partitions):  # re-created with another partition count
+        resized = count != len(self.partitions)  # re-created with another partition count
+        if resized:
             kept = self.partitions[:count]
-            self.partitions = kept + [_Partition(self.name, p, self.acc) for p in range(len(kept), count)]
-            self.all = list(range(count))
+            partitions = kept + [_Partition(self.name, p, self.acc) for p in range(len(kept), count)]
+            # Other threads send meanwhile (the GIL may switch between these lines): send() looks
+            # up the partition the accumulator chose in `partitions`, a custom partitioner picks
+            # from `all`. So `partitions` grows before the accumulator and shrinks after it, and
+            # `all` the other way round: neither names a partition the other lacks.
+            if count > len(self.partitions):
+                self.partitions = partitions
+            else:
+                self.all = list(range(count))
             # Keyless records: Kafka's sticky partitioner (a new partition per batch_size bytes).
             self.sticky = StickyPartitioner(count, self.batch_size, random.getrandbits(64))
-        for batch in self.acc.configure(count, self.sticky, self.codec, self.compacted, self.max_bytes):
+        failed = self.acc.configure(count, self.sticky, self.codec, self.compacted, self.max_bytes)
+        if resized:
+            self.partitions = partitions
+            self.all = list(range(count))
+        for batch in failed:
             batch.fail(
                 UnknownTopicOrPartitionError(
                     f"topic {self.name!r} has no partition {batch.partition} any more (it was deleted and "
