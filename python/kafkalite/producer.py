@@ -586,7 +586,8 @@ class _Sender:
                     interrupted = interrupted or e
                     if not batch.done:  # interrupted before the append finished: say so
                         why = f"appending this record's batch was interrupted ({e!r}); it may or may not be in the log"
-                        with contextlib.suppress(BaseException):  # an errback's interrupt: the first is raised
+                        # An errback's own interrupt is dropped: the first one is raised below.
+                        with contextlib.suppress(BaseException):
                             batch.fail(IllegalStateError(why))
         finally:
             p.inflight = 0
