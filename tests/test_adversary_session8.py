@@ -13,7 +13,16 @@ import threading
 import time
 
 import pytest
-from kafkalite import Admin, CorruptRecordError, KafkaliteError, Log, LogPoisonedError, Producer, _native
+from kafkalite import (
+    Admin,
+    CorruptRecordError,
+    IllegalStateError,
+    KafkaliteError,
+    Log,
+    LogPoisonedError,
+    Producer,
+    _native,
+)
 from kafkalite import producer as producer_module
 
 PAD = b"x" * 100
@@ -224,3 +233,46 @@ def test_a_flipped_byte_in_a_batch_is_detected_by_the_new_crc(tmp_path):
         with pytest.raises(CorruptRecordError), Log(str(decoy), readonly=True) as log:  # at open, or reading
             list(log.records())
         shutil.rmtree(decoy.parent)
+
+
+@pytest.mark.parametrize("path", ["native", "python"])
+def test_an_append_interrupted_by_ctrl_c_fails_its_batch_and_the_drain_goes_on(tmp_path, monkeypatch, path):
+    """A KeyboardInterrupt can land in the Python part of an append (``_Sender.append``: the
+    Python drain's, or the native drain's for a partition whose folder was replaced). That
+    batch's futures fail typed (it may or may not be in the log: Kafka's answer to a request
+    cut short), the drain appends the batches after it, and the interrupt is raised after."""
+    data_dir = str(tmp_path / "data")
+    Admin(data_dir).create_topic("t")
+    with Producer(data_dir, batch_size=SMALL_BATCH, linger_ms=60_000) as p:
+        p.send("t", b"seed" + PAD, key=b"k")
+        p.flush()  # the log is open
+        monkeypatch.setattr(producer_module._Sender, "wake", lambda self, part, due=False: None)
+        producer_module._in_callbacks.depth = 1  # as in a callback: send() only queues
+        try:
+            futures = [p.send("t", b"v%d" % i + PAD, key=b"k") for i in range(10)]
+        finally:
+            producer_module._in_callbacks.depth = 0
+        if path == "native":  # the native drain hands the batches of a new folder to append_one
+            Admin(data_dir).delete_topic("t")
+            Admin(data_dir).create_topic("t")
+        else:
+            monkeypatch.setattr(producer_module, "drain_partition", lambda *args: False)
+        real_append = producer_module._Sender.append
+        calls = []
+
+        def interrupted_once(self, part, buffer):
+            calls.append(1)
+            if len(calls) == 1:
+                raise KeyboardInterrupt
+            return real_append(self, part, buffer)
+
+        monkeypatch.setattr(producer_module._Sender, "append", interrupted_once)
+        with pytest.raises(KeyboardInterrupt):
+            p.flush()
+        assert all(f.is_done for f in futures), "a future of the interrupted drain never resolved"
+        assert isinstance(futures[0].exception, IllegalStateError)
+        assert "interrupted" in str(futures[0].exception)
+        written = [f for f in futures if f.succeeded()]
+        assert len(written) >= 8 and p._sender.pending() == 0
+    values = _values(data_dir)
+    assert values[-len(written) :] == [b"v%d" % i for i in range(10)][-len(written) :]

@@ -584,11 +584,6 @@ class _Sender:
                     self.append_one(p, buffer, batch)
                 except BaseException as e:  # raised below, after the other batches
                     interrupted = interrupted or e
-                    if not batch.done:  # interrupted before the append finished: say so
-                        why = f"appending this record's batch was interrupted ({e!r}); it may or may not be in the log"
-                        # An errback's own interrupt is dropped: the first one is raised below.
-                        with contextlib.suppress(BaseException):
-                            batch.fail(IllegalStateError(why))
         finally:
             p.inflight = 0
             _in_callbacks.depth -= 1
@@ -607,6 +602,12 @@ class _Sender:
             p.inflight -= count
             self.append_failed(p, count, batch, e)
             return
+        except BaseException as e:  # Ctrl-C in the middle: the futures still learn of it
+            p.inflight -= count
+            why = f"appending this record's batch was interrupted ({e!r}); it may or may not be in the log"
+            with contextlib.suppress(BaseException):  # an errback's own interrupt: this one is raised
+                batch.fail(IllegalStateError(why))
+            raise
         p.inflight -= count
         if result is None:
             batch.complete(-1, None)
