@@ -278,7 +278,6 @@ def test_an_append_interrupted_by_ctrl_c_fails_its_batch_and_the_drain_goes_on(t
     assert values[-len(written) :] == [b"v%d" % i for i in range(10)][-len(written) :]
 
 
-
 def test_a_callback_added_to_a_written_record_that_raises_is_logged_not_raised(tmp_path, caplog):
     """A callback's failure is logged and the record's result stands (kafka-python's rule, which
     the drain follows). A callback added to a future already resolved runs at once in
