@@ -17,6 +17,7 @@ from kafkalite import (
     Admin,
     CorruptRecordError,
     IllegalStateError,
+    InvalidTypeError,
     KafkaliteError,
     Log,
     LogPoisonedError,
@@ -305,6 +306,17 @@ def test_a_callback_added_to_a_written_record_that_raises_is_logged_not_raised(t
         assert failed.failed()
         assert failed.add_errback(broken) is failed
     assert caplog.text.count("a bug in the callback") == 2
+
+
+def test_append_values_refusing_none_says_what_to_do_instead(tmp_path):
+    """append_values takes bytes only; for a None it said "must be bytes (or None), not NoneType",
+    which contradicts itself. Now it names the call that appends a null value."""
+    with Log(str(tmp_path / "t-0")) as log:
+        with pytest.raises(
+            InvalidTypeError, match=r"values\[1\] is None: .*append\(\[Record\(key, None\)\]\)"
+        ):
+            log.append_values([b"a", None])
+        assert log.end_offset == 0  # nothing written
 
 
 @pytest.mark.xfail(
