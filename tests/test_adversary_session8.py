@@ -9,10 +9,13 @@ import contextlib
 import os
 import random
 import shutil
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
+from helpers import child_env
 from kafkalite import (
     Admin,
     CorruptRecordError,
@@ -343,3 +346,54 @@ def test_a_small_append_after_a_truncation_inside_its_page_is_not_acknowledged(t
         return  # refused: nothing acknowledged
     with Log(path, readonly=True) as log:
         assert [r.value for r in log.records()][-1] == b"y" * 200, "acknowledged, and not in the log"
+
+
+SHARED_SENDER = r"""
+import os, sys
+from kafkalite import Producer
+data_dir, writer, linger_ms = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out = os.fdopen(1, "w", buffering=1)  # one line per acknowledged record, before the next append
+def acknowledged(tag, metadata):
+    out.write(f"{tag} {metadata.partition} {metadata.offset}\n")
+p = Producer(data_dir, batch_size=1000, linger_ms=linger_ms)
+for i in range(8000):
+    tag = f"{writer}.{i}"
+    p.send("t", tag.encode() + b"-" + b"x" * 40, key=b"k%d" % (i % 3)).add_callback(acknowledged, tag)
+p.close()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "failpoint", ["index.append=kill@20", "segment.reserve=kill@3", "roll.after_seal=kill@2"]
+)
+def test_three_processes_sharing_partitions_one_killed_mid_native_drain_lose_no_acknowledged_record(
+    tmp_path, failpoint
+):
+    """Three processes send to the same two partitions through the native drain (send() appends
+    the batches it fills, small segments so rolls happen), each at another linger; one is killed
+    (SIGKILL from a fail point) at a step of an append. After recovery every record a callback
+    acknowledged, in any process, is at the offset it was given. Held (also for
+    segment.create.log, roll.after_create, segment.seal.trim and producer.accumulate)."""
+    data_dir = str(tmp_path / "data")
+    Admin(data_dir).create_topic("t", 2, config={"segment.bytes": "200000"})
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", SHARED_SENDER, data_dir, str(writer), linger],
+            env=child_env({**os.environ, "KAFKALITE_FAILPOINTS": failpoint} if writer == 0 else None),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for writer, linger in enumerate(["0", "2", "60000"])
+    ]
+    outputs = [proc.communicate(timeout=240) for proc in procs]
+    assert [proc.returncode for proc in procs] == [-9, 0, 0], [err[-2000:] for _, err in outputs]
+    acked = [line.split() for out, _ in outputs for line in out.splitlines()]
+    assert len(acked) > 16000
+    logs = {}
+    for partition in (0, 1):
+        with Log(os.path.join(data_dir, f"t-{partition}")) as log:  # a writer: recovery runs
+            logs[partition] = {r.offset: r.value.split(b"-")[0].decode() for r in log.records()}
+    lost = [(tag, p, o) for tag, p, o in acked if logs[int(p)].get(int(o)) != tag]
+    assert lost == [], f"{len(lost)} acknowledged records are not where they were acknowledged"
