@@ -363,7 +363,6 @@ p.close()
 """
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "failpoint", ["index.append=kill@20", "segment.reserve=kill@3", "roll.after_seal=kill@2"]
 )
