@@ -69,10 +69,9 @@ os.truncate(segments()[-1], 0)
 append_large_after_truncation(writer, [[b"y" * 1000] * 100] * 5)
 """,
     "active segment being written in large batches, none reserving blocks": """
-# The pwrite path stats the file before an append only when the append reserves blocks (which
-# would lengthen a truncated file again); here the batch after the truncation fits the blocks
-# reserved already (256 KiB after the second batch), so only the length seen after its write
-# can tell.
+# The batch after the truncation fits the blocks reserved already (256 KiB after the second
+# batch): it reserves nothing, and the stat before its pwrite must still see the shrunk file
+# (test_adversary_session8 checks that the file is not lengthened again).
 writer = Log(path, segment_bytes=64 << 20)
 writer.append_values([b"x" * 1000] * 40)
 writer.append_values([b"x" * 1000] * 33)

@@ -90,7 +90,9 @@ class DurableAcks:
                     )
                 try:
                     self._resolve(batch, error)
-                except Exception:  # a resolve that raised must not stop the acknowledgements
+                except BaseException:  # a resolve that raised must not stop the acknowledgements
+                    # (nor a callback's SystemExit or KeyboardInterrupt end this thread: the
+                    # batches after it would never resolve, and every flush() would wait forever)
                     logger.exception("resolving a batch of %s failed", where)
             with self._cond:
                 self._records -= sum(records for _, _, records, _ in work)

@@ -401,6 +401,11 @@ def _values_error(values: object) -> InvalidTypeError:
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         return InvalidTypeError(f"values must be a list of bytes, not {type(values).__name__}")
     for i, v in enumerate(values):  # type: ignore[arg-type]
+        if v is None:  # bytes_expected's "(or None)" is not true here
+            return InvalidTypeError(
+                f"values[{i}] is None: append_values takes bytes only; append a null value (a tombstone) "
+                "with append([Record(key, None)])"
+            )
         if not isinstance(v, bytes):
             return bytes_expected(f"values[{i}]", v)
     return InvalidTypeError("values must be a list of bytes")

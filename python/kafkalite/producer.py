@@ -14,6 +14,7 @@ bounded wait, as kafka-python delivers queued records at exit."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -182,13 +183,25 @@ class _Topic:
             self.limit_name = f"the producer's max_request_size ({max_request_size})"
             self.limit_is_topics = False
         count = int(meta["partitions"])
-        if count != len(self.partitions):  # re-created with another partition count
+        resized = count != len(self.partitions)  # re-created with another partition count
+        if resized:
             kept = self.partitions[:count]
-            self.partitions = kept + [_Partition(self.name, p, self.acc) for p in range(len(kept), count)]
-            self.all = list(range(count))
+            partitions = kept + [_Partition(self.name, p, self.acc) for p in range(len(kept), count)]
+            # Other threads send meanwhile (the GIL may switch between these lines): send() looks
+            # up the partition the accumulator chose in `partitions`, a custom partitioner picks
+            # from `all`. So `partitions` grows before the accumulator and shrinks after it, and
+            # `all` the other way round: neither names a partition the other lacks.
+            if count > len(self.partitions):
+                self.partitions = partitions
+            else:
+                self.all = list(range(count))
             # Keyless records: Kafka's sticky partitioner (a new partition per batch_size bytes).
             self.sticky = StickyPartitioner(count, self.batch_size, random.getrandbits(64))
-        for batch in self.acc.configure(count, self.sticky, self.codec, self.compacted, self.max_bytes):
+        failed = self.acc.configure(count, self.sticky, self.codec, self.compacted, self.max_bytes)
+        if resized:
+            self.partitions = partitions
+            self.all = list(range(count))
+        for batch in failed:
             batch.fail(
                 UnknownTopicOrPartitionError(
                     f"topic {self.name!r} has no partition {batch.partition} any more (it was deleted and "
@@ -561,12 +574,21 @@ class _Sender:
             return
         p.inflight = sum(len(buffer) for buffer, _ in taken)
         _in_callbacks.depth = getattr(_in_callbacks, "depth", 0) + 1
+        # A KeyboardInterrupt or SystemExit (a callback's, or a signal's) is raised once every
+        # taken batch was appended and resolved: the batches are out of the accumulator, and
+        # stopping at the first would lose the others' records and never resolve their futures.
+        interrupted: BaseException | None = None
         try:
             for buffer, batch in taken:
-                self.append_one(p, buffer, batch)
+                try:
+                    self.append_one(p, buffer, batch)
+                except BaseException as e:  # raised below, after the other batches
+                    interrupted = interrupted or e
         finally:
             p.inflight = 0
             _in_callbacks.depth -= 1
+        if interrupted is not None:
+            raise interrupted
 
     def append_one(self, p: _Partition, buffer: BatchBuffer, batch: BatchState) -> None:
         """Append one taken batch and resolve (acks='all': hand over) its futures; the caller
@@ -580,6 +602,12 @@ class _Sender:
             p.inflight -= count
             self.append_failed(p, count, batch, e)
             return
+        except BaseException as e:  # Ctrl-C in the middle: the futures still learn of it
+            p.inflight -= count
+            why = f"appending this record's batch was interrupted ({e!r}); it may or may not be in the log"
+            with contextlib.suppress(BaseException):  # an errback's own interrupt: this one is raised
+                batch.fail(IllegalStateError(why))
+            raise
         p.inflight -= count
         if result is None:
             batch.complete(-1, None)

@@ -84,35 +84,44 @@ fn drain_locked(
     p.setattr(intern!(py, "last_used"), monotonic(py)?)?;
     let depth = callback_depth(py)?;
     set_callback_depth(py, depth + 1)?;
-    let result = (|| {
-        let mut taken = taken.into_iter();
-        while let Some((builder, state)) = taken.next() {
-            let count = builder.count();
-            match log.get().append_batch(py, builder, true) {
-                Ok(Ok(((first, _), ticket, log_append_time))) => {
-                    queued -= count;
-                    p.setattr(inflight, queued)?;
-                    // No ticket: acks='all' (flush="always") never comes here.
-                    debug_assert!(ticket.is_none());
-                    state.get().complete(py, first, log_append_time)?;
-                }
-                Ok(Err(builder)) => {
-                    // The folder was replaced: the Python path reopens the partition (or fails the
-                    // batches typed) for this batch and every later one, in order.
-                    let batches = std::iter::once((builder, state)).chain(taken.by_ref());
-                    for (builder, state) in batches {
-                        sender.call_method1(intern!(py, "append_one"), (p, BatchBuffer::holding(builder), state))?;
-                    }
-                }
-                Err(e) => {
-                    queued -= count;
-                    p.setattr(inflight, queued)?;
-                    sender.call_method1(intern!(py, "append_failed"), (p, count, state, e.into_value(py)))?;
+    // Every taken batch is appended and resolved even when a callback raises KeyboardInterrupt
+    // or SystemExit (raised below, once they all were): the batches left over are out of the
+    // accumulator, so stopping at the first would lose their records and never resolve them.
+    let mut interrupted: Option<PyErr> = None;
+    let mut first_error = |r: PyResult<()>| {
+        if let Err(e) = r {
+            interrupted.get_or_insert(e);
+        }
+    };
+    let mut taken = taken.into_iter();
+    while let Some((builder, state)) = taken.next() {
+        let count = builder.count();
+        match log.get().append_batch(py, builder, true) {
+            Ok(Ok(((first, _), ticket, log_append_time))) => {
+                queued -= count;
+                first_error(p.setattr(inflight, queued));
+                // No ticket: acks='all' (flush="always") never comes here.
+                debug_assert!(ticket.is_none());
+                first_error(state.get().complete(py, first, log_append_time));
+            }
+            Ok(Err(builder)) => {
+                // The folder was replaced: the Python path reopens the partition (or fails the
+                // batches typed) for this batch and every later one, in order.
+                let batches = std::iter::once((builder, state)).chain(taken.by_ref());
+                for (builder, state) in batches {
+                    let buffer = BatchBuffer::holding(builder);
+                    first_error(sender.call_method1(intern!(py, "append_one"), (p, buffer, state)).map(drop));
                 }
             }
+            Err(e) => {
+                queued -= count;
+                first_error(p.setattr(inflight, queued));
+                let failed = sender.call_method1(intern!(py, "append_failed"), (p, count, state, e.into_value(py)));
+                first_error(failed.map(drop));
+            }
         }
-        Ok(())
-    })();
+    }
+    let result = interrupted.map_or(Ok(()), Err);
     let restored = p.setattr(inflight, 0).and_then(|()| set_callback_depth(py, callback_depth(py)? - 1));
     result.and(restored).map(|()| true)
 }

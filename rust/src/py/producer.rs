@@ -196,15 +196,28 @@ impl BatchState {
         }
         self.resolved.notify_all();
         // Popped one at a time without the lock held: a callback may call get() or add_callback.
+        // A KeyboardInterrupt or SystemExit (not the callback's own failure) is raised once the
+        // batch's other callbacks ran: stopping here would drop them, as they are popped only here.
+        let mut interrupted = None;
         while let Some(cb) = self.next_callback() {
-            if let Err(e) = self.fire(py, &cb) {
-                if !e.is_instance_of::<PyException>(py) {
-                    return Err(e); // KeyboardInterrupt, SystemExit: not the callback's own failure
-                }
-                log_callback_failure(py, &cb.func, e);
+            if let Err(e) = self.run(py, &cb) {
+                interrupted.get_or_insert(e);
             }
         }
-        Ok(())
+        interrupted.map_or(Ok(()), Err)
+    }
+
+    /// Run a callback of a resolved batch: a failure of its own (an `Exception`) is logged, as
+    /// kafka-python does, and the record's result stands; a KeyboardInterrupt or SystemExit is
+    /// returned.
+    fn run(&self, py: Python<'_>, cb: &Callback) -> PyResult<()> {
+        match self.fire(py, cb) {
+            Err(e) if e.is_instance_of::<PyException>(py) => {
+                log_callback_failure(py, &cb.func, e);
+                Ok(())
+            }
+            result => result,
+        }
     }
 
     fn next_callback(&self) -> Option<Callback> {
@@ -334,7 +347,10 @@ impl FutureRecordMetadata {
             }
             cb
         };
-        b.fire(py, &cb)?; // resolved already: now, in the caller's thread
+        // Resolved already: now, in the caller's thread. Its failure is logged as when the
+        // drain runs it (kafka-python's Future.add_callback does the same): whether send()
+        // appended the batch before this call is timing, and must not decide whether it raises.
+        b.run(py, &cb)?;
         Ok(slf)
     }
 }

@@ -72,12 +72,7 @@ impl Segment {
         let granted = self.reservation.take(&self.dir, wanted.next_multiple_of(4096).saturating_sub(floor));
         let target = floor + granted;
         if target > self.allocated_len || remap {
-            // A writer that writes through the file learns of a truncation by another process
-            // from the file's length after each write (`check_not_truncated`); reserving more
-            // blocks would lengthen a truncated file again and hide it, so it checks first.
-            // (Most appends reserve nothing and pay for the one check after the write.)
-            let checked = if self.writes_through_file { self.check_not_truncated() } else { Ok(()) };
-            if let Err(e) = checked.and_then(|()| self.grow(target)) {
+            if let Err(e) = self.grow(target) {
                 // Nothing was reserved: the budget taken for it goes back.
                 self.reservation.settle(self.allocated_len.saturating_sub(needed));
                 return Err(e);
@@ -219,6 +214,13 @@ impl Segment {
             return Err(Error::Closed(format!("segment {} is not writable", self.log_path().display())));
         }
         self.writes_through_file = batch.len() >= WRITE_THROUGH_FILE_MIN;
+        if self.writes_through_file {
+            // A truncation by another process raises no SIGBUS on this path, and both reserving
+            // blocks and the pwrite itself (past the shrunk end) would lengthen the file again,
+            // a hole then a batch nobody acknowledges: look before either. The check after the
+            // write (`write_through_file`) catches a truncation meanwhile.
+            self.check_not_truncated()?;
+        }
         self.ensure_capacity(batch.len())?;
         let pos = self.size;
         let mut prefix = [0u8; LOG_OVERHEAD];
