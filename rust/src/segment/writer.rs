@@ -234,11 +234,10 @@ impl Segment {
             map.write(pos + LOG_OVERHEAD, &batch[LOG_OVERHEAD..]);
             fence(Ordering::Release);
             map.write(pos, &prefix);
-            if map.is_damaged() {
-                // Another process shrank the file under our map: these stores may have gone to a
-                // zero page instead of the file, so the batch must not be acknowledged.
-                return Err(self.truncated_error());
-            }
+            // Another process shrank the file under our map: these stores may have gone to a
+            // zero page (a SIGBUS: `is_damaged`) or past the new end inside its last page (no
+            // SIGBUS; the bytes are dropped), so the batch must not be acknowledged.
+            self.check_not_truncated()?;
         }
         self.size += batch.len();
         self.slide_resident_window();
@@ -269,17 +268,31 @@ impl Segment {
     /// The map path learns that another process shrank the file from the SIGBUS of a store past
     /// its end (`sigbus.rs`); `pwrite` raises none (it lengthens the file again, after a hole),
     /// so the file path compares the file's length with the blocks this writer reserved.
-    fn check_not_truncated(&mut self) -> Result<()> {
-        self.ensure_file()?;
-        let len = self
-            .f()
-            .metadata()
-            .map_err(|e| Error::Poisoned(format!("cannot stat {}: {e}", self.log_path().display())))?
-            .len();
-        if (len as usize) < self.allocated_len || self.map.as_ref().is_some_and(|m| m.is_damaged()) {
+    fn check_not_truncated(&self) -> Result<()> {
+        if (self.file_len()? as usize) < self.allocated_len || self.map.as_ref().is_some_and(|m| m.is_damaged()) {
             return Err(self.truncated_error());
         }
         Ok(())
+    }
+
+    /// The `.log` file's length now: through the descriptor when it is open, else by path, so
+    /// that the check after each small append opens no descriptor (an idle partition holds
+    /// none). A file that is gone, or is no longer a regular file, holds none of our batches.
+    fn file_len(&self) -> Result<u64> {
+        let path = || self.log_path();
+        let meta = match &self.file {
+            Some(f) => f.metadata(),
+            None => std::fs::symlink_metadata(path()),
+        };
+        match meta {
+            Ok(meta) if meta.file_type().is_file() => Ok(meta.len()),
+            Ok(_) => Err(Error::Poisoned(format!("{} is no longer a regular file; appends stop", path().display()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::Poisoned(format!(
+                "{} was deleted while this writer appended to it; appends stop",
+                path().display()
+            ))),
+            Err(e) => Err(Error::Poisoned(format!("cannot stat {}: {e}", path().display()))),
+        }
     }
 
     /// Another process shrank the file under this writer: what it wrote since may be lost, so
