@@ -24,10 +24,6 @@ use super::producer::{Accumulator, BatchBuffer};
 /// False when the Python path (`_Sender.drain_locked`) must do it (see the module comment).
 #[pyfunction]
 pub fn drain_partition(sender: &Bound<'_, PyAny>, p: &Bound<'_, PyAny>, current: bool) -> PyResult<bool> {
-    drain(sender, p, current)
-}
-
-pub(super) fn drain(sender: &Bound<'_, PyAny>, p: &Bound<'_, PyAny>, current: bool) -> PyResult<bool> {
     let py = sender.py();
     if callback_depth(py)? > 0 || sender.getattr(intern!(py, "durable"))?.is_truthy()? {
         return Ok(false);

@@ -16,7 +16,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
-use super::drain::{drain, monotonic};
+use super::drain::{drain_partition, monotonic};
 use super::errors::IllegalStateError;
 use super::producer::{Accumulator, FutureRecordMetadata, DRAIN, FIRST};
 
@@ -150,7 +150,7 @@ impl ProducerCore {
         let sender = setup.sender.bind(py);
         let topics = sender.getattr(intern!(py, "topics"))?;
         let p = topics.get_item(topic)?.getattr(intern!(py, "partitions"))?.get_item(number)?;
-        if flags & DRAIN != 0 && !drain(sender, &p, false)? {
+        if flags & DRAIN != 0 && !drain_partition(sender, &p, false)? {
             return Ok(None);
         }
         if flags & FIRST != 0 {

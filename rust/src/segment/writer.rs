@@ -265,9 +265,10 @@ impl Segment {
         self.check_not_truncated()
     }
 
-    /// The map path learns that another process shrank the file from the SIGBUS of a store past
-    /// its end (`sigbus.rs`); `pwrite` raises none (it lengthens the file again, after a hole),
-    /// so the file path compares the file's length with the blocks this writer reserved.
+    /// Whether another process shrank the file under this writer: its length against the
+    /// blocks this writer reserved, and the SIGBUS a map store past the new end raised
+    /// (`sigbus.rs`). Neither alone suffices: `pwrite` raises no SIGBUS (it lengthens the file
+    /// again, after a hole), nor does a map store past the new end inside its last page.
     fn check_not_truncated(&self) -> Result<()> {
         if (self.file_len()? as usize) < self.allocated_len || self.map.as_ref().is_some_and(|m| m.is_damaged()) {
             return Err(self.truncated_error());
