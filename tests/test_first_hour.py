@@ -128,7 +128,9 @@ def test_a_consumer_of_a_missing_topic_warns_once_and_lists_topics(tmp_path, cap
     with Consumer(data, "missing", "events") as consumer:
         for _ in range(3):
             consumer.poll(timeout_ms=10)
-        warned = [r for r in caplog.records if r.name == "kafkalite.consumer" and r.levelno == logging.WARNING]
+        warned = [
+            r for r in caplog.records if r.name == "kafkalite.consumer" and r.levelno == logging.WARNING
+        ]
         assert len(warned) == 1, [r.getMessage() for r in warned]
         assert "'missing'" in warned[0].getMessage() and "events" in warned[0].getMessage()
         assert consumer.topics() == {"events"}  # internal topics hidden, as kafka-python
@@ -211,4 +213,3 @@ def test_consume_help_says_when_it_stops():
     done = kafkalite("--help", text=True)
     line = " ".join(done.stdout.split())
     assert "--from-beginning, --offset and --timestamp stop at the end unless --follow" in line
-

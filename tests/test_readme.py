@@ -131,7 +131,9 @@ def run_block(block: Block, cwd: Path, env: dict[str, str], timeout: float = 300
         f"{where} failed:\n{block.code}\n--- stdout ---\n{done.stdout[-2000:]}\n--- stderr ---\n{done.stderr[-4000:]}"
     )
     unmet = missing_claims(block.claims(), done.stdout)
-    assert not unmet, f"{where} does not print what its comments say: {unmet}\n--- stdout ---\n{done.stdout[-4000:]}"
+    assert not unmet, (
+        f"{where} does not print what its comments say: {unmet}\n--- stdout ---\n{done.stdout[-4000:]}"
+    )
 
 
 def run_in_order(tmp_path: Path, *, spark: bool) -> None:
@@ -148,7 +150,9 @@ def run_in_order(tmp_path: Path, *, spark: bool) -> None:
 
 
 def test_claims_are_read_from_comments():
-    block = Block(0, "python", 'print(x)  # a retry -> Produced(a=1)\n# why -> 3600000\nprint(1)  # no arrow\n')
+    block = Block(
+        0, "python", "print(x)  # a retry -> Produced(a=1)\n# why -> 3600000\nprint(1)  # no arrow\n"
+    )
     assert block.claims() == ["Produced(a=1)", "3600000"]
     assert Block(0, "bash", "cmd  # from the files -> /home; /cart\n").claims() == ["/home", "/cart"]
 
@@ -183,7 +187,9 @@ def test_every_python_block_imports_what_it_uses():
             imported = re.search(rf"^from kafkalite import .*\b{name}\b", code, re.M)
             assert not used or imported, f"README block {block.number} uses {name} without importing it"
         if re.search(r"(?<![\w.])kafkalite\.", code):
-            assert re.search(r"^import kafkalite\b", code, re.M), f"README block {block.number}: import kafkalite"
+            assert re.search(r"^import kafkalite\b", code, re.M), (
+                f"README block {block.number}: import kafkalite"
+            )
 
 
 def test_readme_blocks_run_in_order_and_print_what_they_say(tmp_path):

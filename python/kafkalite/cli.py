@@ -9,7 +9,6 @@ import argparse
 import collections
 import glob
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -17,6 +16,7 @@ import time
 from typing import Any
 
 from kafkalite.errors import InvalidRecordError, RecordTooLargeError
+
 
 def _demo(args: argparse.Namespace) -> int:
     """Produce a stream into an embedded data directory and consume it back, with throughput."""
@@ -123,9 +123,8 @@ def _run_demo(console: Any, data_dir: str, total: int) -> int:
 
 def _dump_log(args: argparse.Namespace) -> int:
     """Batches of one partition directory with CRC checks, and index sanity (kafka-dump-log)."""
-    from kafkalite.dump import dump_partition
-
     from kafkalite import _native
+    from kafkalite.dump import dump_partition
 
     folder = os.path.basename(os.path.normpath(args.partition))
     if not os.path.isdir(args.partition) or _native.partition_folder(folder) is None:
@@ -314,7 +313,9 @@ def _check_partition(data_dir: str, topic: str, partition: int) -> None:
     meta = known.topics().get(topic) if os.path.isdir(known.path) else None
     count = int(meta["partitions"]) if meta else int(known.dir_config()["num.partitions"])
     if not 0 <= partition < count:
-        what = f"topic {topic!r} has" if meta else f"topic {topic!r} does not exist; created now, it would have"
+        what = (
+            f"topic {topic!r} has" if meta else f"topic {topic!r} does not exist; created now, it would have"
+        )
         raise SystemExit(f"kafkalite: {what} partitions 0..{count - 1}, so there is no partition {partition}")
 
 
@@ -411,7 +412,9 @@ def _serve(args: argparse.Namespace) -> int:
     from kafkalite.datadir import DataDir
     from kafkalite.server import Server
 
-    DataDir(_require_dir(args), create=False)  # a typo creates nothing: NotADataDirError names `kafkalite init`
+    DataDir(
+        _require_dir(args), create=False
+    )  # a typo creates nothing: NotADataDirError names `kafkalite init`
     logging.basicConfig(
         level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -552,7 +555,9 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("topic", help="the topic to write (created if missing)")
     produce.add_argument("--file", help="read lines from this file instead of stdin")
     produce.add_argument("--key-separator", help="split each line into key and value at this string")
-    produce.add_argument("--partition", type=int, help="write every record to this partition (default: by key)")
+    produce.add_argument(
+        "--partition", type=int, help="write every record to this partition (default: by key)"
+    )
     produce.add_argument(
         "--acks",
         default=1,
@@ -630,7 +635,10 @@ def build_parser() -> argparse.ArgumentParser:
         "demo", help="append and read back a stream in a temporary data directory, with throughput"
     )
     demo.add_argument(
-        "--records", type=_positive, default=2_000_000, help="records to append, at least 1 (default 2,000,000)"
+        "--records",
+        type=_positive,
+        default=2_000_000,
+        help="records to append, at least 1 (default 2,000,000)",
     )
     demo.add_argument(
         "--keep", action="store_true", help="keep the demo's data directory (default: removed at the end)"

@@ -52,7 +52,10 @@ class ConfigTable:
         """The defaults overridden by ``config``, every value checked (unknown keys refused)."""
         unknown = sorted(set(config) - set(self.keys))
         if "bootstrap_servers" in unknown:
-            raise broker_address_error(str(config["bootstrap_servers"]))
+            address = config["bootstrap_servers"]
+            raise broker_address_error(
+                address, f"unknown {self.family} config 'bootstrap_servers' ({address!r}: a broker address)"
+            )
         if unknown:
             raise InvalidConfigError(
                 f"unknown {self.family} config {unknown[0]!r}; supported: {', '.join(sorted(self.keys))}"

@@ -119,7 +119,11 @@ class Consumer:
     work). Its group heartbeats run in a daemon thread of its own."""
 
     def __init__(
-        self, path: str | os.PathLike[str] | None = None, *topics: str, group_id: str | None = None, **config: Any
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *topics: str,
+        group_id: str | None = None,
+        **config: Any,
     ) -> None:
         self.config = CONSUMER_CONFIG.resolve(config)
         self._read_committed = _read_committed(self.config["isolation_level"])

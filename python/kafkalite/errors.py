@@ -263,10 +263,18 @@ def bytes_expected(argument: str, got: object, *, serializers: bool = True) -> I
     ``Producer.send``, ``send_batch`` and ``Log.append*``. ``serializers``: the caller takes
     ``value_serializer`` / ``key_serializer`` (a Producer does, a Log does not)."""
     if isinstance(got, str):
-        fix = "or set a serializer (value_serializer=str.encode / key_serializer=str.encode)" if serializers else ""
-        return InvalidTypeError(f"{argument} must be bytes (or None), not str; encode it with .encode() {fix}".rstrip())
+        fix = (
+            "or set a serializer (value_serializer=str.encode / key_serializer=str.encode)"
+            if serializers
+            else ""
+        )
+        return InvalidTypeError(
+            f"{argument} must be bytes (or None), not str; encode it with .encode() {fix}".rstrip()
+        )
     fix = " or set a serializer (value_serializer / key_serializer)" if serializers else ""
-    return InvalidTypeError(f"{argument} must be bytes (or None), not {type(got).__name__}; convert it to bytes{fix}")
+    return InvalidTypeError(
+        f"{argument} must be bytes (or None), not {type(got).__name__}; convert it to bytes{fix}"
+    )
 
 
 __all__ += [
@@ -294,14 +302,14 @@ class BrokerAddressError(NotADataDirError):
     """A ``host:port`` (a broker's bootstrap address) where kafkalite takes a data directory."""
 
 
-def broker_address_error(address: str) -> BrokerAddressError:
+def broker_address_error(address: str, problem: str | None = None) -> BrokerAddressError:
     """The one wording for a broker address (``host:port``, or ``bootstrap_servers=``) given
-    where kafkalite takes a data directory."""
+    where kafkalite takes a data directory; ``problem`` replaces the default first words."""
+    problem = problem or f"{address!r} looks like a broker address (host:port, kafka-python's bootstrap_servers)"
     return BrokerAddressError(
-        f"{address!r} looks like a broker address (host:port, kafka-python's bootstrap_servers), but kafkalite "
-        "takes the path of a data directory, for example Producer('data'). To talk to a Kafka broker, use a "
-        "Kafka client such as kafka-python or confluent-kafka; to give Kafka clients a broker over a data "
-        "directory, run: kafkalite serve --data-dir DIR --listen HOST:PORT"
+        f"{problem}, but kafkalite takes the path of a data directory, for example Producer('data'). To talk to "
+        "a Kafka broker, use a Kafka client such as kafka-python or confluent-kafka; to give Kafka clients a "
+        "broker over a data directory, run: kafkalite serve --data-dir DIR --listen HOST:PORT"
     )
 
 

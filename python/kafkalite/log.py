@@ -128,8 +128,6 @@ class Log:
         any_folder: bool = False,
     ) -> None:
         path = validate.path("path", path)
-        validate.boolean("any_folder", any_folder)
-        _check_partition_folder(path, any_folder)
         segment_bytes = validate.integer("segment_bytes", segment_bytes, *_TOPIC_BOUNDS["segment.bytes"])
         index_interval_bytes = validate.integer("index_interval_bytes", index_interval_bytes, 1, _I32)
         segment_ms = _bounded("segment_ms", segment_ms, "segment.ms")
@@ -145,8 +143,14 @@ class Log:
         max_message_bytes = validate.integer(
             "max_message_bytes", max_message_bytes, *_TOPIC_BOUNDS["max.message.bytes"]
         )
-        for name, flag in (("readonly", readonly), ("shared_writers", shared_writers), ("compact", compact)):
+        for name, flag in (
+            ("readonly", readonly),
+            ("shared_writers", shared_writers),
+            ("compact", compact),
+            ("any_folder", any_folder),
+        ):
             validate.boolean(name, flag)
+        _check_partition_folder(path, any_folder)  # after the arguments: their errors come first
         self._compact = compact
         self._native = _native.Log(
             path,

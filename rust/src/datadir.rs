@@ -42,7 +42,8 @@ pub struct TopicMeta {
 /// for any other name.
 pub fn partition_folder(name: &str) -> Option<(String, i32)> {
     let (topic, partition) = name.rsplit_once('-')?;
-    let partition = partition.parse::<i32>().ok().filter(|p| *p >= 0 && partition.bytes().all(|b| b.is_ascii_digit()))?;
+    let partition =
+        partition.parse::<i32>().ok().filter(|p| *p >= 0 && partition.bytes().all(|b| b.is_ascii_digit()))?;
     validate_topic_name(topic).ok()?;
     Some((topic.to_string(), partition))
 }
@@ -148,7 +149,8 @@ impl DataDir {
         let broker = self.broker_owned()?;
         let mut found = BTreeMap::new();
         for (topic, partition) in self.partition_folders()? {
-            let meta = found.entry(topic).or_insert(TopicMeta { partitions: 0, config: Map::new(), discovered: broker });
+            let meta =
+                found.entry(topic).or_insert(TopicMeta { partitions: 0, config: Map::new(), discovered: broker });
             meta.partitions = meta.partitions.max(partition + 1);
         }
         Ok(found)
