@@ -305,7 +305,9 @@ class BrokerAddressError(NotADataDirError):
 def broker_address_error(address: str, problem: str | None = None) -> BrokerAddressError:
     """The one wording for a broker address (``host:port``, or ``bootstrap_servers=``) given
     where kafkalite takes a data directory; ``problem`` replaces the default first words."""
-    problem = problem or f"{address!r} looks like a broker address (host:port, kafka-python's bootstrap_servers)"
+    problem = (
+        problem or f"{address!r} looks like a broker address (host:port, kafka-python's bootstrap_servers)"
+    )
     return BrokerAddressError(
         f"{problem}, but kafkalite takes the path of a data directory, for example Producer('data'). To talk to "
         "a Kafka broker, use a Kafka client such as kafka-python or confluent-kafka; to give Kafka clients a "
