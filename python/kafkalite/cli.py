@@ -412,9 +412,8 @@ def _serve(args: argparse.Namespace) -> int:
     from kafkalite.datadir import DataDir
     from kafkalite.server import Server
 
-    DataDir(
-        _require_dir(args), create=False
-    )  # a typo creates nothing: NotADataDirError names `kafkalite init`
+    # Serving creates no data directory: a typo is a NotADataDirError naming `kafkalite init`.
+    DataDir(_require_dir(args), create=False)
     logging.basicConfig(
         level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
