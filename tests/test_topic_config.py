@@ -160,10 +160,10 @@ def test_data_directory_defaults_are_checked_by_the_topic_rules():
 
 def test_log_timestamp_type_and_flush_are_parsed_by_the_engine(tmp_path):
     with pytest.raises(kafkalite.InvalidConfigError, match="timestamp_type must be"):
-        kafkalite.Log(str(tmp_path / "a"), timestamp_type="now")
+        kafkalite.Log(str(tmp_path / "a-0"), timestamp_type="now")
     with pytest.raises(kafkalite.InvalidConfigError, match="flush must be"):
-        kafkalite.Log(str(tmp_path / "b"), flush="sometimes")
-    with kafkalite.Log(str(tmp_path / "c"), timestamp_type="LogAppendTime", flush="always") as log:
+        kafkalite.Log(str(tmp_path / "b-0"), flush="sometimes")
+    with kafkalite.Log(str(tmp_path / "c-0"), timestamp_type="LogAppendTime", flush="always") as log:
         log.append_values([b"v"])
 
 

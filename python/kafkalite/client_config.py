@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafkalite import _native, validate
-from kafkalite.errors import InvalidConfigError, InvalidTypeError
+from kafkalite.errors import InvalidConfigError, InvalidTypeError, broker_address_error
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,11 @@ class ConfigTable:
     def resolve(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """The defaults overridden by ``config``, every value checked (unknown keys refused)."""
         unknown = sorted(set(config) - set(self.keys))
+        if "bootstrap_servers" in unknown:
+            address = config["bootstrap_servers"]
+            raise broker_address_error(
+                address, f"unknown {self.family} config 'bootstrap_servers' ({address!r}: a broker address)"
+            )
         if unknown:
             raise InvalidConfigError(
                 f"unknown {self.family} config {unknown[0]!r}; supported: {', '.join(sorted(self.keys))}"
@@ -402,6 +407,14 @@ LOG_CONFIG = ConfigTable(
             None,
             "Sets the data directory's log.preallocate.budget.bytes for this process (the most bytes "
             "reserved ahead of writers over all its partitions); None keeps the current one (default 256 MiB).",
+            _any,
+        ),
+        ConfigKey(
+            "any_folder",
+            "bool",
+            False,
+            "Open a folder of any name, not only a <topic>-<partition> partition folder (a data directory "
+            "is refused even then).",
             _any,
         ),
     ],

@@ -18,7 +18,9 @@ use serde_json::{json, Map, Value};
 
 use crate::checkpoint::write_atomically;
 use crate::error::{Error, IoContext, Result};
-use crate::files::{ADMIN_LOCK_FILE, APPEND_LOCK_FILE, TOPICS_FILE, WRITERS_FILE};
+use crate::files::{
+    ADMIN_LOCK_FILE, APPEND_LOCK_FILE, KAFKA_META_PROPERTIES, KAFKA_PARTITION_FILES, TOPICS_FILE, WRITERS_FILE,
+};
 use crate::offsets_codec::OFFSETS_TOPIC;
 use crate::options::LogConfig;
 use crate::record::Compression;
@@ -28,12 +30,22 @@ use crate::topic_config;
 pub const MAX_PARTITIONS: i32 = topic_config::MAX_PARTITIONS as i32;
 
 /// One topic as the metadata file describes it. `discovered` topics come from the folder
-/// names of a directory without metadata (a Kafka broker's): read-only.
+/// names of a Kafka broker's log directory (`DataDir::broker_owned`): read-only.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TopicMeta {
     pub partitions: i32,
     pub config: Map<String, Value>,
     pub discovered: bool,
+}
+
+/// (topic, partition) of a `<topic>-<partition>` folder name (Kafka's partition folders), None
+/// for any other name.
+pub fn partition_folder(name: &str) -> Option<(String, i32)> {
+    let (topic, partition) = name.rsplit_once('-')?;
+    let partition =
+        partition.parse::<i32>().ok().filter(|p| *p >= 0 && partition.bytes().all(|b| b.is_ascii_digit()))?;
+    validate_topic_name(topic).ok()?;
+    Some((topic.to_string(), partition))
 }
 
 /// Kafka's topic-name rules (`Topic.validate`), with the message datadir.py gives.
@@ -130,24 +142,46 @@ impl DataDir {
         Ok(data.and_then(|d| d.get("config").and_then(Value::as_object).cloned()).unwrap_or_default())
     }
 
+    /// The topics of a directory without metadata, from its `<topic>-<partition>` folders:
+    /// `discovered` (read-only) in a broker's log directory; otherwise folders that kafkalite's
+    /// `Log` made, which the first metadata write records as topics (`update`).
     fn discovered(&self) -> Result<BTreeMap<String, TopicMeta>> {
+        let broker = self.broker_owned()?;
         let mut found = BTreeMap::new();
-        let entries = std::fs::read_dir(&self.path).context(|| format!("cannot list {}", self.path.display()))?;
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let Some((topic, partition)) = name.rsplit_once('-') else { continue };
-            let Ok(partition) = partition.parse::<i32>() else { continue };
-            if partition < 0 || !entry.path().is_dir() || validate_topic_name(topic).is_err() {
-                continue;
-            }
-            let meta = found.entry(topic.to_string()).or_insert(TopicMeta {
-                partitions: 0,
-                config: Map::new(),
-                discovered: true,
-            });
+        for (topic, partition) in self.partition_folders()? {
+            let meta =
+                found.entry(topic).or_insert(TopicMeta { partitions: 0, config: Map::new(), discovered: broker });
             meta.partitions = meta.partitions.max(partition + 1);
         }
         Ok(found)
+    }
+
+    /// Every `<topic>-<partition>` folder at the top of the directory, as (topic, partition).
+    fn partition_folders(&self) -> Result<Vec<(String, i32)>> {
+        let entries = std::fs::read_dir(&self.path).context(|| format!("cannot list {}", self.path.display()))?;
+        Ok(entries
+            .flatten()
+            .filter(|entry| entry.path().is_dir())
+            .filter_map(|entry| partition_folder(&entry.file_name().to_string_lossy()))
+            .collect())
+    }
+
+    /// A Kafka broker's log directory, which kafkalite only reads (the broker's metadata log owns
+    /// its topics) until it is adopted: no kafkalite metadata, and the broker's `meta.properties`
+    /// at the top or a partition folder holding a file only a broker writes
+    /// (`KAFKA_PARTITION_FILES`). Partition folders alone do not make one: `Log("dir/t-0")`
+    /// makes such a folder in a directory kafkalite then owns.
+    pub fn broker_owned(&self) -> Result<bool> {
+        if self.metadata_path().exists() {
+            return Ok(false);
+        }
+        if self.path.join(KAFKA_META_PROPERTIES).exists() {
+            return Ok(true);
+        }
+        Ok(self.partition_folders()?.iter().any(|(topic, partition)| {
+            let folder = self.partition_path(topic, *partition);
+            KAFKA_PARTITION_FILES.iter().any(|name| folder.join(name).exists())
+        }))
     }
 
     /// Create a topic as `Admin.create_topic` does. `config` holds Kafka config strings.
@@ -364,13 +398,21 @@ impl DataDir {
         update_metadata(&self.path, |data| {
             let mut data = match data {
                 Some(data) => data,
-                None if !self.discovered()?.is_empty() => {
+                None if self.broker_owned()? => {
                     return Err(Error::config(format!(
-                        "{} holds partitions but no kafkalite metadata (a Kafka broker's log directory?); it can be read but not changed",
+                        "{} is a Kafka broker's log directory (no kafkalite metadata); it can be read but not changed",
                         self.path.display()
                     )))
                 }
-                None => json!({"version": 1, "topics": {}}),
+                // Partition folders made by kafkalite's `Log` become topics.
+                None => {
+                    let topics: Map<String, Value> = self
+                        .discovered()?
+                        .into_iter()
+                        .map(|(name, meta)| (name, json!({"partitions": meta.partitions, "config": {}})))
+                        .collect();
+                    json!({"version": 1, "topics": topics})
+                }
             };
             // `read_metadata` has checked that "topics" is an object.
             if let Some(topics) = data.get_mut("topics").and_then(Value::as_object_mut) {

@@ -84,6 +84,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(metadata::update_metadata, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::open_data_dir, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::refuse_internal, m)?)?;
+    m.add_function(wrap_pyfunction!(metadata::broker_owned, m)?)?;
+    m.add_function(wrap_pyfunction!(metadata::partition_folder, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::delete_topic, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::create_partitions, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::alter_topic_config, m)?)?;
