@@ -61,6 +61,8 @@ __all__ = [
     "crc32c",
     "failpoint_names",
     "OFFSETS_TOPIC",
+    "INTERNAL_TOPICS",
+    "warn_unapplied",
     "OFFSETS_PARTITIONS",
     "OFFSET_COMMIT_KEY_TYPES",
     "MAX_OFFSET_COMMIT_VALUE_VERSION",
@@ -129,6 +131,7 @@ class DurableMark:
 
 # `__consumer_offsets` records (rust/src/offsets_codec.rs).
 OFFSETS_TOPIC: str
+INTERNAL_TOPICS: list[str]
 OFFSETS_PARTITIONS: int
 OFFSET_COMMIT_KEY_TYPES: list[int]
 MAX_OFFSET_COMMIT_VALUE_VERSION: int
@@ -166,6 +169,7 @@ def update_metadata(
 ) -> None: ...
 def open_data_dir(dir: str | PathLike[str]) -> None: ...
 def refuse_internal(topic: str, what: str) -> None: ...
+def warn_unapplied(what: str, before: dict[str, Any], after: dict[str, Any]) -> None: ...
 def delete_topic(dir: str | PathLike[str], name: str) -> None: ...
 def create_partitions(dir: str | PathLike[str], name: str, total: int) -> None: ...
 def alter_topic_config(
