@@ -365,6 +365,7 @@ class DataDir:
             validate_dir_config({unknown[0]: None})  # raises, naming the key
 
         def change(data: dict[str, Any]) -> None:
+            _native.warn_unapplied("the data directory", data["config"], checked)
             data["config"].update(checked)
             for k in removals:
                 data["config"].pop(k, None)
@@ -386,6 +387,7 @@ class DataDir:
         def change(topics: dict) -> None:
             if name in topics:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            _native.warn_unapplied(f"topic {name!r}", {}, checked)
             _add_topic(self, topics, name, partitions, checked)
 
         self.update(change, create=True)

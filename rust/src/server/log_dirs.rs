@@ -1,6 +1,6 @@
 //! DescribeLogDirs (`kafka-log-dirs --describe`, `Admin.describeLogDirs`): the data directory is
 //! this broker's one log dir. Each partition's size is what Kafka reports, the bytes of its
-//! segments' `.log` files; the offset lag is 0 (a partition has no future replica to catch up);
+//! segments; the offset lag is 0 (a partition has no future replica to catch up);
 //! total and usable bytes are the file system's.
 
 use std::path::Path;
@@ -11,19 +11,24 @@ use kafka_protocol::messages::describe_log_dirs_response::{
 use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-use super::broker::Broker;
+use std::sync::Mutex;
+
+use super::broker::{lock_log, Broker};
+use crate::log::Log;
 use super::codes;
 
-/// The bytes of a partition's segments (the `.log` files of its folder); 0 when it has none yet.
-fn partition_size(dir: &Path) -> i64 {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    entries
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
-        .filter_map(|e| e.metadata().ok())
-        .filter(|m| m.is_file())
-        .map(|m| m.len() as i64)
-        .sum()
+/// The bytes of a partition's segments, as Kafka's `log.size` counts them (their data, not the
+/// length a preallocated file has on disk); 0 when it cannot be opened.
+fn partition_size(broker: &Broker, topic: &str, partition: i32) -> i64 {
+    let size = |log: &Mutex<Log>| -> crate::error::Result<u64> {
+        let mut log = lock_log(log)?;
+        log.follow()?;
+        Ok(log.size_bytes())
+    };
+    match broker.partition(topic, partition) {
+        Ok(Some(log)) => size(&log).map_or(0, |n| n as i64),
+        _ => 0,
+    }
 }
 
 /// (total, usable) bytes of the file system that holds `dir`; -1 when unknown, as Kafka sends.
@@ -63,7 +68,7 @@ pub fn describe_log_dirs(broker: &Broker, request: DescribeLogDirsRequest, peer:
                 .map(|p| {
                     DescribeLogDirsPartition::default()
                         .with_partition_index(p)
-                        .with_partition_size(partition_size(&broker.dir.partition_path(&name, p)))
+                        .with_partition_size(partition_size(broker, &name, p))
                         .with_offset_lag(0)
                         .with_is_future_key(false)
                 })
