@@ -65,7 +65,7 @@ DIR_DEFAULTS: dict[str, Any] = {d["name"]: d["default"] for d in DIR_CONFIG_DEFS
 #: The broker's name of each topic config's default (Kafka's ServerTopicConfigSynonyms):
 #: setting ``log.retention.ms`` on the data directory sets ``retention.ms`` of every topic that
 #: does not override it, as on a broker.
-BROKER_SYNONYMS: dict[str, str] = {d["broker_name"]: d["name"] for d in TOPIC_CONFIG_DEFS}
+BROKER_SYNONYMS: dict[str, str] = {d["broker_name"]: d["name"] for d in TOPIC_CONFIG_DEFS if d["broker_name"]}
 
 #: The Python types each table type takes (Kafka's config strings are accepted for numbers);
 #: the engine checks the values.
@@ -126,7 +126,7 @@ def validate_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
 def validate_dir_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """Check data-directory config (broker names); return it normalised."""
     defs = {d["name"]: d for d in DIR_CONFIG_DEFS}
-    defs.update({d["broker_name"]: d for d in TOPIC_CONFIG_DEFS})
+    defs.update({d["broker_name"]: d for d in TOPIC_CONFIG_DEFS if d["broker_name"]})
     try:
         _check_types(config, defs, "broker")
     except InvalidTypeError as e:

@@ -55,8 +55,10 @@ pub fn describe_log_dirs(broker: &Broker, request: DescribeLogDirsRequest, peer:
             .into_iter()
             .filter_map(|t| {
                 let meta = topics.get(t.topic.as_str())?;
-                let partitions = t.partitions.into_iter().filter(|p| (0..meta.partitions).contains(p)).collect();
-                Some((t.topic.to_string(), partitions))
+                let partitions: Vec<i32> =
+                    t.partitions.into_iter().filter(|p| (0..meta.partitions).contains(p)).collect();
+                // As Kafka: a topic none of whose named partitions is here is left out.
+                (!partitions.is_empty()).then(|| (t.topic.to_string(), partitions))
             })
             .collect(),
     };
