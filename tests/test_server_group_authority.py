@@ -131,6 +131,7 @@ def test_a_network_commit_from_outside_is_refused_while_network_members_live(tmp
             seen = 0
             while seen < RECORDS and time.monotonic() < deadline:
                 seen += sum(len(v) for v in member.poll(timeout_ms=200).values())
+            assert seen == RECORDS, f"the network member read {seen} of {RECORDS} records"
             member.commit()
             with pytest.raises(KafkaError):
                 outside_commit(server, "net", 10)

@@ -302,7 +302,82 @@ def test_broker_config_by_name_0_and_by_default_is_the_data_directory_config(tmp
 # -- Kafka's own tools ------------------------------------------------------------------------
 
 
-def run_tool(main_class: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    from kafka_broker import java_tool
+@pytest.fixture(scope="module")
+def tools_classpath() -> str:
+    import maven_jars
 
-    return java_tool(main_class, *args, timeout=timeout)
+    return str(maven_jars.require(maven_jars.kafka_tools_jars) / "*")
+
+
+def kafka_tool(classpath: str, main: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """One of Kafka's command-line tools (its main class), as kafka-*.sh runs it."""
+    cmd = ["java", "-Xmx256m", "-cp", classpath, main, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+
+
+GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+CONFIGS = "kafka.admin.ConfigCommand"
+LOG_DIRS = "org.apache.kafka.tools.LogDirsCommand"
+
+
+@pytest.mark.broker
+def test_kafka_consumer_groups_lists_describes_and_deletes_offsets_of_an_offsets_only_group(
+    tmp_path, tools_classpath
+):
+    path = str(tmp_path)
+    kafkalite.Admin(path).create_topic("t", 2)
+    with Server(path) as server:
+        outside_commit(server, "stored", {("t", 0): 3, ("t", 1): 4})
+    with Server(path) as server:  # after a restart: the group only has its committed offsets
+        bootstrap = ["--bootstrap-server", server.bootstrap_servers]
+        listed = kafka_tool(tools_classpath, GROUPS, *bootstrap, "--list")
+        assert listed.returncode == 0 and "stored" in listed.stdout.split(), listed
+        described = kafka_tool(tools_classpath, GROUPS, *bootstrap, "--describe", "--group", "stored")
+        assert described.returncode == 0, described
+        assert "does not exist" not in described.stdout + described.stderr, described
+        rows = [line.split() for line in described.stdout.splitlines() if line.startswith("stored ")]
+        assert sorted((r[1], r[2], r[3]) for r in rows) == [("t", "0", "3"), ("t", "1", "4")], described.stdout
+        deleted = kafka_tool(
+            tools_classpath, GROUPS, *bootstrap, "--delete-offsets", "--group", "stored", "--topic", "t:0"
+        )
+        assert deleted.returncode == 0, deleted
+        assert committed(path, "stored", "t", 0) is None and committed(path, "stored", "t", 1) == 4
+
+
+@pytest.mark.broker
+def test_kafka_log_dirs_describes_the_data_directory(tmp_path, tools_classpath):
+    import json
+
+    path = str(tmp_path)
+    kafkalite.Admin(path).create_topic("t", 2)
+    with kafkalite.Producer(path) as producer:
+        producer.send("t", b"x" * 100, partition=1)
+    with Server(path) as server:
+        done = kafka_tool(
+            tools_classpath, LOG_DIRS, "--bootstrap-server", server.bootstrap_servers, "--describe", "--topic-list", "t"
+        )
+    assert done.returncode == 0, done
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    [broker] = report["brokers"]
+    [log_dir] = broker["logDirs"]
+    assert log_dir["logDir"] == path and log_dir["error"] is None
+    sizes = {p["partition"]: p["size"] for p in log_dir["partitions"]}
+    expected = {f"t-{p.partition}": p.size_bytes for p in kafkalite.Admin(path).describe_topic("t").partitions}
+    assert sizes == expected and sizes["t-1"] > 100
+
+
+@pytest.mark.broker
+def test_kafka_configs_alters_describes_and_deletes_broker_0_and_default_configs(tmp_path, tools_classpath):
+    path = str(tmp_path)
+    with Server(path) as server:
+        bootstrap = ["--bootstrap-server", server.bootstrap_servers]
+        for entity in (["--entity-name", "0"], ["--entity-default"]):
+            base = [*bootstrap, "--entity-type", "brokers", *entity]
+            altered = kafka_tool(tools_classpath, CONFIGS, *base, "--alter", "--add-config", "log.retention.ms=3600000")
+            assert altered.returncode == 0, altered
+            assert kafkalite.Admin(path).describe_data_dir_config()["log.retention.ms"] == 3_600_000
+            described = kafka_tool(tools_classpath, CONFIGS, *base, "--describe")
+            assert described.returncode == 0 and "log.retention.ms=3600000" in described.stdout, described
+            removed = kafka_tool(tools_classpath, CONFIGS, *base, "--alter", "--delete-config", "log.retention.ms")
+            assert removed.returncode == 0, removed
+            assert "log.retention.ms" not in kafkalite.Admin(path)._dir.dir_config()
