@@ -63,7 +63,9 @@ def embedded_member(spawn, path: str, group: str):
 
 def outside_commit(server: Server, group: str, offset: int) -> None:
     """kafka-python with assign(): OffsetCommit with generation -1 and no member id."""
-    consumer = KafkaConsumer(bootstrap_servers=server.bootstrap_servers, group_id=group, enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        bootstrap_servers=server.bootstrap_servers, group_id=group, enable_auto_commit=False
+    )
     try:
         consumer.assign([KafkaTP(TOPIC, 0)])
         consumer.commit({KafkaTP(TOPIC, 0): OffsetAndMetadata(offset, "", -1)})

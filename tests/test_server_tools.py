@@ -76,7 +76,9 @@ def kafka_admin(server: Server) -> KafkaAdminClient:
 
 def outside_commit(server: Server, group: str, offsets: dict[tuple[str, int], int]) -> None:
     """Offsets committed as an admin tool or an assign()ed consumer commits them."""
-    consumer = KafkaConsumer(bootstrap_servers=server.bootstrap_servers, group_id=group, enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        bootstrap_servers=server.bootstrap_servers, group_id=group, enable_auto_commit=False
+    )
     try:
         tps = {KafkaTP(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()}
         consumer.assign(list(tps))
@@ -215,7 +217,9 @@ def test_describe_log_dirs_reports_the_data_directory_and_each_partitions_size(t
     assert {p["partition_index"]: p["partition_size"] for p in topics["t"]} == sizes
     assert all(p["offset_lag"] == 0 and not p["is_future_key"] for p in topics["t"])
     [narrowed] = some[0]["log_dirs"]
-    assert [(t["name"], [p["partition_index"] for p in t["partitions"]]) for t in narrowed["topics"]] == [("t", [1])]
+    assert [(t["name"], [p["partition_index"] for p in t["partitions"]]) for t in narrowed["topics"]] == [
+        ("t", [1])
+    ]
 
 
 def test_every_kafka_topic_config_is_accepted_stored_and_described(tmp_path, caplog):
@@ -292,10 +296,15 @@ def test_broker_config_by_name_0_and_by_default_is_the_data_directory_config(tmp
         delete = ConfigResource(
             "broker",
             "0",
-            incremental_configs=[ConfigEntry("log.retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)],
+            incremental_configs=[
+                ConfigEntry("log.retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)
+            ],
         )
         assert client.incremental_alter_configs([delete])[delete].exception(timeout=TIMEOUT) is None
-        assert ConfigSource(broker_entries(client, "0")["log.retention.ms"].source) == ConfigSource.DEFAULT_CONFIG
+        assert (
+            ConfigSource(broker_entries(client, "0")["log.retention.ms"].source)
+            == ConfigSource.DEFAULT_CONFIG
+        )
     assert "log.retention.ms" not in kafkalite.Admin(path)._dir.dir_config()
 
 
@@ -336,7 +345,9 @@ def test_kafka_consumer_groups_lists_describes_and_deletes_offsets_of_an_offsets
         assert described.returncode == 0, described
         assert "does not exist" not in described.stdout + described.stderr, described
         rows = [line.split() for line in described.stdout.splitlines() if line.startswith("stored ")]
-        assert sorted((r[1], r[2], r[3]) for r in rows) == [("t", "0", "3"), ("t", "1", "4")], described.stdout
+        assert sorted((r[1], r[2], r[3]) for r in rows) == [("t", "0", "3"), ("t", "1", "4")], (
+            described.stdout
+        )
         deleted = kafka_tool(
             tools_classpath, GROUPS, *bootstrap, "--delete-offsets", "--group", "stored", "--topic", "t:0"
         )
@@ -354,7 +365,13 @@ def test_kafka_log_dirs_describes_the_data_directory(tmp_path, tools_classpath):
         producer.send("t", b"x" * 100, partition=1)
     with Server(path) as server:
         done = kafka_tool(
-            tools_classpath, LOG_DIRS, "--bootstrap-server", server.bootstrap_servers, "--describe", "--topic-list", "t"
+            tools_classpath,
+            LOG_DIRS,
+            "--bootstrap-server",
+            server.bootstrap_servers,
+            "--describe",
+            "--topic-list",
+            "t",
         )
     assert done.returncode == 0, done
     report = json.loads(done.stdout.strip().splitlines()[-1])
@@ -362,7 +379,9 @@ def test_kafka_log_dirs_describes_the_data_directory(tmp_path, tools_classpath):
     [log_dir] = broker["logDirs"]
     assert log_dir["logDir"] == path and log_dir["error"] is None
     sizes = {p["partition"]: p["size"] for p in log_dir["partitions"]}
-    expected = {f"t-{p.partition}": p.size_bytes for p in kafkalite.Admin(path).describe_topic("t").partitions}
+    expected = {
+        f"t-{p.partition}": p.size_bytes for p in kafkalite.Admin(path).describe_topic("t").partitions
+    }
     assert sizes == expected and sizes["t-1"] > 100
 
 
@@ -373,11 +392,15 @@ def test_kafka_configs_alters_describes_and_deletes_broker_0_and_default_configs
         bootstrap = ["--bootstrap-server", server.bootstrap_servers]
         for entity in (["--entity-name", "0"], ["--entity-default"]):
             base = [*bootstrap, "--entity-type", "brokers", *entity]
-            altered = kafka_tool(tools_classpath, CONFIGS, *base, "--alter", "--add-config", "log.retention.ms=3600000")
+            altered = kafka_tool(
+                tools_classpath, CONFIGS, *base, "--alter", "--add-config", "log.retention.ms=3600000"
+            )
             assert altered.returncode == 0, altered
             assert kafkalite.Admin(path).describe_data_dir_config()["log.retention.ms"] == 3_600_000
             described = kafka_tool(tools_classpath, CONFIGS, *base, "--describe")
             assert described.returncode == 0 and "log.retention.ms=3600000" in described.stdout, described
-            removed = kafka_tool(tools_classpath, CONFIGS, *base, "--alter", "--delete-config", "log.retention.ms")
+            removed = kafka_tool(
+                tools_classpath, CONFIGS, *base, "--alter", "--delete-config", "log.retention.ms"
+            )
             assert removed.returncode == 0, removed
             assert "log.retention.ms" not in kafkalite.Admin(path)._dir.dir_config()

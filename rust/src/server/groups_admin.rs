@@ -20,7 +20,11 @@ const CONSUMER: &str = "consumer";
 
 /// (state, protocol type) of a group the coordinator does not hold: Stable while embedded
 /// members are alive, Empty when it only has committed offsets; None when there is no such group.
-pub fn uncoordinated_group(broker: &Broker, group: &str, with_offsets: Option<bool>) -> Option<(&'static str, &'static str)> {
+pub fn uncoordinated_group(
+    broker: &Broker,
+    group: &str,
+    with_offsets: Option<bool>,
+) -> Option<(&'static str, &'static str)> {
     if embedded_members(broker.dir.path(), group) {
         return Some(("Stable", CONSUMER));
     }

@@ -14,8 +14,8 @@ use kafka_protocol::protocol::StrBytes;
 use std::sync::Mutex;
 
 use super::broker::{lock_log, Broker};
-use crate::log::Log;
 use super::codes;
+use crate::log::Log;
 
 /// The bytes of a partition's segments, as Kafka's `log.size` counts them (their data, not the
 /// length a preallocated file has on disk); 0 when it cannot be opened.

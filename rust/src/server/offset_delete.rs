@@ -142,7 +142,11 @@ pub fn offset_delete(broker: &Broker, request: OffsetDeleteRequest, peer: &str) 
             let partitions = t
                 .partitions
                 .iter()
-                .map(|p| OffsetDeleteResponsePartition::default().with_partition_index(p.partition_index).with_error_code(code))
+                .map(|p| {
+                    OffsetDeleteResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(code)
+                })
                 .collect();
             OffsetDeleteResponseTopic::default().with_name(t.name).with_partitions(partitions)
         })
