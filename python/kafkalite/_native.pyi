@@ -63,6 +63,8 @@ __all__ = [
     "crc32c",
     "failpoint_names",
     "OFFSETS_TOPIC",
+    "INTERNAL_TOPICS",
+    "warn_unapplied",
     "OFFSETS_PARTITIONS",
     "OFFSET_COMMIT_KEY_TYPES",
     "MAX_OFFSET_COMMIT_VALUE_VERSION",
@@ -131,6 +133,7 @@ class DurableMark:
 
 # `__consumer_offsets` records (rust/src/offsets_codec.rs).
 OFFSETS_TOPIC: str
+INTERNAL_TOPICS: list[str]
 OFFSETS_PARTITIONS: int
 OFFSET_COMMIT_KEY_TYPES: list[int]
 MAX_OFFSET_COMMIT_VALUE_VERSION: int
@@ -162,6 +165,7 @@ def users_delete(data_dir: str | PathLike[str], name: str) -> bool: ...
 def topic_config_defs() -> list[dict[str, Any]]: ...
 def dir_config_defs() -> list[dict[str, Any]]: ...
 def validate_topic_config(config: dict[str, Any]) -> dict[str, Any]: ...
+def warn_unapplied(what: str, before: dict[str, Any], after: dict[str, Any]) -> None: ...
 def read_metadata(path: str | PathLike[str]) -> dict[str, Any] | None: ...
 def update_metadata(
     dir: str | PathLike[str], change: Callable[[dict[str, Any] | None], dict[str, Any]]

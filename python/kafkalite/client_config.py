@@ -432,5 +432,6 @@ def topic_docstring() -> str:
     for d in DIR_CONFIG_DEFS:
         lines.append(f"    {d['name']} ({d['type']}): {d['doc']} Default: {d['default']!r}.")
     for d in TOPIC_CONFIG_DEFS:
-        lines.append(f"    {d['broker_name']}: the default of every topic's {d['name']}.")
+        if d["broker_name"]:
+            lines.append(f"    {d['broker_name']}: the default of every topic's {d['name']}.")
     return "\n".join(textwrap.fill(line, 100, subsequent_indent=" " * 8) if line else line for line in lines)

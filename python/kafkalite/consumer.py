@@ -31,7 +31,7 @@ from kafkalite.errors import (
     ReadOnlyDataDirError,
     UnknownTopicError,
 )
-from kafkalite.group import STRATEGIES, GroupFiles, GroupMember, encode_name, live_members
+from kafkalite.group import STRATEGIES, GroupFiles, GroupMember, encode_name, members_refusal
 from kafkalite.log import Log
 from kafkalite.offsets import OffsetStore
 from kafkalite.wakeup import Wakeups
@@ -640,11 +640,11 @@ class Consumer:
             return
         files = GroupFiles(self._dir.path, self.group_id)
         with files.locked():
-            members = live_members(self._dir.path, self.group_id)
-            if members:
+            refusal = members_refusal(self._dir.path, self.group_id)
+            if refusal is not None:
                 raise CommitFailedError(
-                    f"commit rejected: group {self.group_id!r} has {len(members)} active members; a consumer "
-                    "outside the group (assign()) may commit only to an empty group"
+                    f"commit rejected: {refusal}; a consumer outside the group (assign()) may commit only "
+                    "to an empty group"
                 )
             self._store.commit(entries)
 

@@ -64,7 +64,7 @@ DIR_DEFAULTS: dict[str, Any] = {d["name"]: d["default"] for d in DIR_CONFIG_DEFS
 #: The broker's name of each topic config's default (Kafka's ServerTopicConfigSynonyms):
 #: setting ``log.retention.ms`` on the data directory sets ``retention.ms`` of every topic that
 #: does not override it, as on a broker.
-BROKER_SYNONYMS: dict[str, str] = {d["broker_name"]: d["name"] for d in TOPIC_CONFIG_DEFS}
+BROKER_SYNONYMS: dict[str, str] = {d["broker_name"]: d["name"] for d in TOPIC_CONFIG_DEFS if d["broker_name"]}
 
 #: The Python types each table type takes (Kafka's config strings are accepted for numbers);
 #: the engine checks the values.
@@ -125,7 +125,7 @@ def validate_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
 def validate_dir_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """Check data-directory config (broker names); return it normalised."""
     defs = {d["name"]: d for d in DIR_CONFIG_DEFS}
-    defs.update({d["broker_name"]: d for d in TOPIC_CONFIG_DEFS})
+    defs.update({d["broker_name"]: d for d in TOPIC_CONFIG_DEFS if d["broker_name"]})
     try:
         _check_types(config, defs, "broker")
     except InvalidTypeError as e:
@@ -365,6 +365,7 @@ class DataDir:
             validate_dir_config({unknown[0]: None})  # raises, naming the key
 
         def change(data: dict[str, Any]) -> None:
+            _native.warn_unapplied("the data directory", data["config"], checked)
             data["config"].update(checked)
             for k in removals:
                 data["config"].pop(k, None)
@@ -386,6 +387,7 @@ class DataDir:
         def change(topics: dict) -> None:
             if name in topics:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            _native.warn_unapplied(f"topic {name!r}", {}, checked)
             _add_topic(self, topics, name, partitions, checked)
 
         self.update(change, create=True)

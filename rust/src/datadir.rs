@@ -64,6 +64,17 @@ pub fn validate_topic_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Kafka's transaction log topic (`Topic.TRANSACTION_STATE_TOPIC_NAME`).
+pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+/// Kafka's internal topics (`Topic.INTERNAL_TOPICS`), the one list: clients may not create or
+/// delete them (they are kafkalite's own: `__consumer_offsets` holds the committed offsets in
+/// 50 partitions; a topic of another shape would break every group), nor change their partitions.
+pub const INTERNAL_TOPICS: [&str; 2] = [OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC];
+
+pub fn is_internal(topic: &str) -> bool {
+    INTERNAL_TOPICS.contains(&topic)
+}
+
 /// Kafka's rule for destructive admin calls on an internal topic, the one copy that DeleteTopics
 /// and DeleteRecords (the server's) and `Admin.delete_topic` / `Admin.delete_records` (embedded)
 /// all apply: `__consumer_offsets` holds every consumer group's committed offsets, so deleting
@@ -71,13 +82,13 @@ pub fn validate_topic_name(name: &str) -> Result<()> {
 /// the topic's cleanup.policy (changing that config stays allowed, as in Kafka). `what` names
 /// the refused call in the message.
 pub fn refuse_internal(topic: &str, what: &str) -> Result<()> {
-    if topic != OFFSETS_TOPIC {
+    if !is_internal(topic) {
         return Ok(());
     }
     Err(Error::InvalidTopic(format!(
-        "{OFFSETS_TOPIC} is an internal topic (it holds every consumer group's committed offsets), so {what} \
-         is not allowed on it; to drop or move a group's offsets, delete the group or reset its offsets \
-         (Admin.delete_group, Admin.reset_offsets)"
+        "{topic} is an internal topic (Kafka's, kept by kafkalite: {OFFSETS_TOPIC} holds every consumer group's \
+         committed offsets), so {what} is not allowed on it; to drop or move a group's offsets, delete the \
+         group or reset its offsets (Admin.delete_group, Admin.reset_offsets)"
     )))
 }
 
@@ -209,6 +220,7 @@ impl DataDir {
                 let dir = self.partition_path(name, p);
                 std::fs::create_dir_all(&dir).context(|| format!("cannot create {}", dir.display()))?;
             }
+            topic_config::warn_unapplied(&format!("topic {name:?}"), &Map::new(), &checked);
             topics.insert(name.to_string(), json!({"partitions": partitions, "config": checked}));
             created = true;
             Ok(())
@@ -315,6 +327,9 @@ impl DataDir {
     /// `validate_only` checks without changing anything.
     pub fn create_partitions(&self, name: &str, total: i32, validate_only: bool) -> Result<()> {
         validate_topic_name(name)?;
+        // A group's partition of `__consumer_offsets` is its hash modulo 50: more partitions
+        // would move the groups away from their committed offsets.
+        refuse_internal(name, "adding partitions")?;
         if !(1..=MAX_PARTITIONS).contains(&total) {
             return Err(Error::config(format!(
                 "partitions must be between 1 and {MAX_PARTITIONS} (MAX_PARTITIONS), got {total}"
@@ -366,6 +381,7 @@ impl DataDir {
             let entry = topics.get_mut(name).ok_or_else(unknown)?;
             let current = entry.get("config").and_then(Value::as_object).cloned().unwrap_or_default();
             let checked = topic_config::validate_topic_config(&change(&current)?)?;
+            topic_config::warn_unapplied(&format!("topic {name:?}"), &current, &checked);
             entry["config"] = Value::Object(checked);
             Ok(())
         })
@@ -384,7 +400,9 @@ impl DataDir {
         update_metadata(&self.path, |data| {
             let mut data = data.unwrap_or_else(|| json!({"version": 1, "topics": {}}));
             let current = data.get("config").and_then(Value::as_object).cloned().unwrap_or_default();
-            data["config"] = Value::Object(topic_config::validate_dir_config(&change(&current)?)?);
+            let checked = topic_config::validate_dir_config(&change(&current)?)?;
+            topic_config::warn_unapplied("the data directory", &current, &checked);
+            data["config"] = Value::Object(checked);
             Ok::<_, Error>(data)
         })
     }
