@@ -1,0 +1,236 @@
+"""The attackers of the server suite, one episode per process (``python -m faults.server_attacks
+ATTACK --bootstrap ... --journal ... --seed N``), each journaling what it did and what the server
+answered (``attack`` events), so the checker and the summary have the figures:
+
+- ``hostile``        connections sending hostile frames (random bytes, negative and huge sizes,
+                     truncated headers, unknown API keys, a size announced then silence)
+- ``fetch``          fetch amplification: concurrent Fetch requests naming the big partition
+                     COPIES times, max_bytes and partition_max_bytes 2^31-1, answers read and dropped
+- ``metadata``       a metadata flood: one Metadata request naming 1,000 new topics with
+                     auto-creation allowed
+- ``idle``           thousands of idle connections (RLIMIT_NOFILE raised), held, then closed
+- ``intruder``       a client outside the groups commits (generation -1, or a made-up member) the
+                     offsets each group has committed: accepted while the group has live members
+                     is a violation (checker)
+
+The embedded lock holders' SIGSTOP/kill and the server's kill -9 are the controller's."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import resource
+import socket
+import struct
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+from faults import server_wire as W
+from faults.journal import Journal, now
+
+FETCH_COPIES = 8
+FETCH_CONNECTIONS = 3
+FETCH_DEADLINE_S = 60.0
+FLOOD_TOPICS = 1000
+IDLE_CONNECTIONS = 2000
+ANSWER_DEADLINE_S = 5.0
+
+
+def hostile_frames(rng: random.Random) -> list[tuple[str, bytes]]:
+    junk = rng.randbytes(rng.randint(1, 64))
+    header = struct.pack(">hhih", 18, 0, 1, -1)
+    return [
+        ("random bytes", struct.pack(">i", len(junk)) + junk),
+        ("negative size", struct.pack(">i", -rng.randint(1, 2**31 - 1))),
+        ("zero size", struct.pack(">i", 0)),
+        ("huge size", struct.pack(">i", rng.randint(200 << 20, 2**31 - 1))),
+        ("size then silence", struct.pack(">i", 1000) + header),
+        ("truncated header", struct.pack(">i", 3) + b"\x00\x12\x00"),
+        ("unknown api key", struct.pack(">hhih", 32000, 0, 1, -1)),
+        ("bad version", struct.pack(">i", 10) + struct.pack(">hhih", 3, 999, 1, -1)),
+        ("client id past the frame", struct.pack(">i", 10) + struct.pack(">hhih", 18, 0, 1, 3000)),
+        ("bytes without a frame", rng.randbytes(rng.randint(1, 3))),
+    ]
+
+
+def hostile(args: argparse.Namespace, rng: random.Random, journal: Journal) -> None:
+    socks: list[tuple[str, socket.socket]] = []
+    outcomes: Counter[str] = Counter()
+    for _ in range(rng.randint(10, 30)):
+        what, frame = rng.choice(hostile_frames(rng))
+        try:
+            s = W.connect(args.bootstrap, ANSWER_DEADLINE_S)
+            s.sendall(frame)
+            socks.append((what, s))
+        except OSError:
+            outcomes["connect failed"] += 1
+    deadline = time.monotonic() + ANSWER_DEADLINE_S
+    for what, s in socks:
+        try:
+            W.read_exactly(s, 1, deadline)
+            outcomes["answered"] += 1
+        except W.Closed:
+            outcomes["closed"] += 1
+        except W.Late:
+            outcomes[f"still open ({what})"] += 1
+        s.close()
+    journal.write("attack", attack="hostile", connections=len(socks), outcomes=dict(outcomes))
+
+
+def fetch(args: argparse.Namespace, rng: random.Random, journal: Journal) -> None:
+    topic, part = args.big.rsplit(":", 1)
+    results: list[dict[str, Any]] = []
+
+    def one() -> None:
+        t0, started = now(), time.monotonic()
+        out: dict[str, Any] = {"t0": t0}
+        try:
+            wire = W.Wire(args.bootstrap, ANSWER_DEADLINE_S, client_id="amplifier")
+            try:
+                wire.send(W.fetch([(topic, int(part), 0)] * FETCH_COPIES, 100, W.INT31, W.INT31))
+                size = wire.receive(time.monotonic() + FETCH_DEADLINE_S, keep=False)
+                out.update(outcome="ok", first_bytes=len(size))
+            finally:
+                wire.close()
+        except W.Late:
+            out["outcome"] = "late"
+        except (W.Closed, OSError) as e:
+            out.update(outcome="closed", error=str(e)[:200])
+        out["latency_s"] = round(time.monotonic() - started, 3)
+        results.append(out)
+
+    threads = [threading.Thread(target=one) for _ in range(FETCH_CONNECTIONS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    journal.write("attack", attack="fetch", copies=FETCH_COPIES, results=results)
+
+
+def metadata(args: argparse.Namespace, rng: random.Random, journal: Journal) -> None:
+    names = [f"flood-{args.seed}-{i}" for i in range(FLOOD_TOPICS)]
+    t0, started = now(), time.monotonic()
+    out: dict[str, Any] = {"t0": t0, "topics": len(names)}
+    try:
+        wire = W.Wire(args.bootstrap, ANSWER_DEADLINE_S, client_id="flooder")
+        try:
+            response = wire.call(W.metadata(names, auto_create=True), FETCH_DEADLINE_S)
+            out.update(outcome="ok", errors=dict(Counter(t.error_code for t in response.topics)))
+        finally:
+            wire.close()
+    except W.Late:
+        out["outcome"] = "late"
+    except (W.Closed, OSError) as e:
+        out.update(outcome="closed", error=str(e)[:200])
+    out["latency_s"] = round(time.monotonic() - started, 3)
+    journal.write("attack", attack="metadata", **out)
+
+
+def idle(args: argparse.Namespace, rng: random.Random, journal: Journal) -> None:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = IDLE_CONNECTIONS + 64
+    resource.setrlimit(
+        resource.RLIMIT_NOFILE, (want if hard == resource.RLIM_INFINITY else min(want, hard), hard)
+    )
+    socks, failures = [], Counter[str]()
+    started = time.monotonic()
+    for _ in range(IDLE_CONNECTIONS):
+        try:
+            socks.append(W.connect(args.bootstrap, ANSWER_DEADLINE_S))
+        except OSError as e:
+            failures[type(e).__name__] += 1
+            if len(failures) and sum(failures.values()) > 50:
+                break  # the server is down or refuses: no point hammering
+    opened_in = time.monotonic() - started
+    hold = rng.uniform(5, 15)
+    journal.write(
+        "attack",
+        attack="idle",
+        opened=len(socks),
+        failures=dict(failures),
+        opened_in_s=round(opened_in, 2),
+        hold_s=round(hold, 1),
+    )
+    time.sleep(hold)
+    closed_by_server = 0
+    for s in socks:
+        s.setblocking(False)
+        try:
+            if s.recv(1) == b"":
+                closed_by_server += 1
+        except (BlockingIOError, OSError):
+            pass
+        s.close()
+    journal.write("attack_end", attack="idle", closed_by_server=closed_by_server)
+
+
+def intruder(args: argparse.Namespace, rng: random.Random, journal: Journal) -> None:
+    partitions = []
+    for spec in args.topics.split(","):
+        topic, count = spec.split(":")
+        partitions += [(topic, p) for p in range(int(count))]
+    for group in args.groups.split(","):
+        try:
+            wire = W.Wire(args.bootstrap, ANSWER_DEADLINE_S, client_id="intruder")
+            try:
+                fetched = wire.call(W.offset_fetch(group, partitions), ANSWER_DEADLINE_S)
+                offsets = [
+                    (t.name, p.partition_index, max(p.committed_offset, 0))
+                    for t in fetched.topics
+                    for p in t.partitions
+                ]
+                generation, member = rng.choice([(-1, ""), (rng.randint(1, 50), f"intruder-{args.seed}")])
+                t0 = now()
+                response = wire.call(W.offset_commit(group, generation, member, offsets), ANSWER_DEADLINE_S)
+                t1 = now()
+                accepted = [
+                    [t.name, p.partition_index]
+                    for t in response.topics
+                    for p in t.partitions
+                    if p.error_code == 0
+                ]
+                journal.write(
+                    "intruder_commit",
+                    group=group,
+                    generation=generation,
+                    member=member,
+                    t0=t0,
+                    t1=t1,
+                    offsets=offsets,
+                    accepted=accepted,
+                    errors=sorted(set(W.errors_of(response))),
+                )
+            finally:
+                wire.close()
+        except (W.Late, W.Closed, OSError) as e:
+            journal.write(
+                "attack_failed", attack="intruder", group=group, error=f"{type(e).__name__}: {e}"[:200]
+            )
+    journal.write("attack", attack="intruder", groups=args.groups.split(","))
+
+
+ATTACKS = {"hostile": hostile, "fetch": fetch, "metadata": metadata, "idle": idle, "intruder": intruder}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("attack", choices=sorted(ATTACKS))
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--journal", required=True)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--big", default="big:0", help="topic:partition of the big partition (fetch)")
+    parser.add_argument("--topics", default="", help="topic:partitions,... (intruder)")
+    parser.add_argument("--groups", default="", help="comma-separated (intruder)")
+    args = parser.parse_args()
+    journal = Journal(args.journal)
+    journal.write("start", attack=args.attack, pid=os.getpid())
+    ATTACKS[args.attack](args, random.Random(args.seed), journal)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""A network consumer-group member for the server suite: kafka-python's KafkaConsumer with a
+group_id against ``kafkalite serve``, driven as member_child drives the embedded Consumer
+(member_child's ``Member`` and listeners, so the journal is the same: ``poll``, ``commit`` only
+once accepted, ``assign`` at the entry of on_partitions_assigned, ``revoke``/``lost`` at the exit
+of the callbacks), so the checker's ownership and commit rules apply to the server's coordinator
+as they do to the embedded groups. kafka.errors.KafkaError is the typed error."""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+
+from kafka import ConsumerRebalanceListener, KafkaConsumer
+from kafka.errors import CommitFailedError, KafkaError
+from kafka.structs import OffsetAndMetadata
+
+from faults.journal import EXIT_TYPED_ERROR, Journal, child_args, error_fields, now, record_row
+from faults.member_child import STOP, Careful, CommitOnRevoke, Member
+
+
+class NetworkCommitOnRevoke(CommitOnRevoke, ConsumerRebalanceListener):
+    """member_child's listener as kafka-python takes it (its subclass); on loss kafka-python
+    calls on_partitions_revoked, as kafkalite does for this listener."""
+
+
+class NetworkCareful(Careful, ConsumerRebalanceListener):
+    """member_child's careful listener (no commit on loss) as kafka-python takes it."""
+
+
+SESSION_TIMEOUT_MS = 6000
+MAX_POLL_INTERVAL_MS = 10_000
+CALL_TIMEOUT_MS = 10_000  # position() and commit(): a server that does not answer is a typed error
+
+
+def main() -> None:
+    parser = child_args(__doc__ or "")
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--group", required=True)
+    args = parser.parse_args()
+    journal = Journal(args.journal)
+    rng = random.Random(args.seed)
+    raising = rng.random() < 0.5
+    journal.write("start", name=args.name, raising=raising)
+    try:
+        consumer = KafkaConsumer(
+            bootstrap_servers=args.bootstrap,
+            client_id=args.name,
+            group_id=args.group,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            session_timeout_ms=SESSION_TIMEOUT_MS,
+            heartbeat_interval_ms=1000,
+            max_poll_interval_ms=MAX_POLL_INTERVAL_MS,
+            request_timeout_ms=15_000,
+            reconnect_backoff_max_ms=500,
+        )
+    except KafkaError as e:  # NoBrokersAvailable while the server restarts
+        journal.write("fatal", where="KafkaConsumer()", **error_fields(e))
+        sys.exit(EXIT_TYPED_ERROR)
+    member = Member(
+        consumer,
+        journal,
+        raising,
+        typed=KafkaError,
+        commit_failed=CommitFailedError,
+        commit_offsets=lambda positions: consumer.commit(
+            {tp: OffsetAndMetadata(o, "", -1) for tp, o in positions.items()}, timeout_ms=CALL_TIMEOUT_MS
+        ),
+        position=lambda tp: consumer.position(tp, timeout_ms=CALL_TIMEOUT_MS),
+    )
+    consumer.subscribe(
+        args.topics.split(","), listener=(NetworkCommitOnRevoke if raising else NetworkCareful)(member)
+    )
+    while not STOP.requested:
+        t0 = now()
+        try:
+            batches = consumer.poll(timeout_ms=200, max_records=300)
+        except KafkaError as e:  # CommitFailedError from the listener's commit among them
+            journal.write("poll_failed", t0=t0, **error_fields(e))
+            time.sleep(0.05)
+            continue
+        if batches:
+            got = {
+                f"{tp.topic}:{tp.partition}": [record_row(r) for r in records]
+                for tp, records in batches.items()
+            }
+            journal.write("poll", t0=t0, gen=member.generation(), records=got)
+            try:
+                member.commit("poll")
+            except CommitFailedError:
+                pass  # journaled in commit(); the next poll rejoins
+    try:
+        consumer.close(autocommit=False, timeout_ms=CALL_TIMEOUT_MS)
+    except KafkaError as e:
+        journal.write("error", where="close", **error_fields(e))
+    journal.write("closed")
+
+
+if __name__ == "__main__":
+    main()
