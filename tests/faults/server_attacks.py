@@ -10,8 +10,9 @@ answered (``attack`` events), so the checker and the summary have the figures:
                      auto-creation allowed
 - ``idle``           thousands of idle connections (RLIMIT_NOFILE raised), held, then closed
 - ``intruder``       a client outside the groups commits (generation -1, or a made-up member) the
-                     offsets each group has committed: accepted while the group has live members
-                     is a violation (checker)
+                     offsets each group has committed (OffsetFetch just before, so an accepted
+                     commit moves nothing back), between two DescribeGroups: accepted while the
+                     group had live members is a violation (checker)
 
 The embedded lock holders' SIGSTOP/kill and the server's kill -9 are the controller's."""
 
@@ -183,9 +184,11 @@ def intruder(args: argparse.Namespace, rng: random.Random, journal: Journal) -> 
                     for p in t.partitions
                 ]
                 generation, member = rng.choice([(-1, ""), (rng.randint(1, 50), f"intruder-{args.seed}")])
+                before = live_members(wire, group)
                 t0 = now()
                 response = wire.call(W.offset_commit(group, generation, member, offsets), ANSWER_DEADLINE_S)
                 t1 = now()
+                after = live_members(wire, group)
                 accepted = [
                     [t.name, p.partition_index]
                     for t in response.topics
@@ -201,6 +204,8 @@ def intruder(args: argparse.Namespace, rng: random.Random, journal: Journal) -> 
                     t1=t1,
                     offsets=offsets,
                     accepted=accepted,
+                    members_before=before,
+                    members_after=after,
                     errors=sorted(set(W.errors_of(response))),
                 )
             finally:
@@ -210,6 +215,12 @@ def intruder(args: argparse.Namespace, rng: random.Random, journal: Journal) -> 
                 "attack_failed", attack="intruder", group=group, error=f"{type(e).__name__}: {e}"[:200]
             )
     journal.write("attack", attack="intruder", groups=args.groups.split(","))
+
+
+def live_members(wire: W.Wire, group: str) -> list[str] | None:
+    """The members DescribeGroups lists (None: it answered an error)."""
+    (described,) = wire.call(W.describe_groups([group]), ANSWER_DEADLINE_S).groups
+    return None if described.error_code else [m.member_id for m in described.members]
 
 
 ATTACKS = {"hostile": hostile, "fetch": fetch, "metadata": metadata, "idle": idle, "intruder": intruder}

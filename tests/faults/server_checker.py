@@ -8,8 +8,9 @@ says which guarantee broke and the test can carry a list of known ones:
 - ``ownership``             checker rule 5, per group (the embedded group and the network one)
 - ``committed_offsets``     checker rule 6, per group: never backwards, none lost
 - ``non_owner_commit``      an intruder's OffsetCommit (generation -1 or a made-up member) that
-                            the server accepted while a member of that group certainly owned
-                            the partition (inside a certain-ownership interval of rule 5)
+                            the server accepted while the group had live members (listed by
+                            DescribeGroups before and after it, or a member certainly owned the
+                            partition throughout: a certain-ownership interval of rule 5)
 - ``deadline``              every probe answered within its bound (BOUNDS: ApiVersions and
                             Metadata 2 s, Produce/Fetch/OffsetFetch their timeout + slack, an
                             error code being an answer), except while the server was down
@@ -163,7 +164,8 @@ def check(
             elif ev["ev"] == "intruder_commit":
                 stats.intruder_commits += 1
                 stats.intruder_accepted += len(ev["accepted"])
-                violations["non_owner_commit"] += _owned_while_accepted(ev, evidence.get(ev["group"]))
+                if found := _owned_while_accepted(ev, evidence.get(ev["group"])):
+                    violations["non_owner_commit"] += found
         if started is not None and any(ev.get("attack") == "idle" for ev in events):
             idle_windows.append((started, events[-1]["t"] + int(2e9)))
 
@@ -198,8 +200,17 @@ def check(
 
 
 def _owned_while_accepted(ev: dict[str, Any], evidence: checker.GroupEvidence | None) -> list[str]:
-    if evidence is None:
+    """An intruder's accepted commit is a violation when DescribeGroups listed members both
+    before and after it, or when a member certainly owned the partition throughout it."""
+    if not ev["accepted"]:
         return []
+    before, after = ev.get("members_before"), ev.get("members_after")
+    if before and after:
+        return [
+            f"group {ev['group']}: the server accepted an OffsetCommit of {len(ev['accepted'])} partitions from outside the "
+            f"group (generation {ev['generation']}, member {ev['member']!r}) at {ev['t0']} between two DescribeGroups that "
+            f"listed {len(before)} and {len(after)} members"
+        ]
     out = []
     for topic, part in ev["accepted"]:
         for s, e, owner in evidence.certain.get((topic, part), ()):

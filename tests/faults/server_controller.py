@@ -262,9 +262,8 @@ class ServerController(Controller):
         enabled = [a for a in EPISODES if a in self.attacks and a not in running]
         if enabled and len(self.episodes) < 2 and rng.random() < 0.04:
             self.start_episode(rng.choices(enabled, weights=[EPISODE_WEIGHTS[a] for a in enabled])[0])
-        if (
-            "server_kill" in self.attacks and not self.episodes and rng.random() < 0.015
-        ):  # attacks meet a live server
+        # Not while a fetch or metadata episode runs: their figures are of a live server.
+        if "server_kill" in self.attacks and not running & {"fetch", "metadata"} and rng.random() < 0.015:
             self.kill_server()
             self.server_restart_at = now + rng.uniform(0.3, 2.0)
 

@@ -11,6 +11,7 @@ import struct
 import time
 from typing import Any
 
+from kafka.protocol.admin.groups import DescribeGroupsRequest
 from kafka.protocol.api_header import ResponseClassRegistry
 from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.protocol.consumer.group import OffsetCommitRequest, OffsetFetchRequest
@@ -172,6 +173,11 @@ def offset_fetch(group: str, partitions: list[tuple[str, int]]) -> Any:
         group_id=group,
         topics=[req.OffsetFetchRequestTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()],
     )
+
+
+def describe_groups(groups: list[str]) -> Any:
+    """DescribeGroups v0."""
+    return DescribeGroupsRequest[0](groups=groups)
 
 
 def record_batch(values: list[bytes]) -> bytes:
