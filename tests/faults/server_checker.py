@@ -182,7 +182,9 @@ def check(
             continue
         if ev["outcome"] in ("ok", "late"):
             stats.max_latency[kind] = max(stats.max_latency.get(kind, 0.0), ev["latency_s"])
-        if ev["outcome"] == "late" or ev["latency_s"] > BOUNDS[kind]:
+        if ev["outcome"] == "late":
+            late[kind].append(f"none in {ev['latency_s']:.1f} s at {t0}")
+        elif ev["latency_s"] > BOUNDS[kind]:
             late[kind].append(f"{ev['latency_s']:.1f} s at {t0}")
         elif ev["outcome"] in ("closed", "refused"):
             if kind == "api_versions_fresh" and overlaps(idle_windows, t0, t0):

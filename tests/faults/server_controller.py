@@ -224,14 +224,14 @@ class ServerController(Controller):
         self.journal.write("start", name=name, pid=proc.pid, attack=attack)
 
     def plan(self) -> None:
-        """Every enabled episode at least once, spread over the run (a short run sees each)."""
-        episodes = [a for a in EPISODES if a in self.attacks]
-        self.rng.shuffle(episodes)
+        """Every enabled episode and a server kill at least once, spread over the run (so a
+        short run sees each); more come at random."""
+        planned = [a for a in (*EPISODES, "server_kill") if a in self.attacks]
+        self.rng.shuffle(planned)
         start = time.monotonic()
         span = self.seconds * 0.85  # the last ones end before the stop
         self.planned = sorted(
-            (start + (i + self.rng.random()) * span / max(1, len(episodes)), a)
-            for i, a in enumerate(episodes)
+            (start + (i + self.rng.random()) * span / max(1, len(planned)), a) for i, a in enumerate(planned)
         )
 
     def server_tick(self) -> None:
@@ -257,13 +257,21 @@ class ServerController(Controller):
             self.server_restart_at = now + 1.0
             return
         running = {ep.attack for ep in self.episodes}
+        # No server kill while a fetch or metadata episode runs: their figures are of a live server.
+        may_kill = "server_kill" in self.attacks and not running & {"fetch", "metadata"}
+        kill = may_kill and rng.random() < 0.015
         while self.planned and self.planned[0][0] <= now:
-            self.start_episode(self.planned.pop(0)[1])
+            if self.planned[0][1] == "server_kill":
+                if not may_kill:
+                    break  # at a later tick
+                self.planned.pop(0)
+                kill = True
+            else:
+                self.start_episode(self.planned.pop(0)[1])
         enabled = [a for a in EPISODES if a in self.attacks and a not in running]
         if enabled and len(self.episodes) < 2 and rng.random() < 0.04:
             self.start_episode(rng.choices(enabled, weights=[EPISODE_WEIGHTS[a] for a in enabled])[0])
-        # Not while a fetch or metadata episode runs: their figures are of a live server.
-        if "server_kill" in self.attacks and not running & {"fetch", "metadata"} and rng.random() < 0.015:
+        if kill:
             self.kill_server()
             self.server_restart_at = now + rng.uniform(0.3, 2.0)
 
