@@ -337,17 +337,48 @@ class Controller:
             self.signal(child, signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_S
         for child in list(self.children.values()):
-            try:
-                child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                self.journal.write("hang", name=child.name, seconds=STOP_TIMEOUT_S, stderr=child.stderr)
-                self.signal(child, signal.SIGABRT)
-                try:
-                    child.proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    self.signal(child, signal.SIGKILL)
-                    child.proc.wait()
+            self.wait_or_abort(child, deadline, STOP_TIMEOUT_S)
             self.reap(child)
+
+    def wait_or_abort(self, child: Child, deadline: float, seconds: float) -> None:
+        """Wait for a child asked to stop; one still running at ``deadline`` is a hang
+        (journaled): SIGABRT, so faulthandler prints its stacks, then SIGKILL."""
+        try:
+            child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.journal.write("hang", name=child.name, seconds=seconds, stderr=child.stderr)
+            self.signal(child, signal.SIGABRT)
+            try:
+                child.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.signal(child, signal.SIGKILL)
+                child.proc.wait()
+
+    def describe(self, **fields: Any) -> None:
+        """run.json: what ``python -m faults.checker RUN_DIR`` needs to check a kept run again."""
+        with open(os.path.join(self.run_dir, "run.json"), "w") as f:
+            json.dump(
+                {"seed": self.seed, "seconds": self.seconds, "topics": self.topics, **fields}, f, indent=1
+            )
+
+    def run_to_end(self) -> float:
+        """``run()``, then stop every child (and in any case kill them); returns the time the
+        stopping began."""
+        try:
+            self.run()
+        finally:
+            stopping = time.monotonic()
+            try:
+                self.stop_everything()
+            finally:
+                self.kill_everything()
+        return stopping
+
+    def stop_everything(self) -> None:
+        self.stop_all()
+
+    def kill_everything(self) -> None:
+        self.kill_all()
 
     def kill_all(self) -> None:
         """The last resort of a finally: no child outlives the run."""
@@ -377,26 +408,8 @@ def run(
                 "fault injection: this kafkalite has no _native.failpoint_names(): no children with fail points"
             )
         c.create_topics()
-        with open(os.path.join(run_dir, "run.json"), "w") as f:
-            json.dump(
-                {
-                    "seed": seed,
-                    "seconds": seconds,
-                    "topics": c.topics,
-                    "strategy": c.strategy,
-                    "tmpfs": c.mounted,
-                },
-                f,
-                indent=1,
-            )
-        try:
-            c.run()
-        finally:
-            stopping = time.monotonic()
-            try:
-                c.stop_all()
-            finally:
-                c.kill_all()
+        c.describe(strategy=c.strategy, tmpfs=c.mounted)
+        stopping = c.run_to_end()
         if c.mounted:
             c.resize(TMPFS_SIZE * 2)  # recovery needs room
         checking = time.monotonic()
@@ -411,21 +424,33 @@ def run(
     finally:
         c.kill_all()
         c.umount()
-    if not violations and not keep:
-        shutil.rmtree(run_dir, ignore_errors=True)
+    return finish(result, out, keep)
+
+
+def finish(result: Any, out: Any, keep: bool) -> Any:
+    """The end of a run: its directory removed unless it found violations (or ``keep``), its
+    report printed."""
+    if not result.violations and not keep:
+        shutil.rmtree(result.run_dir, ignore_errors=True)
     out(result.report())
     return result
 
 
-def main() -> None:
+def cli(description: str | None, seconds: float) -> argparse.ArgumentParser:
+    """The options of ``python -m faults.controller`` and ``faults.server_controller``."""
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--seconds", type=float, default=float(os.environ.get("KAFKALITE_FAULTS_SECONDS", "75"))
+        "--seconds", type=float, default=float(os.environ.get("KAFKALITE_FAULTS_SECONDS", str(seconds)))
     )
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the run directory even without violations")
+    return parser
+
+
+def main() -> None:
+    parser = cli(__doc__, 75)
     parser.add_argument(
         "--no-faults",
         action="store_true",

@@ -27,6 +27,7 @@ import struct
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from faults import server_wire as W
@@ -81,29 +82,39 @@ def hostile(args: argparse.Namespace, rng: random.Random, journal: Journal) -> N
     journal.write("attack", attack="hostile", connections=len(socks), outcomes=dict(outcomes))
 
 
+def exchange(
+    args: argparse.Namespace, client_id: str, talk: Callable[[W.Wire], dict[str, Any]]
+) -> dict[str, Any]:
+    """One connection's exchange, ``talk``, timed: its fields plus t0, latency_s and outcome
+    (``ok``, ``late``: no answer by the deadline, ``closed``: closed, reset or refused)."""
+    t0, started = now(), time.monotonic()
+    out: dict[str, Any] = {"t0": t0}
+    try:
+        wire = W.Wire(args.bootstrap, ANSWER_DEADLINE_S, client_id=client_id)
+        try:
+            out.update(outcome="ok", **talk(wire))
+        finally:
+            wire.close()
+    except W.Late:
+        out["outcome"] = "late"
+    except (W.Closed, OSError) as e:
+        out.update(outcome="closed", error=str(e)[:200])
+    out["latency_s"] = round(time.monotonic() - started, 3)
+    return out
+
+
 def fetch(args: argparse.Namespace, rng: random.Random, journal: Journal) -> None:
     topic, part = args.big.rsplit(":", 1)
     results: list[dict[str, Any]] = []
 
-    def one() -> None:
-        t0, started = now(), time.monotonic()
-        out: dict[str, Any] = {"t0": t0}
-        try:
-            wire = W.Wire(args.bootstrap, ANSWER_DEADLINE_S, client_id="amplifier")
-            try:
-                wire.send(W.fetch([(topic, int(part), 0)] * FETCH_COPIES, 100, W.INT31, W.INT31))
-                size = wire.receive(time.monotonic() + FETCH_DEADLINE_S, keep=False)
-                out.update(outcome="ok", first_bytes=len(size))
-            finally:
-                wire.close()
-        except W.Late:
-            out["outcome"] = "late"
-        except (W.Closed, OSError) as e:
-            out.update(outcome="closed", error=str(e)[:200])
-        out["latency_s"] = round(time.monotonic() - started, 3)
-        results.append(out)
+    def amplify(wire: W.Wire) -> dict[str, Any]:
+        wire.send(W.fetch([(topic, int(part), 0)] * FETCH_COPIES, 100, W.INT31, W.INT31))
+        return {"response_bytes": wire.skip(time.monotonic() + FETCH_DEADLINE_S)}
 
-    threads = [threading.Thread(target=one) for _ in range(FETCH_CONNECTIONS)]
+    threads = [
+        threading.Thread(target=lambda: results.append(exchange(args, "amplifier", amplify)))
+        for _ in range(FETCH_CONNECTIONS)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -113,21 +124,12 @@ def fetch(args: argparse.Namespace, rng: random.Random, journal: Journal) -> Non
 
 def metadata(args: argparse.Namespace, rng: random.Random, journal: Journal) -> None:
     names = [f"flood-{args.seed}-{i}" for i in range(FLOOD_TOPICS)]
-    t0, started = now(), time.monotonic()
-    out: dict[str, Any] = {"t0": t0, "topics": len(names)}
-    try:
-        wire = W.Wire(args.bootstrap, ANSWER_DEADLINE_S, client_id="flooder")
-        try:
-            response = wire.call(W.metadata(names, auto_create=True), FETCH_DEADLINE_S)
-            out.update(outcome="ok", errors=dict(Counter(t.error_code for t in response.topics)))
-        finally:
-            wire.close()
-    except W.Late:
-        out["outcome"] = "late"
-    except (W.Closed, OSError) as e:
-        out.update(outcome="closed", error=str(e)[:200])
-    out["latency_s"] = round(time.monotonic() - started, 3)
-    journal.write("attack", attack="metadata", **out)
+
+    def flood(wire: W.Wire) -> dict[str, Any]:
+        response = wire.call(W.metadata(names, auto_create=True), FETCH_DEADLINE_S)
+        return {"errors": dict(Counter(t.error_code for t in response.topics))}
+
+    journal.write("attack", attack="metadata", topics=len(names), **exchange(args, "flooder", flood))
 
 
 def idle(args: argparse.Namespace, rng: random.Random, journal: Journal) -> None:

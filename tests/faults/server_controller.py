@@ -19,11 +19,8 @@ faults.server_controller --seconds 900 [--seed N] [--attacks stop,fetch,...]``."
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -36,7 +33,7 @@ from typing import Any
 from serve_proc import free_port, serve_on
 
 from faults import server_checker
-from faults.controller import Child, Controller, child_env
+from faults.controller import Child, Controller, child_env, cli, finish
 
 ATTACKS = ("stop", "kill", "server_kill", "hostile", "fetch", "metadata", "idle", "intruder")
 EPISODES = ("hostile", "fetch", "metadata", "idle", "intruder")  # faults.server_attacks
@@ -174,16 +171,7 @@ class ServerController(Controller):
             return
         self.sample_rss(force=True)
         self.signal(server, signal.SIGINT)
-        try:
-            server.proc.wait(timeout=SERVER_STOP_S)
-        except subprocess.TimeoutExpired:
-            self.journal.write("hang", name=server.name, seconds=SERVER_STOP_S, stderr=server.stderr)
-            self.signal(server, signal.SIGABRT)
-            try:
-                server.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.signal(server, signal.SIGKILL)
-                server.proc.wait()
+        self.wait_or_abort(server, time.monotonic() + SERVER_STOP_S, SERVER_STOP_S)
         self.journal_exit(server)
         self.server = None
 
@@ -238,11 +226,7 @@ class ServerController(Controller):
         rng, now = self.rng, time.monotonic()
         for ep in list(self.episodes):
             if ep.child.proc.poll() is None and now > ep.deadline:
-                self.journal.write(
-                    "hang", name=ep.child.name, seconds=ATTACK_TIMEOUT_S, stderr=ep.child.stderr
-                )
-                self.signal(ep.child, signal.SIGABRT)
-                ep.child.proc.wait()
+                self.wait_or_abort(ep.child, now, ATTACK_TIMEOUT_S)
             if ep.child.proc.poll() is not None:
                 self.journal_exit(ep.child)
                 self.episodes.remove(ep)
@@ -305,11 +289,7 @@ class ServerController(Controller):
         finally:
             if self.probe is not None:
                 self.signal(self.probe, signal.SIGTERM)
-                try:
-                    self.probe.proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    self.signal(self.probe, signal.SIGKILL)
-                    self.probe.proc.wait()
+                self.wait_or_abort(self.probe, time.monotonic() + 30, 30)
                 self.journal_exit(self.probe)
                 self.probe = None
             self.stop_server()
@@ -389,20 +369,8 @@ def run(
     started = time.monotonic()
     try:
         c.create_topics()
-        with open(os.path.join(run_dir, "run.json"), "w") as f:
-            json.dump(
-                {"seed": seed, "seconds": seconds, "topics": c.topics, "attacks": sorted(attacks)},
-                f,
-                indent=1,
-            )
-        try:
-            c.run()
-        finally:
-            stopping = time.monotonic()
-            try:
-                c.stop_everything()
-            finally:
-                c.kill_everything()
+        c.describe(attacks=sorted(attacks))
+        stopping = c.run_to_end()
         checking = time.monotonic()
         groups = {EMBEDDED_GROUP: "m[0-9]*.jsonl", NETWORK_GROUP: "mn*.jsonl"}
         violations, stats = server_checker.check(run_dir, c.data, c.topics, groups)
@@ -413,24 +381,14 @@ def run(
     finally:
         c.kill_everything()
     result = ServerResult(seed, time.monotonic() - started, sorted(attacks), violations, stats, run_dir)
-    if not violations and not keep:
-        shutil.rmtree(run_dir, ignore_errors=True)
-    out(result.report())
-    return result
+    return finish(result, out, keep)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--seconds", type=float, default=float(os.environ.get("KAFKALITE_FAULTS_SECONDS", "60"))
-    )
-    parser.add_argument("--seed", type=int, default=None)
+    parser = cli(__doc__, 60)
     parser.add_argument(
         "--attacks", default=",".join(ATTACKS), help=f"comma-separated, of {', '.join(ATTACKS)}"
     )
-    parser.add_argument("--keep", action="store_true", help="keep the run directory even without violations")
     args = parser.parse_args()
     result = run(args.seed, args.seconds, set(filter(None, args.attacks.split(","))), keep=args.keep)
     sys.exit(1 if result.violations else 0)

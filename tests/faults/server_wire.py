@@ -50,17 +50,17 @@ class Wire:
         self.sock.sendall(request.encode(header=True, framed=True))
         return self.correlation
 
-    def receive(self, deadline: float, keep: bool = True) -> bytes:
-        """One response frame (without its size); ``keep=False`` reads and drops it (a huge
-        Fetch answer) and returns only its first bytes."""
+    def receive(self, deadline: float) -> bytes:
+        """One response frame, without its size."""
         size = struct.unpack(">i", read_exactly(self.sock, 4, deadline))[0]
-        if keep:
-            return read_exactly(self.sock, size, deadline)
-        head = read_exactly(self.sock, min(size, 64), deadline)
-        left = size - len(head)
+        return read_exactly(self.sock, size, deadline)
+
+    def skip(self, deadline: float) -> int:
+        """Read one response frame and drop it as it comes (a huge Fetch answer); its size."""
+        size = left = struct.unpack(">i", read_exactly(self.sock, 4, deadline))[0]
         while left > 0:
             left -= len(read_exactly(self.sock, min(left, 1 << 20), deadline, partial=True))
-        return head
+        return int(size)
 
     def call(self, request: Any, timeout: float) -> Any:
         deadline = time.monotonic() + timeout
