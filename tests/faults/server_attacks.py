@@ -41,45 +41,57 @@ IDLE_CONNECTIONS = 2000
 ANSWER_DEADLINE_S = 5.0
 
 
-def hostile_frames(rng: random.Random) -> list[tuple[str, bytes]]:
+def hostile_frames(rng: random.Random) -> list[tuple[str, bytes, bool]]:
+    """(what, bytes, must_end): ``must_end`` frames are complete and undecodable, so the server
+    must close the connection (or answer an error) at once; the others may be waited on."""
     junk = rng.randbytes(rng.randint(1, 64))
     header = struct.pack(">hhih", 18, 0, 1, -1)
     return [
-        ("random bytes", struct.pack(">i", len(junk)) + junk),
-        ("negative size", struct.pack(">i", -rng.randint(1, 2**31 - 1))),
-        ("zero size", struct.pack(">i", 0)),
-        ("huge size", struct.pack(">i", rng.randint(200 << 20, 2**31 - 1))),
-        ("size then silence", struct.pack(">i", 1000) + header),
-        ("truncated header", struct.pack(">i", 3) + b"\x00\x12\x00"),
-        ("unknown api key", struct.pack(">hhih", 32000, 0, 1, -1)),
-        ("bad version", struct.pack(">i", 10) + struct.pack(">hhih", 3, 999, 1, -1)),
-        ("client id past the frame", struct.pack(">i", 10) + struct.pack(">hhih", 18, 0, 1, 3000)),
-        ("bytes without a frame", rng.randbytes(rng.randint(1, 3))),
+        ("random bytes", struct.pack(">i", len(junk)) + junk, False),  # may decode as a request
+        ("negative size", struct.pack(">i", -rng.randint(1, 2**31 - 1)), True),
+        ("zero size", struct.pack(">i", 0), True),
+        ("huge size", struct.pack(">i", rng.randint(200 << 20, 2**31 - 1)), True),
+        ("size then silence", struct.pack(">i", 1000) + header, False),
+        ("truncated header", struct.pack(">i", 3) + b"\x00\x12\x00", True),
+        ("unknown api key", struct.pack(">i", 10) + struct.pack(">hhih", 32000, 0, 1, -1), True),
+        ("bad version", struct.pack(">i", 10) + struct.pack(">hhih", 3, 999, 1, -1), True),
+        ("client id past the frame", struct.pack(">i", 10) + struct.pack(">hhih", 18, 0, 1, 3000), True),
+        ("bytes without a frame", rng.randbytes(rng.randint(1, 3)), False),
     ]
 
 
 def hostile(args: argparse.Namespace, rng: random.Random, journal: Journal) -> None:
-    socks: list[tuple[str, socket.socket]] = []
-    outcomes: Counter[str] = Counter()
+    """Connections each sending one hostile frame; each outcome within ANSWER_DEADLINE_S of
+    the last send: ``answered``, ``closed`` or ``still open``."""
+    socks: list[tuple[str, bool, int, socket.socket]] = []
+    results: list[list] = []
     for _ in range(rng.randint(10, 30)):
-        what, frame = rng.choice(hostile_frames(rng))
+        what, frame, must_end = rng.choice(hostile_frames(rng))
+        t0 = now()
         try:
             s = W.connect(args.bootstrap, ANSWER_DEADLINE_S)
             s.sendall(frame)
-            socks.append((what, s))
+            socks.append((what, must_end, t0, s))
         except OSError:
-            outcomes["connect failed"] += 1
+            results.append([what, must_end, t0, "connect failed"])
     deadline = time.monotonic() + ANSWER_DEADLINE_S
-    for what, s in socks:
+    for what, must_end, t0, s in socks:
         try:
             W.read_exactly(s, 1, deadline)
-            outcomes["answered"] += 1
+            outcome = "answered"
         except W.Closed:
-            outcomes["closed"] += 1
+            outcome = "closed"
         except W.Late:
-            outcomes[f"still open ({what})"] += 1
+            outcome = "still open"
         s.close()
-    journal.write("attack", attack="hostile", connections=len(socks), outcomes=dict(outcomes))
+        results.append([what, must_end, t0, outcome])
+    journal.write(
+        "attack",
+        attack="hostile",
+        connections=len(socks),
+        outcomes=dict(Counter(outcome for *_, outcome in results)),
+        results=results,
+    )
 
 
 def exchange(

@@ -13,7 +13,9 @@ says which guarantee broke and the test can carry a list of known ones:
                             partition throughout: a certain-ownership interval of rule 5)
 - ``deadline``              every probe answered within its bound (BOUNDS: ApiVersions and
                             Metadata 2 s, Produce/Fetch/OffsetFetch their timeout + slack, an
-                            error code being an answer), except while the server was down
+                            error code being an answer), and every complete undecodable hostile
+                            frame answered or its connection closed within 5 s, except while
+                            the server was down
 - ``probe_connection``      a probe connection closed or refused while the server was up and
                             no idle-connection attack was on (no rule closes a well-behaved
                             client's connection)
@@ -32,6 +34,7 @@ from typing import Any
 
 from faults import checker
 from faults import journal as J
+from faults.server_attacks import ANSWER_DEADLINE_S
 
 #: Seconds within which each probe must be answered: ApiVersions and Metadata never wait on a
 #: partition or a group; Produce (timeout_ms 5000), Fetch (max_wait_ms 500) and OffsetFetch may
@@ -154,6 +157,7 @@ def check(
 
     # -- attacks, intruders -------------------------------------------------------------------
     idle_windows: list[tuple[int, int]] = []
+    unended: Counter[str] = Counter()
     for path in sorted(glob.glob(os.path.join(journals, "x-*.jsonl"))):
         events = list(J.read(path))
         started = next((ev["t"] for ev in events if ev["ev"] == "start"), None)
@@ -161,6 +165,9 @@ def check(
             if ev["ev"] == "attack":
                 stats.attacks[ev["attack"]] += 1
                 stats.figures.append(_attack_figure(ev))
+                for what, must_end, t0, outcome in ev.get("results", []) if ev["attack"] == "hostile" else []:
+                    if must_end and outcome == "still open" and not overlaps(windows, t0, ev["t"]):
+                        unended[what] += 1
             elif ev["ev"] == "intruder_commit":
                 stats.intruder_commits += 1
                 stats.intruder_accepted += len(ev["accepted"])
@@ -194,6 +201,11 @@ def check(
         violations["deadline"].append(
             f"{len(rows)} {kind} probes not answered within {BOUNDS[kind]:.0f} s while the server was up: {', '.join(rows[:5])}"
         )
+    if unended:
+        violations["deadline"].append(
+            f"hostile frames neither answered nor closed within {ANSWER_DEADLINE_S:.0f} s while the server was up: "
+            f"{dict(unended)}"
+        )
     for kind, rows in sorted(dropped.items()):
         violations["probe_connection"].append(
             f"{len(rows)} {kind} probe connections dropped while the server was up: {', '.join(rows[:5])}"
@@ -226,5 +238,6 @@ def _owned_while_accepted(ev: dict[str, Any], evidence: checker.GroupEvidence | 
 
 
 def _attack_figure(ev: dict[str, Any]) -> str:
-    fields = {k: v for k, v in ev.items() if k not in ("ev", "t", "attack")}
+    hidden = ("ev", "t", "attack", "results") if ev["attack"] == "hostile" else ("ev", "t", "attack")
+    fields = {k: v for k, v in ev.items() if k not in hidden}
     return f"{ev['attack']}: {fields}"[:300]

@@ -307,7 +307,7 @@ def _drain(proc: subprocess.Popen, path: str) -> None:
     """The server's stderr after its first line (read by serve_on), into its log file, so a
     server that logs a WARNING per refused request never blocks on a full pipe."""
     assert proc.stderr is not None
-    with open(path, "a") as f:
+    with proc.stderr, open(path, "a") as f:
         for line in proc.stderr:
             f.write(line)
             f.flush()
