@@ -26,10 +26,12 @@ import os
 import pytest
 from faults import server_controller
 
-#: Seen on main before the issue 21 fixes (seeds in the merge note): probes unanswered for 5 s
-#: while an embedded lock holder is stopped or a fetch is amplified (deadline), the server's RSS
-#: past 256 MiB under fetch amplification (rss).
-KNOWN_VIOLATIONS: frozenset[str] = frozenset({"deadline", "rss"})
+#: Seen on main before the issue 21 fixes (seeds 21, 7, 1796425605): every probe, ApiVersions
+#: included, unanswered for 5-13 s while a metadata flood creates its topics or a fetch is
+#: amplified (deadline); the server's RSS at 2.3 GiB under fetch amplification (rss); a
+#: generation -1 OffsetCommit to the embedded group accepted while a member owned the partitions
+#: (non_owner_commit).
+KNOWN_VIOLATIONS: frozenset[str] = frozenset({"deadline", "rss", "non_owner_commit"})
 
 
 @pytest.mark.faults

@@ -9,12 +9,15 @@ answered (``attack`` events), so the checker and the summary have the figures:
 - ``metadata``       a metadata flood: one Metadata request naming 1,000 new topics with
                      auto-creation allowed
 - ``idle``           thousands of idle connections (RLIMIT_NOFILE raised), held, then closed
+- ``lock``           an embedded writer holding append locks (the hot partition's, the groups'
+                     offsets partitions'), SIGSTOPped by the controller for HOLD seconds
 - ``intruder``       a client outside the groups commits (generation -1, or a made-up member) the
                      offsets each group has committed (OffsetFetch just before, so an accepted
                      commit moves nothing back), between two DescribeGroups: accepted while the
                      group had live members is a violation (checker)
 
-The embedded lock holders' SIGSTOP/kill and the server's kill -9 are the controller's."""
+The SIGSTOP of ``lock`` holders, of the embedded clients, and the server's kill -9 are the
+controller's."""
 
 from __future__ import annotations
 
@@ -237,7 +240,45 @@ def live_members(wire: W.Wire, group: str) -> list[str] | None:
     return None if described.error_code else [m.member_id for m in described.members]
 
 
-ATTACKS = {"hostile": hostile, "fetch": fetch, "metadata": metadata, "idle": idle, "intruder": intruder}
+def lock(args: argparse.Namespace, rng: random.Random, journal: Journal) -> None:
+    """An embedded writer caught holding append locks: a shared writer of the hot partition
+    and/or of the groups' __consumer_offsets partitions takes each one's append lock (flock of
+    .kafkalite.lock, as an append does), journals ``holding``, and holds them HOLD seconds of
+    wall time. The controller SIGSTOPs it on ``holding`` and SIGCONTs it after HOLD seconds, so
+    the locks stay held by a stopped process all that time; then it releases them and exits."""
+    import fcntl
+
+    from kafkalite import Log
+    from kafkalite.offsets import offsets_partition
+
+    candidates = [args.hot] + [f"__consumer_offsets-{offsets_partition(g)}" for g in args.groups.split(",")]
+    chosen = rng.sample(candidates, k=rng.randint(1, len(candidates)))
+    held = []
+    for name in chosen:
+        path = os.path.join(args.data, name)
+        log = Log(path, shared_writers=True)  # a live shared writer...
+        f = open(os.path.join(path, ".kafkalite.lock"), "r+")
+        fcntl.flock(f, fcntl.LOCK_EX)  # ...caught holding the append lock
+        held.append((log, f))
+    acquired = time.monotonic()
+    journal.write("holding", partitions=chosen, hold_s=args.hold)
+    journal.write("attack", attack="lock", partitions=chosen, hold_s=args.hold)
+    while time.monotonic() - acquired < args.hold:
+        time.sleep(0.05)
+    for log, f in held:
+        fcntl.flock(f, fcntl.LOCK_UN)
+        f.close()
+        log.close()
+
+
+ATTACKS = {
+    "hostile": hostile,
+    "fetch": fetch,
+    "metadata": metadata,
+    "idle": idle,
+    "intruder": intruder,
+    "lock": lock,
+}
 
 
 def main() -> None:
@@ -250,7 +291,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--big", default="big:0", help="topic:partition of the big partition (fetch)")
     parser.add_argument("--topics", default="", help="topic:partitions,... (intruder)")
-    parser.add_argument("--groups", default="", help="comma-separated (intruder)")
+    parser.add_argument("--groups", default="", help="comma-separated (intruder, lock)")
+    parser.add_argument("--data", default="", help="the data directory (lock)")
+    parser.add_argument("--hot", default="", help="the partition directory name the probe writes (lock)")
+    parser.add_argument("--hold", type=float, default=10.0, help="seconds the locks are held (lock)")
     args = parser.parse_args()
     journal = Journal(args.journal)
     journal.write("start", attack=args.attack, pid=os.getpid())

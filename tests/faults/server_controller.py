@@ -6,7 +6,9 @@ directory, a probe measuring every answer, and for ``seconds`` the attacks of AT
 - ``stop``         SIGSTOP/SIGCONT of embedded lock holders (producers and members), up to 12 s
 - ``kill``         kill -9 of clients, embedded and network (restarted)
 - ``server_kill``  kill -9 of the server, restarted on the same port
-- ``hostile``, ``fetch``, ``metadata``, ``idle``, ``intruder``  episodes of
+- ``lock``         an embedded writer holding append locks (the hot partition's, the groups'
+                   offsets partitions'), SIGSTOPped as soon as it holds them, for 4-15 s
+- ``hostile``, ``fetch``, ``metadata``, ``idle``, ``intruder``, ``lock``  episodes of
                    ``faults.server_attacks`` (one process each)
 
 then stops everything (the server by SIGINT), and checks ``faults.server_checker``'s invariants.
@@ -32,12 +34,14 @@ from typing import Any
 
 from serve_proc import free_port, serve_on
 
+from faults import journal as J
 from faults import server_checker
 from faults.controller import Child, Controller, child_env, cli, finish
 
-ATTACKS = ("stop", "kill", "server_kill", "hostile", "fetch", "metadata", "idle", "intruder")
-EPISODES = ("hostile", "fetch", "metadata", "idle", "intruder")  # faults.server_attacks
-EPISODE_WEIGHTS = {"hostile": 3, "fetch": 2, "metadata": 1, "idle": 1, "intruder": 3}
+ATTACKS = ("stop", "kill", "server_kill", "lock", "hostile", "fetch", "metadata", "idle", "intruder")
+EPISODES = ("lock", "hostile", "fetch", "metadata", "idle", "intruder")  # faults.server_attacks
+EPISODE_WEIGHTS = {"lock": 3, "hostile": 3, "fetch": 2, "metadata": 1, "idle": 1, "intruder": 3}
+LOCK_HOLD_S = (4.0, 15.0)  # a stopped lock holder: past the Produce probe's bound, sometimes
 EMBEDDED_GROUP, NETWORK_GROUP = "faults", "net"
 SLOTS = ("p0", "p1", "m0", "m1", "pn0", "pn1", "mn0", "mn1")  # embedded, then network (n)
 BIG_TOPIC, BIG_BYTES, BIG_VALUE = "big", 48 << 20, 512 << 10  # what fetch amplification multiplies
@@ -60,6 +64,8 @@ class Episode:
     child: Child
     attack: str
     deadline: float
+    journal: str
+    stopped: bool = False  # a ``lock`` episode, once it holds its locks
 
 
 class ServerController(Controller):
@@ -196,6 +202,7 @@ class ServerController(Controller):
         n = self.episode_count = self.episode_count + 1
         name = f"x-{attack}.{n}"
         topics = ",".join(f"{t}:{m['partitions']}" for t, m in self.topics.items())
+        first = next(iter(self.topics))
         argv = [
             sys.executable, "-m", "faults.server_attacks", attack,
             "--bootstrap", self.bootstrap,
@@ -204,10 +211,18 @@ class ServerController(Controller):
             "--big", f"{BIG_TOPIC}:0",
             "--topics", topics,
             "--groups", f"{EMBEDDED_GROUP},{NETWORK_GROUP}",
+            "--data", self.data,
+            "--hot", f"{first}-0",
+            "--hold", f"{self.rng.uniform(*LOCK_HOLD_S):.1f}",
         ]  # fmt: skip
         proc, stderr = self.popen(name, argv, child_env())
         self.episodes.append(
-            Episode(Child(f"x-{attack}", n, proc, stderr, None), attack, time.monotonic() + ATTACK_TIMEOUT_S)
+            Episode(
+                Child(f"x-{attack}", n, proc, stderr, None),
+                attack,
+                time.monotonic() + ATTACK_TIMEOUT_S,
+                os.path.join(self.journals, f"{name}.jsonl"),
+            )
         )
         self.journal.write("start", name=name, pid=proc.pid, attack=attack)
 
@@ -225,6 +240,17 @@ class ServerController(Controller):
     def server_tick(self) -> None:
         rng, now = self.rng, time.monotonic()
         for ep in list(self.episodes):
+            if ep.attack == "lock" and ep.child.cont_at is None and not ep.stopped:
+                holding = next((e for e in J.read(ep.journal) if e["ev"] == "holding"), None)
+                if holding is not None:  # stopped with its locks held, until its hold is over
+                    self.signal(ep.child, signal.SIGSTOP)
+                    self.journal.write("stop", name=ep.child.name, partitions=holding["partitions"])
+                    ep.child.cont_at = now + holding["hold_s"]
+                    ep.stopped = True
+            if ep.child.cont_at is not None and now >= ep.child.cont_at:
+                self.signal(ep.child, signal.SIGCONT)
+                self.journal.write("cont", name=ep.child.name)
+                ep.child.cont_at = None
             if ep.child.proc.poll() is None and now > ep.deadline:
                 self.wait_or_abort(ep.child, now, ATTACK_TIMEOUT_S)
             if ep.child.proc.poll() is not None:
