@@ -190,7 +190,9 @@ def intruder(args: argparse.Namespace, rng: random.Random, journal: Journal) -> 
     for spec in args.topics.split(","):
         topic, count = spec.split(":")
         partitions += [(topic, p) for p in range(int(count))]
+    summary: dict[str, str] = {}
     for group in args.groups.split(","):
+        summary[group] = "no answer"
         try:
             wire = W.Wire(args.bootstrap, ANSWER_DEADLINE_S, client_id="intruder")
             try:
@@ -225,13 +227,17 @@ def intruder(args: argparse.Namespace, rng: random.Random, journal: Journal) -> 
                     members_after=after,
                     errors=sorted(set(W.errors_of(response))),
                 )
+                summary[group] = (
+                    f"generation {generation}: {len(accepted)} of {len(offsets)} accepted, "
+                    f"members listed {None if before is None else len(before)}"
+                )
             finally:
                 wire.close()
         except (W.Late, W.Closed, OSError) as e:
             journal.write(
                 "attack_failed", attack="intruder", group=group, error=f"{type(e).__name__}: {e}"[:200]
             )
-    journal.write("attack", attack="intruder", groups=args.groups.split(","))
+    journal.write("attack", attack="intruder", groups=summary)
 
 
 def live_members(wire: W.Wire, group: str) -> list[str] | None:

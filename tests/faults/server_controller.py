@@ -267,17 +267,13 @@ class ServerController(Controller):
             self.server_restart_at = now + 1.0
             return
         running = {ep.attack for ep in self.episodes}
-        # No server kill while a fetch or metadata episode runs: their figures are of a live server.
-        may_kill = "server_kill" in self.attacks and not running & {"fetch", "metadata"}
-        kill = may_kill and rng.random() < 0.015
+        kill = "server_kill" in self.attacks and rng.random() < 0.015
         while self.planned and self.planned[0][0] <= now:
-            if self.planned[0][1] == "server_kill":
-                if not may_kill:
-                    break  # at a later tick
-                self.planned.pop(0)
+            attack = self.planned.pop(0)[1]
+            if attack == "server_kill":
                 kill = True
             else:
-                self.start_episode(self.planned.pop(0)[1])
+                self.start_episode(attack)
         enabled = [a for a in EPISODES if a in self.attacks and a not in running]
         if enabled and len(self.episodes) < 2 and rng.random() < 0.04:
             self.start_episode(rng.choices(enabled, weights=[EPISODE_WEIGHTS[a] for a in enabled])[0])
