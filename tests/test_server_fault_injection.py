@@ -51,3 +51,130 @@ def test_server_survives_soak_and_faults_with_every_invariant(capsys):
             )
     unexpected = {k: v for k, v in result.violations.items() if k not in known}
     assert not unexpected, result.report()
+
+
+# -- the checker's server invariants on made-up journals (fast: no server, no children) ----------
+S = 1_000_000_000  # ns
+
+
+def _stats():
+    from faults import checker, server_checker
+
+    return server_checker.ServerStats(checker.Stats())
+
+
+def probe(kind: str, t0: float, latency: float, outcome: str = "ok") -> dict:
+    return {
+        "ev": "probe",
+        "kind": kind,
+        "t0": int(t0 * S),
+        "latency_s": latency,
+        "outcome": outcome,
+        "errors": [],
+    }
+
+
+def test_a_probe_answered_late_while_the_server_was_up_is_a_deadline_violation():
+    from faults.server_checker import check_probes, down_windows
+
+    controller = [{"ev": "server_kill", "t": 10 * S}, {"ev": "server_ready", "t": 14 * S}]
+    windows = down_windows(controller, 100 * S)
+    stats = _stats()
+    got = check_probes(
+        [
+            probe("api_versions", 1, 0.01),
+            probe("api_versions", 2, 5.0, "late"),  # up: a violation
+            probe("metadata", 3, 2.5),  # answered, past its 2 s bound
+            probe("produce", 15, 9.0),  # within its 10 s bound
+            probe("api_versions", 9, 5.0, "late"),  # cut by the kill at 10: exempt
+            probe("api_versions_fresh", 12, 0.0, "refused"),  # down: exempt
+            probe("api_versions", 20, 0.0, "closed"),  # up, a well-behaved connection closed
+            probe("api_versions_fresh", 31, 0.0, "refused"),  # during an idle-connection episode
+        ],
+        windows,
+        [(30 * S, 40 * S)],
+        stats,
+    )
+    assert [v.split(" probes")[0] for v in got["deadline"]] == ["1 api_versions", "1 metadata"]
+    assert len(got["probe_connection"]) == 1 and "api_versions probe" in got["probe_connection"][0]
+    assert stats.probes == 8 and stats.probes_exempt == 2
+
+
+def test_an_intruders_commit_accepted_while_the_group_had_members_is_a_violation():
+    from faults import checker
+    from faults.server_checker import check_attacks
+
+    evidence = {"g": checker.GroupEvidence(), "embedded": checker.GroupEvidence()}
+    evidence["embedded"].certain[("t", 0)].append((1 * S, 9 * S, "m0.0"))
+
+    def intruder(group: str, accepted: list, before: list | None, t0: float = 5) -> dict:
+        return {
+            "ev": "intruder_commit",
+            "group": group,
+            "generation": -1,
+            "member": "",
+            "t0": int(t0 * S),
+            "t1": int(t0 * S) + 1000,
+            "offsets": [["t", 0, 3]],
+            "accepted": accepted,
+            "members_before": before,
+            "members_after": before,
+        }
+
+    episodes = [
+        [
+            intruder("g", [], ["a"]),  # refused: fine
+            intruder("g", [["t", 0]], []),  # accepted by an empty group: fine (Kafka's simple consumer)
+            intruder("g", [["t", 0]], ["a", "b"]),  # accepted with two members listed: a violation
+            intruder("embedded", [["t", 0]], []),  # no member listed, but m0.0 owned t-0 throughout
+            intruder("embedded", [["t", 0]], [], t0=20),  # after m0.0's ownership ended: fine
+        ]
+    ]
+    violations, _ = check_attacks(episodes, [], evidence, _stats())
+    assert len(violations["non_owner_commit"]) == 2
+    assert "listed 2 and 2 members" in violations["non_owner_commit"][0]
+    assert "while m0.0 owned it" in violations["non_owner_commit"][1]
+
+
+def test_hostile_frames_left_open_and_rss_past_the_bound_are_violations():
+    from faults.server_checker import RSS_BOUND, check_attacks, check_rss
+
+    hostile = {
+        "ev": "attack",
+        "attack": "hostile",
+        "t": 10 * S,
+        "connections": 3,
+        "outcomes": {},
+        "results": [
+            ["negative size", True, 5 * S, "still open"],  # must be closed: a violation
+            ["size then silence", False, 5 * S, "still open"],  # may be waited on
+            ["zero size", True, 5 * S, "closed"],
+        ],
+    }
+    violations, _ = check_attacks([[hostile]], [], {}, _stats())
+    assert violations["deadline"] and "'negative size': 1" in violations["deadline"][0]
+    violations, _ = check_attacks([[hostile]], [(4 * S, 11 * S)], {}, _stats())  # the server was down
+    assert not violations["deadline"]
+    stats = _stats()
+    samples = [
+        {"ev": "rss", "name": "server.0", "t": i, "rss": (100 + 100 * i) << 20, "hwm": 0} for i in range(3)
+    ]
+    assert check_rss(samples, stats) == [
+        f"server resident set over {RSS_BOUND >> 20} MiB in 1 samples; the largest 300 MiB "
+        "(server.0, VmRSS 300 MiB, VmHWM 0 MiB) at 2"
+    ]
+    assert stats.peak_rss == 300 << 20
+
+
+def test_the_fault_checkers_messages_are_sorted_into_invariants():
+    from faults.server_checker import classify
+
+    assert classify("ownership: plain-0 owned by m0.1 ... and by m1.0 ... at once") == "ownership"
+    assert classify("commit of plain-0 went backwards: ...") == "committed_offsets"
+    assert (
+        classify("final committed offset of plain-0 is 3, below 5 that m0.0 committed at 9")
+        == "committed_offsets"
+    )
+    assert classify("server.1 died of SIGSEGV, which nobody sent it (stderr: x)") == "processes"
+    assert classify("2 children printed a traceback of an untyped error: X (first: y)") == "processes"
+    assert classify("plain-1: 3 acknowledged records lost (log 0..9): 4, 5, 6") == "acknowledged_records"

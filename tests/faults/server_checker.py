@@ -121,7 +121,7 @@ def check(
     journals = os.path.join(run_dir, "journals")
     first_group = next(iter(groups))
     base_violations, base_stats, notes = checker.check(
-        run_dir, data_dir, topics, first_group, producers="p*.jsonl", members=groups
+        run_dir, data_dir, topics, first_group, producers="p[0-9n]*.jsonl", members=groups
     )
     violations: dict[str, list[str]] = defaultdict(list)
     for v in base_violations:
@@ -138,28 +138,49 @@ def check(
     evidence = {g: checker.read_members(journals, pattern, checker.Stats()) for g, pattern in groups.items()}
     stats.commits = sum(len(ev.commits) for ev in evidence.values())
 
-    # -- controller: server kills, RSS --------------------------------------------------------
+    for ev in controller:
+        stats.server_kills += ev["ev"] == "server_kill"
+    violations["rss"] += check_rss(controller, stats)
+    episodes = [list(J.read(path)) for path in sorted(glob.glob(os.path.join(journals, "x-*.jsonl")))]
+    attack_violations, idle_windows = check_attacks(episodes, windows, evidence, stats)
+    for invariant, rows in attack_violations.items():
+        violations[invariant] += rows
+    probes = [ev for ev in J.read(os.path.join(journals, "probe.jsonl")) if ev["ev"] == "probe"]
+    for invariant, rows in check_probes(probes, windows, idle_windows, stats).items():
+        violations[invariant] += rows
+    return {k: v for k, v in violations.items() if v}, stats
+
+
+def check_rss(controller: list[dict[str, Any]], stats: ServerStats) -> list[str]:
+    """``rss``: every sample of the server's VmRSS and VmHWM within RSS_BOUND."""
     over: list[tuple[int, dict[str, Any]]] = []
     for ev in controller:
-        if ev["ev"] == "server_kill":
-            stats.server_kills += 1
-        elif ev["ev"] == "rss":
+        if ev["ev"] == "rss":
             worst = max(ev["rss"], ev.get("hwm", 0))
             if worst > RSS_BOUND:
                 over.append((worst, ev))
             stats.peak_rss = max(stats.peak_rss, worst)
-    if over:
-        worst, ev = max(over, key=lambda row: row[0])
-        violations["rss"].append(
-            f"server resident set over {RSS_BOUND >> 20} MiB in {len(over)} samples; the largest {worst >> 20} MiB "
-            f"({ev['name']}, VmRSS {ev['rss'] >> 20} MiB, VmHWM {ev.get('hwm', 0) >> 20} MiB) at {ev['t']}"
-        )
+    if not over:
+        return []
+    worst, ev = max(over, key=lambda row: row[0])
+    return [
+        f"server resident set over {RSS_BOUND >> 20} MiB in {len(over)} samples; the largest {worst >> 20} MiB "
+        f"({ev['name']}, VmRSS {ev['rss'] >> 20} MiB, VmHWM {ev.get('hwm', 0) >> 20} MiB) at {ev['t']}"
+    ]
 
-    # -- attacks, intruders -------------------------------------------------------------------
+
+def check_attacks(
+    episodes: list[list[dict[str, Any]]],
+    windows: list[tuple[int, int]],
+    evidence: dict[str, checker.GroupEvidence],
+    stats: ServerStats,
+) -> tuple[dict[str, list[str]], list[tuple[int, int]]]:
+    """``non_owner_commit`` from the intruders, ``deadline`` for hostile frames left open; and
+    the windows of the idle-connection episodes (when a connection cap may refuse a probe)."""
+    violations: dict[str, list[str]] = defaultdict(list)
     idle_windows: list[tuple[int, int]] = []
     unended: Counter[str] = Counter()
-    for path in sorted(glob.glob(os.path.join(journals, "x-*.jsonl"))):
-        events = list(J.read(path))
+    for events in episodes:
         started = next((ev["t"] for ev in events if ev["ev"] == "start"), None)
         for ev in events:
             if ev["ev"] == "attack":
@@ -171,20 +192,32 @@ def check(
             elif ev["ev"] == "intruder_commit":
                 stats.intruder_commits += 1
                 stats.intruder_accepted += len(ev["accepted"])
-                if found := _owned_while_accepted(ev, evidence.get(ev["group"])):
-                    violations["non_owner_commit"] += found
+                violations["non_owner_commit"] += _owned_while_accepted(ev, evidence.get(ev["group"]))
         if started is not None and any(ev.get("attack") == "idle" for ev in events):
             idle_windows.append((started, events[-1]["t"] + int(2e9)))
+    if unended:
+        violations["deadline"].append(
+            f"hostile frames neither answered nor closed within {ANSWER_DEADLINE_S:.0f} s while the server was up: "
+            f"{dict(unended)}"
+        )
+    return violations, idle_windows
 
-    # -- probes -------------------------------------------------------------------------------
+
+def check_probes(
+    probes: list[dict[str, Any]],
+    windows: list[tuple[int, int]],
+    idle_windows: list[tuple[int, int]],
+    stats: ServerStats,
+) -> dict[str, list[str]]:
+    """``deadline`` and ``probe_connection`` from the probe's events; a probe sent while the
+    server was down, or cut by its kill, is exempt."""
+    violations: dict[str, list[str]] = defaultdict(list)
     late: dict[str, list[str]] = defaultdict(list)
     dropped: dict[str, list[str]] = defaultdict(list)
-    for ev in J.read(os.path.join(journals, "probe.jsonl")):
-        if ev["ev"] != "probe":
-            continue
+    for ev in probes:
         stats.probes += 1
         kind, t0 = ev["kind"], ev["t0"]
-        if overlaps(windows, t0, t0 + int(ev["latency_s"] * 1e9)):  # sent while down, or cut by a kill
+        if overlaps(windows, t0, t0 + int(ev["latency_s"] * 1e9)):
             stats.probes_exempt += 1
             continue
         if ev["outcome"] in ("ok", "late"):
@@ -201,16 +234,11 @@ def check(
         violations["deadline"].append(
             f"{len(rows)} {kind} probes not answered within {BOUNDS[kind]:.0f} s while the server was up: {', '.join(rows[:5])}"
         )
-    if unended:
-        violations["deadline"].append(
-            f"hostile frames neither answered nor closed within {ANSWER_DEADLINE_S:.0f} s while the server was up: "
-            f"{dict(unended)}"
-        )
     for kind, rows in sorted(dropped.items()):
         violations["probe_connection"].append(
             f"{len(rows)} {kind} probe connections dropped while the server was up: {', '.join(rows[:5])}"
         )
-    return dict(violations), stats
+    return violations
 
 
 def _owned_while_accepted(ev: dict[str, Any], evidence: checker.GroupEvidence | None) -> list[str]:
