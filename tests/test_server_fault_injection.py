@@ -8,7 +8,7 @@ are ``faults.server_checker``'s: acknowledged_records, ownership, committed_offs
 non_owner_commit, deadline, probe_connection, rss, processes.
 
 Seed: KAFKALITE_FAULTS_SEED (default: random, printed). Length: KAFKALITE_FAULTS_SECONDS
-(default 60 s of faults, about 80-100 s in all on 2 cores); the long run is e.g.
+(default 60 s of faults, about 100-110 s in all on a loaded 2-core machine); the long run is e.g.
 ``KAFKALITE_FAULTS_SECONDS=900 pytest -m faults -s tests/test_server_fault_injection.py``.
 Attacks: KAFKALITE_SERVER_FAULTS_ATTACKS (comma-separated, default all of
 ``server_controller.ATTACKS``). On failure the journals and logs are kept; the path is printed.
@@ -17,7 +17,13 @@ KNOWN_VIOLATIONS: invariants that the server of this commit is known to break, p
 issue 21 fixes (lock waits off the async workers with deadlines, bounded fetch responses and a
 response budget, commits from non-members refused). A run reports their violations in full, and
 the test fails on any other invariant's. The lead empties this set once the fixes are merged
-(then every invariant fails the test); KAFKALITE_SERVER_FAULTS_STRICT=1 ignores it now."""
+(then every invariant fails the test); KAFKALITE_SERVER_FAULTS_STRICT=1 ignores it now. The
+bounds the suite holds the server to are ``server_checker.BOUNDS`` (ApiVersions and Metadata
+2 s; Produce, Fetch and OffsetFetch 10 s: the probe's Produce timeout_ms 5000 plus 5 s of slack)
+and ``server_checker.RSS_BOUND`` (256 MiB, the interpreter of ``python -m kafkalite serve``
+included).
+
+The tests after it check the checker's server invariants on made-up journals (no server)."""
 
 from __future__ import annotations
 
