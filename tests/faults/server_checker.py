@@ -140,6 +140,10 @@ def check(
 
     for ev in controller:
         stats.server_kills += ev["ev"] == "server_kill"
+        if ev["ev"] == "server_gave_up":  # e.g. recovery after a kill -9 failing at every start
+            violations["processes"].append(
+                f"{ev['name']} did not start in {ev['attempts']} attempts (stderr: {os.path.join(run_dir, 'stderr', ev['name'] + '.err')})"
+            )
     violations["rss"] += check_rss(controller, stats)
     episodes = [list(J.read(path)) for path in sorted(glob.glob(os.path.join(journals, "x-*.jsonl")))]
     attack_violations, idle_windows = check_attacks(episodes, windows, evidence, stats)

@@ -138,6 +138,7 @@ class ServerController(Controller):
                 self.journal.write("server_start_failed", name=name, attempt=attempt, error=str(e)[:300])
                 time.sleep(0.5)
         else:
+            self.journal.write("server_gave_up", name=name, attempts=10)
             return False
         threading.Thread(target=_drain, args=(proc, stderr), daemon=True).start()
         self.server = Child("server", self.server_incarnation, proc, stderr, None)
