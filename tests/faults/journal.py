@@ -86,6 +86,8 @@ def error_fields(e: BaseException) -> dict[str, Any]:
     """How a typed error is journaled, and which injected fault it is (ENOSPC, EMFILE, ...)."""
     code = getattr(e, "errno", None)
     text = str(e)
+    if type(e).__module__.partition(".")[0] == "kafka":  # kafka-python's errno is Kafka's error code
+        return {"err": type(e).__name__, "errno": code, "fault": None, "msg": text[:300]}
     fault = None
     if code == errno.ENOSPC or "No space left" in text:
         fault = "ENOSPC"

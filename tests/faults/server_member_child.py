@@ -1,8 +1,8 @@
 """A network consumer-group member for the server suite: kafka-python's KafkaConsumer with a
 group_id against ``kafkalite serve``, driven as member_child drives the embedded Consumer
-(member_child's ``Member`` and listeners, so the journal is the same: ``poll``, ``commit`` only
-once accepted, ``assign`` at the entry of on_partitions_assigned, ``revoke``/``lost`` at the exit
-of the callbacks), so the checker's ownership and commit rules apply to the server's coordinator
+(member_child's ``Member``, so the journal is the same: ``poll``, ``commit`` only once accepted,
+``assign`` at the entry of on_partitions_assigned, ``revoke``/``lost`` at the exit of the
+callbacks), so the checker's ownership and commit rules apply to the server's coordinator
 as they do to the embedded groups. kafka.errors.KafkaError is the typed error."""
 
 from __future__ import annotations
@@ -12,20 +12,33 @@ import sys
 import time
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer
+from kafka.coordinator.assignors.range import RangePartitionAssignor
+from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from faults.journal import EXIT_TYPED_ERROR, Journal, child_args, error_fields, now, record_row
-from faults.member_child import STOP, Careful, CommitOnRevoke, Member
+from faults.member_child import STOP, Member, tps
 
 
-class NetworkCommitOnRevoke(CommitOnRevoke, ConsumerRebalanceListener):
-    """member_child's listener as kafka-python takes it (its subclass); on loss kafka-python
-    calls on_partitions_revoked, as kafkalite does for this listener."""
+class Listener(ConsumerRebalanceListener):
+    """Journals the callbacks as member_child's listeners do (``assign`` at the entry,
+    ``revoke``/``lost`` at the exit), without their commit: kafka-python 3 runs the callbacks on
+    its IO thread, where a blocking call (commit, position) raises RuntimeError. The member
+    commits after every poll instead."""
 
+    def __init__(self, member: Member) -> None:
+        self.member = member
 
-class NetworkCareful(Careful, ConsumerRebalanceListener):
-    """member_child's careful listener (no commit on loss) as kafka-python takes it."""
+    def on_partitions_assigned(self, assigned: list) -> None:
+        self.member.journal.write("assign", tps=tps(assigned), gen=None)
+
+    def on_partitions_revoked(self, revoked: list) -> None:
+        self.member.journal.write("revoke", tps=tps(revoked), gen=None)
+
+    def on_partitions_lost(self, lost: list) -> None:
+        self.member.journal.write("lost", tps=tps(lost), gen=None)
 
 
 SESSION_TIMEOUT_MS = 6000
@@ -40,10 +53,11 @@ def main() -> None:
     args = parser.parse_args()
     journal = Journal(args.journal)
     rng = random.Random(args.seed)
-    # Half commit on loss too (CommitOnRevoke), half do not (Careful). None raises out of a
-    # callback: kafka-python would call it again on every poll and never rejoin.
-    commit_on_loss = rng.random() < 0.5
-    journal.write("start", name=args.name, commit_on_loss=commit_on_loss)
+    # Every member offers the three assignors (a member with none in common with the group is
+    # refused, INCONSISTENT_GROUP_PROTOCOL), in its own order of preference.
+    strategies = [RangePartitionAssignor, RoundRobinPartitionAssignor, StickyPartitionAssignor]
+    rng.shuffle(strategies)
+    journal.write("start", name=args.name, strategies=[s.name for s in strategies])
     try:
         consumer = KafkaConsumer(
             bootstrap_servers=args.bootstrap,
@@ -56,6 +70,7 @@ def main() -> None:
             max_poll_interval_ms=MAX_POLL_INTERVAL_MS,
             request_timeout_ms=15_000,
             reconnect_backoff_max_ms=500,
+            partition_assignment_strategy=strategies,
         )
     except KafkaError as e:  # NoBrokersAvailable while the server restarts
         journal.write("fatal", where="KafkaConsumer()", **error_fields(e))
@@ -71,9 +86,7 @@ def main() -> None:
         ),
         position=lambda tp: consumer.position(tp, timeout_ms=CALL_TIMEOUT_MS),
     )
-    consumer.subscribe(
-        args.topics.split(","), listener=(NetworkCommitOnRevoke if commit_on_loss else NetworkCareful)(member)
-    )
+    consumer.subscribe(args.topics.split(","), listener=Listener(member))
     while not STOP.requested:
         t0 = now()
         try:
