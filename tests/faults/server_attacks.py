@@ -12,9 +12,9 @@ answered (``attack`` events), so the checker and the summary have the figures:
 - ``lock``           an embedded writer holding append locks (the hot partition's, the groups'
                      offsets partitions'), SIGSTOPped by the controller for HOLD seconds
 - ``intruder``       a client outside the groups commits (generation -1, or a made-up member) the
-                     offsets each group has committed (OffsetFetch just before, so an accepted
-                     commit moves nothing back), between two DescribeGroups: accepted while the
-                     group had live members is a violation (checker)
+                     log end offsets (so an accepted commit moves nothing back), between two
+                     DescribeGroups: accepted while the group had live members is a violation
+                     (checker)
 
 The SIGSTOP of ``lock`` holders, of the embedded clients, and the server's kill -9 are the
 controller's."""
@@ -196,11 +196,15 @@ def intruder(args: argparse.Namespace, rng: random.Random, journal: Journal) -> 
         try:
             wire = W.Wire(args.bootstrap, ANSWER_DEADLINE_S, client_id="intruder")
             try:
-                fetched = wire.call(W.offset_fetch(group, partitions), ANSWER_DEADLINE_S)
+                # The log end offsets (a Fetch's high watermarks): at or past every offset a
+                # member commits, so an accepted intrusion moves no committed offset back and
+                # breaks no invariant but its own (members skip records, which none checks).
+                ends = wire.call(W.fetch([(t, p, 0) for t, p in partitions], 0, 1, 1), ANSWER_DEADLINE_S)
                 offsets = [
-                    (t.name, p.partition_index, max(p.committed_offset, 0))
-                    for t in fetched.topics
+                    (t.topic, p.partition_index, p.high_watermark)
+                    for t in ends.responses
                     for p in t.partitions
+                    if p.high_watermark >= 0
                 ]
                 generation, member = rng.choice([(-1, ""), (rng.randint(1, 50), f"intruder-{args.seed}")])
                 before = live_members(wire, group)
