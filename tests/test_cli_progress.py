@@ -20,7 +20,9 @@ from kafkalite import Admin, Log, Record
 from kafkalite.dump import dump_partition
 
 # rich's terminal overrides would defeat the piped half; TERM must name a real terminal.
-_ENV = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "NO_COLOR", "COLUMNS")}
+_ENV = {
+    k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "NO_COLOR", "COLUMNS")
+}
 _ENV["TERM"] = "xterm-256color"
 
 

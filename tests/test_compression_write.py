@@ -121,7 +121,9 @@ def test_spark_sink_kafka_compression_type(tmp_path, codec):
 def test_unknown_codecs_are_refused_up_front_naming_the_valid_ones(tmp_path):
     data_dir = str(tmp_path / "data")
     valid = "'none', 'gzip', 'snappy', 'lz4', 'zstd'"
-    with pytest.raises(kafkalite.InvalidConfigError, match=f"compression_type must be None or one of {valid}"):
+    with pytest.raises(
+        kafkalite.InvalidConfigError, match=f"compression_type must be None or one of {valid}"
+    ):
         Producer(data_dir, compression_type="brotli")
     with pytest.raises(kafkalite.InvalidTypeError, match="compression_type"):
         Producer(data_dir, compression_type=4)

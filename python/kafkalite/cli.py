@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from kafkalite import _native
-from kafkalite.cli_progress import progress, quiet as _quiet
+from kafkalite.cli_progress import progress, quiet
 from kafkalite.errors import InvalidRecordError, RecordTooLargeError
 
 
@@ -289,7 +289,10 @@ def _produce(args: argparse.Namespace) -> int:
     )
     try:
         # stdin gets no progress: a terminal's lines are being typed, a pipe's total is unknown.
-        with producer, progress("produce", total=total, unit=" B") if total is not None else _quiet() as advance:
+        with (
+            producer,
+            progress("produce", total=total, unit=" B") if total is not None else quiet() as advance,
+        ):
             for line in source:
                 advance(len(line))
                 line = line.rstrip(b"\n")

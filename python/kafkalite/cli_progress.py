@@ -18,7 +18,9 @@ def quiet() -> Iterator[Callable[[float], None]]:
 
 
 @contextmanager
-def progress(description: str, total: float | None = None, unit: str = "") -> Iterator[Callable[[float], None]]:
+def progress(
+    description: str, total: float | None = None, unit: str = ""
+) -> Iterator[Callable[[float], None]]:
     """Yield ``advance(n)``. The display is transient: it is erased when the block ends, so a
     terminal keeps only the command's own output."""
     from rich.console import Console
@@ -39,7 +41,11 @@ def progress(description: str, total: float | None = None, unit: str = "") -> It
     )
 
     if total is None:  # a live count
-        columns = [TextColumn("{task.description}"), TextColumn(f"{{task.completed:,.0f}}{unit}"), TimeElapsedColumn()]
+        columns = [
+            TextColumn("{task.description}"),
+            TextColumn(f"{{task.completed:,.0f}}{unit}"),
+            TimeElapsedColumn(),
+        ]
     elif unit:  # a byte count: a percentage
         columns = [TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn()]
     else:

@@ -100,15 +100,21 @@ def compression_type(name: str, value: Any, optional: bool = True) -> Any:
     if value is None and optional:
         return value
     if not isinstance(value, str):
-        raise InvalidTypeError(f"{name} must be {'None or ' if optional else ''}a str, not {type(value).__name__}")
+        raise InvalidTypeError(
+            f"{name} must be {'None or ' if optional else ''}a str, not {type(value).__name__}"
+        )
     if value not in _native.COMPRESSION_TYPES:
         valid = ", ".join(repr(c) for c in _native.COMPRESSION_TYPES)
-        raise InvalidConfigError(f"{name} must be {'None or ' if optional else ''}one of {valid}, not {value!r}")
+        raise InvalidConfigError(
+            f"{name} must be {'None or ' if optional else ''}one of {valid}, not {value!r}"
+        )
     return value
 
 
 #: The codec names as the docs show them.
-_CODECS = ", ".join(repr(c) for c in _native.COMPRESSION_TYPES[:-1]) + f" or {_native.COMPRESSION_TYPES[-1]!r}"
+_CODECS = (
+    ", ".join(repr(c) for c in _native.COMPRESSION_TYPES[:-1]) + f" or {_native.COMPRESSION_TYPES[-1]!r}"
+)
 
 
 def _int(minimum: int, maximum: int = validate.INT64_MAX) -> Callable[[str, Any], int]:
