@@ -140,7 +140,7 @@ def _dump_log(args: argparse.Namespace) -> int:
             f"kafkalite: {args.partition} holds no .log segment, so it is not a partition directory"
         )
     segments = glob.glob(os.path.join(glob.escape(args.partition), "*.log"))
-    with progress("dump-log", total=sum(os.path.getsize(f) for f in segments), unit=" B") as advance:
+    with progress("dump-log", total=sum(os.path.getsize(f) for f in segments), in_bytes=True) as advance:
         problems = dump_partition(
             args.partition,
             sys.stdout,  # rich's proxy within the block when stdout is the terminal
@@ -291,7 +291,7 @@ def _produce(args: argparse.Namespace) -> int:
         # stdin gets no progress: a terminal's lines are being typed, a pipe's total is unknown.
         with (
             producer,
-            progress("produce", total=total, unit=" B") if total is not None else quiet() as advance,
+            progress("produce", total=total, in_bytes=True) if total is not None else quiet() as advance,
         ):
             for line in source:
                 advance(len(line))
