@@ -28,7 +28,7 @@ CONFIG_CASES = [
     ("linger-negative", V, "linger_ms", {"linger_ms": -1}),
     ("linger-str", T, "linger_ms", {"linger_ms": "5"}),
     ("max-request-zero", V, "max_request_size", {"max_request_size": 0}),
-    ("compression-gzip", V, "compression_type", {"compression_type": "gzip"}),
+    ("compression-brotli", V, "compression_type", {"compression_type": "brotli"}),
     ("compression-int", T, "compression_type", {"compression_type": 5}),
     ("retention-interval-zero", V, "retention_check_interval_ms", {"retention_check_interval_ms": 0}),
     ("cleaner-interval-nan", V, "cleaner_check_interval_ms", {"cleaner_check_interval_ms": NAN}),

@@ -22,7 +22,7 @@ records = st.builds(lambda v, k, h, t: (v, k, h, t), maybe_bytes, maybe_bytes, h
 
 @pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(records, min_size=1, max_size=60), st.sampled_from(["none", "zstd"]))
+@given(st.lists(records, min_size=1, max_size=60), st.sampled_from(["none", "gzip", "snappy", "lz4", "zstd"]))
 def test_arbitrary_records_round_trip_everywhere(tmp_path_factory, recs, compression):
     path = str(tmp_path_factory.mktemp("p") / "t-0")
     with Log(path, compression=compression, segment_bytes=4096) as log:

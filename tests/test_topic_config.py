@@ -107,7 +107,7 @@ BOUNDS = [
     ({"segment.ms": "0"}, "segment.ms must be >= 1"),
     ({"retention.bytes": str(2**63)}, "retention.bytes must be at most 9223372036854775807"),
     ({"min.cleanable.dirty.ratio": "1.5"}, "min.cleanable.dirty.ratio must be between 0 and 1"),
-    ({"compression.type": "lz4"}, "read but not written"),
+    ({"compression.type": "brotli"}, "compression.type must be one of producer, uncompressed, none, gzip"),
     ({"cleanup.policy": "compact,"}, "cleanup.policy must be 'delete', 'compact' or 'compact,delete'"),
 ]
 

@@ -15,6 +15,8 @@ import tempfile
 import time
 from typing import Any
 
+from kafkalite import _native
+from kafkalite.cli_progress import progress, quiet
 from kafkalite.errors import InvalidRecordError, RecordTooLargeError
 
 
@@ -52,14 +54,15 @@ def _run_demo(console: Any, data_dir: str, total: int) -> int:
         f"[bold]kafkalite demo[/]: topic [cyan]{topic}[/] (3 partitions) in [cyan]{data_dir}[/], no broker"
     )
 
-    from rich.progress import Progress
-
     with Producer(data_dir, batch_size=1 << 20, linger_ms=5) as producer:
         keyed = min(total, 200_000)
         began = time.perf_counter()
-        for i in range(keyed):
-            producer.send(topic, b"event-%d" % i, key=b"user-%d" % (i % 1000))
-        producer.flush()
+        with progress("send", total=keyed) as advance:
+            for i in range(keyed):
+                producer.send(topic, b"event-%d" % i, key=b"user-%d" % (i % 1000))
+                if i % 1000 == 999:
+                    advance(1000)
+            producer.flush()
         send_s = time.perf_counter() - began
         console.print(
             f"send():     {keyed:>10,} keyed records in {send_s:.2f} s = [green]{keyed / send_s:,.0f} records/s[/]"
@@ -67,14 +70,13 @@ def _run_demo(console: Any, data_dir: str, total: int) -> int:
         bulk = total - keyed
         values = [b"x" * 100] * per_call
         began = time.perf_counter()
-        with Progress(transient=True, console=console) as progress:
-            task = progress.add_task("send_batch", total=bulk)
+        with progress("send_batch", total=bulk) as advance:
             done = 0
             while done < bulk:
                 n = min(per_call, bulk - done)
                 producer.send_batch(topic, values[:n], partition=done // per_call % 3)
                 done += n
-                progress.advance(task, n)
+                advance(n)
         bulk_s = time.perf_counter() - began
         if bulk:
             console.print(
@@ -93,14 +95,17 @@ def _run_demo(console: Any, data_dir: str, total: int) -> int:
             have_arrow, bulk_path = True, "poll + Arrow bulk path"
         except ImportError:
             have_arrow, bulk_path = False, "poll; pip install 'kafkalite[arrow]' for the Arrow bulk path"
-        while True:
-            if have_arrow:
-                counts = [b.num_rows for b in consumer.poll_arrow().values()]
-            else:
-                counts = [len(rs) for rs in consumer.poll(max_records=65536).values()]
-            if not counts:
-                break
-            rows += sum(counts)
+        with progress("consume", total=total) as advance:
+            advance(rows)
+            while True:
+                if have_arrow:
+                    counts = [b.num_rows for b in consumer.poll_arrow().values()]
+                else:
+                    counts = [len(rs) for rs in consumer.poll(max_records=65536).values()]
+                if not counts:
+                    break
+                rows += sum(counts)
+                advance(sum(counts))
         read_s = time.perf_counter() - began
         sample = next(iter(first.values()))[0]
         console.print(
@@ -123,7 +128,6 @@ def _run_demo(console: Any, data_dir: str, total: int) -> int:
 
 def _dump_log(args: argparse.Namespace) -> int:
     """Batches of one partition directory with CRC checks, and index sanity (kafka-dump-log)."""
-    from kafkalite import _native
     from kafkalite.dump import dump_partition
 
     folder = os.path.basename(os.path.normpath(args.partition))
@@ -135,7 +139,14 @@ def _dump_log(args: argparse.Namespace) -> int:
         raise SystemExit(
             f"kafkalite: {args.partition} holds no .log segment, so it is not a partition directory"
         )
-    problems = dump_partition(args.partition, sys.stdout, print_batches=not args.summary)
+    segments = glob.glob(os.path.join(glob.escape(args.partition), "*.log"))
+    with progress("dump-log", total=sum(os.path.getsize(f) for f in segments), in_bytes=True) as advance:
+        problems = dump_partition(
+            args.partition,
+            sys.stdout,  # rich's proxy within the block when stdout is the terminal
+            print_batches=not args.summary,
+            on_segment=lambda path: advance(os.path.getsize(path)),
+        )
     print(f"{problems} problem(s) found", file=sys.stderr)
     return 1 if problems else 0
 
@@ -172,14 +183,17 @@ def _topics(args: argparse.Namespace) -> int:
         for name in _shown_topics(admin, args):
             print(name)
     elif args.action == "describe":
-        for name in [args.name] if args.name else _shown_topics(admin, args):
-            d = admin.describe_topic(name)
-            config = ",".join(f"{k}={v}" for k, v in sorted(d.config.items()))
-            print(f"Topic: {d.name}\tPartitionCount: {len(d.partitions)}\tConfigs: {config}")
-            for p in d.partitions:
-                print(
-                    f"\tTopic: {d.name}\tPartition: {p.partition}\tStartOffset: {p.start_offset}\tEndOffset: {p.end_offset}\tSize: {p.size_bytes}\tSegments: {p.segments}"
-                )
+        names = [args.name] if args.name else _shown_topics(admin, args)
+        with progress("describe topics", total=len(names)) as advance:
+            for name in names:
+                d = admin.describe_topic(name)
+                config = ",".join(f"{k}={v}" for k, v in sorted(d.config.items()))
+                print(f"Topic: {d.name}\tPartitionCount: {len(d.partitions)}\tConfigs: {config}")
+                for p in d.partitions:
+                    print(
+                        f"\tTopic: {d.name}\tPartition: {p.partition}\tStartOffset: {p.start_offset}\tEndOffset: {p.end_offset}\tSize: {p.size_bytes}\tSegments: {p.segments}"
+                    )
+                advance(1)
     elif args.action == "delete":
         admin.delete_topic(args.name)
         print(f"Deleted topic {args.name}.")
@@ -242,8 +256,6 @@ def _produce(args: argparse.Namespace) -> int:
     the exit status 1 with one line naming how many records failed and the first error."""
     import threading
 
-    from rich.progress import Progress
-
     from kafkalite.producer import Producer
 
     sep = args.key_separator.encode() if args.key_separator else None
@@ -268,15 +280,21 @@ def _produce(args: argparse.Namespace) -> int:
                 errors.append(error)
 
     # Outside the try: a refused setting or data directory produced nothing to report.
-    producer = Producer(data_dir, acks=args.acks, linger_ms=5, batch_size=256 * 1024)
+    producer = Producer(
+        data_dir,
+        acks=args.acks,
+        linger_ms=5,
+        batch_size=256 * 1024,
+        compression_type=args.compression_type,
+    )
     try:
+        # stdin gets no progress: a terminal's lines are being typed, a pipe's total is unknown.
         with (
             producer,
-            Progress(transient=True, disable=total is None or not sys.stderr.isatty()) as progress,
+            progress("produce", total=total, in_bytes=True) if total is not None else quiet() as advance,
         ):
-            task = progress.add_task("producing", total=total)
             for line in source:
-                progress.advance(task, len(line))
+                advance(len(line))
                 line = line.rstrip(b"\n")
                 key = None
                 if sep is not None:
@@ -563,6 +581,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=[0, 1, -1, "all"],
         type=lambda v: v if v == "all" else int(v) if v.lstrip("-").isdigit() else v,
         help="1 (default): acknowledged once in the log; all (or -1): once on disk; 0: not waited for",
+    )
+    produce.add_argument(
+        "--compression-type",
+        default="none",
+        choices=_native.COMPRESSION_TYPES,
+        help="the batches' codec, Kafka's compression.type (default none; a topic's own compression.type wins)",
     )
     produce.set_defaults(run=_produce)
 

@@ -93,14 +93,28 @@ def _acks(name: str, value: Any) -> Any:
     return value
 
 
-def _compression(name: str, value: Any) -> Any:
-    if value is not None and not isinstance(value, str):
-        raise InvalidTypeError(f"{name} must be None or a str, not {type(value).__name__}")
-    if (value or "none") not in ("none", "zstd"):
+def compression_type(name: str, value: Any, optional: bool = True) -> Any:
+    """Check a codec name against Kafka's (``_native.COMPRESSION_TYPES``, the engine's one list):
+    ``InvalidTypeError`` for a non-str, ``InvalidConfigError`` naming the valid ones otherwise.
+    ``optional``: None means 'none', as kafka-python's default."""
+    if value is None and optional:
+        return value
+    if not isinstance(value, str):
+        raise InvalidTypeError(
+            f"{name} must be {'None or ' if optional else ''}a str, not {type(value).__name__}"
+        )
+    if value not in _native.COMPRESSION_TYPES:
+        valid = ", ".join(repr(c) for c in _native.COMPRESSION_TYPES)
         raise InvalidConfigError(
-            f"{name} must be None, 'none' or 'zstd' (kafkalite writes no {value!r}), not {value!r}"
+            f"{name} must be {'None or ' if optional else ''}one of {valid}, not {value!r}"
         )
     return value
+
+
+#: The codec names as the docs show them.
+_CODECS = (
+    ", ".join(repr(c) for c in _native.COMPRESSION_TYPES[:-1]) + f" or {_native.COMPRESSION_TYPES[-1]!r}"
+)
 
 
 def _int(minimum: int, maximum: int = validate.INT64_MAX) -> Callable[[str, Any], int]:
@@ -157,11 +171,11 @@ PRODUCER_CONFIG = ConfigTable(
         ),
         ConfigKey(
             "compression_type",
-            "None, 'none' or 'zstd'",
+            f"None, {_CODECS}",
             None,
-            "The producer's codec, used where the topic's compression.type is 'producer'. "
-            "gzip, snappy and lz4 are read but not written.",
-            _compression,
+            "The producer's codec (None: 'none'), used where the topic's compression.type is 'producer'; "
+            "written as Kafka's Java producer writes it.",
+            compression_type,
         ),
         ConfigKey(
             "key_serializer", "callable", None, "Turns each key into bytes.", validate.optional_callable
@@ -366,7 +380,11 @@ LOG_CONFIG = ConfigTable(
             _any,
         ),
         ConfigKey(
-            "compression", "'none' or 'zstd'", "none", "The codec of the batches this log writes.", _any
+            "compression",
+            _CODECS,
+            "none",
+            "The codec of the batches this log writes, as Kafka's Java producer writes it.",
+            _any,
         ),
         ConfigKey(
             "flush",

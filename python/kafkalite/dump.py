@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import glob
 import os
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from kafkalite._native import inspect_segment
 
 
-def dump_partition(path: str, out: TextIO, print_batches: bool = True) -> int:
-    """Print the partition's batches and index checks; return the number of problems."""
+def dump_partition(
+    path: str, out: TextIO, print_batches: bool = True, on_segment: Callable[[str], None] = lambda path: None
+) -> int:
+    """Print the partition's batches and index checks; return the number of problems.
+    ``on_segment(path)`` is called after each segment (the CLI's progress)."""
     problems = 0
     segments = sorted(glob.glob(os.path.join(glob.escape(path), "*.log")))
     for i, log_path in enumerate(segments):
@@ -33,6 +37,7 @@ def dump_partition(path: str, out: TextIO, print_batches: bool = True) -> int:
             problems += 1
             print(f"  PROBLEM: {seg['recovery']}", file=out)
         problems += _print_indexes(seg, out)
+        on_segment(log_path)
     return problems
 
 

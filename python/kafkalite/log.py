@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from kafkalite import _native, validate
 from kafkalite._arrow import require_pyarrow
 from kafkalite._native import Record
-from kafkalite.client_config import LOG_CONFIG
+from kafkalite.client_config import LOG_CONFIG, compression_type
 from kafkalite.errors import InvalidConfigError, InvalidTypeError, NotAPartitionDirError, bytes_expected
 
 _I32 = validate.INT32_MAX
@@ -136,7 +136,7 @@ class Log:
         preallocate_budget_bytes = validate.optional_integer(
             "preallocate_budget_bytes", preallocate_budget_bytes
         )
-        validate.text("compression", compression)
+        compression_type("compression", compression, optional=False)
         if not isinstance(flush, str):
             flush = validate.integer("flush (a message count, or 'os' / 'always')", flush, 1)
         validate.text("timestamp_type", timestamp_type)

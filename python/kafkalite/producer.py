@@ -892,7 +892,7 @@ def _finalize(sender: _Sender, why: str) -> None:
 
 class Producer(ProducerCore):
     """``Producer(path, **config)`` with kafka-python's names: ``acks`` (0, 1, 'all'),
-    ``batch_size``, ``linger_ms``, ``compression_type`` (None/'none'/'zstd'),
+    ``batch_size``, ``linger_ms``, ``compression_type`` (None, 'none', 'gzip', 'snappy', 'lz4', 'zstd'),
     ``key_serializer``, ``value_serializer``, ``partitioner``, ``max_request_size``,
     ``client_id``, and kafkalite's ``retention_check_interval_ms`` /
     ``cleaner_check_interval_ms`` (how often this producer runs retention and compaction).

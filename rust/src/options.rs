@@ -135,9 +135,6 @@ impl LogConfig {
         if self.max_index_bytes < 12 {
             return Err(Error::config("max_index_bytes must hold at least one time index entry (12 bytes)"));
         }
-        if self.compression != Compression::None && self.compression != Compression::Zstd {
-            return Err(Error::config("compression must be \"none\" or \"zstd\" for writing"));
-        }
         Ok(())
     }
 }

@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from kafkalite._files import write_atomically
 from kafkalite._native import FIRST_SINK_PRODUCER_ID
+from kafkalite.client_config import compression_type
+from kafkalite.errors import InvalidConfigError
 from kafkalite.spark.batches import SEQUENCE_MODULUS, Producer, encode, next_sequence, scan
 from kafkalite.spark.checks import ensure_topics
 from kafkalite.spark.options import SparkOptionError
@@ -66,11 +68,10 @@ def sink_compression(options: Mapping[str, str]) -> str | None:
     none); what a topic with ``compression.type=producer`` is written with
     (``kafkalite.datadir.target_compression``)."""
     codec = options.get("kafka.compression.type")
-    if codec is None or codec in ("none", "zstd"):
-        return codec
-    raise SparkOptionError(
-        f"option 'kafka.compression.type' must be 'none' or 'zstd' (kafkalite writes no {codec!r})"
-    )
+    try:
+        return compression_type("option 'kafka.compression.type'", codec)  # type: ignore[no-any-return]
+    except InvalidConfigError as e:
+        raise SparkOptionError(str(e)) from None
 
 
 def _marker(path: str, sink: str) -> str:

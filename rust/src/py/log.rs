@@ -359,7 +359,7 @@ impl PyLog {
                 })
                 .transpose()?,
             retention_ms,
-            compression: Compression::parse_for_writing(compression)?,
+            compression: Compression::parse(compression)?,
             flush: match &flush {
                 Some(f) if !f.is_none() => parse_flush(f)?,
                 _ => FlushPolicy::Os,

@@ -70,6 +70,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(failpoint_names, m)?)?;
     m.add_function(wrap_pyfunction!(id_file_name, m)?)?;
     m.add("ID_NAME_MAX", crate::files::ID_NAME_MAX)?;
+    m.add("COMPRESSION_TYPES", crate::record::compression::CODEC_NAMES.to_vec())?;
     m.add("HASHED_ID_PREFIX", crate::files::HASHED_ID_PREFIX)?;
     offsets::register(m)?;
     users::register(m)?;

@@ -531,7 +531,7 @@ impl Accumulator {
         compacted: bool,
         max_bytes: usize,
     ) -> PyResult<Vec<Py<BatchState>>> {
-        let compression = Compression::parse_for_writing(compression)?;
+        let compression = Compression::parse(compression)?;
         self.with_batches(py, |b| {
             let mut dropped = Vec::new();
             let kept = partitions.min(b.slots.len());

@@ -154,7 +154,7 @@ pub fn topic_log_options<'py>(
     producer_compression: Option<&str>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let producer = match producer_compression {
-        Some(name) => Compression::parse_for_writing(name)?,
+        Some(name) => Compression::parse(name)?,
         None => Compression::None,
     };
     let c: LogConfig = topic_config::resolve(&to_map(dir_config)?, &to_map(topic_config)?, producer)?;

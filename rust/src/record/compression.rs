@@ -1,10 +1,15 @@
 //! The compression codecs of a v2 batch's record area (attribute bits 0-2).
 //!
-//! Producers write `none` and `zstd`; the log cleaner re-compresses a rewritten batch with its
-//! original codec, so every codec can be written. We read every codec a broker or another client may have
-//! written: gzip (any RFC 1952 stream), snappy (xerial's framing and plain raw blocks),
-//! lz4 (Kafka's LZ4 frame) and zstd (one or more frames). Decompression is bounded so that
-//! hostile bytes cannot make us allocate without limit.
+//! Every codec Kafka has is written the way Kafka's Java producer writes it: gzip (a standard
+//! gzip stream, `GZIPOutputStream`), snappy (xerial's framing, snappy-java's `SnappyOutputStream`),
+//! lz4 (an LZ4 frame as `Lz4BlockOutputStream`: 64 KiB independent blocks, no checksums but the
+//! header's) and zstd (one frame). We read what a broker or another client may have written:
+//! gzip (any RFC 1952 stream), snappy (xerial's framing and plain raw blocks), lz4 (any LZ4
+//! frame) and zstd (one or more frames). Decompression is bounded so that hostile bytes cannot
+//! make us allocate without limit.
+//!
+//! The codec names and ids live here only (`CODEC_NAMES`, the enum's discriminants); Python
+//! gets them as `_native.COMPRESSION_TYPES`.
 
 use std::io::Read;
 
@@ -24,8 +29,12 @@ pub enum Compression {
     Zstd = 4,
 }
 
-/// Codecs read (a Kafka broker's files) but never written: producers write `none` or `zstd`.
-pub const READ_ONLY_CODECS: &[&str] = &["gzip", "snappy", "lz4"];
+/// Kafka's codec names (a producer's `compression.type`), indexed by codec id.
+pub const CODEC_NAMES: [&str; 5] = ["none", "gzip", "snappy", "lz4", "zstd"];
+
+/// A topic's `compression.type` choices: `producer` (keep the writer's codec), Kafka's
+/// `uncompressed`, and every codec name (`none` too, as a producer spells it).
+pub const TOPIC_CODEC_CHOICES: &[&str] = &["producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd"];
 
 impl Compression {
     /// Decode attribute bits 0-2.
@@ -42,31 +51,24 @@ impl Compression {
 
     /// Kafka's name for the codec (`compression.type`).
     pub fn name(self) -> &'static str {
-        match self {
-            Compression::None => "none",
-            Compression::Gzip => "gzip",
-            Compression::Snappy => "snappy",
-            Compression::Lz4 => "lz4",
-            Compression::Zstd => "zstd",
-        }
+        CODEC_NAMES[self as usize]
     }
 
-    /// Parse a codec name for writing; only the codecs we write are accepted.
-    pub fn parse_for_writing(name: &str) -> Result<Self> {
-        match name {
-            "none" | "uncompressed" => Ok(Compression::None),
-            "zstd" => Ok(Compression::Zstd),
-            _ if READ_ONLY_CODECS.contains(&name) => Err(Error::config(format!(
-                "compression {name:?} can be read but not written; use \"none\" or \"zstd\""
-            ))),
-            _ => Err(Error::config(format!("unknown compression {name:?}; use \"none\" or \"zstd\""))),
-        }
+    /// Parse a codec name for writing: Kafka's names (`CODEC_NAMES`), and a topic's
+    /// `uncompressed` for `none`. Anything else is a config error that lists the valid names.
+    pub fn parse(name: &str) -> Result<Self> {
+        let id = match name {
+            "uncompressed" => 0,
+            _ => CODEC_NAMES.iter().position(|n| *n == name).ok_or_else(|| {
+                Error::config(format!("unknown compression type {name:?}; valid: {}", CODEC_NAMES.join(", ")))
+            })?,
+        };
+        Self::from_attributes(id as i16)
     }
 }
 
-/// Compress a record area. Producers write only `none` and `zstd` (`parse_for_writing`); the
-/// cleaner rewrites batches in their original codec, whatever it is. Snappy is written in
-/// xerial's framing, as Kafka's Java client does.
+/// Compress a record area as Kafka's Java producer would (see the module doc); the cleaner
+/// rewrites batches in their original codec with this too.
 pub fn compress(codec: Compression, data: &[u8]) -> Result<Vec<u8>> {
     use std::io::Write;
     let failed = |e: std::io::Error| Error::io(format!("{} compression failed", codec.name()), e);
@@ -80,7 +82,12 @@ pub fn compress(codec: Compression, data: &[u8]) -> Result<Vec<u8>> {
             enc.finish().map_err(failed)
         }
         Compression::Lz4 => {
-            let mut enc = lz4_flex::frame::FrameEncoder::new(Vec::new());
+            // Kafka's Lz4BlockOutputStream: 64 KiB blocks, each independent (its reader
+            // decompresses blocks one by one), no block or content checksum.
+            let info = lz4_flex::frame::FrameInfo::new()
+                .block_size(lz4_flex::frame::BlockSize::Max64KB)
+                .block_mode(lz4_flex::frame::BlockMode::Independent);
+            let mut enc = lz4_flex::frame::FrameEncoder::with_frame_info(info, Vec::new());
             enc.write_all(data).map_err(failed)?;
             enc.finish().map_err(|e| failed(std::io::Error::other(e)))
         }
@@ -205,6 +212,26 @@ mod tests {
             let packed = compress(codec, &data).unwrap();
             assert_eq!(decompress(codec, &packed).unwrap(), data, "{}", codec.name());
         }
+    }
+
+    #[test]
+    fn names_and_ids_agree() {
+        for (id, name) in CODEC_NAMES.iter().enumerate() {
+            let codec = Compression::parse(name).unwrap();
+            assert_eq!((codec as usize, codec.name()), (id, *name));
+            assert!(TOPIC_CODEC_CHOICES.contains(name));
+        }
+        assert_eq!(Compression::parse("uncompressed").unwrap(), Compression::None);
+        let err = Compression::parse("brotli").unwrap_err().to_string();
+        assert!(err.contains("none, gzip, snappy, lz4, zstd"), "{err}");
+    }
+
+    #[test]
+    fn lz4_frame_is_kafkas() {
+        let packed = compress(Compression::Lz4, &[7u8; 200_000]).unwrap();
+        assert_eq!(&packed[..4], &0x184D2204u32.to_le_bytes());
+        // FLG: version 01, block independence, no checksums or size; BD: 64 KiB blocks.
+        assert_eq!((packed[4], packed[5]), (0x60, 0x40));
     }
 
     #[test]
