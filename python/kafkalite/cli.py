@@ -439,11 +439,16 @@ def _serve(args: argparse.Namespace) -> int:
     # SIGTERM (service managers, `kill`) stops as cleanly as Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with Server(
-        _require_dir(args), args.listen, advertised_listener=args.advertised_listener, sasl=args.sasl
+        _require_dir(args),
+        args.listen,
+        advertised_listener=args.advertised_listener,
+        sasl=args.sasl,
+        metrics=args.metrics,
     ) as server:
+        scrape = f"; Prometheus metrics at http://{server.metrics_address}/metrics" if server.metrics_address else ""
         print(
             f"kafkalite: serving {server.path} on {server.security_protocol}://{server.address} "
-            f"(bootstrap.servers={server.bootstrap_servers}); Ctrl-C stops",
+            f"(bootstrap.servers={server.bootstrap_servers}){scrape}; Ctrl-C stops",
             file=sys.stderr,
             flush=True,
         )
@@ -643,6 +648,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--advertised-listener",
         metavar="HOST:PORT",
         help="the address clients are told to connect to (default: --listen; required with 0.0.0.0)",
+    )
+    serve.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics (requests by API and error code, bytes in and out, partitions, "
+        "groups, consumer lag) over HTTP at HOST:PORT",
     )
     serve.add_argument(
         "--log-level",

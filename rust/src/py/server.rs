@@ -14,12 +14,13 @@ pub struct NativeServer {
     local_addr: String,
     advertised: String,
     security_protocol: &'static str,
+    metrics_addr: Option<String>,
 }
 
 #[pymethods]
 impl NativeServer {
     #[new]
-    #[pyo3(signature = (data_dir, listen, advertised=None, auto_create_topics=true, idle_timeout_ms=600_000, sasl=false))]
+    #[pyo3(signature = (data_dir, listen, advertised=None, auto_create_topics=true, idle_timeout_ms=600_000, sasl=false, metrics=None))]
     fn new(
         py: Python<'_>,
         data_dir: std::path::PathBuf,
@@ -28,17 +29,20 @@ impl NativeServer {
         auto_create_topics: bool,
         idle_timeout_ms: u64,
         sasl: bool,
+        metrics: Option<String>,
     ) -> PyResult<Self> {
         let mut config = ServerConfig::new(data_dir, listen);
         config.advertised = advertised;
         config.auto_create_topics = auto_create_topics;
         config.idle_timeout = Duration::from_millis(idle_timeout_ms);
         config.sasl = sasl;
+        config.metrics = metrics;
         let server = py.detach(|| Server::start(config))?;
         let local_addr = server.local_addr().to_string();
         let advertised = server.advertised();
         let security_protocol = server.security_protocol();
-        Ok(NativeServer { inner: Mutex::new(Some(server)), local_addr, advertised, security_protocol })
+        let metrics_addr = server.metrics_addr().map(|a| a.to_string());
+        Ok(NativeServer { inner: Mutex::new(Some(server)), local_addr, advertised, security_protocol, metrics_addr })
     }
 
     #[getter]
@@ -49,6 +53,12 @@ impl NativeServer {
     #[getter]
     fn advertised(&self) -> String {
         self.advertised.clone()
+    }
+
+    /// HOST:PORT of the Prometheus endpoint, or None.
+    #[getter]
+    fn metrics_addr(&self) -> Option<String> {
+        self.metrics_addr.clone()
     }
 
     /// PLAINTEXT, or SASL_PLAINTEXT when clients must authenticate.

@@ -191,6 +191,8 @@ pub fn frame<T: Encodable>(key: ApiKey, version: i16, correlation_id: i32, body:
 
 /// Answer one request; `None` when Kafka sends no response (Produce with acks=0).
 pub async fn handle(broker: &Broker, request: Request, peer: &str) -> Result<Option<Bytes>, DecodeError> {
+    // Shadows this module's `frame`: the same bytes, with the response's error codes noted.
+    use super::metrics::frame;
     let v = request.header.request_api_version;
     let id = request.header.correlation_id;
     let key = request.key;
@@ -201,7 +203,10 @@ pub async fn handle(broker: &Broker, request: Request, peer: &str) -> Result<Opt
         Body::CreateTopics(r) => frame(key, v, id, &metadata::create_topics(broker, r, v, peer))?,
         Body::Produce(r) => match produce::produce(broker, r, v) {
             Some(resp) => frame(key, v, id, &resp)?,
-            None => return Ok(None),
+            None => {
+                broker.metrics.answered(key);
+                return Ok(None);
+            }
         },
         Body::Fetch(r) => frame(key, v, id, &fetch::fetch(broker, r, v).await)?,
         Body::FindCoordinator(r) => frame(key, v, id, &coordinator::find_coordinator(broker, r, v))?,
@@ -233,5 +238,6 @@ pub async fn handle(broker: &Broker, request: Request, peer: &str) -> Result<Opt
             return Err(DecodeError(format!("{key:?} reached dispatch without the connection's SASL session")))
         }
     };
+    broker.metrics.answered(key);
     Ok(Some(response))
 }
