@@ -78,7 +78,9 @@ def test_consumer_stats_cb_from_poll(tmp_path):
         for _ in range(10):
             p.send("t", b"x")
     seen: list[str] = []
-    with Consumer(tmp_path, stats_cb=seen.append, statistics_interval_ms=20, auto_offset_reset="earliest") as c:
+    with Consumer(
+        tmp_path, stats_cb=seen.append, statistics_interval_ms=20, auto_offset_reset="earliest"
+    ) as c:
         c.assign([TopicPartition("t", 0)])
         c.poll(timeout_ms=100, max_records=4)
         time.sleep(0.05)
@@ -142,7 +144,8 @@ def test_prometheus_endpoint_counts_requests_errors_and_lag(tmp_path):
         with pytest.raises(confluent_kafka.KafkaException):
             admin.create_topics([NewTopic("t", num_partitions=1)])["t"].result(10)
         errors = _scrape(server.metrics_address)
-        assert errors['kafkalite_request_errors_total{api="CreateTopics",error="TOPIC_ALREADY_EXISTS",code="36"}'] == 1
+        exists = 'kafkalite_request_errors_total{api="CreateTopics",error="TOPIC_ALREADY_EXISTS",code="36"}'
+        assert errors[exists] == 1
 
         with Consumer(tmp_path, group_id="g", auto_offset_reset="earliest") as c:
             c.assign([TopicPartition("t", 0)])

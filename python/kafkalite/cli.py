@@ -445,7 +445,11 @@ def _serve(args: argparse.Namespace) -> int:
         sasl=args.sasl,
         metrics=args.metrics,
     ) as server:
-        scrape = f"; Prometheus metrics at http://{server.metrics_address}/metrics" if server.metrics_address else ""
+        scrape = (
+            f"; Prometheus metrics at http://{server.metrics_address}/metrics"
+            if server.metrics_address
+            else ""
+        )
         print(
             f"kafkalite: serving {server.path} on {server.security_protocol}://{server.address} "
             f"(bootstrap.servers={server.bootstrap_servers}){scrape}; Ctrl-C stops",

@@ -65,4 +65,6 @@ class StatsReporter:
             }
             self.callback(json.dumps(stats))
         except Exception:
-            logger.exception("the %s's stats_cb failed (it is called again in %s s)", self.kind, self.interval)
+            logger.exception(
+                "the %s's stats_cb failed (it is called again in %s s)", self.kind, self.interval
+            )

@@ -746,7 +746,9 @@ class Consumer:
         topics: dict[str, Any] = {}
         for tp, lag in self._lags().items():
             part = {"partition": tp.partition, "app_offset": self._positions[tp], "consumer_lag": lag}
-            topics.setdefault(tp.topic, {"topic": tp.topic, "partitions": {}})["partitions"][str(tp.partition)] = part
+            topics.setdefault(tp.topic, {"topic": tp.topic, "partitions": {}})["partitions"][
+                str(tp.partition)
+            ] = part
         return {"rxmsgs": self._records_consumed, "topics": topics}
 
     # -- flow control and metadata ---------------------------------------------------------

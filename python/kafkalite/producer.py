@@ -644,11 +644,14 @@ class _Sender:
         'producer-topic-metrics.TOPIC' group per topic written. A request is one batch append."""
         since = self.stats.started
         out: dict[str, dict[str, float]] = {}
-        batches = records = size = largest = errors = 0
-        for name, t in list(self.topics.items()):
-            b, r, n, m = t.acc.taken()
+        taken = {name: t.acc.taken() for name, t in list(self.topics.items())}
+        batches = sum(b for b, _, _, _ in taken.values())
+        records = sum(r for _, r, _, _ in taken.values())
+        size = sum(n for _, _, n, _ in taken.values())
+        largest = max((m for _, _, _, m in taken.values()), default=0)
+        errors = sum(self.errors.values())
+        for name, (_, r, n, _) in taken.items():
             e = self.errors.get(name, 0)
-            batches, records, size, largest, errors = batches + b, records + r, size + n, max(largest, m), errors + e
             out[f"producer-topic-metrics.{name}"] = {
                 "record-send-total": r,
                 "record-send-rate": rate(r, since),

@@ -20,6 +20,8 @@ pub struct NativeServer {
 #[pymethods]
 impl NativeServer {
     #[new]
+    // The keyword arguments of `kafkalite.Server` (the Python class checks them).
+    #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (data_dir, listen, advertised=None, auto_create_topics=true, idle_timeout_ms=600_000, sasl=false, metrics=None))]
     fn new(
         py: Python<'_>,
