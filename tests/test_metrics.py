@@ -161,3 +161,12 @@ def test_a_bad_metrics_address_is_refused(tmp_path, address):
     Admin(tmp_path).create_topic("unused")
     with pytest.raises(kafkalite.KafkaliteError, match="metrics endpoint"):
         Server(tmp_path, metrics=address)
+
+
+def test_consumer_stats_cb_during_a_long_poll(tmp_path):
+    Admin(tmp_path).create_topic("t")
+    seen: list[str] = []
+    with Consumer(tmp_path, stats_cb=seen.append, statistics_interval_ms=100) as c:
+        c.assign([TopicPartition("t", 0)])
+        c.poll(timeout_ms=1000)  # nothing arrives: the poll waits, and reports meanwhile
+    assert len(seen) >= 5

@@ -578,8 +578,11 @@ class Consumer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return {}
-            # Producers bump the notifier after every append; sleep until one does.
-            self._notifier.wait(seen, max(1, min(int(remaining * 1000), 1000)))
+            # Producers bump the notifier after every append; sleep until one does (or a
+            # stats_cb report is due).
+            stats_due = self._stats.timeout(time.monotonic())
+            wait = min(remaining, 1.0, 1.0 if stats_due is None else stats_due)
+            self._notifier.wait(seen, max(1, int(wait * 1000)))
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Iterate records forever (or until ``consumer_timeout_ms`` passes with none)."""
