@@ -473,6 +473,28 @@ impl Log {
         Ok(())
     }
 
+    /// What makes every byte appended from offset `since` on durable, whatever this log's flush
+    /// policy (a server answering acks=all once on disk): one ticket per segment holding such
+    /// bytes, to wait for with `group_commit::wait_all` outside any lock, and whether a segment
+    /// was created since (its directory entry must be synced too: flush="always" syncs it at
+    /// the roll, other policies do not). Joins the partition's group commit on first use, so
+    /// this writer's later appends publish their end and a sync covers them all; until then
+    /// the first ticket may sync its whole segment (`sync_round`'s stale-watermark case).
+    /// Segments rolled away are synced through their read maps (msync syncs the file's range
+    /// whichever shared mapping dirtied it).
+    pub fn durable_tickets(&mut self, since: i64) -> Result<(Vec<Ticket>, bool)> {
+        if self.group.is_none() {
+            self.group = Some(crate::group_commit::GroupCommit::open(&self.dir)?);
+        }
+        let group = self.group.as_ref().expect("joined just above");
+        let first = self.segments.partition_point(|s| s.base_offset <= since).saturating_sub(1);
+        let tickets = self.segments[first..]
+            .iter()
+            .filter_map(|s| s.map().map(|m| Ticket::new(group, s.base_offset, s.size(), m.clone(), s.log_path())))
+            .collect();
+        Ok((tickets, first + 1 < self.segments.len()))
+    }
+
     /// What the appends so far wait for: the active segment durable up to its end.
     fn durability_ticket(&self) -> Option<Ticket> {
         let group = self.group.as_ref()?;
