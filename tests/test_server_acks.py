@@ -77,7 +77,11 @@ def test_page_cache_mode_answers_acks_all_without_waiting_for_a_sync(tmp_path, s
 def test_acks_all_on_disk_is_acknowledged_and_readable(tmp_path, spawn):
     server, bootstrap = serve(spawn, tmp_path)
     try:
-        assert [produce_one(bootstrap, "all", b"%d" % i) for i in range(3)] == [(None, 0), (None, 1), (None, 2)]
+        assert [produce_one(bootstrap, "all", b"%d" % i) for i in range(3)] == [
+            (None, 0),
+            (None, 1),
+            (None, 2),
+        ]
     finally:
         server.kill()
         server.wait()

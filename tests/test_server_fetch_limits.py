@@ -9,8 +9,6 @@ Before: a 111-byte Fetch naming one 100 MB partition four times with max_bytes 2
 
 from __future__ import annotations
 
-import os
-import socket
 import threading
 
 import kafkalite
@@ -19,22 +17,9 @@ from kafkalite.errors import InvalidConfigError
 from kafkalite.server import Server
 from serve_proc import start_serve
 from test_server_memory import peak_rss
-from wire_fetch import NO_LIMIT, fetch, fetch_request, read_response
+from wire_fetch import BATCH, NO_LIMIT, fetch, fill, hostile
 
-BATCH = 1000 * 1000  # one append_values call of 1000 x 1000 bytes: about 1 MB in one batch
 FETCH_MAX_BYTES = 55 * 1024 * 1024
-
-
-def fill(data_dir: str, topic: str, partitions: int, megabytes: int, value_size: int = 1000) -> None:
-    """``topic`` with ``megabytes`` MB in batches of about 1 MB in each partition."""
-    kafkalite.Admin(data_dir).create_topic(topic, partitions)
-    for p in range(partitions):
-        log = kafkalite.Log(os.path.join(data_dir, f"{topic}-{p}"))
-        try:
-            for _ in range(megabytes * 1000 * 1000 // BATCH):
-                log.append_values([b"x" * value_size] * (BATCH // value_size))
-        finally:
-            log.close()
 
 
 def test_a_partition_named_four_times_is_read_once_within_fetch_max_bytes(tmp_path):
@@ -52,7 +37,9 @@ def test_the_server_setting_caps_every_request(tmp_path):
     fill(data, "t", 2, 5)
     limit = 2 * 1024 * 1024
     with Server(data, fetch_max_bytes=limit) as server:
-        _, partitions = fetch(server.address, [("t", 0, 0, NO_LIMIT), ("t", 1, 0, NO_LIMIT)], max_bytes=NO_LIMIT)
+        _, partitions = fetch(
+            server.address, [("t", 0, 0, NO_LIMIT), ("t", 1, 0, NO_LIMIT)], max_bytes=NO_LIMIT
+        )
         total = sum(p.records for p in partitions)
         assert 0 < total <= limit
         # The request's max_bytes counts when smaller.
@@ -73,7 +60,8 @@ def test_only_the_first_partition_with_data_may_exceed_the_limits_by_its_first_b
         assert records[("t", 1)] == 0, "any later one: nothing past its limit"
         # Within the limits, whole batches up to partition_max_bytes, and max_bytes over all.
         _, parts = fetch(
-            server.address, [("t", 0, 0, 2_500_000), ("t", 1, 0, 2_500_000), ("t", 2, 0, 2_500_000)],
+            server.address,
+            [("t", 0, 0, 2_500_000), ("t", 1, 0, 2_500_000), ("t", 2, 0, 2_500_000)],
             max_bytes=3_500_000,
         )
         sizes = [p.records for p in parts]
@@ -92,18 +80,6 @@ HOSTILE_CONNECTIONS, ROUNDS = 8, 3
 RSS_BOUND = 256 << 20
 
 
-def hostile(address: str, rounds: int, errors: list[BaseException]) -> None:
-    """Fetch the partition four times over with no limit, ``rounds`` times, reading each answer."""
-    host, port = address.rsplit(":", 1)
-    try:
-        with socket.create_connection((host, int(port)), timeout=120) as sock:
-            for i in range(rounds):
-                sock.sendall(fetch_request([("big", 0, 0, NO_LIMIT)] * 4, correlation_id=i, max_wait_ms=5000))
-                read_response(sock)
-    except BaseException as e:  # reported by the test
-        errors.append(e)
-
-
 def test_concurrent_hostile_fetches_keep_the_server_resident_memory_bounded(tmp_path, spawn):
     data = str(tmp_path / "data")
     fill(data, "big", 1, 100)
@@ -111,7 +87,8 @@ def test_concurrent_hostile_fetches_keep_the_server_resident_memory_bounded(tmp_
     try:
         errors: list[BaseException] = []
         threads = [
-            threading.Thread(target=hostile, args=(bootstrap, ROUNDS, errors)) for _ in range(HOSTILE_CONNECTIONS)
+            threading.Thread(target=hostile, args=(bootstrap, "big", ROUNDS, errors))
+            for _ in range(HOSTILE_CONNECTIONS)
         ]
         for t in threads:
             t.start()

@@ -61,8 +61,10 @@ fn append(
     }
     let appended = log.append_produce(records);
     let appended = match appended {
-        Ok(Produced::Duplicate(batch)) => durable::after_append(broker, &mut log, topic, partition, acks, batch.first_offset())
-            .map(|d| (Produced::Duplicate(batch), d)),
+        Ok(Produced::Duplicate(batch)) => {
+            durable::after_append(broker, &mut log, topic, partition, acks, batch.first_offset())
+                .map(|d| (Produced::Duplicate(batch), d))
+        }
         Ok(Produced::Appended(first, last)) => durable::after_append(broker, &mut log, topic, partition, acks, first)
             .map(|d| (Produced::Appended(first, last), d)),
         Ok(refused) => Ok((refused, None)),
