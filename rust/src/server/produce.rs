@@ -59,19 +59,20 @@ fn append(
     if let Err(e) = crate::failpoint::hit("server.produce") {
         return Err((codes::KAFKA_STORAGE_ERROR, e.to_string()));
     }
-    let appended = log.append_produce(records);
-    let appended = match appended {
-        Ok(Produced::Duplicate(batch)) => {
-            durable::after_append(broker, &mut log, topic, partition, acks, batch.first_offset())
-                .map(|d| (Produced::Duplicate(batch), d))
-        }
-        Ok(Produced::Appended(first, last)) => durable::after_append(broker, &mut log, topic, partition, acks, first)
-            .map(|d| (Produced::Appended(first, last), d)),
-        Ok(refused) => Ok((refused, None)),
-        Err(e) => Err(e),
+    let outcome = log.append_produce(records);
+    // acks=all: what the answer waits for, taken while the log is still locked (`durable`).
+    let since = match &outcome {
+        Ok(Produced::Appended(first, _)) => Some(*first),
+        Ok(Produced::Duplicate(batch)) => Some(batch.first_offset()),
+        _ => None,
     };
-    match appended {
-        Ok((Produced::Duplicate(batch), durable)) => {
+    let durable = match since.map(|since| durable::after_append(broker, &mut log, topic, partition, acks, since)) {
+        Some(Err(e)) => return Err((codes::for_error(&e), e.to_string())),
+        Some(Ok(pending)) => pending,
+        None => None,
+    };
+    match outcome {
+        Ok(Produced::Duplicate(batch)) => {
             // Kafka answers a retry with the original batch's offset (and, for LogAppendTime,
             // the time it was appended).
             let log_append_time =
@@ -79,11 +80,11 @@ fn append(
             let log_start_offset = log.start_offset();
             Ok(Appended { base_offset: batch.first_offset(), log_append_time, log_start_offset, durable })
         }
-        Ok((Produced::Refused(refusal), _)) => Err(match refusal {
+        Ok(Produced::Refused(refusal)) => Err(match refusal {
             Refusal::InvalidProducerEpoch(m) => (codes::INVALID_PRODUCER_EPOCH, m),
             Refusal::OutOfOrderSequence(m) => (codes::OUT_OF_ORDER_SEQUENCE_NUMBER, m),
         }),
-        Ok((Produced::Appended(base_offset, _), durable)) => {
+        Ok(Produced::Appended(base_offset, _)) => {
             let mut log_append_time = -1;
             if log.config().timestamp_type == TimestampType::LogAppendTime {
                 // The stamp the engine wrote into the first batch's maxTimestamp.
