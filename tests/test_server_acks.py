@@ -64,6 +64,29 @@ def test_acks_all_is_answered_only_after_the_sync_succeeded(tmp_path, spawn):
     assert "not made durable" in stderr
 
 
+def test_acks_all_after_a_roll_waits_for_the_new_segment_s_directory_entry(tmp_path, spawn):
+    """A roll under the topic's default flush policy does not sync the directory: an acks=all
+    batch in a new segment is answered only once a directory sync covering its entry returned
+    (the second directory sync fails here: the first is the partition's first acks=all)."""
+    data = str(tmp_path / "data")
+    kafkalite.Admin(data).create_topic("t", 1, {"segment.bytes": 1024})
+    server, bootstrap = start_serve(
+        lambda *a, **kw: spawn.module(*a, env={**os.environ, "KAFKALITE_FAILPOINTS": "dir.sync=eio@2"}, **kw),
+        data,
+        "--log-level",
+        "WARNING",
+    )
+    try:
+        assert produce_one(bootstrap, "all", b"a" * 100) == (None, 0)  # the directory synced once
+        assert produce_one(bootstrap, "all", b"b" * 100) == (None, 1)  # same segment: no new entry
+        code, _ = produce_one(bootstrap, "all", b"c" * 900)  # rolls: a new segment file
+        assert code == KAFKA_STORAGE_ERROR
+    finally:
+        server.kill()
+        server.wait()
+    assert len([f for f in os.listdir(os.path.join(data, "t-0")) if f.endswith(".log")]) == 2
+
+
 def test_page_cache_mode_answers_acks_all_without_waiting_for_a_sync(tmp_path, spawn):
     server, bootstrap = serve(spawn, tmp_path, "--acks-all", "page-cache", env=FAIL_SYNCS)
     try:

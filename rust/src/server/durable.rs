@@ -9,6 +9,7 @@
 //! no partition lock: other requests append meanwhile and share the sync.
 
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::produce_response::TopicProduceResponse;
@@ -18,7 +19,7 @@ use super::broker::Broker;
 use super::codes;
 use crate::error::{Error, Result};
 use crate::group_commit::{wait_all, Ticket};
-use crate::log::Log;
+use crate::log::{DirDurable, Log};
 
 /// `--acks-all`: when a Produce with acks=all (-1) is answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,8 +46,8 @@ pub struct Pending {
     topic: String,
     partition: i32,
     tickets: Vec<Ticket>,
-    /// A segment was created by these appends: its directory must be synced too.
-    rolled: Option<PathBuf>,
+    /// The partition's directory, and whether its entries are known durable (`Log::durable_tickets`).
+    dir: (PathBuf, DirDurable),
 }
 
 /// After a successful append of acks=`acks` (the log still locked): what the answer must wait
@@ -63,9 +64,8 @@ pub fn after_append(
     if acks != -1 || broker.acks_all != AcksAll::Disk {
         return Ok(None);
     }
-    let (tickets, rolled) = log.durable_tickets(since)?;
-    let rolled = rolled.then(|| log.dir().to_path_buf());
-    Ok(Some(Pending { topic: topic.to_string(), partition, tickets, rolled }))
+    let (tickets, dir) = log.durable_tickets(since)?;
+    Ok(Some(Pending { topic: topic.to_string(), partition, tickets, dir: (log.dir().to_path_buf(), dir) }))
 }
 
 /// Wait for every pending partition (together: their syncs overlap) until `timeout_ms` (the
@@ -85,7 +85,7 @@ pub async fn settle(
     }
     let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(0) as u64);
     let tickets: Vec<Vec<Ticket>> = pending.iter().map(|(_, p)| p.tickets.clone()).collect();
-    let dirs: Vec<Option<PathBuf>> = pending.iter().map(|(_, p)| p.rolled.clone()).collect();
+    let dirs: Vec<(PathBuf, DirDurable)> = pending.iter().map(|(_, p)| p.dir.clone()).collect();
     let outcome = tokio::task::spawn_blocking(move || wait(&tickets, &dirs, deadline)).await;
     let outcome = outcome.unwrap_or_else(|e| {
         let why = format!("the durability wait failed: {e}");
@@ -112,24 +112,26 @@ pub async fn settle(
     }
 }
 
-/// The blocking part: every partition's tickets at once, then the directories of new segments.
-fn wait(tickets: &[Vec<Ticket>], rolled: &[Option<PathBuf>], deadline: Instant) -> Vec<Result<()>> {
+/// The blocking part: every partition's tickets at once, then each directory whose entries are
+/// not known durable yet (a new segment's).
+fn wait(tickets: &[Vec<Ticket>], dirs: &[(PathBuf, DirDurable)], deadline: Instant) -> Vec<Result<()>> {
     let flat: Vec<Ticket> = tickets.iter().flatten().cloned().collect();
     let mut results = wait_all(&flat, Some(deadline)).into_iter();
     tickets
         .iter()
-        .zip(rolled)
-        .map(|(ts, dir)| {
+        .zip(dirs)
+        .map(|(ts, (dir, durable))| {
             let mut outcome: Result<()> = Ok(());
             for r in results.by_ref().take(ts.len()) {
                 if outcome.is_ok() {
                     outcome = r;
                 }
             }
-            match (outcome, dir) {
-                (Ok(()), Some(dir)) => crate::checkpoint::sync_dir(dir),
-                (outcome, _) => outcome,
+            if outcome.is_ok() && !durable.load(Ordering::Acquire) {
+                crate::checkpoint::sync_dir(dir)?;
+                durable.store(true, Ordering::Release);
             }
+            outcome
         })
         .collect()
 }
