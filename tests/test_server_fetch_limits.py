@@ -9,7 +9,9 @@ Before: a 111-byte Fetch naming one 100 MB partition four times with max_bytes 2
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
 
 import kafkalite
 import pytest
@@ -17,7 +19,7 @@ from kafkalite.errors import InvalidConfigError
 from kafkalite.server import Server
 from serve_proc import start_serve
 from test_server_memory import peak_rss
-from wire_fetch import BATCH, NO_LIMIT, fetch, fill, hostile
+from wire_fetch import BATCH, NO_LIMIT, fetch, fetch_request, fill, hostile
 
 FETCH_MAX_BYTES = 55 * 1024 * 1024
 
@@ -101,3 +103,31 @@ def test_concurrent_hostile_fetches_keep_the_server_resident_memory_bounded(tmp_
     finally:
         server.kill()
         server.wait()
+
+
+RESPONSE_BUDGET = 64 * 1024 * 1024  # QUEUED_MAX_RESPONSE_BYTES in rust/src/server/frame.rs
+
+
+def test_responses_not_yet_written_never_exceed_the_budget(tmp_path):
+    """Two clients that send the hostile fetch and never read hold what the budget gave them
+    (a full response, then the room left); a third fetch is answered by its max_wait with what
+    fits in the room left, never more, and once they are gone full responses come again."""
+    data = str(tmp_path / "data")
+    fill(data, "big", 1, 100)
+    with Server(data) as server:
+        host, port = server.address.rsplit(":", 1)
+        stalled = [socket.create_connection((host, int(port))) for _ in range(2)]
+        try:
+            for s in stalled:
+                s.sendall(fetch_request([("big", 0, 0, NO_LIMIT)] * 4))
+                time.sleep(0.5)  # the server has read its response and is stuck writing it
+            began = time.monotonic()
+            _, parts = fetch(server.address, [("big", 0, 0, NO_LIMIT)], max_wait_ms=500)
+            assert time.monotonic() - began < 10, "answered by its max_wait, not held until the budget frees"
+            assert parts[0].records <= RESPONSE_BUDGET - FETCH_MAX_BYTES
+        finally:
+            for s in stalled:
+                s.close()
+        time.sleep(0.5)  # their writes fail: the budget comes back
+        _, parts = fetch(server.address, [("big", 0, 0, NO_LIMIT)], max_wait_ms=500)
+        assert parts[0].records > FETCH_MAX_BYTES - 2 * BATCH
