@@ -7,10 +7,10 @@ use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{
     AlterConfigsRequest, ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreatePartitionsRequest, CreateTopicsRequest,
     DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
-    DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
-    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest,
-    OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader, ResponseHeader, SaslAuthenticateRequest,
-    SaslHandshakeRequest, SyncGroupRequest,
+    DescribeGroupsRequest, DescribeLogDirsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
+    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
+    ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest,
+    RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -18,7 +18,7 @@ use super::broker::Broker;
 use super::codes;
 use super::{
     cluster, configs, coordinator, delete_records, fetch, group_api, groups_admin, init_producer_id, list_offsets,
-    metadata, offset_commit, produce, topics_admin,
+    log_dirs, metadata, offset_commit, offset_delete, produce, topics_admin,
 };
 
 /// The APIs and versions implemented here: exactly what ApiVersions advertises. The upper
@@ -49,6 +49,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::DescribeCluster, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
 ];
@@ -84,6 +86,8 @@ pub enum Body {
     IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
     DeleteRecords(DeleteRecordsRequest),
     DescribeCluster(DescribeClusterRequest),
+    OffsetDelete(OffsetDeleteRequest),
+    DescribeLogDirs(DescribeLogDirsRequest),
     SaslHandshake(SaslHandshakeRequest),
     SaslAuthenticate(SaslAuthenticateRequest),
     /// ApiVersions at a version we do not know: answered with UNSUPPORTED_VERSION at v0,
@@ -153,6 +157,8 @@ pub fn decode_request(frame: Bytes) -> Result<Request, DecodeError> {
         ApiKey::IncrementalAlterConfigs => Body::IncrementalAlterConfigs(decode(&mut buf, version)?),
         ApiKey::DeleteRecords => Body::DeleteRecords(decode(&mut buf, version)?),
         ApiKey::DescribeCluster => Body::DescribeCluster(decode(&mut buf, version)?),
+        ApiKey::OffsetDelete => Body::OffsetDelete(decode(&mut buf, version)?),
+        ApiKey::DescribeLogDirs => Body::DescribeLogDirs(decode(&mut buf, version)?),
         ApiKey::SaslHandshake => Body::SaslHandshake(decode(&mut buf, version)?),
         ApiKey::SaslAuthenticate => Body::SaslAuthenticate(decode(&mut buf, version)?),
         other => return Err(DecodeError(format!("{other:?} is not supported"))),
@@ -192,14 +198,14 @@ pub async fn handle(broker: &Broker, request: Request, peer: &str) -> Result<Opt
         Body::ApiVersions(_) => frame(key, v, id, &api_versions(codes::NONE))?,
         Body::ApiVersionsUnsupported => frame(key, 0, id, &api_versions(codes::UNSUPPORTED_VERSION))?,
         Body::Metadata(r) => frame(key, v, id, &metadata::metadata(broker, r, v))?,
-        Body::CreateTopics(r) => frame(key, v, id, &metadata::create_topics(broker, r, v))?,
+        Body::CreateTopics(r) => frame(key, v, id, &metadata::create_topics(broker, r, v, peer))?,
         Body::Produce(r) => match produce::produce(broker, r, v).await {
             Some(resp) => frame(key, v, id, &resp)?,
             None => return Ok(None),
         },
         Body::Fetch(r) => fetch::answer(broker, r, v, id).await?,
         Body::FindCoordinator(r) => frame(key, v, id, &coordinator::find_coordinator(broker, r, v))?,
-        Body::OffsetCommit(r) => frame(key, v, id, &offset_commit::offset_commit(broker, r, v))?,
+        Body::OffsetCommit(r) => frame(key, v, id, &offset_commit::offset_commit(broker, r, v, peer))?,
         Body::OffsetFetch(r) => frame(key, v, id, &offset_commit::offset_fetch(broker, r, v))?,
         Body::JoinGroup(r) => {
             let client_id = request.header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
@@ -212,14 +218,16 @@ pub async fn handle(broker: &Broker, request: Request, peer: &str) -> Result<Opt
         Body::ListGroups(r) => frame(key, v, id, &group_api::list_groups(broker, r, v))?,
         Body::ListOffsets(r) => frame(key, v, id, &list_offsets::list_offsets(broker, r, v))?,
         Body::InitProducerId(r) => frame(key, v, id, &init_producer_id::init_producer_id(broker, r))?,
-        Body::DeleteGroups(r) => frame(key, v, id, &groups_admin::delete_groups(broker, r))?,
-        Body::DeleteTopics(r) => frame(key, v, id, &topics_admin::delete_topics(broker, r, v))?,
-        Body::CreatePartitions(r) => frame(key, v, id, &topics_admin::create_partitions(broker, r))?,
-        Body::DescribeConfigs(r) => frame(key, v, id, &configs::describe_configs(broker, r, v))?,
-        Body::AlterConfigs(r) => frame(key, v, id, &configs::alter_configs(broker, r))?,
-        Body::IncrementalAlterConfigs(r) => frame(key, v, id, &configs::incremental_alter_configs(broker, r))?,
+        Body::DeleteGroups(r) => frame(key, v, id, &groups_admin::delete_groups(broker, r, peer))?,
+        Body::DeleteTopics(r) => frame(key, v, id, &topics_admin::delete_topics(broker, r, v, peer))?,
+        Body::CreatePartitions(r) => frame(key, v, id, &topics_admin::create_partitions(broker, r, peer))?,
+        Body::DescribeConfigs(r) => frame(key, v, id, &configs::describe_configs(broker, r, v, peer))?,
+        Body::AlterConfigs(r) => frame(key, v, id, &configs::alter_configs(broker, r, peer))?,
+        Body::IncrementalAlterConfigs(r) => frame(key, v, id, &configs::incremental_alter_configs(broker, r, peer))?,
         Body::DeleteRecords(r) => frame(key, v, id, &delete_records::delete_records(broker, r))?,
         Body::DescribeCluster(r) => frame(key, v, id, &cluster::describe_cluster(broker, r))?,
+        Body::OffsetDelete(r) => frame(key, v, id, &offset_delete::offset_delete(broker, r, peer))?,
+        Body::DescribeLogDirs(r) => frame(key, v, id, &log_dirs::describe_log_dirs(broker, r, peer))?,
         // The connection's SASL session answers these (`sasl::Session::admit`) before dispatch.
         Body::SaslHandshake(_) | Body::SaslAuthenticate(_) => {
             return Err(DecodeError(format!("{key:?} reached dispatch without the connection's SASL session")))

@@ -118,7 +118,7 @@ pub fn metadata(broker: &Broker, request: MetadataRequest, version: i16) -> Meta
     response.with_topics(entries)
 }
 
-pub fn create_topics(broker: &Broker, request: CreateTopicsRequest, version: i16) -> CreateTopicsResponse {
+pub fn create_topics(broker: &Broker, request: CreateTopicsRequest, version: i16, peer: &str) -> CreateTopicsResponse {
     let mut results = Vec::with_capacity(request.topics.len().min(1024));
     for topic in request.topics {
         let name = topic.name.0.to_string();
@@ -129,6 +129,8 @@ pub fn create_topics(broker: &Broker, request: CreateTopicsRequest, version: i16
         let exists = broker.topics().map(|t| t.contains_key(&name)).unwrap_or(false);
         let outcome: Result<(), (i16, String)> = if validate_topic_name(&name).is_err() {
             Err((codes::INVALID_TOPIC_EXCEPTION, validate_topic_name(&name).unwrap_err().to_string()))
+        } else if let Err(refusal) = super::topics_admin::creatable(&name) {
+            Err(refusal)
         } else if exists {
             Err((codes::TOPIC_ALREADY_EXISTS, format!("topic {name:?} already exists")))
         } else if !(topic.replication_factor == -1 || topic.replication_factor == 1) {
@@ -180,7 +182,7 @@ pub fn create_topics(broker: &Broker, request: CreateTopicsRequest, version: i16
                 }
             }
             Err((code, message)) => {
-                result = result.with_error_code(code);
+                result = result.with_error_code(codes::refused(peer, "CreateTopics", code, &message));
                 if version >= 1 {
                     result = result.with_error_message(Some(StrBytes::from_string(message)));
                 }
