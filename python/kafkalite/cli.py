@@ -439,7 +439,13 @@ def _serve(args: argparse.Namespace) -> int:
     # SIGTERM (service managers, `kill`) stops as cleanly as Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with Server(
-        _require_dir(args), args.listen, advertised_listener=args.advertised_listener, sasl=args.sasl
+        _require_dir(args),
+        args.listen,
+        advertised_listener=args.advertised_listener,
+        sasl=args.sasl,
+        acks_all=args.acks_all,
+        # Unset: the server's default (kafkalite.server.FETCH_MAX_BYTES).
+        **({} if args.fetch_max_bytes is None else {"fetch_max_bytes": args.fetch_max_bytes}),
     ) as server:
         print(
             f"kafkalite: serving {server.path} on {server.security_protocol}://{server.address} "
@@ -643,6 +649,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--advertised-listener",
         metavar="HOST:PORT",
         help="the address clients are told to connect to (default: --listen; required with 0.0.0.0)",
+    )
+    serve.add_argument(
+        "--fetch-max-bytes",
+        type=int,
+        metavar="BYTES",
+        help="Kafka's fetch.max.bytes: the most record bytes in one Fetch response, whatever the "
+        "request asks (default 57671680 = 55 MiB, at least 1024)",
+    )
+    serve.add_argument(
+        "--acks-all",
+        choices=["disk", "page-cache"],
+        default="disk",
+        help="when a Produce with acks=all is answered: disk (default) once synced to this host's disk, "
+        "as the embedded acks='all'; page-cache once in the page cache, as a Kafka broker (acks=1 is "
+        "always answered at the page cache)",
     )
     serve.add_argument(
         "--log-level",

@@ -63,6 +63,7 @@ impl Log {
             dir_identity: identity,
             loaded: false,
             group: None,
+            durable_dir: None,
             pending_durable: None,
             deferred_durable: None,
             lock_deadline: None,

@@ -10,6 +10,7 @@ mod follow;
 mod load;
 mod producers;
 
+pub use append::DirDurable;
 pub use producers::Produced;
 
 use std::path::{Path, PathBuf};
@@ -67,6 +68,9 @@ pub struct Log {
     loaded: bool,
     /// Group commit of flush="always" writers (`group_commit.rs`); None for others.
     group: Option<std::sync::Arc<crate::group_commit::GroupCommit>>,
+    /// `durable_tickets`: the newest segment whose directory entry a caller syncs, and whether
+    /// a sync of the directory since its creation returned (`DirDurable`).
+    durable_dir: Option<(i64, crate::log::DirDurable)>,
     /// What the current append waits for under flush="always", taken by `as_writer`.
     pending_durable: Option<crate::group_commit::Ticket>,
     /// Inside `defer_durability`: where `as_writer` leaves the ticket instead of waiting.
