@@ -2,11 +2,13 @@
 //!
 //! One `impl Log` per role: this file holds the struct, its accessors, flush and close;
 //! `load` opens the directory (Kafka's LogLoader: leftovers, recovery); `follow` learns what
-//! other processes wrote; `append` appends and rolls. Reads live in `log_read.rs`, retention in
+//! other processes wrote, listing the directory only when `generation` says segments were
+//! deleted or replaced; `append` appends and rolls. Reads live in `log_read.rs`, retention in
 //! `retention.rs`.
 
 mod append;
 mod follow;
+mod generation;
 mod load;
 mod producers;
 
@@ -54,6 +56,9 @@ pub struct Log {
     last_log_append_time: Option<i64>,
     /// When `follow` last listed the directory.
     last_listing: std::time::Instant,
+    /// The segment generation (`generation.rs`) read before that listing; None: unknown (no
+    /// valid file then, or this writer is changing segments), so the next `follow` lists.
+    generation_seen: Option<generation::Generation>,
     /// Identity of the start-offset file when last read (inode, mtime).
     start_offset_stamp: Option<(u64, i64, i64)>,
     /// The same for the data directory's `log-start-offset-checkpoint`.
