@@ -193,6 +193,16 @@ from kafkalite import Log
 path, markers, appends = sys.argv[1], sys.argv[2], int(sys.argv[3])
 a = Log(path, segment_bytes=14, shared_writers=True)
 b = Log(path, segment_bytes=14, shared_writers=True)
+seq = 0
+
+def produce(log):  # an idempotent producer's batch, as the server appends it
+    global seq
+    data = log.encode_batches([b"p"], producer_id=9, producer_epoch=0, base_sequence=seq)
+    seq += 1
+    return log.append_produce(data)[0]
+
+produce(a)  # both writers load the producer state now (that lists the snapshots, once)
+produce(b)
 end = a.end_offset
 
 def mark(name):
@@ -208,6 +218,8 @@ for i in range(appends):  # alternating: each append follows the other writer's 
 for i in range(appends):  # one writer alone
     first, _ = a.append_values([b"y"], timestamp=1)
     assert first == end + appends + i
+for i in range(appends):  # idempotent, alternating: each roll snapshots the producer state
+    assert produce(a if i % 2 == 0 else b) == end + 2 * appends + i
 mark("end")
 a.close()
 b.close()
@@ -215,7 +227,7 @@ b.close()
 
 
 def test_appends_do_not_list_the_directory(tmp_path):
-    """O(1) in the number of segments: 2 x 100 appends at 2,000 segments, no getdents64."""
+    """O(1) in the number of segments: 3 x 100 appends at 2,000 segments, no getdents64."""
     strace = shutil.which("strace")
     if not strace:
         pytest.skip("strace is not installed")
@@ -242,4 +254,6 @@ def test_appends_do_not_list_the_directory(tmp_path):
     begin = next(i for i, line in enumerate(lines) if markers + "/begin" in line)
     end = next(i for i, line in enumerate(lines) if markers + "/end" in line)
     listings = [line for line in lines[begin:end] if re.search(r"\bgetdents64\(", line)]
-    assert listings == [], f"{len(listings)} getdents64 calls in 200 appends at 2,000 segments"
+    assert listings == [], f"{len(listings)} getdents64 calls in 300 appends at 2,000 segments"
+    snapshots = [n for n in os.listdir(part_dir) if n.endswith(".snapshot")]
+    assert len(snapshots) <= 3, f"rolls left {len(snapshots)} producer snapshots behind"

@@ -68,6 +68,7 @@ impl Log {
             deferred_durable: None,
             lock_deadline: None,
             _prealloc_budget: None,
+            snapshots_swept_to: i64::MIN,
             producers: None,
         };
         if log.lock.is_some() {

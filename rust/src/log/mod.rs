@@ -81,6 +81,8 @@ pub struct Log {
     /// The data directory's preallocation budget (writers only), held so the limit this log
     /// was opened with stays set while it is open (`prealloc.rs`).
     _prealloc_budget: Option<std::sync::Arc<crate::prealloc::Budget>>,
+    /// Snapshots below this offset were removed by this writer's last roll (`producers.rs`).
+    snapshots_swept_to: i64,
     /// Kafka's producer state, once something needed it (`producers.rs`).
     producers: Option<crate::producer_state::ProducerState>,
 }
@@ -281,7 +283,7 @@ impl Log {
             kafka.update(KAFKA_RECOVERY_POINT, Some(self.end_offset()))?;
         }
         // Kafka snapshots producer state at clean shutdown, so the next open scans nothing.
-        self.snapshot_producers();
+        self.snapshot_producers(false);
         crate::failpoint::hit("shutdown.before_marker").context(|| format!("cannot close {}", self.dir.display()))?;
         write_atomically(&self.dir, CLEAN_SHUTDOWN_FILE, b"")?;
         crate::failpoint::hit("shutdown.after_marker").context(|| format!("cannot close {}", self.dir.display()))
