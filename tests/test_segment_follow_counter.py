@@ -28,7 +28,9 @@ GENERATION_FILE = ".kafkalite-segments"
 class Writer:
     """One segment_follower.py process: a shared writer answering commands on stdin."""
 
-    def __init__(self, spawn, part_dir: str, retention_bytes: int | None = None, failpoints: str | None = None):
+    def __init__(
+        self, spawn, part_dir: str, retention_bytes: int | None = None, failpoints: str | None = None
+    ):
         env = dict(os.environ)
         env.pop("KAFKALITE_FAILPOINTS", None)
         if failpoints:
@@ -45,7 +47,9 @@ class Writer:
             self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
-            raise EOFError(f"the writer ended (status {self.proc.wait(timeout=30)}) before answering {command!r}")
+            raise EOFError(
+                f"the writer ended (status {self.proc.wait(timeout=30)}) before answering {command!r}"
+            )
         return line.strip()
 
     def append(self, value: str) -> int:

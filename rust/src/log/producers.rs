@@ -9,7 +9,8 @@ use crate::checkpoint::remove_if_exists;
 use crate::error::Result;
 use crate::files::SNAPSHOT_SUFFIX;
 use crate::producer_state::{
-    delete_snapshots_outside, list_snapshots, load_latest_snapshot, write_snapshot, BatchMetadata, ProducerState, Refusal, Verdict,
+    delete_snapshots_outside, list_snapshots, load_latest_snapshot, write_snapshot, BatchMetadata, ProducerState,
+    Refusal, Verdict,
 };
 use crate::record::header::BatchHeader;
 
