@@ -443,7 +443,7 @@ impl Log {
         crate::failpoint::hit("roll.after_create").context(|| format!("cannot roll {}", dir.display()))?;
         self.sync_dir_if_always()?;
         // Kafka takes a producer snapshot at every roll, named by the new segment's base.
-        self.snapshot_producers();
+        self.snapshot_producers(true);
         Ok(())
     }
 
