@@ -5,7 +5,9 @@ confluent-kafka, with 8-byte keys and 100-byte values, against each server on 12
     python benches/bench_server.py --only kafkalite [--records N]   # no broker, no results file
 
 Rows: time from starting the server process to the first acknowledged produce (Kafka's storage
-format runs before the clock starts), produce throughput at acks=1 and acks=all, consume
+format runs before the clock starts), produce throughput at acks=1 and acks=all (kafkalite serve's
+acks=all twice: answered on disk, its default, and with ``--acks-all=page-cache``, a second server
+process, where Kafka answers; beside each, the broker's acks=all of the same round), consume
 throughput, produce->consume latency p50/p99 at a fixed rate (the consumer in another process),
 and the server process's peak resident memory (VmHWM) after the rest. Kafka is one KRaft node
 with default settings (tests/kafka_broker.py, jars from Maven Central; needs Java 17+ and mvn).
@@ -60,7 +62,11 @@ class Row(NamedTuple):
 ROWS = {
     "start": Row("process start → first acknowledged produce", "s", False, ("absolute", 0.2)),
     "produce_acks1": Row("produce, acks=1", "rec/s", True, ("ratio", 1.0)),
-    "produce_acks_all": Row("produce, acks=all", "rec/s", True, ("ratio", 1.0)),
+    # kafkalite's default acks=all syncs to disk, the broker's answers at the page cache: no target
+    "produce_acks_all": Row("produce, acks=all (kafkalite: disk)", "rec/s", True, None),
+    "produce_acks_all_page_cache": Row(
+        "produce, acks=all (kafkalite: `--acks-all=page-cache`)", "rec/s", True, ("ratio", 1.0)
+    ),
     "consume": Row("consume (`consume(10000)`)", "rec/s", True, ("ratio", 1.0)),
     "latency_p50": Row("produce→consume p50 (2,000 rec/s)", "µs", False, None),
     "latency_p99": Row("produce→consume p99 (2,000 rec/s)", "µs", False, ("ratio", 1.0)),
@@ -140,12 +146,16 @@ class Side(pc.KafkaEndpoint):
         self.name, self.pid, self.start_s = name, pid, start_s
 
 
-def start_kafkalite(work: Path) -> tuple[Side, subprocess.Popen]:
-    data = work / "kafkalite"
+def start_kafkalite(work: Path, name: str = "kafkalite", *extra: str) -> tuple[Side, subprocess.Popen]:
+    data = work / name
     data.mkdir()
     began = time.perf_counter()
     proc, bootstrap = start_serve(
-        lambda *a, **kw: subprocess.Popen([sys.executable, "-m", *a], **kw), data, "--log-level", "WARNING"
+        lambda *a, **kw: subprocess.Popen([sys.executable, "-m", *a], **kw),
+        data,
+        *extra,
+        "--log-level",
+        "WARNING",
     )
     return Side(KAFKALITE, bootstrap, proc.pid, first_ack(bootstrap, began)), proc
 
@@ -180,6 +190,23 @@ class Bench:
         self.keys = [i.to_bytes(8, "big") for i in range(records)]
         self.read_topics: dict[str, str] = {}
         self.cache: dict[tuple[str, str], tuple[float, float]] = {}
+        #: kafkalite serve --acks-all=page-cache, started for its row
+        self.page_cache: tuple[Side, subprocess.Popen] | None = None
+
+    def produce_page_cache(self, side: Side) -> float:
+        """acks=all answered at the page cache: a second kafkalite serve with
+        ``--acks-all=page-cache``; the broker's acks=all is that already, measured again."""
+        if side.name != KAFKALITE:
+            return self.produce(side, "all")
+        if self.page_cache is None:
+            self.page_cache = start_kafkalite(self.work, "kafkalite-page-cache", "--acks-all", "page-cache")
+        return self.produce(self.page_cache[0], "all")
+
+    def close(self) -> None:
+        if self.page_cache is not None:
+            side, proc = self.page_cache
+            side.close()
+            stop(proc)
 
     def produce(self, side: Side, acks: str) -> float:
         topic = side.topic(f"p-{uuid.uuid4().hex[:8]}")
@@ -227,6 +254,7 @@ class Bench:
             "start": lambda side: side.start_s,
             "produce_acks1": lambda side: self.produce(side, "1"),
             "produce_acks_all": lambda side: self.produce(side, "all"),
+            "produce_acks_all_page_cache": self.produce_page_cache,
             "consume": self.consume,
             "latency_p50": lambda side: self.latency(side, 0),
             "latency_p99": lambda side: self.latency(side, 1),
@@ -312,6 +340,15 @@ def report(
     pc.plot(plot_rows, base.with_suffix(".png"), f"kafkalite serve / Apache Kafka, {args.records:,} records")
 
 
+def stop(serve: subprocess.Popen) -> None:
+    serve.terminate()
+    try:
+        serve.wait(10)
+    except subprocess.TimeoutExpired:
+        serve.kill()
+        serve.wait()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=1_000_000, help="records per throughput row")
@@ -331,6 +368,7 @@ def main() -> None:
     began = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="kafkalite-server-bench-"))
     serve = broker = None
+    bench: Bench | None = None
     sides: list[Side] = []
     sampler = None
     try:
@@ -364,13 +402,10 @@ def main() -> None:
             sampler.stop()
         for side in sides:
             side.close()
+        if bench is not None:
+            bench.close()
         if serve is not None:
-            serve.terminate()
-            try:
-                serve.wait(10)
-            except subprocess.TimeoutExpired:
-                serve.kill()
-                serve.wait()
+            stop(serve)
         pc.finish_run(broker, work)
 
 

@@ -130,12 +130,16 @@ def test_readers_holding_old_segments_keep_reading(tmp_path):
         log.append([Record(b"value-%d" % i, key=b"k%d" % (i % 3))])
     reader = Log(path, readonly=True)
     before = read_all(reader)
+    held = reader.read(0)  # a view of the first segment's map
+    held_bytes = bytes(held)
     stats = log.clean(DAY)
     assert stats["records_removed"] > 150
-    assert read_all(reader) == before  # the reader's maps still hold the old files
+    assert bytes(held) == held_bytes  # the reader's maps still hold the old files
     fresh = Log(path, readonly=True)
     after = read_all(fresh)
     assert set(after) < set(before) and len(after) < 60
+    # The cleaner moved the segment generation: the reader lists again and reads the new files.
+    assert read_all(reader) == after
 
 
 def test_null_keys_are_refused_on_compacted_topics(tmp_path):

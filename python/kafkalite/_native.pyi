@@ -228,6 +228,8 @@ class NativeServer:
         auto_create_topics: bool = True,
         idle_timeout_ms: int = 600000,
         sasl: bool = False,
+        fetch_max_bytes: int = 57671680,
+        acks_all: str = "disk",
         metrics: str | None = None,
     ) -> NativeServer: ...
     @property

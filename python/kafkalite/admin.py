@@ -61,6 +61,7 @@ class Admin:
         Kafka-named ``config``. An internal topic (``__consumer_offsets``, ``__transaction_state``)
         raises ``InvalidTopicError``, as Kafka refuses to create one by hand: kafkalite creates
         ``__consumer_offsets`` itself, with its 50 partitions, at the first commit."""
+        validate_topic_name(name)  # a name of the wrong type is a type error before anything else
         _native.refuse_internal(name, "create_topic")
         self._dir.create(name, partitions, config)
 

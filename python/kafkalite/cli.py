@@ -444,6 +444,9 @@ def _serve(args: argparse.Namespace) -> int:
         advertised_listener=args.advertised_listener,
         sasl=args.sasl,
         metrics=args.metrics,
+        acks_all=args.acks_all,
+        # Unset: the server's default (kafkalite.server.FETCH_MAX_BYTES).
+        **({} if args.fetch_max_bytes is None else {"fetch_max_bytes": args.fetch_max_bytes}),
     ) as server:
         scrape = (
             f"; Prometheus metrics at http://{server.metrics_address}/metrics"
@@ -658,6 +661,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="serve Prometheus metrics (requests by API and error code, bytes in and out, partitions, "
         "groups, consumer lag) over HTTP at HOST:PORT",
+    )
+    serve.add_argument(
+        "--fetch-max-bytes",
+        type=int,
+        metavar="BYTES",
+        help="Kafka's fetch.max.bytes: the most record bytes in one Fetch response, whatever the "
+        "request asks (default 57671680 = 55 MiB, at least 1024)",
+    )
+    serve.add_argument(
+        "--acks-all",
+        choices=["disk", "page-cache"],
+        default="disk",
+        help="when a Produce with acks=all is answered: disk (default) once synced to this host's disk, "
+        "as the embedded acks='all'; page-cache once in the page cache, as a Kafka broker (acks=1 is "
+        "always answered at the page cache)",
     )
     serve.add_argument(
         "--log-level",

@@ -10,6 +10,13 @@ server refuses to start without one. ``sasl=True`` asks for SASL on loopback too
 requests by API and error code, bytes in and out, topics, partitions, groups and consumer lag. There is no
 TLS: SCRAM keeps passwords off the wire, but records travel in clear.
 
+``acks_all`` says when a Produce with ``acks=all`` is answered: ``"disk"`` (the default) once a
+sync covering the batch returned, as the embedded ``Producer(acks='all')`` promises; ``"page-cache"``
+once it is in the page cache, as a Kafka broker answers (its durability comes from replicas,
+which a single server has not got). ``acks=1`` is always answered at the page cache.
+``fetch_max_bytes`` is the broker's ``fetch.max.bytes``: the most record bytes in one Fetch
+response (55 MiB, Kafka's default).
+
     with kafkalite.Server("data") as server:
         producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap_servers})
 """
@@ -21,10 +28,15 @@ from types import TracebackType
 from typing import Self
 
 from kafkalite._native import NativeServer
-from kafkalite.errors import InvalidTypeError
+from kafkalite.errors import InvalidConfigError, InvalidTypeError
 
 #: How long ``stop()`` waits for in-flight requests before closing connections.
 STOP_TIMEOUT_MS = 5000
+#: Kafka's ``fetch.max.bytes`` broker default (55 MiB) and its bounds.
+FETCH_MAX_BYTES = 55 * 1024 * 1024
+FETCH_MAX_BYTES_RANGE = (1024, 2**31 - 1)
+#: The values of ``acks_all`` (``--acks-all``).
+ACKS_ALL = ("disk", "page-cache")
 
 
 class Server:
@@ -38,6 +50,8 @@ class Server:
         advertised_listener: str | None = None,
         auto_create_topics: bool = True,
         sasl: bool = False,
+        fetch_max_bytes: int = FETCH_MAX_BYTES,
+        acks_all: str = "disk",
         metrics: str | None = None,
     ) -> None:
         try:
@@ -58,8 +72,18 @@ class Server:
         for flag, given in (("auto_create_topics", auto_create_topics), ("sasl", sasl)):
             if not isinstance(given, bool):
                 raise InvalidTypeError(f"{flag} must be a bool, not {type(given).__name__}")
+        check_fetch_max_bytes(fetch_max_bytes)
+        if acks_all not in ACKS_ALL:
+            raise InvalidConfigError(f"acks_all must be 'disk' or 'page-cache', not {acks_all!r}")
         self._native: NativeServer | None = NativeServer(
-            self.path, listen, advertised_listener, auto_create_topics, sasl=sasl, metrics=metrics
+            self.path,
+            listen,
+            advertised_listener,
+            auto_create_topics,
+            sasl=sasl,
+            fetch_max_bytes=fetch_max_bytes,
+            acks_all=acks_all,
+            metrics=metrics,
         )
         self.address: str = self._native.local_addr
         #: What Kafka clients take as ``bootstrap.servers`` (the advertised listener).
@@ -93,3 +117,12 @@ class Server:
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
         return f"Server({self.path!r}, bootstrap_servers={self.bootstrap_servers!r}, {state})"
+
+
+def check_fetch_max_bytes(value: object) -> None:
+    """``fetch_max_bytes`` is an int in Kafka's range for ``fetch.max.bytes``."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidTypeError(f"fetch_max_bytes must be an int, not {type(value).__name__}")
+    low, high = FETCH_MAX_BYTES_RANGE
+    if not low <= value <= high:
+        raise InvalidConfigError(f"fetch_max_bytes must be between {low} and {high}, not {value}")

@@ -121,7 +121,7 @@ impl Log {
         // (shared writers in other processes). Finish it first, or a later open would complete it
         // over the segments this pass writes.
         if self.lock_is_shared() && finish_interrupted_swaps(&self.dir)? {
-            self.invalidate_listing();
+            self.segments_changing()?;
             self.follow()?;
         }
         let (n, dirty_end) = self.cleanable(options);
@@ -293,6 +293,7 @@ impl Log {
     ///    offset is a run of the newest members, whose records were all removed: consistent);
     /// 5. the swap name removed; the new segment's indexes are rebuilt.
     fn replace_group(&mut self, first: usize, group: Vec<Cleaned>, stats: &mut CleanStats) -> Result<()> {
+        self.segments_changing()?;
         let members: Vec<i64> = self.segments[first..first + group.len()].iter().map(|s| s.base_offset).collect();
         let base = members[0];
         stats.segments_rewritten += members.len() as u64;
@@ -366,6 +367,7 @@ impl Log {
         cleaned.seal()?;
         cleaned.sync_all()?;
         self.segments.splice(first..first + members.len(), [cleaned]);
+        self.segments_changed();
         Ok(())
     }
 

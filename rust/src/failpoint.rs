@@ -27,6 +27,9 @@ pub const NAMES: &[&str] = &[
     "segment.reserve",
     // IndexFile::push: one offset- or time-index entry written after its batch was published.
     "index.append",
+    // log::generation::bump: the segment generation moved, before and again after segments are
+    // deleted or replaced (retention, DeleteRecords, the cleaner's swap, recovery at open).
+    "segments.generation",
     // Segment::seal: trimming the file to its valid length.
     "segment.seal.trim",
     // Log::close on the last writer: seal, sync, then the clean-shutdown marker.

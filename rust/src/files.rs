@@ -81,6 +81,10 @@ pub const LOG_START_OFFSET_FILE: &str = ".kafkalite-log-start-offset";
 /// log directory's `cleaner-offset-checkpoint`).
 pub const CLEANER_OFFSET_FILE: &str = ".kafkalite-cleaner-offset";
 
+/// The segment generation: a counter bumped by whoever deletes or replaces segment files, so
+/// followers list the directory only when it moved (`log/generation.rs`).
+pub const SEGMENTS_GENERATION_FILE: &str = ".kafkalite-segments";
+
 /// Group commit's shared watermarks (appended, durable) and, by its `flock`, the sync lock of
 /// `flush="always"` writers (`group_commit.rs`).
 pub const DURABLE_FILE: &str = ".kafkalite-durable";

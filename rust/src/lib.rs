@@ -13,6 +13,7 @@
 //!   .kafkalite.writers              the writers' presence lock (the exclusive holder's pid inside)
 //!   .kafkalite.lock                 the append lock shared writers take around each append
 //!   .kafkalite-clean-shutdown       present after a clean close
+//!   .kafkalite-segments             bumped when segments are deleted or replaced (not rolled)
 //!   .kafkalite-log-start-offset     the log start offset, when above the first segment
 //!   .kafkalite-cleaner-offset       where compaction resumes (compacted topics)
 //! ```

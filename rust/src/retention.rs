@@ -81,6 +81,9 @@ impl Log {
             if n == 1 {
                 self.roll_locked()?;
             }
+            if count == 0 {
+                self.segments_changing()?; // followers list again, even if this process dies here
+            }
             let seg = self.segments.remove(0);
             seg.delete_files()?;
             ::log::info!(
@@ -94,6 +97,7 @@ impl Log {
             count += 1;
         }
         if count > 0 {
+            self.segments_changed();
             let first = self.segments[0].base_offset;
             if first > self.start_offset {
                 self.set_start_offset(first)?;

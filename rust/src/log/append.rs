@@ -18,6 +18,10 @@ use super::{now_ms, Log};
 /// the ticket to wait for before acknowledging it.
 pub type DeferredAppend = ((i64, i64), Option<Ticket>);
 
+/// Whether the directory entries of a log's segments, up to its newest when this was made, are
+/// durable: set once a directory sync returned after that segment was created (`durable_tickets`).
+pub type DirDurable = std::sync::Arc<std::sync::atomic::AtomicBool>;
+
 /// Upper bound for the batches `append_records` builds, below `max_message_bytes`.
 const TARGET_BATCH_BYTES: usize = 1 << 20;
 
@@ -439,7 +443,7 @@ impl Log {
         crate::failpoint::hit("roll.after_create").context(|| format!("cannot roll {}", dir.display()))?;
         self.sync_dir_if_always()?;
         // Kafka takes a producer snapshot at every roll, named by the new segment's base.
-        self.snapshot_producers();
+        self.snapshot_producers(true);
         Ok(())
     }
 
@@ -471,6 +475,34 @@ impl Log {
             self.flush_data()?;
         }
         Ok(())
+    }
+
+    /// What makes every byte appended from offset `since` on durable, whatever this log's flush
+    /// policy (a server answering acks=all once on disk): one ticket per segment holding such
+    /// bytes, to wait for with `group_commit::wait_all` outside any lock, and the directory's
+    /// state: its entries are durable once the flag is set; until then the waiter syncs the
+    /// directory and sets it (flush="always" syncs it at every roll, other policies do not, so
+    /// a new flag comes with each newer segment). Joins the partition's group commit on first
+    /// use, so this writer's later appends publish their end and one sync covers them all;
+    /// until then the first ticket may sync its whole segment (`sync_round`'s stale-watermark
+    /// case). Segments rolled away are synced through their read maps (msync syncs the file's
+    /// range whichever shared mapping dirtied it).
+    pub fn durable_tickets(&mut self, since: i64) -> Result<(Vec<Ticket>, DirDurable)> {
+        if self.group.is_none() {
+            self.group = Some(crate::group_commit::GroupCommit::open(&self.dir)?);
+        }
+        let group = self.group.as_ref().expect("joined just above");
+        let first = self.segments.partition_point(|s| s.base_offset <= since).saturating_sub(1);
+        let tickets = self.segments[first..]
+            .iter()
+            .filter_map(|s| s.map().map(|m| Ticket::new(group, s.base_offset, s.size(), m.clone(), s.log_path())))
+            .collect();
+        let newest = self.segments.last().map_or(self.start_offset, |s| s.base_offset);
+        let dir = match &self.durable_dir {
+            Some((base, dir)) if *base == newest => dir.clone(),
+            _ => self.durable_dir.insert((newest, DirDurable::default())).1.clone(),
+        };
+        Ok((tickets, dir))
     }
 
     /// What the appends so far wait for: the active segment durable up to its end.

@@ -6,9 +6,9 @@ use crate::error::{Error, Result};
 use crate::files::{KAFKA_LOG_START_OFFSET, LOG_START_OFFSET_FILE};
 use crate::segment::Segment;
 
-use super::{now_ms, Log};
+use super::{generation, now_ms, Log};
 
-/// How stale a follower's view of other writers' segment deletions may get.
+/// Without a generation file: how stale a follower's view of other writers' segment deletions may get.
 const LISTING_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl Log {
@@ -22,7 +22,7 @@ impl Log {
             return Ok(());
         }
         if self.config.readonly || self.config.shared_writers {
-            self.follow_files()
+            self.follow_files(false)
         } else {
             Ok(())
         }
@@ -32,11 +32,14 @@ impl Log {
     /// append to.
     /// Also how a shared writer joins live writers: it trusts the files they keep consistent.
     pub(super) fn follow_and_take_tail(&mut self) -> Result<()> {
-        self.follow_files()?;
+        self.follow_files(true)?;
         if self.segments.is_empty() {
+            // Every segment file was removed under us: followers that still hold one must list.
+            self.segments_changing()?;
             let start = self.checkpointed_start_offset().unwrap_or(0);
             self.segments.push(Segment::create(&self.dir, start, self.settings(), now_ms())?);
             self.sync_dir_if_always()?;
+            self.segments_changed();
         }
         if !self.segments.last().unwrap().is_writable() {
             let base = self.segments.last().unwrap().base_offset;
@@ -55,15 +58,28 @@ impl Log {
     /// `follow`'s work: match `segments` to the directory: drop segments a writer deleted,
     /// learn the new batches of the newest known segment, and open segments created since.
     /// Every segment but the newest is sealed, trimmed and final, so it is trusted as it is.
-    fn follow_files(&mut self) -> Result<()> {
-        // Listing the directory is the expensive part; it is needed only when the newest known
-        // segment was sealed (someone rolled) or to notice other writers' deletions, which
-        // only move the log start offset, so those are picked up within LISTING_INTERVAL.
+    /// `as_writer`: a shared writer under the append lock, which repairs a missing or damaged
+    /// generation file (readers cannot: they may not write).
+    fn follow_files(&mut self, as_writer: bool) -> Result<()> {
         self.follow_start_offset();
+        // Listing the directory is the expensive part (milliseconds at thousands of segments);
+        // it is needed only when a segment was deleted or replaced since we last listed, which
+        // the generation tells (`generation.rs`). Rolls are found by name.
+        let generation = generation::read(&self.dir);
+        if generation.is_some() && generation == self.generation_seen && !self.segments.is_empty() {
+            return self.follow_rolls();
+        }
         let discovered = self.segments.last().map(|s| s.base_offset);
         if let Some(last) = self.segments.last_mut() {
             last.follow()?;
-            if !last.looks_sealed() && self.last_listing.elapsed() < LISTING_INTERVAL {
+            // No generation (a directory a broker or an older kafkalite writes, or a damaged
+            // file): list when the newest segment was sealed (someone rolled), and to notice
+            // deletions, which only move the log start offset, within LISTING_INTERVAL.
+            if generation.is_none()
+                && !as_writer
+                && !last.looks_sealed()
+                && self.last_listing.elapsed() < LISTING_INTERVAL
+            {
                 return Ok(());
             }
         }
@@ -108,7 +124,39 @@ impl Log {
         }
         let first_base = self.segments.first().map(|s| s.base_offset).unwrap_or(0);
         self.start_offset = self.start_offset.max(first_base);
+        // Read before the listing: a change after it moves the generation past this value.
+        self.generation_seen = generation;
+        if generation.is_none() && as_writer {
+            // Listed just now under the append lock: a fresh file (new nonce) is true of what
+            // we hold, and every other follower, seeing a value it never saw, lists once.
+            // Unwritable: every follower goes on listing, as before the file existed.
+            self.generation_seen = generation::bump(&self.dir).ok();
+        }
         Ok(())
+    }
+
+    /// The common case, no segment deleted or replaced since we listed: learn the newest
+    /// segment's new batches and, while it is sealed, open the one a roll created after it,
+    /// named by its next offset. A sealed segment without that successor is one whose roll
+    /// failed or died between sealing and creating (the next append adopts it again), or a
+    /// broker's active segment, which is never preallocated. O(1) in the number of segments.
+    fn follow_rolls(&mut self) -> Result<()> {
+        let settings = self.settings();
+        self.segments.last_mut().expect("followed a non-empty log").follow()?;
+        loop {
+            let last = self.segments.last().expect("followed a non-empty log");
+            if !last.looks_sealed() || last.is_empty() {
+                return Ok(());
+            }
+            let mut next = match Segment::open(&self.dir, last.next_offset(), false, settings, now_ms()) {
+                Ok(seg) => seg,
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(e),
+            };
+            next.follow()?;
+            self.segments.last_mut().expect("followed a non-empty log").mark_sealed();
+            self.segments.push(next);
+        }
     }
 
     /// Sealed segments whose file a cleaner replaced (a merged, cleaned segment under the same
@@ -161,15 +209,6 @@ impl Log {
             if let Some(checkpoint) = read_offset(&self.dir, LOG_START_OFFSET_FILE) {
                 self.start_offset = self.start_offset.max(checkpoint);
             }
-        }
-    }
-
-    /// Make the next `follow` list the directory (not wait for `LISTING_INTERVAL`): another
-    /// process changed the sealed segments (a cleaner's swap it left unfinished was just
-    /// completed).
-    pub(crate) fn invalidate_listing(&mut self) {
-        if let Some(past) = std::time::Instant::now().checked_sub(LISTING_INTERVAL * 2) {
-            self.last_listing = past;
         }
     }
 }

@@ -57,16 +57,19 @@ impl Log {
             scratch: Vec::new(),
             last_log_append_time: None,
             last_listing: std::time::Instant::now(),
+            generation_seen: None,
             start_offset_stamp: None,
             kafka_start_offset_stamp: None,
             kafka_checkpoints,
             dir_identity: identity,
             loaded: false,
             group: None,
+            durable_dir: None,
             pending_durable: None,
             deferred_durable: None,
             lock_deadline: None,
             _prealloc_budget: None,
+            snapshots_swept_to: i64::MIN,
             producers: None,
         };
         if log.lock.is_some() {
@@ -171,7 +174,17 @@ impl Log {
         Ok(())
     }
 
+    /// The only writer: recover the directory. Finishing a swap, dropping all segments below
+    /// the checkpointed start, or cutting a torn tail changes what readers that follow this
+    /// partition listed, so the segment generation moves around it.
     fn load_writable(&mut self) -> Result<()> {
+        self.segments_changing()?;
+        self.load_segments()?;
+        self.segments_changed();
+        Ok(())
+    }
+
+    fn load_segments(&mut self) -> Result<()> {
         crate::cleaner::finish_interrupted_swaps(&self.dir)?;
         self.remove_leftovers()?;
         let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);

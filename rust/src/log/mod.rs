@@ -2,14 +2,17 @@
 //!
 //! One `impl Log` per role: this file holds the struct, its accessors, flush and close;
 //! `load` opens the directory (Kafka's LogLoader: leftovers, recovery); `follow` learns what
-//! other processes wrote; `append` appends and rolls. Reads live in `log_read.rs`, retention in
+//! other processes wrote, listing the directory only when `generation` says segments were
+//! deleted or replaced; `append` appends and rolls. Reads live in `log_read.rs`, retention in
 //! `retention.rs`.
 
 mod append;
 mod follow;
+mod generation;
 mod load;
 mod producers;
 
+pub use append::DirDurable;
 pub use producers::Produced;
 
 use std::path::{Path, PathBuf};
@@ -54,6 +57,9 @@ pub struct Log {
     last_log_append_time: Option<i64>,
     /// When `follow` last listed the directory.
     last_listing: std::time::Instant,
+    /// The segment generation (`generation.rs`) read before that listing; None: unknown (no
+    /// valid file then, or this writer is changing segments), so the next `follow` lists.
+    generation_seen: Option<generation::Generation>,
     /// Identity of the start-offset file when last read (inode, mtime).
     start_offset_stamp: Option<(u64, i64, i64)>,
     /// The same for the data directory's `log-start-offset-checkpoint`.
@@ -67,6 +73,9 @@ pub struct Log {
     loaded: bool,
     /// Group commit of flush="always" writers (`group_commit.rs`); None for others.
     group: Option<std::sync::Arc<crate::group_commit::GroupCommit>>,
+    /// `durable_tickets`: the newest segment whose directory entry a caller syncs, and whether
+    /// a sync of the directory since its creation returned (`DirDurable`).
+    durable_dir: Option<(i64, crate::log::DirDurable)>,
     /// What the current append waits for under flush="always", taken by `as_writer`.
     pending_durable: Option<crate::group_commit::Ticket>,
     /// Inside `defer_durability`: where `as_writer` leaves the ticket instead of waiting.
@@ -76,6 +85,8 @@ pub struct Log {
     /// The data directory's preallocation budget (writers only), held so the limit this log
     /// was opened with stays set while it is open (`prealloc.rs`).
     _prealloc_budget: Option<std::sync::Arc<crate::prealloc::Budget>>,
+    /// Snapshots below this offset were removed by this writer's last roll (`producers.rs`).
+    snapshots_swept_to: i64,
     /// Kafka's producer state, once something needed it (`producers.rs`).
     producers: Option<crate::producer_state::ProducerState>,
 }
@@ -276,7 +287,7 @@ impl Log {
             kafka.update(KAFKA_RECOVERY_POINT, Some(self.end_offset()))?;
         }
         // Kafka snapshots producer state at clean shutdown, so the next open scans nothing.
-        self.snapshot_producers();
+        self.snapshot_producers(false);
         crate::failpoint::hit("shutdown.before_marker").context(|| format!("cannot close {}", self.dir.display()))?;
         write_atomically(&self.dir, CLEAN_SHUTDOWN_FILE, b"")?;
         crate::failpoint::hit("shutdown.after_marker").context(|| format!("cannot close {}", self.dir.display()))

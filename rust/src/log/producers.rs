@@ -5,9 +5,12 @@
 //! written as `<log end>.snapshot` at roll and at clean close once loaded. A log nobody
 //! produces idempotently to never loads it, so embedded writers pay nothing for it.
 
+use crate::checkpoint::remove_if_exists;
 use crate::error::Result;
+use crate::files::SNAPSHOT_SUFFIX;
 use crate::producer_state::{
-    delete_snapshots_outside, load_latest_snapshot, write_snapshot, BatchMetadata, ProducerState, Refusal, Verdict,
+    delete_snapshots_outside, list_snapshots, load_latest_snapshot, write_snapshot, BatchMetadata, ProducerState,
+    Refusal, Verdict,
 };
 use crate::record::header::BatchHeader;
 
@@ -78,6 +81,8 @@ impl Log {
     fn load_producers(&mut self) -> Result<ProducerState> {
         let end = self.end_offset();
         delete_snapshots_outside(&self.dir, i64::MIN, end)?;
+        // The oldest snapshot there: where a roll's removal by name stops (`try_snapshot_producers`).
+        self.snapshots_swept_to = list_snapshots(&self.dir)?.first().copied().unwrap_or(end);
         let (loaded, _) = load_latest_snapshot(&self.dir, end)?;
         let mut state = loaded.unwrap_or_else(|| ProducerState::empty(self.start_offset));
         state.expire(now_ms());
@@ -127,9 +132,9 @@ impl Log {
     /// and above the log end are deleted.
     /// A failed snapshot costs a longer scan at the next load, not the roll or the close: it is
     /// logged.
-    pub(super) fn snapshot_producers(&mut self) {
+    pub(super) fn snapshot_producers(&mut self, at_roll: bool) {
         if self.producers.is_some() {
-            if let Err(e) = self.try_snapshot_producers() {
+            if let Err(e) = self.try_snapshot_producers(at_roll) {
                 ::log::warn!(
                     target: crate::LOG_TARGET,
                     "could not snapshot the producer state of {} at offset {}: {e}",
@@ -140,7 +145,7 @@ impl Log {
         }
     }
 
-    fn try_snapshot_producers(&mut self) -> Result<()> {
+    fn try_snapshot_producers(&mut self, at_roll: bool) -> Result<()> {
         let end = self.end_offset();
         self.producers_caught_up()?;
         let state = self.producers.as_mut().expect("loaded above");
@@ -148,7 +153,23 @@ impl Log {
         write_snapshot(&self.dir, state)?;
         let n = self.segments.len();
         let keep_from = self.segments.get(n.saturating_sub(2)).map_or(end, |s| s.base_offset);
-        delete_snapshots_outside(&self.dir, keep_from, end)
+        if !at_roll {
+            return delete_snapshots_outside(&self.dir, keep_from, end);
+        }
+        // A roll's snapshots are named by the segment bases (`<log end>` at the roll), so the
+        // ones a roll makes obsolete are at the bases of the segments that left the window
+        // since this writer last looked (other writers rolled meanwhile): removed by name, not
+        // by listing the directory, which cost a listing per roll at thousands of segments.
+        // Snapshots elsewhere (a clean close's, at its log end) go at the next close or
+        // load, or with their segment (retention).
+        for seg in self.segments[..n.saturating_sub(2)].iter().rev() {
+            if seg.base_offset < self.snapshots_swept_to {
+                break;
+            }
+            remove_if_exists(&crate::files::segment_path(&self.dir, seg.base_offset, SNAPSHOT_SUFFIX))?;
+        }
+        self.snapshots_swept_to = keep_from;
+        Ok(())
     }
 
     /// Segments below `first_base` were deleted: so are their snapshots (Kafka deletes a

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 
-use crate::server::{Server, ServerConfig};
+use crate::server::{AcksAll, Server, ServerConfig, FETCH_MAX_BYTES};
 
 #[pyclass(frozen, module = "kafkalite._native")]
 pub struct NativeServer {
@@ -20,9 +20,11 @@ pub struct NativeServer {
 #[pymethods]
 impl NativeServer {
     #[new]
-    // The keyword arguments of `kafkalite.Server` (the Python class checks them).
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (data_dir, listen, advertised=None, auto_create_topics=true, idle_timeout_ms=600_000, sasl=false, metrics=None))]
+    #[pyo3(signature = (
+        data_dir, listen, advertised=None, auto_create_topics=true, idle_timeout_ms=600_000, sasl=false,
+        fetch_max_bytes=FETCH_MAX_BYTES, acks_all="disk", metrics=None,
+    ))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments
     fn new(
         py: Python<'_>,
         data_dir: std::path::PathBuf,
@@ -31,9 +33,13 @@ impl NativeServer {
         auto_create_topics: bool,
         idle_timeout_ms: u64,
         sasl: bool,
+        fetch_max_bytes: i32,
+        acks_all: &str,
         metrics: Option<String>,
     ) -> PyResult<Self> {
         let mut config = ServerConfig::new(data_dir, listen);
+        config.fetch_max_bytes = fetch_max_bytes;
+        config.acks_all = AcksAll::parse(acks_all)?;
         config.advertised = advertised;
         config.auto_create_topics = auto_create_topics;
         config.idle_timeout = Duration::from_millis(idle_timeout_ms);

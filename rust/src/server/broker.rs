@@ -68,6 +68,10 @@ pub struct Broker {
     pub appended: Arc<Notify>,
     /// Request bytes buffered by all connections together.
     pub request_budget: Arc<Semaphore>,
+    /// `fetch.max.bytes` and the response budget of fetches.
+    pub fetch_limits: super::fetch::Limits,
+    /// When Produce's acks=all is answered (`--acks-all`).
+    pub acks_all: super::durable::AcksAll,
     /// Committed offsets of network consumer groups.
     pub offsets: OffsetStore,
     /// The classic group coordinator for network members.
@@ -109,6 +113,8 @@ impl Broker {
             notifier,
             appended,
             request_budget: Arc::new(Semaphore::new(QUEUED_MAX_REQUEST_BYTES)),
+            fetch_limits: super::fetch::Limits::new(config.fetch_max_bytes),
+            acks_all: config.acks_all,
             offsets: OffsetStore::default(),
             groups,
             producer_ids,

@@ -201,14 +201,14 @@ pub async fn handle(broker: &Broker, request: Request, peer: &str) -> Result<Opt
         Body::ApiVersionsUnsupported => frame(key, 0, id, &api_versions(codes::UNSUPPORTED_VERSION))?,
         Body::Metadata(r) => frame(key, v, id, &metadata::metadata(broker, r, v))?,
         Body::CreateTopics(r) => frame(key, v, id, &metadata::create_topics(broker, r, v, peer))?,
-        Body::Produce(r) => match produce::produce(broker, r, v) {
+        Body::Produce(r) => match produce::produce(broker, r, v).await {
             Some(resp) => frame(key, v, id, &resp)?,
             None => {
                 broker.metrics.answered(key);
                 return Ok(None);
             }
         },
-        Body::Fetch(r) => frame(key, v, id, &fetch::fetch(broker, r, v).await)?,
+        Body::Fetch(r) => fetch::answer(broker, r, v, id).await?,
         Body::FindCoordinator(r) => frame(key, v, id, &coordinator::find_coordinator(broker, r, v))?,
         Body::OffsetCommit(r) => frame(key, v, id, &offset_commit::offset_commit(broker, r, v, peer))?,
         Body::OffsetFetch(r) => frame(key, v, id, &offset_commit::offset_fetch(broker, r, v))?,

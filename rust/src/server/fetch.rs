@@ -1,23 +1,65 @@
 //! Fetch: whole batches straight from the segment maps (the response's record bytes are
-//! the mapped file's bytes, not re-encoded), within `max_bytes` and each partition's
-//! `partition_max_bytes` (the first batch is always returned, as Kafka does, so a batch
-//! larger than the limits still makes progress). A fetch short of `min_bytes` waits until
-//! an append wakes it (this server's or any embedded producer's) or `max_wait_ms` passes.
+//! the mapped file's bytes, not re-encoded), bounded as Kafka's `ReplicaManager.readFromLog`
+//! bounds them: the request's `max_bytes` capped by the server's `fetch.max.bytes`, each
+//! partition at most its `partition_max_bytes` and what is left of that, and only the first
+//! partition that returns data may exceed them by its first batch (KIP-74: a batch larger than
+//! the limits still makes progress). A partition named twice in one request is read once, as
+//! Kafka reads the request into a map keyed by topic-partition. A fetch short of `min_bytes`
+//! waits until an append wakes it (this server's or any embedded producer's) or `max_wait_ms`
+//! passes.
+//!
+//! The record bytes of responses not yet written, over all connections, are bounded by a
+//! shared budget (`QUEUED_MAX_RESPONSE_BYTES`, the response side of Kafka's
+//! `queued.max.request.bytes`): a response takes its bytes from it until it is written, and a
+//! fetch that cannot get them by its `max_wait_ms` answers with what fits the budget's room
+//! then (possibly nothing; the client fetches again). So hostile fetches on many connections
+//! cannot hold more than the budget, however large the partitions and `max_bytes` they name.
+//!
 //! Fetch sessions are declined: every response carries session id 0, so clients send full
 //! fetch requests. Without transactions the last stable offset is the high watermark, so
 //! both isolation levels read the same.
 
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use kafka_protocol::messages::fetch_request::FetchPartition;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{FetchRequest, FetchResponse};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::broker::{lock_log, Broker};
 use super::codes;
+use super::dispatch::DecodeError;
+use super::metrics::frame; // notes the response's error codes for `Metrics::answered`
+use super::frame::QUEUED_MAX_RESPONSE_BYTES;
 use crate::log_read::BatchSlice;
 
-/// Lets `Bytes` borrow a segment's map: the map stays alive while the response is written.
+/// Kafka's `fetch.max.bytes` broker default: 55 MiB.
+pub const FETCH_MAX_BYTES: i32 = 55 * 1024 * 1024;
+/// Kafka's lower bound for `fetch.max.bytes`.
+pub const FETCH_MAX_BYTES_MIN: i32 = 1024;
+
+/// What bounds fetch responses, shared by every connection.
+pub struct Limits {
+    /// `fetch.max.bytes`: the most record bytes in one response.
+    max_bytes: usize,
+    /// Record bytes of responses read and not yet written, all connections together.
+    budget: Arc<Semaphore>,
+}
+
+impl Limits {
+    pub fn new(fetch_max_bytes: i32) -> Limits {
+        Limits {
+            max_bytes: fetch_max_bytes.max(0) as usize,
+            budget: Arc::new(Semaphore::new(QUEUED_MAX_RESPONSE_BYTES)),
+        }
+    }
+}
+
+/// Lets `Bytes` borrow a segment's map: the map stays alive while the response is encoded.
 struct Mapped(BatchSlice);
 
 impl AsRef<[u8]> for Mapped {
@@ -37,16 +79,67 @@ impl Drop for Mapped {
     }
 }
 
-/// One pass over the requested partitions: the response and how many record bytes it holds.
-fn read_once(broker: &Broker, request: &FetchRequest, version: i16) -> (FetchResponse, usize, bool) {
-    let mut budget = request.max_bytes.max(0) as usize;
+/// An encoded response with its share of the response budget, given back when the connection
+/// has written (or dropped) it.
+struct Budgeted {
+    bytes: Bytes,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl AsRef<[u8]> for Budgeted {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// The partitions of a request, each once, grouped by topic in the order first named; a
+/// partition named again replaces the earlier entry's position and limit but keeps its place
+/// (Kafka's `LinkedHashMap` of the request's topic-partitions).
+type Wanted<'a> = Vec<(&'a TopicName, Vec<&'a FetchPartition>)>;
+
+fn wanted(request: &FetchRequest) -> Wanted<'_> {
+    let mut topics: Wanted<'_> = Vec::new();
+    let mut topic_at: HashMap<&TopicName, usize> = HashMap::new();
+    let mut partition_at: HashMap<(usize, i32), usize> = HashMap::new();
+    for topic in &request.topics {
+        let t = *topic_at.entry(&topic.topic).or_insert_with(|| {
+            topics.push((&topic.topic, Vec::new()));
+            topics.len() - 1
+        });
+        for p in &topic.partitions {
+            match partition_at.entry((t, p.partition)) {
+                Entry::Occupied(at) => topics[t].1[*at.get()] = p,
+                Entry::Vacant(at) => {
+                    at.insert(topics[t].1.len());
+                    topics[t].1.push(p);
+                }
+            }
+        }
+    }
+    topics
+}
+
+/// One pass over the partitions.
+struct Read {
+    response: FetchResponse,
+    /// Record bytes in `response`.
+    bytes: usize,
+    any_error: bool,
+}
+
+/// Read each partition once, within `max_bytes` in all; with `hard`, no batch past the limits
+/// either (the budget's room is a hard limit), else KIP-74's first batch.
+fn read_once(broker: &Broker, wanted: &Wanted<'_>, max_bytes: usize, hard: bool, version: i16) -> Read {
+    let mut left = max_bytes;
+    // Kafka's `minOneMessage`: true until a partition returned data.
+    let mut min_one = !hard;
     let mut total = 0usize;
     let mut any_error = false;
-    let mut topics = Vec::with_capacity(request.topics.len().min(1024));
-    for topic in &request.topics {
-        let name = topic.topic.0.to_string();
-        let mut partitions = Vec::with_capacity(topic.partitions.len().min(1024));
-        for p in &topic.partitions {
+    let mut topics = Vec::with_capacity(wanted.len());
+    for (topic, wanted_partitions) in wanted {
+        let name = topic.0.to_string();
+        let mut partitions = Vec::with_capacity(wanted_partitions.len());
+        for p in wanted_partitions {
             let mut data = PartitionData::default().with_partition_index(p.partition);
             let log = match broker.partition(&name, p.partition) {
                 Ok(Some(log)) => log,
@@ -70,10 +163,11 @@ fn read_once(broker: &Broker, request: &FetchRequest, version: i16) -> (FetchRes
                     continue;
                 }
             };
-            let limit = (p.partition_max_bytes.max(0) as usize).min(budget);
-            let read = if total > 0 && limit == 0 {
+            let limit = (p.partition_max_bytes.max(0) as usize).min(left);
+            let read = if limit == 0 && !min_one {
                 Ok(BatchSlice { map: None, start: 0, len: 0 })
             } else {
+                // At least one whole batch, whatever the limit: one too large is dropped below.
                 log.read(p.fetch_offset, limit.max(1))
             };
             let (hw, start) = (log.end_offset(), log.start_offset());
@@ -83,11 +177,12 @@ fn read_once(broker: &Broker, request: &FetchRequest, version: i16) -> (FetchRes
                 data = data.with_log_start_offset(start);
             }
             match read {
-                // Past the budget once something is in the response: leave it for the next fetch.
-                Ok(slice) if total > 0 && slice.len > budget => {}
+                // A first batch past the limits, and not the response's first: left for a later fetch.
+                Ok(slice) if slice.len > limit && !min_one => {}
                 Ok(slice) if slice.len > 0 => {
                     total += slice.len;
-                    budget = budget.saturating_sub(slice.len);
+                    left = left.saturating_sub(slice.len);
+                    min_one = false;
                     data = data.with_records(Some(Bytes::from_owner(Mapped(slice))));
                 }
                 Ok(_) => {}
@@ -101,16 +196,38 @@ fn read_once(broker: &Broker, request: &FetchRequest, version: i16) -> (FetchRes
             }
             partitions.push(data);
         }
-        topics.push(FetchableTopicResponse::default().with_topic(topic.topic.clone()).with_partitions(partitions));
+        topics.push(FetchableTopicResponse::default().with_topic((*topic).clone()).with_partitions(partitions));
     }
-    (FetchResponse::default().with_responses(topics), total, any_error)
+    Read { response: FetchResponse::default().with_responses(topics), bytes: total, any_error }
 }
 
-pub async fn fetch(broker: &Broker, request: FetchRequest, version: i16) -> FetchResponse {
+/// Answer a Fetch: the encoded response frame, holding its share of the response budget until
+/// the connection has written it.
+pub async fn answer(
+    broker: &Broker,
+    request: FetchRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Result<Bytes, DecodeError> {
+    let (response, permit) = fetch(broker, &request, version).await;
+    let bytes = frame(ApiKey::Fetch, version, correlation_id, &response)?;
+    // The frame holds a copy of the records: their mapped pages leave the resident set now
+    // (`Mapped::drop`), and the budget stays with the copy.
+    drop(response);
+    Ok(match permit {
+        Some(permit) => Bytes::from_owner(Budgeted { bytes, _permit: permit }),
+        None => bytes,
+    })
+}
+
+async fn fetch(broker: &Broker, request: &FetchRequest, version: i16) -> (FetchResponse, Option<OwnedSemaphorePermit>) {
     if version >= 7 && request.session_id != 0 {
         // We never hand out session ids, so an incremental fetch names an unknown session.
-        return FetchResponse::default().with_error_code(codes::FETCH_SESSION_ID_NOT_FOUND);
+        return (FetchResponse::default().with_error_code(codes::FETCH_SESSION_ID_NOT_FOUND), None);
     }
+    let limits = &broker.fetch_limits;
+    let wanted = wanted(request);
+    let max_bytes = (request.max_bytes.max(0) as usize).min(limits.max_bytes);
     let deadline = Instant::now() + Duration::from_millis(request.max_wait_ms.max(0) as u64);
     let min_bytes = request.min_bytes.max(0) as usize;
     loop {
@@ -118,14 +235,51 @@ pub async fn fetch(broker: &Broker, request: FetchRequest, version: i16) -> Fetc
         let appended = broker.appended.notified();
         tokio::pin!(appended);
         appended.as_mut().enable();
-        let (response, bytes, any_error) = read_once(broker, &request, version);
+        let read = read_once(broker, &wanted, max_bytes, false, version);
         let now = Instant::now();
-        if bytes >= min_bytes || any_error || now >= deadline || request.topics.is_empty() {
-            return response;
+        if read.bytes >= min_bytes || read.any_error || now >= deadline || wanted.is_empty() {
+            return limits.admit(broker, &wanted, read, max_bytes, deadline, version).await;
         }
         let _ = tokio::time::timeout(deadline - now, appended).await;
         if Instant::now() >= deadline {
-            return read_once(broker, &request, version).0;
+            let read = read_once(broker, &wanted, max_bytes, false, version);
+            return limits.admit(broker, &wanted, read, max_bytes, deadline, version).await;
         }
+    }
+}
+
+impl Limits {
+    /// Take the budget for `read`'s record bytes, waiting until `deadline` for other responses
+    /// to be written; past it, read again within the budget's room then (a hard limit).
+    async fn admit(
+        &self,
+        broker: &Broker,
+        wanted: &Wanted<'_>,
+        read: Read,
+        max_bytes: usize,
+        deadline: Instant,
+        version: i16,
+    ) -> (FetchResponse, Option<OwnedSemaphorePermit>) {
+        if read.bytes == 0 {
+            return (read.response, None);
+        }
+        if read.bytes <= QUEUED_MAX_RESPONSE_BYTES {
+            let acquire = self.budget.clone().acquire_many_owned(read.bytes as u32);
+            // Polled once even when the deadline has passed: budget free now is taken.
+            if let Ok(Ok(permit)) = tokio::time::timeout_at(deadline.into(), acquire).await {
+                return (read.response, Some(permit));
+            }
+        }
+        // Nothing of the first read was touched (no page of it is resident): read again.
+        drop(read);
+        let room = self.budget.available_permits().min(max_bytes);
+        let Ok(mut permit) = self.budget.clone().try_acquire_many_owned(room as u32) else {
+            let read = read_once(broker, wanted, 0, true, version);
+            return (read.response, None);
+        };
+        let read = read_once(broker, wanted, room, true, version);
+        // What the read left unused goes back at once.
+        drop(permit.split(room - read.bytes));
+        (read.response, Some(permit))
     }
 }

@@ -57,8 +57,8 @@ impl Default for Metrics {
 
 thread_local! {
     /// The error codes of the response `frame` just encoded on this thread, taken by the
-    /// `dispatch::handle` that called it: nothing awaits between the two, so the same thread
-    /// runs both (the task cannot move in between).
+    /// `dispatch::handle` that called it (directly, or through `fetch::answer`): nothing awaits
+    /// between the two, so the same thread runs both (the task cannot move in between).
     static ANSWERED: RefCell<Vec<i16>> = const { RefCell::new(Vec::new()) };
 }
 

@@ -8,7 +8,8 @@
 //! partitions, append wake-ups), `codes` (engine errors as Kafka error codes), `sasl` (a
 //! connection's SASL state: SaslHandshake, SaslAuthenticate, what is allowed before
 //! authentication) over `scram` (one SCRAM exchange, checked against `crate::users`), and one file
-//! per API family: `metadata` (Metadata, CreateTopics), `produce`, `fetch`, `list_offsets`, `coordinator`
+//! per API family: `metadata` (Metadata, CreateTopics), `produce` (with `durable`: what acks=all
+//! waits for), `fetch` (with its limits and response budget), `list_offsets`, `coordinator`
 //! (FindCoordinator), `offset_commit` (OffsetCommit, OffsetFetch) and `offset_delete` (OffsetDelete)
 //! over `offsets` (the `__consumer_offsets` records, shared with the embedded clients), `group_api` (JoinGroup,
 //! SyncGroup, Heartbeat, LeaveGroup, DescribeGroups, ListGroups) over `group` (the coordinator)
@@ -36,6 +37,7 @@ mod connection;
 mod coordinator;
 mod delete_records;
 mod dispatch;
+mod durable;
 mod fetch;
 pub mod frame;
 mod group;
@@ -71,6 +73,8 @@ pub const LOG_TARGET: &str = "kafkalite::server";
 use crate::error::{Error, Result};
 pub use broker::Broker;
 pub use dispatch::{decode_request, SUPPORTED as SUPPORTED_APIS};
+pub use durable::AcksAll;
+pub use fetch::{FETCH_MAX_BYTES, FETCH_MAX_BYTES_MIN};
 
 /// How a server is started (Kafka's broker setting names in the comments).
 #[derive(Clone, Debug)]
@@ -90,6 +94,12 @@ pub struct ServerConfig {
     pub idle_timeout: Duration,
     /// `max.connections`: more are accepted and closed at once.
     pub max_connections: usize,
+    /// `fetch.max.bytes`: the most record bytes of one Fetch response (Kafka's default: 55 MiB;
+    /// at least 1024).
+    pub fetch_max_bytes: i32,
+    /// When Produce's acks=all is answered: on disk (default, as the embedded `acks='all'`) or in
+    /// the page cache (Kafka's broker).
+    pub acks_all: AcksAll,
     /// HOST:PORT of the Prometheus text endpoint (`kafkalite serve --metrics`); None: no endpoint.
     pub metrics: Option<String>,
 }
@@ -105,6 +115,8 @@ impl ServerConfig {
             default_partitions: 1,
             idle_timeout: Duration::from_secs(600),
             max_connections: 10_000,
+            fetch_max_bytes: FETCH_MAX_BYTES,
+            acks_all: AcksAll::Disk,
             metrics: None,
         }
     }
@@ -123,6 +135,12 @@ pub struct Server {
 impl Server {
     /// Bind, then serve on background threads until `stop` (or drop).
     pub fn start(config: ServerConfig) -> Result<Server> {
+        if config.fetch_max_bytes < FETCH_MAX_BYTES_MIN {
+            return Err(Error::config(format!(
+                "fetch.max.bytes must be at least {FETCH_MAX_BYTES_MIN}, not {}",
+                config.fetch_max_bytes
+            )));
+        }
         let (addr, loopback) = listen::resolve(&config.listen)?;
         let mut config = config;
         config.sasl |= !loopback;

@@ -1,8 +1,9 @@
 //! Produce: each partition's record batches go to `Log::append_produce`, which checks
 //! CRC and structure, checks idempotent producers' sequences (a retried batch is answered
 //! with its original base offset and not written again), assigns offsets and stores the
-//! batches as sent (every codec, no recompression: Kafka's `compression.type=producer`). acks=0 gets no response; with one
-//! broker, acks=1 and acks=-1 both answer once the batches are in the log.
+//! batches as sent (every codec, no recompression: Kafka's `compression.type=producer`). acks=0 gets no response;
+//! acks=1 answers once the batches are in the log, acks=-1 after `durable` (on disk, or in the
+//! page cache under `--acks-all=page-cache`).
 
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
@@ -10,6 +11,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::broker::{lock_log, Broker};
 use super::codes;
+use super::durable::{self, Pending};
 use crate::log::Produced;
 use crate::producer_state::Refusal;
 use crate::record::TimestampType;
@@ -21,9 +23,17 @@ struct Appended {
     base_offset: i64,
     log_append_time: i64,
     log_start_offset: i64,
+    /// What acks=all still waits for (`durable::after_append`).
+    durable: Option<Pending>,
 }
 
-fn append(broker: &Broker, topic: &str, partition: i32, records: Option<&[u8]>) -> Result<Appended, (i16, String)> {
+fn append(
+    broker: &Broker,
+    topic: &str,
+    partition: i32,
+    records: Option<&[u8]>,
+    acks: i16,
+) -> Result<Appended, (i16, String)> {
     let log = match broker.partition(topic, partition) {
         Ok(Some(log)) => log,
         Ok(None) => {
@@ -49,13 +59,26 @@ fn append(broker: &Broker, topic: &str, partition: i32, records: Option<&[u8]>) 
     if let Err(e) = crate::failpoint::hit("server.produce") {
         return Err((codes::KAFKA_STORAGE_ERROR, e.to_string()));
     }
-    match log.append_produce(records) {
+    let outcome = log.append_produce(records);
+    // acks=all: what the answer waits for, taken while the log is still locked (`durable`).
+    let since = match &outcome {
+        Ok(Produced::Appended(first, _)) => Some(*first),
+        Ok(Produced::Duplicate(batch)) => Some(batch.first_offset()),
+        _ => None,
+    };
+    let durable = match since.map(|since| durable::after_append(broker, &mut log, topic, partition, acks, since)) {
+        Some(Err(e)) => return Err((codes::for_error(&e), e.to_string())),
+        Some(Ok(pending)) => pending,
+        None => None,
+    };
+    match outcome {
         Ok(Produced::Duplicate(batch)) => {
             // Kafka answers a retry with the original batch's offset (and, for LogAppendTime,
             // the time it was appended).
             let log_append_time =
                 if log.config().timestamp_type == TimestampType::LogAppendTime { batch.timestamp } else { -1 };
-            Ok(Appended { base_offset: batch.first_offset(), log_append_time, log_start_offset: log.start_offset() })
+            let log_start_offset = log.start_offset();
+            Ok(Appended { base_offset: batch.first_offset(), log_append_time, log_start_offset, durable })
         }
         Ok(Produced::Refused(refusal)) => Err(match refusal {
             Refusal::InvalidProducerEpoch(m) => (codes::INVALID_PRODUCER_EPOCH, m),
@@ -73,7 +96,7 @@ fn append(broker: &Broker, topic: &str, partition: i32, records: Option<&[u8]>) 
                     }
                 }
             }
-            Ok(Appended { base_offset, log_append_time, log_start_offset: log.start_offset() })
+            Ok(Appended { base_offset, log_append_time, log_start_offset: log.start_offset(), durable })
         }
         Err(e) => {
             if codes::needs_reopen(&e) {
@@ -86,16 +109,17 @@ fn append(broker: &Broker, topic: &str, partition: i32, records: Option<&[u8]>) 
 }
 
 /// The response, or None for acks=0.
-pub fn produce(broker: &Broker, request: ProduceRequest, version: i16) -> Option<ProduceResponse> {
+pub async fn produce(broker: &Broker, request: ProduceRequest, version: i16) -> Option<ProduceResponse> {
     let valid_acks = matches!(request.acks, -1..=1);
     let mut appended_any = false;
+    let mut pending = Vec::new();
     let mut responses = Vec::with_capacity(request.topic_data.len().min(1024));
     for topic in &request.topic_data {
         let name = topic.name.0.to_string();
         let mut partitions = Vec::with_capacity(topic.partition_data.len().min(1024));
         for p in &topic.partition_data {
             let outcome = if valid_acks {
-                append(broker, &name, p.index, p.records.as_deref())
+                append(broker, &name, p.index, p.records.as_deref(), request.acks)
             } else {
                 Err((codes::INVALID_REQUIRED_ACKS, format!("acks must be -1, 0 or 1, not {}", request.acks)))
             };
@@ -103,6 +127,9 @@ pub fn produce(broker: &Broker, request: ProduceRequest, version: i16) -> Option
             match outcome {
                 Ok(a) => {
                     appended_any = true;
+                    if let Some(d) = a.durable {
+                        pending.push(((responses.len(), partitions.len()), d));
+                    }
                     resp = resp.with_base_offset(a.base_offset).with_log_append_time_ms(a.log_append_time);
                     if version >= 5 {
                         resp = resp.with_log_start_offset(a.log_start_offset);
@@ -123,5 +150,6 @@ pub fn produce(broker: &Broker, request: ProduceRequest, version: i16) -> Option
     if appended_any {
         broker.announce_append();
     }
+    durable::settle(broker, pending, &mut responses, request.timeout_ms, version).await;
     (request.acks != 0).then(|| ProduceResponse::default().with_responses(responses))
 }

@@ -1,0 +1,137 @@
+//! What Produce's acks=all waits for after the append (`--acks-all`): `disk` (the default)
+//! answers once the batches are on this host's disk, as the embedded producer's `acks='all'`
+//! does (the same group commit, `crate::group_commit`: one msync per partition covers every
+//! batch appended before it, by this server or any embedded producer); `page-cache` answers once
+//! they are in the page cache, as a Kafka broker does (its durability is replication, which a
+//! single server has not got). acks=1 always answers at the page cache, acks=0 not at all.
+//!
+//! The wait runs on tokio's blocking pool, never on the server's two worker threads, and holds
+//! no partition lock: other requests append meanwhile and share the sync.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::produce_response::TopicProduceResponse;
+use kafka_protocol::protocol::StrBytes;
+
+use super::broker::Broker;
+use super::codes;
+use crate::error::{Error, Result};
+use crate::group_commit::{wait_all, Ticket};
+use crate::log::{DirDurable, Log};
+
+/// `--acks-all`: when a Produce with acks=all (-1) is answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AcksAll {
+    /// Once the batches are in the page cache (Kafka's broker, `flush.messages` unset).
+    PageCache,
+    /// Once a sync covering the batches returned (the embedded `acks='all'`).
+    Disk,
+}
+
+impl AcksAll {
+    /// The CLI's and `kafkalite.Server`'s spelling: `page-cache` or `disk`.
+    pub fn parse(s: &str) -> Result<AcksAll> {
+        match s {
+            "page-cache" => Ok(AcksAll::PageCache),
+            "disk" => Ok(AcksAll::Disk),
+            other => Err(Error::config(format!("acks_all must be 'disk' or 'page-cache', not {other:?}"))),
+        }
+    }
+}
+
+/// One partition's appended batches not yet known durable.
+pub struct Pending {
+    topic: String,
+    partition: i32,
+    tickets: Vec<Ticket>,
+    /// The partition's directory, and whether its entries are known durable (`Log::durable_tickets`).
+    dir: (PathBuf, DirDurable),
+}
+
+/// After a successful append of acks=`acks` (the log still locked): what the answer must wait
+/// for, if anything. `since`: the first offset this request appended (or, for a retried
+/// idempotent batch, the original's).
+pub fn after_append(
+    broker: &Broker,
+    log: &mut Log,
+    topic: &str,
+    partition: i32,
+    acks: i16,
+    since: i64,
+) -> Result<Option<Pending>> {
+    if acks != -1 || broker.acks_all != AcksAll::Disk {
+        return Ok(None);
+    }
+    let (tickets, dir) = log.durable_tickets(since)?;
+    Ok(Some(Pending { topic: topic.to_string(), partition, tickets, dir: (log.dir().to_path_buf(), dir) }))
+}
+
+/// Wait for every pending partition (together: their syncs overlap) until `timeout_ms` (the
+/// request's, as Kafka's broker waits for its replicas), then turn each failed one's answer into
+/// its error: KAFKA_STORAGE_ERROR for a failed sync (the partition is reopened by the next
+/// request, as for any failed write), REQUEST_TIMED_OUT when another writer's sync held it up.
+/// `pending` names each partition's answer by (topic, partition) index in `responses`.
+pub async fn settle(
+    broker: &Broker,
+    pending: Vec<((usize, usize), Pending)>,
+    responses: &mut [TopicProduceResponse],
+    timeout_ms: i32,
+    version: i16,
+) {
+    if pending.is_empty() {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(0) as u64);
+    let tickets: Vec<Vec<Ticket>> = pending.iter().map(|(_, p)| p.tickets.clone()).collect();
+    let dirs: Vec<(PathBuf, DirDurable)> = pending.iter().map(|(_, p)| p.dir.clone()).collect();
+    let outcome = tokio::task::spawn_blocking(move || wait(&tickets, &dirs, deadline)).await;
+    let outcome = outcome.unwrap_or_else(|e| {
+        let why = format!("the durability wait failed: {e}");
+        pending.iter().map(|_| Err(Error::Poisoned(why.clone()))).collect()
+    });
+    for (((t, i), p), result) in pending.iter().zip(outcome) {
+        let Err(e) = result else { continue };
+        if codes::needs_reopen(&e) {
+            broker.forget_partition(&p.topic, p.partition);
+        }
+        ::log::warn!(
+            target: super::LOG_TARGET,
+            "acks=all batches for {}-{} were appended but not made durable: {e}",
+            p.topic,
+            p.partition
+        );
+        let resp = &mut responses[*t].partition_responses[*i];
+        resp.error_code = codes::for_error(&e);
+        resp.base_offset = -1;
+        resp.log_append_time_ms = -1;
+        if version >= 8 {
+            resp.error_message = Some(StrBytes::from_string(e.to_string()));
+        }
+    }
+}
+
+/// The blocking part: every partition's tickets at once, then each directory whose entries are
+/// not known durable yet (a new segment's).
+fn wait(tickets: &[Vec<Ticket>], dirs: &[(PathBuf, DirDurable)], deadline: Instant) -> Vec<Result<()>> {
+    let flat: Vec<Ticket> = tickets.iter().flatten().cloned().collect();
+    let mut results = wait_all(&flat, Some(deadline)).into_iter();
+    tickets
+        .iter()
+        .zip(dirs)
+        .map(|(ts, (dir, durable))| {
+            let mut outcome: Result<()> = Ok(());
+            for r in results.by_ref().take(ts.len()) {
+                if outcome.is_ok() {
+                    outcome = r;
+                }
+            }
+            if outcome.is_ok() && !durable.load(Ordering::Acquire) {
+                crate::checkpoint::sync_dir(dir)?;
+                durable.store(true, Ordering::Release);
+            }
+            outcome
+        })
+        .collect()
+}

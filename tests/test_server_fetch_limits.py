@@ -1,0 +1,133 @@
+"""Fetch responses are bounded as Kafka bounds them (issue 21): the request's max_bytes capped
+by the server's ``fetch.max.bytes``, each partition by its partition_max_bytes with only the
+first partition that returns data allowed its first batch past the limits (KIP-74), a
+partition named twice read once; and the record bytes of responses not yet written, over all
+connections, share one budget, so hostile fetches cannot grow the server's memory.
+
+Before: a 111-byte Fetch naming one 100 MB partition four times with max_bytes 2^31-1 built a
+404 MB response; six such connections took the server from 19 MB to 2.2 GB resident."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import kafkalite
+import pytest
+from kafkalite.errors import InvalidConfigError
+from kafkalite.server import Server
+from serve_proc import start_serve
+from test_server_memory import peak_rss
+from wire_fetch import BATCH, NO_LIMIT, fetch, fetch_request, fill, hostile
+
+FETCH_MAX_BYTES = 55 * 1024 * 1024
+
+
+def test_a_partition_named_four_times_is_read_once_within_fetch_max_bytes(tmp_path):
+    data = str(tmp_path / "data")
+    fill(data, "big", 1, 70)
+    with Server(data) as server:
+        size, partitions = fetch(server.address, [("big", 0, 0, NO_LIMIT)] * 4)
+    assert [(p.topic, p.partition, p.error_code) for p in partitions] == [("big", 0, 0)], "read once"
+    assert 0 < partitions[0].records <= FETCH_MAX_BYTES
+    assert size < FETCH_MAX_BYTES + 4096
+
+
+def test_the_server_setting_caps_every_request(tmp_path):
+    data = str(tmp_path / "data")
+    fill(data, "t", 2, 5)
+    limit = 2 * 1024 * 1024
+    with Server(data, fetch_max_bytes=limit) as server:
+        _, partitions = fetch(
+            server.address, [("t", 0, 0, NO_LIMIT), ("t", 1, 0, NO_LIMIT)], max_bytes=NO_LIMIT
+        )
+        total = sum(p.records for p in partitions)
+        assert 0 < total <= limit
+        # The request's max_bytes counts when smaller.
+        _, partitions = fetch(server.address, [("t", 0, 0, NO_LIMIT)], max_bytes=1_500_000)
+        assert 0 < partitions[0].records <= 1_500_000
+
+
+def test_only_the_first_partition_with_data_may_exceed_the_limits_by_its_first_batch(tmp_path):
+    data = str(tmp_path / "data")
+    fill(data, "t", 3, 3)
+    kafkalite.Admin(data).create_topic("empty", 1)
+    with Server(data) as server:
+        # Every batch (about 1 MB) is larger than partition_max_bytes.
+        _, parts = fetch(server.address, [("empty", 0, 0, 1000), ("t", 0, 0, 1000), ("t", 1, 0, 1000)])
+        records = {(p.topic, p.partition): p.records for p in parts}
+        assert records[("empty", 0)] == 0
+        assert BATCH <= records[("t", 0)] < 2 * BATCH, "the first partition with data: its first batch"
+        assert records[("t", 1)] == 0, "any later one: nothing past its limit"
+        # Within the limits, whole batches up to partition_max_bytes, and max_bytes over all.
+        _, parts = fetch(
+            server.address,
+            [("t", 0, 0, 2_500_000), ("t", 1, 0, 2_500_000), ("t", 2, 0, 2_500_000)],
+            max_bytes=3_500_000,
+        )
+        sizes = [p.records for p in parts]
+        assert all(s <= 2_500_000 for s in sizes) and sum(sizes) <= 3_500_000, sizes
+        assert sizes[0] >= 2 * BATCH and sizes[1] > 0, sizes
+
+
+def test_fetch_max_bytes_is_validated(tmp_path):
+    with pytest.raises(InvalidConfigError, match="fetch_max_bytes"):
+        Server(str(tmp_path / "d"), fetch_max_bytes=100)
+    with pytest.raises(InvalidConfigError, match="fetch_max_bytes"):
+        Server(str(tmp_path / "d"), fetch_max_bytes=2**31)
+
+
+HOSTILE_CONNECTIONS, ROUNDS = 8, 3
+RSS_BOUND = 256 << 20
+
+
+def test_concurrent_hostile_fetches_keep_the_server_resident_memory_bounded(tmp_path, spawn):
+    data = str(tmp_path / "data")
+    fill(data, "big", 1, 100)
+    server, bootstrap = start_serve(spawn.module, data, "--log-level", "WARNING")
+    try:
+        errors: list[BaseException] = []
+        threads = [
+            threading.Thread(target=hostile, args=(bootstrap, "big", ROUNDS, errors))
+            for _ in range(HOSTILE_CONNECTIONS)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        assert not errors, errors
+        hwm, _ = peak_rss(server.pid)
+        print(f"server peak RSS {hwm / 1e6:.0f} MB after {HOSTILE_CONNECTIONS} x {ROUNDS} hostile fetches")
+        assert hwm < RSS_BOUND, f"peak RSS {hwm / 1e6:.0f} MB under {HOSTILE_CONNECTIONS} hostile connections"
+    finally:
+        server.kill()
+        server.wait()
+
+
+RESPONSE_BUDGET = 64 * 1024 * 1024  # QUEUED_MAX_RESPONSE_BYTES in rust/src/server/frame.rs
+
+
+def test_responses_not_yet_written_never_exceed_the_budget(tmp_path):
+    """Two clients that send the hostile fetch and never read hold what the budget gave them
+    (a full response, then the room left); a third fetch is answered by its max_wait with what
+    fits in the room left, never more, and once they are gone full responses come again."""
+    data = str(tmp_path / "data")
+    fill(data, "big", 1, 100)
+    with Server(data) as server:
+        host, port = server.address.rsplit(":", 1)
+        stalled = [socket.create_connection((host, int(port))) for _ in range(2)]
+        try:
+            for s in stalled:
+                s.sendall(fetch_request([("big", 0, 0, NO_LIMIT)] * 4))
+                time.sleep(0.5)  # the server has read its response and is stuck writing it
+            began = time.monotonic()
+            _, parts = fetch(server.address, [("big", 0, 0, NO_LIMIT)], max_wait_ms=500)
+            assert time.monotonic() - began < 10, "answered by its max_wait, not held until the budget frees"
+            assert parts[0].records <= RESPONSE_BUDGET - FETCH_MAX_BYTES
+        finally:
+            for s in stalled:
+                s.close()
+        time.sleep(0.5)  # their writes fail: the budget comes back
+        _, parts = fetch(server.address, [("big", 0, 0, NO_LIMIT)], max_wait_ms=500)
+        assert parts[0].records > FETCH_MAX_BYTES - 2 * BATCH
