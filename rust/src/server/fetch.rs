@@ -33,8 +33,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use super::broker::{lock_log, Broker};
 use super::codes;
 use super::dispatch::DecodeError;
-use super::metrics::frame; // notes the response's error codes for `Metrics::answered`
 use super::frame::QUEUED_MAX_RESPONSE_BYTES;
+use super::metrics::frame; // notes the response's error codes for `Metrics::answered`
 use crate::log_read::BatchSlice;
 
 /// Kafka's `fetch.max.bytes` broker default: 55 MiB.
