@@ -646,11 +646,11 @@ class Consumer:
         """Members commit only what they own in the current generation; a consumer outside
         the group (assign()) only while the group has no live members, as Kafka requires."""
         assert self._store is not None and self.group_id is not None
-        self._commits += 1
         partitions = [TopicPartition(t, p) for t, p in entries]
         if self._member is not None and self._member.member_id is not None:
             with self._member.commit_guard(partitions):
                 self._store.commit(entries)
+            self._commits += 1
             return
         files = GroupFiles(self._dir.path, self.group_id)
         with files.locked():
@@ -661,6 +661,7 @@ class Consumer:
                     "to an empty group"
                 )
             self._store.commit(entries)
+        self._commits += 1  # as kafka-python's commit-rate: commits that succeeded
 
     def _commit_quietly(self, partitions: list[TopicPartition]) -> None:
         """Auto-commit before a rebalance takes partitions away (failures are the rebalance's)."""
