@@ -159,7 +159,10 @@ impl Server {
         let local_addr = listener.local_addr().map_err(|e| Error::io("cannot read the bound address", e))?;
         let metrics_listener = match &config.metrics {
             Some(at) => {
-                let (addr, _) = listen::resolve(at).map_err(|e| Error::config(format!("metrics endpoint: {e}")))?;
+                let (addr, _) = listen::resolve(at).map_err(|e| match e {
+                    Error::InvalidConfig(why) => Error::config(format!("metrics endpoint: {why}")),
+                    other => other,
+                })?;
                 let l = runtime
                     .block_on(TcpListener::bind(addr))
                     .map_err(|e| Error::io(format!("cannot listen for metrics on {addr}"), e))?;
