@@ -66,6 +66,7 @@ impl Log {
             pending_durable: None,
             deferred_durable: None,
             lock_deadline: None,
+            append_held: false,
             _prealloc_budget: None,
             producers: None,
         };

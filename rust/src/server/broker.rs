@@ -6,13 +6,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{Notify, Semaphore};
 
 use super::frame::QUEUED_MAX_REQUEST_BYTES;
 use super::group::Coordinator;
 use super::offsets::{OffsetStore, OFFSETS_TOPIC};
+use super::waits::{self, BLOCKING_SLOTS, LOCK_WAIT};
 use super::ServerConfig;
 use crate::datadir::{log_config, DataDir, TopicMeta};
 use crate::error::{Error, Result};
@@ -51,6 +52,16 @@ pub fn lock_log(log: &Mutex<Log>) -> Result<MutexGuard<'_, Log>> {
     })
 }
 
+/// Try to lock an open partition's log without waiting: `Ok(None)` while another request holds
+/// it (a caller retries with `waits::retry_until`); a poisoned log as `lock_log` says.
+pub fn try_lock_log(log: &Mutex<Log>) -> Result<Option<MutexGuard<'_, Log>>> {
+    match log.try_lock() {
+        Ok(guard) => Ok(Some(guard)),
+        Err(std::sync::TryLockError::WouldBlock) => Ok(None),
+        Err(std::sync::TryLockError::Poisoned(_)) => lock_log(log).map(Some),
+    }
+}
+
 pub struct Broker {
     pub dir: DataDir,
     /// The server's own switch; the data directory's `auto.create.topics.enable` must agree.
@@ -66,6 +77,8 @@ pub struct Broker {
     notifier: Arc<Notifier>,
     /// Woken whenever the notifier moves: what long-polling fetches wait on.
     pub appended: Arc<Notify>,
+    /// Slots for blocking work off the request workers (`waits::off_workers`).
+    pub blocking: Semaphore,
     /// Request bytes buffered by all connections together.
     pub request_budget: Arc<Semaphore>,
     /// Committed offsets of network consumer groups.
@@ -106,6 +119,7 @@ impl Broker {
             partitions: Mutex::new(HashMap::new()),
             notifier,
             appended,
+            blocking: Semaphore::new(BLOCKING_SLOTS),
             request_budget: Arc::new(Semaphore::new(QUEUED_MAX_REQUEST_BYTES)),
             offsets: OffsetStore::default(),
             groups,
@@ -153,19 +167,46 @@ impl Broker {
         *lock(&self.topics) = None;
     }
 
-    /// The open log of one partition, opening it on first use. `Ok(None)`: no such partition.
-    pub fn partition(&self, topic: &str, partition: i32) -> Result<Option<SharedLog>> {
-        let key = (topic.to_string(), partition);
-        let cached = lock(&self.partitions).get(&key).cloned();
-        if let Some((log, opened)) = cached {
-            // Another process (`Admin.delete_topic`, another server) may have deleted the topic
-            // and created it again: a reader's open segments would keep serving the deleted
-            // records (reads follow other writers only at the log end), so reopen.
-            match crate::log::dir_identity(&self.dir.partition_path(topic, partition)) {
-                Ok(now) if now == opened => return Ok(Some(log)),
-                _ => self.forget_partition(topic, partition),
+    /// The open log of one partition, if this server has it open already.
+    fn open_partition(&self, topic: &str, partition: i32) -> Option<SharedLog> {
+        let (log, opened) = lock(&self.partitions).get(&(topic.to_string(), partition)).cloned()?;
+        // Another process (`Admin.delete_topic`, another server) may have deleted the topic
+        // and created it again: a reader's open segments would keep serving the deleted
+        // records (reads follow other writers only at the log end), so reopen.
+        match crate::log::dir_identity(&self.dir.partition_path(topic, partition)) {
+            Ok(now) if now == opened => Some(log),
+            _ => {
+                self.forget_partition(topic, partition);
+                None
             }
         }
+    }
+
+    /// `partition` for a request on the async workers: opening a partition (recovery, waiting
+    /// for another writer's append lock, at most `LOCK_WAIT`) runs off them
+    /// (`waits::off_workers`); a partition already open is answered at once.
+    pub async fn partition_within(&self, topic: &str, partition: i32, deadline: Instant) -> Result<Option<SharedLog>> {
+        if let Some(log) = self.open_partition(topic, partition) {
+            return Ok(Some(log));
+        }
+        let started = Instant::now();
+        waits::off_workers(&self.blocking, deadline, || self.partition(topic, partition)).await.unwrap_or_else(|| {
+            Err(Error::LockTimeout {
+                path: self.dir.partition_path(topic, partition),
+                waited_ms: started.elapsed().as_millis() as u64,
+                holder: "none: every slot for blocking work stayed busy".into(),
+            })
+        })
+    }
+
+    /// The open log of one partition, opening it on first use. `Ok(None)`: no such partition.
+    /// Blocking (an open recovers, and waits up to `LOCK_WAIT` for another writer's append lock):
+    /// async callers use `partition_within`.
+    pub fn partition(&self, topic: &str, partition: i32) -> Result<Option<SharedLog>> {
+        if let Some(log) = self.open_partition(topic, partition) {
+            return Ok(Some(log));
+        }
+        let key = (topic.to_string(), partition);
         let topics = self.topics()?;
         let Some(meta) = topics.get(topic) else { return Ok(None) };
         if partition < 0 || partition >= meta.partitions {
@@ -175,6 +216,9 @@ impl Broker {
         let mut config = log_config(&self.dir.dir_config()?, meta)?;
         // Embedded producers in other processes append to the same partitions.
         config.shared_writers = !config.readonly;
+        // A request's wait for another writer's append lock (an open, a commit) ends at
+        // `LOCK_WAIT`, not at the embedded clients' 60 s: see `waits`.
+        config.lock_timeout = Some(LOCK_WAIT);
         if topic == OFFSETS_TOPIC {
             // Commits are durable when acknowledged, as offsets.py writes them.
             config.flush = crate::options::FlushPolicy::Always;

@@ -9,6 +9,7 @@ pub const CORRUPT_MESSAGE: i16 = 2;
 pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 pub const MESSAGE_TOO_LARGE: i16 = 10;
 pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
+pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
 pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
 pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
 pub const ILLEGAL_GENERATION: i16 = 22;
@@ -39,6 +40,7 @@ pub const REQUEST_TIMED_OUT: i16 = 7;
 pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
 pub const SASL_AUTHENTICATION_FAILED: i16 = 58;
 pub const INVALID_RECORD: i16 = 87;
+pub const THROTTLING_QUOTA_EXCEEDED: i16 = 89;
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
 
 /// The code a client gets for an engine error on a partition.

@@ -193,7 +193,7 @@ pub async fn handle(broker: &Broker, request: Request, peer: &str) -> Result<Opt
         Body::ApiVersionsUnsupported => frame(key, 0, id, &api_versions(codes::UNSUPPORTED_VERSION))?,
         Body::Metadata(r) => frame(key, v, id, &metadata::metadata(broker, r, v))?,
         Body::CreateTopics(r) => frame(key, v, id, &metadata::create_topics(broker, r, v))?,
-        Body::Produce(r) => match produce::produce(broker, r, v) {
+        Body::Produce(r) => match produce::produce(broker, r, v, peer).await {
             Some(resp) => frame(key, v, id, &resp)?,
             None => return Ok(None),
         },

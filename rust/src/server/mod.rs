@@ -49,6 +49,7 @@ mod produce;
 mod sasl;
 mod scram;
 mod topics_admin;
+mod waits;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

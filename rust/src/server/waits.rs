@@ -1,0 +1,62 @@
+//! How a request waits without taking a request worker (the runtime has two) from everyone
+//! else: every wait for something another process or thread holds (a partition's append lock, a
+//! partition's log, a group's state lock, a slot for blocking work) is a non-blocking try retried
+//! with backoff on the async side, or runs on tokio's blocking pool, and every wait ends at a
+//! deadline, after which the request gets its API's retriable error. So a writer stopped
+//! (SIGSTOP) while it holds a lock delays only the requests that need that lock.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Semaphore;
+
+/// The longest a request waits for a lock held by another process or by another request: a
+/// partition's append lock or log (Produce: REQUEST_TIMED_OUT), a group's state lock (JoinGroup:
+/// COORDINATOR_LOAD_IN_PROGRESS), a slot for blocking work. Other writers hold these locks for
+/// one append or one read-modify-write (microseconds to milliseconds), so only a stopped or hung
+/// holder makes a request wait this long; well under clients' `request.timeout.ms` (30 s), so
+/// they get the retriable error rather than a timeout of their own.
+pub const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// How many requests at a time run blocking work (opening a partition, an admin change, a
+/// commit that waits for an append lock) on the blocking pool; more wait for a slot, without a
+/// worker, until their deadline.
+pub const BLOCKING_SLOTS: usize = 16;
+
+/// The deadline of a wait that starts now and lasts `LOCK_WAIT`, or `limit_ms` when the request
+/// asks for less (Produce's `timeout_ms`; 0 or less: no limit of its own).
+pub fn deadline(limit_ms: i32) -> Instant {
+    let wait = if limit_ms > 0 { LOCK_WAIT.min(Duration::from_millis(limit_ms as u64)) } else { LOCK_WAIT };
+    Instant::now() + wait
+}
+
+/// Try `attempt` (which must not block for long) until it gives `Some` or `deadline` passes
+/// (then `None`), sleeping between tries with a backoff from 50 µs to 20 ms, the same as a
+/// shared writer's own wait for the append lock (`WriterLock::enter`), so neither side starves.
+pub async fn retry_until<T, F: Future<Output = Option<T>>>(deadline: Instant, mut attempt: impl FnMut() -> F) -> Option<T> {
+    let mut pause = Duration::from_micros(50);
+    loop {
+        if let Some(done) = attempt().await {
+            return Some(done);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return None;
+        }
+        tokio::time::sleep(pause.min(deadline - now)).await;
+        pause = (pause * 2).min(Duration::from_millis(20));
+    }
+}
+
+/// Run blocking `work` off the request workers, once one of `slots` is free: the worker
+/// thread's other connections move to a fresh thread (`block_in_place`) while this one blocks.
+/// `None` when no slot came free by `deadline`.
+pub async fn off_workers<T>(slots: &Semaphore, deadline: Instant, work: impl FnOnce() -> T) -> Option<T> {
+    let _slot = within(deadline, slots.acquire()).await?.ok()?;
+    Some(tokio::task::block_in_place(work))
+}
+
+/// `future`'s output, or `None` if it is not ready by `deadline`.
+pub async fn within<F: Future>(deadline: Instant, future: F) -> Option<F::Output> {
+    tokio::time::timeout_at(deadline.into(), future).await.ok()
+}
