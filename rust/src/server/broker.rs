@@ -14,6 +14,7 @@ use super::frame::QUEUED_MAX_REQUEST_BYTES;
 use super::group::Coordinator;
 use super::offsets::{OffsetStore, OFFSETS_TOPIC};
 use super::waits::{self, BLOCKING_SLOTS, LOCK_WAIT};
+use super::topic_creation::TopicCreation;
 use super::ServerConfig;
 use crate::datadir::{log_config, DataDir, TopicMeta};
 use crate::error::{Error, Result};
@@ -77,6 +78,8 @@ pub struct Broker {
     notifier: Arc<Notifier>,
     /// Woken whenever the notifier moves: what long-polling fetches wait on.
     pub appended: Arc<Notify>,
+    /// Network topic creation, under the controller mutation quota.
+    pub topic_creation: TopicCreation,
     /// Slots for blocking work off the request workers (`waits::off_workers`).
     pub blocking: Semaphore,
     /// Request bytes buffered by all connections together.
@@ -119,6 +122,7 @@ impl Broker {
             partitions: Mutex::new(HashMap::new()),
             notifier,
             appended,
+            topic_creation: TopicCreation::default(),
             blocking: Semaphore::new(BLOCKING_SLOTS),
             request_budget: Arc::new(Semaphore::new(QUEUED_MAX_REQUEST_BYTES)),
             offsets: OffsetStore::default(),

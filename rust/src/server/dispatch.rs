@@ -191,8 +191,8 @@ pub async fn handle(broker: &Broker, request: Request, peer: &str) -> Result<Opt
     let response = match request.body {
         Body::ApiVersions(_) => frame(key, v, id, &api_versions(codes::NONE))?,
         Body::ApiVersionsUnsupported => frame(key, 0, id, &api_versions(codes::UNSUPPORTED_VERSION))?,
-        Body::Metadata(r) => frame(key, v, id, &metadata::metadata(broker, r, v))?,
-        Body::CreateTopics(r) => frame(key, v, id, &metadata::create_topics(broker, r, v))?,
+        Body::Metadata(r) => frame(key, v, id, &metadata::metadata(broker, r, v, peer).await)?,
+        Body::CreateTopics(r) => frame(key, v, id, &metadata::create_topics(broker, r, v, peer).await)?,
         Body::Produce(r) => match produce::produce(broker, r, v, peer).await {
             Some(resp) => frame(key, v, id, &resp)?,
             None => return Ok(None),

@@ -48,6 +48,7 @@ mod offsets;
 mod produce;
 mod sasl;
 mod scram;
+mod topic_creation;
 mod topics_admin;
 mod waits;
 
