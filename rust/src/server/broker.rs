@@ -63,6 +63,32 @@ pub fn try_lock_log(log: &Mutex<Log>) -> Result<Option<MutexGuard<'_, Log>>> {
     }
 }
 
+/// Append with `f` under a partition's append lock, from a thread that may block (off the request
+/// workers): the log and its append lock are tried without waiting and retried with backoff
+/// until `LOCK_WAIT`, so the log is never held while another process's lock is waited for
+/// (other requests read it meanwhile). Gives up with `Error::LockTimeout` naming the holder.
+pub fn append_blocking<T>(log: &Mutex<Log>, mut f: impl FnMut(&mut Log) -> Result<T>) -> Result<T> {
+    let started = Instant::now();
+    let attempt = || match try_lock_log(log) {
+        Ok(Some(mut log)) => log.try_with_append_lock(&mut f).transpose(),
+        Ok(None) => None,
+        Err(e) => Some(Err(e)),
+    };
+    waits::retry_blocking(started + LOCK_WAIT, attempt).unwrap_or_else(|| {
+        let (path, holder) = match log.try_lock() {
+            Ok(log) => (log.dir().to_path_buf(), log.append_lock_holder()),
+            Err(_) => (Default::default(), "a request of this server (the partition's log stayed busy)".into()),
+        };
+        let waited_ms = started.elapsed().as_millis() as u64;
+        ::log::warn!(
+            target: "kafkalite::server",
+            "gave up after {waited_ms} ms waiting for the append lock of {}, held by {holder} (stopped or hung?)",
+            path.display()
+        );
+        Err(Error::LockTimeout { path, waited_ms, holder })
+    })
+}
+
 pub struct Broker {
     pub dir: DataDir,
     /// The server's own switch; the data directory's `auto.create.topics.enable` must agree.

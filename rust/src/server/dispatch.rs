@@ -18,7 +18,7 @@ use super::broker::Broker;
 use super::codes;
 use super::{
     cluster, configs, coordinator, delete_records, fetch, group_api, groups_admin, init_producer_id, list_offsets,
-    metadata, offset_commit, produce, topics_admin,
+    metadata, offset_commit, produce, topics_admin, waits,
 };
 
 /// The APIs and versions implemented here: exactly what ApiVersions advertises. The upper
@@ -183,6 +183,17 @@ pub fn frame<T: Encodable>(key: ApiKey, version: i16, correlation_id: i32, body:
     Ok(out.freeze())
 }
 
+/// Run a handler that may block (open a partition, wait up to `waits::LOCK_WAIT` for another
+/// process's lock, rewrite a file) off the request workers, so ApiVersions, Metadata and
+/// requests for other partitions and groups are answered meanwhile. No free slot for it by the
+/// deadline (every slot busy with such waits): the connection is closed, as for a request the
+/// server cannot serve; the client reconnects and retries.
+async fn blocking<T>(broker: &Broker, key: ApiKey, handler: impl FnOnce() -> T) -> Result<T, DecodeError> {
+    waits::off_workers(&broker.blocking, waits::deadline(0), handler)
+        .await
+        .ok_or_else(|| DecodeError(format!("{key:?}: no slot for blocking work came free in time (server busy)")))
+}
+
 /// Answer one request; `None` when Kafka sends no response (Produce with acks=0).
 pub async fn handle(broker: &Broker, request: Request, peer: &str) -> Result<Option<Bytes>, DecodeError> {
     let v = request.header.request_api_version;
@@ -199,8 +210,8 @@ pub async fn handle(broker: &Broker, request: Request, peer: &str) -> Result<Opt
         },
         Body::Fetch(r) => frame(key, v, id, &fetch::fetch(broker, r, v).await)?,
         Body::FindCoordinator(r) => frame(key, v, id, &coordinator::find_coordinator(broker, r, v))?,
-        Body::OffsetCommit(r) => frame(key, v, id, &offset_commit::offset_commit(broker, r, v))?,
-        Body::OffsetFetch(r) => frame(key, v, id, &offset_commit::offset_fetch(broker, r, v))?,
+        Body::OffsetCommit(r) => frame(key, v, id, &blocking(broker, key, || offset_commit::offset_commit(broker, r, v)).await?)?,
+        Body::OffsetFetch(r) => frame(key, v, id, &blocking(broker, key, || offset_commit::offset_fetch(broker, r, v)).await?)?,
         Body::JoinGroup(r) => {
             let client_id = request.header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
             frame(key, v, id, &group_api::join_group(broker, r, v, &client_id, peer).await)?
@@ -210,15 +221,15 @@ pub async fn handle(broker: &Broker, request: Request, peer: &str) -> Result<Opt
         Body::LeaveGroup(r) => frame(key, v, id, &group_api::leave_group(broker, r, v))?,
         Body::DescribeGroups(r) => frame(key, v, id, &group_api::describe_groups(broker, r))?,
         Body::ListGroups(r) => frame(key, v, id, &group_api::list_groups(broker, r, v))?,
-        Body::ListOffsets(r) => frame(key, v, id, &list_offsets::list_offsets(broker, r, v))?,
-        Body::InitProducerId(r) => frame(key, v, id, &init_producer_id::init_producer_id(broker, r))?,
-        Body::DeleteGroups(r) => frame(key, v, id, &groups_admin::delete_groups(broker, r))?,
-        Body::DeleteTopics(r) => frame(key, v, id, &topics_admin::delete_topics(broker, r, v))?,
-        Body::CreatePartitions(r) => frame(key, v, id, &topics_admin::create_partitions(broker, r))?,
+        Body::ListOffsets(r) => frame(key, v, id, &blocking(broker, key, || list_offsets::list_offsets(broker, r, v)).await?)?,
+        Body::InitProducerId(r) => frame(key, v, id, &blocking(broker, key, || init_producer_id::init_producer_id(broker, r)).await?)?,
+        Body::DeleteGroups(r) => frame(key, v, id, &blocking(broker, key, || groups_admin::delete_groups(broker, r)).await?)?,
+        Body::DeleteTopics(r) => frame(key, v, id, &blocking(broker, key, || topics_admin::delete_topics(broker, r, v)).await?)?,
+        Body::CreatePartitions(r) => frame(key, v, id, &blocking(broker, key, || topics_admin::create_partitions(broker, r)).await?)?,
         Body::DescribeConfigs(r) => frame(key, v, id, &configs::describe_configs(broker, r, v))?,
-        Body::AlterConfigs(r) => frame(key, v, id, &configs::alter_configs(broker, r))?,
-        Body::IncrementalAlterConfigs(r) => frame(key, v, id, &configs::incremental_alter_configs(broker, r))?,
-        Body::DeleteRecords(r) => frame(key, v, id, &delete_records::delete_records(broker, r))?,
+        Body::AlterConfigs(r) => frame(key, v, id, &blocking(broker, key, || configs::alter_configs(broker, r)).await?)?,
+        Body::IncrementalAlterConfigs(r) => frame(key, v, id, &blocking(broker, key, || configs::incremental_alter_configs(broker, r)).await?)?,
+        Body::DeleteRecords(r) => frame(key, v, id, &blocking(broker, key, || delete_records::delete_records(broker, r)).await?)?,
         Body::DescribeCluster(r) => frame(key, v, id, &cluster::describe_cluster(broker, r))?,
         // The connection's SASL session answers these (`sasl::Session::admit`) before dispatch.
         Body::SaslHandshake(_) | Body::SaslAuthenticate(_) => {

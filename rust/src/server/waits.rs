@@ -34,17 +34,43 @@ pub fn deadline(limit_ms: i32) -> Instant {
 /// (then `None`), sleeping between tries with a backoff from 50 µs to 20 ms, the same as a
 /// shared writer's own wait for the append lock (`WriterLock::enter`), so neither side starves.
 pub async fn retry_until<T, F: Future<Output = Option<T>>>(deadline: Instant, mut attempt: impl FnMut() -> F) -> Option<T> {
-    let mut pause = Duration::from_micros(50);
+    let mut backoff = Backoff::until(deadline);
     loop {
         if let Some(done) = attempt().await {
             return Some(done);
         }
-        let now = Instant::now();
-        if now >= deadline {
-            return None;
+        tokio::time::sleep(backoff.next()?).await;
+    }
+}
+
+/// `retry_until` for a thread that may block (one running off the workers): sleeps instead.
+pub fn retry_blocking<T>(deadline: Instant, mut attempt: impl FnMut() -> Option<T>) -> Option<T> {
+    let mut backoff = Backoff::until(deadline);
+    loop {
+        if let Some(done) = attempt() {
+            return Some(done);
         }
-        tokio::time::sleep(pause.min(deadline - now)).await;
-        pause = (pause * 2).min(Duration::from_millis(20));
+        std::thread::sleep(backoff.next()?);
+    }
+}
+
+/// The pauses between tries: doubling from 50 µs to 20 ms, the last one cut at the deadline.
+struct Backoff {
+    pause: Duration,
+    deadline: Instant,
+}
+
+impl Backoff {
+    fn until(deadline: Instant) -> Backoff {
+        Backoff { pause: Duration::from_micros(50), deadline }
+    }
+
+    /// The next pause; `None` once the deadline has passed.
+    fn next(&mut self) -> Option<Duration> {
+        let left = self.deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())?;
+        let pause = self.pause.min(left);
+        self.pause = (self.pause * 2).min(Duration::from_millis(20));
+        Some(pause)
     }
 }
 
