@@ -49,12 +49,7 @@ pub fn flock_holder_pid(file: &File) -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
     let meta = file.metadata().ok()?;
     let dev = rustix::fs::Dev::from(meta.dev());
-    let id = format!(
-        "{:02x}:{:02x}:{}",
-        rustix::fs::major(dev),
-        rustix::fs::minor(dev),
-        meta.ino()
-    );
+    let id = format!("{:02x}:{:02x}:{}", rustix::fs::major(dev), rustix::fs::minor(dev), meta.ino());
     let table = std::fs::read_to_string("/proc/locks").ok()?;
     let own = std::process::id();
     // "1: FLOCK  ADVISORY  WRITE 2278 fe:00:5309491 0 EOF"; waiters' lines have "->" after the number.

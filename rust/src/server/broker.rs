@@ -13,8 +13,8 @@ use tokio::sync::{Notify, Semaphore};
 use super::frame::QUEUED_MAX_REQUEST_BYTES;
 use super::group::Coordinator;
 use super::offsets::{OffsetStore, OFFSETS_TOPIC};
-use super::waits::{self, BLOCKING_SLOTS, LOCK_WAIT};
 use super::topic_creation::TopicCreation;
+use super::waits::{self, BLOCKING_SLOTS, LOCK_WAIT};
 use super::ServerConfig;
 use crate::datadir::{log_config, DataDir, TopicMeta};
 use crate::error::{Error, Result};
@@ -41,16 +41,19 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// every later one on it get `Error::LogPoisoned` (KAFKA_STORAGE_ERROR), after which the caller
 /// forgets the partition (`codes::needs_reopen`): the next request reopens it, which recovers.
 pub fn lock_log(log: &Mutex<Log>) -> Result<MutexGuard<'_, Log>> {
-    log.lock().map_err(|poisoned| {
-        let mut log = poisoned.into_inner();
-        let dir = log.dir().display().to_string();
-        log.poison("a request panicked while it was using the log".into());
-        ::log::error!(
-            target: "kafkalite::server",
-            "a request panicked while it held the log of {dir}: that partition answers KAFKA_STORAGE_ERROR until it is reopened"
-        );
-        Error::LogPoisoned(format!("the log of {dir}"))
-    })
+    log.lock().map_err(poisoned)
+}
+
+/// `lock_log`'s answer to a log a panicking request left behind (the guard of which it drops).
+fn poisoned(poisoned: std::sync::PoisonError<MutexGuard<'_, Log>>) -> Error {
+    let mut log = poisoned.into_inner();
+    let dir = log.dir().display().to_string();
+    log.poison("a request panicked while it was using the log".into());
+    ::log::error!(
+        target: "kafkalite::server",
+        "a request panicked while it held the log of {dir}: that partition answers KAFKA_STORAGE_ERROR until it is reopened"
+    );
+    Error::LogPoisoned(format!("the log of {dir}"))
 }
 
 /// Try to lock an open partition's log without waiting: `Ok(None)` while another request holds
@@ -59,7 +62,8 @@ pub fn try_lock_log(log: &Mutex<Log>) -> Result<Option<MutexGuard<'_, Log>>> {
     match log.try_lock() {
         Ok(guard) => Ok(Some(guard)),
         Err(std::sync::TryLockError::WouldBlock) => Ok(None),
-        Err(std::sync::TryLockError::Poisoned(_)) => lock_log(log).map(Some),
+        // The poisoned guard is this lock already: locking again here would wait for itself.
+        Err(std::sync::TryLockError::Poisoned(e)) => Err(poisoned(e)),
     }
 }
 
@@ -107,7 +111,7 @@ pub struct Broker {
     /// Network topic creation, under the controller mutation quota.
     pub topic_creation: TopicCreation,
     /// Slots for blocking work off the request workers (`waits::off_workers`).
-    pub blocking: Semaphore,
+    pub blocking: Arc<Semaphore>,
     /// Request bytes buffered by all connections together.
     pub request_budget: Arc<Semaphore>,
     /// Committed offsets of network consumer groups.
@@ -149,7 +153,7 @@ impl Broker {
             notifier,
             appended,
             topic_creation: TopicCreation::default(),
-            blocking: Semaphore::new(BLOCKING_SLOTS),
+            blocking: Arc::new(Semaphore::new(BLOCKING_SLOTS)),
             request_budget: Arc::new(Semaphore::new(QUEUED_MAX_REQUEST_BYTES)),
             offsets: OffsetStore::default(),
             groups,
@@ -215,18 +219,28 @@ impl Broker {
     /// `partition` for a request on the async workers: opening a partition (recovery, waiting
     /// for another writer's append lock, at most `LOCK_WAIT`) runs off them
     /// (`waits::off_workers`); a partition already open is answered at once.
-    pub async fn partition_within(&self, topic: &str, partition: i32, deadline: Instant) -> Result<Option<SharedLog>> {
+    pub async fn partition_within(
+        self: &Arc<Self>,
+        topic: &str,
+        partition: i32,
+        deadline: Instant,
+    ) -> Result<Option<SharedLog>> {
         if let Some(log) = self.open_partition(topic, partition) {
             return Ok(Some(log));
         }
         let started = Instant::now();
-        waits::off_workers(&self.blocking, deadline, || self.partition(topic, partition)).await.unwrap_or_else(|| {
-            Err(Error::LockTimeout {
+        let name = topic.to_string();
+        match waits::off_workers(self, deadline, move |broker| broker.partition(&name, partition)).await {
+            Ok(opened) => opened,
+            Err(waits::NotDone::Busy) => Err(Error::LockTimeout {
                 path: self.dir.partition_path(topic, partition),
                 waited_ms: started.elapsed().as_millis() as u64,
                 holder: "none: every slot for blocking work stayed busy".into(),
-            })
-        })
+            }),
+            Err(waits::NotDone::Panicked) => {
+                Err(Error::Poisoned(format!("opening {topic}-{partition} panicked (a bug); retry")))
+            }
+        }
     }
 
     /// The open log of one partition, opening it on first use. `Ok(None)`: no such partition.

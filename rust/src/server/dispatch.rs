@@ -2,6 +2,8 @@
 //! advertises), and routing each decoded request to its API family (SaslHandshake and
 //! SaslAuthenticate go to the connection's `sasl::Session` instead: they change its state).
 
+use std::sync::Arc;
+
 use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{
@@ -188,14 +190,21 @@ pub fn frame<T: Encodable>(key: ApiKey, version: i16, correlation_id: i32, body:
 /// requests for other partitions and groups are answered meanwhile. No free slot for it by the
 /// deadline (every slot busy with such waits): the connection is closed, as for a request the
 /// server cannot serve; the client reconnects and retries.
-async fn blocking<T>(broker: &Broker, key: ApiKey, handler: impl FnOnce() -> T) -> Result<T, DecodeError> {
-    waits::off_workers(&broker.blocking, waits::deadline(0), handler)
-        .await
-        .ok_or_else(|| DecodeError(format!("{key:?}: no slot for blocking work came free in time (server busy)")))
+async fn blocking<T: Send + 'static>(
+    broker: &Arc<Broker>,
+    key: ApiKey,
+    handler: impl FnOnce(&Broker) -> T + Send + 'static,
+) -> Result<T, DecodeError> {
+    waits::off_workers(broker, waits::deadline(0), handler).await.map_err(|why| match why {
+        waits::NotDone::Busy => {
+            DecodeError(format!("{key:?}: no slot for blocking work came free in time (server busy)"))
+        }
+        waits::NotDone::Panicked => DecodeError(format!("{key:?}: the request panicked (a bug)")),
+    })
 }
 
 /// Answer one request; `None` when Kafka sends no response (Produce with acks=0).
-pub async fn handle(broker: &Broker, request: Request, peer: &str) -> Result<Option<Bytes>, DecodeError> {
+pub async fn handle(broker: &Arc<Broker>, request: Request, peer: &str) -> Result<Option<Bytes>, DecodeError> {
     let v = request.header.request_api_version;
     let id = request.header.correlation_id;
     let key = request.key;
@@ -210,8 +219,12 @@ pub async fn handle(broker: &Broker, request: Request, peer: &str) -> Result<Opt
         },
         Body::Fetch(r) => frame(key, v, id, &fetch::fetch(broker, r, v).await)?,
         Body::FindCoordinator(r) => frame(key, v, id, &coordinator::find_coordinator(broker, r, v))?,
-        Body::OffsetCommit(r) => frame(key, v, id, &blocking(broker, key, || offset_commit::offset_commit(broker, r, v)).await?)?,
-        Body::OffsetFetch(r) => frame(key, v, id, &blocking(broker, key, || offset_commit::offset_fetch(broker, r, v)).await?)?,
+        Body::OffsetCommit(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| offset_commit::offset_commit(b, r, v)).await?)?
+        }
+        Body::OffsetFetch(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| offset_commit::offset_fetch(b, r, v)).await?)?
+        }
         Body::JoinGroup(r) => {
             let client_id = request.header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
             frame(key, v, id, &group_api::join_group(broker, r, v, &client_id, peer).await)?
@@ -221,15 +234,31 @@ pub async fn handle(broker: &Broker, request: Request, peer: &str) -> Result<Opt
         Body::LeaveGroup(r) => frame(key, v, id, &group_api::leave_group(broker, r, v))?,
         Body::DescribeGroups(r) => frame(key, v, id, &group_api::describe_groups(broker, r))?,
         Body::ListGroups(r) => frame(key, v, id, &group_api::list_groups(broker, r, v))?,
-        Body::ListOffsets(r) => frame(key, v, id, &blocking(broker, key, || list_offsets::list_offsets(broker, r, v)).await?)?,
-        Body::InitProducerId(r) => frame(key, v, id, &blocking(broker, key, || init_producer_id::init_producer_id(broker, r)).await?)?,
-        Body::DeleteGroups(r) => frame(key, v, id, &blocking(broker, key, || groups_admin::delete_groups(broker, r)).await?)?,
-        Body::DeleteTopics(r) => frame(key, v, id, &blocking(broker, key, || topics_admin::delete_topics(broker, r, v)).await?)?,
-        Body::CreatePartitions(r) => frame(key, v, id, &blocking(broker, key, || topics_admin::create_partitions(broker, r)).await?)?,
+        Body::ListOffsets(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| list_offsets::list_offsets(b, r, v)).await?)?
+        }
+        Body::InitProducerId(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| init_producer_id::init_producer_id(b, r)).await?)?
+        }
+        Body::DeleteGroups(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| groups_admin::delete_groups(b, r)).await?)?
+        }
+        Body::DeleteTopics(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| topics_admin::delete_topics(b, r, v)).await?)?
+        }
+        Body::CreatePartitions(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| topics_admin::create_partitions(b, r)).await?)?
+        }
         Body::DescribeConfigs(r) => frame(key, v, id, &configs::describe_configs(broker, r, v))?,
-        Body::AlterConfigs(r) => frame(key, v, id, &blocking(broker, key, || configs::alter_configs(broker, r)).await?)?,
-        Body::IncrementalAlterConfigs(r) => frame(key, v, id, &blocking(broker, key, || configs::incremental_alter_configs(broker, r)).await?)?,
-        Body::DeleteRecords(r) => frame(key, v, id, &blocking(broker, key, || delete_records::delete_records(broker, r)).await?)?,
+        Body::AlterConfigs(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| configs::alter_configs(b, r)).await?)?
+        }
+        Body::IncrementalAlterConfigs(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| configs::incremental_alter_configs(b, r)).await?)?
+        }
+        Body::DeleteRecords(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| delete_records::delete_records(b, r)).await?)?
+        }
         Body::DescribeCluster(r) => frame(key, v, id, &cluster::describe_cluster(broker, r))?,
         // The connection's SASL session answers these (`sasl::Session::admit`) before dispatch.
         Body::SaslHandshake(_) | Body::SaslAuthenticate(_) => {

@@ -267,7 +267,10 @@ impl Coordinator {
 
     /// One try at `group_owner::claim` (non-blocking), one claim of this server at a time;
     /// `None` when the group is claimed already.
-    async fn try_claim(&self, group: &str) -> Option<Result<Result<Claim, crate::error::Error>, tokio::task::JoinError>> {
+    async fn try_claim(
+        &self,
+        group: &str,
+    ) -> Option<Result<Result<Claim, crate::error::Error>, tokio::task::JoinError>> {
         let _one_at_a_time = self.claiming.lock().await;
         if self.claimed(group) {
             return None;

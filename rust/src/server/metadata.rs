@@ -4,6 +4,7 @@
 //! topic is answered THROTTLING_QUOTA_EXCEEDED.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
 use kafka_protocol::messages::metadata_response::{
@@ -62,7 +63,7 @@ fn creatable(name: &str) -> bool {
 
 /// Create the missing topics among `names` with the broker's defaults for auto-creation; the
 /// error code of each that was not created, and the response's `throttle_time_ms`.
-async fn auto_create(broker: &Broker, names: BTreeSet<String>, peer: &str) -> (BTreeMap<String, i16>, i32) {
+async fn auto_create(broker: &Arc<Broker>, names: BTreeSet<String>, peer: &str) -> (BTreeMap<String, i16>, i32) {
     let partitions = broker.default_partitions();
     let wanted = names.into_iter().map(|n| (n, partitions, BTreeMap::new())).collect();
     let (outcomes, throttle_ms) = broker.topic_creation.create(broker, wanted, true, waits::deadline(0)).await;
@@ -89,7 +90,7 @@ async fn auto_create(broker: &Broker, names: BTreeSet<String>, peer: &str) -> (B
     (refused, throttle_ms)
 }
 
-pub async fn metadata(broker: &Broker, request: MetadataRequest, version: i16, peer: &str) -> MetadataResponse {
+pub async fn metadata(broker: &Arc<Broker>, request: MetadataRequest, version: i16, peer: &str) -> MetadataResponse {
     let (host, port) = broker.advertised();
     let mut response = MetadataResponse::default().with_brokers(vec![MetadataResponseBroker::default()
         .with_node_id(BrokerId(NODE_ID))
@@ -154,7 +155,12 @@ pub async fn metadata(broker: &Broker, request: MetadataRequest, version: i16, p
     response.with_topics(entries)
 }
 
-pub async fn create_topics(broker: &Broker, request: CreateTopicsRequest, version: i16, peer: &str) -> CreateTopicsResponse {
+pub async fn create_topics(
+    broker: &Arc<Broker>,
+    request: CreateTopicsRequest,
+    version: i16,
+    peer: &str,
+) -> CreateTopicsResponse {
     // First every topic is checked (cheap), then the valid ones are created together, off the
     // request workers and under the quota: strict from v6 (THROTTLING_QUOTA_EXCEEDED past it),
     // permissive before (created, then throttled), as Kafka does.

@@ -12,6 +12,7 @@
 
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use std::sync::Arc;
 use std::time::Instant;
 
 use kafka_protocol::protocol::StrBytes;
@@ -36,7 +37,7 @@ struct Appended {
 type Attempt = Option<Result<Appended, (i16, String)>>;
 
 async fn append(
-    broker: &Broker,
+    broker: &Arc<Broker>,
     (topic, partition): (&str, i32),
     records: Option<&[u8]>,
     deadline: Instant,
@@ -57,8 +58,9 @@ async fn append(
     }
     let records = records.ok_or((codes::CORRUPT_MESSAGE, "the partition's records are null".to_string()))?;
     let started = Instant::now();
-    if let Some(outcome) = waits::retry_until(deadline, || std::future::ready(attempt(broker, &log, (topic, partition), records)))
-            .await {
+    if let Some(outcome) =
+        waits::retry_until(deadline, || std::future::ready(attempt(broker, &log, (topic, partition), records))).await
+    {
         return outcome;
     }
     // Ran out: say who held it (the log is free unless a request of this server is using it).
@@ -134,7 +136,12 @@ fn attempt(broker: &Broker, log: &std::sync::Mutex<Log>, (topic, partition): (&s
 }
 
 /// The response, or None for acks=0.
-pub async fn produce(broker: &Broker, request: ProduceRequest, version: i16, peer: &str) -> Option<ProduceResponse> {
+pub async fn produce(
+    broker: &Arc<Broker>,
+    request: ProduceRequest,
+    version: i16,
+    peer: &str,
+) -> Option<ProduceResponse> {
     let valid_acks = matches!(request.acks, -1..=1);
     // One deadline for the whole request: its partitions' waits do not add up.
     let deadline = waits::deadline(request.timeout_ms);

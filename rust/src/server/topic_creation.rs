@@ -8,7 +8,7 @@
 //! response's `throttle_time_ms` says when the bucket has room again.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::broker::{lock, Broker};
@@ -44,7 +44,9 @@ pub enum Created {
     /// Existed already (created by someone else meanwhile).
     Existed,
     /// Over the quota: retry after `throttle_ms`.
-    Throttled { throttle_ms: i32 },
+    Throttled {
+        throttle_ms: i32,
+    },
     /// The creation failed.
     Failed(Error),
     /// Admitted, but it did not get its turn before the deadline (creations ahead of it, or an
@@ -95,7 +97,7 @@ impl TopicCreation {
     /// (the throttled first) and the response's `throttle_time_ms`.
     pub async fn create(
         &self,
-        broker: &Broker,
+        broker: &Arc<Broker>,
         topics: Vec<(String, i32, BTreeMap<String, String>)>,
         strict: bool,
         deadline: Instant,
@@ -111,12 +113,12 @@ impl TopicCreation {
         if admitted.is_empty() {
             return (outcomes, self.throttle_ms());
         }
-        let turn = waits::within(deadline, self.lane.lock()).await;
-        let done = match turn {
-            Some(_lane) => waits::off_workers(&broker.blocking, deadline, || create_all(broker, &admitted)).await,
+        let names: Vec<String> = admitted.iter().map(|(name, _, _)| name.clone()).collect();
+        let done = match waits::within(deadline, self.lane.lock()).await {
+            Some(_lane) => waits::off_workers(broker, deadline, move |broker| create_all(broker, &admitted)).await.ok(),
             None => None,
         };
-        let done = done.unwrap_or_else(|| admitted.iter().map(|(name, _, _)| (name.clone(), Created::Late)).collect());
+        let done = done.unwrap_or_else(|| names.into_iter().map(|name| (name, Created::Late)).collect());
         if done.iter().any(|(_, c)| matches!(c, Created::Done)) {
             broker.topics_changed();
         }

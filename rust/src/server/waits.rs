@@ -8,7 +8,9 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use tokio::sync::Semaphore;
+use std::sync::Arc;
+
+use super::broker::Broker;
 
 /// The longest a request waits for a lock held by another process or by another request: a
 /// partition's append lock or log (Produce: REQUEST_TIMED_OUT), a group's state lock (JoinGroup:
@@ -33,7 +35,10 @@ pub fn deadline(limit_ms: i32) -> Instant {
 /// Try `attempt` (which must not block for long) until it gives `Some` or `deadline` passes
 /// (then `None`), sleeping between tries with a backoff from 50 µs to 20 ms, the same as a
 /// shared writer's own wait for the append lock (`WriterLock::enter`), so neither side starves.
-pub async fn retry_until<T, F: Future<Output = Option<T>>>(deadline: Instant, mut attempt: impl FnMut() -> F) -> Option<T> {
+pub async fn retry_until<T, F: Future<Output = Option<T>>>(
+    deadline: Instant,
+    mut attempt: impl FnMut() -> F,
+) -> Option<T> {
     let mut backoff = Backoff::until(deadline);
     loop {
         if let Some(done) = attempt().await {
@@ -74,12 +79,33 @@ impl Backoff {
     }
 }
 
-/// Run blocking `work` off the request workers, once one of `slots` is free: the worker
-/// thread's other connections move to a fresh thread (`block_in_place`) while this one blocks.
-/// `None` when no slot came free by `deadline`.
-pub async fn off_workers<T>(slots: &Semaphore, deadline: Instant, work: impl FnOnce() -> T) -> Option<T> {
-    let _slot = within(deadline, slots.acquire()).await?.ok()?;
-    Some(tokio::task::block_in_place(work))
+/// Why `off_workers` has no result.
+#[derive(Debug)]
+pub enum NotDone {
+    /// No slot came free by the deadline.
+    Busy,
+    /// The work panicked (a bug); the blocking pool caught it.
+    Panicked,
+}
+
+/// Run blocking `work` on tokio's blocking pool once one of the broker's `BLOCKING_SLOTS` is
+/// free (waiting for one, asynchronously, until `deadline`), so the request workers go on
+/// serving everyone else meanwhile. The slot is held by the work itself: a request whose client
+/// went away does not free it before the work is done.
+pub async fn off_workers<T: Send + 'static>(
+    broker: &Arc<Broker>,
+    deadline: Instant,
+    work: impl FnOnce(&Broker) -> T + Send + 'static,
+) -> Result<T, NotDone> {
+    let slot = within(deadline, broker.blocking.clone().acquire_owned()).await;
+    let Some(Ok(slot)) = slot else { return Err(NotDone::Busy) };
+    let broker = Arc::clone(broker);
+    tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        work(&broker)
+    })
+    .await
+    .map_err(|_| NotDone::Panicked)
 }
 
 /// `future`'s output, or `None` if it is not ready by `deadline`.
