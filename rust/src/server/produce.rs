@@ -10,11 +10,11 @@
 //! `timeout_ms` or `waits::LOCK_WAIT`: then that partition is answered REQUEST_TIMED_OUT
 //! (retriable: the producer sends again) and a WARNING names the holder.
 
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
-use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use std::sync::Arc;
 use std::time::Instant;
 
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::broker::{try_lock_log, Broker};
@@ -48,7 +48,12 @@ async fn append(
         Ok(None) => {
             return Err((codes::UNKNOWN_TOPIC_OR_PARTITION, format!("this server does not host {topic}-{partition}")))
         }
-        Err(e) => return Err((codes::for_error(&e), e.to_string())),
+        Err(e) => {
+            if matches!(e, crate::error::Error::LockTimeout { .. }) {
+                log::warn!(target: super::LOG_TARGET, "produce to {topic}-{partition} from {peer}: opening it: {e}");
+            }
+            return Err((codes::for_error(&e), e.to_string()));
+        }
     };
     if topic == super::offsets::OFFSETS_TOPIC {
         return Err((
