@@ -3,7 +3,8 @@
 Each set of jars is a small pom (``tests/<name>/pom.xml``, nothing built or packaged) whose
 dependencies ``mvn dependency:copy-dependencies`` copies into a cache folder under
 ``~/.cache/kafkalite/``. A folder is renamed into place only once complete, so it is whole or
-absent. The Kafka broker (``kafka_broker.py``), the Java client (``test_server_clients.py``) and
+absent. The Kafka broker (``kafka_broker.py``), Kafka's tools (``test_server_tools.py``), the
+Java client (``test_server_clients.py``) and
 Spark's Kafka source (``test_server_clients.py``, ``benches/bench_peers.py``) come from here.
 ``.ci/run`` fetches them all; outside CI a test without Java/Maven/network skips (``require``)."""
 
@@ -49,6 +50,16 @@ def copy_dependencies(pom: Path, folder: Path, **properties: str) -> Path:
         )
     partial.rename(folder)  # complete or absent, never half there
     return folder
+
+
+def kafka_tools_jars() -> Path:
+    """Kafka's command-line tools (kafka-tools and kafka_2.13, tests/kafka-tools/pom.xml): the
+    main classes behind kafka-consumer-groups, kafka-configs and kafka-log-dirs."""
+    return copy_dependencies(
+        TESTS / "kafka-tools" / "pom.xml",
+        CACHE / f"kafka-tools-{JAVA_CLIENT_VERSION}",
+        **{"kafka.version": JAVA_CLIENT_VERSION},
+    )
 
 
 def java_client_jars() -> Path:

@@ -90,7 +90,7 @@ def test_budget_returned_by_closed_logs_is_reserved_by_new_ones(tmp_path):
         assert reserved_beyond_data(logs) <= budget + PAGE * len(logs)
         for log in logs:
             log.close()
-    last = Log(str(tmp_path / "t-last"), preallocate_budget_bytes=budget)
+    last = Log(str(tmp_path / "last-0"), preallocate_budget_bytes=budget)
     try:
         last.append_values([b"z"])
         assert reserved_beyond_data([last]) >= 60 * 1024

@@ -135,7 +135,7 @@ def test_txnindex_entries_are_used(tmp_path):
             del data[pos : pos + 12 + length]
             break
         pos += 12 + length
-    stripped = tmp_path / "stripped"
+    stripped = tmp_path / "stripped-0"
     shutil.copytree(part.path, stripped)
     (stripped / f"{0:020d}.log").write_bytes(data)
     want = [x for x in part.expected(True) if x[0] != first_abort.last_offset]

@@ -228,7 +228,9 @@ def test_describe_configs_of_the_broker_is_the_data_directory_config(kafkalite_s
     entries = client.describe_configs([resource])[resource].result(timeout=TIMEOUT)
     embedded = admin.describe_data_dir_config()
     assert {k: e.value for k, e in entries.items()} == {k: as_text(v) for k, v in embedded.items()}
-    assert ConfigSource(entries["num.partitions"].source) == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+    # Set for every broker of kafkalite (the one), so broker "0" reports it as its own (Kafka's
+    # DYNAMIC_BROKER_CONFIG), which is what kafka-configs --entity-name 0 shows and can delete.
+    assert ConfigSource(entries["num.partitions"].source) == ConfigSource.DYNAMIC_BROKER_CONFIG
     assert ConfigSource(entries["log.segment.bytes"].source) == ConfigSource.DEFAULT_CONFIG
 
 

@@ -42,6 +42,8 @@ def _bounds(d: dict[str, Any]) -> str:
         return f"{d['min']} .. {d['max']}"
     if d["type"] == "float":
         return "0 .. 1"
+    if d["type"] == "string":
+        return "any"
     return "true, false"
 
 
@@ -86,13 +88,20 @@ def render() -> str:
         "directory's default (the broker name), else Kafka's default below. Integers may be given as",
         'strings (`"1000"`).',
         "",
+        "Every topic config of Kafka 4.x is accepted. Those marked *not applied* (remote storage,",
+        "replication, flush schedules, compression levels, ...) are stored and reported as a Kafka",
+        "broker reports them, so tools that copy topic configs (MirrorMaker 2) work, but kafkalite",
+        "does not act on them; setting one logs a WARNING saying so.",
+        "",
         "| key | type | allowed | default | data-directory default key | meaning |",
         "|---|---|---|---|---|---|",
     ]
     for d in TOPIC_CONFIG_DEFS:
+        broker = f"`{d['broker_name']}`" if d["broker_name"] else "(none)"
+        applied = "" if d["applied"] else " *(not applied by kafkalite)*"
         lines.append(
             f"| `{d['name']}` | {d['type']} | {_cell(_bounds(d))} | {_default(d['default'])} "
-            f"| `{d['broker_name']}` | {_cell(d['doc'])} |"
+            f"| {broker} | {_cell(d['doc'])}{applied} |"
         )
     lines += [
         "",

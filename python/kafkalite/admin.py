@@ -58,7 +58,10 @@ class Admin:
 
     def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> None:
         """Create a topic with ``partitions`` partitions (1 to ``MAX_PARTITIONS``) and
-        Kafka-named ``config``."""
+        Kafka-named ``config``. An internal topic (``__consumer_offsets``, ``__transaction_state``)
+        raises ``InvalidTopicError``, as Kafka refuses to create one by hand: kafkalite creates
+        ``__consumer_offsets`` itself, with its 50 partitions, at the first commit."""
+        _native.refuse_internal(name, "create_topic")
         self._dir.create(name, partitions, config)
 
     def init(self, config: Mapping[str, Any] | None = None) -> bool:

@@ -9,7 +9,6 @@ import argparse
 import collections
 import glob
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -18,15 +17,13 @@ from typing import Any
 
 from kafkalite.errors import InvalidRecordError, RecordTooLargeError
 
-#: `<topic>-<partition>`, what a partition folder is called (in Kafka and here).
-_PARTITION_FOLDER = re.compile(r"^.+-\d+$")
-
 
 def _demo(args: argparse.Namespace) -> int:
     """Produce a stream into an embedded data directory and consume it back, with throughput."""
     from rich.console import Console
 
-    console = Console()
+    # soft_wrap: piped output (80 columns) must not break the commands it suggests across lines.
+    console = Console(soft_wrap=True)
     # Its own directory, never the user's (--data-dir / $KAFKALITE_DATA_DIR): the demo writes
     # millions of records and removes what it wrote unless --keep.
     data_dir = tempfile.mkdtemp(prefix="kafkalite-demo-")
@@ -126,10 +123,11 @@ def _run_demo(console: Any, data_dir: str, total: int) -> int:
 
 def _dump_log(args: argparse.Namespace) -> int:
     """Batches of one partition directory with CRC checks, and index sanity (kafka-dump-log)."""
+    from kafkalite import _native
     from kafkalite.dump import dump_partition
 
     folder = os.path.basename(os.path.normpath(args.partition))
-    if not os.path.isdir(args.partition) or not _PARTITION_FOLDER.match(folder):
+    if not os.path.isdir(args.partition) or _native.partition_folder(folder) is None:
         raise SystemExit(
             f"kafkalite: {args.partition} is not a partition directory (a <topic>-<partition> folder)"
         )
@@ -249,6 +247,9 @@ def _produce(args: argparse.Namespace) -> int:
     from kafkalite.producer import Producer
 
     sep = args.key_separator.encode() if args.key_separator else None
+    data_dir = _require_dir(args)
+    if args.partition is not None:
+        _check_partition(data_dir, args.topic, args.partition)
     source = open(args.file, "rb") if args.file else sys.stdin.buffer
     total = os.path.getsize(args.file) if args.file else None
     sent = 0
@@ -266,9 +267,11 @@ def _produce(args: argparse.Namespace) -> int:
             if not errors:
                 errors.append(error)
 
+    # Outside the try: a refused setting or data directory produced nothing to report.
+    producer = Producer(data_dir, acks=args.acks, linger_ms=5, batch_size=256 * 1024)
     try:
         with (
-            Producer(_require_dir(args), acks=args.acks, linger_ms=5, batch_size=256 * 1024) as producer,
+            producer,
             Progress(transient=True, disable=total is None or not sys.stderr.isatty()) as progress,
         ):
             task = progress.add_task("producing", total=total)
@@ -299,6 +302,21 @@ def _produce(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _check_partition(data_dir: str, topic: str, partition: int) -> None:
+    """Refuse a partition the topic lacks, or would lack once auto-created, before the first
+    write creates the topic (so a wrong --partition leaves nothing behind)."""
+    from kafkalite.datadir import DataDir
+
+    known = DataDir(data_dir, create=True)
+    meta = known.topics().get(topic) if os.path.isdir(known.path) else None
+    count = int(meta["partitions"]) if meta else int(known.dir_config()["num.partitions"])
+    if not 0 <= partition < count:
+        what = (
+            f"topic {topic!r} has" if meta else f"topic {topic!r} does not exist; created now, it would have"
+        )
+        raise SystemExit(f"kafkalite: {what} partitions 0..{count - 1}, so there is no partition {partition}")
 
 
 def _consume(args: argparse.Namespace) -> int:
@@ -391,8 +409,11 @@ def _serve(args: argparse.Namespace) -> int:
     import signal
     import threading
 
+    from kafkalite.datadir import DataDir
     from kafkalite.server import Server
 
+    # Serving creates no data directory: a typo is a NotADataDirError naming `kafkalite init`.
+    DataDir(_require_dir(args), create=False)
     logging.basicConfig(
         level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -450,7 +471,19 @@ def _subparser(sub: argparse._SubParsersAction, name: str, **kw: Any) -> argpars
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def _positive(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every command and option (each with its help text)."""
     from kafkalite import __version__
 
     parser = argparse.ArgumentParser(prog="kafkalite", description="Kafka's commit log, embedded.")
@@ -461,24 +494,28 @@ def main(argv: list[str] | None = None) -> int:
     topics = _subparser(sub, "topics", help="create, list, describe, delete and alter topics")
     actions = topics.add_subparsers(dest="action", required=True)
     create = _subparser(actions, "create", help="create a topic")
-    create.add_argument("name")
-    create.add_argument("--partitions", type=int, default=1)
+    create.add_argument("name", help="the topic's name")
+    create.add_argument("--partitions", type=int, default=1, help="how many partitions (default 1)")
     create.add_argument(
         "--config", action="append", metavar="KEY=VALUE", help="topic config, Kafka names (repeatable)"
     )
     listing = _subparser(actions, "list", help="list topics")
     describe = _subparser(actions, "describe", help="partitions, offsets, sizes and config")
-    describe.add_argument("name", nargs="?")
+    describe.add_argument("name", nargs="?", help="one topic (default: every topic)")
     for p in (listing, describe):
         p.add_argument(
             "--include-internal", action="store_true", help="also internal topics (__consumer_offsets)"
         )
     delete = _subparser(actions, "delete", help="delete a topic and its data")
-    delete.add_argument("name")
+    delete.add_argument("name", help="the topic to delete")
     alter = _subparser(actions, "alter", help="change config or add partitions")
-    alter.add_argument("name")
-    alter.add_argument("--config", action="append", metavar="KEY=VALUE")
-    alter.add_argument("--delete-config", action="append", metavar="KEY")
+    alter.add_argument("name", help="the topic to change")
+    alter.add_argument(
+        "--config", action="append", metavar="KEY=VALUE", help="set a topic config, Kafka names (repeatable)"
+    )
+    alter.add_argument(
+        "--delete-config", action="append", metavar="KEY", help="back to the default (repeatable)"
+    )
     alter.add_argument("--partitions", type=int, help="new (larger) partition count")
     topics.set_defaults(run=_topics)
 
@@ -514,24 +551,35 @@ def main(argv: list[str] | None = None) -> int:
         "produce",
         help="one record per input line (stdin or --file); creates a missing topic (auto.create.topics.enable)",
     )
-    produce.add_argument("topic")
+    produce.add_argument("topic", help="the topic to write (created if missing)")
     produce.add_argument("--file", help="read lines from this file instead of stdin")
     produce.add_argument("--key-separator", help="split each line into key and value at this string")
-    produce.add_argument("--partition", type=int)
-    produce.add_argument("--acks", default=1, type=lambda v: v if v == "all" else int(v), help="0, 1 or all")
+    produce.add_argument(
+        "--partition", type=int, help="write every record to this partition (default: by key)"
+    )
+    produce.add_argument(
+        "--acks",
+        default=1,
+        choices=[0, 1, -1, "all"],
+        type=lambda v: v if v == "all" else int(v) if v.lstrip("-").isdigit() else v,
+        help="1 (default): acknowledged once in the log; all (or -1): once on disk; 0: not waited for",
+    )
     produce.set_defaults(run=_produce)
 
     consume = _subparser(
-        sub, "consume", help="print records, one value per line (waits for new ones; Ctrl-C stops)"
+        sub,
+        "consume",
+        help="print records, one value per line: from the end it waits for new ones (Ctrl-C stops); "
+        "--from-beginning, --offset and --timestamp stop at the end unless --follow",
     )
-    consume.add_argument("topic")
+    consume.add_argument("topic", help="the topic to read")
     consume.add_argument(
         "--from-beginning", action="store_true", help="start at the earliest offset (default: latest)"
     )
     consume.add_argument("--offset", type=int, help="start at this offset (of --partition, default 0)")
-    consume.add_argument("--partition", type=int)
+    consume.add_argument("--partition", type=int, help="read only this partition (default: every partition)")
     consume.add_argument("--timestamp", type=int, help="start at the first record at or after this time (ms)")
-    consume.add_argument("--max-messages", type=int)
+    consume.add_argument("--max-messages", type=int, help="stop after this many records")
     consume.add_argument(
         "--follow",
         action="store_true",
@@ -539,7 +587,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     consume.add_argument("--timeout-ms", type=int, help="stop after this long without a new record")
     consume.add_argument("--group", help="consumer group: start from and commit its offsets")
-    consume.add_argument("--format", choices=["value", "json"], default="value")
+    consume.add_argument(
+        "--format",
+        choices=["value", "json"],
+        default="value",
+        help="value (default): the value alone; json: topic, partition, offset, timestamp, key, value, headers",
+    )
     consume.set_defaults(run=_consume)
 
     from kafkalite import cli_groups
@@ -580,7 +633,12 @@ def main(argv: list[str] | None = None) -> int:
     demo = sub.add_parser(
         "demo", help="append and read back a stream in a temporary data directory, with throughput"
     )
-    demo.add_argument("--records", type=int, default=2_000_000, help="records to append (default 2,000,000)")
+    demo.add_argument(
+        "--records",
+        type=_positive,
+        default=2_000_000,
+        help="records to append, at least 1 (default 2,000,000)",
+    )
     demo.add_argument(
         "--keep", action="store_true", help="keep the demo's data directory (default: removed at the end)"
     )
@@ -591,7 +649,11 @@ def main(argv: list[str] | None = None) -> int:
         "--summary", action="store_true", help="only the index checks and problems, not every batch"
     )
     dump.set_defaults(run=_dump_log)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     from kafkalite.errors import KafkaliteError
 
     try:

@@ -14,20 +14,24 @@ def add_parser(sub: argparse._SubParsersAction, require_dir, subparser) -> None:
     actions = groups.add_subparsers(dest="action", required=True)
     subparser(actions, "list", help="group ids")
     describe = subparser(actions, "describe", help="members, partitions, committed offsets and lag")
-    describe.add_argument("group")
+    describe.add_argument("group", help="the group id")
     delete = subparser(actions, "delete", help="delete an inactive group and its offsets")
-    delete.add_argument("group")
+    delete.add_argument("group", help="the group id")
     reset = subparser(actions, "reset-offsets", help="set an inactive group's committed offsets")
-    reset.add_argument("group")
+    reset.add_argument("group", help="the group id")
     which = reset.add_mutually_exclusive_group(required=True)
     which.add_argument("--topic", action="append", help="TOPIC or TOPIC:P,P,... (repeatable)")
     which.add_argument("--all-topics", action="store_true", help="every topic the group has offsets for")
     spec = reset.add_mutually_exclusive_group(required=True)
-    spec.add_argument("--to-earliest", action="store_true")
-    spec.add_argument("--to-latest", action="store_true")
-    spec.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss")
-    spec.add_argument("--to-offset", type=int)
-    spec.add_argument("--shift-by", type=int)
+    spec.add_argument("--to-earliest", action="store_true", help="each partition's start offset")
+    spec.add_argument("--to-latest", action="store_true", help="each partition's end offset")
+    spec.add_argument(
+        "--to-datetime",
+        metavar="YYYY-MM-DDTHH:mm:SS.sss",
+        help="the first offset at or after this time (local time unless it names a zone)",
+    )
+    spec.add_argument("--to-offset", type=int, help="this offset (kept within each partition's range)")
+    spec.add_argument("--shift-by", type=int, help="the committed offset plus this (negative: back)")
     mode = reset.add_mutually_exclusive_group()
     mode.add_argument(
         "--execute", action="store_true", help="apply the new offsets (default: only show them)"

@@ -16,7 +16,7 @@ def add_parser(sub: argparse._SubParsersAction, require_dir, subparser) -> None:
     parser = subparser(sub, "users", help="add, list, delete the SASL/SCRAM users `kafkalite serve` accepts")
     actions = parser.add_subparsers(dest="action", required=True)
     add = subparser(actions, "add", help="add a user, or change its password")
-    add.add_argument("name")
+    add.add_argument("name", help="the user name clients authenticate as")
     add.add_argument(
         "--mechanism",
         action="append",
@@ -36,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction, require_dir, subparser) -> None:
     )
     subparser(actions, "list", help="users and their mechanisms")
     delete = subparser(actions, "delete", help="remove a user")
-    delete.add_argument("name")
+    delete.add_argument("name", help="the user to remove")
     parser.set_defaults(run=lambda args: run(args, require_dir(args)))
 
 
@@ -55,6 +55,11 @@ def _password(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace, data_dir: str) -> int:
+    from kafkalite.datadir import DataDir
+
+    # Users belong to an existing data directory: a typo creates nothing (NotADataDirError
+    # names `kafkalite init`, the command that creates one).
+    DataDir(data_dir, create=False)
     if args.action == "add":
         mechanisms = args.mechanism or users.MECHANISMS
         users.add_user(data_dir, args.name, _password(args), mechanisms, args.iterations)

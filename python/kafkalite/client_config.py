@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafkalite import _native, validate
-from kafkalite.errors import InvalidConfigError, InvalidTypeError
+from kafkalite.errors import InvalidConfigError, InvalidTypeError, broker_address_error
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,11 @@ class ConfigTable:
     def resolve(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """The defaults overridden by ``config``, every value checked (unknown keys refused)."""
         unknown = sorted(set(config) - set(self.keys))
+        if "bootstrap_servers" in unknown:
+            address = config["bootstrap_servers"]
+            raise broker_address_error(
+                address, f"unknown {self.family} config 'bootstrap_servers' ({address!r}: a broker address)"
+            )
         if unknown:
             raise InvalidConfigError(
                 f"unknown {self.family} config {unknown[0]!r}; supported: {', '.join(sorted(self.keys))}"
@@ -404,6 +409,14 @@ LOG_CONFIG = ConfigTable(
             "reserved ahead of writers over all its partitions); None keeps the current one (default 256 MiB).",
             _any,
         ),
+        ConfigKey(
+            "any_folder",
+            "bool",
+            False,
+            "Open a folder of any name, not only a <topic>-<partition> partition folder (a data directory "
+            "is refused even then).",
+            _any,
+        ),
     ],
 )
 
@@ -419,5 +432,6 @@ def topic_docstring() -> str:
     for d in DIR_CONFIG_DEFS:
         lines.append(f"    {d['name']} ({d['type']}): {d['doc']} Default: {d['default']!r}.")
     for d in TOPIC_CONFIG_DEFS:
-        lines.append(f"    {d['broker_name']}: the default of every topic's {d['name']}.")
+        if d["broker_name"]:
+            lines.append(f"    {d['broker_name']}: the default of every topic's {d['name']}.")
     return "\n".join(textwrap.fill(line, 100, subsequent_indent=" " * 8) if line else line for line in lines)

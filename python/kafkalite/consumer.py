@@ -31,7 +31,7 @@ from kafkalite.errors import (
     ReadOnlyDataDirError,
     UnknownTopicError,
 )
-from kafkalite.group import STRATEGIES, GroupFiles, GroupMember, encode_name, live_members
+from kafkalite.group import STRATEGIES, GroupFiles, GroupMember, encode_name, members_refusal
 from kafkalite.log import Log
 from kafkalite.offsets import OffsetStore
 from kafkalite.wakeup import Wakeups
@@ -97,7 +97,7 @@ def _read_committed(level: Any) -> bool:
 def _require_writable(data_dir: DataDir, group_id: str) -> None:
     """A group member writes committed offsets and membership files: refuse up front where it
     cannot (instead of failing at the first commit or rebalance)."""
-    if any(meta.get("discovered") for meta in data_dir.topics().values()) and not data_dir.managed:
+    if data_dir.broker_owned():
         raise ReadOnlyDataDirError(
             f"group_id={group_id!r} needs to write offsets and group files, but {data_dir.path} is a Kafka broker's "
             "log directory, which kafkalite only reads; consume it without group_id (assign() or subscribe(), "
@@ -119,7 +119,11 @@ class Consumer:
     work). Its group heartbeats run in a daemon thread of its own."""
 
     def __init__(
-        self, path: str | os.PathLike[str], *topics: str, group_id: str | None = None, **config: Any
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *topics: str,
+        group_id: str | None = None,
+        **config: Any,
     ) -> None:
         self.config = CONSUMER_CONFIG.resolve(config)
         self._read_committed = _read_committed(self.config["isolation_level"])
@@ -153,6 +157,7 @@ class Consumer:
         self._next_index = 0
         self._last_commit = time.monotonic()
         self._closed = False
+        self._missing_warned: set[str] = set()
         if wanted_topics:
             self.subscribe(wanted_topics)
 
@@ -209,6 +214,7 @@ class Consumer:
             names = [t for t in topics if self._pattern.fullmatch(t) and not (hide and t.startswith("__"))]
         else:
             names = sorted(self._subscription)
+            self._warn_missing([n for n in names if n not in topics], topics)
         if self.group_id is not None:
             self._maintain_group(sorted(n for n in names if n in topics))
             return
@@ -219,6 +225,21 @@ class Consumer:
             wanted += [TopicPartition(name, p) for p in range(int(topics[name]["partitions"]))]
         if wanted != self._assigned:
             self._set_assignment(wanted)
+
+    def _warn_missing(self, missing: list[str], topics: dict[str, Any]) -> None:
+        """One WARNING per subscribed topic that does not exist (yet), as kafka-python logs
+        UNKNOWN_TOPIC_OR_PARTITION: polls return nothing for it until it is created."""
+        for name in missing:
+            if name not in self._missing_warned:
+                self._missing_warned.add(name)
+                shown = sorted(t for t in topics if not t.startswith("__"))
+                logger.warning(
+                    "subscribed to topic %r, which does not exist in %s (UNKNOWN_TOPIC_OR_PARTITION): poll() "
+                    "returns nothing for it until it is created; its topics: %s",
+                    name,
+                    self._dir.path,
+                    ", ".join(shown[:20]) + (", ..." if len(shown) > 20 else "") if shown else "none",
+                )
 
     def _set_assignment(self, parts: list[TopicPartition]) -> None:
         revoked = [tp for tp in self._assigned if tp not in parts]
@@ -619,11 +640,11 @@ class Consumer:
             return
         files = GroupFiles(self._dir.path, self.group_id)
         with files.locked():
-            members = live_members(self._dir.path, self.group_id)
-            if members:
+            refusal = members_refusal(self._dir.path, self.group_id)
+            if refusal is not None:
                 raise CommitFailedError(
-                    f"commit rejected: group {self.group_id!r} has {len(members)} active members; a consumer "
-                    "outside the group (assign()) may commit only to an empty group"
+                    f"commit rejected: {refusal}; a consumer outside the group (assign()) may commit only "
+                    "to an empty group"
                 )
             self._store.commit(entries)
 
@@ -688,8 +709,10 @@ class Consumer:
         return set(self._paused)
 
     def topics(self) -> set[str]:
-        """Every topic of the data directory."""
-        return set(self._dir.topics())
+        """The topics of the data directory (kafka-python's ``KafkaConsumer.topics()``);
+        internal ones such as ``__consumer_offsets`` only with ``exclude_internal_topics=False``."""
+        hide = self.config["exclude_internal_topics"]
+        return {t for t in self._dir.topics() if not (hide and t.startswith("__"))}
 
     def partitions_for_topic(self, topic: str) -> set[int] | None:
         """The partition numbers of ``topic``, or None when it does not exist."""

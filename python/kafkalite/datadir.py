@@ -21,7 +21,6 @@ from typing import Any
 
 from kafkalite import _native
 from kafkalite.errors import (
-    BrokerAddressError,
     InvalidConfigError,
     InvalidTopicError,
     InvalidTopicTypeError,
@@ -30,6 +29,7 @@ from kafkalite.errors import (
     ReadOnlyDataDirError,
     TopicAlreadyExistsError,
     UnknownTopicError,
+    broker_address_error,
     io_error,
     with_action,
 )
@@ -47,7 +47,6 @@ logger = logging.getLogger("kafkalite.admin")
 MAX_PARTITIONS: int = _native.MAX_PARTITIONS
 
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-_PARTITION_DIR_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 
 #: The topic config table, defined once in the engine (``rust/src/topic_config.rs``, as
 #: Kafka's ``LogConfig.define``): dicts of name, broker_name, type, default, min, max, choices, doc.
@@ -65,7 +64,7 @@ DIR_DEFAULTS: dict[str, Any] = {d["name"]: d["default"] for d in DIR_CONFIG_DEFS
 #: The broker's name of each topic config's default (Kafka's ServerTopicConfigSynonyms):
 #: setting ``log.retention.ms`` on the data directory sets ``retention.ms`` of every topic that
 #: does not override it, as on a broker.
-BROKER_SYNONYMS: dict[str, str] = {d["broker_name"]: d["name"] for d in TOPIC_CONFIG_DEFS}
+BROKER_SYNONYMS: dict[str, str] = {d["broker_name"]: d["name"] for d in TOPIC_CONFIG_DEFS if d["broker_name"]}
 
 #: The Python types each table type takes (Kafka's config strings are accepted for numbers);
 #: the engine checks the values.
@@ -126,7 +125,7 @@ def validate_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
 def validate_dir_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """Check data-directory config (broker names); return it normalised."""
     defs = {d["name"]: d for d in DIR_CONFIG_DEFS}
-    defs.update({d["broker_name"]: d for d in TOPIC_CONFIG_DEFS})
+    defs.update({d["broker_name"]: d for d in TOPIC_CONFIG_DEFS if d["broker_name"]})
     try:
         _check_types(config, defs, "broker")
     except InvalidTypeError as e:
@@ -185,12 +184,7 @@ class DataDir:
                 f"the data directory must be a path (str or os.PathLike), not {type(path).__name__}"
             ) from None
         if isinstance(raw, str) and looks_like_broker_address(raw):
-            raise BrokerAddressError(
-                f"{raw!r} looks like a broker address (host:port), but kafkalite takes the path of a data directory "
-                "(where kafka-python takes bootstrap_servers), for example Producer('data'). To talk to a Kafka "
-                "broker, use a Kafka client such as kafka-python or confluent-kafka; to give Kafka clients a "
-                "broker over a data directory, run: kafkalite serve --data-dir DIR --listen HOST:PORT"
-            )
+            raise broker_address_error(raw)
         self.path = os.path.abspath(raw)
         if not create or os.path.lexists(self.path):  # a path that exists must be a data directory now
             self.require()
@@ -219,11 +213,13 @@ class DataDir:
         return os.path.exists(os.path.join(self.path, METADATA_FILE))
 
     def broker_owned(self) -> bool:
-        """A Kafka broker's log directory (its partitions, or its ``meta.properties``, without
-        kafkalite's metadata): the broker's metadata log owns its topics."""
+        """A Kafka broker's log directory (no kafkalite metadata, and the broker's
+        ``meta.properties`` or partition folders holding a broker's own files): the broker's
+        metadata log owns its topics. Partition folders that ``Log`` made are not one
+        (``DataDir::broker_owned`` in the engine decides, for the server too)."""
         if self.managed or not os.path.isdir(self.path):
             return False
-        return os.path.exists(os.path.join(self.path, BROKER_META_FILE)) or bool(self._discovered())
+        return _native.broker_owned(self.path)
 
     def _metadata(self) -> dict[str, Any] | None:
         """The whole metadata file (re-read when it changes), None when there is none."""
@@ -261,13 +257,16 @@ class DataDir:
         return _native.effective_topic_config(self.dir_config(), dict(topic_config))
 
     def _discovered(self) -> dict[str, dict[str, Any]]:
-        """Topics of a folder without our metadata (a Kafka broker's), from folder names."""
+        """Topics of a folder without our metadata, from its ``<topic>-<partition>`` folder
+        names: a Kafka broker's (``discovered``: read-only), or folders ``Log`` made, which the
+        first metadata write records as topics (``update_metadata``)."""
         found: dict[str, int] = {}
         for name in os.listdir(self.path):
-            m = _PARTITION_DIR_RE.match(name)
-            if m and os.path.isdir(os.path.join(self.path, name)) and _TOPIC_RE.match(m["topic"]):
-                found[m["topic"]] = max(found.get(m["topic"], 0), int(m["partition"]) + 1)
-        return {t: {"partitions": n, "config": {}, "discovered": True} for t, n in found.items()}
+            parsed = _native.partition_folder(name)
+            if parsed and os.path.isdir(os.path.join(self.path, name)):
+                found[parsed[0]] = max(found.get(parsed[0], 0), parsed[1] + 1)
+        broker = self.broker_owned()
+        return {t: {"partitions": n, "config": {}, "discovered": broker} for t, n in found.items()}
 
     def topic(self, name: str) -> dict[str, Any]:
         validate_topic_name(name)
@@ -307,7 +306,8 @@ class DataDir:
             if data is None:
                 if not adopt:
                     self.check_writable()
-                data = {"version": 1, "topics": _adopted(self._discovered()) if adopt else {}}
+                # A broker's topics when adopting; otherwise the partition folders ``Log`` made.
+                data = {"version": 1, "topics": _adopted(self._discovered())}
             if data.get("config") is None:
                 data["config"] = {}
             change(data)
@@ -365,6 +365,7 @@ class DataDir:
             validate_dir_config({unknown[0]: None})  # raises, naming the key
 
         def change(data: dict[str, Any]) -> None:
+            _native.warn_unapplied("the data directory", data["config"], checked)
             data["config"].update(checked)
             for k in removals:
                 data["config"].pop(k, None)
@@ -386,6 +387,7 @@ class DataDir:
         def change(topics: dict) -> None:
             if name in topics:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            _native.warn_unapplied(f"topic {name!r}", {}, checked)
             _add_topic(self, topics, name, partitions, checked)
 
         self.update(change, create=True)

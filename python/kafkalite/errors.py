@@ -258,17 +258,22 @@ class InvalidTopicTypeError(InvalidTopicError, InvalidTypeError):
     """A topic name that is not a str."""
 
 
-def bytes_expected(argument: str, got: object) -> InvalidTypeError:
+def bytes_expected(argument: str, got: object, *, serializers: bool = True) -> InvalidTypeError:
     """The one wording for ``str`` (or another type) where bytes are expected, used by
-    ``Producer.send``, ``send_batch`` and ``Log.append*``."""
+    ``Producer.send``, ``send_batch`` and ``Log.append*``. ``serializers``: the caller takes
+    ``value_serializer`` / ``key_serializer`` (a Producer does, a Log does not)."""
     if isinstance(got, str):
-        return InvalidTypeError(
-            f"{argument} must be bytes (or None), not str; encode it with .encode() "
+        fix = (
             "or set a serializer (value_serializer=str.encode / key_serializer=str.encode)"
+            if serializers
+            else ""
         )
+        return InvalidTypeError(
+            f"{argument} must be bytes (or None), not str; encode it with .encode() {fix}".rstrip()
+        )
+    fix = " or set a serializer (value_serializer / key_serializer)" if serializers else ""
     return InvalidTypeError(
-        f"{argument} must be bytes (or None), not {type(got).__name__}; convert it to bytes "
-        "or set a serializer (value_serializer / key_serializer)"
+        f"{argument} must be bytes (or None), not {type(got).__name__}; convert it to bytes{fix}"
     )
 
 
@@ -288,8 +293,26 @@ class NotADataDirError(InvalidConfigError, FileNotFoundError):
     create``) make a new data directory, so a typo never creates one."""
 
 
+class NotAPartitionDirError(InvalidConfigError):
+    """``Log(path)`` where ``path`` is not one partition's folder: a data directory, or a folder
+    not named ``<topic>-<partition>`` (``Log(path, any_folder=True)`` takes any folder on purpose)."""
+
+
 class BrokerAddressError(NotADataDirError):
     """A ``host:port`` (a broker's bootstrap address) where kafkalite takes a data directory."""
+
+
+def broker_address_error(address: str, problem: str | None = None) -> BrokerAddressError:
+    """The one wording for a broker address (``host:port``, or ``bootstrap_servers=``) given
+    where kafkalite takes a data directory; ``problem`` replaces the default first words."""
+    problem = (
+        problem or f"{address!r} looks like a broker address (host:port, kafka-python's bootstrap_servers)"
+    )
+    return BrokerAddressError(
+        f"{problem}, but kafkalite takes the path of a data directory, for example Producer('data'). To talk to "
+        "a Kafka broker, use a Kafka client such as kafka-python or confluent-kafka; to give Kafka clients a "
+        "broker over a data directory, run: kafkalite serve --data-dir DIR --listen HOST:PORT"
+    )
 
 
 class GroupIdNotFoundError(KafkaliteError, KeyError):
@@ -300,7 +323,7 @@ class GroupIdNotFoundError(KafkaliteError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-__all__ += ["NotADataDirError", "BrokerAddressError", "GroupIdNotFoundError"]
+__all__ += ["NotADataDirError", "NotAPartitionDirError", "BrokerAddressError", "GroupIdNotFoundError"]
 
 
 class OutOfOrderSequenceNumberError(KafkaliteError, ValueError):

@@ -728,6 +728,21 @@ def live_members(data_dir: str, group_id: str) -> list[str]:
     return [m for m in files.load()["members"] if files.member_alive(m)]
 
 
+def members_refusal(data_dir: str, group_id: str) -> str | None:
+    """Why the group's offsets may not be changed from outside the group (an ``assign()``ed
+    consumer's commit, an admin's reset or delete), or None: it has live members, embedded or
+    network (a ``kafkalite serve`` holds its claim). Kafka accepts such commits only for an empty
+    group; the server applies the same rule to network commits (``server/offset_commit.rs``).
+    Ask under ``GroupFiles.locked()``, which every embedded join and the server's claim take."""
+    live = live_members(data_dir, group_id)
+    if live:
+        return f"group {group_id!r} has active members ({len(live)} alive)"
+    server = GroupFiles(data_dir, group_id).network_owner()
+    if server is not None:
+        return f"group {group_id!r} has network members, coordinated by {server}"
+    return None
+
+
 def group_id_of(root: str, name: str) -> str | None:
     """The group whose folder under ``root`` is called ``name``; None for anything else (a
     stray file, a symlink, a name ``encode_name`` would not write)."""

@@ -19,7 +19,7 @@ from kafkalite.errors import (
     InvalidTypeError,
     with_action,
 )
-from kafkalite.group import GroupFiles, describe, list_group_ids, partition_key
+from kafkalite.group import GroupFiles, describe, list_group_ids, members_refusal, partition_key
 from kafkalite.log import Log
 from kafkalite.offsets import OFFSETS_TOPIC, OffsetStore, decode_key
 
@@ -109,17 +109,11 @@ def describe_group(data_dir: DataDir, group_id: str) -> GroupDescription:
 
 
 def _require_inactive(data_dir: DataDir, group_id: str, what: str) -> None:
-    live = [m for m, info in describe(data_dir.path, group_id)["members"].items() if info["alive"]]
-    if live:
-        raise IllegalStateError(
-            f"cannot {what} group {group_id!r}: it has {len(live)} active member(s); stop its consumers first"
-        )
-    server = GroupFiles(data_dir.path, group_id).network_owner()
-    if server is not None:
-        raise IllegalStateError(
-            f"cannot {what} group {group_id!r}: it has network members, coordinated by {server}; "
-            "stop those consumers first"
-        )
+    """Under ``GroupFiles.locked()``: refuse while the group has live members (embedded or
+    network), as Kafka refuses an admin's offset change of a non-empty group."""
+    refusal = members_refusal(data_dir.path, group_id)
+    if refusal is not None:
+        raise IllegalStateError(f"cannot {what} group {group_id!r}: {refusal}; stop its consumers first")
 
 
 def delete_group(data_dir: DataDir, group_id: str) -> int:
@@ -206,6 +200,8 @@ def plan_reset(
 
 
 def execute_reset(data_dir: DataDir, group_id: str, plan: dict[tuple[str, int], int]) -> None:
-    _require_inactive(data_dir, group_id, "reset offsets of")
-    with OffsetStore(data_dir, group_id) as store:
-        store.commit({tp: (offset, "") for tp, offset in plan.items()})
+    # Checked and written under the group's lock, so no member joins in between.
+    with GroupFiles(data_dir.path, group_id).locked():
+        _require_inactive(data_dir, group_id, "reset offsets of")
+        with OffsetStore(data_dir, group_id) as store:
+            store.commit({tp: (offset, "") for tp, offset in plan.items()})

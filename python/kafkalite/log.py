@@ -15,7 +15,7 @@ from kafkalite import _native, validate
 from kafkalite._arrow import require_pyarrow
 from kafkalite._native import Record
 from kafkalite.client_config import LOG_CONFIG
-from kafkalite.errors import InvalidConfigError, InvalidTypeError, bytes_expected
+from kafkalite.errors import InvalidConfigError, InvalidTypeError, NotAPartitionDirError, bytes_expected
 
 _I32 = validate.INT32_MAX
 
@@ -96,6 +96,12 @@ class Log:
     this process: the most disk its writers keep reserved ahead of their data, summed over the
     directory's partitions (None keeps the current limit, 256 MiB unless set).
 
+    ``path`` is one partition's folder, named ``<topic>-<partition>`` as in Kafka's layout
+    (``data/events-0``); anything else raises ``NotAPartitionDirError``, so a typo or a data
+    directory never gets segment files written into it. ``any_folder=True`` opens a folder of
+    any name on purpose (a standalone log); a data directory (``.kafkalite-topics.json`` or a
+    broker's ``meta.properties`` at its top) is refused even then.
+
     Thread safety: a ``Log`` is thread-safe; threads may append and read through one instance
     (its calls are serialized by a mutex inside, with the GIL released while the engine works,
     so other Python threads run meanwhile).
@@ -119,6 +125,7 @@ class Log:
         shared_writers: bool = False,
         compact: bool = False,
         preallocate_budget_bytes: int | None = None,
+        any_folder: bool = False,
     ) -> None:
         path = validate.path("path", path)
         segment_bytes = validate.integer("segment_bytes", segment_bytes, *_TOPIC_BOUNDS["segment.bytes"])
@@ -136,8 +143,14 @@ class Log:
         max_message_bytes = validate.integer(
             "max_message_bytes", max_message_bytes, *_TOPIC_BOUNDS["max.message.bytes"]
         )
-        for name, flag in (("readonly", readonly), ("shared_writers", shared_writers), ("compact", compact)):
+        for name, flag in (
+            ("readonly", readonly),
+            ("shared_writers", shared_writers),
+            ("compact", compact),
+            ("any_folder", any_folder),
+        ):
             validate.boolean(name, flag)
+        _check_partition_folder(path, any_folder)  # after the arguments: their errors come first
         self._compact = compact
         self._native = _native.Log(
             path,
@@ -182,7 +195,7 @@ class Log:
     def append_batches(self, data: bytes | bytearray | memoryview) -> tuple[int, int]:
         """Append pre-built Kafka v2 record batches; they are validated and re-offset."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise bytes_expected("data", data)
+            raise bytes_expected("data", data, serializers=False)
         return self._native.append_batches(bytes(data) if not isinstance(data, bytes) else data)
 
     def encode_batches(
@@ -218,7 +231,7 @@ class Log:
         and returns the original batch's offsets with ``duplicate=True``; a sequence gap raises
         ``OutOfOrderSequenceNumberError``, an older epoch ``InvalidProducerEpochError``."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise bytes_expected("data", data)
+            raise bytes_expected("data", data, serializers=False)
         return Produced(*self._native.append_produce(bytes(data) if not isinstance(data, bytes) else data))
 
     # -- reading ---------------------------------------------------------------------------
@@ -396,6 +409,28 @@ class Log:
         return f"Log({self.path!r}, {state})"
 
 
+#: Files at the top of a data directory (kafkalite's metadata, a Kafka broker's identity).
+_DATA_DIR_FILES = (_native.TOPICS_FILE, _native.KAFKA_META_PROPERTIES)
+
+
+def _check_partition_folder(path: str, any_folder: bool) -> None:
+    """Refuse a data directory, and unless ``any_folder`` a folder not named
+    ``<topic>-<partition>`` (the engine's ``datadir::partition_folder`` decides the name)."""
+    marker = next((f for f in _DATA_DIR_FILES if os.path.lexists(os.path.join(path, f))), None)
+    if marker is not None:
+        raise NotAPartitionDirError(
+            f"{path} is a data directory (it holds {marker}), not a partition: open one of its partitions, "
+            f"Log({os.path.join(path, '<topic>-<partition>')!r}), or use Producer/Consumer({path!r})"
+        )
+    folder = os.path.basename(os.path.normpath(path))
+    if not any_folder and _native.partition_folder(folder) is None:
+        raise NotAPartitionDirError(
+            f"{path} is not a partition folder: Log opens a folder named <topic>-<partition> (Kafka's layout, "
+            f"such as data/events-0), and {folder!r} is not such a name; to keep a log in a folder of any name "
+            "on purpose, pass Log(path, any_folder=True)"
+        )
+
+
 def _values_error(values: object) -> InvalidTypeError:
     """Name the first value append_values cannot take."""
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
@@ -407,7 +442,7 @@ def _values_error(values: object) -> InvalidTypeError:
                 "with append([Record(key, None)])"
             )
         if not isinstance(v, bytes):
-            return bytes_expected(f"values[{i}]", v)
+            return bytes_expected(f"values[{i}]", v, serializers=False)
     return InvalidTypeError("values must be a list of bytes")
 
 

@@ -914,10 +914,13 @@ class Producer(ProducerCore):
     and not a Kafka broker's log directory (``ReadOnlyDataDirError``; see
     ``Admin.adopt_broker_dir``)."""
 
-    def __init__(self, path: str | os.PathLike[str], **config: Any) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None, **config: Any) -> None:
         if "_sender" in self.__dict__:  # its send path and sender thread are this producer's for good
             raise IllegalStateError("this Producer is initialised already: create a new Producer instead")
+        # Before the path: Producer(bootstrap_servers=...) is a BrokerAddressError, not a TypeError.
         self.config = PRODUCER_CONFIG.resolve(config)
+        if path is None:
+            raise InvalidTypeError("Producer() takes the path of a data directory first: Producer('data')")
         data_dir = DataDir(
             validate.path("path", path), create=True
         )  # created by the first auto-created topic

@@ -66,8 +66,15 @@ def number(name: str, value: Any, minimum: float = 0.0, maximum: float = float(I
     if not math.isfinite(value):
         raise InvalidConfigError(f"{name} must be a finite number, not {value!r}")
     if not minimum <= value <= maximum:
-        raise InvalidConfigError(f"{name} must be between {minimum:g} and {maximum:g}, got {value!r}")
+        raise InvalidConfigError(
+            f"{name} must be between {_shown(minimum)} and {_shown(maximum)}, got {value!r}"
+        )
     return value
+
+
+def _shown(bound: float) -> str:
+    """A bound as written in code: 2147483647, not 2.14748e+09."""
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
 
 
 def timeout(name: str, value: Any) -> float | None:

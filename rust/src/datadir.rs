@@ -18,7 +18,9 @@ use serde_json::{json, Map, Value};
 
 use crate::checkpoint::write_atomically;
 use crate::error::{Error, IoContext, Result};
-use crate::files::{ADMIN_LOCK_FILE, APPEND_LOCK_FILE, TOPICS_FILE, WRITERS_FILE};
+use crate::files::{
+    ADMIN_LOCK_FILE, APPEND_LOCK_FILE, KAFKA_META_PROPERTIES, KAFKA_PARTITION_FILES, TOPICS_FILE, WRITERS_FILE,
+};
 use crate::offsets_codec::OFFSETS_TOPIC;
 use crate::options::LogConfig;
 use crate::record::Compression;
@@ -28,12 +30,22 @@ use crate::topic_config;
 pub const MAX_PARTITIONS: i32 = topic_config::MAX_PARTITIONS as i32;
 
 /// One topic as the metadata file describes it. `discovered` topics come from the folder
-/// names of a directory without metadata (a Kafka broker's): read-only.
+/// names of a Kafka broker's log directory (`DataDir::broker_owned`): read-only.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TopicMeta {
     pub partitions: i32,
     pub config: Map<String, Value>,
     pub discovered: bool,
+}
+
+/// (topic, partition) of a `<topic>-<partition>` folder name (Kafka's partition folders), None
+/// for any other name.
+pub fn partition_folder(name: &str) -> Option<(String, i32)> {
+    let (topic, partition) = name.rsplit_once('-')?;
+    let partition =
+        partition.parse::<i32>().ok().filter(|p| *p >= 0 && partition.bytes().all(|b| b.is_ascii_digit()))?;
+    validate_topic_name(topic).ok()?;
+    Some((topic.to_string(), partition))
 }
 
 /// Kafka's topic-name rules (`Topic.validate`), with the message datadir.py gives.
@@ -52,6 +64,17 @@ pub fn validate_topic_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Kafka's transaction log topic (`Topic.TRANSACTION_STATE_TOPIC_NAME`).
+pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+/// Kafka's internal topics (`Topic.INTERNAL_TOPICS`), the one list: clients may not create or
+/// delete them (they are kafkalite's own: `__consumer_offsets` holds the committed offsets in
+/// 50 partitions; a topic of another shape would break every group), nor change their partitions.
+pub const INTERNAL_TOPICS: [&str; 2] = [OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC];
+
+pub fn is_internal(topic: &str) -> bool {
+    INTERNAL_TOPICS.contains(&topic)
+}
+
 /// Kafka's rule for destructive admin calls on an internal topic, the one copy that DeleteTopics
 /// and DeleteRecords (the server's) and `Admin.delete_topic` / `Admin.delete_records` (embedded)
 /// all apply: `__consumer_offsets` holds every consumer group's committed offsets, so deleting
@@ -59,13 +82,13 @@ pub fn validate_topic_name(name: &str) -> Result<()> {
 /// the topic's cleanup.policy (changing that config stays allowed, as in Kafka). `what` names
 /// the refused call in the message.
 pub fn refuse_internal(topic: &str, what: &str) -> Result<()> {
-    if topic != OFFSETS_TOPIC {
+    if !is_internal(topic) {
         return Ok(());
     }
     Err(Error::InvalidTopic(format!(
-        "{OFFSETS_TOPIC} is an internal topic (it holds every consumer group's committed offsets), so {what} \
-         is not allowed on it; to drop or move a group's offsets, delete the group or reset its offsets \
-         (Admin.delete_group, Admin.reset_offsets)"
+        "{topic} is an internal topic (Kafka's, kept by kafkalite: {OFFSETS_TOPIC} holds every consumer group's \
+         committed offsets), so {what} is not allowed on it; to drop or move a group's offsets, delete the \
+         group or reset its offsets (Admin.delete_group, Admin.reset_offsets)"
     )))
 }
 
@@ -130,24 +153,46 @@ impl DataDir {
         Ok(data.and_then(|d| d.get("config").and_then(Value::as_object).cloned()).unwrap_or_default())
     }
 
+    /// The topics of a directory without metadata, from its `<topic>-<partition>` folders:
+    /// `discovered` (read-only) in a broker's log directory; otherwise folders that kafkalite's
+    /// `Log` made, which the first metadata write records as topics (`update`).
     fn discovered(&self) -> Result<BTreeMap<String, TopicMeta>> {
+        let broker = self.broker_owned()?;
         let mut found = BTreeMap::new();
-        let entries = std::fs::read_dir(&self.path).context(|| format!("cannot list {}", self.path.display()))?;
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let Some((topic, partition)) = name.rsplit_once('-') else { continue };
-            let Ok(partition) = partition.parse::<i32>() else { continue };
-            if partition < 0 || !entry.path().is_dir() || validate_topic_name(topic).is_err() {
-                continue;
-            }
-            let meta = found.entry(topic.to_string()).or_insert(TopicMeta {
-                partitions: 0,
-                config: Map::new(),
-                discovered: true,
-            });
+        for (topic, partition) in self.partition_folders()? {
+            let meta =
+                found.entry(topic).or_insert(TopicMeta { partitions: 0, config: Map::new(), discovered: broker });
             meta.partitions = meta.partitions.max(partition + 1);
         }
         Ok(found)
+    }
+
+    /// Every `<topic>-<partition>` folder at the top of the directory, as (topic, partition).
+    fn partition_folders(&self) -> Result<Vec<(String, i32)>> {
+        let entries = std::fs::read_dir(&self.path).context(|| format!("cannot list {}", self.path.display()))?;
+        Ok(entries
+            .flatten()
+            .filter(|entry| entry.path().is_dir())
+            .filter_map(|entry| partition_folder(&entry.file_name().to_string_lossy()))
+            .collect())
+    }
+
+    /// A Kafka broker's log directory, which kafkalite only reads (the broker's metadata log owns
+    /// its topics) until it is adopted: no kafkalite metadata, and the broker's `meta.properties`
+    /// at the top or a partition folder holding a file only a broker writes
+    /// (`KAFKA_PARTITION_FILES`). Partition folders alone do not make one: `Log("dir/t-0")`
+    /// makes such a folder in a directory kafkalite then owns.
+    pub fn broker_owned(&self) -> Result<bool> {
+        if self.metadata_path().exists() {
+            return Ok(false);
+        }
+        if self.path.join(KAFKA_META_PROPERTIES).exists() {
+            return Ok(true);
+        }
+        Ok(self.partition_folders()?.iter().any(|(topic, partition)| {
+            let folder = self.partition_path(topic, *partition);
+            KAFKA_PARTITION_FILES.iter().any(|name| folder.join(name).exists())
+        }))
     }
 
     /// Create a topic as `Admin.create_topic` does. `config` holds Kafka config strings.
@@ -175,6 +220,7 @@ impl DataDir {
                 let dir = self.partition_path(name, p);
                 std::fs::create_dir_all(&dir).context(|| format!("cannot create {}", dir.display()))?;
             }
+            topic_config::warn_unapplied(&format!("topic {name:?}"), &Map::new(), &checked);
             topics.insert(name.to_string(), json!({"partitions": partitions, "config": checked}));
             created = true;
             Ok(())
@@ -281,6 +327,9 @@ impl DataDir {
     /// `validate_only` checks without changing anything.
     pub fn create_partitions(&self, name: &str, total: i32, validate_only: bool) -> Result<()> {
         validate_topic_name(name)?;
+        // A group's partition of `__consumer_offsets` is its hash modulo 50: more partitions
+        // would move the groups away from their committed offsets.
+        refuse_internal(name, "adding partitions")?;
         if !(1..=MAX_PARTITIONS).contains(&total) {
             return Err(Error::config(format!(
                 "partitions must be between 1 and {MAX_PARTITIONS} (MAX_PARTITIONS), got {total}"
@@ -332,6 +381,7 @@ impl DataDir {
             let entry = topics.get_mut(name).ok_or_else(unknown)?;
             let current = entry.get("config").and_then(Value::as_object).cloned().unwrap_or_default();
             let checked = topic_config::validate_topic_config(&change(&current)?)?;
+            topic_config::warn_unapplied(&format!("topic {name:?}"), &current, &checked);
             entry["config"] = Value::Object(checked);
             Ok(())
         })
@@ -350,7 +400,9 @@ impl DataDir {
         update_metadata(&self.path, |data| {
             let mut data = data.unwrap_or_else(|| json!({"version": 1, "topics": {}}));
             let current = data.get("config").and_then(Value::as_object).cloned().unwrap_or_default();
-            data["config"] = Value::Object(topic_config::validate_dir_config(&change(&current)?)?);
+            let checked = topic_config::validate_dir_config(&change(&current)?)?;
+            topic_config::warn_unapplied("the data directory", &current, &checked);
+            data["config"] = Value::Object(checked);
             Ok::<_, Error>(data)
         })
     }
@@ -364,13 +416,21 @@ impl DataDir {
         update_metadata(&self.path, |data| {
             let mut data = match data {
                 Some(data) => data,
-                None if !self.discovered()?.is_empty() => {
+                None if self.broker_owned()? => {
                     return Err(Error::config(format!(
-                        "{} holds partitions but no kafkalite metadata (a Kafka broker's log directory?); it can be read but not changed",
+                        "{} is a Kafka broker's log directory (no kafkalite metadata); it can be read but not changed",
                         self.path.display()
                     )))
                 }
-                None => json!({"version": 1, "topics": {}}),
+                // Partition folders made by kafkalite's `Log` become topics.
+                None => {
+                    let topics: Map<String, Value> = self
+                        .discovered()?
+                        .into_iter()
+                        .map(|(name, meta)| (name, json!({"partitions": meta.partitions, "config": {}})))
+                        .collect();
+                    json!({"version": 1, "topics": topics})
+                }
             };
             // `read_metadata` has checked that "topics" is an object.
             if let Some(topics) = data.get_mut("topics").and_then(Value::as_object_mut) {

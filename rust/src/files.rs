@@ -116,6 +116,10 @@ pub const KAFKA_RECOVERY_POINT: &str = "recovery-point-offset-checkpoint";
 pub const KAFKA_CLEANER_OFFSET: &str = "cleaner-offset-checkpoint";
 /// A Kafka broker's log-directory identity file.
 pub const KAFKA_META_PROPERTIES: &str = "meta.properties";
+/// Files a Kafka broker keeps in every partition folder and kafkalite never writes (the topic
+/// id since Kafka 2.8; the leader epochs since 0.11): how a broker's log directory without
+/// `meta.properties` is told from partition folders that kafkalite's `Log` made.
+pub const KAFKA_PARTITION_FILES: [&str; 2] = ["partition.metadata", "leader-epoch-checkpoint"];
 
 #[cfg(test)]
 mod tests {

@@ -39,6 +39,8 @@ pub enum Kind {
     List(&'static [&'static str]),
     /// true or false.
     Bool,
+    /// Any string (Kafka's throttled-replica lists, which name brokers and partitions).
+    Text,
 }
 
 impl Kind {
@@ -50,6 +52,7 @@ impl Kind {
             Kind::Choice(_) => "string",
             Kind::List(_) => "list",
             Kind::Bool => "boolean",
+            Kind::Text => "string",
         }
     }
 }
@@ -66,6 +69,10 @@ pub struct ConfigDef {
     /// Kafka's default, as stored in the metadata file.
     pub default: DefaultValue,
     pub doc: &'static str,
+    /// False for the configs Kafka 4.x accepts that kafkalite stores and reports but does not
+    /// act on (remote storage, replication, flushing schedules, ...): a client setting one is
+    /// accepted, as by a Kafka broker, and a WARNING says that it changes nothing here.
+    pub applied: bool,
 }
 
 /// A default value (`const`-constructible, unlike `serde_json::Value`).
@@ -95,10 +102,24 @@ const fn topic(
     default: DefaultValue,
     doc: &'static str,
 ) -> ConfigDef {
-    ConfigDef { name, broker_name: Some(broker_name), kind, default, doc }
+    ConfigDef { name, broker_name: Some(broker_name), kind, default, doc, applied: true }
 }
 
-/// Every topic config kafkalite implements, with Kafka's defaults (sorted by name).
+/// A topic config kafkalite stores and reports but does not apply (`ConfigDef::applied`).
+const fn unapplied(
+    name: &'static str,
+    broker_name: Option<&'static str>,
+    kind: Kind,
+    default: DefaultValue,
+    doc: &'static str,
+) -> ConfigDef {
+    ConfigDef { name, broker_name, kind, default, doc, applied: false }
+}
+
+const LONG: Kind = Kind::Int { min: 0, max: i64::MAX };
+
+/// Every topic config of Kafka 4.x (its `LogConfig`), with Kafka's defaults: first those
+/// kafkalite implements, then those it stores and reports but does not apply, each sorted by name.
 pub static TOPIC_CONFIGS: &[ConfigDef] = &[
     topic(
         "cleanup.policy",
@@ -179,6 +200,195 @@ pub static TOPIC_CONFIGS: &[ConfigDef] = &[
         DefaultValue::Int(604_800_000),
         "Roll to a new segment file after this long even if it is not full (so retention can delete it).",
     ),
+    // Stored and reported, not applied (`ConfigDef::applied`).
+    unapplied(
+        "compression.gzip.level",
+        Some("compression.gzip.level"),
+        Kind::Int { min: -1, max: 9 },
+        DefaultValue::Int(-1),
+        "The gzip level of compression.type=gzip. Accepted and reported as by Kafka; kafkalite does not write gzip.",
+    ),
+    unapplied(
+        "compression.lz4.level",
+        Some("compression.lz4.level"),
+        Kind::Int { min: 1, max: 17 },
+        DefaultValue::Int(9),
+        "The lz4 level of compression.type=lz4. Accepted and reported as by Kafka; kafkalite does not write lz4.",
+    ),
+    unapplied(
+        "compression.zstd.level",
+        Some("compression.zstd.level"),
+        Kind::Int { min: -131_072, max: 22 },
+        DefaultValue::Int(3),
+        "The zstd level of compression.type=zstd. Accepted and reported as by Kafka; kafkalite writes zstd at its \
+         default level.",
+    ),
+    unapplied(
+        "file.delete.delay.ms",
+        Some("log.segment.delete.delay.ms"),
+        LONG,
+        DefaultValue::Int(60_000),
+        "How long Kafka waits before deleting a file from the file system. Accepted and reported as by Kafka; \
+         kafkalite deletes segments at once (readers keep their open maps).",
+    ),
+    unapplied(
+        "flush.messages",
+        Some("log.flush.interval.messages"),
+        Kind::Int { min: 1, max: i64::MAX },
+        DefaultValue::Int(i64::MAX),
+        "Force an fsync after this many records. Accepted and reported as by Kafka; kafkalite's writers choose \
+         their durability (durable_acks, acks='all').",
+    ),
+    unapplied(
+        "flush.ms",
+        Some("log.flush.interval.ms"),
+        LONG,
+        DefaultValue::Int(i64::MAX),
+        "Force an fsync after this long. Accepted and reported as by Kafka; kafkalite's writers choose their \
+         durability (durable_acks, acks='all').",
+    ),
+    unapplied(
+        "follower.replication.throttled.replicas",
+        None,
+        Kind::Text,
+        DefaultValue::Str(""),
+        "Replicas whose replication is throttled on the follower side. Accepted and reported as by Kafka; \
+         kafkalite has no replicas.",
+    ),
+    unapplied(
+        "index.interval.bytes",
+        Some("log.index.interval.bytes"),
+        Kind::Int { min: 0, max: I32_MAX },
+        DefaultValue::Int(4096),
+        "How often an offset index entry is added. Accepted and reported as by Kafka; kafkalite indexes every \
+         4096 bytes.",
+    ),
+    unapplied(
+        "leader.replication.throttled.replicas",
+        None,
+        Kind::Text,
+        DefaultValue::Str(""),
+        "Replicas whose replication is throttled on the leader side. Accepted and reported as by Kafka; \
+         kafkalite has no replicas.",
+    ),
+    unapplied(
+        "local.retention.bytes",
+        Some("log.local.retention.bytes"),
+        Kind::Int { min: -2, max: i64::MAX },
+        DefaultValue::Int(-2),
+        "Tiered storage: local bytes kept once segments are in remote storage. Accepted and reported as by \
+         Kafka; kafkalite has no remote storage.",
+    ),
+    unapplied(
+        "local.retention.ms",
+        Some("log.local.retention.ms"),
+        Kind::Int { min: -2, max: i64::MAX },
+        DefaultValue::Int(-2),
+        "Tiered storage: how long local segments are kept once in remote storage. Accepted and reported as by \
+         Kafka; kafkalite has no remote storage.",
+    ),
+    unapplied(
+        "max.compaction.lag.ms",
+        Some("log.cleaner.max.compaction.lag.ms"),
+        Kind::Int { min: 1, max: i64::MAX },
+        DefaultValue::Int(i64::MAX),
+        "The longest a record may stay uncompacted. Accepted and reported as by Kafka; kafkalite compacts by \
+         min.cleanable.dirty.ratio.",
+    ),
+    unapplied(
+        "message.timestamp.after.max.ms",
+        Some("log.message.timestamp.after.max.ms"),
+        LONG,
+        DefaultValue::Int(3_600_000),
+        "How far in the future a CreateTime timestamp may be. Accepted and reported as by Kafka; kafkalite does \
+         not refuse records by their timestamp.",
+    ),
+    unapplied(
+        "message.timestamp.before.max.ms",
+        Some("log.message.timestamp.before.max.ms"),
+        LONG,
+        DefaultValue::Int(i64::MAX),
+        "How far in the past a CreateTime timestamp may be. Accepted and reported as by Kafka; kafkalite does \
+         not refuse records by their timestamp.",
+    ),
+    unapplied(
+        "min.insync.replicas",
+        Some("min.insync.replicas"),
+        Kind::Int { min: 1, max: I32_MAX },
+        DefaultValue::Int(1),
+        "Replicas that must have a write for acks=all. Accepted and reported as by Kafka; kafkalite is one \
+         replica.",
+    ),
+    unapplied(
+        "preallocate",
+        Some("log.preallocate"),
+        Kind::Bool,
+        DefaultValue::Bool(false),
+        "Preallocate segment files. Accepted and reported as by Kafka; kafkalite preallocates within \
+         log.preallocate.budget.bytes.",
+    ),
+    unapplied(
+        "remote.copy.lag.bytes",
+        None,
+        Kind::Int { min: -1, max: i64::MAX },
+        DefaultValue::Int(0),
+        "Tiered storage: bytes a segment waits before it is copied. Accepted and reported as by Kafka; kafkalite \
+         has no remote storage.",
+    ),
+    unapplied(
+        "remote.copy.lag.ms",
+        None,
+        Kind::Int { min: -1, max: i64::MAX },
+        DefaultValue::Int(0),
+        "Tiered storage: how long a segment waits before it is copied. Accepted and reported as by Kafka; \
+         kafkalite has no remote storage.",
+    ),
+    unapplied(
+        "remote.log.copy.disable",
+        None,
+        Kind::Bool,
+        DefaultValue::Bool(false),
+        "Tiered storage: stop copying segments. Accepted and reported as by Kafka; kafkalite has no remote \
+         storage.",
+    ),
+    unapplied(
+        "remote.log.delete.on.disable",
+        None,
+        Kind::Bool,
+        DefaultValue::Bool(false),
+        "Tiered storage: delete remote data when it is disabled. Accepted and reported as by Kafka; kafkalite \
+         has no remote storage.",
+    ),
+    unapplied(
+        "remote.storage.enable",
+        None,
+        Kind::Bool,
+        DefaultValue::Bool(false),
+        "Tiered storage for the topic. Accepted and reported as by Kafka; kafkalite has no remote storage.",
+    ),
+    unapplied(
+        "segment.index.bytes",
+        Some("log.index.size.max.bytes"),
+        Kind::Int { min: 4, max: I32_MAX },
+        DefaultValue::Int(10_485_760),
+        "The size of a segment's index files. Accepted and reported as by Kafka; kafkalite sizes its indexes \
+         itself.",
+    ),
+    unapplied(
+        "segment.jitter.ms",
+        Some("log.roll.jitter.ms"),
+        LONG,
+        DefaultValue::Int(0),
+        "A random jitter subtracted from segment.ms. Accepted and reported as by Kafka; kafkalite rolls at \
+         segment.ms.",
+    ),
+    unapplied(
+        "unclean.leader.election.enable",
+        Some("unclean.leader.election.enable"),
+        Kind::Bool,
+        DefaultValue::Bool(false),
+        "Let an out-of-sync replica become leader. Accepted and reported as by Kafka; kafkalite has no replicas.",
+    ),
 ];
 
 /// The data directory's own config (a broker's `server.properties` keys that are not topic
@@ -190,6 +400,7 @@ pub static DIR_CONFIGS: &[ConfigDef] = &[
         kind: Kind::Bool,
         default: DefaultValue::Bool(true),
         doc: "A producer's first write to an unknown topic creates it (with num.partitions partitions).",
+        applied: true,
     },
     ConfigDef {
         name: "num.partitions",
@@ -197,6 +408,7 @@ pub static DIR_CONFIGS: &[ConfigDef] = &[
         kind: Kind::Int { min: 1, max: MAX_PARTITIONS },
         default: DefaultValue::Int(1),
         doc: "The partitions of an auto-created topic.",
+        applied: true,
     },
     ConfigDef {
         name: "log.preallocate.budget.bytes",
@@ -206,6 +418,7 @@ pub static DIR_CONFIGS: &[ConfigDef] = &[
         doc: "kafkalite's own (a Kafka broker has only the switch log.preallocate): the most bytes one process \
               keeps reserved on disk ahead of its writers, over all partitions of the data directory. When it is \
               spent, a segment grows by what each append needs.",
+        applied: true,
     },
 ];
 
@@ -290,6 +503,10 @@ impl ConfigDef {
                 }
                 Ok(json!(parts.join(",")))
             }
+            Kind::Text => match value {
+                Value::String(_) => Ok(value.clone()),
+                _ => Err(Error::config(format!("{key} must be a string, not {}", show(value)))),
+            },
             Kind::Bool => match value {
                 Value::Bool(b) => Ok(json!(b)),
                 Value::String(s) if s.eq_ignore_ascii_case("true") => Ok(json!(true)),
@@ -314,6 +531,22 @@ pub fn validate_topic_config(config: &Map<String, Value>) -> Result<Map<String, 
         out.insert(key.clone(), def.validate(value)?);
     }
     Ok(out)
+}
+
+/// Log a WARNING for each config of `after` that kafkalite does not apply and that `before` did
+/// not already have with the same value: the client that set it is told nothing changes here.
+/// `what` names the topic (or the data directory) for the line.
+pub fn warn_unapplied(what: &str, before: &Map<String, Value>, after: &Map<String, Value>) {
+    for (key, value) in after {
+        let def = topic_def(key).or_else(|| TOPIC_CONFIGS.iter().find(|d| d.broker_name == Some(key.as_str())));
+        if def.is_some_and(|d| !d.applied) && before.get(key) != Some(value) {
+            ::log::warn!(
+                target: "kafkalite::engine",
+                "{what}: {key}={} is stored and reported, but kafkalite does not apply it (see docs/configuration.md)",
+                show(value)
+            );
+        }
+    }
 }
 
 /// Check data-directory config (a broker's names: `DIR_CONFIGS` and each topic config's

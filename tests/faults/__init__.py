@@ -1,4 +1,4 @@
-"""The fault-injection suite (issue 9): child processes that produce and consume while a
+"""The fault-injection suites. Issue 9's: child processes that produce and consume while a
 controller kills, stops, starves and fills the disk under them, and a checker of the
 invariants the README promises, computed from what every client journaled.
 
@@ -9,4 +9,20 @@ invariants the README promises, computed from what every client journaled.
 - ``checker.py``   the invariants, from the journals and the recovered data directory
 
 ``python -m faults.controller --seconds 600 [--seed N]`` (with ``tests`` on PYTHONPATH) runs
-the long version; ``tests/test_fault_injection.py`` the short one."""
+the long version; ``tests/test_fault_injection.py`` the short one.
+
+The server soak-and-fault suite (issue 21) reuses them around ``kafkalite serve``:
+
+- ``server_controller.py`` the server as a child (kill -9, restart), network and embedded
+                   clients, the probe, the attack episodes, RSS samples; then the checks
+- ``server_producer_child.py`` / ``server_member_child.py``  network clients (confluent-kafka
+                   idempotent acks=all; kafka-python group members through member_child's Member)
+- ``server_probe.py``  ApiVersions/Metadata/Produce/Fetch/OffsetFetch latencies, all run long
+- ``server_attacks.py`` hostile frames, fetch amplification, metadata floods, idle connections,
+                   commits from outside the groups (one episode per process)
+- ``server_wire.py``  Kafka framing with deadlines, requests by kafka-python's protocol classes
+- ``server_checker.py`` the invariants by name (the checker's rules plus deadlines, RSS,
+                   non-owner commits)
+
+``python -m faults.server_controller --seconds 900 [--seed N] [--attacks ...]`` runs the long
+version; ``tests/test_server_fault_injection.py`` the short one."""

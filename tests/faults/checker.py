@@ -134,8 +134,20 @@ def committed_offsets(
 
 
 def check(
-    run_dir: str, data_dir: str, topics: dict[str, dict[str, Any]], group: str
+    run_dir: str,
+    data_dir: str,
+    topics: dict[str, dict[str, Any]],
+    group: str,
+    producers: str = "p*.jsonl",
+    members: dict[str, str] | None = None,
+    zombie_polls_allowed: frozenset[str] = frozenset(),
 ) -> tuple[list[str], Stats, list[str]]:
+    """Rules 1-7 over the journals of ``run_dir``: the producers' are those matching
+    ``producers``; ``members`` maps each group to the pattern of its members' journals
+    (default: ``group``'s members are ``m*.jsonl``). Ownership and commits are per group.
+    ``zombie_polls_allowed``: groups of Kafka clients, whose polls rule 5 does not hold to
+    (a Kafka client returns records fetched before it learns it was evicted; only its commits
+    must fail); kafkalite's Consumer checks its membership before it returns records."""
     violations: list[str] = []
     stats = Stats()
     journals = os.path.join(run_dir, "journals")
@@ -153,7 +165,7 @@ def check(
         tuple[str, int, int, str, int, str | None, int]
     ] = []  # topic, part, off, producer, seq, key, send_t
     failed_keys: dict[tuple[str, str], list[int]] = defaultdict(list)  # (topic, key) -> fail times
-    for path in sorted(glob.glob(os.path.join(journals, "p*.jsonl"))):
+    for path in sorted(glob.glob(os.path.join(journals, producers))):
         name = os.path.basename(path)[: -len(".jsonl")]
         for ev in J.read(path):
             kind = ev["ev"]
@@ -170,48 +182,10 @@ def check(
             _count_fault(stats, ev)
     stats.acknowledged = len(acks)
 
-    # -- members ---------------------------------------------------------------------------
-    polls: list[tuple[str, int, int, str, int, list]] = []  # member, t0, t, topic, part, rows
-    commits: list[tuple[int, str, str, int, int]] = []  # t0, member, topic, part, offset
-    certain: dict[tuple[str, int], list[tuple[int, int, str]]] = defaultdict(list)
-    for path in sorted(glob.glob(os.path.join(journals, "m*.jsonl"))):
-        name = os.path.basename(path)[: -len(".jsonl")]
-        open_since: dict[tuple[str, int], int] = {}
-        last_commit: dict[tuple[str, int], int] = {}
-
-        def close(
-            tp: tuple[str, int],
-            name: str = name,
-            open_since: dict = open_since,
-            last_commit: dict = last_commit,
-        ) -> None:
-            start = open_since.pop(tp, None)
-            end = last_commit.pop(tp, None)
-            if start is not None and end is not None and end > start:
-                certain[tp].append((start, end, name))
-
-        for ev in J.read(path):
-            kind = ev["ev"]
-            if kind == "assign":
-                for t, p in ev["tps"]:
-                    close((t, p))
-                    open_since[(t, p)] = ev["t"]
-            elif kind in ("revoke", "lost"):
-                for t, p in ev["tps"]:
-                    close((t, p))
-            elif kind == "commit":
-                for t, p, off in ev["offsets"]:
-                    commits.append((ev["t0"], name, t, p, off))
-                    if (t, p) in open_since:
-                        last_commit[(t, p)] = ev["t0"]
-            elif kind == "poll":
-                for key, rows in ev["records"].items():
-                    t, p = key.rsplit(":", 1)
-                    polls.append((name, ev["t0"], ev["t"], t, int(p), rows))
-                    stats.consumed += len(rows)
-            _count_fault(stats, ev)
-        for tp in list(open_since):
-            close(tp)
+    # -- members, per group ----------------------------------------------------------------
+    members = {group: "m*.jsonl"} if members is None else members
+    evidence = {g: read_members(journals, pattern, stats) for g, pattern in members.items()}
+    polls = [poll for ev in evidence.values() for poll in ev.polls]
 
     # -- 2. offsets acknowledged twice -------------------------------------------------------
     by_offset: dict[tuple[str, int, int], tuple[str, int]] = {}
@@ -325,6 +299,85 @@ def check(
             f"{topic}-{part}: {len(rows)} consumed records differ from the log: {'; '.join(rows[:5])}"
         )
 
+    for g, ev in evidence.items():
+        violations.extend(check_group(g, ev, data_dir, parts, zombie_polls=g not in zombie_polls_allowed))
+
+    # -- 7. processes ----------------------------------------------------------------------
+    violations.extend(check_processes(run_dir, stats))
+    return violations, stats, notes
+
+
+@dataclass
+class GroupEvidence:
+    """What the members of one group journaled: their polls, accepted commits and the
+    intervals of certain ownership (rule 5)."""
+
+    polls: list[tuple[str, int, int, str, int, list]] = field(
+        default_factory=list
+    )  # member, t0, t, topic, part, rows
+    commits: list[tuple[int, str, str, int, int]] = field(
+        default_factory=list
+    )  # t0, member, topic, part, offset
+    certain: dict[tuple[str, int], list[tuple[int, int, str]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+
+
+def read_members(journals: str, pattern: str, stats: Stats) -> GroupEvidence:
+    """The evidence of the members whose journals match ``pattern`` (one group)."""
+    ev = GroupEvidence()
+    polls, commits, certain = ev.polls, ev.commits, ev.certain
+    for path in sorted(glob.glob(os.path.join(journals, pattern))):
+        name = os.path.basename(path)[: -len(".jsonl")]
+        open_since: dict[tuple[str, int], int] = {}
+        last_commit: dict[tuple[str, int], int] = {}
+
+        def close(
+            tp: tuple[str, int],
+            name: str = name,
+            open_since: dict = open_since,
+            last_commit: dict = last_commit,
+        ) -> None:
+            start = open_since.pop(tp, None)
+            end = last_commit.pop(tp, None)
+            if start is not None and end is not None and end > start:
+                certain[tp].append((start, end, name))
+
+        for event in J.read(path):
+            kind = event["ev"]
+            if kind == "assign":
+                for t, p in event["tps"]:
+                    close((t, p))
+                    open_since[(t, p)] = event["t"]
+            elif kind in ("revoke", "lost"):
+                for t, p in event["tps"]:
+                    close((t, p))
+            elif kind == "commit":
+                for t, p, off in event["offsets"]:
+                    commits.append((event["t0"], name, t, p, off))
+                    if (t, p) in open_since:
+                        last_commit[(t, p)] = event["t0"]
+            elif kind == "poll":
+                for key, rows in event["records"].items():
+                    t, p = key.rsplit(":", 1)
+                    polls.append((name, event["t0"], event["t"], t, int(p), rows))
+                    stats.consumed += len(rows)
+            _count_fault(stats, event)
+        for tp in list(open_since):
+            close(tp)
+    return ev
+
+
+def check_group(
+    group: str,
+    ev: GroupEvidence,
+    data_dir: str,
+    parts: dict[tuple[str, int], PartitionState],
+    zombie_polls: bool = True,
+) -> list[str]:
+    """Rules 5 and 6 for one group (rule 5's polls only with ``zombie_polls``)."""
+    violations: list[str] = []
+    certain, polls, commits = ev.certain, ev.polls, ev.commits
     # -- 5. ownership ----------------------------------------------------------------------
     for tp, intervals in sorted(certain.items()):
         intervals.sort()
@@ -338,7 +391,7 @@ def check(
                         f"{m2} (assigned at {s2}, commit accepted at {e2}) at once"
                     )
     zombie: dict[tuple[str, str, int], list[str]] = defaultdict(list)
-    for member, t0, t, topic, part, rows in polls:
+    for member, t0, t, topic, part, rows in polls if zombie_polls else ():
         for s, e, owner in certain.get((topic, part), ()):
             if owner != member and s < t0 and t < e:
                 zombie[(member, topic, part)].append(
@@ -371,10 +424,7 @@ def check(
             violations.append(
                 f"final committed offset of {tp[0]}-{tp[1]} is {got}, beyond the log end {st.log_end}"
             )
-
-    # -- 7. processes ----------------------------------------------------------------------
-    violations.extend(check_processes(run_dir, stats))
-    return violations, stats, notes
+    return violations
 
 
 def _count_fault(stats: Stats, ev: dict[str, Any]) -> None:

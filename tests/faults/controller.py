@@ -106,7 +106,21 @@ class Result:
         return "\n".join(lines)
 
 
+def child_env() -> dict[str, str]:
+    """A child's environment: tests/ on PYTHONPATH (``python -m faults.X``), stacks on a fatal
+    signal or a hang dump (faulthandler prints every thread's)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([TESTS_DIR, *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONFAULTHANDLER"] = "1"
+    return env
+
+
 class Controller:
+    #: How long a SIGSTOPped child stays stopped: beyond session_timeout_ms, so it gets evicted.
+    STOP_SECONDS = (0.1, 4.0)
+    #: The odds of each tick's fault (``disk`` only on the tmpfs).
+    ACTION_WEIGHTS = {"kill": 25, "stop": 25, "disk": 10, "none": 40}
+
     def __init__(
         self, seed: int, seconds: float, run_dir: str, out: Any = print, faults: bool = True
     ) -> None:
@@ -177,28 +191,34 @@ class Controller:
             admin.create_topic(name, meta["partitions"], meta["config"])
 
     # -- children --------------------------------------------------------------------------
+    def command(self, slot: str, name: str) -> tuple[str, list[str], int]:
+        """The module a slot runs (``python -m``), its arguments and its descriptor limit:
+        ``p*`` slots are embedded producers, the others embedded group members."""
+        rng = self.rng
+        nofile = rng.choice([48, 64, 96, 128]) if rng.random() < 0.25 and self.faults else 0
+        args = self.child_args(name, ",".join(self.topics)) + ["--nofile", str(nofile)]
+        if slot.startswith("p"):
+            return "faults.producer_child", args, nofile
+        stall = rng.choice([0, 0, 0.01, 0.03]) if self.faults else 0
+        args += ["--group", GROUP, "--strategy", self.strategy, "--stall-probability", str(stall)]
+        return "faults.member_child", args, nofile
+
+    def child_args(self, name: str, topics: str) -> list[str]:
+        """The arguments every child takes (``journal.child_args``)."""
+        return [
+            "--data", self.data,
+            "--journal", os.path.join(self.journals, f"{name}.jsonl"),
+            "--name", name,
+            "--topics", topics,
+            "--seed", str(self.rng.randrange(2**32)),
+        ]  # fmt: skip
+
     def spawn(self, slot: str) -> None:
         rng = self.rng
         inc = self.incarnations[slot] = self.incarnations.get(slot, -1) + 1
         name = f"{slot}.{inc}"
-        nofile = rng.choice([48, 64, 96, 128]) if rng.random() < 0.25 and self.faults else 0
-        args = [
-            "--data", self.data,
-            "--journal", os.path.join(self.journals, f"{name}.jsonl"),
-            "--name", name,
-            "--topics", ",".join(self.topics),
-            "--seed", str(rng.randrange(2**32)),
-            "--nofile", str(nofile),
-        ]  # fmt: skip
-        if slot.startswith("p"):
-            module = "faults.producer_child"
-        else:
-            module = "faults.member_child"
-            stall = rng.choice([0, 0, 0.01, 0.03]) if self.faults else 0
-            args += ["--group", GROUP, "--strategy", self.strategy, "--stall-probability", str(stall)]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([TESTS_DIR, *filter(None, [env.get("PYTHONPATH")])])
-        env["PYTHONFAULTHANDLER"] = "1"  # a fatal signal or a hang dump prints every thread's stack
+        module, args, nofile = self.command(slot, name)
+        env = child_env()
         failpoints = None
         if self.failpoints and rng.random() < 0.3 and self.faults:
             chosen = rng.sample(self.failpoints, k=min(len(self.failpoints), rng.randint(1, 2)))
@@ -208,18 +228,19 @@ class Controller:
             env["KAFKALITE_FAILPOINTS"] = failpoints
         else:
             env.pop("KAFKALITE_FAILPOINTS", None)
-        stderr = os.path.join(self.logs, f"{name}.err")
-        with open(stderr, "wb") as err:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", module, *args],
-                stdin=subprocess.DEVNULL,
-                stdout=err,
-                stderr=err,
-                env=env,
-                cwd=self.run_dir,
-            )
+        proc, stderr = self.popen(name, [sys.executable, "-m", module, *args], env)
         self.children[slot] = Child(slot, inc, proc, stderr, failpoints)
         self.journal.write("start", name=name, pid=proc.pid, nofile=nofile, failpoints=failpoints)
+
+    def popen(
+        self, name: str, argv: list[str], env: dict[str, str], **kwargs: Any
+    ) -> tuple[subprocess.Popen, str]:
+        """Start a child in the run directory, its output in ``stderr/NAME.err``."""
+        stderr = os.path.join(self.logs, f"{name}.err")
+        with open(stderr, "wb") as err:
+            kwargs = {"stdout": err, "stderr": err, **kwargs}
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env, cwd=self.run_dir, **kwargs)
+        return proc, stderr
 
     def signal(self, child: Child, sig: int) -> None:
         try:
@@ -229,6 +250,11 @@ class Controller:
         child.signals_sent.add(sig)
 
     def reap(self, child: Child) -> None:
+        self.journal_exit(child)
+        del self.children[child.slot]
+
+    def journal_exit(self, child: Child) -> None:
+        """The ``exit`` event the checker's rule 7 reads."""
         rc = child.proc.returncode
         fp_kill = bool(child.failpoints and "=kill" in child.failpoints)
         self.journal.write(
@@ -239,7 +265,6 @@ class Controller:
             failpoint_kill=fp_kill,
             stderr=child.stderr,
         )
-        del self.children[child.slot]
 
     # -- the fault loop --------------------------------------------------------------------
     def tick(self) -> None:
@@ -260,9 +285,8 @@ class Controller:
             self.resize(TMPFS_SIZE)
             self.disk_full_until = None
             self.journal.write("disk_free")
-        action = rng.choices(
-            ["kill", "stop", "disk", "none"], weights=[25, 25, 10 if self.mounted else 0, 40]
-        )[0]
+        weights = dict(self.ACTION_WEIGHTS, disk=self.ACTION_WEIGHTS["disk"] if self.mounted else 0)
+        action = rng.choices(list(weights), weights=list(weights.values()))[0]
         if not self.faults:
             action = "none"
         live = [c for c in self.children.values() if c.proc.poll() is None]
@@ -270,12 +294,12 @@ class Controller:
             child = rng.choice(live)
             self.journal.write("kill", name=child.name)
             self.signal(child, signal.SIGKILL)
-        elif action == "stop" and live:
-            child = rng.choice(live)
+        elif action == "stop" and (stoppable := [c for c in live if self.stoppable(c)]):
+            child = rng.choice(stoppable)
             if child.cont_at is None:
                 self.journal.write("stop", name=child.name)
                 self.signal(child, signal.SIGSTOP)
-                child.cont_at = now + rng.uniform(0.1, 4.0)  # beyond session_timeout_ms: eviction
+                child.cont_at = now + rng.uniform(*self.STOP_SECONDS)
         elif action == "disk" and self.disk_full_until is None:
             st = os.statvfs(self.data)
             used = (st.f_blocks - st.f_bfree) * st.f_frsize
@@ -284,6 +308,10 @@ class Controller:
                     self.disk_full_until = now + rng.uniform(0.5, 4.0)
                     self.journal.write("disk_full", used=used, slack=slack)
                     break
+
+    def stoppable(self, child: Child) -> bool:
+        """Whether the ``stop`` fault may pick this child (every one, here)."""
+        return True
 
     def run(self) -> None:
         for i in range(PRODUCERS):
@@ -309,17 +337,48 @@ class Controller:
             self.signal(child, signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_S
         for child in list(self.children.values()):
-            try:
-                child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                self.journal.write("hang", name=child.name, seconds=STOP_TIMEOUT_S, stderr=child.stderr)
-                self.signal(child, signal.SIGABRT)
-                try:
-                    child.proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    self.signal(child, signal.SIGKILL)
-                    child.proc.wait()
+            self.wait_or_abort(child, deadline, STOP_TIMEOUT_S)
             self.reap(child)
+
+    def wait_or_abort(self, child: Child, deadline: float, seconds: float) -> None:
+        """Wait for a child asked to stop; one still running at ``deadline`` is a hang
+        (journaled): SIGABRT, so faulthandler prints its stacks, then SIGKILL."""
+        try:
+            child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.journal.write("hang", name=child.name, seconds=seconds, stderr=child.stderr)
+            self.signal(child, signal.SIGABRT)
+            try:
+                child.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.signal(child, signal.SIGKILL)
+                child.proc.wait()
+
+    def describe(self, **fields: Any) -> None:
+        """run.json: what ``python -m faults.checker RUN_DIR`` needs to check a kept run again."""
+        with open(os.path.join(self.run_dir, "run.json"), "w") as f:
+            json.dump(
+                {"seed": self.seed, "seconds": self.seconds, "topics": self.topics, **fields}, f, indent=1
+            )
+
+    def run_to_end(self) -> float:
+        """``run()``, then stop every child (and in any case kill them); returns the time the
+        stopping began."""
+        try:
+            self.run()
+        finally:
+            stopping = time.monotonic()
+            try:
+                self.stop_everything()
+            finally:
+                self.kill_everything()
+        return stopping
+
+    def stop_everything(self) -> None:
+        self.stop_all()
+
+    def kill_everything(self) -> None:
+        self.kill_all()
 
     def kill_all(self) -> None:
         """The last resort of a finally: no child outlives the run."""
@@ -349,26 +408,8 @@ def run(
                 "fault injection: this kafkalite has no _native.failpoint_names(): no children with fail points"
             )
         c.create_topics()
-        with open(os.path.join(run_dir, "run.json"), "w") as f:
-            json.dump(
-                {
-                    "seed": seed,
-                    "seconds": seconds,
-                    "topics": c.topics,
-                    "strategy": c.strategy,
-                    "tmpfs": c.mounted,
-                },
-                f,
-                indent=1,
-            )
-        try:
-            c.run()
-        finally:
-            stopping = time.monotonic()
-            try:
-                c.stop_all()
-            finally:
-                c.kill_all()
+        c.describe(strategy=c.strategy, tmpfs=c.mounted)
+        stopping = c.run_to_end()
         if c.mounted:
             c.resize(TMPFS_SIZE * 2)  # recovery needs room
         checking = time.monotonic()
@@ -383,21 +424,33 @@ def run(
     finally:
         c.kill_all()
         c.umount()
-    if not violations and not keep:
-        shutil.rmtree(run_dir, ignore_errors=True)
+    return finish(result, out, keep)
+
+
+def finish(result: Any, out: Any, keep: bool) -> Any:
+    """The end of a run: its directory removed unless it found violations (or ``keep``), its
+    report printed."""
+    if not result.violations and not keep:
+        shutil.rmtree(result.run_dir, ignore_errors=True)
     out(result.report())
     return result
 
 
-def main() -> None:
+def cli(description: str | None, seconds: float) -> argparse.ArgumentParser:
+    """The options of ``python -m faults.controller`` and ``faults.server_controller``."""
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--seconds", type=float, default=float(os.environ.get("KAFKALITE_FAULTS_SECONDS", "75"))
+        "--seconds", type=float, default=float(os.environ.get("KAFKALITE_FAULTS_SECONDS", str(seconds)))
     )
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the run directory even without violations")
+    return parser
+
+
+def main() -> None:
+    parser = cli(__doc__, 75)
     parser.add_argument(
         "--no-faults",
         action="store_true",

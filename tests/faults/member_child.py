@@ -17,16 +17,18 @@ from __future__ import annotations
 import random
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 from faults.journal import (
     EXIT_TYPED_ERROR,
     Journal,
     Stop,
     child_args,
-    decode_value,
     error_fields,
     lower_nofile,
     now,
+    record_row,
 )
 
 STOP = Stop()  # SIGTERM handled from here on, before the slow import of kafkalite
@@ -42,10 +44,29 @@ def tps(parts) -> list[list]:
 
 
 class Member:
-    def __init__(self, consumer: Consumer, journal: Journal, raising: bool) -> None:
+    """Commits the positions of the assignment and journals what was accepted. The client's
+    types and calls are parameters, so that the server suite's kafka-python member
+    (server_member_child) is this same member: ``typed`` its error base class,
+    ``commit_failed`` its refused-commit error, ``commit_offsets(positions)`` and
+    ``position(tp)`` (None: unknown) its calls."""
+
+    def __init__(
+        self,
+        consumer: Any,
+        journal: Journal,
+        raising: bool,
+        typed: type[Exception] = KafkaliteError,
+        commit_failed: type[Exception] = CommitFailedError,
+        commit_offsets: Callable[[dict], None] | None = None,
+        position: Callable[[Any], int | None] | None = None,
+    ) -> None:
         self.consumer = consumer
         self.journal = journal
         self.raising = raising
+        self.typed = typed
+        self.commit_failed = commit_failed
+        self.commit_offsets = commit_offsets or consumer.commit
+        self.position = position or consumer.position
 
     def generation(self) -> int | None:
         member = getattr(self.consumer, "_member", None)  # for the journal only: debugging aid
@@ -55,25 +76,28 @@ class Member:
         positions = {}
         for tp in self.consumer.assignment():
             try:
-                positions[tp] = self.consumer.position(tp)
-            except KafkaliteError as e:
+                position = self.position(tp)
+            except self.typed as e:
                 self.journal.write(
                     "error",
                     where="position",
                     tp=[tp.topic, tp.partition],
                     **error_fields(e),
                 )
+                continue
+            if position is not None:
+                positions[tp] = position
         if not positions:
             return
         t0 = now()
         try:
-            self.consumer.commit(positions)
-        except CommitFailedError as e:
+            self.commit_offsets(positions)
+        except self.commit_failed as e:
             self.journal.write("commit_failed", where=where, **error_fields(e))
             if self.raising:
                 raise
             return
-        except KafkaliteError as e:  # e.g. ENOSPC while appending to __consumer_offsets
+        except self.typed as e:  # e.g. ENOSPC while appending to __consumer_offsets
             self.journal.write("error", where=f"commit ({where})", **error_fields(e))
             return
         self.journal.write(
@@ -152,17 +176,7 @@ def main() -> None:
         if batches:
             got = {}
             for tp, records in batches.items():
-                rows = []
-                for r in records:
-                    ident = decode_value(r.value)
-                    rows.append(
-                        [
-                            r.offset,
-                            *(ident or (None, None)),
-                            None if r.key is None else r.key.decode(errors="replace"),
-                        ]
-                    )
-                got[f"{tp.topic}:{tp.partition}"] = rows
+                got[f"{tp.topic}:{tp.partition}"] = [record_row(r) for r in records]
             journal.write("poll", t0=t0, gen=member.generation(), records=got)
             try:
                 member.commit("poll")

@@ -659,6 +659,7 @@ impl PyLog {
     #[getter]
     fn start_offset(&self, py: Python<'_>) -> PyResult<i64> {
         self.detached(py, |log| {
+            log.check_open()?; // `follow` does nothing on a closed log: no stale answer
             log.follow()?;
             Ok(log.start_offset())
         })
@@ -667,6 +668,7 @@ impl PyLog {
     #[getter]
     fn end_offset(&self, py: Python<'_>) -> PyResult<i64> {
         self.detached(py, |log| {
+            log.check_open()?; // `follow` does nothing on a closed log: no stale answer
             log.follow()?;
             Ok(log.end_offset())
         })
@@ -676,6 +678,7 @@ impl PyLog {
     #[getter]
     fn segments(&self, py: Python<'_>) -> PyResult<Vec<(i64, i64, u64, i64)>> {
         self.detached(py, |log| {
+            log.check_open()?;
             Ok(log.segments().into_iter().map(|s| (s.base_offset, s.next_offset, s.size, s.max_timestamp)).collect())
         })
     }

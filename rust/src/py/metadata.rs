@@ -81,6 +81,19 @@ pub fn open_data_dir(py: Python<'_>, dir: PathBuf) -> PyResult<()> {
     Ok(())
 }
 
+/// `DataDir::broker_owned`: a Kafka broker's log directory, which kafkalite only reads.
+#[pyfunction]
+pub fn broker_owned(py: Python<'_>, dir: PathBuf) -> PyResult<bool> {
+    // `DataDir::new` would create a missing directory: a missing one is nobody's.
+    Ok(dir.is_dir() && py.detach(|| datadir::DataDir::new(&dir)?.broker_owned())?)
+}
+
+/// `datadir::partition_folder`: (topic, partition) of a `<topic>-<partition>` folder name.
+#[pyfunction]
+pub fn partition_folder(name: &str) -> Option<(String, i32)> {
+    datadir::partition_folder(name)
+}
+
 /// `datadir::refuse_internal`: InvalidTopicError for a destructive call (`what`) on an internal
 /// topic, the rule the server's DeleteRecords/DeleteTopics apply (Admin.delete_records).
 #[pyfunction]

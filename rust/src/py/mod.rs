@@ -78,12 +78,16 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(topic_config::dir_config_defs, m)?)?;
     m.add_function(wrap_pyfunction!(topic_config::validate_topic_config, m)?)?;
     m.add_function(wrap_pyfunction!(topic_config::validate_dir_config, m)?)?;
+    m.add_function(wrap_pyfunction!(topic_config::warn_unapplied, m)?)?;
+    m.add("INTERNAL_TOPICS", crate::datadir::INTERNAL_TOPICS.to_vec())?;
     m.add_function(wrap_pyfunction!(topic_config::effective_topic_config, m)?)?;
     m.add_function(wrap_pyfunction!(topic_config::topic_log_options, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::read_metadata, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::update_metadata, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::open_data_dir, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::refuse_internal, m)?)?;
+    m.add_function(wrap_pyfunction!(metadata::broker_owned, m)?)?;
+    m.add_function(wrap_pyfunction!(metadata::partition_folder, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::delete_topic, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::create_partitions, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::alter_topic_config, m)?)?;

@@ -87,10 +87,11 @@ fn def_to_py<'py>(py: Python<'py>, def: &ConfigDef) -> PyResult<Bound<'py, PyDic
     d.set_item("type", def.kind.type_name())?;
     d.set_item("default", to_py(py, &def.default.to_value())?)?;
     d.set_item("doc", def.doc)?;
+    d.set_item("applied", def.applied)?;
     let (min, max, choices): (Option<i64>, Option<i64>, Option<Vec<&str>>) = match def.kind {
         Kind::Int { min, max } => (Some(min), Some(max), None),
         Kind::Choice(c) | Kind::List(c) => (None, None, Some(c.to_vec())),
-        Kind::Ratio | Kind::Bool => (None, None, None),
+        Kind::Ratio | Kind::Bool | Kind::Text => (None, None, None),
     };
     d.set_item("min", min)?;
     d.set_item("max", max)?;
@@ -115,6 +116,14 @@ pub fn dir_config_defs(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
 #[pyfunction]
 pub fn validate_topic_config<'py>(py: Python<'py>, config: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyDict>> {
     map_to_py(py, &topic_config::validate_topic_config(&to_map(Some(config))?)?)
+}
+
+/// `topic_config::warn_unapplied`: a WARNING for each config of `after` (new in it) that
+/// kafkalite stores but does not apply; `what` names the topic or the data directory.
+#[pyfunction]
+pub fn warn_unapplied(what: &str, before: &Bound<'_, PyDict>, after: &Bound<'_, PyDict>) -> PyResult<()> {
+    topic_config::warn_unapplied(what, &to_map(Some(before))?, &to_map(Some(after))?);
+    Ok(())
 }
 
 /// Check data-directory config (a broker's names); returns it normalised.

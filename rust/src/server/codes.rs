@@ -1,48 +1,65 @@
 //! Kafka's error codes (org.apache.kafka.common.protocol.Errors) for the engine's errors.
 
 use crate::error::Error;
+use crate::server::LOG_TARGET;
 
-pub const NONE: i16 = 0;
-pub const UNKNOWN_SERVER_ERROR: i16 = -1;
-pub const OFFSET_OUT_OF_RANGE: i16 = 1;
-pub const LEADER_NOT_AVAILABLE: i16 = 5;
-pub const CORRUPT_MESSAGE: i16 = 2;
-pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-pub const MESSAGE_TOO_LARGE: i16 = 10;
-pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
-pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
-pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
-pub const ILLEGAL_GENERATION: i16 = 22;
-pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
-pub const INVALID_REQUIRED_ACKS: i16 = 21;
-pub const INVALID_GROUP_ID: i16 = 24;
-pub const UNKNOWN_MEMBER_ID: i16 = 25;
-pub const INVALID_SESSION_TIMEOUT: i16 = 26;
-pub const REBALANCE_IN_PROGRESS: i16 = 27;
-pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
-pub const ILLEGAL_SASL_STATE: i16 = 34;
-pub const UNSUPPORTED_VERSION: i16 = 35;
-pub const TOPIC_ALREADY_EXISTS: i16 = 36;
-pub const INVALID_PARTITIONS: i16 = 37;
-pub const INVALID_REPLICATION_FACTOR: i16 = 38;
-pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
-pub const INVALID_CONFIG: i16 = 40;
-pub const INVALID_REQUEST: i16 = 42;
-pub const POLICY_VIOLATION: i16 = 44;
-pub const NON_EMPTY_GROUP: i16 = 68;
-pub const GROUP_ID_NOT_FOUND: i16 = 69;
-pub const UNSUPPORTED_ENDPOINT_TYPE: i16 = 119;
-pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
-pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
-pub const INVALID_PRODUCER_EPOCH: i16 = 47;
-pub const KAFKA_STORAGE_ERROR: i16 = 56;
-pub const REQUEST_TIMED_OUT: i16 = 7;
-pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
-pub const SASL_AUTHENTICATION_FAILED: i16 = 58;
-pub const INVALID_RECORD: i16 = 87;
-pub const THROTTLING_QUOTA_EXCEEDED: i16 = 89;
-pub const UNKNOWN_TOPIC_ID: i16 = 100;
+/// Each code once, with its name for log lines.
+macro_rules! kafka_errors {
+    ($($name:ident = $code:expr),* $(,)?) => {
+        $(pub const $name: i16 = $code;)*
+
+        /// Kafka's name of an error code (`Errors.name()`), as refusals are logged.
+        pub fn name(code: i16) -> &'static str {
+            $(if code == $name { return stringify!($name); })*
+            "UNKNOWN"
+        }
+    };
+}
+
+kafka_errors! {
+    NONE = 0,
+    UNKNOWN_SERVER_ERROR = -1,
+    OFFSET_OUT_OF_RANGE = 1,
+    LEADER_NOT_AVAILABLE = 5,
+    CORRUPT_MESSAGE = 2,
+    UNKNOWN_TOPIC_OR_PARTITION = 3,
+    MESSAGE_TOO_LARGE = 10,
+    OFFSET_METADATA_TOO_LARGE = 12,
+    COORDINATOR_LOAD_IN_PROGRESS = 14,
+    COORDINATOR_NOT_AVAILABLE = 15,
+    INVALID_TOPIC_EXCEPTION = 17,
+    ILLEGAL_GENERATION = 22,
+    INCONSISTENT_GROUP_PROTOCOL = 23,
+    INVALID_REQUIRED_ACKS = 21,
+    INVALID_GROUP_ID = 24,
+    UNKNOWN_MEMBER_ID = 25,
+    INVALID_SESSION_TIMEOUT = 26,
+    REBALANCE_IN_PROGRESS = 27,
+    UNSUPPORTED_SASL_MECHANISM = 33,
+    ILLEGAL_SASL_STATE = 34,
+    UNSUPPORTED_VERSION = 35,
+    TOPIC_ALREADY_EXISTS = 36,
+    INVALID_PARTITIONS = 37,
+    INVALID_REPLICATION_FACTOR = 38,
+    INVALID_REPLICA_ASSIGNMENT = 39,
+    INVALID_CONFIG = 40,
+    INVALID_REQUEST = 42,
+    POLICY_VIOLATION = 44,
+    NON_EMPTY_GROUP = 68,
+    GROUP_ID_NOT_FOUND = 69,
+    UNSUPPORTED_ENDPOINT_TYPE = 119,
+    UNSUPPORTED_FOR_MESSAGE_FORMAT = 43,
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45,
+    INVALID_PRODUCER_EPOCH = 47,
+    KAFKA_STORAGE_ERROR = 56,
+    REQUEST_TIMED_OUT = 7,
+    FETCH_SESSION_ID_NOT_FOUND = 70,
+    SASL_AUTHENTICATION_FAILED = 58,
+    INVALID_RECORD = 87,
+    THROTTLING_QUOTA_EXCEEDED = 89,
+    UNKNOWN_TOPIC_ID = 100,
+    GROUP_SUBSCRIBED_TO_TOPIC = 86,
+}
 
 /// The code a client gets for an engine error on a partition.
 pub fn for_error(e: &Error) -> i16 {
@@ -67,4 +84,12 @@ pub fn for_error(e: &Error) -> i16 {
 /// Errors after which the cached log should be reopened.
 pub fn needs_reopen(e: &Error) -> bool {
     matches!(e, Error::UnknownTopicOrPartition(_) | Error::Poisoned(_) | Error::LogPoisoned(_) | Error::Closed(_))
+}
+
+/// A refused request: one WARNING line with the client's address, the API, Kafka's error name
+/// and why, so that an operator sees what a client was told (a client's own log often hides
+/// it). Returns `code`, for the response.
+pub fn refused(peer: &str, api: &str, code: i16, reason: &str) -> i16 {
+    ::log::warn!(target: LOG_TARGET, "refused {api} from {peer}: {} ({reason})", name(code));
+    code
 }

@@ -1,6 +1,7 @@
 //! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics (their own config over
-//! the data directory's defaults over Kafka's) and for the one broker, "0" (the data directory's
-//! config under a broker's names, as `kafkalite config` shows it). The config tables, their
+//! the data directory's defaults over Kafka's) and for the one broker, "0" or "" (the data
+//! directory's config under a broker's names, as `kafkalite config` shows it). Every topic config
+//! of Kafka 4.x is accepted; those kafkalite does not apply are stored, reported and warned about. The config tables, their
 //! checks and the resolution order are the engine's `topic_config`; the stores are `DataDir`'s.
 
 use kafka_protocol::messages::describe_configs_response::{
@@ -24,6 +25,7 @@ const BROKER: i8 = 4;
 
 /// Kafka's DescribeConfigsResponse.ConfigSource codes.
 const DYNAMIC_TOPIC_CONFIG: i8 = 1;
+const DYNAMIC_BROKER_CONFIG: i8 = 2;
 const DYNAMIC_DEFAULT_BROKER_CONFIG: i8 = 3;
 const DEFAULT_CONFIG: i8 = 5;
 
@@ -55,7 +57,7 @@ fn config_type(def: &ConfigDef) -> i8 {
         Kind::Int { max, .. } if max <= i32::MAX as i64 => 3,
         Kind::Int { .. } => 5,
         Kind::Ratio => 6,
-        Kind::List(_) => 7,
+        Kind::List(_) | Kind::Text => 7,
     }
 }
 
@@ -130,8 +132,13 @@ pub fn created_topic_configs(broker: &Broker, config: &Map<String, Value>) -> Ve
     described_topic(&dir, config).into_iter().map(|e| (e.name.to_string(), text(&e.value), e.source)).collect()
 }
 
+/// Broker configs: the data directory's, reached by broker "0" and by "" (the cluster-wide
+/// default) alike. A value set there is reported as Kafka reports a value set for the resource
+/// asked about (DYNAMIC_BROKER_CONFIG for "0", DYNAMIC_DEFAULT_BROKER_CONFIG for ""), which is
+/// what `kafka-configs --entity-name 0` and `--entity-default` show and let `--delete-config` remove.
 fn broker_entries(broker: &Broker, name: &str) -> Result<Vec<Entry>, Failure> {
     check_broker(name)?;
+    let dynamic = if name.is_empty() { DYNAMIC_DEFAULT_BROKER_CONFIG } else { DYNAMIC_BROKER_CONFIG };
     let dir = broker.dir.dir_config().map_err(engine_failure)?;
     let defs =
         DIR_CONFIGS.iter().map(|d| (d, d.name)).chain(TOPIC_CONFIGS.iter().filter_map(|d| Some((d, d.broker_name?))));
@@ -139,7 +146,7 @@ fn broker_entries(broker: &Broker, name: &str) -> Result<Vec<Entry>, Failure> {
         .map(|(def, key)| {
             let mut synonyms = Vec::new();
             if let Some(set) = dir.get(key) {
-                synonyms.push((key, set.clone(), DYNAMIC_DEFAULT_BROKER_CONFIG));
+                synonyms.push((key, set.clone(), dynamic));
             }
             synonyms.push((key, def.default.to_value(), DEFAULT_CONFIG));
             Entry { def, name: key, value: synonyms[0].1.clone(), source: synonyms[0].2, synonyms }
@@ -147,7 +154,12 @@ fn broker_entries(broker: &Broker, name: &str) -> Result<Vec<Entry>, Failure> {
         .collect())
 }
 
-pub fn describe_configs(broker: &Broker, request: DescribeConfigsRequest, version: i16) -> DescribeConfigsResponse {
+pub fn describe_configs(
+    broker: &Broker,
+    request: DescribeConfigsRequest,
+    version: i16,
+    peer: &str,
+) -> DescribeConfigsResponse {
     let results = request
         .resources
         .into_iter()
@@ -162,7 +174,10 @@ pub fn describe_configs(broker: &Broker, request: DescribeConfigsRequest, versio
             };
             let entries = match entries {
                 Ok(e) => e,
-                Err((code, message)) => return result.with_error_code(code).with_error_message(Some(s(message))),
+                Err((code, message)) => {
+                    let code = codes::refused(peer, "DescribeConfigs", code, &message);
+                    return result.with_error_code(code).with_error_message(Some(s(message)));
+                }
             };
             let wanted =
                 |name: &str| r.configuration_keys.as_ref().is_none_or(|keys| keys.iter().any(|k| k.as_str() == name));
@@ -240,16 +255,16 @@ fn alter(
     result.map_err(engine_failure)
 }
 
-/// The error code and message a resource's outcome is answered with.
-fn error_of(outcome: Result<(), Failure>) -> (i16, Option<StrBytes>) {
+/// The error code and message a resource's outcome is answered with (a refusal is logged).
+fn error_of(outcome: Result<(), Failure>, api: &str, peer: &str) -> (i16, Option<StrBytes>) {
     match outcome {
         Ok(()) => (codes::NONE, None),
-        Err((code, message)) => (code, Some(s(message))),
+        Err((code, message)) => (codes::refused(peer, api, code, &message), Some(s(message))),
     }
 }
 
 /// AlterConfigs (the legacy API): the given configs replace the resource's own config.
-pub fn alter_configs(broker: &Broker, request: AlterConfigsRequest) -> AlterConfigsResponse {
+pub fn alter_configs(broker: &Broker, request: AlterConfigsRequest, peer: &str) -> AlterConfigsResponse {
     let responses = request
         .resources
         .into_iter()
@@ -260,7 +275,7 @@ pub fn alter_configs(broker: &Broker, request: AlterConfigsRequest) -> AlterConf
                 .filter_map(|c| Some((c.name.to_string(), Value::String(c.value.as_ref()?.to_string()))))
                 .collect();
             let outcome = alter(broker, r.resource_type, &r.resource_name, request.validate_only, |_| Ok(replacement));
-            let (code, message) = error_of(outcome);
+            let (code, message) = error_of(outcome, "AlterConfigs", peer);
             kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse::default()
                 .with_resource_type(r.resource_type)
                 .with_resource_name(r.resource_name)
@@ -321,6 +336,7 @@ fn apply_op(
 pub fn incremental_alter_configs(
     broker: &Broker,
     request: IncrementalAlterConfigsRequest,
+    peer: &str,
 ) -> IncrementalAlterConfigsResponse {
     let responses = request
         .resources
@@ -348,7 +364,7 @@ pub fn incremental_alter_configs(
                     })
                 }
             };
-            let (code, message) = error_of(outcome);
+            let (code, message) = error_of(outcome, "IncrementalAlterConfigs", peer);
             incremental_alter_configs_response::AlterConfigsResourceResponse::default()
                 .with_resource_type(r.resource_type)
                 .with_resource_name(r.resource_name)

@@ -9,10 +9,10 @@ use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{
     AlterConfigsRequest, ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreatePartitionsRequest, CreateTopicsRequest,
     DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
-    DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
-    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest,
-    OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader, ResponseHeader, SaslAuthenticateRequest,
-    SaslHandshakeRequest, SyncGroupRequest,
+    DescribeGroupsRequest, DescribeLogDirsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
+    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
+    ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest,
+    RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -20,7 +20,7 @@ use super::broker::Broker;
 use super::codes;
 use super::{
     cluster, configs, coordinator, delete_records, fetch, group_api, groups_admin, init_producer_id, list_offsets,
-    metadata, offset_commit, produce, topics_admin, waits,
+    log_dirs, metadata, offset_commit, offset_delete, produce, topics_admin, waits,
 };
 
 /// The APIs and versions implemented here: exactly what ApiVersions advertises. The upper
@@ -51,6 +51,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::DescribeCluster, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
 ];
@@ -86,6 +88,8 @@ pub enum Body {
     IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
     DeleteRecords(DeleteRecordsRequest),
     DescribeCluster(DescribeClusterRequest),
+    OffsetDelete(OffsetDeleteRequest),
+    DescribeLogDirs(DescribeLogDirsRequest),
     SaslHandshake(SaslHandshakeRequest),
     SaslAuthenticate(SaslAuthenticateRequest),
     /// ApiVersions at a version we do not know: answered with UNSUPPORTED_VERSION at v0,
@@ -155,6 +159,8 @@ pub fn decode_request(frame: Bytes) -> Result<Request, DecodeError> {
         ApiKey::IncrementalAlterConfigs => Body::IncrementalAlterConfigs(decode(&mut buf, version)?),
         ApiKey::DeleteRecords => Body::DeleteRecords(decode(&mut buf, version)?),
         ApiKey::DescribeCluster => Body::DescribeCluster(decode(&mut buf, version)?),
+        ApiKey::OffsetDelete => Body::OffsetDelete(decode(&mut buf, version)?),
+        ApiKey::DescribeLogDirs => Body::DescribeLogDirs(decode(&mut buf, version)?),
         ApiKey::SaslHandshake => Body::SaslHandshake(decode(&mut buf, version)?),
         ApiKey::SaslAuthenticate => Body::SaslAuthenticate(decode(&mut buf, version)?),
         other => return Err(DecodeError(format!("{other:?} is not supported"))),
@@ -208,6 +214,8 @@ pub async fn handle(broker: &Arc<Broker>, request: Request, peer: &str) -> Resul
     let v = request.header.request_api_version;
     let id = request.header.correlation_id;
     let key = request.key;
+    // The client's address for the handlers that run off the workers (they outlive this borrow).
+    let client = peer.to_string();
     let response = match request.body {
         Body::ApiVersions(_) => frame(key, v, id, &api_versions(codes::NONE))?,
         Body::ApiVersionsUnsupported => frame(key, 0, id, &api_versions(codes::UNSUPPORTED_VERSION))?,
@@ -220,7 +228,7 @@ pub async fn handle(broker: &Arc<Broker>, request: Request, peer: &str) -> Resul
         Body::Fetch(r) => frame(key, v, id, &fetch::fetch(broker, r, v).await)?,
         Body::FindCoordinator(r) => frame(key, v, id, &coordinator::find_coordinator(broker, r, v))?,
         Body::OffsetCommit(r) => {
-            frame(key, v, id, &blocking(broker, key, move |b| offset_commit::offset_commit(b, r, v)).await?)?
+            frame(key, v, id, &blocking(broker, key, move |b| offset_commit::offset_commit(b, r, v, &client)).await?)?
         }
         Body::OffsetFetch(r) => {
             frame(key, v, id, &blocking(broker, key, move |b| offset_commit::offset_fetch(b, r, v)).await?)?
@@ -232,8 +240,13 @@ pub async fn handle(broker: &Arc<Broker>, request: Request, peer: &str) -> Resul
         Body::SyncGroup(r) => frame(key, v, id, &group_api::sync_group(broker, r, v).await)?,
         Body::Heartbeat(r) => frame(key, v, id, &group_api::heartbeat(broker, r))?,
         Body::LeaveGroup(r) => frame(key, v, id, &group_api::leave_group(broker, r, v))?,
-        Body::DescribeGroups(r) => frame(key, v, id, &group_api::describe_groups(broker, r))?,
-        Body::ListGroups(r) => frame(key, v, id, &group_api::list_groups(broker, r, v))?,
+        // These read committed offsets, opening `__consumer_offsets` partitions.
+        Body::DescribeGroups(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| group_api::describe_groups(b, r)).await?)?
+        }
+        Body::ListGroups(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| group_api::list_groups(b, r, v)).await?)?
+        }
         Body::ListOffsets(r) => {
             frame(key, v, id, &blocking(broker, key, move |b| list_offsets::list_offsets(b, r, v)).await?)?
         }
@@ -241,25 +254,34 @@ pub async fn handle(broker: &Arc<Broker>, request: Request, peer: &str) -> Resul
             frame(key, v, id, &blocking(broker, key, move |b| init_producer_id::init_producer_id(b, r)).await?)?
         }
         Body::DeleteGroups(r) => {
-            frame(key, v, id, &blocking(broker, key, move |b| groups_admin::delete_groups(b, r)).await?)?
+            frame(key, v, id, &blocking(broker, key, move |b| groups_admin::delete_groups(b, r, &client)).await?)?
         }
         Body::DeleteTopics(r) => {
-            frame(key, v, id, &blocking(broker, key, move |b| topics_admin::delete_topics(b, r, v)).await?)?
+            frame(key, v, id, &blocking(broker, key, move |b| topics_admin::delete_topics(b, r, v, &client)).await?)?
         }
         Body::CreatePartitions(r) => {
-            frame(key, v, id, &blocking(broker, key, move |b| topics_admin::create_partitions(b, r)).await?)?
+            frame(key, v, id, &blocking(broker, key, move |b| topics_admin::create_partitions(b, r, &client)).await?)?
         }
-        Body::DescribeConfigs(r) => frame(key, v, id, &configs::describe_configs(broker, r, v))?,
+        Body::DescribeConfigs(r) => frame(key, v, id, &configs::describe_configs(broker, r, v, peer))?,
         Body::AlterConfigs(r) => {
-            frame(key, v, id, &blocking(broker, key, move |b| configs::alter_configs(b, r)).await?)?
+            frame(key, v, id, &blocking(broker, key, move |b| configs::alter_configs(b, r, &client)).await?)?
         }
-        Body::IncrementalAlterConfigs(r) => {
-            frame(key, v, id, &blocking(broker, key, move |b| configs::incremental_alter_configs(b, r)).await?)?
-        }
+        Body::IncrementalAlterConfigs(r) => frame(
+            key,
+            v,
+            id,
+            &blocking(broker, key, move |b| configs::incremental_alter_configs(b, r, &client)).await?,
+        )?,
         Body::DeleteRecords(r) => {
             frame(key, v, id, &blocking(broker, key, move |b| delete_records::delete_records(b, r)).await?)?
         }
         Body::DescribeCluster(r) => frame(key, v, id, &cluster::describe_cluster(broker, r))?,
+        Body::OffsetDelete(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| offset_delete::offset_delete(b, r, &client)).await?)?
+        }
+        Body::DescribeLogDirs(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| log_dirs::describe_log_dirs(b, r, &client)).await?)?
+        }
         // The connection's SASL session answers these (`sasl::Session::admit`) before dispatch.
         Body::SaslHandshake(_) | Body::SaslAuthenticate(_) => {
             return Err(DecodeError(format!("{key:?} reached dispatch without the connection's SASL session")))

@@ -116,8 +116,13 @@ pub fn describe_groups(broker: &Broker, r: DescribeGroupsRequest) -> DescribeGro
                         .with_protocol_data(s(protocol.unwrap_or_default()))
                         .with_members(members)
                 }
-                // Kafka describes an unknown group as Dead with no members.
-                None => described.with_group_state(s("Dead")),
+                None => match super::groups_admin::uncoordinated_group(broker, &g.0, None) {
+                    Some((state, protocol_type)) => {
+                        described.with_group_state(s(state)).with_protocol_type(s(protocol_type))
+                    }
+                    // Kafka describes an unknown group as Dead with no members.
+                    None => described.with_group_state(s("Dead")),
+                },
             }
         })
         .collect();
@@ -125,9 +130,10 @@ pub fn describe_groups(broker: &Broker, r: DescribeGroupsRequest) -> DescribeGro
 }
 
 pub fn list_groups(broker: &Broker, r: ListGroupsRequest, version: i16) -> ListGroupsResponse {
-    let groups = broker
-        .groups
-        .list()
+    let mut listed = broker.groups.list();
+    let known: Vec<String> = listed.iter().map(|(id, _, _)| id.clone()).collect();
+    listed.extend(super::groups_admin::uncoordinated_groups(broker, &known));
+    let groups = listed
         .into_iter()
         .filter(|(_, _, state)| r.states_filter.is_empty() || r.states_filter.iter().any(|f| f.as_str() == state))
         .map(|(id, protocol_type, state)| {

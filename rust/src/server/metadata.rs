@@ -176,6 +176,8 @@ pub async fn create_topics(
         let exists = broker.topics().map(|t| t.contains_key(&name)).unwrap_or(false);
         let outcome: Result<(), (i16, String)> = if validate_topic_name(&name).is_err() {
             Err((codes::INVALID_TOPIC_EXCEPTION, validate_topic_name(&name).unwrap_err().to_string()))
+        } else if let Err(refusal) = super::topics_admin::creatable(&name) {
+            Err(refusal)
         } else if exists {
             Err((codes::TOPIC_ALREADY_EXISTS, format!("topic {name:?} already exists")))
         } else if !(topic.replication_factor == -1 || topic.replication_factor == 1) {
@@ -263,6 +265,11 @@ pub async fn create_topics(
                 }
             }
             Err((code, message)) => {
+                // Throttled topics are logged once for the request, above.
+                let code = match code {
+                    codes::THROTTLING_QUOTA_EXCEEDED => code,
+                    _ => codes::refused(peer, "CreateTopics", code, &message),
+                };
                 result = result.with_error_code(code);
                 if version >= 1 {
                     result = result.with_error_message(Some(StrBytes::from_string(message)));

@@ -9,16 +9,18 @@
 //! connection's SASL state: SaslHandshake, SaslAuthenticate, what is allowed before
 //! authentication) over `scram` (one SCRAM exchange, checked against `crate::users`), and one file
 //! per API family: `metadata` (Metadata, CreateTopics), `produce`, `fetch`, `list_offsets`, `coordinator`
-//! (FindCoordinator), `offset_commit` (OffsetCommit, OffsetFetch) over `offsets` (the
-//! `__consumer_offsets` records, shared with the embedded clients), `group_api` (JoinGroup,
+//! (FindCoordinator), `offset_commit` (OffsetCommit, OffsetFetch) and `offset_delete` (OffsetDelete)
+//! over `offsets` (the `__consumer_offsets` records, shared with the embedded clients), `group_api` (JoinGroup,
 //! SyncGroup, Heartbeat, LeaveGroup, DescribeGroups, ListGroups) over `group` (the coordinator)
 //! and `group_owner` (which of the embedded consumers or this server coordinates a group id),
 //! `init_producer_id` (ids for idempotent producers; their sequences are checked by the engine's
 //! `producer_state`, which `produce` calls through `Log::append_produce`),
 //! and the admin APIs: `topics_admin` (DeleteTopics, CreatePartitions), `configs`
 //! (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs), `delete_records`, `groups_admin`
-//! (DeleteGroups) and `cluster` (DescribeCluster, the cluster id); `topic_creation` (CreateTopics
-//! and Metadata's creations, off the request workers under Kafka's controller mutation quota).
+//! (DeleteGroups; the groups that only have committed offsets), `log_dirs` (DescribeLogDirs) and
+//! `cluster` (DescribeCluster, the cluster id); `topic_creation` (CreateTopics' and Metadata's
+//! creations, off the request workers under Kafka's controller mutation quota). Refused requests
+//! are logged at WARNING with the client's address and the reason (`codes::refused`).
 //!
 //! The runtime has two request workers, so no request may hold one while it waits for a lock
 //! another process or request holds (`waits`): a partition's append lock and log, a group's state
@@ -50,8 +52,10 @@ mod groups_admin;
 mod init_producer_id;
 mod list_offsets;
 pub mod listen;
+mod log_dirs;
 mod metadata;
 mod offset_commit;
+mod offset_delete;
 mod offsets;
 mod produce;
 mod sasl;

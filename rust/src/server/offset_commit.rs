@@ -1,6 +1,9 @@
 //! OffsetCommit and OffsetFetch for network consumers, through `offsets::OffsetStore`.
-//! Commits are checked against the group coordinator as Kafka does: members of the current
-//! generation, or "simple" consumers (generation -1, no member id) of a group without members.
+//! Commits are checked as Kafka's group coordinator checks them: members of the current
+//! generation, or "simple" consumers (generation -1, no member id: `assign()`, an admin's
+//! offset reset) of a group without members. A group's members are this server's network
+//! members and the embedded `kafkalite.Consumer`s of the same group id (`group_owner`), so a
+//! commit from outside can never rewind a group that one of them is consuming.
 
 use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
 use kafka_protocol::messages::offset_fetch_response::{OffsetFetchResponsePartition, OffsetFetchResponseTopic};
@@ -11,13 +14,45 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::broker::Broker;
 use super::codes;
+use super::group_owner::embedded_members;
 use super::offsets::MAX_METADATA_BYTES;
 
 /// A partition of a commit request: its index and error code (None: to be written).
 type PartitionPlan = (i32, Option<i16>);
 
-pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, _version: i16) -> OffsetCommitResponse {
+/// Why a commit from outside the group (generation < 0, no member id) is refused, when it is:
+/// the group has live members. Kafka's ClassicGroup.validateOffsetCommit answers
+/// UNKNOWN_MEMBER_ID unless the group is empty; the embedded members count as members.
+pub fn outside_commit_refused(broker: &Broker, group: &str, member_id: &str, generation: i32) -> Option<String> {
+    if generation >= 0 || !member_id.is_empty() {
+        return None;
+    }
+    if embedded_members(broker.dir.path(), group) {
+        return Some(format!(
+            "group {group:?} has live embedded kafkalite.Consumer members; a consumer outside the group \
+             (generation -1, no member id) may commit only to an empty group"
+        ));
+    }
+    None
+}
+
+pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, _version: i16, peer: &str) -> OffsetCommitResponse {
     let group = request.group_id.0.to_string();
+    let generation = request.generation_id_or_member_epoch;
+    // The group-level verdict, once: an empty id, or the coordinator's and the embedded side's.
+    let verdict: Result<(), i16> = if group.is_empty() {
+        Err(codes::refused(peer, "OffsetCommit", codes::INVALID_GROUP_ID, "the group id is empty"))
+    } else if let Some(reason) = outside_commit_refused(broker, &group, &request.member_id, generation) {
+        Err(codes::refused(peer, "OffsetCommit", codes::UNKNOWN_MEMBER_ID, &reason))
+    } else {
+        broker.groups.check_commit(&group, &request.member_id, generation).map_err(|code| {
+            let reason = format!(
+                "group {group:?} does not accept a commit from member {:?} of generation {generation}",
+                request.member_id.as_str()
+            );
+            codes::refused(peer, "OffsetCommit", code, &reason)
+        })
+    };
     let topics = broker.topics().ok();
     let known =
         |t: &str, p: i32| topics.as_ref().and_then(|all| all.get(t)).is_some_and(|m| (0..m.partitions).contains(&p));
@@ -29,11 +64,7 @@ pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, _version: i1
         let mut parts = Vec::new();
         for p in &topic.partitions {
             let metadata = p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default();
-            let code = if group.is_empty() {
-                Some(codes::INVALID_GROUP_ID)
-            } else if let Err(code) =
-                broker.groups.check_commit(&group, &request.member_id, request.generation_id_or_member_epoch)
-            {
+            let code = if let Err(code) = verdict {
                 Some(code)
             } else if metadata.len() > MAX_METADATA_BYTES {
                 Some(codes::OFFSET_METADATA_TOO_LARGE)

@@ -8,7 +8,7 @@
 //! The records' bytes are `offsets_codec`'s, the embedded clients' codec too. Compaction of
 //! `__consumer_offsets` is left to the embedded committers' cleaner.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use super::broker::{append_blocking, lock, lock_log, Broker};
@@ -59,6 +59,30 @@ impl RecordSink for Collect<'_> {
     }
 }
 
+/// The committed (group, topic, partition) keys of one partition of the offsets topic.
+#[derive(Default)]
+struct PartitionKeys {
+    keys: BTreeSet<(String, String, i32)>,
+    read_to: i64,
+}
+
+struct Keys<'a> {
+    into: &'a mut BTreeSet<(String, String, i32)>,
+}
+
+impl RecordSink for Keys<'_> {
+    fn push(&mut self, record: &RecordRef<'_>) -> Result<()> {
+        if let Some(key) = record.key.and_then(|k| decode_key(k).ok().flatten()) {
+            if record.value.is_some() {
+                self.into.insert(key);
+            } else {
+                self.into.remove(&key);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The committed offsets of every group this server has served.
 #[derive(Default)]
 pub struct OffsetStore {
@@ -66,6 +90,9 @@ pub struct OffsetStore {
     /// moves `read_to` only after the scan, so a scan a panic cut short is read again from
     /// there, and a commit read twice sets the same entry to the same value.
     groups: Mutex<HashMap<String, GroupOffsets>>,
+    /// Which groups have committed offsets, per partition of the offsets topic (`groups`);
+    /// consistent at any panic as `groups` is.
+    index: Mutex<HashMap<i32, PartitionKeys>>,
 }
 
 impl OffsetStore {
@@ -110,15 +137,18 @@ impl OffsetStore {
         Ok(state.offsets.clone())
     }
 
-    /// Delete the group's committed offsets (DeleteGroups, as offsets.py's `OffsetStore.delete`):
-    /// one tombstone per committed partition, appended durably in one batch. Returns how many.
-    pub fn delete(&self, broker: &Broker, group: &str) -> Result<usize> {
+    /// Delete the group's committed offsets (DeleteGroups, as offsets.py's `OffsetStore.delete`),
+    /// or only those of `only` (OffsetDelete): one tombstone per committed partition, appended
+    /// durably in one batch. Returns how many.
+    pub fn delete(&self, broker: &Broker, group: &str, only: Option<&[(String, i32)]>) -> Result<usize> {
         let committed = self.load(broker, group)?;
-        if committed.is_empty() {
+        let doomed: Vec<&(String, i32)> =
+            committed.keys().filter(|k| only.is_none_or(|wanted| wanted.contains(k))).collect();
+        if doomed.is_empty() {
             return Ok(0);
         }
         let now = now_ms();
-        let keys: Vec<Vec<u8>> = committed.keys().map(|(t, p)| encode_key(group, t, *p)).collect::<Result<_>>()?;
+        let keys: Vec<Vec<u8>> = doomed.iter().map(|(t, p)| encode_key(group, t, *p)).collect::<Result<_>>()?;
         let inputs: Vec<RecordInput<'_>> =
             keys.iter().map(|k| RecordInput { key: Some(k), value: None, headers: &[], timestamp: now }).collect();
         let log = broker
@@ -127,7 +157,35 @@ impl OffsetStore {
         append_blocking(&log, |log| log.append_records(&inputs))?;
         // Read again from the start next time (the tombstones remove the entries).
         lock(&self.groups).remove(group);
-        Ok(committed.len())
+        Ok(doomed.len())
+    }
+
+    /// Every group id with a committed offset in `__consumer_offsets` (ListGroups lists them as
+    /// Kafka lists a group that only stores offsets: Empty). Read incrementally, one partition
+    /// of the topic at a time, as `load` reads one group.
+    pub fn groups(&self, broker: &Broker) -> Result<BTreeSet<String>> {
+        if !broker.topics()?.contains_key(OFFSETS_TOPIC) {
+            return Ok(BTreeSet::new());
+        }
+        let mut index = lock(&self.index);
+        for partition in 0..OFFSETS_PARTITIONS {
+            let Some(log) = broker.partition(OFFSETS_TOPIC, partition)? else { continue };
+            let mut log = lock_log(&log)?;
+            log.follow()?;
+            let state = index.entry(partition).or_default();
+            let mut next = state.read_to.max(log.start_offset());
+            let end = log.end_offset();
+            let mut sink = Keys { into: &mut state.keys };
+            while next < end {
+                let after = log.scan_records(next, Some(end), 100_000, &mut sink)?;
+                if after <= next {
+                    break;
+                }
+                next = after;
+            }
+            state.read_to = end;
+        }
+        Ok(index.values().flat_map(|s| s.keys.iter().map(|(g, _, _)| g.clone())).collect())
     }
 
     /// Append the commits durably, in one batch (all or nothing).

@@ -38,6 +38,17 @@ pub fn read_only(name: &str) -> Failure {
     )
 }
 
+/// CreateTopics of an internal topic (`datadir::INTERNAL_TOPICS`): refused as Kafka refuses
+/// it. kafkalite creates `__consumer_offsets` itself, with its 50 partitions, at the first
+/// commit; one created by hand with another count would send each group's offsets to a
+/// partition that does not exist.
+pub fn creatable(name: &str) -> Result<(), Failure> {
+    if crate::datadir::is_internal(name) {
+        return Err((codes::INVALID_REQUEST, format!("Creation of internal topic {name} is prohibited.")));
+    }
+    Ok(())
+}
+
 fn delete_one(broker: &Broker, name: &str) -> Result<(), Failure> {
     topic_name(name)?;
     // `DataDir::delete_topic` refuses it too; checked first so that the server's open logs of
@@ -57,7 +68,7 @@ fn delete_one(broker: &Broker, name: &str) -> Result<(), Failure> {
     result.map_err(|e| failure(e, codes::INVALID_TOPIC_EXCEPTION))
 }
 
-pub fn delete_topics(broker: &Broker, request: DeleteTopicsRequest, version: i16) -> DeleteTopicsResponse {
+pub fn delete_topics(broker: &Broker, request: DeleteTopicsRequest, version: i16, peer: &str) -> DeleteTopicsResponse {
     // v0-5 name the topics in `topic_names`, v6+ in `topics` (by name or by topic id).
     let named: Vec<(Option<TopicName>, bool)> = if version >= 6 {
         request.topics.into_iter().map(|t| (t.name, !t.topic_id.is_nil())).collect()
@@ -79,7 +90,7 @@ pub fn delete_topics(broker: &Broker, request: DeleteTopicsRequest, version: i16
             match outcome {
                 Ok(()) => result,
                 Err((code, message)) => {
-                    let result = result.with_error_code(code);
+                    let result = result.with_error_code(codes::refused(peer, "DeleteTopics", code, &message));
                     if version >= 5 {
                         result.with_error_message(Some(StrBytes::from_string(message)))
                     } else {
@@ -106,7 +117,7 @@ fn grow(broker: &Broker, name: &str, count: i32, assigned: bool, validate_only: 
     result.map_err(|e| failure(e, codes::INVALID_PARTITIONS))
 }
 
-pub fn create_partitions(broker: &Broker, request: CreatePartitionsRequest) -> CreatePartitionsResponse {
+pub fn create_partitions(broker: &Broker, request: CreatePartitionsRequest, peer: &str) -> CreatePartitionsResponse {
     let results = request
         .topics
         .into_iter()
@@ -115,6 +126,7 @@ pub fn create_partitions(broker: &Broker, request: CreatePartitionsRequest) -> C
             match grow(broker, &t.name.0, t.count, t.assignments.is_some(), request.validate_only) {
                 Ok(()) => result,
                 Err((code, message)) => {
+                    let code = codes::refused(peer, "CreatePartitions", code, &message);
                     result.with_error_code(code).with_error_message(Some(StrBytes::from_string(message)))
                 }
             }

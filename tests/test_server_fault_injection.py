@@ -1,0 +1,190 @@
+"""Issue 21's server soak-and-fault suite (tests/faults/server_*.py), beside issue 9's fault suite:
+``kafkalite serve`` with network producers (confluent-kafka, idempotent, acks=all) and group
+members (kafka-python) beside embedded producers and members on the same data directory, while
+the controller SIGSTOPs and kills embedded lock holders, kills -9 and restarts the server, and
+sends hostile frames, fetch amplification, metadata floods, thousands of idle connections and
+commits from outside the groups; a probe measures every answer. The invariants, each by name,
+are ``faults.server_checker``'s: acknowledged_records, ownership, committed_offsets,
+non_owner_commit, deadline, probe_connection, rss, processes.
+
+Seed: KAFKALITE_FAULTS_SEED (default: random, printed). Length: KAFKALITE_FAULTS_SECONDS
+(default 60 s of faults, about 100-110 s in all on a loaded 2-core machine); the long run is e.g.
+``KAFKALITE_FAULTS_SECONDS=900 pytest -m faults -s tests/test_server_fault_injection.py``.
+Attacks: KAFKALITE_SERVER_FAULTS_ATTACKS (comma-separated, default all of
+``server_controller.ATTACKS``). On failure the journals and logs are kept; the path is printed.
+
+KNOWN_VIOLATIONS: invariants that the server of this commit is known to break, pending the
+issue 21 fixes (lock waits off the async workers with deadlines, bounded fetch responses and a
+response budget, commits from non-members refused). A run reports their violations in full, and
+the test fails on any other invariant's. The lead empties this set once the fixes are merged
+(then every invariant fails the test); KAFKALITE_SERVER_FAULTS_STRICT=1 ignores it now. The
+bounds the suite holds the server to are ``server_checker.BOUNDS`` (ApiVersions and Metadata
+2 s; Produce, Fetch and OffsetFetch 10 s: the probe's Produce timeout_ms 5000 plus 5 s of slack)
+and ``server_checker.RSS_BOUND`` (256 MiB, the interpreter of ``python -m kafkalite serve``
+included).
+
+The tests after it check the checker's server invariants on made-up journals (no server)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from faults import server_controller
+
+#: Seen on main (b57d838) before the issue 21 fixes: ApiVersions, Metadata and every other probe
+#: unanswered for 5-13 s while a stopped process holds an append lock (seed 8 with
+#: KAFKALITE_SERVER_FAULTS_ATTACKS=lock), a metadata flood creates its topics or a fetch is
+#: amplified, and hostile frames left open meanwhile (deadline: seeds 2121, 90210); the server's
+#: RSS at 2.3 GiB under fetch amplification (rss: seeds 21, 2121, 90210); a generation -1
+#: OffsetCommit to the embedded group accepted while its members owned the partitions
+#: (non_owner_commit: seeds 7, 12, 424242).
+KNOWN_VIOLATIONS: frozenset[str] = frozenset({"deadline", "rss", "non_owner_commit"})
+
+
+@pytest.mark.faults
+def test_server_survives_soak_and_faults_with_every_invariant(capsys):
+    seconds = float(os.environ.get("KAFKALITE_FAULTS_SECONDS", "60"))
+    chosen = os.environ.get("KAFKALITE_SERVER_FAULTS_ATTACKS")
+    attacks = set(filter(None, chosen.split(","))) if chosen else None
+    known = frozenset() if os.environ.get("KAFKALITE_SERVER_FAULTS_STRICT") == "1" else KNOWN_VIOLATIONS
+    with capsys.disabled():  # the seed and the figures belong in the CI log
+        result = server_controller.run(
+            seconds=seconds, attacks=attacks, out=lambda line: print(line, flush=True)
+        )
+        tolerated = sorted(set(result.violations) & known)
+        if tolerated:
+            print(
+                f"server fault injection: known violations pending the issue 21 fixes: {', '.join(tolerated)}"
+            )
+    unexpected = {k: v for k, v in result.violations.items() if k not in known}
+    assert not unexpected, result.report()
+    shutil.rmtree(result.run_dir, ignore_errors=True)  # kept for known violations only: nothing to look at
+
+
+# -- the checker's server invariants on made-up journals (fast: no server, no children) ----------
+S = 1_000_000_000  # ns
+
+
+def _stats():
+    from faults import checker, server_checker
+
+    return server_checker.ServerStats(checker.Stats())
+
+
+def probe(kind: str, t0: float, latency: float, outcome: str = "ok") -> dict:
+    return {
+        "ev": "probe",
+        "kind": kind,
+        "t0": int(t0 * S),
+        "latency_s": latency,
+        "outcome": outcome,
+        "errors": [],
+    }
+
+
+def test_a_probe_answered_late_while_the_server_was_up_is_a_deadline_violation():
+    from faults.server_checker import check_probes, down_windows
+
+    controller = [{"ev": "server_kill", "t": 10 * S}, {"ev": "server_ready", "t": 14 * S}]
+    windows = down_windows(controller, 100 * S)
+    stats = _stats()
+    got = check_probes(
+        [
+            probe("api_versions", 1, 0.01),
+            probe("api_versions", 2, 5.0, "late"),  # up: a violation
+            probe("metadata", 3, 2.5),  # answered, past its 2 s bound
+            probe("produce", 15, 9.0),  # within its 10 s bound
+            probe("api_versions", 9, 5.0, "late"),  # cut by the kill at 10: exempt
+            probe("api_versions_fresh", 12, 0.0, "refused"),  # down: exempt
+            probe("api_versions", 20, 0.0, "closed"),  # up, a well-behaved connection closed
+            probe("api_versions_fresh", 31, 0.0, "refused"),  # during an idle-connection episode
+        ],
+        windows,
+        [(30 * S, 40 * S)],
+        stats,
+    )
+    assert [v.split(" probes")[0] for v in got["deadline"]] == ["1 api_versions", "1 metadata"]
+    assert len(got["probe_connection"]) == 1 and "api_versions probe" in got["probe_connection"][0]
+    assert stats.probes == 8 and stats.probes_exempt == 2
+
+
+def test_an_intruders_commit_accepted_while_the_group_had_members_is_a_violation():
+    from faults import checker
+    from faults.server_checker import check_attacks
+
+    evidence = {"g": checker.GroupEvidence(), "embedded": checker.GroupEvidence()}
+    evidence["embedded"].certain[("t", 0)].append((1 * S, 9 * S, "m0.0"))
+
+    def intruder(group: str, accepted: list, before: list | None, t0: float = 5) -> dict:
+        return {
+            "ev": "intruder_commit",
+            "group": group,
+            "generation": -1,
+            "member": "",
+            "t0": int(t0 * S),
+            "t1": int(t0 * S) + 1000,
+            "offsets": [["t", 0, 3]],
+            "accepted": accepted,
+            "members_before": before,
+            "members_after": before,
+        }
+
+    episodes = [
+        [
+            intruder("g", [], ["a"]),  # refused: fine
+            intruder("g", [["t", 0]], []),  # accepted by an empty group: fine (Kafka's simple consumer)
+            intruder("g", [["t", 0]], ["a", "b"]),  # accepted with two members listed: a violation
+            intruder("embedded", [["t", 0]], []),  # no member listed, but m0.0 owned t-0 throughout
+            intruder("embedded", [["t", 0]], [], t0=20),  # after m0.0's ownership ended: fine
+        ]
+    ]
+    violations, _ = check_attacks(episodes, [], evidence, _stats())
+    assert len(violations["non_owner_commit"]) == 2
+    assert "listed 2 and 2 members" in violations["non_owner_commit"][0]
+    assert "while m0.0 owned it" in violations["non_owner_commit"][1]
+
+
+def test_hostile_frames_left_open_and_rss_past_the_bound_are_violations():
+    from faults.server_checker import RSS_BOUND, check_attacks, check_rss
+
+    hostile = {
+        "ev": "attack",
+        "attack": "hostile",
+        "t": 10 * S,
+        "connections": 3,
+        "outcomes": {},
+        "results": [
+            ["negative size", True, 5 * S, "still open"],  # must be closed: a violation
+            ["size then silence", False, 5 * S, "still open"],  # may be waited on
+            ["zero size", True, 5 * S, "closed"],
+        ],
+    }
+    violations, _ = check_attacks([[hostile]], [], {}, _stats())
+    assert violations["deadline"] and "'negative size': 1" in violations["deadline"][0]
+    violations, _ = check_attacks([[hostile]], [(4 * S, 11 * S)], {}, _stats())  # the server was down
+    assert not violations["deadline"]
+    stats = _stats()
+    samples = [
+        {"ev": "rss", "name": "server.0", "t": i, "rss": (100 + 100 * i) << 20, "hwm": 0} for i in range(3)
+    ]
+    assert check_rss(samples, stats) == [
+        f"server resident set over {RSS_BOUND >> 20} MiB in 1 samples; the largest 300 MiB "
+        "(server.0, VmRSS 300 MiB, VmHWM 0 MiB) at 2"
+    ]
+    assert stats.peak_rss == 300 << 20
+
+
+def test_the_fault_checkers_messages_are_sorted_into_invariants():
+    from faults.server_checker import classify
+
+    assert classify("ownership: plain-0 owned by m0.1 ... and by m1.0 ... at once") == "ownership"
+    assert classify("commit of plain-0 went backwards: ...") == "committed_offsets"
+    assert (
+        classify("final committed offset of plain-0 is 3, below 5 that m0.0 committed at 9")
+        == "committed_offsets"
+    )
+    assert classify("server.1 died of SIGSEGV, which nobody sent it (stderr: x)") == "processes"
+    assert classify("2 children printed a traceback of an untyped error: X (first: y)") == "processes"
+    assert classify("plain-1: 3 acknowledged records lost (log 0..9): 4, 5, 6") == "acknowledged_records"
