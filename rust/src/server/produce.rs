@@ -68,7 +68,8 @@ async fn append(
     let records = records.ok_or((codes::CORRUPT_MESSAGE, "the partition's records are null".to_string()))?;
     let started = Instant::now();
     if let Some(outcome) =
-        waits::retry_until(deadline, || std::future::ready(attempt(broker, &log, (topic, partition), records, acks))).await
+        waits::retry_until(deadline, || std::future::ready(attempt(broker, &log, (topic, partition), records, acks)))
+            .await
     {
         return outcome;
     }
