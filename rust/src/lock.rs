@@ -41,6 +41,35 @@ fn read_holder(file: &File) -> String {
     }
 }
 
+/// The pid of the process holding a flock on `file`, from the kernel's table (`/proc/locks`,
+/// Linux): the append and group-state locks record nothing in their files (writing the holder at
+/// every append would cost a write per batch), so a caller that gave up waiting asks the kernel
+/// whom it waited for. None where the table cannot be read or no other process holds a lock.
+pub fn flock_holder_pid(file: &File) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata().ok()?;
+    let dev = rustix::fs::Dev::from(meta.dev());
+    let id = format!("{:02x}:{:02x}:{}", rustix::fs::major(dev), rustix::fs::minor(dev), meta.ino());
+    let table = std::fs::read_to_string("/proc/locks").ok()?;
+    let own = std::process::id();
+    // "1: FLOCK  ADVISORY  WRITE 2278 fe:00:5309491 0 EOF"; waiters' lines have "->" after the number.
+    table.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.get(1) != Some(&"FLOCK") || fields.get(5) != Some(&id.as_str()) {
+            return None;
+        }
+        fields.get(4)?.parse().ok().filter(|&pid| pid != own)
+    })
+}
+
+/// `flock_holder_pid` in words, for a warning: "pid N" or `fallback`.
+pub fn describe_holder(file: &File, fallback: impl FnOnce() -> String) -> String {
+    match flock_holder_pid(file) {
+        Some(pid) => format!("pid {pid}"),
+        None => fallback(),
+    }
+}
+
 fn write_holder(file: &File, text: &str) -> Result<()> {
     file.set_len(0)
         .and_then(|_| (&*file).seek(SeekFrom::Start(0)).map(|_| ()))
@@ -173,6 +202,27 @@ impl WriterLock {
             let left = deadline.map_or(pause, |d| d - now);
             std::thread::sleep(pause.min(left));
             pause = (pause * 2).min(Duration::from_millis(20));
+        }
+    }
+
+    /// Shared writers: take the append lock only if it is free now (`Ok(None)` when another
+    /// writer holds it), for a caller that waits elsewhere, with backoff, between tries.
+    #[must_use = "the append lock is released when the guard is dropped"]
+    pub fn try_enter(&self) -> Result<Option<AppendGuard>> {
+        let Some(append) = self.append.as_ref() else { return Ok(Some(AppendGuard { append: None })) };
+        match append.try_lock() {
+            Ok(()) => Ok(Some(AppendGuard { append: Some(Arc::clone(append)) })),
+            Err(TryLockError::WouldBlock) => Ok(None),
+            Err(TryLockError::Error(e)) => Err(Error::io(format!("cannot lock {}", self.dir.display()), e)),
+        }
+    }
+
+    /// Who holds the append lock, for a warning after a wait ran out: the holder's pid from the
+    /// kernel, else what the presence lock's file says about the writers.
+    pub fn append_holder(&self) -> String {
+        match self.append.as_deref() {
+            Some(append) => describe_holder(append, || read_holder(&self.presence)),
+            None => read_holder(&self.presence),
         }
     }
 

@@ -145,3 +145,36 @@ fn try_append_gives_back_a_batch_that_would_roll_the_segment() {
     let ((first, _), _) = log.append_builder_deferred(back).unwrap();
     assert_eq!((first, log.end_offset(), log.segments().len()), (1, 2, 2));
 }
+
+#[test]
+fn try_with_append_lock_runs_nothing_while_another_writer_holds_the_lock() {
+    // The server tries the lock and waits elsewhere (without the log) between tries: a busy lock
+    // must come back at once without running the append, and a free one run it once, holding it.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events-0");
+    let config =
+        LogConfig { shared_writers: true, lock_timeout: Some(Duration::from_secs(60)), ..LogConfig::default() };
+    let mut log = Log::open(&path, config).unwrap();
+    let other = WriterLock::shared(&path).unwrap();
+    let held = other.enter(None).unwrap();
+    let started = Instant::now();
+    let mut runs = 0;
+    let busy = log.try_with_append_lock(|log| {
+        runs += 1;
+        log.append_values(&[b"first".as_slice()], 1)
+    });
+    assert!(matches!(busy, Ok(None)), "{busy:?}");
+    assert!(started.elapsed() < Duration::from_secs(1), "waited for the lock: {:?}", started.elapsed());
+    assert_eq!((runs, log.end_offset()), (0, 0));
+    drop(held);
+    let done = log.try_with_append_lock(|log| {
+        runs += 1;
+        // Inside, the lock is this writer's: the other one cannot take it.
+        assert!(matches!(other.try_enter(), Ok(None)));
+        log.append_values(&[b"first".as_slice()], 1)
+    });
+    assert!(matches!(done, Ok(Some(_))), "{done:?}");
+    assert_eq!((runs, log.end_offset()), (1, 1));
+    // Released on the way out.
+    assert!(matches!(other.try_enter(), Ok(Some(_))));
+}

@@ -74,11 +74,54 @@ impl Log {
             self.release_idle_descriptors();
             return result;
         };
-        let deadline = self.lock_deadline.or_else(|| self.config.lock_timeout.map(|t| std::time::Instant::now() + t));
-        let _append = lock.enter(deadline)?;
+        let _append = if self.append_held {
+            None
+        } else {
+            let deadline =
+                self.lock_deadline.or_else(|| self.config.lock_timeout.map(|t| std::time::Instant::now() + t));
+            Some(lock.enter(deadline)?)
+        };
         self.check_not_deleted()?;
         self.follow_and_take_tail()?;
         f(self)
+    }
+
+    /// Run `f` (appends, as with the other methods) holding the partition's append lock if it is
+    /// free now; `Ok(None)`, without running `f`, when another writer holds it. For a caller that
+    /// must not block while it waits (the server: it retries with backoff, off its locks, until
+    /// its own deadline), and that must know whether `f` ran: a `LockTimeout` from inside `f`
+    /// (a wait for another writer's sync) is not "the lock was busy", so it is returned as an error.
+    pub fn try_with_append_lock<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<Option<T>> {
+        let shared = self.lock.as_ref().filter(|l| l.is_shared());
+        let guard = match shared {
+            None => None,
+            Some(lock) => match lock.try_enter()? {
+                Some(guard) => Some(guard),
+                None => return Ok(None),
+            },
+        };
+        // Under flush="always" the sync is waited for after the lock is released, as `as_writer`
+        // does (unless a `defer_durability` around this call takes the ticket).
+        let deferring = self.deferred_durable.is_none();
+        if deferring {
+            self.deferred_durable = Some(None);
+        }
+        let held = std::mem::replace(&mut self.append_held, guard.is_some());
+        let result = f(self);
+        self.append_held = held;
+        drop(guard);
+        let ticket = if deferring { self.deferred_durable.take().flatten() } else { None };
+        let value = result?;
+        if let Some(ticket) = ticket {
+            self.wait_durable(&ticket)?;
+        }
+        Ok(Some(value))
+    }
+
+    /// Who holds this partition's append lock (the pid when the kernel tells), for a warning
+    /// after a wait for it ran out.
+    pub fn append_lock_holder(&self) -> String {
+        self.lock.as_ref().map_or_else(|| "nobody (an exclusive writer)".into(), |l| l.append_holder())
     }
 
     /// Wait for group commit to make `ticket` durable. A failed sync poisons the log (a

@@ -68,6 +68,7 @@ impl Log {
             pending_durable: None,
             deferred_durable: None,
             lock_deadline: None,
+            append_held: false,
             _prealloc_budget: None,
             snapshots_swept_to: i64::MIN,
             producers: None,

@@ -82,6 +82,9 @@ pub struct Log {
     deferred_durable: Option<Option<crate::group_commit::Ticket>>,
     /// Set by `close_within`: the append lock must be had by then.
     lock_deadline: Option<std::time::Instant>,
+    /// True inside `try_with_append_lock`: the append lock is already held for this writer, so
+    /// `as_writer_locked` does not take it again.
+    append_held: bool,
     /// The data directory's preallocation budget (writers only), held so the limit this log
     /// was opened with stays set while it is open (`prealloc.rs`).
     _prealloc_budget: Option<std::sync::Arc<crate::prealloc::Budget>>,

@@ -6,13 +6,15 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{Notify, Semaphore};
 
 use super::frame::QUEUED_MAX_REQUEST_BYTES;
 use super::group::Coordinator;
 use super::offsets::{OffsetStore, OFFSETS_TOPIC};
+use super::topic_creation::TopicCreation;
+use super::waits::{self, BLOCKING_SLOTS, LOCK_WAIT};
 use super::ServerConfig;
 use crate::datadir::{log_config, DataDir, TopicMeta};
 use crate::error::{Error, Result};
@@ -39,15 +41,55 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// every later one on it get `Error::LogPoisoned` (KAFKA_STORAGE_ERROR), after which the caller
 /// forgets the partition (`codes::needs_reopen`): the next request reopens it, which recovers.
 pub fn lock_log(log: &Mutex<Log>) -> Result<MutexGuard<'_, Log>> {
-    log.lock().map_err(|poisoned| {
-        let mut log = poisoned.into_inner();
-        let dir = log.dir().display().to_string();
-        log.poison("a request panicked while it was using the log".into());
-        ::log::error!(
+    log.lock().map_err(poisoned)
+}
+
+/// `lock_log`'s answer to a log a panicking request left behind (the guard of which it drops).
+fn poisoned(poisoned: std::sync::PoisonError<MutexGuard<'_, Log>>) -> Error {
+    let mut log = poisoned.into_inner();
+    let dir = log.dir().display().to_string();
+    log.poison("a request panicked while it was using the log".into());
+    ::log::error!(
+        target: "kafkalite::server",
+        "a request panicked while it held the log of {dir}: that partition answers KAFKA_STORAGE_ERROR until it is reopened"
+    );
+    Error::LogPoisoned(format!("the log of {dir}"))
+}
+
+/// Try to lock an open partition's log without waiting: `Ok(None)` while another request holds
+/// it (a caller retries with `waits::retry_until`); a poisoned log as `lock_log` says.
+pub fn try_lock_log(log: &Mutex<Log>) -> Result<Option<MutexGuard<'_, Log>>> {
+    match log.try_lock() {
+        Ok(guard) => Ok(Some(guard)),
+        Err(std::sync::TryLockError::WouldBlock) => Ok(None),
+        // The poisoned guard is this lock already: locking again here would wait for itself.
+        Err(std::sync::TryLockError::Poisoned(e)) => Err(poisoned(e)),
+    }
+}
+
+/// Append with `f` under a partition's append lock, from a thread that may block (off the request
+/// workers): the log and its append lock are tried without waiting and retried with backoff
+/// until `LOCK_WAIT`, so the log is never held while another process's lock is waited for
+/// (other requests read it meanwhile). Gives up with `Error::LockTimeout` naming the holder.
+pub fn append_blocking<T>(log: &Mutex<Log>, mut f: impl FnMut(&mut Log) -> Result<T>) -> Result<T> {
+    let started = Instant::now();
+    let attempt = || match try_lock_log(log) {
+        Ok(Some(mut log)) => log.try_with_append_lock(&mut f).transpose(),
+        Ok(None) => None,
+        Err(e) => Some(Err(e)),
+    };
+    waits::retry_blocking(started + LOCK_WAIT, attempt).unwrap_or_else(|| {
+        let (path, holder) = match log.try_lock() {
+            Ok(log) => (log.dir().to_path_buf(), log.append_lock_holder()),
+            Err(_) => (Default::default(), "a request of this server (the partition's log stayed busy)".into()),
+        };
+        let waited_ms = started.elapsed().as_millis() as u64;
+        ::log::warn!(
             target: "kafkalite::server",
-            "a request panicked while it held the log of {dir}: that partition answers KAFKA_STORAGE_ERROR until it is reopened"
+            "gave up after {waited_ms} ms waiting for the append lock of {}, held by {holder} (stopped or hung?)",
+            path.display()
         );
-        Error::LogPoisoned(format!("the log of {dir}"))
+        Err(Error::LockTimeout { path, waited_ms, holder })
     })
 }
 
@@ -66,6 +108,10 @@ pub struct Broker {
     notifier: Arc<Notifier>,
     /// Woken whenever the notifier moves: what long-polling fetches wait on.
     pub appended: Arc<Notify>,
+    /// Network topic creation, under the controller mutation quota.
+    pub topic_creation: TopicCreation,
+    /// Slots for blocking work off the request workers (`waits::off_workers`).
+    pub blocking: Arc<Semaphore>,
     /// Request bytes buffered by all connections together.
     pub request_budget: Arc<Semaphore>,
     /// `fetch.max.bytes` and the response budget of fetches.
@@ -112,6 +158,8 @@ impl Broker {
             partitions: Mutex::new(HashMap::new()),
             notifier,
             appended,
+            topic_creation: TopicCreation::default(),
+            blocking: Arc::new(Semaphore::new(BLOCKING_SLOTS)),
             request_budget: Arc::new(Semaphore::new(QUEUED_MAX_REQUEST_BYTES)),
             fetch_limits: super::fetch::Limits::new(config.fetch_max_bytes),
             acks_all: config.acks_all,
@@ -162,19 +210,56 @@ impl Broker {
         *lock(&self.topics) = None;
     }
 
-    /// The open log of one partition, opening it on first use. `Ok(None)`: no such partition.
-    pub fn partition(&self, topic: &str, partition: i32) -> Result<Option<SharedLog>> {
-        let key = (topic.to_string(), partition);
-        let cached = lock(&self.partitions).get(&key).cloned();
-        if let Some((log, opened)) = cached {
-            // Another process (`Admin.delete_topic`, another server) may have deleted the topic
-            // and created it again: a reader's open segments would keep serving the deleted
-            // records (reads follow other writers only at the log end), so reopen.
-            match crate::log::dir_identity(&self.dir.partition_path(topic, partition)) {
-                Ok(now) if now == opened => return Ok(Some(log)),
-                _ => self.forget_partition(topic, partition),
+    /// The open log of one partition, if this server has it open already.
+    fn open_partition(&self, topic: &str, partition: i32) -> Option<SharedLog> {
+        let (log, opened) = lock(&self.partitions).get(&(topic.to_string(), partition)).cloned()?;
+        // Another process (`Admin.delete_topic`, another server) may have deleted the topic
+        // and created it again: a reader's open segments would keep serving the deleted
+        // records (reads follow other writers only at the log end), so reopen.
+        match crate::log::dir_identity(&self.dir.partition_path(topic, partition)) {
+            Ok(now) if now == opened => Some(log),
+            _ => {
+                self.forget_partition(topic, partition);
+                None
             }
         }
+    }
+
+    /// `partition` for a request on the async workers: opening a partition (recovery, waiting
+    /// for another writer's append lock, at most `LOCK_WAIT`) runs off them
+    /// (`waits::off_workers`); a partition already open is answered at once.
+    pub async fn partition_within(
+        self: &Arc<Self>,
+        topic: &str,
+        partition: i32,
+        deadline: Instant,
+    ) -> Result<Option<SharedLog>> {
+        if let Some(log) = self.open_partition(topic, partition) {
+            return Ok(Some(log));
+        }
+        let started = Instant::now();
+        let name = topic.to_string();
+        match waits::off_workers(self, deadline, move |broker| broker.partition(&name, partition)).await {
+            Ok(opened) => opened,
+            Err(waits::NotDone::Busy) => Err(Error::LockTimeout {
+                path: self.dir.partition_path(topic, partition),
+                waited_ms: started.elapsed().as_millis() as u64,
+                holder: "none: every slot for blocking work stayed busy".into(),
+            }),
+            Err(waits::NotDone::Panicked) => {
+                Err(Error::Poisoned(format!("opening {topic}-{partition} panicked (a bug); retry")))
+            }
+        }
+    }
+
+    /// The open log of one partition, opening it on first use. `Ok(None)`: no such partition.
+    /// Blocking (an open recovers, and waits up to `LOCK_WAIT` for another writer's append lock):
+    /// async callers use `partition_within`.
+    pub fn partition(&self, topic: &str, partition: i32) -> Result<Option<SharedLog>> {
+        if let Some(log) = self.open_partition(topic, partition) {
+            return Ok(Some(log));
+        }
+        let key = (topic.to_string(), partition);
         let topics = self.topics()?;
         let Some(meta) = topics.get(topic) else { return Ok(None) };
         if partition < 0 || partition >= meta.partitions {
@@ -184,6 +269,9 @@ impl Broker {
         let mut config = log_config(&self.dir.dir_config()?, meta)?;
         // Embedded producers in other processes append to the same partitions.
         config.shared_writers = !config.readonly;
+        // A request's wait for another writer's append lock (an open, a commit) ends at
+        // `LOCK_WAIT`, not at the embedded clients' 60 s: see `waits`.
+        config.lock_timeout = Some(LOCK_WAIT);
         if topic == OFFSETS_TOPIC {
             // Commits are durable when acknowledged, as offsets.py writes them.
             config.flush = crate::options::FlushPolicy::Always;

@@ -84,7 +84,7 @@ async fn closed_by_peer(reader: &mut BufReader<OwnedReadHalf>) {
 /// Serve one client until it closes, sends something we cannot answer, fails to authenticate
 /// (`sasl`: the listener is SASL_PLAINTEXT), idles past `connections.max.idle.ms`, or the
 /// server stops.
-async fn serve(stream: TcpStream, broker: &Broker, idle: Duration, sasl: bool, stop: watch::Receiver<bool>) {
+async fn serve(stream: TcpStream, broker: &Arc<Broker>, idle: Duration, sasl: bool, stop: watch::Receiver<bool>) {
     let addr = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "an unknown peer".into());
     log::debug!(target: TARGET, "connection from {addr} opened");
     let why = serve_until_closed(stream, broker, idle, sasl, stop).await;
@@ -94,7 +94,7 @@ async fn serve(stream: TcpStream, broker: &Broker, idle: Duration, sasl: bool, s
 /// Serve one connection; returns why it ended (logged by `serve`).
 async fn serve_until_closed(
     stream: TcpStream,
-    broker: &Broker,
+    broker: &Arc<Broker>,
     idle: Duration,
     sasl: bool,
     mut stop: watch::Receiver<bool>,

@@ -2,6 +2,8 @@
 //! advertises), and routing each decoded request to its API family (SaslHandshake and
 //! SaslAuthenticate go to the connection's `sasl::Session` instead: they change its state).
 
+use std::sync::Arc;
+
 use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{
@@ -18,7 +20,7 @@ use super::broker::Broker;
 use super::codes;
 use super::{
     cluster, configs, coordinator, delete_records, fetch, group_api, groups_admin, init_producer_id, list_offsets,
-    log_dirs, metadata, offset_commit, offset_delete, produce, topics_admin,
+    log_dirs, metadata, offset_commit, offset_delete, produce, topics_admin, waits,
 };
 
 /// The APIs and versions implemented here: exactly what ApiVersions advertises. The upper
@@ -189,19 +191,39 @@ pub fn frame<T: Encodable>(key: ApiKey, version: i16, correlation_id: i32, body:
     Ok(out.freeze())
 }
 
+/// Run a handler that may block (open a partition, wait up to `waits::LOCK_WAIT` for another
+/// process's lock, rewrite a file) off the request workers, so ApiVersions, Metadata and
+/// requests for other partitions and groups are answered meanwhile. No free slot for it by the
+/// deadline (every slot busy with such waits): the connection is closed, as for a request the
+/// server cannot serve; the client reconnects and retries.
+async fn blocking<T: Send + 'static>(
+    broker: &Arc<Broker>,
+    key: ApiKey,
+    handler: impl FnOnce(&Broker) -> T + Send + 'static,
+) -> Result<T, DecodeError> {
+    waits::off_workers(broker, waits::deadline(0), handler).await.map_err(|why| match why {
+        waits::NotDone::Busy => {
+            DecodeError(format!("{key:?}: no slot for blocking work came free in time (server busy)"))
+        }
+        waits::NotDone::Panicked => DecodeError(format!("{key:?}: the request panicked (a bug)")),
+    })
+}
+
 /// Answer one request; `None` when Kafka sends no response (Produce with acks=0).
-pub async fn handle(broker: &Broker, request: Request, peer: &str) -> Result<Option<Bytes>, DecodeError> {
+pub async fn handle(broker: &Arc<Broker>, request: Request, peer: &str) -> Result<Option<Bytes>, DecodeError> {
     // Shadows this module's `frame`: the same bytes, with the response's error codes noted.
     use super::metrics::frame;
     let v = request.header.request_api_version;
     let id = request.header.correlation_id;
     let key = request.key;
+    // The client's address for the handlers that run off the workers (they outlive this borrow).
+    let client = peer.to_string();
     let response = match request.body {
         Body::ApiVersions(_) => frame(key, v, id, &api_versions(codes::NONE))?,
         Body::ApiVersionsUnsupported => frame(key, 0, id, &api_versions(codes::UNSUPPORTED_VERSION))?,
-        Body::Metadata(r) => frame(key, v, id, &metadata::metadata(broker, r, v))?,
-        Body::CreateTopics(r) => frame(key, v, id, &metadata::create_topics(broker, r, v, peer))?,
-        Body::Produce(r) => match produce::produce(broker, r, v).await {
+        Body::Metadata(r) => frame(key, v, id, &metadata::metadata(broker, r, v, peer).await)?,
+        Body::CreateTopics(r) => frame(key, v, id, &metadata::create_topics(broker, r, v, peer).await)?,
+        Body::Produce(r) => match produce::produce(broker, r, v, peer).await {
             Some(resp) => frame(key, v, id, &resp)?,
             None => {
                 broker.metrics.answered(key);
@@ -210,8 +232,12 @@ pub async fn handle(broker: &Broker, request: Request, peer: &str) -> Result<Opt
         },
         Body::Fetch(r) => fetch::answer(broker, r, v, id).await?,
         Body::FindCoordinator(r) => frame(key, v, id, &coordinator::find_coordinator(broker, r, v))?,
-        Body::OffsetCommit(r) => frame(key, v, id, &offset_commit::offset_commit(broker, r, v, peer))?,
-        Body::OffsetFetch(r) => frame(key, v, id, &offset_commit::offset_fetch(broker, r, v))?,
+        Body::OffsetCommit(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| offset_commit::offset_commit(b, r, v, &client)).await?)?
+        }
+        Body::OffsetFetch(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| offset_commit::offset_fetch(b, r, v)).await?)?
+        }
         Body::JoinGroup(r) => {
             let client_id = request.header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
             frame(key, v, id, &group_api::join_group(broker, r, v, &client_id, peer).await)?
@@ -219,20 +245,48 @@ pub async fn handle(broker: &Broker, request: Request, peer: &str) -> Result<Opt
         Body::SyncGroup(r) => frame(key, v, id, &group_api::sync_group(broker, r, v).await)?,
         Body::Heartbeat(r) => frame(key, v, id, &group_api::heartbeat(broker, r))?,
         Body::LeaveGroup(r) => frame(key, v, id, &group_api::leave_group(broker, r, v))?,
-        Body::DescribeGroups(r) => frame(key, v, id, &group_api::describe_groups(broker, r))?,
-        Body::ListGroups(r) => frame(key, v, id, &group_api::list_groups(broker, r, v))?,
-        Body::ListOffsets(r) => frame(key, v, id, &list_offsets::list_offsets(broker, r, v))?,
-        Body::InitProducerId(r) => frame(key, v, id, &init_producer_id::init_producer_id(broker, r))?,
-        Body::DeleteGroups(r) => frame(key, v, id, &groups_admin::delete_groups(broker, r, peer))?,
-        Body::DeleteTopics(r) => frame(key, v, id, &topics_admin::delete_topics(broker, r, v, peer))?,
-        Body::CreatePartitions(r) => frame(key, v, id, &topics_admin::create_partitions(broker, r, peer))?,
+        // These read committed offsets, opening `__consumer_offsets` partitions.
+        Body::DescribeGroups(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| group_api::describe_groups(b, r)).await?)?
+        }
+        Body::ListGroups(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| group_api::list_groups(b, r, v)).await?)?
+        }
+        Body::ListOffsets(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| list_offsets::list_offsets(b, r, v)).await?)?
+        }
+        Body::InitProducerId(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| init_producer_id::init_producer_id(b, r)).await?)?
+        }
+        Body::DeleteGroups(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| groups_admin::delete_groups(b, r, &client)).await?)?
+        }
+        Body::DeleteTopics(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| topics_admin::delete_topics(b, r, v, &client)).await?)?
+        }
+        Body::CreatePartitions(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| topics_admin::create_partitions(b, r, &client)).await?)?
+        }
         Body::DescribeConfigs(r) => frame(key, v, id, &configs::describe_configs(broker, r, v, peer))?,
-        Body::AlterConfigs(r) => frame(key, v, id, &configs::alter_configs(broker, r, peer))?,
-        Body::IncrementalAlterConfigs(r) => frame(key, v, id, &configs::incremental_alter_configs(broker, r, peer))?,
-        Body::DeleteRecords(r) => frame(key, v, id, &delete_records::delete_records(broker, r))?,
+        Body::AlterConfigs(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| configs::alter_configs(b, r, &client)).await?)?
+        }
+        Body::IncrementalAlterConfigs(r) => frame(
+            key,
+            v,
+            id,
+            &blocking(broker, key, move |b| configs::incremental_alter_configs(b, r, &client)).await?,
+        )?,
+        Body::DeleteRecords(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| delete_records::delete_records(b, r)).await?)?
+        }
         Body::DescribeCluster(r) => frame(key, v, id, &cluster::describe_cluster(broker, r))?,
-        Body::OffsetDelete(r) => frame(key, v, id, &offset_delete::offset_delete(broker, r, peer))?,
-        Body::DescribeLogDirs(r) => frame(key, v, id, &log_dirs::describe_log_dirs(broker, r, peer))?,
+        Body::OffsetDelete(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| offset_delete::offset_delete(b, r, &client)).await?)?
+        }
+        Body::DescribeLogDirs(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| log_dirs::describe_log_dirs(b, r, &client)).await?)?
+        }
         // The connection's SASL session answers these (`sasl::Session::admit`) before dispatch.
         Body::SaslHandshake(_) | Body::SaslAuthenticate(_) => {
             return Err(DecodeError(format!("{key:?} reached dispatch without the connection's SASL session")))

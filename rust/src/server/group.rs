@@ -20,6 +20,7 @@ use tokio::sync::Notify;
 
 use super::codes;
 use super::group_owner::{self, Claim, NetworkOwner};
+use super::waits;
 
 /// The `log` target of group events (Python: `logging.getLogger("kafkalite.server.group")`).
 const TARGET: &str = "kafkalite::server::group";
@@ -223,7 +224,8 @@ pub struct Coordinator {
     /// Written into each group's claim file: which server holds it (for the embedded side's error).
     identity: String,
     /// One claim at a time: two joins of an unclaimed group must not both try to flock it
-    /// (the second would find this very server's lock and be refused).
+    /// (the second would find this very server's lock and be refused). Held only for one
+    /// non-blocking try, never across a wait for an embedded member's lock.
     claiming: tokio::sync::Mutex<()>,
 }
 
@@ -263,20 +265,56 @@ impl Coordinator {
         self.groups().get(group).is_some_and(|g| g.owner.is_some())
     }
 
+    /// One try at `group_owner::claim` (non-blocking), one claim of this server at a time;
+    /// `None` when the group is claimed already.
+    async fn try_claim(
+        &self,
+        group: &str,
+    ) -> Option<Result<Result<Claim, crate::error::Error>, tokio::task::JoinError>> {
+        let _one_at_a_time = self.claiming.lock().await;
+        if self.claimed(group) {
+            return None;
+        }
+        let (dir, id, who) = (self.data_dir.clone(), group.to_string(), self.identity.clone());
+        // The folder's file operations, off the request workers.
+        Some(tokio::task::spawn_blocking(move || group_owner::claim(&dir, &id, &who)).await)
+    }
+
     /// Make sure this server holds `group`'s claim (`group_owner`); the error code otherwise.
     /// The claim is returned for the caller to install with its first member, in the same
-    /// critical section (an unused claim is released by `expire`).
+    /// critical section (an unused claim is released by `expire`). An embedded member holding
+    /// the group's state lock is waited for with backoff until `waits::LOCK_WAIT`, then the
+    /// join is answered COORDINATOR_LOAD_IN_PROGRESS (Kafka's "the coordinator is loading the
+    /// group": the client retries the join) and a WARNING names the holder.
     async fn claim(&self, group: &str) -> Result<Option<NetworkOwner>, i16> {
         if self.claimed(group) {
             return Ok(None);
         }
-        let _one_at_a_time = self.claiming.lock().await;
-        if self.claimed(group) {
-            return Ok(None);
-        }
-        let (dir, id, who) = (self.data_dir.clone(), group.to_string(), self.identity.clone());
-        let claim = tokio::task::spawn_blocking(move || group_owner::claim(&dir, &id, &who)).await;
+        let started = Instant::now();
+        let holder = Mutex::new(String::new());
+        let outcome = waits::retry_until(waits::deadline(0), || async {
+            match self.try_claim(group).await {
+                Some(Ok(Ok(Claim::Busy(who)))) => {
+                    *holder.lock().unwrap_or_else(|e| e.into_inner()) = who;
+                    None
+                }
+                other => Some(other),
+            }
+        })
+        .await;
+        let Some(claim) = outcome else {
+            let holder = holder.into_inner().unwrap_or_else(|e| e.into_inner());
+            log::warn!(
+                target: TARGET,
+                "a join of group {group:?}: gave up after {} ms waiting for the group's state lock, held by {holder} \
+                 (an embedded member, stopped or hung?); answered COORDINATOR_LOAD_IN_PROGRESS",
+                started.elapsed().as_millis()
+            );
+            return Err(codes::COORDINATOR_LOAD_IN_PROGRESS);
+        };
+        let Some(claim) = claim else { return Ok(None) };
         match claim {
+            Ok(Ok(Claim::Busy(_))) => Err(codes::COORDINATOR_LOAD_IN_PROGRESS), // never: retried above
             Ok(Ok(Claim::Owned(owner))) => Ok(Some(owner)),
             // Kafka's answer to a member whose protocol differs from the group's (a connect
             // group joined by a consumer, a classic member joining a new-protocol group):

@@ -35,6 +35,9 @@ pub enum Claim {
     Embedded,
     /// Another server (described by what it wrote in the file) coordinates the group.
     OtherServer(String),
+    /// An embedded member holds the group's state lock right now (described: its pid when the
+    /// kernel tells): try again later.
+    Busy(String),
 }
 
 /// The group's folder, named as `group.py` names it (`files::id_file_name`).
@@ -42,9 +45,11 @@ fn group_dir(data_dir: &Path, group: &str) -> Result<PathBuf> {
     Ok(data_dir.join(GROUPS_DIR).join(id_file_name(group, "group id")?))
 }
 
-/// Claim `group` for this server (blocking: waits for the group's state lock, which embedded
-/// members hold only for a read-modify-write). `who` is written into the claim file so that a
-/// refused embedded consumer can say which server holds the group.
+/// Claim `group` for this server, if the group's state lock (which embedded members hold only
+/// for a read-modify-write) is free now: `Claim::Busy` otherwise, and the caller retries until its
+/// deadline (a member stopped while it holds the lock must not hold up the server). `who` is
+/// written into the claim file so that a refused embedded consumer can say which server holds
+/// the group.
 pub fn claim(data_dir: &Path, group: &str, who: &str) -> Result<Claim> {
     let dir = group_dir(data_dir, group)?;
     std::fs::create_dir_all(&dir).map_err(|e| Error::io_at(&dir, format!("cannot create {}", dir.display()), e))?;
@@ -54,8 +59,13 @@ pub fn claim(data_dir: &Path, group: &str, who: &str) -> Result<Claim> {
         &dir.join(GROUP_STATE_LOCK_FILE),
         "the group's state lock",
     )?;
-    flock(&state_lock, FlockOperation::LockExclusive)
-        .map_err(|e| Error::io(format!("cannot lock the state of group {group:?}"), e.into()))?;
+    match flock(&state_lock, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::WOULDBLOCK) => {
+            return Ok(Claim::Busy(crate::lock::describe_holder(&state_lock, || "an embedded member".into())))
+        }
+        Err(e) => return Err(Error::io(format!("cannot lock the state of group {group:?}"), e.into())),
+    }
     if embedded_members_alive(&dir) {
         return Ok(Claim::Embedded);
     }

@@ -1,7 +1,10 @@
 //! Metadata (one broker, node 0, leader of every partition) with auto topic creation, and
-//! CreateTopics. Topics are created through `DataDir`, exactly as the Python `Admin` does.
+//! CreateTopics. Topics are created through `DataDir`, exactly as the Python `Admin` does, off
+//! the request workers and under the controller mutation quota (`topic_creation`): past it a
+//! topic is answered THROTTLING_QUOTA_EXCEEDED.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
 use kafka_protocol::messages::metadata_response::{
@@ -16,6 +19,8 @@ use super::broker::Broker;
 use super::cluster::cluster_id;
 use super::codes;
 use super::offsets::OFFSETS_TOPIC;
+use super::topic_creation::Created;
+use super::waits;
 use crate::datadir::{validate_topic_name, TopicMeta};
 use crate::error::Error;
 
@@ -51,21 +56,41 @@ fn topic_error(name: Option<&str>, code: i16) -> MetadataResponseTopic {
         .with_error_code(code)
 }
 
-/// Create `name` with the broker's defaults for auto-creation; the error code on failure.
-fn auto_create(broker: &Broker, name: &str) -> Result<(), i16> {
-    if validate_topic_name(name).is_err() || name.starts_with("__") {
-        return Err(codes::INVALID_TOPIC_EXCEPTION);
-    }
-    match broker.dir.create_topic(name, broker.default_partitions(), &BTreeMap::new()) {
-        Ok(_) => {
-            broker.topics_changed();
-            Ok(())
-        }
-        Err(_) => Err(codes::UNKNOWN_TOPIC_OR_PARTITION),
-    }
+/// Whether Metadata may auto-create `name` (Kafka refuses invalid and internal-looking names).
+fn creatable(name: &str) -> bool {
+    validate_topic_name(name).is_ok() && !name.starts_with("__")
 }
 
-pub fn metadata(broker: &Broker, request: MetadataRequest, version: i16) -> MetadataResponse {
+/// Create the missing topics among `names` with the broker's defaults for auto-creation; the
+/// error code of each that was not created, and the response's `throttle_time_ms`.
+async fn auto_create(broker: &Arc<Broker>, names: BTreeSet<String>, peer: &str) -> (BTreeMap<String, i16>, i32) {
+    let partitions = broker.default_partitions();
+    let wanted = names.into_iter().map(|n| (n, partitions, BTreeMap::new())).collect();
+    let (outcomes, throttle_ms) = broker.topic_creation.create(broker, wanted, true, waits::deadline(0)).await;
+    let mut refused = BTreeMap::new();
+    for (name, outcome) in outcomes {
+        let code = match outcome {
+            Created::Done | Created::Existed => continue,
+            Created::Throttled { .. } => codes::THROTTLING_QUOTA_EXCEEDED,
+            // Kafka's answer for a topic whose creation has not completed: the client retries.
+            Created::Late => codes::LEADER_NOT_AVAILABLE,
+            Created::Failed(_) => codes::UNKNOWN_TOPIC_OR_PARTITION,
+        };
+        refused.insert(name, code);
+    }
+    let throttled = refused.values().filter(|&&c| c == codes::THROTTLING_QUOTA_EXCEEDED).count();
+    if throttled > 0 {
+        log::warn!(
+            target: super::LOG_TARGET,
+            "refused to auto-create {throttled} topic(s) for a Metadata request from {peer}: over the controller \
+             mutation quota ({} partitions/s); answered THROTTLING_QUOTA_EXCEEDED, retry after {throttle_ms} ms",
+            super::topic_creation::MUTATION_RATE
+        );
+    }
+    (refused, throttle_ms)
+}
+
+pub async fn metadata(broker: &Arc<Broker>, request: MetadataRequest, version: i16, peer: &str) -> MetadataResponse {
     let (host, port) = broker.advertised();
     let mut response = MetadataResponse::default().with_brokers(vec![MetadataResponseBroker::default()
         .with_node_id(BrokerId(NODE_ID))
@@ -91,18 +116,30 @@ pub fn metadata(broker: &Broker, request: MetadataRequest, version: i16) -> Meta
     let entries = match wanted {
         None => topics.iter().map(|(name, meta)| topic_entry(name, meta, version)).collect(),
         Some(wanted) => {
+            let (missing, invalid): (BTreeSet<String>, BTreeSet<String>) = wanted
+                .iter()
+                .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
+                .filter(|name| allow_create && !topics.contains_key(name))
+                .partition(|name| creatable(name));
+            let mut refused: BTreeMap<String, i16> =
+                invalid.into_iter().map(|n| (n, codes::INVALID_TOPIC_EXCEPTION)).collect();
+            if !missing.is_empty() {
+                let (not_created, throttle_ms) = auto_create(broker, missing, peer).await;
+                refused.extend(not_created);
+                if version >= 3 {
+                    response = response.with_throttle_time_ms(throttle_ms);
+                }
+                topics = broker.topics().unwrap_or(topics);
+            }
             let mut out = Vec::with_capacity(wanted.len().min(1024));
             for t in wanted {
                 let Some(name) = t.name.as_ref().map(|n| n.0.to_string()) else {
                     out.push(topic_error(None, codes::UNKNOWN_TOPIC_ID));
                     continue;
                 };
-                if !topics.contains_key(&name) && allow_create {
-                    if let Err(code) = auto_create(broker, &name) {
-                        out.push(topic_error(Some(&name), code));
-                        continue;
-                    }
-                    topics = broker.topics().unwrap_or(topics);
+                if let Some(&code) = refused.get(&name) {
+                    out.push(topic_error(Some(&name), code));
+                    continue;
                 }
                 match topics.get(&name) {
                     Some(meta) => out.push(topic_entry(&name, meta, version)),
@@ -118,8 +155,18 @@ pub fn metadata(broker: &Broker, request: MetadataRequest, version: i16) -> Meta
     response.with_topics(entries)
 }
 
-pub fn create_topics(broker: &Broker, request: CreateTopicsRequest, version: i16, peer: &str) -> CreateTopicsResponse {
-    let mut results = Vec::with_capacity(request.topics.len().min(1024));
+pub async fn create_topics(
+    broker: &Arc<Broker>,
+    request: CreateTopicsRequest,
+    version: i16,
+    peer: &str,
+) -> CreateTopicsResponse {
+    // First every topic is checked (cheap), then the valid ones are created together, off the
+    // request workers and under the quota: strict from v6 (THROTTLING_QUOTA_EXCEEDED past it),
+    // permissive before (created, then throttled), as Kafka does.
+    let mut checked_topics = Vec::with_capacity(request.topics.len().min(1024));
+    let mut to_create = Vec::new();
+    let mut seen = BTreeSet::new();
     for topic in request.topics {
         let name = topic.name.0.to_string();
         let partitions = if topic.num_partitions == -1 { broker.default_partitions() } else { topic.num_partitions };
@@ -150,19 +197,55 @@ pub fn create_topics(broker: &Broker, request: CreateTopicsRequest, version: i16
             ))
         } else if let Err(e) = checked.as_ref() {
             Err((codes::INVALID_CONFIG, e.to_string()))
-        } else if request.validate_only {
-            Ok(())
         } else {
-            match broker.dir.create_topic(&name, partitions, &configs) {
-                Ok(true) => {
-                    broker.topics_changed();
-                    Ok(())
-                }
-                Ok(false) => Err((codes::TOPIC_ALREADY_EXISTS, format!("topic {name:?} already exists"))),
-                Err(e @ Error::InvalidConfig(_)) => Err((codes::INVALID_TOPIC_EXCEPTION, e.to_string())),
-                Err(e) => Err((codes::UNKNOWN_SERVER_ERROR, e.to_string())),
-            }
+            Ok(())
         };
+        let duplicate = !seen.insert(name.clone());
+        let outcome = match outcome {
+            Ok(()) if duplicate => Err((codes::INVALID_REQUEST, format!("the request names topic {name:?} twice"))),
+            outcome => outcome,
+        };
+        if outcome.is_ok() && !request.validate_only {
+            to_create.push((name.clone(), partitions, configs));
+        }
+        checked_topics.push((topic, name, partitions, checked, outcome));
+    }
+    let mut created = BTreeMap::new();
+    let mut throttle_ms = 0;
+    if !to_create.is_empty() {
+        let strict = version >= 6;
+        let (outcomes, throttle) =
+            broker.topic_creation.create(broker, to_create, strict, waits::deadline(request.timeout_ms)).await;
+        throttle_ms = throttle;
+        created = outcomes.into_iter().collect();
+    }
+    let throttled = created.values().filter(|c| matches!(c, Created::Throttled { .. })).count();
+    if throttled > 0 {
+        log::warn!(
+            target: super::LOG_TARGET,
+            "refused to create {throttled} topic(s) for a CreateTopics request from {peer}: over the controller \
+             mutation quota ({} partitions/s); answered THROTTLING_QUOTA_EXCEEDED, retry after {throttle_ms} ms",
+            super::topic_creation::MUTATION_RATE
+        );
+    }
+    let mut results = Vec::with_capacity(checked_topics.len());
+    for (topic, name, partitions, checked, outcome) in checked_topics {
+        let outcome = outcome.and_then(|()| match created.remove(&name) {
+            None | Some(Created::Done) => Ok(()), // None: validate_only
+            Some(Created::Existed) => Err((codes::TOPIC_ALREADY_EXISTS, format!("topic {name:?} already exists"))),
+            Some(Created::Throttled { throttle_ms }) => Err((
+                codes::THROTTLING_QUOTA_EXCEEDED,
+                format!(
+                    "over the controller mutation quota ({} partitions/s): retry after {throttle_ms} ms",
+                    super::topic_creation::MUTATION_RATE
+                ),
+            )),
+            Some(Created::Late) => {
+                Err((codes::REQUEST_TIMED_OUT, "the creation did not get its turn within the request's timeout".into()))
+            }
+            Some(Created::Failed(e @ Error::InvalidConfig(_))) => Err((codes::INVALID_TOPIC_EXCEPTION, e.to_string())),
+            Some(Created::Failed(e)) => Err((codes::UNKNOWN_SERVER_ERROR, e.to_string())),
+        });
         let mut result = CreatableTopicResult::default().with_name(topic.name.clone());
         match outcome {
             Ok(()) => {
@@ -182,7 +265,12 @@ pub fn create_topics(broker: &Broker, request: CreateTopicsRequest, version: i16
                 }
             }
             Err((code, message)) => {
-                result = result.with_error_code(codes::refused(peer, "CreateTopics", code, &message));
+                // Throttled topics are logged once for the request, above.
+                let code = match code {
+                    codes::THROTTLING_QUOTA_EXCEEDED => code,
+                    _ => codes::refused(peer, "CreateTopics", code, &message),
+                };
+                result = result.with_error_code(code);
                 if version >= 1 {
                     result = result.with_error_message(Some(StrBytes::from_string(message)));
                 }
@@ -190,5 +278,10 @@ pub fn create_topics(broker: &Broker, request: CreateTopicsRequest, version: i16
         }
         results.push(result);
     }
-    CreateTopicsResponse::default().with_topics(results)
+    let response = CreateTopicsResponse::default().with_topics(results);
+    if version >= 2 {
+        response.with_throttle_time_ms(throttle_ms)
+    } else {
+        response
+    }
 }

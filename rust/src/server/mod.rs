@@ -19,9 +19,17 @@
 //! and the admin APIs: `topics_admin` (DeleteTopics, CreatePartitions), `configs`
 //! (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs), `delete_records`, `groups_admin`
 //! (DeleteGroups; the groups that only have committed offsets), `log_dirs` (DescribeLogDirs) and
-//! `cluster` (DescribeCluster, the cluster id), and `metrics` (`--metrics`: the counters and a
-//! Prometheus text page on its own listener). Refused requests are logged at WARNING with the
-//! client's address and the reason (`codes::refused`).
+//! `cluster` (DescribeCluster, the cluster id); `topic_creation` (CreateTopics' and Metadata's
+//! creations, off the request workers under Kafka's controller mutation quota); `metrics`
+//! (`--metrics`: the counters and a Prometheus text page on its own listener). Refused requests
+//! are logged at WARNING with the client's address and the reason (`codes::refused`).
+//!
+//! The runtime has two request workers, so no request may hold one while it waits for a lock
+//! another process or request holds (`waits`): a partition's append lock and log, a group's state
+//! lock are tried without blocking and retried with backoff, blocking handlers run off the
+//! workers in a bounded number of slots, and every such wait ends at `waits::LOCK_WAIT` (5 s)
+//! with the API's retriable error and a WARNING naming the holder. No server-wide lock (the
+//! partitions map, the groups, the claiming lock) is held across such a wait.
 //! Request and response bodies are encoded by the `kafka-protocol` crate, generated from
 //! Kafka's JSON schemas; nothing here hand-writes a message codec.
 //!
@@ -56,7 +64,9 @@ mod offsets;
 mod produce;
 mod sasl;
 mod scram;
+mod topic_creation;
 mod topics_admin;
+mod waits;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 
-use super::broker::{lock, lock_log, Broker};
+use super::broker::{append_blocking, lock, lock_log, Broker};
 use crate::error::{Error, Result};
 use crate::log::now_ms;
 use crate::log_read::RecordSink;
@@ -111,12 +111,14 @@ impl OffsetStore {
 
     /// The group's offsets, including commits by other processes.
     pub fn load(&self, broker: &Broker, group: &str) -> Result<BTreeMap<(String, i32), (i64, String)>> {
+        // Opened before the groups are locked: an open may wait for another writer's append lock.
+        let log = match broker.topics()?.contains_key(OFFSETS_TOPIC) {
+            true => broker.partition(OFFSETS_TOPIC, offsets_partition(group))?,
+            false => None,
+        };
         let mut groups = lock(&self.groups);
         let state = groups.entry(group.to_string()).or_default();
-        if !broker.topics()?.contains_key(OFFSETS_TOPIC) {
-            return Ok(state.offsets.clone());
-        }
-        let Some(log) = broker.partition(OFFSETS_TOPIC, offsets_partition(group))? else {
+        let Some(log) = log else {
             return Ok(state.offsets.clone());
         };
         let mut log = lock_log(&log)?;
@@ -152,7 +154,7 @@ impl OffsetStore {
         let log = broker
             .partition(OFFSETS_TOPIC, offsets_partition(group))?
             .ok_or_else(|| Error::UnknownTopicOrPartition(format!("{OFFSETS_TOPIC}-{}", offsets_partition(group))))?;
-        lock_log(&log)?.append_records(&inputs)?;
+        append_blocking(&log, |log| log.append_records(&inputs))?;
         // Read again from the start next time (the tombstones remove the entries).
         lock(&self.groups).remove(group);
         Ok(doomed.len())
@@ -204,7 +206,7 @@ impl OffsetStore {
         let log = broker
             .partition(OFFSETS_TOPIC, offsets_partition(group))?
             .ok_or_else(|| Error::UnknownTopicOrPartition(format!("{OFFSETS_TOPIC}-{}", offsets_partition(group))))?;
-        lock_log(&log)?.append_records(&inputs)?;
+        append_blocking(&log, |log| log.append_records(&inputs))?;
         Ok(())
     }
 }

@@ -4,15 +4,25 @@
 //! batches as sent (every codec, no recompression: Kafka's `compression.type=producer`). acks=0 gets no response;
 //! acks=1 answers once the batches are in the log, acks=-1 after `durable` (on disk, or in the
 //! page cache under `--acks-all=page-cache`).
+//!
+//! A partition's append lock held by another writer (an embedded producer, maybe stopped) is
+//! waited for without blocking a request worker and without holding the partition's log while
+//! waiting (`Log::try_with_append_lock` retried by `waits::retry_until`), until the request's
+//! `timeout_ms` or `waits::LOCK_WAIT`: then that partition is answered REQUEST_TIMED_OUT
+//! (retriable: the producer sends again) and a WARNING names the holder.
+
+use std::sync::Arc;
+use std::time::Instant;
 
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::broker::{lock_log, Broker};
+use super::broker::{try_lock_log, Broker};
 use super::codes;
 use super::durable::{self, Pending};
-use crate::log::Produced;
+use super::waits;
+use crate::log::{Log, Produced};
 use crate::producer_state::Refusal;
 use crate::record::TimestampType;
 
@@ -27,19 +37,27 @@ struct Appended {
     durable: Option<Pending>,
 }
 
-fn append(
-    broker: &Broker,
-    topic: &str,
-    partition: i32,
+/// The outcome of one try at the append: `None` while the log or its append lock is busy.
+type Attempt = Option<Result<Appended, (i16, String)>>;
+
+async fn append(
+    broker: &Arc<Broker>,
+    (topic, partition): (&str, i32),
     records: Option<&[u8]>,
-    acks: i16,
+    (acks, deadline): (i16, Instant),
+    peer: &str,
 ) -> Result<Appended, (i16, String)> {
-    let log = match broker.partition(topic, partition) {
+    let log = match broker.partition_within(topic, partition, deadline).await {
         Ok(Some(log)) => log,
         Ok(None) => {
             return Err((codes::UNKNOWN_TOPIC_OR_PARTITION, format!("this server does not host {topic}-{partition}")))
         }
-        Err(e) => return Err((codes::for_error(&e), e.to_string())),
+        Err(e) => {
+            if matches!(e, crate::error::Error::LockTimeout { .. }) {
+                log::warn!(target: super::LOG_TARGET, "produce to {topic}-{partition} from {peer}: opening it: {e}");
+            }
+            return Err((codes::for_error(&e), e.to_string()));
+        }
     };
     if topic == super::offsets::OFFSETS_TOPIC {
         return Err((
@@ -48,30 +66,67 @@ fn append(
         ));
     }
     let records = records.ok_or((codes::CORRUPT_MESSAGE, "the partition's records are null".to_string()))?;
-    let mut log = match lock_log(&log) {
-        Ok(log) => log,
+    let started = Instant::now();
+    if let Some(outcome) =
+        waits::retry_until(deadline, || std::future::ready(attempt(broker, &log, (topic, partition), records, acks)))
+            .await
+    {
+        return outcome;
+    }
+    // Ran out: say who held it (the log is free unless a request of this server is using it).
+    let holder = match log.try_lock() {
+        Ok(log) => log.append_lock_holder(),
+        Err(_) => "a request of this server (the partition's log stayed busy)".into(),
+    };
+    let waited = started.elapsed().as_millis();
+    log::warn!(
+        target: super::LOG_TARGET,
+        "produce to {topic}-{partition} from {peer}: gave up after {waited} ms waiting for the partition's append \
+         lock, held by {holder} (stopped or hung?); answered REQUEST_TIMED_OUT"
+    );
+    Err((
+        codes::REQUEST_TIMED_OUT,
+        format!("{topic}-{partition}: its append lock stayed held by {holder} for {waited} ms; retry later"),
+    ))
+}
+
+/// One try: lock the partition's log and its append lock if both are free now, then append.
+fn attempt(
+    broker: &Broker,
+    log: &std::sync::Mutex<Log>,
+    (topic, partition): (&str, i32),
+    records: &[u8],
+    acks: i16,
+) -> Attempt {
+    let mut log = match try_lock_log(log) {
+        Ok(Some(log)) => log,
+        Ok(None) => return None,
         Err(e) => {
             broker.forget_partition(topic, partition);
-            return Err((codes::for_error(&e), e.to_string()));
+            return Some(Err((codes::for_error(&e), e.to_string())));
         }
     };
     // A panic here (a bug) leaves the log locked half way through a request.
     if let Err(e) = crate::failpoint::hit("server.produce") {
-        return Err((codes::KAFKA_STORAGE_ERROR, e.to_string()));
+        return Some(Err((codes::KAFKA_STORAGE_ERROR, e.to_string())));
     }
-    let outcome = log.append_produce(records);
+    let produced = match log.try_with_append_lock(|log| log.append_produce(records)) {
+        Ok(None) => return None,
+        Ok(Some(produced)) => Ok(produced),
+        Err(e) => Err(e),
+    };
     // acks=all: what the answer waits for, taken while the log is still locked (`durable`).
-    let since = match &outcome {
+    let since = match &produced {
         Ok(Produced::Appended(first, _)) => Some(*first),
         Ok(Produced::Duplicate(batch)) => Some(batch.first_offset()),
         _ => None,
     };
     let durable = match since.map(|since| durable::after_append(broker, &mut log, topic, partition, acks, since)) {
-        Some(Err(e)) => return Err((codes::for_error(&e), e.to_string())),
+        Some(Err(e)) => return Some(Err((codes::for_error(&e), e.to_string()))),
         Some(Ok(pending)) => pending,
         None => None,
     };
-    match outcome {
+    Some(match produced {
         Ok(Produced::Duplicate(batch)) => {
             // Kafka answers a retry with the original batch's offset (and, for LogAppendTime,
             // the time it was appended).
@@ -105,12 +160,19 @@ fn append(
             }
             Err((codes::for_error(&e), e.to_string()))
         }
-    }
+    })
 }
 
 /// The response, or None for acks=0.
-pub async fn produce(broker: &Broker, request: ProduceRequest, version: i16) -> Option<ProduceResponse> {
+pub async fn produce(
+    broker: &Arc<Broker>,
+    request: ProduceRequest,
+    version: i16,
+    peer: &str,
+) -> Option<ProduceResponse> {
     let valid_acks = matches!(request.acks, -1..=1);
+    // One deadline for the whole request: its partitions' waits do not add up.
+    let deadline = waits::deadline(request.timeout_ms);
     let mut appended_any = false;
     let mut pending = Vec::new();
     let mut responses = Vec::with_capacity(request.topic_data.len().min(1024));
@@ -119,7 +181,7 @@ pub async fn produce(broker: &Broker, request: ProduceRequest, version: i16) -> 
         let mut partitions = Vec::with_capacity(topic.partition_data.len().min(1024));
         for p in &topic.partition_data {
             let outcome = if valid_acks {
-                append(broker, &name, p.index, p.records.as_deref(), request.acks)
+                append(broker, (&name, p.index), p.records.as_deref(), (request.acks, deadline), peer).await
             } else {
                 Err((codes::INVALID_REQUIRED_ACKS, format!("acks must be -1, 0 or 1, not {}", request.acks)))
             };

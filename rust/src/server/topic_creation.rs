@@ -1,0 +1,147 @@
+//! Topic creation for the network (CreateTopics, Metadata's auto-creation), bounded so that a
+//! flood of new names cannot take the server from its other clients: each creation rewrites the
+//! data directory's metadata file and makes folders (tens of milliseconds), so it runs off the
+//! request workers, one request's batch at a time, under Kafka's controller mutation quota
+//! (KIP-599, `controller.mutation.rate`): partitions created per second, as a token bucket. A
+//! topic is created while the bucket is not empty (the topic that empties it is still created,
+//! as Kafka's strict quota does); later ones are refused with THROTTLING_QUOTA_EXCEEDED and the
+//! response's `throttle_time_ms` says when the bucket has room again.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::broker::{lock, Broker};
+use super::waits;
+use crate::error::{Error, Result};
+
+/// `controller.mutation.rate`: partitions created per second, over all clients (Kafka's default
+/// is unlimited; a broker that creates topics in milliseconds on its controller can afford that,
+/// one that rewrites a metadata file per topic cannot).
+pub const MUTATION_RATE: f64 = 50.0;
+
+/// How many partitions can be created at once after a quiet spell (Kafka measures the rate over
+/// `quota.window.num` x `quota.window.size.seconds`, 11 s, so it allows such a burst too).
+pub const MUTATION_BURST: f64 = 200.0;
+
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+pub struct TopicCreation {
+    /// Consistent at any panic: two fields set together by arithmetic that cannot panic.
+    bucket: Mutex<Bucket>,
+    /// One request's creations at a time (each holds the metadata file's lock anyway): a flood
+    /// over many connections queues here, not on the blocking pool's slots.
+    lane: tokio::sync::Mutex<()>,
+}
+
+/// What became of one topic to create.
+#[derive(Debug)]
+pub enum Created {
+    Done,
+    /// Existed already (created by someone else meanwhile).
+    Existed,
+    /// Over the quota: retry after `throttle_ms`.
+    Throttled {
+        throttle_ms: i32,
+    },
+    /// The creation failed.
+    Failed(Error),
+    /// Admitted, but it did not get its turn before the deadline (creations ahead of it, or an
+    /// embedded `Admin` holding the metadata file's lock): not created, retry.
+    Late,
+}
+
+impl Default for TopicCreation {
+    fn default() -> Self {
+        TopicCreation {
+            bucket: Mutex::new(Bucket { tokens: MUTATION_BURST, at: Instant::now() }),
+            lane: tokio::sync::Mutex::new(()),
+        }
+    }
+}
+
+impl TopicCreation {
+    /// Take `partitions` from the bucket if it is not empty (or, not `strict`, in any case:
+    /// Kafka's permissive quota for old CreateTopics versions, which only throttles); else how
+    /// long until it is not empty.
+    fn admit(&self, partitions: i32, strict: bool) -> std::result::Result<(), i32> {
+        let mut bucket = lock(&self.bucket);
+        let now = Instant::now();
+        let refill = now.duration_since(bucket.at).as_secs_f64() * MUTATION_RATE;
+        bucket.tokens = (bucket.tokens + refill).min(MUTATION_BURST);
+        bucket.at = now;
+        if bucket.tokens > 0.0 || !strict {
+            bucket.tokens -= f64::from(partitions.max(1));
+            Ok(())
+        } else {
+            Err(millis((-bucket.tokens + 1.0) / MUTATION_RATE))
+        }
+    }
+
+    /// Kafka's `throttle_time_ms` for a response: how long until the bucket is not empty.
+    fn throttle_ms(&self) -> i32 {
+        let bucket = lock(&self.bucket);
+        let debt = -bucket.tokens - bucket.at.elapsed().as_secs_f64() * MUTATION_RATE;
+        if debt < 0.0 {
+            0
+        } else {
+            millis((debt + 1.0) / MUTATION_RATE)
+        }
+    }
+
+    /// Create `topics` (name, partitions, configs; names already validated) in order, as far as
+    /// the quota allows (`strict`: see `admit`), off the request workers; an outcome per topic
+    /// (the throttled first) and the response's `throttle_time_ms`.
+    pub async fn create(
+        &self,
+        broker: &Arc<Broker>,
+        topics: Vec<(String, i32, BTreeMap<String, String>)>,
+        strict: bool,
+        deadline: Instant,
+    ) -> (Vec<(String, Created)>, i32) {
+        let mut outcomes = Vec::with_capacity(topics.len());
+        let mut admitted = Vec::new();
+        for (name, partitions, configs) in topics {
+            match self.admit(partitions, strict) {
+                Ok(()) => admitted.push((name, partitions, configs)),
+                Err(throttle_ms) => outcomes.push((name, Created::Throttled { throttle_ms })),
+            }
+        }
+        if admitted.is_empty() {
+            return (outcomes, self.throttle_ms());
+        }
+        let names: Vec<String> = admitted.iter().map(|(name, _, _)| name.clone()).collect();
+        let done = match waits::within(deadline, self.lane.lock()).await {
+            Some(_lane) => waits::off_workers(broker, deadline, move |broker| create_all(broker, &admitted)).await.ok(),
+            None => None,
+        };
+        let done = done.unwrap_or_else(|| names.into_iter().map(|name| (name, Created::Late)).collect());
+        if done.iter().any(|(_, c)| matches!(c, Created::Done)) {
+            broker.topics_changed();
+        }
+        outcomes.extend(done);
+        (outcomes, self.throttle_ms())
+    }
+}
+
+fn millis(seconds: f64) -> i32 {
+    Duration::from_secs_f64(seconds.max(0.0)).as_millis().min(i32::MAX as u128) as i32
+}
+
+fn create_all(broker: &Broker, topics: &[(String, i32, BTreeMap<String, String>)]) -> Vec<(String, Created)> {
+    topics
+        .iter()
+        .map(|(name, partitions, configs)| {
+            let created: Result<bool> = broker.dir.create_topic(name, *partitions, configs);
+            let outcome = match created {
+                Ok(true) => Created::Done,
+                Ok(false) => Created::Existed,
+                Err(e) => Created::Failed(e),
+            };
+            (name.clone(), outcome)
+        })
+        .collect()
+}
