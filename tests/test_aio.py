@@ -13,9 +13,8 @@ import sys
 import threading
 import time
 
-import pytest
-
 import kafkalite
+import pytest
 from kafkalite import Admin, TopicPartition
 from kafkalite.aio import AIOConsumer, AIOKafkaConsumer, AIOKafkaProducer, AIOProducer
 
@@ -100,7 +99,7 @@ def test_async_for_wakes_on_another_process_append_and_does_not_spin(tmp_path, s
             await asyncio.wait_for(task, 20)
             appended = [float(line) for line in proc.stdout]
             # Three appends at arbitrary points of the 1 s cap: a timer would miss 0.25 s.
-            late = [round(r - a, 3) for r, a in zip(received, appended) if r - a > 0.25]
+            late = [round(r - a, 3) for r, a in zip(received, appended, strict=True) if r - a > 0.25]
             assert not late, f"woken {late} s after the append: by the wait cap, not the notifier"
 
     run(main())
@@ -144,7 +143,9 @@ def test_two_members_rebalance_when_one_stops_every_record_consumed(tmp_path):
         assert len(a.assignment()) == 2 and len(b.assignment()) == 2
         await b.stop()
         _produce(data, "t", 400, start=400)
-        await drain(a, seen_a, lambda: len(set(seen_a)) >= 800 - len(set(seen_b)) or time.monotonic() > deadline)
+        await drain(
+            a, seen_a, lambda: len(set(seen_a)) >= 800 - len(set(seen_b)) or time.monotonic() > deadline
+        )
         assert len(a.assignment()) == 4
         await a.stop()
         return seen_a, seen_b
@@ -277,6 +278,29 @@ def test_errors_are_the_sync_apis_typed_errors(tmp_path):
                 await consumer.commit()  # no group_id
             with pytest.raises(kafkalite.IllegalStateError):
                 consumer.seek(TopicPartition("t", 5), 0)  # not assigned
+
+    run(main())
+
+
+def test_pause_and_subscribe_drop_buffered_records_without_skipping_them(tmp_path):
+    """getone() fetched a chunk and handed out one record: records still buffered when the
+    partition is paused (or the subscription changes) are read again later, not skipped, and
+    commit() commits only what was handed out."""
+    data = str(tmp_path / "data")
+    _produce(data, "t", 10)
+    tp = TopicPartition("t", 0)
+
+    async def main():
+        async with AIOConsumer("t", path=data, group_id="g", enable_auto_commit=False, **GROUP) as c:
+            assert (await c.getone()).offset == 0
+            await c.commit()
+            assert await c.committed(tp) == 1  # not 10: nine records are only buffered
+            c.pause(tp)
+            assert await c.getmany(timeout_ms=100) == {}
+            c.resume(tp)
+            assert (await c.getone()).offset == 1
+            c.subscribe(["t"])
+            assert [r.offset for r in (await c.getmany(timeout_ms=1000))[tp]] == list(range(2, 10))
 
     run(main())
 

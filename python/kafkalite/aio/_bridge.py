@@ -16,8 +16,9 @@ import functools
 import os
 import threading
 import weakref
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from kafkalite.wakeup import Wakeups
 
@@ -108,7 +109,7 @@ class LoopWaiter:
         self._wanted.set()
         try:
             await asyncio.wait_for(asyncio.shield(fut), timeout_ms / 1000.0)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         finally:
             self._waiting.discard(fut)

@@ -14,6 +14,7 @@ checked at once and applied to the sync consumer before its next call."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 import time
@@ -68,7 +69,9 @@ class AIOConsumer:
         """Open the data directory and (with topics or ``subscribe``) join the group."""
         if self._consumer is not None or self._stopped:
             raise IllegalStateError("AIOConsumer.start() may be called once")
-        consumer = await run_blocking(Consumer, self._path, *self._topics, group_id=self._group_id, **self._config)
+        consumer = await run_blocking(
+            Consumer, self._path, *self._topics, group_id=self._group_id, **self._config
+        )
         self._consumer = consumer
         self._waiter = LoopWaiter.acquire(asyncio.get_running_loop(), consumer._dir.path)
         await self._call(lambda c: None)  # apply subscribe()/assign() made before start
@@ -137,7 +140,7 @@ class AIOConsumer:
             records = self._buffer.pop(tp, None)
             if records:
                 first = records[0].offset
-                self._pending.append(lambda c, tp=tp, first=first: _seek_if_assigned(c, tp, first))
+                self._pending.append(functools.partial(_seek_if_assigned, tp=tp, offset=first))
 
     # -- fetching --------------------------------------------------------------------------
     def _fetch(self) -> asyncio.Future[tuple[dict, set]]:
@@ -184,7 +187,9 @@ class AIOConsumer:
                 del self._buffer[tp]
         return out
 
-    async def _records(self, limit: int, timeout_ms: float | None) -> dict[TopicPartition, list[ConsumerRecord]]:
+    async def _records(
+        self, limit: int, timeout_ms: float | None
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Up to ``limit`` records; waits (forever when ``timeout_ms`` is None) for some."""
         self._started()
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000.0
@@ -208,8 +213,24 @@ class AIOConsumer:
                 wait_ms = min(wait_ms, left)
             await self._waiter.wait(seen, int(max(1, wait_ms)))
 
+    def _take_one(self) -> ConsumerRecord | None:
+        """``_take(1)`` without building a dict: the per-record path of ``async for``."""
+        buffer = self._buffer
+        if not buffer:
+            return None
+        tp = next(iter(buffer))
+        records = buffer[tp]
+        record = records.popleft()
+        self._handed[tp] = record.offset + 1
+        if not records:
+            del buffer[tp]
+        return record
+
     async def getone(self) -> ConsumerRecord:
         """The next record, waiting as long as it takes."""
+        record = None if self._stopped else self._take_one()
+        if record is not None:
+            return record
         got = await self._records(1, None)
         return next(iter(got.values()))[0]
 
@@ -218,7 +239,11 @@ class AIOConsumer:
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """``{TopicPartition: [records]}``, waiting up to ``timeout_ms`` for the first."""
         args.milliseconds("timeout_ms", timeout_ms)
-        limit = self._resolved["max_poll_records"] if max_records is None else args.integer("max_records", max_records, 1)
+        limit = (
+            self._resolved["max_poll_records"]
+            if max_records is None
+            else args.integer("max_records", max_records, 1)
+        )
         return await self._records(limit, timeout_ms)
 
     def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
@@ -228,6 +253,9 @@ class AIOConsumer:
         """Records forever; iteration ends when the consumer is stopped."""
         if self._stopped:
             raise StopAsyncIteration
+        record = self._take_one()
+        if record is not None:
+            return record
         try:
             return await self.getone()
         except IllegalStateError:
