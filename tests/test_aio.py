@@ -298,9 +298,36 @@ def test_pause_and_subscribe_drop_buffered_records_without_skipping_them(tmp_pat
             c.pause(tp)
             assert await c.getmany(timeout_ms=100) == {}
             c.resume(tp)
-            assert (await c.getone()).offset == 1
+            assert (await asyncio.wait_for(c.getone(), 10)).offset == 1
             c.subscribe(["t"])
             assert [r.offset for r in (await c.getmany(timeout_ms=1000))[tp]] == list(range(2, 10))
+
+    run(main())
+
+
+def test_getmany_of_some_partitions_keeps_the_others_buffered_in_order(tmp_path):
+    data = str(tmp_path / "data")
+    Admin(data).create_topic("t", 2)
+    with kafkalite.Producer(data) as p:
+        for i in range(6):
+            p.send("t", b"%d" % i, partition=i % 2)
+    tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+
+    async def main():
+        async with AIOConsumer("t", path=data, group_id="g", enable_auto_commit=False, **GROUP) as c:
+            first = await c.getmany(tp1, timeout_ms=1000)
+            assert list(first) == [tp1] and [r.value for r in first[tp1]] == [b"1", b"3", b"5"]
+            with kafkalite.Producer(data) as p:
+                p.send("t", b"6", partition=0)
+            assert await c.getmany(tp1, timeout_ms=100) == {}  # fetches, but not tp0 again
+            await c.commit()
+            assert await c.committed(tp0) == 0  # none of tp0 handed out: not past its buffer
+            assert (await c.getone(tp0)).value == b"0"
+            rest = await c.getmany(timeout_ms=1000)
+            more = await c.getmany(timeout_ms=1000)
+            assert [r.value for r in rest.get(tp0, []) + more.get(tp0, [])] == [b"2", b"4", b"6"]
+            with pytest.raises(kafkalite.IllegalStateError):
+                await c.getmany(TopicPartition("t", 7))
 
     run(main())
 

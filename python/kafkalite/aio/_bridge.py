@@ -70,6 +70,8 @@ class LoopWaiter:
             return waiter
 
     def release(self) -> None:
+        """On the loop: a consumer stops using this waiter (its waiting coroutines look again)."""
+        self._wake_all()
         with self._instances_lock:
             self._users -= 1
             if self._users > 0:
@@ -108,7 +110,7 @@ class LoopWaiter:
         self._waiting.add(fut)
         self._wanted.set()
         try:
-            await asyncio.wait_for(asyncio.shield(fut), timeout_ms / 1000.0)
+            await asyncio.wait_for(fut, timeout_ms / 1000.0)
         except TimeoutError:
             pass
         finally:

@@ -149,9 +149,17 @@ class AIOConsumer:
         dropping them would skip them)."""
         if self._fetching is None:
             max_records = self._resolved["max_poll_records"]
+            buffered = list(self._buffer)
 
             def fetch(c: Consumer) -> tuple[dict, set]:
-                records = c.poll(0, max_records=max_records)
+                # Partitions with records still buffered (getmany(*partitions) asked for
+                # others) are not read again: the buffer stays bounded and in order.
+                skip = [tp for tp in buffered if tp in c.assignment() and tp not in c.paused()]
+                c.pause(*skip)
+                try:
+                    records = c.poll(0, max_records=max_records)
+                finally:
+                    c.resume(*skip)
                 for tp, got in records.items():
                     c._consumed[tp] = got[0].offset  # buffered, not handed out yet
                 return records, c.assignment()
@@ -172,11 +180,15 @@ class AIOConsumer:
         for tp, got in records.items():
             self._buffer.setdefault(tp, deque()).extend(got)
 
-    def _take(self, limit: int) -> dict[TopicPartition, list[ConsumerRecord]]:
+    def _take(
+        self, limit: int, only: frozenset[TopicPartition] = frozenset()
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         for tp in list(self._buffer):
             if limit <= 0:
                 break
+            if only and tp not in only:
+                continue
             records = self._buffer[tp]
             n = min(limit, len(records))
             taken = [records.popleft() for _ in range(n)]
@@ -188,21 +200,27 @@ class AIOConsumer:
         return out
 
     async def _records(
-        self, limit: int, timeout_ms: float | None
+        self, limit: int, timeout_ms: float | None, partitions: tuple[TopicPartition, ...] = ()
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
-        """Up to ``limit`` records; waits (forever when ``timeout_ms`` is None) for some."""
+        """Up to ``limit`` records (of ``partitions`` if given); waits (forever when
+        ``timeout_ms`` is None) for some."""
         self._started()
+        only = frozenset(args.partitions(partitions)) if partitions else frozenset()
+        for tp in only:
+            if tp not in self.assignment():
+                raise IllegalStateError(f"{tp} is not assigned to this consumer")
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000.0
+        waiter = self._waiter
+        assert waiter is not None
         while True:
             if self._stopped:
                 raise IllegalStateError("the consumer is stopped")
-            got = self._take(limit)
+            got = self._take(limit, only)
             if got:
                 return got
-            assert self._waiter is not None
-            seen = self._waiter.sequence()
+            seen = waiter.sequence()
             await asyncio.shield(self._fetch())
-            got = self._take(limit)
+            got = self._take(limit, only)
             if got:
                 return got
             wait_ms = float(WAIT_CAP_MS)
@@ -211,7 +229,7 @@ class AIOConsumer:
                 if left <= 0:
                     return {}
                 wait_ms = min(wait_ms, left)
-            await self._waiter.wait(seen, int(max(1, wait_ms)))
+            await waiter.wait(seen, int(max(1, wait_ms)))
 
     def _take_one(self) -> ConsumerRecord | None:
         """``_take(1)`` without building a dict: the per-record path of ``async for``."""
@@ -226,25 +244,26 @@ class AIOConsumer:
             del buffer[tp]
         return record
 
-    async def getone(self) -> ConsumerRecord:
-        """The next record, waiting as long as it takes."""
-        record = None if self._stopped else self._take_one()
+    async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
+        """The next record (of one of ``partitions`` if given), waiting as long as it takes."""
+        record = None if self._stopped or partitions else self._take_one()
         if record is not None:
             return record
-        got = await self._records(1, None)
+        got = await self._records(1, None, partitions)
         return next(iter(got.values()))[0]
 
     async def getmany(
-        self, timeout_ms: int = 0, max_records: int | None = None
+        self, *partitions: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
-        """``{TopicPartition: [records]}``, waiting up to ``timeout_ms`` for the first."""
+        """``{TopicPartition: [records]}`` (of ``partitions`` if given), waiting up to
+        ``timeout_ms`` for the first."""
         args.milliseconds("timeout_ms", timeout_ms)
         limit = (
             self._resolved["max_poll_records"]
             if max_records is None
             else args.integer("max_records", max_records, 1)
         )
-        return await self._records(limit, timeout_ms)
+        return await self._records(limit, timeout_ms, partitions)
 
     def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
         return self
