@@ -204,7 +204,7 @@ def main() -> None:
         f"`{command}`: {n:,} records (8-byte key, 100-byte value), one partition, median of {rounds} rounds.",
         f"Machine: {machine()}. Load average {load_before[0]:.2f} before, {load_after[0]:.2f} after.",
         "aiokafka rows: aiokafka against `kafkalite serve` in another process on 127.0.0.1; "
-        "its consume rounds re-read the records produced by all of its produce rounds' first N.",
+        "each consume round reads the first N records its produce rounds wrote.",
         "",
         "| path | records/s |",
         "|---|---:|",
