@@ -288,6 +288,7 @@ class AIOConsumer:
         await self._call(lambda c: c.commit(offsets))
 
     async def committed(self, tp: TopicPartition) -> int | None:
+        """The group's committed offset of ``tp``, or None."""
         return await self._call(lambda c: c.committed(tp))
 
     async def position(self, tp: TopicPartition) -> int:
@@ -309,40 +310,49 @@ class AIOConsumer:
         self._queue(lambda c: c.seek(tp, offset))
 
     async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        """Move to the first offset of these partitions (every assigned one when none given)."""
         self._unbuffer(partitions or list(self._buffer))
         await self._call(lambda c: c.seek_to_beginning(*partitions))
 
     async def seek_to_end(self, *partitions: TopicPartition) -> None:
+        """Move past the last record of these partitions (every assigned one when none given)."""
         self._unbuffer(partitions or list(self._buffer))
         await self._call(lambda c: c.seek_to_end(*partitions))
 
     async def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The first offset of each partition."""
         return await self._call(lambda c: c.beginning_offsets(partitions))
 
     async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The offset after the last record of each partition."""
         return await self._call(lambda c: c.end_offsets(partitions))
 
     # -- subscription (synchronous in aiokafka: applied before the next call) -------------
     def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None, listener: Any = None) -> None:
+        """Follow topics by name or ``pattern`` (applied before the next call into the consumer)."""
         names = args.topic_names(topics)
         self._unbuffer(list(self._buffer))
         self._queue(lambda c: c.subscribe(names, pattern=pattern, listener=listener))
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Read exactly these partitions (applied before the next call into the consumer)."""
         parts = args.partitions(partitions)
         self._unbuffer(list(self._buffer))
         self._queue(lambda c: c.assign(parts))
 
     def unsubscribe(self) -> None:
+        """Drop the subscription (and leave the group) and every assigned partition."""
         self._buffer.clear()
         self._queue(lambda c: c.unsubscribe())
 
     def pause(self, *partitions: TopicPartition) -> None:
+        """Hand out no records of these partitions until resume()."""
         parts = args.partitions(partitions)
         self._unbuffer(parts)
         self._queue(lambda c: c.pause(*parts))
 
     def resume(self, *partitions: TopicPartition) -> None:
+        """Hand out records of these paused partitions again."""
         parts = args.partitions(partitions)
         self._queue(lambda c: c.resume(*parts))
 
@@ -351,10 +361,13 @@ class AIOConsumer:
         return set(self._consumer._assigned) if self._consumer is not None else set()
 
     def subscription(self) -> set[str]:
+        """The subscribed topic names."""
         return self._started().subscription()
 
     async def topics(self) -> set[str]:
+        """The topics of the data directory."""
         return await self._call(lambda c: c.topics())
 
     def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """The partition numbers of ``topic``, or None when it does not exist."""
         return self._started().partitions_for_topic(topic)

@@ -122,6 +122,7 @@ class AIOProducer:
         await run_blocking(self._started().flush, timeout)
 
     async def partitions_for(self, topic: str) -> set[int]:
+        """The partition numbers of ``topic`` (created as by the first send when missing)."""
         return await run_blocking(self._started().partitions_for, topic)
 
     async def stop(self, timeout: float | None = None) -> None:
