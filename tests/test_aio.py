@@ -17,6 +17,7 @@ import kafkalite
 import pytest
 from kafkalite import Admin, TopicPartition
 from kafkalite.aio import AIOConsumer, AIOKafkaConsumer, AIOKafkaProducer, AIOProducer
+from kafkalite.group import GroupFiles
 
 GROUP = {"session_timeout_ms": 1000, "heartbeat_interval_ms": 100, "auto_offset_reset": "earliest"}
 
@@ -157,6 +158,7 @@ def test_two_members_rebalance_when_one_stops_every_record_consumed(tmp_path):
 
 MEMBER = """
 import asyncio, sys
+from kafkalite.group import GroupFiles
 from kafkalite.aio import AIOConsumer
 
 async def main():
@@ -203,7 +205,8 @@ def test_a_kill_9_member_partitions_are_taken_over_every_record_consumed(tmp_pat
                 await a.commit()
                 if not got and len(a.assignment()) == 4:
                     break
-            assert len(a.assignment()) == 4
+            state = GroupFiles(data, "g").load()
+            assert len(a.assignment()) == 4, f"not taken over; the group's state: {state}"
             return seen
 
     child_lines: list[str] = []
