@@ -40,7 +40,7 @@ from faults import server_controller
 #: RSS at 2.3 GiB under fetch amplification (rss: seeds 21, 2121, 90210); a generation -1
 #: OffsetCommit to the embedded group accepted while its members owned the partitions
 #: (non_owner_commit: seeds 7, 12, 424242).
-KNOWN_VIOLATIONS: frozenset[str] = frozenset({"deadline", "rss", "non_owner_commit"})
+KNOWN_VIOLATIONS: frozenset[str] = frozenset()
 
 
 @pytest.mark.faults

@@ -4,6 +4,8 @@ Partitions are stored in Kafka's own on-disk format, so Kafka tools read what ka
 writes and kafkalite reads what a broker wrote.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from kafkalite import errors
 from kafkalite._native import ConsumerRecord, Record, __version__, murmur2
 from kafkalite.admin import Admin, PartitionInfo, TopicDescription
@@ -20,6 +22,20 @@ from kafkalite.producer import FutureRecordMetadata, Producer, RecordMetadata
 from kafkalite.server import Server
 from kafkalite.spark.interpreter import use_this_interpreter as _use_this_interpreter
 
+if TYPE_CHECKING:
+    from kafkalite.aio import AIOConsumer, AIOProducer
+
+
+def __getattr__(name: str) -> Any:
+    """``kafkalite.AIOProducer`` / ``AIOConsumer`` import ``kafkalite.aio`` on first use: asyncio
+    adds some 50 ms to ``import kafkalite`` for programs that never use it."""
+    if name in ("AIOProducer", "AIOConsumer"):
+        from kafkalite import aio
+
+        return getattr(aio, name)
+    raise AttributeError(f"module 'kafkalite' has no attribute {name!r}")
+
+
 # Spark's Python workers run PYSPARK_PYTHON, else `python3` from PATH, which outside an activated
 # venv has no kafkalite: default it to this interpreter (never overriding the user's choice).
 _use_this_interpreter()
@@ -28,6 +44,8 @@ __all__ = [
     "Admin",
     "Producer",
     "Consumer",
+    "AIOProducer",
+    "AIOConsumer",
     "TopicPartition",
     "OffsetAndMetadata",
     "OffsetAndTimestamp",

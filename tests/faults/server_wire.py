@@ -81,9 +81,12 @@ def read_exactly(sock: socket.socket, n: int, deadline: float, partial: bool = F
     out = bytearray()
     while len(out) < n:
         left = deadline - time.monotonic()
-        if left <= 0:
+        if left <= 0 and out:
             raise Late(f"{len(out)} of {n} bytes before the deadline")
-        sock.settimeout(left)
+        # Past the deadline, what already arrived (bytes, or the close) still counts: a caller
+        # reading several sockets against one deadline must not call a socket the server closed
+        # in time "late" because an earlier socket used up the wait.
+        sock.settimeout(max(left, 0.01))
         try:
             chunk = sock.recv(n - len(out))
         except TimeoutError as e:

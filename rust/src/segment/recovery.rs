@@ -7,6 +7,20 @@ use crate::record::scan::{next_batch, verify_crc, Batches, Next};
 
 use super::{RecoveryReport, Segment};
 
+/// A scan drops the pages it has read from the process's resident set every this many bytes
+/// (they stay in the page cache): a server that recovers several large active segments at once
+/// after a kill -9 would otherwise hold all of them resident (the server soak saw 318 MB).
+const SCAN_RELEASE_STEP: usize = 8 << 20;
+
+/// Drop `[*released, upto)` (whole pages) of `map` from the resident set once it spans a step.
+fn release_scanned(map: Option<&MappedFile>, released: &mut usize, upto: usize) {
+    let upto = upto / 4096 * 4096;
+    if let Some(map) = map.filter(|_| upto >= *released + SCAN_RELEASE_STEP) {
+        map.release(*released, upto - *released);
+        *released = upto;
+    }
+}
+
 impl Segment {
     /// Scan the whole file, keep the valid prefix, rebuild both indexes (Kafka's
     /// `LogSegment.recover`). The writer calls this for segments it cannot trust.
@@ -41,8 +55,10 @@ impl Segment {
         let bytes = map.as_ref().map(|m| m.bytes(0, file_len)).unwrap_or(&[]);
         // Recovery's checks on top of the iterator: every CRC, and offsets that follow.
         let mut pos = 0usize;
+        let mut released = 0usize;
         let mut reason = None;
         for batch in Batches::new(bytes, 0) {
+            release_scanned(map.as_deref(), &mut released, pos);
             let checked = batch.and_then(|(at, h)| verify_crc(&bytes[at..at + h.total_size()], &h, at).map(|()| h));
             match checked {
                 Ok(h) => {
@@ -66,10 +82,16 @@ impl Segment {
                 }
             }
         }
-        if reason.is_none() && pos < file_len && bytes[pos..].iter().any(|&b| b != 0) {
+        // The tail past the valid batches (zeros of the reserve, or damage), counted a step at a
+        // time so that it too leaves the resident set as it is read.
+        let mut dropped_bytes = 0u64;
+        for (i, chunk) in bytes[pos..].chunks(SCAN_RELEASE_STEP).enumerate() {
+            dropped_bytes += chunk.iter().filter(|&&b| b != 0).count() as u64;
+            release_scanned(map.as_deref(), &mut released, (pos + (i + 1) * SCAN_RELEASE_STEP).min(file_len));
+        }
+        if reason.is_none() && dropped_bytes > 0 {
             reason = Some(format!("incomplete batch at position {pos}"));
         }
-        let dropped_bytes = bytes[pos..].iter().filter(|&&b| b != 0).count() as u64;
         let dropped_span = if dropped_bytes > 0 { (file_len - pos) as u64 } else { 0 };
         drop(map);
         if let (Some(next_base), true) = (keep_damage_until, dropped_span > 0) {

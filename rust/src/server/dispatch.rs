@@ -180,7 +180,11 @@ fn api_versions(error_code: i16) -> ApiVersionsResponse {
 pub fn frame<T: Encodable>(key: ApiKey, version: i16, correlation_id: i32, body: &T) -> Result<Bytes, DecodeError> {
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
     let header_version = key.response_header_version(version);
-    let mut out = BytesMut::with_capacity(64);
+    // Sized before encoding: a buffer grown by doubling would hold up to twice a large Fetch
+    // response (plus the copy made at each growth) while it is encoded, which the response
+    // budget (`frame::QUEUED_MAX_RESPONSE_BYTES`) does not count.
+    let body_size = body.compute_size(version).unwrap_or(0);
+    let mut out = BytesMut::with_capacity(4 + 64 + body_size);
     out.extend_from_slice(&[0; 4]);
     header
         .encode(&mut out, header_version)

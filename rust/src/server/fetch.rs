@@ -21,7 +21,7 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -35,6 +35,8 @@ use super::codes;
 use super::dispatch::DecodeError;
 use super::frame::QUEUED_MAX_RESPONSE_BYTES;
 use super::metrics::frame; // notes the response's error codes for `Metrics::answered`
+use super::waits;
+use crate::log::Log;
 use crate::log_read::BatchSlice;
 
 /// Kafka's `fetch.max.bytes` broker default: 55 MiB.
@@ -119,6 +121,28 @@ fn wanted(request: &FetchRequest) -> Wanted<'_> {
     topics
 }
 
+/// The request's partitions, each opened (or found open) once per request, off the request
+/// workers: opening one recovers it and may wait up to `waits::LOCK_WAIT` for another writer's
+/// append lock, which must not hold a worker (and with it every other client) meanwhile. A
+/// value is the log, `None` for a partition this server does not host, or the error code of an
+/// open that failed or ran out of time. Held for the request's long poll; a topic deleted and
+/// created again meanwhile is seen by the client's next fetch.
+type Opened = HashMap<(String, i32), Result<Option<Arc<Mutex<Log>>>, i16>>;
+
+async fn open_all(broker: &Arc<Broker>, wanted: &Wanted<'_>) -> Opened {
+    // One deadline for the whole request: its partitions' waits do not add up.
+    let deadline = waits::deadline(0);
+    let mut opened = Opened::new();
+    for (topic, partitions) in wanted {
+        let name = topic.0.to_string();
+        for p in partitions {
+            let log = broker.partition_within(&name, p.partition, deadline).await.map_err(|e| codes::for_error(&e));
+            opened.insert((name.clone(), p.partition), log);
+        }
+    }
+    opened
+}
+
 /// One pass over the partitions.
 struct Read {
     response: FetchResponse,
@@ -129,7 +153,13 @@ struct Read {
 
 /// Read each partition once, within `max_bytes` in all; with `hard`, no batch past the limits
 /// either (the budget's room is a hard limit), else KIP-74's first batch.
-fn read_once(broker: &Broker, wanted: &Wanted<'_>, max_bytes: usize, hard: bool, version: i16) -> Read {
+fn read_once(
+    broker: &Broker,
+    (wanted, opened): (&Wanted<'_>, &Opened),
+    max_bytes: usize,
+    hard: bool,
+    version: i16,
+) -> Read {
     let mut left = max_bytes;
     // Kafka's `minOneMessage`: true until a partition returned data.
     let mut min_one = !hard;
@@ -141,16 +171,16 @@ fn read_once(broker: &Broker, wanted: &Wanted<'_>, max_bytes: usize, hard: bool,
         let mut partitions = Vec::with_capacity(wanted_partitions.len());
         for p in wanted_partitions {
             let mut data = PartitionData::default().with_partition_index(p.partition);
-            let log = match broker.partition(&name, p.partition) {
-                Ok(Some(log)) => log,
-                Ok(None) => {
+            let log = match opened.get(&(name.clone(), p.partition)) {
+                Some(Ok(Some(log))) => log.clone(),
+                Some(Ok(None)) | None => {
                     any_error = true;
                     partitions.push(data.with_error_code(codes::UNKNOWN_TOPIC_OR_PARTITION).with_high_watermark(-1));
                     continue;
                 }
-                Err(e) => {
+                Some(Err(code)) => {
                     any_error = true;
-                    partitions.push(data.with_error_code(codes::for_error(&e)).with_high_watermark(-1));
+                    partitions.push(data.with_error_code(*code).with_high_watermark(-1));
                     continue;
                 }
             };
@@ -204,7 +234,7 @@ fn read_once(broker: &Broker, wanted: &Wanted<'_>, max_bytes: usize, hard: bool,
 /// Answer a Fetch: the encoded response frame, holding its share of the response budget until
 /// the connection has written it.
 pub async fn answer(
-    broker: &Broker,
+    broker: &Arc<Broker>,
     request: FetchRequest,
     version: i16,
     correlation_id: i32,
@@ -220,13 +250,19 @@ pub async fn answer(
     })
 }
 
-async fn fetch(broker: &Broker, request: &FetchRequest, version: i16) -> (FetchResponse, Option<OwnedSemaphorePermit>) {
+async fn fetch(
+    broker: &Arc<Broker>,
+    request: &FetchRequest,
+    version: i16,
+) -> (FetchResponse, Option<OwnedSemaphorePermit>) {
     if version >= 7 && request.session_id != 0 {
         // We never hand out session ids, so an incremental fetch names an unknown session.
         return (FetchResponse::default().with_error_code(codes::FETCH_SESSION_ID_NOT_FOUND), None);
     }
     let limits = &broker.fetch_limits;
     let wanted = wanted(request);
+    let opened = open_all(broker, &wanted).await;
+    let wanted = (&wanted, &opened);
     let max_bytes = (request.max_bytes.max(0) as usize).min(limits.max_bytes);
     let deadline = Instant::now() + Duration::from_millis(request.max_wait_ms.max(0) as u64);
     let min_bytes = request.min_bytes.max(0) as usize;
@@ -235,15 +271,15 @@ async fn fetch(broker: &Broker, request: &FetchRequest, version: i16) -> (FetchR
         let appended = broker.appended.notified();
         tokio::pin!(appended);
         appended.as_mut().enable();
-        let read = read_once(broker, &wanted, max_bytes, false, version);
+        let read = read_once(broker, wanted, max_bytes, false, version);
         let now = Instant::now();
-        if read.bytes >= min_bytes || read.any_error || now >= deadline || wanted.is_empty() {
-            return limits.admit(broker, &wanted, read, max_bytes, deadline, version).await;
+        if read.bytes >= min_bytes || read.any_error || now >= deadline || wanted.0.is_empty() {
+            return limits.admit(broker, wanted, read, max_bytes, deadline, version).await;
         }
         let _ = tokio::time::timeout(deadline - now, appended).await;
         if Instant::now() >= deadline {
-            let read = read_once(broker, &wanted, max_bytes, false, version);
-            return limits.admit(broker, &wanted, read, max_bytes, deadline, version).await;
+            let read = read_once(broker, wanted, max_bytes, false, version);
+            return limits.admit(broker, wanted, read, max_bytes, deadline, version).await;
         }
     }
 }
@@ -254,7 +290,7 @@ impl Limits {
     async fn admit(
         &self,
         broker: &Broker,
-        wanted: &Wanted<'_>,
+        wanted: (&Wanted<'_>, &Opened),
         read: Read,
         max_bytes: usize,
         deadline: Instant,

@@ -78,7 +78,22 @@ pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, _version: i1
         }
         plan.push((topic.name.clone(), parts));
     }
-    let written = broker.offsets.commit(broker, &group, &commits).map_err(|e| codes::for_error(&e));
+    // The verdict again where the commit is written (`OffsetStore::commit`): the group may have
+    // moved on while the commit waited for the offsets partition's append lock.
+    let admit = || {
+        broker.groups.check_commit(&group, &request.member_id, generation).map_err(|code| {
+            let reason = format!(
+                "group {group:?} moved to another generation while the commit of member {:?} (generation \
+                 {generation}) waited to be written",
+                request.member_id.as_str()
+            );
+            codes::refused(peer, "OffsetCommit", code, &reason)
+        })
+    };
+    let written = match broker.offsets.commit(broker, &group, &commits, admit) {
+        Ok(verdict) => verdict,
+        Err(e) => Err(codes::for_error(&e)),
+    };
     let topics = plan
         .into_iter()
         .map(|(name, parts)| {

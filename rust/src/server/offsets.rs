@@ -189,9 +189,21 @@ impl OffsetStore {
     }
 
     /// Append the commits durably, in one batch (all or nothing).
-    pub fn commit(&self, broker: &Broker, group: &str, commits: &[(String, i32, i64, String)]) -> Result<()> {
+    /// Append the group's commits, once `admit` (the coordinator's verdict on the committer)
+    /// says yes while this server holds the partition's log and append lock: a rebalance that
+    /// completes while the commit waits for another writer's append lock (up to `LOCK_WAIT`)
+    /// turns it away instead of letting it land after the new owner fetched the old offset, and
+    /// the new owner's OffsetFetch (`load`, which locks the same log) sees every commit admitted
+    /// before it. `Ok(Err(code))`: refused by `admit`, nothing written.
+    pub fn commit(
+        &self,
+        broker: &Broker,
+        group: &str,
+        commits: &[(String, i32, i64, String)],
+        admit: impl Fn() -> std::result::Result<(), i16>,
+    ) -> Result<std::result::Result<(), i16>> {
         if commits.is_empty() {
-            return Ok(());
+            return Ok(Ok(()));
         }
         Self::ensure_topic(broker)?;
         let now = now_ms();
@@ -206,7 +218,9 @@ impl OffsetStore {
         let log = broker
             .partition(OFFSETS_TOPIC, offsets_partition(group))?
             .ok_or_else(|| Error::UnknownTopicOrPartition(format!("{OFFSETS_TOPIC}-{}", offsets_partition(group))))?;
-        append_blocking(&log, |log| log.append_records(&inputs))?;
-        Ok(())
+        append_blocking(&log, |log| match admit() {
+            Ok(()) => log.append_records(&inputs).map(|_| Ok(())),
+            Err(code) => Ok(Err(code)),
+        })
     }
 }
