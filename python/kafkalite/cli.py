@@ -443,13 +443,19 @@ def _serve(args: argparse.Namespace) -> int:
         args.listen,
         advertised_listener=args.advertised_listener,
         sasl=args.sasl,
+        metrics=args.metrics,
         acks_all=args.acks_all,
         # Unset: the server's default (kafkalite.server.FETCH_MAX_BYTES).
         **({} if args.fetch_max_bytes is None else {"fetch_max_bytes": args.fetch_max_bytes}),
     ) as server:
+        scrape = (
+            f"; Prometheus metrics at http://{server.metrics_address}/metrics"
+            if server.metrics_address
+            else ""
+        )
         print(
             f"kafkalite: serving {server.path} on {server.security_protocol}://{server.address} "
-            f"(bootstrap.servers={server.bootstrap_servers}); Ctrl-C stops",
+            f"(bootstrap.servers={server.bootstrap_servers}){scrape}; Ctrl-C stops",
             file=sys.stderr,
             flush=True,
         )
@@ -649,6 +655,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--advertised-listener",
         metavar="HOST:PORT",
         help="the address clients are told to connect to (default: --listen; required with 0.0.0.0)",
+    )
+    serve.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics (requests by API and error code, bytes in and out, partitions, "
+        "groups, consumer lag) over HTTP at HOST:PORT",
     )
     serve.add_argument(
         "--fetch-max-bytes",

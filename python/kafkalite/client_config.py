@@ -144,6 +144,30 @@ def _ms_or_inf(name: str, value: Any) -> float:
     return validate.milliseconds(name, value, allow_inf=True)
 
 
+#: confluent-kafka's statistics callback (librdkafka's ``stats_cb`` / ``statistics.interval.ms``),
+#: shared by the producer and the consumer (``kafkalite.client_metrics``).
+_STATS_KEYS = [
+    ConfigKey(
+        "stats_cb",
+        "callable",
+        None,
+        "confluent-kafka's stats_cb: called every statistics_interval_ms with a JSON str of the client's "
+        "statistics (librdkafka's names), from the producer's sender thread or the consumer's poll(). "
+        "An exception it raises is logged (kafkalite.metrics) and ignored.",
+        validate.optional_callable,
+        kafka_python=False,
+    ),
+    ConfigKey(
+        "statistics_interval_ms",
+        "int",
+        0,
+        "How often stats_cb is called (confluent-kafka's statistics.interval.ms; 0: never).",
+        _int(0, 86_400_000),
+        kafka_python=False,
+    ),
+]
+
+
 PRODUCER_CONFIG = ConfigTable(
     "producer",
     [
@@ -235,6 +259,7 @@ PRODUCER_CONFIG = ConfigTable(
             _number(5000, validate.INT64_MAX // 10**6),
             kafka_python=False,
         ),
+        *_STATS_KEYS,
     ],
 )
 
@@ -335,6 +360,7 @@ CONSUMER_CONFIG = ConfigTable(
             "'read_committed' skips aborted transactions and reads only below the last stable offset.",
             _any,  # Consumer._read_committed checks it, with its own type error
         ),
+        *_STATS_KEYS,
     ],
     _heartbeat_below_session,
 )

@@ -21,6 +21,7 @@ from kafkalite._arrow import require_pyarrow
 from kafkalite._native import ConsumerRecord
 from kafkalite.assignors import TopicPartition
 from kafkalite.client_config import CONSUMER_CONFIG
+from kafkalite.client_metrics import StatsReporter, avg, rate
 from kafkalite.datadir import DataDir
 from kafkalite.errors import (
     CommitFailedError,
@@ -158,6 +159,9 @@ class Consumer:
         self._last_commit = time.monotonic()
         self._closed = False
         self._missing_warned: set[str] = set()
+        #: metrics(): polls that returned records, the records, the commits (counted per poll).
+        self._fetches = self._records_consumed = self._commits = 0
+        self._stats = StatsReporter(self.config, "consumer", self._statistics)
         if wanted_topics:
             self.subscribe(wanted_topics)
 
@@ -561,18 +565,24 @@ class Consumer:
         deadline = time.monotonic() + timeout_ms / 1000.0
         while True:
             self._maybe_auto_commit()
+            self._stats.maybe_report()
             self._refresh_subscription()
             seen = self._notifier.sequence()
             records = fetch(limit)
             if records:
-                for tp in records:
+                self._fetches += 1
+                for tp, got in records.items():
                     self._consumed[tp] = self._positions[tp]
+                    self._records_consumed += len(got) if isinstance(got, list) else got.num_rows
                 return records
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return {}
-            # Producers bump the notifier after every append; sleep until one does.
-            self._notifier.wait(seen, max(1, min(int(remaining * 1000), 1000)))
+            # Producers bump the notifier after every append; sleep until one does (or a
+            # stats_cb report is due).
+            stats_due = self._stats.timeout(time.monotonic())
+            wait = min(remaining, 1.0, 1.0 if stats_due is None else stats_due)
+            self._notifier.wait(seen, max(1, int(wait * 1000)))
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Iterate records forever (or until ``consumer_timeout_ms`` passes with none)."""
@@ -585,9 +595,12 @@ class Consumer:
                 records = self._fetch_one(tp, _ITER_CHUNK)
                 if records:
                     got = True
+                    self._fetches += 1
+                    self._records_consumed += len(records)
                     yield from records
                     self._consumed[tp] = self._positions[tp]
             self._maybe_auto_commit()
+            self._stats.maybe_report()
             if got:
                 idle_since = time.monotonic()
                 continue
@@ -637,6 +650,7 @@ class Consumer:
         if self._member is not None and self._member.member_id is not None:
             with self._member.commit_guard(partitions):
                 self._store.commit(entries)
+            self._commits += 1
             return
         files = GroupFiles(self._dir.path, self.group_id)
         with files.locked():
@@ -647,6 +661,7 @@ class Consumer:
                     "to an empty group"
                 )
             self._store.commit(entries)
+        self._commits += 1  # as kafka-python's commit-rate: commits that succeeded
 
     def _commit_quietly(self, partitions: list[TopicPartition]) -> None:
         """Auto-commit before a rebalance takes partitions away (failures are the rebalance's)."""
@@ -691,6 +706,54 @@ class Consumer:
                 # member was evicted) is logged; the poll that follows handles the rebalance.
                 self._last_commit = time.monotonic()
                 logger.warning("auto-commit of group %r failed: %s", self.group_id, e)
+
+    # -- metrics ---------------------------------------------------------------------------
+    def _lags(self) -> dict[TopicPartition, int]:
+        """Each assigned partition's lag: where reads end (``_end_of``) minus the position."""
+        lags = {}
+        for tp in list(self._assigned):
+            if tp in self._positions:
+                lags[tp] = max(0, self._end_of(self._log(tp)) - self._positions[tp])
+        return lags
+
+    def metrics(self, raw: bool = False) -> dict[str, dict[str, float]]:
+        """kafka-python's ``KafkaConsumer.metrics()``: ``{group: {name: value}}``, with
+        'consumer-fetch-manager-metrics' (records-consumed-rate, records-lag-max, and
+        'TOPIC-PARTITION.records-lag' per partition with a position) and, with a group_id,
+        'consumer-coordinator-metrics' (commit-rate, assigned-partitions). A fetch is one poll
+        that returned records; lag is the log end (read_committed: last stable) offset minus the
+        position. ``raw`` is accepted for kafka-python's signature; values are always plain."""
+        self._check_open()
+        since = self._stats.started
+        lags = self._lags()
+        fetch: dict[str, float] = {
+            "records-consumed-total": self._records_consumed,
+            "records-consumed-rate": rate(self._records_consumed, since),
+            "fetch-total": self._fetches,
+            "fetch-rate": rate(self._fetches, since),
+            "records-per-request-avg": avg(self._records_consumed, self._fetches),
+            "records-lag-max": max(lags.values(), default=0),
+        }
+        for tp, lag in lags.items():
+            fetch[f"{tp.topic}-{tp.partition}.records-lag"] = lag
+        out = {"consumer-fetch-manager-metrics": fetch}
+        if self.group_id is not None:
+            out["consumer-coordinator-metrics"] = {
+                "commit-total": self._commits,
+                "commit-rate": rate(self._commits, since),
+                "assigned-partitions": len(self._assigned),
+            }
+        return out
+
+    def _statistics(self) -> dict[str, Any]:
+        """``stats_cb``'s fields beyond the common ones (librdkafka's names)."""
+        topics: dict[str, Any] = {}
+        for tp, lag in self._lags().items():
+            part = {"partition": tp.partition, "app_offset": self._positions[tp], "consumer_lag": lag}
+            topics.setdefault(tp.topic, {"topic": tp.topic, "partitions": {}})["partitions"][
+                str(tp.partition)
+            ] = part
+        return {"rxmsgs": self._records_consumed, "topics": topics}
 
     # -- flow control and metadata ---------------------------------------------------------
     def pause(self, *partitions: TopicPartition) -> None:

@@ -46,6 +46,7 @@ from kafkalite._native import (
     partitions_for_keys,
 )
 from kafkalite.client_config import PRODUCER_CONFIG
+from kafkalite.client_metrics import StatsReporter, avg, rate
 from kafkalite.compaction import clean_if_dirty
 from kafkalite.datadir import METADATA_FILE, NOTIFY_FILE, DataDir, is_compacted, log_options
 from kafkalite.durable_acks import DurableAcks
@@ -375,6 +376,9 @@ class _Sender:
         self.acks = DurableAcks(_finish_batch, _DURABLE_TIMEOUT_MS)
         #: The metadata file's identity when forget_deleted last swept (None: sweep next time).
         self.swept_metadata: tuple[int, int, int] | None = None
+        #: Records whose batch failed to append, by topic (``metrics()``'s record-error-*).
+        self.errors: dict[str, int] = {}
+        self.stats = StatsReporter(config, "producer", self.statistics)
         _senders.add(self)
 
     @property
@@ -620,6 +624,7 @@ class _Sender:
 
     def append_failed(self, p: _Partition, count: int, batch: BatchState, e: Exception) -> None:
         """Appending a batch of ``count`` records failed with ``e``: say so, fail its futures."""
+        self.errors[p.topic] = self.errors.get(p.topic, 0) + count
         if isinstance(e, KafkaliteError):
             logger.warning("%d records for %s-%d were not written: %s", count, p.topic, p.number, e)
         else:
@@ -632,6 +637,54 @@ class _Sender:
         topics = list(self.topics.values())
         queued = sum(t.acc.pending() for t in topics) + sum(p.inflight for t in topics for p in t.partitions)
         return queued + self.acks.pending()
+
+    # -- metrics ----------------------------------------------------------------------------
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """kafka-python's ``KafkaProducer.metrics()``: 'producer-metrics' and a
+        'producer-topic-metrics.TOPIC' group per topic written. A request is one batch append."""
+        since = self.stats.started
+        out: dict[str, dict[str, float]] = {}
+        taken = {name: t.acc.taken() for name, t in list(self.topics.items())}
+        batches = sum(b for b, _, _, _ in taken.values())
+        records = sum(r for _, r, _, _ in taken.values())
+        size = sum(n for _, _, n, _ in taken.values())
+        largest = max((m for _, _, _, m in taken.values()), default=0)
+        errors = sum(self.errors.values())
+        for name, (_, r, n, _) in taken.items():
+            e = self.errors.get(name, 0)
+            out[f"producer-topic-metrics.{name}"] = {
+                "record-send-total": r,
+                "record-send-rate": rate(r, since),
+                "byte-total": n,
+                "byte-rate": rate(n, since),
+                "record-error-total": e,
+                "record-error-rate": rate(e, since),
+            }
+        out["producer-metrics"] = {
+            "record-send-total": records,
+            "record-send-rate": rate(records, since),
+            "byte-rate": rate(size, since),
+            "request-total": batches,
+            "request-rate": rate(batches, since),
+            "records-per-request-avg": avg(records, batches),
+            "batch-size-avg": avg(size, batches),
+            "batch-size-max": largest,
+            "record-size-avg": avg(size, records),
+            "record-error-total": errors,
+            "record-error-rate": rate(errors, since),
+            "record-queue-count": self.pending(),
+        }
+        return dict(sorted(out.items()))
+
+    def statistics(self) -> dict[str, Any]:
+        """``stats_cb``'s fields beyond the common ones (librdkafka's names)."""
+        topics = {}
+        sent = sent_bytes = 0
+        for name, t in list(self.topics.items()):
+            _, r, n, _ = t.acc.taken()
+            sent, sent_bytes = sent + r, sent_bytes + n
+            topics[name] = {"topic": name, "txmsgs": r, "txbytes": n, "errors": self.errors.get(name, 0)}
+        return {"msg_cnt": self.pending(), "txmsgs": sent, "txmsg_bytes": sent_bytes, "topics": topics}
 
     # -- the sender thread ----------------------------------------------------------------
     def run(self) -> None:
@@ -656,8 +709,11 @@ class _Sender:
             with self.wakeup:
                 if not self.dirty and not self.closed:
                     next_due = min(next_retention, next_cleaning, next_metadata)
+                    now = time.monotonic()
+                    stats_due = self.stats.timeout(now)
+                    wait = min(1.0, next_due - now, 1.0 if stats_due is None else stats_due)
                     self.idle = True
-                    self.wakeup.wait(timeout=max(0.0, min(1.0, next_due - time.monotonic())))
+                    self.wakeup.wait(timeout=max(0.0, wait))
                     self.idle = False
                 dirty, self.dirty, self.due = self.dirty, set(), False
                 closing = self.closed
@@ -672,6 +728,7 @@ class _Sender:
                         self.wakeup.wait_for(lambda: self.closed or self.due, timeout=delay)
             for p in dirty:
                 self.step("sending a batch", self.drain, p)
+            self.stats.maybe_report()
             if time.monotonic() >= next_retention:
                 self.step("enforcing retention", self.enforce_retention)
                 next_retention = time.monotonic() + self.config["retention_check_interval_ms"] / 1000.0
@@ -1163,9 +1220,11 @@ class Producer(ProducerCore):
         self._finalizer.detach()
         self._sender.close(timeout)
 
-    def metrics(self) -> dict[str, Any]:
-        """kafka-python's ``metrics()``, for code that calls it: an empty dict (kafkalite keeps no client metrics)."""
-        return {}
+    def metrics(self, raw: bool = False) -> dict[str, dict[str, float]]:
+        """kafka-python's ``metrics()``: ``{group: {name: value}}``, 'producer-metrics' (record-send-rate,
+        batch-size-avg, record-size-avg, records-per-request-avg, record-error-rate, ...) and
+        'producer-topic-metrics.TOPIC'. Counted per batch as it is appended (``kafkalite.client_metrics``)."""
+        return self._sender.metrics()
 
     def partitions_for(self, topic: str) -> set[int]:
         """The topic's partitions (creating the topic if missing, as a metadata request to a

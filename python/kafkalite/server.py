@@ -5,7 +5,9 @@ embedded ``Producer``/``Consumer``/``Admin`` keep using the same files.
 The server is Rust (tokio) on its own background threads; Python only starts and stops it.
 On loopback it needs no authentication (PLAINTEXT); any other address is SASL_PLAINTEXT: clients
 authenticate with SCRAM-SHA-256/512 as the data directory's users (``kafkalite.users``), and the
-server refuses to start without one. ``sasl=True`` asks for SASL on loopback too. There is no
+server refuses to start without one. ``sasl=True`` asks for SASL on loopback too.
+``metrics="HOST:PORT"`` also serves Prometheus's text format over HTTP there (``metrics_address``):
+requests by API and error code, bytes in and out, topics, partitions, groups and consumer lag. There is no
 TLS: SCRAM keeps passwords off the wire, but records travel in clear.
 
 ``acks_all`` says when a Produce with ``acks=all`` is answered: ``"disk"`` (the default) once a
@@ -50,6 +52,7 @@ class Server:
         sasl: bool = False,
         fetch_max_bytes: int = FETCH_MAX_BYTES,
         acks_all: str = "disk",
+        metrics: str | None = None,
     ) -> None:
         try:
             self.path = os.path.abspath(os.fspath(path))
@@ -57,7 +60,11 @@ class Server:
             raise InvalidTypeError(
                 f"the data directory must be a path (str or os.PathLike), not {type(path).__name__}"
             ) from None
-        for name, value in (("listen", listen), ("advertised_listener", advertised_listener)):
+        for name, value in (
+            ("listen", listen),
+            ("advertised_listener", advertised_listener),
+            ("metrics", metrics),
+        ):
             if value is not None and not isinstance(value, str):
                 raise InvalidTypeError(
                     f"{name} must be a 'HOST:PORT' str, not {type(value).__name__} ({value!r})"
@@ -76,12 +83,15 @@ class Server:
             sasl=sasl,
             fetch_max_bytes=fetch_max_bytes,
             acks_all=acks_all,
+            metrics=metrics,
         )
         self.address: str = self._native.local_addr
         #: What Kafka clients take as ``bootstrap.servers`` (the advertised listener).
         self.bootstrap_servers: str = self._native.advertised
         #: Kafka's name for the listener's protocol: ``PLAINTEXT`` or ``SASL_PLAINTEXT``.
         self.security_protocol: str = self._native.security_protocol
+        #: HOST:PORT of the Prometheus text endpoint (``metrics="127.0.0.1:0"`` picks a port), or None.
+        self.metrics_address: str | None = self._native.metrics_addr
 
     def stop(self) -> None:
         """Stop serving: close connections and partitions. Bounded; calling it again is a no-op."""

@@ -493,6 +493,18 @@ struct Batches {
     /// lock that queues a record, so a send that passed the producer's own open-check before
     /// close() and queues after close()'s last take cannot leave a record nobody appends.
     closed: bool,
+    /// What `take` handed out for appending, for `Producer.metrics()`: counted per batch,
+    /// under the lock the take holds anyway.
+    taken: TakenStats,
+}
+
+/// Batches taken for appending since the accumulator was made.
+#[derive(Default, Clone, Copy)]
+struct TakenStats {
+    batches: u64,
+    records: u64,
+    bytes: u64,
+    max_batch_bytes: u64,
 }
 
 /// A producer's record accumulator for one topic (Kafka's `RecordAccumulator`).
@@ -514,6 +526,7 @@ impl Accumulator {
             max_bytes: usize::MAX,
             batch_size,
             closed: false,
+            taken: TakenStats::default(),
         };
         Accumulator { topic, batches: Mutex::new(batches) }
     }
@@ -659,6 +672,15 @@ impl Accumulator {
             .collect())
     }
 
+    /// `(batches, records, bytes, largest batch's bytes)` taken for appending so far (bytes
+    /// uncompressed, with the batch header): what `Producer.metrics()` reports.
+    fn taken(&self, py: Python<'_>) -> PyResult<(u64, u64, u64, u64)> {
+        self.with_batches(py, |b| {
+            let t = b.taken;
+            Ok((t.batches, t.records, t.bytes, t.max_batch_bytes))
+        })
+    }
+
     /// Records queued and not taken, of one partition or of all.
     #[pyo3(signature = (partition=None))]
     fn pending(&self, py: Python<'_>, partition: Option<usize>) -> PyResult<usize> {
@@ -690,6 +712,13 @@ impl Accumulator {
             let Some(slot) = b.slots.get_mut(partition) else { return Ok(Vec::new()) };
             if current {
                 slot.seal(py, &self.topic, partition)?;
+            }
+            for (builder, _) in &slot.full {
+                let size = builder.size() as u64;
+                b.taken.batches += 1;
+                b.taken.records += builder.count() as u64;
+                b.taken.bytes += size;
+                b.taken.max_batch_bytes = b.taken.max_batch_bytes.max(size);
             }
             Ok(slot.full.drain(..).collect())
         })

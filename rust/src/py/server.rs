@@ -14,6 +14,7 @@ pub struct NativeServer {
     local_addr: String,
     advertised: String,
     security_protocol: &'static str,
+    metrics_addr: Option<String>,
 }
 
 #[pymethods]
@@ -21,7 +22,7 @@ impl NativeServer {
     #[new]
     #[pyo3(signature = (
         data_dir, listen, advertised=None, auto_create_topics=true, idle_timeout_ms=600_000, sasl=false,
-        fetch_max_bytes=FETCH_MAX_BYTES, acks_all="disk",
+        fetch_max_bytes=FETCH_MAX_BYTES, acks_all="disk", metrics=None,
     ))]
     #[allow(clippy::too_many_arguments)] // Python's keyword arguments
     fn new(
@@ -34,6 +35,7 @@ impl NativeServer {
         sasl: bool,
         fetch_max_bytes: i32,
         acks_all: &str,
+        metrics: Option<String>,
     ) -> PyResult<Self> {
         let mut config = ServerConfig::new(data_dir, listen);
         config.fetch_max_bytes = fetch_max_bytes;
@@ -42,11 +44,13 @@ impl NativeServer {
         config.auto_create_topics = auto_create_topics;
         config.idle_timeout = Duration::from_millis(idle_timeout_ms);
         config.sasl = sasl;
+        config.metrics = metrics;
         let server = py.detach(|| Server::start(config))?;
         let local_addr = server.local_addr().to_string();
         let advertised = server.advertised();
         let security_protocol = server.security_protocol();
-        Ok(NativeServer { inner: Mutex::new(Some(server)), local_addr, advertised, security_protocol })
+        let metrics_addr = server.metrics_addr().map(|a| a.to_string());
+        Ok(NativeServer { inner: Mutex::new(Some(server)), local_addr, advertised, security_protocol, metrics_addr })
     }
 
     #[getter]
@@ -57,6 +61,12 @@ impl NativeServer {
     #[getter]
     fn advertised(&self) -> String {
         self.advertised.clone()
+    }
+
+    /// HOST:PORT of the Prometheus endpoint, or None.
+    #[getter]
+    fn metrics_addr(&self) -> Option<String> {
+        self.metrics_addr.clone()
     }
 
     /// PLAINTEXT, or SASL_PLAINTEXT when clients must authenticate.

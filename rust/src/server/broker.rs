@@ -127,6 +127,8 @@ pub struct Broker {
     /// at worst leaves a reserved block unused, as a kill does).
     pub producer_ids: Mutex<ProducerIds>,
     stopping: Arc<AtomicBool>,
+    /// What `kafkalite serve --metrics` reports (`metrics`).
+    pub metrics: super::metrics::Metrics,
     bridge: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -165,6 +167,7 @@ impl Broker {
             groups,
             producer_ids,
             stopping,
+            metrics: Default::default(),
             bridge: Mutex::new(Some(bridge)),
         })
     }

@@ -111,7 +111,10 @@ async fn serve_until_closed(
         let frame = tokio::select! {
             _ = stop.changed() => return "the server stops".into(),
             read = tokio::time::timeout(idle, read_frame(&mut reader, &broker.request_budget, max)) => match read {
-                Ok(Ok(frame)) => frame,
+                Ok(Ok(frame)) => {
+                    broker.metrics.bytes_in(4 + frame.bytes.len());
+                    frame
+                }
                 Ok(Err(FrameError::Closed)) => return "closed by the client".into(),
                 Ok(Err(FrameError::BadSize(size))) => {
                     log::warn!(
@@ -164,6 +167,7 @@ async fn serve_until_closed(
         };
         match response {
             Ok(Some(bytes)) => {
+                broker.metrics.bytes_out(bytes.len());
                 if let Err(e) = writer.write_all(&bytes).await {
                     return format!("writing a response failed: {e}");
                 }

@@ -215,6 +215,8 @@ async fn blocking<T: Send + 'static>(
 
 /// Answer one request; `None` when Kafka sends no response (Produce with acks=0).
 pub async fn handle(broker: &Arc<Broker>, request: Request, peer: &str) -> Result<Option<Bytes>, DecodeError> {
+    // Shadows this module's `frame`: the same bytes, with the response's error codes noted.
+    use super::metrics::frame;
     let v = request.header.request_api_version;
     let id = request.header.correlation_id;
     let key = request.key;
@@ -227,7 +229,10 @@ pub async fn handle(broker: &Arc<Broker>, request: Request, peer: &str) -> Resul
         Body::CreateTopics(r) => frame(key, v, id, &metadata::create_topics(broker, r, v, peer).await)?,
         Body::Produce(r) => match produce::produce(broker, r, v, peer).await {
             Some(resp) => frame(key, v, id, &resp)?,
-            None => return Ok(None),
+            None => {
+                broker.metrics.answered(key);
+                return Ok(None);
+            }
         },
         Body::Fetch(r) => fetch::answer(broker, r, v, id).await?,
         Body::FindCoordinator(r) => frame(key, v, id, &coordinator::find_coordinator(broker, r, v))?,
@@ -291,5 +296,6 @@ pub async fn handle(broker: &Arc<Broker>, request: Request, peer: &str) -> Resul
             return Err(DecodeError(format!("{key:?} reached dispatch without the connection's SASL session")))
         }
     };
+    broker.metrics.answered(key);
     Ok(Some(response))
 }

@@ -32,8 +32,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::broker::{lock_log, Broker};
 use super::codes;
-use super::dispatch::{frame, DecodeError};
+use super::dispatch::DecodeError;
 use super::frame::QUEUED_MAX_RESPONSE_BYTES;
+use super::metrics::frame; // notes the response's error codes for `Metrics::answered`
 use super::waits;
 use crate::log::Log;
 use crate::log_read::BatchSlice;

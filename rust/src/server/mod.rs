@@ -20,7 +20,8 @@
 //! (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs), `delete_records`, `groups_admin`
 //! (DeleteGroups; the groups that only have committed offsets), `log_dirs` (DescribeLogDirs) and
 //! `cluster` (DescribeCluster, the cluster id); `topic_creation` (CreateTopics' and Metadata's
-//! creations, off the request workers under Kafka's controller mutation quota). Refused requests
+//! creations, off the request workers under Kafka's controller mutation quota); `metrics`
+//! (`--metrics`: the counters and a Prometheus text page on its own listener). Refused requests
 //! are logged at WARNING with the client's address and the reason (`codes::refused`).
 //!
 //! The runtime has two request workers, so no request may hold one while it waits for a lock
@@ -56,6 +57,7 @@ mod list_offsets;
 pub mod listen;
 mod log_dirs;
 mod metadata;
+mod metrics;
 mod offset_commit;
 mod offset_delete;
 mod offsets;
@@ -108,6 +110,8 @@ pub struct ServerConfig {
     /// When Produce's acks=all is answered: on disk (default, as the embedded `acks='all'`) or in
     /// the page cache (Kafka's broker).
     pub acks_all: AcksAll,
+    /// HOST:PORT of the Prometheus text endpoint (`kafkalite serve --metrics`); None: no endpoint.
+    pub metrics: Option<String>,
 }
 
 impl ServerConfig {
@@ -123,6 +127,7 @@ impl ServerConfig {
             max_connections: 10_000,
             fetch_max_bytes: FETCH_MAX_BYTES,
             acks_all: AcksAll::Disk,
+            metrics: None,
         }
     }
 }
@@ -133,6 +138,7 @@ pub struct Server {
     shutdown: watch::Sender<bool>,
     broker: Arc<Broker>,
     local_addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
     sasl: bool,
 }
 
@@ -161,6 +167,20 @@ impl Server {
         let listener =
             runtime.block_on(TcpListener::bind(addr)).map_err(|e| Error::io(format!("cannot listen on {addr}"), e))?;
         let local_addr = listener.local_addr().map_err(|e| Error::io("cannot read the bound address", e))?;
+        let metrics_listener = match &config.metrics {
+            Some(at) => {
+                let (addr, _) = listen::resolve(at).map_err(|e| match e {
+                    Error::InvalidConfig(why) => Error::config(format!("metrics endpoint: {why}")),
+                    other => other,
+                })?;
+                let l = runtime
+                    .block_on(TcpListener::bind(addr))
+                    .map_err(|e| Error::io(format!("cannot listen for metrics on {addr}"), e))?;
+                Some(l)
+            }
+            None => None,
+        };
+        let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
         let advertised = match &config.advertised {
             Some(a) => listen::parse_host_port(a)?,
             None => (local_addr.ip().to_string(), local_addr.port() as i32),
@@ -169,15 +189,23 @@ impl Server {
         let (shutdown, stop_rx) = watch::channel(false);
         runtime.spawn(expire_sessions(broker.clone(), stop_rx.clone()));
         runtime.spawn(release_resident_pages(broker.clone(), stop_rx.clone()));
+        if let Some(l) = metrics_listener {
+            runtime.spawn(metrics::serve(l, broker.clone(), stop_rx.clone()));
+        }
         runtime.spawn(connection::accept_loop(listener, broker.clone(), config.clone(), stop_rx));
         // Where it listens is said once, by the caller (`kafkalite serve` prints it whatever the
         // log level; `kafkalite.Server` has `address` and `bootstrap_servers`), not logged here too.
-        Ok(Server { runtime: Some(runtime), shutdown, broker, local_addr, sasl: config.sasl })
+        Ok(Server { runtime: Some(runtime), shutdown, broker, local_addr, metrics_addr, sasl: config.sasl })
     }
 
     /// The address the listener is bound to (port 0 resolved).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The address of the Prometheus endpoint, if one was asked for (port 0 resolved).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// Kafka's name for the listener's security protocol: PLAINTEXT or SASL_PLAINTEXT.
