@@ -27,8 +27,9 @@ def start_serve_with(start, data_dir, env):
     return serve_on(start, data_dir, port, "--log-level", "WARNING", env=env), f"127.0.0.1:{port}"
 
 FETCH, JOIN_GROUP, SYNC_GROUP, OFFSET_COMMIT, OFFSET_FETCH, CREATE_TOPICS = 1, 11, 14, 8, 9, 19
+DELETE_GROUPS, OFFSET_DELETE = 42, 47
 UNKNOWN_TOPIC_OR_PARTITION, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = 3, 22, 25, 27
-INVALID_REQUEST = 42
+INVALID_REQUEST, NON_EMPTY_GROUP, GROUP_SUBSCRIBED_TO_TOPIC = 42, 68, 86
 
 
 def join(wire: Wire, group: str, member_id: str = "") -> tuple[int, int, str, str]:
@@ -374,3 +375,64 @@ def test_an_outside_commit_waiting_for_the_append_lock_is_refused_once_an_embedd
     assert out["result"] == UNKNOWN_MEMBER_ID or seen == 10, (
         f"an outside commit was answered {out['result']} after an embedded member joined and read offset {seen}"
     )
+
+
+def offset_delete(wire: Wire, group: str, topic: str) -> int:
+    """OffsetDelete v0 of partition 0: the group's error code, else the partition's."""
+    body = _string(group) + struct.pack(">i", 1) + _string(topic) + struct.pack(">ii", 1, 0)
+    r = Reader(wire.call(OFFSET_DELETE, 0, body))
+    (error, _throttle) = r.take(">hi")
+    if error != NONE:
+        return error
+    assert r.take(">i")[0] == 1
+    r.string()
+    assert r.take(">i")[0] == 1
+    return r.take(">ih")[1]
+
+
+def delete_group(wire: Wire, group: str) -> int:
+    """DeleteGroups v0 of one group: its error code."""
+    r = Reader(wire.call(DELETE_GROUPS, 0, struct.pack(">i", 1) + _string(group)))
+    r.take(">i")  # throttle
+    assert r.take(">i")[0] == 1
+    r.string()
+    return r.take(">h")[0]
+
+
+@pytest.mark.parametrize("removal", ["offset_delete", "delete_group"])
+def test_offsets_removed_while_an_embedded_consumer_joins_are_refused(kafkalite_server, spawn, removal):
+    """OffsetDelete and DeleteGroups of a group without members pass their check, then wait for
+    the offsets partition's append lock (held by a stopped process); meanwhile an embedded
+    ``kafkalite.Consumer`` joins the group and reads its committed offset. Once the holder
+    goes, the removal must be refused (GROUP_SUBSCRIBED_TO_TOPIC / NON_EMPTY_GROUP): before,
+    the tombstones landed under the live consumer, and DeleteGroups removed its group folder."""
+    address, path = kafkalite_server.address, kafkalite_server.path
+    group, topic = f"adv21-{removal}", "adv21-d"
+    kafkalite.Admin(path).create_topic(topic, 1)
+    wire = Wire(address)
+    for i in range(20):
+        assert wire.produce(topic, 0, b"%d" % i) == NONE
+    assert commit(wire, group, -1, "", topic, 5) == NONE
+    partition_dir = os.path.join(path, f"{_native.OFFSETS_TOPIC}-{_native.offsets_partition(group)}")
+    holder = stop_holder(spawn.code, HOLD_FLOCK, os.path.join(partition_dir, ".kafkalite.lock"))
+    consumer = None
+    call = offset_delete if removal == "offset_delete" else delete_group
+    args = (group, topic) if removal == "offset_delete" else (group,)
+    try:
+        stuck, out = in_background(call, Wire(address), *args)
+        time.sleep(0.3)  # past its check (no member then), waiting for the append lock
+        consumer = kafkalite.Consumer(path, topic, group_id=group)
+        consumer.poll(timeout_ms=500)
+        seen = consumer.committed(kafkalite.TopicPartition(topic, 0))
+        assert seen == 5 and stuck.is_alive()
+    finally:
+        release(holder)
+        stuck.join(15)
+    try:
+        assert "error" not in out, out
+        assert out["result"] in (GROUP_SUBSCRIBED_TO_TOPIC, NON_EMPTY_GROUP), (
+            f"{removal} was answered {out['result']} after an embedded member joined and read offset {seen}"
+        )
+        assert consumer.committed(kafkalite.TopicPartition(topic, 0)) == 5
+    finally:
+        consumer.close()
