@@ -26,6 +26,7 @@ def start_serve_with(start, data_dir, env):
     port = free_port()
     return serve_on(start, data_dir, port, "--log-level", "WARNING", env=env), f"127.0.0.1:{port}"
 
+
 FETCH, JOIN_GROUP, SYNC_GROUP, OFFSET_COMMIT, OFFSET_FETCH, CREATE_TOPICS = 1, 11, 14, 8, 9, 19
 DELETE_GROUPS, OFFSET_DELETE = 42, 47
 UNKNOWN_TOPIC_OR_PARTITION, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = 3, 22, 25, 27
@@ -45,7 +46,9 @@ def join(wire: Wire, group: str, member_id: str = "") -> tuple[int, int, str, st
 
 def sync(wire: Wire, group: str, generation: int, member_id: str, members: list[str]) -> int:
     """SyncGroup v0 (empty assignments from the leader): the error code."""
-    assignments = struct.pack(">i", len(members)) + b"".join(_string(m) + struct.pack(">i", 0) for m in members)
+    assignments = struct.pack(">i", len(members)) + b"".join(
+        _string(m) + struct.pack(">i", 0) for m in members
+    )
     body = _string(group) + struct.pack(">i", generation) + _string(member_id) + assignments
     return struct.unpack(">h", wire.call(SYNC_GROUP, 0, body)[:2])[0]
 
@@ -84,7 +87,9 @@ def fetch_committed(wire: Wire, group: str, topic: str) -> int:
     return offset
 
 
-def test_a_commit_waiting_for_a_stopped_append_lock_holder_is_refused_after_a_rebalance(kafkalite_server, spawn):
+def test_a_commit_waiting_for_a_stopped_append_lock_holder_is_refused_after_a_rebalance(
+    kafkalite_server, spawn
+):
     """The lead's re-check under the offsets partition's locks (``OffsetStore::commit``'s
     ``admit``): member A of generation 1 commits offset 10 while an embedded process stopped
     with ``__consumer_offsets-<p>``'s append lock makes it wait; meanwhile B joins, A rejoins,
@@ -244,7 +249,13 @@ def test_a_segment_generation_file_that_is_a_link_is_never_followed_or_written(t
 
 @pytest.mark.parametrize(
     "failpoint",
-    ["group_commit.sync@4", "group_commit.publish@4", "roll.after_seal@3", "roll.after_create@3", "dir.sync@3"],
+    [
+        "group_commit.sync@4",
+        "group_commit.publish@4",
+        "roll.after_seal@3",
+        "roll.after_create@3",
+        "dir.sync@3",
+    ],
 )
 def test_every_acknowledged_acks_all_record_survives_a_kill_at_the_sync_or_a_roll(tmp_path, spawn, failpoint):
     """``kafkalite serve`` (``--acks-all=disk``) killed (SIGKILL) at a step of the group-commit

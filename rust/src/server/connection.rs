@@ -33,7 +33,12 @@ const TARGET: &str = "kafkalite::server::connection";
 const RESPONSE_WRITE_DEADLINE: Duration = Duration::from_secs(30);
 
 /// Write one response within `deadline`; Err: why the connection closes.
-async fn write_response(writer: &mut OwnedWriteHalf, bytes: &[u8], deadline: Duration, addr: &str) -> Result<(), String> {
+async fn write_response(
+    writer: &mut OwnedWriteHalf,
+    bytes: &[u8],
+    deadline: Duration,
+    addr: &str,
+) -> Result<(), String> {
     match tokio::time::timeout(deadline, writer.write_all(bytes)).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(format!("writing a response failed: {e}")),

@@ -206,7 +206,9 @@ pub async fn create_topics(
             Ok(())
         };
         let outcome = match outcome {
-            Ok(()) if repeated.contains(&name) => Err((codes::INVALID_REQUEST, format!("the request names topic {name:?} twice"))),
+            Ok(()) if repeated.contains(&name) => {
+                Err((codes::INVALID_REQUEST, format!("the request names topic {name:?} twice")))
+            }
             outcome => outcome,
         };
         if outcome.is_ok() && !request.validate_only {

@@ -134,7 +134,8 @@ pub fn offset_delete(broker: &Broker, request: OffsetDeleteRequest, peer: &str) 
     // the offsets) while the tombstones waited for another writer to let it go.
     let admit = || match members_subscriptions(broker, &group) {
         Some(now) if wanted.iter().any(|(topic, _)| now.contains(topic)) => {
-            let reason = format!("a member of group {group:?} subscribed to a topic while its offsets waited to be deleted");
+            let reason =
+                format!("a member of group {group:?} subscribed to a topic while its offsets waited to be deleted");
             Err(codes::refused(peer, API, codes::GROUP_SUBSCRIBED_TO_TOPIC, &reason))
         }
         _ => Ok(()),
