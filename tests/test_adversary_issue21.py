@@ -28,7 +28,7 @@ def start_serve_with(start, data_dir, env):
 
 
 FETCH, JOIN_GROUP, SYNC_GROUP, OFFSET_COMMIT, OFFSET_FETCH, CREATE_TOPICS = 1, 11, 14, 8, 9, 19
-DELETE_GROUPS, OFFSET_DELETE = 42, 47
+DELETE_GROUPS, OFFSET_DELETE, DESCRIBE_GROUPS, LIST_GROUPS = 42, 47, 15, 16
 UNKNOWN_TOPIC_OR_PARTITION, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = 3, 22, 25, 27
 INVALID_REQUEST, NON_EMPTY_GROUP, GROUP_SUBSCRIBED_TO_TOPIC = 42, 68, 86
 
@@ -447,3 +447,32 @@ def test_offsets_removed_while_an_embedded_consumer_joins_are_refused(kafkalite_
         assert consumer.committed(kafkalite.TopicPartition(topic, 0)) == 5
     finally:
         consumer.close()
+
+
+def test_group_admin_requests_are_prompt_while_a_stopped_member_holds_the_group_state_lock(
+    kafkalite_server, spawn
+):
+    """An embedded member stopped (SIGSTOP) holding its group's state lock: DescribeGroups,
+    ListGroups, OffsetFetch and DeleteGroups of that group are answered within the server's lock
+    deadline (none waits for the holder), and ApiVersions meanwhile at once."""
+    address = kafkalite_server.address
+    group = "adv21-held"
+    group_dir = os.path.join(kafkalite_server.path, _native.GROUPS_DIR, group)
+    os.makedirs(group_dir)
+    holder = stop_holder(spawn.code, HOLD_FLOCK, os.path.join(group_dir, _native.GROUP_STATE_LOCK_FILE))
+    try:
+        calls = [
+            (DESCRIBE_GROUPS, 0, struct.pack(">i", 1) + _string(group)),
+            (LIST_GROUPS, 0, b""),
+            (OFFSET_FETCH, 1, _string(group) + struct.pack(">i", 1) + _string("t") + struct.pack(">ii", 1, 0)),
+            (DELETE_GROUPS, 0, struct.pack(">i", 1) + _string(group)),
+        ]
+        for api, version, body in calls:
+            thread, out = in_background(Wire(address, timeout=30).call, api, version, body)
+            time.sleep(0.1)
+            assert timed(Wire(address, timeout=10).api_versions)[1] < 2.0
+            thread.join(20)
+            assert "error" not in out, (api, out)
+            assert out["seconds"] < 10.0, f"API {api} took {out['seconds']:.1f} s"
+    finally:
+        release(holder)
