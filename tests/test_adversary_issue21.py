@@ -464,7 +464,11 @@ def test_group_admin_requests_are_prompt_while_a_stopped_member_holds_the_group_
         calls = [
             (DESCRIBE_GROUPS, 0, struct.pack(">i", 1) + _string(group)),
             (LIST_GROUPS, 0, b""),
-            (OFFSET_FETCH, 1, _string(group) + struct.pack(">i", 1) + _string("t") + struct.pack(">ii", 1, 0)),
+            (
+                OFFSET_FETCH,
+                1,
+                _string(group) + struct.pack(">i", 1) + _string("t") + struct.pack(">ii", 1, 0),
+            ),
             (DELETE_GROUPS, 0, struct.pack(">i", 1) + _string(group)),
         ]
         for api, version, body in calls:

@@ -1,7 +1,9 @@
 //! Accepting clients and serving one connection: frames are read, answered and written
 //! in order (Kafka's per-connection ordering), one request at a time, each first admitted by
 //! the connection's SASL session (`sasl.rs`). A bad frame closes only its own connection;
-//! every task's failure stays inside that task.
+//! every task's failure stays inside that task. A client that does not read a response within
+//! `RESPONSE_WRITE_DEADLINE` (or connections.max.idle.ms) is closed, freeing the response and
+//! its share of the response budget.
 //!
 //! Logged on `kafkalite.server.connection` (Kafka's `SocketServer` levels): connections opened
 //! and closed at DEBUG, frames and requests that close a connection at WARNING with the peer.
