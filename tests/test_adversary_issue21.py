@@ -480,3 +480,38 @@ def test_group_admin_requests_are_prompt_while_a_stopped_member_holds_the_group_
             assert out["seconds"] < 10.0, f"API {api} took {out['seconds']:.1f} s"
     finally:
         release(holder)
+
+
+DELETING_WRITER = r"""
+import sys
+import kafkalite
+log = kafkalite.Log(sys.argv[1], shared_writers=True, segment_bytes=1024)
+log.append_values([b"a" * 200 for _ in range(10)])
+log.delete_records_before(int(sys.argv[2]))   # the generation bumps: killed at one of them
+log.append_values([b"c" * 200 for _ in range(3)])
+"""
+
+
+@pytest.mark.parametrize("nth", [1, 2])
+def test_a_writer_killed_between_the_segment_generation_bumps_leaves_other_writers_consistent(
+    tmp_path, spawn, nth
+):
+    """A shared writer deletes segments (DeleteRecords: the generation moves before and after)
+    and is killed (SIGKILL, failpoint ``segments.generation``) at the ``nth`` bump, while
+    another writer of the partition, open all along, appends before and after: that writer
+    and a fresh reader see the same contiguous offsets, and its appends continue the log."""
+    path = str(tmp_path / "t-0")
+    other = kafkalite.Log(path, shared_writers=True, segment_bytes=1024)
+    other.append_values([b"b" * 200 for _ in range(20)])
+    env = {**os.environ, "KAFKALITE_FAILPOINTS": f"segments.generation=kill@{nth}"}
+    done = spawn.run(DELETING_WRITER, path, 25, env=env)
+    assert done.returncode == -9, done.stderr
+    other.append_values([b"d" * 200 for _ in range(5)])
+    offsets = [r.offset for r in other.records()]
+    assert offsets == list(range(other.start_offset, other.end_offset)), "a gap or a stale segment"
+    fresh = kafkalite.Log(path, shared_writers=True, segment_bytes=1024)
+    assert (fresh.start_offset, fresh.end_offset) == (other.start_offset, other.end_offset)
+    assert [r.offset for r in fresh.records()] == offsets
+    assert [r.value[:1] for r in fresh.records()] == [r.value[:1] for r in other.records()]
+    fresh.close()
+    other.close()
