@@ -1,7 +1,9 @@
 //! Accepting clients and serving one connection: frames are read, answered and written
 //! in order (Kafka's per-connection ordering), one request at a time, each first admitted by
 //! the connection's SASL session (`sasl.rs`). A bad frame closes only its own connection;
-//! every task's failure stays inside that task.
+//! every task's failure stays inside that task. A client that does not read a response within
+//! `RESPONSE_WRITE_DEADLINE` (or connections.max.idle.ms) is closed, freeing the response and
+//! its share of the response budget.
 //!
 //! Logged on `kafkalite.server.connection` (Kafka's `SocketServer` levels): connections opened
 //! and closed at DEBUG, frames and requests that close a connection at WARNING with the peer.
@@ -11,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::tcp::OwnedReadHalf;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -23,6 +25,36 @@ use super::ServerConfig;
 
 /// The `log` target (Python: `logging.getLogger("kafkalite.server.connection")`).
 const TARGET: &str = "kafkalite::server::connection";
+
+/// The longest a response may take to be written (or `connections.max.idle.ms` if shorter): a
+/// client that sends a Fetch and never reads its answer would otherwise keep the response, and
+/// its share of the server-wide response budget (`frame::QUEUED_MAX_RESPONSE_BYTES`), for as
+/// long as the socket lives, and two such clients leave every other consumer empty fetches.
+/// Kafka's clients give up on a response after `request.timeout.ms` (30 s by default), so one
+/// still unread by then is wanted by nobody.
+const RESPONSE_WRITE_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Write one response within `deadline`; Err: why the connection closes.
+async fn write_response(
+    writer: &mut OwnedWriteHalf,
+    bytes: &[u8],
+    deadline: Duration,
+    addr: &str,
+) -> Result<(), String> {
+    match tokio::time::timeout(deadline, writer.write_all(bytes)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("writing a response failed: {e}")),
+        Err(_) => {
+            log::warn!(
+                target: TARGET,
+                "closing the connection from {addr}: it did not read a response of {} bytes within {} ms",
+                bytes.len(),
+                deadline.as_millis()
+            );
+            Err(format!("a response unread for {} ms", deadline.as_millis()))
+        }
+    }
+}
 
 pub async fn accept_loop(
     listener: TcpListener,
@@ -106,6 +138,7 @@ async fn serve_until_closed(
     let mut session = Session::new(sasl, &peer);
     let (reader, mut writer) = stream.into_split();
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
+    let write_deadline = idle.min(RESPONSE_WRITE_DEADLINE);
     loop {
         let max = session.max_frame();
         let frame = tokio::select! {
@@ -147,13 +180,13 @@ async fn serve_until_closed(
             (Outcome::Serve, Some(request)) => request,
             (Outcome::Serve, None) => return "a bare SASL token outside an exchange".into(), // never served
             (Outcome::Reply(bytes), _) => {
-                if let Err(e) = writer.write_all(&bytes).await {
-                    return format!("writing a response failed: {e}");
+                if let Err(why) = write_response(&mut writer, &bytes, write_deadline, &addr).await {
+                    return why;
                 }
                 continue;
             }
             (Outcome::ReplyAndClose(bytes), _) => {
-                if writer.write_all(&bytes).await.is_ok() {
+                if write_response(&mut writer, &bytes, write_deadline, &addr).await.is_ok() {
                     tokio::time::sleep(AUTH_FAILURE_DELAY).await;
                 }
                 return "authentication failed".into();
@@ -168,8 +201,8 @@ async fn serve_until_closed(
         match response {
             Ok(Some(bytes)) => {
                 broker.metrics.bytes_out(bytes.len());
-                if let Err(e) = writer.write_all(&bytes).await {
-                    return format!("writing a response failed: {e}");
+                if let Err(why) = write_response(&mut writer, &bytes, write_deadline, &addr).await {
+                    return why;
                 }
             }
             Ok(None) => {}

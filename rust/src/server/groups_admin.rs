@@ -60,10 +60,20 @@ fn delete_group(broker: &Broker, group: &str) -> Result<(), i16> {
         return Err(codes::NON_EMPTY_GROUP);
     }
     let known = broker.groups.delete(group)?;
-    let tombstoned = broker.offsets.delete(broker, group, None).map_err(|e| {
+    // Members may join while the tombstones wait for the offsets partition's append lock.
+    let admit = || {
+        let joined = embedded_members(broker.dir.path(), group)
+            || broker.groups.describe(group).is_some_and(|(_, _, _, members)| !members.is_empty());
+        if joined {
+            Err(codes::NON_EMPTY_GROUP)
+        } else {
+            Ok(())
+        }
+    };
+    let tombstoned = broker.offsets.delete(broker, group, None, admit).map_err(|e| {
         ::log::warn!(target: "kafkalite::server", "cannot delete the offsets of group {group:?}: {e}");
         codes::for_error(&e)
-    })?;
+    })??;
     let folder = remove_group_folder(broker.dir.path(), group).map_err(|e| {
         ::log::warn!(target: "kafkalite::server", "cannot remove the folder of group {group:?}: {e}");
         codes::KAFKA_STORAGE_ERROR

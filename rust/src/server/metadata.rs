@@ -166,7 +166,12 @@ pub async fn create_topics(
     // permissive before (created, then throttled), as Kafka does.
     let mut checked_topics = Vec::with_capacity(request.topics.len().min(1024));
     let mut to_create = Vec::new();
+    // A name the request repeats: every entry of it refused and none created (Kafka's
+    // ControllerApis.createTopics, "Duplicate topic name"), not the first created.
     let mut seen = BTreeSet::new();
+    let repeated: BTreeSet<&str> =
+        request.topics.iter().map(|t| t.name.0.as_str()).filter(|name| !seen.insert(*name)).collect();
+    let repeated: BTreeSet<String> = repeated.into_iter().map(str::to_string).collect();
     for topic in request.topics {
         let name = topic.name.0.to_string();
         let partitions = if topic.num_partitions == -1 { broker.default_partitions() } else { topic.num_partitions };
@@ -200,9 +205,10 @@ pub async fn create_topics(
         } else {
             Ok(())
         };
-        let duplicate = !seen.insert(name.clone());
         let outcome = match outcome {
-            Ok(()) if duplicate => Err((codes::INVALID_REQUEST, format!("the request names topic {name:?} twice"))),
+            Ok(()) if repeated.contains(&name) => {
+                Err((codes::INVALID_REQUEST, format!("the request names topic {name:?} twice")))
+            }
             outcome => outcome,
         };
         if outcome.is_ok() && !request.validate_only {

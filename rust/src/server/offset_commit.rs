@@ -79,8 +79,13 @@ pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, _version: i1
         plan.push((topic.name.clone(), parts));
     }
     // The verdict again where the commit is written (`OffsetStore::commit`): the group may have
-    // moved on while the commit waited for the offsets partition's append lock.
+    // moved on while the commit waited for the offsets partition's append lock, over the network
+    // or by an embedded `kafkalite.Consumer` joining (which reads its committed offsets after it
+    // registered, so a commit admitted here before it registered is one it reads).
     let admit = || {
+        if let Some(reason) = outside_commit_refused(broker, &group, &request.member_id, generation) {
+            return Err(codes::refused(peer, "OffsetCommit", codes::UNKNOWN_MEMBER_ID, &reason));
+        }
         broker.groups.check_commit(&group, &request.member_id, generation).map_err(|code| {
             let reason = format!(
                 "group {group:?} moved to another generation while the commit of member {:?} (generation \

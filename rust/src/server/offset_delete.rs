@@ -75,23 +75,32 @@ fn embedded_subscriptions(data_dir: &Path, group: &str) -> Subscribed {
     Subscribed::Topics(topics)
 }
 
-/// What the group's live members subscribe to; None when it has no live member. Err when the
+/// What the live members of a group subscribe to, if it has any (embedded or network).
+fn members_subscriptions(broker: &Broker, group: &str) -> Option<Subscribed> {
+    if embedded_members(broker.dir.path(), group) {
+        return Some(embedded_subscriptions(broker.dir.path(), group));
+    }
+    let (_, _, _, members) = broker.groups.describe(group)?;
+    if members.is_empty() {
+        return None;
+    }
+    let mut topics = BTreeSet::new();
+    for (_, _, _, metadata, _) in &members {
+        match subscription_topics(metadata) {
+            Some(t) => topics.extend(t),
+            None => return Some(Subscribed::Unknown),
+        }
+    }
+    Some(Subscribed::Topics(topics))
+}
+
+/// What the live members of a group subscribe to; None when it has no live member. Err when the
 /// group does not exist.
 fn live_subscriptions(broker: &Broker, group: &str) -> Result<Option<Subscribed>, (i16, String)> {
-    if embedded_members(broker.dir.path(), group) {
-        return Ok(Some(embedded_subscriptions(broker.dir.path(), group)));
+    if let Some(subscribed) = members_subscriptions(broker, group) {
+        return Ok(Some(subscribed));
     }
     match broker.groups.describe(group) {
-        Some((_, _, _, members)) if !members.is_empty() => {
-            let mut topics = BTreeSet::new();
-            for (_, _, _, metadata, _) in &members {
-                match subscription_topics(metadata) {
-                    Some(t) => topics.extend(t),
-                    None => return Ok(Some(Subscribed::Unknown)),
-                }
-            }
-            Ok(Some(Subscribed::Topics(topics)))
-        }
         Some(_) => Ok(None),
         None => match broker.offsets.load(broker, group) {
             Ok(o) if !o.is_empty() => Ok(None),
@@ -121,10 +130,23 @@ pub fn offset_delete(broker: &Broker, request: OffsetDeleteRequest, peer: &str) 
         .filter(|t| !subscribed(&t.name))
         .flat_map(|t| t.partitions.iter().map(|p| (t.name.to_string(), p.partition_index)))
         .collect();
-    let written = broker.offsets.delete(broker, &group, Some(&wanted)).map_err(|e| {
-        let reason = format!("cannot delete offsets of group {group:?}: {e}");
-        codes::refused(peer, API, codes::for_error(&e), &reason)
-    });
+    // Again under the offsets partition's append lock: a member may have joined (and fetched
+    // the offsets) while the tombstones waited for another writer to let it go.
+    let admit = || match members_subscriptions(broker, &group) {
+        Some(now) if wanted.iter().any(|(topic, _)| now.contains(topic)) => {
+            let reason =
+                format!("a member of group {group:?} subscribed to a topic while its offsets waited to be deleted");
+            Err(codes::refused(peer, API, codes::GROUP_SUBSCRIBED_TO_TOPIC, &reason))
+        }
+        _ => Ok(()),
+    };
+    let written = match broker.offsets.delete(broker, &group, Some(&wanted), admit) {
+        Ok(verdict) => verdict.map(|_| ()),
+        Err(e) => {
+            let reason = format!("cannot delete offsets of group {group:?}: {e}");
+            Err(codes::refused(peer, API, codes::for_error(&e), &reason))
+        }
+    };
     let refused: Vec<&str> = request.topics.iter().filter(|t| subscribed(&t.name)).map(|t| t.name.as_str()).collect();
     if !refused.is_empty() {
         let reason = format!("group {group:?} has live members subscribed to {}", refused.join(", "));

@@ -140,12 +140,22 @@ impl OffsetStore {
     /// Delete the group's committed offsets (DeleteGroups, as offsets.py's `OffsetStore.delete`),
     /// or only those of `only` (OffsetDelete): one tombstone per committed partition, appended
     /// durably in one batch. Returns how many.
-    pub fn delete(&self, broker: &Broker, group: &str, only: Option<&[(String, i32)]>) -> Result<usize> {
+    ///
+    /// `admit` as `commit`'s: the caller's verdict (no live member subscribes to what is deleted)
+    /// again under the log and append lock, so a member that joins while the tombstones wait for
+    /// another writer's append lock turns them away. `Ok(Err(code))`: refused, nothing written.
+    pub fn delete(
+        &self,
+        broker: &Broker,
+        group: &str,
+        only: Option<&[(String, i32)]>,
+        admit: impl Fn() -> std::result::Result<(), i16>,
+    ) -> Result<std::result::Result<usize, i16>> {
         let committed = self.load(broker, group)?;
         let doomed: Vec<&(String, i32)> =
             committed.keys().filter(|k| only.is_none_or(|wanted| wanted.contains(k))).collect();
         if doomed.is_empty() {
-            return Ok(0);
+            return Ok(Ok(0));
         }
         let now = now_ms();
         let keys: Vec<Vec<u8>> = doomed.iter().map(|(t, p)| encode_key(group, t, *p)).collect::<Result<_>>()?;
@@ -154,10 +164,15 @@ impl OffsetStore {
         let log = broker
             .partition(OFFSETS_TOPIC, offsets_partition(group))?
             .ok_or_else(|| Error::UnknownTopicOrPartition(format!("{OFFSETS_TOPIC}-{}", offsets_partition(group))))?;
-        append_blocking(&log, |log| log.append_records(&inputs))?;
+        if let Err(code) = append_blocking(&log, |log| match admit() {
+            Ok(()) => log.append_records(&inputs).map(|_| Ok(())),
+            Err(code) => Ok(Err(code)),
+        })? {
+            return Ok(Err(code));
+        }
         // Read again from the start next time (the tombstones remove the entries).
         lock(&self.groups).remove(group);
-        Ok(doomed.len())
+        Ok(Ok(doomed.len()))
     }
 
     /// Every group id with a committed offset in `__consumer_offsets` (ListGroups lists them as
