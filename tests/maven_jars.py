@@ -62,6 +62,15 @@ def kafka_tools_jars() -> Path:
     )
 
 
+def mirror_maker_jars() -> Path:
+    """Kafka's MirrorMaker 2 (connect-mirror, connect-runtime; tests/mirror-maker/pom.xml)."""
+    return copy_dependencies(
+        TESTS / "mirror-maker" / "pom.xml",
+        CACHE / f"mirror-maker-{JAVA_CLIENT_VERSION}",
+        **{"kafka.version": JAVA_CLIENT_VERSION},
+    )
+
+
 def java_client_jars() -> Path:
     """org.apache.kafka:kafka-clients and its codecs (tests/java-client/pom.xml)."""
     return copy_dependencies(

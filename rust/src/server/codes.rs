@@ -93,3 +93,67 @@ pub fn refused(peer: &str, api: &str, code: i16, reason: &str) -> i16 {
     ::log::warn!(target: LOG_TARGET, "refused {api} from {peer}: {} ({reason})", name(code));
     code
 }
+
+/// How many partitions a refusal line names per error before "and N more": a request naming
+/// thousands of unknown partitions still logs one short line.
+const NAMED_PER_ERROR: usize = 5;
+
+/// The refused partitions (or resources) of one request, logged as one WARNING line when the
+/// request is answered (`log`): a request with many refused partitions is one refusal, not one
+/// line each. Per error code, the partitions it was given for and the first reason.
+pub struct Refusals {
+    /// What is refused, singular: "partition", "topic".
+    noun: &'static str,
+    by_code: Vec<(i16, Vec<String>, String)>,
+    count: usize,
+}
+
+impl Refusals {
+    pub fn new(noun: &'static str) -> Refusals {
+        Refusals { noun, by_code: Vec::new(), count: 0 }
+    }
+
+    /// Note `code` for `what` (e.g. "topic-0"), unless it is NONE; returns `code`.
+    pub fn add(&mut self, code: i16, what: impl std::fmt::Display, reason: impl FnOnce() -> String) -> i16 {
+        if code == NONE {
+            return code;
+        }
+        self.count += 1;
+        match self.by_code.iter_mut().find(|(c, _, _)| *c == code) {
+            Some((_, named, _)) => named.push(what.to_string()),
+            None => self.by_code.push((code, vec![what.to_string()], reason())),
+        }
+        code
+    }
+
+    /// The one line for the request, if anything was refused: "refused Produce from PEER: 3
+    /// partitions: UNKNOWN_TOPIC_OR_PARTITION (x-1, x-2: reason), INVALID_REQUIRED_ACKS (y-0: reason)".
+    pub fn log(&self, peer: &str, api: &str) {
+        if self.count == 0 {
+            return;
+        }
+        let errors: Vec<String> = self
+            .by_code
+            .iter()
+            .map(|(code, named, reason)| {
+                let mut list = named.iter().take(NAMED_PER_ERROR).cloned().collect::<Vec<_>>().join(", ");
+                if named.len() > NAMED_PER_ERROR {
+                    list.push_str(&format!(" and {} more", named.len() - NAMED_PER_ERROR));
+                }
+                if reason.is_empty() {
+                    format!("{} ({list})", name(*code))
+                } else {
+                    format!("{} ({list}: {reason})", name(*code))
+                }
+            })
+            .collect();
+        let plural = if self.count == 1 { "" } else { "s" };
+        ::log::warn!(
+            target: LOG_TARGET,
+            "refused {api} from {peer}: {} {}{plural} refused: {}",
+            self.count,
+            self.noun,
+            errors.join(", ")
+        );
+    }
+}

@@ -51,7 +51,8 @@ fn delete_before(broker: &Broker, topic: &str, partition: i32, offset: i64) -> R
     })
 }
 
-pub fn delete_records(broker: &Broker, request: DeleteRecordsRequest) -> DeleteRecordsResponse {
+pub fn delete_records(broker: &Broker, request: DeleteRecordsRequest, peer: &str) -> DeleteRecordsResponse {
+    let mut refusals = codes::Refusals::new("partition");
     let topics = request
         .topics
         .into_iter()
@@ -63,12 +64,20 @@ pub fn delete_records(broker: &Broker, request: DeleteRecordsRequest) -> DeleteR
                     let result = DeleteRecordsPartitionResult::default().with_partition_index(p.partition_index);
                     match delete_before(broker, &t.name.0, p.partition_index, p.offset) {
                         Ok(low) => result.with_low_watermark(low),
-                        Err(code) => result.with_error_code(code).with_low_watermark(-1),
+                        Err(code) => {
+                            let why = || match code {
+                                codes::POLICY_VIOLATION => "its cleanup.policy does not include delete".to_string(),
+                                _ => String::new(),
+                            };
+                            refusals.add(code, format_args!("{}-{}", t.name.0, p.partition_index), why);
+                            result.with_error_code(code).with_low_watermark(-1)
+                        }
                     }
                 })
                 .collect();
             DeleteRecordsTopicResult::default().with_name(t.name).with_partitions(partitions)
         })
         .collect();
+    refusals.log(peer, "DeleteRecords");
     DeleteRecordsResponse::default().with_topics(topics)
 }

@@ -234,7 +234,7 @@ pub async fn handle(broker: &Arc<Broker>, request: Request, peer: &str) -> Resul
                 return Ok(None);
             }
         },
-        Body::Fetch(r) => fetch::answer(broker, r, v, id).await?,
+        Body::Fetch(r) => fetch::answer(broker, r, v, id, peer).await?,
         Body::FindCoordinator(r) => frame(key, v, id, &coordinator::find_coordinator(broker, r, v))?,
         Body::OffsetCommit(r) => {
             frame(key, v, id, &blocking(broker, key, move |b| offset_commit::offset_commit(b, r, v, &client)).await?)?
@@ -246,9 +246,9 @@ pub async fn handle(broker: &Arc<Broker>, request: Request, peer: &str) -> Resul
             let client_id = request.header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
             frame(key, v, id, &group_api::join_group(broker, r, v, &client_id, peer).await)?
         }
-        Body::SyncGroup(r) => frame(key, v, id, &group_api::sync_group(broker, r, v).await)?,
-        Body::Heartbeat(r) => frame(key, v, id, &group_api::heartbeat(broker, r))?,
-        Body::LeaveGroup(r) => frame(key, v, id, &group_api::leave_group(broker, r, v))?,
+        Body::SyncGroup(r) => frame(key, v, id, &group_api::sync_group(broker, r, v, peer).await)?,
+        Body::Heartbeat(r) => frame(key, v, id, &group_api::heartbeat(broker, r, peer))?,
+        Body::LeaveGroup(r) => frame(key, v, id, &group_api::leave_group(broker, r, v, peer))?,
         // These read committed offsets, opening `__consumer_offsets` partitions.
         Body::DescribeGroups(r) => {
             frame(key, v, id, &blocking(broker, key, move |b| group_api::describe_groups(b, r)).await?)?
@@ -257,11 +257,14 @@ pub async fn handle(broker: &Arc<Broker>, request: Request, peer: &str) -> Resul
             frame(key, v, id, &blocking(broker, key, move |b| group_api::list_groups(b, r, v)).await?)?
         }
         Body::ListOffsets(r) => {
-            frame(key, v, id, &blocking(broker, key, move |b| list_offsets::list_offsets(b, r, v)).await?)?
+            frame(key, v, id, &blocking(broker, key, move |b| list_offsets::list_offsets(b, r, v, &client)).await?)?
         }
-        Body::InitProducerId(r) => {
-            frame(key, v, id, &blocking(broker, key, move |b| init_producer_id::init_producer_id(b, r)).await?)?
-        }
+        Body::InitProducerId(r) => frame(
+            key,
+            v,
+            id,
+            &blocking(broker, key, move |b| init_producer_id::init_producer_id(b, r, &client)).await?,
+        )?,
         Body::DeleteGroups(r) => {
             frame(key, v, id, &blocking(broker, key, move |b| groups_admin::delete_groups(b, r, &client)).await?)?
         }
@@ -282,7 +285,7 @@ pub async fn handle(broker: &Arc<Broker>, request: Request, peer: &str) -> Resul
             &blocking(broker, key, move |b| configs::incremental_alter_configs(b, r, &client)).await?,
         )?,
         Body::DeleteRecords(r) => {
-            frame(key, v, id, &blocking(broker, key, move |b| delete_records::delete_records(b, r)).await?)?
+            frame(key, v, id, &blocking(broker, key, move |b| delete_records::delete_records(b, r, &client)).await?)?
         }
         Body::DescribeCluster(r) => frame(key, v, id, &cluster::describe_cluster(broker, r))?,
         Body::OffsetDelete(r) => {

@@ -238,8 +238,10 @@ pub async fn answer(
     request: FetchRequest,
     version: i16,
     correlation_id: i32,
+    peer: &str,
 ) -> Result<Bytes, DecodeError> {
-    let (response, permit) = fetch(broker, &request, version).await;
+    let (response, permit) = fetch(broker, &request, version, peer).await;
+    log_refusals(&response, peer);
     let bytes = frame(ApiKey::Fetch, version, correlation_id, &response)?;
     // The frame holds a copy of the records: their mapped pages leave the resident set now
     // (`Mapped::drop`), and the budget stays with the copy.
@@ -250,14 +252,29 @@ pub async fn answer(
     })
 }
 
+/// One line for the partitions the answer refused (only the answer's: a long poll reads many
+/// times).
+fn log_refusals(response: &FetchResponse, peer: &str) {
+    let mut refusals = codes::Refusals::new("partition");
+    for topic in &response.responses {
+        for p in &topic.partitions {
+            refusals.add(p.error_code, format_args!("{}-{}", topic.topic.0, p.partition_index), String::new);
+        }
+    }
+    refusals.log(peer, "Fetch");
+}
+
 async fn fetch(
     broker: &Arc<Broker>,
     request: &FetchRequest,
     version: i16,
+    peer: &str,
 ) -> (FetchResponse, Option<OwnedSemaphorePermit>) {
     if version >= 7 && request.session_id != 0 {
         // We never hand out session ids, so an incremental fetch names an unknown session.
-        return (FetchResponse::default().with_error_code(codes::FETCH_SESSION_ID_NOT_FOUND), None);
+        let reason = format!("incremental fetch session {}: this server declines fetch sessions", request.session_id);
+        let code = codes::refused(peer, "Fetch", codes::FETCH_SESSION_ID_NOT_FOUND, &reason);
+        return (FetchResponse::default().with_error_code(code), None);
     }
     let limits = &broker.fetch_limits;
     let wanted = wanted(request);

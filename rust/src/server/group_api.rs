@@ -18,6 +18,19 @@ fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
 }
 
+/// `code`, logged as a refusal unless it is part of the group protocol's normal flow:
+/// REBALANCE_IN_PROGRESS (the member rejoins), and the coordinator's retriable
+/// COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE (`group.rs` logs why it gave them).
+fn answered(peer: &str, api: &str, group: &str, member_id: &str, code: i16) -> i16 {
+    match code {
+        codes::NONE
+        | codes::REBALANCE_IN_PROGRESS
+        | codes::COORDINATOR_LOAD_IN_PROGRESS
+        | codes::COORDINATOR_NOT_AVAILABLE => code,
+        _ => codes::refused(peer, api, code, &format!("group {group:?}, member {member_id:?}")),
+    }
+}
+
 pub async fn join_group(
     broker: &Broker,
     r: JoinGroupRequest,
@@ -44,8 +57,9 @@ pub async fn join_group(
         .into_iter()
         .map(|(id, meta)| JoinGroupResponseMember::default().with_member_id(s(id)).with_metadata(meta))
         .collect();
+    let error = answered(host, "JoinGroup", &r.group_id.0, &r.member_id, result.error);
     let mut resp = JoinGroupResponse::default()
-        .with_error_code(result.error)
+        .with_error_code(error)
         .with_generation_id(result.generation)
         .with_leader(s(result.leader))
         .with_member_id(s(result.member_id))
@@ -58,10 +72,11 @@ pub async fn join_group(
     resp
 }
 
-pub async fn sync_group(broker: &Broker, r: SyncGroupRequest, version: i16) -> SyncGroupResponse {
+pub async fn sync_group(broker: &Broker, r: SyncGroupRequest, version: i16, peer: &str) -> SyncGroupResponse {
     let assignments = r.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.clone())).collect();
     let (code, assignment, protocol_type, protocol) =
         broker.groups.sync(&r.group_id.0, &r.member_id, r.generation_id, assignments).await;
+    let code = answered(peer, "SyncGroup", &r.group_id.0, &r.member_id, code);
     let mut resp = SyncGroupResponse::default().with_error_code(code).with_assignment(assignment);
     if version >= 5 && code == codes::NONE {
         resp = resp.with_protocol_type(Some(s(protocol_type))).with_protocol_name(protocol.map(s));
@@ -69,25 +84,33 @@ pub async fn sync_group(broker: &Broker, r: SyncGroupRequest, version: i16) -> S
     resp
 }
 
-pub fn heartbeat(broker: &Broker, r: HeartbeatRequest) -> HeartbeatResponse {
-    HeartbeatResponse::default().with_error_code(broker.groups.heartbeat(&r.group_id.0, &r.member_id, r.generation_id))
+pub fn heartbeat(broker: &Broker, r: HeartbeatRequest, peer: &str) -> HeartbeatResponse {
+    let code = broker.groups.heartbeat(&r.group_id.0, &r.member_id, r.generation_id);
+    HeartbeatResponse::default().with_error_code(answered(peer, "Heartbeat", &r.group_id.0, &r.member_id, code))
 }
 
-pub fn leave_group(broker: &Broker, r: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+pub fn leave_group(broker: &Broker, r: LeaveGroupRequest, version: i16, peer: &str) -> LeaveGroupResponse {
     let group = r.group_id.0.to_string();
     if version < 3 {
-        return LeaveGroupResponse::default().with_error_code(broker.groups.leave(&group, &r.member_id));
+        let code = answered(peer, "LeaveGroup", &group, &r.member_id, broker.groups.leave(&group, &r.member_id));
+        return LeaveGroupResponse::default().with_error_code(code);
     }
+    // Several members in one request: one line for those refused.
+    let mut refusals = codes::Refusals::new("member");
     let members = r
         .members
         .iter()
         .map(|m| {
+            let code = broker.groups.leave(&group, &m.member_id);
+            let why = || format!("group {group:?}");
+            refusals.add(code, format_args!("{:?}", m.member_id.as_str()), why);
             MemberResponse::default()
                 .with_member_id(m.member_id.clone())
                 .with_group_instance_id(m.group_instance_id.clone())
-                .with_error_code(broker.groups.leave(&group, &m.member_id))
+                .with_error_code(code)
         })
         .collect();
+    refusals.log(peer, "LeaveGroup");
     LeaveGroupResponse::default().with_members(members)
 }
 

@@ -59,8 +59,9 @@ fn lookup(log: &mut Log, timestamp: i64) -> Result<(i64, i64)> {
     })
 }
 
-pub fn list_offsets(broker: &Broker, request: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+pub fn list_offsets(broker: &Broker, request: ListOffsetsRequest, version: i16, peer: &str) -> ListOffsetsResponse {
     let mut topics = Vec::with_capacity(request.topics.len().min(1024));
+    let mut refusals = codes::Refusals::new("partition");
     for topic in &request.topics {
         let name = topic.name.0.to_string();
         let mut partitions = Vec::with_capacity(topic.partitions.len().min(1024));
@@ -76,6 +77,9 @@ pub fn list_offsets(broker: &Broker, request: ListOffsetsRequest, version: i16) 
                 Ok(None) => Err(codes::UNKNOWN_TOPIC_OR_PARTITION),
                 Err(e) => Err(codes::for_error(&e)),
             };
+            if let Err(code) = outcome {
+                refusals.add(code, format_args!("{name}-{}", p.partition_index), String::new);
+            }
             match outcome {
                 Ok((timestamp, offset)) => {
                     resp = resp.with_timestamp(timestamp).with_offset(offset);
@@ -89,5 +93,6 @@ pub fn list_offsets(broker: &Broker, request: ListOffsetsRequest, version: i16) 
         }
         topics.push(ListOffsetsTopicResponse::default().with_name(topic.name.clone()).with_partitions(partitions));
     }
+    refusals.log(peer, "ListOffsets");
     ListOffsetsResponse::default().with_topics(topics)
 }

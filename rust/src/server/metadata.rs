@@ -132,23 +132,38 @@ pub async fn metadata(broker: &Arc<Broker>, request: MetadataRequest, version: i
                 topics = broker.topics().unwrap_or(topics);
             }
             let mut out = Vec::with_capacity(wanted.len().min(1024));
+            // Not LEADER_NOT_AVAILABLE (a creation still under way: the client's retry finds the
+            // topic) nor THROTTLING_QUOTA_EXCEEDED (logged by `auto_create`).
+            let mut refusals = codes::Refusals::new("topic");
+            let mut refuse = |name: &str, code: i16| {
+                if code != codes::LEADER_NOT_AVAILABLE && code != codes::THROTTLING_QUOTA_EXCEEDED {
+                    let why = || match code {
+                        codes::UNKNOWN_TOPIC_OR_PARTITION if !allow_create => "no such topic (auto-creation is off)",
+                        codes::UNKNOWN_TOPIC_OR_PARTITION => "no such topic",
+                        _ => "",
+                    };
+                    refusals.add(code, name, || why().to_string());
+                }
+                topic_error(Some(name), code)
+            };
             for t in wanted {
                 let Some(name) = t.name.as_ref().map(|n| n.0.to_string()) else {
                     out.push(topic_error(None, codes::UNKNOWN_TOPIC_ID));
                     continue;
                 };
                 if let Some(&code) = refused.get(&name) {
-                    out.push(topic_error(Some(&name), code));
+                    out.push(refuse(&name, code));
                     continue;
                 }
                 match topics.get(&name) {
                     Some(meta) => out.push(topic_entry(&name, meta, version)),
                     None if validate_topic_name(&name).is_err() => {
-                        out.push(topic_error(Some(&name), codes::INVALID_TOPIC_EXCEPTION))
+                        out.push(refuse(&name, codes::INVALID_TOPIC_EXCEPTION))
                     }
-                    None => out.push(topic_error(Some(&name), codes::UNKNOWN_TOPIC_OR_PARTITION)),
+                    None => out.push(refuse(&name, codes::UNKNOWN_TOPIC_OR_PARTITION)),
                 }
             }
+            refusals.log(peer, "Metadata");
             out
         }
     };

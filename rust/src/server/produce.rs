@@ -176,6 +176,7 @@ pub async fn produce(
     let mut appended_any = false;
     let mut pending = Vec::new();
     let mut responses = Vec::with_capacity(request.topic_data.len().min(1024));
+    let mut refusals = codes::Refusals::new("partition");
     for topic in &request.topic_data {
         let name = topic.name.0.to_string();
         let mut partitions = Vec::with_capacity(topic.partition_data.len().min(1024));
@@ -198,6 +199,10 @@ pub async fn produce(
                     }
                 }
                 Err((code, message)) => {
+                    // REQUEST_TIMED_OUT was logged with the lock's holder by `append`.
+                    if code != codes::REQUEST_TIMED_OUT {
+                        refusals.add(code, format_args!("{name}-{}", p.index), || message.clone());
+                    }
                     resp = resp.with_error_code(code).with_base_offset(-1).with_log_append_time_ms(-1);
                     if version >= 8 {
                         resp = resp.with_error_message(Some(StrBytes::from_string(message)));
@@ -209,6 +214,7 @@ pub async fn produce(
         responses
             .push(TopicProduceResponse::default().with_name(topic.name.clone()).with_partition_responses(partitions));
     }
+    refusals.log(peer, "Produce");
     if appended_any {
         broker.announce_append();
     }
