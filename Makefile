@@ -1,5 +1,5 @@
 # The everyday commands (CONTRIBUTING.md explains them). `make lint` is what .ci/run and the
-# pre-commit hooks run; `make test-quick` is the everyday test loop (under a minute).
+# pre-commit hooks run; `make test-quick` is the everyday test loop (about 5 minutes on 2 cores).
 #
 # Python tools come from the environment: PYTHON=.venv/bin/python make lint (or an activated
 # venv with the `dev` or `test` extra installed).
