@@ -228,7 +228,7 @@ class NativeServer:
         auto_create_topics: bool = True,
         idle_timeout_ms: int = 600000,
         sasl: bool = False,
-        fetch_max_bytes: int = 57671680,
+        fetch_max_bytes: int = ...,  # FETCH_MAX_BYTES (Kafka's fetch.max.bytes, 55 MiB)
         acks_all: str = "disk",
         metrics: str | None = None,
     ) -> NativeServer: ...
