@@ -23,6 +23,21 @@ impl Segment {
         if self.size == 0 {
             self.skip_to_last_index_entry(file_len);
         }
+        let scanned = self.scan_published(file_len);
+        // Mapped before any error is returned: batches counted into `size` before a damaged one
+        // must be inside the map, or the next read of them would index past it.
+        if self.size > self.mapped_len {
+            // The file holds at least `size` valid bytes and never shrinks below them.
+            self.map = Some(MappedFile::readonly(self.f(), self.size, "segment")?);
+            self.mapped_len = self.size;
+            self.map_writable = false;
+        }
+        scanned?;
+        Ok(self.size > before)
+    }
+
+    /// `follow`'s scan: add to `size` every whole, CRC-valid batch published after it.
+    fn scan_published(&mut self, file_len: usize) -> Result<()> {
         let mut header_buf = [0u8; HEADER_LEN];
         let mut body = Vec::new();
         loop {
@@ -73,13 +88,7 @@ impl Segment {
                 _ => break,
             }
         }
-        if self.size > self.mapped_len {
-            // The file holds at least `size` valid bytes and never shrinks below them.
-            self.map = Some(MappedFile::readonly(self.f(), self.size, "segment")?);
-            self.mapped_len = self.size;
-            self.map_writable = false;
-        }
-        Ok(self.size > before)
+        Ok(())
     }
 
     /// A reader's first look: everything before the last offset-index entry was published
