@@ -146,17 +146,27 @@ class Side(pc.KafkaEndpoint):
         self.name, self.pid, self.start_s = name, pid, start_s
 
 
+def serve_process(
+    data: Path, *extra: str, env: Mapping[str, str] | None = None, log_level: str = "WARNING"
+) -> tuple[subprocess.Popen, str]:
+    """``python -m kafkalite serve`` over ``data`` in a child process, once it listens on a free
+    loopback port: the process and its ``bootstrap.servers``. ``extra``: more CLI arguments;
+    ``env``: the child's environment (another build's ``PYTHONPATH``); the benches' other
+    server starts (bench_server_memory.py) come through here too."""
+    return start_serve(
+        lambda *a, **kw: subprocess.Popen([sys.executable, "-m", *a], env=env, **kw),
+        data,
+        *extra,
+        "--log-level",
+        log_level,
+    )
+
+
 def start_kafkalite(work: Path, name: str = "kafkalite", *extra: str) -> tuple[Side, subprocess.Popen]:
     data = work / name
     data.mkdir()
     began = time.perf_counter()
-    proc, bootstrap = start_serve(
-        lambda *a, **kw: subprocess.Popen([sys.executable, "-m", *a], **kw),
-        data,
-        *extra,
-        "--log-level",
-        "WARNING",
-    )
+    proc, bootstrap = serve_process(data, *extra)
     return Side(KAFKALITE, bootstrap, proc.pid, first_ack(bootstrap, began)), proc
 
 

@@ -22,7 +22,6 @@ import os
 import shutil
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -30,21 +29,11 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))  # serve_proc.py, wire_fetch.py: what the tests use
+sys.path.insert(0, str(HERE.parent / "tests"))  # wire_fetch.py: what the tests use
 
+from bench_server import serve_process, status_mb  # noqa: E402 (the server start bench_server.py makes)
 from report import write_report  # noqa: E402
-from serve_proc import start_serve  # noqa: E402
 from wire_fetch import fill, hostile  # noqa: E402
-
-
-def status_mb(pid: int) -> dict[str, float]:
-    out = {}
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            name, _, rest = line.partition(":")
-            if name in ("VmHWM", "VmRSS", "RssAnon", "RssFile"):
-                out[name] = int(rest.split()[0]) / 1024
-    return out
 
 
 def amplification(bootstrap: str, connections: int, rounds: int) -> float:
@@ -88,20 +77,13 @@ def main() -> None:
     ap.add_argument("--name", default=f"server-memory-{time.strftime('%Y-%m-%d')}")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kafkalite-memory-bench-"))
-    env = dict(os.environ)
-    if args.pythonpath:
-        env["PYTHONPATH"] = args.pythonpath
+    env = {**os.environ, "PYTHONPATH": args.pythonpath} if args.pythonpath else None
     load_start = os.getloadavg()[0]
     server = None
     idle: list[socket.socket] = []
     try:
         fill(str(work / "data"), "big", 1, args.megabytes)
-        server, bootstrap = start_serve(
-            lambda *a, **kw: subprocess.Popen([sys.executable, "-m", *a], env=env, **kw),
-            work / "data",
-            "--log-level",
-            "ERROR",
-        )
+        server, bootstrap = serve_process(work / "data", env=env, log_level="ERROR")
         time.sleep(0.5)
         phases: dict[str, dict[str, float]] = {"started": status_mb(server.pid)}
         s = amplification(bootstrap, args.connections, args.rounds)

@@ -231,6 +231,7 @@ class NativeServer:
         fetch_max_bytes: int = ...,  # FETCH_MAX_BYTES (Kafka's fetch.max.bytes, 55 MiB)
         acks_all: str = "disk",
         metrics: str | None = None,
+        max_open_partitions: int | None = None,
     ) -> NativeServer: ...
     @property
     def local_addr(self) -> str: ...

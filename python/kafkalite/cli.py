@@ -445,6 +445,7 @@ def _serve(args: argparse.Namespace) -> int:
         sasl=args.sasl,
         metrics=args.metrics,
         acks_all=args.acks_all,
+        max_open_partitions=args.max_open_partitions,
         # Unset: the server's default (kafkalite.server.FETCH_MAX_BYTES).
         **({} if args.fetch_max_bytes is None else {"fetch_max_bytes": args.fetch_max_bytes}),
     ) as server:
@@ -676,6 +677,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="when a Produce with acks=all is answered: disk (default) once synced to this host's disk, "
         "as the embedded acks='all'; page-cache once in the page cache, as a Kafka broker (acks=1 is "
         "always answered at the page cache)",
+    )
+    serve.add_argument(
+        "--max-open-partitions",
+        type=int,
+        metavar="N",
+        help="the most partitions kept open while no request uses them (each holds about 3 file "
+        "descriptors; the least recently used is closed and reopened when needed); default: a share "
+        "of the open-file limit, which the server raises to its hard limit (ulimit -Hn) at start",
     )
     serve.add_argument(
         "--log-level",

@@ -16,6 +16,10 @@ once it is in the page cache, as a Kafka broker answers (its durability comes fr
 which a single server has not got). ``acks=1`` is always answered at the page cache.
 ``fetch_max_bytes`` is the broker's ``fetch.max.bytes``: the most record bytes in one Fetch
 response (55 MiB, Kafka's default).
+``max_open_partitions`` bounds the partitions kept open that no request is using (each holds
+about 3 file descriptors; the least recently used is closed, and reopened when needed). The
+default is a share of the process's open-file limit, which the server first raises to its hard
+limit (RLIMIT_NOFILE), as Kafka asks of a broker's ``ulimit -n``.
 
     with kafkalite.Server("data") as server:
         producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap_servers})
@@ -53,6 +57,7 @@ class Server:
         fetch_max_bytes: int = FETCH_MAX_BYTES,
         acks_all: str = "disk",
         metrics: str | None = None,
+        max_open_partitions: int | None = None,
     ) -> None:
         try:
             self.path = os.path.abspath(os.fspath(path))
@@ -73,6 +78,7 @@ class Server:
             if not isinstance(given, bool):
                 raise InvalidTypeError(f"{flag} must be a bool, not {type(given).__name__}")
         check_fetch_max_bytes(fetch_max_bytes)
+        check_max_open_partitions(max_open_partitions)
         if acks_all not in ACKS_ALL:
             raise InvalidConfigError(f"acks_all must be 'disk' or 'page-cache', not {acks_all!r}")
         self._native: NativeServer | None = NativeServer(
@@ -84,6 +90,7 @@ class Server:
             fetch_max_bytes=fetch_max_bytes,
             acks_all=acks_all,
             metrics=metrics,
+            max_open_partitions=max_open_partitions,
         )
         self.address: str = self._native.local_addr
         #: What Kafka clients take as ``bootstrap.servers`` (the advertised listener).
@@ -126,3 +133,13 @@ def check_fetch_max_bytes(value: object) -> None:
     low, high = FETCH_MAX_BYTES_RANGE
     if not low <= value <= high:
         raise InvalidConfigError(f"fetch_max_bytes must be between {low} and {high}, not {value}")
+
+
+def check_max_open_partitions(value: object) -> None:
+    """``max_open_partitions`` is None (the default: a share of the open-file limit) or an int >= 1."""
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidTypeError(f"max_open_partitions must be an int or None, not {type(value).__name__}")
+    if value < 1:
+        raise InvalidConfigError(f"max_open_partitions must be at least 1, not {value}")

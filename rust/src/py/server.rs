@@ -22,7 +22,7 @@ impl NativeServer {
     #[new]
     #[pyo3(signature = (
         data_dir, listen, advertised=None, auto_create_topics=true, idle_timeout_ms=600_000, sasl=false,
-        fetch_max_bytes=FETCH_MAX_BYTES, acks_all="disk", metrics=None,
+        fetch_max_bytes=FETCH_MAX_BYTES, acks_all="disk", metrics=None, max_open_partitions=None,
     ))]
     #[allow(clippy::too_many_arguments)] // Python's keyword arguments
     fn new(
@@ -36,6 +36,7 @@ impl NativeServer {
         fetch_max_bytes: i32,
         acks_all: &str,
         metrics: Option<String>,
+        max_open_partitions: Option<usize>,
     ) -> PyResult<Self> {
         let mut config = ServerConfig::new(data_dir, listen);
         config.fetch_max_bytes = fetch_max_bytes;
@@ -45,6 +46,7 @@ impl NativeServer {
         config.idle_timeout = Duration::from_millis(idle_timeout_ms);
         config.sasl = sasl;
         config.metrics = metrics;
+        config.max_open_partitions = max_open_partitions;
         let server = py.detach(|| Server::start(config))?;
         let local_addr = server.local_addr().to_string();
         let advertised = server.advertised();

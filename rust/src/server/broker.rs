@@ -1,9 +1,10 @@
 //! The state every connection shares: the data directory's topics (re-read when the
 //! metadata file changes, so topics created by `Admin` in other processes appear), the
-//! partitions opened so far (as shared writers, beside embedded producers), and the
-//! append wake-up that long-polling fetches wait on.
+//! partitions open now (as shared writers, beside embedded producers; at most
+//! `--max-open-partitions` unused ones, `open_logs`), and the append wake-up that long-polling
+//! fetches wait on.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -13,6 +14,7 @@ use tokio::sync::{Notify, Semaphore};
 use super::frame::QUEUED_MAX_REQUEST_BYTES;
 use super::group::Coordinator;
 use super::offsets::{OffsetStore, OFFSETS_TOPIC};
+use super::open_logs::{OpenLogs, SharedLog};
 use super::topic_creation::TopicCreation;
 use super::waits::{self, BLOCKING_SLOTS, LOCK_WAIT};
 use super::ServerConfig;
@@ -24,8 +26,6 @@ use crate::notify::Notifier;
 use crate::producer_ids::ProducerIds;
 
 pub type Topics = Arc<BTreeMap<String, TopicMeta>>;
-/// An open partition log, shared by the connections that use it.
-type SharedLog = Arc<Mutex<Log>>;
 
 /// Lock a mutex whose state no panic can leave half-updated, recovering it if a holder
 /// panicked, so one failed request never wedges the others. Each use says why its state is
@@ -102,8 +102,8 @@ pub struct Broker {
     advertised: (String, i32),
     /// Consistent at any panic: only ever replaced whole.
     topics: Mutex<Option<(Option<SystemTime>, Topics)>>,
-    /// Consistent at any panic: one map operation per lock (a `String` key's hash cannot panic).
-    partitions: Mutex<HashMap<(String, i32), OpenPartition>>,
+    /// The partitions open now, at most `max_open` unused ones.
+    partitions: OpenLogs,
     /// Bumped (with every other process's producers) after each append.
     notifier: Arc<Notifier>,
     /// Woken whenever the notifier moves: what long-polling fetches wait on.
@@ -132,10 +132,6 @@ pub struct Broker {
     bridge: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
-/// A cached open partition, with the identity of the folder it was opened in
-/// (`Log::dir_identity`): a folder of the same name with another is a topic re-created.
-type OpenPartition = (SharedLog, (u64, u64));
-
 impl Broker {
     pub fn open(config: &ServerConfig, advertised: (String, i32)) -> Result<Broker> {
         // Finishes a topic delete a kill interrupted, as every embedded client's open does.
@@ -155,7 +151,7 @@ impl Broker {
             default_partitions: config.default_partitions,
             advertised,
             topics: Mutex::new(None),
-            partitions: Mutex::new(HashMap::new()),
+            partitions: OpenLogs::new(config.max_open_partitions.unwrap_or(usize::MAX)),
             notifier,
             appended,
             topic_creation: TopicCreation::default(),
@@ -212,7 +208,7 @@ impl Broker {
 
     /// The open log of one partition, if this server has it open already.
     fn open_partition(&self, topic: &str, partition: i32) -> Option<SharedLog> {
-        let (log, opened) = lock(&self.partitions).get(&(topic.to_string(), partition)).cloned()?;
+        let (log, opened) = self.partitions.get(topic, partition)?;
         // Another process (`Admin.delete_topic`, another server) may have deleted the topic
         // and created it again: a reader's open segments would keep serving the deleted
         // records (reads follow other writers only at the log end), so reopen.
@@ -223,6 +219,13 @@ impl Broker {
                 None
             }
         }
+    }
+
+    /// The log of a partition this server has open now, without checking its folder is still the
+    /// one it was opened from (`open_partition` does): for the later reads of a request that
+    /// checked it already.
+    pub fn cached_partition(&self, topic: &str, partition: i32) -> Option<SharedLog> {
+        self.partitions.get(topic, partition).map(|(log, _)| log)
     }
 
     /// `partition` for a request on the async workers: opening a partition (recovery, waiting
@@ -259,7 +262,25 @@ impl Broker {
         if let Some(log) = self.open_partition(topic, partition) {
             return Ok(Some(log));
         }
-        let key = (topic.to_string(), partition);
+        let log = match self.open_log(topic, partition) {
+            Err(e) if out_of_descriptors(&e) => {
+                // Every log no request holds gives its descriptors back, then one more try.
+                let freed = self.partitions.evict_unused();
+                let closed = freed.len();
+                close_all(freed);
+                self.open_log(topic, partition).map_err(|e| self.out_of_descriptors(topic, partition, closed, e))?
+            }
+            opened => opened?,
+        };
+        let Some(log) = log else { return Ok(None) };
+        let opened = log.dir_identity();
+        let (log, evicted) = self.partitions.insert(topic, partition, log, opened);
+        close_all(evicted);
+        Ok(Some(log))
+    }
+
+    /// Open a partition's log as this server keeps it (not yet kept). `Ok(None)`: no such partition.
+    fn open_log(&self, topic: &str, partition: i32) -> Result<Option<Log>> {
         let topics = self.topics()?;
         let Some(meta) = topics.get(topic) else { return Ok(None) };
         if partition < 0 || partition >= meta.partitions {
@@ -276,24 +297,39 @@ impl Broker {
             // Commits are durable when acknowledged, as offsets.py writes them.
             config.flush = crate::options::FlushPolicy::Always;
         }
-        let log = Log::open(self.dir.partition_path(topic, partition), config)?;
-        let opened = log.dir_identity();
-        let entry = lock(&self.partitions).entry(key).or_insert((Arc::new(Mutex::new(log)), opened)).clone();
-        Ok(Some(entry.0))
+        Log::open(self.dir.partition_path(topic, partition), config).map(Some)
+    }
+
+    /// The error of an open that failed for want of file descriptors even after `closed` unused
+    /// logs were closed: every open log is in use by a request. Logged at WARNING (with what the
+    /// operator can change); the request gets KAFKA_STORAGE_ERROR, which Kafka's clients retry.
+    fn out_of_descriptors(&self, topic: &str, partition: i32, closed: usize, e: Error) -> Error {
+        if !out_of_descriptors(&e) {
+            return e;
+        }
+        let (open, in_use) = self.partitions.counts();
+        let limit = super::open_logs::descriptor_limit().map_or("unknown".to_string(), |l| l.to_string());
+        ::log::warn!(
+            target: "kafkalite::server",
+            "cannot open {topic}-{partition}: the server is out of file descriptors (RLIMIT_NOFILE {limit}; {open} \
+             partitions open, {in_use} of them in use by requests, {closed} unused ones just closed): answered \
+             KAFKA_STORAGE_ERROR, which clients retry; raise `ulimit -n` or lower --max-open-partitions ({}) ({e})",
+            self.partitions.max_open()
+        );
+        e
     }
 
     /// Drop a partition whose log failed in a way reopening may cure (topic deleted and
     /// created again, poisoned by a failed flush).
     pub fn forget_partition(&self, topic: &str, partition: i32) {
-        lock(&self.partitions).remove(&(topic.to_string(), partition));
+        self.partitions.remove(topic, partition);
     }
 
     /// Drop the pages of every open partition from the resident set (`Log::release_resident`).
     /// A partition busy with a request is skipped (`try_lock`): this runs on the server's
     /// threads and must not wait behind an append that waits for another writer's lock.
     pub fn release_resident_pages(&self) {
-        let logs: Vec<SharedLog> = lock(&self.partitions).values().map(|(log, _)| log.clone()).collect();
-        for log in logs {
+        for log in self.partitions.all() {
             if let Ok(mut log) = log.try_lock() {
                 log.release_resident();
             }
@@ -314,8 +350,7 @@ impl Broker {
         if let Some(handle) = lock(&self.bridge).take() {
             let _ = handle.join();
         }
-        let logs: Vec<_> = lock(&self.partitions).drain().map(|(_, (log, _))| log).collect();
-        for log in logs {
+        for log in self.partitions.drain() {
             // A poisoned log is closed too (as not clean): it still holds its partition's locks.
             let mut log = lock_log(&log).unwrap_or_else(|_| log.lock().unwrap_or_else(|e| e.into_inner()));
             let _ = log.close();
@@ -343,4 +378,30 @@ fn spawn_bridge(
             }
         })
         .map_err(|e| Error::io("cannot start the append wake-up thread", e))
+}
+
+/// Whether an open failed because the process (EMFILE) or the system (ENFILE) has no file
+/// descriptor left.
+fn out_of_descriptors(e: &Error) -> bool {
+    let code = match e {
+        Error::Io { source, .. } => source.raw_os_error(),
+        _ => None,
+    };
+    code == Some(rustix::io::Errno::MFILE.raw_os_error()) || code == Some(rustix::io::Errno::NFILE.raw_os_error())
+}
+
+/// Close logs `OpenLogs` let go of (no request holds them). Finishing a partition needs its
+/// append lock: tried once, not waited for, so a request never waits here for another process's
+/// writer (a partition left unfinished is recovered by its next open).
+fn close_all(logs: Vec<Mutex<Log>>) {
+    for log in logs {
+        let mut log = log.into_inner().unwrap_or_else(|poisoned| {
+            let mut log = poisoned.into_inner();
+            log.poison("a request panicked while it was using the log".into());
+            log
+        });
+        if let Err(e) = log.close_within(Some(Instant::now())) {
+            ::log::debug!(target: "kafkalite::server", "closing {} left it unfinished: {e}", log.dir().display());
+        }
+    }
 }

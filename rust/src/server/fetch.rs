@@ -121,26 +121,26 @@ fn wanted(request: &FetchRequest) -> Wanted<'_> {
     topics
 }
 
-/// The request's partitions, each opened (or found open) once per request, off the request
-/// workers: opening one recovers it and may wait up to `waits::LOCK_WAIT` for another writer's
-/// append lock, which must not hold a worker (and with it every other client) meanwhile. A
-/// value is the log, `None` for a partition this server does not host, or the error code of an
-/// open that failed or ran out of time. Held for the request's long poll; a topic deleted and
-/// created again meanwhile is seen by the client's next fetch.
-type Opened = HashMap<(String, i32), Result<Option<Arc<Mutex<Log>>>, i16>>;
-
-async fn open_all(broker: &Arc<Broker>, wanted: &Wanted<'_>) -> Opened {
-    // One deadline for the whole request: its partitions' waits do not add up.
-    let deadline = waits::deadline(0);
-    let mut opened = Opened::new();
-    for (topic, partitions) in wanted {
-        let name = topic.0.to_string();
-        for p in partitions {
-            let log = broker.partition_within(&name, p.partition, deadline).await.map_err(|e| codes::for_error(&e));
-            opened.insert((name.clone(), p.partition), log);
+/// One of the request's partitions for one read pass, held only while that pass reads it, so a
+/// fetch never holds its partitions across its long poll, nor all at once: a fetch of more
+/// partitions than the server keeps open (`open_logs`) makes it reopen some rather than run out
+/// of file descriptors. Opening one recovers it and may wait up to `waits::LOCK_WAIT` for
+/// another writer's append lock, so it runs off the request workers (`partition_within`). On the
+/// first pass an open partition is checked to still be the folder it was opened from (a topic
+/// deleted and created again); later passes of the long poll take it as it is, and the client's
+/// next fetch sees a re-creation. `Err`: the error code of an open that failed or ran out of time.
+async fn log_for_pass(
+    broker: &Arc<Broker>,
+    (name, partition): (&str, i32),
+    first: bool,
+    deadline: Instant,
+) -> Result<Option<Arc<Mutex<Log>>>, i16> {
+    if !first {
+        if let Some(log) = broker.cached_partition(name, partition) {
+            return Ok(Some(log));
         }
     }
-    opened
+    broker.partition_within(name, partition, deadline).await.map_err(|e| codes::for_error(&e))
 }
 
 /// One pass over the partitions.
@@ -152,14 +152,17 @@ struct Read {
 }
 
 /// Read each partition once, within `max_bytes` in all; with `hard`, no batch past the limits
-/// either (the budget's room is a hard limit), else KIP-74's first batch.
-fn read_once(
-    broker: &Broker,
-    (wanted, opened): (&Wanted<'_>, &Opened),
+/// either (the budget's room is a hard limit), else KIP-74's first batch. `first`: the request's
+/// first pass (`log_for_pass`).
+async fn read_once(
+    broker: &Arc<Broker>,
+    (wanted, first): (&Wanted<'_>, bool),
     max_bytes: usize,
     hard: bool,
     version: i16,
 ) -> Read {
+    // One deadline for the pass's opens: its partitions' waits do not add up.
+    let deadline = waits::deadline(0);
     let mut left = max_bytes;
     // Kafka's `minOneMessage`: true until a partition returned data.
     let mut min_one = !hard;
@@ -171,16 +174,16 @@ fn read_once(
         let mut partitions = Vec::with_capacity(wanted_partitions.len());
         for p in wanted_partitions {
             let mut data = PartitionData::default().with_partition_index(p.partition);
-            let log = match opened.get(&(name.clone(), p.partition)) {
-                Some(Ok(Some(log))) => log.clone(),
-                Some(Ok(None)) | None => {
+            let log = match log_for_pass(broker, (&name, p.partition), first, deadline).await {
+                Ok(Some(log)) => log,
+                Ok(None) => {
                     any_error = true;
                     partitions.push(data.with_error_code(codes::UNKNOWN_TOPIC_OR_PARTITION).with_high_watermark(-1));
                     continue;
                 }
-                Some(Err(code)) => {
+                Err(code) => {
                     any_error = true;
-                    partitions.push(data.with_error_code(*code).with_high_watermark(-1));
+                    partitions.push(data.with_error_code(code).with_high_watermark(-1));
                     continue;
                 }
             };
@@ -278,24 +281,25 @@ async fn fetch(
     }
     let limits = &broker.fetch_limits;
     let wanted = wanted(request);
-    let opened = open_all(broker, &wanted).await;
-    let wanted = (&wanted, &opened);
+    let wanted = &wanted;
     let max_bytes = (request.max_bytes.max(0) as usize).min(limits.max_bytes);
     let deadline = Instant::now() + Duration::from_millis(request.max_wait_ms.max(0) as u64);
     let min_bytes = request.min_bytes.max(0) as usize;
+    let mut first = true;
     loop {
         // Register for the wake-up before reading, so an append in between is not missed.
         let appended = broker.appended.notified();
         tokio::pin!(appended);
         appended.as_mut().enable();
-        let read = read_once(broker, wanted, max_bytes, false, version);
+        let read = read_once(broker, (wanted, first), max_bytes, false, version).await;
+        first = false;
         let now = Instant::now();
-        if read.bytes >= min_bytes || read.any_error || now >= deadline || wanted.0.is_empty() {
+        if read.bytes >= min_bytes || read.any_error || now >= deadline || wanted.is_empty() {
             return limits.admit(broker, wanted, read, max_bytes, deadline, version).await;
         }
         let _ = tokio::time::timeout(deadline - now, appended).await;
         if Instant::now() >= deadline {
-            let read = read_once(broker, wanted, max_bytes, false, version);
+            let read = read_once(broker, (wanted, false), max_bytes, false, version).await;
             return limits.admit(broker, wanted, read, max_bytes, deadline, version).await;
         }
     }
@@ -306,8 +310,8 @@ impl Limits {
     /// to be written; past it, read again within the budget's room then (a hard limit).
     async fn admit(
         &self,
-        broker: &Broker,
-        wanted: (&Wanted<'_>, &Opened),
+        broker: &Arc<Broker>,
+        wanted: &Wanted<'_>,
         read: Read,
         max_bytes: usize,
         deadline: Instant,
@@ -327,10 +331,10 @@ impl Limits {
         drop(read);
         let room = self.budget.available_permits().min(max_bytes);
         let Ok(mut permit) = self.budget.clone().try_acquire_many_owned(room as u32) else {
-            let read = read_once(broker, wanted, 0, true, version);
+            let read = read_once(broker, (wanted, false), 0, true, version).await;
             return (read.response, None);
         };
-        let read = read_once(broker, wanted, room, true, version);
+        let read = read_once(broker, (wanted, false), room, true, version).await;
         // What the read left unused goes back at once.
         drop(permit.split(room - read.bytes));
         (read.response, Some(permit))

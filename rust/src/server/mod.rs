@@ -5,7 +5,8 @@
 //! Files, one concept each: `listen` (address policy), `frame` (length-prefixed frames and
 //! their limits), `connection` (one client: read, dispatch, answer, in order), `dispatch`
 //! (request header, ApiVersions table, routing), `broker` (shared state: topics, open
-//! partitions, append wake-ups), `codes` (engine errors as Kafka error codes), `sasl` (a
+//! partitions, append wake-ups) with `open_logs` (which partitions stay open: at most
+//! `--max-open-partitions` unused ones, by default a share of RLIMIT_NOFILE), `codes` (engine errors as Kafka error codes), `sasl` (a
 //! connection's SASL state: SaslHandshake, SaslAuthenticate, what is allowed before
 //! authentication) over `scram` (one SCRAM exchange, checked against `crate::users`), and one file
 //! per API family: `metadata` (Metadata, CreateTopics), `produce` (with `durable`: what acks=all
@@ -61,6 +62,7 @@ mod metrics;
 mod offset_commit;
 mod offset_delete;
 mod offsets;
+mod open_logs;
 mod produce;
 mod sasl;
 mod scram;
@@ -112,6 +114,9 @@ pub struct ServerConfig {
     pub acks_all: AcksAll,
     /// HOST:PORT of the Prometheus text endpoint (`kafkalite serve --metrics`); None: no endpoint.
     pub metrics: Option<String>,
+    /// The most partition logs kept open that no request is using (`--max-open-partitions`);
+    /// None: a share of RLIMIT_NOFILE (`open_logs::default_max_open`), after `start` raised it.
+    pub max_open_partitions: Option<usize>,
 }
 
 impl ServerConfig {
@@ -128,6 +133,7 @@ impl ServerConfig {
             fetch_max_bytes: FETCH_MAX_BYTES,
             acks_all: AcksAll::Disk,
             metrics: None,
+            max_open_partitions: None,
         }
     }
 }
@@ -145,6 +151,9 @@ pub struct Server {
 impl Server {
     /// Bind, then serve on background threads until `stop` (or drop).
     pub fn start(config: ServerConfig) -> Result<Server> {
+        if config.max_open_partitions == Some(0) {
+            return Err(Error::config("max_open_partitions must be at least 1"));
+        }
         if config.fetch_max_bytes < FETCH_MAX_BYTES_MIN {
             return Err(Error::config(format!(
                 "fetch.max.bytes must be at least {FETCH_MAX_BYTES_MIN}, not {}",
@@ -185,6 +194,7 @@ impl Server {
             Some(a) => listen::parse_host_port(a)?,
             None => (local_addr.ip().to_string(), local_addr.port() as i32),
         };
+        config.max_open_partitions = Some(descriptors(config.max_open_partitions));
         let broker = Arc::new(Broker::open(&config, advertised)?);
         let (shutdown, stop_rx) = watch::channel(false);
         runtime.spawn(expire_sessions(broker.clone(), stop_rx.clone()));
@@ -227,6 +237,22 @@ impl Server {
         }
         self.broker.close();
     }
+}
+
+/// Raise RLIMIT_NOFILE to its hard limit and log it with the partitions kept open: `max_open`,
+/// or by default a share of the limit.
+fn descriptors(max_open: Option<usize>) -> usize {
+    let (limit, failed) = open_logs::raise_descriptor_limit();
+    if let Some(why) = failed {
+        ::log::warn!(target: LOG_TARGET, "cannot raise the open-file limit (RLIMIT_NOFILE) to its hard limit: {why}");
+    }
+    let max_open = max_open.unwrap_or_else(|| limit.map_or(usize::MAX, open_logs::default_max_open));
+    let limit = limit.map_or("unlimited".to_string(), |l| l.to_string());
+    ::log::info!(
+        target: LOG_TARGET,
+        "open-file limit (RLIMIT_NOFILE) {limit}: at most {max_open} partitions kept open when no request uses them"
+    );
+    max_open
 }
 
 /// Kafka's session expiry for network group members, checked a few times a second.

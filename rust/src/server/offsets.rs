@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use super::broker::{append_blocking, lock, lock_log, Broker};
 use crate::error::{Error, Result};
-use crate::log::now_ms;
+use crate::log::{now_ms, Log};
 use crate::log_read::RecordSink;
 use crate::record::{RecordInput, RecordRef};
 
@@ -95,6 +95,25 @@ pub struct OffsetStore {
     index: Mutex<HashMap<i32, PartitionKeys>>,
 }
 
+/// Catch up on a partition of the offsets topic: follow other writers to its end, then read its
+/// records from `read_to` (or its start, if later) to that end into `sink`. Returns the end, the
+/// next call's `read_to`. A scan that stops moving (a damaged batch) ends there, as Kafka's
+/// loader skips what it cannot read.
+fn scan_to_end(log: &Mutex<Log>, read_to: i64, sink: &mut impl RecordSink) -> Result<i64> {
+    let mut log = lock_log(log)?;
+    log.follow()?;
+    let mut next = read_to.max(log.start_offset());
+    let end = log.end_offset();
+    while next < end {
+        let after = log.scan_records(next, Some(end), 100_000, sink)?;
+        if after <= next {
+            break;
+        }
+        next = after;
+    }
+    Ok(end)
+}
+
 impl OffsetStore {
     fn ensure_topic(broker: &Broker) -> Result<()> {
         if broker.topics()?.contains_key(OFFSETS_TOPIC) {
@@ -121,19 +140,7 @@ impl OffsetStore {
         let Some(log) = log else {
             return Ok(state.offsets.clone());
         };
-        let mut log = lock_log(&log)?;
-        log.follow()?;
-        let mut next = state.read_to.max(log.start_offset());
-        let end = log.end_offset();
-        let mut sink = Collect { group, into: &mut state.offsets };
-        while next < end {
-            let after = log.scan_records(next, Some(end), 100_000, &mut sink)?;
-            if after <= next {
-                break;
-            }
-            next = after;
-        }
-        state.read_to = end;
+        state.read_to = scan_to_end(&log, state.read_to, &mut Collect { group, into: &mut state.offsets })?;
         Ok(state.offsets.clone())
     }
 
@@ -185,20 +192,8 @@ impl OffsetStore {
         let mut index = lock(&self.index);
         for partition in 0..OFFSETS_PARTITIONS {
             let Some(log) = broker.partition(OFFSETS_TOPIC, partition)? else { continue };
-            let mut log = lock_log(&log)?;
-            log.follow()?;
             let state = index.entry(partition).or_default();
-            let mut next = state.read_to.max(log.start_offset());
-            let end = log.end_offset();
-            let mut sink = Keys { into: &mut state.keys };
-            while next < end {
-                let after = log.scan_records(next, Some(end), 100_000, &mut sink)?;
-                if after <= next {
-                    break;
-                }
-                next = after;
-            }
-            state.read_to = end;
+            state.read_to = scan_to_end(&log, state.read_to, &mut Keys { into: &mut state.keys })?;
         }
         Ok(index.values().flat_map(|s| s.keys.iter().map(|(g, _, _)| g.clone())).collect())
     }

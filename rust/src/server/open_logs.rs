@@ -1,0 +1,260 @@
+//! The partition logs the server keeps open, at most `max_open` of those no request is using.
+//!
+//! Each open partition holds about `FDS_PER_PARTITION` file descriptors (its active segment's
+//! `.log`, and the `.kafkalite.writers` and `.kafkalite.lock` lock files), and one request can
+//! name every partition of the data directory (DescribeLogDirs with topics=null, a Fetch or
+//! ListOffsets of thousands), so keeping every partition ever opened ran the process out of
+//! descriptors: after that every open failed with EMFILE, producers' too, and new connections
+//! could not be accepted. Here, opening one more partition than `max_open` closes the least
+//! recently used log that no request holds (`Arc::strong_count == 1` under the map's lock: the
+//! map is the only way to a log, so nothing can be appending to or reading it, nor pick it up
+//! while it closes). A request that needs it again opens it again, which finds the partition
+//! finished by that close and scans nothing. When every open log is in use, the map goes over
+//! `max_open` rather than refuse a request, and comes back under it as those logs are released.
+//!
+//! The default `max_open` is a share of the process's RLIMIT_NOFILE (`default_max_open`): the
+//! rest is for connections, the files of groups and offsets, and the engine's short-lived opens.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use rustix::process::{Resource, Rlimit};
+
+use super::broker::lock;
+use crate::log::Log;
+
+/// An open partition log, shared by the requests that use it.
+pub type SharedLog = Arc<Mutex<Log>>;
+
+/// A partition: topic name and index.
+type Key = (String, i32);
+
+/// The identity of the folder a log was opened in (`Log::dir_identity`): a folder of the same
+/// name with another is a topic deleted and created again.
+pub type Identity = (u64, u64);
+
+/// Descriptors one open partition holds (measured: the active segment's `.log` and the two lock
+/// files; sealed segments and indexes hold none once mapped or read).
+pub const FDS_PER_PARTITION: u64 = 3;
+
+/// The share of RLIMIT_NOFILE partition logs may take by default: half, the other half for
+/// connections (each one descriptor) and everything else the server opens.
+const SHARE_OF_LIMIT: u64 = 2;
+
+/// The fewest partitions kept open by default however low the limit, so a tiny RLIMIT_NOFILE
+/// still serves a few partitions without reopening them on every request.
+const MIN_OPEN: usize = 16;
+
+/// The default `max_open` for a process whose RLIMIT_NOFILE (soft) is `limit` descriptors.
+pub fn default_max_open(limit: u64) -> usize {
+    ((limit / SHARE_OF_LIMIT / FDS_PER_PARTITION) as usize).max(MIN_OPEN)
+}
+
+/// The process's RLIMIT_NOFILE soft limit (None: unlimited).
+pub fn descriptor_limit() -> Option<u64> {
+    rustix::process::getrlimit(Resource::Nofile).current
+}
+
+/// Raise the process's RLIMIT_NOFILE soft limit to its hard limit, as Kafka's operations guide
+/// asks of a broker's `ulimit -n` and as the JVM itself does at start (`-XX:+MaxFDLimit`): the
+/// soft limit is often 1024 where the hard one is far higher. Returns the soft limit after
+/// (None: unlimited) and the error of a raise that failed (the old limit then stands).
+pub fn raise_descriptor_limit() -> (Option<u64>, Option<String>) {
+    let limit = rustix::process::getrlimit(Resource::Nofile);
+    if limit.current == limit.maximum {
+        return (limit.current, None);
+    }
+    let raised = Rlimit { current: limit.maximum, maximum: limit.maximum };
+    match rustix::process::setrlimit(Resource::Nofile, raised) {
+        Ok(()) => (descriptor_limit(), None),
+        Err(e) => (limit.current, Some(e.to_string())),
+    }
+}
+
+pub struct OpenLogs {
+    max_open: usize,
+    /// Consistent at any panic: each operation's steps (hashing a `String`, comparing `u64`s,
+    /// moving values) cannot panic, so both maps always describe the same logs.
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    logs: HashMap<Key, Open>,
+    /// The keys of `logs` by their last use, least recent first.
+    by_use: BTreeMap<u64, Key>,
+    /// The last use handed out.
+    clock: u64,
+}
+
+struct Open {
+    log: SharedLog,
+    identity: Identity,
+    used: u64,
+}
+
+impl Inner {
+    fn touch(&mut self, key: &Key) -> Option<&Open> {
+        self.clock += 1;
+        let now = self.clock;
+        let open = self.logs.get_mut(key)?;
+        let key = self.by_use.remove(&open.used)?;
+        open.used = now;
+        self.by_use.insert(now, key);
+        Some(open)
+    }
+
+    fn remove(&mut self, key: &Key) -> Option<SharedLog> {
+        let open = self.logs.remove(key)?;
+        self.by_use.remove(&open.used);
+        Some(open.log)
+    }
+
+    /// Take out least recently used logs no request holds until at most `keep` are open.
+    fn evict_to(&mut self, keep: usize) -> Vec<Mutex<Log>> {
+        let mut evicted = Vec::new();
+        let mut unused = Vec::new();
+        for (_, key) in self.by_use.iter() {
+            if self.logs.len() - unused.len() <= keep {
+                break;
+            }
+            if Arc::strong_count(&self.logs[key].log) == 1 {
+                unused.push(key.clone());
+            }
+        }
+        for key in unused {
+            if let Some(log) = self.remove(&key) {
+                // Strong count 1 under this lock, and out of the map: no one else can have it.
+                evicted.extend(Arc::into_inner(log));
+            }
+        }
+        evicted
+    }
+}
+
+impl OpenLogs {
+    pub fn new(max_open: usize) -> OpenLogs {
+        OpenLogs { max_open: max_open.max(1), inner: Mutex::new(Inner::default()) }
+    }
+
+    pub fn max_open(&self) -> usize {
+        self.max_open
+    }
+
+    /// How many logs are open, and how many of them requests are using now.
+    pub fn counts(&self) -> (usize, usize) {
+        let inner = lock(&self.inner);
+        (inner.logs.len(), inner.logs.values().filter(|o| Arc::strong_count(&o.log) > 1).count())
+    }
+
+    /// The open log of `topic`-`partition` and the identity of the folder it was opened in,
+    /// now its most recently used.
+    pub fn get(&self, topic: &str, partition: i32) -> Option<(SharedLog, Identity)> {
+        let mut inner = lock(&self.inner);
+        inner.touch(&(topic.to_string(), partition)).map(|o| (o.log.clone(), o.identity))
+    }
+
+    /// Keep `log`, just opened, as `topic`-`partition`'s, unless another request opened it
+    /// meanwhile (then that one is kept and `log` is to be closed). Returns the log to use and
+    /// those the caller must close (`close`), off this lock: the least recently used ones no
+    /// request holds, past `max_open`.
+    pub fn insert(&self, topic: &str, partition: i32, log: Log, identity: Identity) -> (SharedLog, Vec<Mutex<Log>>) {
+        let key = (topic.to_string(), partition);
+        let mut inner = lock(&self.inner);
+        if let Some(open) = inner.touch(&key) {
+            let kept = open.log.clone();
+            return (kept, vec![Mutex::new(log)]);
+        }
+        inner.clock += 1;
+        let used = inner.clock;
+        let shared = Arc::new(Mutex::new(log));
+        inner.logs.insert(key.clone(), Open { log: shared.clone(), identity, used });
+        inner.by_use.insert(used, key);
+        let evicted = inner.evict_to(self.max_open);
+        (shared, evicted)
+    }
+
+    /// Take out every log no request holds, to be closed: after an open failed for want of
+    /// descriptors, what can be given back.
+    pub fn evict_unused(&self) -> Vec<Mutex<Log>> {
+        lock(&self.inner).evict_to(0)
+    }
+
+    /// Forget a partition's log (it closes when the last request using it lets go).
+    pub fn remove(&self, topic: &str, partition: i32) {
+        let removed = lock(&self.inner).remove(&(topic.to_string(), partition));
+        drop(removed); // after the lock: the last reference closes the log
+    }
+
+    /// Every open log.
+    pub fn all(&self) -> Vec<SharedLog> {
+        lock(&self.inner).logs.values().map(|o| o.log.clone()).collect()
+    }
+
+    /// Take out every log, to be closed.
+    pub fn drain(&self) -> Vec<SharedLog> {
+        let mut inner = lock(&self.inner);
+        inner.by_use.clear();
+        inner.logs.drain().map(|(_, o)| o.log).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::LogConfig;
+
+    fn open(dir: &std::path::Path, name: &str) -> Log {
+        // Shared writers, as the server opens partitions: a second open of one is allowed.
+        Log::open(dir.join(name), LogConfig { shared_writers: true, ..LogConfig::default() }).unwrap()
+    }
+
+    #[test]
+    fn keeps_at_most_max_open_unused_logs_least_recently_used_out_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = OpenLogs::new(2);
+        let (_, closed) = logs.insert("t", 0, open(dir.path(), "t-0"), (0, 0));
+        assert!(closed.is_empty());
+        let (_, closed) = logs.insert("t", 1, open(dir.path(), "t-1"), (0, 1));
+        assert!(closed.is_empty());
+        assert!(logs.get("t", 0).is_some()); // t-0 is now more recent than t-1
+        let (_, closed) = logs.insert("t", 2, open(dir.path(), "t-2"), (0, 2));
+        assert_eq!(closed.len(), 1);
+        assert!(logs.get("t", 1).is_none(), "the least recently used log is the one closed");
+        assert_eq!(logs.counts(), (2, 0));
+    }
+
+    #[test]
+    fn a_log_in_use_is_never_closed_and_the_map_shrinks_once_it_is_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = OpenLogs::new(1);
+        let (held, _) = logs.insert("t", 0, open(dir.path(), "t-0"), (0, 0));
+        let (also_held, closed) = logs.insert("t", 1, open(dir.path(), "t-1"), (0, 1));
+        assert!(closed.is_empty(), "both are in use: over the cap rather than close one mid-request");
+        assert_eq!(logs.counts(), (2, 2));
+        drop((held, also_held));
+        assert_eq!(logs.counts(), (2, 0));
+        let (_, closed) = logs.insert("t", 2, open(dir.path(), "t-2"), (0, 2));
+        assert_eq!(closed.len(), 2);
+        assert_eq!(logs.counts(), (1, 0));
+        assert_eq!(logs.evict_unused().len(), 1);
+        assert_eq!(logs.counts(), (0, 0));
+    }
+
+    #[test]
+    fn a_second_open_of_the_same_partition_keeps_the_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = OpenLogs::new(4);
+        let (first, _) = logs.insert("t", 0, open(dir.path(), "t-0"), (0, 0));
+        let (kept, closed) = logs.insert("t", 0, open(dir.path(), "t-0"), (0, 0));
+        assert!(Arc::ptr_eq(&first, &kept));
+        assert_eq!(closed.len(), 1);
+    }
+
+    #[test]
+    fn the_default_is_a_share_of_the_descriptor_limit() {
+        assert_eq!(default_max_open(1024), 170);
+        assert_eq!(default_max_open(1_048_576), 174_762);
+        assert_eq!(default_max_open(20), MIN_OPEN);
+    }
+}
