@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import resource
+import subprocess
 import threading
 import time
 
@@ -20,11 +21,15 @@ import kafkalite
 import pytest
 from faults import server_wire as wire
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafkalite.errors import InvalidConfigError, InvalidTypeError
+from kafkalite.server import Server
 from serve_proc import free_port, serve_on
 
-#: RLIMIT_NOFILE of the server process: far fewer than 3 per partition of the data directory.
-LIMIT = 256
-TOPICS, PARTITIONS = 8, 250  # 2,000 partitions
+#: RLIMIT_NOFILE of the server process: far fewer than 3 per partition of the data directory
+#: (a low limit keeps the test short: each partition past what stays open is closed, with a sync,
+#: and reopened).
+LIMIT = 128
+TOPICS, PARTITIONS = 4, 100
 NONE, KAFKA_STORAGE_ERROR = 0, 56
 
 
@@ -118,7 +123,7 @@ def test_describe_log_dirs_and_fetch_of_every_partition_leave_descriptors_for_ev
         for t in log_dir["topics"]
         for p in t["partitions"]
     }
-    # Partitions opened after the first ~80 were still measured (0 is what an open that failed gave).
+    # Partitions opened after the first ~40 were still measured (0 is what an open that failed gave).
     assert all(sizes[(f"t{t}", t)] > 0 for t in range(TOPICS)), sizes
     after_describe = descriptors(server.pid)
 
@@ -136,6 +141,7 @@ def test_describe_log_dirs_and_fetch_of_every_partition_leave_descriptors_for_ev
     server.terminate()
     _, err = server.communicate(timeout=60)
     assert "Too many open files" not in err, err[-2000:]
+    assert "more partitions are in use than --max-open-partitions" in err, err[-2000:]
 
 
 @pytest.mark.slow
@@ -176,3 +182,38 @@ def test_an_open_that_finds_no_descriptor_is_answered_retriable_and_the_server_r
     server.terminate()
     _, err = server.communicate(timeout=60)
     assert "out of file descriptors" in err, err[-3000:]
+
+
+def test_the_server_raises_its_soft_limit_to_the_hard_one_and_says_both_figures(tmp_path, spawn):
+    """The soft RLIMIT_NOFILE is often 1024 where the hard one is far higher: the server raises
+    it at start, as the JVM does for a Kafka broker, and its start line says the limit and how
+    many idle partitions stay open (a share of it, or --max-open-partitions)."""
+    soft, hard = 64, 4096
+    raise_soft = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))  # noqa: E731
+    port = free_port()
+    server = serve_on(spawn.module, tmp_path, port, preexec_fn=raise_soft)
+    with open(f"/proc/{server.pid}/limits") as f:
+        [line] = [line for line in f if line.startswith("Max open files")]
+    assert line.split()[3:5] == [str(hard), str(hard)], line
+    server.terminate()
+    server.communicate(timeout=60)
+    port = free_port()
+    server = spawn.module(
+        "kafkalite", "serve", "--data-dir", tmp_path, "--listen", f"127.0.0.1:{port}",
+        "--max-open-partitions", "7", stderr=subprocess.PIPE, text=True, preexec_fn=raise_soft,
+    )  # fmt: skip
+    assert server.stderr is not None
+    started = server.stderr.readline()
+    assert "open-file limit 4,096, up to 7 idle partitions kept open" in started, started
+    server.terminate()
+    server.communicate(timeout=60)
+
+
+def test_max_open_partitions_is_checked(tmp_path):
+    with pytest.raises(InvalidConfigError, match="at least 1"):
+        Server(tmp_path, max_open_partitions=0)
+    with pytest.raises(InvalidTypeError):
+        Server(tmp_path, max_open_partitions="7")  # type: ignore[arg-type]
+    with Server(tmp_path, max_open_partitions=7) as server:
+        assert server.max_open_partitions == 7
+        assert server.open_file_limit == resource.getrlimit(resource.RLIMIT_NOFILE)[0]

@@ -454,9 +454,11 @@ def _serve(args: argparse.Namespace) -> int:
             if server.metrics_address
             else ""
         )
+        limit = "unlimited" if server.open_file_limit is None else f"{server.open_file_limit:,}"
         print(
             f"kafkalite: serving {server.path} on {server.security_protocol}://{server.address} "
-            f"(bootstrap.servers={server.bootstrap_servers}){scrape}; Ctrl-C stops",
+            f"(bootstrap.servers={server.bootstrap_servers}){scrape}; open-file limit {limit}, "
+            f"up to {server.max_open_partitions:,} idle partitions kept open; Ctrl-C stops",
             file=sys.stderr,
             flush=True,
         )

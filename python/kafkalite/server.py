@@ -99,6 +99,11 @@ class Server:
         self.security_protocol: str = self._native.security_protocol
         #: HOST:PORT of the Prometheus text endpoint (``metrics="127.0.0.1:0"`` picks a port), or None.
         self.metrics_address: str | None = self._native.metrics_addr
+        #: The process's open-file limit (RLIMIT_NOFILE) after the server raised it to its hard
+        #: limit, or None if unlimited.
+        self.open_file_limit: int | None = self._native.open_file_limit
+        #: The most partitions kept open while no request uses them (``max_open_partitions``).
+        self.max_open_partitions: int = self._native.max_open_partitions
 
     def stop(self) -> None:
         """Stop serving: close connections and partitions. Bounded; calling it again is a no-op."""

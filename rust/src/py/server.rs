@@ -15,6 +15,7 @@ pub struct NativeServer {
     advertised: String,
     security_protocol: &'static str,
     metrics_addr: Option<String>,
+    descriptors: (Option<u64>, usize),
 }
 
 #[pymethods]
@@ -52,7 +53,15 @@ impl NativeServer {
         let advertised = server.advertised();
         let security_protocol = server.security_protocol();
         let metrics_addr = server.metrics_addr().map(|a| a.to_string());
-        Ok(NativeServer { inner: Mutex::new(Some(server)), local_addr, advertised, security_protocol, metrics_addr })
+        let descriptors = server.descriptors();
+        Ok(NativeServer {
+            inner: Mutex::new(Some(server)),
+            local_addr,
+            advertised,
+            security_protocol,
+            metrics_addr,
+            descriptors,
+        })
     }
 
     #[getter]
@@ -63,6 +72,19 @@ impl NativeServer {
     #[getter]
     fn advertised(&self) -> String {
         self.advertised.clone()
+    }
+
+    /// The process's open-file limit (RLIMIT_NOFILE, raised to its hard limit at start), None
+    /// if unlimited.
+    #[getter]
+    fn open_file_limit(&self) -> Option<u64> {
+        self.descriptors.0
+    }
+
+    /// The most partitions kept open while no request uses them.
+    #[getter]
+    fn max_open_partitions(&self) -> usize {
+        self.descriptors.1
     }
 
     /// HOST:PORT of the Prometheus endpoint, or None.

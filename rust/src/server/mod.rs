@@ -146,6 +146,8 @@ pub struct Server {
     local_addr: SocketAddr,
     metrics_addr: Option<SocketAddr>,
     sasl: bool,
+    /// RLIMIT_NOFILE after the start raised it (None: unlimited), and the partitions kept open.
+    descriptors: (Option<u64>, usize),
 }
 
 impl Server {
@@ -194,7 +196,8 @@ impl Server {
             Some(a) => listen::parse_host_port(a)?,
             None => (local_addr.ip().to_string(), local_addr.port() as i32),
         };
-        config.max_open_partitions = Some(descriptors(config.max_open_partitions));
+        let (open_file_limit, max_open) = descriptors(config.max_open_partitions);
+        config.max_open_partitions = Some(max_open);
         let broker = Arc::new(Broker::open(&config, advertised)?);
         let (shutdown, stop_rx) = watch::channel(false);
         runtime.spawn(expire_sessions(broker.clone(), stop_rx.clone()));
@@ -205,7 +208,15 @@ impl Server {
         runtime.spawn(connection::accept_loop(listener, broker.clone(), config.clone(), stop_rx));
         // Where it listens is said once, by the caller (`kafkalite serve` prints it whatever the
         // log level; `kafkalite.Server` has `address` and `bootstrap_servers`), not logged here too.
-        Ok(Server { runtime: Some(runtime), shutdown, broker, local_addr, metrics_addr, sasl: config.sasl })
+        Ok(Server {
+            runtime: Some(runtime),
+            shutdown,
+            broker,
+            local_addr,
+            metrics_addr,
+            sasl: config.sasl,
+            descriptors: (open_file_limit, max_open),
+        })
     }
 
     /// The address the listener is bound to (port 0 resolved).
@@ -216,6 +227,12 @@ impl Server {
     /// The address of the Prometheus endpoint, if one was asked for (port 0 resolved).
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_addr
+    }
+
+    /// The process's open-file limit (RLIMIT_NOFILE, raised to its hard limit at start; None:
+    /// unlimited) and the most partitions kept open while no request uses them.
+    pub fn descriptors(&self) -> (Option<u64>, usize) {
+        self.descriptors
     }
 
     /// Kafka's name for the listener's security protocol: PLAINTEXT or SASL_PLAINTEXT.
@@ -239,20 +256,21 @@ impl Server {
     }
 }
 
-/// Raise RLIMIT_NOFILE to its hard limit and log it with the partitions kept open: `max_open`,
-/// or by default a share of the limit.
-fn descriptors(max_open: Option<usize>) -> usize {
+/// Raise RLIMIT_NOFILE to its hard limit; returns it (None: unlimited) with the partitions kept
+/// open: `max_open`, or by default a share of the limit. Logged at DEBUG: `kafkalite serve` says
+/// both in its one start line (`Server::descriptors`).
+fn descriptors(max_open: Option<usize>) -> (Option<u64>, usize) {
     let (limit, failed) = open_logs::raise_descriptor_limit();
     if let Some(why) = failed {
         ::log::warn!(target: LOG_TARGET, "cannot raise the open-file limit (RLIMIT_NOFILE) to its hard limit: {why}");
     }
     let max_open = max_open.unwrap_or_else(|| limit.map_or(usize::MAX, open_logs::default_max_open));
-    let limit = limit.map_or("unlimited".to_string(), |l| l.to_string());
-    ::log::info!(
+    let said = limit.map_or("unlimited".to_string(), |l| l.to_string());
+    ::log::debug!(
         target: LOG_TARGET,
-        "open-file limit (RLIMIT_NOFILE) {limit}: at most {max_open} partitions kept open when no request uses them"
+        "open-file limit (RLIMIT_NOFILE) {said}: at most {max_open} partitions kept open when no request uses them"
     );
-    max_open
+    (limit, max_open)
 }
 
 /// Kafka's session expiry for network group members, checked a few times a second.

@@ -17,6 +17,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rustix::process::{Resource, Rlimit};
 
@@ -44,6 +45,9 @@ const SHARE_OF_LIMIT: u64 = 2;
 /// The fewest partitions kept open by default however low the limit, so a tiny RLIMIT_NOFILE
 /// still serves a few partitions without reopening them on every request.
 const MIN_OPEN: usize = 16;
+
+/// How often closing logs for want of room is said (WARNING): once, then at most this often.
+const CHURN_WARNING_EVERY: Duration = Duration::from_secs(60);
 
 /// The default `max_open` for a process whose RLIMIT_NOFILE (soft) is `limit` descriptors.
 pub fn default_max_open(limit: u64) -> usize {
@@ -85,6 +89,8 @@ struct Inner {
     by_use: BTreeMap<u64, Key>,
     /// The last use handed out.
     clock: u64,
+    /// When closing logs for want of room was last said.
+    warned: Option<Instant>,
 }
 
 struct Open {
@@ -171,6 +177,16 @@ impl OpenLogs {
         inner.logs.insert(key.clone(), Open { log: shared.clone(), identity, used });
         inner.by_use.insert(used, key);
         let evicted = inner.evict_to(self.max_open);
+        if !evicted.is_empty() && inner.warned.is_none_or(|at| at.elapsed() >= CHURN_WARNING_EVERY) {
+            inner.warned = Some(Instant::now());
+            ::log::warn!(
+                target: super::LOG_TARGET,
+                "more partitions are in use than --max-open-partitions ({}): the least recently used are closed and \
+                 reopened when needed, which costs each a sync; raise `ulimit -n` (the default is a share of it) or \
+                 --max-open-partitions (said at most once a minute)",
+                self.max_open
+            );
+        }
         (shared, evicted)
     }
 
