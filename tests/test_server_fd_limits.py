@@ -103,7 +103,12 @@ def produce_and_fetch_fresh(path: str, bootstrap: str) -> None:
 
 
 @pytest.mark.slow
-def test_describe_log_dirs_and_fetch_of_every_partition_leave_descriptors_for_everyone(tmp_path, spawn):
+def test_describe_log_dirs_fetch_and_list_offsets_of_every_partition_leave_descriptors_for_everyone(
+    tmp_path, spawn
+):
+    """400 partitions under a limit of 128 descriptors (the old server ran out after ~40): each
+    request names all of them and every partition is answered; then a partition not opened yet
+    is produced to and read back, and the server never came near its limit."""
     path = str(tmp_path)
     partitions = many_partitions(path)
     port = free_port()
@@ -132,6 +137,15 @@ def test_describe_log_dirs_and_fetch_of_every_partition_leave_descriptors_for_ev
     refused = {tp: code for tp, code in errors.items() if code != NONE}
     assert not refused, f"{len(refused)} partitions refused, e.g. {list(refused.items())[:5]}"
     after_fetch = descriptors(server.pid)
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, request_timeout_ms=120_000)
+    try:  # ListOffsets of every partition
+        ends = consumer.end_offsets([TopicPartition(t, p) for t, p in partitions])
+    finally:
+        consumer.close()
+    assert {(tp.topic, tp.partition): end for tp, end in ends.items()} == {
+        (t, p): int(t == f"t{p}") for t, p in partitions
+    }
 
     produce_and_fetch_fresh(path, bootstrap)
     assert server.poll() is None, "the server died"

@@ -8,9 +8,12 @@
 //! could not be accepted. Here, opening one more partition than `max_open` closes the least
 //! recently used log that no request holds (`Arc::strong_count == 1` under the map's lock: the
 //! map is the only way to a log, so nothing can be appending to or reading it, nor pick it up
-//! while it closes). A request that needs it again opens it again, which finds the partition
-//! finished by that close and scans nothing. When every open log is in use, the map goes over
-//! `max_open` rather than refuse a request, and comes back under it as those logs are released.
+//! while it closes). A request that needs it again opens it again, which scans nothing when that
+//! close could finish the partition (no other writer; `broker::close_all`). The price of a
+//! workload that keeps touching more partitions than `max_open` is a close (with a sync) and an
+//! open per partition touched, said once a minute at WARNING. When every open log is in use the
+//! map goes over `max_open` rather than refuse a request, and comes back under it as those logs
+//! are released.
 //!
 //! The default `max_open` is a share of the process's RLIMIT_NOFILE (`default_max_open`): the
 //! rest is for connections, the files of groups and offsets, and the engine's short-lived opens.
