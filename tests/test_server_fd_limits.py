@@ -158,7 +158,6 @@ def test_describe_log_dirs_fetch_and_list_offsets_of_every_partition_leave_descr
     assert "more partitions are in use than --max-open-partitions" in err, err[-2000:]
 
 
-@pytest.mark.slow
 def test_an_open_that_finds_no_descriptor_is_answered_retriable_and_the_server_recovers(tmp_path, spawn):
     """Everything in use: idle connections hold every descriptor the limit leaves. An open
     first gives back what unused logs hold; with nothing to give back, the produce gets
