@@ -8,18 +8,23 @@ wire requests (kafka-python's protocol classes) for what a client library hides:
   that name the instance id (UNKNOWN_MEMBER_ID without it);
 - DescribeGroups v4+ shows the instance ids;
 - LeaveGroup v3+ by instance id alone removes the member and rebalances at once;
-- a static member that never comes back is evicted when its session times out."""
+- a static member that never comes back is evicted when its session times out;
+- (marker ``broker``) the Java client's static member restarts without a rebalance too."""
 
 from __future__ import annotations
 
-import json
+import os
 import queue
+import shutil
 import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import kafkalite
+import maven_jars
 import pytest
 from kafkalite.server import Server
 
@@ -39,10 +44,11 @@ GROUP = "static-group"
 FENCED_INSTANCE_ID = 82
 UNKNOWN_MEMBER_ID = 25
 
-#: A kafka-python consumer with a group.instance.id, in a child process: prints one JSON line per
-#: assignment ({generation, member, partitions}) and polls until killed.
+#: A kafka-python consumer with a group.instance.id, in a child process: prints one line per
+#: assignment, "ASSIGN <generation> <member id> <partition,...>" (as tests/java-client/
+#: StaticMember.java does), and polls until killed.
 MEMBER = """
-import json, sys
+import sys
 from kafka import KafkaConsumer, ConsumerRebalanceListener
 bootstrap, topic, group, instance, session_ms = sys.argv[1:6]
 consumer = None
@@ -53,8 +59,8 @@ class Report(ConsumerRebalanceListener):
 
     def on_partitions_assigned(self, assigned):
         generation = consumer._coordinator._generation
-        print(json.dumps({"generation": generation.generation_id, "member": generation.member_id,
-                          "partitions": sorted(tp.partition for tp in assigned)}), flush=True)
+        partitions = ",".join(str(p) for p in sorted(tp.partition for tp in assigned))
+        print("ASSIGN", generation.generation_id, generation.member_id, partitions, flush=True)
 
 consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, group_instance_id=instance,
                          session_timeout_ms=int(session_ms), heartbeat_interval_ms=500,
@@ -65,21 +71,37 @@ while True:
 """
 
 
+#: Starts a static member's process: (spawn, bootstrap servers, instance id, session timeout ms).
+Starter = Callable[..., subprocess.Popen]
+
+
+def kafka_python_member(spawn, bootstrap: str, instance: str, session_ms: int) -> subprocess.Popen:
+    return spawn.code(MEMBER, bootstrap, TOPIC, GROUP, instance, session_ms, stdout=subprocess.PIPE, text=True)
+
+
 class Member:
     """A static member's child process and the assignments it reported."""
 
-    def __init__(self, spawn, server: Server, instance: str, session_ms: int) -> None:
+    def __init__(
+        self, spawn, server: Server, instance: str, session_ms: int, start: Starter = kafka_python_member
+    ) -> None:
         self.instance = instance
-        self.proc = spawn.code(
-            MEMBER, server.bootstrap_servers, TOPIC, GROUP, instance, session_ms, stdout=subprocess.PIPE, text=True
-        )
+        self.proc = start(spawn, server.bootstrap_servers, instance, session_ms)
         self.reports: queue.Queue[dict] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
-            self.reports.put(json.loads(line))
+            if line.startswith("ASSIGN "):
+                _, generation, member, partitions = line.rstrip("\n").split(" ", 3)
+                self.reports.put(
+                    {
+                        "generation": int(generation),
+                        "member": member,
+                        "partitions": [int(p) for p in partitions.split(",") if p],
+                    }
+                )
 
     def next_report(self, timeout: float) -> dict:
         try:
@@ -92,11 +114,13 @@ class Member:
         self.proc.wait(timeout=10)
 
 
-def stable_pair(spawn, server: Server, session_ms: int) -> tuple[Member, Member, dict, dict]:
+def stable_pair(
+    spawn, server: Server, session_ms: int, start: Starter = kafka_python_member
+) -> tuple[Member, Member, dict, dict]:
     """Two static members "a" and "b" and their assignments once they share the topic in one
     generation."""
-    a = Member(spawn, server, "a", session_ms)
-    b = Member(spawn, server, "b", session_ms)
+    a = Member(spawn, server, "a", session_ms, start)
+    b = Member(spawn, server, "b", session_ms, start)
     last = {"a": a.next_report(60), "b": b.next_report(60)}
     deadline = time.monotonic() + 60
     while not (
@@ -133,6 +157,28 @@ def setup(path: str) -> None:
     kafkalite.Admin(path).create_topic(TOPIC, partitions=PARTITIONS)
 
 
+def restart_without_rebalance(spawn, server: Server, start: Starter) -> tuple[Member, Member, dict, dict, dict]:
+    """Two static members; "b" is killed with SIGKILL and restarted with the same instance id
+    within the session timeout (30 s). Checks that its old generation and partitions come back
+    within seconds and that "a" sees no rebalance. Returns a, the restarted b, and the reports."""
+    session_ms = 30_000
+    a, b, before_a, before_b = stable_pair(spawn, server, session_ms, start)
+    b.kill()
+    started = time.monotonic()
+    b2 = Member(spawn, server, "b", session_ms, start)
+    after_b = b2.next_report(session_ms / 1000)
+    rejoin_s = time.monotonic() - started
+    assert after_b["generation"] == before_b["generation"], (before_b, after_b)
+    assert after_b["partitions"] == before_b["partitions"]
+    assert after_b["member"] != before_b["member"]
+    # Generous: a new process, the client's start, one join and one sync, against the 30 s that
+    # the old server waited for the dead member's session.
+    assert rejoin_s < 15, f"the restarted static member took {rejoin_s:.1f} s to get its partitions back"
+    time.sleep(1.5)  # three heartbeats of "a": a rebalance would have reached it by now
+    assert a.reports.empty(), f"the other member was rebalanced: {a.reports.get()}"
+    return a, b2, before_a, before_b, after_b
+
+
 def test_restarted_static_member_takes_its_place_without_a_rebalance(spawn, tmp_path):
     """kill -9 of a static member and its restart with the same instance id, within the session
     timeout: its old generation and partitions come back within seconds, the other member sees no
@@ -140,22 +186,8 @@ def test_restarted_static_member_takes_its_place_without_a_rebalance(spawn, tmp_
     generation (and waited for the dead member until its session expired)."""
     path = str(tmp_path)
     setup(path)
-    session_ms = 30_000
     with Server(path) as server:
-        a, b, before_a, before_b = stable_pair(spawn, server, session_ms)
-        b.kill()
-        started = time.monotonic()
-        b2 = Member(spawn, server, "b", session_ms)
-        after_b = b2.next_report(session_ms / 1000)
-        rejoin_s = time.monotonic() - started
-        assert after_b["generation"] == before_b["generation"], (before_b, after_b)
-        assert after_b["partitions"] == before_b["partitions"]
-        assert after_b["member"] != before_b["member"]
-        # Generous: a new process, kafka-python's start, one join and one sync, against the 30 s
-        # that the old server waited for the dead member's session.
-        assert rejoin_s < 15, f"the restarted static member took {rejoin_s:.1f} s to get its partitions back"
-        time.sleep(1.5)  # three heartbeats of "a": a rebalance would have reached it by now
-        assert a.reports.empty(), f"the other member was rebalanced: {a.reports.get()}"
+        a, b2, before_a, before_b, after_b = restart_without_rebalance(spawn, server, kafka_python_member)
 
         # The killed member's id is fenced wherever it names its instance id.
         old, generation = before_b["member"], before_b["generation"]
@@ -257,3 +289,48 @@ def test_static_member_that_never_returns_is_evicted_at_session_timeout(spawn, t
         assert waited < session_ms / 1000 + 20
         assert list(describe_members(server).values()) == ["a"]
         a.kill()
+
+
+# -- the Java client ------------------------------------------------------------------------------
+JAVA_SOURCE = Path(__file__).parent / "java-client" / "StaticMember.java"
+
+
+@pytest.fixture(scope="module")
+def java_static_member(tmp_path_factory) -> Starter:
+    """Starts tests/java-client/StaticMember.java (compiled here against kafka-clients 4.x)."""
+    jars = maven_jars.require(maven_jars.java_client_jars)
+    if not shutil.which("javac"):
+        if os.environ.get("CI"):
+            pytest.fail("javac is missing (.ci/run installs openjdk-17-jdk-headless)")
+        pytest.skip("javac is missing (apt-get install openjdk-17-jdk-headless)")
+    classes = tmp_path_factory.mktemp("java-static-classes")
+    classpath = f"{classes}{os.pathsep}{jars}/*"
+    done = subprocess.run(
+        ["javac", "-d", str(classes), "-cp", classpath, str(JAVA_SOURCE)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+    def start(spawn, bootstrap: str, instance: str, session_ms: int) -> subprocess.Popen:
+        # exec, so that the SIGKILL reaches the JVM itself.
+        argv = ["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath]
+        argv += ["StaticMember", bootstrap, TOPIC, GROUP, instance, str(session_ms)]
+        return spawn.code("import os, sys; os.execvp(sys.argv[1], sys.argv[1:])", *argv, stdout=subprocess.PIPE, text=True)
+
+    return start
+
+
+@pytest.mark.broker
+def test_java_static_member_restarts_without_a_rebalance(spawn, tmp_path, java_static_member):
+    """The Java client (``group.instance.id``), killed with SIGKILL and restarted: its old
+    generation and partitions, no rebalance of the other member."""
+    path = str(tmp_path)
+    setup(path)
+    with Server(path) as server:
+        a, b2, before_a, _, after_b = restart_without_rebalance(spawn, server, java_static_member)
+        assert describe_members(server) == {before_a["member"]: "a", after_b["member"]: "b"}
+        a.kill()
+        b2.kill()
