@@ -45,7 +45,9 @@ while True:
 
 class Child:
     def __init__(self, spawn, path: str, instance: str, session_ms: int) -> None:
-        self.proc = spawn.code(MEMBER, path, GROUP, instance, session_ms, TOPIC, stdout=subprocess.PIPE, text=True)
+        self.proc = spawn.code(
+            MEMBER, path, GROUP, instance, session_ms, TOPIC, stdout=subprocess.PIPE, text=True
+        )
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -133,7 +135,9 @@ def test_static_close_does_not_leave_and_the_session_timeout_evicts(tmp_path):
     a = Consumer(path, TOPIC, group_instance_id="a", **config)
     b = Consumer(path, TOPIC, group_instance_id="b", **config)
     try:
-        wait_until(lambda: (a.poll(timeout_ms=10), b.poll(timeout_ms=10)) and shared(path), 20, "a and b sharing")
+        wait_until(
+            lambda: (a.poll(timeout_ms=10), b.poll(timeout_ms=10)) and shared(path), 20, "a and b sharing"
+        )
         mine = set(a.assignment())
         generation = describe(path, GROUP)["generation"]
         b.close()
@@ -142,7 +146,11 @@ def test_static_close_does_not_leave_and_the_session_timeout_evicts(tmp_path):
             a.poll(timeout_ms=20)
             assert set(a.assignment()) == mine, "b's partitions moved before its session expired"
         assert describe(path, GROUP)["generation"] == generation
-        wait_until(lambda: a.poll(timeout_ms=20) is not None and len(a.assignment()) == PARTITIONS, 20, "a taking all")
+        wait_until(
+            lambda: a.poll(timeout_ms=20) is not None and len(a.assignment()) == PARTITIONS,
+            20,
+            "a taking all",
+        )
         assert time.monotonic() - closed >= session_ms / 1000 * 0.75
         assert [info["instance_id"] for info in describe(path, GROUP)["members"].values()] == ["a"]
     finally:
@@ -157,10 +165,18 @@ def test_a_second_consumer_with_the_same_instance_id_fences_the_first(tmp_path):
     first = Consumer(path, TOPIC, **config)
     second = None
     try:
-        wait_until(lambda: first.poll(timeout_ms=10) is not None and len(first.assignment()) == PARTITIONS, 20, "join")
+        wait_until(
+            lambda: first.poll(timeout_ms=10) is not None and len(first.assignment()) == PARTITIONS,
+            20,
+            "join",
+        )
         generation = describe(path, GROUP)["generation"]
         second = Consumer(path, TOPIC, **config)
-        wait_until(lambda: second.poll(timeout_ms=10) is not None and len(second.assignment()) == PARTITIONS, 20, "take")
+        wait_until(
+            lambda: second.poll(timeout_ms=10) is not None and len(second.assignment()) == PARTITIONS,
+            20,
+            "take",
+        )
         assert describe(path, GROUP)["generation"] == generation
         with pytest.raises(FencedInstanceIdError):
             first.poll(timeout_ms=10)

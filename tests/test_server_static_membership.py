@@ -29,9 +29,9 @@ import pytest
 from kafkalite.server import Server
 
 pytest.importorskip("kafka")
-from faults.server_wire import Wire  # noqa: E402
-from kafka.protocol.admin.groups import DescribeGroupsRequest  # noqa: E402
-from kafka.protocol.consumer.group import (  # noqa: E402
+from faults.server_wire import Wire
+from kafka.protocol.admin.groups import DescribeGroupsRequest
+from kafka.protocol.consumer.group import (
     HeartbeatRequest,
     LeaveGroupRequest,
     OffsetCommitRequest,
@@ -76,7 +76,9 @@ Starter = Callable[..., subprocess.Popen]
 
 
 def kafka_python_member(spawn, bootstrap: str, instance: str, session_ms: int) -> subprocess.Popen:
-    return spawn.code(MEMBER, bootstrap, TOPIC, GROUP, instance, session_ms, stdout=subprocess.PIPE, text=True)
+    return spawn.code(
+        MEMBER, bootstrap, TOPIC, GROUP, instance, session_ms, stdout=subprocess.PIPE, text=True
+    )
 
 
 class Member:
@@ -107,7 +109,9 @@ class Member:
         try:
             return self.reports.get(timeout=timeout)
         except queue.Empty:
-            raise AssertionError(f"member {self.instance} reported no assignment within {timeout} s") from None
+            raise AssertionError(
+                f"member {self.instance} reported no assignment within {timeout} s"
+            ) from None
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
@@ -157,7 +161,9 @@ def setup(path: str) -> None:
     kafkalite.Admin(path).create_topic(TOPIC, partitions=PARTITIONS)
 
 
-def restart_without_rebalance(spawn, server: Server, start: Starter) -> tuple[Member, Member, dict, dict, dict]:
+def restart_without_rebalance(
+    spawn, server: Server, start: Starter
+) -> tuple[Member, Member, dict, dict, dict]:
     """Two static members; "b" is killed with SIGKILL and restarted with the same instance id
     within the session timeout (30 s). Checks that its old generation and partitions come back
     within seconds and that "a" sees no rebalance. Returns a, the restarted b, and the reports."""
@@ -191,9 +197,19 @@ def test_restarted_static_member_takes_its_place_without_a_rebalance(spawn, tmp_
 
         # The killed member's id is fenced wherever it names its instance id.
         old, generation = before_b["member"], before_b["generation"]
-        hb = call(server, HeartbeatRequest[3](group_id=GROUP, generation_id=generation, member_id=old, group_instance_id="b"))
+        hb = call(
+            server,
+            HeartbeatRequest[3](
+                group_id=GROUP, generation_id=generation, member_id=old, group_instance_id="b"
+            ),
+        )
         assert hb.error_code == FENCED_INSTANCE_ID
-        hb = call(server, HeartbeatRequest[3](group_id=GROUP, generation_id=generation, member_id=old, group_instance_id=None))
+        hb = call(
+            server,
+            HeartbeatRequest[3](
+                group_id=GROUP, generation_id=generation, member_id=old, group_instance_id=None
+            ),
+        )
         assert hb.error_code == UNKNOWN_MEMBER_ID
         sync = call(
             server,
@@ -215,7 +231,9 @@ def test_restarted_static_member_takes_its_place_without_a_rebalance(spawn, tmp_
                         name=TOPIC,
                         partitions=[
                             req.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
-                                partition_index=before_b["partitions"][0], committed_offset=5, committed_metadata=""
+                                partition_index=before_b["partitions"][0],
+                                committed_offset=5,
+                                committed_metadata="",
                             )
                         ],
                     )
@@ -226,7 +244,9 @@ def test_restarted_static_member_takes_its_place_without_a_rebalance(spawn, tmp_
         # The restarted member's own heartbeat is fine.
         hb = call(
             server,
-            HeartbeatRequest[3](group_id=GROUP, generation_id=generation, member_id=after_b["member"], group_instance_id="b"),
+            HeartbeatRequest[3](
+                group_id=GROUP, generation_id=generation, member_id=after_b["member"], group_instance_id="b"
+            ),
         )
         assert hb.error_code == 0
 
@@ -248,7 +268,8 @@ def test_leave_group_by_instance_id_rebalances_at_once(spawn, tmp_path):
         leave = call(
             server,
             LeaveGroupRequest[3](
-                group_id=GROUP, members=[LeaveGroupRequest[3].MemberIdentity(member_id="", group_instance_id="b")]
+                group_id=GROUP,
+                members=[LeaveGroupRequest[3].MemberIdentity(member_id="", group_instance_id="b")],
             ),
         )
         assert leave.error_code == 0
@@ -264,7 +285,8 @@ def test_leave_group_by_instance_id_rebalances_at_once(spawn, tmp_path):
         leave = call(
             server,
             LeaveGroupRequest[3](
-                group_id=GROUP, members=[LeaveGroupRequest[3].MemberIdentity(member_id="", group_instance_id="b")]
+                group_id=GROUP,
+                members=[LeaveGroupRequest[3].MemberIdentity(member_id="", group_instance_id="b")],
             ),
         )
         assert [m.error_code for m in leave.members] == [UNKNOWN_MEMBER_ID]
@@ -285,7 +307,9 @@ def test_static_member_that_never_returns_is_evicted_at_session_timeout(spawn, t
             report = a.next_report(60)
         waited = time.monotonic() - killed
         # The session counts from b's last heartbeat (up to one interval before the kill).
-        assert waited >= session_ms / 1000 - 1, f"b's partitions moved after {waited:.1f} s, before its session expired"
+        assert waited >= session_ms / 1000 - 1, (
+            f"b's partitions moved after {waited:.1f} s, before its session expired"
+        )
         assert waited < session_ms / 1000 + 20
         assert list(describe_members(server).values()) == ["a"]
         a.kill()
@@ -318,7 +342,9 @@ def java_static_member(tmp_path_factory) -> Starter:
         # exec, so that the SIGKILL reaches the JVM itself.
         argv = ["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath]
         argv += ["StaticMember", bootstrap, TOPIC, GROUP, instance, str(session_ms)]
-        return spawn.code("import os, sys; os.execvp(sys.argv[1], sys.argv[1:])", *argv, stdout=subprocess.PIPE, text=True)
+        return spawn.code(
+            "import os, sys; os.execvp(sys.argv[1], sys.argv[1:])", *argv, stdout=subprocess.PIPE, text=True
+        )
 
     return start
 

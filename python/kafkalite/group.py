@@ -500,7 +500,9 @@ class GroupMember:
             old,
         )
         if (before["topics"], before["strategies"]) != (info["topics"], info["strategies"]):
-            rebalance(state, self._partition_counts(), f"static member {self.member_id} rejoined with changes")
+            rebalance(
+                state, self._partition_counts(), f"static member {self.member_id} rejoined with changes"
+            )
         else:
             logger.info(
                 "group %r: static member %s takes its old assignment with no rebalance (generation stays %d)",

@@ -85,8 +85,10 @@ pub async fn join_group(
 
 pub async fn sync_group(broker: &Broker, r: SyncGroupRequest, version: i16, peer: &str) -> SyncGroupResponse {
     let assignments = r.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.clone())).collect();
-    let (code, assignment, protocol_type, protocol) =
-        broker.groups.sync(&r.group_id.0, &r.member_id, instance_id(&r.group_instance_id).as_deref(), r.generation_id, assignments).await;
+    let (code, assignment, protocol_type, protocol) = broker
+        .groups
+        .sync(&r.group_id.0, &r.member_id, instance_id(&r.group_instance_id).as_deref(), r.generation_id, assignments)
+        .await;
     let code = answered(peer, "SyncGroup", &r.group_id.0, &r.member_id, code);
     let mut resp = SyncGroupResponse::default().with_error_code(code).with_assignment(assignment);
     if version >= 5 && code == codes::NONE {
