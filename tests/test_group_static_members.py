@@ -15,7 +15,7 @@ import time
 
 import pytest
 from kafkalite import Admin, Consumer, TopicPartition
-from kafkalite.errors import FencedInstanceIdError, InvalidConfigError, InvalidTypeError
+from kafkalite.errors import CommitFailedError, FencedInstanceIdError, InvalidConfigError, InvalidTypeError
 from kafkalite.group import describe
 
 TOPIC = "t"
@@ -156,6 +156,35 @@ def test_static_close_does_not_leave_and_the_session_timeout_evicts(tmp_path):
     finally:
         a.close()
         b.close()
+
+
+def test_a_closed_static_member_keeps_the_group_from_outside_commits_until_its_session_expires(tmp_path):
+    """The group is not empty while a static member's place waits for it: a commit from outside
+    the group (``assign()``) is refused, as Kafka refuses it (it would move the offsets the member
+    resumes from); once its session expired, the commit is accepted."""
+    path = str(tmp_path)
+    Admin(path).create_topic(TOPIC, partitions=PARTITIONS)
+    session_ms = 1_500
+    member = Consumer(
+        path,
+        TOPIC,
+        group_id=GROUP,
+        group_instance_id="s",
+        session_timeout_ms=session_ms,
+        heartbeat_interval_ms=100,
+    )
+    wait_until(lambda: member.poll(timeout_ms=10) is not None and member.assignment(), 20, "join")
+    member.close()
+    outside = Consumer(path, group_id=GROUP)
+    try:
+        outside.assign([TopicPartition(TOPIC, 0)])
+        with pytest.raises(CommitFailedError, match="active members"):
+            outside.commit({TopicPartition(TOPIC, 0): 3})
+        time.sleep(session_ms / 1000 + 0.5)
+        outside.commit({TopicPartition(TOPIC, 0): 3})
+        assert outside.committed(TopicPartition(TOPIC, 0)) == 3
+    finally:
+        outside.close()
 
 
 def test_a_second_consumer_with_the_same_instance_id_fences_the_first(tmp_path):

@@ -193,6 +193,7 @@ def _state_problem(state: dict[str, Any]) -> str | None:
             and all(x in STRATEGIES for x in info["strategies"])
             and isinstance(info.get("joined"), (int, float))
             and isinstance(info.get("instance_id"), (str, type(None)))
+            and type(info.get("session_timeout_ms", 0)) is int
         ):
             return f"member {member_id!r} is malformed"
     if not all(isinstance(v, list) and all(_is_key(k) for k in v) for v in assignment.values()):
@@ -457,6 +458,8 @@ class GroupMember:
                 "pid": os.getpid(),
                 "joined": time.time(),
                 "instance_id": self.group_instance_id,
+                # How long a static member's place waits for it, for every member to judge alike.
+                "session_timeout_ms": self.session_timeout_ms,
             }
             old = static_member(state, self.group_instance_id) if self.group_instance_id is not None else None
             try:
@@ -796,7 +799,7 @@ class GroupMember:
         member's death alone does not count: it is gone once silent (or dead without a file)."""
         alive = self.files.member_alive(member_id)
         if info.get("instance_id") is not None:
-            return self._is_silent(member_id) or (not alive and self.files.member_stamps(member_id) is None)
+            return not static_member_waited_for(self.files, member_id, info, alive)
         return not alive or self._is_silent(member_id)
 
     def _is_silent(self, member_id: str) -> bool:
@@ -839,9 +842,26 @@ def describe(data_dir: str, group_id: str) -> dict[str, Any]:
     return state
 
 
+def static_member_waited_for(files: GroupFiles, member_id: str, info: dict[str, Any], alive: bool) -> bool:
+    """Whether a static member still holds its place: it heartbeated within its session
+    timeout, whether its process is alive or not."""
+    stamps = files.member_stamps(member_id)
+    if stamps is None:
+        return alive
+    return _now_ms() - stamps[0] <= int(info.get("session_timeout_ms", 0))
+
+
 def live_members(data_dir: str, group_id: str) -> list[str]:
+    """Members alive, and static members whose place waits for them (their session has not
+    expired): the group is not empty while they hold partitions."""
     files = GroupFiles(data_dir, group_id)
-    return [m for m in files.load()["members"] if files.member_alive(m)]
+    members = files.load()["members"].items()
+    return [
+        m
+        for m, info in members
+        if files.member_alive(m)
+        or (info.get("instance_id") is not None and static_member_waited_for(files, m, info, False))
+    ]
 
 
 def members_refusal(data_dir: str, group_id: str) -> str | None:
@@ -852,7 +872,9 @@ def members_refusal(data_dir: str, group_id: str) -> str | None:
     Ask under ``GroupFiles.locked()``, which every embedded join and the server's claim take."""
     live = live_members(data_dir, group_id)
     if live:
-        return f"group {group_id!r} has active members ({len(live)} alive)"
+        return (
+            f"group {group_id!r} has active members ({len(live)} alive, or static and within their session)"
+        )
     server = GroupFiles(data_dir, group_id).network_owner()
     if server is not None:
         return f"group {group_id!r} has network members, coordinated by {server}"
