@@ -227,3 +227,41 @@ def test_group_instance_id_is_checked(tmp_path):
         Consumer(str(tmp_path), TOPIC, group_id=GROUP, group_instance_id=5)
     with pytest.raises(InvalidConfigError):
         Consumer(str(tmp_path), TOPIC, group_id=GROUP, group_instance_id="")
+
+
+def test_static_member_past_max_poll_interval_rejoins_into_its_own_place(tmp_path):
+    """Past ``max_poll_interval_ms`` a static member sends no leave (as Kafka's static members):
+    it stops heartbeating and owns nothing; its next poll, within the session timeout, takes its
+    place back in the same generation. (A dynamic member leaves, and the group rebalances.)"""
+    path = str(tmp_path)
+    Admin(path).create_topic(TOPIC, partitions=PARTITIONS)
+    member = Consumer(
+        path,
+        TOPIC,
+        group_id=GROUP,
+        group_instance_id="slow",
+        session_timeout_ms=10_000,
+        heartbeat_interval_ms=100,
+        max_poll_interval_ms=300,
+    )
+    try:
+        wait_until(
+            lambda: member.poll(timeout_ms=10) is not None and len(member.assignment()) == PARTITIONS,
+            20,
+            "join",
+        )
+        generation = describe(path, GROUP)["generation"]
+        time.sleep(0.8)  # past max_poll_interval_ms: the heartbeat thread gives up the place
+        state = describe(path, GROUP)
+        assert [info["instance_id"] for info in state["members"].values()] == ["slow"]
+        assert state["generation"] == generation
+        wait_until(
+            lambda: member.poll(timeout_ms=10) is not None and len(member.assignment()) == PARTITIONS,
+            20,
+            "back",
+        )
+        state = describe(path, GROUP)
+        assert state["generation"] == generation
+        assert [info["instance_id"] for info in state["members"].values()] == ["slow"]
+    finally:
+        member.close()
