@@ -7,6 +7,8 @@ instance id takes the first one's place and fences it (``FencedInstanceIdError``
 
 from __future__ import annotations
 
+import glob
+import os
 import queue
 import signal
 import subprocess
@@ -16,7 +18,7 @@ import time
 import pytest
 from kafkalite import Admin, Consumer, TopicPartition
 from kafkalite.errors import CommitFailedError, FencedInstanceIdError, InvalidConfigError, InvalidTypeError
-from kafkalite.group import describe
+from kafkalite.group import describe, group_dir
 
 TOPIC = "t"
 PARTITIONS = 4
@@ -213,6 +215,8 @@ def test_a_second_consumer_with_the_same_instance_id_fences_the_first(tmp_path):
             first.commit({TopicPartition(TOPIC, 0): 1})
         second.commit({TopicPartition(TOPIC, 0): 1})
         assert second.committed(TopicPartition(TOPIC, 0)) == 1
+        first.close()  # fenced: it has no place to keep, and leaves no member file behind
+        assert len(glob.glob(os.path.join(group_dir(path, GROUP), "*.member"))) == 1
     finally:
         first.close()
         if second is not None:

@@ -556,9 +556,12 @@ class GroupMember:
             return
         # A static member does not leave: its place, assignment and partitions wait for it (a
         # restart with the same instance id takes them back) until its session times out. Its
-        # file stays, for its last heartbeat.
+        # file stays, for its last heartbeat; a fenced member has no place, and drops it.
         self.owned.clear()
-        self._close_member_file()
+        if self.member_id is not None and self.fenced_by(self.files.load()) is not None:
+            self._drop_member_file()
+        else:
+            self._close_member_file()
         self.member_id = None
 
     def _drop_member_file(self) -> None:
@@ -815,18 +818,23 @@ class GroupMember:
         for m, info in [(m, info) for m, info in state["members"].items() if m != self.member_id]:
             if not self._is_gone(m, info):
                 continue
-            alive, silent = self.files.member_alive(m), self._is_silent(m)
+            alive = self.files.member_alive(m)
+            static = info.get("instance_id") is not None
             del state["members"][m]
             if not alive:
                 self.files.remove_member_file(m)
+            if static:
+                why = f"no heartbeat for more than its session_timeout_ms ({info.get('session_timeout_ms')} ms)"
+            elif alive:
+                why = f"no heartbeat for more than session_timeout_ms ({self.session_timeout_ms} ms)"
+            else:
+                why = "its process is gone"
             logger.warning(
                 "group %r evicted %smember %s: %s; its partitions are reassigned and its commits are fenced",
                 self.group_id,
-                "static " if info.get("instance_id") is not None else "",
+                "static " if static else "",
                 m,
-                f"no heartbeat for more than session_timeout_ms ({self.session_timeout_ms} ms)"
-                if silent
-                else "its process is gone",
+                why,
             )
             evicted = True
         return evicted
