@@ -824,7 +824,9 @@ class GroupMember:
             if not alive:
                 self.files.remove_member_file(m)
             if static:
-                why = f"no heartbeat for more than its session_timeout_ms ({info.get('session_timeout_ms')} ms)"
+                why = (
+                    f"no heartbeat for more than its session_timeout_ms ({info.get('session_timeout_ms')} ms)"
+                )
             elif alive:
                 why = f"no heartbeat for more than session_timeout_ms ({self.session_timeout_ms} ms)"
             else:
