@@ -11,7 +11,7 @@ client ids are any string, as in Kafka, and never name a path outside their own 
   on it while network consumers are members of the group (the server coordinates them). A group
   id has one coordinator at a time, so ``join`` refuses the group while the flock is held
   (``InconsistentGroupProtocolError``), and the server refuses network members while embedded
-  ones are alive. Both sides decide under ``state.lock``. A killed server's flock is gone with it.
+  ones are alive (a static one, see below, until its session expires). Both sides decide under ``state.lock``. A killed server's flock is gone with it.
 - ``<encoded member id>.member``: each member holds an exclusive flock on its own file for life. The
   kernel drops it when the process dies, however it dies, so others detect a death by probing
   the lock (every ``LIVENESS_PROBE_S``) rather than by waiting for a session timeout. The

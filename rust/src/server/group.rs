@@ -446,7 +446,8 @@ impl Coordinator {
                 log::warn!(
                     target: TARGET,
                     "refused a network member of group {group:?}: the group has live embedded kafkalite.Consumer \
-                     members in this data directory (INCONSISTENT_GROUP_PROTOCOL); use another group id"
+                     members in this data directory, or static ones within their session \
+                     (INCONSISTENT_GROUP_PROTOCOL); use another group id"
                 );
                 Err(codes::INCONSISTENT_GROUP_PROTOCOL)
             }
