@@ -844,7 +844,13 @@ impl Coordinator {
     }
 
     /// Whether a commit with this generation/member may be written (Kafka's validateOffsetCommit).
-    pub fn check_commit(
+    pub fn check_commit(&self, group_id: &str, member_id: &str, generation: i32) -> Result<(), i16> {
+        self.check_commit_of_instance(group_id, member_id, None, generation)
+    }
+
+    /// `check_commit` of a request that names its `group_instance_id` (OffsetCommit v7+,
+    /// TxnOffsetCommit v3+): FENCED_INSTANCE_ID when the instance id now maps to another member.
+    pub fn check_commit_of_instance(
         &self,
         group_id: &str,
         member_id: &str,

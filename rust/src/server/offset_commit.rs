@@ -46,13 +46,15 @@ pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, _version: i1
     } else if let Some(reason) = outside_commit_refused(broker, &group, &request.member_id, generation) {
         Err(codes::refused(peer, "OffsetCommit", codes::UNKNOWN_MEMBER_ID, &reason))
     } else {
-        broker.groups.check_commit(&group, &request.member_id, instance.as_deref(), generation).map_err(|code| {
-            let reason = format!(
-                "group {group:?} does not accept a commit from member {:?} of generation {generation}",
-                request.member_id.as_str()
-            );
-            codes::refused(peer, "OffsetCommit", code, &reason)
-        })
+        broker.groups.check_commit_of_instance(&group, &request.member_id, instance.as_deref(), generation).map_err(
+            |code| {
+                let reason = format!(
+                    "group {group:?} does not accept a commit from member {:?} of generation {generation}",
+                    request.member_id.as_str()
+                );
+                codes::refused(peer, "OffsetCommit", code, &reason)
+            },
+        )
     };
     let topics = broker.topics().ok();
     let known =
@@ -87,14 +89,16 @@ pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, _version: i1
         if let Some(reason) = outside_commit_refused(broker, &group, &request.member_id, generation) {
             return Err(codes::refused(peer, "OffsetCommit", codes::UNKNOWN_MEMBER_ID, &reason));
         }
-        broker.groups.check_commit(&group, &request.member_id, instance.as_deref(), generation).map_err(|code| {
-            let reason = format!(
-                "group {group:?} moved to another generation while the commit of member {:?} (generation \
+        broker.groups.check_commit_of_instance(&group, &request.member_id, instance.as_deref(), generation).map_err(
+            |code| {
+                let reason = format!(
+                    "group {group:?} moved to another generation while the commit of member {:?} (generation \
                  {generation}) waited to be written",
-                request.member_id.as_str()
-            );
-            codes::refused(peer, "OffsetCommit", code, &reason)
-        })
+                    request.member_id.as_str()
+                );
+                codes::refused(peer, "OffsetCommit", code, &reason)
+            },
+        )
     };
     let written = match broker.offsets.commit(broker, &group, &commits, admit) {
         Ok(verdict) => verdict,
