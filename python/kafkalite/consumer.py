@@ -113,7 +113,10 @@ def _require_writable(data_dir: DataDir, group_id: str) -> None:
 
 class Consumer:
     """``Consumer(path, *topics, group_id=None, **config)``: the data directory first, where
-    kafka-python takes ``bootstrap_servers``.
+    kafka-python takes ``bootstrap_servers``. ``group_instance_id`` (with a ``group_id``) makes
+    the consumer a static member, as Kafka's ``group.instance.id``: a restart within
+    ``session_timeout_ms`` takes its old partitions back without a rebalance, and ``close()`` does
+    not leave the group (see ``kafkalite.group``).
 
     Thread safety: as kafka-python's ``KafkaConsumer``, a consumer is not thread-safe; use it
     from one thread at a time (one consumer per thread; several consumers in one group share the
@@ -124,6 +127,7 @@ class Consumer:
         path: str | os.PathLike[str] | None = None,
         *topics: str,
         group_id: str | None = None,
+        group_instance_id: str | None = None,
         **config: Any,
     ) -> None:
         self.config = CONSUMER_CONFIG.resolve(config)
@@ -139,6 +143,12 @@ class Consumer:
         if group_id is not None:
             encode_name(group_id)  # any non-empty str, as Kafka's group.id; a typed error otherwise
             _require_writable(self._dir, group_id)
+        if group_instance_id is not None:
+            # A static member (Kafka's group.instance.id, see kafkalite.group).
+            if group_id is None:
+                raise InvalidConfigError("group_instance_id requires group_id")
+            encode_name(group_instance_id, "group_instance_id")
+        self.group_instance_id = group_instance_id
         # Reading only, a consumer creates nothing in the data directory (kafkalite.wakeup).
         self._notifier = Wakeups(self._dir.path, may_create=group_id is not None)
         self.group_id = group_id
@@ -282,6 +292,7 @@ class Consumer:
                 max_poll_interval_ms=self.config["max_poll_interval_ms"],
                 partition_counts=lambda: {t: int(m["partitions"]) for t, m in self._dir.topics().items()},
                 notify=self._notifier.notify,
+                group_instance_id=self.group_instance_id,
             )
             member.join(topics)  # refused (raises) when the group is in use over the network
             self._member = member

@@ -205,6 +205,12 @@ class CommitFailedError(KafkaliteError):
     member was presumed dead (kafka-python's name)."""
 
 
+class FencedInstanceIdError(CommitFailedError):
+    """A static group member (``group_instance_id``) was replaced by another consumer that
+    joined with the same instance id: fatal for this consumer, as Kafka's FENCED_INSTANCE_ID
+    (kafka-python's name). A commit it attempts fails with this error too."""
+
+
 class KafkaTimeoutError(KafkaliteError, TimeoutError):
     """A future or flush did not complete in time."""
 
@@ -220,6 +226,7 @@ class InconsistentGroupProtocolError(KafkaliteError, RuntimeError):
 __all__ += [
     "InconsistentGroupProtocolError",
     "CommitFailedError",
+    "FencedInstanceIdError",
     "UnknownTopicError",
     "TopicAlreadyExistsError",
     "InvalidTopicError",

@@ -11,12 +11,21 @@ client ids are any string, as in Kafka, and never name a path outside their own 
   on it while network consumers are members of the group (the server coordinates them). A group
   id has one coordinator at a time, so ``join`` refuses the group while the flock is held
   (``InconsistentGroupProtocolError``), and the server refuses network members while embedded
-  ones are alive. Both sides decide under ``state.lock``. A killed server's flock is gone with it.
+  ones are alive (a static one, see below, until its session expires). Both sides decide under ``state.lock``. A killed server's flock is gone with it.
 - ``<encoded member id>.member``: each member holds an exclusive flock on its own file for life. The
   kernel drops it when the process dies, however it dies, so others detect a death by probing
   the lock (every ``LIVENESS_PROBE_S``) rather than by waiting for a session timeout. The
   file also holds two timestamps (last heartbeat, last poll) for members alive but stuck:
   ``session_timeout_ms`` and ``max_poll_interval_ms``.
+
+Static members (``group_instance_id``, Kafka's KIP-345, as ``kafkalite serve`` applies it to network
+members): a member with an instance id is not presumed dead when its process dies, only when it is
+silent past ``session_timeout_ms``; until then its partitions wait for it. A process that joins
+with the instance id of a member still in the group takes that member's place under a new member
+id: its assignment, its owned partitions and the generation, with no rebalance unless its
+subscription or strategies changed. The member it replaced is fenced (``FencedInstanceIdError``).
+A static member's ``close()`` does not leave the group, as Kafka's static members send no
+LeaveGroup.
 
 Rebalancing is done by whoever notices the change (a join, a leave, a death, new partitions):
 it recomputes the assignment with the group's strategy and bumps the generation. Ownership
@@ -46,6 +55,7 @@ from kafkalite._files import open_nofollow, write_atomically
 from kafkalite.assignors import ASSIGNORS, TopicPartition, sticky_assign
 from kafkalite.errors import (
     CommitFailedError,
+    FencedInstanceIdError,
     InconsistentGroupProtocolError,
     InvalidConfigError,
     InvalidTypeError,
@@ -182,6 +192,8 @@ def _state_problem(state: dict[str, Any]) -> str | None:
             and info["strategies"]
             and all(x in STRATEGIES for x in info["strategies"])
             and isinstance(info.get("joined"), (int, float))
+            and isinstance(info.get("instance_id"), (str, type(None)))
+            and type(info.get("session_timeout_ms", 0)) is int
         ):
             return f"member {member_id!r} is malformed"
     if not all(isinstance(v, list) and all(_is_key(k) for k in v) for v in assignment.values()):
@@ -305,6 +317,11 @@ class GroupFiles:
             pass
 
 
+def static_member(state: dict[str, Any], instance_id: str) -> str | None:
+    """The member id ``instance_id`` maps to in the group (Kafka's staticMemberId), or None."""
+    return next((m for m, info in state["members"].items() if info.get("instance_id") == instance_id), None)
+
+
 def choose_protocol(members: dict[str, dict[str, Any]]) -> str:
     """The first strategy of the longest-standing member that every member supports."""
     ordered = sorted(members.values(), key=lambda m: m["joined"])
@@ -386,8 +403,10 @@ class GroupMember:
         max_poll_interval_ms: int,
         partition_counts: Callable[[], dict[str, int]],
         notify: Callable[[], None],
+        group_instance_id: str | None = None,
     ) -> None:
         self.files = GroupFiles(data_dir, group_id)
+        self.group_instance_id = group_instance_id
         self.group_id = group_id
         self.client_id = client_id
         self.strategies = strategies
@@ -411,7 +430,8 @@ class GroupMember:
     # -- joining and leaving ---------------------------------------------------------------
     def join(self, topics: list[str]) -> None:
         self._left = False
-        self.member_id = f"{self.client_id}-{uuid.uuid4()}"
+        # Kafka names members `<group.instance.id or client.id>-<unique>`.
+        self.member_id = f"{self.group_instance_id or self.client_id}-{uuid.uuid4()}"
         with typed_io_errors(f"cannot join group {self.group_id!r}"):
             os.makedirs(self.files.path, exist_ok=True)
             self._fd = open_nofollow(self.files.member_path(self.member_id), os.O_RDWR | os.O_CREAT)
@@ -431,15 +451,23 @@ class GroupMember:
                 )
             state = self.files.load()
             self._evict_locked(state)
-            state["members"][self.member_id] = {
+            info: dict[str, Any] = {
                 "client_id": self.client_id,
                 "topics": self._topics,
                 "strategies": self.strategies,
                 "pid": os.getpid(),
                 "joined": time.time(),
+                "instance_id": self.group_instance_id,
+                # How long a static member's place waits for it, for every member to judge alike.
+                "session_timeout_ms": self.session_timeout_ms,
             }
+            old = static_member(state, self.group_instance_id) if self.group_instance_id is not None else None
             try:
-                rebalance(state, self._partition_counts(), f"member {self.member_id} joined")
+                if old is not None:
+                    self._replace_locked(state, old, info)
+                else:
+                    state["members"][self.member_id] = info
+                    rebalance(state, self._partition_counts(), f"member {self.member_id} joined")
             except InvalidConfigError:
                 self._drop_member_file()
                 raise
@@ -451,6 +479,48 @@ class GroupMember:
                 target=self._heartbeat_loop, name="kafkalite-group-heartbeat", daemon=True
             )
             self._thread.start()
+
+    def _replace_locked(self, state: dict[str, Any], old: str, info: dict[str, Any]) -> None:
+        """A restarted static member takes the place of ``old`` (its previous member id, with
+        the same instance id): its seniority, assignment and owned partitions, in the same
+        generation. A rebalance only when what it asks for changed (as Kafka rebalances a Stable
+        group only when the selected protocol changes; here the assignment is computed from the
+        subscriptions, so a changed subscription rebalances too)."""
+        assert self.member_id is not None
+        before = state["members"].pop(old)
+        info["joined"] = before["joined"]
+        state["members"][self.member_id] = info
+        if old in state["assignment"]:
+            state["assignment"][self.member_id] = state["assignment"].pop(old)
+        state["owners"] = {k: (self.member_id if m == old else m) for k, m in state["owners"].items()}
+        if not self.files.member_alive(old):
+            self.files.remove_member_file(old)
+        logger.info(
+            "group %r: static member with instance id %r rejoined as %s; it replaces member %s, which is fenced",
+            self.group_id,
+            self.group_instance_id,
+            self.member_id,
+            old,
+        )
+        if (before["topics"], before["strategies"]) != (info["topics"], info["strategies"]):
+            rebalance(
+                state, self._partition_counts(), f"static member {self.member_id} rejoined with changes"
+            )
+        else:
+            logger.info(
+                "group %r: static member %s takes its old assignment with no rebalance (generation stays %d)",
+                self.group_id,
+                self.member_id,
+                state["generation"],
+            )
+
+    def fenced_by(self, state: dict[str, Any]) -> str | None:
+        """The member that took this static member's instance id (a newer process with the same
+        ``group_instance_id``), or None."""
+        if self.group_instance_id is None:
+            return None
+        holder = static_member(state, self.group_instance_id)
+        return holder if holder is not None and holder != self.member_id else None
 
     def set_topics(self, topics: list[str]) -> None:
         """The subscription (or what a pattern matches) changed: rebalance."""
@@ -481,11 +551,27 @@ class GroupMember:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=2)
-        self.leave()
+        if self.group_instance_id is None:
+            self.leave()
+            return
+        # A static member does not leave: its place, assignment and partitions wait for it (a
+        # restart with the same instance id takes them back) until its session times out. Its
+        # file stays, for its last heartbeat; a fenced member has no place, and drops it.
+        self.owned.clear()
+        if self.member_id is not None and self.fenced_by(self.files.load()) is not None:
+            self._drop_member_file()
+        else:
+            self._close_member_file()
+        self.member_id = None
 
     def _drop_member_file(self) -> None:
         if self.member_id is not None:
             self.files.remove_member_file(self.member_id)
+        self._close_member_file()
+
+    def _close_member_file(self) -> None:
+        """Give up the liveness lock but keep the file: a static member's last heartbeat, read
+        by the others until its session expires (or a restart of it replaces it)."""
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -513,7 +599,7 @@ class GroupMember:
             return None
         self._seen_stamp = stamp
         state = self.files.load()
-        if self.member_id not in state["members"]:
+        if self.member_id not in state["members"] or (self._left and self.group_instance_id is not None):
             lost = sorted(self.owned)
             self._confirm_owned(state)
             return Changes(revoke=lost, target=[], generation=state["generation"], lost=True)
@@ -596,9 +682,20 @@ class GroupMember:
         self._pending = True
 
     def rejoin(self) -> None:
-        """After being evicted: a new member id, a new generation."""
+        """After being evicted: a new member id, a new generation. A static member that a newer
+        process with the same instance id replaced is fenced instead (fatal, as in Kafka)."""
+        fenced_by = self.fenced_by(self.files.load())
+        if fenced_by is not None:
+            raise FencedInstanceIdError(
+                f"member {self.member_id} of group {self.group_id!r} was fenced: another consumer joined with the "
+                f"same group_instance_id {self.group_instance_id!r} (now member {fenced_by}) and took its place; "
+                "two consumers must not share an instance id"
+            )
         self.owned.clear()
-        self._drop_member_file()
+        if self.group_instance_id is not None:
+            self._close_member_file()  # its place may still be there to take back (see join)
+        else:
+            self._drop_member_file()
         self.member_id = None
         self.generation = -1
         self.join(self._topics)
@@ -609,6 +706,12 @@ class GroupMember:
         every partition in the current generation (Kafka's generation fencing)."""
         with self.files.locked():
             state = self.files.load()
+            fenced_by = self.fenced_by(state)
+            if fenced_by is not None:
+                raise FencedInstanceIdError(
+                    f"commit rejected: member {self.member_id} of group {self.group_id!r} was fenced by member "
+                    f"{fenced_by}, which joined with the same group_instance_id {self.group_instance_id!r}"
+                )
             if self.member_id not in state["members"]:
                 raise CommitFailedError(
                     f"commit rejected: member {self.member_id} of group {self.group_id!r} was removed from the group "
@@ -634,7 +737,9 @@ class GroupMember:
         last_problem = ""
         while not self._stop.wait(LIVENESS_PROBE_S):
             try:
-                if time.monotonic() >= next_beat:
+                # A static member past max_poll_interval_ms stops heartbeating (its session then
+                # expires, unless it polls and rejoins first), as Kafka's static members do.
+                if time.monotonic() >= next_beat and not (self._left and self.group_instance_id is not None):
                     self._write_stamps()
                     next_beat = time.monotonic() + self.heartbeat_interval_ms / 1000.0
                 self._check_members()
@@ -658,6 +763,18 @@ class GroupMember:
             # kafka-python's heartbeat thread leaves the group for a consumer that stopped polling.
             if not self._left:
                 self._left = True
+                if self.group_instance_id is not None:
+                    logger.warning(
+                        "static member %s (instance id %r) of group %r stops heartbeating: no poll() for more than "
+                        "max_poll_interval_ms (%d ms); its partitions go to other members when its session expires "
+                        "(session_timeout_ms %d), unless it polls again before",
+                        self.member_id,
+                        self.group_instance_id,
+                        self.group_id,
+                        self.max_poll_interval_ms,
+                        self.session_timeout_ms,
+                    )
+                    return
                 logger.warning(
                     "member %s of group %r leaves the group: no poll() for more than max_poll_interval_ms (%d ms); "
                     "its partitions go to other members and its next commit fails (poll more often, or raise "
@@ -672,7 +789,7 @@ class GroupMember:
                 )
             return
         state = self.files.load()
-        if any(self._is_gone(m) for m in state["members"] if m != self.member_id):
+        if any(self._is_gone(m, info) for m, info in state["members"].items() if m != self.member_id):
             with self.files.locked():
                 state = self.files.load()
                 if self._evict_locked(state):
@@ -680,9 +797,13 @@ class GroupMember:
                     self.files.save(state)
                     self._notify()
 
-    def _is_gone(self, member_id: str) -> bool:
-        """Dead (its lock is free), or alive but silent past ``session_timeout_ms``."""
-        return not self.files.member_alive(member_id) or self._is_silent(member_id)
+    def _is_gone(self, member_id: str, info: dict[str, Any]) -> bool:
+        """Dead (its lock is free), or alive but silent past ``session_timeout_ms``. A static
+        member's death alone does not count: it is gone once silent (or dead without a file)."""
+        alive = self.files.member_alive(member_id)
+        if info.get("instance_id") is not None:
+            return not static_member_waited_for(self.files, member_id, info, alive)
+        return not alive or self._is_silent(member_id)
 
     def _is_silent(self, member_id: str) -> bool:
         stamps = self.files.member_stamps(member_id)
@@ -694,20 +815,28 @@ class GroupMember:
     def _evict_locked(self, state: dict[str, Any]) -> bool:
         """Remove dead and silent members (under the lock); a dead one's file goes too."""
         evicted = False
-        for m in [m for m in state["members"] if m != self.member_id]:
-            alive = self.files.member_alive(m)
-            if alive and not self._is_silent(m):
+        for m, info in [(m, info) for m, info in state["members"].items() if m != self.member_id]:
+            if not self._is_gone(m, info):
                 continue
+            alive = self.files.member_alive(m)
+            static = info.get("instance_id") is not None
             del state["members"][m]
             if not alive:
                 self.files.remove_member_file(m)
+            if static:
+                why = (
+                    f"no heartbeat for more than its session_timeout_ms ({info.get('session_timeout_ms')} ms)"
+                )
+            elif alive:
+                why = f"no heartbeat for more than session_timeout_ms ({self.session_timeout_ms} ms)"
+            else:
+                why = "its process is gone"
             logger.warning(
-                "group %r evicted member %s: %s; its partitions are reassigned and its commits are fenced",
+                "group %r evicted %smember %s: %s; its partitions are reassigned and its commits are fenced",
                 self.group_id,
+                "static " if static else "",
                 m,
-                "its process is gone"
-                if not alive
-                else f"no heartbeat for more than session_timeout_ms ({self.session_timeout_ms} ms)",
+                why,
             )
             evicted = True
         return evicted
@@ -723,9 +852,26 @@ def describe(data_dir: str, group_id: str) -> dict[str, Any]:
     return state
 
 
+def static_member_waited_for(files: GroupFiles, member_id: str, info: dict[str, Any], alive: bool) -> bool:
+    """Whether a static member still holds its place: it heartbeated within its session
+    timeout, whether its process is alive or not."""
+    stamps = files.member_stamps(member_id)
+    if stamps is None:
+        return alive
+    return _now_ms() - stamps[0] <= int(info.get("session_timeout_ms", 0))
+
+
 def live_members(data_dir: str, group_id: str) -> list[str]:
+    """Members alive, and static members whose place waits for them (their session has not
+    expired): the group is not empty while they hold partitions."""
     files = GroupFiles(data_dir, group_id)
-    return [m for m in files.load()["members"] if files.member_alive(m)]
+    members = files.load()["members"].items()
+    return [
+        m
+        for m, info in members
+        if files.member_alive(m)
+        or (info.get("instance_id") is not None and static_member_waited_for(files, m, info, False))
+    ]
 
 
 def members_refusal(data_dir: str, group_id: str) -> str | None:
@@ -736,7 +882,9 @@ def members_refusal(data_dir: str, group_id: str) -> str | None:
     Ask under ``GroupFiles.locked()``, which every embedded join and the server's claim take."""
     live = live_members(data_dir, group_id)
     if live:
-        return f"group {group_id!r} has active members ({len(live)} alive)"
+        return (
+            f"group {group_id!r} has active members ({len(live)} alive, or static and within their session)"
+        )
     server = GroupFiles(data_dir, group_id).network_owner()
     if server is not None:
         return f"group {group_id!r} has network members, coordinated by {server}"

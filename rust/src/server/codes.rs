@@ -59,6 +59,7 @@ kafka_errors! {
     THROTTLING_QUOTA_EXCEEDED = 89,
     UNKNOWN_TOPIC_ID = 100,
     GROUP_SUBSCRIBED_TO_TOPIC = 86,
+    FENCED_INSTANCE_ID = 82,
 }
 
 /// The code a client gets for an engine error on a partition.

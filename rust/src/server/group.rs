@@ -8,6 +8,14 @@
 //! never both: while a group has network members the server holds its claim file, and a group
 //! with live embedded members is refused (see `group_owner`). So a partition never has two
 //! owners. Joins, rebalances and evictions are logged at INFO on `kafkalite.server.group`.
+//!
+//! Static membership (KIP-345) follows Kafka's ClassicGroup: a member that joins with a
+//! `group.instance.id` is known by it. A restarted instance (unknown member id, known instance
+//! id) takes its old member's place, assignment and leadership; in a Stable group whose
+//! selected protocol stays the same that is no rebalance at all. The old member id is fenced
+//! (FENCED_INSTANCE_ID on every request that names the instance id). A static member that does
+//! not rejoin a round keeps its place (its partitions wait for it) until its session expires;
+//! LeaveGroup v3+ removes a static member by instance id.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -55,6 +63,20 @@ pub struct Member {
     pub last_seen: Instant,
     /// Joined in the current round (PreparingRebalance).
     pub joined: bool,
+    /// `group.instance.id` of a static member (KIP-345); None for a dynamic member.
+    pub instance_id: Option<String>,
+}
+
+impl Member {
+    /// What a (re)join tells about the member: its protocols, timeouts and connection.
+    fn update(&mut self, req: &JoinRequest) {
+        self.protocols = req.protocols.clone();
+        self.session_timeout = req.session_timeout;
+        self.rebalance_timeout = req.rebalance_timeout;
+        self.client_id = req.client_id.clone();
+        self.client_host = req.client_host.clone();
+        self.last_seen = Instant::now();
+    }
 }
 
 #[derive(Debug)]
@@ -96,6 +118,11 @@ impl Group {
             self.become_empty(reason);
             return;
         }
+        if self.state == State::PreparingRebalance {
+            // The round in progress takes the change in (Kafka's maybePrepareRebalance): starting
+            // it again would forget who has joined already.
+            return;
+        }
         log::info!(
             target: TARGET,
             "preparing to rebalance group {:?} with old generation {} ({} member(s); reason: {reason})",
@@ -111,15 +138,23 @@ impl Group {
         }
     }
 
-    /// End the join round: drop members that did not rejoin, choose the protocol and leader.
+    /// End the join round: drop dynamic members that did not rejoin (static ones keep their
+    /// place until their session expires, as in Kafka), choose the protocol and leader.
     fn complete_join(&mut self) {
         let id = &self.id;
         self.members.retain(|member, m| {
-            if !m.joined {
+            if !m.joined && m.instance_id.is_none() {
                 log::info!(target: TARGET, "group {id:?}: member {member} did not rejoin in time; removed");
             }
-            m.joined
+            m.joined || m.instance_id.is_some()
         });
+        if !self.members.is_empty() && !self.members.values().any(|m| m.joined) {
+            // Only static members that have not rejoined: wait another round for them (Kafka
+            // postpones the same way); their sessions expire meanwhile if they are gone.
+            let timeout = self.members.values().map(|m| m.rebalance_timeout).max().unwrap_or_default();
+            self.rebalance_deadline = Some(Instant::now() + timeout);
+            return;
+        }
         self.generation += 1;
         self.rebalance_deadline = None;
         if self.members.is_empty() {
@@ -129,28 +164,11 @@ impl Group {
             self.become_empty("no member rejoined");
             return;
         }
-        if !self.leader.as_ref().is_some_and(|l| self.members.contains_key(l)) {
-            self.leader = self.members.keys().next().cloned();
+        // The leader is a member that joined this round (Kafka's maybeElectNewJoinedLeader).
+        if !self.leader.as_ref().is_some_and(|l| self.members.get(l).is_some_and(|m| m.joined)) {
+            self.leader = self.members.iter().find(|(_, m)| m.joined).map(|(id, _)| id.clone());
         }
-        // Kafka's selectProtocol: the protocol every member supports with the most votes
-        // (each member votes for its first supported choice); the leader's order breaks ties.
-        let leader = &self.members[self.leader.as_ref().unwrap()];
-        let candidates: Vec<&String> = leader
-            .protocols
-            .iter()
-            .map(|(n, _)| n)
-            .filter(|n| self.members.values().all(|m| m.protocols.iter().any(|(p, _)| p == *n)))
-            .collect();
-        let votes = |name: &String| {
-            self.members
-                .values()
-                .filter(|m| m.protocols.iter().map(|(p, _)| p).find(|p| candidates.contains(p)) == Some(name))
-                .count()
-        };
-        self.protocol = candidates
-            .iter()
-            .max_by_key(|n| (votes(n), std::cmp::Reverse(candidates.iter().position(|c| c == *n))))
-            .map(|n| n.to_string());
+        self.protocol = self.select_protocol();
         for m in self.members.values_mut() {
             m.assignment = Bytes::new();
         }
@@ -179,13 +197,109 @@ impl Group {
         }
     }
 
+    /// Kafka's selectProtocol: the protocol every member supports with the most votes (each
+    /// member votes for its first supported choice); the leader's order breaks ties.
+    fn select_protocol(&self) -> Option<String> {
+        let leader = self.members.get(self.leader.as_ref()?)?;
+        let candidates: Vec<&String> = leader
+            .protocols
+            .iter()
+            .map(|(n, _)| n)
+            .filter(|n| self.members.values().all(|m| m.protocols.iter().any(|(p, _)| p == *n)))
+            .collect();
+        let votes = |name: &String| {
+            self.members
+                .values()
+                .filter(|m| m.protocols.iter().map(|(p, _)| p).find(|p| candidates.contains(p)) == Some(name))
+                .count()
+        };
+        candidates
+            .iter()
+            .max_by_key(|n| (votes(n), std::cmp::Reverse(candidates.iter().position(|c| c == *n))))
+            .map(|n| n.to_string())
+    }
+
+    /// The member id a static member's instance id maps to (Kafka's staticMemberId).
+    fn static_member(&self, instance_id: &str) -> Option<&String> {
+        self.members.iter().find(|(_, m)| m.instance_id.as_deref() == Some(instance_id)).map(|(id, _)| id)
+    }
+
+    /// Kafka's ClassicGroup.validateMember: a request naming an instance id is from the member
+    /// that instance id maps to now; any other member id is an older instance that a restart
+    /// replaced, fenced with FENCED_INSTANCE_ID (fatal for the client, so two processes with one
+    /// instance id cannot both consume).
+    fn validate_member(&self, member_id: &str, instance_id: Option<&str>) -> Result<(), i16> {
+        match instance_id {
+            Some(instance) => match self.static_member(instance) {
+                None => Err(codes::UNKNOWN_MEMBER_ID),
+                Some(current) if current != member_id => {
+                    log::info!(
+                        target: TARGET,
+                        "group {:?}: static member {member_id} (instance id {instance:?}) is fenced: the instance \
+                         id now belongs to member {current}",
+                        self.id
+                    );
+                    Err(codes::FENCED_INSTANCE_ID)
+                }
+                Some(_) => Ok(()),
+            },
+            None if self.members.contains_key(member_id) => Ok(()),
+            None => Err(codes::UNKNOWN_MEMBER_ID),
+        }
+    }
+
+    /// Kafka's replaceStaticMember: `new` takes `old`'s place, assignment and leadership.
+    fn replace_static_member(&mut self, old: &str, new: &str) {
+        if let Some(member) = self.members.remove(old) {
+            self.members.insert(new.to_string(), member);
+        }
+        if self.leader.as_deref() == Some(old) {
+            self.leader = Some(new.to_string());
+        }
+    }
+
+    /// The JoinGroup answer for the current generation; the leader also gets every member with
+    /// its instance id and its metadata for the chosen protocol.
+    fn join_result(&self, member_id: &str) -> JoinResult {
+        let leader = self.leader.clone().unwrap_or_default();
+        let members = if leader == member_id {
+            let chosen = self.protocol.clone().unwrap_or_default();
+            self.members
+                .iter()
+                .map(|(id, m)| {
+                    let meta =
+                        m.protocols.iter().find(|(p, _)| *p == chosen).map(|(_, b)| b.clone()).unwrap_or_default();
+                    (id.clone(), m.instance_id.clone(), meta)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        JoinResult {
+            error: codes::NONE,
+            generation: self.generation,
+            protocol_type: self.protocol_type.clone(),
+            protocol: self.protocol.clone(),
+            leader,
+            member_id: member_id.to_string(),
+            members,
+        }
+    }
+
     fn supports(&self, protocols: &[(String, Bytes)]) -> bool {
         self.members.values().all(|m| m.protocols.iter().any(|(p, _)| protocols.iter().any(|(q, _)| p == q)))
     }
 }
 
-/// (member id, client id, client host, metadata, assignment), as DescribeGroups shows a member.
-pub type DescribedMember = (String, String, String, Bytes, Bytes);
+/// A member as DescribeGroups shows it.
+pub struct DescribedMember {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub metadata: Bytes,
+    pub assignment: Bytes,
+}
 
 /// What a JoinGroup call gets back.
 pub struct JoinResult {
@@ -195,8 +309,15 @@ pub struct JoinResult {
     pub protocol: Option<String>,
     pub leader: String,
     pub member_id: String,
-    /// Filled for the leader only: every member with its metadata for the chosen protocol.
-    pub members: Vec<(String, Bytes)>,
+    /// Filled for the leader only: every member with its instance id and its metadata for the
+    /// chosen protocol.
+    pub members: Vec<(String, Option<String>, Bytes)>,
+}
+
+/// How a JoinGroup is admitted: it waits for the round to complete, or is answered at once.
+enum Admitted {
+    Wait(String),
+    Answer(JoinResult),
 }
 
 pub struct JoinRequest {
@@ -208,6 +329,8 @@ pub struct JoinRequest {
     pub rebalance_timeout: Duration,
     pub protocol_type: String,
     pub protocols: Vec<(String, Bytes)>,
+    /// `group.instance.id` (JoinGroup v5+): a static member.
+    pub instance_id: Option<String>,
 }
 
 /// Kafka's group.min/max.session.timeout.ms defaults.
@@ -323,7 +446,8 @@ impl Coordinator {
                 log::warn!(
                     target: TARGET,
                     "refused a network member of group {group:?}: the group has live embedded kafkalite.Consumer \
-                     members in this data directory (INCONSISTENT_GROUP_PROTOCOL); use another group id"
+                     members in this data directory, or static ones within their session \
+                     (INCONSISTENT_GROUP_PROTOCOL); use another group id"
                 );
                 Err(codes::INCONSISTENT_GROUP_PROTOCOL)
             }
@@ -366,7 +490,7 @@ impl Coordinator {
             return Self::error_join(codes::INVALID_SESSION_TIMEOUT, &req.member_id);
         }
         let mut claim = None;
-        let member_id = loop {
+        let (member_id, joined_generation) = loop {
             if claim.is_none() && !self.claimed(&req.group) {
                 match self.claim(&req.group).await {
                     Ok(owner) => claim = owner,
@@ -389,63 +513,31 @@ impl Coordinator {
             if group.protocol_type != req.protocol_type && !group.members.is_empty() {
                 return Self::error_join(codes::INCONSISTENT_GROUP_PROTOCOL, &req.member_id);
             }
-            if !req.member_id.is_empty() && !group.members.contains_key(&req.member_id) {
-                return Self::error_join(codes::UNKNOWN_MEMBER_ID, &req.member_id);
-            }
             if !group.supports(&req.protocols) {
                 return Self::error_join(codes::INCONSISTENT_GROUP_PROTOCOL, &req.member_id);
             }
-            let member_id = if req.member_id.is_empty() {
-                let n = self.next_member.fetch_add(1, Ordering::SeqCst);
-                format!(
-                    "{}-{n}-{}",
-                    if req.client_id.is_empty() { "member" } else { &req.client_id },
-                    std::process::id()
-                )
-            } else {
-                req.member_id.clone()
-            };
             group.protocol_type = req.protocol_type.clone();
-            let changed_protocols = group.members.get(&member_id).is_none_or(|m| m.protocols != req.protocols);
-            let member = group.members.entry(member_id.clone()).or_insert_with(|| Member {
-                client_id: req.client_id.clone(),
-                client_host: req.client_host.clone(),
-                session_timeout: req.session_timeout,
-                rebalance_timeout: req.rebalance_timeout,
-                protocols: Vec::new(),
-                assignment: Bytes::new(),
-                last_seen: Instant::now(),
-                joined: false,
-            });
-            member.protocols = req.protocols.clone();
-            member.session_timeout = req.session_timeout;
-            member.rebalance_timeout = req.rebalance_timeout;
-            member.last_seen = Instant::now();
-            if req.member_id.is_empty() {
-                log::info!(
-                    target: TARGET,
-                    "group {:?}: member {member_id} joined (client id {:?}, host {})",
-                    req.group,
-                    req.client_id,
-                    req.client_host
-                );
+            let admitted = if req.member_id.is_empty() {
+                self.join_new_member(group, &req)
+            } else {
+                Self::join_current_member(group, &req)
+            };
+            match admitted {
+                Admitted::Answer(result) => {
+                    drop(groups);
+                    self.changed.notify_waiters();
+                    return result;
+                }
+                Admitted::Wait(member_id) => {
+                    if let Some(m) = group.members.get_mut(&member_id) {
+                        m.joined = true;
+                    }
+                    break (member_id, group.generation);
+                }
             }
-            let is_leader_in_stable = group.state == State::Stable && group.leader.as_deref() == Some(&member_id);
-            if group.state != State::PreparingRebalance
-                && (changed_protocols
-                    || is_leader_in_stable
-                    || group.state == State::Empty
-                    || group.state == State::CompletingRebalance
-                    || group.state == State::Stable)
-            {
-                group.prepare_rebalance(&format!("member {member_id} joined"));
-            }
-            if let Some(m) = group.members.get_mut(&member_id) {
-                m.joined = true;
-            }
-            break member_id;
         };
         self.changed.notify_waiters();
+        let instance_id = req.instance_id.as_deref();
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
@@ -455,13 +547,19 @@ impl Coordinator {
                 let Some(group) = groups.get_mut(&req.group) else {
                     return Self::error_join(codes::UNKNOWN_MEMBER_ID, &member_id);
                 };
+                // Removed, or replaced by a newer instance of the same static member (fenced).
+                if let Err(code) = group.validate_member(&member_id, instance_id) {
+                    return Self::error_join(code, &member_id);
+                }
                 let Some(me) = group.members.get_mut(&member_id) else {
                     return Self::error_join(codes::UNKNOWN_MEMBER_ID, &member_id);
                 };
-                // Waiting in JoinGroup counts as alive; a client that disconnects stops this
-                // loop (its request is dropped), and its session then expires.
+                // Waiting in JoinGroup counts as alive, and as joined in whatever round is under
+                // way; a client that disconnects stops this loop (its request is dropped), and its
+                // session then expires.
                 me.last_seen = Instant::now();
                 if group.state == State::PreparingRebalance {
+                    me.joined = true;
                     let all_joined = group.members.values().all(|m| m.joined);
                     let late = group.rebalance_deadline.is_some_and(|d| Instant::now() >= d);
                     if all_joined || late {
@@ -469,40 +567,12 @@ impl Coordinator {
                         self.changed.notify_waiters();
                     }
                 }
-                if group.state == State::CompletingRebalance {
-                    let Some(member) = group.members.get_mut(&member_id) else {
-                        return Self::error_join(codes::UNKNOWN_MEMBER_ID, &member_id);
-                    };
-                    member.last_seen = Instant::now();
-                    let leader = group.leader.clone().unwrap_or_default();
-                    let protocol = group.protocol.clone();
-                    let members = if leader == member_id {
-                        let chosen = protocol.clone().unwrap_or_default();
-                        group
-                            .members
-                            .iter()
-                            .map(|(id, m)| {
-                                let meta = m
-                                    .protocols
-                                    .iter()
-                                    .find(|(p, _)| *p == chosen)
-                                    .map(|(_, b)| b.clone())
-                                    .unwrap_or_default();
-                                (id.clone(), meta)
-                            })
-                            .collect()
-                    } else {
-                        Vec::new()
-                    };
-                    return JoinResult {
-                        error: codes::NONE,
-                        generation: group.generation,
-                        protocol_type: group.protocol_type.clone(),
-                        protocol,
-                        leader,
-                        member_id,
-                        members,
-                    };
+                // The round this member waited for completed (and the leader may have synced
+                // before this waiter woke up: Stable in a newer generation).
+                if group.state == State::CompletingRebalance
+                    || (group.state == State::Stable && group.generation > joined_generation)
+                {
+                    return group.join_result(&member_id);
                 }
                 group
                     .rebalance_deadline
@@ -513,11 +583,140 @@ impl Coordinator {
         }
     }
 
-    fn check_member(group: Option<&Group>, member_id: &str, generation: i32) -> Result<(), i16> {
-        let Some(group) = group else { return Err(codes::UNKNOWN_MEMBER_ID) };
-        if !group.members.contains_key(member_id) {
-            return Err(codes::UNKNOWN_MEMBER_ID);
+    /// A join without a member id (Kafka's doNewMemberJoinGroup): a new member, or a restarted
+    /// static member that takes its old member's place.
+    fn join_new_member(&self, group: &mut Group, req: &JoinRequest) -> Admitted {
+        let n = self.next_member.fetch_add(1, Ordering::SeqCst);
+        // Kafka names members `<group.instance.id or client.id>-<unique>`.
+        let prefix = match req.instance_id.as_deref() {
+            Some(instance) => instance,
+            None if req.client_id.is_empty() => "member",
+            None => &req.client_id,
+        };
+        let member_id = format!("{prefix}-{n}-{}", std::process::id());
+        if let Some(old) = req.instance_id.as_deref().and_then(|i| group.static_member(i)).cloned() {
+            return Self::replace_static_member(group, req, &old, member_id);
         }
+        group.members.insert(
+            member_id.clone(),
+            Member {
+                client_id: req.client_id.clone(),
+                client_host: req.client_host.clone(),
+                session_timeout: req.session_timeout,
+                rebalance_timeout: req.rebalance_timeout,
+                protocols: req.protocols.clone(),
+                assignment: Bytes::new(),
+                last_seen: Instant::now(),
+                joined: false,
+                instance_id: req.instance_id.clone(),
+            },
+        );
+        log::info!(
+            target: TARGET,
+            "group {:?}: member {member_id} joined (client id {:?}, host {}{})",
+            req.group,
+            req.client_id,
+            req.client_host,
+            req.instance_id.as_ref().map(|i| format!(", instance id {i:?}")).unwrap_or_default()
+        );
+        group.prepare_rebalance(&format!("member {member_id} joined"));
+        Admitted::Wait(member_id)
+    }
+
+    /// Kafka's updateStaticMemberAndRebalance: the restarted instance gets a new member id in
+    /// the old one's place (the old id is fenced from now on). In a Stable group whose selected
+    /// protocol stays the same, it is answered at once with the current generation and keeps its
+    /// assignment (its SyncGroup returns it): no rebalance. The leader named in that answer is
+    /// the one before the replacement, so that a restarted leader does not compute an
+    /// assignment that a Stable group would not hand out.
+    fn replace_static_member(group: &mut Group, req: &JoinRequest, old: &str, member_id: String) -> Admitted {
+        let leader_before = group.leader.clone().unwrap_or_default();
+        group.replace_static_member(old, &member_id);
+        if let Some(m) = group.members.get_mut(&member_id) {
+            m.update(req);
+        }
+        log::info!(
+            target: TARGET,
+            "group {:?}: static member with instance id {:?} rejoined as {member_id} in state {}; it replaces \
+             member {old}, which is fenced",
+            req.group,
+            req.instance_id.as_deref().unwrap_or_default(),
+            group.state.name()
+        );
+        match group.state {
+            State::Stable if group.select_protocol() == group.protocol => {
+                log::info!(
+                    target: TARGET,
+                    "group {:?}: the static member's rejoin does not change the selected protocol; no rebalance \
+                     (generation stays {})",
+                    req.group,
+                    group.generation
+                );
+                let mut result = group.join_result(&member_id);
+                result.leader = leader_before;
+                result.members = Vec::new();
+                Admitted::Answer(result)
+            }
+            State::Stable => {
+                group.prepare_rebalance(&format!(
+                    "the selected protocol changes: static member {member_id} rejoined with other protocols"
+                ));
+                Admitted::Wait(member_id)
+            }
+            // The leader may have been given the old member id to assign to: a new round.
+            State::CompletingRebalance => {
+                group.prepare_rebalance(&format!("static member {member_id} replaced {old} during a sync"));
+                Admitted::Wait(member_id)
+            }
+            State::PreparingRebalance | State::Empty => {
+                group.prepare_rebalance(&format!("static member {member_id} joined"));
+                Admitted::Wait(member_id)
+            }
+        }
+    }
+
+    /// A join with a member id (Kafka's doCurrentMemberJoinGroup).
+    fn join_current_member(group: &mut Group, req: &JoinRequest) -> Admitted {
+        let member_id = req.member_id.clone();
+        if let Err(code) = group.validate_member(&member_id, req.instance_id.as_deref()) {
+            return Admitted::Answer(Self::error_join(code, &member_id));
+        }
+        let Some(member) = group.members.get_mut(&member_id) else {
+            return Admitted::Answer(Self::error_join(codes::UNKNOWN_MEMBER_ID, &member_id));
+        };
+        let same = member.protocols == req.protocols;
+        member.update(req);
+        let is_leader = group.leader.as_deref() == Some(member_id.as_str());
+        match group.state {
+            State::PreparingRebalance => Admitted::Wait(member_id),
+            // Rejoining with the same metadata (it missed the JoinGroup answer, say): the current
+            // generation's answer again.
+            State::CompletingRebalance if same => Admitted::Answer(group.join_result(&member_id)),
+            // A follower with nothing new: it syncs to get its assignment. The leader's join is a
+            // request for a rebalance (its topics' metadata changed), as in Kafka.
+            State::Stable if same && !is_leader => {
+                let mut result = group.join_result(&member_id);
+                result.members = Vec::new();
+                Admitted::Answer(result)
+            }
+            State::CompletingRebalance | State::Stable => {
+                group.prepare_rebalance(&format!("member {member_id} rejoined"));
+                Admitted::Wait(member_id)
+            }
+            State::Empty => Admitted::Answer(Self::error_join(codes::UNKNOWN_MEMBER_ID, &member_id)),
+        }
+    }
+
+    /// Kafka's checks of SyncGroup, Heartbeat and OffsetCommit: the member (and its instance
+    /// id: FENCED_INSTANCE_ID for a replaced instance), then the generation.
+    fn check_member(
+        group: Option<&Group>,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+    ) -> Result<(), i16> {
+        let Some(group) = group else { return Err(codes::UNKNOWN_MEMBER_ID) };
+        group.validate_member(member_id, instance_id)?;
         if generation != group.generation {
             return Err(codes::ILLEGAL_GENERATION);
         }
@@ -529,13 +728,14 @@ impl Coordinator {
         &self,
         group_id: &str,
         member_id: &str,
+        instance_id: Option<&str>,
         generation: i32,
         assignments: Vec<(String, Bytes)>,
     ) -> (i16, Bytes, String, Option<String>) {
         {
             let mut groups = self.groups();
             let group = groups.get_mut(group_id);
-            if let Err(code) = Self::check_member(group.as_deref(), member_id, generation) {
+            if let Err(code) = Self::check_member(group.as_deref(), member_id, instance_id, generation) {
                 return (code, Bytes::new(), String::new(), None);
             }
             let group = group.unwrap();
@@ -562,7 +762,7 @@ impl Coordinator {
             {
                 let mut groups = self.groups();
                 let group = groups.get_mut(group_id);
-                if let Err(code) = Self::check_member(group.as_deref(), member_id, generation) {
+                if let Err(code) = Self::check_member(group.as_deref(), member_id, instance_id, generation) {
                     return (code, Bytes::new(), String::new(), None);
                 }
                 let group = group.unwrap();
@@ -590,14 +790,14 @@ impl Coordinator {
         }
     }
 
-    pub fn heartbeat(&self, group_id: &str, member_id: &str, generation: i32) -> i16 {
+    pub fn heartbeat(&self, group_id: &str, member_id: &str, instance_id: Option<&str>, generation: i32) -> i16 {
         let mut groups = self.groups();
         // A panic here (a bug) leaves the groups' state locked half way through a request.
         if crate::failpoint::hit("server.group_heartbeat").is_err() {
             return codes::COORDINATOR_NOT_AVAILABLE;
         }
         let group = groups.get_mut(group_id);
-        if let Err(code) = Self::check_member(group.as_deref(), member_id, generation) {
+        if let Err(code) = Self::check_member(group.as_deref(), member_id, instance_id, generation) {
             // A member of an older generation learns of the rebalance from this error.
             return code;
         }
@@ -609,17 +809,31 @@ impl Coordinator {
         }
     }
 
-    pub fn leave(&self, group_id: &str, member_id: &str) -> i16 {
+    /// LeaveGroup of one member (Kafka's classicGroupLeave): by member id, checked against its
+    /// instance id when given; or, with no member id (LeaveGroup v3+, an administrator's removal
+    /// of a static member), by instance id alone.
+    pub fn leave(&self, group_id: &str, member_id: &str, instance_id: Option<&str>) -> i16 {
         let code = {
             let mut groups = self.groups();
             match groups.get_mut(group_id) {
                 Some(group) => {
-                    if group.members.remove(member_id).is_some() {
-                        log::info!(target: TARGET, "group {group_id:?}: member {member_id} left");
-                        group.prepare_rebalance(&format!("member {member_id} left"));
-                        codes::NONE
+                    let leaving = if member_id.is_empty() {
+                        instance_id.and_then(|i| group.static_member(i)).cloned().ok_or(codes::UNKNOWN_MEMBER_ID)
                     } else {
-                        codes::UNKNOWN_MEMBER_ID
+                        group.validate_member(member_id, instance_id).map(|()| member_id.to_string())
+                    };
+                    match leaving {
+                        Ok(leaving) => {
+                            group.members.remove(&leaving);
+                            log::info!(
+                                target: TARGET,
+                                "group {group_id:?}: member {leaving}{} left",
+                                instance_id.map(|i| format!(" (instance id {i:?})")).unwrap_or_default()
+                            );
+                            group.prepare_rebalance(&format!("member {leaving} left"));
+                            codes::NONE
+                        }
+                        Err(code) => code,
                     }
                 }
                 None => codes::UNKNOWN_MEMBER_ID,
@@ -631,16 +845,28 @@ impl Coordinator {
 
     /// Whether a commit with this generation/member may be written (Kafka's validateOffsetCommit).
     pub fn check_commit(&self, group_id: &str, member_id: &str, generation: i32) -> Result<(), i16> {
+        self.check_commit_of_instance(group_id, member_id, None, generation)
+    }
+
+    /// `check_commit` of a request that names its `group_instance_id` (OffsetCommit v7+,
+    /// TxnOffsetCommit v3+): FENCED_INSTANCE_ID when the instance id now maps to another member.
+    pub fn check_commit_of_instance(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+    ) -> Result<(), i16> {
         let groups = self.groups();
         let group = groups.get(group_id);
-        if generation < 0 && member_id.is_empty() {
+        if generation < 0 && member_id.is_empty() && instance_id.is_none() {
             // A "simple" consumer (assign, no membership): only while the group has no members.
             return match group {
                 Some(g) if !g.members.is_empty() => Err(codes::UNKNOWN_MEMBER_ID),
                 _ => Ok(()),
             };
         }
-        Self::check_member(group, member_id, generation)?;
+        Self::check_member(group, member_id, instance_id, generation)?;
         // As Kafka: members may still commit while the group prepares a rebalance (their
         // revocation callbacks do), not while the new generation awaits its assignment.
         if group.is_some_and(|g| g.state == State::CompletingRebalance) {
@@ -663,8 +889,9 @@ impl Coordinator {
                     if !alive {
                         log::info!(
                             target: TARGET,
-                            "group {id:?}: member {member} has failed (no heartbeat within session.timeout.ms, \
+                            "group {id:?}: member {member}{} has failed (no heartbeat within session.timeout.ms, \
                              {} ms); removed",
+                            m.instance_id.as_ref().map(|i| format!(" (instance id {i:?})")).unwrap_or_default(),
                             m.session_timeout.as_millis()
                         );
                     }
@@ -687,7 +914,7 @@ impl Coordinator {
         }
     }
 
-    /// (group, state, protocol type, protocol, members (id, client id, host, metadata, assignment)).
+    /// (state, protocol type, protocol, members).
     pub fn describe(&self, group_id: &str) -> Option<(String, String, Option<String>, Vec<DescribedMember>)> {
         let groups = self.groups();
         let g = groups.get(group_id)?;
@@ -701,7 +928,14 @@ impl Coordinator {
                     .and_then(|p| m.protocols.iter().find(|(n, _)| n == p))
                     .map(|(_, b)| b.clone())
                     .unwrap_or_default();
-                (id.clone(), m.client_id.clone(), m.client_host.clone(), meta, m.assignment.clone())
+                DescribedMember {
+                    member_id: id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    metadata: meta,
+                    assignment: m.assignment.clone(),
+                }
             })
             .collect();
         Some((g.state.name().to_string(), g.protocol_type.clone(), g.protocol.clone(), members))

@@ -18,6 +18,11 @@ fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
 }
 
+/// A request's `group_instance_id` (absent before its version has it, null for a dynamic member).
+pub fn instance_id(field: &Option<StrBytes>) -> Option<String> {
+    field.as_ref().map(|i| i.to_string())
+}
+
 /// `code`, logged as a refusal unless it is part of the group protocol's normal flow:
 /// REBALANCE_IN_PROGRESS (the member rejoins), and the coordinator's retriable
 /// COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE (`group.rs` logs why it gave them).
@@ -50,12 +55,18 @@ pub async fn join_group(
             rebalance_timeout: Duration::from_millis(rebalance.max(0) as u64),
             protocol_type: r.protocol_type.to_string(),
             protocols: r.protocols.iter().map(|p| (p.name.to_string(), p.metadata.clone())).collect(),
+            instance_id: instance_id(&r.group_instance_id),
         })
         .await;
     let members = result
         .members
         .into_iter()
-        .map(|(id, meta)| JoinGroupResponseMember::default().with_member_id(s(id)).with_metadata(meta))
+        .map(|(id, instance, meta)| {
+            JoinGroupResponseMember::default()
+                .with_member_id(s(id))
+                .with_group_instance_id(instance.map(s))
+                .with_metadata(meta)
+        })
         .collect();
     let error = answered(host, "JoinGroup", &r.group_id.0, &r.member_id, result.error);
     let mut resp = JoinGroupResponse::default()
@@ -74,8 +85,10 @@ pub async fn join_group(
 
 pub async fn sync_group(broker: &Broker, r: SyncGroupRequest, version: i16, peer: &str) -> SyncGroupResponse {
     let assignments = r.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.clone())).collect();
-    let (code, assignment, protocol_type, protocol) =
-        broker.groups.sync(&r.group_id.0, &r.member_id, r.generation_id, assignments).await;
+    let (code, assignment, protocol_type, protocol) = broker
+        .groups
+        .sync(&r.group_id.0, &r.member_id, instance_id(&r.group_instance_id).as_deref(), r.generation_id, assignments)
+        .await;
     let code = answered(peer, "SyncGroup", &r.group_id.0, &r.member_id, code);
     let mut resp = SyncGroupResponse::default().with_error_code(code).with_assignment(assignment);
     if version >= 5 && code == codes::NONE {
@@ -85,14 +98,15 @@ pub async fn sync_group(broker: &Broker, r: SyncGroupRequest, version: i16, peer
 }
 
 pub fn heartbeat(broker: &Broker, r: HeartbeatRequest, peer: &str) -> HeartbeatResponse {
-    let code = broker.groups.heartbeat(&r.group_id.0, &r.member_id, r.generation_id);
+    let instance = instance_id(&r.group_instance_id);
+    let code = broker.groups.heartbeat(&r.group_id.0, &r.member_id, instance.as_deref(), r.generation_id);
     HeartbeatResponse::default().with_error_code(answered(peer, "Heartbeat", &r.group_id.0, &r.member_id, code))
 }
 
 pub fn leave_group(broker: &Broker, r: LeaveGroupRequest, version: i16, peer: &str) -> LeaveGroupResponse {
     let group = r.group_id.0.to_string();
     if version < 3 {
-        let code = answered(peer, "LeaveGroup", &group, &r.member_id, broker.groups.leave(&group, &r.member_id));
+        let code = answered(peer, "LeaveGroup", &group, &r.member_id, broker.groups.leave(&group, &r.member_id, None));
         return LeaveGroupResponse::default().with_error_code(code);
     }
     // Several members in one request: one line for those refused.
@@ -101,9 +115,11 @@ pub fn leave_group(broker: &Broker, r: LeaveGroupRequest, version: i16, peer: &s
         .members
         .iter()
         .map(|m| {
-            let code = broker.groups.leave(&group, &m.member_id);
+            let instance = instance_id(&m.group_instance_id);
+            let code = broker.groups.leave(&group, &m.member_id, instance.as_deref());
             let why = || format!("group {group:?}");
-            refusals.add(code, format_args!("{:?}", m.member_id.as_str()), why);
+            let instance_text = instance.as_ref().map(|i| format!(" (instance id {i:?})")).unwrap_or_default();
+            refusals.add(code, format_args!("{:?}{instance_text}", m.member_id.as_str()), why);
             MemberResponse::default()
                 .with_member_id(m.member_id.clone())
                 .with_group_instance_id(m.group_instance_id.clone())
@@ -124,13 +140,14 @@ pub fn describe_groups(broker: &Broker, r: DescribeGroupsRequest) -> DescribeGro
                 Some((state, protocol_type, protocol, members)) => {
                     let members = members
                         .into_iter()
-                        .map(|(id, client, host, meta, assignment)| {
+                        .map(|m| {
                             DescribedGroupMember::default()
-                                .with_member_id(s(id))
-                                .with_client_id(s(client))
-                                .with_client_host(s(host))
-                                .with_member_metadata(meta)
-                                .with_member_assignment(assignment)
+                                .with_member_id(s(m.member_id))
+                                .with_group_instance_id(m.instance_id.map(s))
+                                .with_client_id(s(m.client_id))
+                                .with_client_host(s(m.client_host))
+                                .with_member_metadata(m.metadata)
+                                .with_member_assignment(m.assignment)
                         })
                         .collect();
                     described

@@ -10,6 +10,8 @@
 //! every embedded join takes before it checks this file, so a claim and an embedded join are
 //! serialized: whichever takes the state lock first wins, the other sees it and is refused.
 //! A second server on the same data directory finds the flock taken and is refused too.
+//! An embedded static member (`group_instance_id`) keeps the group on the embedded side until
+//! its session expires, dead or alive, as its partitions wait for it there.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -90,7 +92,40 @@ pub fn claim(data_dir: &Path, group: &str, who: &str) -> Result<Claim> {
 
 /// True when an embedded `kafkalite.Consumer` of the group is alive: it holds an exclusive
 /// flock on its `.member` file for life (group.py), so a failed non-blocking flock means alive.
+/// A static member (`group_instance_id`) counts until its session expires, alive or not: its
+/// partitions wait for it (see `static_members_waited_for`).
 fn embedded_members_alive(dir: &Path) -> bool {
+    live_member_files(dir) || static_members_waited_for(dir)
+}
+
+/// Whether a static embedded member's place waits for it, as group.py decides it: its last
+/// heartbeat (the first 8 bytes of its `.member` file: milliseconds since the epoch, little
+/// endian) is within its `session_timeout_ms` (in the group's `state.json`). Unreadable files
+/// count as no such member.
+fn static_members_waited_for(dir: &Path) -> bool {
+    let Ok(bytes) = std::fs::read(dir.join("state.json")) else { return false };
+    let Ok(state) = serde_json::from_slice::<serde_json::Value>(&bytes) else { return false };
+    let Some(members) = state.get("members").and_then(|m| m.as_object()) else { return false };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(i64::MAX);
+    members.iter().any(|(member_id, info)| {
+        if info.get("instance_id").and_then(|i| i.as_str()).is_none() {
+            return false;
+        }
+        let session = info.get("session_timeout_ms").and_then(|s| s.as_i64()).unwrap_or(0);
+        let Ok(name) = id_file_name(member_id, "member id") else { return false };
+        let Ok(mut file) = nofollow::open_read(&dir.join(format!("{name}.member")), "a group member's file") else {
+            return false;
+        };
+        let mut stamp = [0u8; 8];
+        file.read_exact(&mut stamp).is_ok() && now_ms - i64::from_le_bytes(stamp) <= session
+    })
+}
+
+/// Whether a process holds a `.member` file's lock (an embedded member alive).
+fn live_member_files(dir: &Path) -> bool {
     let Ok(entries) = std::fs::read_dir(dir) else { return false };
     entries.flatten().any(|e| {
         let path = e.path();

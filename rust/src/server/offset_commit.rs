@@ -39,19 +39,22 @@ pub fn outside_commit_refused(broker: &Broker, group: &str, member_id: &str, gen
 pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, _version: i16, peer: &str) -> OffsetCommitResponse {
     let group = request.group_id.0.to_string();
     let generation = request.generation_id_or_member_epoch;
+    let instance = super::group_api::instance_id(&request.group_instance_id);
     // The group-level verdict, once: an empty id, or the coordinator's and the embedded side's.
     let verdict: Result<(), i16> = if group.is_empty() {
         Err(codes::refused(peer, "OffsetCommit", codes::INVALID_GROUP_ID, "the group id is empty"))
     } else if let Some(reason) = outside_commit_refused(broker, &group, &request.member_id, generation) {
         Err(codes::refused(peer, "OffsetCommit", codes::UNKNOWN_MEMBER_ID, &reason))
     } else {
-        broker.groups.check_commit(&group, &request.member_id, generation).map_err(|code| {
-            let reason = format!(
-                "group {group:?} does not accept a commit from member {:?} of generation {generation}",
-                request.member_id.as_str()
-            );
-            codes::refused(peer, "OffsetCommit", code, &reason)
-        })
+        broker.groups.check_commit_of_instance(&group, &request.member_id, instance.as_deref(), generation).map_err(
+            |code| {
+                let reason = format!(
+                    "group {group:?} does not accept a commit from member {:?} of generation {generation}",
+                    request.member_id.as_str()
+                );
+                codes::refused(peer, "OffsetCommit", code, &reason)
+            },
+        )
     };
     let topics = broker.topics().ok();
     let known =
@@ -86,14 +89,16 @@ pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, _version: i1
         if let Some(reason) = outside_commit_refused(broker, &group, &request.member_id, generation) {
             return Err(codes::refused(peer, "OffsetCommit", codes::UNKNOWN_MEMBER_ID, &reason));
         }
-        broker.groups.check_commit(&group, &request.member_id, generation).map_err(|code| {
-            let reason = format!(
-                "group {group:?} moved to another generation while the commit of member {:?} (generation \
+        broker.groups.check_commit_of_instance(&group, &request.member_id, instance.as_deref(), generation).map_err(
+            |code| {
+                let reason = format!(
+                    "group {group:?} moved to another generation while the commit of member {:?} (generation \
                  {generation}) waited to be written",
-                request.member_id.as_str()
-            );
-            codes::refused(peer, "OffsetCommit", code, &reason)
-        })
+                    request.member_id.as_str()
+                );
+                codes::refused(peer, "OffsetCommit", code, &reason)
+            },
+        )
     };
     let written = match broker.offsets.commit(broker, &group, &commits, admit) {
         Ok(verdict) => verdict,

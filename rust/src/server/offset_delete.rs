@@ -85,8 +85,8 @@ fn members_subscriptions(broker: &Broker, group: &str) -> Option<Subscribed> {
         return None;
     }
     let mut topics = BTreeSet::new();
-    for (_, _, _, metadata, _) in &members {
-        match subscription_topics(metadata) {
+    for member in &members {
+        match subscription_topics(&member.metadata) {
             Some(t) => topics.extend(t),
             None => return Some(Subscribed::Unknown),
         }
