@@ -255,3 +255,26 @@ def test_a_stopped_lock_holder_gives_concurrent_transactions_within_a_bound(data
     p.init_transactions()  # the lock died with its holder
     p.close()
     assert _native.TRANSACTION_STATE_TOPIC in Admin(data).list_topics()
+
+
+#: examples/consume_transform_produce.py, as spawn() names scripts (relative to tests/procs/).
+EXAMPLE = os.path.join("..", "..", "examples", "consume_transform_produce.py")
+
+
+def test_the_consume_transform_produce_example_killed_and_restarted_writes_each_input_once(data, spawn):
+    inputs = [b"record-%05d" % i for i in range(20000)]
+    with Producer(data, linger_ms=5) as p:
+        for i, v in enumerate(inputs):
+            p.send("in", v, partition=0, key=b"%d" % i)
+    progress = []
+    for delay in (0.8, 1.3, 1.8):  # killed mid-run (a run takes about 3 s here), each time further in
+        child = spawn(EXAMPLE, data, "--idle-seconds", "30")
+        time.sleep(delay)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        progress.append(committed_offset(data, "ctp"))
+    assert any(0 < (done or 0) < len(inputs) for done in progress), f"no kill landed mid-run: {progress}"
+    final = spawn(EXAMPLE, data, "--idle-seconds", "1.5", stdout=subprocess.PIPE, text=True)
+    assert "processed" in final.communicate()[0]
+    assert values(data, "out") == sorted(v.upper() for v in inputs), "every input exactly once"
+    assert committed_offset(data, "ctp") == len(inputs)
