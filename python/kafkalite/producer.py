@@ -875,6 +875,8 @@ class _Sender:
                         p.log = None
             try:
                 _close_logs(logs, left)
+                if self.txn is not None:
+                    self.txn.close()  # the coordinator's logs (markers, __transaction_state)
             except KafkaliteError:
                 if flushed:
                     raise

@@ -122,6 +122,11 @@ class TransactionManager:
         if isinstance(e, ProducerFencedError):
             self._fatal = e
 
+    def close(self) -> None:
+        """Close the coordinator's logs (the producer closed; an open transaction stays open
+        until the next producer with the id, or its timeout, ends it)."""
+        self.native.close()
+
     def check_send(self) -> None:
         """``send()`` of a transactional producer: only inside a transaction."""
         self._check_fatal()

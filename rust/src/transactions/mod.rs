@@ -29,7 +29,7 @@
 //! The public API (stable; added to, never renamed):
 //! `Coordinator::open(data_dir)`, `with_lock_wait(Duration)`, `init_producer_id`,
 //! `add_partitions`, `add_offsets`, `txn_offset_commit`, `end_txn`, `describe`, `list`,
-//! `abort_expired_and_complete_pending`; errors are `Error::Transaction { kind, .. }` with
+//! `abort_expired_and_complete_pending`, `close`; errors are `Error::Transaction { kind, .. }` with
 //! `TxnErrorKind::code()` Kafka's code, plus the engine's usual errors.
 
 pub mod lock;
@@ -481,6 +481,21 @@ impl Coordinator {
             (TransactionState::CompleteCommit, true) | (TransactionState::CompleteAbort, false) => Ok(()),
             _ => Err(invalid(&m)),
         }
+    }
+
+    /// Close every log this coordinator opened (a later call opens them again): a clean close
+    /// trims their active segments, as any writer's close does.
+    pub fn close(&self) -> Result<()> {
+        let logs: Vec<SharedLog> = lock_map(&self.logs).drain().map(|(_, log)| log).collect();
+        let mut first = Ok(());
+        for log in logs {
+            let closed =
+                lock_log(&log, || "a partition log of the transaction coordinator".into()).and_then(|mut l| l.close());
+            if first.is_ok() {
+                first = closed;
+            }
+        }
+        first
     }
 
     /// The id's metadata, as `__transaction_state` holds it (not settled).
