@@ -117,7 +117,7 @@ pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, _version: i1
 
 pub fn offset_fetch(broker: &Broker, request: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
     let group = request.group_id.0.to_string();
-    let offsets = match broker.offsets.load(broker, &group) {
+    let (offsets, unstable) = match broker.offsets.load_with_unstable(broker, &group) {
         Ok(o) => o,
         Err(e) => {
             let code = codes::for_error(&e);
@@ -128,12 +128,18 @@ pub fn offset_fetch(broker: &Broker, request: OffsetFetchRequest, version: i16) 
             };
         }
     };
-    let entry = |partition: i32, found: Option<&(i64, String)>| {
+    // KIP-447: a read_committed consumer (require_stable) is not told an offset a transaction
+    // is still committing; UNSTABLE_OFFSET_COMMIT makes it ask again.
+    let require_stable = version >= 7 && request.require_stable;
+    let entry = |topic: &str, partition: i32, found: Option<&(i64, String)>| {
         let (offset, metadata) = found.cloned().unwrap_or((-1, String::new()));
         let mut p = OffsetFetchResponsePartition::default()
             .with_partition_index(partition)
             .with_committed_offset(offset)
             .with_metadata(Some(StrBytes::from_string(metadata)));
+        if require_stable && unstable.contains(&(topic.to_string(), partition)) {
+            p = p.with_error_code(codes::UNSTABLE_OFFSET_COMMIT).with_committed_offset(-1);
+        }
         if version >= 5 {
             p = p.with_committed_leader_epoch(-1);
         }
@@ -145,7 +151,7 @@ pub fn offset_fetch(broker: &Broker, request: OffsetFetchRequest, version: i16) 
             .map(|t| {
                 let name = t.name.0.to_string();
                 let partitions =
-                    t.partition_indexes.iter().map(|&p| entry(p, offsets.get(&(name.clone(), p)))).collect();
+                    t.partition_indexes.iter().map(|&p| entry(&name, p, offsets.get(&(name.clone(), p)))).collect();
                 OffsetFetchResponseTopic::default().with_name(t.name.clone()).with_partitions(partitions)
             })
             .collect(),
@@ -153,7 +159,7 @@ pub fn offset_fetch(broker: &Broker, request: OffsetFetchRequest, version: i16) 
             // Every partition the group has offsets for (v2+).
             let mut by_topic: std::collections::BTreeMap<&str, Vec<OffsetFetchResponsePartition>> = Default::default();
             for ((topic, partition), value) in &offsets {
-                by_topic.entry(topic).or_default().push(entry(*partition, Some(value)));
+                by_topic.entry(topic).or_default().push(entry(topic, *partition, Some(value)));
             }
             by_topic
                 .into_iter()
