@@ -80,6 +80,7 @@ pub fn for_error(e: &Error) -> i16 {
         Error::Unsupported(_) => UNSUPPORTED_FOR_MESSAGE_FORMAT,
         Error::UnknownTopicOrPartition(_) => UNKNOWN_TOPIC_OR_PARTITION,
         Error::InvalidTopic(_) => INVALID_TOPIC_EXCEPTION,
+        Error::Transaction { kind, .. } => kind.code(),
         Error::LockTimeout { .. } => REQUEST_TIMED_OUT, // another writer held the append lock too long
         Error::Locked { .. }
         | Error::Closed(_)

@@ -122,7 +122,7 @@ fn partitions_of(topics: &[AddPartitionsToTxnTopic]) -> Vec<(String, i32)> {
 /// Per partition of `topics`, the code (Kafka's `AddPartitionsToTxnResult`): one code for all
 /// when the coordinator refused, UNKNOWN_TOPIC_OR_PARTITION for the partitions that do not
 /// exist and OPERATION_NOT_ATTEMPTED for the others when some do not (nothing is added then).
-fn results(topics: &[AddPartitionsToTxnTopic], code_of: impl Fn(&str, i32) -> i16) -> Vec<AddPartitionsToTxnTopicResult> {
+fn results(topics: &[AddPartitionsToTxnTopic], mut code_of: impl FnMut(&str, i32) -> i16) -> Vec<AddPartitionsToTxnTopicResult> {
     topics
         .iter()
         .map(|t| {
