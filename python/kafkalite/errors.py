@@ -338,3 +338,73 @@ class InvalidProducerEpochError(KafkaliteError, ValueError):
 
 
 __all__ += ["OutOfOrderSequenceNumberError", "InvalidProducerEpochError"]
+
+
+# -- transactions (Kafka's error codes of the transaction coordinator) -------------------------
+
+
+class TransactionError(KafkaliteError):
+    """Base class of the errors of transactions (``Producer(transactional_id=...)``); each
+    subclass is one of Kafka's error codes, in ``code``. ``retriable`` says whether the same call
+    may succeed if tried again (only ``ConcurrentTransactionsError``)."""
+
+    code: int = -1
+    retriable: bool = False
+
+
+class ProducerFencedError(TransactionError):
+    """Kafka's PRODUCER_FENCED (90): another producer with the same ``transactional_id`` called
+    ``init_transactions()`` since this one did (or this one's transaction outlived
+    ``transaction_timeout_ms`` and was aborted). This producer can only be closed."""
+
+    code = 90
+
+
+class InvalidTxnStateError(TransactionError):
+    """Kafka's INVALID_TXN_STATE (48): the call is not valid in the transaction's state
+    (``commit_transaction()`` without ``begin_transaction()``, ``send()`` outside a transaction
+    of a transactional producer, ...)."""
+
+    code = 48
+
+
+class InvalidProducerIdMappingError(TransactionError):
+    """Kafka's INVALID_PRODUCER_ID_MAPPING (49): the producer id is not the transactional id's
+    current one."""
+
+    code = 49
+
+
+class InvalidTransactionTimeoutError(TransactionError, InvalidConfigError):
+    """Kafka's INVALID_TRANSACTION_TIMEOUT (50): ``transaction_timeout_ms`` outside 1 ..
+    transaction.max.timeout.ms (900000)."""
+
+    code = 50
+
+
+class ConcurrentTransactionsError(TransactionError):
+    """Kafka's CONCURRENT_TRANSACTIONS (51, retriable): another process held the transactional
+    id's coordinator lock longer than the wait (stopped or hung?). Retry later."""
+
+    code = 51
+    retriable = True
+
+
+class TransactionalIdNotFoundError(TransactionError, KeyError):
+    """Kafka's TRANSACTIONAL_ID_NOT_FOUND (105): no such transactional id."""
+
+    code = 105
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+__all__ += [
+    "TransactionError",
+    "ProducerFencedError",
+    "InvalidTxnStateError",
+    "InvalidProducerIdMappingError",
+    "InvalidTransactionTimeoutError",
+    "ConcurrentTransactionsError",
+    "TransactionalIdNotFoundError",
+]

@@ -76,6 +76,11 @@ pub enum Error {
     #[error("{0}")]
     CorruptMetadata(String),
 
+    /// A transaction coordinator's or a transactional append's refusal, with Kafka's error
+    /// (`TxnErrorKind::code`); `message` says what happened and what to do.
+    #[error("{message}")]
+    Transaction { kind: TxnErrorKind, message: String },
+
     /// Any I/O failure, with what the engine was doing and, when known, the file it concerned
     /// (the binding hands both to Python as `OSError.strerror` / `.filename`).
     #[error("{context}: {source}")]
@@ -83,6 +88,46 @@ pub enum Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// The transaction errors of Kafka's protocol (`Errors.java`), one per error code the
+/// coordinator (`transactions/`) and transactional appends answer with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TxnErrorKind {
+    /// PRODUCER_FENCED (90): a newer producer with the same transactional id took over.
+    ProducerFenced,
+    /// INVALID_PRODUCER_EPOCH (47): a batch's epoch is older than the partition's for its producer.
+    InvalidProducerEpoch,
+    /// INVALID_TXN_STATE (48): the operation is not valid in the transaction's state.
+    InvalidTxnState,
+    /// INVALID_PRODUCER_ID_MAPPING (49): the producer id is not the transactional id's.
+    InvalidProducerIdMapping,
+    /// INVALID_TRANSACTION_TIMEOUT (50): outside 1..=transaction.max.timeout.ms.
+    InvalidTransactionTimeout,
+    /// CONCURRENT_TRANSACTIONS (51, retriable): another operation holds the transactional id.
+    ConcurrentTransactions,
+    /// TRANSACTIONAL_ID_NOT_FOUND (105): no such transactional id.
+    TransactionalIdNotFound,
+}
+
+impl TxnErrorKind {
+    /// Kafka's error code.
+    pub fn code(self) -> i16 {
+        match self {
+            TxnErrorKind::ProducerFenced => 90,
+            TxnErrorKind::InvalidProducerEpoch => 47,
+            TxnErrorKind::InvalidTxnState => 48,
+            TxnErrorKind::InvalidProducerIdMapping => 49,
+            TxnErrorKind::InvalidTransactionTimeout => 50,
+            TxnErrorKind::ConcurrentTransactions => 51,
+            TxnErrorKind::TransactionalIdNotFound => 105,
+        }
+    }
+
+    /// Whether a client retries it (Kafka's `RetriableException` subclasses).
+    pub fn retriable(self) -> bool {
+        self == TxnErrorKind::ConcurrentTransactions
+    }
+}
 
 impl Error {
     /// Wrap an I/O error with what we were doing and to which file.
@@ -110,6 +155,19 @@ impl Error {
 
     pub fn config(msg: impl Into<String>) -> Self {
         Error::InvalidConfig(msg.into())
+    }
+
+    /// A transaction error of `kind`.
+    pub fn txn(kind: TxnErrorKind, message: impl Into<String>) -> Self {
+        Error::Transaction { kind, message: message.into() }
+    }
+
+    /// The transaction error kind, if this is one.
+    pub fn txn_kind(&self) -> Option<TxnErrorKind> {
+        match self {
+            Error::Transaction { kind, .. } => Some(*kind),
+            _ => None,
+        }
     }
 }
 

@@ -61,6 +61,22 @@ pub const NAMES: &[&str] = &[
     // Accumulator::send (the producer binding): a record being added to its partition's batch,
     // with the accumulator's lock held.
     "producer.accumulate",
+    // The transaction coordinator (transactions/mod.rs): each `__transaction_state` record
+    // (InitProducerId, AddPartitions/AddOffsets, PrepareCommit/PrepareAbort, CompleteCommit/
+    // CompleteAbort) before and after its durable append; each marker before and after
+    // (one hit per partition); TxnOffsetCommit's transactional offsets batch.
+    "txn.init.before_record",
+    "txn.init.after_record",
+    "txn.add.before_record",
+    "txn.add.after_record",
+    "txn.offsets.before_append",
+    "txn.offsets.after_append",
+    "txn.prepare.before_record",
+    "txn.prepare.after_record",
+    "txn.marker.before",
+    "txn.marker.after",
+    "txn.complete.before_record",
+    "txn.complete.after_record",
     // The server's shared partition log locked for a Produce request (server/produce.rs).
     "server.produce",
     // The server's consumer-group state locked for a Heartbeat (server/group.rs).

@@ -113,6 +113,13 @@ pub const GROUP_STATE_LOCK_FILE: &str = "state.lock";
 /// The kernel drops the flock when that server dies, however it dies (`server/group_owner.rs`).
 pub const GROUP_NETWORK_OWNER_FILE: &str = "network-owner.lock";
 
+/// Transaction coordination: one lock file per transactional id (`<id_file_name>.lock`), the
+/// flock every coordinator operation on that id holds (`transactions/lock.rs`), embedded
+/// producers and `kafkalite serve` alike; it dies with its holder.
+pub const TRANSACTIONS_DIR: &str = ".kafkalite-transactions";
+/// The suffix of a transactional id's lock file in `TRANSACTIONS_DIR`.
+pub const TRANSACTION_LOCK_SUFFIX: &str = ".lock";
+
 /// Kafka's per-log-directory checkpoint files (`CheckpointFile`: version line 0, count line,
 /// then `topic partition offset` lines), shared by every partition of the directory.
 pub const KAFKA_LOG_START_OFFSET: &str = "log-start-offset-checkpoint";

@@ -31,7 +31,8 @@
 //! and rolls; `log_read` reads), `retention`, `txn` (aborted
 //! transactions, last stable offset), `group_commit` (flush="always": one sync covers every
 //! batch appended meanwhile, across threads and processes), `producer_state` (Kafka's per-producer sequences and
-//! `.snapshot` files, for idempotent produce), `producer_ids` (InitProducerId's ids), `cleaner` (compaction), `checkpoint` (small atomic files,
+//! `.snapshot` files, for idempotent produce), `producer_ids` (InitProducerId's ids), `transactions` (Kafka's transaction coordinator over a data
+//! directory: `__transaction_state`, per-id locks, two-phase commit with markers), `cleaner` (compaction), `checkpoint` (small atomic files,
 //! Kafka's checkpoint files), `topic_config` (every topic and data-directory config key: one
 //! table, one resolution), `options` (a log's settings) and `error` (the one error type). Above
 //! the partition: `datadir` (a data directory's topic metadata), `partitioner` (Kafka's
@@ -82,6 +83,7 @@ pub mod sigbus;
 pub mod spark;
 pub mod sync;
 pub mod topic_config;
+pub mod transactions;
 pub mod txn;
 pub mod users;
 

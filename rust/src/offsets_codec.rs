@@ -36,7 +36,7 @@ pub fn offsets_partition(group: &str) -> i32 {
     }
 }
 
-fn put_string(out: &mut Vec<u8>, s: &str) -> Result<()> {
+pub(crate) fn put_string(out: &mut Vec<u8>, s: &str) -> Result<()> {
     let len = i16::try_from(s.len()).map_err(|_| {
         let head: String = s.chars().take(40).collect();
         Error::config(format!("{head:?}... is longer than Kafka's 32767-byte strings"))
@@ -65,14 +65,15 @@ pub fn encode_value(offset: i64, metadata: &str, timestamp: i64) -> Result<Vec<u
     Ok(out)
 }
 
-/// Reads big-endian fields; every failure says what did not fit where.
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
+/// Reads big-endian fields; every failure says what did not fit where. Shared with the
+/// `__transaction_state` codec (`transactions/state_log.rs`).
+pub(crate) struct Reader<'a> {
+    pub(crate) buf: &'a [u8],
+    pub(crate) pos: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, what: &str) -> std::result::Result<&'a [u8], String> {
+    pub(crate) fn take(&mut self, n: usize, what: &str) -> std::result::Result<&'a [u8], String> {
         if self.buf.len() - self.pos < n {
             return Err(format!("{what} of {n} bytes at {} does not fit a {}-byte record", self.pos, self.buf.len()));
         }
@@ -80,28 +81,28 @@ impl<'a> Reader<'a> {
         self.pos += n;
         Ok(head)
     }
-    fn i16(&mut self) -> std::result::Result<i16, String> {
+    pub(crate) fn i16(&mut self) -> std::result::Result<i16, String> {
         Ok(i16::from_be_bytes(self.take(2, "an int16")?.try_into().expect("2 bytes")))
     }
-    fn i32(&mut self) -> std::result::Result<i32, String> {
+    pub(crate) fn i32(&mut self) -> std::result::Result<i32, String> {
         Ok(i32::from_be_bytes(self.take(4, "an int32")?.try_into().expect("4 bytes")))
     }
-    fn i64(&mut self) -> std::result::Result<i64, String> {
+    pub(crate) fn i64(&mut self) -> std::result::Result<i64, String> {
         Ok(i64::from_be_bytes(self.take(8, "an int64")?.try_into().expect("8 bytes")))
     }
-    fn utf8(&mut self, n: usize) -> std::result::Result<String, String> {
+    pub(crate) fn utf8(&mut self, n: usize) -> std::result::Result<String, String> {
         let at = self.pos;
         String::from_utf8(self.take(n, "a string")?.to_vec()).map_err(|_| format!("the string at {at} is not UTF-8"))
     }
     /// int16 length, then UTF-8 (a negative length would be a null string: not allowed here).
-    fn string(&mut self) -> std::result::Result<String, String> {
+    pub(crate) fn string(&mut self) -> std::result::Result<String, String> {
         let at = self.pos;
         let n = self.i16()?;
         let n = usize::try_from(n).map_err(|_| format!("string at {at} has a negative length ({n})"))?;
         self.utf8(n)
     }
     /// An unsigned varint (Kafka's flexible versions: compact lengths, tagged fields).
-    fn uvarint(&mut self) -> std::result::Result<u64, String> {
+    pub(crate) fn uvarint(&mut self) -> std::result::Result<u64, String> {
         let at = self.pos;
         let (mut value, mut shift) = (0u64, 0);
         loop {
@@ -121,7 +122,7 @@ impl<'a> Reader<'a> {
         }
     }
     /// Length + 1 as an unsigned varint (0 would be null: not allowed here), then UTF-8.
-    fn compact_string(&mut self) -> std::result::Result<String, String> {
+    pub(crate) fn compact_string(&mut self) -> std::result::Result<String, String> {
         let at = self.pos;
         let n = self.uvarint()?;
         let n = n.checked_sub(1).ok_or_else(|| format!("compact string at {at} is null"))?;

@@ -67,18 +67,31 @@ impl BatchMetadata {
     }
 }
 
-/// Kafka's `ProducerStateEntry` (without transactions: coordinator epoch and open transaction
-/// are written to snapshots as "none").
+/// Kafka's `ProducerStateEntry`, with its transaction fields: the coordinator epoch of the
+/// producer's last marker and the first offset of its open transaction (`currentTxnFirstOffset`,
+/// what the last stable offset is computed from), both written to snapshots as Kafka does.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Entry {
     epoch: i16,
     batches: VecDeque<BatchMetadata>,
     last_timestamp: i64,
+    coordinator_epoch: i32,
+    current_txn_first_offset: Option<i64>,
 }
 
 impl Entry {
     fn empty() -> Entry {
-        Entry { epoch: NO_EPOCH, batches: VecDeque::new(), last_timestamp: -1 }
+        Entry::at_epoch(NO_EPOCH)
+    }
+
+    fn at_epoch(epoch: i16) -> Entry {
+        Entry {
+            epoch,
+            batches: VecDeque::new(),
+            last_timestamp: -1,
+            coordinator_epoch: -1,
+            current_txn_first_offset: None,
+        }
     }
 
     fn last_seq(&self) -> i32 {
@@ -170,12 +183,63 @@ impl ProducerState {
         }
         let entry = self.producers.entry(h.producer_id).or_insert_with(Entry::empty);
         if h.is_control() {
+            // `appendEndTxnMarker`: the marker ends the producer's open transaction.
             if h.producer_epoch >= entry.epoch {
                 entry.set_epoch(h.producer_epoch);
             }
+            entry.current_txn_first_offset = None;
+            entry.last_timestamp = h.max_timestamp;
             return;
         }
+        if h.is_transactional() && entry.current_txn_first_offset.is_none() {
+            entry.current_txn_first_offset = Some(h.base_offset);
+        }
         entry.add(h.producer_epoch, BatchMetadata::of(h));
+    }
+
+    /// The first offset of `producer_id`'s open transaction in this partition (no marker yet).
+    pub fn open_txn_first_offset(&self, producer_id: i64) -> Option<i64> {
+        self.producers.get(&producer_id)?.current_txn_first_offset
+    }
+
+    /// The first offset of the earliest open transaction of a producer other than
+    /// `except`: the last stable offset right after `except`'s marker, where there is one
+    /// (`ProducerStateManager.lastStableOffset(completedTxn)`).
+    pub fn first_open_txn_except(&self, except: i64) -> Option<i64> {
+        self.producers.iter().filter(|(&id, _)| id != except).filter_map(|(_, e)| e.current_txn_first_offset).min()
+    }
+
+    /// The baseSequence of the next batch of a transactional producer at `epoch` that appends
+    /// under the partition's append lock (so nothing can come between the check and the
+    /// append): the sequence after its last batch at that epoch, or 0 for a new epoch. An epoch
+    /// older than the partition's for this producer is refused (a newer instance, or the
+    /// coordinator's marker after a fence, bumped it).
+    pub fn next_sequence(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        topic_partition: &str,
+    ) -> std::result::Result<i32, Refusal> {
+        let Some(entry) = self.producers.get(&producer_id) else { return Ok(0) };
+        if epoch < entry.epoch {
+            return Err(Refusal::InvalidProducerEpoch(format!(
+                "epoch {epoch} of producer {producer_id} is older than its current epoch {} in {topic_partition}: \
+                 a newer instance of this transactional producer took over (or its transaction was aborted)",
+                entry.epoch
+            )));
+        }
+        if epoch > entry.epoch {
+            return Ok(0);
+        }
+        Ok(match entry.last_seq() {
+            NO_SEQUENCE => 0,
+            last => increment_sequence(last, 1),
+        })
+    }
+
+    /// The epoch this partition knows for `producer_id`, if any.
+    pub fn epoch_of(&self, producer_id: i64) -> Option<i16> {
+        self.producers.get(&producer_id).map(|e| e.epoch)
     }
 
     /// Kafka's checks (`UnifiedLog.analyzeAndValidateProducerState`, `ProducerAppendInfo`)
@@ -194,11 +258,7 @@ impl ProducerState {
                 return Verdict::Duplicate(duplicate);
             }
             let current_epoch = current.map_or(NO_EPOCH, |e| e.epoch);
-            let entry = updated.entry(h.producer_id).or_insert_with(|| Entry {
-                epoch: current_epoch,
-                batches: VecDeque::new(),
-                last_timestamp: -1,
-            });
+            let entry = updated.entry(h.producer_id).or_insert_with(|| Entry::at_epoch(current_epoch));
             let pid = h.producer_id;
             if h.producer_epoch < entry.epoch {
                 return Verdict::Refused(Refusal::InvalidProducerEpoch(format!(
@@ -244,7 +304,11 @@ impl ProducerState {
     /// Forget producers whose last batch is older than `PRODUCER_ID_EXPIRATION_MS`
     /// (`removeExpiredProducers`).
     pub fn expire(&mut self, now_ms: i64) {
-        self.producers.retain(|_, e| now_ms - e.last_timestamp < PRODUCER_ID_EXPIRATION_MS);
+        // A producer with an open transaction is kept (`isProducerExpired`): its first offset
+        // holds the last stable offset back.
+        self.producers.retain(|_, e| {
+            e.current_txn_first_offset.is_some() || now_ms - e.last_timestamp < PRODUCER_ID_EXPIRATION_MS
+        });
     }
 
     /// The snapshot file's bytes, Kafka's layout: version 1, CRC-32C of what follows the
@@ -265,8 +329,8 @@ impl ProducerState {
             out.extend_from_slice(&last.map_or(-1i64, |b| b.last_offset).to_be_bytes());
             out.extend_from_slice(&last.map_or(0i32, |b| b.offset_delta).to_be_bytes());
             out.extend_from_slice(&e.last_timestamp.to_be_bytes());
-            out.extend_from_slice(&(-1i32).to_be_bytes()); // coordinatorEpoch: no transactions
-            out.extend_from_slice(&(-1i64).to_be_bytes()); // currentTxnFirstOffset: none
+            out.extend_from_slice(&e.coordinator_epoch.to_be_bytes());
+            out.extend_from_slice(&e.current_txn_first_offset.unwrap_or(-1).to_be_bytes());
         }
         let crc = crc32c(&out[SNAPSHOT_CRC_START..]);
         out[2..6].copy_from_slice(&crc.to_be_bytes());
@@ -303,7 +367,10 @@ impl ProducerState {
                 offset_delta: i32_at(22),
                 timestamp: i64_at(26),
             };
-            let mut entry = Entry { epoch, batches: VecDeque::new(), last_timestamp: batch.timestamp };
+            let mut entry = Entry::at_epoch(epoch);
+            entry.last_timestamp = batch.timestamp;
+            entry.coordinator_epoch = i32_at(34);
+            entry.current_txn_first_offset = Some(i64_at(38)).filter(|&o| o >= 0);
             if batch.last_offset >= 0 && batch.last_seq >= 0 {
                 entry.batches.push_back(batch);
             }
@@ -487,6 +554,35 @@ mod tests {
             }
         }
         let _ = ProducerState::decode_snapshot(&s.encode_snapshot(), 0).unwrap();
+    }
+
+    #[test]
+    fn an_open_transaction_is_tracked_snapshotted_and_never_expired() {
+        let mut s = ProducerState::empty(0);
+        let mut t = batch(8, 3, 0, 10, 2);
+        t.attributes = crate::record::header::ATTR_TRANSACTIONAL;
+        s.apply(&t);
+        s.apply(&batch(9, 0, 0, 12, 1));
+        let mut t2 = batch(8, 3, 2, 13, 1);
+        t2.attributes = crate::record::header::ATTR_TRANSACTIONAL;
+        s.apply(&t2);
+        assert_eq!(s.open_txn_first_offset(8), Some(10), "the first transactional batch opens it");
+        assert_eq!(s.first_open_txn_except(9), Some(10));
+        assert_eq!(s.next_sequence(8, 3, "t-0"), Ok(3));
+        assert_eq!(s.next_sequence(8, 4, "t-0"), Ok(0), "a new epoch starts at 0");
+        assert!(matches!(s.next_sequence(8, 2, "t-0"), Err(Refusal::InvalidProducerEpoch(_))));
+        // Kafka's snapshot layout keeps currentTxnFirstOffset: a broker reading it agrees on the LSO.
+        let back = ProducerState::decode_snapshot(&s.encode_snapshot(), 14).unwrap();
+        assert_eq!(back.open_txn_first_offset(8), Some(10));
+        s.expire(1000 + PRODUCER_ID_EXPIRATION_MS * 2);
+        assert_eq!(s.open_txn_first_offset(8), Some(10), "a producer with an open transaction is kept");
+        // Its marker (a control batch at a newer epoch) closes it and bumps the epoch.
+        let mut marker = batch(8, 4, -1, 14, 1);
+        marker.attributes = crate::record::header::ATTR_TRANSACTIONAL | crate::record::header::ATTR_CONTROL;
+        s.apply(&marker);
+        assert_eq!(s.open_txn_first_offset(8), None);
+        assert_eq!(s.epoch_of(8), Some(4));
+        assert!(matches!(s.next_sequence(8, 3, "t-0"), Err(Refusal::InvalidProducerEpoch(_))));
     }
 
     #[test]

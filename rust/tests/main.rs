@@ -7,5 +7,6 @@ mod locks;
 mod log;
 mod producers;
 mod server;
+mod transactions;
 mod txn;
 mod vectors;

@@ -304,7 +304,8 @@ impl Log {
         BatchBuilder::with_buffer(buf, self.config.compression, self.log_append_time())
     }
 
-    fn append_built(&mut self, mut builder: BatchBuilder) -> Result<()> {
+    pub(super) fn append_built(&mut self, mut builder: BatchBuilder) -> Result<()> {
+        self.stamp_transactional(&mut builder)?;
         self.last_log_append_time = self.log_append_time();
         if let Some(now) = self.last_log_append_time {
             builder.stamp_log_append_time(now);
@@ -499,7 +500,7 @@ impl Log {
         Ok(())
     }
 
-    fn after_append(&mut self, records: u64) -> Result<()> {
+    pub(super) fn after_append(&mut self, records: u64) -> Result<()> {
         self.unflushed_messages += records;
         let due = match self.config.flush {
             FlushPolicy::Os => false,

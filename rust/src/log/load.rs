@@ -72,6 +72,7 @@ impl Log {
             _prealloc_budget: None,
             snapshots_swept_to: i64::MIN,
             producers: None,
+            transactional: None,
         };
         if log.lock.is_some() {
             log._prealloc_budget =

@@ -11,9 +11,11 @@ mod follow;
 mod generation;
 mod load;
 mod producers;
+mod transactional;
 
 pub use append::DirDurable;
 pub use producers::Produced;
+pub use transactional::MarkerWritten;
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -92,6 +94,10 @@ pub struct Log {
     snapshots_swept_to: i64,
     /// Kafka's producer state, once something needed it (`producers.rs`).
     producers: Option<crate::producer_state::ProducerState>,
+    /// The transactional producer (id, epoch) this writer appends for, if any: every batch it
+    /// builds is stamped with it and its next sequence and marked transactional
+    /// (`transactional.rs`).
+    transactional: Option<(i64, i16)>,
 }
 
 /// (device, inode) of a directory.

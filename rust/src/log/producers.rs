@@ -57,7 +57,7 @@ impl Log {
         Ok(self.producers.as_ref().expect("loaded just above"))
     }
 
-    fn partition_name(&self) -> String {
+    pub(super) fn partition_name(&self) -> String {
         self.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
     }
 

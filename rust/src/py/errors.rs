@@ -10,7 +10,7 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 
-use crate::error::Error;
+use crate::error::{Error, TxnErrorKind};
 use crate::producer_state::Refusal;
 
 pyo3::import_exception!(kafkalite.errors, CorruptRecordError);
@@ -27,6 +27,12 @@ pyo3::import_exception!(kafkalite.errors, CorruptMetadataError);
 pyo3::import_exception!(kafkalite.errors, InvalidTopicError);
 pyo3::import_exception!(kafkalite.errors, OutOfOrderSequenceNumberError);
 pyo3::import_exception!(kafkalite.errors, InvalidProducerEpochError);
+pyo3::import_exception!(kafkalite.errors, ProducerFencedError);
+pyo3::import_exception!(kafkalite.errors, InvalidTxnStateError);
+pyo3::import_exception!(kafkalite.errors, InvalidProducerIdMappingError);
+pyo3::import_exception!(kafkalite.errors, InvalidTransactionTimeoutError);
+pyo3::import_exception!(kafkalite.errors, ConcurrentTransactionsError);
+pyo3::import_exception!(kafkalite.errors, TransactionalIdNotFoundError);
 // Raised by the binding itself (a Python value of a type no config takes), not mapped from `Error`.
 pyo3::import_exception!(kafkalite.errors, InvalidTypeError);
 pyo3::import_exception!(kafkalite.errors, IllegalStateError);
@@ -48,6 +54,15 @@ fn to_pyerr(py: Python<'_>, e: Error) -> PyErr {
         Error::CorruptMetadata(_) => CorruptMetadataError::new_err(msg),
         Error::InvalidTopic(_) => InvalidTopicError::new_err(msg),
         Error::Io { context, path, source } => io_error(py, &context, path, &source),
+        Error::Transaction { kind, .. } => match kind {
+            TxnErrorKind::ProducerFenced => ProducerFencedError::new_err(msg),
+            TxnErrorKind::InvalidProducerEpoch => InvalidProducerEpochError::new_err(msg),
+            TxnErrorKind::InvalidTxnState => InvalidTxnStateError::new_err(msg),
+            TxnErrorKind::InvalidProducerIdMapping => InvalidProducerIdMappingError::new_err(msg),
+            TxnErrorKind::InvalidTransactionTimeout => InvalidTransactionTimeoutError::new_err(msg),
+            TxnErrorKind::ConcurrentTransactions => ConcurrentTransactionsError::new_err(msg),
+            TxnErrorKind::TransactionalIdNotFound => TransactionalIdNotFoundError::new_err(msg),
+        },
     }
 }
 

@@ -119,6 +119,9 @@ pub struct BatchBuilder {
     compression: Compression,
     log_append_time: Option<i64>,
     producer: ProducerStamp,
+    /// Extra attribute bits: `ATTR_TRANSACTIONAL` (a transactional producer's batch) and
+    /// `ATTR_CONTROL` (a transaction marker), set by `set_transactional` / `set_control`.
+    flags: i16,
 }
 
 impl BatchBuilder {
@@ -140,7 +143,18 @@ impl BatchBuilder {
             compression,
             log_append_time,
             producer: ProducerStamp::NONE,
+            flags: 0,
         }
+    }
+
+    /// Mark the batch as a transactional producer's (attribute bit 4).
+    pub fn set_transactional(&mut self) {
+        self.flags |= crate::record::header::ATTR_TRANSACTIONAL;
+    }
+
+    /// Mark the batch as a control batch (a transaction marker: bits 4 and 5).
+    pub fn set_control(&mut self) {
+        self.flags |= crate::record::header::ATTR_TRANSACTIONAL | crate::record::header::ATTR_CONTROL;
     }
 
     /// Number of records so far.
@@ -215,7 +229,7 @@ impl BatchBuilder {
             self.buf.truncate(HEADER_LEN);
             self.buf.extend_from_slice(&compressed);
         }
-        let mut attributes = self.compression as i16;
+        let mut attributes = self.compression as i16 | self.flags;
         if self.log_append_time.is_some() {
             attributes |= ATTR_TIMESTAMP_LOG_APPEND;
         }

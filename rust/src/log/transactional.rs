@@ -1,0 +1,136 @@
+//! A partition's side of transactions (Kafka's `UnifiedLog` with its `ProducerStateManager`):
+//! a transactional producer's batches, stamped with its id, epoch and next sequence under the
+//! append lock and refused when a newer epoch took over; and the coordinator's markers
+//! (`appendEndTxnMarker`), which end the producer's open transaction, carry (and so bump) its
+//! epoch, and for an ABORT add an entry to the segment's `.txnindex` as a broker does.
+
+use std::io::Write;
+
+use crate::error::{Error, IoContext, Result, TxnErrorKind};
+use crate::files::{segment_path, TXN_INDEX_SUFFIX};
+use crate::producer_state::Refusal;
+use crate::record::header::NO_SEQUENCE;
+use crate::record::{BatchBuilder, Compression, ProducerStamp, RecordInput};
+use crate::txn::{AbortedTxn, TXN_INDEX_ENTRY_SIZE};
+
+use super::Log;
+
+/// Control record types (Kafka's `ControlRecordType`).
+const ABORT: i16 = 0;
+const COMMIT: i16 = 1;
+
+/// A marker this writer appended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MarkerWritten {
+    /// The marker's offset.
+    pub offset: i64,
+    /// For an ABORT that ended an open transaction: the aborted range, as `.txnindex` holds it.
+    pub aborted: Option<AbortedTxn>,
+}
+
+/// The key and value of a marker's one record: ControlRecordKey (version 0, type) and
+/// EndTransactionMarker (version 0, coordinator epoch).
+fn marker_record(commit: bool, coordinator_epoch: i32) -> ([u8; 4], [u8; 6]) {
+    let kind = if commit { COMMIT } else { ABORT };
+    let mut key = [0u8; 4];
+    key[2..].copy_from_slice(&kind.to_be_bytes());
+    let mut value = [0u8; 6];
+    value[2..].copy_from_slice(&coordinator_epoch.to_be_bytes());
+    (key, value)
+}
+
+impl Log {
+    /// Make this writer a transactional producer's: every batch it appends from now on
+    /// carries `(producer_id, epoch)`, the producer's next sequence in this partition and
+    /// attribute bit 4; an append is refused with PRODUCER_FENCED when the partition knows a
+    /// newer epoch for the producer. `None` makes its appends plain again.
+    pub fn set_transactional_producer(&mut self, producer: Option<(i64, i16)>) {
+        self.transactional = producer;
+    }
+
+    /// The transactional producer this writer appends for.
+    pub fn transactional_producer(&self) -> Option<(i64, i16)> {
+        self.transactional
+    }
+
+    /// Stamp a batch about to be appended (append lock held) when this writer is a
+    /// transactional producer's.
+    pub(super) fn stamp_transactional(&mut self, builder: &mut BatchBuilder) -> Result<()> {
+        let Some((producer_id, epoch)) = self.transactional else { return Ok(()) };
+        let name = self.partition_name();
+        let sequence = match self.producers_caught_up()?.next_sequence(producer_id, epoch, &name) {
+            Ok(sequence) => sequence,
+            Err(Refusal::InvalidProducerEpoch(m) | Refusal::OutOfOrderSequence(m)) => {
+                return Err(Error::txn(TxnErrorKind::ProducerFenced, m))
+            }
+        };
+        builder.set_producer(ProducerStamp { producer_id, producer_epoch: epoch, base_sequence: sequence });
+        builder.set_transactional();
+        Ok(())
+    }
+
+    /// Kafka's `appendEndTxnMarker`: a COMMIT or ABORT control batch of `producer_id` at
+    /// `epoch`, durable (under flush="always") when this returns. `Ok(None)`, writing nothing,
+    /// when the partition already holds this producer's marker for this epoch (no transaction
+    /// open, same epoch: a coordinator completing after a crash) or knows a newer epoch (the
+    /// transaction was ended by a newer instance). An ABORT that ends an open transaction adds
+    /// its entry to the `.txnindex` of the marker's segment once the marker is durable.
+    pub fn append_txn_marker(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        coordinator_epoch: i32,
+        now_ms: i64,
+    ) -> Result<Option<MarkerWritten>> {
+        self.check_writable()?;
+        let written = self.as_writer(|log| {
+            let state = log.producers_caught_up()?;
+            let known = state.epoch_of(producer_id);
+            let open_first = state.open_txn_first_offset(producer_id);
+            if known.is_some_and(|e| e > epoch) || (known == Some(epoch) && open_first.is_none()) {
+                return Ok(None);
+            }
+            let others = state.first_open_txn_except(producer_id);
+            let (key, value) = marker_record(commit, coordinator_epoch);
+            let mut builder = BatchBuilder::new(Compression::None, None, 64);
+            builder.push(&RecordInput { key: Some(&key), value: Some(&value), headers: &[], timestamp: now_ms });
+            builder.set_producer(ProducerStamp { producer_id, producer_epoch: epoch, base_sequence: NO_SEQUENCE });
+            builder.set_control();
+            let saved = log.transactional.take();
+            let appended = log.append_built(builder);
+            log.transactional = saved;
+            appended?;
+            log.after_append(1)?;
+            let offset = log.end_offset() - 1;
+            let segment = log.segments.last().map_or(offset, |s| s.base_offset);
+            let aborted = open_first.filter(|_| !commit).map(|first| AbortedTxn {
+                producer_id,
+                first_offset: first,
+                last_offset: offset,
+                last_stable_offset: others.unwrap_or(offset + 1),
+            });
+            Ok(Some((MarkerWritten { offset, aborted }, segment)))
+        })?;
+        let Some((marker, segment)) = written else { return Ok(None) };
+        if let Some(aborted) = marker.aborted {
+            self.append_txn_index(segment, &aborted)?;
+        }
+        Ok(Some(marker))
+    }
+
+    /// One 34-byte entry at the end of `<segment>.txnindex`, synced.
+    fn append_txn_index(&self, segment: i64, txn: &AbortedTxn) -> Result<()> {
+        let path = segment_path(&self.dir, segment, TXN_INDEX_SUFFIX);
+        let mut entry = Vec::with_capacity(TXN_INDEX_ENTRY_SIZE);
+        entry.extend_from_slice(&0i16.to_be_bytes());
+        for v in [txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset] {
+            entry.extend_from_slice(&v.to_be_bytes());
+        }
+        let mut file =
+            crate::nofollow::open(crate::nofollow::options().append(true).create(true), &path, "transaction index")?;
+        file.write_all(&entry)
+            .and_then(|()| file.sync_data())
+            .context_at(&path, || format!("cannot append to {}", path.display()))
+    }
+}

@@ -1,0 +1,535 @@
+//! Kafka's transaction coordinator over one data directory (KIP-98, KIP-360, KIP-447), for the
+//! embedded transactional producer (`py/transactions.rs`) and `kafkalite serve`'s
+//! transaction APIs alike. There is no coordinator process: each operation on a transactional
+//! id runs under that id's flock (`lock.rs`, bounded waits), reads the id's current metadata
+//! from `__transaction_state` (`store.rs`: cached, only what was appended since is read), and
+//! appends every state change there durably, in Kafka's record format (`state_log.rs`), before
+//! its next step.
+//!
+//! Ending a transaction is two-phase, as Kafka's: PrepareCommit / PrepareAbort is recorded,
+//! then a COMMIT / ABORT marker (a control batch carrying the producer's epoch) goes to every
+//! partition of the transaction (`Log::append_txn_marker`: durable, skipped where the
+//! partition already holds it, `.txnindex` entry for an abort), then CompleteCommit /
+//! CompleteAbort is recorded. A process killed at any step leaves a state that whoever next
+//! touches the id completes: every operation first finishes a Prepare* state it finds and
+//! aborts an Ongoing transaction past its timeout (bumping the epoch, which fences the
+//! producer that let it expire); `abort_expired_and_complete_pending` does the same for every
+//! id whose lock is free. InitProducerId aborts any open transaction of the id and bumps the
+//! epoch: the older producer's next coordinator call fails with PRODUCER_FENCED and its next
+//! append with PRODUCER_FENCED (the markers bumped the partitions' epoch for it).
+//!
+//! Files: `metadata.rs` (TransactionMetadata, TransactionState), `state_log.rs` (the
+//! `__transaction_state` codec), `store.rs` (reading and appending it), `lock.rs` (per-id
+//! locks). Markers are written by the partition (`log/transactional.rs`).
+//!
+//! Transaction version: the coordinator follows Kafka's transaction version 1 semantics (the
+//! epoch is bumped by InitProducerId and by fencing, not at every EndTxn); the markers carry
+//! the producer's epoch. Coordinator epoch (in every marker) is 0: there is one coordinator.
+//!
+//! The public API (stable; added to, never renamed):
+//! `Coordinator::open(data_dir)`, `with_lock_wait(Duration)`, `init_producer_id`,
+//! `add_partitions`, `add_offsets`, `txn_offset_commit`, `end_txn`, `describe`, `list`,
+//! `abort_expired_and_complete_pending`; errors are `Error::Transaction { kind, .. }` with
+//! `TxnErrorKind::code()` Kafka's code, plus the engine's usual errors.
+
+pub mod lock;
+pub mod metadata;
+pub mod state_log;
+mod store;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::datadir::{log_config, DataDir};
+use crate::error::{Error, Result, TxnErrorKind};
+use crate::log::Log;
+use crate::offsets_codec::{encode_key as offset_key, encode_value as offset_value, offsets_partition, OFFSETS_TOPIC};
+use crate::producer_ids::ProducerIds;
+use crate::record::RecordInput;
+use crate::sync::lock_log;
+
+pub use metadata::{TransactionMetadata, TransactionState};
+pub use state_log::{state_partition, TRANSACTION_STATE_PARTITIONS, TRANSACTION_STATE_TOPIC};
+
+/// Kafka's transaction.max.timeout.ms default: the longest transaction.timeout.ms accepted.
+pub const MAX_TRANSACTION_TIMEOUT_MS: i32 = 900_000;
+/// How long an operation waits for another holder of the id's lock (and the partitions'
+/// append locks) before CONCURRENT_TRANSACTIONS.
+pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(5);
+/// The coordinator epoch written in markers (Kafka: the `__transaction_state` partition's
+/// leader epoch; one coordinator here).
+pub const COORDINATOR_EPOCH: i32 = 0;
+/// Kafka's segment.bytes for `__transaction_state` (transaction.state.log.segment.bytes).
+const STATE_SEGMENT_BYTES: &str = "104857600";
+
+/// A partition log the coordinator writes to.
+type SharedLog = Arc<Mutex<Log>>;
+
+/// The coordinator of one data directory; cheap to open, safe to share between threads.
+pub struct Coordinator {
+    dir: DataDir,
+    lock_wait: Duration,
+    logs: Mutex<HashMap<(String, i32), SharedLog>>,
+    store: store::StateStore,
+    producer_ids: Mutex<ProducerIds>,
+}
+
+fn fail_point(name: &'static str) -> Result<()> {
+    crate::failpoint::hit(name).map_err(|e| Error::io(format!("transaction coordinator step {name}"), e))
+}
+
+/// `epoch + 1`, or `epoch` when exhausted (Kafka fences at the same epoch then).
+fn bumped(epoch: i16) -> i16 {
+    epoch.saturating_add(1)
+}
+
+fn lock_map<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Coordinator {
+    pub fn open(data_dir: &Path) -> Result<Coordinator> {
+        let dir = DataDir::new(data_dir)?;
+        let producer_ids = Mutex::new(ProducerIds::new(dir.path()));
+        Ok(Coordinator {
+            dir,
+            lock_wait: DEFAULT_LOCK_WAIT,
+            logs: Mutex::new(HashMap::new()),
+            store: store::StateStore::default(),
+            producer_ids,
+        })
+    }
+
+    /// Bound waits for the id's lock and for partitions' append locks at `wait` (default
+    /// `DEFAULT_LOCK_WAIT`).
+    pub fn with_lock_wait(mut self, wait: Duration) -> Coordinator {
+        self.lock_wait = wait;
+        self
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The open log of a partition, opened as a shared writer with flush="always" (a marker or
+    /// record is durable when its append returns); None when the topic or partition does not
+    /// exist.
+    fn partition(&self, topic: &str, partition: i32) -> Result<Option<SharedLog>> {
+        let key = (topic.to_string(), partition);
+        if let Some(log) = lock_map(&self.logs).get(&key) {
+            return Ok(Some(Arc::clone(log)));
+        }
+        let topics = self.dir.topics()?;
+        let Some(meta) = topics.get(topic) else { return Ok(None) };
+        if partition < 0 || partition >= meta.partitions {
+            return Ok(None);
+        }
+        let mut config = log_config(&self.dir.dir_config()?, meta)?;
+        config.readonly = false;
+        config.shared_writers = true;
+        config.flush = crate::options::FlushPolicy::Always;
+        config.lock_timeout = Some(self.lock_wait);
+        let log = Log::open(self.dir.partition_path(topic, partition), config)?;
+        let log = Arc::clone(lock_map(&self.logs).entry(key).or_insert_with(|| Arc::new(Mutex::new(log))));
+        Ok(Some(log))
+    }
+
+    /// Drop a cached log after an error reopening may cure (its topic deleted and re-created).
+    fn forget(&self, topic: &str, partition: i32) {
+        lock_map(&self.logs).remove(&(topic.to_string(), partition));
+    }
+
+    fn ensure_topic(&self, topic: &str, partitions: i32) -> Result<()> {
+        if self.dir.topics()?.contains_key(topic) {
+            return Ok(());
+        }
+        let config = BTreeMap::from([
+            ("cleanup.policy".to_string(), "compact".to_string()),
+            ("segment.bytes".to_string(), STATE_SEGMENT_BYTES.to_string()),
+        ]);
+        self.dir.create_topic(topic, partitions, &config)?;
+        Ok(())
+    }
+
+    fn state_log(&self, transactional_id: &str, create: bool) -> Result<Option<SharedLog>> {
+        if create {
+            self.ensure_topic(TRANSACTION_STATE_TOPIC, TRANSACTION_STATE_PARTITIONS)?;
+        }
+        self.partition(TRANSACTION_STATE_TOPIC, state_partition(transactional_id))
+    }
+
+    /// The id's metadata as `__transaction_state` holds it now.
+    fn load(&self, transactional_id: &str) -> Result<Option<TransactionMetadata>> {
+        let Some(log) = self.state_log(transactional_id, false)? else { return Ok(None) };
+        let partition = state_partition(transactional_id);
+        self.store.load(&log, partition, transactional_id)
+    }
+
+    /// Append the id's new metadata durably, with fail points before and after.
+    fn write(&self, m: &TransactionMetadata, step: (&'static str, &'static str)) -> Result<()> {
+        let log = self.state_log(&m.transactional_id, true)?.ok_or_else(|| {
+            Error::UnknownTopicOrPartition(format!(
+                "{TRANSACTION_STATE_TOPIC}-{}",
+                state_partition(&m.transactional_id)
+            ))
+        })?;
+        fail_point(step.0)?;
+        self.store.append(&log, state_partition(&m.transactional_id), m)?;
+        fail_point(step.1)
+    }
+
+    fn check_timeout(timeout_ms: i32) -> Result<()> {
+        if !(1..=MAX_TRANSACTION_TIMEOUT_MS).contains(&timeout_ms) {
+            return Err(Error::txn(
+                TxnErrorKind::InvalidTransactionTimeout,
+                format!(
+                    "transaction_timeout_ms must be between 1 and {MAX_TRANSACTION_TIMEOUT_MS} \
+                     (transaction.max.timeout.ms), got {timeout_ms}"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn lock(&self, transactional_id: &str) -> Result<lock::TxnLock> {
+        if transactional_id.is_empty() {
+            return Err(Error::config("transactional_id must not be empty"));
+        }
+        lock::lock(self.dir.path(), transactional_id, self.lock_wait)
+    }
+
+    /// The id's metadata with what a crash or a timeout left settled: a Prepare* state
+    /// completed, an Ongoing transaction past its timeout (or any, with `abort_ongoing`)
+    /// aborted with the epoch bumped. Call under the id's lock.
+    fn settle(&self, m: TransactionMetadata, abort_ongoing: bool, now_ms: i64) -> Result<TransactionMetadata> {
+        match m.state {
+            TransactionState::PrepareCommit | TransactionState::PrepareAbort => self.complete(m, now_ms),
+            TransactionState::Ongoing | TransactionState::PrepareEpochFence
+                if abort_ongoing || m.expired(now_ms) || m.state == TransactionState::PrepareEpochFence =>
+            {
+                let epoch = bumped(m.producer_epoch);
+                if m.expired(now_ms) {
+                    ::log::warn!(
+                        target: crate::LOG_TARGET,
+                        "aborting the transaction of {:?} (producer id {}): open for longer than its \
+                         transaction.timeout.ms ({} ms); its producer is fenced",
+                        m.transactional_id,
+                        m.producer_id,
+                        m.timeout_ms
+                    );
+                }
+                self.end(m, false, epoch, now_ms)
+            }
+            _ => Ok(m),
+        }
+    }
+
+    /// Two-phase end: Prepare* (at `epoch`) recorded, then the markers, then Complete*.
+    fn end(&self, mut m: TransactionMetadata, commit: bool, epoch: i16, now_ms: i64) -> Result<TransactionMetadata> {
+        m.state = if commit { TransactionState::PrepareCommit } else { TransactionState::PrepareAbort };
+        m.producer_epoch = epoch;
+        m.last_update_ms = now_ms;
+        self.write(&m, ("txn.prepare.before_record", "txn.prepare.after_record"))?;
+        self.complete(m, now_ms)
+    }
+
+    /// From a Prepare* state: the markers to every partition, then Complete*.
+    fn complete(&self, mut m: TransactionMetadata, now_ms: i64) -> Result<TransactionMetadata> {
+        let commit = m.state == TransactionState::PrepareCommit;
+        for (topic, partition) in &m.partitions {
+            fail_point("txn.marker.before")?;
+            self.write_marker(topic, *partition, m.producer_id, m.producer_epoch, commit, now_ms)?;
+            fail_point("txn.marker.after")?;
+        }
+        m.state = if commit { TransactionState::CompleteCommit } else { TransactionState::CompleteAbort };
+        m.partitions.clear();
+        m.last_update_ms = now_ms;
+        self.write(&m, ("txn.complete.before_record", "txn.complete.after_record"))?;
+        Ok(m)
+    }
+
+    fn write_marker(&self, topic: &str, partition: i32, pid: i64, epoch: i16, commit: bool, now: i64) -> Result<()> {
+        let Some(log) = self.partition(topic, partition)? else {
+            ::log::warn!(
+                target: crate::LOG_TARGET,
+                "no marker for {topic}-{partition}: the partition no longer exists (its topic was deleted)"
+            );
+            return Ok(());
+        };
+        let written = lock_log(&log, || format!("{topic}-{partition}"))?.append_txn_marker(
+            pid,
+            epoch,
+            commit,
+            COORDINATOR_EPOCH,
+            now,
+        );
+        match written {
+            Ok(_) => Ok(()),
+            Err(
+                e @ (Error::UnknownTopicOrPartition(_) | Error::Poisoned(_) | Error::LogPoisoned(_) | Error::Closed(_)),
+            ) => {
+                self.forget(topic, partition);
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// KIP-98/KIP-360 InitProducerId: a new transactional id gets a new producer id at epoch
+    /// 0; a known one keeps its producer id at epoch + 1 (fencing the older producer), after
+    /// its open transaction (if any) is aborted with markers written; an exhausted epoch gets
+    /// a new producer id. `expected`: the (id, epoch) the client already has (KIP-360), which
+    /// must be the id's current one, else PRODUCER_FENCED.
+    pub fn init_producer_id(
+        &self,
+        transactional_id: &str,
+        txn_timeout_ms: i32,
+        expected: Option<(i64, i16)>,
+        now_ms: i64,
+    ) -> Result<(i64, i16)> {
+        Self::check_timeout(txn_timeout_ms)?;
+        let expected = expected.filter(|&(pid, epoch)| pid >= 0 || epoch >= 0);
+        let _lock = self.lock(transactional_id)?;
+        let current = self.load(transactional_id)?.filter(|m| m.state != TransactionState::Dead);
+        let mut m = match current {
+            None => {
+                let pid = lock_map(&self.producer_ids).allocate()?;
+                TransactionMetadata::new(transactional_id, pid, txn_timeout_ms, now_ms)
+            }
+            Some(m) => {
+                if let Some((pid, epoch)) = expected {
+                    if (pid, epoch) != (m.producer_id, m.producer_epoch) {
+                        return Err(fenced(&m, pid, epoch));
+                    }
+                }
+                let mut m = self.settle(m, true, now_ms)?;
+                if m.producer_epoch >= i16::MAX - 1 {
+                    m.producer_id = lock_map(&self.producer_ids).allocate()?;
+                    m.producer_epoch = 0;
+                } else {
+                    m.producer_epoch += 1;
+                }
+                m
+            }
+        };
+        m.state = TransactionState::Empty;
+        m.partitions.clear();
+        m.timeout_ms = txn_timeout_ms;
+        m.last_update_ms = now_ms;
+        m.start_ms = -1;
+        self.write(&m, ("txn.init.before_record", "txn.init.after_record"))?;
+        Ok((m.producer_id, m.producer_epoch))
+    }
+
+    /// The id's metadata, settled, checked against the caller's producer id and epoch.
+    fn current(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        now_ms: i64,
+    ) -> Result<TransactionMetadata> {
+        let m = self.load(transactional_id)?.filter(|m| m.state != TransactionState::Dead).ok_or_else(|| {
+            Error::txn(
+                TxnErrorKind::InvalidProducerIdMapping,
+                format!("transactional id {transactional_id:?} is unknown: call init_transactions() first"),
+            )
+        })?;
+        let m = self.settle(m, false, now_ms)?;
+        if m.producer_id != producer_id {
+            return Err(Error::txn(
+                TxnErrorKind::InvalidProducerIdMapping,
+                format!(
+                    "producer id {producer_id} is not the current producer id ({}) of transactional id {transactional_id:?}",
+                    m.producer_id
+                ),
+            ));
+        }
+        if m.producer_epoch != epoch {
+            return Err(fenced(&m, producer_id, epoch));
+        }
+        Ok(m)
+    }
+
+    /// AddPartitionsToTxn: the partitions join the producer's transaction (starting one).
+    pub fn add_partitions(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        partitions: &[(String, i32)],
+        now_ms: i64,
+    ) -> Result<()> {
+        let _lock = self.lock(transactional_id)?;
+        let mut m = self.current(transactional_id, producer_id, epoch, now_ms)?;
+        let ongoing = m.state == TransactionState::Ongoing;
+        let new: Vec<&(String, i32)> = partitions.iter().filter(|p| !ongoing || !m.partitions.contains(*p)).collect();
+        if new.is_empty() && ongoing {
+            return Ok(());
+        }
+        let topics = self.dir.topics()?;
+        for (topic, partition) in &new {
+            if !topics.get(topic.as_str()).is_some_and(|t| (0..t.partitions).contains(partition)) {
+                return Err(Error::UnknownTopicOrPartition(format!("{topic}-{partition}")));
+            }
+        }
+        if !ongoing {
+            m.partitions.clear();
+            m.start_ms = now_ms;
+        }
+        m.state = TransactionState::Ongoing;
+        m.partitions.extend(new.into_iter().cloned());
+        m.last_update_ms = now_ms;
+        self.write(&m, ("txn.add.before_record", "txn.add.after_record"))
+    }
+
+    /// AddOffsetsToTxn: the group's `__consumer_offsets` partition joins the transaction.
+    pub fn add_offsets(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        group_id: &str,
+        now_ms: i64,
+    ) -> Result<()> {
+        if group_id.is_empty() {
+            return Err(Error::config("group_id must not be empty"));
+        }
+        self.ensure_topic(OFFSETS_TOPIC, crate::offsets_codec::OFFSETS_PARTITIONS)?;
+        let partition = (OFFSETS_TOPIC.to_string(), offsets_partition(group_id));
+        self.add_partitions(transactional_id, producer_id, epoch, &[partition], now_ms)
+    }
+
+    /// TxnOffsetCommit: `offsets` (topic, partition, offset, metadata) appended to
+    /// `__consumer_offsets` as one transactional batch of this producer, durable: committed
+    /// offsets readers see them after the COMMIT marker, never after an ABORT.
+    pub fn txn_offset_commit(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        group_id: &str,
+        offsets: &[(String, i32, i64, Option<String>)],
+        now_ms: i64,
+    ) -> Result<()> {
+        let _lock = self.lock(transactional_id)?;
+        let m = self.current(transactional_id, producer_id, epoch, now_ms)?;
+        let partition = offsets_partition(group_id);
+        if m.state != TransactionState::Ongoing || !m.partitions.contains(&(OFFSETS_TOPIC.to_string(), partition)) {
+            return Err(Error::txn(
+                TxnErrorKind::InvalidTxnState,
+                format!(
+                    "TxnOffsetCommit for group {group_id:?} of transactional id {transactional_id:?}: the group's \
+                     offsets partition was not added to an open transaction (AddOffsetsToTxn first); state {}",
+                    m.state.name()
+                ),
+            ));
+        }
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let encoded: Vec<(Vec<u8>, Vec<u8>)> = offsets
+            .iter()
+            .map(|(t, p, o, meta)| {
+                Ok((offset_key(group_id, t, *p)?, offset_value(*o, meta.as_deref().unwrap_or(""), now_ms)?))
+            })
+            .collect::<Result<_>>()?;
+        let inputs: Vec<RecordInput<'_>> = encoded
+            .iter()
+            .map(|(k, v)| RecordInput { key: Some(k), value: Some(v), headers: &[], timestamp: now_ms })
+            .collect();
+        let log = self
+            .partition(OFFSETS_TOPIC, partition)?
+            .ok_or_else(|| Error::UnknownTopicOrPartition(format!("{OFFSETS_TOPIC}-{partition}")))?;
+        fail_point("txn.offsets.before_append")?;
+        {
+            let mut log = lock_log(&log, || format!("{OFFSETS_TOPIC}-{partition}"))?;
+            log.set_transactional_producer(Some((producer_id, epoch)));
+            let appended = log.append_records(&inputs);
+            log.set_transactional_producer(None);
+            appended?;
+        }
+        fail_point("txn.offsets.after_append")
+    }
+
+    /// EndTxn: commit or abort the producer's transaction (two-phase; see the module comment).
+    /// A retry of an end that completed answers Ok.
+    pub fn end_txn(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        now_ms: i64,
+    ) -> Result<()> {
+        let _lock = self.lock(transactional_id)?;
+        let m = self.current(transactional_id, producer_id, epoch, now_ms)?;
+        let invalid = |m: &TransactionMetadata| {
+            Error::txn(
+                TxnErrorKind::InvalidTxnState,
+                format!(
+                    "cannot {} the transaction of {transactional_id:?}: it is {}",
+                    if commit { "commit" } else { "abort" },
+                    m.state.name()
+                ),
+            )
+        };
+        match (m.state, commit) {
+            (TransactionState::Ongoing, _) => self.end(m, commit, epoch, now_ms).map(drop),
+            (TransactionState::CompleteCommit, true) | (TransactionState::CompleteAbort, false) => Ok(()),
+            _ => Err(invalid(&m)),
+        }
+    }
+
+    /// The id's metadata, as `__transaction_state` holds it (not settled).
+    pub fn describe(&self, transactional_id: &str) -> Result<Option<TransactionMetadata>> {
+        self.load(transactional_id)
+    }
+
+    /// Every transactional id's metadata (ids whose last record is a tombstone are gone).
+    pub fn list(&self) -> Result<Vec<TransactionMetadata>> {
+        if !self.dir.topics()?.contains_key(TRANSACTION_STATE_TOPIC) {
+            return Ok(Vec::new());
+        }
+        let mut all = Vec::new();
+        for partition in 0..TRANSACTION_STATE_PARTITIONS {
+            if let Some(log) = self.partition(TRANSACTION_STATE_TOPIC, partition)? {
+                all.extend(self.store.all(&log, partition)?);
+            }
+        }
+        all.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
+        Ok(all)
+    }
+
+    /// Abort every transaction past its transaction.timeout.ms (bumping the epoch, as Kafka
+    /// does) and complete every one a crash left in PrepareCommit / PrepareAbort, for ids whose
+    /// lock is free now (a held lock means its holder is at work on it). Returns how many.
+    pub fn abort_expired_and_complete_pending(&self, now_ms: i64) -> Result<usize> {
+        let mut acted = 0;
+        for m in self.list()? {
+            if !(m.state.is_prepare() || m.expired(now_ms) || m.state == TransactionState::PrepareEpochFence) {
+                continue;
+            }
+            let Some(_lock) = lock::try_lock(self.dir.path(), &m.transactional_id, Duration::ZERO)? else { continue };
+            let Some(current) = self.load(&m.transactional_id)? else { continue };
+            let before = (current.state, current.producer_epoch);
+            let settled = self.settle(current, false, now_ms)?;
+            acted += usize::from((settled.state, settled.producer_epoch) != before);
+        }
+        Ok(acted)
+    }
+}
+
+fn fenced(m: &TransactionMetadata, producer_id: i64, epoch: i16) -> Error {
+    Error::txn(
+        TxnErrorKind::ProducerFenced,
+        format!(
+            "producer {producer_id} at epoch {epoch} of transactional id {:?} is fenced: the id is now at producer id \
+             {} epoch {} (a newer producer with the same transactional.id started, or its transaction timed out \
+             and was aborted); close this producer",
+            m.transactional_id, m.producer_id, m.producer_epoch
+        ),
+    )
+}
