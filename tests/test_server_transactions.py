@@ -39,7 +39,9 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 PROMPT = 2.0
 
 
-def values(bootstrap: str, topic: str, isolation: str, want: int | None = None, timeout: float = 20.0) -> list[bytes]:
+def values(
+    bootstrap: str, topic: str, isolation: str, want: int | None = None, timeout: float = 20.0
+) -> list[bytes]:
     """Every value of ``topic`` a kafka-python consumer at ``isolation`` reads from the start:
     until ``want`` were read (then one more quiet poll, to catch extras), or ``timeout``."""
     consumer = KafkaConsumer(
@@ -94,8 +96,12 @@ def test_commit_and_abort_are_seen_as_kafka_shows_them_to_each_isolation_level(k
     assert sorted(values(bootstrap, "tx", "read_uncommitted", want=20)) == sorted(committed | aborted)
     # confluent-kafka's read_committed consumer (librdkafka's own aborted-transaction filter).
     consumer = confluent_kafka.Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "ck-read", "isolation.level": "read_committed",
-         "auto.offset.reset": "earliest"}
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "ck-read",
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+        }
     )
     consumer.subscribe(["tx"])
     got: list[bytes] = []
@@ -129,12 +135,16 @@ def test_send_offsets_to_transaction_commits_the_groups_offsets_iff_the_transact
 
     producer.begin_transaction()
     producer.produce("out", b"first", partition=0)
-    producer.send_offsets_to_transaction([TopicPartition("in", 0, 10)], consumer.consumer_group_metadata(), 30)
+    producer.send_offsets_to_transaction(
+        [TopicPartition("in", 0, 10)], consumer.consumer_group_metadata(), 30
+    )
     producer.commit_transaction(30)
     assert committed() == 10
     producer.begin_transaction()
     producer.produce("out", b"second", partition=0)
-    producer.send_offsets_to_transaction([TopicPartition("in", 0, 20)], consumer.consumer_group_metadata(), 30)
+    producer.send_offsets_to_transaction(
+        [TopicPartition("in", 0, 20)], consumer.consumer_group_metadata(), 30
+    )
     # Open: librdkafka's committed() asks with require_stable (KIP-447), is told
     # UNSTABLE_OFFSET_COMMIT, and retries until its timeout rather than read a stale 10.
     with pytest.raises(confluent_kafka.KafkaException, match="Timed out"):
@@ -142,7 +152,9 @@ def test_send_offsets_to_transaction_commits_the_groups_offsets_iff_the_transact
     producer.abort_transaction(30)
     assert committed() == 10
     producer.begin_transaction()
-    producer.send_offsets_to_transaction([TopicPartition("in", 0, 30)], consumer.consumer_group_metadata(), 30)
+    producer.send_offsets_to_transaction(
+        [TopicPartition("in", 0, 30)], consumer.consumer_group_metadata(), 30
+    )
     producer.commit_transaction(30)
     assert committed() == 30
     assert values(bootstrap, "out", "read_committed", want=1) == [b"first"]
@@ -218,7 +230,9 @@ def test_server_killed_between_end_txn_steps_completes_the_decision_after_restar
     bootstrap = f"127.0.0.1:{port}"
     server = serve_on(spawn.module, data, port, "--log-level", "WARNING", env=env)
     n = 30
-    producer = spawn.code(CRASH_PRODUCER, bootstrap, "commit" if commit else "abort", n, stdout=subprocess.PIPE, text=True)
+    producer = spawn.code(
+        CRASH_PRODUCER, bootstrap, "commit" if commit else "abort", n, stdout=subprocess.PIPE, text=True
+    )
     assert producer.stdout is not None and producer.stdout.readline().strip() == "produced"
     assert server.wait(60) == -signal.SIGKILL, "the fail point did not kill the server"
     producer.kill()
@@ -245,7 +259,9 @@ def test_server_killed_between_end_txn_steps_completes_the_decision_after_restar
 
 def init_producer_id_body(transactional_id: str, timeout_ms: int = 60_000) -> bytes:
     """InitProducerId v1 (non-flexible): transactional id, transaction timeout."""
-    return struct.pack(">h", len(transactional_id)) + transactional_id.encode() + struct.pack(">i", timeout_ms)
+    return (
+        struct.pack(">h", len(transactional_id)) + transactional_id.encode() + struct.pack(">i", timeout_ms)
+    )
 
 
 def test_a_stopped_embedded_holder_of_the_transactional_ids_lock_gets_concurrent_transactions_not_a_hang(
@@ -280,18 +296,27 @@ def test_a_stopped_embedded_holder_of_the_transactional_ids_lock_gets_concurrent
     assert error == NONE
 
 
-def test_api_versions_stay_prompt_while_a_transactional_request_waits_for_a_stopped_holder(kafkalite_server, spawn):
+def test_api_versions_stay_prompt_while_a_transactional_request_waits_for_a_stopped_holder(
+    kafkalite_server, spawn
+):
     """The held id's InitProducerId waits on a blocking slot, not on a request worker: ApiVersions
     sent while it waits is answered at once."""
     import threading
 
     address = kafkalite_server.address
-    assert struct.unpack(">ih", Wire(address).call(INIT_PRODUCER_ID, 1, init_producer_id_body("slow-tx"))[:6])[1] == NONE
+    assert (
+        struct.unpack(">ih", Wire(address).call(INIT_PRODUCER_ID, 1, init_producer_id_body("slow-tx"))[:6])[1]
+        == NONE
+    )
     lock_file = os.path.join(kafkalite_server.path, ".kafkalite-transactions", "slow-tx.lock")
     holder = stop_holder(spawn.code, HOLD_FLOCK, lock_file)
     try:
-        waiting = [threading.Thread(target=Wire(address).call, args=(INIT_PRODUCER_ID, 1, init_producer_id_body("slow-tx")))
-                   for _ in range(4)]
+        waiting = [
+            threading.Thread(
+                target=Wire(address).call, args=(INIT_PRODUCER_ID, 1, init_producer_id_body("slow-tx"))
+            )
+            for _ in range(4)
+        ]
         for t in waiting:
             t.start()
         time.sleep(0.5)
@@ -344,9 +369,9 @@ def test_find_coordinator_for_a_transactional_id_names_this_server(kafkalite_ser
     reader = Reader(wire.call(FIND_COORDINATOR, 1, body))
     _throttle, error = reader.take(">ih")
     reader.string()
-    node_id, = reader.take(">i")
+    (node_id,) = reader.take(">i")
     host = reader.string()
-    port, = reader.take(">i")
+    (port,) = reader.take(">i")
     assert error == NONE and node_id == 0 and f"{host}:{port}" == kafkalite_server.address
     empty = Reader(wire.call(FIND_COORDINATOR, 1, struct.pack(">h", 0) + struct.pack(">b", 1)))
     assert empty.take(">ih")[1] == 42  # INVALID_REQUEST
@@ -365,17 +390,31 @@ def test_transactional_batches_not_in_the_transaction_are_refused(kafkalite_serv
     _throttle, error, pid, epoch = reader.take(">ihqh")
     assert error == NONE
     builder = DefaultRecordBatchBuilder(
-        magic=2, compression_type=0, is_transactional=1, producer_id=pid, producer_epoch=epoch, base_sequence=0,
+        magic=2,
+        compression_type=0,
+        is_transactional=1,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=0,
         batch_size=1 << 20,
     )
     builder.append(0, timestamp=int(time.time() * 1000), key=None, value=b"stray", headers=[])
     records = bytes(builder.build())
 
     def produce(transactional_id: str | None) -> int:
-        tid = struct.pack(">h", -1) if transactional_id is None else struct.pack(">h", len(transactional_id)) + transactional_id.encode()
+        tid = (
+            struct.pack(">h", -1)
+            if transactional_id is None
+            else struct.pack(">h", len(transactional_id)) + transactional_id.encode()
+        )
         body = (
-            tid + struct.pack(">hii", -1, 10_000, 1) + struct.pack(">h", 6) + b"verify"
-            + struct.pack(">ii", 1, 0) + struct.pack(">i", len(records)) + records
+            tid
+            + struct.pack(">hii", -1, 10_000, 1)
+            + struct.pack(">h", 6)
+            + b"verify"
+            + struct.pack(">ii", 1, 0)
+            + struct.pack(">i", len(records))
+            + records
         )
         r = Reader(wire.call(0, 3, body))
         r.take(">i")

@@ -30,8 +30,11 @@ pub const READ_COMMITTED: i8 = 1;
 #[derive(Default)]
 pub struct ReadCommitted {
     /// Consistent at any panic: one map operation per lock; a state is replaced whole.
-    states: Mutex<HashMap<(String, i32), (Weak<Mutex<Log>>, Arc<Mutex<TxnState>>)>>,
+    states: Mutex<HashMap<(String, i32), OfLog>>,
 }
+
+/// A partition's state, with the open log it was learnt from.
+type OfLog = (Weak<Mutex<Log>>, Arc<Mutex<TxnState>>);
 
 /// One partition as a read_committed client sees it now.
 pub struct Committed {

@@ -47,10 +47,9 @@ pub fn find_coordinator(
             .map(|key| {
                 let c = Coordinator::default().with_key(key.clone());
                 match answer(key_type, key) {
-                    (codes::NONE, _) => c
-                        .with_node_id(BrokerId(NODE_ID))
-                        .with_host(StrBytes::from_string(host.clone()))
-                        .with_port(port),
+                    (codes::NONE, _) => {
+                        c.with_node_id(BrokerId(NODE_ID)).with_host(StrBytes::from_string(host.clone())).with_port(port)
+                    }
                     (code, message) => c
                         .with_error_code(refuse(code, key, message.unwrap_or("")))
                         .with_node_id(BrokerId(-1))
@@ -68,7 +67,8 @@ pub fn find_coordinator(
             .with_port(port),
         (code, message) => {
             let code = refuse(code, &request.key, message.unwrap_or(""));
-            let response = FindCoordinatorResponse::default().with_error_code(code).with_node_id(BrokerId(-1)).with_port(-1);
+            let response =
+                FindCoordinatorResponse::default().with_error_code(code).with_node_id(BrokerId(-1)).with_port(-1);
             if version >= 1 {
                 response.with_error_message(message.map(StrBytes::from_static_str))
             } else {

@@ -23,9 +23,9 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 use super::broker::Broker;
 use super::codes;
 use super::{
-    cluster, configs, coordinator, delete_records, describe_producers, fetch, group_api, groups_admin, init_producer_id,
-    list_offsets, log_dirs, metadata, offset_commit, offset_delete, produce, topics_admin, transactions_admin, txn_api,
-    waits,
+    cluster, configs, coordinator, delete_records, describe_producers, fetch, group_api, groups_admin,
+    init_producer_id, list_offsets, log_dirs, metadata, offset_commit, offset_delete, produce, topics_admin,
+    transactions_admin, txn_api, waits,
 };
 
 /// The APIs and versions implemented here: exactly what ApiVersions advertises. The upper
@@ -297,16 +297,15 @@ pub async fn handle(broker: &Arc<Broker>, request: Request, peer: &str) -> Resul
         )?,
         // The transaction coordinator's calls may wait for a transactional id's lock (held by an
         // embedded producer, maybe stopped) and write durably.
-        Body::AddPartitionsToTxn(r) => frame(
-            key,
-            v,
-            id,
-            &blocking(broker, key, move |b| txn_api::add_partitions_to_txn(b, r, v, &client)).await?,
-        )?,
+        Body::AddPartitionsToTxn(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| txn_api::add_partitions_to_txn(b, r, v, &client)).await?)?
+        }
         Body::AddOffsetsToTxn(r) => {
             frame(key, v, id, &blocking(broker, key, move |b| txn_api::add_offsets_to_txn(b, r, v, &client)).await?)?
         }
-        Body::EndTxn(r) => frame(key, v, id, &blocking(broker, key, move |b| txn_api::end_txn(b, r, v, &client)).await?)?,
+        Body::EndTxn(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| txn_api::end_txn(b, r, v, &client)).await?)?
+        }
         Body::TxnOffsetCommit(r) => {
             frame(key, v, id, &blocking(broker, key, move |b| txn_api::txn_offset_commit(b, r, v, &client)).await?)?
         }

@@ -84,11 +84,11 @@ pub fn list_offsets(broker: &Broker, request: ListOffsetsRequest, version: i16, 
                         lookup(&mut log, p.timestamp, fetchable)
                     })
                     .map_err(|e| {
-                    if codes::needs_reopen(&e) {
-                        broker.forget_partition(&name, p.partition_index);
-                    }
-                    codes::for_error(&e)
-                }),
+                        if codes::needs_reopen(&e) {
+                            broker.forget_partition(&name, p.partition_index);
+                        }
+                        codes::for_error(&e)
+                    }),
                 Ok(None) => Err(codes::UNKNOWN_TOPIC_OR_PARTITION),
                 Err(e) => Err(codes::for_error(&e)),
             };

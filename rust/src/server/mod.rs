@@ -287,7 +287,9 @@ async fn settle_transactions(broker: Arc<Broker>, mut stop: watch::Receiver<bool
                 target: LOG_TARGET,
                 "transactions: aborted or completed {n} (past transaction.timeout.ms, or left half-ended by a crash)"
             ),
-            Ok(Err(e)) => ::log::warn!(target: LOG_TARGET, "transactions: expiring and completing failed: {e}; retried in 10 s"),
+            Ok(Err(e)) => {
+                ::log::warn!(target: LOG_TARGET, "transactions: expiring and completing failed: {e}; retried in 10 s")
+            }
             Err(waits::NotDone::Busy) => {
                 ::log::warn!(target: LOG_TARGET, "transactions: no slot for blocking work came free; retried in 10 s")
             }

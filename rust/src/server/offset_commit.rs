@@ -18,7 +18,7 @@ use super::group_owner::embedded_members;
 use super::offsets::MAX_METADATA_BYTES;
 
 /// A partition of a commit request: its index and error code (None: to be written).
-type PartitionPlan = (i32, Option<i16>);
+pub type PartitionPlan = (i32, Option<i16>);
 
 /// Why a commit from outside the group (generation < 0, no member id) is refused, when it is:
 /// the group has live members. Kafka's ClassicGroup.validateOffsetCommit answers

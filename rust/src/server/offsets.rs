@@ -27,6 +27,9 @@ const OFFSETS_SEGMENT_BYTES: &str = "104857600";
 /// Kafka's offset.metadata.max.bytes.
 pub const MAX_METADATA_BYTES: usize = 4096;
 
+/// A group's committed offsets: (topic, partition) -> (offset, metadata).
+pub type Offsets = BTreeMap<(String, i32), (i64, String)>;
+
 /// A commit as read: the partition's (offset, metadata), or None for a tombstone (deleted).
 type Commit = ((String, i32), Option<(i64, String)>);
 
@@ -38,7 +41,7 @@ type Commit = ((String, i32), Option<(i64, String)>);
 /// them replaced the partition's offset already, dropped on ABORT.
 #[derive(Default)]
 struct GroupOffsets {
-    offsets: BTreeMap<(String, i32), (i64, String)>,
+    offsets: Offsets,
     /// The log offset of the record each entry of `offsets` came from.
     written_at: HashMap<(String, i32), i64>,
     /// Transactional commits awaiting their producer's marker: producer id -> (record offset, commit).
@@ -184,7 +187,7 @@ impl OffsetStore {
     }
 
     /// The group's offsets, including commits by other processes.
-    pub fn load(&self, broker: &Broker, group: &str) -> Result<BTreeMap<(String, i32), (i64, String)>> {
+    pub fn load(&self, broker: &Broker, group: &str) -> Result<Offsets> {
         self.load_with_unstable(broker, group).map(|(offsets, _)| offsets)
     }
 
@@ -194,7 +197,7 @@ impl OffsetStore {
         &self,
         broker: &Broker,
         group: &str,
-    ) -> Result<(BTreeMap<(String, i32), (i64, String)>, BTreeSet<(String, i32)>)> {
+    ) -> Result<(Offsets, BTreeSet<(String, i32)>)> {
         // Opened before the groups are locked: an open may wait for another writer's append lock.
         let log = match broker.topics()?.contains_key(OFFSETS_TOPIC) {
             true => broker.partition(OFFSETS_TOPIC, offsets_partition(group))?,

@@ -81,7 +81,9 @@ pub fn describe_transactions(
                     });
                     not_described(id, code)
                 }
-                Err(e) => not_described(id, refusals.add(codes::for_error(&e), format_args!("{name:?}"), || e.to_string())),
+                Err(e) => {
+                    not_described(id, refusals.add(codes::for_error(&e), format_args!("{name:?}"), || e.to_string()))
+                }
             }
         })
         .collect();

@@ -11,10 +11,10 @@
 //! Engine errors become Kafka's codes (`codes::for_error`); PRODUCER_FENCED goes to the API
 //! versions that know it (KIP-588), INVALID_PRODUCER_EPOCH to older ones, as Kafka's broker does.
 
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
 };
-use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
 };
@@ -30,6 +30,7 @@ use std::time::Instant;
 
 use super::broker::Broker;
 use super::codes;
+use super::offset_commit::PartitionPlan;
 use super::offsets::MAX_METADATA_BYTES;
 use super::waits;
 use crate::error::Error;
@@ -71,11 +72,16 @@ pub fn init_producer_id(
     let done =
         broker.transactions.init_producer_id(transactional_id, request.transaction_timeout_ms, expected, now_ms());
     match done {
-        Ok((id, epoch)) => InitProducerIdResponse::default().with_producer_id(ProducerId(id)).with_producer_epoch(epoch),
+        Ok((id, epoch)) => {
+            InitProducerIdResponse::default().with_producer_id(ProducerId(id)).with_producer_epoch(epoch)
+        }
         Err(e) => {
             let what = format!("transactional id {transactional_id:?}");
             let code = refusal(&e, (version, FENCED_SINCE_INIT), peer, "InitProducerId", &what);
-            InitProducerIdResponse::default().with_error_code(code).with_producer_id(ProducerId(-1)).with_producer_epoch(-1)
+            InitProducerIdResponse::default()
+                .with_error_code(code)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1)
         }
     }
 }
@@ -89,7 +95,10 @@ pub fn verify_partition(
     partition: &(String, i32),
 ) -> Result<(), (i16, String)> {
     let Some(m) = meta.filter(|m| m.state != TransactionState::Dead) else {
-        return Err((codes::INVALID_PRODUCER_ID_MAPPING, "the transactional id is unknown: init_transactions() first".into()));
+        return Err((
+            codes::INVALID_PRODUCER_ID_MAPPING,
+            "the transactional id is unknown: init_transactions() first".into(),
+        ));
     };
     if m.producer_id != producer_id {
         let why = format!("producer id {producer_id} is not the transactional id's ({})", m.producer_id);
@@ -122,7 +131,10 @@ fn partitions_of(topics: &[AddPartitionsToTxnTopic]) -> Vec<(String, i32)> {
 /// Per partition of `topics`, the code (Kafka's `AddPartitionsToTxnResult`): one code for all
 /// when the coordinator refused, UNKNOWN_TOPIC_OR_PARTITION for the partitions that do not
 /// exist and OPERATION_NOT_ATTEMPTED for the others when some do not (nothing is added then).
-fn results(topics: &[AddPartitionsToTxnTopic], mut code_of: impl FnMut(&str, i32) -> i16) -> Vec<AddPartitionsToTxnTopicResult> {
+fn results(
+    topics: &[AddPartitionsToTxnTopic],
+    mut code_of: impl FnMut(&str, i32) -> i16,
+) -> Vec<AddPartitionsToTxnTopicResult> {
     topics
         .iter()
         .map(|t| {
@@ -170,7 +182,8 @@ fn add_or_verify(
         return answered;
     }
     let known = broker.topics().ok();
-    let exists = |t: &str, p: i32| known.as_ref().and_then(|k| k.get(t)).is_some_and(|m| (0..m.partitions).contains(&p));
+    let exists =
+        |t: &str, p: i32| known.as_ref().and_then(|k| k.get(t)).is_some_and(|m| (0..m.partitions).contains(&p));
     if partitions.iter().any(|(t, p)| !exists(t, *p)) {
         let mut refusals = codes::Refusals::new("partition");
         let answered = results(topics, |t, p| match exists(t, p) {
@@ -214,7 +227,9 @@ pub fn add_partitions_to_txn(
         .map(|t| {
             let txn = (t.transactional_id.0.as_str(), t.producer_id.0, t.producer_epoch);
             let topics = add_or_verify(broker, txn, &t.topics, (t.verify_only, version), peer);
-            AddPartitionsToTxnResult::default().with_transactional_id(t.transactional_id.clone()).with_topic_results(topics)
+            AddPartitionsToTxnResult::default()
+                .with_transactional_id(t.transactional_id.clone())
+                .with_topic_results(topics)
         })
         .collect();
     AddPartitionsToTxnResponse::default().with_results_by_transaction(answered)
@@ -272,7 +287,7 @@ pub fn txn_offset_commit(
     let topics = broker.topics().ok();
     let known =
         |t: &str, p: i32| topics.as_ref().and_then(|all| all.get(t)).is_some_and(|m| (0..m.partitions).contains(&p));
-    let mut plan: Vec<(TopicName, Vec<(i32, Option<i16>)>)> = Vec::new();
+    let mut plan: Vec<(TopicName, Vec<PartitionPlan>)> = Vec::new();
     let mut commits = Vec::new();
     let mut refusals = codes::Refusals::new("partition");
     for topic in &request.topics {
@@ -283,13 +298,17 @@ pub fn txn_offset_commit(
             let code = if let Err(code) = verdict {
                 Some(code)
             } else if metadata.as_ref().is_some_and(|m| m.len() > MAX_METADATA_BYTES) {
-                Some(refusals.add(codes::OFFSET_METADATA_TOO_LARGE, format_args!("{name}-{}", p.partition_index), || {
-                    format!("{what}: metadata over {MAX_METADATA_BYTES} bytes")
-                }))
+                Some(refusals.add(
+                    codes::OFFSET_METADATA_TOO_LARGE,
+                    format_args!("{name}-{}", p.partition_index),
+                    || format!("{what}: metadata over {MAX_METADATA_BYTES} bytes"),
+                ))
             } else if !known(&name, p.partition_index) {
-                Some(refusals.add(codes::UNKNOWN_TOPIC_OR_PARTITION, format_args!("{name}-{}", p.partition_index), || {
-                    format!("{what}: no such partition")
-                }))
+                Some(refusals.add(
+                    codes::UNKNOWN_TOPIC_OR_PARTITION,
+                    format_args!("{name}-{}", p.partition_index),
+                    || format!("{what}: no such partition"),
+                ))
             } else {
                 commits.push((name.clone(), p.partition_index, p.committed_offset, metadata));
                 None
@@ -303,9 +322,10 @@ pub fn txn_offset_commit(
         Ok(())
     } else {
         let (pid, epoch) = (request.producer_id.0, request.producer_epoch);
-        broker.transactions.txn_offset_commit(&id, pid, epoch, &group, &commits, now_ms()).map_err(|e| {
-            refusal(&e, (version, FENCED_SINCE_OFFSETS_COMMIT), peer, "TxnOffsetCommit", &what)
-        })
+        broker
+            .transactions
+            .txn_offset_commit(&id, pid, epoch, &group, &commits, now_ms())
+            .map_err(|e| refusal(&e, (version, FENCED_SINCE_OFFSETS_COMMIT), peer, "TxnOffsetCommit", &what))
     };
     let topics = plan
         .into_iter()
@@ -413,7 +433,9 @@ pub async fn verify_produce(
             Err(waits::NotDone::Busy) => {
                 Err((codes::REQUEST_TIMED_OUT, "no slot for blocking work came free in time (server busy)".into()))
             }
-            Err(waits::NotDone::Panicked) => Err((codes::UNKNOWN_SERVER_ERROR, "the verification panicked (a bug)".into())),
+            Err(waits::NotDone::Panicked) => {
+                Err((codes::UNKNOWN_SERVER_ERROR, "the verification panicked (a bug)".into()))
+            }
         };
         if let Err((code, why)) = verdict {
             // Produce answers a fenced producer INVALID_PRODUCER_EPOCH (its clients know no
