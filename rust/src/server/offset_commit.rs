@@ -18,7 +18,66 @@ use super::group_owner::embedded_members;
 use super::offsets::MAX_METADATA_BYTES;
 
 /// A partition of a commit request: its index and error code (None: to be written).
-pub type PartitionPlan = (i32, Option<i16>);
+type PartitionPlan = (i32, Option<i16>);
+
+/// A commit as requested: partition, offset, metadata.
+pub type Requested = (i32, i64, Option<String>);
+
+/// What a commit request (OffsetCommit, TxnOffsetCommit) does with each partition, checked as
+/// Kafka's group coordinator checks it: the group's verdict, metadata no longer than
+/// `offset.metadata.max.bytes`, a partition that exists. The rest are `commits`, written (or
+/// not) together.
+pub struct CommitPlan {
+    plan: Vec<(TopicName, Vec<PartitionPlan>)>,
+    /// (topic, partition, offset, metadata) to write.
+    pub commits: Vec<(String, i32, i64, Option<String>)>,
+}
+
+impl CommitPlan {
+    pub fn new(
+        broker: &Broker,
+        topics: impl Iterator<Item = (TopicName, Vec<Requested>)>,
+        verdict: Result<(), i16>,
+    ) -> CommitPlan {
+        let known_topics = broker.topics().ok();
+        let known = |t: &str, p: i32| {
+            known_topics.as_ref().and_then(|all| all.get(t)).is_some_and(|m| (0..m.partitions).contains(&p))
+        };
+        let (mut plan, mut commits) = (Vec::new(), Vec::new());
+        for (topic, partitions) in topics {
+            let name = topic.0.to_string();
+            let mut parts = Vec::new();
+            for (partition, offset, metadata) in partitions {
+                let code = if let Err(code) = verdict {
+                    Some(code)
+                } else if metadata.as_ref().is_some_and(|m| m.len() > MAX_METADATA_BYTES) {
+                    Some(codes::OFFSET_METADATA_TOO_LARGE)
+                } else if !known(&name, partition) {
+                    Some(codes::UNKNOWN_TOPIC_OR_PARTITION)
+                } else {
+                    commits.push((name.clone(), partition, offset, metadata));
+                    None
+                };
+                parts.push((partition, code));
+            }
+            plan.push((topic, parts));
+        }
+        CommitPlan { plan, commits }
+    }
+
+    /// Each topic's partitions with their codes, once the commits were written (`Ok`) or not.
+    pub fn answered(
+        self,
+        written: Result<(), i16>,
+    ) -> impl Iterator<Item = (TopicName, impl Iterator<Item = (i32, i16)>)> {
+        self.plan.into_iter().map(move |(name, parts)| {
+            let coded = parts
+                .into_iter()
+                .map(move |(index, code)| (index, code.unwrap_or_else(|| written.err().unwrap_or(codes::NONE))));
+            (name, coded)
+        })
+    }
+}
 
 /// Why a commit from outside the group (generation < 0, no member id) is refused, when it is:
 /// the group has live members. Kafka's ClassicGroup.validateOffsetCommit answers
@@ -53,31 +112,16 @@ pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, _version: i1
             codes::refused(peer, "OffsetCommit", code, &reason)
         })
     };
-    let topics = broker.topics().ok();
-    let known =
-        |t: &str, p: i32| topics.as_ref().and_then(|all| all.get(t)).is_some_and(|m| (0..m.partitions).contains(&p));
-    // Per partition: the error code, or None for a commit to write.
-    let mut plan: Vec<(TopicName, Vec<PartitionPlan>)> = Vec::new();
-    let mut commits = Vec::new();
-    for topic in &request.topics {
-        let name = topic.name.0.to_string();
-        let mut parts = Vec::new();
-        for p in &topic.partitions {
-            let metadata = p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default();
-            let code = if let Err(code) = verdict {
-                Some(code)
-            } else if metadata.len() > MAX_METADATA_BYTES {
-                Some(codes::OFFSET_METADATA_TOO_LARGE)
-            } else if !known(&name, p.partition_index) {
-                Some(codes::UNKNOWN_TOPIC_OR_PARTITION)
-            } else {
-                commits.push((name.clone(), p.partition_index, p.committed_offset, metadata));
-                None
-            };
-            parts.push((p.partition_index, code));
-        }
-        plan.push((topic.name.clone(), parts));
-    }
+    let requested = request.topics.iter().map(|t| {
+        let partitions = t
+            .partitions
+            .iter()
+            .map(|p| (p.partition_index, p.committed_offset, p.committed_metadata.as_ref().map(|m| m.to_string())));
+        (t.name.clone(), partitions.collect())
+    });
+    let plan = CommitPlan::new(broker, requested, verdict);
+    let commits: Vec<_> =
+        plan.commits.iter().map(|(t, p, o, m)| (t.clone(), *p, *o, m.clone().unwrap_or_default())).collect();
     // The verdict again where the commit is written (`OffsetStore::commit`): the group may have
     // moved on while the commit waited for the offsets partition's append lock, over the network
     // or by an embedded `kafkalite.Consumer` joining (which reads its committed offsets after it
@@ -100,12 +144,10 @@ pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, _version: i1
         Err(e) => Err(codes::for_error(&e)),
     };
     let topics = plan
-        .into_iter()
+        .answered(written)
         .map(|(name, parts)| {
             let partitions = parts
-                .into_iter()
                 .map(|(index, code)| {
-                    let code = code.unwrap_or_else(|| written.err().unwrap_or(codes::NONE));
                     OffsetCommitResponsePartition::default().with_partition_index(index).with_error_code(code)
                 })
                 .collect();

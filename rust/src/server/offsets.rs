@@ -193,11 +193,7 @@ impl OffsetStore {
 
     /// `load`, and the partitions whose offsets a transaction not yet ended is committing
     /// (OffsetFetch with `require_stable` answers them UNSTABLE_OFFSET_COMMIT, KIP-447).
-    pub fn load_with_unstable(
-        &self,
-        broker: &Broker,
-        group: &str,
-    ) -> Result<(Offsets, BTreeSet<(String, i32)>)> {
+    pub fn load_with_unstable(&self, broker: &Broker, group: &str) -> Result<(Offsets, BTreeSet<(String, i32)>)> {
         // Opened before the groups are locked: an open may wait for another writer's append lock.
         let log = match broker.topics()?.contains_key(OFFSETS_TOPIC) {
             true => broker.partition(OFFSETS_TOPIC, offsets_partition(group))?,

@@ -21,7 +21,7 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
     EndTxnRequest, EndTxnResponse, InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProducerId,
-    TopicName, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
+    TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 
 use std::collections::HashMap;
@@ -30,8 +30,7 @@ use std::time::Instant;
 
 use super::broker::Broker;
 use super::codes;
-use super::offset_commit::PartitionPlan;
-use super::offsets::MAX_METADATA_BYTES;
+use super::offset_commit::CommitPlan;
 use super::waits;
 use crate::error::Error;
 use crate::log::now_ms;
@@ -284,62 +283,40 @@ pub fn txn_offset_commit(
             }
         }
     };
-    let topics = broker.topics().ok();
-    let known =
-        |t: &str, p: i32| topics.as_ref().and_then(|all| all.get(t)).is_some_and(|m| (0..m.partitions).contains(&p));
-    let mut plan: Vec<(TopicName, Vec<PartitionPlan>)> = Vec::new();
-    let mut commits = Vec::new();
-    let mut refusals = codes::Refusals::new("partition");
-    for topic in &request.topics {
-        let name = topic.name.0.to_string();
-        let mut parts = Vec::new();
-        for p in &topic.partitions {
-            let metadata = p.committed_metadata.as_ref().map(|m| m.to_string());
-            let code = if let Err(code) = verdict {
-                Some(code)
-            } else if metadata.as_ref().is_some_and(|m| m.len() > MAX_METADATA_BYTES) {
-                Some(refusals.add(
-                    codes::OFFSET_METADATA_TOO_LARGE,
-                    format_args!("{name}-{}", p.partition_index),
-                    || format!("{what}: metadata over {MAX_METADATA_BYTES} bytes"),
-                ))
-            } else if !known(&name, p.partition_index) {
-                Some(refusals.add(
-                    codes::UNKNOWN_TOPIC_OR_PARTITION,
-                    format_args!("{name}-{}", p.partition_index),
-                    || format!("{what}: no such partition"),
-                ))
-            } else {
-                commits.push((name.clone(), p.partition_index, p.committed_offset, metadata));
-                None
-            };
-            parts.push((p.partition_index, code));
-        }
-        plan.push((topic.name.clone(), parts));
-    }
-    refusals.log(peer, "TxnOffsetCommit");
-    let written = if commits.is_empty() {
+    let requested = request.topics.iter().map(|t| {
+        let partitions = t
+            .partitions
+            .iter()
+            .map(|p| (p.partition_index, p.committed_offset, p.committed_metadata.as_ref().map(|m| m.to_string())));
+        (t.name.clone(), partitions.collect())
+    });
+    let plan = CommitPlan::new(broker, requested, verdict);
+    let written = if plan.commits.is_empty() {
         Ok(())
     } else {
         let (pid, epoch) = (request.producer_id.0, request.producer_epoch);
         broker
             .transactions
-            .txn_offset_commit(&id, pid, epoch, &group, &commits, now_ms())
+            .txn_offset_commit(&id, pid, epoch, &group, &plan.commits, now_ms())
             .map_err(|e| refusal(&e, (version, FENCED_SINCE_OFFSETS_COMMIT), peer, "TxnOffsetCommit", &what))
     };
+    let mut refusals = codes::Refusals::new("partition");
     let topics = plan
-        .into_iter()
+        .answered(written)
         .map(|(name, parts)| {
             let partitions = parts
-                .into_iter()
                 .map(|(index, code)| {
-                    let code = code.unwrap_or_else(|| written.err().unwrap_or(codes::NONE));
+                    // The group's verdict and the coordinator's refusal were logged already.
+                    if verdict.is_ok() && written.is_ok() {
+                        refusals.add(code, format_args!("{}-{index}", name.0), || format!("{what}: not committed"));
+                    }
                     TxnOffsetCommitResponsePartition::default().with_partition_index(index).with_error_code(code)
                 })
                 .collect();
             TxnOffsetCommitResponseTopic::default().with_name(name).with_partitions(partitions)
         })
         .collect();
+    refusals.log(peer, "TxnOffsetCommit");
     TxnOffsetCommitResponse::default().with_topics(topics)
 }
 
