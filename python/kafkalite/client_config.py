@@ -224,6 +224,23 @@ PRODUCER_CONFIG = ConfigTable(
         ),
         ConfigKey("client_id", "str", None, "A name for this producer in logs.", validate.optional_text),
         ConfigKey(
+            "transactional_id",
+            "str",
+            None,
+            "Makes the producer transactional (init_transactions(), begin_transaction(), "
+            "commit_transaction()...): records are written in transactions, and a newer producer with "
+            "the same id, in any process, fences this one.",
+            validate.optional_text,
+        ),
+        ConfigKey(
+            "transaction_timeout_ms",
+            "int",
+            60_000,
+            "A transaction open longer than this is aborted (and its producer fenced) by the next user of "
+            "its transactional_id (at most transaction.max.timeout.ms, 900000).",
+            _int(1, 900_000),
+        ),
+        ConfigKey(
             "retention_check_interval_ms",
             "number",
             300_000,

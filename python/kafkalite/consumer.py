@@ -35,6 +35,7 @@ from kafkalite.errors import (
 from kafkalite.group import STRATEGIES, GroupFiles, GroupMember, encode_name, members_refusal
 from kafkalite.log import Log
 from kafkalite.offsets import OffsetStore
+from kafkalite.transactions import ConsumerGroupMetadata
 from kafkalite.wakeup import Wakeups
 
 logger = logging.getLogger("kafkalite.consumer")
@@ -613,6 +614,18 @@ class Consumer:
                 self._notifier.wait(seen, int(max(1, min(1000, idle_limit - waited_ms))))
 
     # -- commits ---------------------------------------------------------------------------
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """What ``Producer.send_offsets_to_transaction`` takes to commit this consumer's offsets
+        in a transaction (Kafka's ``groupMetadata()``): its group id, generation and member id
+        (-1 and "" outside a group's membership, as Kafka's)."""
+        self._check_open()
+        if self.group_id is None:
+            raise IllegalStateError("group_metadata() needs a group_id")
+        member = self._member
+        if member is None or member.member_id is None:
+            return ConsumerGroupMetadata(self.group_id)
+        return ConsumerGroupMetadata(self.group_id, member.generation, member.member_id)
+
     def commit(self, offsets: dict[TopicPartition, Any] | None = None) -> None:
         """Store offsets for ``group_id`` (default: the positions of everything consumed)."""
         self._check_open()

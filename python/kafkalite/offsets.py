@@ -118,10 +118,13 @@ class OffsetStore:
             self._reader = Log(self._path(), readonly=True)
         log = self._reader
         start = max(self._read_to, log.start_offset)
-        end = log.end_offset
+        # read_committed: offsets a transaction committed (send_offsets_to_transaction) count
+        # from its COMMIT marker on, an aborted or still open transaction's never; reading stops
+        # at the last stable offset and resumes there.
+        end = log.last_stable_offset
         if start >= end:
             return
-        for r in log.records(start, end):
+        for r in log.committed_records(start, end):
             key = r.key
             if key is not None and key.startswith(self._prefixes):
                 decoded = decode_key(key)

@@ -67,6 +67,7 @@ from kafkalite.errors import (
     with_action,
 )
 from kafkalite.log import Log, Record
+from kafkalite.transactions import TransactionManager
 
 logger = logging.getLogger("kafkalite.producer")
 
@@ -379,6 +380,8 @@ class _Sender:
         #: Records whose batch failed to append, by topic (``metrics()``'s record-error-*).
         self.errors: dict[str, int] = {}
         self.stats = StatsReporter(config, "producer", self.statistics)
+        #: A transactional producer's transactions: every log it opens is attached to them.
+        self.txn: TransactionManager | None = None
         _senders.add(self)
 
     @property
@@ -505,6 +508,8 @@ class _Sender:
             raise UnknownTopicOrPartitionError(
                 f"topic {p.topic!r} partition {p.number} was deleted from {self.dir.path}"
             ) from None
+        if self.txn is not None:
+            self.txn.attach(log)
         p.log, p.identity = log, current
         return log
 
@@ -625,6 +630,8 @@ class _Sender:
     def append_failed(self, p: _Partition, count: int, batch: BatchState, e: Exception) -> None:
         """Appending a batch of ``count`` records failed with ``e``: say so, fail its futures."""
         self.errors[p.topic] = self.errors.get(p.topic, 0) + count
+        if self.txn is not None:
+            self.txn.append_failed(e)
         if isinstance(e, KafkaliteError):
             logger.warning("%d records for %s-%d were not written: %s", count, p.topic, p.number, e)
         else:
@@ -989,6 +996,16 @@ class Producer(ProducerCore):
                 f"`kafkalite init --adopt {data_dir.path}` or kafkalite.Admin(path).adopt_broker_dir()"
             )
         self._sender = _Sender(data_dir, self.config)
+        self._txn: TransactionManager | None = None
+        if self.config["transactional_id"] is not None:
+            sender = self._sender
+            self._txn = sender.txn = TransactionManager(
+                data_dir.path,
+                self.config["transactional_id"],
+                self.config["transaction_timeout_ms"],
+                lambda: sum(sender.errors.values()),
+            )
+            sender.gate.shut()  # no transaction yet: send() takes _send_slow, which raises
         self._topics = self._sender.topics  # shared: send() reads it without a method call
         self._batch_size = self.config["batch_size"]
         self._serializing = (
@@ -1040,8 +1057,10 @@ class Producer(ProducerCore):
         closed producer, a new topic, serializers, a custom partitioner, an explicit partition
         or timestamp, a key or value that is not bytes, bad headers."""
         sender = self._sender
-        if not sender.gate.open:  # closed, the sender thread died, or a forked child
+        if not sender.gate.open:  # closed, the sender thread died, a forked child, no transaction
             self._check_open()
+            if self._txn is not None:
+                self._txn.check_send()
         if self._serializing:
             key, value = self._serialize(key, value)
         try:
@@ -1148,6 +1167,8 @@ class Producer(ProducerCore):
         send callback (``IllegalStateError``): it would wait for the partition being written."""
         _refuse_in_callback("send_batch")
         self._check_open()
+        if self._txn is not None:
+            self._txn.check_send()
         values = _as_bytes_list(values, "values")
         if keys is not None:
             keys = _as_bytes_list(keys, "keys")
@@ -1203,6 +1224,69 @@ class Producer(ProducerCore):
                     )
         sender.notify()
         return out
+
+    # -- transactions (kafka-python's and confluent-kafka's names; see kafkalite.transactions) --
+    def _transactions(self) -> TransactionManager:
+        self._check_open()
+        if self._txn is None:
+            raise IllegalStateError(
+                "transactions need a transactional producer: Producer(path, transactional_id=...)"
+            )
+        return self._txn
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Register the ``transactional_id``: a previous producer with the same id (in any
+        process) is fenced and its open transaction aborted. Call once, before the first
+        ``begin_transaction()``. ``timeout`` is confluent-kafka's, accepted and unused: waits
+        for other holders of the id are bounded (``ConcurrentTransactionsError``)."""
+        validate.timeout("timeout", timeout)
+        self._transactions().init()
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: the records sent until ``commit_transaction()`` are read by
+        read_committed consumers all at once at its commit, never if it aborts."""
+        txn = self._transactions()
+        txn.begin()
+        self._sender.gate.reopen()  # sends take the native path again until the transaction ends
+
+    def send_offsets_to_transaction(
+        self, offsets: dict[Any, Any], consumer_group_metadata: Any, timeout: float | None = None
+    ) -> None:
+        """Commit the consumer's ``offsets`` (``{TopicPartition: OffsetAndMetadata}``, the next
+        offsets to read) for its group as part of the transaction: they are the group's committed
+        offsets iff the transaction commits. ``consumer_group_metadata``: ``Consumer.group_metadata()``
+        or a group id (kafka-python's ``consumer_group_id``)."""
+        validate.timeout("timeout", timeout)
+        self._transactions().send_offsets(offsets, consumer_group_metadata)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Flush, then commit the transaction (PrepareCommit, a COMMIT marker in every partition
+        it wrote, CompleteCommit: durable at each step; a crash in between is completed by the next
+        user of the transactional id). Raises if one of its records failed (abort it then)."""
+        self._end_transaction(True, timeout)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Flush, then abort the transaction: its records (and offsets) are never visible to
+        read_committed readers."""
+        self._end_transaction(False, timeout)
+
+    def _end_transaction(self, commit: bool, timeout: float | None) -> None:
+        _refuse_in_callback("commit_transaction" if commit else "abort_transaction")
+        txn = self._transactions()
+        if not txn.in_transaction:
+            txn.end(commit)  # raises InvalidTxnStateError (or the fatal error)
+        self._sender.gate.shut()  # later sends raise until the next begin_transaction()
+        try:
+            self._sender.flush(validate.timeout("timeout", timeout))
+        except BaseException:
+            self._sender.gate.reopen()  # still in the transaction
+            raise
+        try:
+            txn.end(commit)
+        except BaseException:
+            if txn.in_transaction:
+                self._sender.gate.reopen()
+            raise
 
     # -- lifecycle -------------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> None:

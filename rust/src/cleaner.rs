@@ -35,6 +35,12 @@ use crate::record::filter::{filter_batch, FilterCounts, Filtered};
 use crate::record::scan::verify_crc;
 use crate::record::{for_each_record, record_area};
 use crate::segment::Segment;
+use crate::txn::TxnState;
+
+/// A data batch of an aborted transaction.
+fn aborted(txn: &TxnState, header: &crate::record::BatchHeader) -> bool {
+    header.is_transactional() && !header.is_control() && txn.is_aborted(header.producer_id, header.base_offset)
+}
 
 /// What the cleaner needs from the topic config.
 #[derive(Clone, Copy, Debug)]
@@ -124,21 +130,30 @@ impl Log {
             self.segments_changing()?;
             self.follow()?;
         }
-        let (n, dirty_end) = self.cleanable(options);
+        // Transactions, as Kafka's cleaner treats them: nothing at or past the last stable offset
+        // is cleaned (an open transaction's records may still be aborted), and records of
+        // aborted transactions neither supersede a key nor survive cleaning.
+        let mut txn = TxnState::new();
+        txn.update(self)?;
+        let lso = txn.last_stable_offset(self);
+        let (mut n, mut dirty_end) = self.cleanable(options);
+        while n > 0 && self.segments[n - 1].next_offset() > lso {
+            n -= 1;
+            dirty_end = self.segments[n].base_offset;
+        }
         let first_dirty = self.first_dirty_offset(dirty_end);
         let mut stats =
             CleanStats { first_dirty_offset: first_dirty, dirty_end_offset: dirty_end, ..Default::default() };
         if n == 0 {
             return Ok(stats);
         }
-        let latest = self.build_offset_map(n, first_dirty, dirty_end)?;
+        let latest = self.build_offset_map(n, first_dirty, dirty_end, &txn)?;
         stats.keys = latest.len() as u64;
         let horizon = options.now_ms.saturating_add(options.delete_retention_ms);
         // Pass 2, group by group (Kafka's groupSegmentsBySize, measured on the cleaned bytes,
         // which we have before writing anything): consecutive segments whose cleaned batches
         // fit one segment become one segment, named by the first one's base offset, so
         // cleaning shrinks the number of files. A lone segment is rewritten only if it changed.
-        let mut n = n;
         let mut pos = 0;
         // Segments already filtered (from `pos` on) that the next group starts with.
         let mut carry: VecDeque<Cleaned> = VecDeque::new();
@@ -149,7 +164,7 @@ impl Log {
             while pos + group.len() < n {
                 let cleaned = match carry.pop_front() {
                     Some(c) => c,
-                    None => self.filter_segment(pos + group.len(), &latest, options.now_ms, horizon)?,
+                    None => self.filter_segment(pos + group.len(), &latest, options.now_ms, horizon, &txn)?,
                 };
                 if !group.is_empty() && !self.fits(pos, bytes, &cleaned) {
                     carry.push_front(cleaned);
@@ -204,14 +219,14 @@ impl Log {
     }
 
     /// Pass 1: the latest offset of every key in `[from, to)`.
-    fn build_offset_map(&self, n: usize, from: i64, to: i64) -> Result<HashMap<Vec<u8>, i64>> {
+    fn build_offset_map(&self, n: usize, from: i64, to: i64, txn: &TxnState) -> Result<HashMap<Vec<u8>, i64>> {
         let mut latest: HashMap<Vec<u8>, i64> = HashMap::new();
         for seg in &self.segments[..n] {
             if seg.next_offset() <= from {
                 continue;
             }
             for_each_batch(seg, |batch, header, _| {
-                if header.is_control() || header.last_offset() < from {
+                if header.is_control() || header.last_offset() < from || aborted(txn, header) {
                     return Ok(());
                 }
                 let area = record_area(batch, header)?;
@@ -233,14 +248,23 @@ impl Log {
 
     /// Pass 2 for segment `i`: its batches with superseded records and expired tombstones
     /// removed (in memory; at most one segment's bytes).
-    fn filter_segment(&self, i: usize, latest: &HashMap<Vec<u8>, i64>, now: i64, horizon: i64) -> Result<Cleaned> {
+    fn filter_segment(
+        &self,
+        i: usize,
+        latest: &HashMap<Vec<u8>, i64>,
+        now: i64,
+        horizon: i64,
+        txn: &TxnState,
+    ) -> Result<Cleaned> {
         let seg = &self.segments[i];
         let mut out = Vec::new();
         let mut changed = false;
         let mut counts = FilterCounts::default();
         for_each_batch(seg, |batch, header, _| {
             let expired = header.has_delete_horizon() && now >= header.base_timestamp;
+            let aborted = aborted(txn, header);
             let (filtered, c) = filter_batch(batch, header, horizon, |r| match r.key {
+                _ if aborted => false,
                 None => false, // Kafka's cleaner drops records without a key
                 Some(key) => {
                     let superseded = latest.get(key).is_some_and(|&newest| r.offset < newest);

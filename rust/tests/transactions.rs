@@ -235,3 +235,35 @@ fn a_held_id_lock_gives_concurrent_transactions_within_the_bound() {
     drop(held);
     c.init_producer_id(TXN, 60_000, None, 3).unwrap();
 }
+
+#[test]
+fn compaction_keeps_the_committed_value_over_an_aborted_one() {
+    use kafkalite::cleaner::CleanOptions;
+    let root = tempfile::tempdir().unwrap();
+    let path = root.path().join("c-0");
+    let mut log =
+        Log::open(&path, LogConfig { compact: true, segment_bytes: 1 << 20, ..LogConfig::default() }).unwrap();
+    let record = |v: &'static [u8]| RecordInput { key: Some(b"k"), value: Some(v), headers: &[], timestamp: 1 };
+    log.set_transactional_producer(Some((5, 0)));
+    log.append_records(&[record(b"committed")]).unwrap();
+    log.append_txn_marker(5, 0, true, 0, 2).unwrap().unwrap();
+    log.append_records(&[record(b"aborted")]).unwrap();
+    let marker = log.append_txn_marker(5, 0, false, 0, 3).unwrap().unwrap();
+    assert_eq!(marker.aborted.map(|a| (a.first_offset, a.last_offset)), Some((2, 3)));
+    log.roll().unwrap();
+    log.set_transactional_producer(Some((6, 0)));
+    log.append_records(&[record(b"open")]).unwrap(); // an open transaction: never cleaned
+    log.roll().unwrap();
+    log.set_transactional_producer(None);
+    log.append_records(&[RecordInput { key: Some(b"x"), value: Some(b"y"), headers: &[], timestamp: 1 }]).unwrap();
+    log.roll().unwrap();
+    log.clean(CleanOptions { now_ms: 10, delete_retention_ms: 0, min_compaction_lag_ms: 0 }).unwrap();
+    let mut out: Vec<OwnedRecord> = Vec::new();
+    let start = log.start_offset();
+    log.scan_records(start, None, usize::MAX, &mut out).unwrap();
+    let values: Vec<Vec<u8>> = out.into_iter().filter_map(|r| r.value).collect();
+    assert!(values.contains(&b"committed".to_vec()), "{values:?}");
+    assert!(!values.contains(&b"aborted".to_vec()), "aborted records are removed by cleaning");
+    assert!(values.contains(&b"open".to_vec()), "nothing at or past the LSO is cleaned");
+    log.close().unwrap();
+}

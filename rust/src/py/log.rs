@@ -1,7 +1,7 @@
 //! `kafkalite._native.Log`: the engine's `Log` behind a mutex, with the GIL released for
 //! every call that touches disk or decodes.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
@@ -23,6 +23,7 @@ use super::durable::DurableMark;
 use super::errors::{refused, InvalidTypeError};
 use super::producer::BatchBuffer;
 use super::record::{header_slices, held_headers, to_bytes, HeldHeaders, Record, RecordArena};
+use super::transactions::{PyTransaction, TxnShared};
 
 /// (base_offset, valid_bytes, dropped_bytes, reason) as Python sees a recovery report.
 type RecoveryTuple = (i64, u64, u64, Option<String>);
@@ -34,6 +35,11 @@ pub struct PyLog {
     inner: Mutex<Log>,
     /// read_committed bookkeeping, learnt incrementally (txn.rs). Locked after `inner`.
     txn: Mutex<TxnState>,
+    /// The transactional producer this log appends for (`attach_transaction`), with the
+    /// partition it is: each append first makes sure the partition is in the open transaction.
+    producer_txn: std::sync::OnceLock<(Arc<TxnShared>, String, i32)>,
+    /// The (producer id, epoch) last set on the writer for `producer_txn`.
+    stamped: Mutex<Option<(i64, i16)>>,
 }
 
 impl PyLog {
@@ -96,6 +102,7 @@ impl PyLog {
         builder: BatchBuilder,
         if_current: bool,
     ) -> PyResult<std::result::Result<AppendedBatch, BatchBuilder>> {
+        self.join_transaction(py)?;
         match self.try_append_attached(builder, if_current)? {
             Attached::Done(appended) => Ok(appended),
             Attached::Busy(builder) => self.detached(py, |log| {
@@ -159,6 +166,26 @@ fn parse_flush(flush: &Bound<'_, PyAny>) -> PyResult<FlushPolicy> {
 }
 
 impl PyLog {
+    /// A transactional producer's log, before an append: the partition joins the open
+    /// transaction if it has not yet (refused outside one), and the writer stamps its
+    /// batches with the producer's id and epoch.
+    fn join_transaction(&self, py: Python<'_>) -> PyResult<()> {
+        let Some((txn, topic, partition)) = self.producer_txn.get() else { return Ok(()) };
+        let producer = txn.ensure_added(py, topic, *partition)?;
+        // The writer is stamped once per producer epoch: later batches keep the producer's
+        // attached path (no GIL release).
+        // (Not held across the detached call: the engine's logging there takes the GIL.)
+        let stamped = |s: &Mutex<Option<(i64, i16)>>| s.lock().unwrap_or_else(|p| p.into_inner()).to_owned();
+        if stamped(&self.stamped) != Some(producer) {
+            self.detached(py, |log| {
+                log.set_transactional_producer(Some(producer));
+                Ok(())
+            })?;
+            *self.stamped.lock().unwrap_or_else(|p| p.into_inner()) = Some(producer);
+        }
+        Ok(())
+    }
+
     /// Run the append `f` with the GIL released, then, under flush="always", wait for group
     /// commit outside the log's mutex: threads sharing this log append while one syncs, and one
     /// sync covers them all. A failed sync fails this call and poisons the writer (`group_commit`).
@@ -382,7 +409,13 @@ impl PyLog {
                 .unwrap_or_else(|payload| Err(crate::Error::Poisoned(crate::log::panic_message(&*payload))))
                 .map_err(|e| e.or_path(&path))
         })?;
-        Ok(PyLog { path: log.dir().to_path_buf(), inner: Mutex::new(log), txn: Mutex::new(TxnState::new()) })
+        Ok(PyLog {
+            path: log.dir().to_path_buf(),
+            inner: Mutex::new(log),
+            txn: Mutex::new(TxnState::new()),
+            producer_txn: std::sync::OnceLock::new(),
+            stamped: Mutex::new(None),
+        })
     }
 
     /// Append `Record` objects; returns (first offset, last offset).
@@ -409,6 +442,7 @@ impl PyLog {
         }
         let header_slices = held_header_slices(&held)?;
         let inputs = record_inputs(&held, &header_slices);
+        self.join_transaction(py)?;
         self.appended_durably(py, |log| log.append_records(&inputs))
     }
 
@@ -456,6 +490,7 @@ impl PyLog {
             ))
         })?;
         let ts = timestamp.unwrap_or_else(now_ms);
+        self.join_transaction(py)?;
         self.appended_durably(py, |log| log.append_values(&slices, ts))
     }
 
@@ -503,9 +538,22 @@ impl PyLog {
         })
     }
 
+    /// Make this log a transactional producer's (once): its appends join `txn`'s open
+    /// transaction and carry its producer id and epoch.
+    fn attach_transaction(&self, txn: &PyTransaction) -> PyResult<()> {
+        let name = self.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let (topic, partition) = crate::datadir::partition_folder(&name).ok_or_else(|| {
+            crate::Error::config(format!("{} is not a <topic>-<partition> folder", self.path.display()))
+        })?;
+        self.producer_txn
+            .set((Arc::clone(&txn.shared), topic, partition))
+            .map_err(|_| crate::Error::config("this log is attached to a transaction already").into())
+    }
+
     /// Append the batch a producer buffered for this partition (the buffer is left empty).
     /// Returns (first offset, last offset, log append time or None), or None if it was empty.
     fn append_buffer(&self, py: Python<'_>, buffer: &BatchBuffer) -> PyResult<Option<(i64, i64, Option<i64>)>> {
+        self.join_transaction(py)?;
         match buffer.take() {
             Some(builder) => self
                 .detached(py, |log| {

@@ -16,6 +16,7 @@ mod record;
 mod send;
 mod server;
 mod topic_config;
+mod transactions;
 mod users;
 
 use pyo3::prelude::*;
@@ -74,6 +75,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("HASHED_ID_PREFIX", crate::files::HASHED_ID_PREFIX)?;
     offsets::register(m)?;
     users::register(m)?;
+    transactions::register(m)?;
     m.add_function(wrap_pyfunction!(inspect::inspect_segment, m)?)?;
     m.add_function(wrap_pyfunction!(topic_config::topic_config_defs, m)?)?;
     m.add_function(wrap_pyfunction!(topic_config::dir_config_defs, m)?)?;

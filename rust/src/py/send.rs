@@ -40,6 +40,13 @@ impl SendGate {
         self.open.store(false, Ordering::Release);
     }
 
+    /// Let records take the native path again: a transactional producer's gate is shut
+    /// between transactions (`Producer.begin_transaction` reopens it; a closed producer's
+    /// accumulators refuse records anyway, so a reopen racing a close loses none).
+    fn reopen(&self) {
+        self.open.store(true, Ordering::Release);
+    }
+
     #[getter]
     fn open(&self) -> bool {
         self.open.load(Ordering::Acquire)

@@ -1,0 +1,179 @@
+"""Transactions of the embedded producer (Kafka's exactly-once, KIP-98 / KIP-447), with
+kafka-python's and confluent-kafka's names: ``Producer(path, transactional_id=...)`` then
+``init_transactions()``, ``begin_transaction()``, ``send()``..., ``send_offsets_to_transaction()``,
+``commit_transaction()`` or ``abort_transaction()``.
+
+The coordinator is the engine's (``rust/src/transactions/``): there is no coordinator process,
+each call on a transactional id holds that id's lock in the data directory for its length, and
+the state lives in ``__transaction_state`` in Kafka's format. The producer's partition logs are
+attached to the native ``Transaction`` (``_native.Transaction``): the first batch appended to a
+partition in a transaction adds the partition to it, and every batch carries the producer's id
+and epoch (attribute bit 4), natively, so a transactional ``send()`` costs what a plain one does.
+
+What read_committed readers see: records of a committed transaction all appear at its COMMIT,
+records of an aborted or never-ended one never do; offsets sent with
+``send_offsets_to_transaction`` are the group's committed offsets iff the transaction commits. A
+second producer with the same ``transactional_id`` fences the first (``ProducerFencedError`` on its
+next call), whatever process it runs in, embedded or through ``kafkalite serve``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from kafkalite import _native
+from kafkalite.errors import (
+    IllegalStateError,
+    InvalidConfigError,
+    InvalidTxnStateError,
+    KafkaliteError,
+    ProducerFencedError,
+)
+
+if TYPE_CHECKING:
+    from kafkalite.log import Log
+
+#: Kafka's transaction.max.timeout.ms: the longest ``transaction_timeout_ms``.
+MAX_TRANSACTION_TIMEOUT_MS: int = _native.MAX_TRANSACTION_TIMEOUT_MS
+TRANSACTION_STATE_TOPIC: str = _native.TRANSACTION_STATE_TOPIC
+
+
+class ConsumerGroupMetadata(NamedTuple):
+    """What ``send_offsets_to_transaction`` needs of a consumer (``Consumer.group_metadata()``,
+    Kafka's ``ConsumerGroupMetadata``): its group, and its generation and member id in it."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
+def _group_id(group: Any) -> str:
+    group_id = group.group_id if hasattr(group, "group_id") else group
+    if not isinstance(group_id, str) or not group_id:
+        raise InvalidConfigError(
+            "send_offsets_to_transaction takes consumer.group_metadata() or a group id (a non-empty str), "
+            f"not {group!r}"
+        )
+    return group_id
+
+
+def _offset_entries(offsets: Mapping[Any, Any]) -> list[tuple[str, int, int, str | None]]:
+    """``{TopicPartition: OffsetAndMetadata or int}`` as (topic, partition, offset, metadata)."""
+    if not isinstance(offsets, Mapping):
+        raise InvalidConfigError(
+            f"offsets must be a dict of TopicPartition to OffsetAndMetadata, not {type(offsets).__name__}"
+        )
+    entries = []
+    for tp, value in offsets.items():
+        topic, partition = (tp.topic, tp.partition) if hasattr(tp, "topic") else tp
+        offset = value.offset if hasattr(value, "offset") else value
+        metadata = getattr(value, "metadata", None)
+        if not isinstance(topic, str) or type(partition) is not int or type(offset) is not int or offset < 0:
+            raise InvalidConfigError(f"not a (TopicPartition, offset) entry: {tp!r}: {value!r}")
+        entries.append((topic, partition, offset, metadata))
+    return entries
+
+
+class TransactionManager:
+    """A transactional producer's transactions (kafka-python's ``TransactionManager``): the
+    state machine of the calls (no begin before init, no send outside a transaction, fenced
+    for good once fenced), over the native ``Transaction``. ``failed_records`` is a callable
+    counting the producer's failed records: a transaction in which one failed does not commit."""
+
+    def __init__(self, data_dir: str, transactional_id: str, timeout_ms: int, failed_records: Any) -> None:
+        if not 1 <= timeout_ms <= MAX_TRANSACTION_TIMEOUT_MS:
+            raise InvalidConfigError(
+                f"transaction_timeout_ms must be between 1 and {MAX_TRANSACTION_TIMEOUT_MS}, got {timeout_ms}"
+            )
+        self.native = _native.Transaction(data_dir, transactional_id, timeout_ms)
+        self.transactional_id = transactional_id
+        self._failed_records = failed_records
+        self._failed_at_begin = 0
+        self._fatal: KafkaliteError | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def in_transaction(self) -> bool:
+        return bool(self.native.in_transaction)
+
+    @property
+    def initialized(self) -> bool:
+        return self.native.producer is not None
+
+    def attach(self, log: Log) -> None:
+        """A partition log the producer opened: its appends join this producer's transactions."""
+        log._native.attach_transaction(self.native)
+
+    def _check_fatal(self) -> None:
+        if self._fatal is not None:
+            raise type(self._fatal)(str(self._fatal)) from self._fatal
+
+    def _fenced(self, e: KafkaliteError) -> KafkaliteError:
+        if isinstance(e, ProducerFencedError):
+            self._fatal = e
+        return e
+
+    def append_failed(self, e: BaseException) -> None:
+        """A batch of the transaction failed: fenced (a newer producer bumped the partition's
+        epoch) is fatal, as Kafka's client makes it."""
+        if isinstance(e, ProducerFencedError):
+            self._fatal = e
+
+    def check_send(self) -> None:
+        """``send()`` of a transactional producer: only inside a transaction."""
+        self._check_fatal()
+        if not self.in_transaction:
+            raise InvalidTxnStateError(
+                f"transactional producer {self.transactional_id!r}: send() outside a transaction; "
+                "call begin_transaction() first"
+            )
+
+    def init(self) -> tuple[int, int]:
+        with self._lock:
+            self._check_fatal()
+            if self.in_transaction:
+                raise InvalidTxnStateError("init_transactions() while a transaction is open")
+            try:
+                return self.native.init_producer_id()
+            except ProducerFencedError as e:
+                raise self._fenced(e) from None
+
+    def begin(self) -> None:
+        with self._lock:
+            self._check_fatal()
+            if not self.initialized:
+                raise InvalidTxnStateError("call init_transactions() before begin_transaction()")
+            self.native.begin()
+            self._failed_at_begin = self._failed_records()
+
+    def send_offsets(self, offsets: Mapping[Any, Any], group: Any) -> None:
+        group_id = _group_id(group)
+        entries = _offset_entries(offsets)
+        with self._lock:
+            self._check_fatal()
+            try:
+                self.native.send_offsets(group_id, entries)
+            except ProducerFencedError as e:
+                raise self._fenced(e) from None
+
+    def end(self, commit: bool) -> None:
+        """Commit or abort the open transaction (the caller flushed the producer first)."""
+        with self._lock:
+            self._check_fatal()
+            if not self.in_transaction:
+                raise InvalidTxnStateError(
+                    f"{'commit' if commit else 'abort'}_transaction() without begin_transaction()"
+                )
+            failed = self._failed_records() - self._failed_at_begin
+            if commit and failed:
+                raise IllegalStateError(
+                    f"{failed} records of this transaction were not written (see the futures' errors), so it "
+                    "cannot commit: call abort_transaction()"
+                )
+            try:
+                self.native.end(commit)
+            except ProducerFencedError as e:
+                raise self._fenced(e) from None
