@@ -45,7 +45,7 @@ def confluent_run(bootstrap: str, topic: str, per_txn: int, txns: int) -> list[f
     )
     producer.init_transactions(30)
     commits = []
-    for t in range(txns):
+    for _ in range(txns):
         producer.begin_transaction()
         for i in range(per_txn):
             producer.produce(topic, VALUE, key=b"%08d" % i, partition=0)
@@ -87,7 +87,9 @@ def count_committed(bootstrap: str, topic: str, expected: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=20_000, help="records per row (rounded to whole transactions)")
+    parser.add_argument(
+        "--records", type=int, default=20_000, help="records per row (rounded to whole transactions)"
+    )
     parser.add_argument("--out", default=str(HERE / "results"))
     args = parser.parse_args()
     rows = []

@@ -427,3 +427,43 @@ def test_transactional_batches_not_in_the_transaction_are_refused(kafkalite_serv
     log = kafkalite.Log(os.path.join(kafkalite_server.path, "verify-0"))
     assert log.end_offset == 0, "a refused transactional batch was written"
     log.close()
+
+
+@pytest.mark.parametrize("first", ["network", "embedded"])
+def test_an_embedded_and_a_network_producer_with_one_transactional_id_fence_each_other(
+    kafkalite_server, first
+):
+    """The server's coordinator and the embedded producer's are one (the data directory's): the
+    later producer's init_transactions aborts the earlier one's open transaction and fences it,
+    whichever side each is on; only the later one's records are ever read_committed."""
+    from kafkalite.errors import ProducerFencedError as EmbeddedFenced
+
+    kafkalite.Admin(kafkalite_server.path).create_topic("mixed", 1)
+    bootstrap = kafkalite_server.bootstrap_servers
+
+    def network() -> KafkaProducer:
+        return transactional(bootstrap, "mixed-tx")
+
+    def embedded() -> kafkalite.Producer:
+        producer = kafkalite.Producer(kafkalite_server.path, transactional_id="mixed-tx")
+        producer.init_transactions()
+        return producer
+
+    older = network() if first == "network" else embedded()
+    older.begin_transaction()
+    older.send("mixed", b"older", partition=0)
+    older.flush()
+    newer = embedded() if first == "network" else network()
+    fenced = (ProducerFencedError, InvalidProducerEpochError) if first == "network" else EmbeddedFenced
+    with pytest.raises(fenced):
+        older.send("mixed", b"older-2", partition=0)
+        older.commit_transaction()
+    newer.begin_transaction()
+    newer.send("mixed", b"newer", partition=0)
+    newer.commit_transaction()
+    newer.close()
+    try:
+        older.close()
+    except Exception:  # a fenced producer may say so again at close
+        pass
+    assert values(bootstrap, "mixed", "read_committed", want=1) == [b"newer"]
