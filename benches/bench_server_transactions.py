@@ -95,14 +95,16 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
-        kafkalite.Admin(str(data))  # creates the data directory
+        runs = (("confluent-kafka", confluent_run), ("kafka-python", kafka_python_run))
+        for client, _ in runs:
+            for per_txn in SIZES:
+                kafkalite.Admin(str(data)).create_topic(f"{client}-{per_txn}", 1)  # creates the directory too
         proc, bootstrap = start_serve(start_module, data, "--log-level", "WARNING")
         try:
-            for client, run in (("confluent-kafka", confluent_run), ("kafka-python", kafka_python_run)):
+            for client, run in runs:
                 for per_txn in SIZES:
                     txns = max(1, args.records // per_txn)
-                    topic = f"{client}-{per_txn}".replace("_", "-")
-                    kafkalite.Admin(str(data)).create_topic(topic, 1)
+                    topic = f"{client}-{per_txn}"
                     started = time.perf_counter()
                     commits = run(bootstrap, topic, per_txn, txns)
                     seconds = time.perf_counter() - started
