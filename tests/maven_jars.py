@@ -62,6 +62,15 @@ def kafka_tools_jars() -> Path:
     )
 
 
+def kafka_streams_jars() -> Path:
+    """Kafka Streams (kafka-streams and its dependencies; tests/kafka-streams/pom.xml)."""
+    return copy_dependencies(
+        TESTS / "kafka-streams" / "pom.xml",
+        CACHE / f"kafka-streams-{JAVA_CLIENT_VERSION}",
+        **{"kafka.version": JAVA_CLIENT_VERSION},
+    )
+
+
 def mirror_maker_jars() -> Path:
     """Kafka's MirrorMaker 2 (connect-mirror, connect-runtime; tests/mirror-maker/pom.xml)."""
     return copy_dependencies(
