@@ -7,8 +7,6 @@ Maven)."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -24,21 +22,9 @@ SOURCE = Path(__file__).parent / "java-client" / "KafkaliteTransactions.java"
 
 @pytest.fixture(scope="module")
 def classpath(tmp_path_factory) -> str:
-    jars = maven_jars.require(maven_jars.java_client_jars)
-    if not shutil.which("javac"):
-        if os.environ.get("CI"):
-            pytest.fail("javac is missing (.ci/run installs openjdk-17-jdk-headless)")
-        pytest.skip("javac is missing (apt-get install openjdk-17-jdk-headless)")
-    classes = tmp_path_factory.mktemp("java-tx-classes")
-    done = subprocess.run(
-        ["javac", "-d", str(classes), "-cp", f"{jars}/*", str(SOURCE)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    return maven_jars.compiled(
+        maven_jars.java_client_jars, SOURCE, tmp_path_factory.mktemp("java-tx-classes")
     )
-    assert done.returncode == 0, done.stderr
-    return f"{classes}{os.pathsep}{jars}/*"
 
 
 def test_java_transactional_producer_commits_aborts_and_is_fenced(kafkalite_server, classpath):

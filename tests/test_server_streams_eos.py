@@ -7,8 +7,6 @@ every word, the exact count as its last value. Marker ``broker`` (Java and Maven
 from __future__ import annotations
 
 import collections
-import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -26,21 +24,9 @@ LINES = [f"the quick fox {i % 7} jumps over the lazy dog {i % 3}" for i in range
 
 @pytest.fixture(scope="module")
 def classpath(tmp_path_factory) -> str:
-    jars = maven_jars.require(maven_jars.kafka_streams_jars)
-    if not shutil.which("javac"):
-        if os.environ.get("CI"):
-            pytest.fail("javac is missing (.ci/run installs openjdk-17-jdk-headless)")
-        pytest.skip("javac is missing (apt-get install openjdk-17-jdk-headless)")
-    classes = tmp_path_factory.mktemp("streams-classes")
-    done = subprocess.run(
-        ["javac", "-d", str(classes), "-cp", f"{jars}/*", str(SOURCE)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    return maven_jars.compiled(
+        maven_jars.kafka_streams_jars, SOURCE, tmp_path_factory.mktemp("streams-classes")
     )
-    assert done.returncode == 0, done.stderr
-    return f"{classes}{os.pathsep}{jars}/*"
 
 
 def streams_cmd(classpath: str, bootstrap: str, state: Path) -> list[str]:

@@ -23,6 +23,21 @@ type PartitionPlan = (i32, Option<i16>);
 /// A commit as requested: partition, offset, metadata.
 pub type Requested = (i32, i64, Option<String>);
 
+/// A commit request's topics as `CommitPlan::new` takes them: OffsetCommit's and
+/// TxnOffsetCommit's have the same fields, in types of their own.
+macro_rules! requested {
+    ($topics:expr) => {
+        $topics.iter().map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| (p.partition_index, p.committed_offset, p.committed_metadata.as_ref().map(|m| m.to_string())));
+            (t.name.clone(), partitions.collect())
+        })
+    };
+}
+pub(super) use requested;
+
 /// What a commit request (OffsetCommit, TxnOffsetCommit) does with each partition, checked as
 /// Kafka's group coordinator checks it: the group's verdict, metadata no longer than
 /// `offset.metadata.max.bytes`, a partition that exists. The rest are `commits`, written (or
@@ -112,14 +127,7 @@ pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, _version: i1
             codes::refused(peer, "OffsetCommit", code, &reason)
         })
     };
-    let requested = request.topics.iter().map(|t| {
-        let partitions = t
-            .partitions
-            .iter()
-            .map(|p| (p.partition_index, p.committed_offset, p.committed_metadata.as_ref().map(|m| m.to_string())));
-        (t.name.clone(), partitions.collect())
-    });
-    let plan = CommitPlan::new(broker, requested, verdict);
+    let plan = CommitPlan::new(broker, requested!(request.topics), verdict);
     let commits: Vec<_> =
         plan.commits.iter().map(|(t, p, o, m)| (t.clone(), *p, *o, m.clone().unwrap_or_default())).collect();
     // The verdict again where the commit is written (`OffsetStore::commit`): the group may have

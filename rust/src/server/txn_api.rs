@@ -30,7 +30,7 @@ use std::time::Instant;
 
 use super::broker::Broker;
 use super::codes;
-use super::offset_commit::CommitPlan;
+use super::offset_commit::{requested, CommitPlan};
 use super::waits;
 use crate::error::Error;
 use crate::log::now_ms;
@@ -283,14 +283,7 @@ pub fn txn_offset_commit(
             }
         }
     };
-    let requested = request.topics.iter().map(|t| {
-        let partitions = t
-            .partitions
-            .iter()
-            .map(|p| (p.partition_index, p.committed_offset, p.committed_metadata.as_ref().map(|m| m.to_string())));
-        (t.name.clone(), partitions.collect())
-    });
-    let plan = CommitPlan::new(broker, requested, verdict);
+    let plan = CommitPlan::new(broker, requested!(request.topics), verdict);
     let written = if plan.commits.is_empty() {
         Ok(())
     } else {
