@@ -278,3 +278,46 @@ def test_the_consume_transform_produce_example_killed_and_restarted_writes_each_
     assert "processed" in final.communicate()[0]
     assert values(data, "out") == sorted(v.upper() for v in inputs), "every input exactly once"
     assert committed_offset(data, "ctp") == len(inputs)
+
+
+ABANDONED = """
+import os, sys
+from kafkalite import Producer
+p = Producer(sys.argv[1], transactional_id="abandoned", transaction_timeout_ms=300)
+p.init_transactions()
+p.begin_transaction()
+for i in range(10):
+    p.send("out", b"never-%d" % i, key=b"%d" % i)
+p.flush()
+os.kill(os.getpid(), 9)
+"""
+
+
+def test_another_transactional_producer_aborts_an_abandoned_transaction_after_its_timeout(
+    data, spawn, monkeypatch
+):
+    from kafkalite import transactions
+
+    child = spawn.code(ABANDONED, data)
+    assert child.wait() == -signal.SIGKILL
+    ends = []
+    for partition in range(2):
+        with Log(os.path.join(data, f"out-{partition}"), readonly=True) as log:
+            ends.append((log.last_stable_offset, log.end_offset))
+    assert any(lso < end for lso, end in ends), "the abandoned transaction holds the LSO back"
+    monkeypatch.setattr(transactions, "ABORT_TIMED_OUT_INTERVAL_MS", 200)
+    other = Producer(data, transactional_id="someone-else")
+    other.init_transactions()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with (
+            Log(os.path.join(data, "out-0"), readonly=True) as l0,
+            Log(os.path.join(data, "out-1"), readonly=True) as l1,
+        ):
+            if l0.last_stable_offset == l0.end_offset and l1.last_stable_offset == l1.end_offset:
+                break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the abandoned transaction was never aborted")
+    other.close()
+    assert values(data, "out") == []

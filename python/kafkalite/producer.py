@@ -25,7 +25,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from kafkalite import validate
+from kafkalite import transactions, validate
 from kafkalite._native import (
     RECORD_TOO_LARGE,
     SEND_CLOSED,
@@ -712,10 +712,14 @@ class _Sender:
         next_retention = time.monotonic() + self.config["retention_check_interval_ms"] / 1000.0
         next_cleaning = time.monotonic() + self.config["cleaner_check_interval_ms"] / 1000.0
         next_metadata = time.monotonic() + self.config["metadata_max_age_ms"] / 1000.0
+        # A transactional producer is also a coordinator of the data directory's transactions
+        # (there is no coordinator process): it aborts those past their timeout on Kafka's schedule.
+        txn_interval = transactions.ABORT_TIMED_OUT_INTERVAL_MS / 1000.0
+        next_txn_check = time.monotonic() + txn_interval if self.txn is not None else float("inf")
         while True:
             with self.wakeup:
                 if not self.dirty and not self.closed:
-                    next_due = min(next_retention, next_cleaning, next_metadata)
+                    next_due = min(next_retention, next_cleaning, next_metadata, next_txn_check)
                     now = time.monotonic()
                     stats_due = self.stats.timeout(now)
                     wait = min(1.0, next_due - now, 1.0 if stats_due is None else stats_due)
@@ -742,6 +746,9 @@ class _Sender:
             if time.monotonic() >= next_cleaning and not closing:
                 self.step("compacting", self.compact_dirty_partitions)
                 next_cleaning = time.monotonic() + self.config["cleaner_check_interval_ms"] / 1000.0
+            if self.txn is not None and time.monotonic() >= next_txn_check and not closing:
+                self.step("aborting timed-out transactions", self.txn.abort_expired)
+                next_txn_check = time.monotonic() + txn_interval
             if time.monotonic() >= next_metadata and not closing:
                 self.step("refreshing metadata", self.forget_unused)
                 next_metadata = time.monotonic() + self.config["metadata_max_age_ms"] / 1000.0
@@ -875,6 +882,8 @@ class _Sender:
                         p.log = None
             try:
                 _close_logs(logs, left)
+                if self.txn is not None:
+                    self.txn.close()  # the coordinator's logs (markers, __transaction_state)
             except KafkaliteError:
                 if flushed:
                     raise

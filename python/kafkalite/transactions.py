@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 #: Kafka's transaction.max.timeout.ms: the longest ``transaction_timeout_ms``.
 MAX_TRANSACTION_TIMEOUT_MS: int = _native.MAX_TRANSACTION_TIMEOUT_MS
 TRANSACTION_STATE_TOPIC: str = _native.TRANSACTION_STATE_TOPIC
+#: Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms: how often a transactional
+#: producer's sender thread aborts the data directory's transactions past their timeout (and
+#: completes ones a crash left half-ended), whatever their transactional id.
+ABORT_TIMED_OUT_INTERVAL_MS = 10_000
 
 
 class ConsumerGroupMetadata(NamedTuple):
@@ -121,6 +125,16 @@ class TransactionManager:
         epoch) is fatal, as Kafka's client makes it."""
         if isinstance(e, ProducerFencedError):
             self._fatal = e
+
+    def abort_expired(self) -> int:
+        """Abort every transaction of the data directory past its timeout, complete every one a
+        crash left half-ended (ids whose lock is free). Returns how many."""
+        return int(self.native.abort_expired_and_complete_pending())
+
+    def close(self) -> None:
+        """Close the coordinator's logs (the producer closed; an open transaction stays open
+        until the next producer with the id, or its timeout, ends it)."""
+        self.native.close()
 
     def check_send(self) -> None:
         """``send()`` of a transactional producer: only inside a transaction."""

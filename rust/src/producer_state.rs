@@ -1,6 +1,7 @@
 //! Kafka's producer state (`ProducerStateManager`, `ProducerStateEntry`, `ProducerAppendInfo`):
-//! per producer id, its epoch and the metadata of its last five batches, learnt from the
-//! batch headers in the log (producerId, producerEpoch, baseSequence, lastOffsetDelta). An
+//! per producer id, its epoch, the metadata of its last five batches and the first offset of
+//! its open transaction, learnt from the batch headers in the log (producerId, producerEpoch,
+//! baseSequence, lastOffsetDelta, the transactional and control bits). An
 //! idempotent produce is checked against it: a retried batch is found and answered with its
 //! original offsets instead of being written again, a sequence gap or an old epoch is refused.
 //!

@@ -15,6 +15,9 @@
 //! lastOffset i64, lastStableOffset i64) where a broker left one. `TxnState` keeps what it
 //! learnt and walks only the batches appended since its last look, so a consumer does not
 //! rescan the log on every poll.
+//!
+//! This is the reading half; the writing half is the coordinator (`transactions/`) and the
+//! partition's transactional appends and markers (`log/transactional.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;

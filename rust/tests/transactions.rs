@@ -191,8 +191,13 @@ fn an_older_epoch_is_fenced_at_the_coordinator_and_at_the_partitions() {
     assert_eq!(kind(c.init_producer_id(TXN, 60_000, Some((pid, e0)), 5).unwrap_err()), TxnErrorKind::ProducerFenced);
     let (values, _, stable) = committed(&dir.join("a-0"));
     assert!(values.is_empty() && stable, "{values:?}");
+    // KIP-890 verification, for a server's produce: the zombie's epoch is fenced, a partition
+    // outside the open transaction is refused.
+    assert_eq!(kind(c.verify_partition(TXN, pid, e0, "a", 0).unwrap_err()), TxnErrorKind::ProducerFenced);
+    assert_eq!(kind(c.verify_partition(TXN, pid, e1, "a", 0).unwrap_err()), TxnErrorKind::InvalidTxnState);
     // The new producer's transaction commits.
     c.add_partitions(TXN, pid, e1, &[("a".into(), 0)], 6).unwrap();
+    c.verify_partition(TXN, pid, e1, "a", 0).unwrap();
     append(&mut writer(dir, 0), (pid, e1), &["n0"]).unwrap();
     c.end_txn(TXN, pid, e1, true, 7).unwrap();
     c.end_txn(TXN, pid, e1, true, 8).unwrap(); // a retried commit

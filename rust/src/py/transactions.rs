@@ -197,6 +197,12 @@ impl PyTransaction {
         Ok(py.detach(|| s.coordinator.abort_expired_and_complete_pending(now_ms()))?)
     }
 
+    /// Close the coordinator's logs (reopened if used again).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let s = &self.shared;
+        Ok(py.detach(|| s.coordinator.close())?)
+    }
+
     /// The metadata of `transactional_id` (default: this one), or None.
     #[pyo3(signature = (transactional_id=None))]
     fn describe<'py>(&self, py: Python<'py>, transactional_id: Option<&str>) -> PyResult<Option<Bound<'py, PyDict>>> {
@@ -228,8 +234,25 @@ pub fn list_transactions<'py>(py: Python<'py>, data_dir: std::path::PathBuf) -> 
     all.iter().map(|m| metadata_dict(py, m)).collect()
 }
 
+/// A `__transaction_state` record (TransactionLogKey, TransactionLogValue v0/v1 or None for a
+/// tombstone) as (transactional id, metadata dict or None): what kafkalite reads of a broker's.
+#[pyfunction]
+pub fn transaction_log_decode<'py>(
+    py: Python<'py>,
+    key: &[u8],
+    value: Option<&[u8]>,
+) -> PyResult<(String, Option<Bound<'py, PyDict>>)> {
+    let id = crate::transactions::state_log::decode_key(key)?;
+    let metadata = match value {
+        None => None,
+        Some(v) => Some(metadata_dict(py, &crate::transactions::state_log::decode_value(&id, v)?)?),
+    };
+    Ok((id, metadata))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyTransaction>()?;
+    m.add_function(wrap_pyfunction!(transaction_log_decode, m)?)?;
     m.add_function(wrap_pyfunction!(list_transactions, m)?)?;
     m.add("TRANSACTION_STATE_TOPIC", crate::transactions::TRANSACTION_STATE_TOPIC)?;
     m.add("MAX_TRANSACTION_TIMEOUT_MS", crate::transactions::MAX_TRANSACTION_TIMEOUT_MS)?;

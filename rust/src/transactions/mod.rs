@@ -29,7 +29,7 @@
 //! The public API (stable; added to, never renamed):
 //! `Coordinator::open(data_dir)`, `with_lock_wait(Duration)`, `init_producer_id`,
 //! `add_partitions`, `add_offsets`, `txn_offset_commit`, `end_txn`, `describe`, `list`,
-//! `abort_expired_and_complete_pending`; errors are `Error::Transaction { kind, .. }` with
+//! `abort_expired_and_complete_pending`, `close`, `verify_partition`; errors are `Error::Transaction { kind, .. }` with
 //! `TxnErrorKind::code()` Kafka's code, plus the engine's usual errors.
 
 pub mod lock;
@@ -481,6 +481,63 @@ impl Coordinator {
             (TransactionState::CompleteCommit, true) | (TransactionState::CompleteAbort, false) => Ok(()),
             _ => Err(invalid(&m)),
         }
+    }
+
+    /// Close every log this coordinator opened (a later call opens them again): a clean close
+    /// trims their active segments, as any writer's close does.
+    pub fn close(&self) -> Result<()> {
+        let logs: Vec<SharedLog> = lock_map(&self.logs).drain().map(|(_, log)| log).collect();
+        let mut first = Ok(());
+        for log in logs {
+            let closed =
+                lock_log(&log, || "a partition log of the transaction coordinator".into()).and_then(|mut l| l.close());
+            if first.is_ok() {
+                first = closed;
+            }
+        }
+        first
+    }
+
+    /// KIP-890 verification for a server's transactional produce: Ok when `(topic, partition)`
+    /// is in the open transaction of `transactional_id` at this producer id and epoch; else
+    /// PRODUCER_FENCED (another epoch), INVALID_PRODUCER_ID_MAPPING (another id) or
+    /// INVALID_TXN_STATE (not added, or no open transaction). Read-only: takes no lock. Without
+    /// it, a fenced producer's batch to a partition outside the current transaction would open
+    /// a transaction no marker ever ends (a "hanging transaction": the LSO stuck).
+    pub fn verify_partition(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        topic: &str,
+        partition: i32,
+    ) -> Result<()> {
+        let m = self.load(transactional_id)?.ok_or_else(|| {
+            Error::txn(
+                TxnErrorKind::InvalidProducerIdMapping,
+                format!("transactional id {transactional_id:?} is unknown"),
+            )
+        })?;
+        if m.producer_id != producer_id {
+            return Err(Error::txn(
+                TxnErrorKind::InvalidProducerIdMapping,
+                format!("producer id {producer_id} is not the producer id of transactional id {transactional_id:?}"),
+            ));
+        }
+        if m.producer_epoch != epoch {
+            return Err(fenced(&m, producer_id, epoch));
+        }
+        if m.state != TransactionState::Ongoing || !m.partitions.contains(&(topic.to_string(), partition)) {
+            return Err(Error::txn(
+                TxnErrorKind::InvalidTxnState,
+                format!(
+                    "{topic}-{partition} is not in an open transaction of {transactional_id:?} (state {}): \
+                     AddPartitionsToTxn first",
+                    m.state.name()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The id's metadata, as `__transaction_state` holds it (not settled).
