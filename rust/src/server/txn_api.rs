@@ -35,7 +35,6 @@ use super::waits;
 use crate::error::Error;
 use crate::log::now_ms;
 use crate::record::header::{BatchHeader, HEADER_LEN, MIN_BATCH_LENGTH};
-use crate::transactions::{TransactionMetadata, TransactionState};
 
 /// The first version of each API whose clients know PRODUCER_FENCED (KIP-588); older ones are
 /// told INVALID_PRODUCER_EPOCH, which they treat as fatal the same way.
@@ -45,7 +44,12 @@ const FENCED_SINCE_OFFSETS_COMMIT: i16 = 3;
 
 /// The code for an engine error, for a request of `version` of an API that knows
 /// PRODUCER_FENCED since `fenced_since`, logged as a refusal.
-fn refusal(e: &Error, (version, fenced_since): (i16, i16), peer: &str, api: &str, what: &str) -> i16 {
+fn refusal(e: &Error, versions: (i16, i16), peer: &str, api: &str, what: &str) -> i16 {
+    codes::refused(peer, api, refusal_code(e, versions), &format!("{what}: {e}"))
+}
+
+/// `refusal`'s code, not logged (for a refusal among others logged as one line).
+fn refusal_code(e: &Error, (version, fenced_since): (i16, i16)) -> i16 {
     let mut code = match e {
         // An empty transactional or group id, a value out of range: Kafka's INVALID_REQUEST.
         Error::InvalidConfig(_) => codes::INVALID_REQUEST,
@@ -54,7 +58,7 @@ fn refusal(e: &Error, (version, fenced_since): (i16, i16), peer: &str, api: &str
     if code == codes::PRODUCER_FENCED && version < fenced_since {
         code = codes::INVALID_PRODUCER_EPOCH;
     }
-    codes::refused(peer, api, code, &format!("{what}: {e}"))
+    code
 }
 
 /// InitProducerId for a transactional id: the coordinator aborts the id's open transaction (if
@@ -83,43 +87,6 @@ pub fn init_producer_id(
                 .with_producer_epoch(-1)
         }
     }
-}
-
-/// Whether the id's transaction, as the coordinator holds it (`meta`), has `partition` and is
-/// `(producer_id, epoch)`'s: Kafka's verification of a transactional produce (KIP-890 part 1) and
-/// AddPartitionsToTxn's verify-only form. `Err`: the code and why.
-pub fn verify_partition(
-    meta: Option<&TransactionMetadata>,
-    (producer_id, epoch): (i64, i16),
-    partition: &(String, i32),
-) -> Result<(), (i16, String)> {
-    let Some(m) = meta.filter(|m| m.state != TransactionState::Dead) else {
-        return Err((
-            codes::INVALID_PRODUCER_ID_MAPPING,
-            "the transactional id is unknown: init_transactions() first".into(),
-        ));
-    };
-    if m.producer_id != producer_id {
-        let why = format!("producer id {producer_id} is not the transactional id's ({})", m.producer_id);
-        return Err((codes::INVALID_PRODUCER_ID_MAPPING, why));
-    }
-    if m.producer_epoch != epoch {
-        let why = format!("epoch {epoch} is fenced: the transactional id is at epoch {}", m.producer_epoch);
-        return Err((codes::PRODUCER_FENCED, why));
-    }
-    if m.state.is_prepare() {
-        return Err((codes::CONCURRENT_TRANSACTIONS, format!("the transaction is ending ({})", m.state.name())));
-    }
-    if m.state != TransactionState::Ongoing || !m.partitions.contains(partition) {
-        let why = format!(
-            "{}-{} was not added to the transaction (AddPartitionsToTxn first); it is {}",
-            partition.0,
-            partition.1,
-            m.state.name()
-        );
-        return Err((codes::INVALID_TXN_STATE, why));
-    }
-    Ok(())
 }
 
 /// The partitions of a request's topics.
@@ -162,19 +129,14 @@ fn add_or_verify(
     let what = format!("transactional id {transactional_id:?}");
     let partitions = partitions_of(topics);
     if verify_only {
-        let meta = match broker.transactions.describe(transactional_id) {
-            Ok(meta) => meta,
-            Err(e) => {
-                let code = refusal(&e, (version, FENCED_SINCE_ADD), peer, "AddPartitionsToTxn", &what);
-                return results(topics, |_, _| code);
-            }
-        };
         let mut refusals = codes::Refusals::new("partition");
         let answered = results(topics, |t, p| {
-            let at = (t.to_string(), p);
-            match verify_partition(meta.as_ref(), (producer_id, epoch), &at) {
+            match broker.transactions.verify_partition(transactional_id, producer_id, epoch, t, p) {
                 Ok(()) => codes::NONE,
-                Err((code, why)) => refusals.add(code, format_args!("{t}-{p}"), || format!("{what}: {why}")),
+                Err(e) => {
+                    let code = refusal_code(&e, (version, FENCED_SINCE_ADD));
+                    refusals.add(code, format_args!("{t}-{p}"), || format!("{what}: {e}"))
+                }
             }
         });
         refusals.log(peer, "AddPartitionsToTxn");
@@ -391,15 +353,22 @@ pub async fn verify_produce(
         }
         return refused;
     };
-    let meta = waits::off_workers(broker, deadline, {
+    let checked: Vec<((String, i32), (i64, i16))> = wanted.clone();
+    let verdicts = waits::off_workers(broker, deadline, {
         let id = id.clone();
-        move |b| b.transactions.describe(&id)
+        move |b| {
+            let each = |((t, p), (pid, epoch)): &((String, i32), (i64, i16))| {
+                b.transactions
+                    .verify_partition(&id, *pid, *epoch, t, *p)
+                    .map_err(|e| (codes::for_error(&e), e.to_string()))
+            };
+            checked.iter().map(each).collect::<Vec<_>>()
+        }
     })
     .await;
-    for (key, producer) in wanted {
-        let verdict = match &meta {
-            Ok(Ok(meta)) => verify_partition(meta.as_ref(), producer, &key),
-            Ok(Err(e)) => Err((codes::for_error(e), e.to_string())),
+    for (i, (key, _)) in wanted.into_iter().enumerate() {
+        let verdict = match &verdicts {
+            Ok(each) => each[i].clone(),
             Err(waits::NotDone::Busy) => {
                 Err((codes::REQUEST_TIMED_OUT, "no slot for blocking work came free in time (server busy)".into()))
             }
@@ -409,13 +378,8 @@ pub async fn verify_produce(
         };
         if let Err((code, why)) = verdict {
             // Produce answers a fenced producer INVALID_PRODUCER_EPOCH (its clients know no
-            // PRODUCER_FENCED there), and a batch that cannot join the transaction now
-            // INVALID_TXN_STATE (non-retriable: the producer must abort).
-            let code = match code {
-                codes::PRODUCER_FENCED => codes::INVALID_PRODUCER_EPOCH,
-                codes::CONCURRENT_TRANSACTIONS => codes::INVALID_TXN_STATE,
-                other => other,
-            };
+            // PRODUCER_FENCED there).
+            let code = if code == codes::PRODUCER_FENCED { codes::INVALID_PRODUCER_EPOCH } else { code };
             refused.insert(key, (code, format!("transactional id {id:?}: {why}")));
         }
     }
