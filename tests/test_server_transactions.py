@@ -467,3 +467,33 @@ def test_an_embedded_and_a_network_producer_with_one_transactional_id_fence_each
     except Exception:  # a fenced producer may say so again at close
         pass
     assert values(bootstrap, "mixed", "read_committed", want=1) == [b"newer"]
+
+
+def test_list_offsets_latest_is_the_last_stable_offset_for_read_committed(kafkalite_server):
+    """ListOffsets (a consumer's end_offsets, auto_offset_reset='latest') at read_committed
+    answers the last stable offset while a transaction is open, the log end at
+    read_uncommitted; once the transaction ends, both the log end."""
+    kafkalite.Admin(kafkalite_server.path).create_topic("lso", 1)
+    bootstrap = kafkalite_server.bootstrap_servers
+    plain = KafkaProducer(bootstrap_servers=bootstrap)
+    for i in range(3):
+        plain.send("lso", b"plain-%d" % i, partition=0).get(30)
+    plain.close()
+    producer = transactional(bootstrap, "lso-tx")
+    producer.begin_transaction()
+    for i in range(5):
+        producer.send("lso", b"open-%d" % i, partition=0)
+    producer.flush()
+
+    def end(isolation: str) -> int:
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation)
+        tp = kafka.TopicPartition("lso", 0)
+        try:
+            return consumer.end_offsets([tp])[tp]
+        finally:
+            consumer.close()
+
+    assert (end("read_committed"), end("read_uncommitted")) == (3, 8)
+    producer.commit_transaction()
+    producer.close()
+    assert (end("read_committed"), end("read_uncommitted")) == (9, 9)  # the marker is offset 8
