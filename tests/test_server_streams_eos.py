@@ -32,7 +32,7 @@ def classpath(tmp_path_factory) -> str:
 def streams_cmd(classpath: str, bootstrap: str, state: Path) -> list[str]:
     return [
         "java", "-Xmx384m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath,
-        "WordCountEos", bootstrap, "lines", "counts", "3000", str(state),
+        "WordCountEos", bootstrap, "lines", "counts", "10000", str(state),
     ]  # fmt: skip
 
 
