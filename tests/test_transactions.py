@@ -267,9 +267,12 @@ def test_the_consume_transform_produce_example_killed_and_restarted_writes_each_
         for i, v in enumerate(inputs):
             p.send("in", v, partition=0, key=b"%d" % i)
     progress = []
-    for delay in (0.8, 1.3, 1.8):  # killed mid-run (a run takes about 3 s here), each time further in
+    for _ in range(3):  # killed as soon as it committed a transaction more: mid-run, between steps
+        before = committed_offset(data, "ctp") or 0
         child = spawn(EXAMPLE, data, "--idle-seconds", "30")
-        time.sleep(delay)
+        deadline = time.monotonic() + 60
+        while (committed_offset(data, "ctp") or 0) <= before and time.monotonic() < deadline:
+            time.sleep(0.005)
         child.send_signal(signal.SIGKILL)
         child.wait()
         progress.append(committed_offset(data, "ctp"))
@@ -321,3 +324,29 @@ def test_another_transactional_producer_aborts_an_abandoned_transaction_after_it
         pytest.fail("the abandoned transaction was never aborted")
     other.close()
     assert values(data, "out") == []
+
+
+def test_an_open_transaction_does_not_hide_other_groups_plain_commits(data):
+    """Kafka's coordinator applies plain commits at once, whatever transaction is open in the
+    same __consumer_offsets partition: two groups sharing a partition, one in an open
+    transaction, the other committing plainly."""
+    from kafkalite.offsets import offsets_partition
+
+    other = next(
+        g
+        for g in (f"g{i}" for i in range(1000))
+        if g != "g" and offsets_partition(g) == offsets_partition("g")
+    )
+    p = Producer(data, transactional_id="t-open")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send_offsets_to_transaction({TopicPartition("in", 0): 3}, "g")
+    with Consumer(data, group_id=other, enable_auto_commit=False) as c:
+        c.assign([TopicPartition("in", 0)])
+        c.commit({TopicPartition("in", 0): 9})
+    assert committed_offset(data, other) == 9, "a plain commit is visible while the transaction is open"
+    assert committed_offset(data, "g") is None
+    p.commit_transaction()
+    assert committed_offset(data, "g") == 3
+    assert committed_offset(data, other) == 9
+    p.close()

@@ -96,6 +96,8 @@ class OffsetStore:
             t.to_bytes(2, "big", signed=True) + group_part for t in OFFSET_COMMIT_KEY_TYPES
         )
         self._offsets: Offsets = {}
+        #: Plain commits past the last stable offset (see ``_catch_up``); None: a tombstone.
+        self._pending_plain: dict[tuple[str, int], tuple[int, str] | None] = {}
         self._read_to = 0
         self._writer: Log | None = None
         self._reader: Log | None = None
@@ -109,32 +111,64 @@ class OffsetStore:
         """``{(topic, partition): (offset, metadata)}``, including commits from other processes."""
         with self._mutex:
             self._catch_up()
-            return dict(self._offsets)
+            if not self._pending_plain:
+                return dict(self._offsets)
+            merged = dict(self._offsets)
+            for tp, value in self._pending_plain.items():
+                if value is None:
+                    merged.pop(tp, None)
+                else:
+                    merged[tp] = value
+            return merged
+
+    def _apply(
+        self, into: dict[tuple[str, int], tuple[int, str] | None], key: bytes | None, value: bytes | None
+    ) -> None:
+        if key is not None and key.startswith(self._prefixes):
+            decoded = decode_key(key)
+            if decoded is not None and decoded[0] == self.group_id:
+                into[(decoded[1], decoded[2])] = None if value is None else decode_value(value)
 
     def _catch_up(self) -> None:
+        """Kafka's group coordinator's view: below the last stable offset, the records a
+        read_committed reader sees, in log order (a transaction's offsets count iff it committed,
+        and a later record of a key wins); past it (a transaction still open holds it back), the
+        plain commits, visible at once and newer than anything below. Transactional commits are
+        the only batches with a producer id in this topic (clients cannot produce to it)."""
         if self._reader is None:
             if not os.path.isdir(self._path()):
                 return
             self._reader = Log(self._path(), readonly=True)
         log = self._reader
         start = max(self._read_to, log.start_offset)
-        # read_committed: offsets a transaction committed (send_offsets_to_transaction) count
-        # from its COMMIT marker on, an aborted or still open transaction's never; reading stops
-        # at the last stable offset and resumes there.
-        end = log.last_stable_offset
-        if start >= end:
-            return
-        for r in log.committed_records(start, end):
-            key = r.key
-            if key is not None and key.startswith(self._prefixes):
-                decoded = decode_key(key)
-                if decoded is not None and decoded[0] == self.group_id:
-                    tp = (decoded[1], decoded[2])
-                    if r.value is None:
-                        self._offsets.pop(tp, None)
-                    else:
-                        self._offsets[tp] = decode_value(r.value)
-        self._read_to = end
+        stable = log.last_stable_offset
+        if start < stable:
+            decided: dict[tuple[str, int], tuple[int, str] | None] = {}
+            for r in log.committed_records(start, stable):
+                self._apply(decided, r.key, r.value)
+            for tp, value in decided.items():
+                if value is None:
+                    self._offsets.pop(tp, None)
+                else:
+                    self._offsets[tp] = value
+            self._read_to = stable
+        self._pending_plain = {}
+        end = log.end_offset
+        if stable < end:
+            plain: list[tuple[int, int]] = []
+            position = stable
+            while position < end:
+                headers = log.batch_headers(position)
+                if not headers:
+                    break
+                plain.extend(
+                    (b.base_offset, b.last_offset) for b in headers if b.producer_id < 0 and not b.control
+                )
+                position = headers[-1].last_offset + 1
+            for r in log.records(stable, end):
+                at = r.offset
+                if at is not None and any(first <= at <= last for first, last in plain):
+                    self._apply(self._pending_plain, r.key, r.value)
 
     def _log(self) -> Log:
         if self._writer is None:
