@@ -62,6 +62,35 @@ def kafka_tools_jars() -> Path:
     )
 
 
+def compiled(jars: Callable[[], Path], source: Path, classes: Path) -> str:
+    """``source`` (one Java file) compiled into ``classes`` against ``jars()`` (fetched, or the
+    test skipped as ``require`` says; without javac the test skips, or fails in CI); returns the
+    classpath to run it with."""
+    folder = require(jars)
+    if not shutil.which("javac"):
+        if os.environ.get("CI"):
+            pytest.fail("javac is missing (.ci/run installs openjdk-17-jdk-headless)")
+        pytest.skip("javac is missing (apt-get install openjdk-17-jdk-headless)")
+    done = subprocess.run(
+        ["javac", "-d", str(classes), "-cp", f"{folder}/*", str(source)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return f"{classes}{os.pathsep}{folder}/*"
+
+
+def kafka_streams_jars() -> Path:
+    """Kafka Streams (kafka-streams and its dependencies; tests/kafka-streams/pom.xml)."""
+    return copy_dependencies(
+        TESTS / "kafka-streams" / "pom.xml",
+        CACHE / f"kafka-streams-{JAVA_CLIENT_VERSION}",
+        **{"kafka.version": JAVA_CLIENT_VERSION},
+    )
+
+
 def mirror_maker_jars() -> Path:
     """Kafka's MirrorMaker 2 (connect-mirror, connect-runtime; tests/mirror-maker/pom.xml)."""
     return copy_dependencies(

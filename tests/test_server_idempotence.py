@@ -31,7 +31,7 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 default_records = pytest.importorskip("kafka.record.default_records")
 
 PRODUCE, INIT_PRODUCER_ID = 0, 22
-NONE, OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, UNSUPPORTED_VERSION = 0, 45, 47, 35
+NONE, OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH = 0, 45, 47
 TOPIC = "idem"
 
 
@@ -216,16 +216,20 @@ def test_sequence_gaps_and_old_epochs_are_refused_with_kafkas_codes(kafkalite_se
 def test_init_producer_id_is_fresh_unique_across_restarts_and_apart_from_the_sinks(tmp_path):
     data = tmp_path / "d"
     seen = []
-    for _ in range(3):
+    transactional = set()
+    for life in range(3):
         with Server(data) as server:
             wire = Wire(server.address)
             for _ in range(3):
                 error, pid, epoch = wire.init_producer_id()
                 assert (error, epoch) == (NONE, 0)
                 seen.append(pid)
-            # Transactions are not served: a transactional id is refused, not given an id.
-            assert wire.init_producer_id("txn")[0] == UNSUPPORTED_VERSION
+            # A transactional id keeps its producer id (from the same blocks) at a new epoch.
+            error, pid, epoch = wire.init_producer_id("txn")
+            assert (error, epoch) == (NONE, life)
+            transactional.add(pid)
             wire.close()
+    assert len(transactional) == 1 and not transactional & set(seen)
     assert len(set(seen)) == len(seen), seen
     assert all(0 <= pid < FIRST_SINK_PRODUCER_ID for pid in seen)
     assert all(producer_for(f"sink-{i}").id >= FIRST_SINK_PRODUCER_ID for i in range(100))

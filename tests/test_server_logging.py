@@ -193,11 +193,11 @@ REFUSALS = {
             "cleanup.policy",
         ],
     ),
-    "init_producer_id_transactional": (
+    "init_producer_id_transaction_timeout": (
         22,
         0,
-        _s("txn") + struct.pack(">i", 60_000),
-        ["refused InitProducerId", "UNSUPPORTED_VERSION", "transactions"],
+        _s("txn") + struct.pack(">i", 0),
+        ["refused InitProducerId", "INVALID_TRANSACTION_TIMEOUT", 'transactional id "txn"'],
     ),
     "metadata_unknown_topic": (
         3,

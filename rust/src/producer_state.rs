@@ -136,6 +136,20 @@ pub enum Refusal {
     OutOfOrderSequence(String),
 }
 
+/// One producer of a partition, as DescribeProducers describes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProducerSummary {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// The sequence of its last batch's last record (-1: none kept).
+    pub last_sequence: i32,
+    pub last_timestamp: i64,
+    /// The coordinator epoch of its last transaction marker (-1: none).
+    pub coordinator_epoch: i32,
+    /// The first offset of its open transaction in this partition.
+    pub current_txn_first_offset: Option<i64>,
+}
+
 /// What the checks decided for the batches of one produce request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -236,6 +250,24 @@ impl ProducerState {
             NO_SEQUENCE => 0,
             last => increment_sequence(last, 1),
         })
+    }
+
+    /// Every producer, as DescribeProducers reports them (Kafka's `activeProducers`).
+    pub fn summaries(&self) -> Vec<ProducerSummary> {
+        let mut all: Vec<ProducerSummary> = self
+            .producers
+            .iter()
+            .map(|(&producer_id, e)| ProducerSummary {
+                producer_id,
+                epoch: e.epoch,
+                last_sequence: e.last_seq(),
+                last_timestamp: e.last_timestamp,
+                coordinator_epoch: e.coordinator_epoch,
+                current_txn_first_offset: e.current_txn_first_offset,
+            })
+            .collect();
+        all.sort_by_key(|p| p.producer_id);
+        all
     }
 
     /// The epoch this partition knows for `producer_id`, if any.

@@ -113,7 +113,7 @@ pub fn read_txn_index(path: &Path) -> Result<Vec<AbortedTxn>> {
 }
 
 /// The (version, type) key of a control batch's record, or None if it has none.
-fn control_type(batch: &[u8], header: &BatchHeader, pos: usize) -> Result<Option<i16>> {
+pub(crate) fn control_type(batch: &[u8], header: &BatchHeader, pos: usize) -> Result<Option<i16>> {
     verify_crc(batch, header, pos)?;
     let area = record_area(batch, header)?;
     let mut kind = None;

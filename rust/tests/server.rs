@@ -253,3 +253,97 @@ fn admin_requests_for_what_does_not_exist_get_kafkas_codes() {
     assert_eq!((resp.error_code, resp.cluster_id.as_str(), resp.brokers.len()), (0, "kafkalite", 1));
     assert!(dir.path().join("t-0").is_dir(), "nothing deleted");
 }
+
+/// The transaction APIs no Python client sends (brokers and admin tools do): AddPartitionsToTxn
+/// v4's batched and verify-only form, DescribeTransactions of an unknown id, ListTransactions'
+/// state and producer-id filters (an unknown state name reported back), DescribeProducers'
+/// open transaction (what holds the last stable offset back) and its end.
+#[test]
+fn transaction_admin_and_verification_requests_get_kafkas_answers() {
+    use kafka_protocol::messages::add_partitions_to_txn_request::{
+        AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+    };
+    use kafka_protocol::messages::describe_producers_request::TopicRequest;
+    use kafka_protocol::messages::{
+        AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, DescribeProducersRequest, DescribeProducersResponse,
+        DescribeTransactionsRequest, DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse,
+        InitProducerIdRequest, InitProducerIdResponse, ListTransactionsRequest, ListTransactionsResponse, ProducerId,
+        TopicName, TransactionalId,
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    kafkalite::datadir::DataDir::new(dir.path()).unwrap().create_topic("t", 2, &Default::default()).unwrap();
+    let server = start(dir.path());
+    let mut s = connect(&server);
+    let tid = |n: &str| TransactionalId(StrBytes::from_string(n.to_string()));
+    let init =
+        InitProducerIdRequest::default().with_transactional_id(Some(tid("v4"))).with_transaction_timeout_ms(60_000);
+    let InitProducerIdResponse { error_code, producer_id, producer_epoch, .. } =
+        call(&mut s, ApiKey::InitProducerId, 4, &init);
+    assert_eq!(error_code, 0);
+    let topic = |ps: Vec<i32>| AddPartitionsToTxnTopic::default().with_name(TopicName("t".into())).with_partitions(ps);
+    let txn = |verify: bool, ps: Vec<i32>| {
+        AddPartitionsToTxnTransaction::default()
+            .with_transactional_id(tid("v4"))
+            .with_producer_id(producer_id)
+            .with_producer_epoch(producer_epoch)
+            .with_verify_only(verify)
+            .with_topics(vec![topic(ps)])
+    };
+    let codes = |r: &AddPartitionsToTxnResponse| -> Vec<i16> {
+        r.results_by_transaction[0].topic_results[0]
+            .results_by_partition
+            .iter()
+            .map(|p| p.partition_error_code)
+            .collect()
+    };
+    // Verify before adding: INVALID_TXN_STATE (48); add partition 0; verify 0 and 1.
+    let verify = AddPartitionsToTxnRequest::default().with_transactions(vec![txn(true, vec![0])]);
+    assert_eq!(codes(&call(&mut s, ApiKey::AddPartitionsToTxn, 4, &verify)), [48]);
+    let add = AddPartitionsToTxnRequest::default().with_transactions(vec![txn(false, vec![0])]);
+    assert_eq!(codes(&call(&mut s, ApiKey::AddPartitionsToTxn, 5, &add)), [0]);
+    let verify = AddPartitionsToTxnRequest::default().with_transactions(vec![txn(true, vec![0, 1])]);
+    assert_eq!(codes(&call(&mut s, ApiKey::AddPartitionsToTxn, 4, &verify)), [0, 48]);
+    // A partition that does not exist: it is UNKNOWN_TOPIC_OR_PARTITION, the rest not attempted.
+    let add = AddPartitionsToTxnRequest::default().with_transactions(vec![txn(false, vec![1, 9])]);
+    assert_eq!(codes(&call(&mut s, ApiKey::AddPartitionsToTxn, 4, &add)), [55, 3]);
+
+    let describe = DescribeTransactionsRequest::default().with_transactional_ids(vec![tid("v4"), tid("nobody")]);
+    let resp: DescribeTransactionsResponse = call(&mut s, ApiKey::DescribeTransactions, 0, &describe);
+    let (known, unknown) = (&resp.transaction_states[0], &resp.transaction_states[1]);
+    assert_eq!((known.error_code, known.transaction_state.as_str(), known.topics.len()), (0, "Ongoing", 1));
+    assert_eq!(unknown.error_code, 105); // TRANSACTIONAL_ID_NOT_FOUND
+
+    let list = |states: Vec<&str>, pids: Vec<i64>| {
+        ListTransactionsRequest::default()
+            .with_state_filters(states.into_iter().map(|st| StrBytes::from_string(st.to_string())).collect())
+            .with_producer_id_filters(pids.into_iter().map(ProducerId).collect())
+            .with_duration_filter(-1)
+    };
+    let resp: ListTransactionsResponse =
+        call(&mut s, ApiKey::ListTransactions, 1, &list(vec!["Ongoing", "Bogus"], vec![]));
+    assert_eq!(resp.transaction_states.len(), 1);
+    assert_eq!(resp.unknown_state_filters.iter().map(|f| f.as_str()).collect::<Vec<_>>(), ["Bogus"]);
+    let resp: ListTransactionsResponse = call(&mut s, ApiKey::ListTransactions, 0, &list(vec!["Empty"], vec![]));
+    assert!(resp.transaction_states.is_empty());
+    let resp: ListTransactionsResponse =
+        call(&mut s, ApiKey::ListTransactions, 1, &list(vec![], vec![producer_id.0 + 1]));
+    assert!(resp.transaction_states.is_empty());
+
+    let end = EndTxnRequest::default()
+        .with_transactional_id(tid("v4"))
+        .with_producer_id(producer_id)
+        .with_producer_epoch(producer_epoch)
+        .with_committed(false);
+    assert_eq!(call::<_, EndTxnResponse>(&mut s, ApiKey::EndTxn, 4, &end).error_code, 0);
+    // The ABORT marker in t-0 is the producer's: known to the partition, no transaction open.
+    let producers = DescribeProducersRequest::default()
+        .with_topics(vec![TopicRequest::default().with_name(TopicName("t".into())).with_partition_indexes(vec![0, 7])]);
+    let resp: DescribeProducersResponse = call(&mut s, ApiKey::DescribeProducers, 0, &producers);
+    let (p0, p7) = (&resp.topics[0].partitions[0], &resp.topics[0].partitions[1]);
+    assert_eq!(p0.error_code, 0);
+    let active: Vec<(i64, i64)> =
+        p0.active_producers.iter().map(|p| (p.producer_id.0, p.current_txn_start_offset)).collect();
+    assert_eq!(active, [(producer_id.0, -1)]);
+    assert_eq!(p7.error_code, 3);
+}

@@ -116,12 +116,17 @@ pub struct Broker {
     pub request_budget: Arc<Semaphore>,
     /// `fetch.max.bytes` and the response budget of fetches.
     pub fetch_limits: super::fetch::Limits,
+    /// The transactions of the partitions read_committed clients read (`committed`).
+    pub read_committed: super::committed::ReadCommitted,
     /// When Produce's acks=all is answered (`--acks-all`).
     pub acks_all: super::durable::AcksAll,
     /// Committed offsets of network consumer groups.
     pub offsets: OffsetStore,
     /// The classic group coordinator for network members.
     pub groups: Coordinator,
+    /// The data directory's transaction coordinator (shared with embedded producers through
+    /// the files and per-id locks), its waits bounded at `LOCK_WAIT`.
+    pub transactions: crate::transactions::Coordinator,
     /// InitProducerId's ids, reserved in blocks in the data directory. Consistent at any panic:
     /// `allocate` moves its counters in one assignment after the file write (a panic before it
     /// at worst leaves a reserved block unused, as a kill does).
@@ -141,6 +146,7 @@ impl Broker {
         dir.topics()?;
         let groups = Coordinator::new(dir.path(), &format!("{}:{}", advertised.0, advertised.1));
         let producer_ids = Mutex::new(ProducerIds::new(dir.path()));
+        let transactions = crate::transactions::Coordinator::open(dir.path())?.with_lock_wait(LOCK_WAIT);
         let notifier = Arc::new(Notifier::open(&dir.path().join(NOTIFY_FILE))?);
         let appended = Arc::new(Notify::new());
         let stopping = Arc::new(AtomicBool::new(false));
@@ -158,9 +164,11 @@ impl Broker {
             blocking: Arc::new(Semaphore::new(BLOCKING_SLOTS)),
             request_budget: Arc::new(Semaphore::new(QUEUED_MAX_REQUEST_BYTES)),
             fetch_limits: super::fetch::Limits::new(config.fetch_max_bytes),
+            read_committed: Default::default(),
             acks_all: config.acks_all,
             offsets: OffsetStore::default(),
             groups,
+            transactions,
             producer_ids,
             stopping,
             metrics: Default::default(),
@@ -323,6 +331,7 @@ impl Broker {
     /// created again, poisoned by a failed flush).
     pub fn forget_partition(&self, topic: &str, partition: i32) {
         self.partitions.remove(topic, partition);
+        self.read_committed.forget_closed();
     }
 
     /// Drop the pages of every open partition from the resident set (`Log::release_resident`).

@@ -1,5 +1,7 @@
-//! FindCoordinator: this one broker (node 0) coordinates every consumer group. Transaction
-//! coordinators are not served (transactions are not part of kafkalite serve).
+//! FindCoordinator: this one broker (node 0) coordinates every consumer group and every
+//! transactional id (key types 0 and 1), in every version, batched keys (v4+) included. The
+//! transaction coordinator's state is the data directory's (`crate::transactions`), shared with
+//! the embedded producers, so whichever process serves a request sees the same transactions.
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
@@ -9,46 +11,69 @@ use super::broker::Broker;
 use super::codes;
 use super::metadata::NODE_ID;
 
+/// `CoordinatorType.GROUP`.
 const GROUP: i8 = 0;
+/// `CoordinatorType.TRANSACTION`.
+const TRANSACTION: i8 = 1;
 
-pub fn find_coordinator(broker: &Broker, request: FindCoordinatorRequest, version: i16) -> FindCoordinatorResponse {
+/// The error for one key: none, or Kafka's code and message (`KafkaApis.handleFindCoordinatorRequest`).
+fn answer(key_type: i8, key: &StrBytes) -> (i16, Option<&'static str>) {
+    match key_type {
+        GROUP if key.is_empty() => (codes::INVALID_GROUP_ID, Some("the group id is empty")),
+        // A Kafka broker answers an empty transactional id INVALID_REQUEST (non-retriable).
+        TRANSACTION if key.is_empty() => (codes::INVALID_REQUEST, Some("the transactional id is empty")),
+        GROUP | TRANSACTION => (codes::NONE, None),
+        // Share groups (2) and anything newer: Kafka's answer to a type it does not serve.
+        _ => (codes::INVALID_REQUEST, Some("unknown coordinator type")),
+    }
+}
+
+pub fn find_coordinator(
+    broker: &Broker,
+    request: FindCoordinatorRequest,
+    version: i16,
+    peer: &str,
+) -> FindCoordinatorResponse {
     let (host, port) = broker.advertised();
-    let answer = |key: &StrBytes| -> (i16, Option<&'static str>) {
-        if request.key_type == GROUP && !key.is_empty() {
-            (codes::NONE, None)
-        } else if request.key_type == GROUP {
-            (codes::INVALID_GROUP_ID, Some("the group id is empty"))
-        } else {
-            (codes::COORDINATOR_NOT_AVAILABLE, Some("kafkalite serve has no transaction coordinator"))
-        }
+    let key_type = request.key_type;
+    let refuse = |code: i16, key: &StrBytes, message: &str| {
+        let reason = format!("key type {key_type}, key {:?}: {message}", key.as_str());
+        codes::refused(peer, "FindCoordinator", code, &reason)
     };
     if version >= 4 {
         let coordinators = request
             .coordinator_keys
             .iter()
             .map(|key| {
-                let (code, message) = answer(key);
-                let c = Coordinator::default().with_key(key.clone()).with_error_code(code);
-                if code == codes::NONE {
-                    c.with_node_id(BrokerId(NODE_ID)).with_host(StrBytes::from_string(host.clone())).with_port(port)
-                } else {
-                    c.with_node_id(BrokerId(-1))
+                let c = Coordinator::default().with_key(key.clone());
+                match answer(key_type, key) {
+                    (codes::NONE, _) => {
+                        c.with_node_id(BrokerId(NODE_ID)).with_host(StrBytes::from_string(host.clone())).with_port(port)
+                    }
+                    (code, message) => c
+                        .with_error_code(refuse(code, key, message.unwrap_or("")))
+                        .with_node_id(BrokerId(-1))
                         .with_port(-1)
-                        .with_error_message(message.map(StrBytes::from_static_str))
+                        .with_error_message(message.map(StrBytes::from_static_str)),
                 }
             })
             .collect();
         return FindCoordinatorResponse::default().with_coordinators(coordinators);
     }
-    let (code, message) = answer(&request.key);
-    let mut response = FindCoordinatorResponse::default().with_error_code(code);
-    if code == codes::NONE {
-        response = response.with_node_id(BrokerId(NODE_ID)).with_host(StrBytes::from_string(host)).with_port(port);
-    } else {
-        response = response.with_node_id(BrokerId(-1)).with_port(-1);
-        if version >= 1 {
-            response = response.with_error_message(message.map(StrBytes::from_static_str));
+    match answer(key_type, &request.key) {
+        (codes::NONE, _) => FindCoordinatorResponse::default()
+            .with_node_id(BrokerId(NODE_ID))
+            .with_host(StrBytes::from_string(host))
+            .with_port(port),
+        (code, message) => {
+            let code = refuse(code, &request.key, message.unwrap_or(""));
+            let response =
+                FindCoordinatorResponse::default().with_error_code(code).with_node_id(BrokerId(-1)).with_port(-1);
+            if version >= 1 {
+                response.with_error_message(message.map(StrBytes::from_static_str))
+            } else {
+                response
+            }
         }
     }
-    response
 }

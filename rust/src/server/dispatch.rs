@@ -7,6 +7,10 @@ use std::sync::Arc;
 use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeProducersRequest, DescribeTransactionsRequest,
+    EndTxnRequest, ListTransactionsRequest, TxnOffsetCommitRequest,
+};
+use kafka_protocol::messages::{
     AlterConfigsRequest, ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreatePartitionsRequest, CreateTopicsRequest,
     DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
     DescribeGroupsRequest, DescribeLogDirsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
@@ -19,13 +23,15 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 use super::broker::Broker;
 use super::codes;
 use super::{
-    cluster, configs, coordinator, delete_records, fetch, group_api, groups_admin, init_producer_id, list_offsets,
-    log_dirs, metadata, offset_commit, offset_delete, produce, topics_admin, waits,
+    cluster, configs, coordinator, delete_records, describe_producers, fetch, group_api, groups_admin,
+    init_producer_id, list_offsets, log_dirs, metadata, offset_commit, offset_delete, produce, topics_admin,
+    transactions_admin, txn_api, waits,
 };
 
 /// The APIs and versions implemented here: exactly what ApiVersions advertises. The upper
 /// bounds are what current clients negotiate (Java 3.x/4.x, librdkafka 2.x, kafka-python)
-/// and stop before versions that need topic ids (Fetch 13+) or transactions v2 (Produce 12+).
+/// and stop before versions that need topic ids (Fetch 13+) or transactions v2 (Produce 12+,
+/// EndTxn 5+, TxnOffsetCommit 5+).
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 11),
     (ApiKey::Fetch, 4, 12),
@@ -43,6 +49,16 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::ListGroups, 0, 4),
     (ApiKey::InitProducerId, 0, 5),
+    // Transactions as Kafka's transaction version 1 (no KIP-890 part 2: EndTxn 5 and
+    // TxnOffsetCommit 5 would be its epoch bump per transaction; clients send them only to a
+    // broker whose features say transaction.version 2, which this one does not).
+    (ApiKey::AddPartitionsToTxn, 0, 5),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 4),
+    (ApiKey::TxnOffsetCommit, 0, 4),
+    (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::CreatePartitions, 0, 3),
@@ -80,6 +96,13 @@ pub enum Body {
     DescribeGroups(DescribeGroupsRequest),
     ListGroups(ListGroupsRequest),
     InitProducerId(InitProducerIdRequest),
+    AddPartitionsToTxn(AddPartitionsToTxnRequest),
+    AddOffsetsToTxn(AddOffsetsToTxnRequest),
+    EndTxn(EndTxnRequest),
+    TxnOffsetCommit(TxnOffsetCommitRequest),
+    DescribeProducers(DescribeProducersRequest),
+    DescribeTransactions(DescribeTransactionsRequest),
+    ListTransactions(ListTransactionsRequest),
     DeleteGroups(DeleteGroupsRequest),
     DeleteTopics(DeleteTopicsRequest),
     CreatePartitions(CreatePartitionsRequest),
@@ -151,6 +174,13 @@ pub fn decode_request(frame: Bytes) -> Result<Request, DecodeError> {
         ApiKey::DescribeGroups => Body::DescribeGroups(decode(&mut buf, version)?),
         ApiKey::ListGroups => Body::ListGroups(decode(&mut buf, version)?),
         ApiKey::InitProducerId => Body::InitProducerId(decode(&mut buf, version)?),
+        ApiKey::AddPartitionsToTxn => Body::AddPartitionsToTxn(decode(&mut buf, version)?),
+        ApiKey::AddOffsetsToTxn => Body::AddOffsetsToTxn(decode(&mut buf, version)?),
+        ApiKey::EndTxn => Body::EndTxn(decode(&mut buf, version)?),
+        ApiKey::TxnOffsetCommit => Body::TxnOffsetCommit(decode(&mut buf, version)?),
+        ApiKey::DescribeProducers => Body::DescribeProducers(decode(&mut buf, version)?),
+        ApiKey::DescribeTransactions => Body::DescribeTransactions(decode(&mut buf, version)?),
+        ApiKey::ListTransactions => Body::ListTransactions(decode(&mut buf, version)?),
         ApiKey::DeleteGroups => Body::DeleteGroups(decode(&mut buf, version)?),
         ApiKey::DeleteTopics => Body::DeleteTopics(decode(&mut buf, version)?),
         ApiKey::CreatePartitions => Body::CreatePartitions(decode(&mut buf, version)?),
@@ -235,7 +265,7 @@ pub async fn handle(broker: &Arc<Broker>, request: Request, peer: &str) -> Resul
             }
         },
         Body::Fetch(r) => fetch::answer(broker, r, v, id, peer).await?,
-        Body::FindCoordinator(r) => frame(key, v, id, &coordinator::find_coordinator(broker, r, v))?,
+        Body::FindCoordinator(r) => frame(key, v, id, &coordinator::find_coordinator(broker, r, v, peer))?,
         Body::OffsetCommit(r) => {
             frame(key, v, id, &blocking(broker, key, move |b| offset_commit::offset_commit(b, r, v, &client)).await?)?
         }
@@ -263,7 +293,39 @@ pub async fn handle(broker: &Arc<Broker>, request: Request, peer: &str) -> Resul
             key,
             v,
             id,
-            &blocking(broker, key, move |b| init_producer_id::init_producer_id(b, r, &client)).await?,
+            &blocking(broker, key, move |b| init_producer_id::init_producer_id(b, r, v, &client)).await?,
+        )?,
+        // The transaction coordinator's calls may wait for a transactional id's lock (held by an
+        // embedded producer, maybe stopped) and write durably.
+        Body::AddPartitionsToTxn(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| txn_api::add_partitions_to_txn(b, r, v, &client)).await?)?
+        }
+        Body::AddOffsetsToTxn(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| txn_api::add_offsets_to_txn(b, r, v, &client)).await?)?
+        }
+        Body::EndTxn(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| txn_api::end_txn(b, r, v, &client)).await?)?
+        }
+        Body::TxnOffsetCommit(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| txn_api::txn_offset_commit(b, r, v, &client)).await?)?
+        }
+        Body::DescribeProducers(r) => frame(
+            key,
+            v,
+            id,
+            &blocking(broker, key, move |b| describe_producers::describe_producers(b, r, &client)).await?,
+        )?,
+        Body::DescribeTransactions(r) => frame(
+            key,
+            v,
+            id,
+            &blocking(broker, key, move |b| transactions_admin::describe_transactions(b, r, &client)).await?,
+        )?,
+        Body::ListTransactions(r) => frame(
+            key,
+            v,
+            id,
+            &blocking(broker, key, move |b| transactions_admin::list_transactions(b, r, v, &client)).await?,
         )?,
         Body::DeleteGroups(r) => {
             frame(key, v, id, &blocking(broker, key, move |b| groups_admin::delete_groups(b, r, &client)).await?)?

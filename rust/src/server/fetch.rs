@@ -16,8 +16,10 @@
 //! cannot hold more than the budget, however large the partitions and `max_bytes` they name.
 //!
 //! Fetch sessions are declined: every response carries session id 0, so clients send full
-//! fetch requests. Without transactions the last stable offset is the high watermark, so
-//! both isolation levels read the same.
+//! fetch requests. A read_committed fetch (`isolation_level` 1) gets only the batches below the
+//! partition's last stable offset and the aborted transactions among them (`committed`); a
+//! read_uncommitted one is told the high watermark as its last stable offset (it reads to the
+//! end, and working the LSO out would walk the log's batches for a figure it does not use).
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -32,6 +34,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::broker::{lock_log, Broker};
 use super::codes;
+use super::committed::{below_stable, READ_COMMITTED};
 use super::dispatch::DecodeError;
 use super::frame::QUEUED_MAX_RESPONSE_BYTES;
 use super::metrics::frame; // notes the response's error codes for `Metrics::answered`
@@ -159,7 +162,7 @@ async fn read_once(
     (wanted, first): (&Wanted<'_>, bool),
     max_bytes: usize,
     hard: bool,
-    version: i16,
+    (version, isolation): (i16, i8),
 ) -> Read {
     // One deadline for the pass's opens: its partitions' waits do not add up.
     let deadline = waits::deadline(0);
@@ -174,7 +177,7 @@ async fn read_once(
         let mut partitions = Vec::with_capacity(wanted_partitions.len());
         for p in wanted_partitions {
             let mut data = PartitionData::default().with_partition_index(p.partition);
-            let log = match log_for_pass(broker, (&name, p.partition), first, deadline).await {
+            let shared = match log_for_pass(broker, (&name, p.partition), first, deadline).await {
                 Ok(Some(log)) => log,
                 Ok(None) => {
                     any_error = true;
@@ -187,11 +190,21 @@ async fn read_once(
                     continue;
                 }
             };
-            let mut log = match lock_log(&log) {
-                Ok(log) => log,
+            let locked = lock_log(&shared).and_then(|mut log| {
+                let committed = if isolation == READ_COMMITTED {
+                    Some(broker.read_committed.view((&name, p.partition), &shared, &mut log)?)
+                } else {
+                    None
+                };
+                Ok((log, committed))
+            });
+            let (mut log, committed) = match locked {
+                Ok(locked) => locked,
                 Err(e) => {
                     any_error = true;
-                    broker.forget_partition(&name, p.partition);
+                    if codes::needs_reopen(&e) {
+                        broker.forget_partition(&name, p.partition);
+                    }
                     partitions.push(data.with_error_code(codes::for_error(&e)).with_high_watermark(-1));
                     continue;
                 }
@@ -205,10 +218,19 @@ async fn read_once(
             };
             let (hw, start) = (log.end_offset(), log.start_offset());
             drop(log);
-            data = data.with_high_watermark(hw).with_last_stable_offset(hw);
+            let lso = committed.as_ref().map_or(hw, |c| c.last_stable_offset);
+            data = data.with_high_watermark(hw).with_last_stable_offset(lso);
             if version >= 5 {
                 data = data.with_log_start_offset(start);
             }
+            let read = match (read, &committed) {
+                (Ok(slice), Some(committed)) => {
+                    let (slice, next) = below_stable(slice, p.fetch_offset, lso);
+                    data = data.with_aborted_transactions(Some(committed.aborted_between(p.fetch_offset, next)));
+                    Ok(slice)
+                }
+                (read, _) => read,
+            };
             match read {
                 // A first batch past the limits, and not the response's first: left for a later fetch.
                 Ok(slice) if slice.len > limit && !min_one => {}
@@ -291,16 +313,16 @@ async fn fetch(
         let appended = broker.appended.notified();
         tokio::pin!(appended);
         appended.as_mut().enable();
-        let read = read_once(broker, (wanted, first), max_bytes, false, version).await;
+        let read = read_once(broker, (wanted, first), max_bytes, false, (version, request.isolation_level)).await;
         first = false;
         let now = Instant::now();
         if read.bytes >= min_bytes || read.any_error || now >= deadline || wanted.is_empty() {
-            return limits.admit(broker, wanted, read, max_bytes, deadline, version).await;
+            return limits.admit(broker, wanted, read, max_bytes, deadline, (version, request.isolation_level)).await;
         }
         let _ = tokio::time::timeout(deadline - now, appended).await;
         if Instant::now() >= deadline {
-            let read = read_once(broker, (wanted, false), max_bytes, false, version).await;
-            return limits.admit(broker, wanted, read, max_bytes, deadline, version).await;
+            let read = read_once(broker, (wanted, false), max_bytes, false, (version, request.isolation_level)).await;
+            return limits.admit(broker, wanted, read, max_bytes, deadline, (version, request.isolation_level)).await;
         }
     }
 }
@@ -315,7 +337,7 @@ impl Limits {
         read: Read,
         max_bytes: usize,
         deadline: Instant,
-        version: i16,
+        version: (i16, i8),
     ) -> (FetchResponse, Option<OwnedSemaphorePermit>) {
         if read.bytes == 0 {
             return (read.response, None);

@@ -1,22 +1,26 @@
-//! InitProducerId for idempotent producers: a new producer id, never handed out before in this
-//! data directory (`producer_ids.rs`), at epoch 0. As Kafka's broker does without a
-//! transactional id, every call gets a fresh id, whatever id and epoch the request carries
-//! (a producer re-initialising after an error starts clean). Transactions are not served: a
-//! transactional id is answered with UNSUPPORTED_VERSION, which clients report as fatal.
+//! InitProducerId. Without a transactional id (idempotent producers): a new producer id, never
+//! handed out before in this data directory (`producer_ids.rs`), at epoch 0; as Kafka's broker
+//! does, every call gets a fresh id, whatever id and epoch the request carries (a producer
+//! re-initialising after an error starts clean). With one: the transaction coordinator's answer
+//! (`txn_api::init_producer_id`), which fences the id's older producers.
 
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
 use super::broker::{lock, Broker};
-use super::codes;
+use super::{codes, txn_api};
 
-pub fn init_producer_id(broker: &Broker, request: InitProducerIdRequest, peer: &str) -> InitProducerIdResponse {
+pub fn init_producer_id(
+    broker: &Broker,
+    request: InitProducerIdRequest,
+    version: i16,
+    peer: &str,
+) -> InitProducerIdResponse {
+    if let Some(id) = request.transactional_id.as_ref() {
+        return txn_api::init_producer_id(broker, id.0.as_str(), &request, version, peer);
+    }
     let refuse = |code| {
         InitProducerIdResponse::default().with_error_code(code).with_producer_id(ProducerId(-1)).with_producer_epoch(-1)
     };
-    if let Some(id) = request.transactional_id.as_ref() {
-        let reason = format!("transactional id {:?}: kafkalite serve does not support transactions", id.0.as_str());
-        return refuse(codes::refused(peer, "InitProducerId", codes::UNSUPPORTED_VERSION, &reason));
-    }
     let allocated = lock(&broker.producer_ids).allocate();
     match allocated {
         Ok(id) => InitProducerIdResponse::default().with_producer_id(ProducerId(id)).with_producer_epoch(0),

@@ -1,11 +1,14 @@
 //! ListOffsets: earliest (-2, and -4 "earliest local"), latest (-1), max timestamp (-3) and
-//! the first offset at or after a timestamp.
+//! the first offset at or after a timestamp. A read_committed client (`isolation_level` 1) is
+//! answered as by Kafka's `Partition.fetchOffsetForTimestamp`: latest is the last stable offset,
+//! and a timestamp found at or past it is not found.
 
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use super::broker::{lock_log, Broker};
 use super::codes;
+use super::committed::READ_COMMITTED;
 use crate::error::Result;
 use crate::log::Log;
 use crate::log_read::RecordSink;
@@ -49,13 +52,15 @@ fn max_timestamp(log: &mut Log) -> Result<Option<(i64, i64)>> {
     Ok(sink.found.map(|offset| (offset, seg.max_timestamp)))
 }
 
-fn lookup(log: &mut Log, timestamp: i64) -> Result<(i64, i64)> {
+/// `timestamp`'s (timestamp, offset); `fetchable`: where a read_committed client's reads end.
+fn lookup(log: &mut Log, timestamp: i64, fetchable: Option<i64>) -> Result<(i64, i64)> {
     log.follow()?;
+    let end = fetchable.unwrap_or(log.end_offset());
     Ok(match timestamp {
-        LATEST => (-1, log.end_offset()),
+        LATEST => (-1, end),
         EARLIEST | EARLIEST_LOCAL => (-1, log.start_offset()),
         MAX_TIMESTAMP => max_timestamp(log)?.map(|(o, t)| (t, o)).unwrap_or((-1, -1)),
-        ts => log.offset_for_timestamp(ts)?.map(|(o, t)| (t, o)).unwrap_or((-1, -1)),
+        ts => log.offset_for_timestamp(ts)?.filter(|&(o, _)| o < end).map(|(o, t)| (t, o)).unwrap_or((-1, -1)),
     })
 }
 
@@ -68,12 +73,22 @@ pub fn list_offsets(broker: &Broker, request: ListOffsetsRequest, version: i16, 
         for p in &topic.partitions {
             let mut resp = ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
             let outcome = match broker.partition(&name, p.partition_index) {
-                Ok(Some(log)) => lock_log(&log).and_then(|mut log| lookup(&mut log, p.timestamp)).map_err(|e| {
-                    if codes::needs_reopen(&e) {
-                        broker.forget_partition(&name, p.partition_index);
-                    }
-                    codes::for_error(&e)
-                }),
+                Ok(Some(shared)) => lock_log(&shared)
+                    .and_then(|mut log| {
+                        let fetchable = if request.isolation_level == READ_COMMITTED {
+                            let at = (name.as_str(), p.partition_index);
+                            Some(broker.read_committed.view(at, &shared, &mut log)?.last_stable_offset)
+                        } else {
+                            None
+                        };
+                        lookup(&mut log, p.timestamp, fetchable)
+                    })
+                    .map_err(|e| {
+                        if codes::needs_reopen(&e) {
+                            broker.forget_partition(&name, p.partition_index);
+                        }
+                        codes::for_error(&e)
+                    }),
                 Ok(None) => Err(codes::UNKNOWN_TOPIC_OR_PARTITION),
                 Err(e) => Err(codes::for_error(&e)),
             };

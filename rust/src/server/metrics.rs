@@ -273,4 +273,16 @@ error_codes! {
         f(r.error_code);
         r.results.iter().for_each(|d| f(d.error_code));
     };
+    AddPartitionsToTxnResponse => |r, f| {
+        f(r.error_code);
+        let v3 = r.results_by_topic_v3_and_below.iter();
+        let v4 = r.results_by_transaction.iter().flat_map(|t| &t.topic_results);
+        v3.chain(v4).flat_map(|t| &t.results_by_partition).for_each(|p| f(p.partition_error_code));
+    };
+    AddOffsetsToTxnResponse => |r, f| f(r.error_code);
+    EndTxnResponse => |r, f| f(r.error_code);
+    TxnOffsetCommitResponse => |r, f| r.topics.iter().flat_map(|t| &t.partitions).for_each(|p| f(p.error_code));
+    DescribeProducersResponse => |r, f| r.topics.iter().flat_map(|t| &t.partitions).for_each(|p| f(p.error_code));
+    DescribeTransactionsResponse => |r, f| r.transaction_states.iter().for_each(|t| f(t.error_code));
+    ListTransactionsResponse => |r, f| f(r.error_code);
 }

@@ -10,13 +10,19 @@
 //! connection's SASL state: SaslHandshake, SaslAuthenticate, what is allowed before
 //! authentication) over `scram` (one SCRAM exchange, checked against `crate::users`), and one file
 //! per API family: `metadata` (Metadata, CreateTopics), `produce` (with `durable`: what acks=all
-//! waits for), `fetch` (with its limits and response budget), `list_offsets`, `coordinator`
-//! (FindCoordinator), `offset_commit` (OffsetCommit, OffsetFetch) and `offset_delete` (OffsetDelete)
+//! waits for), `fetch` (with its limits and response budget), `list_offsets`, `committed` (what
+//! read_committed Fetch and ListOffsets see: the last stable offset, aborted transactions),
+//! `coordinator` (FindCoordinator, for groups and transactional ids), `offset_commit` (OffsetCommit, OffsetFetch) and `offset_delete` (OffsetDelete)
 //! over `offsets` (the `__consumer_offsets` records, shared with the embedded clients), `group_api` (JoinGroup,
 //! SyncGroup, Heartbeat, LeaveGroup, DescribeGroups, ListGroups) over `group` (the coordinator)
 //! and `group_owner` (which of the embedded consumers or this server coordinates a group id),
 //! `init_producer_id` (ids for idempotent producers; their sequences are checked by the engine's
-//! `producer_state`, which `produce` calls through `Log::append_produce`),
+//! `producer_state`, which `produce` calls through `Log::append_produce`), `txn_api` (the
+//! transactional producer's APIs: InitProducerId with a transactional id, AddPartitionsToTxn,
+//! AddOffsetsToTxn, TxnOffsetCommit, EndTxn, and the verification of transactional Produce
+//! batches, over the data directory's `crate::transactions::Coordinator`, shared with embedded
+//! producers), `transactions_admin` (DescribeTransactions, ListTransactions),
+//! `describe_producers` (DescribeProducers),
 //! and the admin APIs: `topics_admin` (DeleteTopics, CreatePartitions), `configs`
 //! (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs), `delete_records`, `groups_admin`
 //! (DeleteGroups; the groups that only have committed offsets), `log_dirs` (DescribeLogDirs) and
@@ -41,10 +47,12 @@
 mod broker;
 mod cluster;
 mod codes;
+mod committed;
 mod configs;
 mod connection;
 mod coordinator;
 mod delete_records;
+mod describe_producers;
 mod dispatch;
 mod durable;
 mod fetch;
@@ -68,6 +76,8 @@ mod sasl;
 mod scram;
 mod topic_creation;
 mod topics_admin;
+mod transactions_admin;
+mod txn_api;
 mod waits;
 
 use std::net::SocketAddr;
@@ -202,6 +212,7 @@ impl Server {
         let (shutdown, stop_rx) = watch::channel(false);
         runtime.spawn(expire_sessions(broker.clone(), stop_rx.clone()));
         runtime.spawn(release_resident_pages(broker.clone(), stop_rx.clone()));
+        runtime.spawn(settle_transactions(broker.clone(), stop_rx.clone()));
         if let Some(l) = metrics_listener {
             runtime.spawn(metrics::serve(l, broker.clone(), stop_rx.clone()));
         }
@@ -296,6 +307,43 @@ async fn release_resident_pages(broker: Arc<Broker>, mut stop: watch::Receiver<b
         tokio::select! {
             _ = stop.changed() => return,
             _ = tokio::time::sleep(RELEASE_RESIDENT_EVERY) => broker.release_resident_pages(),
+        }
+    }
+}
+
+/// Kafka's `transaction.abort.timed.out.transaction.cleanup.interval.ms` default.
+const SETTLE_TRANSACTIONS_EVERY: Duration = Duration::from_secs(10);
+
+/// `transaction.timeout.ms` enforcement, as a Kafka broker's coordinator does it: at start and
+/// then every `SETTLE_TRANSACTIONS_EVERY`, every transaction open longer than its timeout is
+/// aborted (its producer fenced) and every one a crash left half-ended (PrepareCommit /
+/// PrepareAbort) is completed, by whichever process gets there first (ids whose lock another
+/// process holds are left to it). Runs off the request workers; a failure or a panic is logged
+/// and the next round tries again.
+async fn settle_transactions(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let round = waits::off_workers(&broker, waits::deadline(0), |b| {
+            b.transactions.abort_expired_and_complete_pending(crate::log::now_ms())
+        });
+        match round.await {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => ::log::info!(
+                target: LOG_TARGET,
+                "transactions: aborted or completed {n} (past transaction.timeout.ms, or left half-ended by a crash)"
+            ),
+            Ok(Err(e)) => {
+                ::log::warn!(target: LOG_TARGET, "transactions: expiring and completing failed: {e}; retried in 10 s")
+            }
+            Err(waits::NotDone::Busy) => {
+                ::log::warn!(target: LOG_TARGET, "transactions: no slot for blocking work came free; retried in 10 s")
+            }
+            Err(waits::NotDone::Panicked) => {
+                ::log::error!(target: LOG_TARGET, "transactions: expiring and completing panicked (a bug); retried in 10 s")
+            }
+        }
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tokio::time::sleep(SETTLE_TRANSACTIONS_EVERY) => {}
         }
     }
 }

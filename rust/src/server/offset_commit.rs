@@ -20,6 +20,80 @@ use super::offsets::MAX_METADATA_BYTES;
 /// A partition of a commit request: its index and error code (None: to be written).
 type PartitionPlan = (i32, Option<i16>);
 
+/// A commit as requested: partition, offset, metadata.
+pub type Requested = (i32, i64, Option<String>);
+
+/// A commit request's topics as `CommitPlan::new` takes them: OffsetCommit's and
+/// TxnOffsetCommit's have the same fields, in types of their own.
+macro_rules! requested {
+    ($topics:expr) => {
+        $topics.iter().map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| (p.partition_index, p.committed_offset, p.committed_metadata.as_ref().map(|m| m.to_string())));
+            (t.name.clone(), partitions.collect())
+        })
+    };
+}
+pub(super) use requested;
+
+/// What a commit request (OffsetCommit, TxnOffsetCommit) does with each partition, checked as
+/// Kafka's group coordinator checks it: the group's verdict, metadata no longer than
+/// `offset.metadata.max.bytes`, a partition that exists. The rest are `commits`, written (or
+/// not) together.
+pub struct CommitPlan {
+    plan: Vec<(TopicName, Vec<PartitionPlan>)>,
+    /// (topic, partition, offset, metadata) to write.
+    pub commits: Vec<(String, i32, i64, Option<String>)>,
+}
+
+impl CommitPlan {
+    pub fn new(
+        broker: &Broker,
+        topics: impl Iterator<Item = (TopicName, Vec<Requested>)>,
+        verdict: Result<(), i16>,
+    ) -> CommitPlan {
+        let known_topics = broker.topics().ok();
+        let known = |t: &str, p: i32| {
+            known_topics.as_ref().and_then(|all| all.get(t)).is_some_and(|m| (0..m.partitions).contains(&p))
+        };
+        let (mut plan, mut commits) = (Vec::new(), Vec::new());
+        for (topic, partitions) in topics {
+            let name = topic.0.to_string();
+            let mut parts = Vec::new();
+            for (partition, offset, metadata) in partitions {
+                let code = if let Err(code) = verdict {
+                    Some(code)
+                } else if metadata.as_ref().is_some_and(|m| m.len() > MAX_METADATA_BYTES) {
+                    Some(codes::OFFSET_METADATA_TOO_LARGE)
+                } else if !known(&name, partition) {
+                    Some(codes::UNKNOWN_TOPIC_OR_PARTITION)
+                } else {
+                    commits.push((name.clone(), partition, offset, metadata));
+                    None
+                };
+                parts.push((partition, code));
+            }
+            plan.push((topic, parts));
+        }
+        CommitPlan { plan, commits }
+    }
+
+    /// Each topic's partitions with their codes, once the commits were written (`Ok`) or not.
+    pub fn answered(
+        self,
+        written: Result<(), i16>,
+    ) -> impl Iterator<Item = (TopicName, impl Iterator<Item = (i32, i16)>)> {
+        self.plan.into_iter().map(move |(name, parts)| {
+            let coded = parts
+                .into_iter()
+                .map(move |(index, code)| (index, code.unwrap_or_else(|| written.err().unwrap_or(codes::NONE))));
+            (name, coded)
+        })
+    }
+}
+
 /// Why a commit from outside the group (generation < 0, no member id) is refused, when it is:
 /// the group has live members. Kafka's ClassicGroup.validateOffsetCommit answers
 /// UNKNOWN_MEMBER_ID unless the group is empty; the embedded members count as members.
@@ -56,31 +130,9 @@ pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, _version: i1
             },
         )
     };
-    let topics = broker.topics().ok();
-    let known =
-        |t: &str, p: i32| topics.as_ref().and_then(|all| all.get(t)).is_some_and(|m| (0..m.partitions).contains(&p));
-    // Per partition: the error code, or None for a commit to write.
-    let mut plan: Vec<(TopicName, Vec<PartitionPlan>)> = Vec::new();
-    let mut commits = Vec::new();
-    for topic in &request.topics {
-        let name = topic.name.0.to_string();
-        let mut parts = Vec::new();
-        for p in &topic.partitions {
-            let metadata = p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default();
-            let code = if let Err(code) = verdict {
-                Some(code)
-            } else if metadata.len() > MAX_METADATA_BYTES {
-                Some(codes::OFFSET_METADATA_TOO_LARGE)
-            } else if !known(&name, p.partition_index) {
-                Some(codes::UNKNOWN_TOPIC_OR_PARTITION)
-            } else {
-                commits.push((name.clone(), p.partition_index, p.committed_offset, metadata));
-                None
-            };
-            parts.push((p.partition_index, code));
-        }
-        plan.push((topic.name.clone(), parts));
-    }
+    let plan = CommitPlan::new(broker, requested!(request.topics), verdict);
+    let commits: Vec<_> =
+        plan.commits.iter().map(|(t, p, o, m)| (t.clone(), *p, *o, m.clone().unwrap_or_default())).collect();
     // The verdict again where the commit is written (`OffsetStore::commit`): the group may have
     // moved on while the commit waited for the offsets partition's append lock, over the network
     // or by an embedded `kafkalite.Consumer` joining (which reads its committed offsets after it
@@ -105,12 +157,10 @@ pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, _version: i1
         Err(e) => Err(codes::for_error(&e)),
     };
     let topics = plan
-        .into_iter()
+        .answered(written)
         .map(|(name, parts)| {
             let partitions = parts
-                .into_iter()
                 .map(|(index, code)| {
-                    let code = code.unwrap_or_else(|| written.err().unwrap_or(codes::NONE));
                     OffsetCommitResponsePartition::default().with_partition_index(index).with_error_code(code)
                 })
                 .collect();
@@ -122,7 +172,7 @@ pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, _version: i1
 
 pub fn offset_fetch(broker: &Broker, request: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
     let group = request.group_id.0.to_string();
-    let offsets = match broker.offsets.load(broker, &group) {
+    let (offsets, unstable) = match broker.offsets.load_with_unstable(broker, &group) {
         Ok(o) => o,
         Err(e) => {
             let code = codes::for_error(&e);
@@ -133,12 +183,18 @@ pub fn offset_fetch(broker: &Broker, request: OffsetFetchRequest, version: i16) 
             };
         }
     };
-    let entry = |partition: i32, found: Option<&(i64, String)>| {
+    // KIP-447: a read_committed consumer (require_stable) is not told an offset a transaction
+    // is still committing; UNSTABLE_OFFSET_COMMIT makes it ask again.
+    let require_stable = version >= 7 && request.require_stable;
+    let entry = |topic: &str, partition: i32, found: Option<&(i64, String)>| {
         let (offset, metadata) = found.cloned().unwrap_or((-1, String::new()));
         let mut p = OffsetFetchResponsePartition::default()
             .with_partition_index(partition)
             .with_committed_offset(offset)
             .with_metadata(Some(StrBytes::from_string(metadata)));
+        if require_stable && unstable.contains(&(topic.to_string(), partition)) {
+            p = p.with_error_code(codes::UNSTABLE_OFFSET_COMMIT).with_committed_offset(-1);
+        }
         if version >= 5 {
             p = p.with_committed_leader_epoch(-1);
         }
@@ -150,7 +206,7 @@ pub fn offset_fetch(broker: &Broker, request: OffsetFetchRequest, version: i16) 
             .map(|t| {
                 let name = t.name.0.to_string();
                 let partitions =
-                    t.partition_indexes.iter().map(|&p| entry(p, offsets.get(&(name.clone(), p)))).collect();
+                    t.partition_indexes.iter().map(|&p| entry(&name, p, offsets.get(&(name.clone(), p)))).collect();
                 OffsetFetchResponseTopic::default().with_name(t.name.clone()).with_partitions(partitions)
             })
             .collect(),
@@ -158,7 +214,7 @@ pub fn offset_fetch(broker: &Broker, request: OffsetFetchRequest, version: i16) 
             // Every partition the group has offsets for (v2+).
             let mut by_topic: std::collections::BTreeMap<&str, Vec<OffsetFetchResponsePartition>> = Default::default();
             for ((topic, partition), value) in &offsets {
-                by_topic.entry(topic).or_default().push(entry(*partition, Some(value)));
+                by_topic.entry(topic).or_default().push(entry(topic, *partition, Some(value)));
             }
             by_topic
                 .into_iter()

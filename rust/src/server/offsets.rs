@@ -15,7 +15,9 @@ use super::broker::{append_blocking, lock, lock_log, Broker};
 use crate::error::{Error, Result};
 use crate::log::{now_ms, Log};
 use crate::log_read::RecordSink;
-use crate::record::{RecordInput, RecordRef};
+use crate::record::scan::verify_crc;
+use crate::record::{for_each_record, record_area, RecordInput, RecordRef};
+use crate::txn::control_type;
 
 use crate::offsets_codec::{decode_key, decode_value, encode_key, encode_value};
 pub use crate::offsets_codec::{offsets_partition, OFFSETS_PARTITIONS, OFFSETS_TOPIC};
@@ -25,37 +27,112 @@ const OFFSETS_SEGMENT_BYTES: &str = "104857600";
 /// Kafka's offset.metadata.max.bytes.
 pub const MAX_METADATA_BYTES: usize = 4096;
 
+/// A group's committed offsets: (topic, partition) -> (offset, metadata).
+pub type Offsets = BTreeMap<(String, i32), (i64, String)>;
+
+/// A commit as read: the partition's (offset, metadata), or None for a tombstone (deleted).
+type Commit = ((String, i32), Option<(i64, String)>);
+
 /// One group's committed offsets, kept up to date by reading what was appended since.
+///
+/// Transactional commits (TxnOffsetCommit, an embedded producer's `send_offsets_to_transaction`)
+/// are held per producer id until that producer's marker, as Kafka's group coordinator holds
+/// them (`pendingTransactionalOffsetCommits`): applied on COMMIT, unless a commit written after
+/// them replaced the partition's offset already, dropped on ABORT.
 #[derive(Default)]
 struct GroupOffsets {
-    offsets: BTreeMap<(String, i32), (i64, String)>,
+    offsets: Offsets,
+    /// The log offset of the record each entry of `offsets` came from.
+    written_at: HashMap<(String, i32), i64>,
+    /// Transactional commits awaiting their producer's marker: producer id -> (record offset, commit).
+    pending: HashMap<i64, Vec<(i64, Commit)>>,
     read_to: i64,
 }
 
-struct Collect<'a> {
-    group: &'a str,
-    into: &'a mut BTreeMap<(String, i32), (i64, String)>,
+impl GroupOffsets {
+    fn apply(&mut self, at: i64, (key, value): Commit) {
+        if self.written_at.get(&key).is_some_and(|&seen| seen > at) {
+            return; // a later commit replaced it while this transaction was open
+        }
+        match value {
+            Some(value) => {
+                self.written_at.insert(key.clone(), at);
+                self.offsets.insert(key, value);
+            }
+            None => {
+                self.written_at.remove(&key);
+                self.offsets.remove(&key);
+            }
+        }
+    }
+
+    /// A producer's marker: its held commits applied (COMMIT) or dropped (ABORT).
+    fn end_transaction(&mut self, producer_id: i64, commit: bool) {
+        let held = self.pending.remove(&producer_id).unwrap_or_default();
+        if commit {
+            for (at, c) in held {
+                self.apply(at, c);
+            }
+        }
+    }
+
+    /// The partitions with a transactional commit not yet committed or aborted.
+    fn unstable(&self) -> BTreeSet<(String, i32)> {
+        self.pending.values().flatten().map(|(_, (key, _))| key.clone()).collect()
+    }
+
+    /// Read the batches of `[from, end)` (whole batches; `from` is where the last read ended).
+    fn read(&mut self, log: &crate::log::Log, group: &str, (from, end): (i64, i64)) -> Result<()> {
+        log.walk_batches(from, |h, batch, pos| {
+            if h.base_offset >= end {
+                return Ok(false);
+            }
+            if h.is_control() {
+                match control_type(batch, h, pos)? {
+                    Some(COMMIT_MARKER) => self.end_transaction(h.producer_id, true),
+                    Some(ABORT_MARKER) => self.end_transaction(h.producer_id, false),
+                    _ => {}
+                }
+                return Ok(true);
+            }
+            verify_crc(batch, h, pos)?;
+            let area = record_area(batch, h)?;
+            let mut commits = Vec::new();
+            for_each_record(&area, h, |r| {
+                if r.offset >= from {
+                    if let Some(c) = commit_of(group, r) {
+                        commits.push((r.offset, c));
+                    }
+                }
+                Ok(())
+            })?;
+            if h.is_transactional() {
+                self.pending.entry(h.producer_id).or_default().extend(commits);
+            } else {
+                for (at, c) in commits {
+                    self.apply(at, c);
+                }
+            }
+            Ok(true)
+        })
+    }
 }
 
-impl RecordSink for Collect<'_> {
-    fn push(&mut self, record: &RecordRef<'_>) -> Result<()> {
-        // Other record types, and keys that do not decode, are skipped (offsets.py raises).
-        let Some((group, topic, partition)) = record.key.and_then(|k| decode_key(k).ok().flatten()) else {
-            return Ok(());
-        };
-        if group != self.group {
-            return Ok(());
-        }
-        match record.value.map(decode_value) {
-            None => {
-                self.into.remove(&(topic, partition));
-            }
-            Some(Ok(value)) => {
-                self.into.insert((topic, partition), value);
-            }
-            Some(Err(_)) => {} // a newer or damaged value: offsets.py raises; here the commit is skipped
-        }
-        Ok(())
+/// Control record types (Kafka's `ControlRecordType`).
+const ABORT_MARKER: i16 = 0;
+const COMMIT_MARKER: i16 = 1;
+
+/// `group`'s commit in a record of the offsets topic, if it is one. Other record types, and
+/// keys that do not decode, are skipped (offsets.py raises); so is a newer or damaged value.
+fn commit_of(group: &str, record: &RecordRef<'_>) -> Option<Commit> {
+    let (g, topic, partition) = record.key.and_then(|k| decode_key(k).ok().flatten())?;
+    if g != group {
+        return None;
+    }
+    match record.value.map(decode_value) {
+        None => Some(((topic, partition), None)),
+        Some(Ok(value)) => Some(((topic, partition), Some(value))),
+        Some(Err(_)) => None,
     }
 }
 
@@ -129,7 +206,13 @@ impl OffsetStore {
     }
 
     /// The group's offsets, including commits by other processes.
-    pub fn load(&self, broker: &Broker, group: &str) -> Result<BTreeMap<(String, i32), (i64, String)>> {
+    pub fn load(&self, broker: &Broker, group: &str) -> Result<Offsets> {
+        self.load_with_unstable(broker, group).map(|(offsets, _)| offsets)
+    }
+
+    /// `load`, and the partitions whose offsets a transaction not yet ended is committing
+    /// (OffsetFetch with `require_stable` answers them UNSTABLE_OFFSET_COMMIT, KIP-447).
+    pub fn load_with_unstable(&self, broker: &Broker, group: &str) -> Result<(Offsets, BTreeSet<(String, i32)>)> {
         // Opened before the groups are locked: an open may wait for another writer's append lock.
         let log = match broker.topics()?.contains_key(OFFSETS_TOPIC) {
             true => broker.partition(OFFSETS_TOPIC, offsets_partition(group))?,
@@ -138,10 +221,22 @@ impl OffsetStore {
         let mut groups = lock(&self.groups);
         let state = groups.entry(group.to_string()).or_default();
         let Some(log) = log else {
-            return Ok(state.offsets.clone());
+            return Ok((state.offsets.clone(), state.unstable()));
         };
-        state.read_to = scan_to_end(&log, state.read_to, &mut Collect { group, into: &mut state.offsets })?;
-        Ok(state.offsets.clone())
+        let mut log = lock_log(&log)?;
+        log.follow()?;
+        let next = state.read_to.max(log.start_offset());
+        let end = log.end_offset();
+        if next < end {
+            if let Err(e) = state.read(&log, group, (next, end)) {
+                // Read again from the start next time: commits of a batch read half way would
+                // be held twice.
+                *state = GroupOffsets::default();
+                return Err(e);
+            }
+            state.read_to = end;
+        }
+        Ok((state.offsets.clone(), state.unstable()))
     }
 
     /// Delete the group's committed offsets (DeleteGroups, as offsets.py's `OffsetStore.delete`),

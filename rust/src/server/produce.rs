@@ -10,6 +10,9 @@
 //! waiting (`Log::try_with_append_lock` retried by `waits::retry_until`), until the request's
 //! `timeout_ms` or `waits::LOCK_WAIT`: then that partition is answered REQUEST_TIMED_OUT
 //! (retriable: the producer sends again) and a WARNING names the holder.
+//!
+//! Transactional batches are verified first (`txn_api::verify_produce`): their producer must be
+//! the transactional id's current one, in an open transaction its partition was added to.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,6 +24,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::broker::{try_lock_log, Broker};
 use super::codes;
 use super::durable::{self, Pending};
+use super::txn_api;
 use super::waits;
 use crate::log::{Log, Produced};
 use crate::producer_state::Refusal;
@@ -177,11 +181,15 @@ pub async fn produce(
     let mut pending = Vec::new();
     let mut responses = Vec::with_capacity(request.topic_data.len().min(1024));
     let mut refusals = codes::Refusals::new("partition");
+    let unverified =
+        if valid_acks { txn_api::verify_produce(broker, &request, deadline).await } else { Default::default() };
     for topic in &request.topic_data {
         let name = topic.name.0.to_string();
         let mut partitions = Vec::with_capacity(topic.partition_data.len().min(1024));
         for p in &topic.partition_data {
-            let outcome = if valid_acks {
+            let outcome = if let Some((code, why)) = unverified.get(&(name.clone(), p.index)) {
+                Err((*code, why.clone()))
+            } else if valid_acks {
                 append(broker, (&name, p.index), p.records.as_deref(), (request.acks, deadline), peer).await
             } else {
                 Err((codes::INVALID_REQUIRED_ACKS, format!("acks must be -1, 0 or 1, not {}", request.acks)))

@@ -1,0 +1,388 @@
+//! The transactional producer's APIs (KIP-98, KIP-360, KIP-447): InitProducerId with a
+//! transactional id, AddPartitionsToTxn (the clients' v0-v3, and v4+'s batched form with its
+//! verify-only check), AddOffsetsToTxn, TxnOffsetCommit and EndTxn, each one call of the data
+//! directory's transaction coordinator (`crate::transactions::Coordinator`), the same one the
+//! embedded transactional producers use, so a network producer and an embedded one with the
+//! same transactional id fence each other.
+//!
+//! Every call takes the transactional id's lock, which an embedded producer (maybe stopped)
+//! can hold, and writes durably: they run off the request workers (`dispatch::blocking`), and a
+//! lock not had within `waits::LOCK_WAIT` answers CONCURRENT_TRANSACTIONS, which clients retry.
+//! Engine errors become Kafka's codes (`codes::for_error`); PRODUCER_FENCED goes to the API
+//! versions that know it (KIP-588), INVALID_PRODUCER_EPOCH to older ones, as Kafka's broker does.
+
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
+};
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
+    EndTxnRequest, EndTxnResponse, InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProducerId,
+    TxnOffsetCommitRequest, TxnOffsetCommitResponse,
+};
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::broker::Broker;
+use super::codes;
+use super::offset_commit::{requested, CommitPlan};
+use super::waits;
+use crate::error::Error;
+use crate::log::now_ms;
+use crate::record::header::{BatchHeader, HEADER_LEN, MIN_BATCH_LENGTH};
+
+/// The first version of each API whose clients know PRODUCER_FENCED (KIP-588); older ones are
+/// told INVALID_PRODUCER_EPOCH, which they treat as fatal the same way.
+const FENCED_SINCE_INIT: i16 = 4;
+const FENCED_SINCE_ADD: i16 = 2;
+const FENCED_SINCE_OFFSETS_COMMIT: i16 = 3;
+
+/// The code for an engine error, for a request of `version` of an API that knows
+/// PRODUCER_FENCED since `fenced_since`, logged as a refusal.
+fn refusal(e: &Error, versions: (i16, i16), peer: &str, api: &str, what: &str) -> i16 {
+    codes::refused(peer, api, refusal_code(e, versions), &format!("{what}: {e}"))
+}
+
+/// `refusal`'s code, not logged (for a refusal among others logged as one line).
+fn refusal_code(e: &Error, (version, fenced_since): (i16, i16)) -> i16 {
+    let mut code = match e {
+        // An empty transactional or group id, a value out of range: Kafka's INVALID_REQUEST.
+        Error::InvalidConfig(_) => codes::INVALID_REQUEST,
+        e => codes::for_error(e),
+    };
+    if code == codes::PRODUCER_FENCED && version < fenced_since {
+        code = codes::INVALID_PRODUCER_EPOCH;
+    }
+    code
+}
+
+/// InitProducerId for a transactional id: the coordinator aborts the id's open transaction (if
+/// any) and bumps its epoch, fencing any older producer of the id; `producer_id`/`epoch` set
+/// (v3+, KIP-360) re-initialise a producer that still has them.
+pub fn init_producer_id(
+    broker: &Broker,
+    transactional_id: &str,
+    request: &InitProducerIdRequest,
+    version: i16,
+    peer: &str,
+) -> InitProducerIdResponse {
+    let expected = (request.producer_id.0 >= 0).then_some((request.producer_id.0, request.producer_epoch));
+    let done =
+        broker.transactions.init_producer_id(transactional_id, request.transaction_timeout_ms, expected, now_ms());
+    match done {
+        Ok((id, epoch)) => {
+            InitProducerIdResponse::default().with_producer_id(ProducerId(id)).with_producer_epoch(epoch)
+        }
+        Err(e) => {
+            let what = format!("transactional id {transactional_id:?}");
+            let code = refusal(&e, (version, FENCED_SINCE_INIT), peer, "InitProducerId", &what);
+            InitProducerIdResponse::default()
+                .with_error_code(code)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1)
+        }
+    }
+}
+
+/// The partitions of a request's topics.
+fn partitions_of(topics: &[AddPartitionsToTxnTopic]) -> Vec<(String, i32)> {
+    topics.iter().flat_map(|t| t.partitions.iter().map(move |&p| (t.name.0.to_string(), p))).collect()
+}
+
+/// Per partition of `topics`, the code (Kafka's `AddPartitionsToTxnResult`): one code for all
+/// when the coordinator refused, UNKNOWN_TOPIC_OR_PARTITION for the partitions that do not
+/// exist and OPERATION_NOT_ATTEMPTED for the others when some do not (nothing is added then).
+fn results(
+    topics: &[AddPartitionsToTxnTopic],
+    mut code_of: impl FnMut(&str, i32) -> i16,
+) -> Vec<AddPartitionsToTxnTopicResult> {
+    topics
+        .iter()
+        .map(|t| {
+            let results = t
+                .partitions
+                .iter()
+                .map(|&p| {
+                    AddPartitionsToTxnPartitionResult::default()
+                        .with_partition_index(p)
+                        .with_partition_error_code(code_of(t.name.0.as_str(), p))
+                })
+                .collect();
+            AddPartitionsToTxnTopicResult::default().with_name(t.name.clone()).with_results_by_partition(results)
+        })
+        .collect()
+}
+
+/// One transaction's AddPartitionsToTxn (or its verification, `verify_only`), answered per topic.
+fn add_or_verify(
+    broker: &Broker,
+    (transactional_id, producer_id, epoch): (&str, i64, i16),
+    topics: &[AddPartitionsToTxnTopic],
+    (verify_only, version): (bool, i16),
+    peer: &str,
+) -> Vec<AddPartitionsToTxnTopicResult> {
+    let what = format!("transactional id {transactional_id:?}");
+    let partitions = partitions_of(topics);
+    if verify_only {
+        let mut refusals = codes::Refusals::new("partition");
+        let answered = results(topics, |t, p| {
+            match broker.transactions.verify_partition(transactional_id, producer_id, epoch, t, p) {
+                Ok(()) => codes::NONE,
+                Err(e) => {
+                    let code = refusal_code(&e, (version, FENCED_SINCE_ADD));
+                    refusals.add(code, format_args!("{t}-{p}"), || format!("{what}: {e}"))
+                }
+            }
+        });
+        refusals.log(peer, "AddPartitionsToTxn");
+        return answered;
+    }
+    let known = broker.topics().ok();
+    let exists =
+        |t: &str, p: i32| known.as_ref().and_then(|k| k.get(t)).is_some_and(|m| (0..m.partitions).contains(&p));
+    if partitions.iter().any(|(t, p)| !exists(t, *p)) {
+        let mut refusals = codes::Refusals::new("partition");
+        let answered = results(topics, |t, p| match exists(t, p) {
+            true => refusals.add(codes::OPERATION_NOT_ATTEMPTED, format_args!("{t}-{p}"), || {
+                format!("{what}: another partition of the request does not exist")
+            }),
+            false => refusals.add(codes::UNKNOWN_TOPIC_OR_PARTITION, format_args!("{t}-{p}"), || {
+                format!("{what}: no such partition")
+            }),
+        });
+        refusals.log(peer, "AddPartitionsToTxn");
+        return answered;
+    }
+    match broker.transactions.add_partitions(transactional_id, producer_id, epoch, &partitions, now_ms()) {
+        Ok(()) => results(topics, |_, _| codes::NONE),
+        Err(e) => {
+            let code = refusal(&e, (version, FENCED_SINCE_ADD), peer, "AddPartitionsToTxn", &what);
+            results(topics, |_, _| code)
+        }
+    }
+}
+
+pub fn add_partitions_to_txn(
+    broker: &Broker,
+    request: AddPartitionsToTxnRequest,
+    version: i16,
+    peer: &str,
+) -> AddPartitionsToTxnResponse {
+    if version <= 3 {
+        let txn = (
+            request.v3_and_below_transactional_id.0.as_str(),
+            request.v3_and_below_producer_id.0,
+            request.v3_and_below_producer_epoch,
+        );
+        let topics = add_or_verify(broker, txn, &request.v3_and_below_topics, (false, version), peer);
+        return AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(topics);
+    }
+    let answered = request
+        .transactions
+        .iter()
+        .map(|t| {
+            let txn = (t.transactional_id.0.as_str(), t.producer_id.0, t.producer_epoch);
+            let topics = add_or_verify(broker, txn, &t.topics, (t.verify_only, version), peer);
+            AddPartitionsToTxnResult::default()
+                .with_transactional_id(t.transactional_id.clone())
+                .with_topic_results(topics)
+        })
+        .collect();
+    AddPartitionsToTxnResponse::default().with_results_by_transaction(answered)
+}
+
+pub fn add_offsets_to_txn(
+    broker: &Broker,
+    request: AddOffsetsToTxnRequest,
+    version: i16,
+    peer: &str,
+) -> AddOffsetsToTxnResponse {
+    let (id, group) = (request.transactional_id.0.as_str(), request.group_id.0.as_str());
+    let code = if group.is_empty() {
+        codes::refused(peer, "AddOffsetsToTxn", codes::INVALID_GROUP_ID, "the group id is empty")
+    } else {
+        match broker.transactions.add_offsets(id, request.producer_id.0, request.producer_epoch, group, now_ms()) {
+            Ok(()) => codes::NONE,
+            Err(e) => {
+                let what = format!("transactional id {id:?}, group {group:?}");
+                refusal(&e, (version, FENCED_SINCE_ADD), peer, "AddOffsetsToTxn", &what)
+            }
+        }
+    };
+    AddOffsetsToTxnResponse::default().with_error_code(code)
+}
+
+/// TxnOffsetCommit: the group's offsets written into the transaction (visible to OffsetFetch
+/// once it commits, never if it aborts). A commit naming a member or a generation is checked
+/// against the group as OffsetCommit is (KIP-447: a zombie of an older generation is refused);
+/// one with neither (generation -1, no member id: the pre-KIP-447 form) is not.
+pub fn txn_offset_commit(
+    broker: &Broker,
+    request: TxnOffsetCommitRequest,
+    version: i16,
+    peer: &str,
+) -> TxnOffsetCommitResponse {
+    let (id, group) = (request.transactional_id.0.to_string(), request.group_id.0.to_string());
+    let (member, generation) = (request.member_id.as_str(), request.generation_id);
+    let what = format!("transactional id {id:?}, group {group:?}");
+    let verdict: Result<(), i16> = if group.is_empty() {
+        Err(codes::refused(peer, "TxnOffsetCommit", codes::INVALID_GROUP_ID, "the group id is empty"))
+    } else if generation < 0 && member.is_empty() {
+        Ok(())
+    } else {
+        // Members may commit while the group prepares a rebalance; Kafka refuses only
+        // non-transactional commits in CompletingRebalance.
+        let instance = request.group_instance_id.as_ref().map(|i| i.as_str());
+        match broker.groups.check_commit_of_instance(&group, member, instance, generation) {
+            Ok(()) | Err(codes::REBALANCE_IN_PROGRESS) => Ok(()),
+            Err(code) => {
+                let why = format!("{what}: member {member:?} of generation {generation} is not the group's");
+                Err(codes::refused(peer, "TxnOffsetCommit", code, &why))
+            }
+        }
+    };
+    let plan = CommitPlan::new(broker, requested!(request.topics), verdict);
+    let written = if plan.commits.is_empty() {
+        Ok(())
+    } else {
+        let (pid, epoch) = (request.producer_id.0, request.producer_epoch);
+        broker
+            .transactions
+            .txn_offset_commit(&id, pid, epoch, &group, &plan.commits, now_ms())
+            .map_err(|e| refusal(&e, (version, FENCED_SINCE_OFFSETS_COMMIT), peer, "TxnOffsetCommit", &what))
+    };
+    let mut refusals = codes::Refusals::new("partition");
+    let topics = plan
+        .answered(written)
+        .map(|(name, parts)| {
+            let partitions = parts
+                .map(|(index, code)| {
+                    // The group's verdict and the coordinator's refusal were logged already.
+                    if verdict.is_ok() && written.is_ok() {
+                        refusals.add(code, format_args!("{}-{index}", name.0), || format!("{what}: not committed"));
+                    }
+                    TxnOffsetCommitResponsePartition::default().with_partition_index(index).with_error_code(code)
+                })
+                .collect();
+            TxnOffsetCommitResponseTopic::default().with_name(name).with_partitions(partitions)
+        })
+        .collect();
+    refusals.log(peer, "TxnOffsetCommit");
+    TxnOffsetCommitResponse::default().with_topics(topics)
+}
+
+/// EndTxn: commit or abort, two-phase (the coordinator records Prepare*, writes the markers,
+/// records Complete*), finished by whoever touches the id next if this server dies half way.
+pub fn end_txn(broker: &Broker, request: EndTxnRequest, version: i16, peer: &str) -> EndTxnResponse {
+    let id = request.transactional_id.0.as_str();
+    let (pid, epoch) = (request.producer_id.0, request.producer_epoch);
+    let ended = broker.transactions.end_txn(id, pid, epoch, request.committed, now_ms());
+    // Markers may have been written even if a later step failed: wake read_committed fetches.
+    broker.announce_append();
+    let code = match ended {
+        Ok(()) => codes::NONE,
+        Err(e) => {
+            let what = format!("{} of transactional id {id:?}", if request.committed { "commit" } else { "abort" });
+            refusal(&e, (version, FENCED_SINCE_ADD), peer, "EndTxn", &what)
+        }
+    };
+    EndTxnResponse::default().with_error_code(code)
+}
+
+/// The producer (id, epoch) of the transactional batches in a partition's records, if any:
+/// `Err` when they are not all one producer's (Kafka takes one batch per partition from v3).
+fn transactional_producer(records: &[u8]) -> Result<Option<(i64, i16)>, String> {
+    let mut producer = None;
+    let mut at = 0usize;
+    while records.len() >= at + HEADER_LEN {
+        let header = BatchHeader::parse(&records[at..]).map_err(|e| e.to_string())?;
+        if header.is_transactional() {
+            let this = (header.producer_id, header.producer_epoch);
+            if producer.is_some_and(|p| p != this) {
+                return Err("transactional batches of more than one producer in one partition".into());
+            }
+            producer = Some(this);
+        }
+        // A length the engine's validation refuses ends the walk here; that refusal follows.
+        if header.batch_length < MIN_BATCH_LENGTH {
+            break;
+        }
+        at = at.saturating_add(header.total_size());
+    }
+    Ok(producer)
+}
+
+/// What Kafka's broker checks of a transactional Produce before appending (KIP-890 part 1's
+/// verification, with the coordinator at hand): it names a transactional id, and each
+/// partition's batches are that id's current producer and epoch in an open transaction the
+/// partition was added to. Otherwise a batch could land after its transaction ended (an
+/// append no marker will ever close, holding the last stable offset back for good) or from a
+/// fenced producer. Per refused partition: the code and why. Reads the coordinator's state off
+/// the request workers.
+pub async fn verify_produce(
+    broker: &Arc<Broker>,
+    request: &ProduceRequest,
+    deadline: Instant,
+) -> HashMap<(String, i32), (i16, String)> {
+    let mut refused = HashMap::new();
+    let mut wanted = Vec::new();
+    for topic in &request.topic_data {
+        for p in &topic.partition_data {
+            let key = (topic.name.0.to_string(), p.index);
+            match transactional_producer(p.records.as_deref().unwrap_or_default()) {
+                Ok(Some(producer)) => wanted.push((key, producer)),
+                Ok(None) => {}
+                Err(why) => {
+                    refused.insert(key, (codes::INVALID_RECORD, why));
+                }
+            }
+        }
+    }
+    if wanted.is_empty() {
+        return refused;
+    }
+    let Some(id) = request.transactional_id.as_ref().map(|id| id.0.to_string()) else {
+        // Kafka: transactional records need a transactional id the client may write as.
+        for (key, _) in wanted {
+            let why = "transactional batches without a transactional id".to_string();
+            refused.insert(key, (codes::TRANSACTIONAL_ID_AUTHORIZATION_FAILED, why));
+        }
+        return refused;
+    };
+    let checked: Vec<((String, i32), (i64, i16))> = wanted.clone();
+    let verdicts = waits::off_workers(broker, deadline, {
+        let id = id.clone();
+        move |b| {
+            let each = |((t, p), (pid, epoch)): &((String, i32), (i64, i16))| {
+                b.transactions
+                    .verify_partition(&id, *pid, *epoch, t, *p)
+                    .map_err(|e| (codes::for_error(&e), e.to_string()))
+            };
+            checked.iter().map(each).collect::<Vec<_>>()
+        }
+    })
+    .await;
+    for (i, (key, _)) in wanted.into_iter().enumerate() {
+        let verdict = match &verdicts {
+            Ok(each) => each[i].clone(),
+            Err(waits::NotDone::Busy) => {
+                Err((codes::REQUEST_TIMED_OUT, "no slot for blocking work came free in time (server busy)".into()))
+            }
+            Err(waits::NotDone::Panicked) => {
+                Err((codes::UNKNOWN_SERVER_ERROR, "the verification panicked (a bug)".into()))
+            }
+        };
+        if let Err((code, why)) = verdict {
+            // Produce answers a fenced producer INVALID_PRODUCER_EPOCH (its clients know no
+            // PRODUCER_FENCED there).
+            let code = if code == codes::PRODUCER_FENCED { codes::INVALID_PRODUCER_EPOCH } else { code };
+            refused.insert(key, (code, format!("transactional id {id:?}: {why}")));
+        }
+    }
+    refused
+}

@@ -1,0 +1,63 @@
+// Kafka Streams word count with processing.guarantee=exactly_once_v2 against `kafkalite serve`
+// (tests/test_server_streams_eos.py): reads lines from `args[1]`, writes (word, count) to
+// `args[2]`, and stops once it has been idle (no record processed) for `args[3]` ms since it
+// reached RUNNING; prints RUNNING when the application reached RUNNING and DONE at the end.
+
+import java.time.Duration;
+import java.util.Arrays;
+import java.util.Properties;
+import java.util.concurrent.atomic.AtomicLong;
+
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.kstream.KStream;
+import org.apache.kafka.streams.kstream.Produced;
+
+public class WordCountEos {
+    public static void main(String[] args) throws Exception {
+        String bootstrap = args[0], input = args[1], output = args[2], stateDir = args[4];
+        long idleMs = Long.parseLong(args[3]);
+        Properties p = new Properties();
+        p.put(StreamsConfig.APPLICATION_ID_CONFIG, "kafkalite-wordcount");
+        p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
+        p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
+        p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 200);
+        p.put(StreamsConfig.STATE_DIR_CONFIG, stateDir);
+        p.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.String().getClass());
+        p.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.String().getClass());
+        AtomicLong last = new AtomicLong(0);
+        StreamsBuilder builder = new StreamsBuilder();
+        KStream<String, String> lines = builder.stream(input);
+        lines.peek((k, v) -> last.set(System.currentTimeMillis()))
+            .flatMapValues(v -> Arrays.asList(v.toLowerCase().split("\\s+")))
+            .groupBy((k, w) -> w)
+            .count()
+            .toStream()
+            .mapValues(Object::toString)
+            .to(output, Produced.with(Serdes.String(), Serdes.String()));
+        KafkaStreams streams = new KafkaStreams(builder.build(), p);
+        streams.setStateListener((now, before) -> {
+            if (now == KafkaStreams.State.RUNNING) {
+                last.compareAndSet(0, System.currentTimeMillis());
+                System.out.println("RUNNING");
+            }
+        });
+        streams.start();
+        long started = System.currentTimeMillis();
+        while (true) {
+            Thread.sleep(200);
+            long l = last.get();
+            if (l > 0 && System.currentTimeMillis() - l > idleMs) break;
+            if (System.currentTimeMillis() - started > 120_000) {
+                System.out.println("TIMEOUT " + streams.state());
+                break;
+            }
+        }
+        streams.close(Duration.ofSeconds(20));
+        System.out.println("DONE " + streams.state());
+        System.exit(0);
+    }
+}
