@@ -26,7 +26,7 @@ FORMAT = "%t|%p|%o|%k|%s|%h\n"
 def kcat() -> str:
     path = shutil.which("kcat") or shutil.which("kafkacat")
     if path is None:
-        pytest.skip("kcat is not installed (apt-get install kcat; .ci/run installs it)")
+        pytest.skip("kcat is not installed: sudo apt-get install kcat (Debian, Ubuntu); .ci/run installs it")
     return path
 
 
