@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import glob
 import os
+import resource
 
 import kafkalite
 from serve_proc import free_port, serve_on
@@ -47,3 +48,41 @@ def test_reopening_an_evicted_partition_another_writer_holds_does_not_grow_its_s
             wire.close()
             server.terminate()
             server.wait(timeout=60)
+
+
+#: RLIMIT_NOFILE (soft and hard) of the server in the share test: the default --max-open-partitions
+#: is then far above its floor of 16, so the share itself is what is measured.
+SHARE_LIMIT = 600
+
+
+def partition_descriptors(pid: int, data_dir: str) -> int:
+    """Descriptors ``pid`` holds on files inside ``data_dir``'s partition folders."""
+    held = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        held += target.startswith(data_dir + os.sep) and os.path.dirname(target) != data_dir
+    return held
+
+
+def test_open_partitions_take_at_most_half_the_descriptor_limit_by_default(tmp_path, spawn):
+    """The default --max-open-partitions leaves half of RLIMIT_NOFILE to connections: it counted
+    3 descriptors per open partition, but an acks=all (`--acks-all disk`, the default) partition
+    also holds its group-commit file, so the open logs took two thirds (400 of 600)."""
+    path = str(tmp_path)
+    kafkalite.Admin(path).create_topic("t", 150)
+    port = free_port()
+    limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (SHARE_LIMIT, SHARE_LIMIT))  # noqa: E731
+    server = serve_on(spawn.module, path, port, "--log-level", "ERROR", preexec_fn=limit)
+    wire = Wire(f"127.0.0.1:{port}")
+    try:
+        for p in range(150):
+            assert wire.produce("t", p, b"x") == NONE  # acks=all
+        held = partition_descriptors(server.pid, path)
+        assert held <= SHARE_LIMIT // 2, f"open partitions hold {held} of {SHARE_LIMIT} descriptors"
+    finally:
+        wire.close()
+        server.terminate()
+        server.wait(timeout=60)
