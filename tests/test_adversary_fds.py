@@ -31,9 +31,7 @@ def test_reopening_an_evicted_partition_another_writer_holds_does_not_grow_its_s
     with kafkalite.Producer(path) as embedded:
         embedded.send("t", b"embedded", partition=0).get(timeout=30)
         port = free_port()
-        server = serve_on(
-            spawn.module, path, port, "--max-open-partitions", "1", "--log-level", "ERROR"
-        )
+        server = serve_on(spawn.module, path, port, "--max-open-partitions", "1", "--log-level", "ERROR")
         wire = Wire(f"127.0.0.1:{port}")
         try:
             for i in range(CYCLES):
