@@ -61,10 +61,18 @@ impl Segment {
         self.reservation.settle(self.allocated_len.saturating_sub(needed));
         let remap = self.map.is_none() || !self.map_writable;
         let must = needed >= self.allocated_len || remap;
-        if !must && self.allocated_len - needed >= step / 2 {
+        let roomy = needed < self.allocated_len && self.allocated_len - needed >= step / 2;
+        if !must && roomy {
             return Ok(());
         }
-        let mut wanted = if must { needed.max(self.allocated_len + step) } else { self.allocated_len + step };
+        // A remap with room ahead (a reopen, or a take-over of the reserve another writer left)
+        // maps what is there: a step more each time grew a segment reopened again and again (a
+        // server closing and reopening partitions an embedded writer holds) without bound.
+        let mut wanted = match (roomy, must) {
+            (true, _) => self.allocated_len,
+            (false, true) => needed.max(self.allocated_len + step),
+            (false, false) => self.allocated_len + step,
+        };
         if wanted - needed < step / 2 {
             wanted += step;
         }

@@ -1,7 +1,8 @@
 //! The partition logs the server keeps open, at most `max_open` of those no request is using.
 //!
 //! Each open partition holds about `FDS_PER_PARTITION` file descriptors (its active segment's
-//! `.log`, and the `.kafkalite.writers` and `.kafkalite.lock` lock files), and one request can
+//! `.log`, the `.kafkalite.writers` and `.kafkalite.lock` lock files, and with acks=all the
+//! group-commit file `.kafkalite-durable`), and one request can
 //! name every partition of the data directory (DescribeLogDirs with topics=null, a Fetch or
 //! ListOffsets of thousands), so keeping every partition ever opened ran the process out of
 //! descriptors: after that every open failed with EMFILE, producers' too, and new connections
@@ -37,9 +38,10 @@ type Key = (String, i32);
 /// name with another is a topic deleted and created again.
 pub type Identity = (u64, u64);
 
-/// Descriptors one open partition holds (measured: the active segment's `.log` and the two lock
-/// files; sealed segments and indexes hold none once mapped or read).
-pub const FDS_PER_PARTITION: u64 = 3;
+/// Descriptors one open partition holds (measured: the active segment's `.log`, the two lock
+/// files, and the group-commit file once an acks=all produce (`--acks-all disk`, the default)
+/// waited on it; sealed segments and indexes hold none once mapped or read).
+pub const FDS_PER_PARTITION: u64 = 4;
 
 /// The share of RLIMIT_NOFILE partition logs may take by default: half, the other half for
 /// connections (each one descriptor) and everything else the server opens.
@@ -272,8 +274,8 @@ mod tests {
 
     #[test]
     fn the_default_is_a_share_of_the_descriptor_limit() {
-        assert_eq!(default_max_open(1024), 170);
-        assert_eq!(default_max_open(1_048_576), 174_762);
+        assert_eq!(default_max_open(1024), 128);
+        assert_eq!(default_max_open(1_048_576), 131_072);
         assert_eq!(default_max_open(20), MIN_OPEN);
     }
 }
