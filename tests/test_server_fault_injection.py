@@ -188,3 +188,22 @@ def test_the_fault_checkers_messages_are_sorted_into_invariants():
     assert classify("server.1 died of SIGSEGV, which nobody sent it (stderr: x)") == "processes"
     assert classify("2 children printed a traceback of an untyped error: X (first: y)") == "processes"
     assert classify("plain-1: 3 acknowledged records lost (log 0..9): 4, 5, 6") == "acknowledged_records"
+
+
+def test_a_kafka_client_committing_its_own_kept_position_again_is_not_a_backwards_commit(tmp_path):
+    """kafka-python 3 keeps its position of a partition assigned to it again under the eager
+    protocol (server soak seed 450638360): a commit back to the member's own last commit is
+    allowed for Kafka-client groups only; one back to any other offset stays a violation."""
+    from faults import checker
+
+    def backwards(kept_positions: bool, commits: list) -> list[str]:
+        evidence = checker.GroupEvidence(commits=commits)
+        parts = {("t", 0): checker.PartitionState(log_end=200)}
+        found = checker.check_group("g", evidence, str(tmp_path), parts, kept_positions=kept_positions)
+        return [v for v in found if "went backwards" in v]
+
+    kept = [(1, "a", "t", 0, 100), (2, "b", "t", 0, 150), (3, "a", "t", 0, 100)]
+    assert backwards(True, kept) == []
+    assert len(backwards(False, kept)) == 1  # kafkalite's own Consumer refetches: a violation
+    elsewhere = [(1, "a", "t", 0, 100), (2, "b", "t", 0, 150), (3, "a", "t", 0, 120)]
+    assert len(backwards(True, elsewhere)) == 1

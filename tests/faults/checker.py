@@ -300,7 +300,10 @@ def check(
         )
 
     for g, ev in evidence.items():
-        violations.extend(check_group(g, ev, data_dir, parts, zombie_polls=g not in zombie_polls_allowed))
+        kafka_clients = g in zombie_polls_allowed
+        violations.extend(
+            check_group(g, ev, data_dir, parts, zombie_polls=not kafka_clients, kept_positions=kafka_clients)
+        )
 
     # -- 7. processes ----------------------------------------------------------------------
     violations.extend(check_processes(run_dir, stats))
@@ -374,8 +377,17 @@ def check_group(
     data_dir: str,
     parts: dict[tuple[str, int], PartitionState],
     zombie_polls: bool = True,
+    kept_positions: bool = False,
 ) -> list[str]:
-    """Rules 5 and 6 for one group (rule 5's polls only with ``zombie_polls``)."""
+    """Rules 5 and 6 for one group (rule 5's polls only with ``zombie_polls``).
+
+    ``kept_positions``: the members are kafka-python 3 clients, which under the eager protocol
+    keep their position of a partition that is assigned to them again (Java's client clears it;
+    a Kafka broker accepts the commit either way, the member owns the partition). A member
+    stopped through a rebalance that another member consumed in then commits its own earlier
+    position again: a commit that goes back to the committing member's own last commit of the
+    partition is that, not the coordinator's fault (server soak seed 450638360), and the
+    records in between are delivered again (at least once)."""
     violations: list[str] = []
     certain, polls, commits = ev.certain, ev.polls, ev.commits
     # -- 5. ownership ----------------------------------------------------------------------
@@ -405,9 +417,12 @@ def check_group(
 
     # -- 6. commits ------------------------------------------------------------------------
     last: dict[tuple[str, int], tuple[int, str, int]] = {}
+    own_last: dict[tuple[str, str, int], int] = {}
     for t0, member, topic, part, off in sorted(commits):
         prev = last.get((topic, part))
-        if prev is not None and off < prev[2]:
+        kept = kept_positions and own_last.get((member, topic, part)) == off
+        own_last[(member, topic, part)] = off
+        if prev is not None and off < prev[2] and not kept:
             violations.append(
                 f"commit of {topic}-{part} went backwards: {prev[1]} committed {prev[2]} at {prev[0]}, then {member} {off} at {t0}"
             )
