@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafkalite import _native, group_admin, validate
+from kafkalite import _native, group_admin, transaction_admin, validate
 from kafkalite.client_config import topic_docstring
 from kafkalite.compaction import CompactionResult, clean_if_dirty, clean_partition
 from kafkalite.datadir import (
@@ -292,6 +292,31 @@ class Admin:
         if execute:
             group_admin.execute_reset(self._dir, group_id, plan)
         return plan
+
+    # -- transactions (Kafka's Admin listTransactions / describeTransactions, kafka-transactions.sh) --
+    def list_transactions(
+        self,
+        states: list[str] | None = None,
+        producer_ids: list[int] | None = None,
+        duration_ms: int | None = None,
+    ) -> list[transaction_admin.TransactionListing]:
+        """Transactional ids with their producer id and state (Kafka's state names: Empty,
+        Ongoing, PrepareCommit, ...), optionally only those in ``states``, of ``producer_ids``, or
+        whose transaction started more than ``duration_ms`` ago."""
+        return transaction_admin.list_transactions(self.path, states, producer_ids, duration_ms)
+
+    def describe_transactions(self, transactional_ids: list[str]) -> dict[str, transaction_admin.TransactionDescription]:
+        """Per id: producer id and epoch, state, timeout, start time and the partitions of its
+        open transaction. An unknown id raises TransactionalIdNotFoundError."""
+        return transaction_admin.describe_transactions(self.path, transactional_ids)
+
+    def abort_transaction(self, transactional_id: str) -> transaction_admin.TransactionDescription:
+        """Abort the open transaction of ``transactional_id`` (``kafkalite transactions abort``):
+        ABORT markers written and its producer fenced by an epoch bump, as when the transaction
+        times out. InvalidTxnStateError when none is open. (Kafka's Java ``abortTransaction``
+        takes a partition's hanging transaction instead; here the coordinator knows every
+        partition of the id's transaction.)"""
+        return transaction_admin.abort_transaction(self.path, transactional_id)
 
     def close(self) -> None:
         """Nothing to release; for symmetry with Kafka's admin client."""

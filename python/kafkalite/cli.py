@@ -638,6 +638,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_groups.add_parser(sub, _require_dir, _subparser)
 
+    from kafkalite import cli_transactions
+
+    cli_transactions.add_parser(sub, _require_dir, _subparser)
+
     from kafkalite import cli_users
 
     cli_users.add_parser(sub, _require_dir, _subparser)
