@@ -48,14 +48,25 @@ def committed_values(data: str) -> list[bytes]:
 
 def cli(spawn, data: str, *args: str) -> subprocess.CompletedProcess[str]:
     proc = spawn.module(
-        "kafkalite", "transactions", *args, "--data-dir", data, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        "kafkalite",
+        "transactions",
+        *args,
+        "--data-dir",
+        data,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     out, err = proc.communicate()
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def test_list_and_describe_committed_open_and_aborted(data):
-    producers = [transaction(data, "done", "commit"), transaction(data, "open", None), transaction(data, "gone", "abort")]
+    producers = [
+        transaction(data, "done", "commit"),
+        transaction(data, "open", None),
+        transaction(data, "gone", "abort"),
+    ]
     admin = Admin(data)
     listed = {t.transactional_id: t for t in admin.list_transactions()}
     assert {i: t.state for i, t in listed.items()} == {

@@ -305,7 +305,9 @@ class Admin:
         whose transaction started more than ``duration_ms`` ago."""
         return transaction_admin.list_transactions(self.path, states, producer_ids, duration_ms)
 
-    def describe_transactions(self, transactional_ids: list[str]) -> dict[str, transaction_admin.TransactionDescription]:
+    def describe_transactions(
+        self, transactional_ids: list[str]
+    ) -> dict[str, transaction_admin.TransactionDescription]:
         """Per id: producer id and epoch, state, timeout, start time and the partitions of its
         open transaction. An unknown id raises TransactionalIdNotFoundError."""
         return transaction_admin.describe_transactions(self.path, transactional_ids)

@@ -12,7 +12,9 @@ from kafkalite.transaction_admin import TransactionDescription
 
 def add_parser(sub: argparse._SubParsersAction, require_dir, subparser) -> None:  # type: ignore[type-arg]
     """`subparser(parent, name, **kw)` adds a subcommand that also takes --data-dir (cli.py)."""
-    txns = subparser(sub, "transactions", help="list, describe and abort transactions (kafka-transactions.sh)")
+    txns = subparser(
+        sub, "transactions", help="list, describe and abort transactions (kafka-transactions.sh)"
+    )
     actions = txns.add_subparsers(dest="action", required=True)
     listing = subparser(actions, "list", help="transactional ids with their producer id and state")
     listing.add_argument(

@@ -109,7 +109,9 @@ def describe_transaction(data_dir: str, transactional_id: str) -> TransactionDes
     finally:
         txn.close()
     if m is None or m["state"] == "Dead":
-        raise TransactionalIdNotFoundError(f"transactional id {transactional_id!r} is not known in {data_dir}")
+        raise TransactionalIdNotFoundError(
+            f"transactional id {transactional_id!r} is not known in {data_dir}"
+        )
     return TransactionDescription(
         transactional_id=m["transactional_id"],
         producer_id=m["producer_id"],
@@ -121,7 +123,9 @@ def describe_transaction(data_dir: str, transactional_id: str) -> TransactionDes
     )
 
 
-def describe_transactions(data_dir: str, transactional_ids: Iterable[str]) -> dict[str, TransactionDescription]:
+def describe_transactions(
+    data_dir: str, transactional_ids: Iterable[str]
+) -> dict[str, TransactionDescription]:
     """Kafka's ``describeTransactions(ids)``: a description per id; the first unknown id
     raises TransactionalIdNotFoundError."""
     return {i: describe_transaction(data_dir, i) for i in _strs("transactional_ids", transactional_ids)}
