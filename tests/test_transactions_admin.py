@@ -12,6 +12,7 @@ import subprocess
 import pytest
 from kafkalite import Admin, Log, Producer, TopicPartition
 from kafkalite.errors import (
+    ConcurrentTransactionsError,
     InvalidConfigError,
     InvalidTxnStateError,
     ProducerFencedError,
@@ -148,3 +149,32 @@ def test_bad_ids_are_typed_errors_and_a_nonzero_exit(data, spawn):
     ]:
         r = cli(spawn, data, *args)
         assert r.returncode == 1 and said in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+
+
+def test_abort_does_not_fence_a_producer_that_started_after_the_describe(data, monkeypatch):
+    """The race an abort must lose: the id's producer restarts (a new epoch, no transaction
+    open) between the abort's describe and its fence. The abort is refused, the new producer
+    keeps working."""
+    from kafkalite import transaction_admin
+
+    old = transaction(data, "job", None)
+    described = transaction_admin.describe_transaction
+    started: list[Producer] = []
+
+    def describe_then_restart(data_dir: str, tid: str):
+        d = described(data_dir, tid)
+        if not started:  # the abort's first look; the restart lands right after it
+            started.append(Producer(data, transactional_id="job"))
+            started[0].init_transactions()
+        return d
+
+    monkeypatch.setattr(transaction_admin, "describe_transaction", describe_then_restart)
+    with pytest.raises(ConcurrentTransactionsError):
+        Admin(data).abort_transaction("job")
+    new = started[0]
+    new.begin_transaction()
+    new.send("out", b"new", partition=0)
+    new.commit_transaction()  # not fenced by the abort
+    assert b"new" in committed_values(data)
+    new.close()
+    old.close()

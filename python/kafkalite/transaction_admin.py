@@ -12,7 +12,13 @@ from typing import Any
 
 from kafkalite import _native
 from kafkalite.assignors import TopicPartition
-from kafkalite.errors import InvalidConfigError, InvalidTxnStateError, TransactionalIdNotFoundError
+from kafkalite.errors import (
+    ConcurrentTransactionsError,
+    InvalidConfigError,
+    InvalidTxnStateError,
+    ProducerFencedError,
+    TransactionalIdNotFoundError,
+)
 
 #: Kafka's transaction state names (``TransactionState.stateName()``), as ListTransactions filters on them.
 STATES = (
@@ -145,7 +151,13 @@ def abort_transaction(data_dir: str, transactional_id: str) -> TransactionDescri
         )
     txn = _native.Transaction(data_dir, transactional_id, before.transaction_timeout_ms)
     try:
-        txn.init_producer_id()
+        # The producer described above, checked under the id's lock: a producer that started
+        # since (and may have no transaction open) is not fenced by a stale abort.
+        txn.init_producer_id((before.producer_id, before.producer_epoch))
+    except ProducerFencedError:
+        raise ConcurrentTransactionsError(
+            f"transactional id {transactional_id!r} changed producer while being aborted; describe it again"
+        ) from None
     finally:
         txn.close()
     return describe_transaction(data_dir, transactional_id)

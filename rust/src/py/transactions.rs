@@ -134,9 +134,13 @@ impl PyTransaction {
     }
 
     /// InitProducerId: fences older producers of the id, aborts its open transaction.
-    fn init_producer_id(&self, py: Python<'_>) -> PyResult<(i64, i16)> {
+    /// `expected`: the (producer id, epoch) the caller takes for the id's current one (default:
+    /// this object's own); PRODUCER_FENCED when it is not, checked under the id's lock (how
+    /// `kafkalite transactions abort` aborts only the transaction it described).
+    #[pyo3(signature = (expected=None))]
+    fn init_producer_id(&self, py: Python<'_>, expected: Option<(i64, i16)>) -> PyResult<(i64, i16)> {
         let s = &self.shared;
-        let expected = s.inner().producer;
+        let expected = expected.or(s.inner().producer);
         let producer = py.detach(|| s.coordinator.init_producer_id(&s.id, s.timeout_ms, expected, now_ms()))?;
         let mut inner = s.inner();
         *inner = Inner { producer: Some(producer), ..Inner::default() };
