@@ -32,9 +32,11 @@ use crate::record::{for_each_record, record_area, RecordRef};
 /// Bytes per `.txnindex` entry (Kafka's `AbortedTxn.TOTAL_SIZE`).
 pub const TXN_INDEX_ENTRY_SIZE: usize = 34;
 
-/// Control record types that end a transaction (Kafka's `ControlRecordType`).
-const ABORT: i16 = 0;
-const COMMIT: i16 = 1;
+/// Control record types that end a transaction (Kafka's `ControlRecordType`): the key of a
+/// marker's one record is (version 0, type). The one definition the markers' writer
+/// (`log/transactional.rs`) and every reader (here, the server's offsets cache) share.
+pub(crate) const ABORT: i16 = 0;
+pub(crate) const COMMIT: i16 = 1;
 
 /// What a reader sees of transactions (Kafka's `IsolationLevel`, kafka-python's
 /// `isolation_level`).

@@ -11,13 +11,9 @@ use crate::files::{segment_path, TXN_INDEX_SUFFIX};
 use crate::producer_state::Refusal;
 use crate::record::header::NO_SEQUENCE;
 use crate::record::{BatchBuilder, Compression, ProducerStamp, RecordInput};
-use crate::txn::{AbortedTxn, TXN_INDEX_ENTRY_SIZE};
+use crate::txn::{AbortedTxn, ABORT, COMMIT, TXN_INDEX_ENTRY_SIZE};
 
 use super::Log;
-
-/// Control record types (Kafka's `ControlRecordType`).
-const ABORT: i16 = 0;
-const COMMIT: i16 = 1;
 
 /// A marker this writer appended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

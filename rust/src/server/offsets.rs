@@ -17,7 +17,7 @@ use crate::log::{now_ms, Log};
 use crate::log_read::RecordSink;
 use crate::record::scan::verify_crc;
 use crate::record::{for_each_record, record_area, RecordInput, RecordRef};
-use crate::txn::control_type;
+use crate::txn::{self, control_type};
 
 use crate::offsets_codec::{decode_key, decode_value, encode_key, encode_value};
 pub use crate::offsets_codec::{offsets_partition, OFFSETS_PARTITIONS, OFFSETS_TOPIC};
@@ -89,8 +89,8 @@ impl GroupOffsets {
             }
             if h.is_control() {
                 match control_type(batch, h, pos)? {
-                    Some(COMMIT_MARKER) => self.end_transaction(h.producer_id, true),
-                    Some(ABORT_MARKER) => self.end_transaction(h.producer_id, false),
+                    Some(txn::COMMIT) => self.end_transaction(h.producer_id, true),
+                    Some(txn::ABORT) => self.end_transaction(h.producer_id, false),
                     _ => {}
                 }
                 return Ok(true);
@@ -117,10 +117,6 @@ impl GroupOffsets {
         })
     }
 }
-
-/// Control record types (Kafka's `ControlRecordType`).
-const ABORT_MARKER: i16 = 0;
-const COMMIT_MARKER: i16 = 1;
 
 /// `group`'s commit in a record of the offsets topic, if it is one. Other record types, and
 /// keys that do not decode, are skipped (offsets.py raises); so is a newer or damaged value.
