@@ -7,7 +7,11 @@ The served side (``kafkalite serve``) is bench_server_transactions.py; both besi
 (confluent-kafka and Kafka's ``ProducerPerformance --transactional-id``) is
 bench_transactions_peers.py, which uses ``transactions()`` below.
 
-Run: PYTHONPATH=python python benches/bench_transactions.py [total_records]"""
+Run: PYTHONPATH=python python benches/bench_transactions.py [total_records] [parent_dir]
+
+``parent_dir`` (default: the system's temporary folder) holds the data directory: on a tmpfs
+(``/dev/shm``) every fsync/msync is free, so the difference from a disk is what the commit's
+syncs cost."""
 
 from __future__ import annotations
 
@@ -24,7 +28,9 @@ from report import machine
 VALUE = b"v" * 100
 
 
-def transactions(data: str, topic: str, per_txn: int, txns: int, transactional_id: str) -> tuple[float, list[float]]:
+def transactions(
+    data: str, topic: str, per_txn: int, txns: int, transactional_id: str
+) -> tuple[float, list[float]]:
     """``txns`` transactions of ``per_txn`` records (8-byte keys, 100-byte values) to ``topic``
     through one embedded transactional producer: (seconds from the first begin_transaction() to
     the last commit's return, each commit_transaction()'s seconds). init_transactions() and
@@ -57,12 +63,12 @@ def plain(data: str, topic: str, total: int) -> float:
     return elapsed
 
 
-def main(total: int) -> None:
+def main(total: int, parent: str | None) -> None:
     print(f"# embedded transactions, {total} records of 100 bytes, 2 partitions; {machine()}")
-    print(f"# load: {os.getloadavg()}")
+    print(f"# data directory under {parent or tempfile.gettempdir()}; load: {os.getloadavg()}")
     print("| producer | records/s | commit p50 ms | commit p99 ms |")
     print("| --- | ---: | ---: | ---: |")
-    with tempfile.TemporaryDirectory() as data:
+    with tempfile.TemporaryDirectory(dir=parent) as data:
         for size in (None, 100, 1000, 10000):
             topic = f"t{size}"
             kafkalite.Admin(data).create_topic(topic, 2)
@@ -76,4 +82,4 @@ def main(total: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 200_000)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 200_000, sys.argv[2] if len(sys.argv) > 2 else None)

@@ -155,7 +155,9 @@ def _normalized(side: dict) -> dict:
             start = m["start_ms"]
         fields = {k: v for k, v in m.items() if k not in ("last_update_ms", "start_ms")}
         fields["producer_id"] = pid(fields["producer_id"])
-        started = "none" if m["start_ms"] == -1 else "this transaction's" if m["start_ms"] == start else "other"
+        started = (
+            "none" if m["start_ms"] == -1 else "this transaction's" if m["start_ms"] == start else "other"
+        )
         state.append((partition, key, fields, started))
     return {"batches": batches, "txnindex": txnindex, "state": state}
 
