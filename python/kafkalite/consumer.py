@@ -627,15 +627,17 @@ class Consumer:
     # -- commits ---------------------------------------------------------------------------
     def group_metadata(self) -> ConsumerGroupMetadata:
         """What ``Producer.send_offsets_to_transaction`` takes to commit this consumer's offsets
-        in a transaction (Kafka's ``groupMetadata()``): its group id, generation and member id
-        (-1 and "" outside a group's membership, as Kafka's)."""
+        in a transaction (Kafka's ``groupMetadata()``): its group id, generation, member id and
+        group instance id (-1, "" and None outside a group's membership, as Kafka's)."""
         self._check_open()
         if self.group_id is None:
             raise IllegalStateError("group_metadata() needs a group_id")
         member = self._member
         if member is None or member.member_id is None:
             return ConsumerGroupMetadata(self.group_id)
-        return ConsumerGroupMetadata(self.group_id, member.generation, member.member_id)
+        return ConsumerGroupMetadata(
+            self.group_id, member.generation, member.member_id, member.group_instance_id
+        )
 
     def commit(self, offsets: dict[TopicPartition, Any] | None = None) -> None:
         """Store offsets for ``group_id`` (default: the positions of everything consumed)."""
