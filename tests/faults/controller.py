@@ -31,7 +31,7 @@ from typing import Any
 
 from faults import checker, txn_checker
 from faults import journal as J
-from faults.txn_child import OUTPUT as TXN_OUTPUT
+from faults.txn_checker import OUTPUT as TXN_OUTPUT
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GROUP = "faults"

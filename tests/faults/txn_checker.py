@@ -29,7 +29,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from faults import journal as J
-from faults.txn_child import OUTPUT, group_of, parse_input_key
+
+# -- the layout the children (txn_child) and this checker share; here, as importing txn_child
+#    would install its SIGTERM handler in the importer.
+#: Where every transactional child writes (created by the controller).
+OUTPUT = "txn-out"
+
+
+def group_of(slot: str) -> str:
+    return f"txn-{slot}"
+
+
+def input_key(topic: str, partition: int, offset: int) -> bytes:
+    return b"%s:%d:%d" % (topic.encode(), partition, offset)
+
+
+def parse_input_key(key: bytes) -> tuple[str, int, int]:
+    topic, partition, offset = key.decode().rsplit(":", 2)
+    return topic, int(partition), int(offset)
 
 
 @dataclass

@@ -33,30 +33,16 @@ from faults.journal import (
     error_fields,
     lower_nofile,
 )
+from faults.txn_checker import OUTPUT, group_of, input_key
 
 STOP = Stop()  # SIGTERM handled from here on, before the slow import of kafkalite
 
 from kafkalite import Consumer, KafkaliteError, Producer, TopicPartition  # noqa: E402 (after STOP)
 from kafkalite.errors import ConcurrentTransactionsError, ProducerFencedError  # noqa: E402
 
-#: Where every transactional child writes (created by the controller).
-OUTPUT = "txn-out"
 #: Short, so a transaction abandoned by a SIGSTOPped child is aborted by the others' sweeps too.
 TRANSACTION_TIMEOUT_MS = 10_000
 INIT_PATIENCE_S = 30.0  # a SIGSTOPped holder of the id's lock: ConcurrentTransactionsError, retried
-
-
-def group_of(slot: str) -> str:
-    return f"txn-{slot}"
-
-
-def input_key(topic: str, partition: int, offset: int) -> bytes:
-    return b"%s:%d:%d" % (topic.encode(), partition, offset)
-
-
-def parse_input_key(key: bytes) -> tuple[str, int, int]:
-    topic, partition, offset = key.decode().rsplit(":", 2)
-    return topic, int(partition), int(offset)
 
 
 def init(producer: Producer, journal: Journal) -> None:
