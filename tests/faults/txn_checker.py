@@ -226,23 +226,35 @@ def check(run_dir: str, data_dir: str, slots: dict[str, str]) -> tuple[list[str]
             )
 
     # -- T5: fencing ---------------------------------------------------------------------------
+    # Only orders the journals prove count: B's init began (t0) after A's returned (t); a child
+    # stopped between its init's return and its journal line proves nothing.
     for slot in sorted(slots):
-        ordered = sorted(inits.get(slot, ()), key=lambda ev: ev["t"])
-        epochs = [(ev["pid"], ev["epoch"], ev["name"]) for ev in ordered] + [(*final[slot], "the checker")]
-        for (p1, e1, n1), (p2, e2, n2) in zip(epochs, epochs[1:], strict=False):
-            if p1 == p2 and e2 <= e1:
-                violations.append(
-                    f"T5: {n2}'s init_transactions() of {slot} got epoch {e2}, not above {n1}'s {e1}: not fenced"
-                )
-        for i, ev in enumerate(ordered):
-            later = [o for o in ordered[i + 1 :] if o["name"] != ev["name"]]
-            if not later:
-                continue
-            fenced_at = later[0]["t"]
-            for t in txns.get(ev["name"], ()):
-                if t.outcome and t.end_t is not None and t.end_t > fenced_at:
+        mine = inits.get(slot, [])
+        after = [
+            *mine,
+            {
+                "t0": float("inf"),
+                "t": float("inf"),
+                "pid": final[slot][0],
+                "epoch": final[slot][1],
+                "name": "the checker",
+            },
+        ]
+        for a in mine:
+            for b in after:
+                if b["t0"] > a["t"] and b["pid"] == a["pid"] and b["epoch"] <= a["epoch"]:
                     violations.append(
-                        f"T5: {ev['name']} committed transaction {t.number} after {later[0]['name']} "
-                        f"re-initialized {slot} (a zombie was not fenced)"
+                        f"T5: {b['name']}'s init_transactions() of {slot} got epoch {b['epoch']}, not above "
+                        f"{a['name']}'s {a['epoch']} that returned before it began: not fenced"
+                    )
+            successors = [b for b in mine if b["name"] != a["name"] and b["t0"] > a["t"]]
+            if not successors:
+                continue
+            first = min(successors, key=lambda b: b["t"])
+            for t in txns.get(a["name"], ()):
+                if t.outcome and t.end_t is not None and t.end_t > first["t"]:
+                    violations.append(
+                        f"T5: {a['name']} committed transaction {t.number} although {first['name']} had "
+                        f"re-initialized {slot} before it began the commit (a zombie was not fenced)"
                     )
     return violations, stats
