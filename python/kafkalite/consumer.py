@@ -28,6 +28,7 @@ from kafkalite.errors import (
     IllegalStateError,
     InvalidConfigError,
     InvalidTypeError,
+    KafkaliteError,
     OffsetOutOfRangeError,
     ReadOnlyDataDirError,
     UnknownTopicError,
@@ -35,7 +36,11 @@ from kafkalite.errors import (
 from kafkalite.group import STRATEGIES, GroupFiles, GroupMember, encode_name, members_refusal
 from kafkalite.log import Log
 from kafkalite.offsets import OffsetStore
-from kafkalite.transactions import ConsumerGroupMetadata
+from kafkalite.transactions import (
+    ABORT_TIMED_OUT_INTERVAL_MS,
+    ConsumerGroupMetadata,
+    abort_expired_transactions,
+)
 from kafkalite.wakeup import Wakeups
 
 logger = logging.getLogger("kafkalite.consumer")
@@ -133,6 +138,7 @@ class Consumer:
     ) -> None:
         self.config = CONSUMER_CONFIG.resolve(config)
         self._read_committed = _read_committed(self.config["isolation_level"])
+        self._next_txn_sweep = 0.0  # see _unstable
         self._isolation_level = "read_committed" if self._read_committed else "read_uncommitted"
         self._strategies = _strategy_names(self.config["partition_assignment_strategy"])
         wanted_topics = args.topic_names(topics)
@@ -473,6 +479,28 @@ class Consumer:
         return tp
 
     # -- fetching --------------------------------------------------------------------------
+    def _unstable(self, tp: TopicPartition) -> bool:
+        """Whether a partition with no position yet waits for an open transaction holding
+        offsets of it for the group (Kafka's read_committed consumers fetch committed offsets
+        with require_stable, KIP-447: a new owner must not start before the input of a
+        transaction that may still commit). Its records are fetched once it ended. There is no
+        coordinator process to abort a transaction its producer abandoned: past its timeout,
+        this consumer aborts it (every ``ABORT_TIMED_OUT_INTERVAL_MS`` at most), as a
+        transactional producer's sender thread does."""
+        assert self._store is not None
+        if not self._store.unstable((tp.topic, tp.partition)):
+            return False
+        now = time.monotonic()
+        if now >= self._next_txn_sweep:
+            self._next_txn_sweep = now + ABORT_TIMED_OUT_INTERVAL_MS / 1000.0
+            try:
+                abort_expired_transactions(self._dir.path)
+            except KafkaliteError as e:  # a read-only or full data directory: wait for others
+                logger.warning(
+                    "consumer of group %r could not abort expired transactions: %s", self.group_id, e
+                )
+        return True
+
     def _fetchable(self) -> list[TopicPartition]:
         parts = [tp for tp in self._assigned if tp not in self._paused]
         if self._member is not None:
@@ -484,6 +512,8 @@ class Consumer:
             for tp in gone:
                 self._positions.pop(tp, None)
             parts = [tp for tp in parts if tp in owned]
+        if self._read_committed and self._store is not None:
+            parts = [tp for tp in parts if tp in self._positions or not self._unstable(tp)]
         if parts:  # rotate so that one busy partition does not starve the others
             k = self._next_index % len(parts)
             parts = parts[k:] + parts[:k]

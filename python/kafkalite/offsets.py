@@ -98,6 +98,9 @@ class OffsetStore:
         self._offsets: Offsets = {}
         #: Plain commits past the last stable offset (see ``_catch_up``); None: a tombstone.
         self._pending_plain: dict[tuple[str, int], tuple[int, str] | None] = {}
+        #: Partitions with offsets of a transaction still open (Kafka's pending transactional
+        #: offset commits: OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT).
+        self._unstable: set[tuple[str, int]] = set()
         self._read_to = 0
         self._writer: Log | None = None
         self._reader: Log | None = None
@@ -120,6 +123,14 @@ class OffsetStore:
                 else:
                     merged[tp] = value
             return merged
+
+    def unstable(self, tp: tuple[str, int]) -> bool:
+        """Whether an open transaction holds offsets of ``tp`` for this group (KIP-447): a
+        read_committed consumer starts reading the partition only once it ended, so that it
+        starts where that transaction leaves the group, not before its input."""
+        with self._mutex:
+            self._catch_up()
+            return tp in self._unstable
 
     def _apply(
         self, into: dict[tuple[str, int], tuple[int, str] | None], key: bytes | None, value: bytes | None
@@ -153,22 +164,37 @@ class OffsetStore:
                     self._offsets[tp] = value
             self._read_to = stable
         self._pending_plain = {}
+        self._unstable = set()
         end = log.end_offset
         if stable < end:
             plain: list[tuple[int, int]] = []
+            transactional: list[tuple[int, int, int]] = []
+            marked: dict[int, int] = {}  # producer id -> offset of its last marker here
             position = stable
             while position < end:
                 headers = log.batch_headers(position)
                 if not headers:
                     break
-                plain.extend(
-                    (b.base_offset, b.last_offset) for b in headers if b.producer_id < 0 and not b.control
-                )
+                for b in headers:
+                    if b.control:
+                        marked[b.producer_id] = b.base_offset
+                    elif b.producer_id < 0:
+                        plain.append((b.base_offset, b.last_offset))
+                    else:
+                        transactional.append((b.base_offset, b.last_offset, b.producer_id))
                 position = headers[-1].last_offset + 1
+            # Transactional batches with no marker of their producer after them: still open.
+            open_txn = [(first, last) for first, last, pid in transactional if marked.get(pid, -1) < first]
+            pending_txn: dict[tuple[str, int], tuple[int, str] | None] = {}
             for r in log.records(stable, end):
                 at = r.offset
-                if at is not None and any(first <= at <= last for first, last in plain):
+                if at is None:
+                    continue
+                if any(first <= at <= last for first, last in plain):
                     self._apply(self._pending_plain, r.key, r.value)
+                elif any(first <= at <= last for first, last in open_txn):
+                    self._apply(pending_txn, r.key, r.value)
+            self._unstable = set(pending_txn)
 
     def _log(self) -> Log:
         if self._writer is None:

@@ -52,6 +52,19 @@ TRANSACTION_STATE_TOPIC: str = _native.TRANSACTION_STATE_TOPIC
 ABORT_TIMED_OUT_INTERVAL_MS = 10_000
 
 
+def abort_expired_transactions(data_dir: str) -> int:
+    """Abort the data directory's transactions past their timeout and complete the ones a crash
+    left half-ended (ids whose lock is free), as Kafka's coordinator does on its timer; for a
+    process with no transactional producer of its own (a consumer waiting for a transaction's
+    offsets). Returns how many."""
+    # The native handle needs a transactional id; this one is never initialized or written.
+    native = _native.Transaction(data_dir, "__kafkalite-expiry-sweep", MAX_TRANSACTION_TIMEOUT_MS)
+    try:
+        return int(native.abort_expired_and_complete_pending())
+    finally:
+        native.close()
+
+
 class ConsumerGroupMetadata(NamedTuple):
     """What ``send_offsets_to_transaction`` needs of a consumer (``Consumer.group_metadata()``,
     Kafka's ``ConsumerGroupMetadata``): its group, and its generation and member id in it."""
