@@ -85,3 +85,24 @@ def test_a_transaction_abandoned_by_a_dead_producer_is_aborted_after_its_timeout
     assert time.monotonic() - started < 15, (
         "the expired transaction was aborted within its timeout and a sweep"
     )
+
+
+def test_a_committed_transactions_offsets_count_while_another_transaction_of_the_group_is_open(data):
+    """Both transactions write the group's offsets to the same ``__consumer_offsets`` partition;
+    the open one (for another partition) must not hide the one that committed after it, as
+    Kafka's coordinator applies offsets at their COMMIT marker."""
+    other = Producer(data, transactional_id="other-member")
+    other.init_transactions()
+    other.begin_transaction()
+    other.send_offsets_to_transaction({TopicPartition("out", 0): 1}, "g")
+    p = Producer(data, transactional_id="owner")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("out", b"derived", partition=0)
+    p.send_offsets_to_transaction({IN: 8}, "g")
+    p.commit_transaction()
+    assert first_offset(data, 2000) == 8  # not 3, the offset before the committed transaction
+    other.abort_transaction()
+    assert first_offset(data, 2000) == 8
+    other.close()
+    p.close()

@@ -96,7 +96,7 @@ class OffsetStore:
             t.to_bytes(2, "big", signed=True) + group_part for t in OFFSET_COMMIT_KEY_TYPES
         )
         self._offsets: Offsets = {}
-        #: Plain commits past the last stable offset (see ``_catch_up``); None: a tombstone.
+        #: Plain and decided commits past the last stable offset (see ``_catch_up``); None: a tombstone.
         self._pending_plain: dict[tuple[str, int], tuple[int, str] | None] = {}
         #: Partitions with offsets of a transaction still open (Kafka's pending transactional
         #: offset commits: OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT).
@@ -144,7 +144,8 @@ class OffsetStore:
         """Kafka's group coordinator's view: below the last stable offset, the records a
         read_committed reader sees, in log order (a transaction's offsets count iff it committed,
         and a later record of a key wins); past it (a transaction still open holds it back), the
-        plain commits, visible at once and newer than anything below. Transactional commits are
+        plain commits and those of transactions that committed already, newer than anything
+        below; the open transactions' offsets make their partitions ``unstable``. Transactional commits are
         the only batches with a producer id in this topic (clients cannot produce to it)."""
         if self._reader is None:
             if not os.path.isdir(self._path()):
@@ -185,6 +186,21 @@ class OffsetStore:
                 position = headers[-1].last_offset + 1
             # Transactional batches with no marker of their producer after them: still open.
             open_txn = [(first, last) for first, last, pid in transactional if marked.get(pid, -1) < first]
+            # Ended ones count at once if they committed, as Kafka's coordinator applies a
+            # transaction's offsets at its COMMIT marker (not once every earlier transaction of
+            # this partition, another group's included, ended): in log order with the plain ones.
+            ended = [(first, last, pid) for first, last, pid in transactional if marked.get(pid, -1) > first]
+            if ended:
+                aborted = [
+                    (t.producer_id, t.first_offset, t.last_offset)
+                    for t in log.aborted_transactions()
+                    if t.last_offset >= stable
+                ]
+                plain += [
+                    (first, last)
+                    for first, last, pid in ended
+                    if not any(p == pid and f <= first <= lst for p, f, lst in aborted)
+                ]
             pending_txn: dict[tuple[str, int], tuple[int, str] | None] = {}
             for r in log.records(stable, end):
                 at = r.offset
