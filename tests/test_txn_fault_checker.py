@@ -14,6 +14,7 @@ from faults.txn_checker import OUTPUT, group_of, input_key
 from kafkalite import Admin, Consumer, Producer, TopicPartition
 
 SLOTS = {"t0": "plain:0"}
+GROUP = group_of("t0", "plain:0")
 IN = TopicPartition("plain", 0)
 
 
@@ -49,9 +50,9 @@ class Run:
         p = self.producer
         p.begin_transaction()
         for o in range(start, end):
-            p.send(OUTPUT, J.encode_value("t0.0", self.seq, 4), key=input_key("plain", 0, o))
+            p.send(OUTPUT, J.encode_value("t0.0", self.seq, 4), key=input_key(GROUP, "plain", 0, o))
             self.seq += 1
-        p.send_offsets_to_transaction({IN: end}, group_of("t0"))
+        p.send_offsets_to_transaction({IN: end}, GROUP)
         self.journal.write("end", txn=self.number, seqs=[first, self.seq], input=[start, end], commit=said)
         (p.commit_transaction if commit else p.abort_transaction)()
         self.journal.write("ended", txn=self.number, commit=said)
@@ -91,7 +92,7 @@ def test_records_of_an_aborted_transaction_visible_are_reported(run):
 
 def test_offsets_committed_without_their_records_are_reported(run):
     run.transaction(0, 4)
-    with Consumer(run.data, group_id=group_of("t0"), enable_auto_commit=False) as c:
+    with Consumer(run.data, group_id=GROUP, enable_auto_commit=False) as c:
         c.assign([IN])
         c.commit({IN: 9})  # outside any transaction
     violations = run.check()

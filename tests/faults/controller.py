@@ -125,9 +125,10 @@ class Controller:
     STOP_SECONDS = (0.1, 4.0)
     #: The odds of each tick's fault (``disk`` only on the tmpfs).
     ACTION_WEIGHTS = {"kill": 25, "stop": 25, "disk": 10, "zombie": 6, "none": 40}
-    #: The transactional slots (``faults.txn_child``) and the input partition each reads; a
-    #: ``zombie`` fault SIGSTOPs one and starts its next incarnation at once (which must fence it).
-    TXN_INPUTS = {"t0": "plain:0", "t1": "plain:1"}
+    #: The transactional slots (``faults.txn_child``) and the input each reads: a partition
+    #: assigned (its own group), or a topic subscribed in one shared group (rebalances: KIP-447).
+    #: A ``zombie`` fault SIGSTOPs one and starts its next incarnation at once (which must fence it).
+    TXN_INPUTS = {"t0": "plain:0", "t1": "plain", "t2": "plain"}
     #: The odds that a child starts with fail points, and for a transactional child that they
     #: are the coordinator's (``txn.*``: every step of a transaction).
     FAILPOINT_ODDS = 0.3

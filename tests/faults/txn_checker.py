@@ -12,8 +12,8 @@ T2. No record of an aborted transaction, or of one whose commit never began (kil
     commit began.
 T3. A transaction whose commit began but whose outcome the child never learned (killed or
     failed inside ``commit_transaction()``) is all or nothing.
-T4. Input offsets are committed iff their transaction committed: per input partition, the
-    visible output holds exactly one record for each input offset below the group's committed
+T4. Input offsets are committed iff their transaction committed: per group and input
+    partition, the visible output holds exactly one record for each input offset below the group's committed
     offset, and none at or beyond it (offsets committed without their records leave a hole;
     records committed without their offsets are read again and written twice).
 T5. Fencing: each ``init_transactions()`` of a slot gets a higher epoch than every one before it
@@ -36,17 +36,24 @@ from faults import journal as J
 OUTPUT = "txn-out"
 
 
-def group_of(slot: str) -> str:
-    return f"txn-{slot}"
+#: The group of the transactional children that subscribe (``--input topic``).
+SHARED_GROUP = "txn-eos"
 
 
-def input_key(topic: str, partition: int, offset: int) -> bytes:
-    return b"%s:%d:%d" % (topic.encode(), partition, offset)
+def group_of(slot: str, source: str) -> str:
+    """The group a slot's consumer is in: its own (an assigned ``topic:partition``), or the
+    shared one (a subscribed ``topic``)."""
+    return f"txn-{slot}" if ":" in source else SHARED_GROUP
 
 
-def parse_input_key(key: bytes) -> tuple[str, int, int]:
-    topic, partition, offset = key.decode().rsplit(":", 2)
-    return topic, int(partition), int(offset)
+def input_key(group: str, topic: str, partition: int, offset: int) -> bytes:
+    """An output record's key: which group's input record it was derived from."""
+    return b"%s:%s:%d:%d" % (group.encode(), topic.encode(), partition, offset)
+
+
+def parse_input_key(key: bytes) -> tuple[str, str, int, int]:
+    group, topic, partition, offset = key.decode().rsplit(":", 3)
+    return group, topic, int(partition), int(offset)
 
 
 @dataclass
@@ -67,21 +74,24 @@ class TxnStats:
     aborted: int = 0
     unknown: int = 0
     fenced: int = 0
+    refused: int = 0  # transactions whose offsets the group refused (KIP-447), then aborted
     visible: int = 0
     extra: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         return (
             f"transactions={self.transactions} committed={self.committed} aborted={self.aborted} "
-            f"unknown_outcome={self.unknown} fenced_children={self.fenced} visible_output={self.visible}"
+            f"unknown_outcome={self.unknown} fenced_children={self.fenced} refused_offsets={self.refused} "
+            f"visible_output={self.visible}"
         )
 
 
-def read_journals(journals: str) -> tuple[dict[str, list[Txn]], dict[str, list[dict[str, Any]]], int]:
-    """Per child name its transactions; per slot its inits (with the child's name); fenced count."""
+def read_journals(
+    journals: str, stats: TxnStats
+) -> tuple[dict[str, list[Txn]], dict[str, list[dict[str, Any]]]]:
+    """Per child name its transactions; per slot its inits (with the child's name)."""
     txns: dict[str, list[Txn]] = {}
     inits: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    fenced = 0
     for path in sorted(glob.glob(os.path.join(journals, "t*.jsonl"))):
         name = os.path.basename(path)[: -len(".jsonl")]
         slot = name.split(".")[0]
@@ -97,10 +107,11 @@ def read_journals(journals: str) -> tuple[dict[str, list[Txn]], dict[str, list[d
                 t.seqs, t.commit, t.end_t = tuple(ev["seqs"]), ev["commit"], ev["t"]  # type: ignore[assignment]
             elif kind == "ended" and ev["txn"] in mine:
                 mine[ev["txn"]].outcome = ev["commit"]
+                stats.refused += "refused" in ev
             elif kind == "fenced":
-                fenced += 1
+                stats.fenced += 1
         txns[name] = list(mine.values())
-    return txns, inits, fenced
+    return txns, inits
 
 
 def recover(data_dir: str, slots: list[str]) -> dict[str, tuple[int, int]]:
@@ -141,22 +152,28 @@ def visible_output(data_dir: str) -> tuple[list[tuple[str, int, bytes]], list[st
     return out, problems
 
 
-def committed_inputs(data_dir: str, slots: dict[str, str]) -> dict[str, tuple[tuple[str, int], int | None]]:
-    from kafkalite import Consumer, TopicPartition
+def committed_inputs(data_dir: str, slots: dict[str, str]) -> dict[tuple[str, str, int], int | None]:
+    """The committed offset of every (group, topic, partition) the slots read."""
+    from kafkalite import Admin, Consumer, TopicPartition
 
+    wanted: set[tuple[str, str, int]] = set()
+    for slot, source in slots.items():
+        topic, _, part = source.partition(":")
+        parts = [int(part)] if part else range(len(Admin(data_dir).describe_topic(topic).partitions))
+        wanted.update((group_of(slot, source), topic, p) for p in parts)
     out = {}
-    for slot, where in slots.items():
-        topic, _, part = where.rpartition(":")
-        with Consumer(data_dir, group_id=group_of(slot), enable_auto_commit=False) as c:
-            out[slot] = ((topic, int(part)), c.committed(TopicPartition(topic, int(part))))
+    for group, topic, p in sorted(wanted):
+        with Consumer(data_dir, group_id=group, enable_auto_commit=False) as c:
+            out[(group, topic, p)] = c.committed(TopicPartition(topic, p))
     return out
 
 
 def check(run_dir: str, data_dir: str, slots: dict[str, str]) -> tuple[list[str], TxnStats]:
-    """``slots``: each transactional slot's input partition (``topic:partition``)."""
+    """``slots``: each transactional slot's input (``topic:partition`` assigned, ``topic``
+    subscribed in the shared group)."""
     violations: list[str] = []
     stats = TxnStats()
-    txns, inits, stats.fenced = read_journals(os.path.join(run_dir, "journals"))
+    txns, inits = read_journals(os.path.join(run_dir, "journals"), stats)
     try:
         final = recover(data_dir, sorted(slots))
     except Exception as e:  # typed or not, the restart of the job failed: the worst outcome
@@ -204,14 +221,14 @@ def check(run_dir: str, data_dir: str, slots: dict[str, str]) -> tuple[list[str]
         )
 
     # -- T4: exactly once per input offset, up to the committed offset -------------------------
-    per_input: Counter[tuple[str, int, int]] = Counter(parse_input_key(key) for _n, _s, key in visible)
-    for slot, ((topic, part), committed) in sorted(committed_inputs(data_dir, slots).items()):
+    per_input: Counter[tuple[str, str, int, int]] = Counter(parse_input_key(key) for _n, _s, key in visible)
+    for (group, topic, part), committed in sorted(committed_inputs(data_dir, slots).items()):
         upto = committed or 0
-        outputs = {o: n for (t, p, o), n in per_input.items() if (t, p) == (topic, part)}
+        outputs = {o: n for (g, t, p, o), n in per_input.items() if (g, t, p) == (group, topic, part)}
         missing = [o for o in range(upto) if o not in outputs]
         twice = sorted(o for o, n in outputs.items() if n > 1)
         beyond = sorted(o for o in outputs if o >= upto)
-        where = f"T4: {topic}-{part} (slot {slot}, group {group_of(slot)} committed {committed})"
+        where = f"T4: {topic}-{part} (group {group} committed {committed})"
         if missing:
             violations.append(
                 f"{where}: {len(missing)} input offsets below the committed offset have no output (offsets "

@@ -1,16 +1,20 @@
 """A transactional consume-transform-produce job (issue 22): an embedded transactional producer
 (``transactional_id`` = its slot, the same in every incarnation, so a restart fences the one
-before) reads one input partition through a consumer of its own group (``assign()``), and per
-transaction writes one output record per input record (key ``topic:partition:offset``, value
-``fi|<name>|<seq>|``) and sends the input offsets with ``send_offsets_to_transaction``; then
-commits, or at random aborts (and seeks back to where the transaction began).
+before) reads its input through a read_committed consumer (``open_consumer``: one partition
+assigned in the slot's own group, or a topic subscribed in a group the slots share, where
+rebalances make zombies that KIP-447 must refuse), and per transaction writes one output record
+per input record (key ``group:topic:partition:offset``, value ``fi|<name>|<seq>|``) and sends the
+input offsets with ``send_offsets_to_transaction(offsets, consumer.group_metadata())``; then
+commits, or at random aborts (and seeks back to where the transaction began). Offsets the group
+refuses (``CommitFailedError``: it rebalanced since the poll) abort the transaction.
 
 Journal (fsync'd before the step it announces):
 
 - ``init``   t0, t, producer id and epoch after ``init_transactions()`` returned
 - ``begin``  the transaction's number and its first seq, before any send
-- ``end``    before commit/abort: its seq range, input range [from, to) and whether it commits
-- ``ended``  after commit/abort returned
+- ``end``    before commit/abort: its seq range, input ranges [topic, partition, from, to] and
+             whether it commits
+- ``ended``  after commit/abort returned (``refused``: the group refused its offsets)
 - ``end_failed`` / ``error`` / ``fenced``: a typed error; the child then exits with
   EXIT_TYPED_ERROR (the controller restarts the slot; the next incarnation's init settles
   whatever this one left)
@@ -23,6 +27,7 @@ from __future__ import annotations
 import random
 import sys
 import time
+from typing import Any
 
 from faults.journal import (
     EXIT_TYPED_ERROR,
@@ -38,7 +43,11 @@ from faults.txn_checker import OUTPUT, group_of, input_key
 STOP = Stop()  # SIGTERM handled from here on, before the slow import of kafkalite
 
 from kafkalite import Consumer, KafkaliteError, Producer, TopicPartition  # noqa: E402 (after STOP)
-from kafkalite.errors import ConcurrentTransactionsError, ProducerFencedError  # noqa: E402
+from kafkalite.errors import (  # noqa: E402
+    CommitFailedError,
+    ConcurrentTransactionsError,
+    ProducerFencedError,
+)
 
 #: Short, so a transaction abandoned by a SIGSTOPped child is aborted by the others' sweeps too.
 TRANSACTION_TIMEOUT_MS = 10_000
@@ -67,17 +76,38 @@ def fail(journal: Journal, where: str, e: KafkaliteError) -> None:
     sys.exit(EXIT_TYPED_ERROR)
 
 
+def open_consumer(args: Any, rng: random.Random) -> Consumer:
+    """``--input topic:partition``: assigned, in the slot's own group; ``--input topic``: a
+    member of the shared group (rebalances, evictions when SIGSTOPped past its session: the
+    KIP-447 path, where a zombie's offsets are refused and a new owner waits for its
+    transaction)."""
+    topic, _, part = args.input.partition(":")
+    consumer = Consumer(
+        args.data,
+        group_id=group_of(args.slot, args.input),
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        session_timeout_ms=3000,
+        heartbeat_interval_ms=300,
+        max_poll_interval_ms=3000,
+    )
+    if part:
+        consumer.assign([TopicPartition(topic, int(part))])
+    else:
+        consumer.subscribe([topic])
+    return consumer
+
+
 def main() -> None:
     parser = child_args(__doc__ or "")
     parser.add_argument("--slot", required=True)
-    parser.add_argument("--input", required=True, help="topic:partition")
+    parser.add_argument("--input", required=True, help="topic:partition (assigned) or topic (subscribed)")
     args = parser.parse_args()
     journal = Journal(args.journal)
     rng = random.Random(args.seed)
     lower_nofile(args.nofile)
     journal.write("start", name=args.name, nofile=args.nofile)
-    topic, _, part = args.input.rpartition(":")
-    tp = TopicPartition(topic, int(part))
     try:
         producer = Producer(
             args.data,
@@ -88,39 +118,39 @@ def main() -> None:
         init(producer, journal)
         # After init: a commit the previous incarnation left half-done is complete by now, so
         # the committed offset read here is the one its outcome left.
-        consumer = Consumer(
-            args.data, group_id=group_of(args.slot), enable_auto_commit=False, auto_offset_reset="earliest"
-        )
-        consumer.assign([tp])
+        consumer = open_consumer(args, rng)
     except KafkaliteError as e:
         fail(journal, "start", e)
+    group = group_of(args.slot, args.input)
     seq, number = 0, 0
     while not STOP.requested:
         try:
-            start = consumer.position(tp)
-            records = consumer.poll(timeout_ms=100, max_records=rng.randint(1, 60)).get(tp, [])
+            batches = consumer.poll(timeout_ms=100, max_records=rng.randint(1, 60))
         except KafkaliteError as e:
             fail(journal, "poll", e)
-        if not records:
+        batches = {tp: records for tp, records in batches.items() if records}
+        if not batches:
             continue
         number += 1
         first_seq = seq
         journal.write("begin", txn=number, seq=first_seq)
+        inputs = [[tp.topic, tp.partition, rs[0].offset, rs[-1].offset + 1] for tp, rs in batches.items()]
+        refused = None
         try:
             producer.begin_transaction()
-            for r in records:
-                producer.send(
-                    OUTPUT,
-                    encode_value(args.name, seq, rng.randrange(100)),
-                    key=input_key(tp.topic, tp.partition, r.offset),
-                )
-                seq += 1
-            end = records[-1].offset + 1
-            producer.send_offsets_to_transaction({tp: end}, consumer.group_metadata())
+            for tp, records in batches.items():
+                for r in records:
+                    key = input_key(group, tp.topic, tp.partition, r.offset)
+                    producer.send(OUTPUT, encode_value(args.name, seq, rng.randrange(100)), key=key)
+                    seq += 1
+            offsets = {tp: records[-1].offset + 1 for tp, records in batches.items()}
+            producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+        except CommitFailedError as e:  # KIP-447: the group rebalanced since the poll
+            refused = e
         except KafkaliteError as e:
             fail(journal, "transaction", e)
-        commit = STOP.requested or rng.random() >= 0.25
-        journal.write("end", txn=number, seqs=[first_seq, seq], input=[start, end], commit=commit)
+        commit = refused is None and (STOP.requested or rng.random() >= 0.25)
+        journal.write("end", txn=number, seqs=[first_seq, seq], input=inputs, commit=commit)
         try:
             if commit:
                 producer.commit_transaction()
@@ -129,9 +159,14 @@ def main() -> None:
         except KafkaliteError as e:
             journal.write("end_failed", txn=number, commit=commit, **error_fields(e))
             sys.exit(EXIT_TYPED_ERROR)
-        journal.write("ended", txn=number, commit=commit)
-        if not commit:
-            consumer.seek(tp, start)  # the aborted input is read again
+        journal.write(
+            "ended", txn=number, commit=commit, **({"refused": error_fields(refused)} if refused else {})
+        )
+        if not commit:  # the aborted input is read again (where this member still owns it)
+            owned = consumer.assignment()
+            for tp, records in batches.items():
+                if tp in owned:
+                    consumer.seek(tp, records[0].offset)
     try:
         consumer.close(autocommit=False)
         producer.close(timeout=30)
