@@ -6,6 +6,7 @@ before a transaction that then commits, and its output duplicates that transacti
 from __future__ import annotations
 
 import signal
+import threading
 import time
 
 import pytest
@@ -48,7 +49,16 @@ def test_a_new_consumer_waits_for_the_transaction_holding_its_offsets(data, comm
     assert first_offset(data, 300) is None
     # ...a read_uncommitted one does, as Kafka's (no require_stable).
     assert first_offset(data, 300, "read_uncommitted") == 3
-    (p.commit_transaction if commit else p.abort_transaction)()
+    # position() waits for the transaction to end, as Kafka's does (here: ended by a thread).
+    waiting = Consumer(data, group_id="g", enable_auto_commit=False, isolation_level="read_committed")
+    waiting.assign([IN])
+    ender = threading.Timer(0.5, p.commit_transaction if commit else p.abort_transaction)
+    ender.start()
+    started = time.monotonic()
+    assert waiting.position(IN) == (8 if commit else 3)
+    assert time.monotonic() - started >= 0.4, "position() returned before the transaction ended"
+    ender.join()
+    waiting.close()
     assert first_offset(data, 2000) == (8 if commit else 3)
     p.close()
 

@@ -29,6 +29,7 @@ from kafkalite.errors import (
     InvalidConfigError,
     InvalidTypeError,
     KafkaliteError,
+    KafkaTimeoutError,
     OffsetOutOfRangeError,
     ReadOnlyDataDirError,
     UnknownTopicError,
@@ -44,6 +45,9 @@ from kafkalite.transactions import (
 from kafkalite.wakeup import Wakeups
 
 logger = logging.getLogger("kafkalite.consumer")
+
+#: Kafka's default.api.timeout.ms: how long ``position()`` waits for offsets held by a transaction.
+DEFAULT_API_TIMEOUT_S = 60.0
 
 
 class OffsetAndMetadata(NamedTuple):
@@ -405,9 +409,22 @@ class Consumer:
         return log.last_stable_offset if self._read_committed else log.end_offset
 
     def position(self, tp: TopicPartition) -> int:
-        """The offset of the next record this consumer will return for ``tp``."""
+        """The offset of the next record this consumer will return for ``tp``. A read_committed
+        consumer with no position yet waits while an open transaction holds the group's offsets
+        of ``tp`` (see ``_unstable``), up to Kafka's default.api.timeout.ms, then raises
+        ``KafkaTimeoutError``."""
         tp = args.topic_partition(tp)
         self._require_assigned(tp)
+        if tp not in self._positions and self._read_committed and self._store is not None:
+            deadline = time.monotonic() + DEFAULT_API_TIMEOUT_S
+            while self._unstable(tp):
+                if time.monotonic() >= deadline:
+                    raise KafkaTimeoutError(
+                        f"position of {tp}: an open transaction still holds the committed offsets of group "
+                        f"{self.group_id!r} for it after {DEFAULT_API_TIMEOUT_S:.0f} s (Kafka's UNSTABLE_OFFSET_COMMIT)"
+                    )
+                seen = self._notifier.sequence()
+                self._notifier.wait(seen, 200)
         return self._position_of(tp)
 
     def _position_of(self, tp: TopicPartition) -> int:
