@@ -8,7 +8,8 @@ input record exactly once for read_committed readers.
 
 The producer's ``init_transactions()`` comes before the consumer reads its committed offsets:
 it completes (or aborts) whatever a killed predecessor with the same transactional id left,
-so the offsets the consumer starts from are final.
+so the offsets the consumer starts from are final. A transaction whose offsets the group
+refuses (it rebalanced since the poll: ``CommitFailedError``) is aborted and its input read again.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import time
 
 from kafkalite import Consumer, Producer, TopicPartition
+from kafkalite.errors import CommitFailedError
 
 
 def main() -> None:
@@ -55,7 +57,20 @@ def main() -> None:
                 producer.send(args.output, r.value.upper(), key=r.key)
             offsets[TopicPartition(tp.topic, tp.partition)] = records[-1].offset + 1
             processed += len(records)
-        producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+        try:
+            producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+        except CommitFailedError:
+            # The group rebalanced since this poll (KIP-447 fencing): these partitions may be
+            # another member's now. Abort, and read again from the committed offsets.
+            producer.abort_transaction()
+            processed -= sum(len(records) for records in batches.values())
+            for tp in consumer.assignment():
+                committed = consumer.committed(tp)
+                if committed is not None:
+                    consumer.seek(tp, committed)
+                else:
+                    consumer.seek_to_beginning(tp)
+            continue
         producer.commit_transaction()
     consumer.close()
     producer.close()

@@ -1,6 +1,8 @@
-"""Issue 9's fault-injection suite (tests/faults/): producers (acks='all') and group members in
-several processes while the controller SIGKILLs, SIGSTOPs, fills the disk (tmpfs, as root) and
-lowers descriptor limits; then the invariants of tests/faults/checker.py.
+"""Issue 9's fault-injection suite (tests/faults/): producers (acks='all'), group members and
+transactional consume-transform-produce jobs (issue 22) in several processes while the controller
+SIGKILLs, SIGSTOPs, fills the disk (tmpfs, as root), lowers descriptor limits, sets fail points
+(``txn.*`` at every step of a transaction) and replaces transactional jobs by a successor that must
+fence them; then the invariants of tests/faults/checker.py and tests/faults/txn_checker.py.
 
 Seed: KAFKALITE_FAULTS_SEED (default: random, printed). Length: KAFKALITE_FAULTS_SECONDS
 (default 75 s of faults, about 90-120 s in all on a 2-core machine); the long run for the
@@ -16,7 +18,7 @@ from faults import controller
 
 
 @pytest.mark.faults
-def test_acknowledged_records_ownership_and_processes_survive_faults(capsys):
+def test_acknowledged_records_ownership_transactions_and_processes_survive_faults(capsys):
     seconds = float(os.environ.get("KAFKALITE_FAULTS_SECONDS", "75"))
     with capsys.disabled():  # the seed and the summary belong in the CI log
         result = controller.run(seconds=seconds, out=lambda line: print(line, flush=True))

@@ -28,6 +28,8 @@ from kafkalite.errors import (
     IllegalStateError,
     InvalidConfigError,
     InvalidTypeError,
+    KafkaliteError,
+    KafkaTimeoutError,
     OffsetOutOfRangeError,
     ReadOnlyDataDirError,
     UnknownTopicError,
@@ -35,10 +37,17 @@ from kafkalite.errors import (
 from kafkalite.group import STRATEGIES, GroupFiles, GroupMember, encode_name, members_refusal
 from kafkalite.log import Log
 from kafkalite.offsets import OffsetStore
-from kafkalite.transactions import ConsumerGroupMetadata
+from kafkalite.transactions import (
+    ABORT_TIMED_OUT_INTERVAL_MS,
+    ConsumerGroupMetadata,
+    abort_expired_transactions,
+)
 from kafkalite.wakeup import Wakeups
 
 logger = logging.getLogger("kafkalite.consumer")
+
+#: Kafka's default.api.timeout.ms: how long ``position()`` waits for offsets held by a transaction.
+DEFAULT_API_TIMEOUT_S = 60.0
 
 
 class OffsetAndMetadata(NamedTuple):
@@ -133,6 +142,7 @@ class Consumer:
     ) -> None:
         self.config = CONSUMER_CONFIG.resolve(config)
         self._read_committed = _read_committed(self.config["isolation_level"])
+        self._next_txn_sweep = 0.0  # see _unstable
         self._isolation_level = "read_committed" if self._read_committed else "read_uncommitted"
         self._strategies = _strategy_names(self.config["partition_assignment_strategy"])
         wanted_topics = args.topic_names(topics)
@@ -399,9 +409,22 @@ class Consumer:
         return log.last_stable_offset if self._read_committed else log.end_offset
 
     def position(self, tp: TopicPartition) -> int:
-        """The offset of the next record this consumer will return for ``tp``."""
+        """The offset of the next record this consumer will return for ``tp``. A read_committed
+        consumer with no position yet waits while an open transaction holds the group's offsets
+        of ``tp`` (see ``_unstable``), up to Kafka's default.api.timeout.ms, then raises
+        ``KafkaTimeoutError``."""
         tp = args.topic_partition(tp)
         self._require_assigned(tp)
+        if tp not in self._positions and self._read_committed and self._store is not None:
+            deadline = time.monotonic() + DEFAULT_API_TIMEOUT_S
+            while self._unstable(tp):
+                if time.monotonic() >= deadline:
+                    raise KafkaTimeoutError(
+                        f"position of {tp}: an open transaction still holds the committed offsets of group "
+                        f"{self.group_id!r} for it after {DEFAULT_API_TIMEOUT_S:.0f} s (Kafka's UNSTABLE_OFFSET_COMMIT)"
+                    )
+                seen = self._notifier.sequence()
+                self._notifier.wait(seen, 200)
         return self._position_of(tp)
 
     def _position_of(self, tp: TopicPartition) -> int:
@@ -473,6 +496,28 @@ class Consumer:
         return tp
 
     # -- fetching --------------------------------------------------------------------------
+    def _unstable(self, tp: TopicPartition) -> bool:
+        """Whether a partition with no position yet waits for an open transaction holding
+        offsets of it for the group (Kafka's read_committed consumers fetch committed offsets
+        with require_stable, KIP-447: a new owner must not start before the input of a
+        transaction that may still commit). Its records are fetched once it ended. There is no
+        coordinator process to abort a transaction its producer abandoned: past its timeout,
+        this consumer aborts it (every ``ABORT_TIMED_OUT_INTERVAL_MS`` at most), as a
+        transactional producer's sender thread does."""
+        assert self._store is not None
+        if not self._store.unstable((tp.topic, tp.partition)):
+            return False
+        now = time.monotonic()
+        if now >= self._next_txn_sweep:
+            self._next_txn_sweep = now + ABORT_TIMED_OUT_INTERVAL_MS / 1000.0
+            try:
+                abort_expired_transactions(self._dir.path)
+            except KafkaliteError as e:  # a read-only or full data directory: wait for others
+                logger.warning(
+                    "consumer of group %r could not abort expired transactions: %s", self.group_id, e
+                )
+        return True
+
     def _fetchable(self) -> list[TopicPartition]:
         parts = [tp for tp in self._assigned if tp not in self._paused]
         if self._member is not None:
@@ -484,6 +529,8 @@ class Consumer:
             for tp in gone:
                 self._positions.pop(tp, None)
             parts = [tp for tp in parts if tp in owned]
+        if self._read_committed and self._store is not None:
+            parts = [tp for tp in parts if tp in self._positions or not self._unstable(tp)]
         if parts:  # rotate so that one busy partition does not starve the others
             k = self._next_index % len(parts)
             parts = parts[k:] + parts[:k]
@@ -627,15 +674,17 @@ class Consumer:
     # -- commits ---------------------------------------------------------------------------
     def group_metadata(self) -> ConsumerGroupMetadata:
         """What ``Producer.send_offsets_to_transaction`` takes to commit this consumer's offsets
-        in a transaction (Kafka's ``groupMetadata()``): its group id, generation and member id
-        (-1 and "" outside a group's membership, as Kafka's)."""
+        in a transaction (Kafka's ``groupMetadata()``): its group id, generation, member id and
+        group instance id (-1, "" and None outside a group's membership, as Kafka's)."""
         self._check_open()
         if self.group_id is None:
             raise IllegalStateError("group_metadata() needs a group_id")
         member = self._member
         if member is None or member.member_id is None:
             return ConsumerGroupMetadata(self.group_id)
-        return ConsumerGroupMetadata(self.group_id, member.generation, member.member_id)
+        return ConsumerGroupMetadata(
+            self.group_id, member.generation, member.member_id, member.group_instance_id
+        )
 
     def commit(self, offsets: dict[TopicPartition, Any] | None = None) -> None:
         """Store offsets for ``group_id`` (default: the positions of everything consumed)."""

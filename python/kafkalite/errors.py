@@ -211,6 +211,22 @@ class FencedInstanceIdError(CommitFailedError):
     (kafka-python's name). A commit it attempts fails with this error too."""
 
 
+class IllegalGenerationError(CommitFailedError):
+    """Kafka's ILLEGAL_GENERATION (22): a commit named a generation that is not the group's
+    current one (the group rebalanced since the consumer's ``group_metadata()``); kafka-python's
+    name. In a transaction (``send_offsets_to_transaction``) the transaction must be aborted."""
+
+    code = 22
+
+
+class UnknownMemberIdError(CommitFailedError):
+    """Kafka's UNKNOWN_MEMBER_ID (25): a commit named a member that is no longer in the group
+    (presumed dead, or evicted past ``max_poll_interval_ms``); kafka-python's name. In a
+    transaction (``send_offsets_to_transaction``) the transaction must be aborted."""
+
+    code = 25
+
+
 class KafkaTimeoutError(KafkaliteError, TimeoutError):
     """A future or flush did not complete in time."""
 
@@ -227,6 +243,8 @@ __all__ += [
     "InconsistentGroupProtocolError",
     "CommitFailedError",
     "FencedInstanceIdError",
+    "IllegalGenerationError",
+    "UnknownMemberIdError",
     "UnknownTopicError",
     "TopicAlreadyExistsError",
     "InvalidTopicError",

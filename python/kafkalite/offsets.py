@@ -96,8 +96,11 @@ class OffsetStore:
             t.to_bytes(2, "big", signed=True) + group_part for t in OFFSET_COMMIT_KEY_TYPES
         )
         self._offsets: Offsets = {}
-        #: Plain commits past the last stable offset (see ``_catch_up``); None: a tombstone.
+        #: Plain and decided commits past the last stable offset (see ``_catch_up``); None: a tombstone.
         self._pending_plain: dict[tuple[str, int], tuple[int, str] | None] = {}
+        #: Partitions with offsets of a transaction still open (Kafka's pending transactional
+        #: offset commits: OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT).
+        self._unstable: set[tuple[str, int]] = set()
         self._read_to = 0
         self._writer: Log | None = None
         self._reader: Log | None = None
@@ -121,6 +124,14 @@ class OffsetStore:
                     merged[tp] = value
             return merged
 
+    def unstable(self, tp: tuple[str, int]) -> bool:
+        """Whether an open transaction holds offsets of ``tp`` for this group (KIP-447): a
+        read_committed consumer starts reading the partition only once it ended, so that it
+        starts where that transaction leaves the group, not before its input."""
+        with self._mutex:
+            self._catch_up()
+            return tp in self._unstable
+
     def _apply(
         self, into: dict[tuple[str, int], tuple[int, str] | None], key: bytes | None, value: bytes | None
     ) -> None:
@@ -133,7 +144,8 @@ class OffsetStore:
         """Kafka's group coordinator's view: below the last stable offset, the records a
         read_committed reader sees, in log order (a transaction's offsets count iff it committed,
         and a later record of a key wins); past it (a transaction still open holds it back), the
-        plain commits, visible at once and newer than anything below. Transactional commits are
+        plain commits and those of transactions that committed already, newer than anything
+        below; the open transactions' offsets make their partitions ``unstable``. Transactional commits are
         the only batches with a producer id in this topic (clients cannot produce to it)."""
         if self._reader is None:
             if not os.path.isdir(self._path()):
@@ -153,22 +165,52 @@ class OffsetStore:
                     self._offsets[tp] = value
             self._read_to = stable
         self._pending_plain = {}
+        self._unstable = set()
         end = log.end_offset
         if stable < end:
             plain: list[tuple[int, int]] = []
+            transactional: list[tuple[int, int, int]] = []
+            marked: dict[int, int] = {}  # producer id -> offset of its last marker here
             position = stable
             while position < end:
                 headers = log.batch_headers(position)
                 if not headers:
                     break
-                plain.extend(
-                    (b.base_offset, b.last_offset) for b in headers if b.producer_id < 0 and not b.control
-                )
+                for b in headers:
+                    if b.control:
+                        marked[b.producer_id] = b.base_offset
+                    elif b.producer_id < 0:
+                        plain.append((b.base_offset, b.last_offset))
+                    else:
+                        transactional.append((b.base_offset, b.last_offset, b.producer_id))
                 position = headers[-1].last_offset + 1
+            # Transactional batches with no marker of their producer after them: still open.
+            open_txn = [(first, last) for first, last, pid in transactional if marked.get(pid, -1) < first]
+            # Ended ones count at once if they committed, as Kafka's coordinator applies a
+            # transaction's offsets at its COMMIT marker (not once every earlier transaction of
+            # this partition, another group's included, ended): in log order with the plain ones.
+            ended = [(first, last, pid) for first, last, pid in transactional if marked.get(pid, -1) > first]
+            if ended:
+                aborted = [
+                    (t.producer_id, t.first_offset, t.last_offset)
+                    for t in log.aborted_transactions()
+                    if t.last_offset >= stable
+                ]
+                plain += [
+                    (first, last)
+                    for first, last, pid in ended
+                    if not any(p == pid and f <= first <= lst for p, f, lst in aborted)
+                ]
+            pending_txn: dict[tuple[str, int], tuple[int, str] | None] = {}
             for r in log.records(stable, end):
                 at = r.offset
-                if at is not None and any(first <= at <= last for first, last in plain):
+                if at is None:
+                    continue
+                if any(first <= at <= last for first, last in plain):
                     self._apply(self._pending_plain, r.key, r.value)
+                elif any(first <= at <= last for first, last in open_txn):
+                    self._apply(pending_txn, r.key, r.value)
+            self._unstable = set(pending_txn)
 
     def _log(self) -> Log:
         if self._writer is None:

@@ -51,6 +51,7 @@ from kafkalite.compaction import clean_if_dirty
 from kafkalite.datadir import METADATA_FILE, NOTIFY_FILE, DataDir, is_compacted, log_options
 from kafkalite.durable_acks import DurableAcks
 from kafkalite.errors import (
+    CommitFailedError,
     IllegalStateError,
     InvalidConfigError,
     InvalidRecordError,
@@ -1264,9 +1265,16 @@ class Producer(ProducerCore):
         """Commit the consumer's ``offsets`` (``{TopicPartition: OffsetAndMetadata}``, the next
         offsets to read) for its group as part of the transaction: they are the group's committed
         offsets iff the transaction commits. ``consumer_group_metadata``: ``Consumer.group_metadata()``
-        or a group id (kafka-python's ``consumer_group_id``)."""
+        or a group id (kafka-python's ``consumer_group_id``). A consumer that is no longer the
+        group's member of that generation (a zombie: it lost its partitions in a rebalance) is
+        refused (``CommitFailedError``: ``IllegalGenerationError``, ``UnknownMemberIdError``,
+        ``FencedInstanceIdError``), after which the transaction can only be aborted."""
         validate.timeout("timeout", timeout)
-        self._transactions().send_offsets(offsets, consumer_group_metadata)
+        try:
+            self._transactions().send_offsets(offsets, consumer_group_metadata)
+        except CommitFailedError:
+            self._sender.gate.shut()  # sends raise it again until abort_transaction()
+            raise
 
     def commit_transaction(self, timeout: float | None = None) -> None:
         """Flush, then commit the transaction (PrepareCommit, a COMMIT marker in every partition

@@ -19,18 +19,26 @@ next call), whatever process it runs in, embedded or through ``kafkalite serve``
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kafkalite import _native
 from kafkalite.errors import (
+    CommitFailedError,
+    FencedInstanceIdError,
+    IllegalGenerationError,
     IllegalStateError,
     InvalidConfigError,
     InvalidTxnStateError,
     KafkaliteError,
     ProducerFencedError,
+    UnknownMemberIdError,
 )
+from kafkalite.group import GroupFiles, static_member
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from kafkalite.log import Log
@@ -44,6 +52,19 @@ TRANSACTION_STATE_TOPIC: str = _native.TRANSACTION_STATE_TOPIC
 ABORT_TIMED_OUT_INTERVAL_MS = 10_000
 
 
+def abort_expired_transactions(data_dir: str) -> int:
+    """Abort the data directory's transactions past their timeout and complete the ones a crash
+    left half-ended (ids whose lock is free), as Kafka's coordinator does on its timer; for a
+    process with no transactional producer of its own (a consumer waiting for a transaction's
+    offsets). Returns how many."""
+    # The native handle needs a transactional id; this one is never initialized or written.
+    native = _native.Transaction(data_dir, "__kafkalite-expiry-sweep", MAX_TRANSACTION_TIMEOUT_MS)
+    try:
+        return int(native.abort_expired_and_complete_pending())
+    finally:
+        native.close()
+
+
 class ConsumerGroupMetadata(NamedTuple):
     """What ``send_offsets_to_transaction`` needs of a consumer (``Consumer.group_metadata()``,
     Kafka's ``ConsumerGroupMetadata``): its group, and its generation and member id in it."""
@@ -54,14 +75,69 @@ class ConsumerGroupMetadata(NamedTuple):
     group_instance_id: str | None = None
 
 
-def _group_id(group: Any) -> str:
-    group_id = group.group_id if hasattr(group, "group_id") else group
-    if not isinstance(group_id, str) or not group_id:
+def _group_metadata(group: Any) -> ConsumerGroupMetadata:
+    """``consumer.group_metadata()`` (kafkalite's, or any object with Kafka's field names) or a
+    bare group id (kafka-python's ``consumer_group_id``: no generation, no member)."""
+    if isinstance(group, str):
+        meta = ConsumerGroupMetadata(group)
+    else:
+        meta = ConsumerGroupMetadata(
+            getattr(group, "group_id", None),  # type: ignore[arg-type]
+            getattr(group, "generation_id", -1),
+            getattr(group, "member_id", "") or "",
+            getattr(group, "group_instance_id", None),
+        )
+    if not isinstance(meta.group_id, str) or not meta.group_id:
         raise InvalidConfigError(
             "send_offsets_to_transaction takes consumer.group_metadata() or a group id (a non-empty str), "
             f"not {group!r}"
         )
-    return group_id
+    if type(meta.generation_id) is not int or not isinstance(meta.member_id, str):
+        raise InvalidConfigError(f"not a consumer group metadata: {group!r}")
+    return meta
+
+
+def _names_member(meta: ConsumerGroupMetadata) -> bool:
+    """Whether a commit names a generation, a member or an instance (KIP-447's form)."""
+    return meta.generation_id >= 0 or bool(meta.member_id) or meta.group_instance_id is not None
+
+
+def generation_refusal(state: dict[str, Any] | None, meta: ConsumerGroupMetadata) -> CommitFailedError | None:
+    """Why the group refuses a transactional offset commit from ``meta`` (KIP-447, Kafka's
+    ``validateTransactionalOffsetCommit``), or None. ``state``: the group's (None: no such group).
+    A commit naming no generation, member nor instance (a bare group id) is not checked; one
+    naming them must come from a current member of the current generation: a zombie that lost
+    its partitions in a rebalance gets ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID or FENCED_INSTANCE_ID."""
+    who = f"member {meta.member_id!r} of generation {meta.generation_id} of group {meta.group_id!r}"
+    if state is None:
+        if meta.generation_id < 0:
+            return None
+        return IllegalGenerationError(f"transactional offset commit refused: {who}: the group does not exist")
+    if not _names_member(meta):
+        return None
+    if meta.group_instance_id is not None:
+        holder = static_member(state, meta.group_instance_id)
+        if holder is None:
+            return UnknownMemberIdError(
+                f"transactional offset commit refused: {who}: no member has group_instance_id "
+                f"{meta.group_instance_id!r} any more"
+            )
+        if holder != meta.member_id:
+            return FencedInstanceIdError(
+                f"transactional offset commit refused: {who} was fenced by member {holder!r}, which joined "
+                f"with the same group_instance_id {meta.group_instance_id!r}"
+            )
+    elif meta.member_id not in state["members"]:
+        return UnknownMemberIdError(
+            f"transactional offset commit refused: {who} is no longer in the group (presumed dead, or past "
+            "max_poll_interval_ms; its partitions were given to other members)"
+        )
+    if meta.generation_id != state["generation"]:
+        return IllegalGenerationError(
+            f"transactional offset commit refused: {who}: the group is at generation {state['generation']} "
+            "(it rebalanced)"
+        )
+    return None
 
 
 def _offset_entries(offsets: Mapping[Any, Any]) -> list[tuple[str, int, int, str | None]]:
@@ -94,6 +170,8 @@ class TransactionManager:
             )
         self.native = _native.Transaction(data_dir, transactional_id, timeout_ms)
         self.transactional_id = transactional_id
+        self.data_dir = data_dir
+        self._abortable: CommitFailedError | None = None  # a refused offset commit: abort only
         self._failed_records = failed_records
         self._failed_at_begin = 0
         self._fatal: KafkaliteError | None = None
@@ -139,6 +217,7 @@ class TransactionManager:
     def check_send(self) -> None:
         """``send()`` of a transactional producer: only inside a transaction."""
         self._check_fatal()
+        self._check_abortable()
         if not self.in_transaction:
             raise InvalidTxnStateError(
                 f"transactional producer {self.transactional_id!r}: send() outside a transaction; "
@@ -161,17 +240,46 @@ class TransactionManager:
             if not self.initialized:
                 raise InvalidTxnStateError("call init_transactions() before begin_transaction()")
             self.native.begin()
+            self._abortable = None
             self._failed_at_begin = self._failed_records()
 
     def send_offsets(self, offsets: Mapping[Any, Any], group: Any) -> None:
-        group_id = _group_id(group)
+        """AddOffsetsToTxn and TxnOffsetCommit. With a consumer's group metadata, the group
+        checks its generation, member id and instance id first, under the group's lock, held
+        until the offsets are written (no rebalance in between); a refusal makes the transaction
+        abortable only, as Kafka's producer does (``commit_transaction()`` raises it again)."""
+        meta = _group_metadata(group)
         entries = _offset_entries(offsets)
         with self._lock:
             self._check_fatal()
+            if not self.in_transaction:
+                raise InvalidTxnStateError("send_offsets_to_transaction() without begin_transaction()")
+            self._check_abortable()
             try:
-                self.native.send_offsets(group_id, entries)
+                files = GroupFiles(self.data_dir, meta.group_id)
+                exists = files.exists()
+                if not exists or not _names_member(meta):  # nothing to check under the group's lock
+                    self._refuse_if(None if exists else generation_refusal(None, meta))
+                    self.native.send_offsets(meta.group_id, entries)
+                    return
+                with files.locked():
+                    self._refuse_if(generation_refusal(files.load(), meta))
+                    self.native.send_offsets(meta.group_id, entries)
             except ProducerFencedError as e:
                 raise self._fenced(e) from None
+
+    def _refuse_if(self, refusal: CommitFailedError | None) -> None:
+        """The group refused the offsets: logged, and the transaction can only be aborted."""
+        if refusal is not None:
+            self._abortable = refusal
+            logger.warning("transactional producer %r: %s", self.transactional_id, refusal)
+            raise refusal
+
+    def _check_abortable(self) -> None:
+        if self._abortable is not None:
+            raise type(self._abortable)(
+                f"the transaction can only be aborted (abort_transaction()): {self._abortable}"
+            ) from self._abortable
 
     def end(self, commit: bool) -> None:
         """Commit or abort the open transaction (the caller flushed the producer first)."""
@@ -181,6 +289,8 @@ class TransactionManager:
                 raise InvalidTxnStateError(
                     f"{'commit' if commit else 'abort'}_transaction() without begin_transaction()"
                 )
+            if commit:
+                self._check_abortable()
             failed = self._failed_records() - self._failed_at_begin
             if commit and failed:
                 raise IllegalStateError(
@@ -191,3 +301,4 @@ class TransactionManager:
                 self.native.end(commit)
             except ProducerFencedError as e:
                 raise self._fenced(e) from None
+            self._abortable = None

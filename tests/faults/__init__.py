@@ -7,6 +7,12 @@ invariants the README promises, computed from what every client journaled.
 - ``producer_child.py`` / ``member_child.py``  the clients (run as ``python -m faults.X``)
 - ``controller.py`` starts, kills, stops and restarts children, fills the disk, then checks
 - ``checker.py``   the invariants, from the journals and the recovered data directory
+- ``txn_child.py``  transactional consume-transform-produce jobs (issue 22: commit or abort at
+                   random, offsets sent in the transaction, one partition assigned or a topic
+                   subscribed in a shared group; a ``zombie`` fault SIGSTOPs one and starts its
+                   successor, which must fence it); ``txn_checker.py`` their
+                   invariants (T1-T5: committed all there, aborted/unfinished never visible,
+                   input offsets committed iff their records are, zombies fenced)
 
 ``python -m faults.controller --seconds 600 [--seed N]`` (with ``tests`` on PYTHONPATH) runs
 the long version; ``tests/test_fault_injection.py`` the short one.

@@ -514,6 +514,12 @@ def main() -> None:
     if not os.path.isdir(data):
         data = os.path.join(run_dir, "data")
     violations, stats, notes = check(run_dir, data, run["topics"], "faults")
+    if run.get("txn_inputs"):
+        from faults import txn_checker
+
+        txn_violations, txn_stats = txn_checker.check(run_dir, data, run["txn_inputs"])
+        violations += txn_violations
+        print(txn_stats.summary())
     for line in notes + violations:
         print(line)
     print(stats)

@@ -1,8 +1,11 @@
-"""The controller of a fault-injection run: starts producer and group-member processes on a
-few small-segment topics, then for ``seconds`` SIGKILLs, SIGSTOPs/SIGCONTs and restarts them,
-fills the disk (a tmpfs shrunk to what is in use; root only), lowers some children's
-descriptor limit and starts some with engine fail points; at the end stops everything, reopens
-the data directory (recovery runs) and checks the invariants (``faults.checker``).
+"""The controller of a fault-injection run: starts producer, group-member and transactional
+(``txn_child``) processes on a few small-segment topics, then for ``seconds`` SIGKILLs,
+SIGSTOPs/SIGCONTs and restarts them, fills the disk (a tmpfs shrunk to what is in use; root
+only), lowers some children's descriptor limit and starts some with engine fail points; at the
+end stops everything, reopens
+the data directory (recovery runs) and checks the invariants (``faults.checker``,
+``faults.txn_checker``). Transactional children get the coordinator's fail points (``txn.*``)
+more often than others, and a fault of their own: ``zombie``.
 
 Seeded: every choice the controller makes comes from ``random.Random(seed)``; the seed is
 printed first and in every failure. (The interleaving of the processes is the scheduler's, so
@@ -26,8 +29,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from faults import checker
+from faults import checker, txn_checker
 from faults import journal as J
+from faults.txn_checker import OUTPUT as TXN_OUTPUT
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GROUP = "faults"
@@ -84,6 +88,7 @@ class Result:
     stats: checker.Stats
     notes: list[str]
     run_dir: str
+    txn: txn_checker.TxnStats | None = None
 
     def summary(self) -> str:
         s = self.stats
@@ -91,7 +96,7 @@ class Result:
             f"fault injection summary: seed={self.seed} seconds={self.seconds:.0f} acknowledged={s.acknowledged} "
             f"consumed={s.consumed} kills={s.kills} stops={s.stops} enospc={s.enospc} emfile={s.emfile} eio={s.eio} "
             f"failed_sends={s.failed_sends} failpoint_children={s.failpoint_children} violations={len(self.violations)}"
-        )
+        ) + (f" {self.txn.summary()}" if self.txn is not None else "")
 
     def report(self, first: int = 12) -> str:
         lines = [
@@ -119,7 +124,15 @@ class Controller:
     #: How long a SIGSTOPped child stays stopped: beyond session_timeout_ms, so it gets evicted.
     STOP_SECONDS = (0.1, 4.0)
     #: The odds of each tick's fault (``disk`` only on the tmpfs).
-    ACTION_WEIGHTS = {"kill": 25, "stop": 25, "disk": 10, "none": 40}
+    ACTION_WEIGHTS = {"kill": 25, "stop": 25, "disk": 10, "zombie": 6, "none": 40}
+    #: The transactional slots (``faults.txn_child``) and the input each reads: a partition
+    #: assigned (its own group), or a topic subscribed in one shared group (rebalances: KIP-447).
+    #: A ``zombie`` fault SIGSTOPs one and starts its next incarnation at once (which must fence it).
+    TXN_INPUTS = {"t0": "plain:0", "t1": "plain", "t2": "plain"}
+    #: The odds that a child starts with fail points, and for a transactional child that they
+    #: are the coordinator's (``txn.*``: every step of a transaction).
+    FAILPOINT_ODDS = 0.3
+    TXN_FAILPOINT_ODDS = 0.6
 
     def __init__(
         self, seed: int, seconds: float, run_dir: str, out: Any = print, faults: bool = True
@@ -134,6 +147,7 @@ class Controller:
         self.journals = os.path.join(run_dir, "journals")
         self.logs = os.path.join(run_dir, "stderr")
         self.children: dict[str, Child] = {}
+        self.zombies: list[Child] = []  # SIGSTOPped transactional children already replaced
         self.incarnations: dict[str, int] = {}
         self.restart_at: dict[str, float] = {}
         self.mounted = False
@@ -189,6 +203,8 @@ class Controller:
         admin = Admin(self.data)
         for name, meta in self.topics.items():
             admin.create_topic(name, meta["partitions"], meta["config"])
+        if self.TXN_INPUTS:
+            admin.create_topic(TXN_OUTPUT, 2, {"segment.bytes": 32 << 10})
 
     # -- children --------------------------------------------------------------------------
     def command(self, slot: str, name: str) -> tuple[str, list[str], int]:
@@ -196,6 +212,9 @@ class Controller:
         ``p*`` slots are embedded producers, the others embedded group members."""
         rng = self.rng
         nofile = rng.choice([48, 64, 96, 128]) if rng.random() < 0.25 and self.faults else 0
+        if slot in self.TXN_INPUTS:
+            args = self.child_args(name, TXN_OUTPUT) + ["--nofile", str(nofile)]
+            return "faults.txn_child", args + ["--slot", slot, "--input", self.TXN_INPUTS[slot]], nofile
         args = self.child_args(name, ",".join(self.topics)) + ["--nofile", str(nofile)]
         if slot.startswith("p"):
             return "faults.producer_child", args, nofile
@@ -214,23 +233,37 @@ class Controller:
         ]  # fmt: skip
 
     def spawn(self, slot: str) -> None:
-        rng = self.rng
         inc = self.incarnations[slot] = self.incarnations.get(slot, -1) + 1
         name = f"{slot}.{inc}"
         module, args, nofile = self.command(slot, name)
         env = child_env()
-        failpoints = None
-        if self.failpoints and rng.random() < 0.3 and self.faults:
-            chosen = rng.sample(self.failpoints, k=min(len(self.failpoints), rng.randint(1, 2)))
-            failpoints = ",".join(
-                f"{n}={rng.choice(['kill', 'enospc', 'emfile', 'eio'])}@{rng.randint(1, 30)}" for n in chosen
-            )
+        failpoints = self.choose_failpoints(slot)
+        if failpoints:
             env["KAFKALITE_FAILPOINTS"] = failpoints
         else:
             env.pop("KAFKALITE_FAILPOINTS", None)
         proc, stderr = self.popen(name, [sys.executable, "-m", module, *args], env)
         self.children[slot] = Child(slot, inc, proc, stderr, failpoints)
         self.journal.write("start", name=name, pid=proc.pid, nofile=nofile, failpoints=failpoints)
+
+    def choose_failpoints(self, slot: str) -> str | None:
+        """``KAFKALITE_FAILPOINTS`` for a new child, or None. A transactional child's are mostly
+        the coordinator's steps, each hit a few times (so a transaction or two complete first)."""
+        rng = self.rng
+        if not self.failpoints or not self.faults or rng.random() >= self.FAILPOINT_ODDS:
+            return None
+        names = self.failpoints
+        txn_steps = [n for n in names if n.startswith("txn.")]
+        if slot in self.TXN_INPUTS and txn_steps and rng.random() < self.TXN_FAILPOINT_ODDS:
+            names = txn_steps
+            chosen = rng.sample(names, k=min(len(names), rng.randint(1, 2)))
+            return ",".join(
+                f"{n}={rng.choice(['kill', 'kill', 'kill', 'eio'])}@{rng.randint(1, 8)}" for n in chosen
+            )
+        chosen = rng.sample(names, k=min(len(names), rng.randint(1, 2)))
+        return ",".join(
+            f"{n}={rng.choice(['kill', 'enospc', 'emfile', 'eio'])}@{rng.randint(1, 30)}" for n in chosen
+        )
 
     def popen(
         self, name: str, argv: list[str], env: dict[str, str], **kwargs: Any
@@ -277,6 +310,14 @@ class Controller:
             if child.proc.poll() is not None:
                 self.reap(child)
                 self.restart_at[child.slot] = now + rng.uniform(0.1, 1.0)
+        for zombie in list(self.zombies):
+            if zombie.cont_at is not None and now >= zombie.cont_at:
+                self.signal(zombie, signal.SIGCONT)
+                zombie.cont_at = None
+                self.journal.write("cont", name=zombie.name)
+            if zombie.proc.poll() is not None:
+                self.journal_exit(zombie)
+                self.zombies.remove(zombie)
         for slot, at in list(self.restart_at.items()):
             if now >= at:
                 del self.restart_at[slot]
@@ -285,7 +326,11 @@ class Controller:
             self.resize(TMPFS_SIZE)
             self.disk_full_until = None
             self.journal.write("disk_free")
-        weights = dict(self.ACTION_WEIGHTS, disk=self.ACTION_WEIGHTS["disk"] if self.mounted else 0)
+        weights = dict(
+            self.ACTION_WEIGHTS,
+            disk=self.ACTION_WEIGHTS["disk"] if self.mounted else 0,
+            zombie=self.ACTION_WEIGHTS["zombie"] if self.TXN_INPUTS else 0,
+        )
         action = rng.choices(list(weights), weights=list(weights.values()))[0]
         if not self.faults:
             action = "none"
@@ -300,6 +345,10 @@ class Controller:
                 self.journal.write("stop", name=child.name)
                 self.signal(child, signal.SIGSTOP)
                 child.cont_at = now + rng.uniform(*self.STOP_SECONDS)
+        elif action == "zombie" and (
+            txn := [c for c in live if c.slot in self.TXN_INPUTS and c.cont_at is None]
+        ):
+            self.make_zombie(rng.choice(txn), now)
         elif action == "disk" and self.disk_full_until is None:
             st = os.statvfs(self.data)
             used = (st.f_blocks - st.f_bfree) * st.f_frsize
@@ -308,6 +357,17 @@ class Controller:
                     self.disk_full_until = now + rng.uniform(0.5, 4.0)
                     self.journal.write("disk_full", used=used, slack=slack)
                     break
+
+    def make_zombie(self, child: Child, now: float) -> None:
+        """SIGSTOP a transactional child and start its slot's next incarnation at once: the
+        new one's init_transactions() must fence it, so when it runs again (SIGCONT) none of
+        its calls may succeed (the checker's rule T5)."""
+        self.journal.write("zombie", name=child.name)
+        self.signal(child, signal.SIGSTOP)
+        child.cont_at = now + self.rng.uniform(0.5, 4.0)
+        del self.children[child.slot]
+        self.zombies.append(child)
+        self.spawn(child.slot)
 
     def stoppable(self, child: Child) -> bool:
         """Whether the ``stop`` fault may pick this child (every one, here)."""
@@ -318,6 +378,8 @@ class Controller:
             self.spawn(f"p{i}")
         for i in range(MEMBERS):
             self.spawn(f"m{i}")
+        for slot in self.TXN_INPUTS:
+            self.spawn(slot)
         deadline = time.monotonic() + self.seconds
         while time.monotonic() < deadline:
             self.tick()
@@ -330,7 +392,7 @@ class Controller:
             self.resize(TMPFS_SIZE)
             self.disk_full_until = None
         self.restart_at.clear()
-        for child in list(self.children.values()):
+        for child in [*self.children.values(), *self.zombies]:
             if child.cont_at is not None:
                 self.signal(child, signal.SIGCONT)
                 child.cont_at = None
@@ -339,6 +401,10 @@ class Controller:
         for child in list(self.children.values()):
             self.wait_or_abort(child, deadline, STOP_TIMEOUT_S)
             self.reap(child)
+        for child in self.zombies:
+            self.wait_or_abort(child, deadline, STOP_TIMEOUT_S)
+            self.journal_exit(child)
+        self.zombies.clear()
 
     def wait_or_abort(self, child: Child, deadline: float, seconds: float) -> None:
         """Wait for a child asked to stop; one still running at ``deadline`` is a hang
@@ -382,11 +448,12 @@ class Controller:
 
     def kill_all(self) -> None:
         """The last resort of a finally: no child outlives the run."""
-        for child in list(self.children.values()):
+        for child in [*self.children.values(), *self.zombies]:
             if child.proc.poll() is None:
                 child.proc.kill()
                 child.proc.wait()
         self.children.clear()
+        self.zombies.clear()
 
 
 def run(
@@ -408,17 +475,19 @@ def run(
                 "fault injection: this kafkalite has no _native.failpoint_names(): no children with fail points"
             )
         c.create_topics()
-        c.describe(strategy=c.strategy, tmpfs=c.mounted)
+        c.describe(strategy=c.strategy, tmpfs=c.mounted, txn_inputs=c.TXN_INPUTS)
         stopping = c.run_to_end()
         if c.mounted:
             c.resize(TMPFS_SIZE * 2)  # recovery needs room
         checking = time.monotonic()
         violations, stats, notes = checker.check(run_dir, c.data, c.topics, GROUP)
+        txn_violations, txn_stats = txn_checker.check(run_dir, c.data, c.TXN_INPUTS)
+        violations += txn_violations
         out(
             f"fault injection: {stopping - started:.0f} s of faults, {checking - stopping:.0f} s to stop the children, "
             f"{time.monotonic() - checking:.0f} s to recover and check"
         )
-        result = Result(seed, time.monotonic() - started, violations, stats, notes, run_dir)
+        result = Result(seed, time.monotonic() - started, violations, stats, notes, run_dir, txn_stats)
         if violations and c.mounted:  # keep the evidence: the tmpfs goes away
             shutil.copytree(c.data, os.path.join(run_dir, "data-copy"), symlinks=True)
     finally:

@@ -70,6 +70,7 @@ class Episode:
 
 class ServerController(Controller):
     STOP_SECONDS = (0.5, 12.0)  # past the Produce probe's bound (timeout 5 s + 5 s)
+    TXN_INPUTS: dict[str, str] = {}  # no transactional children here (the server suite's own)
 
     def __init__(self, seed: int, seconds: float, run_dir: str, out: Any, attacks: set[str]) -> None:
         super().__init__(seed, seconds, run_dir, out)
