@@ -54,7 +54,9 @@ def build(path: str, rng: random.Random) -> list[int]:
                 if rng.random() < 0.1:
                     producer.flush()  # batches of several sizes
         for i in range(rng.randint(0, 40)):
-            producer.send("c", b"c%d" % i, key=b"%d" % rng.randint(0, 5), timestamp_ms=T0 + rng.randint(0, 60))
+            producer.send(
+                "c", b"c%d" % i, key=b"%d" % rng.randint(0, 5), timestamp_ms=T0 + rng.randint(0, 60)
+            )
         for burst in range(3):
             for i in range(rng.randint(0, 8)):
                 producer.send("l", b"l%d-%d" % (burst, i), timestamp_ms=T0)  # the broker's time wins
@@ -71,17 +73,27 @@ def build(path: str, rng: random.Random) -> list[int]:
 
 @st.composite
 def clause(draw, stamps: list[int]) -> str:
-    kind = draw(st.sampled_from(["topic", "partition", "offset", "offset", "timestamp", "timestamp", "other"]))
+    kind = draw(
+        st.sampled_from(["topic", "partition", "offset", "offset", "timestamp", "timestamp", "other"])
+    )
     if kind == "topic":
         names = draw(st.lists(st.sampled_from([*TOPICS, "zz"]), min_size=1, max_size=3, unique=True))
-        return f"topic = '{names[0]}'" if len(names) == 1 else "topic IN (%s)" % ", ".join(f"'{n}'" for n in names)
+        return (
+            f"topic = '{names[0]}'"
+            if len(names) == 1
+            else "topic IN ({})".format(", ".join(f"'{n}'" for n in names))
+        )
     if kind == "partition":
         ps = draw(st.lists(st.integers(0, 2), min_size=1, max_size=2, unique=True))
         return f"partition = {ps[0]}" if len(ps) == 1 else f"partition IN ({', '.join(map(str, ps))})"
     if kind == "offset":
         op = draw(st.sampled_from(["=", "<", "<=", ">", ">=", "BETWEEN"]))
         n = draw(st.integers(-1, 45))
-        return f"offset BETWEEN {n} AND {n + draw(st.integers(-1, 20))}" if op == "BETWEEN" else f"offset {op} {n}"
+        return (
+            f"offset BETWEEN {n} AND {n + draw(st.integers(-1, 20))}"
+            if op == "BETWEEN"
+            else f"offset {op} {n}"
+        )
     if kind == "timestamp":
         # Around the records' own timestamps, to the millisecond and between two.
         # An index, not sampled_from(stamps): LogAppendTime stamps differ when hypothesis
@@ -114,14 +126,20 @@ def query(spark, path: str, options: dict[str, str], where: str, pushdown: bool)
 @settings(
     max_examples=25,
     deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
 )
 @given(seed=st.integers(0, 2**32 - 1), data=st.data())
 def test_same_rows_with_and_without_pushdown(spark, tmp_path_factory, seed, data):
     path = str(tmp_path_factory.mktemp("pushdown") / "data")
     stamps = build(path, random.Random(seed))
     where = " AND ".join(data.draw(st.lists(clause(stamps), min_size=1, max_size=4), label="filters"))
-    options = {"subscribe": ",".join(data.draw(st.sampled_from([list(TOPICS), ["a", "c"], ["tx", "l", "a"]])))}
+    options = {
+        "subscribe": ",".join(data.draw(st.sampled_from([list(TOPICS), ["a", "c"], ["tx", "l", "a"]])))
+    }
     if data.draw(st.booleans(), label="read_committed"):
         options["kafka.isolation.level"] = "read_committed"
     if data.draw(st.booleans(), label="startingOffsets"):
@@ -139,7 +157,7 @@ def test_a_query_with_the_setting_off_works_and_explain_shows_what_was_pushed(sp
     must not offer one; the rows are the same. On: explain lists the pushed filters."""
     path = str(tmp_path / "data")
     build(path, random.Random(7))
-    where = "topic = 'tx' AND partition = 1 AND offset BETWEEN 3 AND 20 AND timestamp >= timestamp_millis(%d)" % (T0 + 5)
+    where = f"topic = 'tx' AND partition = 1 AND offset BETWEEN 3 AND 20 AND timestamp >= timestamp_millis({T0 + 5})"
     options = {"subscribe": "a,tx", "kafka.isolation.level": "read_committed"}
     off = query(spark, path, options, where, pushdown=False)
     assert off and off == query(spark, path, options, where, pushdown=True)
@@ -149,6 +167,11 @@ def test_a_query_with_the_setting_off_works_and_explain_shows_what_was_pushed(sp
     df.explain("formatted")
     plan = capsys.readouterr().out
     pushed = next(line for line in plan.splitlines() if line.startswith("PushedFilters:"))
-    for f in ["EqualTo(topic,tx)", "EqualTo(partition,1)", "GreaterThanOrEqual(offset,3)", "LessThanOrEqual(offset,20)"]:
+    for f in [
+        "EqualTo(topic,tx)",
+        "EqualTo(partition,1)",
+        "GreaterThanOrEqual(offset,3)",
+        "LessThanOrEqual(offset,20)",
+    ]:
         assert f in pushed, plan
     assert "(timestamp," not in pushed and "timestamp#" in plan  # a seek bound, still filtered by Spark

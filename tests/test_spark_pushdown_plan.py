@@ -16,13 +16,13 @@ if tuple(int(x) for x in pyspark.__version__.split(".")[:2]) < (4, 1):
     pytest.skip("filter pushdown came in PySpark 4.1", allow_module_level=True)
 
 from kafkalite import Admin, Producer  # noqa: E402
+from kafkalite.log import Log  # noqa: E402
 from kafkalite.spark.options import SparkOptionError  # noqa: E402
 from kafkalite.spark.source import (  # noqa: E402
     KafkaliteDataSource,
     KafkalitePushdownReader,
     KafkaliteReader,
 )
-from kafkalite.log import Log  # noqa: E402
 from pyspark.sql.datasource import (  # noqa: E402
     EqualTo,
     GreaterThan,
@@ -40,7 +40,7 @@ STAMPS = [0, 5, 3, 9, 1, 7, 2, 8, 4, 6]
 
 
 def micros(ms: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(0, dt.timezone.utc) + dt.timedelta(microseconds=round(ms * 1000))
+    return dt.datetime.fromtimestamp(0, dt.UTC) + dt.timedelta(microseconds=round(ms * 1000))
 
 
 @pytest.fixture
@@ -95,14 +95,23 @@ def test_unsupported_filters_go_back_to_spark(data):
     ]
     kept, ranges = plan(data, odd)
     assert kept == odd
-    assert all(k is f for k, f in zip(kept, odd))  # the same objects, as PySpark requires
-    assert ranges == {("events", 0): (0, 50), ("events", 1): (0, 50), ("events", 2): (0, 50), ("other", 0): (0, 1)}
+    assert all(k is f for k, f in zip(kept, odd, strict=True))  # the same objects, as PySpark requires
+    assert ranges == {
+        ("events", 0): (0, 50),
+        ("events", 1): (0, 50),
+        ("events", 2): (0, 50),
+        ("other", 0): (0, 1),
+    }
 
 
 def test_timestamp_lower_bound_seeks_through_the_time_index_and_stays_with_spark(data):
     with Log(f"{data}/events-0", readonly=True) as log:
         stamps = [r.timestamp for r in log.records()]
-    for bound_ms, op in [(T0 + 23, GreaterThanOrEqual), (T0 + 23.5, GreaterThanOrEqual), (T0 + 23, GreaterThan)]:
+    for bound_ms, op in [
+        (T0 + 23, GreaterThanOrEqual),
+        (T0 + 23.5, GreaterThanOrEqual),
+        (T0 + 23, GreaterThan),
+    ]:
         f = [op(("timestamp",), micros(bound_ms)), EqualTo(("partition",), 0), EqualTo(("topic",), "events")]
         kept, ranges = plan(data, f)
         assert kept == f[:1]  # timestamps are not monotonic: Spark still filters
@@ -111,7 +120,9 @@ def test_timestamp_lower_bound_seeks_through_the_time_index_and_stays_with_spark
         first_match = next(o for o, ts in enumerate(stamps) if ts >= first_ms)
         assert (start, end) == (first_match, 50)
         assert all(ts < first_ms for ts in stamps[:start]) and min(stamps[start:]) < first_ms  # not exact
-    kept, ranges = plan(data, [GreaterThan(("timestamp",), micros(T0 + 10_000)), EqualTo(("topic",), "events")])
+    kept, ranges = plan(
+        data, [GreaterThan(("timestamp",), micros(T0 + 10_000)), EqualTo(("topic",), "events")]
+    )
     assert ranges == {}  # no record reaches it
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from kafkalite.log import Log
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 _MICROSECOND = _dt.timedelta(microseconds=1)
 
 
@@ -42,16 +42,6 @@ class Pushed:
     offset_until: int | None = None  # first offset past the matches
     timestamp_from_ms: int | None = None  # no match has an older record timestamp
     empty: bool = False  # a contradiction (offset < 0, x IS NULL, ...): nothing matches
-
-    def keep(self, names: frozenset[str] | None, values: Iterable[Any]) -> frozenset[Any]:
-        new = frozenset(values)
-        return new if names is None else names & new
-
-    def at_least(self, current: int | None, bound: int) -> int:
-        return bound if current is None else max(current, bound)
-
-    def below(self, current: int | None, bound: int) -> int:
-        return bound if current is None else min(current, bound)
 
     def narrow(self, topic: str, partition: int, start: int, end: int, log: Log) -> tuple[int, int]:
         """``[start, end)`` of ``topic``-``partition`` cut to what may match (``start == end``:
@@ -74,12 +64,25 @@ class Pushed:
 
 
 def _column(f: Any) -> str | None:
-    attribute = getattr(f, "attribute", ())
+    attribute: tuple[str, ...] = getattr(f, "attribute", ())
     return attribute[0] if len(attribute) == 1 else None
 
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _both(names: frozenset[Any] | None, values: Iterable[Any]) -> frozenset[Any]:
+    new = frozenset(values)
+    return new if names is None else names & new
+
+
+def _at_least(current: int | None, bound: int) -> int:
+    return bound if current is None else max(current, bound)
+
+
+def _below(current: int | None, bound: int) -> int:
+    return bound if current is None else min(current, bound)
 
 
 def _micros(v: Any) -> int | None:
@@ -108,7 +111,7 @@ def push(pushed: Pushed, filters: list[Any]) -> list[Any]:
     kept = []
     for f in filters:
         column = _column(f)
-        value = getattr(f, "value", None)
+        value: Any = getattr(f, "value", None)
         equal = isinstance(f, (EqualTo, EqualNullSafe))
         if column not in ("topic", "partition", "offset", "timestamp"):
             kept.append(f)
@@ -121,22 +124,22 @@ def push(pushed: Pushed, filters: list[Any]) -> list[Any]:
             if not all(isinstance(v, str) for v in values):
                 kept.append(f)
                 continue
-            pushed.topics = pushed.keep(pushed.topics, values)
+            pushed.topics = _both(pushed.topics, values)
         elif column == "partition" and (equal or isinstance(f, In)):
             values = (value,) if equal else value
             if not all(_is_int(v) for v in values):
                 kept.append(f)
                 continue
-            pushed.partitions = pushed.keep(pushed.partitions, values)
+            pushed.partitions = _both(pushed.partitions, values)
         elif column == "offset" and _is_int(value):
             if equal or isinstance(f, GreaterThanOrEqual):
-                pushed.offset_from = pushed.at_least(pushed.offset_from, value)
+                pushed.offset_from = _at_least(pushed.offset_from, value)
             if isinstance(f, GreaterThan):
-                pushed.offset_from = pushed.at_least(pushed.offset_from, value + 1)
+                pushed.offset_from = _at_least(pushed.offset_from, value + 1)
             if equal or isinstance(f, LessThanOrEqual):
-                pushed.offset_until = pushed.below(pushed.offset_until, value + 1)
+                pushed.offset_until = _below(pushed.offset_until, value + 1)
             if isinstance(f, LessThan):
-                pushed.offset_until = pushed.below(pushed.offset_until, value)
+                pushed.offset_until = _below(pushed.offset_until, value)
             if not (equal or isinstance(f, (GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual))):
                 kept.append(f)  # IN on offsets: not taken
         elif column == "timestamp" and _micros(value) is not None:
@@ -144,9 +147,9 @@ def push(pushed: Pushed, filters: list[Any]) -> list[Any]:
             assert micros is not None
             # A record of ``ms`` milliseconds is ``ms * 1000`` microseconds in Spark.
             if equal or isinstance(f, GreaterThanOrEqual):
-                pushed.timestamp_from_ms = pushed.at_least(pushed.timestamp_from_ms, -(-micros // 1000))
+                pushed.timestamp_from_ms = _at_least(pushed.timestamp_from_ms, -(-micros // 1000))
             elif isinstance(f, GreaterThan):
-                pushed.timestamp_from_ms = pushed.at_least(pushed.timestamp_from_ms, micros // 1000 + 1)
+                pushed.timestamp_from_ms = _at_least(pushed.timestamp_from_ms, micros // 1000 + 1)
             kept.append(f)  # a bound, not the answer: see the module comment
         else:
             kept.append(f)
