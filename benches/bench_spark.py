@@ -1,8 +1,15 @@
-"""Spark benchmark (issue 5): --records records of 100-byte values in 4 partitions, local[2].
-In the same run: kafkalite -> count(), kafkalite -> Parquet, and Spark reading the same rows
-from Parquet files and from JSON lines (count and Parquet copy). Reports rows/s and ratios.
+"""Spark benchmark, --records records of 100-byte values in 4 partitions, local[2].
 
-    python benches/bench_spark.py [--records 10000000] [--out benches/results]
+``scan`` (issue 5, the default): kafkalite -> count(), kafkalite -> Parquet, and Spark reading
+the same rows from Parquet files and from JSON lines (count and Parquet copy); rows/s and ratios.
+
+``pushdown`` (issue 25): two selective queries, the last 1% by timestamp and 1% of the records
+as one partition's offset range, each run with filter pushdown (the source seeks through the
+time and offset indexes), without it (the source scans, Spark filters), and through Spark's own
+Kafka source (spark-sql-kafka-0-10, from Maven Central) reading the same files from
+``kafkalite serve``, all in one run; count() of the matching rows, which must agree.
+
+    python benches/bench_spark.py [scan|pushdown] [--records 10000000] [--runs 2] [--out benches/results]
 """
 
 from __future__ import annotations
@@ -31,10 +38,18 @@ def best_of(n: int, fn) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("what", nargs="?", choices=["scan", "pushdown"], default="scan")
     ap.add_argument("--records", type=int, default=10_000_000)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     args = ap.parse_args()
+    if args.what == "pushdown":
+        pushdown(args)
+    else:
+        scan(args)
+
+
+def scan(args: argparse.Namespace) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     import pyspark
@@ -109,6 +124,149 @@ def main() -> None:
         f"(of Spark's own speed); kafkalite / JSON lines: count {c['json'] / c['kafkalite']:.2f}×, copy {w['json'] / w['kafkalite']:.2f}×.",
     ]
     write_report(args.out, "spark", results, lines)
+
+
+# -- pushdown ------------------------------------------------------------------------------------
+PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
+T0 = 1_700_000_000_000
+CHUNKS = 400  # appends of n/400 records, one second apart, round-robin over the 4 partitions
+
+
+def write_events(data: str, n: int) -> None:
+    """Topic "events": n records of 100 bytes through the bulk path, timestamps rising by a
+    second per chunk, so the last 1% of the time is the last 4 chunks (one per partition)."""
+    from kafkalite import Admin, Producer
+    from kafkalite.log import Log
+
+    Admin(data).create_topic("events", 4)
+    value, chunk = b"v" * 100, n // CHUNKS
+    with Producer(data) as producer:
+        for i in range(CHUNKS):
+            producer.send_batch("events", [value] * chunk, partition=i % 4, timestamp_ms=T0 + i * 1000)
+    written = 0
+    for p in range(4):
+        with Log(os.path.join(data, f"events-{p}"), readonly=True) as log:
+            written += log.end_offset - log.start_offset
+    if written != chunk * CHUNKS:
+        raise SystemExit(f"wrote {written:,} records, expected {chunk * CHUNKS:,}")
+
+
+def pushdown(args: argparse.Namespace) -> None:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+    import maven_jars
+    import pyspark
+    from kafkalite.server import Server
+    from pyspark.sql import SparkSession
+
+    load_before = os.getloadavg()
+    work = tempfile.mkdtemp(prefix="kl-spark-pushdown-")
+    data = os.path.join(work, "data")
+    n = args.records - args.records % CHUNKS
+    began = time.perf_counter()
+    write_events(data, n)
+    print(f"wrote {n:,} records in {time.perf_counter() - began:.1f} s", flush=True)
+    kafka_version, jars = maven_jars.spark_kafka_jars(pyspark.__version__)
+    per_partition = n // 4
+    queries = {
+        "last 1% by timestamp": f"timestamp >= timestamp_millis({T0 + (CHUNKS - 4) * 1000})",
+        "1% as one partition's offset range": (
+            f"partition = 2 AND offset BETWEEN {per_partition // 2} AND {per_partition // 2 + n // 100 - 1}"
+        ),
+    }
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "4g")
+        .config("spark.jars", ",".join(jars))
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    times: dict[str, dict[str, float]] = {}
+    with Server(data) as server:
+
+        def kafkalite(where: str, on: bool) -> int:
+            spark.conf.set(PUSHDOWN, "true" if on else "false")
+            return (
+                spark.read.format("kafkalite").option("subscribe", "events").load(data).where(where).count()
+            )
+
+        def kafka(where: str) -> int:
+            return (
+                spark.read.format("kafka")
+                .option("kafka.bootstrap.servers", server.bootstrap_servers)
+                .option("subscribe", "events")
+                .load()
+                .where(where)
+                .count()
+            )
+
+        sides = {
+            "kafkalite, pushdown": lambda w: kafkalite(w, True),
+            "kafkalite, no pushdown": lambda w: kafkalite(w, False),
+            "Spark's Kafka source": kafka,
+        }
+        tiny = "partition = 0 AND offset < 10"
+        for run in sides.values():  # untimed: Python workers and JVM classes load on first use
+            run(tiny)
+        # What any query of this source costs here (planning, Python workers, one task): the
+        # floor under the pushdown figures.
+        floor = best_of(args.runs, lambda: kafkalite(tiny, True))
+        print(f"floor (10 records, pushdown): {floor:.2f} s", flush=True)
+        for name, where in queries.items():
+            times[name] = {}
+            counts = set()
+            for side, run in sides.items():
+                best = float("inf")
+                for _ in range(args.runs):
+                    began = time.perf_counter()
+                    counts.add(run(where))
+                    best = min(best, time.perf_counter() - began)
+                times[name][side] = best
+                print(f"{name}, {side}: {best:.2f} s", flush=True)
+            if counts != {n // 100}:
+                raise SystemExit(f"{name}: the sides counted {sorted(counts)}, expected {n // 100:,}")
+    spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    load_after = os.getloadavg()
+    results = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, pyspark {pyspark.__version__}, spark-sql-kafka {kafka_version}",
+        "records": n,
+        "runs": args.runs,
+        "load_before": load_before,
+        "load_after": load_after,
+        "queries": queries,
+        "seconds": times,
+        "floor_s": floor,
+    }
+    lines = [
+        f"# Spark filter pushdown (`python benches/bench_spark.py pushdown --records {args.records} --runs {args.runs}`)",
+        "",
+        f"{n:,} records of 100-byte values in 4 partitions, `local[2]`, `count()` of the 1% that match; best of "
+        f"{args.runs}. Spark's Kafka source reads the same files from `kafkalite serve` on 127.0.0.1. "
+        f"Machine: {results['machine']}. Load average (1, 5, 15 min) before: {load_before[0]:.2f}, "
+        f"{load_before[1]:.2f}, {load_before[2]:.2f}; after: {load_after[0]:.2f}, {load_after[1]:.2f}, {load_after[2]:.2f}.",
+        "",
+        "| query | kafkalite, pushdown | kafkalite, no pushdown | Spark's Kafka source | × no pushdown | × Kafka source |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name in queries:
+        t = times[name]
+        on, off, kafka_s = t["kafkalite, pushdown"], t["kafkalite, no pushdown"], t["Spark's Kafka source"]
+        lines.append(
+            f"| {name} | {on:.2f} s | {off:.2f} s | {kafka_s:.2f} s | {off / on:.1f}× | {kafka_s / on:.1f}× |"
+        )
+    lines += [
+        "",
+        f"Floor: the same source reading 10 records with pushdown (`{tiny}`) took {floor:.2f} s: "
+        "Spark's planning, the Python planner and task workers, one task.",
+        "",
+        "Filters:",
+        *(f"* {name}: `{where}`" for name, where in queries.items()),
+    ]
+    write_report(args.out, "spark-pushdown", results, lines)
 
 
 if __name__ == "__main__":

@@ -8,16 +8,19 @@ per-record Python runs on the read path. Writes are staged by the tasks and appe
 driver's commit (nothing is visible before every task succeeded); a streaming write is
 exactly-once per sink and micro-batch. What holds on failure: ``kafkalite.spark.sink``.
 What a read or write names is checked on the driver first: ``kafkalite.spark.checks``.
+Filters on topic, partition, offset and timestamp narrow the ranges when Spark pushes them
+(PySpark 4.1+ with ``spark.sql.python.filterPushdown.enabled``): ``kafkalite.spark.pushdown``.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +44,7 @@ from kafkalite.spark.options import (
     parse,
 )
 from kafkalite.spark.planning import OffsetRange, PartitionView, rate_limit, split_ranges
+from kafkalite.spark.pushdown import Pushed, push
 
 SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
 HEADERS = "headers array<struct<key:string,value:binary>>"
@@ -122,6 +126,11 @@ def read_range(part: InputPartition | None, schema: Any) -> Iterator[Any]:
 
 
 class KafkaliteReader(DataSourceReader):
+    """Batch reads: every partition's range from the startingOffsets/endingOffsets options."""
+
+    #: Bounds from pushed filters (``KafkalitePushdownReader``); None: read the whole ranges.
+    pushed: Pushed | None = None
+
     def __init__(self, schema: Any, options: dict[str, str]) -> None:
         self.schema = schema
         self.options = dict(options)
@@ -134,15 +143,43 @@ class KafkaliteReader(DataSourceReader):
             tps = view.topic_partitions()
             starts = view.resolve(opts.starting, tps, starting=True)
             ends = view.resolve(opts.ending, tps, starting=False)
-            ranges = [
-                OffsetRange(t, p, view.check_start((t, p), starts[(t, p)]), ends[(t, p)]) for t, p in tps
-            ]
+            ranges = []
+            for t, p in tps:
+                # The options' start is checked first, so failOnDataLoss fails as without pushdown.
+                start, end = view.check_start((t, p), starts[(t, p)]), ends[(t, p)]
+                if self.pushed is not None:
+                    start, end = self.pushed.narrow(t, p, start, end, view.log((t, p)))
+                ranges.append(OffsetRange(t, p, start, end))
         finally:
             view.close()
         return _tasks(opts, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         yield from read_range(partition, self.schema)
+
+
+class KafkalitePushdownReader(KafkaliteReader):
+    """``KafkaliteReader`` that takes Spark's filters (``kafkalite.spark.pushdown``). Only used
+    when Spark plans with pushdown on: PySpark refuses any reader that defines ``pushFilters``
+    while ``spark.sql.python.filterPushdown.enabled`` is off (DATA_SOURCE_PUSHDOWN_DISABLED)."""
+
+    def pushFilters(self, filters: list[Any]) -> Iterable[Any]:
+        self.pushed = Pushed()
+        return push(self.pushed, filters)
+
+
+def _planning_with_pushdown() -> bool:
+    """Whether Spark asks for the reader from its filter-pushdown planner. PySpark tells a data
+    source nothing about the setting; the planner it runs is the one sure sign: with the setting
+    on, Spark plans through ``pyspark/sql/worker/data_source_pushdown_filters.py`` (4.1+), which
+    calls ``pushFilters``; with it off (or on PySpark 4.0) through ``plan_data_source_read.py``,
+    which refuses a reader that has ``pushFilters``."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if os.path.basename(frame.f_code.co_filename) == "data_source_pushdown_filters.py":
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 def _tasks(opts: SourceOptions, ranges: list[OffsetRange]) -> list[RangePartition]:
@@ -385,6 +422,8 @@ class KafkaliteDataSource(DataSource):
     def reader(self, schema: Any) -> KafkaliteReader:
         parse(dict(self.options), streaming=False)  # bad options fail before any task
         check_read_targets(self.options)
+        if _planning_with_pushdown():
+            return KafkalitePushdownReader(schema, dict(self.options))
         return KafkaliteReader(schema, dict(self.options))
 
     @short_errors
