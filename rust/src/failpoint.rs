@@ -63,8 +63,9 @@ pub const NAMES: &[&str] = &[
     "producer.accumulate",
     // The transaction coordinator (transactions/mod.rs): each `__transaction_state` record
     // (InitProducerId, AddPartitions/AddOffsets, PrepareCommit/PrepareAbort, CompleteCommit/
-    // CompleteAbort) before and after its durable append; each marker before and after
-    // (one hit per partition); TxnOffsetCommit's transactional offsets batch.
+    // CompleteAbort) before and after its append (durable but for Complete*); each marker before
+    // and after its append (one hit per partition; COMMIT markers are synced together after the
+    // last); TxnOffsetCommit's transactional offsets batch.
     "txn.init.before_record",
     "txn.init.after_record",
     "txn.add.before_record",

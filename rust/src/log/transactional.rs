@@ -2,18 +2,21 @@
 //! a transactional producer's batches, stamped with its id, epoch and next sequence under the
 //! append lock and refused when a newer epoch took over; and the coordinator's markers
 //! (`appendEndTxnMarker`), which end the producer's open transaction, carry (and so bump) its
-//! epoch, and for an ABORT add an entry to the segment's `.txnindex` as a broker does.
+//! epoch, and for an ABORT add an entry to the segment's `.txnindex` as a broker does; and
+//! what makes a producer's open transaction durable here before the coordinator records its
+//! end (`open_txn_durable_tickets`).
 
 use std::io::Write;
 
 use crate::error::{Error, IoContext, Result, TxnErrorKind};
 use crate::files::{segment_path, TXN_INDEX_SUFFIX};
+use crate::group_commit::Ticket;
 use crate::producer_state::Refusal;
 use crate::record::header::NO_SEQUENCE;
 use crate::record::{BatchBuilder, Compression, ProducerStamp, RecordInput};
 use crate::txn::{AbortedTxn, ABORT, COMMIT, TXN_INDEX_ENTRY_SIZE};
 
-use super::Log;
+use super::{DirDurable, Log};
 
 /// A marker this writer appended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +66,21 @@ impl Log {
         builder.set_producer(ProducerStamp { producer_id, producer_epoch: epoch, base_sequence: sequence });
         builder.set_transactional();
         Ok(())
+    }
+
+    /// What makes this partition's records of `producer_id`'s open transaction durable,
+    /// whoever appended them and whatever their writer's flush policy (a producer with acks=1
+    /// leaves them in the page cache): `durable_tickets` from the transaction's first offset,
+    /// taken under the append lock so every batch appended so far is seen. None when the
+    /// producer has no open transaction here (nothing appended, or already ended). The
+    /// coordinator waits for them before it records PrepareCommit / PrepareAbort: a power loss
+    /// must not keep a commit decision and lose the records it commits.
+    pub fn open_txn_durable_tickets(&mut self, producer_id: i64) -> Result<Option<(Vec<Ticket>, DirDurable)>> {
+        self.check_writable()?;
+        self.as_writer(|log| match log.producers_caught_up()?.open_txn_first_offset(producer_id) {
+            Some(first) => log.durable_tickets(first).map(Some),
+            None => Ok(None),
+        })
     }
 
     /// Kafka's `appendEndTxnMarker`: a COMMIT or ABORT control batch of `producer_id` at

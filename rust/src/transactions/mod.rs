@@ -6,12 +6,20 @@
 //! appends every state change there durably, in Kafka's record format (`state_log.rs`), before
 //! its next step.
 //!
-//! Ending a transaction is two-phase, as Kafka's: PrepareCommit / PrepareAbort is recorded,
-//! then a COMMIT / ABORT marker (a control batch carrying the producer's epoch) goes to every
-//! partition of the transaction (`Log::append_txn_marker`: durable, skipped where the
-//! partition already holds it, `.txnindex` entry for an abort), then CompleteCommit /
-//! CompleteAbort is recorded. A process killed at any step leaves a state that whoever next
-//! touches the id completes: every operation first finishes a Prepare* state it finds and
+//! Ending a transaction is two-phase, as Kafka's: the transaction's records are made durable
+//! in every partition (`Log::open_txn_durable_tickets`: its producer may have left them in the
+//! page cache, acks=1), then PrepareCommit / PrepareAbort is recorded, then a COMMIT / ABORT
+//! marker (a control batch carrying the producer's epoch) goes to every partition of the
+//! transaction (`Log::append_txn_marker`: durable before the next step, the COMMIT markers'
+//! syncs all at once; skipped where the partition already holds it; `.txnindex` entry for an
+//! abort), then CompleteCommit / CompleteAbort is recorded without
+//! a sync of its own. Durability order, for a power loss: the records before the Prepare*
+//! record (a durable PrepareCommit is completed by the next user, so the records it commits
+//! must be there), the Prepare* record before the markers, the markers before the Complete*
+//! record. The Complete* record is made durable by the next sync of its `__transaction_state`
+//! partition (the id's next record); lost before that, the id is found in Prepare* and
+//! completed again (its markers, already there, are skipped). A process killed at any step
+//! leaves a state that whoever next touches the id completes: every operation first finishes a Prepare* state it finds and
 //! aborts an Ongoing transaction past its timeout (bumping the epoch, which fences the
 //! producer that let it expire); `abort_expired_and_complete_pending` does the same for every
 //! id whose lock is free. InitProducerId aborts any open transaction of the id and bumps the
@@ -39,11 +47,14 @@ mod store;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::checkpoint::sync_dir;
 use crate::datadir::{log_config, DataDir};
 use crate::error::{Error, Result, TxnErrorKind};
+use crate::group_commit::{wait_all, Ticket};
 use crate::log::Log;
 use crate::offsets_codec::{encode_key as offset_key, encode_value as offset_value, offsets_partition, OFFSETS_TOPIC};
 use crate::producer_ids::ProducerIds;
@@ -169,6 +180,11 @@ impl Coordinator {
 
     /// Append the id's new metadata durably, with fail points before and after.
     fn write(&self, m: &TransactionMetadata, step: (&'static str, &'static str)) -> Result<()> {
+        self.append_state(m, step, true)
+    }
+
+    /// Append the id's new metadata, durable (`sync`) or left for the partition's next sync.
+    fn append_state(&self, m: &TransactionMetadata, step: (&'static str, &'static str), sync: bool) -> Result<()> {
         let log = self.state_log(&m.transactional_id, true)?.ok_or_else(|| {
             Error::UnknownTopicOrPartition(format!(
                 "{TRANSACTION_STATE_TOPIC}-{}",
@@ -176,7 +192,7 @@ impl Coordinator {
             ))
         })?;
         fail_point(step.0)?;
-        self.store.append(&log, state_partition(&m.transactional_id), m)?;
+        self.store.append(&log, state_partition(&m.transactional_id), m, sync)?;
         fail_point(step.1)
     }
 
@@ -226,8 +242,10 @@ impl Coordinator {
         }
     }
 
-    /// Two-phase end: Prepare* (at `epoch`) recorded, then the markers, then Complete*.
+    /// Two-phase end: the records durable, Prepare* (at `epoch`) recorded, then the markers,
+    /// then Complete*.
     fn end(&self, mut m: TransactionMetadata, commit: bool, epoch: i16, now_ms: i64) -> Result<TransactionMetadata> {
+        self.sync_records(&m)?;
         m.state = if commit { TransactionState::PrepareCommit } else { TransactionState::PrepareAbort };
         m.producer_epoch = epoch;
         m.last_update_ms = now_ms;
@@ -238,43 +256,104 @@ impl Coordinator {
     /// From a Prepare* state: the markers to every partition, then Complete*.
     fn complete(&self, mut m: TransactionMetadata, now_ms: i64) -> Result<TransactionMetadata> {
         let commit = m.state == TransactionState::PrepareCommit;
+        let mut tickets = Vec::new();
         for (topic, partition) in &m.partitions {
             fail_point("txn.marker.before")?;
-            self.write_marker(topic, *partition, m.producer_id, m.producer_epoch, commit, now_ms)?;
+            tickets.extend(self.write_marker(topic, *partition, m.producer_id, m.producer_epoch, commit, now_ms)?);
             fail_point("txn.marker.after")?;
         }
+        // The COMMIT markers' syncs, all partitions at once.
+        self.wait_durable(&m, &tickets)?;
         m.state = if commit { TransactionState::CompleteCommit } else { TransactionState::CompleteAbort };
         m.partitions.clear();
         m.last_update_ms = now_ms;
-        self.write(&m, ("txn.complete.before_record", "txn.complete.after_record"))?;
+        // No sync of its own: the markers are durable already, so whenever this record becomes
+        // durable nothing it claims is missing, and if a power loss drops it the id is in
+        // Prepare* again and the next user completes it (see the module comment).
+        self.append_state(&m, ("txn.complete.before_record", "txn.complete.after_record"), false)?;
         Ok(m)
     }
 
-    fn write_marker(&self, topic: &str, partition: i32, pid: i64, epoch: i16, commit: bool, now: i64) -> Result<()> {
+    /// Make the records of `m`'s open transaction durable in every partition it added, before
+    /// its end is decided: one sync per partition holding unsynced records, the partitions in
+    /// parallel (`group_commit::wait_all`), then the directory of any whose newest segment's
+    /// entry is not known durable (a producer under acks=1 rolled it without a directory sync).
+    fn sync_records(&self, m: &TransactionMetadata) -> Result<()> {
+        let mut tickets = Vec::new();
+        let mut dirs = Vec::new();
+        for (topic, partition) in &m.partitions {
+            let Some(log) = self.partition(topic, *partition)? else { continue };
+            let mut log = lock_log(&log, || format!("{topic}-{partition}"))?;
+            match log.open_txn_durable_tickets(m.producer_id) {
+                Ok(Some((t, dir))) => {
+                    tickets.extend(t);
+                    dirs.push((log.dir().to_path_buf(), dir));
+                }
+                Ok(None) => {}
+                Err(e) => return Err(self.forget_after(topic, *partition, e)),
+            }
+        }
+        self.wait_durable(m, &tickets)?;
+        for (dir, durable) in dirs {
+            if !durable.load(Ordering::Acquire) {
+                sync_dir(&dir)?;
+                durable.store(true, Ordering::Release);
+            }
+        }
+        Ok(())
+    }
+
+    /// Wait for the syncs of `tickets` (appends to `m`'s partitions), the partitions in parallel.
+    fn wait_durable(&self, m: &TransactionMetadata, tickets: &[Ticket]) -> Result<()> {
+        let deadline = Some(std::time::Instant::now() + self.lock_wait);
+        if let Some(Err(e)) = wait_all(tickets, deadline).into_iter().find(Result::is_err) {
+            // A failed sync poisons the writers of those partitions: open them again next time.
+            m.partitions.iter().for_each(|(t, p)| self.forget(t, *p));
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// `e`, from a partition's writer; the cached writer is dropped first when reopening it may
+    /// cure the error (its topic deleted and re-created, a failed sync).
+    fn forget_after(&self, topic: &str, partition: i32, e: Error) -> Error {
+        if matches!(
+            e,
+            Error::UnknownTopicOrPartition(_) | Error::Poisoned(_) | Error::LogPoisoned(_) | Error::Closed(_)
+        ) {
+            self.forget(topic, partition);
+        }
+        e
+    }
+
+    /// Append the marker to one partition. An ABORT is durable when this returns (its
+    /// `.txnindex` entry is written once it is); a COMMIT returns the sync to wait for, so the
+    /// partitions' markers are synced together (`wait_durable`) before Complete* is recorded.
+    fn write_marker(
+        &self,
+        topic: &str,
+        partition: i32,
+        pid: i64,
+        epoch: i16,
+        commit: bool,
+        now: i64,
+    ) -> Result<Option<Ticket>> {
         let Some(log) = self.partition(topic, partition)? else {
             ::log::warn!(
                 target: crate::LOG_TARGET,
                 "no marker for {topic}-{partition}: the partition no longer exists (its topic was deleted)"
             );
-            return Ok(());
+            return Ok(None);
         };
-        let written = lock_log(&log, || format!("{topic}-{partition}"))?.append_txn_marker(
-            pid,
-            epoch,
-            commit,
-            COORDINATOR_EPOCH,
-            now,
-        );
-        match written {
-            Ok(_) => Ok(()),
-            Err(
-                e @ (Error::UnknownTopicOrPartition(_) | Error::Poisoned(_) | Error::LogPoisoned(_) | Error::Closed(_)),
-            ) => {
-                self.forget(topic, partition);
-                Err(e)
-            }
-            Err(e) => Err(e),
-        }
+        let mut log = lock_log(&log, || format!("{topic}-{partition}"))?;
+        let written = if commit {
+            log.defer_durability(|log| log.append_txn_marker(pid, epoch, commit, COORDINATOR_EPOCH, now))
+                .map(|(_, ticket)| ticket)
+        } else {
+            log.append_txn_marker(pid, epoch, commit, COORDINATOR_EPOCH, now).map(|_| None)
+        };
+        drop(log);
+        written.map_err(|e| self.forget_after(topic, partition, e))
     }
 
     /// KIP-98/KIP-360 InitProducerId: a new transactional id gets a new producer id at epoch

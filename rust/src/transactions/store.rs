@@ -111,12 +111,26 @@ impl StateStore {
         Ok(out)
     }
 
-    /// Append `m` durably (the log's flush is "always") and remember it.
-    pub(super) fn append(&self, log: &Arc<Mutex<Log>>, partition: i32, m: &TransactionMetadata) -> Result<()> {
+    /// Append `m` and remember it: durable when this returns if `sync` (the log's flush is
+    /// "always"), else left for the partition's next sync (a roll still syncs the directory).
+    pub(super) fn append(
+        &self,
+        log: &Arc<Mutex<Log>>,
+        partition: i32,
+        m: &TransactionMetadata,
+        sync: bool,
+    ) -> Result<()> {
         let key = encode_key(&m.transactional_id)?;
         let value = encode_value(m)?;
         let record = RecordInput { key: Some(&key), value: Some(&value), headers: &[], timestamp: m.last_update_ms };
-        lock_log(log, || format!("{TRANSACTION_STATE_TOPIC}-{partition}"))?.append_records(&[record])?;
+        let mut log = lock_log(log, || format!("{TRANSACTION_STATE_TOPIC}-{partition}"))?;
+        if sync {
+            log.append_records(&[record])?;
+        } else {
+            // The group-commit ticket is dropped unwaited: only the data msync is skipped.
+            log.defer_durability(|log| log.append_records(&[record]))?;
+        }
+        drop(log);
         // Read back at the next look too (same value); remembered now so a reader between
         // sees it without a scan.
         lock(&self.partitions).entry(partition).or_default().ids.insert(m.transactional_id.clone(), Ok(m.clone()));
