@@ -192,15 +192,15 @@ pub fn check(broker: &Broker, who: &Who, request: &Request, peer: &str) -> Resul
     let Some(refused) = needs(&request.body, v).into_iter().find(|n| !allowed(broker, who, &n.any_of)) else {
         return Ok(None);
     };
-    let (operation, resource_type, name) = &refused.any_of[0];
-    let reason = format!(
-        "{} from {} may not {} {} {}",
-        who.principal,
-        who.host,
-        operation_name(*operation),
-        resource_name(*resource_type),
-        name.as_deref().unwrap_or("(any)")
-    );
+    let what: Vec<String> = refused
+        .any_of
+        .iter()
+        .map(|(operation, resource_type, name)| {
+            let name = name.as_deref().unwrap_or("(any)");
+            format!("{} {} {name}", operation_name(*operation), resource_name(*resource_type))
+        })
+        .collect();
+    let reason = format!("{} from {} may not {}", who.principal, who.host, what.join(" or "));
     let code = codes::refused(peer, &format!("{:?}", request.key), refused.code, &reason);
     refusal(request, code).map(Some)
 }
