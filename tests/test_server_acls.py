@@ -12,7 +12,6 @@ import os
 import socket
 import stat
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -93,7 +92,14 @@ def send(client: KafkaAdminClient, request):
     return client._manager.run(client._manager.send, request)
 
 
-def acl(principal: str, op: ACLOperation, rtype: ResourceType, name: str, prefixed: bool = False, deny: bool = False):
+def acl(
+    principal: str,
+    op: ACLOperation,
+    rtype: ResourceType,
+    name: str,
+    prefixed: bool = False,
+    deny: bool = False,
+):
     pattern = ACLResourcePatternType.PREFIXED if prefixed else ACLResourcePatternType.LITERAL
     permission = ACLPermissionType.DENY if deny else ACLPermissionType.ALLOW
     return ACL(principal, "*", op, permission, ResourcePattern(rtype, name, pattern))
@@ -110,7 +116,9 @@ def everything() -> ACLFilter:
 
 
 def fetch(client: KafkaAdminClient, topic: str):
-    partition = FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+    partition = FetchRequest.FetchTopic.FetchPartition(
+        partition=0, fetch_offset=0, partition_max_bytes=1 << 20
+    )
     request = FetchRequest(
         max_version=12,
         replica_id=-1,
@@ -135,7 +143,9 @@ def test_acls_created_listed_and_deleted_with_kafka_python(server, data):
     ]
     result = admin.create_acls(wanted)
     assert not result["failed"] and len(result["succeeded"]) == 3, result
-    bad = ACL("alice", "*", ACLOperation.READ, ACLPermissionType.ALLOW, ResourcePattern(ResourceType.TOPIC, "x"))
+    bad = ACL(
+        "alice", "*", ACLOperation.READ, ACLPermissionType.ALLOW, ResourcePattern(ResourceType.TOPIC, "x")
+    )
     result = admin.create_acls([bad])
     assert result["failed"] == [kafka.errors.InvalidRequestError], result
     found, error = admin.describe_acls(everything())
@@ -175,7 +185,9 @@ def test_a_user_without_acls_is_refused_by_every_api(server, caplog):
     assert fetch(bob, "payments").error_code == TOPIC_AUTHORIZATION_FAILED
     # Metadata: the listing leaves the topics out; a named one is refused.
     assert listed_topics(bob) == set()
-    [named] = send(bob, MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="payments")])).topics
+    [named] = send(
+        bob, MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="payments")])
+    ).topics
     assert named.error_code == TOPIC_AUTHORIZATION_FAILED
     # Groups: the coordinator, the join, the commit.
     found = send(bob, FindCoordinatorRequest(max_version=3, key="g", key_type=0))
@@ -205,9 +217,13 @@ def test_a_user_without_acls_is_refused_by_every_api(server, caplog):
     [deleted] = send(bob, delete).responses
     assert deleted.error_code == TOPIC_AUTHORIZATION_FAILED
     # Producer ids: transactional and idempotent.
-    init = InitProducerIdRequest(transactional_id="tx", transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1)
+    init = InitProducerIdRequest(
+        transactional_id="tx", transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1
+    )
     assert send(bob, init).error_code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    init = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1)
+    init = InitProducerIdRequest(
+        transactional_id=None, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1
+    )
     assert send(bob, init).error_code == CLUSTER_AUTHORIZATION_FAILED
     # The ACL APIs themselves.
     assert send(bob, DescribeAclsRequest(
@@ -450,7 +466,9 @@ def test_kafka_acls_adds_lists_and_removes(server, tmp_path):
          "--resource-pattern-type", "prefixed", "--group", "alice-")  # fmt: skip
     acls("--add", "--deny-principal", "User:alice", "--operation", "Read", "--topic", "orders-us")
     listed = acls("--list").stdout
-    assert "name=orders-, patternType=PREFIXED" in listed and "name=orders-us, patternType=LITERAL" in listed, listed
+    assert (
+        "name=orders-, patternType=PREFIXED" in listed and "name=orders-us, patternType=LITERAL" in listed
+    ), listed
     assert "principal=User:alice, host=*, operation=READ, permissionType=DENY" in listed, listed
     alice = admin_client(server, "alice")
     assert fetch(alice, "orders-eu").error_code == 0

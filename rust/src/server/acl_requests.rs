@@ -86,8 +86,7 @@ fn needs(body: &Body, version: i16) -> Vec<Need> {
             })
             .collect(),
         Body::FindCoordinator(r) => {
-            let keys: Vec<&StrBytes> =
-                if version >= 4 { r.coordinator_keys.iter().collect() } else { vec![&r.key] };
+            let keys: Vec<&StrBytes> = if version >= 4 { r.coordinator_keys.iter().collect() } else { vec![&r.key] };
             let by_key = |k: &&StrBytes| if r.key_type == 1 { txn(op::DESCRIBE, k) } else { group(op::DESCRIBE, k) };
             keys.iter().map(by_key).collect()
         }
@@ -431,9 +430,8 @@ fn refusal(request: &Request, code: i16) -> Result<Bytes, DecodeError> {
                     .collect::<Vec<_>>()
             };
             let body = if v < 4 {
-                AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(topic_results(
-                    &r.v3_and_below_topics,
-                ))
+                AddPartitionsToTxnResponse::default()
+                    .with_results_by_topic_v3_and_below(topic_results(&r.v3_and_below_topics))
             } else {
                 let results = r
                     .transactions
@@ -450,8 +448,10 @@ fn refusal(request: &Request, code: i16) -> Result<Bytes, DecodeError> {
         }
         Body::AddOffsetsToTxn(_) => frame(key, v, id, &AddOffsetsToTxnResponse::default().with_error_code(code)),
         Body::EndTxn(_) => {
-            let body =
-                EndTxnResponse::default().with_error_code(code).with_producer_id(ProducerId(-1)).with_producer_epoch(-1);
+            let body = EndTxnResponse::default()
+                .with_error_code(code)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1);
             frame(key, v, id, &body)
         }
         Body::TxnOffsetCommit(r) => {
@@ -490,7 +490,9 @@ fn refusal(request: &Request, code: i16) -> Result<Bytes, DecodeError> {
                                 .with_error_message(named(code, true))
                         })
                         .collect();
-                    describe_producers_response::TopicResponse::default().with_name(t.name.clone()).with_partitions(parts)
+                    describe_producers_response::TopicResponse::default()
+                        .with_name(t.name.clone())
+                        .with_partitions(parts)
                 })
                 .collect();
             frame(key, v, id, &DescribeProducersResponse::default().with_topics(topics))
@@ -670,11 +672,11 @@ pub struct Listing<'a> {
 }
 
 impl<'a> Listing<'a> {
-    /// None when the ACLs are not enforced: nothing is filtered.
-    pub fn new(broker: &'a Broker, who: &'a Who, peer: &'a str) -> Option<Listing<'a>> {
-        broker.acls.enforced().then_some(Listing { broker, who, peer })
+    pub fn new(broker: &'a Broker, who: &'a Who, peer: &'a str) -> Listing<'a> {
+        Listing { broker, who, peer }
     }
 
+    /// Always true while the ACLs are not enforced: nothing is filtered then.
     fn may(&self, operation: i8, resource_type: i8, name: &str) -> bool {
         self.broker.acls.allows(self.who, operation, resource_type, name)
     }
@@ -683,7 +685,8 @@ impl<'a> Listing<'a> {
     /// CREATE while they do not exist and would be created, are taken out of the request;
     /// returns them for `metadata_after`, with the names asked (None: every topic).
     pub fn metadata_before(&self, r: &mut MetadataRequest, version: i16) -> MetadataCut {
-        let Some(topics) = r.topics.as_mut().filter(|t| !(t.is_empty() && version == 0)) else {
+        let every = r.topics.as_ref().is_none_or(|t| t.is_empty() && version == 0);
+        let Some(topics) = r.topics.as_mut().filter(|_| !every && self.broker.acls.enforced()) else {
             return MetadataCut { asked: None, refused: Vec::new() };
         };
         let existing = self.broker.topics().ok();
@@ -716,6 +719,9 @@ impl<'a> Listing<'a> {
     /// Metadata after its handler: only what was asked and may be described, and the refused
     /// names with TOPIC_AUTHORIZATION_FAILED.
     pub fn metadata_after(&self, cut: MetadataCut, mut response: MetadataResponse) -> MetadataResponse {
+        if !self.broker.acls.enforced() {
+            return response;
+        }
         response.topics.retain(|t| {
             let name = t.name.as_ref().map(|n| n.to_string()).unwrap_or_default();
             cut.asked.as_ref().is_none_or(|a| a.contains(&name)) && self.may(op::DESCRIBE, resource::TOPIC, &name)
@@ -733,7 +739,7 @@ impl<'a> Listing<'a> {
 
     /// ListGroups: every group with DESCRIBE on the cluster, else those it may DESCRIBE.
     pub fn list_groups(&self, mut response: ListGroupsResponse) -> ListGroupsResponse {
-        if !self.may(op::DESCRIBE, resource::CLUSTER, CLUSTER_NAME) {
+        if self.broker.acls.enforced() && !self.may(op::DESCRIBE, resource::CLUSTER, CLUSTER_NAME) {
             response.groups.retain(|g| self.may(op::DESCRIBE, resource::GROUP, &g.group_id));
         }
         response
@@ -741,7 +747,12 @@ impl<'a> Listing<'a> {
 
     /// ListTransactions: the transactional ids it may DESCRIBE.
     pub fn list_transactions(&self, mut response: ListTransactionsResponse) -> ListTransactionsResponse {
-        response.transaction_states.retain(|t| self.may(op::DESCRIBE, resource::TRANSACTIONAL_ID, &t.transactional_id));
+        if self.broker.acls.enforced() {
+            let may = |t: &list_transactions_response::TransactionState| {
+                self.may(op::DESCRIBE, resource::TRANSACTIONAL_ID, &t.transactional_id)
+            };
+            response.transaction_states.retain(may);
+        }
         response
     }
 }

@@ -96,12 +96,8 @@ const RESOURCE_NAMES: &[(i8, &str)] = &[
     (resource::DELEGATION_TOKEN, "DELEGATION_TOKEN"),
     (resource::USER, "USER"),
 ];
-const PATTERN_NAMES: &[(i8, &str)] = &[
-    (pattern::ANY, "ANY"),
-    (pattern::MATCH, "MATCH"),
-    (pattern::LITERAL, "LITERAL"),
-    (pattern::PREFIXED, "PREFIXED"),
-];
+const PATTERN_NAMES: &[(i8, &str)] =
+    &[(pattern::ANY, "ANY"), (pattern::MATCH, "MATCH"), (pattern::LITERAL, "LITERAL"), (pattern::PREFIXED, "PREFIXED")];
 const OPERATION_NAMES: &[(i8, &str)] = &[
     (op::ANY, "ANY"),
     (op::ALL, "ALL"),
@@ -384,9 +380,11 @@ impl Authorizer {
         let denied_everywhere = acls.iter().filter(mine).any(|a| {
             a.permission == permission::DENY
                 && (a.operation == op::ALL || a.operation == operation)
-                && ((a.pattern_type == pattern::LITERAL && a.name == WILDCARD) || a.pattern_type == pattern::PREFIXED && a.name.is_empty())
+                && ((a.pattern_type == pattern::LITERAL && a.name == WILDCARD)
+                    || a.pattern_type == pattern::PREFIXED && a.name.is_empty())
         });
-        !denied_everywhere && acls.iter().filter(mine).any(|a| a.permission == permission::ALLOW && implies(a.operation, operation))
+        !denied_everywhere
+            && acls.iter().filter(mine).any(|a| a.permission == permission::ALLOW && implies(a.operation, operation))
     }
 
     /// The ACLs `filter` matches.
@@ -488,8 +486,7 @@ mod tests {
         let a = Authorizer::open(dir.path(), Mode::On, true, &["User:root".into()]).unwrap();
         let alice = who("User:alice");
         assert!(!a.allows(&alice, op::READ, resource::TOPIC, "orders"), "no ACL: refused");
-        a.create(&[acl(resource::TOPIC, "ord", pattern::PREFIXED, "User:alice", op::READ, permission::ALLOW)])
-            .unwrap();
+        a.create(&[acl(resource::TOPIC, "ord", pattern::PREFIXED, "User:alice", op::READ, permission::ALLOW)]).unwrap();
         assert!(a.allows(&alice, op::READ, resource::TOPIC, "orders"));
         assert!(a.allows(&alice, op::DESCRIBE, resource::TOPIC, "orders"), "READ implies DESCRIBE");
         assert!(!a.allows(&alice, op::WRITE, resource::TOPIC, "orders"));

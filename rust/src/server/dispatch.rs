@@ -10,7 +10,6 @@ use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeProducersRequest, DescribeTransactionsRequest,
     EndTxnRequest, ListTransactionsRequest, TxnOffsetCommitRequest,
 };
-use kafka_protocol::messages::{CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest};
 use kafka_protocol::messages::{
     AlterConfigsRequest, ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreatePartitionsRequest, CreateTopicsRequest,
     DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
@@ -19,15 +18,16 @@ use kafka_protocol::messages::{
     ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest,
     RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
+use kafka_protocol::messages::{CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
+use super::authorizer::Who;
 use super::broker::Broker;
 use super::codes;
-use super::authorizer::Who;
 use super::{
-    acl_api, acl_requests, cluster, configs, coordinator, delete_records, describe_producers, fetch, group_api, groups_admin,
-    init_producer_id, list_offsets, log_dirs, metadata, offset_commit, offset_delete, produce, topics_admin,
-    transactions_admin, txn_api, waits,
+    acl_api, acl_requests, cluster, configs, coordinator, delete_records, describe_producers, fetch, group_api,
+    groups_admin, init_producer_id, list_offsets, log_dirs, metadata, offset_commit, offset_delete, produce,
+    topics_admin, transactions_admin, txn_api, waits,
 };
 
 /// The APIs and versions implemented here: exactly what ApiVersions advertises. The upper
@@ -277,13 +277,10 @@ pub async fn handle(
     let response = match request.body {
         Body::ApiVersions(_) => frame(key, v, id, &api_versions(codes::NONE))?,
         Body::ApiVersionsUnsupported => frame(key, 0, id, &api_versions(codes::UNSUPPORTED_VERSION))?,
-        Body::Metadata(mut r) => match &listing {
-            Some(l) => {
-                let cut = l.metadata_before(&mut r, v);
-                frame(key, v, id, &l.metadata_after(cut, metadata::metadata(broker, r, v, peer).await))?
-            }
-            None => frame(key, v, id, &metadata::metadata(broker, r, v, peer).await)?,
-        },
+        Body::Metadata(mut r) => {
+            let cut = listing.metadata_before(&mut r, v);
+            frame(key, v, id, &listing.metadata_after(cut, metadata::metadata(broker, r, v, peer).await))?
+        }
         Body::CreateTopics(r) => frame(key, v, id, &metadata::create_topics(broker, r, v, peer).await)?,
         Body::Produce(r) => match produce::produce(broker, r, v, peer).await {
             Some(resp) => frame(key, v, id, &resp)?,
@@ -313,10 +310,7 @@ pub async fn handle(
         }
         Body::ListGroups(r) => {
             let groups = blocking(broker, key, move |b| group_api::list_groups(b, r, v)).await?;
-            frame(key, v, id, &match &listing {
-                Some(l) => l.list_groups(groups),
-                None => groups,
-            })?
+            frame(key, v, id, &listing.list_groups(groups))?
         }
         Body::ListOffsets(r) => {
             frame(key, v, id, &blocking(broker, key, move |b| list_offsets::list_offsets(b, r, v, &client)).await?)?
@@ -356,10 +350,7 @@ pub async fn handle(
         Body::ListTransactions(r) => {
             let listed =
                 blocking(broker, key, move |b| transactions_admin::list_transactions(b, r, v, &client)).await?;
-            frame(key, v, id, &match &listing {
-                Some(l) => l.list_transactions(listed),
-                None => listed,
-            })?
+            frame(key, v, id, &listing.list_transactions(listed))?
         }
         Body::DeleteGroups(r) => {
             frame(key, v, id, &blocking(broker, key, move |b| groups_admin::delete_groups(b, r, &client)).await?)?

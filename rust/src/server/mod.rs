@@ -99,8 +99,8 @@ use tokio::sync::watch;
 pub const LOG_TARGET: &str = "kafkalite::server";
 
 use crate::error::{Error, Result};
-pub use broker::Broker;
 pub use authorizer::Mode as AuthorizerMode;
+pub use broker::Broker;
 pub use dispatch::{decode_request, SUPPORTED as SUPPORTED_APIS};
 pub use durable::AcksAll;
 pub use fetch::{FETCH_MAX_BYTES, FETCH_MAX_BYTES_MIN};
