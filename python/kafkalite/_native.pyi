@@ -269,6 +269,8 @@ class NativeServer:
         acks_all: str = "disk",
         metrics: str | None = None,
         max_open_partitions: int | None = None,
+        authorizer: bool = False,
+        super_users: list[str] = ...,
     ) -> NativeServer: ...
     @property
     def local_addr(self) -> str: ...

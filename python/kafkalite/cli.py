@@ -446,6 +446,8 @@ def _serve(args: argparse.Namespace) -> int:
         metrics=args.metrics,
         acks_all=args.acks_all,
         max_open_partitions=args.max_open_partitions,
+        authorizer=args.authorizer,
+        super_users=[u for u in (args.super_users or "").split(";") if u],
         # Unset: the server's default (kafkalite.server.FETCH_MAX_BYTES).
         **({} if args.fetch_max_bytes is None else {"fetch_max_bytes": args.fetch_max_bytes}),
     ) as server:
@@ -691,6 +693,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="the most partitions kept open while no request uses them (each holds about 3 file "
         "descriptors; the least recently used is closed and reopened when needed); default: a share "
         "of the open-file limit, which the server raises to its hard limit (ulimit -Hn) at start",
+    )
+    serve.add_argument(
+        "--authorizer",
+        action="store_true",
+        help="enforce the ACLs (kafka-acls) on every request, even with none (then only --super-users "
+        "may do anything); without it they are enforced never on a loopback listener and, on any "
+        "other, as soon as one ACL exists",
+    )
+    serve.add_argument(
+        "--super-users",
+        metavar="PRINCIPALS",
+        help="Kafka's super.users: principals the ACLs never restrict, separated by ';' "
+        "(e.g. 'User:admin;User:ops')",
     )
     serve.add_argument(
         "--log-level",

@@ -10,6 +10,13 @@ server refuses to start without one. ``sasl=True`` asks for SASL on loopback too
 requests by API and error code, bytes in and out, topics, partitions, groups and consumer lag. There is no
 TLS: SCRAM keeps passwords off the wire, but records travel in clear.
 
+Authorization follows Kafka's ACL model (``kafka-acls``, Admin's ``create_acls``): a client is the
+principal ``User:<name>`` it authenticated as (``User:ANONYMOUS`` without SASL), and the ACLs in
+the data directory say what it may do. They are enforced with ``authorizer=True``; without it,
+never on a loopback listener and, on any other, as soon as one ACL exists. ``super_users``
+(Kafka's ``super.users``, e.g. ``["User:admin"]``) may do everything. The embedded API is the
+data directory's owner and is never restricted.
+
 ``acks_all`` says when a Produce with ``acks=all`` is answered: ``"disk"`` (the default) once a
 sync covering the batch returned, as the embedded ``Producer(acks='all')`` promises; ``"page-cache"``
 once it is in the page cache, as a Kafka broker answers (its durability comes from replicas,
@@ -28,6 +35,7 @@ limit (RLIMIT_NOFILE), as Kafka asks of a broker's ``ulimit -n``.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Self
 
@@ -58,6 +66,8 @@ class Server:
         acks_all: str = "disk",
         metrics: str | None = None,
         max_open_partitions: int | None = None,
+        authorizer: bool = False,
+        super_users: Sequence[str] = (),
     ) -> None:
         try:
             self.path = os.path.abspath(os.fspath(path))
@@ -74,7 +84,13 @@ class Server:
                 raise InvalidTypeError(
                     f"{name} must be a 'HOST:PORT' str, not {type(value).__name__} ({value!r})"
                 )
-        for flag, given in (("auto_create_topics", auto_create_topics), ("sasl", sasl)):
+        if isinstance(super_users, str) or not all(isinstance(u, str) for u in super_users):
+            raise InvalidTypeError("super_users must be a list of principals such as ['User:admin']")
+        for flag, given in (
+            ("auto_create_topics", auto_create_topics),
+            ("sasl", sasl),
+            ("authorizer", authorizer),
+        ):
             if not isinstance(given, bool):
                 raise InvalidTypeError(f"{flag} must be a bool, not {type(given).__name__}")
         check_fetch_max_bytes(fetch_max_bytes)
@@ -91,6 +107,8 @@ class Server:
             acks_all=acks_all,
             metrics=metrics,
             max_open_partitions=max_open_partitions,
+            authorizer=authorizer,
+            super_users=list(super_users),
         )
         self.address: str = self._native.local_addr
         #: What Kafka clients take as ``bootstrap.servers`` (the advertised listener).

@@ -103,6 +103,8 @@ pub const CHECKPOINT_LOCK_FILE: &str = ".kafkalite-checkpoints.lock";
 pub const PRODUCER_IDS_FILE: &str = ".kafkalite-producer-ids";
 /// SASL/SCRAM users: salted, hashed credentials, never passwords; mode 0600 (`users.rs`).
 pub const USERS_FILE: &str = ".kafkalite-users.json";
+/// The server's ACLs (Kafka's ACL model); mode 0600 (`server/authorizer.rs`).
+pub const ACLS_FILE: &str = ".kafkalite-acls.json";
 /// Consumer-group state, one folder per group.
 pub const GROUPS_DIR: &str = ".kafkalite-groups";
 /// In a group's folder: the flock serializing every change of the group's membership, taken by

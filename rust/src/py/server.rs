@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 
-use crate::server::{AcksAll, Server, ServerConfig, FETCH_MAX_BYTES};
+use crate::server::{AcksAll, AuthorizerMode, Server, ServerConfig, FETCH_MAX_BYTES};
 
 #[pyclass(frozen, module = "kafkalite._native")]
 pub struct NativeServer {
@@ -24,6 +24,7 @@ impl NativeServer {
     #[pyo3(signature = (
         data_dir, listen, advertised=None, auto_create_topics=true, idle_timeout_ms=600_000, sasl=false,
         fetch_max_bytes=FETCH_MAX_BYTES, acks_all="disk", metrics=None, max_open_partitions=None,
+        authorizer=false, super_users=Vec::new(),
     ))]
     #[allow(clippy::too_many_arguments)] // Python's keyword arguments
     fn new(
@@ -38,6 +39,8 @@ impl NativeServer {
         acks_all: &str,
         metrics: Option<String>,
         max_open_partitions: Option<usize>,
+        authorizer: bool,
+        super_users: Vec<String>,
     ) -> PyResult<Self> {
         let mut config = ServerConfig::new(data_dir, listen);
         config.fetch_max_bytes = fetch_max_bytes;
@@ -48,6 +51,8 @@ impl NativeServer {
         config.sasl = sasl;
         config.metrics = metrics;
         config.max_open_partitions = max_open_partitions;
+        config.authorizer = if authorizer { AuthorizerMode::On } else { AuthorizerMode::Auto };
+        config.super_users = super_users;
         let server = py.detach(|| Server::start(config))?;
         let local_addr = server.local_addr().to_string();
         let advertised = server.advertised();

@@ -134,6 +134,8 @@ pub struct Broker {
     stopping: Arc<AtomicBool>,
     /// What `kafkalite serve --metrics` reports (`metrics`).
     pub metrics: super::metrics::Metrics,
+    /// The ACLs and who they apply to (`authorizer`).
+    pub acls: super::authorizer::Authorizer,
     bridge: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -172,6 +174,12 @@ impl Broker {
             producer_ids,
             stopping,
             metrics: Default::default(),
+            acls: super::authorizer::Authorizer::open(
+                &config.data_dir,
+                config.authorizer,
+                super::listen::resolve(&config.listen)?.1,
+                &config.super_users,
+            )?,
             bridge: Mutex::new(Some(bridge)),
         })
     }

@@ -193,10 +193,11 @@ async fn serve_until_closed(
             }
             (Outcome::Close, _) => return "closed by its SASL session (a request before authentication)".into(),
         };
+        let who = super::authorizer::who(&session, &peer);
         let response = tokio::select! {
             _ = stop.changed() => return "the server stops".into(),
             _ = closed_by_peer(&mut reader) => return "closed by the client while its request was served".into(),
-            response = handle(broker, request, &peer) => response,
+            response = handle(broker, request, &peer, &who) => response,
         };
         match response {
             Ok(Some(bytes)) => {

@@ -18,14 +18,16 @@ use kafka_protocol::messages::{
     ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest,
     RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
+use kafka_protocol::messages::{CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
+use super::authorizer::Who;
 use super::broker::Broker;
 use super::codes;
 use super::{
-    cluster, configs, coordinator, delete_records, describe_producers, fetch, group_api, groups_admin,
-    init_producer_id, list_offsets, log_dirs, metadata, offset_commit, offset_delete, produce, topics_admin,
-    transactions_admin, txn_api, waits,
+    acl_api, acl_requests, cluster, configs, coordinator, delete_records, describe_producers, fetch, group_api,
+    groups_admin, init_producer_id, list_offsets, log_dirs, metadata, offset_commit, offset_delete, produce,
+    topics_admin, transactions_admin, txn_api, waits,
 };
 
 /// The APIs and versions implemented here: exactly what ApiVersions advertises. The upper
@@ -69,6 +71,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeCluster, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
 ];
@@ -113,6 +118,9 @@ pub enum Body {
     DescribeCluster(DescribeClusterRequest),
     OffsetDelete(OffsetDeleteRequest),
     DescribeLogDirs(DescribeLogDirsRequest),
+    CreateAcls(CreateAclsRequest),
+    DescribeAcls(DescribeAclsRequest),
+    DeleteAcls(DeleteAclsRequest),
     SaslHandshake(SaslHandshakeRequest),
     SaslAuthenticate(SaslAuthenticateRequest),
     /// ApiVersions at a version we do not know: answered with UNSUPPORTED_VERSION at v0,
@@ -191,6 +199,9 @@ pub fn decode_request(frame: Bytes) -> Result<Request, DecodeError> {
         ApiKey::DescribeCluster => Body::DescribeCluster(decode(&mut buf, version)?),
         ApiKey::OffsetDelete => Body::OffsetDelete(decode(&mut buf, version)?),
         ApiKey::DescribeLogDirs => Body::DescribeLogDirs(decode(&mut buf, version)?),
+        ApiKey::CreateAcls => Body::CreateAcls(decode(&mut buf, version)?),
+        ApiKey::DescribeAcls => Body::DescribeAcls(decode(&mut buf, version)?),
+        ApiKey::DeleteAcls => Body::DeleteAcls(decode(&mut buf, version)?),
         ApiKey::SaslHandshake => Body::SaslHandshake(decode(&mut buf, version)?),
         ApiKey::SaslAuthenticate => Body::SaslAuthenticate(decode(&mut buf, version)?),
         other => return Err(DecodeError(format!("{other:?} is not supported"))),
@@ -243,19 +254,33 @@ async fn blocking<T: Send + 'static>(
     })
 }
 
-/// Answer one request; `None` when Kafka sends no response (Produce with acks=0).
-pub async fn handle(broker: &Arc<Broker>, request: Request, peer: &str) -> Result<Option<Bytes>, DecodeError> {
+/// Answer one request of `who`; `None` when Kafka sends no response (Produce with acks=0).
+pub async fn handle(
+    broker: &Arc<Broker>,
+    request: Request,
+    peer: &str,
+    who: &Who,
+) -> Result<Option<Bytes>, DecodeError> {
     // Shadows this module's `frame`: the same bytes, with the response's error codes noted.
     use super::metrics::frame;
     let v = request.header.request_api_version;
     let id = request.header.correlation_id;
     let key = request.key;
+    // The ACLs, before any handler runs (`acl_requests`); listings are filtered below.
+    if let Some(refusal) = acl_requests::check(broker, who, &request, peer)? {
+        broker.metrics.answered(key);
+        return Ok(Some(refusal));
+    }
+    let listing = acl_requests::Listing::new(broker, who, peer);
     // The client's address for the handlers that run off the workers (they outlive this borrow).
     let client = peer.to_string();
     let response = match request.body {
         Body::ApiVersions(_) => frame(key, v, id, &api_versions(codes::NONE))?,
         Body::ApiVersionsUnsupported => frame(key, 0, id, &api_versions(codes::UNSUPPORTED_VERSION))?,
-        Body::Metadata(r) => frame(key, v, id, &metadata::metadata(broker, r, v, peer).await)?,
+        Body::Metadata(mut r) => {
+            let cut = listing.metadata_before(&mut r, v);
+            frame(key, v, id, &listing.metadata_after(cut, metadata::metadata(broker, r, v, peer).await))?
+        }
         Body::CreateTopics(r) => frame(key, v, id, &metadata::create_topics(broker, r, v, peer).await)?,
         Body::Produce(r) => match produce::produce(broker, r, v, peer).await {
             Some(resp) => frame(key, v, id, &resp)?,
@@ -284,7 +309,8 @@ pub async fn handle(broker: &Arc<Broker>, request: Request, peer: &str) -> Resul
             frame(key, v, id, &blocking(broker, key, move |b| group_api::describe_groups(b, r)).await?)?
         }
         Body::ListGroups(r) => {
-            frame(key, v, id, &blocking(broker, key, move |b| group_api::list_groups(b, r, v)).await?)?
+            let groups = blocking(broker, key, move |b| group_api::list_groups(b, r, v)).await?;
+            frame(key, v, id, &listing.list_groups(groups))?
         }
         Body::ListOffsets(r) => {
             frame(key, v, id, &blocking(broker, key, move |b| list_offsets::list_offsets(b, r, v, &client)).await?)?
@@ -321,12 +347,11 @@ pub async fn handle(broker: &Arc<Broker>, request: Request, peer: &str) -> Resul
             id,
             &blocking(broker, key, move |b| transactions_admin::describe_transactions(b, r, &client)).await?,
         )?,
-        Body::ListTransactions(r) => frame(
-            key,
-            v,
-            id,
-            &blocking(broker, key, move |b| transactions_admin::list_transactions(b, r, v, &client)).await?,
-        )?,
+        Body::ListTransactions(r) => {
+            let listed =
+                blocking(broker, key, move |b| transactions_admin::list_transactions(b, r, v, &client)).await?;
+            frame(key, v, id, &listing.list_transactions(listed))?
+        }
         Body::DeleteGroups(r) => {
             frame(key, v, id, &blocking(broker, key, move |b| groups_admin::delete_groups(b, r, &client)).await?)?
         }
@@ -355,6 +380,13 @@ pub async fn handle(broker: &Arc<Broker>, request: Request, peer: &str) -> Resul
         }
         Body::DescribeLogDirs(r) => {
             frame(key, v, id, &blocking(broker, key, move |b| log_dirs::describe_log_dirs(b, r, &client)).await?)?
+        }
+        Body::CreateAcls(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| acl_api::create_acls(b, r, &client)).await?)?
+        }
+        Body::DescribeAcls(r) => frame(key, v, id, &acl_api::describe_acls(broker, r, peer))?,
+        Body::DeleteAcls(r) => {
+            frame(key, v, id, &blocking(broker, key, move |b| acl_api::delete_acls(b, r, &client)).await?)?
         }
         // The connection's SASL session answers these (`sasl::Session::admit`) before dispatch.
         Body::SaslHandshake(_) | Body::SaslAuthenticate(_) => {

@@ -285,4 +285,7 @@ error_codes! {
     DescribeProducersResponse => |r, f| r.topics.iter().flat_map(|t| &t.partitions).for_each(|p| f(p.error_code));
     DescribeTransactionsResponse => |r, f| r.transaction_states.iter().for_each(|t| f(t.error_code));
     ListTransactionsResponse => |r, f| f(r.error_code);
+    CreateAclsResponse => |r, f| r.results.iter().for_each(|a| f(a.error_code));
+    DescribeAclsResponse => |r, f| f(r.error_code);
+    DeleteAclsResponse => |r, f| r.filter_results.iter().for_each(|a| f(a.error_code));
 }

@@ -26,7 +26,10 @@
 //! and the admin APIs: `topics_admin` (DeleteTopics, CreatePartitions), `configs`
 //! (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs), `delete_records`, `groups_admin`
 //! (DeleteGroups; the groups that only have committed offsets), `log_dirs` (DescribeLogDirs) and
-//! `cluster` (DescribeCluster, the cluster id); `topic_creation` (CreateTopics' and Metadata's
+//! `cluster` (DescribeCluster, the cluster id); `authorizer` (Kafka's ACL model: the ACL file,
+//! principals, StandardAuthorizer's decision) with `acl_api` (CreateAcls, DescribeAcls,
+//! DeleteAcls) and `acl_requests` (which operation on which resource each API needs, checked
+//! in `dispatch` before the handler, and the refusals); `topic_creation` (CreateTopics' and Metadata's
 //! creations, off the request workers under Kafka's controller mutation quota); `metrics`
 //! (`--metrics`: the counters and a Prometheus text page on its own listener). Refused requests
 //! are logged at WARNING with the client's address and the reason (`codes::refused`).
@@ -44,6 +47,9 @@
 //! binding forwards to `logging.getLogger("kafkalite.server...")`: the start at INFO here,
 //! connections in `connection`, group joins, rebalances and evictions in `group`.
 
+mod acl_api;
+mod acl_requests;
+mod authorizer;
 mod broker;
 mod cluster;
 mod codes;
@@ -93,6 +99,7 @@ use tokio::sync::watch;
 pub const LOG_TARGET: &str = "kafkalite::server";
 
 use crate::error::{Error, Result};
+pub use authorizer::Mode as AuthorizerMode;
 pub use broker::Broker;
 pub use dispatch::{decode_request, SUPPORTED as SUPPORTED_APIS};
 pub use durable::AcksAll;
@@ -127,6 +134,11 @@ pub struct ServerConfig {
     /// The most partition logs kept open that no request is using (`--max-open-partitions`);
     /// None: a share of RLIMIT_NOFILE (`open_logs::default_max_open`), after `start` raised it.
     pub max_open_partitions: Option<usize>,
+    /// When the ACLs are enforced (`--authorizer`: always; by default off on loopback, and on
+    /// elsewhere once any ACL exists).
+    pub authorizer: AuthorizerMode,
+    /// `super.users`: principals (`User:alice`) the ACLs never restrict.
+    pub super_users: Vec<String>,
 }
 
 impl ServerConfig {
@@ -144,6 +156,8 @@ impl ServerConfig {
             acks_all: AcksAll::Disk,
             metrics: None,
             max_open_partitions: None,
+            authorizer: AuthorizerMode::Auto,
+            super_users: Vec::new(),
         }
     }
 }

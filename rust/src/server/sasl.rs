@@ -57,6 +57,8 @@ pub struct Session {
     required: bool,
     state: State,
     peer: String,
+    /// The SCRAM user this connection authenticated as (`authorizer::who` reads it).
+    user: Option<String>,
 }
 
 fn mechanism_names() -> Vec<StrBytes> {
@@ -66,7 +68,12 @@ fn mechanism_names() -> Vec<StrBytes> {
 impl Session {
     /// `required`: the listener is SASL_PLAINTEXT (non-loopback, or `--sasl`).
     pub fn new(required: bool, peer: &str) -> Session {
-        Session { required, state: State::Handshake, peer: peer.to_string() }
+        Session { required, state: State::Handshake, peer: peer.to_string(), user: None }
+    }
+
+    /// The user the connection authenticated as, if it did.
+    pub fn user(&self) -> Option<&str> {
+        self.user.as_deref()
     }
 
     fn authenticated(&self) -> bool {
@@ -93,8 +100,9 @@ impl Session {
         let State::RawTokens(scram) = &mut self.state else { return Outcome::Close };
         match step(scram, token, dir, &self.peer) {
             Ok((reply, done)) => {
-                if done {
+                if done.is_some() {
                     self.state = State::Authenticated;
+                    self.user = done;
                 }
                 let mut out = BytesMut::with_capacity(4 + reply.len());
                 out.put_i32(reply.len() as i32);
@@ -170,8 +178,9 @@ impl Session {
         };
         match step(scram, token, dir, &self.peer) {
             Ok((reply, done)) => {
-                if done {
+                if done.is_some() {
                     self.state = State::Authenticated;
+                    self.user = done;
                 }
                 (Kind::Reply, codes::NONE, None, Bytes::from(reply))
             }
@@ -194,9 +203,9 @@ fn encode<T: kafka_protocol::protocol::Encodable>(key: ApiKey, v: i16, id: i32, 
     }
 }
 
-/// One SCRAM step with the data directory's users: the server's message and whether the client
-/// is now authenticated, or the message for the client.
-fn step(scram: &mut ScramServer, token: &[u8], dir: &Path, peer: &str) -> Result<(Vec<u8>, bool), String> {
+/// One SCRAM step with the data directory's users: the server's message and the user the client
+/// is now authenticated as (None: not yet), or the message for the client.
+fn step(scram: &mut ScramServer, token: &[u8], dir: &Path, peer: &str) -> Result<(Vec<u8>, Option<String>), String> {
     let mechanism = scram.mechanism();
     let lookup = |user: &str| {
         users::credential(dir, user, mechanism).map_err(|e| {
@@ -205,10 +214,10 @@ fn step(scram: &mut ScramServer, token: &[u8], dir: &Path, peer: &str) -> Result
         })
     };
     match scram.step(token, lookup) {
-        Ok(Step::Challenge(reply)) => Ok((reply, false)),
+        Ok(Step::Challenge(reply)) => Ok((reply, None)),
         Ok(Step::Done { user, response }) => {
             ::log::debug!(target: LOG_TARGET, "{peer} authenticated as {user:?} with {}", mechanism.name());
-            Ok((response, true))
+            Ok((response, Some(user)))
         }
         Err(e) => {
             ::log::info!(target: LOG_TARGET, "failed SASL authentication from {peer} with {}: {}", mechanism.name(), e.0);
