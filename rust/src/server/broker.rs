@@ -303,7 +303,15 @@ impl Broker {
             return Ok(Some(log));
         }
         let log = match self.with_descriptors(|| self.open_log(topic, partition, access)) {
-            Err((closed, e)) => return Err(self.out_of_descriptors(topic, partition, closed, e)),
+            // The open makes the folder (a writer) or found it (a reader) first: a file of it
+            // missing later is the topic deleted meanwhile (`Admin.delete_topic` renames the
+            // folder away), which is not a storage failure.
+            Err((_, Error::Io { source, .. })) if source.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::UnknownTopicOrPartition(format!(
+                    "{topic}-{partition} was deleted while it was being opened ({source})"
+                )))
+            }
+            Err((closed, e)) => return Err(self.out_of_descriptors(&format!("open {topic}-{partition}"), closed, e)),
             Ok(log) => log,
         };
         let Some(log) = log else { return Ok(None) };
@@ -362,10 +370,11 @@ impl Broker {
         Log::open(path, config).map(Some)
     }
 
-    /// The error of an open that failed for want of file descriptors even after `closed` unused
-    /// logs were closed: every open log is in use by a request. Logged at WARNING (with what the
+    /// The error of an open (`what`: "open t-0", "sync the directory of ...") that failed for want
+    /// of file descriptors even after `closed` unused logs were closed: every open log is in use
+    /// by a request. Logged at WARNING (with what the
     /// operator can change); the request gets KAFKA_STORAGE_ERROR, which Kafka's clients retry.
-    fn out_of_descriptors(&self, topic: &str, partition: i32, closed: usize, e: Error) -> Error {
+    pub fn out_of_descriptors(&self, what: &str, closed: usize, e: Error) -> Error {
         if !out_of_descriptors(&e) {
             return e;
         }
@@ -373,7 +382,7 @@ impl Broker {
         let limit = super::open_logs::descriptor_limit().map_or("unknown".to_string(), |l| l.to_string());
         ::log::warn!(
             target: "kafkalite::server",
-            "cannot open {topic}-{partition}: the server is out of file descriptors (RLIMIT_NOFILE {limit}; {open} \
+            "cannot {what}: the server is out of file descriptors (RLIMIT_NOFILE {limit}; {open} \
              partitions open, {in_use} of them in use by requests, {closed} unused ones just closed): answered \
              KAFKA_STORAGE_ERROR, which clients retry; raise `ulimit -n` or lower --max-open-partitions ({}) ({e})",
             self.partitions.max_open()
@@ -385,7 +394,7 @@ impl Broker {
     /// created again, poisoned by a failed flush).
     pub fn forget_partition(&self, topic: &str, partition: i32) {
         self.partitions.remove(topic, partition);
-        self.read_committed.forget_closed();
+        self.read_committed.forget(topic, partition);
     }
 
     /// Drop the pages of every open partition from the resident set (`Log::release_resident`).
@@ -447,7 +456,8 @@ fn spawn_bridge(
 /// descriptor left.
 fn out_of_descriptors(e: &Error) -> bool {
     let code = match e {
-        Error::Io { source, .. } => source.raw_os_error(),
+        // A fail point's injected errno counts as the real one (`failpoint::errno`).
+        Error::Io { source, .. } => crate::failpoint::errno(source),
         _ => None,
     };
     code == Some(rustix::io::Errno::MFILE.raw_os_error()) || code == Some(rustix::io::Errno::NFILE.raw_os_error())
