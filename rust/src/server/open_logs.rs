@@ -60,16 +60,31 @@ pub const FDS_PER_PARTITION: u64 = 4;
 /// connections (each one descriptor) and everything else the server opens.
 const SHARE_OF_LIMIT: u64 = 2;
 
-/// The fewest partitions kept open by default however low the limit, so a tiny RLIMIT_NOFILE
-/// still serves a few partitions without reopening them on every request.
-const MIN_OPEN: usize = 16;
+/// The lowest RLIMIT_NOFILE the server starts under: the process itself takes about 16
+/// descriptors (standard streams, the runtime's, the listeners, the append wake-up file), a
+/// partition `FDS_PER_PARTITION`, each connection one; under this it could hold a handful of
+/// partitions and connections at most, and would fail requests with EMFILE rather than serve.
+pub const MIN_DESCRIPTOR_LIMIT: u64 = 64;
 
 /// How often closing logs for want of room is said (WARNING): once, then at most this often.
 const CHURN_WARNING_EVERY: Duration = Duration::from_secs(60);
 
-/// The default `max_open` for a process whose RLIMIT_NOFILE (soft) is `limit` descriptors.
+/// The default `max_open` for a process whose RLIMIT_NOFILE (soft) is `limit` descriptors: its
+/// share, however small (a floor above it would let open logs take the connections' half).
 pub fn default_max_open(limit: u64) -> usize {
-    ((limit / SHARE_OF_LIMIT / FDS_PER_PARTITION) as usize).max(MIN_OPEN)
+    ((limit / SHARE_OF_LIMIT / FDS_PER_PARTITION) as usize).max(1)
+}
+
+/// Refuse to start under an RLIMIT_NOFILE (soft, after the raise) below `MIN_DESCRIPTOR_LIMIT`.
+pub fn check_descriptor_limit(limit: Option<u64>) -> crate::error::Result<()> {
+    match limit {
+        Some(limit) if limit < MIN_DESCRIPTOR_LIMIT => Err(crate::error::Error::config(format!(
+            "the open-file limit (RLIMIT_NOFILE) is {limit}, too few to serve: kafkalite serve needs at least \
+             {MIN_DESCRIPTOR_LIMIT} (about 16 for itself, {FDS_PER_PARTITION} per open partition, one per \
+             connection); raise `ulimit -n`"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// The process's RLIMIT_NOFILE soft limit (None: unlimited).
@@ -369,6 +384,9 @@ mod tests {
     fn the_default_is_a_share_of_the_descriptor_limit() {
         assert_eq!(default_max_open(1024), 128);
         assert_eq!(default_max_open(1_048_576), 131_072);
-        assert_eq!(default_max_open(20), MIN_OPEN);
+        assert_eq!(default_max_open(64), 8);
+        assert_eq!(default_max_open(20), 2, "the share, not a floor above it");
+        assert!(check_descriptor_limit(Some(MIN_DESCRIPTOR_LIMIT - 1)).is_err());
+        assert!(check_descriptor_limit(Some(MIN_DESCRIPTOR_LIMIT)).is_ok() && check_descriptor_limit(None).is_ok());
     }
 }
