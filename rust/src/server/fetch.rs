@@ -193,7 +193,7 @@ async fn read_once(
             };
             let locked = lock_log(&shared).and_then(|mut log| {
                 let committed = if isolation == READ_COMMITTED {
-                    Some(broker.read_committed.view((&name, p.partition), &shared, &mut log)?)
+                    Some(broker.read_committed.view((&name, p.partition), &mut log)?)
                 } else {
                     None
                 };
