@@ -19,7 +19,7 @@ from kafka.record import MemoryRecords
 from kafkalite.server import Server
 
 pytest.importorskip("kafka.record.default_records")
-from server_wire import NONE, REQUEST_TIMED_OUT, SHARED_WRITER, release, stop_holder  # noqa: E402
+from server_wire import NONE, REQUEST_TIMED_OUT, SHARED_WRITER, release, stop_holder
 
 #: "At once": far below the 5 s a held lock is waited for, far above a loaded machine's noise.
 PROMPT = 2.0

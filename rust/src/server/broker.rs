@@ -390,6 +390,19 @@ impl Broker {
         e
     }
 
+    /// `e`, a read's error, as UNKNOWN_TOPIC_OR_PARTITION when it is a file of the partition's
+    /// folder missing and the folder is gone or another one: the topic was deleted while the
+    /// read followed it (a reader lists the folder), which is no storage failure.
+    pub fn deleted_meanwhile(&self, (topic, partition): (&str, i32), e: Error) -> Error {
+        let missing = matches!(&e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound);
+        let kept = self.partitions.get(topic, partition).map(|(_, identity, _)| identity);
+        let now = crate::log::dir_identity(&self.dir.partition_path(topic, partition)).ok();
+        if missing && (now.is_none() || now != kept) {
+            return Error::UnknownTopicOrPartition(format!("{topic}-{partition} was deleted while it was read ({e})"));
+        }
+        e
+    }
+
     /// Drop a partition whose log failed in a way reopening may cure (topic deleted and
     /// created again, poisoned by a failed flush).
     pub fn forget_partition(&self, topic: &str, partition: i32) {

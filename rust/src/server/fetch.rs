@@ -203,6 +203,7 @@ async fn read_once(
                 Ok(locked) => locked,
                 Err(e) => {
                     any_error = true;
+                    let e = broker.deleted_meanwhile((&name, p.partition), e);
                     if codes::needs_reopen(&e) {
                         broker.forget_partition(&name, p.partition);
                     }
@@ -244,6 +245,7 @@ async fn read_once(
                 Ok(_) => {}
                 Err(e) => {
                     any_error = true;
+                    let e = broker.deleted_meanwhile((&name, p.partition), e);
                     if codes::needs_reopen(&e) {
                         broker.forget_partition(&name, p.partition);
                     }
