@@ -10,6 +10,7 @@ takes the append lock (with a bounded wait and Kafka's retriable error)."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import kafkalite
@@ -25,6 +26,9 @@ from server_wire import NONE, REQUEST_TIMED_OUT, SHARED_WRITER, release, stop_ho
 PROMPT = 2.0
 #: A produce to the held partition gets its retriable error after the server's 5 s deadline.
 BOUNDED = 15.0
+#: The same for a produce queued behind another's open: its own 5 s, with a loaded machine's
+#: margin, well under the 10 s a second wait in line took.
+QUEUED_BOUND = 8.0
 
 
 def fetch_values(conn: wire.Wire, topic: str, partition: int) -> tuple[int, list[bytes]]:
@@ -89,3 +93,35 @@ def test_an_evicted_partition_whose_append_lock_a_stopped_writer_holds_is_still_
         assert produce_error(conn, "held", 0, b"after") == NONE
         assert fetch_values(conn, "held", 0) == (NONE, [*expected, b"after"])
         conn.close()
+
+
+def test_produces_queued_behind_a_stopped_writer_get_their_error_by_their_own_deadline(tmp_path, spawn):
+    """Produces to a partition the server must open as a writer, while a stopped writer holds
+    its append lock: one open waits for the lock at a time and the others wait for that one
+    (so they do not take every slot of blocking work). The open waited for its own 5 s from
+    when it started, so a produce queued behind it was answered after up to 10 s; each is
+    answered by its own request's deadline now."""
+    path = str(tmp_path)
+    kafkalite.Admin(path).create_topic("held", 1)
+    with Server(path, max_open_partitions=1) as server:
+        holder = stop_holder(spawn.code, SHARED_WRITER, os.path.join(path, "held-0"))
+        try:
+            results: list[tuple[int, float]] = []
+
+            def one() -> None:
+                conn = wire.Wire(server.address, timeout=60)
+                try:
+                    results.append(timed(produce_error, conn, "held", 0, b"queued"))
+                finally:
+                    conn.close()
+
+            threads = [threading.Thread(target=one) for _ in range(6)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+        finally:
+            release(holder)
+    assert [error for error, _ in results] == [REQUEST_TIMED_OUT] * 6, results
+    slowest = max(seconds for _, seconds in results)
+    assert slowest < QUEUED_BOUND, f"a queued produce was answered after {slowest:.1f} s: {results}"

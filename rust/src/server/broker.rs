@@ -274,7 +274,11 @@ impl Broker {
             return Ok(Some(log));
         }
         let name = topic.to_string();
-        match waits::off_workers(self, deadline, move |broker| broker.partition_for(&name, partition, access)).await {
+        match waits::off_workers(self, deadline, move |broker| {
+            broker.partition_for(&name, partition, access, Some(deadline))
+        })
+        .await
+        {
             Ok(opened) => opened,
             Err(waits::NotDone::Busy) => Err(timed_out("none: every slot for blocking work stayed busy")),
             Err(waits::NotDone::Panicked) => {
@@ -287,7 +291,7 @@ impl Broker {
     /// stopped writer holding the partition's append lock does not delay it). `Ok(None)`: no such
     /// partition. Blocking (an open reads the files): async callers use `partition_within`.
     pub fn partition(&self, topic: &str, partition: i32) -> Result<Option<SharedLog>> {
-        self.partition_for(topic, partition, Access::Read)
+        self.partition_for(topic, partition, Access::Read, None)
     }
 
     /// The open log of one partition, to append to: opened as a shared writer on first use (or
@@ -295,14 +299,21 @@ impl Broker {
     /// up to `LOCK_WAIT` for another writer's append lock. `Ok(None)`: no such partition.
     /// Blocking: async callers use `partition_within`.
     pub fn partition_to_write(&self, topic: &str, partition: i32) -> Result<Option<SharedLog>> {
-        self.partition_for(topic, partition, Access::Write)
+        self.partition_for(topic, partition, Access::Write, None)
     }
 
-    fn partition_for(&self, topic: &str, partition: i32, access: Access) -> Result<Option<SharedLog>> {
+    /// `deadline`: when a writer's open stops waiting for the append lock (None: `LOCK_WAIT`).
+    fn partition_for(
+        &self,
+        topic: &str,
+        partition: i32,
+        access: Access,
+        deadline: Option<Instant>,
+    ) -> Result<Option<SharedLog>> {
         if let Some(log) = self.open_partition(topic, partition, access) {
             return Ok(Some(log));
         }
-        let log = match self.with_descriptors(|| self.open_log(topic, partition, access)) {
+        let log = match self.with_descriptors(|| self.open_log(topic, partition, access, deadline)) {
             // The open makes the folder (a writer) or found it (a reader) first: a file of it
             // missing later is the topic deleted meanwhile (`Admin.delete_topic` renames the
             // folder away), which is not a storage failure.
@@ -338,7 +349,7 @@ impl Broker {
 
     /// Open a partition's log as this server keeps it (not yet kept): read-only for `Read`, a
     /// shared writer for `Write`. `Ok(None)`: no such partition.
-    fn open_log(&self, topic: &str, partition: i32, access: Access) -> Result<Option<Log>> {
+    fn open_log(&self, topic: &str, partition: i32, access: Access, deadline: Option<Instant>) -> Result<Option<Log>> {
         let topics = self.topics()?;
         let Some(meta) = topics.get(topic) else { return Ok(None) };
         if partition < 0 || partition >= meta.partitions {
@@ -367,7 +378,7 @@ impl Broker {
         }
         // Embedded producers in other processes append to the same partitions.
         config.shared_writers = writable;
-        Log::open(path, config).map(Some)
+        Log::open_within(path, config, deadline).map(Some)
     }
 
     /// The error of an open (`what`: "open t-0", "sync the directory of ...") that failed for want
