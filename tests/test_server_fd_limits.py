@@ -230,3 +230,26 @@ def test_max_open_partitions_is_checked(tmp_path):
     with Server(tmp_path, max_open_partitions=7) as server:
         assert server.max_open_partitions == 7
         assert server.open_file_limit == resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def test_the_default_cap_fits_a_small_limit_and_a_limit_too_small_to_serve_is_refused(tmp_path, spawn):
+    """The default --max-open-partitions had a floor of 16 (64 descriptors) whatever the limit,
+    so under a small RLIMIT_NOFILE the open logs could take every descriptor: it is now the
+    limit's share however small, and under a limit too small to serve at all the server does
+    not start, saying why, rather than fail requests with EMFILE."""
+    server = spawn.module(
+        "kafkalite", "serve", "--data-dir", tmp_path, "--listen", f"127.0.0.1:{free_port()}",
+        stderr=subprocess.PIPE, text=True, preexec_fn=low_limit(80),
+    )  # fmt: skip
+    assert server.stderr is not None
+    started = server.stderr.readline()
+    server.terminate()
+    server.communicate(timeout=60)
+    assert "open-file limit 80, up to 10 idle partitions kept open" in started, started
+    refused = spawn.module(
+        "kafkalite", "serve", "--data-dir", tmp_path, "--listen", f"127.0.0.1:{free_port()}",
+        stderr=subprocess.PIPE, text=True, preexec_fn=low_limit(40),
+    )  # fmt: skip
+    _, err = refused.communicate(timeout=60)
+    assert refused.returncode != 0
+    assert "open-file limit (RLIMIT_NOFILE) is 40, too few to serve" in err, err[-2000:]

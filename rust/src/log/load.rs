@@ -18,6 +18,12 @@ use super::{dir_identity, now_ms, Log};
 impl Log {
     /// Open (creating when writable) the partition directory `dir`.
     pub fn open(dir: impl AsRef<Path>, config: LogConfig) -> Result<Log> {
+        Log::open_within(dir, config, None)
+    }
+
+    /// `open`, a shared writer waiting for the append lock until `deadline` rather than for
+    /// `lock_timeout` (a server request's own deadline); None: `lock_timeout`.
+    pub fn open_within(dir: impl AsRef<Path>, config: LogConfig, deadline: Option<std::time::Instant>) -> Result<Log> {
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
         crate::nofollow::check_dir(&dir)?;
@@ -82,7 +88,8 @@ impl Log {
             None => log.follow()?,
             Some(lock) => {
                 let alone = lock.alone();
-                let _append = lock.enter(log.config.lock_timeout.map(|t| std::time::Instant::now() + t))?;
+                let deadline = deadline.or_else(|| log.config.lock_timeout.map(|t| std::time::Instant::now() + t));
+                let _append = lock.enter(deadline)?;
                 // Alone: recover as the only writer. Otherwise other writers keep the partition
                 // consistent, and this one follows what they wrote.
                 if alone {

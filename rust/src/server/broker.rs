@@ -14,7 +14,7 @@ use tokio::sync::{Notify, Semaphore};
 use super::frame::QUEUED_MAX_REQUEST_BYTES;
 use super::group::Coordinator;
 use super::offsets::{OffsetStore, OFFSETS_TOPIC};
-use super::open_logs::{OpenLogs, SharedLog};
+use super::open_logs::{Access, OpenLogs, OpenTurns, SharedLog};
 use super::topic_creation::TopicCreation;
 use super::waits::{self, BLOCKING_SLOTS, LOCK_WAIT};
 use super::ServerConfig;
@@ -23,6 +23,7 @@ use crate::error::{Error, Result};
 use crate::files::NOTIFY_FILE;
 use crate::log::Log;
 use crate::notify::Notifier;
+use crate::options::LogConfig;
 use crate::producer_ids::ProducerIds;
 
 pub type Topics = Arc<BTreeMap<String, TopicMeta>>;
@@ -104,6 +105,8 @@ pub struct Broker {
     topics: Mutex<Option<(Option<SystemTime>, Topics)>>,
     /// The partitions open now, at most `max_open` unused ones.
     partitions: OpenLogs,
+    /// Whose turn it is to open a partition to write (`partition_within`).
+    writer_opens: OpenTurns,
     /// Bumped (with every other process's producers) after each append.
     notifier: Arc<Notifier>,
     /// Woken whenever the notifier moves: what long-polling fetches wait on.
@@ -160,6 +163,7 @@ impl Broker {
             advertised,
             topics: Mutex::new(None),
             partitions: OpenLogs::new(config.max_open_partitions.unwrap_or(usize::MAX)),
+            writer_opens: OpenTurns::default(),
             notifier,
             appended,
             topic_creation: TopicCreation::default(),
@@ -222,14 +226,15 @@ impl Broker {
         *lock(&self.topics) = None;
     }
 
-    /// The open log of one partition, if this server has it open already.
-    fn open_partition(&self, topic: &str, partition: i32) -> Option<SharedLog> {
-        let (log, opened) = self.partitions.get(topic, partition)?;
+    /// The open log of one partition, if this server has it open already for `access` (a writer
+    /// serves reads too).
+    fn open_partition(&self, topic: &str, partition: i32, access: Access) -> Option<SharedLog> {
+        let (log, opened, kept_for) = self.partitions.get(topic, partition)?;
         // Another process (`Admin.delete_topic`, another server) may have deleted the topic
         // and created it again: a reader's open segments would keep serving the deleted
         // records (reads follow other writers only at the log end), so reopen.
         match crate::log::dir_identity(&self.dir.partition_path(topic, partition)) {
-            Ok(now) if now == opened => Some(log),
+            Ok(now) if now == opened => (access == Access::Read || kept_for == Access::Write).then_some(log),
             _ => {
                 self.forget_partition(topic, partition);
                 None
@@ -241,62 +246,118 @@ impl Broker {
     /// one it was opened from (`open_partition` does): for the later reads of a request that
     /// checked it already.
     pub fn cached_partition(&self, topic: &str, partition: i32) -> Option<SharedLog> {
-        self.partitions.get(topic, partition).map(|(log, _)| log)
+        self.partitions.get(topic, partition).map(|(log, _, _)| log)
     }
 
-    /// `partition` for a request on the async workers: opening a partition (recovery, waiting
-    /// for another writer's append lock, at most `LOCK_WAIT`) runs off them
-    /// (`waits::off_workers`); a partition already open is answered at once.
+    /// `partition` or `partition_to_write` (by `access`) for a request on the async workers:
+    /// opening a partition (a reader's open follows the files; a writer's waits for another
+    /// writer's append lock, at most `LOCK_WAIT`) runs off them (`waits::off_workers`); a
+    /// partition already open is answered at once. One writer's open of a partition runs at a
+    /// time: the other requests that need it wait for that one here, asynchronously, rather
+    /// than each take a slot of the blocking pool to wait for the same held lock.
     pub async fn partition_within(
         self: &Arc<Self>,
-        topic: &str,
-        partition: i32,
+        (topic, partition): (&str, i32),
+        access: Access,
         deadline: Instant,
     ) -> Result<Option<SharedLog>> {
-        if let Some(log) = self.open_partition(topic, partition) {
+        if let Some(log) = self.open_partition(topic, partition, access) {
             return Ok(Some(log));
         }
         let started = Instant::now();
+        let timed_out = |holder: &str| Error::LockTimeout {
+            path: self.dir.partition_path(topic, partition),
+            waited_ms: started.elapsed().as_millis() as u64,
+            holder: holder.into(),
+        };
+        let turn = (access == Access::Write).then(|| self.writer_opens.turn(topic, partition));
+        let _turn = match &turn {
+            None => None,
+            Some(turn) => match waits::within(deadline, turn.lock_owned()).await {
+                Some(held) => Some(held),
+                None => return Err(timed_out("another request of this server opening it to write, itself waiting")),
+            },
+        };
+        if let Some(log) = self.open_partition(topic, partition, access) {
+            return Ok(Some(log));
+        }
         let name = topic.to_string();
-        match waits::off_workers(self, deadline, move |broker| broker.partition(&name, partition)).await {
+        match waits::off_workers(self, deadline, move |broker| {
+            broker.partition_for(&name, partition, access, Some(deadline))
+        })
+        .await
+        {
             Ok(opened) => opened,
-            Err(waits::NotDone::Busy) => Err(Error::LockTimeout {
-                path: self.dir.partition_path(topic, partition),
-                waited_ms: started.elapsed().as_millis() as u64,
-                holder: "none: every slot for blocking work stayed busy".into(),
-            }),
+            Err(waits::NotDone::Busy) => Err(timed_out("none: every slot for blocking work stayed busy")),
             Err(waits::NotDone::Panicked) => {
                 Err(Error::Poisoned(format!("opening {topic}-{partition} panicked (a bug); retry")))
             }
         }
     }
 
-    /// The open log of one partition, opening it on first use. `Ok(None)`: no such partition.
-    /// Blocking (an open recovers, and waits up to `LOCK_WAIT` for another writer's append lock):
-    /// async callers use `partition_within`.
+    /// The open log of one partition, to read, opening it read-only on first use (no lock: a
+    /// stopped writer holding the partition's append lock does not delay it). `Ok(None)`: no such
+    /// partition. Blocking (an open reads the files): async callers use `partition_within`.
     pub fn partition(&self, topic: &str, partition: i32) -> Result<Option<SharedLog>> {
-        if let Some(log) = self.open_partition(topic, partition) {
+        self.partition_for(topic, partition, Access::Read, None)
+    }
+
+    /// The open log of one partition, to append to: opened as a shared writer on first use (or
+    /// when it is open only to read), which recovers it when no other writer is alive and waits
+    /// up to `LOCK_WAIT` for another writer's append lock. `Ok(None)`: no such partition.
+    /// Blocking: async callers use `partition_within`.
+    pub fn partition_to_write(&self, topic: &str, partition: i32) -> Result<Option<SharedLog>> {
+        self.partition_for(topic, partition, Access::Write, None)
+    }
+
+    /// `deadline`: when a writer's open stops waiting for the append lock (None: `LOCK_WAIT`).
+    fn partition_for(
+        &self,
+        topic: &str,
+        partition: i32,
+        access: Access,
+        deadline: Option<Instant>,
+    ) -> Result<Option<SharedLog>> {
+        if let Some(log) = self.open_partition(topic, partition, access) {
             return Ok(Some(log));
         }
-        let log = match self.open_log(topic, partition) {
-            Err(e) if out_of_descriptors(&e) => {
-                // Every log no request holds gives its descriptors back, then one more try.
-                let freed = self.partitions.evict_unused();
-                let closed = freed.len();
-                close_all(freed);
-                self.open_log(topic, partition).map_err(|e| self.out_of_descriptors(topic, partition, closed, e))?
+        let log = match self.with_descriptors(|| self.open_log(topic, partition, access, deadline)) {
+            // The open makes the folder (a writer) or found it (a reader) first: a file of it
+            // missing later is the topic deleted meanwhile (`Admin.delete_topic` renames the
+            // folder away), which is not a storage failure.
+            Err((_, Error::Io { source, .. })) if source.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::UnknownTopicOrPartition(format!(
+                    "{topic}-{partition} was deleted while it was being opened ({source})"
+                )))
             }
-            opened => opened?,
+            Err((closed, e)) => return Err(self.out_of_descriptors(&format!("open {topic}-{partition}"), closed, e)),
+            Ok(log) => log,
         };
         let Some(log) = log else { return Ok(None) };
         let opened = log.dir_identity();
-        let (log, evicted) = self.partitions.insert(topic, partition, log, opened);
+        let (log, evicted) = self.partitions.insert(topic, partition, (log, access), opened);
         close_all(evicted);
         Ok(Some(log))
     }
 
-    /// Open a partition's log as this server keeps it (not yet kept). `Ok(None)`: no such partition.
-    fn open_log(&self, topic: &str, partition: i32) -> Result<Option<Log>> {
+    /// `f` (something that opens files), and once more after every log no request holds gave
+    /// its descriptors back if `f` found none (EMFILE, ENFILE). `Err`: how many logs were closed
+    /// for it (0: `f` failed otherwise), and `f`'s error.
+    pub fn with_descriptors<T>(&self, mut f: impl FnMut() -> Result<T>) -> std::result::Result<T, (usize, Error)> {
+        match f() {
+            Err(e) if out_of_descriptors(&e) => {
+                let freed = self.partitions.evict_unused();
+                let closed = freed.len();
+                close_all(freed);
+                f().map_err(|e| (closed, e))
+            }
+            done => done.map_err(|e| (0, e)),
+        }
+    }
+
+    /// Open a partition's log as this server keeps it (not yet kept): read-only for `Read`, a
+    /// shared writer for `Write`. `Ok(None)`: no such partition.
+    fn open_log(&self, topic: &str, partition: i32, access: Access, deadline: Option<Instant>) -> Result<Option<Log>> {
         let topics = self.topics()?;
         let Some(meta) = topics.get(topic) else { return Ok(None) };
         if partition < 0 || partition >= meta.partitions {
@@ -304,8 +365,7 @@ impl Broker {
         }
         // The data directory's defaults count as they do for Python's clients (one resolution).
         let mut config = log_config(&self.dir.dir_config()?, meta)?;
-        // Embedded producers in other processes append to the same partitions.
-        config.shared_writers = !config.readonly;
+        let writable = !config.readonly;
         // A request's wait for another writer's append lock (an open, a commit) ends at
         // `LOCK_WAIT`, not at the embedded clients' 60 s: see `waits`.
         config.lock_timeout = Some(LOCK_WAIT);
@@ -313,13 +373,27 @@ impl Broker {
             // Commits are durable when acknowledged, as offsets.py writes them.
             config.flush = crate::options::FlushPolicy::Always;
         }
-        Log::open(self.dir.partition_path(topic, partition), config).map(Some)
+        let path = self.dir.partition_path(topic, partition);
+        if access == Access::Read {
+            // A reader takes no lock: what a stopped writer holds does not delay it.
+            let reader = LogConfig { readonly: true, shared_writers: false, ..config.clone() };
+            match Log::open(&path, reader) {
+                // No folder yet (no writer made it): a writer's open makes it, and no other
+                // writer can hold the lock of a folder that did not exist.
+                Err(Error::Io { source, .. }) if writable && source.kind() == std::io::ErrorKind::NotFound => {}
+                opened => return opened.map(Some),
+            }
+        }
+        // Embedded producers in other processes append to the same partitions.
+        config.shared_writers = writable;
+        Log::open_within(path, config, deadline).map(Some)
     }
 
-    /// The error of an open that failed for want of file descriptors even after `closed` unused
-    /// logs were closed: every open log is in use by a request. Logged at WARNING (with what the
+    /// The error of an open (`what`: "open t-0", "sync the directory of ...") that failed for want
+    /// of file descriptors even after `closed` unused logs were closed: every open log is in use
+    /// by a request. Logged at WARNING (with what the
     /// operator can change); the request gets KAFKA_STORAGE_ERROR, which Kafka's clients retry.
-    fn out_of_descriptors(&self, topic: &str, partition: i32, closed: usize, e: Error) -> Error {
+    pub fn out_of_descriptors(&self, what: &str, closed: usize, e: Error) -> Error {
         if !out_of_descriptors(&e) {
             return e;
         }
@@ -327,7 +401,7 @@ impl Broker {
         let limit = super::open_logs::descriptor_limit().map_or("unknown".to_string(), |l| l.to_string());
         ::log::warn!(
             target: "kafkalite::server",
-            "cannot open {topic}-{partition}: the server is out of file descriptors (RLIMIT_NOFILE {limit}; {open} \
+            "cannot {what}: the server is out of file descriptors (RLIMIT_NOFILE {limit}; {open} \
              partitions open, {in_use} of them in use by requests, {closed} unused ones just closed): answered \
              KAFKA_STORAGE_ERROR, which clients retry; raise `ulimit -n` or lower --max-open-partitions ({}) ({e})",
             self.partitions.max_open()
@@ -335,11 +409,24 @@ impl Broker {
         e
     }
 
+    /// `e`, a read's error, as UNKNOWN_TOPIC_OR_PARTITION when it is a file of the partition's
+    /// folder missing and the folder is gone or another one: the topic was deleted while the
+    /// read followed it (a reader lists the folder), which is no storage failure.
+    pub fn deleted_meanwhile(&self, (topic, partition): (&str, i32), e: Error) -> Error {
+        let missing = matches!(&e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound);
+        let kept = self.partitions.get(topic, partition).map(|(_, identity, _)| identity);
+        let now = crate::log::dir_identity(&self.dir.partition_path(topic, partition)).ok();
+        if missing && (now.is_none() || now != kept) {
+            return Error::UnknownTopicOrPartition(format!("{topic}-{partition} was deleted while it was read ({e})"));
+        }
+        e
+    }
+
     /// Drop a partition whose log failed in a way reopening may cure (topic deleted and
     /// created again, poisoned by a failed flush).
     pub fn forget_partition(&self, topic: &str, partition: i32) {
         self.partitions.remove(topic, partition);
-        self.read_committed.forget_closed();
+        self.read_committed.forget(topic, partition);
     }
 
     /// Drop the pages of every open partition from the resident set (`Log::release_resident`).
@@ -401,7 +488,8 @@ fn spawn_bridge(
 /// descriptor left.
 fn out_of_descriptors(e: &Error) -> bool {
     let code = match e {
-        Error::Io { source, .. } => source.raw_os_error(),
+        // A fail point's injected errno counts as the real one (`failpoint::errno`).
+        Error::Io { source, .. } => crate::failpoint::errno(source),
         _ => None,
     };
     code == Some(rustix::io::Errno::MFILE.raw_os_error()) || code == Some(rustix::io::Errno::NFILE.raw_os_error())

@@ -6,12 +6,13 @@
 //! server's coordinator, an embedded producer's, a broker) and from `.txnindex` files.
 //!
 //! One `TxnState` per partition read this way, kept across requests so that each walks only the
-//! batches appended since the last one; it belongs to one open log (a partition reopened, e.g. a
-//! topic deleted and created again, starts a new one). Locked after the partition's log, never
-//! before it.
+//! batches appended since the last one, and across the server closing and reopening the
+//! partition's log (`open_logs` evicts idle logs; a reader is replaced by a writer): it belongs
+//! to the partition's folder, so a topic deleted and created again starts a new one. Locked
+//! after the partition's log, never before it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 use kafka_protocol::messages::fetch_response::AbortedTransaction;
 use kafka_protocol::messages::ProducerId;
@@ -30,11 +31,11 @@ pub const READ_COMMITTED: i8 = 1;
 #[derive(Default)]
 pub struct ReadCommitted {
     /// Consistent at any panic: one map operation per lock; a state is replaced whole.
-    states: Mutex<HashMap<(String, i32), OfLog>>,
+    states: Mutex<HashMap<(String, i32), OfDir>>,
 }
 
-/// A partition's state, with the open log it was learnt from.
-type OfLog = (Weak<Mutex<Log>>, Arc<Mutex<TxnState>>);
+/// A partition's state, with the identity of the folder it was learnt from (`Log::dir_identity`).
+type OfDir = ((u64, u64), Arc<Mutex<TxnState>>);
 
 /// One partition as a read_committed client sees it now.
 pub struct Committed {
@@ -43,16 +44,17 @@ pub struct Committed {
 }
 
 impl ReadCommitted {
-    /// The partition's state, brought up to date with `log` (the locked log of `shared`).
-    pub fn view(&self, (topic, partition): (&str, i32), shared: &Arc<Mutex<Log>>, log: &mut Log) -> Result<Committed> {
+    /// The partition's state, brought up to date with `log` (its log, locked).
+    pub fn view(&self, (topic, partition): (&str, i32), log: &mut Log) -> Result<Committed> {
+        let identity = log.dir_identity();
         let state = {
             let mut states = lock(&self.states);
             let key = (topic.to_string(), partition);
             match states.get(&key) {
-                Some((of, state)) if of.upgrade().is_some_and(|of| Arc::ptr_eq(&of, shared)) => state.clone(),
+                Some((of, state)) if *of == identity => state.clone(),
                 _ => {
                     let state = Arc::new(Mutex::new(TxnState::new()));
-                    states.insert(key, (Arc::downgrade(shared), state.clone()));
+                    states.insert(key, (identity, state.clone()));
                     state
                 }
             }
@@ -67,9 +69,10 @@ impl ReadCommitted {
         Ok(Committed { last_stable_offset, state })
     }
 
-    /// Forget the states of partitions no longer open (their logs dropped).
-    pub fn forget_closed(&self) {
-        lock(&self.states).retain(|_, (of, _)| of.strong_count() > 0);
+    /// Forget a partition's state (its log failed in a way reopening may cure, or its topic is
+    /// gone): the next read learns it again.
+    pub fn forget(&self, topic: &str, partition: i32) {
+        lock(&self.states).remove(&(topic.to_string(), partition));
     }
 }
 
@@ -109,4 +112,29 @@ pub fn below_stable(slice: BatchSlice, from: i64, lso: i64) -> (BatchSlice, i64)
         next = base + last_delta as i64 + 1;
     }
     (BatchSlice { map: slice.map, start: slice.start, len: kept }, next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::LogConfig;
+
+    fn open(dir: &std::path::Path) -> Log {
+        Log::open(dir, LogConfig { shared_writers: true, ..LogConfig::default() }).unwrap()
+    }
+
+    #[test]
+    fn a_partition_reopened_keeps_its_state_and_a_new_folder_starts_a_new_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t-0");
+        let states = ReadCommitted::default();
+        let first = states.view(("t", 0), &mut open(&path)).unwrap();
+        // The server closed the log (evicted, or a reader replaced by a writer) and opened it again.
+        let again = states.view(("t", 0), &mut open(&path)).unwrap();
+        assert!(Arc::ptr_eq(&first.state, &again.state), "reopening the log must not walk it again");
+        // The topic deleted (its folder renamed away, as a delete does first) and created again.
+        std::fs::rename(&path, dir.path().join("t-0.deleted")).unwrap();
+        let recreated = states.view(("t", 0), &mut open(&path)).unwrap();
+        assert!(!Arc::ptr_eq(&first.state, &recreated.state));
+    }
 }

@@ -33,7 +33,7 @@ fn delete_before(broker: &Broker, topic: &str, partition: i32, offset: i64) -> R
     if meta.discovered || !deletes_allowed(broker, meta) {
         return Err(codes::POLICY_VIOLATION);
     }
-    let log = match broker.partition(topic, partition) {
+    let log = match broker.partition_to_write(topic, partition) {
         Ok(Some(log)) => log,
         Ok(None) => return Err(codes::UNKNOWN_TOPIC_OR_PARTITION),
         Err(e) => return Err(codes::for_error(&e)),

@@ -16,7 +16,7 @@ use crate::error::Result;
 
 /// One partition's producers.
 fn producers(broker: &Broker, topic: &str, partition: i32) -> Result<Option<Vec<ProducerState>>> {
-    let Some(log) = broker.partition(topic, partition)? else { return Ok(None) };
+    let Some(log) = broker.partition_to_write(topic, partition)? else { return Ok(None) };
     let described = append_blocking(&log, |log| {
         let state = log.producer_state()?;
         Ok(state

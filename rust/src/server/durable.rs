@@ -10,6 +10,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::produce_response::TopicProduceResponse;
@@ -46,8 +47,16 @@ pub struct Pending {
     topic: String,
     partition: i32,
     tickets: Vec<Ticket>,
-    /// The partition's directory, and whether its entries are known durable (`Log::durable_tickets`).
-    dir: (PathBuf, DirDurable),
+    dir: Dir,
+}
+
+/// A partition's directory, whether its entries are known durable (`Log::durable_tickets`), and
+/// the identity of the folder the batches went to (`Log::dir_identity`).
+#[derive(Clone)]
+struct Dir {
+    path: PathBuf,
+    durable: DirDurable,
+    identity: (u64, u64),
 }
 
 /// After a successful append of acks=`acks` (the log still locked): what the answer must wait
@@ -64,8 +73,9 @@ pub fn after_append(
     if acks != -1 || broker.acks_all != AcksAll::Disk {
         return Ok(None);
     }
-    let (tickets, dir) = log.durable_tickets(since)?;
-    Ok(Some(Pending { topic: topic.to_string(), partition, tickets, dir: (log.dir().to_path_buf(), dir) }))
+    let (tickets, durable) = log.durable_tickets(since)?;
+    let dir = Dir { path: log.dir().to_path_buf(), durable, identity: log.dir_identity() };
+    Ok(Some(Pending { topic: topic.to_string(), partition, tickets, dir }))
 }
 
 /// Wait for every pending partition (together: their syncs overlap) until `timeout_ms` (the
@@ -74,7 +84,7 @@ pub fn after_append(
 /// request, as for any failed write), REQUEST_TIMED_OUT when another writer's sync held it up.
 /// `pending` names each partition's answer by (topic, partition) index in `responses`.
 pub async fn settle(
-    broker: &Broker,
+    broker: &Arc<Broker>,
     pending: Vec<((usize, usize), Pending)>,
     responses: &mut [TopicProduceResponse],
     timeout_ms: i32,
@@ -85,8 +95,9 @@ pub async fn settle(
     }
     let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(0) as u64);
     let tickets: Vec<Vec<Ticket>> = pending.iter().map(|(_, p)| p.tickets.clone()).collect();
-    let dirs: Vec<(PathBuf, DirDurable)> = pending.iter().map(|(_, p)| p.dir.clone()).collect();
-    let outcome = tokio::task::spawn_blocking(move || wait(&tickets, &dirs, deadline)).await;
+    let dirs: Vec<Dir> = pending.iter().map(|(_, p)| p.dir.clone()).collect();
+    let waiter = Arc::clone(broker);
+    let outcome = tokio::task::spawn_blocking(move || wait(&waiter, &tickets, &dirs, deadline)).await;
     let outcome = outcome.unwrap_or_else(|e| {
         let why = format!("the durability wait failed: {e}");
         pending.iter().map(|_| Err(Error::Poisoned(why.clone()))).collect()
@@ -114,24 +125,49 @@ pub async fn settle(
 
 /// The blocking part: every partition's tickets at once, then each directory whose entries are
 /// not known durable yet (a new segment's).
-fn wait(tickets: &[Vec<Ticket>], dirs: &[(PathBuf, DirDurable)], deadline: Instant) -> Vec<Result<()>> {
+fn wait(broker: &Broker, tickets: &[Vec<Ticket>], dirs: &[Dir], deadline: Instant) -> Vec<Result<()>> {
     let flat: Vec<Ticket> = tickets.iter().flatten().cloned().collect();
     let mut results = wait_all(&flat, Some(deadline)).into_iter();
     tickets
         .iter()
         .zip(dirs)
-        .map(|(ts, (dir, durable))| {
+        .map(|(ts, dir)| {
             let mut outcome: Result<()> = Ok(());
             for r in results.by_ref().take(ts.len()) {
                 if outcome.is_ok() {
                     outcome = r;
                 }
             }
-            if outcome.is_ok() && !durable.load(Ordering::Acquire) {
-                crate::checkpoint::sync_dir(dir)?;
-                durable.store(true, Ordering::Release);
+            if outcome.is_ok() && !dir.durable.load(Ordering::Acquire) {
+                sync_entries(broker, dir)?;
+                dir.durable.store(true, Ordering::Release);
             }
             outcome
         })
         .collect()
+}
+
+/// Sync a partition's directory, which holds a segment the batches are in. A directory that is
+/// gone, or is another folder of the same name, is a topic deleted (and maybe created again)
+/// since the append: its batches went with it, so the answer is UNKNOWN_TOPIC_OR_PARTITION, as
+/// for an append after the delete. Opening the directory takes a descriptor: with none left,
+/// unused logs give theirs back first, as an open of a partition does (`Broker::with_descriptors`).
+fn sync_entries(broker: &Broker, dir: &Dir) -> Result<()> {
+    let deleted = || {
+        Error::UnknownTopicOrPartition(format!(
+            "{} was deleted before its acks=all batches were durable",
+            dir.path.display()
+        ))
+    };
+    let synced = broker.with_descriptors(|| crate::checkpoint::sync_dir(&dir.path)).map_err(|(closed, e)| {
+        let what = format!("sync the directory of {}", dir.path.display());
+        broker.out_of_descriptors(&what, closed, e)
+    });
+    match crate::log::dir_identity(&dir.path) {
+        Ok(now) if now == dir.identity => synced,
+        Ok(_) => Err(deleted()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(deleted()),
+        // The sync's own outcome says more than a failed stat after it.
+        Err(_) => synced,
+    }
 }

@@ -38,6 +38,7 @@ use super::committed::{below_stable, READ_COMMITTED};
 use super::dispatch::DecodeError;
 use super::frame::QUEUED_MAX_RESPONSE_BYTES;
 use super::metrics::frame; // notes the response's error codes for `Metrics::answered`
+use super::open_logs::Access;
 use super::waits;
 use crate::log::Log;
 use crate::log_read::BatchSlice;
@@ -127,8 +128,8 @@ fn wanted(request: &FetchRequest) -> Wanted<'_> {
 /// One of the request's partitions for one read pass, held only while that pass reads it, so a
 /// fetch never holds its partitions across its long poll, nor all at once: a fetch of more
 /// partitions than the server keeps open (`open_logs`) makes it reopen some rather than run out
-/// of file descriptors. Opening one recovers it and may wait up to `waits::LOCK_WAIT` for
-/// another writer's append lock, so it runs off the request workers (`partition_within`). On the
+/// of file descriptors. It is opened read-only (no lock: a writer stopped while it holds the
+/// append lock does not delay the read), off the request workers (`partition_within`). On the
 /// first pass an open partition is checked to still be the folder it was opened from (a topic
 /// deleted and created again); later passes of the long poll take it as it is, and the client's
 /// next fetch sees a re-creation. `Err`: the error code of an open that failed or ran out of time.
@@ -143,7 +144,7 @@ async fn log_for_pass(
             return Ok(Some(log));
         }
     }
-    broker.partition_within(name, partition, deadline).await.map_err(|e| codes::for_error(&e))
+    broker.partition_within((name, partition), Access::Read, deadline).await.map_err(|e| codes::for_error(&e))
 }
 
 /// One pass over the partitions.
@@ -192,7 +193,7 @@ async fn read_once(
             };
             let locked = lock_log(&shared).and_then(|mut log| {
                 let committed = if isolation == READ_COMMITTED {
-                    Some(broker.read_committed.view((&name, p.partition), &shared, &mut log)?)
+                    Some(broker.read_committed.view((&name, p.partition), &mut log)?)
                 } else {
                     None
                 };
@@ -202,6 +203,7 @@ async fn read_once(
                 Ok(locked) => locked,
                 Err(e) => {
                     any_error = true;
+                    let e = broker.deleted_meanwhile((&name, p.partition), e);
                     if codes::needs_reopen(&e) {
                         broker.forget_partition(&name, p.partition);
                     }
@@ -243,6 +245,7 @@ async fn read_once(
                 Ok(_) => {}
                 Err(e) => {
                     any_error = true;
+                    let e = broker.deleted_meanwhile((&name, p.partition), e);
                     if codes::needs_reopen(&e) {
                         broker.forget_partition(&name, p.partition);
                     }

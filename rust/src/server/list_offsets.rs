@@ -77,7 +77,7 @@ pub fn list_offsets(broker: &Broker, request: ListOffsetsRequest, version: i16, 
                     .and_then(|mut log| {
                         let fetchable = if request.isolation_level == READ_COMMITTED {
                             let at = (name.as_str(), p.partition_index);
-                            Some(broker.read_committed.view(at, &shared, &mut log)?.last_stable_offset)
+                            Some(broker.read_committed.view(at, &mut log)?.last_stable_offset)
                         } else {
                             None
                         };

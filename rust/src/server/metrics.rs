@@ -31,6 +31,7 @@ use tokio::sync::watch;
 use super::broker::{lock, lock_log, Broker};
 use super::codes;
 use super::dispatch::DecodeError;
+use super::waits;
 use super::LOG_TARGET;
 
 /// Enough slots for every API key Kafka defines (they are below 100).
@@ -186,9 +187,15 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, mut stop: watch::
             // is not reset while still sending.
             let mut head = [0u8; 4096];
             let _ = tokio::time::timeout(READ_TIMEOUT, stream.read(&mut head)).await;
-            // Reading the groups' offsets and the partitions' ends is file I/O: off the workers.
-            let page = tokio::task::spawn_blocking(move || encode(&broker)).await;
+            // Reading the groups' offsets and the partitions' ends is file I/O (opens, reads):
+            // off the workers, in one of the slots every request's blocking work shares, so
+            // scrapers cannot take more threads than those.
+            let page = waits::off_workers(&broker, waits::deadline(0), encode).await;
             let response = match page {
+                Err(waits::NotDone::Busy) => {
+                    ::log::warn!(target: LOG_TARGET, "metrics for {peer}: every slot for blocking work stayed busy");
+                    "HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into()
+                }
                 Ok(Ok(body)) => format!(
                     "HTTP/1.0 200 OK\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\n\
                      Content-Length: {}\r\nConnection: close\r\n\r\n{body}",

@@ -221,6 +221,7 @@ impl Server {
             None => (local_addr.ip().to_string(), local_addr.port() as i32),
         };
         let (open_file_limit, max_open) = descriptors(config.max_open_partitions);
+        open_logs::check_descriptor_limit(open_file_limit)?;
         config.max_open_partitions = Some(max_open);
         let broker = Arc::new(Broker::open(&config, advertised)?);
         let (shutdown, stop_rx) = watch::channel(false);

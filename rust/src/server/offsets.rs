@@ -260,7 +260,7 @@ impl OffsetStore {
         let inputs: Vec<RecordInput<'_>> =
             keys.iter().map(|k| RecordInput { key: Some(k), value: None, headers: &[], timestamp: now }).collect();
         let log = broker
-            .partition(OFFSETS_TOPIC, offsets_partition(group))?
+            .partition_to_write(OFFSETS_TOPIC, offsets_partition(group))?
             .ok_or_else(|| Error::UnknownTopicOrPartition(format!("{OFFSETS_TOPIC}-{}", offsets_partition(group))))?;
         if let Err(code) = append_blocking(&log, |log| match admit() {
             Ok(()) => log.append_records(&inputs).map(|_| Ok(())),
@@ -317,7 +317,7 @@ impl OffsetStore {
             .map(|(k, v)| RecordInput { key: Some(k), value: Some(v), headers: &[], timestamp: now })
             .collect();
         let log = broker
-            .partition(OFFSETS_TOPIC, offsets_partition(group))?
+            .partition_to_write(OFFSETS_TOPIC, offsets_partition(group))?
             .ok_or_else(|| Error::UnknownTopicOrPartition(format!("{OFFSETS_TOPIC}-{}", offsets_partition(group))))?;
         append_blocking(&log, |log| match admit() {
             Ok(()) => log.append_records(&inputs).map(|_| Ok(())),

@@ -16,6 +16,11 @@
 //! map goes over `max_open` rather than refuse a request, and comes back under it as those logs
 //! are released.
 //!
+//! A log is kept as it was opened: read-only (a reader, like the embedded `Log(readonly=True)`:
+//! it takes no lock, so reading a partition never waits for another writer) or as a shared
+//! writer (a Produce, commit or DeleteRecords: its open waits for the append lock). A reader is
+//! replaced by a writer when a write needs one (`insert`); a writer serves reads too.
+//!
 //! The default `max_open` is a share of the process's RLIMIT_NOFILE (`default_max_open`): the
 //! rest is for connections, the files of groups and offsets, and the engine's short-lived opens.
 
@@ -38,6 +43,14 @@ type Key = (String, i32);
 /// name with another is a topic deleted and created again.
 pub type Identity = (u64, u64);
 
+/// What a request does with a partition: a reader's open takes no lock; a writer's waits for
+/// the partition's append lock (another writer may hold it, stopped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+}
+
 /// Descriptors one open partition holds (measured: the active segment's `.log`, the two lock
 /// files, and the group-commit file once an acks=all produce (`--acks-all disk`, the default)
 /// waited on it; sealed segments and indexes hold none once mapped or read).
@@ -47,16 +60,31 @@ pub const FDS_PER_PARTITION: u64 = 4;
 /// connections (each one descriptor) and everything else the server opens.
 const SHARE_OF_LIMIT: u64 = 2;
 
-/// The fewest partitions kept open by default however low the limit, so a tiny RLIMIT_NOFILE
-/// still serves a few partitions without reopening them on every request.
-const MIN_OPEN: usize = 16;
+/// The lowest RLIMIT_NOFILE the server starts under: the process itself takes about 16
+/// descriptors (standard streams, the runtime's, the listeners, the append wake-up file), a
+/// partition `FDS_PER_PARTITION`, each connection one; under this it could hold a handful of
+/// partitions and connections at most, and would fail requests with EMFILE rather than serve.
+pub const MIN_DESCRIPTOR_LIMIT: u64 = 64;
 
 /// How often closing logs for want of room is said (WARNING): once, then at most this often.
 const CHURN_WARNING_EVERY: Duration = Duration::from_secs(60);
 
-/// The default `max_open` for a process whose RLIMIT_NOFILE (soft) is `limit` descriptors.
+/// The default `max_open` for a process whose RLIMIT_NOFILE (soft) is `limit` descriptors: its
+/// share, however small (a floor above it would let open logs take the connections' half).
 pub fn default_max_open(limit: u64) -> usize {
-    ((limit / SHARE_OF_LIMIT / FDS_PER_PARTITION) as usize).max(MIN_OPEN)
+    ((limit / SHARE_OF_LIMIT / FDS_PER_PARTITION) as usize).max(1)
+}
+
+/// Refuse to start under an RLIMIT_NOFILE (soft, after the raise) below `MIN_DESCRIPTOR_LIMIT`.
+pub fn check_descriptor_limit(limit: Option<u64>) -> crate::error::Result<()> {
+    match limit {
+        Some(limit) if limit < MIN_DESCRIPTOR_LIMIT => Err(crate::error::Error::config(format!(
+            "the open-file limit (RLIMIT_NOFILE) is {limit}, too few to serve: kafkalite serve needs at least \
+             {MIN_DESCRIPTOR_LIMIT} (about 16 for itself, {FDS_PER_PARTITION} per open partition, one per \
+             connection); raise `ulimit -n`"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// The process's RLIMIT_NOFILE soft limit (None: unlimited).
@@ -101,6 +129,8 @@ struct Inner {
 struct Open {
     log: SharedLog,
     identity: Identity,
+    /// What the log was opened for: a `Read` one cannot append.
+    access: Access,
     used: u64,
 }
 
@@ -158,30 +188,42 @@ impl OpenLogs {
         (inner.logs.len(), inner.logs.values().filter(|o| Arc::strong_count(&o.log) > 1).count())
     }
 
-    /// The open log of `topic`-`partition` and the identity of the folder it was opened in,
-    /// now its most recently used.
-    pub fn get(&self, topic: &str, partition: i32) -> Option<(SharedLog, Identity)> {
+    /// The open log of `topic`-`partition`, the identity of the folder it was opened in and
+    /// what it was opened for, now its most recently used.
+    pub fn get(&self, topic: &str, partition: i32) -> Option<(SharedLog, Identity, Access)> {
         let mut inner = lock(&self.inner);
-        inner.touch(&(topic.to_string(), partition)).map(|o| (o.log.clone(), o.identity))
+        inner.touch(&(topic.to_string(), partition)).map(|o| (o.log.clone(), o.identity, o.access))
     }
 
-    /// Keep `log`, just opened, as `topic`-`partition`'s, unless another request opened it
-    /// meanwhile (then that one is kept and `log` is to be closed). Returns the log to use and
-    /// those the caller must close (`close`), off this lock: the least recently used ones no
-    /// request holds, past `max_open`.
-    pub fn insert(&self, topic: &str, partition: i32, log: Log, identity: Identity) -> (SharedLog, Vec<Mutex<Log>>) {
+    /// Keep `log`, just opened for `access`, as `topic`-`partition`'s, unless another request
+    /// opened it meanwhile for as much (then that one is kept and `log` is to be closed); a
+    /// writer replaces a reader (which closes when the last request using it lets go). Returns
+    /// the log to use and those the caller must close (`close`), off this lock: the least
+    /// recently used ones no request holds, past `max_open`.
+    pub fn insert(
+        &self,
+        topic: &str,
+        partition: i32,
+        (log, access): (Log, Access),
+        identity: Identity,
+    ) -> (SharedLog, Vec<Mutex<Log>>) {
         let key = (topic.to_string(), partition);
         let mut inner = lock(&self.inner);
         if let Some(open) = inner.touch(&key) {
-            let kept = open.log.clone();
-            return (kept, vec![Mutex::new(log)]);
+            if open.access == Access::Write || access == Access::Read {
+                let kept = open.log.clone();
+                return (kept, vec![Mutex::new(log)]);
+            }
         }
+        let replaced = inner.remove(&key);
         inner.clock += 1;
         let used = inner.clock;
         let shared = Arc::new(Mutex::new(log));
-        inner.logs.insert(key.clone(), Open { log: shared.clone(), identity, used });
+        inner.logs.insert(key.clone(), Open { log: shared.clone(), identity, access, used });
         inner.by_use.insert(used, key);
-        let evicted = inner.evict_to(self.max_open);
+        let mut evicted = inner.evict_to(self.max_open);
+        // The reader a writer replaced, if no request holds it (else it closes with the last one).
+        evicted.extend(replaced.and_then(Arc::into_inner));
         if !evicted.is_empty() && inner.warned.is_none_or(|at| at.elapsed() >= CHURN_WARNING_EVERY) {
             inner.warned = Some(Instant::now());
             ::log::warn!(
@@ -220,14 +262,61 @@ impl OpenLogs {
     }
 }
 
+/// One turn per partition for opening it to write: a writer's open may wait up to `LOCK_WAIT`
+/// for an append lock a stopped process holds, and the requests that need the same partition
+/// wait for that one open (asynchronously, on the turn) rather than each take a slot of the
+/// blocking pool to wait for the same lock, which would leave none for other partitions.
+#[derive(Default)]
+pub struct OpenTurns {
+    /// Consistent at any panic: one map operation per lock.
+    turns: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// A partition's turn, while a request waits for it or holds it; the partition's entry goes
+/// when the last one lets go.
+pub struct Turn<'a> {
+    turns: &'a OpenTurns,
+    key: Key,
+    turn: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl OpenTurns {
+    pub fn turn(&self, topic: &str, partition: i32) -> Turn<'_> {
+        let key = (topic.to_string(), partition);
+        let turn = lock(&self.turns).entry(key.clone()).or_default().clone();
+        Turn { turns: self, key, turn }
+    }
+}
+
+impl Turn<'_> {
+    /// Wait for the partition's turn; held until the guard is dropped.
+    pub async fn lock_owned(&self) -> tokio::sync::OwnedMutexGuard<()> {
+        self.turn.clone().lock_owned().await
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        let mut turns = lock(&self.turns.turns);
+        // The map's and this one: no other request waits for or holds the turn.
+        if Arc::strong_count(&self.turn) == 2 {
+            turns.remove(&self.key);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::options::LogConfig;
 
-    fn open(dir: &std::path::Path, name: &str) -> Log {
+    fn open(dir: &std::path::Path, name: &str) -> (Log, Access) {
         // Shared writers, as the server opens partitions: a second open of one is allowed.
-        Log::open(dir.join(name), LogConfig { shared_writers: true, ..LogConfig::default() }).unwrap()
+        (Log::open(dir.join(name), LogConfig { shared_writers: true, ..LogConfig::default() }).unwrap(), Access::Write)
+    }
+
+    fn open_to_read(dir: &std::path::Path, name: &str) -> (Log, Access) {
+        (Log::open(dir.join(name), LogConfig { readonly: true, ..LogConfig::default() }).unwrap(), Access::Read)
     }
 
     #[test]
@@ -273,9 +362,31 @@ mod tests {
     }
 
     #[test]
+    fn a_writer_replaces_a_reader_and_a_reader_never_replaces_a_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = OpenLogs::new(4);
+        drop(open(dir.path(), "t-0")); // the folder, for the reader
+        let (reader, _) = logs.insert("t", 0, open_to_read(dir.path(), "t-0"), (0, 0));
+        let (writer, closed) = logs.insert("t", 0, open(dir.path(), "t-0"), (0, 0));
+        assert!(!Arc::ptr_eq(&reader, &writer));
+        assert!(closed.is_empty(), "the reader is still in use: it closes when let go");
+        assert_eq!(
+            logs.get("t", 0).map(|(log, _, access)| (Arc::ptr_eq(&log, &writer), access)),
+            Some((true, Access::Write))
+        );
+        let (kept, closed) = logs.insert("t", 0, open_to_read(dir.path(), "t-0"), (0, 0));
+        assert!(Arc::ptr_eq(&kept, &writer) && closed.len() == 1);
+        drop(reader);
+        assert_eq!(logs.counts(), (1, 1));
+    }
+
+    #[test]
     fn the_default_is_a_share_of_the_descriptor_limit() {
         assert_eq!(default_max_open(1024), 128);
         assert_eq!(default_max_open(1_048_576), 131_072);
-        assert_eq!(default_max_open(20), MIN_OPEN);
+        assert_eq!(default_max_open(64), 8);
+        assert_eq!(default_max_open(20), 2, "the share, not a floor above it");
+        assert!(check_descriptor_limit(Some(MIN_DESCRIPTOR_LIMIT - 1)).is_err());
+        assert!(check_descriptor_limit(Some(MIN_DESCRIPTOR_LIMIT)).is_ok() && check_descriptor_limit(None).is_ok());
     }
 }

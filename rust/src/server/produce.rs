@@ -24,6 +24,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::broker::{try_lock_log, Broker};
 use super::codes;
 use super::durable::{self, Pending};
+use super::open_logs::Access;
 use super::txn_api;
 use super::waits;
 use crate::log::{Log, Produced};
@@ -51,7 +52,7 @@ async fn append(
     (acks, deadline): (i16, Instant),
     peer: &str,
 ) -> Result<Appended, (i16, String)> {
-    let log = match broker.partition_within(topic, partition, deadline).await {
+    let log = match broker.partition_within((topic, partition), Access::Write, deadline).await {
         Ok(Some(log)) => log,
         Ok(None) => {
             return Err((codes::UNKNOWN_TOPIC_OR_PARTITION, format!("this server does not host {topic}-{partition}")))
