@@ -269,6 +269,10 @@ class NativeServer:
         acks_all: str = "disk",
         metrics: str | None = None,
         max_open_partitions: int | None = None,
+        tls_cert: str | PathLike[str] | None = None,
+        tls_key: str | PathLike[str] | None = None,
+        tls_client_ca: str | PathLike[str] | None = None,
+        allow_plaintext: bool = False,
     ) -> NativeServer: ...
     @property
     def local_addr(self) -> str: ...

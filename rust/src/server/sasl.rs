@@ -19,6 +19,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::codes;
 use super::dispatch::{frame, Body, Request};
 use super::frame::MAX_REQUEST_BYTES;
+use super::principal::Principal;
 use super::scram::{ScramServer, Step};
 use super::LOG_TARGET;
 use crate::users::{self, Mechanism};
@@ -52,11 +53,12 @@ enum State {
     Authenticated,
 }
 
-/// One connection's SASL state.
+/// One connection's SASL state, and who the connection is.
 pub struct Session {
     required: bool,
     state: State,
     peer: String,
+    principal: Principal,
 }
 
 fn mechanism_names() -> Vec<StrBytes> {
@@ -64,9 +66,17 @@ fn mechanism_names() -> Vec<StrBytes> {
 }
 
 impl Session {
-    /// `required`: the listener is SASL_PLAINTEXT (non-loopback, or `--sasl`).
-    pub fn new(required: bool, peer: &str) -> Session {
-        Session { required, state: State::Handshake, peer: peer.to_string() }
+    /// `required`: the listener is SASL_PLAINTEXT or SASL_SSL (non-loopback, or `--sasl`);
+    /// `principal`: who the connection is before SASL (ANONYMOUS, or the subject of its TLS
+    /// client certificate).
+    pub fn new(required: bool, peer: &str, principal: Principal) -> Session {
+        Session { required, state: State::Handshake, peer: peer.to_string(), principal }
+    }
+
+    /// The connection's principal (Kafka's `KafkaPrincipal`): what authorization checks.
+    #[allow(dead_code)] // read by authorization (ACLs)
+    pub(crate) fn principal(&self) -> &Principal {
+        &self.principal
     }
 
     fn authenticated(&self) -> bool {
@@ -93,8 +103,8 @@ impl Session {
         let State::RawTokens(scram) = &mut self.state else { return Outcome::Close };
         match step(scram, token, dir, &self.peer) {
             Ok((reply, done)) => {
-                if done {
-                    self.state = State::Authenticated;
+                if let Some(user) = done {
+                    self.authenticated_as(user);
                 }
                 let mut out = BytesMut::with_capacity(4 + reply.len());
                 out.put_i32(reply.len() as i32);
@@ -103,6 +113,13 @@ impl Session {
             }
             Err(_) => Outcome::Close,
         }
+    }
+
+    /// SCRAM succeeded: the connection is the user now, whatever its certificate said (Kafka's
+    /// SASL_SSL principal is the SASL one).
+    fn authenticated_as(&mut self, user: String) {
+        self.state = State::Authenticated;
+        self.principal = Principal::user(user);
     }
 
     /// Decide what happens to a decoded request.
@@ -170,8 +187,8 @@ impl Session {
         };
         match step(scram, token, dir, &self.peer) {
             Ok((reply, done)) => {
-                if done {
-                    self.state = State::Authenticated;
+                if let Some(user) = done {
+                    self.authenticated_as(user);
                 }
                 (Kind::Reply, codes::NONE, None, Bytes::from(reply))
             }
@@ -194,9 +211,9 @@ fn encode<T: kafka_protocol::protocol::Encodable>(key: ApiKey, v: i16, id: i32, 
     }
 }
 
-/// One SCRAM step with the data directory's users: the server's message and whether the client
-/// is now authenticated, or the message for the client.
-fn step(scram: &mut ScramServer, token: &[u8], dir: &Path, peer: &str) -> Result<(Vec<u8>, bool), String> {
+/// One SCRAM step with the data directory's users: the server's message and, once the client
+/// is authenticated, its user name; or the message for the client.
+fn step(scram: &mut ScramServer, token: &[u8], dir: &Path, peer: &str) -> Result<(Vec<u8>, Option<String>), String> {
     let mechanism = scram.mechanism();
     let lookup = |user: &str| {
         users::credential(dir, user, mechanism).map_err(|e| {
@@ -205,10 +222,10 @@ fn step(scram: &mut ScramServer, token: &[u8], dir: &Path, peer: &str) -> Result
         })
     };
     match scram.step(token, lookup) {
-        Ok(Step::Challenge(reply)) => Ok((reply, false)),
+        Ok(Step::Challenge(reply)) => Ok((reply, None)),
         Ok(Step::Done { user, response }) => {
             ::log::debug!(target: LOG_TARGET, "{peer} authenticated as {user:?} with {}", mechanism.name());
-            Ok((response, true))
+            Ok((response, Some(user)))
         }
         Err(e) => {
             ::log::info!(target: LOG_TARGET, "failed SASL authentication from {peer} with {}: {}", mechanism.name(), e.0);
