@@ -177,7 +177,9 @@ def test_confluent_kafka_with_required_client_certificates(tmp_path, pki, caplog
 def test_clients_refuse_an_expired_or_unknown_server_certificate(tmp_path, pki):
     """The client side of a bad server certificate: librdkafka and kafka-python say the
     certificate failed verification; the server goes on serving a client that trusts it."""
-    with Server(tmp_path / "expired", tls=TLS(cert=pki.expired_server.cert, key=pki.expired_server.key)) as server:
+    with Server(
+        tmp_path / "expired", tls=TLS(cert=pki.expired_server.cert, key=pki.expired_server.key)
+    ) as server:
         failure = confluent_failure(confluent_config(server, pki.ca))
         assert "certificate verify failed" in failure, failure
         trusting = confluent_config(server, pki.ca, **{"enable.ssl.certificate.verification": False})

@@ -87,7 +87,9 @@ class Authority:
 
     def new_key(self, name: str) -> Path:
         key = self.dir / f"{name}.key"
-        openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key, cwd=self.dir)
+        openssl(
+            "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key, cwd=self.dir
+        )
         return key
 
     def issue(self, name: str, subject: str, ext: str, dates: tuple[str, str] | None = None) -> Pair:
@@ -95,7 +97,9 @@ class Authority:
         notAfter as YYYYMMDDHHMMSSZ (default: from now, 30 days)."""
         key = self.new_key(name)
         csr = self.dir / f"{name}.csr"
-        openssl("req", "-new", "-key", key, "-subj", subject, "-config", self.config, "-out", csr, cwd=self.dir)
+        openssl(
+            "req", "-new", "-key", key, "-subj", subject, "-config", self.config, "-out", csr, cwd=self.dir
+        )
         when = ["-startdate", dates[0], "-enddate", dates[1]] if dates else ["-days", 30]
         cert = self.dir / f"{name}.pem"
         openssl(

@@ -76,21 +76,22 @@ class TLS:
             return value
         raise InvalidTypeError(f"tls must be a kafkalite.TLS or a dict, not {type(value).__name__}")
 
-    def paths(self) -> dict[str, str | None]:
-        """The files as ``NativeServer`` takes them."""
-        out: dict[str, str | None] = {}
+    def paths(self) -> tuple[str, str, str | None]:
+        """``cert``, ``key`` and ``client_ca`` as ``NativeServer`` takes them."""
+        out: list[str | None] = []
         for name in ("cert", "key", "client_ca"):
             given = getattr(self, name)
-            if given is None:
-                out[f"tls_{name}"] = None
-                continue
+            if given is None and name != "client_ca":
+                raise InvalidTypeError(f"tls {name} must be a path (str or os.PathLike), not None")
             try:
-                out[f"tls_{name}"] = os.fspath(given)
+                out.append(None if given is None else os.fspath(given))
             except TypeError:
                 raise InvalidTypeError(
                     f"tls {name} must be a path (str or os.PathLike), not {type(given).__name__}"
                 ) from None
-        return out
+        cert, key, client_ca = out
+        assert cert is not None and key is not None
+        return cert, key, client_ca
 
 
 class Server:
@@ -138,6 +139,7 @@ class Server:
         if acks_all not in ACKS_ALL:
             raise InvalidConfigError(f"acks_all must be 'disk' or 'page-cache', not {acks_all!r}")
         tls_files = TLS.of(tls)
+        cert, key, client_ca = tls_files.paths() if tls_files is not None else (None, None, None)
         self._native: NativeServer | None = NativeServer(
             self.path,
             listen,
@@ -148,8 +150,10 @@ class Server:
             acks_all=acks_all,
             metrics=metrics,
             max_open_partitions=max_open_partitions,
+            tls_cert=cert,
+            tls_key=key,
+            tls_client_ca=client_ca,
             allow_plaintext=allow_plaintext,
-            **(tls_files.paths() if tls_files is not None else {}),
         )
         self.address: str = self._native.local_addr
         #: What Kafka clients take as ``bootstrap.servers`` (the advertised listener).

@@ -73,7 +73,12 @@ pub struct Asked {
 /// Beyond loopback clients must authenticate (SASL, unless client certificates are required)
 /// and TLS is required unless `allow_plaintext` (then a WARNING). SASL needs a user in the
 /// data directory (`has_users`, asked only when SASL is on): nobody could connect otherwise.
-pub fn security(listen: &str, loopback: bool, asked: Asked, has_users: impl FnOnce() -> Result<bool>) -> Result<Security> {
+pub fn security(
+    listen: &str,
+    loopback: bool,
+    asked: Asked,
+    has_users: impl FnOnce() -> Result<bool>,
+) -> Result<Security> {
     let sasl = asked.sasl || (!loopback && !asked.client_certs);
     let mut missing = Vec::new();
     if sasl && !has_users()? {

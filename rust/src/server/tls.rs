@@ -201,8 +201,10 @@ fn text(value: &x509_cert::der::Any) -> Option<String> {
             String::from_utf8(bytes.to_vec()).ok()
         }
         Tag::TeletexString => Some(bytes.iter().map(|&b| b as char).collect()), // ISO-8859-1, as Java
-        Tag::BmpString if bytes.len() % 2 == 0 => {
-            char::decode_utf16(bytes.chunks(2).map(|c| u16::from_be_bytes([c[0], c[1]]))).collect::<std::result::Result<_, _>>().ok()
+        Tag::BmpString if bytes.len().is_multiple_of(2) => {
+            char::decode_utf16(bytes.chunks(2).map(|c| u16::from_be_bytes([c[0], c[1]])))
+                .collect::<std::result::Result<_, _>>()
+                .ok()
         }
         _ => None,
     }
