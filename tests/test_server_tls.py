@@ -195,9 +195,9 @@ def test_clients_refuse_an_expired_or_unknown_server_certificate(tmp_path, pki):
 
 def test_plaintext_and_silent_clients_on_the_tls_port(tmp_path, pki, caplog):
     """A PLAINTEXT Kafka client on the TLS port is closed at once with one WARNING saying so; a
-    client that opens TCP and sends nothing is closed at the handshake deadline
-    (connections.max.idle.ms here, 10 s by default) with one WARNING. Good clients are served
-    meanwhile."""
+    client that opens TCP and sends nothing, and one that stops part way through its first TLS
+    record, are closed at the handshake deadline (connections.max.idle.ms here, 10 s by default)
+    with one WARNING each. Good clients are served meanwhile."""
     caplog.set_level(logging.INFO, logger="kafkalite.server")
     native = _native.NativeServer(
         str(tmp_path), "127.0.0.1:0", idle_timeout_ms=3000, tls_cert=pki.server.cert, tls_key=pki.server.key
@@ -208,6 +208,9 @@ def test_plaintext_and_silent_clients_on_the_tls_port(tmp_path, pki, caplog):
         good = confluent_config(server, pki.ca)  # type: ignore[arg-type]
         silent = socket.create_connection((host, int(port)))
         me = "{}:{}".format(*silent.getsockname()[:2])
+        stalled = socket.create_connection((host, int(port)))  # starts a TLS record, then stops
+        stalled.sendall(b"\x16\x03\x01\x02")
+        stalled_at = "{}:{}".format(*stalled.getsockname()[:2])
         with pytest.raises(kafka.errors.KafkaError, match="Unable to bootstrap"):
             kafka.KafkaProducer(bootstrap_servers=native.advertised, bootstrap_timeout_ms=5000)  # PLAINTEXT
         said = wait_for_warning(caplog, "did not start a TLS handshake")
@@ -220,6 +223,11 @@ def test_plaintext_and_silent_clients_on_the_tls_port(tmp_path, pki, caplog):
         assert len(warnings_about(caplog, me)) == 1, warnings_about(caplog, me)
         assert "no TLS handshake within 3000 ms" in warnings_about(caplog, me)[0]
         silent.close()
+        stalled.settimeout(10)
+        assert stalled.recv(1) == b""
+        assert wait_for_warning(caplog, stalled_at) and len(warnings_about(caplog, stalled_at)) == 1
+        assert "no TLS handshake within" in warnings_about(caplog, stalled_at)[0]
+        stalled.close()
         confluent_round_trip(good, "after-silent", n=3)
     finally:
         native.stop(5000)
