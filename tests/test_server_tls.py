@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
+import struct
 import subprocess
 import sys
 import time
@@ -18,6 +20,7 @@ from pathlib import Path
 import kafkalite
 import kafkalite.users
 import pytest
+import wire_fetch
 from kafkalite import _native
 from kafkalite.server import TLS, Server
 from tls_certs import CLIENT_PRINCIPAL, Pki, make_pki
@@ -287,3 +290,26 @@ def test_cli_serve_with_tls(tmp_path, pki, spawn):
     assert f"SSL://127.0.0.1:{port}" in line, line
     server = type("Addr", (), {"bootstrap_servers": f"127.0.0.1:{port}"})()
     confluent_round_trip(confluent_config(server, pki.ca, pki.client), "cli-tls", n=3)  # type: ignore[arg-type]
+
+
+def test_large_fetch_responses_arrive_whole_over_tls(tmp_path, pki):
+    """A Fetch response of megabytes to a client that reads slowly leaves the server completely:
+    TLS keeps what the full socket did not take in its own buffer, and a response left part way
+    there (the server not flushing it) would wait for the next response that never comes."""
+    wire_fetch.fill(str(tmp_path), "big", 1, 8)
+    with Server(tmp_path, tls=TLS(cert=pki.server.cert, key=pki.server.key)) as server:
+        host, port = server.address.rsplit(":", 1)
+        context = ssl.create_default_context(cafile=str(pki.ca))
+        for attempt in range(3):
+            with socket.create_connection((host, int(port)), timeout=10) as raw:
+                raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+                with context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+                    sock.sendall(wire_fetch.fetch_request([("big", 0, 0, wire_fetch.NO_LIMIT)]))
+                    (size,) = struct.unpack(">i", wire_fetch.recv_exactly(sock, 4))
+                    left = size
+                    while left:  # slowly, so the server finds the socket full again and again
+                        chunk = sock.recv(min(left, 64 * 1024))  # times out if bytes stay behind
+                        assert chunk, f"closed with {left} of {size} bytes unread"
+                        left -= len(chunk)
+                        time.sleep(0.002)
+                    assert size > 7_000_000, (attempt, size)

@@ -44,7 +44,13 @@ async fn write_response<W: AsyncWrite + Unpin>(
     deadline: Duration,
     addr: &str,
 ) -> Result<(), String> {
-    match tokio::time::timeout(deadline, writer.write_all(bytes)).await {
+    // The flush matters on TLS: `write_all` may leave the last records in rustls' buffer when
+    // the socket is full, and they would wait there for the next response.
+    let write = async {
+        writer.write_all(bytes).await?;
+        writer.flush().await
+    };
+    match tokio::time::timeout(deadline, write).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(format!("writing a response failed: {e}")),
         Err(_) => {
