@@ -1,6 +1,6 @@
-//! SASL on one connection, as Kafka's `SaslServerAuthenticator` runs a SASL_PLAINTEXT listener:
-//! before authentication a client may send ApiVersions, then SaslHandshake (v0-1) naming a
-//! mechanism, then the SCRAM messages, in SaslAuthenticate requests (after handshake v1) or as
+//! SASL on one connection, as Kafka's `SaslServerAuthenticator` runs a SASL_PLAINTEXT or
+//! SASL_SSL listener: before authentication a client may send ApiVersions, then SaslHandshake
+//! (v0-1) naming a mechanism, then the SCRAM messages, in SaslAuthenticate requests (after handshake v1) or as
 //! bare size-prefixed tokens (after handshake v0, Kafka's original framing). Any other request
 //! before authentication closes the connection unanswered, as Kafka does; a failed
 //! authentication is answered (SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM,
