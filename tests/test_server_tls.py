@@ -313,3 +313,21 @@ def test_large_fetch_responses_arrive_whole_over_tls(tmp_path, pki):
                         left -= len(chunk)
                         time.sleep(0.002)
                     assert size > 7_000_000, (attempt, size)
+
+
+def test_clients_closing_after_the_handshake_are_not_warned_about(tmp_path, pki, caplog):
+    """A TLS client that closes without reading the server's session tickets resets the
+    connection; it went away and nothing was refused, so no WARNING (there was one per client)."""
+    caplog.set_level(logging.DEBUG, logger="kafkalite.server")
+    with Server(tmp_path, tls=TLS(cert=pki.server.cert, key=pki.server.key)) as server:
+        host, port = server.address.rsplit(":", 1)
+        context = ssl.create_default_context(cafile=str(pki.ca))
+        for _ in range(20):
+            with socket.create_connection((host, int(port))) as raw:
+                with context.wrap_socket(raw, server_hostname="127.0.0.1"):
+                    pass
+        deadline = time.monotonic() + 10
+        while sum("closed (" in r.getMessage() for r in caplog.records) < 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sum("closed (" in r.getMessage() for r in caplog.records) == 20
+        assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]

@@ -206,6 +206,11 @@ async fn serve_until_closed<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                     );
                     return format!("bad frame size {size}");
                 }
+                // A client closing with bytes unread (a TLS client that did not read the
+                // server's session tickets) resets the connection: it went away, nothing was refused.
+                Ok(Err(FrameError::Io(e))) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                    return "reset by the client".into()
+                }
                 Ok(Err(FrameError::Io(e))) => {
                     log::warn!(target: TARGET, "closing the connection from {addr}: reading a request failed: {e}");
                     return format!("read failed: {e}");
