@@ -467,8 +467,8 @@ def test_non_loopback_listener_needs_users_then_sasl(tmp_path):
         Server(tmp_path, "0.0.0.0:0")
     kafkalite.users.add_user(tmp_path, USER, PASSWORD)
     with pytest.raises(kafkalite.InvalidConfigError, match="advertised"):
-        Server(tmp_path, "0.0.0.0:0")  # clients elsewhere cannot connect to an advertised 0.0.0.0
-    with Server(tmp_path, "0.0.0.0:0", advertised_listener="127.0.0.1:1") as server:
+        Server(tmp_path, "0.0.0.0:0", allow_plaintext=True)  # clients elsewhere cannot connect to 0.0.0.0
+    with Server(tmp_path, "0.0.0.0:0", advertised_listener="127.0.0.1:1", allow_plaintext=True) as server:
         assert server.security_protocol == "SASL_PLAINTEXT"
         port = int(server.address.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:

@@ -19,7 +19,7 @@ from kafkalite.consumer import (
 from kafkalite.errors import *  # noqa: F403 (the exception classes, listed in errors.__all__)
 from kafkalite.log import Log, RecoveryWarning, SegmentInfo
 from kafkalite.producer import FutureRecordMetadata, Producer, RecordMetadata
-from kafkalite.server import Server
+from kafkalite.server import TLS, Server
 from kafkalite.spark.interpreter import use_this_interpreter as _use_this_interpreter
 
 if TYPE_CHECKING:
@@ -56,6 +56,7 @@ __all__ = [
     "PartitionInfo",
     "NoOffsetForPartitionError",
     "Server",
+    "TLS",
     "Log",
     "Record",
     "SegmentInfo",

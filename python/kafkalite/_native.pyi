@@ -271,6 +271,10 @@ class NativeServer:
         max_open_partitions: int | None = None,
         authorizer: bool = False,
         super_users: list[str] = ...,
+        tls_cert: str | PathLike[str] | None = None,
+        tls_key: str | PathLike[str] | None = None,
+        tls_client_ca: str | PathLike[str] | None = None,
+        allow_plaintext: bool = False,
     ) -> NativeServer: ...
     @property
     def local_addr(self) -> str: ...

@@ -13,11 +13,14 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafkalite import _native
 from kafkalite.cli_progress import progress, quiet
 from kafkalite.errors import InvalidRecordError, RecordTooLargeError
+
+if TYPE_CHECKING:
+    from kafkalite.server import TLS
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -443,6 +446,8 @@ def _serve(args: argparse.Namespace) -> int:
         args.listen,
         advertised_listener=args.advertised_listener,
         sasl=args.sasl,
+        tls=_serve_tls(args),
+        allow_plaintext=args.allow_plaintext,
         metrics=args.metrics,
         acks_all=args.acks_all,
         max_open_partitions=args.max_open_partitions,
@@ -471,6 +476,21 @@ def _serve(args: argparse.Namespace) -> int:
             pass
     print("kafkalite: server stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def _serve_tls(args: argparse.Namespace) -> TLS | None:
+    """``--tls-cert``/``--tls-key``/``--tls-client-ca`` as ``Server(tls=...)``; the certificate
+    and key go together."""
+    from kafkalite.errors import InvalidConfigError
+    from kafkalite.server import TLS
+
+    if args.tls_cert is None and args.tls_key is None:
+        if args.tls_client_ca is not None:
+            raise InvalidConfigError("--tls-client-ca needs --tls-cert and --tls-key (a TLS listener)")
+        return None
+    if args.tls_cert is None or args.tls_key is None:
+        raise InvalidConfigError("TLS needs both --tls-cert PEM and --tls-key PEM")
+    return TLS(cert=args.tls_cert, key=args.tls_key, client_ca=args.tls_client_ca)
 
 
 #: The command line's rendering of the fixes errors name in API terms (``KafkaliteError.action``);
@@ -652,13 +672,32 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--listen",
         default="127.0.0.1:9092",
-        help="HOST:PORT to listen on (default 127.0.0.1:9092); anything but loopback requires SASL/SCRAM "
-        "and a user (`kafkalite users add NAME`)",
+        help="HOST:PORT to listen on (default 127.0.0.1:9092); anything but loopback requires TLS "
+        "(--tls-cert, --tls-key) and authenticated clients: SASL/SCRAM as a user (`kafkalite users add "
+        "NAME`), or certificates (--tls-client-ca)",
     )
     serve.add_argument(
         "--sasl",
         action="store_true",
-        help="require SASL/SCRAM (SASL_PLAINTEXT) on a loopback listener too",
+        help="require SASL/SCRAM (SASL_PLAINTEXT, or SASL_SSL with TLS) on a loopback listener too",
+    )
+    serve.add_argument(
+        "--tls-cert",
+        metavar="PEM",
+        help="the server's TLS certificate (then any intermediates), PEM: the listener is SSL, or "
+        "SASL_SSL with SASL",
+    )
+    serve.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert, PEM, unencrypted")
+    serve.add_argument(
+        "--tls-client-ca",
+        metavar="PEM",
+        help="CA certificates, PEM: every client must present a certificate they signed (Kafka's "
+        "ssl.client.auth=required), and is then the principal User:<subject DN>",
+    )
+    serve.add_argument(
+        "--allow-plaintext",
+        action="store_true",
+        help="listen beyond loopback without TLS (SASL_PLAINTEXT): records cross the network in clear",
     )
     serve.add_argument(
         "--advertised-listener",

@@ -3,15 +3,21 @@ client (confluent-kafka, kafka-python, ...) can produce to and consume from it w
 embedded ``Producer``/``Consumer``/``Admin`` keep using the same files.
 
 The server is Rust (tokio) on its own background threads; Python only starts and stops it.
-On loopback it needs no authentication (PLAINTEXT); any other address is SASL_PLAINTEXT: clients
-authenticate with SCRAM-SHA-256/512 as the data directory's users (``kafkalite.users``), and the
-server refuses to start without one. ``sasl=True`` asks for SASL on loopback too.
+On loopback it needs no authentication (PLAINTEXT). ``tls=TLS(cert=..., key=...)`` (PEM files)
+makes it a TLS listener (SSL); with ``client_ca=...`` every client must present a certificate
+signed by that CA (Kafka's ``ssl.client.auth=required``) and is known as ``User:<subject DN>``
+(RFC 2253, as Kafka's default principal builder: ``User:CN=alice,OU=eng,O=Example``).
+``sasl=True`` asks for SASL/SCRAM (SASL_PLAINTEXT, or SASL_SSL with TLS): clients authenticate
+with SCRAM-SHA-256/512 as the data directory's users (``kafkalite.users``), and the server
+refuses to start without one. Any other address than loopback needs TLS and authenticated
+clients (SASL_SSL, or SSL with client certificates); without TLS it starts only with
+``allow_plaintext=True`` (SASL_PLAINTEXT, records in clear), logging a WARNING.
 ``metrics="HOST:PORT"`` also serves Prometheus's text format over HTTP there (``metrics_address``):
-requests by API and error code, bytes in and out, topics, partitions, groups and consumer lag. There is no
-TLS: SCRAM keeps passwords off the wire, but records travel in clear.
+requests by API and error code, bytes in and out, topics, partitions, groups and consumer lag.
 
 Authorization follows Kafka's ACL model (``kafka-acls``, Admin's ``create_acls``): a client is the
-principal ``User:<name>`` it authenticated as (``User:ANONYMOUS`` without SASL), and the ACLs in
+principal it authenticated as (``User:<name>`` with SASL, ``User:<subject DN>`` with a client
+certificate, ``User:ANONYMOUS`` without either), and the ACLs in
 the data directory say what it may do. They are enforced with ``authorizer=True``; without it,
 never on a loopback listener and, on any other, as soon as one ACL exists. ``super_users``
 (Kafka's ``super.users``, e.g. ``["User:admin"]``) may do everything. The embedded API is the
@@ -36,6 +42,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
@@ -49,6 +57,50 @@ FETCH_MAX_BYTES = 55 * 1024 * 1024
 FETCH_MAX_BYTES_RANGE = (1024, 2**31 - 1)
 #: The values of ``acks_all`` (``--acks-all``).
 ACKS_ALL = ("disk", "page-cache")
+
+
+@dataclass(frozen=True)
+class TLS:
+    """A TLS listener's PEM files: ``cert`` (the server's certificate, then any intermediates),
+    ``key`` (its unencrypted private key) and optionally ``client_ca`` (the CA certificates that
+    sign client certificates: given, every client must present one)."""
+
+    cert: str | os.PathLike[str]
+    key: str | os.PathLike[str]
+    client_ca: str | os.PathLike[str] | None = None
+
+    @classmethod
+    def of(cls, value: object) -> TLS | None:
+        """``tls=`` as given: None, a ``TLS``, or a mapping with its field names."""
+        if value is None or isinstance(value, TLS):
+            return value
+        if isinstance(value, Mapping):
+            unknown = set(value) - {"cert", "key", "client_ca"}
+            if unknown or not {"cert", "key"} <= set(value):
+                raise InvalidConfigError(
+                    f"tls takes 'cert', 'key' and optionally 'client_ca', not {sorted(value)}"
+                )
+            value = TLS(**value)
+            assert isinstance(value, TLS)
+            return value
+        raise InvalidTypeError(f"tls must be a kafkalite.TLS or a dict, not {type(value).__name__}")
+
+    def paths(self) -> tuple[str, str, str | None]:
+        """``cert``, ``key`` and ``client_ca`` as ``NativeServer`` takes them."""
+        out: list[str | None] = []
+        for name in ("cert", "key", "client_ca"):
+            given = getattr(self, name)
+            if given is None and name != "client_ca":
+                raise InvalidTypeError(f"tls {name} must be a path (str or os.PathLike), not None")
+            try:
+                out.append(None if given is None else os.fspath(given))
+            except TypeError:
+                raise InvalidTypeError(
+                    f"tls {name} must be a path (str or os.PathLike), not {type(given).__name__}"
+                ) from None
+        cert, key, client_ca = out
+        assert cert is not None and key is not None
+        return cert, key, client_ca
 
 
 class Server:
@@ -68,6 +120,8 @@ class Server:
         max_open_partitions: int | None = None,
         authorizer: bool = False,
         super_users: Sequence[str] = (),
+        tls: TLS | Mapping[str, str | os.PathLike[str]] | None = None,
+        allow_plaintext: bool = False,
     ) -> None:
         try:
             self.path = os.path.abspath(os.fspath(path))
@@ -90,6 +144,7 @@ class Server:
             ("auto_create_topics", auto_create_topics),
             ("sasl", sasl),
             ("authorizer", authorizer),
+            ("allow_plaintext", allow_plaintext),
         ):
             if not isinstance(given, bool):
                 raise InvalidTypeError(f"{flag} must be a bool, not {type(given).__name__}")
@@ -97,6 +152,8 @@ class Server:
         check_max_open_partitions(max_open_partitions)
         if acks_all not in ACKS_ALL:
             raise InvalidConfigError(f"acks_all must be 'disk' or 'page-cache', not {acks_all!r}")
+        tls_files = TLS.of(tls)
+        cert, key, client_ca = tls_files.paths() if tls_files is not None else (None, None, None)
         self._native: NativeServer | None = NativeServer(
             self.path,
             listen,
@@ -109,11 +166,16 @@ class Server:
             max_open_partitions=max_open_partitions,
             authorizer=authorizer,
             super_users=list(super_users),
+            tls_cert=cert,
+            tls_key=key,
+            tls_client_ca=client_ca,
+            allow_plaintext=allow_plaintext,
         )
         self.address: str = self._native.local_addr
         #: What Kafka clients take as ``bootstrap.servers`` (the advertised listener).
         self.bootstrap_servers: str = self._native.advertised
-        #: Kafka's name for the listener's protocol: ``PLAINTEXT`` or ``SASL_PLAINTEXT``.
+        #: Kafka's name for the listener's protocol: ``PLAINTEXT``, ``SASL_PLAINTEXT``, ``SSL`` or
+        #: ``SASL_SSL``.
         self.security_protocol: str = self._native.security_protocol
         #: HOST:PORT of the Prometheus text endpoint (``metrics="127.0.0.1:0"`` picks a port), or None.
         self.metrics_address: str | None = self._native.metrics_addr

@@ -1,5 +1,5 @@
 """SASL/SCRAM users of a data directory: who may connect to ``kafkalite serve`` on a
-SASL_PLAINTEXT listener (any non-loopback address, or ``Server(..., sasl=True)``).
+SASL listener (SASL_SSL on a non-loopback address, or ``Server(..., sasl=True)``).
 
 The engine (``rust/src/users.rs``) owns the file: per user and mechanism a random salt, the
 PBKDF2 iteration count, StoredKey and ServerKey, as Kafka keeps SCRAM credentials; never the

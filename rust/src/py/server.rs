@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 
-use crate::server::{AcksAll, AuthorizerMode, Server, ServerConfig, FETCH_MAX_BYTES};
+use crate::server::{AcksAll, AuthorizerMode, Server, ServerConfig, TlsFiles, FETCH_MAX_BYTES};
 
 #[pyclass(frozen, module = "kafkalite._native")]
 pub struct NativeServer {
@@ -24,7 +24,7 @@ impl NativeServer {
     #[pyo3(signature = (
         data_dir, listen, advertised=None, auto_create_topics=true, idle_timeout_ms=600_000, sasl=false,
         fetch_max_bytes=FETCH_MAX_BYTES, acks_all="disk", metrics=None, max_open_partitions=None,
-        authorizer=false, super_users=Vec::new(),
+        authorizer=false, super_users=Vec::new(), tls_cert=None, tls_key=None, tls_client_ca=None, allow_plaintext=false,
     ))]
     #[allow(clippy::too_many_arguments)] // Python's keyword arguments
     fn new(
@@ -41,7 +41,21 @@ impl NativeServer {
         max_open_partitions: Option<usize>,
         authorizer: bool,
         super_users: Vec<String>,
+        tls_cert: Option<std::path::PathBuf>,
+        tls_key: Option<std::path::PathBuf>,
+        tls_client_ca: Option<std::path::PathBuf>,
+        allow_plaintext: bool,
     ) -> PyResult<Self> {
+        let tls = match (tls_cert, tls_key, tls_client_ca) {
+            (None, None, None) => None,
+            (Some(cert), Some(key), client_ca) => Some(TlsFiles { cert, key, client_ca }),
+            _ => {
+                return Err(crate::error::Error::config(
+                    "TLS needs both a certificate and its key (tls_cert and tls_key; --tls-cert and --tls-key)",
+                )
+                .into())
+            }
+        };
         let mut config = ServerConfig::new(data_dir, listen);
         config.fetch_max_bytes = fetch_max_bytes;
         config.acks_all = AcksAll::parse(acks_all)?;
@@ -53,6 +67,8 @@ impl NativeServer {
         config.max_open_partitions = max_open_partitions;
         config.authorizer = if authorizer { AuthorizerMode::On } else { AuthorizerMode::Auto };
         config.super_users = super_users;
+        config.tls = tls;
+        config.allow_plaintext = allow_plaintext;
         let server = py.detach(|| Server::start(config))?;
         let local_addr = server.local_addr().to_string();
         let advertised = server.advertised();
@@ -98,7 +114,7 @@ impl NativeServer {
         self.metrics_addr.clone()
     }
 
-    /// PLAINTEXT, or SASL_PLAINTEXT when clients must authenticate.
+    /// PLAINTEXT, SASL_PLAINTEXT, SSL or SASL_SSL.
     #[getter]
     fn security_protocol(&self) -> &'static str {
         self.security_protocol

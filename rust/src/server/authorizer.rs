@@ -84,8 +84,6 @@ pub const CLUSTER_NAME: &str = "kafka-cluster";
 /// The literal resource name and principal/host that match everything.
 pub const WILDCARD: &str = "*";
 pub const WILDCARD_PRINCIPAL: &str = "User:*";
-/// Kafka's principal of a client that did not authenticate.
-pub const ANONYMOUS: &str = "User:ANONYMOUS";
 
 const RESOURCE_NAMES: &[(i8, &str)] = &[
     (resource::ANY, "ANY"),
@@ -286,12 +284,11 @@ pub struct Who {
     pub host: String,
 }
 
-/// The principal of a connection: `User:<name>` once SASL/SCRAM authenticated it, else
-/// `User:ANONYMOUS` (Kafka's, for PLAINTEXT); `peer` is the connection's "/<ip>". The one
-/// place a principal is read from the connection (a TLS certificate's subject comes here too).
+/// Who a connection is for the ACLs: its principal (`principal.rs`: `User:<scram user>`,
+/// `User:<certificate subject>` or `User:ANONYMOUS`) and host; `peer` is the connection's "/<ip>".
+/// The one place authorization reads a connection's identity.
 pub fn who(session: &super::sasl::Session, peer: &str) -> Who {
-    let principal = session.user().map_or_else(|| ANONYMOUS.to_string(), |u| format!("User:{u}"));
-    Who { principal, host: peer.trim_start_matches('/').to_string() }
+    Who { principal: session.principal().to_string(), host: peer.trim_start_matches('/').to_string() }
 }
 
 /// When the ACLs are enforced (`kafkalite serve --authorizer`).

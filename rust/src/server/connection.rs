@@ -1,6 +1,7 @@
-//! Accepting clients and serving one connection: frames are read, answered and written
-//! in order (Kafka's per-connection ordering), one request at a time, each first admitted by
-//! the connection's SASL session (`sasl.rs`). A bad frame closes only its own connection;
+//! Accepting clients and serving one connection: on a TLS listener the handshake first
+//! (`tls.rs`), then frames are read, answered and written in order (Kafka's per-connection
+//! ordering), one request at a time, each first admitted by the connection's SASL session
+//! (`sasl.rs`), which also holds who the connection is (`Session::principal`). A bad frame closes only its own connection;
 //! every task's failure stays inside that task. A client that does not read a response within
 //! `RESPONSE_WRITE_DEADLINE` (or connections.max.idle.ms) is closed, freeing the response and
 //! its share of the response budget.
@@ -12,15 +13,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
 
 use super::broker::Broker;
 use super::dispatch::{decode_request, handle};
 use super::frame::{read_frame, FrameError};
+use super::principal::Principal;
 use super::sasl::{Outcome, Session, AUTH_FAILURE_DELAY};
+use super::tls;
 use super::ServerConfig;
 
 /// The `log` target (Python: `logging.getLogger("kafkalite.server.connection")`).
@@ -35,13 +38,19 @@ const TARGET: &str = "kafkalite::server::connection";
 const RESPONSE_WRITE_DEADLINE: Duration = Duration::from_secs(30);
 
 /// Write one response within `deadline`; Err: why the connection closes.
-async fn write_response(
-    writer: &mut OwnedWriteHalf,
+async fn write_response<W: AsyncWrite + Unpin>(
+    writer: &mut W,
     bytes: &[u8],
     deadline: Duration,
     addr: &str,
 ) -> Result<(), String> {
-    match tokio::time::timeout(deadline, writer.write_all(bytes)).await {
+    // The flush matters on TLS: `write_all` may leave the last records in rustls' buffer when
+    // the socket is full, and they would wait there for the next response.
+    let write = async {
+        writer.write_all(bytes).await?;
+        writer.flush().await
+    };
+    match tokio::time::timeout(deadline, write).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(format!("writing a response failed: {e}")),
         Err(_) => {
@@ -56,10 +65,12 @@ async fn write_response(
     }
 }
 
+/// Accept clients until the server stops; `tls`: the listener is SSL or SASL_SSL.
 pub async fn accept_loop(
     listener: TcpListener,
     broker: Arc<Broker>,
     config: ServerConfig,
+    tls: Option<TlsAcceptor>,
     mut stop: watch::Receiver<bool>,
 ) {
     let open = Arc::new(AtomicUsize::new(0));
@@ -94,10 +105,10 @@ pub async fn accept_loop(
             continue;
         }
         open.fetch_add(1, Ordering::SeqCst);
-        let (broker, open, stop, idle, sasl) =
-            (broker.clone(), open.clone(), stop.clone(), config.idle_timeout, config.sasl);
+        let (broker, open, stop, idle, sasl, tls) =
+            (broker.clone(), open.clone(), stop.clone(), config.idle_timeout, config.sasl, tls.clone());
         tokio::spawn(async move {
-            serve(stream, &broker, idle, sasl, stop).await;
+            serve(stream, &broker, idle, sasl, tls, stop).await;
             open.fetch_sub(1, Ordering::SeqCst);
         });
     }
@@ -106,37 +117,75 @@ pub async fn accept_loop(
 /// Resolves when the peer closes while a request is being handled, so a long poll or a
 /// group join of a client that went away is dropped. Pipelined bytes stay buffered in the
 /// reader for the next frame; once some arrived, this just waits.
-async fn closed_by_peer(reader: &mut BufReader<OwnedReadHalf>) {
+async fn closed_by_peer<R: AsyncRead + Unpin>(reader: &mut BufReader<R>) {
     match reader.fill_buf().await {
         Ok([]) | Err(_) => {}
         Ok(_) => std::future::pending().await,
     }
 }
 
-/// Serve one client until it closes, sends something we cannot answer, fails to authenticate
-/// (`sasl`: the listener is SASL_PLAINTEXT), idles past `connections.max.idle.ms`, or the
-/// server stops.
-async fn serve(stream: TcpStream, broker: &Arc<Broker>, idle: Duration, sasl: bool, stop: watch::Receiver<bool>) {
-    let addr = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "an unknown peer".into());
-    log::debug!(target: TARGET, "connection from {addr} opened");
-    let why = serve_until_closed(stream, broker, idle, sasl, stop).await;
-    log::debug!(target: TARGET, "connection from {addr} closed ({why})");
-}
-
-/// Serve one connection; returns why it ended (logged by `serve`).
-async fn serve_until_closed(
+/// Serve one client until it closes, fails its TLS handshake (`tls`: the listener is SSL or
+/// SASL_SSL), sends something we cannot answer, fails to authenticate (`sasl`: the listener is
+/// SASL_PLAINTEXT or SASL_SSL), idles past `connections.max.idle.ms`, or the server stops.
+async fn serve(
     stream: TcpStream,
     broker: &Arc<Broker>,
     idle: Duration,
     sasl: bool,
-    mut stop: watch::Receiver<bool>,
-) -> String {
+    tls: Option<TlsAcceptor>,
+    stop: watch::Receiver<bool>,
+) {
     let _ = stream.set_nodelay(true);
     let addr = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "an unknown peer".into());
     // Kafka's DescribeGroups shows members' hosts as "/<ip>".
     let peer = stream.peer_addr().map(|a| format!("/{}", a.ip())).unwrap_or_default();
-    let mut session = Session::new(sasl, &peer);
-    let (reader, mut writer) = stream.into_split();
+    log::debug!(target: TARGET, "connection from {addr} opened");
+    let why = match tls {
+        None => {
+            let session = Session::new(sasl, &peer, Principal::anonymous());
+            let (reader, writer) = stream.into_split();
+            serve_until_closed(reader, writer, session, broker, idle, &addr, &peer, stop).await
+        }
+        Some(acceptor) => {
+            let mut until_stop = stop.clone();
+            let shaken = tokio::select! {
+                _ = until_stop.changed() => Err(Some("the server stops".to_string())),
+                shaken = tls::handshake(&acceptor, stream, idle.min(tls::HANDSHAKE_TIMEOUT)) => shaken,
+            };
+            match shaken {
+                Ok((stream, principal)) => {
+                    let principal = principal.unwrap_or_else(Principal::anonymous);
+                    if !principal.is_anonymous() {
+                        log::debug!(target: TARGET, "{addr} presented a client certificate: {principal}");
+                    }
+                    let session = Session::new(sasl, &peer, principal);
+                    let (reader, writer) = tokio::io::split(stream);
+                    serve_until_closed(reader, writer, session, broker, idle, &addr, &peer, stop).await
+                }
+                Err(None) => "closed by the client before a TLS handshake".into(),
+                Err(Some(why)) => {
+                    log::warn!(target: TARGET, "closing the connection from {addr}: {why}");
+                    why
+                }
+            }
+        }
+    };
+    log::debug!(target: TARGET, "connection from {addr} closed ({why})");
+}
+
+/// Serve one connection; returns why it ended (logged by `serve`). `addr`: the client's
+/// address for log lines, `peer`: its host as Kafka shows it ("/<ip>").
+#[allow(clippy::too_many_arguments)] // one connection's parts, passed once
+async fn serve_until_closed<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    reader: R,
+    mut writer: W,
+    mut session: Session,
+    broker: &Arc<Broker>,
+    idle: Duration,
+    addr: &str,
+    peer: &str,
+    mut stop: watch::Receiver<bool>,
+) -> String {
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
     let write_deadline = idle.min(RESPONSE_WRITE_DEADLINE);
     loop {
@@ -156,6 +205,11 @@ async fn serve_until_closed(
                          socket.request.max.bytes)"
                     );
                     return format!("bad frame size {size}");
+                }
+                // A client closing with bytes unread (a TLS client that did not read the
+                // server's session tickets) resets the connection: it went away, nothing was refused.
+                Ok(Err(FrameError::Io(e))) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                    return "reset by the client".into()
                 }
                 Ok(Err(FrameError::Io(e))) => {
                     log::warn!(target: TARGET, "closing the connection from {addr}: reading a request failed: {e}");
@@ -180,29 +234,29 @@ async fn serve_until_closed(
             (Outcome::Serve, Some(request)) => request,
             (Outcome::Serve, None) => return "a bare SASL token outside an exchange".into(), // never served
             (Outcome::Reply(bytes), _) => {
-                if let Err(why) = write_response(&mut writer, &bytes, write_deadline, &addr).await {
+                if let Err(why) = write_response(&mut writer, &bytes, write_deadline, addr).await {
                     return why;
                 }
                 continue;
             }
             (Outcome::ReplyAndClose(bytes), _) => {
-                if write_response(&mut writer, &bytes, write_deadline, &addr).await.is_ok() {
+                if write_response(&mut writer, &bytes, write_deadline, addr).await.is_ok() {
                     tokio::time::sleep(AUTH_FAILURE_DELAY).await;
                 }
                 return "authentication failed".into();
             }
             (Outcome::Close, _) => return "closed by its SASL session (a request before authentication)".into(),
         };
-        let who = super::authorizer::who(&session, &peer);
+        let who = super::authorizer::who(&session, peer);
         let response = tokio::select! {
             _ = stop.changed() => return "the server stops".into(),
             _ = closed_by_peer(&mut reader) => return "closed by the client while its request was served".into(),
-            response = handle(broker, request, &peer, &who) => response,
+            response = handle(broker, request, peer, &who) => response,
         };
         match response {
             Ok(Some(bytes)) => {
                 broker.metrics.bytes_out(bytes.len());
-                if let Err(why) = write_response(&mut writer, &bytes, write_deadline, &addr).await {
+                if let Err(why) = write_response(&mut writer, &bytes, write_deadline, addr).await {
                     return why;
                 }
             }

@@ -1,6 +1,10 @@
-//! Which addresses the server may listen on, and with what security. Kafka without
-//! authentication is open to anyone who can reach the port, so a listener on anything but
-//! loopback is SASL_PLAINTEXT (SCRAM), and starts only once the data directory has a user.
+//! Which addresses the server may listen on, and with what security (Kafka's four security
+//! protocols). Kafka without authentication is open to anyone who can reach the port, and
+//! without TLS every record crosses the network in clear, so a listener on anything but loopback
+//! needs both: TLS (`--tls-cert`, `--tls-key`; SSL or SASL_SSL), and clients that authenticate,
+//! with SASL/SCRAM as one of the data directory's users or with a certificate from
+//! `--tls-client-ca`. Without TLS it starts only when told `--allow-plaintext`, as SASL_PLAINTEXT,
+//! with a WARNING. Loopback listeners are PLAINTEXT unless asked for SASL or TLS.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
@@ -31,30 +35,83 @@ pub fn resolve(listen: &str) -> Result<(SocketAddr, bool)> {
     Ok((first, addrs.iter().all(|a| a.ip().is_loopback())))
 }
 
-/// Kafka's name for the listener's security protocol.
-pub fn security_protocol(sasl: bool) -> &'static str {
-    if sasl {
-        "SASL_PLAINTEXT"
-    } else {
-        "PLAINTEXT"
+/// What a listener asks of its clients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Security {
+    /// TLS (SSL, SASL_SSL).
+    pub tls: bool,
+    /// SASL/SCRAM (SASL_PLAINTEXT, SASL_SSL).
+    pub sasl: bool,
+}
+
+impl Security {
+    /// Kafka's name for the listener's security protocol.
+    pub fn protocol(self) -> &'static str {
+        match (self.tls, self.sasl) {
+            (false, false) => "PLAINTEXT",
+            (false, true) => "SASL_PLAINTEXT",
+            (true, false) => "SSL",
+            (true, true) => "SASL_SSL",
+        }
     }
 }
 
-/// Refuse to start a SASL listener on a data directory without users: nobody could connect,
-/// and on a non-loopback address there is no unauthenticated fallback.
-pub fn check_users(listen: &str, loopback: bool, has_users: bool) -> Result<()> {
-    if has_users {
-        return Ok(());
+/// What the listener was asked for.
+#[derive(Clone, Copy, Debug)]
+pub struct Asked {
+    /// `--sasl`: SASL/SCRAM on a loopback listener too.
+    pub sasl: bool,
+    /// `--tls-cert`/`--tls-key` given.
+    pub tls: bool,
+    /// `--tls-client-ca` given: clients authenticate with certificates.
+    pub client_certs: bool,
+    /// `--allow-plaintext`: a listener beyond loopback without TLS.
+    pub allow_plaintext: bool,
+}
+
+/// Decide the listener's security, or refuse to start naming everything that is missing.
+/// Beyond loopback clients must authenticate (SASL, unless client certificates are required)
+/// and TLS is required unless `allow_plaintext` (then a WARNING). SASL needs a user in the
+/// data directory (`has_users`, asked only when SASL is on): nobody could connect otherwise.
+pub fn security(
+    listen: &str,
+    loopback: bool,
+    asked: Asked,
+    has_users: impl FnOnce() -> Result<bool>,
+) -> Result<Security> {
+    let sasl = asked.sasl || (!loopback && !asked.client_certs);
+    let mut missing = Vec::new();
+    if sasl && !has_users()? {
+        missing.push(if loopback {
+            "SASL was asked for, and the data directory has no users: add one with `kafkalite users add NAME` \
+             (or listen on 127.0.0.1 without SASL)"
+                .to_string()
+        } else {
+            "clients must authenticate with SASL/SCRAM, and the data directory has no users: add one with \
+             `kafkalite users add NAME` (or require client certificates with --tls-client-ca)"
+                .to_string()
+        });
     }
-    let why = if loopback {
-        "SASL was asked for".to_string()
-    } else {
-        format!("{listen} is not a loopback address, so clients must authenticate with SASL/SCRAM")
-    };
-    Err(Error::config(format!(
-        "cannot listen on {listen}: {why}, and the data directory has no users; add one with \
-         `kafkalite users add NAME` (or listen on 127.0.0.1 without SASL)"
-    )))
+    if !loopback && !asked.tls && !asked.allow_plaintext {
+        missing.push(
+            "records and logins would cross the network in clear: give a TLS certificate and key \
+             (--tls-cert PEM --tls-key PEM; tls=... in kafkalite.Server), or --allow-plaintext to accept that"
+                .to_string(),
+        );
+    }
+    if !missing.is_empty() {
+        let beyond = if loopback { "" } else { ", which is not a loopback address" };
+        return Err(Error::config(format!("cannot listen on {listen}{beyond}: {}", missing.join("; "))));
+    }
+    if !loopback && !asked.tls {
+        ::log::warn!(
+            target: crate::server::LOG_TARGET,
+            "WARNING: listening on {listen} WITHOUT TLS (--allow-plaintext): every record, and every \
+             client's SCRAM exchange, crosses the network in clear, readable and alterable by anyone on \
+             the path; give --tls-cert and --tls-key to encrypt"
+        );
+    }
+    Ok(Security { tls: asked.tls, sasl })
 }
 
 /// Kafka refuses to advertise the wildcard address (0.0.0.0, ::): clients elsewhere cannot connect
@@ -84,9 +141,21 @@ mod tests {
         assert!(!resolve("10.1.2.3:9092").unwrap().1);
         assert!(resolve("127.0.0.1").is_err());
         assert!(resolve("127.0.0.1:99999").is_err());
-        let err = check_users("0.0.0.0:9092", false, false).unwrap_err().to_string();
-        assert!(err.contains("kafkalite users add"), "{err}");
-        assert!(check_users("0.0.0.0:9092", false, true).is_ok());
+        let asked = Asked { sasl: false, tls: false, client_certs: false, allow_plaintext: false };
+        let err = security("0.0.0.0:9092", false, asked, || Ok(false)).unwrap_err().to_string();
+        assert!(err.contains("kafkalite users add") && err.contains("--tls-cert"), "{err}");
+        let err = security("0.0.0.0:9092", false, asked, || Ok(true)).unwrap_err().to_string();
+        assert!(!err.contains("kafkalite users add") && err.contains("--allow-plaintext"), "{err}");
+        let plain = Asked { allow_plaintext: true, ..asked };
+        assert_eq!(security("0.0.0.0:9092", false, plain, || Ok(true)).unwrap().protocol(), "SASL_PLAINTEXT");
+        let tls = Asked { tls: true, ..asked };
+        assert_eq!(security("0.0.0.0:9092", false, tls, || Ok(true)).unwrap().protocol(), "SASL_SSL");
+        let certs = Asked { tls: true, client_certs: true, ..asked };
+        assert_eq!(security("0.0.0.0:9092", false, certs, || panic!("no SASL")).unwrap().protocol(), "SSL");
+        assert_eq!(security("127.0.0.1:9092", true, asked, || panic!("no SASL")).unwrap().protocol(), "PLAINTEXT");
+        assert_eq!(security("127.0.0.1:9092", true, tls, || panic!("no SASL")).unwrap().protocol(), "SSL");
+        let sasl = Asked { sasl: true, ..asked };
+        assert!(security("127.0.0.1:9092", true, sasl, || Ok(false)).is_err());
         let any = resolve("0.0.0.0:9092").unwrap().0;
         assert!(check_advertised("0.0.0.0:9092", any, None).unwrap_err().to_string().contains("advertised"));
         assert!(check_advertised("0.0.0.0:9092", any, Some("host:9092")).is_ok());

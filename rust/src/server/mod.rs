@@ -2,7 +2,9 @@
 //! client (librdkafka, kafka-python, Java, ...) can produce to and fetch from a data
 //! directory while the embedded Python API uses the same files.
 //!
-//! Files, one concept each: `listen` (address policy), `frame` (length-prefixed frames and
+//! Files, one concept each: `listen` (address policy: which security a listener needs), `tls`
+//! (TLS listeners: certificates, the handshake, the principal of a client certificate),
+//! `principal` (who a connection is, Kafka's `User:<name>`), `frame` (length-prefixed frames and
 //! their limits), `connection` (one client: read, dispatch, answer, in order), `dispatch`
 //! (request header, ApiVersions table, routing), `broker` (shared state: topics, open
 //! partitions, append wake-ups) with `open_logs` (which partitions stay open: at most
@@ -77,9 +79,11 @@ mod offset_commit;
 mod offset_delete;
 mod offsets;
 mod open_logs;
+mod principal;
 mod produce;
 mod sasl;
 mod scram;
+mod tls;
 mod topic_creation;
 mod topics_admin;
 mod transactions_admin;
@@ -104,15 +108,21 @@ pub use broker::Broker;
 pub use dispatch::{decode_request, SUPPORTED as SUPPORTED_APIS};
 pub use durable::AcksAll;
 pub use fetch::{FETCH_MAX_BYTES, FETCH_MAX_BYTES_MIN};
+pub use tls::TlsFiles;
 
 /// How a server is started (Kafka's broker setting names in the comments).
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     pub data_dir: PathBuf,
-    /// `listeners`: HOST:PORT; anything but loopback needs SASL.
+    /// `listeners`: HOST:PORT; anything but loopback needs TLS and authentication (`listen.rs`).
     pub listen: String,
-    /// SASL/SCRAM on a loopback listener too (SASL_PLAINTEXT); always on for other addresses.
+    /// SASL/SCRAM on a loopback listener too; always on for other addresses unless client
+    /// certificates are required.
     pub sasl: bool,
+    /// TLS (`ssl.keystore.*`, `ssl.client.auth=required` with a client CA); None: no TLS.
+    pub tls: Option<TlsFiles>,
+    /// Listen beyond loopback without TLS (SASL_PLAINTEXT), with a WARNING.
+    pub allow_plaintext: bool,
     /// `advertised.listeners`: HOST:PORT clients are told to connect to (default: the bound address).
     pub advertised: Option<String>,
     /// `auto.create.topics.enable` (Kafka's default: true).
@@ -147,6 +157,8 @@ impl ServerConfig {
             data_dir: data_dir.into(),
             listen: listen.into(),
             sasl: false,
+            tls: None,
+            allow_plaintext: false,
             advertised: None,
             auto_create_topics: true,
             default_partitions: 1,
@@ -169,7 +181,7 @@ pub struct Server {
     broker: Arc<Broker>,
     local_addr: SocketAddr,
     metrics_addr: Option<SocketAddr>,
-    sasl: bool,
+    security: listen::Security,
     /// RLIMIT_NOFILE after the start raised it (None: unlimited), and the partitions kept open.
     descriptors: (Option<u64>, usize),
 }
@@ -188,10 +200,15 @@ impl Server {
         }
         let (addr, loopback) = listen::resolve(&config.listen)?;
         let mut config = config;
-        config.sasl |= !loopback;
-        if config.sasl {
-            listen::check_users(&config.listen, loopback, crate::users::any(&config.data_dir)?)?;
-        }
+        let asked = listen::Asked {
+            sasl: config.sasl,
+            tls: config.tls.is_some(),
+            client_certs: config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
+            allow_plaintext: config.allow_plaintext,
+        };
+        let security = listen::security(&config.listen, loopback, asked, || crate::users::any(&config.data_dir))?;
+        config.sasl = security.sasl;
+        let tls = config.tls.as_ref().map(tls::acceptor).transpose()?;
         listen::check_advertised(&config.listen, addr, config.advertised.as_deref())?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -231,7 +248,7 @@ impl Server {
         if let Some(l) = metrics_listener {
             runtime.spawn(metrics::serve(l, broker.clone(), stop_rx.clone()));
         }
-        runtime.spawn(connection::accept_loop(listener, broker.clone(), config.clone(), stop_rx));
+        runtime.spawn(connection::accept_loop(listener, broker.clone(), config.clone(), tls, stop_rx));
         // Where it listens is said once, by the caller (`kafkalite serve` prints it whatever the
         // log level; `kafkalite.Server` has `address` and `bootstrap_servers`), not logged here too.
         Ok(Server {
@@ -240,7 +257,7 @@ impl Server {
             broker,
             local_addr,
             metrics_addr,
-            sasl: config.sasl,
+            security,
             descriptors: (open_file_limit, max_open),
         })
     }
@@ -261,9 +278,10 @@ impl Server {
         self.descriptors
     }
 
-    /// Kafka's name for the listener's security protocol: PLAINTEXT or SASL_PLAINTEXT.
+    /// Kafka's name for the listener's security protocol: PLAINTEXT, SASL_PLAINTEXT, SSL or
+    /// SASL_SSL.
     pub fn security_protocol(&self) -> &'static str {
-        listen::security_protocol(self.sasl)
+        self.security.protocol()
     }
 
     /// HOST:PORT as clients are told in Metadata.

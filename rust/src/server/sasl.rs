@@ -1,6 +1,6 @@
-//! SASL on one connection, as Kafka's `SaslServerAuthenticator` runs a SASL_PLAINTEXT listener:
-//! before authentication a client may send ApiVersions, then SaslHandshake (v0-1) naming a
-//! mechanism, then the SCRAM messages, in SaslAuthenticate requests (after handshake v1) or as
+//! SASL on one connection, as Kafka's `SaslServerAuthenticator` runs a SASL_PLAINTEXT or
+//! SASL_SSL listener: before authentication a client may send ApiVersions, then SaslHandshake
+//! (v0-1) naming a mechanism, then the SCRAM messages, in SaslAuthenticate requests (after handshake v1) or as
 //! bare size-prefixed tokens (after handshake v0, Kafka's original framing). Any other request
 //! before authentication closes the connection unanswered, as Kafka does; a failed
 //! authentication is answered (SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM,
@@ -19,6 +19,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::codes;
 use super::dispatch::{frame, Body, Request};
 use super::frame::MAX_REQUEST_BYTES;
+use super::principal::Principal;
 use super::scram::{ScramServer, Step};
 use super::LOG_TARGET;
 use crate::users::{self, Mechanism};
@@ -52,13 +53,12 @@ enum State {
     Authenticated,
 }
 
-/// One connection's SASL state.
+/// One connection's SASL state, and who the connection is.
 pub struct Session {
     required: bool,
     state: State,
     peer: String,
-    /// The SCRAM user this connection authenticated as (`authorizer::who` reads it).
-    user: Option<String>,
+    principal: Principal,
 }
 
 fn mechanism_names() -> Vec<StrBytes> {
@@ -66,14 +66,16 @@ fn mechanism_names() -> Vec<StrBytes> {
 }
 
 impl Session {
-    /// `required`: the listener is SASL_PLAINTEXT (non-loopback, or `--sasl`).
-    pub fn new(required: bool, peer: &str) -> Session {
-        Session { required, state: State::Handshake, peer: peer.to_string(), user: None }
+    /// `required`: the listener is SASL_PLAINTEXT or SASL_SSL (non-loopback, or `--sasl`);
+    /// `principal`: who the connection is before SASL (ANONYMOUS, or the subject of its TLS
+    /// client certificate).
+    pub fn new(required: bool, peer: &str, principal: Principal) -> Session {
+        Session { required, state: State::Handshake, peer: peer.to_string(), principal }
     }
 
-    /// The user the connection authenticated as, if it did.
-    pub fn user(&self) -> Option<&str> {
-        self.user.as_deref()
+    /// The connection's principal (Kafka's `KafkaPrincipal`): what authorization checks.
+    pub(crate) fn principal(&self) -> &Principal {
+        &self.principal
     }
 
     fn authenticated(&self) -> bool {
@@ -100,9 +102,8 @@ impl Session {
         let State::RawTokens(scram) = &mut self.state else { return Outcome::Close };
         match step(scram, token, dir, &self.peer) {
             Ok((reply, done)) => {
-                if done.is_some() {
-                    self.state = State::Authenticated;
-                    self.user = done;
+                if let Some(user) = done {
+                    self.authenticated_as(user);
                 }
                 let mut out = BytesMut::with_capacity(4 + reply.len());
                 out.put_i32(reply.len() as i32);
@@ -111,6 +112,13 @@ impl Session {
             }
             Err(_) => Outcome::Close,
         }
+    }
+
+    /// SCRAM succeeded: the connection is the user now, whatever its certificate said (Kafka's
+    /// SASL_SSL principal is the SASL one).
+    fn authenticated_as(&mut self, user: String) {
+        self.state = State::Authenticated;
+        self.principal = Principal::user(user);
     }
 
     /// Decide what happens to a decoded request.
@@ -178,9 +186,8 @@ impl Session {
         };
         match step(scram, token, dir, &self.peer) {
             Ok((reply, done)) => {
-                if done.is_some() {
-                    self.state = State::Authenticated;
-                    self.user = done;
+                if let Some(user) = done {
+                    self.authenticated_as(user);
                 }
                 (Kind::Reply, codes::NONE, None, Bytes::from(reply))
             }
@@ -203,8 +210,8 @@ fn encode<T: kafka_protocol::protocol::Encodable>(key: ApiKey, v: i16, id: i32, 
     }
 }
 
-/// One SCRAM step with the data directory's users: the server's message and the user the client
-/// is now authenticated as (None: not yet), or the message for the client.
+/// One SCRAM step with the data directory's users: the server's message and, once the client
+/// is authenticated, its user name; or the message for the client.
 fn step(scram: &mut ScramServer, token: &[u8], dir: &Path, peer: &str) -> Result<(Vec<u8>, Option<String>), String> {
     let mechanism = scram.mechanism();
     let lookup = |user: &str| {
