@@ -2,6 +2,7 @@
 //! runs them all; `cargo test --test engine <module>::` runs one area).
 
 mod cleaner_crash;
+mod cleaner_shared;
 mod hostile;
 mod locks;
 mod log;

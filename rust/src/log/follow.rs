@@ -159,15 +159,18 @@ impl Log {
         }
     }
 
-    /// Sealed segments whose file a cleaner replaced (a merged, cleaned segment under the same
-    /// name) are opened again: keeping the old file would hide the records the cleaner moved
-    /// into it from the old segments it deleted.
+    /// Segments whose file a cleaner replaced (a merged, cleaned segment under the same name)
+    /// are opened again: keeping the old file would hide the records the cleaner moved into it
+    /// from the old segments it deleted, and a cleaning pass of ours would then write them away.
+    /// That includes a segment this writer once appended to (still writable in our view):
+    /// other writers may have sealed it since and cleaned it. (A cleaner never replaces the
+    /// active segment, so the one we append to keeps its inode.)
     fn reopen_replaced_segments(&mut self, listing: &[(i64, u64)]) -> Result<()> {
         let settings = self.settings();
         for i in 0..self.segments.len() {
             let seg = &self.segments[i];
             let Ok(k) = listing.binary_search_by_key(&seg.base_offset, |&(b, _)| b) else { continue };
-            if seg.is_writable() || listing[k].1 == seg.inode() {
+            if listing[k].1 == seg.inode() {
                 continue;
             }
             let base = seg.base_offset;
