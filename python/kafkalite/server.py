@@ -41,8 +41,7 @@ limit (RLIMIT_NOFILE), as Kafka asks of a broker's ``ulimit -n``.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
