@@ -316,7 +316,11 @@ def test_enforcement_modes(tmp_path):
         client.close()
     # Not loopback (0.0.0.0): enforced once any ACL exists.
     port = free_port()
-    anywhere = {"listen": f"0.0.0.0:{port}", "advertised_listener": f"127.0.0.1:{port}", "allow_plaintext": True}
+    anywhere = {
+        "listen": f"0.0.0.0:{port}",
+        "advertised_listener": f"127.0.0.1:{port}",
+        "allow_plaintext": True,
+    }
     with Server(data, **anywhere) as server:
         client = admin_client(server, "bob")
         assert fetch(client, "t").error_code == TOPIC_AUTHORIZATION_FAILED
