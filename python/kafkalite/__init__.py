@@ -2,38 +2,73 @@
 
 Partitions are stored in Kafka's own on-disk format, so Kafka tools read what kafkalite
 writes and kafkalite reads what a broker wrote.
+
+The public names load on first use (PEP 562): ``import kafkalite`` alone imports only the
+exception classes, so a process that needs one module (Spark's Python workers unpickling the
+data source, the CLI, ``kafkalite.log``) does not pay for the producer, consumer, admin,
+group and server modules. ``from kafkalite import X`` and ``kafkalite.X`` work as before.
 """
 
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from kafkalite import errors
-from kafkalite._native import ConsumerRecord, Record, __version__, murmur2
-from kafkalite.admin import Admin, PartitionInfo, TopicDescription
-from kafkalite.consumer import (
-    Consumer,
-    NoOffsetForPartitionError,
-    OffsetAndMetadata,
-    OffsetAndTimestamp,
-    TopicPartition,
-)
 from kafkalite.errors import *  # noqa: F403 (the exception classes, listed in errors.__all__)
-from kafkalite.log import Log, RecoveryWarning, SegmentInfo
-from kafkalite.producer import FutureRecordMetadata, Producer, RecordMetadata
-from kafkalite.server import TLS, Server
 from kafkalite.spark.interpreter import use_this_interpreter as _use_this_interpreter
 
 if TYPE_CHECKING:
+    from kafkalite._native import ConsumerRecord, Record, __version__, murmur2
+    from kafkalite.admin import Admin, PartitionInfo, TopicDescription
     from kafkalite.aio import AIOConsumer, AIOProducer
+    from kafkalite.consumer import (
+        Consumer,
+        NoOffsetForPartitionError,
+        OffsetAndMetadata,
+        OffsetAndTimestamp,
+        TopicPartition,
+    )
+    from kafkalite.log import Log, RecoveryWarning, SegmentInfo
+    from kafkalite.producer import FutureRecordMetadata, Producer, RecordMetadata
+    from kafkalite.server import TLS, Server
+
+#: Each public name that loads on first use -> the module that defines it.
+_LAZY = {
+    "Admin": "kafkalite.admin",
+    "PartitionInfo": "kafkalite.admin",
+    "TopicDescription": "kafkalite.admin",
+    "Producer": "kafkalite.producer",
+    "FutureRecordMetadata": "kafkalite.producer",
+    "RecordMetadata": "kafkalite.producer",
+    "Consumer": "kafkalite.consumer",
+    "NoOffsetForPartitionError": "kafkalite.consumer",
+    "OffsetAndMetadata": "kafkalite.consumer",
+    "OffsetAndTimestamp": "kafkalite.consumer",
+    "TopicPartition": "kafkalite.consumer",
+    "AIOProducer": "kafkalite.aio",
+    "AIOConsumer": "kafkalite.aio",
+    "Server": "kafkalite.server",
+    "TLS": "kafkalite.server",
+    "Log": "kafkalite.log",
+    "RecoveryWarning": "kafkalite.log",
+    "SegmentInfo": "kafkalite.log",
+    "ConsumerRecord": "kafkalite._native",
+    "Record": "kafkalite._native",
+    "murmur2": "kafkalite._native",
+    "__version__": "kafkalite._native",
+}
 
 
 def __getattr__(name: str) -> Any:
-    """``kafkalite.AIOProducer`` / ``AIOConsumer`` import ``kafkalite.aio`` on first use: asyncio
-    adds some 50 ms to ``import kafkalite`` for programs that never use it."""
-    if name in ("AIOProducer", "AIOConsumer"):
-        from kafkalite import aio
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kafkalite' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # the next lookup is a plain module attribute
+    return value
 
-        return getattr(aio, name)
-    raise AttributeError(f"module 'kafkalite' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 # Spark's Python workers run PYSPARK_PYTHON, else `python3` from PATH, which outside an activated

@@ -8,12 +8,9 @@ Python for driver and workers is also what PySpark requires). Nothing here impor
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import sys
-
-log = logging.getLogger("kafkalite.spark")
 
 #: The line to run before the session starts, quoted in the warning and the README.
 FIX = 'os.environ["PYSPARK_PYTHON"] = sys.executable  # before SparkSession.builder...getOrCreate()'
@@ -39,7 +36,9 @@ def use_this_interpreter() -> None:
         return
     if _jvm_started():
         if not os.environ.get("PYSPARK_DRIVER_PYTHON") and not _path_python_is_this_one():
-            log.warning(
+            import logging  # only on this path: `import kafkalite` does not load logging
+
+            logging.getLogger("kafkalite.spark").warning(
                 "Spark started before kafkalite.spark was imported and its Python workers will run %s, not %s: "
                 'format("kafkalite") may fail with DATA_SOURCE_NOT_FOUND. Import kafkalite.spark before creating the '
                 "SparkSession, or set %s",

@@ -110,6 +110,10 @@ def read_range(part: InputPartition | None, schema: Any) -> Iterator[Any]:
             position = log.start_offset
         isolation_level = "read_committed" if part.read_committed else "read_uncommitted"
         while position < part.end:
+            latest = log.last_stable_offset if part.read_committed else log.end_offset
+            if position >= latest:
+                _past_the_latest_offset(part, position, latest)
+                return
             native, position = log._native.read_spark_arrow(
                 part.topic,
                 part.partition,
@@ -123,6 +127,21 @@ def read_range(part: InputPartition | None, schema: Any) -> Iterator[Any]:
             if batch.num_rows == 0:
                 break
             yield batch if batch.schema.equals(target) else batch.cast(target)
+
+
+def _past_the_latest_offset(part: RangePartition, position: int, latest: int) -> None:
+    """A range that ends past the latest offset (``endingOffsets`` beyond the log end, or the
+    log cut back since planning): Spark's Kafka source plans the range as given and its task,
+    finding nothing at ``position``, reports data loss (``KafkaDataConsumer.get``): it fails
+    with failOnDataLoss=true and, with false, ends the range at the latest offset."""
+    if part.fail_on_data_loss:
+        from kafkalite.errors import OffsetOutOfRangeError
+
+        raise OffsetOutOfRangeError(
+            f"Cannot fetch offset {position} of {part.topic}-{part.partition}: the latest offset is {latest} "
+            f"and the range ends at {part.end}. Some data may have been lost because they are not available "
+            "any more; set failOnDataLoss=false to read up to the latest offset."
+        )
 
 
 class KafkaliteReader(DataSourceReader):
