@@ -52,6 +52,7 @@ from peers_common import (  # noqa: E402
     expect,
     finish_run,
     fmt,
+    local_spark,
     output_base,
     paced_latency,
     percentile,
@@ -203,10 +204,7 @@ class Broker(KafkaEndpoint):
 # -- Spark ----------------------------------------------------------------------------------------
 class SparkBench:
     def __init__(self, kl: Kafkalite, broker: Broker, records: int, work: Path) -> None:
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         import pyspark
-        from pyspark.sql import SparkSession
 
         self.kafka_version, jars = maven_jars.spark_kafka_jars(pyspark.__version__)
         self.kl, self.broker, self.n, self.work = kl, broker, records, work
@@ -229,15 +227,7 @@ class SparkBench:
                 cp.produce(f"tiny{parts}", VALUE, k, partition=i % parts)
             if cp.flush(60) or failed:
                 raise Missing("tiny topic on the broker")
-        self.spark = (
-            SparkSession.builder.master("local[2]")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.driver.memory", "4g")
-            .config("spark.jars", ",".join(jars))
-            .getOrCreate()
-        )
-        self.spark.sparkContext.setLogLevel("ERROR")
+        self.spark = local_spark(jars)
         for side in ("kafkalite", "kafka"):  # untimed: Python workers and JVM classes load on first use
             expect(self.reader(side, f"tiny{TINY[0]}").count(), 10 * TINY[0], f"Spark warm-up through {side}")
         # The ceiling's input: the same rows in Spark's own format, written once, untimed.

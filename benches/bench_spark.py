@@ -18,10 +18,10 @@ import argparse
 import os
 import platform
 import shutil
-import sys
 import tempfile
 import time
 
+from peers_common import local_spark
 from report import write_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -50,11 +50,8 @@ def main() -> None:
 
 
 def scan(args: argparse.Namespace) -> None:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     import pyspark
     from kafkalite import Admin, Producer
-    from pyspark.sql import SparkSession
 
     work = tempfile.mkdtemp(prefix="kl-spark-bench-")
     data = os.path.join(work, "data")
@@ -69,13 +66,7 @@ def scan(args: argparse.Namespace) -> None:
     produce_s = time.perf_counter() - began
     print(f"produced {n:,} records in {produce_s:.1f} s", flush=True)
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "4g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark()
     kl = lambda: spark.read.format("kafkalite").option("subscribe", "events").load(data)  # noqa: E731
     parquet_src, json_src = os.path.join(work, "src.parquet"), os.path.join(work, "src.json")
     kl().write.parquet(parquet_src)  # the same rows, as Spark's own formats
@@ -151,14 +142,39 @@ def write_events(data: str, n: int) -> None:
         raise SystemExit(f"wrote {written:,} records, expected {chunk * CHUNKS:,}")
 
 
+def register_minimal_source(spark) -> None:
+    """``format("minimal")``: a Python data source with one task of 10 rows made of nothing,
+    for the floor any Python data source pays per query (Spark's planning round trips to its
+    Python planner workers, one Python task)."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class Reader(DataSourceReader):
+        def partitions(self) -> list:
+            return [InputPartition(0)]
+
+        def read(self, partition: InputPartition):
+            import pyarrow as pa
+
+            yield pa.record_batch([pa.array([0] * 10, pa.int32())], names=["partition"])
+
+    class Minimal(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "minimal"
+
+        def schema(self) -> str:
+            return "partition int"
+
+        def reader(self, schema: object) -> Reader:
+            return Reader()
+
+    spark.dataSource.register(Minimal)
+
+
 def pushdown(args: argparse.Namespace) -> None:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-    import maven_jars
+    import maven_jars  # tests/ is on the path through peers_common
     import pyspark
     from kafkalite.server import Server
-    from pyspark.sql import SparkSession
 
     load_before = os.getloadavg()
     work = tempfile.mkdtemp(prefix="kl-spark-pushdown-")
@@ -175,15 +191,8 @@ def pushdown(args: argparse.Namespace) -> None:
             f"partition = 2 AND offset BETWEEN {per_partition // 2} AND {per_partition // 2 + n // 100 - 1}"
         ),
     }
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", "4g")
-        .config("spark.jars", ",".join(jars))
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark(jars)
+    register_minimal_source(spark)
     times: dict[str, dict[str, float]] = {}
     with Server(data) as server:
 
@@ -215,6 +224,13 @@ def pushdown(args: argparse.Namespace) -> None:
         # floor under the pushdown figures.
         floor = best_of(args.runs, lambda: kafkalite(tiny, True))
         print(f"floor (10 records, pushdown): {floor:.2f} s", flush=True)
+        # Under that floor: the same count() of 10 rows from the least a Python data source can
+        # be, and from Spark alone (no Python): what is left to any source, and to kafkalite's.
+        minimal_s = best_of(
+            args.runs, lambda: spark.read.format("minimal").load().where("partition = 0").count()
+        )
+        spark_s = best_of(args.runs, lambda: spark.range(10).where("id < 5").count())
+        print(f"minimal Python source: {minimal_s:.2f} s, spark.range: {spark_s:.2f} s", flush=True)
         for name, where in queries.items():
             times[name] = {}
             counts = set()
@@ -240,6 +256,8 @@ def pushdown(args: argparse.Namespace) -> None:
         "queries": queries,
         "seconds": times,
         "floor_s": floor,
+        "minimal_python_source_s": minimal_s,
+        "spark_range_s": spark_s,
     }
     lines = [
         f"# Spark filter pushdown (`python benches/bench_spark.py pushdown --records {args.records} --runs {args.runs}`)",
@@ -261,7 +279,9 @@ def pushdown(args: argparse.Namespace) -> None:
     lines += [
         "",
         f"Floor: the same source reading 10 records with pushdown (`{tiny}`) took {floor:.2f} s: "
-        "Spark's planning, the Python planner and task workers, one task.",
+        "Spark's planning, the Python planner and task workers, one task. The same count() of 10 rows "
+        f"from a minimal Python data source (one task, rows made of nothing): {minimal_s:.2f} s; from "
+        f"`spark.range(10)` (no Python): {spark_s:.2f} s.",
         "",
         "Filters:",
         *(f"* {name}: `{where}`" for name, where in queries.items()),

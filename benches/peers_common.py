@@ -54,6 +54,27 @@ def timed(fn: Callable[[], object]) -> tuple[float, object]:
     return time.perf_counter() - began, out
 
 
+def local_spark(jars: Collection[str] = ()) -> Any:
+    """The benches' one Spark session: ``local[2]``, no UI or progress bar, a 4 GB driver and
+    ``jars`` (Spark's Kafka source, for the rows that compare with it); the Python workers run
+    this interpreter."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "4g")
+    )
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def stream_into_parquet(df: Any, out: str, checkpoint: str) -> str | None:
     """Runs the streaming DataFrame ``df`` as one Trigger.AvailableNow query into Parquet files at
     ``out`` and waits for it: None when it finished, else why it failed."""

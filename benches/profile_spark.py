@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from peers_common import PARTITIONS, VALUE, expect, output_base, stream_into_parquet
+from peers_common import PARTITIONS, VALUE, expect, local_spark, output_base, stream_into_parquet
 from report import machine, write_report
 
 HERE = Path(__file__).resolve().parent
@@ -209,11 +209,8 @@ def main() -> None:
         help="only the workloads whose name contains TEXT (repeatable)",
     )
     args = ap.parse_args()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     import pyspark
     from kafkalite import Admin, Producer
-    from pyspark.sql import SparkSession
 
     work = Path(tempfile.mkdtemp(prefix="kafkalite-spark-profile-"))
     spark = None
@@ -225,14 +222,7 @@ def main() -> None:
                 for i in range(0, n, 100_000):
                     keys = [k.to_bytes(8, "big") for k in range(i, min(n, i + 100_000))]
                     p.send_batch("spark", [VALUE] * len(keys), keys=keys)
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.driver.memory", "4g")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = local_spark()
         MinimalStream.register(spark)
         IdealSource.register(spark)
         jvm = spark.sparkContext._gateway.proc.pid

@@ -12,10 +12,10 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from kafkalite import Admin, Producer  # noqa: E402
-from kafkalite.errors import OffsetOutOfRangeError  # noqa: E402
-from kafkalite.spark.source import KafkaliteReader  # noqa: E402
-from pyspark.sql.types import (  # noqa: E402
+from kafkalite import Admin, Producer
+from kafkalite.errors import OffsetOutOfRangeError
+from kafkalite.spark.source import KafkaliteReader
+from pyspark.sql.types import (
     BinaryType,
     IntegerType,
     LongType,
@@ -57,7 +57,9 @@ def run(path, **options):
     read: dict[int, list[int]] = {}
     for task in tasks:
         for batch in reader.read(task):
-            for p, o in zip(batch.column("partition").to_pylist(), batch.column("offset").to_pylist(), strict=True):
+            for p, o in zip(
+                batch.column("partition").to_pylist(), batch.column("offset").to_pylist(), strict=True
+            ):
                 read.setdefault(p, []).append(o)
     return len(tasks), {p: sorted(o) for p, o in read.items()}
 
@@ -68,7 +70,9 @@ PAST_THE_END = json.dumps({"events": {"0": 50, "1": -1}})
 @pytest.mark.parametrize("min_partitions", [None, "8"])
 def test_ending_offsets_past_the_log_end_fail_on_data_loss(data, min_partitions):
     extra = {"minPartitions": min_partitions} if min_partitions else {}
-    with pytest.raises(OffsetOutOfRangeError, match=r"Cannot fetch offset 20 of events-0: .*failOnDataLoss=false"):
+    with pytest.raises(
+        OffsetOutOfRangeError, match=r"Cannot fetch offset 20 of events-0: .*failOnDataLoss=false"
+    ):
         run(data, endingOffsets=PAST_THE_END, **extra)
 
 

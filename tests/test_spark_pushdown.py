@@ -145,8 +145,9 @@ def test_same_rows_with_and_without_pushdown(spark, tmp_path_factory, seed, data
     if data.draw(st.booleans(), label="startingOffsets"):
         options["startingOffsets"] = json.dumps({"a": {"0": data.draw(st.integers(0, 10))}, "tx": {"1": 4}})
     if data.draw(st.booleans(), label="endingOffsets"):
-        # Not past the log end: a minPartitions piece that starts there fails either way
-        # (OffsetOutOfRangeError in the task), which is not what this test compares.
+        # Not past the log end: such a range fails under failOnDataLoss (Spark's data-loss
+        # rule, test_spark_ending_offsets.py) unless pushed filters end it sooner, which is not
+        # what this test compares.
         with Log(f"{path}/a-1", readonly=True) as log:
             end = min(data.draw(st.integers(0, 30)), log.end_offset)
         options["endingOffsets"] = json.dumps({"a": {"1": end}, "tx": {"0": 12}})

@@ -61,6 +61,14 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
+        if not name.startswith("__"):
+            # A submodule (``kafkalite.users`` after ``import kafkalite``), as when this file
+            # imported them all eagerly.
+            try:
+                return import_module(f"kafkalite.{name}")
+            except ModuleNotFoundError as e:
+                if e.name != f"kafkalite.{name}":
+                    raise
         raise AttributeError(f"module 'kafkalite' has no attribute {name!r}")
     value = getattr(import_module(module), name)
     globals()[name] = value  # the next lookup is a plain module attribute
