@@ -6,7 +6,8 @@ ceiling for any source feeding the same writer), an ideal Python data source (ro
 nothing to make: one Arrow batch of the same shape built once per task and handed over again and
 again, the ceiling for any Python source, whose rows reach Spark the same way) and the fixed cost
 of a streaming query through kafkalite and through a minimal Python data source (what every Python
-streaming source pays). Last, the imports of the streaming source runner (a new Python process
+streaming source pays), and the same for a selective batch query: kafkalite with filter pushdown
+reading a few records of the big topic, the ideal source making as few, and ``spark.range``. Last, the imports of the streaming source runner (a new Python process
 per streaming query) as Spark starts it, with pyspark.zip ahead of site-packages (zipimport
 compiles every module each time: no cached bytecode), against the same imports from
 site-packages.
@@ -287,6 +288,32 @@ def main() -> None:
                 f"minimal Python stream of {FIXED_ROWS} rows",
                 FIXED_ROWS,
                 stream(lambda: spark.readStream.format("minimal_stream").load()),
+            ),
+        ]
+        # A selective batch query's fixed cost (issue 25): kafkalite with filter pushdown reading
+        # FIXED_ROWS records of the big topic, beside the least any Python data source costs and
+        # Spark alone; the same count() in each.
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")  # no other workload filters
+        pushed = f"partition = 0 AND offset < {FIXED_ROWS}"
+        workloads += [
+            (
+                f"kafkalite batch, pushdown, {FIXED_ROWS} of {args.records:,} rows → count()",
+                FIXED_ROWS,
+                lambda: expect(kafkalite().where(pushed).count(), FIXED_ROWS, "pushed count()"),
+            ),
+            (
+                f"ideal Python source, {FIXED_ROWS} rows → count()",
+                FIXED_ROWS,
+                lambda: expect(
+                    spark.read.format("ideal_python_source").option("rows", FIXED_ROWS).load().count(),
+                    FIXED_ROWS,
+                    "small ideal count()",
+                ),
+            ),
+            (
+                f"spark.range({FIXED_ROWS}) → count()",
+                FIXED_ROWS,
+                lambda: expect(spark.range(FIXED_ROWS).count(), FIXED_ROWS, "range count()"),
             ),
         ]
         if args.only:
