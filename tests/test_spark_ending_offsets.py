@@ -45,8 +45,8 @@ def data(tmp_path):
     path = str(tmp_path / "data")
     Admin(path).create_topic("events", 2)
     with Producer(path) as producer:
-        for i in range(40):
-            producer.send("events", b"v%d" % i, partition=i % 2)
+        for p in (0, 1):
+            producer.send_batch("events", [b"v"] * 20, partition=p)
     return path
 
 
