@@ -21,6 +21,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::authorizer::{op, operation_name, resource, resource_name, Who, CLUSTER_NAME};
 use super::broker::Broker;
 use super::codes;
+use super::{client_quotas, scram_admin};
 use super::dispatch::{Body, DecodeError, Request};
 use super::metrics::frame;
 
@@ -164,6 +165,10 @@ fn needs(body: &Body, version: i16) -> Vec<Need> {
         }
         Body::CreateAcls(_) | Body::DeleteAcls(_) => vec![cluster(op::ALTER)],
         Body::DescribeAcls(_) => vec![cluster(op::DESCRIBE)],
+        Body::AlterUserScramCredentials(_) => vec![cluster(op::ALTER)],
+        Body::DescribeUserScramCredentials(_) => vec![cluster(op::DESCRIBE)],
+        Body::AlterClientQuotas(_) => vec![cluster(op::ALTER_CONFIGS)],
+        Body::DescribeClientQuotas(_) => vec![cluster(op::DESCRIBE_CONFIGS)],
         Body::Metadata(_)
         | Body::ListGroups(_)
         | Body::ListTransactions(_)
@@ -639,6 +644,10 @@ fn refusal(request: &Request, code: i16) -> Result<Bytes, DecodeError> {
             let body = DescribeAclsResponse::default().with_error_code(code).with_error_message(named(code, true));
             frame(key, v, id, &body)
         }
+        Body::AlterUserScramCredentials(r) => frame(key, v, id, &scram_admin::alter_refused(r, code)),
+        Body::DescribeUserScramCredentials(_) => frame(key, v, id, &scram_admin::describe_refused(code)),
+        Body::AlterClientQuotas(r) => frame(key, v, id, &client_quotas::alter_refused(r, code, codes::name(code))),
+        Body::DescribeClientQuotas(_) => frame(key, v, id, &client_quotas::describe_refused(code, codes::name(code))),
         Body::Metadata(_)
         | Body::ListGroups(_)
         | Body::ListTransactions(_)

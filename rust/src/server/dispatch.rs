@@ -18,6 +18,10 @@ use kafka_protocol::messages::{
     ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest,
     RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
+use kafka_protocol::messages::{
+    AlterClientQuotasRequest, AlterUserScramCredentialsRequest, DescribeClientQuotasRequest,
+    DescribeUserScramCredentialsRequest,
+};
 use kafka_protocol::messages::{CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -25,9 +29,9 @@ use super::authorizer::Who;
 use super::broker::Broker;
 use super::codes;
 use super::{
-    acl_api, acl_requests, cluster, configs, coordinator, delete_records, describe_producers, fetch, group_api,
+    acl_api, acl_requests, client_quotas, cluster, configs, coordinator, delete_records, describe_producers, fetch, group_api,
     groups_admin, init_producer_id, list_offsets, log_dirs, metadata, offset_commit, offset_delete, produce,
-    topics_admin, transactions_admin, txn_api, waits,
+    scram_admin, topics_admin, transactions_admin, txn_api, waits,
 };
 
 /// The APIs and versions implemented here: exactly what ApiVersions advertises. The upper
@@ -74,6 +78,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
+    (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::AlterClientQuotas, 0, 1),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
 ];
@@ -121,6 +129,10 @@ pub enum Body {
     CreateAcls(CreateAclsRequest),
     DescribeAcls(DescribeAclsRequest),
     DeleteAcls(DeleteAclsRequest),
+    DescribeClientQuotas(DescribeClientQuotasRequest),
+    AlterClientQuotas(AlterClientQuotasRequest),
+    DescribeUserScramCredentials(DescribeUserScramCredentialsRequest),
+    AlterUserScramCredentials(AlterUserScramCredentialsRequest),
     SaslHandshake(SaslHandshakeRequest),
     SaslAuthenticate(SaslAuthenticateRequest),
     /// ApiVersions at a version we do not know: answered with UNSUPPORTED_VERSION at v0,
@@ -202,6 +214,10 @@ pub fn decode_request(frame: Bytes) -> Result<Request, DecodeError> {
         ApiKey::CreateAcls => Body::CreateAcls(decode(&mut buf, version)?),
         ApiKey::DescribeAcls => Body::DescribeAcls(decode(&mut buf, version)?),
         ApiKey::DeleteAcls => Body::DeleteAcls(decode(&mut buf, version)?),
+        ApiKey::DescribeClientQuotas => Body::DescribeClientQuotas(decode(&mut buf, version)?),
+        ApiKey::AlterClientQuotas => Body::AlterClientQuotas(decode(&mut buf, version)?),
+        ApiKey::DescribeUserScramCredentials => Body::DescribeUserScramCredentials(decode(&mut buf, version)?),
+        ApiKey::AlterUserScramCredentials => Body::AlterUserScramCredentials(decode(&mut buf, version)?),
         ApiKey::SaslHandshake => Body::SaslHandshake(decode(&mut buf, version)?),
         ApiKey::SaslAuthenticate => Body::SaslAuthenticate(decode(&mut buf, version)?),
         other => return Err(DecodeError(format!("{other:?} is not supported"))),
@@ -388,6 +404,21 @@ pub async fn handle(
         Body::DeleteAcls(r) => {
             frame(key, v, id, &blocking(broker, key, move |b| acl_api::delete_acls(b, r, &client)).await?)?
         }
+        Body::DescribeClientQuotas(r) => frame(key, v, id, &client_quotas::describe_client_quotas(r, peer))?,
+        Body::AlterClientQuotas(r) => frame(key, v, id, &client_quotas::alter_client_quotas(r, peer))?,
+        // These read (and rewrite) the users file under the data directory's admin lock.
+        Body::DescribeUserScramCredentials(r) => frame(
+            key,
+            v,
+            id,
+            &blocking(broker, key, move |b| scram_admin::describe_user_scram_credentials(b, r, &client)).await?,
+        )?,
+        Body::AlterUserScramCredentials(r) => frame(
+            key,
+            v,
+            id,
+            &blocking(broker, key, move |b| scram_admin::alter_user_scram_credentials(b, r, &client)).await?,
+        )?,
         // The connection's SASL session answers these (`sasl::Session::admit`) before dispatch.
         Body::SaslHandshake(_) | Body::SaslAuthenticate(_) => {
             return Err(DecodeError(format!("{key:?} reached dispatch without the connection's SASL session")))
