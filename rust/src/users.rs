@@ -137,7 +137,12 @@ impl Credential {
 
     /// The credential for a salted password (Hi(password, salt, iterations)) computed by the
     /// client, as Kafka's AlterUserScramCredentials carries it: the password never travels.
-    pub fn from_salted(mechanism: Mechanism, salt: &[u8], salted_password: &[u8], iterations: u32) -> Result<Credential> {
+    pub fn from_salted(
+        mechanism: Mechanism,
+        salt: &[u8],
+        salted_password: &[u8],
+        iterations: u32,
+    ) -> Result<Credential> {
         check_iterations(iterations)?;
         if salt.is_empty() || salted_password.is_empty() {
             return Err(Error::config("the salt and the salted password must not be empty"));

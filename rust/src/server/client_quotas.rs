@@ -77,7 +77,11 @@ pub fn alter_refused(r: &AlterClientQuotasRequest, code: i16, why: &str) -> Alte
             let entity = e
                 .entity
                 .iter()
-                .map(|d| EntityData::default().with_entity_type(d.entity_type.clone()).with_entity_name(d.entity_name.clone()))
+                .map(|d| {
+                    EntityData::default()
+                        .with_entity_type(d.entity_type.clone())
+                        .with_entity_name(d.entity_name.clone())
+                })
                 .collect();
             EntryData::default().with_error_code(code).with_error_message(Some(text(why))).with_entity(entity)
         })

@@ -11,16 +11,16 @@ use kafka_protocol::messages::{
     EndTxnRequest, ListTransactionsRequest, TxnOffsetCommitRequest,
 };
 use kafka_protocol::messages::{
+    AlterClientQuotasRequest, AlterUserScramCredentialsRequest, DescribeClientQuotasRequest,
+    DescribeUserScramCredentialsRequest,
+};
+use kafka_protocol::messages::{
     AlterConfigsRequest, ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreatePartitionsRequest, CreateTopicsRequest,
     DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
     DescribeGroupsRequest, DescribeLogDirsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
     IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
     ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest,
     RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
-};
-use kafka_protocol::messages::{
-    AlterClientQuotasRequest, AlterUserScramCredentialsRequest, DescribeClientQuotasRequest,
-    DescribeUserScramCredentialsRequest,
 };
 use kafka_protocol::messages::{CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest};
 use kafka_protocol::protocol::{Decodable, Encodable};
@@ -29,8 +29,8 @@ use super::authorizer::Who;
 use super::broker::Broker;
 use super::codes;
 use super::{
-    acl_api, acl_requests, client_quotas, cluster, configs, coordinator, delete_records, describe_producers, fetch, group_api,
-    groups_admin, init_producer_id, list_offsets, log_dirs, metadata, offset_commit, offset_delete, produce,
+    acl_api, acl_requests, client_quotas, cluster, configs, coordinator, delete_records, describe_producers, fetch,
+    group_api, groups_admin, init_producer_id, list_offsets, log_dirs, metadata, offset_commit, offset_delete, produce,
     scram_admin, topics_admin, transactions_admin, txn_api, waits,
 };
 
@@ -273,7 +273,7 @@ async fn blocking<T: Send + 'static>(
 /// Answer one request of `who`; `None` when Kafka sends no response (Produce with acks=0).
 pub async fn handle(
     broker: &Arc<Broker>,
-    request: Request,
+    mut request: Request,
     peer: &str,
     who: &Who,
 ) -> Result<Option<Bytes>, DecodeError> {
@@ -283,10 +283,13 @@ pub async fn handle(
     let id = request.header.correlation_id;
     let key = request.key;
     // The ACLs, before any handler runs (`acl_requests`); listings are filtered below.
-    if let Some(refusal) = acl_requests::check(broker, who, &request, peer)? {
-        broker.metrics.answered(key);
-        return Ok(Some(refusal));
-    }
+    let refused = match acl_requests::check(broker, who, &mut request, peer)? {
+        acl_requests::Verdict::Refuse(refusal) => {
+            broker.metrics.answered(key);
+            return Ok(Some(refusal));
+        }
+        acl_requests::Verdict::Serve(refused) => refused,
+    };
     let listing = acl_requests::Listing::new(broker, who, peer);
     // The client's address for the handlers that run off the workers (they outlive this borrow).
     let client = peer.to_string();
@@ -297,21 +300,25 @@ pub async fn handle(
             let cut = listing.metadata_before(&mut r, v);
             frame(key, v, id, &listing.metadata_after(cut, metadata::metadata(broker, r, v, peer).await))?
         }
-        Body::CreateTopics(r) => frame(key, v, id, &metadata::create_topics(broker, r, v, peer).await)?,
+        Body::CreateTopics(r) => {
+            frame(key, v, id, &refused.create_topics(metadata::create_topics(broker, r, v, peer).await, v))?
+        }
         Body::Produce(r) => match produce::produce(broker, r, v, peer).await {
-            Some(resp) => frame(key, v, id, &resp)?,
+            Some(resp) => frame(key, v, id, &refused.produce(resp))?,
             None => {
                 broker.metrics.answered(key);
                 return Ok(None);
             }
         },
-        Body::Fetch(r) => fetch::answer(broker, r, v, id, peer).await?,
+        Body::Fetch(r) => fetch::answer(broker, r, v, id, peer, refused.fetch()).await?,
         Body::FindCoordinator(r) => frame(key, v, id, &coordinator::find_coordinator(broker, r, v, peer))?,
         Body::OffsetCommit(r) => {
-            frame(key, v, id, &blocking(broker, key, move |b| offset_commit::offset_commit(b, r, v, &client)).await?)?
+            let committed = blocking(broker, key, move |b| offset_commit::offset_commit(b, r, v, &client)).await?;
+            frame(key, v, id, &refused.offset_commit(committed))?
         }
         Body::OffsetFetch(r) => {
-            frame(key, v, id, &blocking(broker, key, move |b| offset_commit::offset_fetch(b, r, v)).await?)?
+            let fetched = blocking(broker, key, move |b| offset_commit::offset_fetch(b, r, v)).await?;
+            frame(key, v, id, &refused.offset_fetch(fetched))?
         }
         Body::JoinGroup(r) => {
             let client_id = request.header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
@@ -329,7 +336,8 @@ pub async fn handle(
             frame(key, v, id, &listing.list_groups(groups))?
         }
         Body::ListOffsets(r) => {
-            frame(key, v, id, &blocking(broker, key, move |b| list_offsets::list_offsets(b, r, v, &client)).await?)?
+            let listed = blocking(broker, key, move |b| list_offsets::list_offsets(b, r, v, &client)).await?;
+            frame(key, v, id, &refused.list_offsets(listed))?
         }
         Body::InitProducerId(r) => frame(
             key,
@@ -372,7 +380,8 @@ pub async fn handle(
             frame(key, v, id, &blocking(broker, key, move |b| groups_admin::delete_groups(b, r, &client)).await?)?
         }
         Body::DeleteTopics(r) => {
-            frame(key, v, id, &blocking(broker, key, move |b| topics_admin::delete_topics(b, r, v, &client)).await?)?
+            let deleted = blocking(broker, key, move |b| topics_admin::delete_topics(b, r, v, &client)).await?;
+            frame(key, v, id, &refused.delete_topics(deleted, v))?
         }
         Body::CreatePartitions(r) => {
             frame(key, v, id, &blocking(broker, key, move |b| topics_admin::create_partitions(b, r, &client)).await?)?
@@ -388,7 +397,8 @@ pub async fn handle(
             &blocking(broker, key, move |b| configs::incremental_alter_configs(b, r, &client)).await?,
         )?,
         Body::DeleteRecords(r) => {
-            frame(key, v, id, &blocking(broker, key, move |b| delete_records::delete_records(b, r, &client)).await?)?
+            let deleted = blocking(broker, key, move |b| delete_records::delete_records(b, r, &client)).await?;
+            frame(key, v, id, &refused.delete_records(deleted))?
         }
         Body::DescribeCluster(r) => frame(key, v, id, &cluster::describe_cluster(broker, r))?,
         Body::OffsetDelete(r) => {

@@ -232,5 +232,7 @@ pub fn alter_refused(r: &AlterUserScramCredentialsRequest, code: i16) -> AlterUs
 
 /// DescribeUserScramCredentials answered `code` (a refused request: Kafka's top-level error).
 pub fn describe_refused(code: i16) -> DescribeUserScramCredentialsResponse {
-    DescribeUserScramCredentialsResponse::default().with_error_code(code).with_error_message(Some(text(codes::name(code))))
+    DescribeUserScramCredentialsResponse::default()
+        .with_error_code(code)
+        .with_error_message(Some(text(codes::name(code))))
 }
