@@ -533,7 +533,10 @@ def test_requests_naming_several_topics_are_answered_per_topic(server, caplog):
         topic_data=[topic(name=n, partition_data=[topic.PartitionProduceData(index=0, records=batch(b"more"))])
                     for n in ("orders-eu", "payments")],
     )  # fmt: skip
-    assert by_topic(send(alice, produce).responses) == {"orders-eu": 0, "payments": TOPIC_AUTHORIZATION_FAILED}
+    assert by_topic(send(alice, produce).responses) == {
+        "orders-eu": 0,
+        "payments": TOPIC_AUTHORIZATION_FAILED,
+    }
     assert kafkalite.Admin(str(server.path)).describe_topic("orders-eu").partitions[0].end_offset == 2
     assert kafkalite.Admin(str(server.path)).describe_topic("payments").partitions[0].end_offset == 1
 
@@ -542,7 +545,10 @@ def test_requests_naming_several_topics_are_answered_per_topic(server, caplog):
         max_version=12, replica_id=-1, max_wait_ms=0, min_bytes=0,
         topics=[FetchRequest.FetchTopic(topic=n, partitions=[part]) for n in ("orders-us", "secret")],
     )  # fmt: skip
-    assert by_topic(send(alice, fetch_both).responses, "topic") == {"orders-us": 0, "secret": TOPIC_AUTHORIZATION_FAILED}
+    assert by_topic(send(alice, fetch_both).responses, "topic") == {
+        "orders-us": 0,
+        "secret": TOPIC_AUTHORIZATION_FAILED,
+    }
 
     lt = ListOffsetsRequest.ListOffsetsTopic
     listed = ListOffsetsRequest(
@@ -585,7 +591,9 @@ def test_requests_naming_several_topics_are_answered_per_topic(server, caplog):
         ),
     )  # fmt: skip
     assert fetched.error_code == 0
-    assert {t.name: (t.partitions[0].error_code, t.partitions[0].committed_offset) for t in fetched.topics} == {
+    assert {
+        t.name: (t.partitions[0].error_code, t.partitions[0].committed_offset) for t in fetched.topics
+    } == {
         "orders-eu": (0, 1),
         "payments": (TOPIC_AUTHORIZATION_FAILED, -1),
     }
@@ -609,7 +617,9 @@ def test_acls_written_by_another_server_count_without_a_restart(data):
         alice = admin_client(two, "alice")
         assert fetch(alice, "payments").error_code == TOPIC_AUTHORIZATION_FAILED
         admin = admin_client(one, "admin")
-        assert not admin.create_acls([acl("User:alice", ACLOperation.READ, ResourceType.TOPIC, "payments")])["failed"]
+        assert not admin.create_acls([acl("User:alice", ACLOperation.READ, ResourceType.TOPIC, "payments")])[
+            "failed"
+        ]
         assert fetch(alice, "payments").error_code == 0, "the other server's ACL counts"
         [(_, removed, error)] = admin.delete_acls([everything()])
         assert error is kafka.errors.NoError and len(removed) == 1

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import stat
 import subprocess
 from pathlib import Path
@@ -20,6 +19,7 @@ import kafkalite
 import kafkalite.users
 import pytest
 from kafkalite.server import Server
+from serve_proc import free_port, serve_on
 
 pytest_plugins = ["kafkalite.testing"]
 
@@ -158,8 +158,13 @@ def test_kafka_error_codes(server, data, caplog):
         "nobody": RESOURCE_NOT_FOUND,
     }
     # A valid upsert beside a refused user is applied (Kafka answers per user).
-    mixed = AlterUserScramCredentialsRequest(deletions=[], upsertions=[upsert("dave", 1, 4096), upsert("eve", 1, 1)])
-    assert {r.user: r.error_code for r in send(admin, mixed).results} == {"dave": 0, "eve": UNACCEPTABLE_CREDENTIAL}
+    mixed = AlterUserScramCredentialsRequest(
+        deletions=[], upsertions=[upsert("dave", 1, 4096), upsert("eve", 1, 1)]
+    )
+    assert {r.user: r.error_code for r in send(admin, mixed).results} == {
+        "dave": 0,
+        "eve": UNACCEPTABLE_CREDENTIAL,
+    }
     assert kafkalite.users.list_users(data)["dave"] == {"SCRAM-SHA-256": 4096}
     admin.close()
 
@@ -169,11 +174,15 @@ def test_only_cluster_alter_and_describe_may_call_them(server, data, caplog):
     cannot give herself a credential; the quota APIs are checked the same way."""
     alice = client(server.bootstrap_servers, "alice", PASSWORDS["alice"])
     caplog.set_level(logging.WARNING, logger="kafkalite.server")
-    request = AlterUserScramCredentialsRequest(deletions=[("admin", 1)], upsertions=[upsert("alice", 1, 4096)])
+    request = AlterUserScramCredentialsRequest(
+        deletions=[("admin", 1)], upsertions=[upsert("alice", 1, 4096)]
+    )
     results = {r.user: r.error_code for r in send(alice, request).results}
     assert results == {"admin": CLUSTER_AUTHORIZATION_FAILED, "alice": CLUSTER_AUTHORIZATION_FAILED}
     assert kafkalite.users.list_users(data)["admin"], "the refused deletion did nothing"
-    assert authenticates(server.bootstrap_servers, "alice", PASSWORDS["alice"]), "the refused upsert did nothing"
+    assert authenticates(server.bootstrap_servers, "alice", PASSWORDS["alice"]), (
+        "the refused upsert did nothing"
+    )
     described = send(alice, DescribeUserScramCredentialsRequest(users=None))
     assert described.error_code == CLUSTER_AUTHORIZATION_FAILED and not described.results
     quotas = send(alice, DescribeClientQuotasRequest(components=[("user", 0, "alice")], strict=False))
@@ -204,21 +213,11 @@ def test_client_quotas_none_described_and_alters_refused(server):
     admin.close()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def serve(spawn, data: Path, port: int, failpoints: str | None = None):
     env = {**os.environ, "KAFKALITE_FAILPOINTS": failpoints} if failpoints else None
-    proc = spawn.module(
-        "kafkalite", "serve", "--data-dir", data, "--listen", f"127.0.0.1:{port}", "--sasl", "--authorizer",
-        "--super-users", "User:admin", env=env, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    line = proc.stderr.readline()
-    assert "serving" in line, line + proc.stderr.read()
-    return proc
+    return serve_on(
+        spawn.module, data, port, "--sasl", "--authorizer", "--super-users", "User:admin", env=env
+    )
 
 
 @pytest.mark.parametrize("fault", ["checkpoint.write=kill", "checkpoint.rename=kill", "dir.sync=kill"])
