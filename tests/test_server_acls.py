@@ -36,12 +36,23 @@ from kafka.admin import (  # noqa: E402
     ResourceType,
 )
 from kafka.protocol.admin.acl import CreateAclsRequest, DescribeAclsRequest  # noqa: E402
-from kafka.protocol.admin.topics import CreateTopicsRequest, DeleteTopicsRequest  # noqa: E402
+from kafka.protocol.admin.topics import (  # noqa: E402
+    CreateTopicsRequest,
+    DeleteRecordsRequest,
+    DeleteTopicsRequest,
+)
 from kafka.protocol.consumer.fetch import FetchRequest  # noqa: E402
-from kafka.protocol.consumer.group import JoinGroupRequest, OffsetCommitRequest  # noqa: E402
+from kafka.protocol.consumer.group import (  # noqa: E402
+    JoinGroupRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+)
+from kafka.protocol.consumer.offsets import ListOffsetsRequest  # noqa: E402
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest  # noqa: E402
 from kafka.protocol.metadata.metadata import MetadataRequest  # noqa: E402
+from kafka.protocol.producer.produce import ProduceRequest  # noqa: E402
 from kafka.protocol.producer.transaction import InitProducerIdRequest  # noqa: E402
+from kafka.record import default_records  # noqa: E402
 
 ACLS_FILE = ".kafkalite-acls.json"
 PASSWORDS = {"admin": "admin-pw", "alice": "alice-pw", "bob": "bob-pw"}
@@ -482,3 +493,136 @@ def test_kafka_acls_adds_lists_and_removes(server, tmp_path):
     listed = acls("--list", "--topic", "orders-us").stdout
     assert "DENY" not in listed, listed
     alice.close()
+
+
+def batch(value: bytes) -> bytes:
+    builder = default_records.DefaultRecordBatchBuilder(
+        magic=2, compression_type=0, is_transactional=False, producer_id=-1, producer_epoch=-1,
+        base_sequence=-1, batch_size=1 << 20,
+    )  # fmt: skip
+    builder.append(0, timestamp=int(time.time() * 1000), key=None, value=value, headers=[])
+    return bytes(builder.build())
+
+
+def by_topic(topics, name_field: str = "name") -> dict[str, int]:
+    """{topic: its first partition's error code} of a per-partition response."""
+    out = {}
+    for t in topics:
+        parts = getattr(t, "partitions", None) or getattr(t, "partition_responses", None)
+        out[getattr(t, name_field)] = parts[0].error_code
+    return out
+
+
+def test_requests_naming_several_topics_are_answered_per_topic(server, caplog):
+    """Kafka authorizes each topic of Produce, Fetch, ListOffsets, CreateTopics, DeleteTopics,
+    DeleteRecords, OffsetCommit and OffsetFetch on its own: the allowed topics are served, the
+    others answered TOPIC_AUTHORIZATION_FAILED, in one response (and one WARNING line)."""
+    admin = admin_client(server, "admin")
+    assert not admin.create_acls(
+        [
+            acl("User:alice", ACLOperation.ALL, ResourceType.TOPIC, "orders-", prefixed=True),
+            acl("User:alice", ACLOperation.READ, ResourceType.GROUP, "alice-", prefixed=True),
+        ]
+    )["failed"]
+    admin.close()
+    alice = admin_client(server, "alice")
+    caplog.set_level(logging.WARNING, logger="kafkalite.server")
+    topic = ProduceRequest.TopicProduceData
+    produce = ProduceRequest(
+        transactional_id=None, acks=-1, timeout_ms=5000, max_version=9,
+        topic_data=[topic(name=n, partition_data=[topic.PartitionProduceData(index=0, records=batch(b"more"))])
+                    for n in ("orders-eu", "payments")],
+    )  # fmt: skip
+    assert by_topic(send(alice, produce).responses) == {
+        "orders-eu": 0,
+        "payments": TOPIC_AUTHORIZATION_FAILED,
+    }
+    assert kafkalite.Admin(str(server.path)).describe_topic("orders-eu").partitions[0].end_offset == 2
+    assert kafkalite.Admin(str(server.path)).describe_topic("payments").partitions[0].end_offset == 1
+
+    part = FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+    fetch_both = FetchRequest(
+        max_version=12, replica_id=-1, max_wait_ms=0, min_bytes=0,
+        topics=[FetchRequest.FetchTopic(topic=n, partitions=[part]) for n in ("orders-us", "secret")],
+    )  # fmt: skip
+    assert by_topic(send(alice, fetch_both).responses, "topic") == {
+        "orders-us": 0,
+        "secret": TOPIC_AUTHORIZATION_FAILED,
+    }
+
+    lt = ListOffsetsRequest.ListOffsetsTopic
+    listed = ListOffsetsRequest(
+        replica_id=-1, isolation_level=0, max_version=7,
+        topics=[lt(name=n, partitions=[lt.ListOffsetsPartition(partition_index=0, timestamp=-1)])
+                for n in ("orders-eu", "payments")],
+    )  # fmt: skip
+    assert by_topic(send(alice, listed).topics) == {"orders-eu": 0, "payments": TOPIC_AUTHORIZATION_FAILED}
+
+    create = CreateTopicsRequest(
+        topics=[CreateTopicsRequest.CreatableTopic(name=n, num_partitions=1, replication_factor=1)
+                for n in ("orders-new", "other-new")],
+        timeout_ms=5000,
+    )  # fmt: skip
+    created = {t.name: t.error_code for t in send(alice, create).topics}
+    assert created == {"orders-new": 0, "other-new": TOPIC_AUTHORIZATION_FAILED}
+
+    dr = DeleteRecordsRequest.DeleteRecordsTopic
+    trim = DeleteRecordsRequest(
+        timeout_ms=5000,
+        topics=[dr(name=n, partitions=[dr.DeleteRecordsPartition(partition_index=0, offset=1)])
+                for n in ("orders-us", "payments")],
+    )  # fmt: skip
+    assert by_topic(send(alice, trim).topics) == {"orders-us": 0, "payments": TOPIC_AUTHORIZATION_FAILED}
+    assert kafkalite.Admin(str(server.path)).describe_topic("payments").partitions[0].start_offset == 0
+
+    ct = OffsetCommitRequest.OffsetCommitRequestTopic
+    commit = OffsetCommitRequest(
+        group_id="alice-g", generation_id_or_member_epoch=-1, member_id="",
+        topics=[ct(name=n, partitions=[ct.OffsetCommitRequestPartition(partition_index=0, committed_offset=1)])
+                for n in ("orders-eu", "payments")],
+    )  # fmt: skip
+    assert by_topic(send(alice, commit).topics) == {"orders-eu": 0, "payments": TOPIC_AUTHORIZATION_FAILED}
+    ft = OffsetFetchRequest.OffsetFetchRequestTopic
+    fetched = send(
+        alice,
+        OffsetFetchRequest(
+            group_id="alice-g", max_version=7, require_stable=False,
+            topics=[ft(name=n, partition_indexes=[0]) for n in ("orders-eu", "payments")],
+        ),
+    )  # fmt: skip
+    assert fetched.error_code == 0
+    assert {
+        t.name: (t.partitions[0].error_code, t.partitions[0].committed_offset) for t in fetched.topics
+    } == {
+        "orders-eu": (0, 1),
+        "payments": (TOPIC_AUTHORIZATION_FAILED, -1),
+    }
+
+    delete = DeleteTopicsRequest(max_version=5, topic_names=["orders-new", "payments"], timeout_ms=5000)
+    deleted = {t.name: t.error_code for t in send(alice, delete).responses}
+    assert deleted == {"orders-new": 0, "payments": TOPIC_AUTHORIZATION_FAILED}
+    topics = set(kafkalite.Admin(str(server.path)).list_topics())
+    assert "payments" in topics and "orders-new" not in topics and "other-new" not in topics
+    alice.close()
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert sum("refused Produce" in line for line in lines) == 1, lines
+    assert any("may not WRITE TOPIC payments" in line for line in lines), lines
+
+
+def test_acls_written_by_another_server_count_without_a_restart(data):
+    """Two servers on one data directory: an ACL created (then deleted) through one decides
+    the other's next request, without a restart."""
+    options = {"sasl": True, "authorizer": True, "super_users": ["User:admin"]}
+    with Server(data, **options) as one, Server(data, **options) as two:
+        alice = admin_client(two, "alice")
+        assert fetch(alice, "payments").error_code == TOPIC_AUTHORIZATION_FAILED
+        admin = admin_client(one, "admin")
+        assert not admin.create_acls([acl("User:alice", ACLOperation.READ, ResourceType.TOPIC, "payments")])[
+            "failed"
+        ]
+        assert fetch(alice, "payments").error_code == 0, "the other server's ACL counts"
+        [(_, removed, error)] = admin.delete_acls([everything()])
+        assert error is kafka.errors.NoError and len(removed) == 1
+        assert fetch(alice, "payments").error_code == TOPIC_AUTHORIZATION_FAILED, "and its deletion"
+        admin.close()
+        alice.close()

@@ -12,7 +12,8 @@
 //! ```
 //!
 //! The server reads it at every authentication, so a user added or deleted while it runs counts
-//! from the next connection on (as Kafka applies credential changes without a restart).
+//! from the next connection on (as Kafka applies credential changes without a restart), whether
+//! by `kafkalite users` or by AlterUserScramCredentials (`alter`) on any server of the directory.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -134,6 +135,27 @@ impl Credential {
         }
     }
 
+    /// The credential for a salted password (Hi(password, salt, iterations)) computed by the
+    /// client, as Kafka's AlterUserScramCredentials carries it: the password never travels.
+    pub fn from_salted(
+        mechanism: Mechanism,
+        salt: &[u8],
+        salted_password: &[u8],
+        iterations: u32,
+    ) -> Result<Credential> {
+        check_iterations(iterations)?;
+        if salt.is_empty() || salted_password.is_empty() {
+            return Err(Error::config("the salt and the salted password must not be empty"));
+        }
+        let client_key = mechanism.hmac(salted_password, b"Client Key");
+        Ok(Credential {
+            salt: salt.to_vec(),
+            iterations,
+            stored_key: mechanism.hash(&client_key),
+            server_key: mechanism.hmac(salted_password, b"Server Key"),
+        })
+    }
+
     /// A new credential for `password` with a fresh random salt.
     pub fn new(mechanism: Mechanism, password: &[u8], iterations: u32) -> Result<Credential> {
         check_iterations(iterations)?;
@@ -241,6 +263,50 @@ pub fn delete(dir: &Path, user: &str) -> Result<bool> {
     Ok(found)
 }
 
+/// One change of Kafka's AlterUserScramCredentials.
+#[derive(Clone, Debug)]
+pub enum Alteration {
+    /// Add or replace `user`'s credential for this mechanism (its others are kept).
+    Upsert { user: String, mechanism: Mechanism, credential: Credential },
+    /// Remove `user`'s credential for this mechanism; a user left without any is removed.
+    Delete { user: String, mechanism: Mechanism },
+}
+
+/// Apply `changes` in one atomic write of the file (none when nothing changes). Returns, per
+/// change, whether it applied: false for a Delete of a credential that does not exist (Kafka's
+/// RESOURCE_NOT_FOUND), which changes nothing.
+pub fn alter(dir: &Path, changes: &[Alteration]) -> Result<Vec<bool>> {
+    for change in changes {
+        match change {
+            Alteration::Upsert { user, credential, .. } => {
+                validate_user_name(user)?;
+                check_iterations(credential.iterations)?;
+            }
+            Alteration::Delete { user, .. } => validate_user_name(user)?,
+        }
+    }
+    let mut applied = Vec::with_capacity(changes.len());
+    update(dir, |users| {
+        for change in changes {
+            applied.push(match change {
+                Alteration::Upsert { user, mechanism, credential } => {
+                    users.entry(user.clone()).or_default().insert(*mechanism, credential.clone());
+                    true
+                }
+                Alteration::Delete { user, mechanism } => {
+                    let found = users.get_mut(user).is_some_and(|creds| creds.remove(mechanism).is_some());
+                    if users.get(user).is_some_and(BTreeMap::is_empty) {
+                        users.remove(user);
+                    }
+                    found
+                }
+            });
+        }
+        applied.iter().any(|a| *a)
+    })?;
+    Ok(applied)
+}
+
 type Users = BTreeMap<String, BTreeMap<Mechanism, Credential>>;
 
 fn damaged(path: &Path, what: impl std::fmt::Display) -> Error {
@@ -342,6 +408,25 @@ mod tests {
         assert!(delete(dir.path(), "alice").unwrap());
         assert!(!delete(dir.path(), "alice").unwrap());
         assert_eq!(list(dir.path()).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn alterations_per_mechanism() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Mechanism::ScramSha512;
+        let salted = m.salted_password(b"pw", b"salt", 8192);
+        let credential = Credential::from_salted(m, b"salt", &salted, 8192).unwrap();
+        assert_eq!(credential, Credential::derive(m, b"pw", b"salt", 8192), "the client's salting is RFC 5802's");
+        assert!(Credential::from_salted(m, b"salt", &salted, 4095).is_err());
+        assert!(Credential::from_salted(m, b"", &salted, 4096).is_err());
+        add(dir.path(), "alice", b"pw", &[Mechanism::ScramSha256], 4096).unwrap();
+        let upsert = Alteration::Upsert { user: "alice".into(), mechanism: m, credential };
+        let missing = Alteration::Delete { user: "bob".into(), mechanism: m };
+        assert_eq!(alter(dir.path(), &[upsert, missing]).unwrap(), vec![true, false]);
+        assert_eq!(list(dir.path()).unwrap()["alice"], vec![(Mechanism::ScramSha256, 4096), (m, 8192)]);
+        let both = [Mechanism::ScramSha256, m].map(|mechanism| Alteration::Delete { user: "alice".into(), mechanism });
+        assert_eq!(alter(dir.path(), &both).unwrap(), vec![true, true]);
+        assert!(list(dir.path()).unwrap().is_empty(), "a user without credentials is gone");
     }
 
     #[test]

@@ -3,10 +3,13 @@
 //! on every item the request named (`refusal`), with one WARNING line naming the principal, the
 //! client's address, the operation and the resource. The decision itself is `authorizer`'s.
 //!
-//! A request is checked whole, before its handler runs: if any resource it names is refused,
-//! every item of the request gets the code of the first refusal (Kafka answers the authorized
-//! items of a mixed request normally; clients send one topic's or group's worth at a time in
-//! the cases that matter). Listings are filtered instead, as Kafka does: Metadata leaves out
+//! A request is checked before its handler runs. Its whole-request needs (a group, a
+//! transactional id, the cluster) refuse it whole: every item gets the code of the first
+//! refusal. The topics of Produce, Fetch, ListOffsets, CreateTopics, DeleteTopics,
+//! DeleteRecords, OffsetCommit and OffsetFetch are authorized one by one, as Kafka does: the
+//! refused ones are taken out of the request (`split`), the handler serves the others, and the
+//! refused ones are added to its response with TOPIC_AUTHORIZATION_FAILED (`Refused`), built by
+//! the same per-API builder as a whole refusal (`*_refused`). Listings are filtered instead, as Kafka does: Metadata leaves out
 //! topics the principal may not DESCRIBE and answers a named one TOPIC_AUTHORIZATION_FAILED
 //! (also a missing one it may not CREATE, rather than creating it); ListGroups lists only the
 //! groups it may DESCRIBE (all with DESCRIBE on the cluster); ListTransactions only the
@@ -23,6 +26,7 @@ use super::broker::Broker;
 use super::codes;
 use super::dispatch::{Body, DecodeError, Request};
 use super::metrics::frame;
+use super::{client_quotas, scram_admin};
 
 /// Kafka's `ConfigResource.Type` codes (DescribeConfigs, AlterConfigs).
 const CONFIG_TOPIC: i8 = 2;
@@ -68,37 +72,19 @@ fn config(operation: i8, resource_type: i8, name: &str) -> Need {
 /// APIs need nothing; Metadata, ListGroups and ListTransactions filter (`Listing`).
 fn needs(body: &Body, version: i16) -> Vec<Need> {
     match body {
-        Body::Produce(r) => {
-            let id = r.transactional_id.iter().map(|t| txn(op::WRITE, t));
-            id.chain(r.topic_data.iter().map(|t| topic(op::WRITE, &t.name))).collect()
-        }
-        Body::Fetch(r) => r.topics.iter().map(|t| topic(op::READ, &t.topic)).collect(),
-        Body::ListOffsets(r) => r.topics.iter().map(|t| topic(op::DESCRIBE, &t.name)).collect(),
-        Body::CreateTopics(r) => r
-            .topics
-            .iter()
-            .map(|t| Need {
-                code: codes::TOPIC_AUTHORIZATION_FAILED,
-                any_of: vec![
-                    (op::CREATE, resource::CLUSTER, Some(CLUSTER_NAME.into())),
-                    (op::CREATE, resource::TOPIC, Some(t.name.to_string())),
-                ],
-            })
-            .collect(),
+        // Their topics are checked one by one (`split`).
+        Body::Produce(r) => r.transactional_id.iter().map(|t| txn(op::WRITE, t)).collect(),
+        Body::Fetch(_) | Body::ListOffsets(_) | Body::CreateTopics(_) => Vec::new(),
         Body::FindCoordinator(r) => {
             let keys: Vec<&StrBytes> = if version >= 4 { r.coordinator_keys.iter().collect() } else { vec![&r.key] };
             let by_key = |k: &&StrBytes| if r.key_type == 1 { txn(op::DESCRIBE, k) } else { group(op::DESCRIBE, k) };
             keys.iter().map(by_key).collect()
         }
-        Body::OffsetCommit(r) => {
-            let topics = r.topics.iter().map(|t| topic(op::READ, &t.name));
-            std::iter::once(group(op::READ, &r.group_id)).chain(topics).collect()
-        }
+        Body::OffsetCommit(r) => vec![group(op::READ, &r.group_id)],
         Body::OffsetFetch(r) => {
             let mut out = Vec::new();
             if version < 8 {
                 out.push(group(op::DESCRIBE, &r.group_id));
-                out.extend(r.topics.iter().flatten().map(|t| topic(op::DESCRIBE, &t.name)));
             }
             for g in &r.groups {
                 out.push(group(op::DESCRIBE, &g.group_id));
@@ -142,10 +128,7 @@ fn needs(body: &Body, version: i16) -> Vec<Need> {
         Body::DescribeProducers(r) => r.topics.iter().map(|t| topic(op::READ, &t.name)).collect(),
         Body::DescribeTransactions(r) => r.transactional_ids.iter().map(|t| txn(op::DESCRIBE, t)).collect(),
         Body::DeleteGroups(r) => r.groups_names.iter().map(|g| group(op::DELETE, g)).collect(),
-        Body::DeleteTopics(r) => {
-            let named = r.topics.iter().map(|t| t.name.as_ref().map_or("", |n| n.as_str()));
-            named.chain(r.topic_names.iter().map(|n| n.as_str())).map(|n| topic(op::DELETE, n)).collect()
-        }
+        Body::DeleteTopics(_) => Vec::new(),
         Body::CreatePartitions(r) => r.topics.iter().map(|t| topic(op::ALTER, &t.name)).collect(),
         Body::DescribeConfigs(r) => {
             r.resources.iter().map(|c| config(op::DESCRIBE_CONFIGS, c.resource_type, &c.resource_name)).collect()
@@ -156,7 +139,7 @@ fn needs(body: &Body, version: i16) -> Vec<Need> {
         Body::IncrementalAlterConfigs(r) => {
             r.resources.iter().map(|c| config(op::ALTER_CONFIGS, c.resource_type, &c.resource_name)).collect()
         }
-        Body::DeleteRecords(r) => r.topics.iter().map(|t| topic(op::DELETE, &t.name)).collect(),
+        Body::DeleteRecords(_) => Vec::new(),
         Body::DescribeCluster(_) | Body::DescribeLogDirs(_) => vec![cluster(op::DESCRIBE)],
         Body::OffsetDelete(r) => {
             let topics = r.topics.iter().map(|t| topic(op::READ, &t.name));
@@ -164,6 +147,10 @@ fn needs(body: &Body, version: i16) -> Vec<Need> {
         }
         Body::CreateAcls(_) | Body::DeleteAcls(_) => vec![cluster(op::ALTER)],
         Body::DescribeAcls(_) => vec![cluster(op::DESCRIBE)],
+        Body::AlterUserScramCredentials(_) => vec![cluster(op::ALTER)],
+        Body::DescribeUserScramCredentials(_) => vec![cluster(op::DESCRIBE)],
+        Body::AlterClientQuotas(_) => vec![cluster(op::ALTER_CONFIGS)],
+        Body::DescribeClientQuotas(_) => vec![cluster(op::DESCRIBE_CONFIGS)],
         Body::Metadata(_)
         | Body::ListGroups(_)
         | Body::ListTransactions(_)
@@ -182,122 +169,218 @@ fn allowed(broker: &Broker, who: &Who, any_of: &[(i8, i8, Option<String>)]) -> b
     })
 }
 
-/// The refusal of `request`, framed, when `who` may not make it; None: serve it.
-pub fn check(broker: &Broker, who: &Who, request: &Request, peer: &str) -> Result<Option<Bytes>, DecodeError> {
+/// What to do with a request: refuse it whole (framed), or serve it, adding the topics it
+/// named that were taken out (`Refused`) to its response.
+pub enum Verdict {
+    Refuse(Bytes),
+    Serve(Refused),
+}
+
+/// Check `request` for `who`. Whole-request needs (`needs`) refuse it whole; the topics of the
+/// per-topic APIs (`split`) that `who` may not touch are taken out of it, unless that leaves
+/// nothing, when it is refused whole too (the same answer).
+pub fn check(broker: &Broker, who: &Who, request: &mut Request, peer: &str) -> Result<Verdict, DecodeError> {
+    // Another process (a server on the same directory, `kafkalite acls`) may have changed them.
+    broker.acls.refresh();
     if !broker.acls.enforced() {
-        return Ok(None);
+        return Ok(Verdict::Serve(Refused(None)));
     }
     let v = request.header.request_api_version;
-    let Some(refused) = needs(&request.body, v).into_iter().find(|n| !allowed(broker, who, &n.any_of)) else {
-        return Ok(None);
+    let api = format!("{:?}", request.key);
+    if let Some(refused) = needs(&request.body, v).into_iter().find(|n| !allowed(broker, who, &n.any_of)) {
+        let what: Vec<String> = refused
+            .any_of
+            .iter()
+            .map(|(operation, resource_type, name)| {
+                let name = name.as_deref().unwrap_or("(any)");
+                format!("{} {} {name}", operation_name(*operation), resource_name(*resource_type))
+            })
+            .collect();
+        let reason = format!("{} from {} may not {}", who.principal, who.host, what.join(" or "));
+        let code = codes::refused(peer, &api, refused.code, &reason);
+        return refusal(request, code).map(Verdict::Refuse);
+    }
+    let may = |operation: i8, resource_type: i8, name: &str| broker.acls.allows(who, operation, resource_type, name);
+    let Some(Split { denied, names, refused, left }) = split(&mut request.body, v, may) else {
+        return Ok(Verdict::Serve(Refused(None)));
     };
-    let what: Vec<String> = refused
-        .any_of
-        .iter()
-        .map(|(operation, resource_type, name)| {
-            let name = name.as_deref().unwrap_or("(any)");
-            format!("{} {} {name}", operation_name(*operation), resource_name(*resource_type))
-        })
-        .collect();
-    let reason = format!("{} from {} may not {}", who.principal, who.host, what.join(" or "));
-    let code = codes::refused(peer, &format!("{:?}", request.key), refused.code, &reason);
-    refusal(request, code).map(Some)
+    let reason = format!("{} from {} may not {refused} TOPIC {}", who.principal, who.host, names.join(", "));
+    let code = codes::refused(peer, &api, codes::TOPIC_AUTHORIZATION_FAILED, &reason);
+    if left == 0 {
+        request.body = denied;
+        return refusal(request, code).map(Verdict::Refuse);
+    }
+    Ok(Verdict::Serve(Refused(Some(denied))))
+}
+
+/// The topics `split` took out of a request: the request with only those, their names, what
+/// was refused on them ("READ"), and how many topics are left to serve.
+struct Split {
+    denied: Body,
+    names: Vec<String>,
+    refused: String,
+    left: usize,
+}
+
+/// Move the items `refuse` names out of `items`.
+fn take<T>(items: &mut Vec<T>, refuse: impl Fn(&T) -> bool) -> Vec<T> {
+    let (out, keep) = std::mem::take(items).into_iter().partition(|t| refuse(t));
+    *items = keep;
+    out
+}
+
+/// Kafka authorizes each topic of these requests on its own (KafkaApis' `filterByAuthorized`):
+/// the topics `may` refuses, moved out of `body`; None when there are none (or the API is not
+/// one of them).
+fn split(body: &mut Body, version: i16, may: impl Fn(i8, i8, &str) -> bool) -> Option<Split> {
+    let may = &may;
+    let topic_may = |operation: i8| move |name: &str| may(operation, resource::TOPIC, name);
+    let (denied, names, operation, left): (Body, Vec<String>, i8, usize) = match body {
+        Body::Produce(r) => {
+            let ok = topic_may(op::WRITE);
+            let out = take(&mut r.topic_data, |t| !ok(&t.name));
+            let names = out.iter().map(|t| t.name.to_string()).collect();
+            (Body::Produce(ProduceRequest::default().with_topic_data(out)), names, op::WRITE, r.topic_data.len())
+        }
+        Body::Fetch(r) => {
+            let ok = topic_may(op::READ);
+            let out = take(&mut r.topics, |t| !ok(&t.topic));
+            let names = out.iter().map(|t| t.topic.to_string()).collect();
+            (Body::Fetch(FetchRequest::default().with_topics(out)), names, op::READ, r.topics.len())
+        }
+        Body::ListOffsets(r) => {
+            let ok = topic_may(op::DESCRIBE);
+            let out = take(&mut r.topics, |t| !ok(&t.name));
+            let names = out.iter().map(|t| t.name.to_string()).collect();
+            (Body::ListOffsets(ListOffsetsRequest::default().with_topics(out)), names, op::DESCRIBE, r.topics.len())
+        }
+        Body::CreateTopics(r) => {
+            let cluster = may(op::CREATE, resource::CLUSTER, CLUSTER_NAME);
+            let out = take(&mut r.topics, |t| !cluster && !may(op::CREATE, resource::TOPIC, &t.name));
+            let names = out.iter().map(|t| t.name.to_string()).collect();
+            (Body::CreateTopics(CreateTopicsRequest::default().with_topics(out)), names, op::CREATE, r.topics.len())
+        }
+        Body::DeleteTopics(r) => {
+            let ok = topic_may(op::DELETE);
+            let by_state = take(&mut r.topics, |t| !ok(t.name.as_ref().map_or("", |n| n.as_str())));
+            let by_name = take(&mut r.topic_names, |n| !ok(n));
+            let names = by_state
+                .iter()
+                .map(|t| t.name.as_ref().map_or(String::new(), |n| n.to_string()))
+                .chain(by_name.iter().map(|n| n.to_string()))
+                .collect();
+            let denied = DeleteTopicsRequest::default().with_topics(by_state).with_topic_names(by_name);
+            (Body::DeleteTopics(denied), names, op::DELETE, r.topics.len() + r.topic_names.len())
+        }
+        Body::DeleteRecords(r) => {
+            let ok = topic_may(op::DELETE);
+            let out = take(&mut r.topics, |t| !ok(&t.name));
+            let names = out.iter().map(|t| t.name.to_string()).collect();
+            (Body::DeleteRecords(DeleteRecordsRequest::default().with_topics(out)), names, op::DELETE, r.topics.len())
+        }
+        Body::OffsetCommit(r) => {
+            let ok = topic_may(op::READ);
+            let out = take(&mut r.topics, |t| !ok(&t.name));
+            let names = out.iter().map(|t| t.name.to_string()).collect();
+            (Body::OffsetCommit(OffsetCommitRequest::default().with_topics(out)), names, op::READ, r.topics.len())
+        }
+        Body::OffsetFetch(r) if version < 8 => {
+            let ok = topic_may(op::DESCRIBE);
+            let topics = r.topics.as_mut()?;
+            let out = take(topics, |t| !ok(&t.name));
+            let names = out.iter().map(|t| t.name.to_string()).collect();
+            // Served even with no topic left: a whole refusal of OffsetFetch is the group's code.
+            let left = topics.len().max(1);
+            (Body::OffsetFetch(OffsetFetchRequest::default().with_topics(Some(out))), names, op::DESCRIBE, left)
+        }
+        _ => return None,
+    };
+    let refused = match operation {
+        op::CREATE => format!("CREATE CLUSTER {CLUSTER_NAME} or CREATE"),
+        other => operation_name(other).to_string(),
+    };
+    (!names.is_empty()).then_some(Split { denied, names, refused, left })
+}
+
+/// The topics taken out of a request before its handler ran (`check`), answered
+/// TOPIC_AUTHORIZATION_FAILED in the handler's response, with the same builders as a whole
+/// refusal.
+pub struct Refused(Option<Body>);
+
+const TOPIC_REFUSED: i16 = codes::TOPIC_AUTHORIZATION_FAILED;
+
+impl Refused {
+    pub fn produce(&self, mut response: ProduceResponse) -> ProduceResponse {
+        if let Some(Body::Produce(r)) = &self.0 {
+            response.responses.extend(produce_refused(r, TOPIC_REFUSED).responses);
+        }
+        response
+    }
+
+    /// Fetch's refused topics, for `fetch::answer` to add before it frames its response.
+    pub fn fetch(&self) -> Vec<fetch_response::FetchableTopicResponse> {
+        match &self.0 {
+            Some(Body::Fetch(r)) => fetch_refused(r, TOPIC_REFUSED).responses,
+            _ => Vec::new(),
+        }
+    }
+
+    pub fn list_offsets(&self, mut response: ListOffsetsResponse) -> ListOffsetsResponse {
+        if let Some(Body::ListOffsets(r)) = &self.0 {
+            response.topics.extend(list_offsets_refused(r, TOPIC_REFUSED).topics);
+        }
+        response
+    }
+
+    pub fn create_topics(&self, mut response: CreateTopicsResponse, v: i16) -> CreateTopicsResponse {
+        if let Some(Body::CreateTopics(r)) = &self.0 {
+            response.topics.extend(create_topics_refused(r, TOPIC_REFUSED, v).topics);
+        }
+        response
+    }
+
+    pub fn delete_topics(&self, mut response: DeleteTopicsResponse, v: i16) -> DeleteTopicsResponse {
+        if let Some(Body::DeleteTopics(r)) = &self.0 {
+            response.responses.extend(delete_topics_refused(r, TOPIC_REFUSED, v).responses);
+        }
+        response
+    }
+
+    pub fn delete_records(&self, mut response: DeleteRecordsResponse) -> DeleteRecordsResponse {
+        if let Some(Body::DeleteRecords(r)) = &self.0 {
+            response.topics.extend(delete_records_refused(r, TOPIC_REFUSED).topics);
+        }
+        response
+    }
+
+    pub fn offset_commit(&self, mut response: OffsetCommitResponse) -> OffsetCommitResponse {
+        if let Some(Body::OffsetCommit(r)) = &self.0 {
+            response.topics.extend(offset_commit_refused(r, TOPIC_REFUSED).topics);
+        }
+        response
+    }
+
+    pub fn offset_fetch(&self, mut response: OffsetFetchResponse) -> OffsetFetchResponse {
+        if let Some(Body::OffsetFetch(r)) = &self.0 {
+            response.topics.extend(offset_fetch_topics_refused(r.topics.iter().flatten(), TOPIC_REFUSED));
+        }
+        response
+    }
+}
+
+/// The error message of a refusal, where the version has one.
+fn named(code: i16, message: bool) -> Option<StrBytes> {
+    message.then(|| StrBytes::from_string(format!("{} ({code})", codes::name(code))))
 }
 
 /// `request` answered with `code` on every item it names.
 fn refusal(request: &Request, code: i16) -> Result<Bytes, DecodeError> {
     let (key, v, id) = (request.key, request.header.request_api_version, request.header.correlation_id);
-    let named = |code: i16, message: bool| -> Option<StrBytes> {
-        message.then(|| StrBytes::from_string(format!("{} ({code})", codes::name(code))))
-    };
     match &request.body {
-        Body::Produce(r) => {
-            let topics = r
-                .topic_data
-                .iter()
-                .map(|t| {
-                    let parts = t
-                        .partition_data
-                        .iter()
-                        .map(|p| {
-                            produce_response::PartitionProduceResponse::default()
-                                .with_index(p.index)
-                                .with_error_code(code)
-                                .with_base_offset(-1)
-                                .with_log_append_time_ms(-1)
-                                .with_log_start_offset(-1)
-                        })
-                        .collect();
-                    produce_response::TopicProduceResponse::default()
-                        .with_name(t.name.clone())
-                        .with_partition_responses(parts)
-                })
-                .collect();
-            frame(key, v, id, &ProduceResponse::default().with_responses(topics))
-        }
-        Body::Fetch(r) => {
-            let topics = r
-                .topics
-                .iter()
-                .map(|t| {
-                    let parts = t
-                        .partitions
-                        .iter()
-                        .map(|p| {
-                            fetch_response::PartitionData::default()
-                                .with_partition_index(p.partition)
-                                .with_error_code(code)
-                                .with_high_watermark(-1)
-                                .with_last_stable_offset(-1)
-                                .with_log_start_offset(-1)
-                        })
-                        .collect();
-                    fetch_response::FetchableTopicResponse::default()
-                        .with_topic(t.topic.clone())
-                        .with_topic_id(t.topic_id)
-                        .with_partitions(parts)
-                })
-                .collect();
-            frame(key, v, id, &FetchResponse::default().with_responses(topics))
-        }
-        Body::ListOffsets(r) => {
-            let topics = r
-                .topics
-                .iter()
-                .map(|t| {
-                    let parts = t
-                        .partitions
-                        .iter()
-                        .map(|p| {
-                            list_offsets_response::ListOffsetsPartitionResponse::default()
-                                .with_partition_index(p.partition_index)
-                                .with_error_code(code)
-                                .with_timestamp(-1)
-                                .with_offset(-1)
-                        })
-                        .collect();
-                    list_offsets_response::ListOffsetsTopicResponse::default()
-                        .with_name(t.name.clone())
-                        .with_partitions(parts)
-                })
-                .collect();
-            frame(key, v, id, &ListOffsetsResponse::default().with_topics(topics))
-        }
-        Body::CreateTopics(r) => {
-            let topics = r
-                .topics
-                .iter()
-                .map(|t| {
-                    create_topics_response::CreatableTopicResult::default()
-                        .with_name(t.name.clone())
-                        .with_error_code(code)
-                        .with_error_message(named(code, v >= 1))
-                        .with_num_partitions(-1)
-                        .with_replication_factor(-1)
-                })
-                .collect();
-            frame(key, v, id, &CreateTopicsResponse::default().with_topics(topics))
-        }
+        Body::Produce(r) => frame(key, v, id, &produce_refused(r, code)),
+        Body::Fetch(r) => frame(key, v, id, &fetch_refused(r, code)),
+        Body::ListOffsets(r) => frame(key, v, id, &list_offsets_refused(r, code)),
+        Body::CreateTopics(r) => frame(key, v, id, &create_topics_refused(r, code, v)),
         Body::FindCoordinator(r) => {
             let coordinators = r
                 .coordinator_keys
@@ -319,27 +402,7 @@ fn refusal(request: &Request, code: i16) -> Result<Bytes, DecodeError> {
                 .with_coordinators(coordinators);
             frame(key, v, id, &body)
         }
-        Body::OffsetCommit(r) => {
-            let topics = r
-                .topics
-                .iter()
-                .map(|t| {
-                    let parts = t
-                        .partitions
-                        .iter()
-                        .map(|p| {
-                            offset_commit_response::OffsetCommitResponsePartition::default()
-                                .with_partition_index(p.partition_index)
-                                .with_error_code(code)
-                        })
-                        .collect();
-                    offset_commit_response::OffsetCommitResponseTopic::default()
-                        .with_name(t.name.clone())
-                        .with_partitions(parts)
-                })
-                .collect();
-            frame(key, v, id, &OffsetCommitResponse::default().with_topics(topics))
-        }
+        Body::OffsetCommit(r) => frame(key, v, id, &offset_commit_refused(r, code)),
         Body::OffsetFetch(r) => {
             let groups = r
                 .groups
@@ -354,26 +417,7 @@ fn refusal(request: &Request, code: i16) -> Result<Bytes, DecodeError> {
                 body
             } else {
                 // v1 has no top-level code: every asked partition carries it.
-                let topics = r
-                    .topics
-                    .iter()
-                    .flatten()
-                    .map(|t| {
-                        let parts = t
-                            .partition_indexes
-                            .iter()
-                            .map(|&p| {
-                                offset_fetch_response::OffsetFetchResponsePartition::default()
-                                    .with_partition_index(p)
-                                    .with_committed_offset(-1)
-                                    .with_error_code(code)
-                            })
-                            .collect();
-                        offset_fetch_response::OffsetFetchResponseTopic::default()
-                            .with_name(t.name.clone())
-                            .with_partitions(parts)
-                    })
-                    .collect();
+                let topics = offset_fetch_topics_refused(r.topics.iter().flatten(), code);
                 body.with_topics(topics)
             };
             frame(key, v, id, &body)
@@ -520,21 +564,7 @@ fn refusal(request: &Request, code: i16) -> Result<Bytes, DecodeError> {
                 .collect();
             frame(key, v, id, &DeleteGroupsResponse::default().with_results(results))
         }
-        Body::DeleteTopics(r) => {
-            let by_state = r.topics.iter().map(|t| (t.name.clone(), t.topic_id));
-            let by_name = r.topic_names.iter().map(|n| (Some(n.clone()), Default::default()));
-            let results = by_state
-                .chain(by_name)
-                .map(|(name, topic_id)| {
-                    delete_topics_response::DeletableTopicResult::default()
-                        .with_name(name)
-                        .with_topic_id(topic_id)
-                        .with_error_code(code)
-                        .with_error_message(named(code, v >= 5))
-                })
-                .collect();
-            frame(key, v, id, &DeleteTopicsResponse::default().with_responses(results))
-        }
+        Body::DeleteTopics(r) => frame(key, v, id, &delete_topics_refused(r, code, v)),
         Body::CreatePartitions(r) => {
             let results = r
                 .topics
@@ -580,28 +610,7 @@ fn refusal(request: &Request, code: i16) -> Result<Bytes, DecodeError> {
                 .collect();
             frame(key, v, id, &IncrementalAlterConfigsResponse::default().with_responses(results))
         }
-        Body::DeleteRecords(r) => {
-            let topics = r
-                .topics
-                .iter()
-                .map(|t| {
-                    let parts = t
-                        .partitions
-                        .iter()
-                        .map(|p| {
-                            delete_records_response::DeleteRecordsPartitionResult::default()
-                                .with_partition_index(p.partition_index)
-                                .with_low_watermark(-1)
-                                .with_error_code(code)
-                        })
-                        .collect();
-                    delete_records_response::DeleteRecordsTopicResult::default()
-                        .with_name(t.name.clone())
-                        .with_partitions(parts)
-                })
-                .collect();
-            frame(key, v, id, &DeleteRecordsResponse::default().with_topics(topics))
-        }
+        Body::DeleteRecords(r) => frame(key, v, id, &delete_records_refused(r, code)),
         Body::DescribeCluster(_) => {
             let body = DescribeClusterResponse::default()
                 .with_error_code(code)
@@ -639,6 +648,10 @@ fn refusal(request: &Request, code: i16) -> Result<Bytes, DecodeError> {
             let body = DescribeAclsResponse::default().with_error_code(code).with_error_message(named(code, true));
             frame(key, v, id, &body)
         }
+        Body::AlterUserScramCredentials(r) => frame(key, v, id, &scram_admin::alter_refused(r, code)),
+        Body::DescribeUserScramCredentials(_) => frame(key, v, id, &scram_admin::describe_refused(code)),
+        Body::AlterClientQuotas(r) => frame(key, v, id, &client_quotas::alter_refused(r, code, codes::name(code))),
+        Body::DescribeClientQuotas(_) => frame(key, v, id, &client_quotas::describe_refused(code, codes::name(code))),
         Body::Metadata(_)
         | Body::ListGroups(_)
         | Body::ListTransactions(_)
@@ -647,6 +660,183 @@ fn refusal(request: &Request, code: i16) -> Result<Bytes, DecodeError> {
         | Body::SaslHandshake(_)
         | Body::SaslAuthenticate(_) => Err(DecodeError(format!("{key:?} is never refused whole (a bug)"))),
     }
+}
+
+/// Produce answered `code` on every topic (partition) it names.
+fn produce_refused(r: &ProduceRequest, code: i16) -> ProduceResponse {
+    let topics = r
+        .topic_data
+        .iter()
+        .map(|t| {
+            let parts = t
+                .partition_data
+                .iter()
+                .map(|p| {
+                    produce_response::PartitionProduceResponse::default()
+                        .with_index(p.index)
+                        .with_error_code(code)
+                        .with_base_offset(-1)
+                        .with_log_append_time_ms(-1)
+                        .with_log_start_offset(-1)
+                })
+                .collect();
+            produce_response::TopicProduceResponse::default().with_name(t.name.clone()).with_partition_responses(parts)
+        })
+        .collect();
+    ProduceResponse::default().with_responses(topics)
+}
+
+/// Fetch answered `code` on every topic (partition) it names.
+fn fetch_refused(r: &FetchRequest, code: i16) -> FetchResponse {
+    let topics = r
+        .topics
+        .iter()
+        .map(|t| {
+            let parts = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    fetch_response::PartitionData::default()
+                        .with_partition_index(p.partition)
+                        .with_error_code(code)
+                        .with_high_watermark(-1)
+                        .with_last_stable_offset(-1)
+                        .with_log_start_offset(-1)
+                })
+                .collect();
+            fetch_response::FetchableTopicResponse::default()
+                .with_topic(t.topic.clone())
+                .with_topic_id(t.topic_id)
+                .with_partitions(parts)
+        })
+        .collect();
+    FetchResponse::default().with_responses(topics)
+}
+
+/// ListOffsets answered `code` on every topic (partition) it names.
+fn list_offsets_refused(r: &ListOffsetsRequest, code: i16) -> ListOffsetsResponse {
+    let topics = r
+        .topics
+        .iter()
+        .map(|t| {
+            let parts = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    list_offsets_response::ListOffsetsPartitionResponse::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(code)
+                        .with_timestamp(-1)
+                        .with_offset(-1)
+                })
+                .collect();
+            list_offsets_response::ListOffsetsTopicResponse::default().with_name(t.name.clone()).with_partitions(parts)
+        })
+        .collect();
+    ListOffsetsResponse::default().with_topics(topics)
+}
+
+/// CreateTopics answered `code` on every topic (partition) it names.
+fn create_topics_refused(r: &CreateTopicsRequest, code: i16, v: i16) -> CreateTopicsResponse {
+    let topics = r
+        .topics
+        .iter()
+        .map(|t| {
+            create_topics_response::CreatableTopicResult::default()
+                .with_name(t.name.clone())
+                .with_error_code(code)
+                .with_error_message(named(code, v >= 1))
+                .with_num_partitions(-1)
+                .with_replication_factor(-1)
+        })
+        .collect();
+    CreateTopicsResponse::default().with_topics(topics)
+}
+
+/// OffsetCommit answered `code` on every topic (partition) it names.
+fn offset_commit_refused(r: &OffsetCommitRequest, code: i16) -> OffsetCommitResponse {
+    let topics = r
+        .topics
+        .iter()
+        .map(|t| {
+            let parts = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    offset_commit_response::OffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(code)
+                })
+                .collect();
+            offset_commit_response::OffsetCommitResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_partitions(parts)
+        })
+        .collect();
+    OffsetCommitResponse::default().with_topics(topics)
+}
+
+/// DeleteTopics answered `code` on every topic (partition) it names.
+fn delete_topics_refused(r: &DeleteTopicsRequest, code: i16, v: i16) -> DeleteTopicsResponse {
+    let by_state = r.topics.iter().map(|t| (t.name.clone(), t.topic_id));
+    let by_name = r.topic_names.iter().map(|n| (Some(n.clone()), Default::default()));
+    let results = by_state
+        .chain(by_name)
+        .map(|(name, topic_id)| {
+            delete_topics_response::DeletableTopicResult::default()
+                .with_name(name)
+                .with_topic_id(topic_id)
+                .with_error_code(code)
+                .with_error_message(named(code, v >= 5))
+        })
+        .collect();
+    DeleteTopicsResponse::default().with_responses(results)
+}
+
+/// OffsetFetch's `topics` answered `code` on every partition they name.
+fn offset_fetch_topics_refused<'a>(
+    topics: impl Iterator<Item = &'a offset_fetch_request::OffsetFetchRequestTopic>,
+    code: i16,
+) -> Vec<offset_fetch_response::OffsetFetchResponseTopic> {
+    topics
+        .map(|t| {
+            let parts = t
+                .partition_indexes
+                .iter()
+                .map(|&p| {
+                    offset_fetch_response::OffsetFetchResponsePartition::default()
+                        .with_partition_index(p)
+                        .with_committed_offset(-1)
+                        .with_error_code(code)
+                })
+                .collect();
+            offset_fetch_response::OffsetFetchResponseTopic::default().with_name(t.name.clone()).with_partitions(parts)
+        })
+        .collect()
+}
+
+/// DeleteRecords answered `code` on every topic (partition) it names.
+fn delete_records_refused(r: &DeleteRecordsRequest, code: i16) -> DeleteRecordsResponse {
+    let topics = r
+        .topics
+        .iter()
+        .map(|t| {
+            let parts = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    delete_records_response::DeleteRecordsPartitionResult::default()
+                        .with_partition_index(p.partition_index)
+                        .with_low_watermark(-1)
+                        .with_error_code(code)
+                })
+                .collect();
+            delete_records_response::DeleteRecordsTopicResult::default()
+                .with_name(t.name.clone())
+                .with_partitions(parts)
+        })
+        .collect();
+    DeleteRecordsResponse::default().with_topics(topics)
 }
 
 fn alter_results(

@@ -23,12 +23,17 @@
 //!
 //! It is read at start (a damaged file stops the start) and rewritten by CreateAcls and
 //! DeleteAcls, which re-read it under the lock first, so two servers on one directory lose no
-//! change; each server decides on its own copy, updated by its own changes.
+//! change. Each server decides on its own copy, re-read before a request is checked whenever
+//! the file's identity (device, inode, size, mtime) changed (`refresh`): another server's
+//! CreateAcls/DeleteAcls or `kafkalite acls` count from the next request on, without a restart,
+//! as the users file does. A file made unreadable or damaged meanwhile keeps the last good copy
+//! (with an ERROR line), so a bad edit cannot open or close everything at once.
 
 use std::collections::BTreeSet;
 use std::io::Read;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::RwLock;
+use std::sync::{Mutex, RwLock};
 
 use serde_json::{json, Value};
 
@@ -304,6 +309,8 @@ pub enum Mode {
 pub struct Authorizer {
     dir: PathBuf,
     acls: RwLock<Vec<Acl>>,
+    /// The identity of the file `acls` was read from (None: there was no file).
+    stamp: Mutex<Option<Stamp>>,
     /// Enforced now, whatever the ACLs (`Mode::On`), or once any exists (`Mode::Auto` off loopback).
     always: bool,
     when_any: bool,
@@ -319,9 +326,12 @@ impl Authorizer {
                 return Err(Error::config(format!("super user {p:?} is not a principal such as User:alice")));
             }
         }
+        // The stamp before the content: a change in between is seen (and read) again next time.
+        let stamp = stamp(dir);
         Ok(Authorizer {
             dir: dir.to_path_buf(),
             acls: RwLock::new(read(dir)?),
+            stamp: Mutex::new(stamp),
             always: mode == Mode::On,
             when_any: mode == Mode::Auto && !loopback,
             super_users: super_users.iter().cloned().collect(),
@@ -331,6 +341,21 @@ impl Authorizer {
     fn current(&self) -> std::sync::RwLockReadGuard<'_, Vec<Acl>> {
         // The vector is only ever replaced whole: a panic cannot leave it half-updated.
         self.acls.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adopt the ACL file again if it changed since it was last read (another process wrote it).
+    /// One `stat` when it did not.
+    pub fn refresh(&self) {
+        let now = stamp(&self.dir);
+        let mut seen = self.stamp.lock().unwrap_or_else(|e| e.into_inner());
+        if *seen == now {
+            return;
+        }
+        match read(&self.dir) {
+            Ok(acls) => *self.acls.write().unwrap_or_else(|e| e.into_inner()) = acls,
+            Err(e) => ::log::error!(target: super::LOG_TARGET, "keeping the ACLs read before: {e}"),
+        }
+        *seen = now;
     }
 
     /// Whether requests are checked now.
@@ -422,10 +447,21 @@ impl Authorizer {
                 .map_err(|e| Error::config(format!("cannot encode the ACL file: {e}")))?;
             crate::checkpoint::write_private_atomically(&self.dir, ACLS_FILE, text.as_bytes())?;
         }
+        // Under the admin lock: nobody else wrote the file since, so this stamp is of `acls`.
+        *self.stamp.lock().unwrap_or_else(|e| e.into_inner()) = stamp(&self.dir);
         *self.acls.write().unwrap_or_else(|e| e.into_inner()) = acls;
         drop(lock);
         Ok(out)
     }
+}
+
+/// What tells one version of the ACL file from another: it is replaced by rename (a new inode)
+/// and edited in place only by hand (a new size or mtime).
+type Stamp = (u64, u64, u64, i64, i64);
+
+fn stamp(dir: &Path) -> Option<Stamp> {
+    let m = std::fs::symlink_metadata(dir.join(ACLS_FILE)).ok()?;
+    Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
 }
 
 fn damaged(path: &Path, what: impl std::fmt::Display) -> Error {
@@ -522,6 +558,26 @@ mod tests {
         let removed = again.delete(&[all]).unwrap();
         assert_eq!(removed[0].len(), 2);
         assert_eq!(Authorizer::open(dir.path(), Mode::On, true, &[]).unwrap().current().len(), 2);
+    }
+
+    #[test]
+    fn another_writer_is_seen_without_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (
+            Authorizer::open(dir.path(), Mode::On, true, &[]).unwrap(),
+            Authorizer::open(dir.path(), Mode::On, true, &[]).unwrap(),
+        );
+        let alice = who("User:alice");
+        a.create(&[acl(resource::TOPIC, "t", pattern::LITERAL, "User:alice", op::READ, permission::ALLOW)]).unwrap();
+        assert!(!b.allows(&alice, op::READ, resource::TOPIC, "t"), "not refreshed yet");
+        b.refresh();
+        assert!(b.allows(&alice, op::READ, resource::TOPIC, "t"), "seen by the other");
+        std::fs::write(dir.path().join(ACLS_FILE), "damaged").unwrap();
+        b.refresh();
+        assert!(b.allows(&alice, op::READ, resource::TOPIC, "t"), "a damaged file keeps the last good copy");
+        std::fs::remove_file(dir.path().join(ACLS_FILE)).unwrap();
+        b.refresh();
+        assert!(!b.allows(&alice, op::READ, resource::TOPIC, "t"), "no file: no ACL");
     }
 
     #[test]

@@ -72,6 +72,9 @@ kafka_errors! {
     UNSTABLE_OFFSET_COMMIT = 88,
     PRODUCER_FENCED = 90,
     TRANSACTIONAL_ID_NOT_FOUND = 105,
+    RESOURCE_NOT_FOUND = 91,
+    DUPLICATE_RESOURCE = 92,
+    UNACCEPTABLE_CREDENTIAL = 93,
 }
 
 /// The code a client gets for an engine error on a partition.

@@ -11,6 +11,10 @@ use kafka_protocol::messages::{
     EndTxnRequest, ListTransactionsRequest, TxnOffsetCommitRequest,
 };
 use kafka_protocol::messages::{
+    AlterClientQuotasRequest, AlterUserScramCredentialsRequest, DescribeClientQuotasRequest,
+    DescribeUserScramCredentialsRequest,
+};
+use kafka_protocol::messages::{
     AlterConfigsRequest, ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreatePartitionsRequest, CreateTopicsRequest,
     DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
     DescribeGroupsRequest, DescribeLogDirsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
@@ -25,9 +29,9 @@ use super::authorizer::Who;
 use super::broker::Broker;
 use super::codes;
 use super::{
-    acl_api, acl_requests, cluster, configs, coordinator, delete_records, describe_producers, fetch, group_api,
-    groups_admin, init_producer_id, list_offsets, log_dirs, metadata, offset_commit, offset_delete, produce,
-    topics_admin, transactions_admin, txn_api, waits,
+    acl_api, acl_requests, client_quotas, cluster, configs, coordinator, delete_records, describe_producers, fetch,
+    group_api, groups_admin, init_producer_id, list_offsets, log_dirs, metadata, offset_commit, offset_delete, produce,
+    scram_admin, topics_admin, transactions_admin, txn_api, waits,
 };
 
 /// The APIs and versions implemented here: exactly what ApiVersions advertises. The upper
@@ -74,6 +78,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
+    (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::AlterClientQuotas, 0, 1),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
 ];
@@ -121,6 +129,10 @@ pub enum Body {
     CreateAcls(CreateAclsRequest),
     DescribeAcls(DescribeAclsRequest),
     DeleteAcls(DeleteAclsRequest),
+    DescribeClientQuotas(DescribeClientQuotasRequest),
+    AlterClientQuotas(AlterClientQuotasRequest),
+    DescribeUserScramCredentials(DescribeUserScramCredentialsRequest),
+    AlterUserScramCredentials(AlterUserScramCredentialsRequest),
     SaslHandshake(SaslHandshakeRequest),
     SaslAuthenticate(SaslAuthenticateRequest),
     /// ApiVersions at a version we do not know: answered with UNSUPPORTED_VERSION at v0,
@@ -202,6 +214,10 @@ pub fn decode_request(frame: Bytes) -> Result<Request, DecodeError> {
         ApiKey::CreateAcls => Body::CreateAcls(decode(&mut buf, version)?),
         ApiKey::DescribeAcls => Body::DescribeAcls(decode(&mut buf, version)?),
         ApiKey::DeleteAcls => Body::DeleteAcls(decode(&mut buf, version)?),
+        ApiKey::DescribeClientQuotas => Body::DescribeClientQuotas(decode(&mut buf, version)?),
+        ApiKey::AlterClientQuotas => Body::AlterClientQuotas(decode(&mut buf, version)?),
+        ApiKey::DescribeUserScramCredentials => Body::DescribeUserScramCredentials(decode(&mut buf, version)?),
+        ApiKey::AlterUserScramCredentials => Body::AlterUserScramCredentials(decode(&mut buf, version)?),
         ApiKey::SaslHandshake => Body::SaslHandshake(decode(&mut buf, version)?),
         ApiKey::SaslAuthenticate => Body::SaslAuthenticate(decode(&mut buf, version)?),
         other => return Err(DecodeError(format!("{other:?} is not supported"))),
@@ -257,7 +273,7 @@ async fn blocking<T: Send + 'static>(
 /// Answer one request of `who`; `None` when Kafka sends no response (Produce with acks=0).
 pub async fn handle(
     broker: &Arc<Broker>,
-    request: Request,
+    mut request: Request,
     peer: &str,
     who: &Who,
 ) -> Result<Option<Bytes>, DecodeError> {
@@ -267,10 +283,13 @@ pub async fn handle(
     let id = request.header.correlation_id;
     let key = request.key;
     // The ACLs, before any handler runs (`acl_requests`); listings are filtered below.
-    if let Some(refusal) = acl_requests::check(broker, who, &request, peer)? {
-        broker.metrics.answered(key);
-        return Ok(Some(refusal));
-    }
+    let refused = match acl_requests::check(broker, who, &mut request, peer)? {
+        acl_requests::Verdict::Refuse(refusal) => {
+            broker.metrics.answered(key);
+            return Ok(Some(refusal));
+        }
+        acl_requests::Verdict::Serve(refused) => refused,
+    };
     let listing = acl_requests::Listing::new(broker, who, peer);
     // The client's address for the handlers that run off the workers (they outlive this borrow).
     let client = peer.to_string();
@@ -281,21 +300,25 @@ pub async fn handle(
             let cut = listing.metadata_before(&mut r, v);
             frame(key, v, id, &listing.metadata_after(cut, metadata::metadata(broker, r, v, peer).await))?
         }
-        Body::CreateTopics(r) => frame(key, v, id, &metadata::create_topics(broker, r, v, peer).await)?,
+        Body::CreateTopics(r) => {
+            frame(key, v, id, &refused.create_topics(metadata::create_topics(broker, r, v, peer).await, v))?
+        }
         Body::Produce(r) => match produce::produce(broker, r, v, peer).await {
-            Some(resp) => frame(key, v, id, &resp)?,
+            Some(resp) => frame(key, v, id, &refused.produce(resp))?,
             None => {
                 broker.metrics.answered(key);
                 return Ok(None);
             }
         },
-        Body::Fetch(r) => fetch::answer(broker, r, v, id, peer).await?,
+        Body::Fetch(r) => fetch::answer(broker, r, v, id, peer, refused.fetch()).await?,
         Body::FindCoordinator(r) => frame(key, v, id, &coordinator::find_coordinator(broker, r, v, peer))?,
         Body::OffsetCommit(r) => {
-            frame(key, v, id, &blocking(broker, key, move |b| offset_commit::offset_commit(b, r, v, &client)).await?)?
+            let committed = blocking(broker, key, move |b| offset_commit::offset_commit(b, r, v, &client)).await?;
+            frame(key, v, id, &refused.offset_commit(committed))?
         }
         Body::OffsetFetch(r) => {
-            frame(key, v, id, &blocking(broker, key, move |b| offset_commit::offset_fetch(b, r, v)).await?)?
+            let fetched = blocking(broker, key, move |b| offset_commit::offset_fetch(b, r, v)).await?;
+            frame(key, v, id, &refused.offset_fetch(fetched))?
         }
         Body::JoinGroup(r) => {
             let client_id = request.header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
@@ -313,7 +336,8 @@ pub async fn handle(
             frame(key, v, id, &listing.list_groups(groups))?
         }
         Body::ListOffsets(r) => {
-            frame(key, v, id, &blocking(broker, key, move |b| list_offsets::list_offsets(b, r, v, &client)).await?)?
+            let listed = blocking(broker, key, move |b| list_offsets::list_offsets(b, r, v, &client)).await?;
+            frame(key, v, id, &refused.list_offsets(listed))?
         }
         Body::InitProducerId(r) => frame(
             key,
@@ -356,7 +380,8 @@ pub async fn handle(
             frame(key, v, id, &blocking(broker, key, move |b| groups_admin::delete_groups(b, r, &client)).await?)?
         }
         Body::DeleteTopics(r) => {
-            frame(key, v, id, &blocking(broker, key, move |b| topics_admin::delete_topics(b, r, v, &client)).await?)?
+            let deleted = blocking(broker, key, move |b| topics_admin::delete_topics(b, r, v, &client)).await?;
+            frame(key, v, id, &refused.delete_topics(deleted, v))?
         }
         Body::CreatePartitions(r) => {
             frame(key, v, id, &blocking(broker, key, move |b| topics_admin::create_partitions(b, r, &client)).await?)?
@@ -372,7 +397,8 @@ pub async fn handle(
             &blocking(broker, key, move |b| configs::incremental_alter_configs(b, r, &client)).await?,
         )?,
         Body::DeleteRecords(r) => {
-            frame(key, v, id, &blocking(broker, key, move |b| delete_records::delete_records(b, r, &client)).await?)?
+            let deleted = blocking(broker, key, move |b| delete_records::delete_records(b, r, &client)).await?;
+            frame(key, v, id, &refused.delete_records(deleted))?
         }
         Body::DescribeCluster(r) => frame(key, v, id, &cluster::describe_cluster(broker, r))?,
         Body::OffsetDelete(r) => {
@@ -388,6 +414,21 @@ pub async fn handle(
         Body::DeleteAcls(r) => {
             frame(key, v, id, &blocking(broker, key, move |b| acl_api::delete_acls(b, r, &client)).await?)?
         }
+        Body::DescribeClientQuotas(r) => frame(key, v, id, &client_quotas::describe_client_quotas(r, peer))?,
+        Body::AlterClientQuotas(r) => frame(key, v, id, &client_quotas::alter_client_quotas(r, peer))?,
+        // These read (and rewrite) the users file under the data directory's admin lock.
+        Body::DescribeUserScramCredentials(r) => frame(
+            key,
+            v,
+            id,
+            &blocking(broker, key, move |b| scram_admin::describe_user_scram_credentials(b, r, &client)).await?,
+        )?,
+        Body::AlterUserScramCredentials(r) => frame(
+            key,
+            v,
+            id,
+            &blocking(broker, key, move |b| scram_admin::alter_user_scram_credentials(b, r, &client)).await?,
+        )?,
         // The connection's SASL session answers these (`sasl::Session::admit`) before dispatch.
         Body::SaslHandshake(_) | Body::SaslAuthenticate(_) => {
             return Err(DecodeError(format!("{key:?} reached dispatch without the connection's SASL session")))

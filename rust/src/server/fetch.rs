@@ -267,8 +267,11 @@ pub async fn answer(
     version: i16,
     correlation_id: i32,
     peer: &str,
+    refused: Vec<FetchableTopicResponse>,
 ) -> Result<Bytes, DecodeError> {
-    let (response, permit) = fetch(broker, &request, version, peer).await;
+    let (mut response, permit) = fetch(broker, &request, version, peer).await;
+    // The topics the ACLs took out of the request (`acl_requests::Refused`), already logged.
+    response.responses.extend(refused);
     log_refusals(&response, peer);
     let bytes = frame(ApiKey::Fetch, version, correlation_id, &response)?;
     // The frame holds a copy of the records: their mapped pages leave the resident set now

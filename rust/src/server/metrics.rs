@@ -295,4 +295,11 @@ error_codes! {
     CreateAclsResponse => |r, f| r.results.iter().for_each(|a| f(a.error_code));
     DescribeAclsResponse => |r, f| f(r.error_code);
     DeleteAclsResponse => |r, f| r.filter_results.iter().for_each(|a| f(a.error_code));
+    AlterUserScramCredentialsResponse => |r, f| r.results.iter().for_each(|u| f(u.error_code));
+    DescribeUserScramCredentialsResponse => |r, f| {
+        f(r.error_code);
+        r.results.iter().for_each(|u| f(u.error_code))
+    };
+    DescribeClientQuotasResponse => |r, f| f(r.error_code);
+    AlterClientQuotasResponse => |r, f| r.entries.iter().for_each(|e| f(e.error_code));
 }

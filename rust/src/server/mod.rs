@@ -30,7 +30,9 @@
 //! (DeleteGroups; the groups that only have committed offsets), `log_dirs` (DescribeLogDirs) and
 //! `cluster` (DescribeCluster, the cluster id); `authorizer` (Kafka's ACL model: the ACL file,
 //! principals, StandardAuthorizer's decision) with `acl_api` (CreateAcls, DescribeAcls,
-//! DeleteAcls) and `acl_requests` (which operation on which resource each API needs, checked
+//! DeleteAcls), `scram_admin` (AlterUserScramCredentials, DescribeUserScramCredentials over
+//! `crate::users`), `client_quotas` (DescribeClientQuotas, AlterClientQuotas: no quotas) and
+//! `acl_requests` (which operation on which resource each API needs, checked
 //! in `dispatch` before the handler, and the refusals); `topic_creation` (CreateTopics' and Metadata's
 //! creations, off the request workers under Kafka's controller mutation quota); `metrics`
 //! (`--metrics`: the counters and a Prometheus text page on its own listener). Refused requests
@@ -53,6 +55,7 @@ mod acl_api;
 mod acl_requests;
 mod authorizer;
 mod broker;
+mod client_quotas;
 mod cluster;
 mod codes;
 mod committed;
@@ -83,6 +86,7 @@ mod principal;
 mod produce;
 mod sasl;
 mod scram;
+mod scram_admin;
 mod tls;
 mod topic_creation;
 mod topics_admin;
