@@ -120,7 +120,9 @@ def producer_performance(tools: Path, bootstrap: str, topic: str, records: int, 
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     found = pc.PP_LINE.findall(done.stdout)
     if done.returncode != 0 or not found:
-        raise pc.Missing(f"ProducerPerformance to {bootstrap} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        raise pc.Missing(
+            f"ProducerPerformance to {bootstrap} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+        )
     pc.expect(int(found[-1][0]), records, f"ProducerPerformance acks={acks}, sent")
 
 
@@ -459,7 +461,9 @@ def stop(serve: subprocess.Popen) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=1_000_000, help="records per throughput row")
-    ap.add_argument("--pp-records", type=int, default=1_000_000, help="ProducerPerformance records (CPU rows)")
+    ap.add_argument(
+        "--pp-records", type=int, default=1_000_000, help="ProducerPerformance records (CPU rows)"
+    )
     ap.add_argument("--rows", action="append", choices=list(ROWS), help="run only these rows (default: all)")
     ap.add_argument("--rounds", type=int, default=1, help="rounds (interleaved; medians reported)")
     ap.add_argument("--out", default=str(HERE / "results"))

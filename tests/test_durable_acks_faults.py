@@ -63,17 +63,19 @@ def test_a_stopped_process_holding_the_sync_lock_holds_back_acknowledgements_not
 
 
 #: One producer process of two on one partition: sends `n` acks='all' records tagged with its
-#: name as fast as it can, prints each acknowledged offset's value as the callback runs.
+#: name, flushing every 1,000, and prints each acknowledged record's number as its callback runs.
 SENDER = textwrap.dedent(
     """
     import sys
     from kafkalite import Producer
     data, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    def acked(m, i):
+    def acked(i, metadata):  # kafka-python order: the bound arguments, then the metadata
         print(i, flush=True)
     with Producer(data, acks="all") as p:
         for i in range(n):
             p.send("t", b"%s-%07d" % (name.encode(), i), key=b"k").add_callback(acked, i)
+            if i % 1000 == 999:
+                p.flush(120)  # a sync at least every 1,000 records: many syncs, in both processes
         p.flush(120)
     print("done", flush=True)
     """
@@ -90,7 +92,7 @@ def test_a_syncer_killed_in_the_middle_of_its_sync_leaves_no_writer_waiting_and_
     data = str(tmp_path / "data")
     Admin(data).create_topic("t", partitions=1)
     n = 30_000
-    env_a = {**os.environ, "KAFKALITE_FAILPOINTS": "group_commit.publish=kill@20"}
+    env_a = {**os.environ, "KAFKALITE_FAILPOINTS": "group_commit.publish=kill@5"}
     a = spawn.code(SENDER, data, "a", n, env=env_a, stdout=subprocess.PIPE, text=True)
     b = spawn.code(SENDER, data, "b", n, stdout=subprocess.PIPE, text=True)
     out_b, _ = b.communicate(timeout=150)
@@ -146,5 +148,7 @@ def test_an_msync_failing_while_a_producer_streams_acknowledges_only_what_earlie
     assert {r[0] for r in failed} == {"LogPoisonedError"}, {r[0] for r in failed}
     assert ok == list(range(len(ok))), "acknowledged offsets are not the log's first records"
     first_failed = next(i for i, r in enumerate(results) if r[0] != "ok")
-    assert all(r[0] != "ok" for r in results[first_failed:]), "a record after the failed sync was acknowledged"
+    assert all(r[0] != "ok" for r in results[first_failed:]), (
+        "a record after the failed sync was acknowledged"
+    )
     assert out["sync_cost"] is not None

@@ -550,17 +550,6 @@ impl Log {
     }
 
     /// What the appends so far wait for: the active segment durable up to its end.
-    /// Whether an append that does not roll returns without syncing: flush="os", or
-    /// flush="always" once the partition's group commit is joined (the appender waits for the
-    /// ticket afterwards, outside its locks). The producer appends such batches holding the GIL.
-    pub fn append_defers_syncs(&self) -> bool {
-        match self.config.flush {
-            FlushPolicy::Os => true,
-            FlushPolicy::Always => self.durability_ticket().is_some(),
-            FlushPolicy::EveryMessages(_) => false,
-        }
-    }
-
     fn durability_ticket(&self) -> Option<Ticket> {
         let group = self.group.as_ref()?;
         let active = self.segments.last()?;

@@ -125,16 +125,15 @@ impl PyLog {
     /// Releasing the GIL for each batch let the other Python threads (the producer's sender
     /// among them) take it, and the sending thread then waited to get it back: a GIL hand-off
     /// per batch cost more than the append. When the log is held, `Busy` gives the batch back
-    /// for the caller to wait for it with the GIL released, and so do a log whose append may
-    /// sync (`Log::append_defers_syncs`) and a batch that would roll the segment (a roll
+    /// for the caller to wait for it with the GIL released, and so do a log that may sync
+    /// during an append (flush="always") and a batch that would roll the segment (a roll
     /// writes and syncs checkpoints). Holding the GIL while holding the mutex is safe: the
     /// mutex is only tried here, never waited for, and the engine's logging under it (which
     /// takes the GIL) finds the GIL held by this very thread.
     fn try_append_attached(&self, builder: BatchBuilder, if_current: bool) -> PyResult<Attached> {
         let mut log = match self.inner.try_lock() {
-            // An append that may sync: never with the GIL held. (flush="always" with group
-            // commit does not sync: the caller waits for its ticket, without the GIL.)
-            Ok(log) if log.append_defers_syncs() => log,
+            // flush="always" may sync (a roll syncs the sealed segment): never with the GIL held.
+            Ok(log) if log.config().flush == FlushPolicy::Os => log,
             // Held, or poisoned (the detached path raises that, typed).
             _ => return Ok(Attached::Busy(builder)),
         };
