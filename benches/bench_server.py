@@ -3,13 +3,19 @@ confluent-kafka, with 8-byte keys and 100-byte values, against each server on 12
 
     python benches/bench_server.py [--records N] [--rounds 1] [--out benches/results] [--replace]
     python benches/bench_server.py --only kafkalite [--records N]   # no broker, no results file
+    python benches/bench_server.py --rows cpu_acks1 --rows cpu_acks_all ...   # those rows alone
 
 Rows: time from starting the server process to the first acknowledged produce (Kafka's storage
 format runs before the clock starts), produce throughput at acks=1 and acks=all (kafkalite serve's
 acks=all twice: answered on disk, its default, and with ``--acks-all=page-cache``, a second server
 process, where Kafka answers; beside each, the broker's acks=all of the same round), consume
 throughput, produce->consume latency p50/p99 at a fixed rate (the consumer in another process),
-and the server process's peak resident memory (VmHWM) after the rest. Kafka is one KRaft node
+the server process's CPU seconds per million records while Kafka's own ProducerPerformance
+(Java client, 1,000,000 x 100 B by default, ``--pp-records``, one partition) writes at acks=1 and
+at acks=all, each without and with a consumer tailing the topic (utime+stime of the server
+process, ``python -m kafkalite serve`` / the broker's JVM, from /proc/<pid>/stat before and
+after the run, the tail included), and the server process's peak resident memory (VmHWM) after
+the rest. Kafka is one KRaft node
 with default settings (tests/kafka_broker.py, jars from Maven Central; needs Java 17+ and mvn).
 Every figure counts its records back (end offsets, records read) and stops the run if any are
 missing. kafkalite serve's memory is also sampled every 20 ms, so the report says what its
@@ -42,6 +48,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))  # kafka_broker.py, serve_proc.py
 import confluent_kafka as ck  # noqa: E402
 import kafka_broker  # noqa: E402
 import kafkalite  # noqa: E402
+import maven_jars  # noqa: E402
 import peers_common as pc  # noqa: E402 (what bench_peers.py measures with too)
 from report import write_report  # noqa: E402
 from serve_proc import start_serve  # noqa: E402
@@ -70,6 +77,11 @@ ROWS = {
     "consume": Row("consume (`consume(10000)`)", "rec/s", True, ("ratio", 1.0)),
     "latency_p50": Row("produce→consume p50 (2,000 rec/s)", "µs", False, None),
     "latency_p99": Row("produce→consume p99 (2,000 rec/s)", "µs", False, ("ratio", 1.0)),
+    # issue 25: the server's CPU is its lead; these rows guard it (no target: a ratio to watch)
+    "cpu_acks1": Row("server CPU per 1 M records, ProducerPerformance acks=1", "s", False, None),
+    "cpu_acks_all": Row("server CPU per 1 M records, ProducerPerformance acks=all", "s", False, None),
+    "cpu_acks1_tail": Row("server CPU per 1 M records, acks=1, a consumer tailing", "s", False, None),
+    "cpu_acks_all_tail": Row("server CPU per 1 M records, acks=all, a consumer tailing", "s", False, None),
     "rss": Row("server peak RSS (VmHWM)", "MB", False, ("absolute", 100.0)),
 }
 #: a producer of a user who wants throughput: big batches, a callback only on failure
@@ -88,6 +100,63 @@ def status_mb(pid: int) -> dict[str, float]:
             if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
                 out[key] = int(rest.split()[0]) / 1024
     return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process so far, in seconds (/proc/<pid>/stat fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def producer_performance(tools: Path, bootstrap: str, topic: str, records: int, acks: str) -> None:
+    """Kafka's ProducerPerformance writing ``records`` 100-byte records to ``topic`` as fast as it
+    can with ``acks``; stops the run unless it reports them all sent."""
+    cmd = [
+        "java", "-Xmx256m", "-cp", f"{tools}/*", "org.apache.kafka.tools.ProducerPerformance",
+        "--topic", topic, "--num-records", str(records), "--record-size", "100", "--throughput", "-1",
+        "--producer-props", f"bootstrap.servers={bootstrap}", f"acks={acks}",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    found = pc.PP_LINE.findall(done.stdout)
+    if done.returncode != 0 or not found:
+        raise pc.Missing(
+            f"ProducerPerformance to {bootstrap} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+        )
+    pc.expect(int(found[-1][0]), records, f"ProducerPerformance acks={acks}, sent")
+
+
+class Tail:
+    """A confluent-kafka consumer reading ``topic``'s one partition from the start while it is
+    written, on a thread, until it has read ``n`` records (or 15 minutes passed)."""
+
+    def __init__(self, bootstrap: str, topic: str, n: int) -> None:
+        self.n, self.got = n, 0
+        self.consumer = ck.Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"tail-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 100,
+            }
+        )
+        self.consumer.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
+        self.consumer.consume(1, timeout=1)  # connected and fetching before the producer starts
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + 900
+        while self.got < self.n and time.monotonic() < deadline:
+            for m in self.consumer.consume(10000, timeout=1):
+                if m.error() is None:
+                    self.got += 1
+
+    def finish(self) -> int:
+        """Wait until it read everything (or gave up); the records it read."""
+        self.thread.join()
+        self.consumer.close()
+        return self.got
 
 
 class PeakSampler:
@@ -195,8 +264,9 @@ def start_kafka(work: Path) -> tuple[Side, kafka_broker.KafkaBroker]:
 
 
 class Bench:
-    def __init__(self, records: int, work: Path) -> None:
-        self.n, self.work = records, work
+    def __init__(self, records: int, work: Path, pp_records: int) -> None:
+        self.n, self.work, self.pp_records = records, work, pp_records
+        self._tools: Path | None = None
         self.keys = [i.to_bytes(8, "big") for i in range(records)]
         self.read_topics: dict[str, str] = {}
         self.cache: dict[tuple[str, str], tuple[float, float]] = {}
@@ -223,6 +293,24 @@ class Bench:
         s, _ = pc.timed(lambda: side.send(topic, self.keys, acks=acks, **THROUGHPUT_PRODUCER))
         pc.expect(side.count(topic), self.n, f"produce acks={acks} to {side.name}")
         return self.n / s
+
+    def server_cpu(self, side: Side, acks: str, tail: bool) -> float:
+        """The server process's CPU seconds (utime+stime) per million records while Kafka's
+        ProducerPerformance writes --pp-records to a new one-partition topic (and, if ``tail``, a
+        consumer reads them as they come, until it has them all)."""
+        if self._tools is None:
+            self._tools = maven_jars.kafka_tools_jars()
+        topic = side.topic(f"cpu-{uuid.uuid4().hex[:8]}", 1)
+        tailer = Tail(side.bootstrap, topic, self.pp_records) if tail else None
+        os.sync()  # earlier rows' writeback must not land on this one
+        before = cpu_seconds(side.pid)
+        producer_performance(self._tools, side.bootstrap, topic, self.pp_records, acks)
+        if tailer is not None:
+            pc.expect(tailer.finish(), self.pp_records, f"tailing consumer on {side.name}")
+        used = cpu_seconds(side.pid) - before
+        pc.expect(side.count(topic), self.pp_records, f"ProducerPerformance acks={acks} to {side.name}")
+        side.drop(topic)
+        return used * 1e6 / self.pp_records
 
     def consume(self, side: Side) -> float:
         if side.name not in self.read_topics:
@@ -268,6 +356,10 @@ class Bench:
             "consume": self.consume,
             "latency_p50": lambda side: self.latency(side, 0),
             "latency_p99": lambda side: self.latency(side, 1),
+            "cpu_acks1": lambda side: self.server_cpu(side, "1", tail=False),
+            "cpu_acks_all": lambda side: self.server_cpu(side, "all", tail=False),
+            "cpu_acks1_tail": lambda side: self.server_cpu(side, "1", tail=True),
+            "cpu_acks_all_tail": lambda side: self.server_cpu(side, "all", tail=True),
             "rss": lambda side: status_mb(side.pid)["VmHWM"],
         }
 
@@ -315,6 +407,7 @@ def report(
         f"4 partitions (latency: 1); medians of {args.rounds} round(s); a ratio above 1 means kafkalite serve "
         f"is ahead. 1-minute load average {load[0]:.2f} at the start, {load[1]:.2f} at the end; "
         f"{seconds / 60:.1f} minutes.",
+        *([f"Rows run: {', '.join(figures)} (`--rows`)."] if args.rows else []),
         "",
         f"| workload | {KAFKALITE} | {KAFKA} | ratio | issue 13's target |",
         "|---|---:|---:|---:|---|",
@@ -332,7 +425,13 @@ def report(
         f"then: {kl_mem['VmRSS']:.1f} MB, of which {kl_mem['RssFile']:.1f} MB mapped segment files and "
         f"{kl_mem['RssAnon']:.1f} MB anonymous; Kafka's VmRSS {memory[KAFKA]['VmRSS']:.1f} MB). kafkalite "
         f"serve's largest VmRSS sampled every 20 ms: {peak['VmRSS']:.1f} MB ({peak['RssFile']:.1f} MB mapped "
-        f"files, {peak['RssAnon']:.1f} MB anonymous) in the {peak['row']} row.",
+        f"files, {peak['RssAnon']:.1f} MB anonymous) in the {peak['row']} row. Server CPU: Kafka's "
+        f"ProducerPerformance (`--record-size 100 --throughput -1`, `acks` as shown, other settings "
+        f"default) writing {args.pp_records:,} records to a new one-partition topic; the server "
+        "process's utime+stime (/proc/<pid>/stat) after the run minus before, scaled to 1 M records; "
+        "'a consumer tailing': a confluent-kafka consumer (`fetch.wait.max.ms=100`) assigned to the "
+        "partition before the producer starts, reading until it has every record; a ratio above 1 "
+        "means kafkalite serve used less CPU.",
         "",
         "Versions: " + "; ".join(f"{k} {v}" for k, v in versions.items()) + ".",
     ]
@@ -362,6 +461,10 @@ def stop(serve: subprocess.Popen) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=1_000_000, help="records per throughput row")
+    ap.add_argument(
+        "--pp-records", type=int, default=1_000_000, help="ProducerPerformance records (CPU rows)"
+    )
+    ap.add_argument("--rows", action="append", choices=list(ROWS), help="run only these rows (default: all)")
     ap.add_argument("--rounds", type=int, default=1, help="rounds (interleaved; medians reported)")
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--replace", action="store_true", help="overwrite today's server-<date> files")
@@ -388,11 +491,12 @@ def main() -> None:
         if args.only is None:
             kafka, broker = start_kafka(work)
             sides.append(kafka)
-        bench = Bench(args.records, work)
-        figures: dict[str, dict[str, list[float]]] = {row: {side.name: [] for side in sides} for row in ROWS}
+        bench = Bench(args.records, work, args.pp_records)
+        rows = {row: measure for row, measure in bench.rows().items() if not args.rows or row in args.rows}
+        figures: dict[str, dict[str, list[float]]] = {row: {side.name: [] for side in sides} for row in rows}
         for r in range(args.rounds):
             bench.cache.clear()
-            for row, measure in bench.rows().items():
+            for row, measure in rows.items():
                 sampler.row = row
                 for side in sides if r % 2 == 0 else sides[::-1]:
                     value = measure(side)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
@@ -49,15 +48,11 @@ import maven_jars  # noqa: E402
 from bench_peers import Broker  # noqa: E402
 from bench_server_transactions import confluent_run, start_module  # noqa: E402
 from bench_transactions import transactions  # noqa: E402
-from peers_common import KafkaEndpoint, Missing, expect, finish_run, output_base, percentile, plot  # noqa: E402
+from peers_common import PP_LINE, KafkaEndpoint, Missing, expect, finish_run, output_base, percentile, plot  # noqa: E402
 from report import write_report  # noqa: E402
 from serve_proc import start_serve  # noqa: E402
 
 EMBEDDED, SERVED, BROKER = "embedded", "kafkalite serve", "Kafka broker"
-PP_LINE = re.compile(
-    r"(\d+) records sent, ([\d.]+) records/sec .*?([\d.]+) ms avg latency, ([\d.]+) ms max latency, "
-    r"(\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th"
-)
 
 
 # -- counting back ---------------------------------------------------------------------------------

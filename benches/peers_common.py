@@ -9,6 +9,7 @@ import datetime
 import gc
 import glob
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -36,6 +37,14 @@ LATENCY_RECORDS, LATENCY_RATE = 2000, 2000  # records/s: latency, not throughput
 #: second or more after its first records (seen here: 1.2 s, then steady at a few ms), so the
 #: warm-up lasts 3 s, the same for both paths.
 LATENCY_WARMUP = 3 * LATENCY_RATE
+
+
+#: The summary line of Kafka's ProducerPerformance (org.apache.kafka.tools): records sent,
+#: records/s, MB/s, latency avg/max (ms), then the 50th/95th/99th percentiles (ms).
+PP_LINE = re.compile(
+    r"(\d+) records sent, ([\d.]+) records/sec .*?([\d.]+) ms avg latency, ([\d.]+) ms max latency, "
+    r"(\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th"
+)
 
 
 class Missing(SystemExit):

@@ -323,11 +323,14 @@ pub fn wait_all(tickets: &[Ticket], deadline: Option<Instant>) -> Vec<Result<()>
         vec![heads[0].wait(deadline)]
     } else {
         std::thread::scope(|s| {
-            let handles: Vec<_> = heads.iter().map(|h| s.spawn(move || h.wait(deadline))).collect();
-            handles
+            // The other partitions wait on threads of their own, the first on this one: a thread
+            // fewer to start (and unmap) per group.
+            let handles: Vec<_> = heads[1..].iter().map(|h| s.spawn(move || h.wait(deadline))).collect();
+            let first = heads[0].wait(deadline);
+            let others = handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|p| Err(Error::Poisoned(crate::log::panic_message(&*p)))))
-                .collect()
+                .map(|h| h.join().unwrap_or_else(|p| Err(Error::Poisoned(crate::log::panic_message(&*p)))));
+            std::iter::once(first).chain(others).collect()
         })
     };
     tickets

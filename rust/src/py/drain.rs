@@ -8,8 +8,9 @@
 //! It keeps the Python path's bookkeeping (`_Partition.drain_lock`, `inflight`, `last_used`,
 //! `_in_callbacks.depth`) and hands anything unusual to it, which holds the rules: it answers
 //! False, having done nothing, when the partition's drain lock is taken (the Python path waits
-//! for it), when no log is open, under acks='all' (durable acknowledgements), or inside a
-//! callback (a send there hands its batches to the sender thread); and a batch whose folder was
+//! for it), when no log is open, or inside a callback (a send there hands its batches to the
+//! sender thread). Under acks='all' an appended batch goes to the producer's acknowledging
+//! thread (`durable.rs`, `DurableAcks`) instead of being resolved here; and a batch whose folder was
 //! replaced (the topic deleted, perhaps re-created) or whose append failed goes to
 //! `_Sender.append_one` / `_Sender.append_failed`, as in `_Sender.drain_locked`.
 
@@ -25,7 +26,7 @@ use super::producer::{Accumulator, BatchBuffer};
 #[pyfunction]
 pub fn drain_partition(sender: &Bound<'_, PyAny>, p: &Bound<'_, PyAny>, current: bool) -> PyResult<bool> {
     let py = sender.py();
-    if callback_depth(py)? > 0 || sender.getattr(intern!(py, "durable"))?.is_truthy()? {
+    if callback_depth(py)? > 0 {
         return Ok(false);
     }
     let lock = p.getattr(intern!(py, "drain_lock"))?;
@@ -96,9 +97,13 @@ fn drain_locked(
             Ok(Ok(((first, _), ticket, log_append_time))) => {
                 queued -= count;
                 first_error(p.setattr(inflight, queued));
-                // No ticket: acks='all' (flush="always") never comes here.
-                debug_assert!(ticket.is_none());
-                first_error(state.get().complete(py, first, log_append_time));
+                first_error(match ticket {
+                    // acks='all': acknowledged once group commit synced it (`_Sender.append_one`).
+                    Some(ticket) => {
+                        super::durable::hand(sender, p, log, state, (first, log_append_time), ticket, count)
+                    }
+                    None => state.get().complete(py, first, log_append_time),
+                });
             }
             Ok(Err(builder)) => {
                 // The folder was replaced: the Python path reopens the partition (or fails the

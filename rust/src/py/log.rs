@@ -94,6 +94,11 @@ enum Attached {
 pub(super) type AppendedBatch = ((i64, i64), Option<crate::group_commit::Ticket>, Option<i64>);
 
 impl PyLog {
+    /// The partition directory (what a `DurableMark` names in its errors).
+    pub(super) fn dir(&self) -> &std::path::Path {
+        &self.path
+    }
+
     /// A producer's batch, appended without waiting for durability (`append_buffer_deferred`):
     /// `Err(builder)` gives it back untouched when `if_current` and the folder was replaced.
     pub(super) fn append_batch(

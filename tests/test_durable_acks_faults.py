@@ -1,0 +1,155 @@
+"""The producer's acks='all' group commit while it streams (issue 25 item 1): batches are now
+appended by the native drain and handed to ``DurableAcks``, whose thread is woken only when
+idle and syncs, per group, everything handed in while the previous sync ran. Its waits face
+the faults they must survive: another process stopped (SIGSTOP) while it holds the partition's sync lock, the
+syncing process killed (SIGKILL) in the middle of its sync, and an msync failing with EIO
+(the engine's fail points). In each, a record is acknowledged only once a sync covered it,
+and a waiting flush() is bounded by its timeout, never by the stopped process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import textwrap
+import time
+
+import pytest
+from helpers import run_python_ok
+from kafkalite import Admin, KafkaTimeoutError, Log, Producer
+
+#: Takes the partition's sync lock (the flock on its group-commit file), says so, and holds it.
+HOLD_SYNC_LOCK = textwrap.dedent(
+    """
+    import fcntl, os, sys, time
+    fd = os.open(os.path.join(sys.argv[1], ".kafkalite-durable"), os.O_RDWR | os.O_CREAT, 0o644)
+    os.ftruncate(fd, max(os.fstat(fd).st_size, 4096))
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    print("held", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_a_stopped_process_holding_the_sync_lock_holds_back_acknowledgements_not_flush_timeouts(
+    tmp_path, spawn
+):
+    data = str(tmp_path / "data")
+    Admin(data).create_topic("t", partitions=1)
+    with Producer(data, acks="all") as warm:  # creates the group-commit file and joins it
+        warm.send("t", b"warm-up", key=b"k").get(30)
+    holder = spawn.code(HOLD_SYNC_LOCK, os.path.join(data, "t-0"), stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    os.kill(holder.pid, signal.SIGSTOP)
+    p = Producer(data, acks="all")
+    try:
+        futures = [
+            p.send("t", b"v" * 100, key=b"%d" % i) for i in range(20_000)
+        ]  # streaming: the native drain
+        began = time.monotonic()
+        with pytest.raises(KafkaTimeoutError):
+            p.flush(timeout=1)
+        assert time.monotonic() - began < 5, "flush(timeout=1) waited far past its timeout"
+        done = [f for f in futures if f.is_done]
+        assert not done, f"{len(done)} records acknowledged while no sync could run"
+        os.kill(holder.pid, signal.SIGKILL)  # the lock is released with the process
+        holder.wait(30)
+        p.flush(timeout=60)
+        offsets = [f.get(0).offset for f in futures]
+    finally:
+        p.close(timeout=60)
+    assert offsets == list(range(1, 20_001))
+    with Log(os.path.join(data, "t-0"), readonly=True) as log:
+        assert log.end_offset == 20_001
+
+
+#: One producer process of two on one partition: sends `n` acks='all' records tagged with its
+#: name, flushing every 1,000, and prints each acknowledged record's number as its callback runs.
+SENDER = textwrap.dedent(
+    """
+    import sys
+    from kafkalite import Producer
+    data, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    def acked(i, metadata):  # kafka-python order: the bound arguments, then the metadata
+        print(i, flush=True)
+    with Producer(data, acks="all") as p:
+        for i in range(n):
+            p.send("t", b"%s-%07d" % (name.encode(), i), key=b"k").add_callback(acked, i)
+            if i % 1000 == 999:
+                p.flush(120)  # a sync at least every 1,000 records: many syncs, in both processes
+        p.flush(120)
+    print("done", flush=True)
+    """
+)
+
+
+def test_a_syncer_killed_in_the_middle_of_its_sync_leaves_no_writer_waiting_and_no_ack_unsynced(
+    tmp_path, spawn
+):
+    """Process A is killed (SIGKILL, a fail point) after one of its msyncs returned and before it
+    published the durable watermark, holding the sync lock; process B, streaming on the same
+    partition, takes the released lock and finishes: all its records acknowledged, every
+    acknowledged record of either process in the log."""
+    data = str(tmp_path / "data")
+    Admin(data).create_topic("t", partitions=1)
+    n = 30_000
+    env_a = {**os.environ, "KAFKALITE_FAILPOINTS": "group_commit.publish=kill@5"}
+    a = spawn.code(SENDER, data, "a", n, env=env_a, stdout=subprocess.PIPE, text=True)
+    b = spawn.code(SENDER, data, "b", n, stdout=subprocess.PIPE, text=True)
+    out_b, _ = b.communicate(timeout=150)
+    out_a, _ = a.communicate(timeout=150)
+    assert a.returncode == -signal.SIGKILL, f"the fail point never killed A (exit {a.returncode})"
+    assert b.returncode == 0 and out_b.splitlines()[-1] == "done", out_b[-500:]
+    acked = {"a": [int(x) for x in out_a.split()], "b": [int(x) for x in out_b.split()[:-1]]}
+    assert len(acked["b"]) == n
+    with Log(os.path.join(data, "t-0"), readonly=True) as log:
+        stored = {r.value for r in log.records()}
+    for name, ids in acked.items():
+        missing = [i for i in ids if b"%s-%07d" % (name.encode(), i) not in stored]
+        assert not missing, f"{len(missing)} acknowledged records of {name} are not in the log: {missing[:5]}"
+
+
+STREAMING_PRODUCER = textwrap.dedent(
+    """
+    import json, sys
+    from kafkalite import Admin, Producer
+    path = sys.argv[1]
+    Admin(path).create_topic("t", partitions=1)
+    with Producer(path, acks="all") as p:
+        futures = [p.send("t", b"v" * 100, key=b"%d" % i) for i in range(30000)]
+        try:
+            p.flush(60)
+        except Exception:
+            pass
+        out = []
+        for f in futures:
+            try:
+                out.append(["ok", f.get(60).offset])
+            except Exception as e:
+                out.append([type(e).__name__, str(e)])
+        print(json.dumps({"results": out}))
+    """
+)
+
+
+@pytest.mark.parametrize("nth", [2, 6])
+def test_an_msync_failing_while_a_producer_streams_acknowledges_only_what_earlier_syncs_covered(
+    tmp_path, nth
+):
+    """One thread streams 30,000 records (the native drain, groups of many batches); the nth
+    group's msync fails with EIO: the records acknowledged are a prefix of the log that the
+    syncs before it covered, and every later record fails typed."""
+    env = {**os.environ, "KAFKALITE_FAILPOINTS": f"group_commit.sync=eio@{nth}"}
+    done = run_python_ok(STREAMING_PRODUCER, str(tmp_path / "data"), env=env)
+    out = json.loads(done.stdout.splitlines()[-1])
+    results = out["results"]
+    ok = [r[1] for r in results if r[0] == "ok"]
+    failed = [r for r in results if r[0] != "ok"]
+    assert ok and failed, f"{len(ok)} acknowledged, {len(failed)} failed: the fault should land midway"
+    assert {r[0] for r in failed} == {"LogPoisonedError"}, {r[0] for r in failed}
+    assert ok == list(range(len(ok))), "acknowledged offsets are not the log's first records"
+    first_failed = next(i for i, r in enumerate(results) if r[0] != "ok")
+    assert all(r[0] != "ok" for r in results[first_failed:]), (
+        "a record after the failed sync was acknowledged"
+    )
