@@ -158,6 +158,27 @@ fn folder_replaced(log: &Log) -> bool {
     }
 }
 
+/// Batches for a log attached to a transaction must be its producer's transactional ones:
+/// anything else would be appended outside the transaction it is meant to be in.
+fn check_transactional_batches(data: &[u8], producer: Option<(i64, i16)>) -> crate::Result<()> {
+    let mut pos = 0;
+    while pos < data.len() {
+        let h = crate::record::header::BatchHeader::parse(&data[pos..])?;
+        if !h.is_transactional() || Some((h.producer_id, h.producer_epoch)) != producer {
+            return Err(crate::Error::config(format!(
+                "append_produce on a log attached to a transaction takes that producer's ({producer:?}) \
+                 transactional batches (encode_batches(..., transactional=True)); a batch has producer \
+                 ({}, {}), transactional={}",
+                h.producer_id,
+                h.producer_epoch,
+                h.is_transactional()
+            )));
+        }
+        pos += h.total_size();
+    }
+    Ok(())
+}
+
 fn parse_flush(flush: &Bound<'_, PyAny>) -> PyResult<FlushPolicy> {
     if let Ok(s) = flush.cast::<PyString>() {
         return Ok(FlushPolicy::parse(s.to_str()?)?);
@@ -451,9 +472,9 @@ impl PyLog {
     /// producer), batched as this log's appends are; nothing is appended (`Log::encode_batches`).
     // The text signature spelled out: pyo3 shows negative defaults as `...`.
     #[pyo3(signature = (values, keys=None, headers=None, producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                        timestamp=None),
+                        timestamp=None, transactional=false),
            text_signature = "(self, /, values, keys=None, headers=None, producer_id=-1, producer_epoch=-1, \
-                             base_sequence=-1, timestamp=None)")]
+                             base_sequence=-1, timestamp=None, transactional=False)")]
     #[allow(clippy::too_many_arguments)]
     fn encode_batches<'py>(
         &self,
@@ -465,12 +486,13 @@ impl PyLog {
         producer_epoch: i16,
         base_sequence: i32,
         timestamp: Option<i64>,
+        transactional: bool,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let producer = ProducerStamp::new(producer_id, producer_epoch, base_sequence)?;
         let held = held_columns(values, keys, headers, timestamp.unwrap_or_else(now_ms))?;
         let header_slices = held_header_slices(&held)?;
         let inputs = record_inputs(&held, &header_slices);
-        let data = self.detached(py, |log| log.encode_batches(&inputs, producer))?;
+        let data = self.detached(py, |log| log.encode_batches(&inputs, producer, transactional))?;
         Ok(PyBytes::new(py, &data))
     }
 
@@ -504,7 +526,16 @@ impl PyLog {
     /// Returns (first offset, last offset, duplicate): for a retry of batches already in the
     /// log, the offsets of the batch found and True, nothing written. A sequence gap or an old
     /// epoch raises OutOfOrderSequenceNumberError / InvalidProducerEpochError, nothing written.
+    ///
+    /// On a log attached to a transaction (`attach_transaction`) the batches must be that
+    /// producer's transactional ones (`encode_batches(..., transactional=True)`): the partition
+    /// joins the open transaction first, as the other appends do.
     fn append_produce(&self, py: Python<'_>, data: &[u8]) -> PyResult<(i64, i64, bool)> {
+        if let Some((txn, _, _)) = self.producer_txn.get() {
+            self.join_transaction(py)?;
+            let producer = txn.producer();
+            check_transactional_batches(data, producer)?;
+        }
         match self.appended_durably(py, |log| log.append_produce(data))? {
             Produced::Appended(first, last) => Ok((first, last, false)),
             Produced::Duplicate(batch) => Ok((batch.first_offset(), batch.last_offset, true)),
