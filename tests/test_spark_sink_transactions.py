@@ -184,3 +184,34 @@ def test_the_transaction_options_are_checked(data):
             transactional.timeout_ms({"kafka.transaction.timeout.ms": bad})
     with pytest.raises(SparkOptionError, match="kafka.transactional.id"):
         transactional.transactional_id({"kafka.transactional.id": " "})
+
+
+@pytest.fixture(scope="module")
+def spark():
+    pytest.importorskip("pyspark")
+    from helpers import local_spark
+
+    with local_spark(2, {"spark.sql.shuffle.partitions": "2"}) as session:
+        yield session
+
+
+@pytest.mark.spark
+def test_a_spark_batch_write_ends_the_transaction_a_killed_commit_left_open(spark, data, spawn):
+    """Through Spark, with ``kafka.transactional.id``: a commit under that id was killed with
+    dst-0 appended (its transaction open, holding back read_committed readers); the next write
+    under the id aborts it, and a ``kafka.isolation.level=read_committed`` read sees that
+    write's rows only, read_uncommitted also the aborted ones (as Kafka's)."""
+    _kill_commit(spawn, data, "between_partitions", "spark-etl")
+
+    def read(level: str) -> list[bytes]:
+        df = spark.read.format("kafkalite").option("subscribe", "dst").option("kafka.isolation.level", level)
+        return sorted(bytes(r.value) for r in df.load(data).collect())
+
+    assert read("read_committed") == []
+    rows = spark.createDataFrame([(i % 2, f"v{i}") for i in range(10)], "partition int, value string")
+    rows.write.format("kafkalite").mode("append").option("topic", "dst").option(
+        "kafka.transactional.id", "spark-etl"
+    ).save(data)
+    _no_open_transaction(data)
+    assert read("read_committed") == sorted(b"v%d" % i for i in range(10))
+    assert len(read("read_uncommitted")) == 10 + ROWS  # and the killed commit's dst-0 rows, aborted
