@@ -204,7 +204,8 @@ impl Log {
         if self.config.compact && records.iter().any(|r| r.key.is_none()) {
             return Err(null_key_error());
         }
-        let data = encode_batches(records, self.config.compression, self.target_batch_bytes(), producer, transactional)?;
+        let data =
+            encode_batches(records, self.config.compression, self.target_batch_bytes(), producer, transactional)?;
         let mut pos = 0;
         while pos < data.len() {
             let size = BatchHeader::parse(&data[pos..])?.total_size();
