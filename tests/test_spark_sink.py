@@ -20,6 +20,7 @@ pa = pytest.importorskip("pyarrow")
 
 from kafkalite import Admin  # noqa: E402
 from kafkalite.log import Log  # noqa: E402
+from test_spark_sink_transactions import failpoint_env, transaction_steps  # noqa: E402
 
 ROWS = 5
 FOREIGN = b"foreign"
@@ -68,30 +69,11 @@ COMMITTER = textwrap.dedent(
     """
 )
 
-# Every step of a micro-batch's transaction (rust/src/failpoint.rs); @N: the N-th hit.
-FAIL_POINTS = [
-    "txn.init.before_record",
-    "txn.init.after_record",
-    "txn.add.before_record",
-    "txn.add.after_record",
-    "txn.offsets.before_append",
-    "txn.offsets.after_append",
-    "txn.prepare.before_record",
-    "txn.prepare.after_record",
-    "txn.marker.before@1",
-    "txn.marker.after@1",
-    "txn.marker.after@2",
-    "txn.complete.before_record",
-    "txn.complete.after_record",
-]
+FAIL_POINTS = transaction_steps(offsets=True)
 
 
 def _committer(spawn, path: str, step: str, rows: int = ROWS, **kwargs) -> subprocess.Popen:
-    env = dict(os.environ)
-    if step.startswith("txn."):
-        point, _, nth = step.partition("@")
-        env["KAFKALITE_FAILPOINTS"] = f"{point}=kill" + (f"@{nth}" if nth else "")
-    return spawn.code(COMMITTER, path, step, rows, env=env, **kwargs)
+    return spawn.code(COMMITTER, path, step, rows, env=failpoint_env(step), **kwargs)
 
 
 def _planned(rows: int = ROWS) -> pa.Table:

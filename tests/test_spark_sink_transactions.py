@@ -18,6 +18,7 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 
 from kafkalite import Admin  # noqa: E402
+from kafkalite._native import failpoint_names  # noqa: E402
 from kafkalite.log import Log  # noqa: E402
 
 ROWS = 5  # per partition
@@ -48,23 +49,30 @@ COMMITTER = textwrap.dedent(
     """
 )
 
-# Every step of the commit's transaction, in order (rust/src/failpoint.rs); @N: the N-th hit
-# (the markers are written partition by partition).
-FAIL_POINTS = [
-    "txn.init.before_record",
-    "txn.init.after_record",
-    "txn.add.before_record",
-    "txn.add.after_record",
-    "txn.prepare.before_record",
-    "txn.prepare.after_record",
-    "txn.marker.before@1",
-    "txn.marker.after@1",
-    "txn.marker.after@2",
-    "txn.complete.before_record",
-    "txn.complete.after_record",
-]
-#: Steps after which the commit decision is recorded: the write is (to be) committed.
-DECIDED = {p for p in FAIL_POINTS if p.startswith(("txn.prepare.after", "txn.marker", "txn.complete"))}
+
+def transaction_steps(offsets: bool) -> list[str]:
+    """Every fail point of a transaction's steps, in order (rust/src/failpoint.rs), those of
+    send_offsets_to_transaction only with ``offsets``; the markers are written partition by
+    partition, so ``txn.marker.after@2`` (both written) is added to the first one's."""
+    names = [n for n in failpoint_names() if n.startswith("txn.") and (offsets or ".offsets." not in n)]
+    return names + ["txn.marker.after@2"]
+
+
+def failpoint_env(step: str) -> dict[str, str]:
+    """The environment for a child killed at ``step`` (a fail point, @N: its N-th hit)."""
+    env = dict(os.environ)
+    if step.startswith("txn."):
+        point, _, nth = step.partition("@")
+        env["KAFKALITE_FAILPOINTS"] = f"{point}=kill" + (f"@{nth}" if nth else "")
+    return env
+
+
+def decided(step: str) -> bool:
+    """Whether a kill at ``step`` comes after the commit decision was recorded."""
+    return step.startswith(("txn.prepare.after", "txn.marker", "txn.complete"))
+
+
+FAIL_POINTS = transaction_steps(offsets=False)
 
 
 def _write(rows: int = ROWS) -> pa.Table:
@@ -104,11 +112,7 @@ def data(tmp_path):
 
 
 def _kill_commit(spawn, path: str, step: str, ident: str = "") -> None:
-    env = dict(os.environ)
-    if step.startswith("txn."):
-        point, _, nth = step.partition("@")
-        env["KAFKALITE_FAILPOINTS"] = f"{point}=kill" + (f"@{nth}" if nth else "")
-    child = spawn.code(COMMITTER, path, step, ident, ROWS, env=env)
+    child = spawn.code(COMMITTER, path, step, ident, ROWS, env=failpoint_env(step))
     assert child.wait(60) == -signal.SIGKILL, "the commit was not killed at its step"
 
 
@@ -121,12 +125,12 @@ def test_a_batch_commit_killed_at_each_step_is_all_or_nothing_and_the_next_commi
 
     _kill_commit(spawn, data, step, ident)
     seen = [_copies(data, p) for p in (0, 1)]  # each partition: all of its rows or none
-    if step not in DECIDED:
+    if not decided(step):
         assert seen == [0, 0], f"killed at {step}, before the commit decision, yet rows are visible"
     sink.publish(data, [_write()], "dst", transactional_id=ident or None)  # not blocked by the dead one
     _no_open_transaction(data)
     copies = [_copies(data, p) for p in (0, 1)]
-    assert copies[0] == copies[1] == (2 if step in DECIDED else 1), (
+    assert copies[0] == copies[1] == (2 if decided(step) else 1), (
         f"killed at {step}: read_committed sees {copies} copies of the write in dst-0, dst-1"
     )
 
