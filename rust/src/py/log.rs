@@ -291,6 +291,9 @@ fn clean_options(delete_retention_ms: i64, min_compaction_lag_ms: i64, now: Opti
 /// A batch header as Python's `batch_headers` returns it.
 type BatchInfoTuple = (i64, i64, i64, i16, i32, i32, bool);
 
+/// A producer as Python's `producers` returns it.
+type ProducerTuple = (i64, i16, i32, i64, i32, i64);
+
 /// Records given as columns: `values` (bytes or None each), `keys` and `headers` (None, or one
 /// entry per value), held so their bytes can be borrowed without the GIL.
 fn held_columns<'py>(
@@ -567,6 +570,39 @@ impl PyLog {
                 (epoch, batches.last().map_or(crate::record::header::NO_SEQUENCE, |b| b.last_seq))
             }))
         })
+    }
+
+    /// Every producer of this partition's producer state, as DescribeProducers reports them:
+    /// (producer id, epoch, last sequence, last timestamp, coordinator epoch of its last
+    /// marker, first offset of its open transaction or -1).
+    fn producers(&self, py: Python<'_>) -> PyResult<Vec<ProducerTuple>> {
+        self.detached(py, |log| {
+            Ok(log
+                .producer_state()?
+                .summaries()
+                .into_iter()
+                .map(|p| {
+                    let open = p.current_txn_first_offset.unwrap_or(-1);
+                    (p.producer_id, p.epoch, p.last_sequence, p.last_timestamp, p.coordinator_epoch, open)
+                })
+                .collect())
+        })
+    }
+
+    /// Kafka's WriteTxnMarkers for one partition (what Admin's `abortTransaction` sends): an
+    /// ABORT (or COMMIT) marker of `producer_id` at `epoch`. Returns its offset, or None when
+    /// the partition holds no open transaction of that producer at that epoch (nothing written).
+    fn write_txn_marker(
+        &self,
+        py: Python<'_>,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        coordinator_epoch: i32,
+    ) -> PyResult<Option<i64>> {
+        let written =
+            self.detached(py, |log| log.append_txn_marker(producer_id, epoch, commit, coordinator_epoch, now_ms()))?;
+        Ok(written.map(|m| m.offset))
     }
 
     /// Make this log a transactional producer's (once): its appends join `txn`'s open
