@@ -96,5 +96,3 @@ def test_bad_input_is_refused_with_typed_errors(tmp_path):
         with pytest.raises(CorruptRecordError, match="not a whole record batch"):
             log.append_produce(b"\x00" * 70)
         assert log.end_offset == 0
-
-

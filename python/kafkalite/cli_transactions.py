@@ -138,7 +138,11 @@ def run(args: argparse.Namespace, data_dir: str) -> int:
                     str(p.coordinator_epoch if p.coordinator_epoch is not None else -1),
                     str(p.last_sequence),
                     str(p.last_timestamp),
-                    str(p.current_transaction_start_offset if p.current_transaction_start_offset is not None else -1),
+                    str(
+                        p.current_transaction_start_offset
+                        if p.current_transaction_start_offset is not None
+                        else -1
+                    ),
                 )
                 for ps in described.values()
                 for p in ps
