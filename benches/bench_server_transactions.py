@@ -30,7 +30,7 @@ sys.path.insert(0, str(HERE))
 import confluent_kafka as ck  # noqa: E402
 import kafkalite  # noqa: E402
 from kafka import KafkaConsumer, KafkaProducer  # noqa: E402
-from peers_common import percentile  # noqa: E402
+from peers_common import percentile, timed_transactions  # noqa: E402
 from serve_proc import start_serve  # noqa: E402
 
 SIZES = (100, 1_000, 10_000)
@@ -50,36 +50,29 @@ def confluent_run(bootstrap: str, topic: str, per_txn: int, txns: int) -> tuple[
         {"bootstrap.servers": bootstrap, "transactional.id": f"bench-ck-{topic}", "linger.ms": 5}
     )
     producer.init_transactions(30)
-    commits = []
-    began = time.perf_counter()
-    for _ in range(txns):
-        producer.begin_transaction()
-        for i in range(per_txn):
-            producer.produce(topic, VALUE, key=b"%08d" % i, partition=0)
-            if i % 10_000 == 9_999:
-                producer.poll(0)
-        started = time.perf_counter()
-        producer.commit_transaction(60)  # flushes, then EndTxn
-        commits.append(time.perf_counter() - started)
-    return time.perf_counter() - began, commits
+
+    def send(_t: int, i: int) -> None:
+        producer.produce(topic, VALUE, key=b"%08d" % i, partition=0)
+        if i % 10_000 == 9_999:
+            producer.poll(0)
+
+    # commit_transaction flushes, then sends EndTxn
+    return timed_transactions(producer, txns, per_txn, send, lambda: producer.commit_transaction(60))
 
 
 def kafka_python_run(bootstrap: str, topic: str, per_txn: int, txns: int) -> tuple[float, list[float]]:
     """As ``confluent_run``, with kafka-python."""
     producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"bench-kp-{topic}", linger_ms=5)
     producer.init_transactions()
-    commits = []
-    began = time.perf_counter()
-    for _ in range(txns):
-        producer.begin_transaction()
-        for i in range(per_txn):
-            producer.send(topic, VALUE, key=b"%08d" % i, partition=0)
-        started = time.perf_counter()
-        producer.commit_transaction()
-        commits.append(time.perf_counter() - started)
-    seconds = time.perf_counter() - began
+    timed = timed_transactions(
+        producer,
+        txns,
+        per_txn,
+        lambda _t, i: producer.send(topic, VALUE, key=b"%08d" % i, partition=0),
+        producer.commit_transaction,
+    )
     producer.close()
-    return seconds, commits
+    return timed
 
 
 def count_committed(bootstrap: str, topic: str, expected: int) -> int:

@@ -22,7 +22,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kafkalite
-from peers_common import percentile
+from peers_common import percentile, timed_transactions
 from report import machine
 
 VALUE = b"v" * 100
@@ -37,18 +37,15 @@ def transactions(
     close() are not timed, as a client's connection setup is not."""
     p = kafkalite.Producer(data, transactional_id=transactional_id, linger_ms=5)
     p.init_transactions()
-    commits = []
-    began = time.perf_counter()
-    for t in range(txns):
-        p.begin_transaction()
-        for i in range(per_txn):
-            p.send(topic, VALUE, key=b"%08d" % (t * per_txn + i))
-        c = time.perf_counter()
-        p.commit_transaction()
-        commits.append(time.perf_counter() - c)
-    elapsed = time.perf_counter() - began
+    timed = timed_transactions(
+        p,
+        txns,
+        per_txn,
+        lambda t, i: p.send(topic, VALUE, key=b"%08d" % (t * per_txn + i)),
+        p.commit_transaction,
+    )
     p.close()
-    return elapsed, commits
+    return timed
 
 
 def plain(data: str, topic: str, total: int) -> float:

@@ -97,6 +97,25 @@ def stream_into_parquet(df: Any, out: str, checkpoint: str) -> str | None:
     return None if q.exception() is None else str(q.exception())
 
 
+def timed_transactions(
+    producer: Any, txns: int, per_txn: int, send: Callable[[int, int], object], commit: Callable[[], object]
+) -> tuple[float, list[float]]:
+    """The transactional benches' loop: ``txns`` transactions of ``per_txn`` ``send(t, i)`` calls
+    on ``producer`` (any client with ``begin_transaction()``), each ended by ``commit()``.
+    Returns (seconds from the first begin_transaction() to the last commit's return, each
+    commit's seconds); the caller's init_transactions() and close() are not timed."""
+    commits = []
+    began = time.perf_counter()
+    for t in range(txns):
+        producer.begin_transaction()
+        for i in range(per_txn):
+            send(t, i)
+        started = time.perf_counter()
+        commit()
+        commits.append(time.perf_counter() - started)
+    return time.perf_counter() - began, commits
+
+
 def percentile(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(len(xs) * q))]

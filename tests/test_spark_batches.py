@@ -1,15 +1,11 @@
 """The Spark sink's stamped batches, built and checked by the engine (``Log.encode_batches``,
 ``Log.append_produce``): what kafka-python decodes from them, a replay that the engine
-recognises and does not write again, the sequence wrap, and a sink whose commit record was
-deleted."""
+recognises and does not write again, the sequence wrap."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from kafkalite import (
-    Admin,
     CorruptRecordError,
     InvalidProducerEpochError,
     InvalidTypeError,
@@ -100,23 +96,3 @@ def test_bad_input_is_refused_with_typed_errors(tmp_path):
         with pytest.raises(CorruptRecordError, match="not a whole record batch"):
             log.append_produce(b"\x00" * 70)
         assert log.end_offset == 0
-
-
-def test_a_sink_whose_commit_record_was_deleted_continues_the_partitions_sequence(tmp_path):
-    """README: deleting the sink's commit record means replayed micro-batches are appended
-    again; the next micro-batch must still be appended, so the sink starts at the sequence
-    the partition's producer state expects instead of 0 (which the engine would refuse)."""
-    pa = pytest.importorskip("pyarrow")
-    from kafkalite.spark import sink
-
-    path = str(tmp_path / "data")
-    Admin(path).create_topic("dst", 1)
-    ident = sink.sink_id({"checkpointLocation": "ck"})
-    table = pa.table({"value": [b"a", b"b", b"c"]})
-    assert sink.publish_once(path, ident, 0, [table], "dst")
-    os.remove(os.path.join(path, sink.SINKS_DIR, f"{ident}.json"))
-    assert sink.publish_once(path, ident, 1, [table], "dst")
-    with Log(os.path.join(path, "dst-0"), readonly=True) as log:
-        assert [r.value for r in log.records()] == [b"a", b"b", b"c"] * 2
-        assert [i.base_sequence for i in log.batch_headers(0)] == [0, 3]
-    assert sink.load_state(path, ident)["sequences"] == {"dst:0": 6}

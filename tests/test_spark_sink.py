@@ -1,11 +1,11 @@
 """The Spark sink's commit protocol under faults, without Spark (the commit is plain Python):
-a streaming commit SIGKILLed at each step, or at a random moment, while other producers write
-the same partitions, is finished on replay with every row exactly once; a batch commit refuses
-bad rows before appending anything and names what it appended when an append fails."""
+a streaming commit (one transaction per micro-batch) SIGKILLed at each step, or at a random
+moment, while other producers write the same partitions, leaves read_committed readers all or
+nothing and is finished on replay with every row exactly once; a batch commit refuses
+bad rows before appending anything (its transaction under faults: test_spark_sink_transactions)."""
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import random
@@ -20,17 +20,16 @@ pa = pytest.importorskip("pyarrow")
 
 from kafkalite import Admin  # noqa: E402
 from kafkalite.log import Log  # noqa: E402
+from test_spark_sink_transactions import failpoint_env, transaction_steps  # noqa: E402
 
 ROWS = 5
 FOREIGN = b"foreign"
 
-# The committing process: plans micro-batch 7 of sink "ck" (ROWS rows to each of dst-0 and
-# dst-1), and at the step named by argv[2] lets "another producer" append to both partitions
-# and then SIGKILLs itself. Steps: before_pending (the marker is about to be written),
-# after_pending (written, nothing appended), between_partitions (dst-0 appended, dst-1 not),
-# before_commit (both appended, the batch id not yet recorded), interleave (another producer
-# appends between the marker and the sink's append, then the commit dies before recording the
-# batch id), never.
+# The committing process: commits micro-batch 7 of sink "ck" (ROWS rows to each of dst-0 and
+# dst-1) and is SIGKILLed at a step of its transaction: a fail point named in
+# KAFKALITE_FAILPOINTS, or "between_partitions" (dst-0 appended, then another producer
+# appends to both partitions, then the kill), or "announce" (prints a line as its first append
+# starts, for a kill at a random moment).
 COMMITTER = textwrap.dedent(
     """
     import os, signal, sys
@@ -45,42 +44,36 @@ COMMITTER = textwrap.dedent(
             with Log(os.path.join(path, f"dst-{p}"), shared_writers=True) as log:
                 log.append_values([b"foreign"])
 
-    def die():
-        other_producer()
-        os.kill(os.getpid(), signal.SIGKILL)
+    if step == "between_partitions":
+        append = Log.append_produce
 
-    save = sink.save_state
+        def append_produce(self, data):
+            result = append(self, data)
+            other_producer()
+            os.kill(os.getpid(), signal.SIGKILL)
+            return result
 
-    def save_state(path_, sink_, state):
-        if step == "before_pending" and state["pending"]:
-            die()
-        if step in ("before_commit", "interleave") and not state["pending"]:
-            die()
-        save(path_, sink_, state)
-        if step == "after_pending" and state["pending"]:
-            die()
-        if step == "interleave" and state["pending"]:
-            other_producer()  # another producer appends between the marker and our append...
+        Log.append_produce = append_produce
+    if step == "announce":  # say when the first append starts, for a kill at a random moment after
+        append = Log.append_produce
 
-    sink.save_state = save_state
-    append = Log.append_produce
+        def announced(self, data, announce=[True]):
+            if announce.pop() if announce else False:
+                print("appending", flush=True)
+            return append(self, data)
 
-    def append_produce(self, data):
-        result = append(self, data)
-        if step == "between_partitions":
-            die()
-        return result
-
-    Log.append_produce = append_produce
+        Log.append_produce = announced
     values = [b"row-%d" % i for i in range(2 * rows)]
     table = pa.table({"value": values, "partition": [i % 2 for i in range(2 * rows)]})
     sink.publish_once(path, sink.sink_id({"checkpointLocation": "ck"}), 7, [table], "dst")
     """
 )
 
+FAIL_POINTS = transaction_steps(offsets=True)
 
-def _committer(spawn, path: str, step: str, rows: int = ROWS) -> subprocess.Popen:
-    return spawn.code(COMMITTER, path, step, rows)
+
+def _committer(spawn, path: str, step: str, rows: int = ROWS, **kwargs) -> subprocess.Popen:
+    return spawn.code(COMMITTER, path, step, rows, env=failpoint_env(step), **kwargs)
 
 
 def _planned(rows: int = ROWS) -> pa.Table:
@@ -95,17 +88,27 @@ def _replay(path: str, rows: int = ROWS) -> bool:
 
 
 def _values(path: str, partition: int) -> list[bytes]:
+    """``partition`` as a read_committed reader sees it."""
     with Log(os.path.join(path, f"dst-{partition}"), readonly=True) as log:
-        return [r.value for r in log.records()]
+        return [r.value for r in log.committed_records()]
+
+
+def _ours(path: str, partition: int) -> list[bytes]:
+    return [v for v in _values(path, partition) if v != FOREIGN]
 
 
 def _check_exactly_once(path: str, rows: int = ROWS) -> None:
     for p in (0, 1):
-        values = _values(path, p)
-        ours = [v for v in values if v != FOREIGN]
-        assert ours == [b"row-%d" % i for i in range(p, 2 * rows, 2)], (
+        assert _ours(path, p) == [b"row-%d" % i for i in range(p, 2 * rows, 2)], (
             f"dst-{p}: rows missing, duplicated or reordered"
         )
+        with Log(os.path.join(path, f"dst-{p}"), readonly=True) as log:
+            assert log.last_stable_offset == log.end_offset, f"dst-{p}: a transaction is still open"
+
+
+def _open_transaction(path: str) -> bool:
+    with Log(os.path.join(path, "dst-0"), readonly=True) as log:
+        return bool(log.last_stable_offset < log.end_offset)
 
 
 @pytest.fixture
@@ -115,31 +118,45 @@ def data(tmp_path):
     return path
 
 
-@pytest.mark.slow
-def test_replay_after_a_crash_with_another_producer_in_between_appends_nothing_twice(data, spawn):
-    """The reported case: the marker is written, another producer appends, the sink appends,
-    the commit dies before recording the batch id; Spark replays the micro-batch."""
-    child = _committer(spawn, data, "interleave")
-    assert child.wait(60) == -signal.SIGKILL
-    with Log(os.path.join(data, "dst-0"), shared_writers=True) as log:
-        log.append_values([FOREIGN])  # and more writes before the replay
-    _replay(data)
-    _check_exactly_once(data)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("step", ["before_pending", "after_pending", "between_partitions", "before_commit"])
+@pytest.mark.parametrize("step", [*FAIL_POINTS, "between_partitions"])
 def test_kill_9_at_each_commit_step_then_replay_writes_each_row_once(data, step, spawn):
+    """Killed at each step of its transaction while another producer writes the same
+    partitions: read_committed readers see each partition's rows of the micro-batch all or not
+    at all, and after Spark's replay every row exactly once, the other producer's records all
+    there, no transaction left open, and a second replay skipped."""
     child = _committer(spawn, data, step)
-    assert child.wait(60) == -signal.SIGKILL
+    assert child.wait(60) == -signal.SIGKILL, "the commit was not killed at its step"
+    for p in (0, 1):
+        assert _ours(data, p) in ([], [b"row-%d" % i for i in range(p, 2 * ROWS, 2)]), f"dst-{p}: part of it"
     with Log(os.path.join(data, "dst-1"), shared_writers=True) as log:
         log.append_values([FOREIGN])  # another producer writes before Spark replays
     _replay(data)
     _check_exactly_once(data)
     foreign = sum(v == FOREIGN for p in (0, 1) for v in _values(data, p))
-    assert foreign == 3  # the other producer's records are all there
+    assert foreign == (3 if step == "between_partitions" else 1)  # the other producer's records are all there
     assert _replay(data) is False  # committed: a second replay is skipped
     _check_exactly_once(data)
+
+
+def test_a_micro_batch_left_pending_by_an_older_kafkalite_is_finished_without_its_appended_rows(data):
+    """Upgrade: the idempotent protocol of an older version recorded micro-batch 7 as pending and
+    appended dst-0's rows (visible, outside any transaction) before it was killed. The replay
+    appends only dst-1's, and the older version's committed micro-batch id still counts."""
+    from kafkalite.spark import sink
+    from kafkalite.spark.batches import encode
+
+    ident = sink.sink_id({"checkpointLocation": "ck"})
+    marker = os.path.join(data, sink.SINKS_DIR, f"{ident}.json")
+    os.makedirs(os.path.dirname(marker))
+    with open(marker, "w") as f:
+        pending = {"batch_id": 7, "starts": {"dst:0": 0, "dst:1": 0}, "sequences": {"dst:0": 0, "dst:1": 0}}
+        json.dump({"batch_id": 6, "sequences": {}, "pending": pending}, f)
+    with Log(os.path.join(data, "dst-0"), shared_writers=True) as log:
+        rows = [b"row-%d" % i for i in range(0, 2 * ROWS, 2)]
+        log.append_produce(encode(log, rows, [None] * ROWS, [[]] * ROWS, sink.producer_for(ident), 0))
+    assert _replay(data) is True
+    _check_exactly_once(data)
+    assert sink.publish_once(data, ident, 6, [_planned()], "dst") is False  # committed by the older version
 
 
 @pytest.mark.slow
@@ -161,38 +178,27 @@ def test_kill_9_at_random_moments_with_a_concurrent_producer(tmp_path, spawn):
             time.sleep(0.001)
         """
     )
-    from kafkalite.spark import sink
-
-    ident = sink.sink_id({"checkpointLocation": "ck"})
     killed = interrupted = 0
     for attempt in range(8):
         path = str(tmp_path / f"d{attempt}")
         Admin(path).create_topic("dst", 2, {"max.message.bytes": 64 * 1024})
         other = spawn.code(producer_code, path)
         try:
-            child = _committer(spawn, path, "never", rows)
-            deadline = time.monotonic() + 120
-            while (
-                child.poll() is None
-                and not sink.load_state(path, ident)["pending"]
-                and time.monotonic() < deadline
-            ):
-                time.sleep(0.0005)  # until the commit has recorded its pending marker
-            # Then somewhere in its appends: at once on even attempts (the appends of a fast engine
-            # take a few ms, so these land inside them), up to 80 ms later on odd ones.
-            time.sleep(0.0 if attempt % 2 == 0 else rng.uniform(0.0, 0.08))
+            child = _committer(spawn, path, "announce", rows, stdout=subprocess.PIPE)
+            assert child.stdout.readline() == b"appending\n"  # the transaction is open
+            # Then somewhere in its appends or its end: at once on even attempts (the appends of a
+            # fast engine take a few ms, so these land inside them), up to 30 ms later on odd ones.
+            time.sleep(0.0 if attempt % 2 == 0 else rng.uniform(0.0, 0.03))
             child.send_signal(signal.SIGKILL)
             if child.wait(60) == -signal.SIGKILL:
                 killed += 1
-                interrupted += sink.load_state(path, ident)["pending"] is not None
+                interrupted += _open_transaction(path)
             _replay(path, rows)
         finally:
             other.kill()
             other.wait()
         _check_exactly_once(path, rows)
-    print(
-        f"killed {killed} commits, {interrupted} of them after the pending marker and before the commit record"
-    )
+    print(f"killed {killed} commits, {interrupted} of them with their transaction open")
     assert interrupted >= 1
 
 
@@ -214,46 +220,3 @@ def test_a_batch_write_refuses_bad_rows_before_appending_anything(data):
         for p in (0, 1):
             with Log(os.path.join(data, f"{topic}-{p}"), readonly=True) as log:
                 assert log.end_offset == 0, f"{topic}-{p} got rows from a refused write"
-
-
-def test_a_batch_commit_that_fails_midway_names_what_it_appended(data, monkeypatch):
-    from kafkalite.spark import sink
-
-    calls = []
-    append = Log.append_produce
-
-    def failing(self, data_):
-        calls.append(self.path)
-        if len(calls) == 2:
-            raise OSError(errno.ENOSPC, "No space left on device (injected)", self.path)
-        return append(self, data_)
-
-    monkeypatch.setattr(Log, "append_produce", failing)
-    with pytest.raises(OSError) as info:
-        sink.publish(data, [_planned()], "dst")
-    assert info.value.errno == errno.ENOSPC  # the cause keeps its type
-    assert "appending to dst-1 failed" in "".join(info.value.__notes__)
-    assert "stay visible: dst-0" in "".join(info.value.__notes__)
-    monkeypatch.undo()
-    assert len(_values(data, 0)) == ROWS and _values(data, 1) == []  # exactly what the note says
-
-
-def test_the_commit_record_is_written_atomically_without_following_links(tmp_path):
-    """The marker goes through ``_files.write_atomically``: a link planted where the sink once
-    put its fixed temp file (``<marker>.tmp``) must not redirect the write to a decoy outside
-    the data directory, and the bytes on disk are plain ``json.dumps`` of the state."""
-    from kafkalite.spark import sink
-
-    decoy = tmp_path / "decoy.txt"
-    decoy.write_text("untouched")
-    data = tmp_path / "data"
-    ident = "a" * 32
-    marker_dir = data / sink.SINKS_DIR
-    marker_dir.mkdir(parents=True)
-    (marker_dir / f"{ident}.json.tmp").symlink_to(decoy)
-    state = {"batch_id": 3, "sequences": {"t:0": 7}, "pending": None}
-    sink.save_state(str(data), ident, state)
-    assert decoy.read_text() == "untouched"
-    assert (marker_dir / f"{ident}.json").read_bytes() == json.dumps(state).encode()
-    assert sink.load_state(str(data), ident) == state
-    assert sorted(os.listdir(marker_dir)) == [f"{ident}.json", f"{ident}.json.tmp"]  # no temp file left

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafkalite import _native, group_admin, transaction_admin, validate
+from kafkalite.assignors import TopicPartition
 from kafkalite.client_config import topic_docstring
 from kafkalite.compaction import CompactionResult, clean_if_dirty, clean_partition
 from kafkalite.datadir import (
@@ -319,6 +320,23 @@ class Admin:
         takes a partition's hanging transaction instead; here the coordinator knows every
         partition of the id's transaction.)"""
         return transaction_admin.abort_transaction(self.path, transactional_id)
+
+    def describe_producers(
+        self, partitions: list[tuple[str, int]]
+    ) -> dict[TopicPartition, list[transaction_admin.ProducerState]]:
+        """Kafka's ``describeProducers``: each partition's producers (id, epoch, last sequence
+        and timestamp, coordinator epoch, the start offset of an open transaction)."""
+        return transaction_admin.describe_producers(self.path, partitions)
+
+    def abort_hanging_transaction(
+        self, topic: str, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int
+    ) -> int:
+        """Kafka's ``abortTransaction(AbortTransactionSpec)``: an ABORT marker for a hanging
+        transaction of one partition (``kafkalite transactions find-hanging`` lists them).
+        Returns the marker's offset."""
+        return transaction_admin.abort_hanging(
+            self.path, topic, partition, producer_id, producer_epoch, coordinator_epoch
+        )
 
     def close(self) -> None:
         """Nothing to release; for symmetry with Kafka's admin client."""

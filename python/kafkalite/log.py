@@ -207,19 +207,22 @@ class Log:
         producer_id: int = -1,
         producer_epoch: int = -1,
         base_sequence: int = -1,
+        transactional: bool = False,
     ) -> bytes:
         """Records given as columns (``keys`` and ``headers``: None, or one entry per value)
         as whole v2 batches, built as this log's appends build them (compression, batch size,
         a compacted topic's key rule, ``max_message_bytes``), stamped with an idempotent
         producer's id, epoch and first sequence number (Kafka's producerId, producerEpoch,
-        baseSequence; each batch's baseSequence is its first record's). Nothing is appended:
-        hand the bytes to ``append_produce``. Offsets start at 0 (the log re-offsets)."""
+        baseSequence; each batch's baseSequence is its first record's), and with
+        ``transactional`` marked as a transactional producer's (for a log attached to its
+        transaction). Nothing is appended: hand the bytes to ``append_produce``. Offsets start
+        at 0 (the log re-offsets)."""
         validate.integer("producer_id", producer_id, -1)
         validate.integer("producer_epoch", producer_epoch, -1, (1 << 15) - 1)
         validate.integer("base_sequence", base_sequence, -1, _I32)
         try:
             return self._native.encode_batches(
-                values, keys, headers, producer_id, producer_epoch, base_sequence
+                values, keys, headers, producer_id, producer_epoch, base_sequence, None, bool(transactional)
             )
         except TypeError as e:  # a value, key or header of the wrong type: nothing was encoded
             raise InvalidTypeError(f"encode_batches takes bytes (or None) values and keys: {e}") from e

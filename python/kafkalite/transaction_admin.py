@@ -161,3 +161,122 @@ def abort_transaction(data_dir: str, transactional_id: str) -> TransactionDescri
     finally:
         txn.close()
     return describe_transaction(data_dir, transactional_id)
+
+
+@dataclass(frozen=True)
+class ProducerState:
+    """One producer of a partition as Kafka's Admin ``describeProducers`` reports it
+    (``ProducerState``); ``current_transaction_start_offset`` is None when it has no open
+    transaction there."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int | None
+    current_transaction_start_offset: int | None
+
+
+@dataclass(frozen=True)
+class HangingTransaction:
+    """A row of ``kafka-transactions.sh find-hanging``: a producer's transaction open in a
+    partition past the longest transaction timeout, which no coordinator will end."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    start_offset: int
+    last_timestamp: int
+    duration_ms: int
+
+
+def _open_partition(data_dir: str, topic: str, partition: int) -> Any:
+    from kafkalite.datadir import DataDir
+    from kafkalite.errors import UnknownTopicOrPartitionError
+
+    d = DataDir(data_dir)
+    if not 0 <= partition < d.partitions(topic):  # an unknown topic raises here
+        raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist in {data_dir}")
+    return d.open_partition(topic, partition, shared_writers=True)
+
+
+def describe_producers(
+    data_dir: str, partitions: Iterable[tuple[str, int]]
+) -> dict[TopicPartition, list[ProducerState]]:
+    """Kafka's ``describeProducers``: each partition's producers from its producer state (what
+    the idempotence and transaction checks use), read as the partition's writer."""
+    out = {}
+    for topic, partition in partitions:
+        with _open_partition(data_dir, topic, partition) as log:
+            out[TopicPartition(topic, partition)] = [
+                ProducerState(pid, epoch, seq, ts, None if ce < 0 else ce, None if start < 0 else start)
+                for pid, epoch, seq, ts, ce, start in log._native.producers()
+            ]
+    return out
+
+
+def all_partitions(data_dir: str) -> list[tuple[str, int]]:
+    """Every partition of the data directory (``--broker-id``: the directory is one broker)."""
+    from kafkalite.datadir import DataDir
+
+    d = DataDir(data_dir)
+    return [(t, p) for t in sorted(d.topics()) for p in range(d.partitions(t))]
+
+
+def find_hanging(
+    data_dir: str,
+    partitions: Iterable[tuple[str, int]],
+    max_transaction_timeout_ms: int,
+    now_ms: int | None = None,
+) -> list[HangingTransaction]:
+    """``kafka-transactions.sh find-hanging``'s check: the producers with a transaction open in
+    ``partitions`` whose last write is older than ``max_transaction_timeout_ms`` (no transaction
+    may run that long), unless the coordinator has that producer's transaction Ongoing with the
+    partition in it (then its timeout will abort it)."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    ongoing = {
+        (d.producer_id, tp)
+        for t in list_transactions(data_dir, ["Ongoing"], None, None)
+        for d in [describe_transaction(data_dir, t.transactional_id)]
+        for tp in d.topic_partitions
+    }
+    out = []
+    for tp, producers in describe_producers(data_dir, partitions).items():
+        for p in producers:
+            start = p.current_transaction_start_offset
+            if start is None or now - p.last_timestamp <= max_transaction_timeout_ms:
+                continue
+            if (p.producer_id, tp) in ongoing:
+                continue
+            out.append(
+                HangingTransaction(
+                    tp.topic,
+                    tp.partition,
+                    p.producer_id,
+                    p.producer_epoch,
+                    -1 if p.coordinator_epoch is None else p.coordinator_epoch,
+                    start,
+                    p.last_timestamp,
+                    now - p.last_timestamp,
+                )
+            )
+    return out
+
+
+def abort_hanging(
+    data_dir: str, topic: str, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int
+) -> int:
+    """Kafka's Admin ``abortTransaction(AbortTransactionSpec)``: an ABORT marker for
+    ``producer_id``'s open transaction in one partition, as the coordinator would write it (its
+    records hidden from read_committed readers, the last stable offset released). Returns the
+    marker's offset; InvalidTxnStateError when the partition has no open transaction of that
+    producer at that epoch."""
+    with _open_partition(data_dir, topic, partition) as log:
+        offset = log._native.write_txn_marker(producer_id, producer_epoch, False, coordinator_epoch)
+    if offset is None:
+        raise InvalidTxnStateError(
+            f"{topic}-{partition} has no open transaction of producer {producer_id} at epoch {producer_epoch}"
+        )
+    return int(offset)

@@ -160,7 +160,7 @@ fn encoded_batches_carry_the_producer_and_each_batch_the_sequence_of_its_first_r
     let inputs: Vec<RecordInput<'_>> =
         values.iter().map(|v| RecordInput { key: None, value: Some(v), headers: &[], timestamp: 7 }).collect();
     let first = i32::MAX - 12;
-    let data = log.encode_batches(&inputs, ProducerStamp::new(42, 3, first).unwrap()).unwrap();
+    let data = log.encode_batches(&inputs, ProducerStamp::new(42, 3, first).unwrap(), false).unwrap();
     let batches = decoded(&data);
     assert!(batches.len() > 2, "several batches: {}", batches.len());
     let mut records = 0i64;
@@ -178,7 +178,7 @@ fn encoded_batches_carry_the_producer_and_each_batch_the_sequence_of_its_first_r
     assert_eq!(seen, values);
     assert!(batches.iter().any(|(h, _)| h.base_sequence < 12), "the run crossed the wrap");
     // Without a producer: Kafka's "none" (-1) in all three fields.
-    let plain = log.encode_batches(&inputs[..1], ProducerStamp::NONE).unwrap();
+    let plain = log.encode_batches(&inputs[..1], ProducerStamp::NONE, false).unwrap();
     let (h, _) = &decoded(&plain)[0];
     assert_eq!((h.producer_id, h.producer_epoch, h.base_sequence), (-1, -1, -1));
     assert!(ProducerStamp::new(42, -1, 0).is_err() && ProducerStamp::new(-2, -1, -1).is_err());
@@ -194,7 +194,7 @@ fn the_same_stamped_batches_appended_twice_are_a_duplicate_and_leave_the_log_unc
     let inputs: Vec<RecordInput<'_>> =
         values.iter().map(|v| RecordInput { key: None, value: Some(v), headers: &[], timestamp: 7 }).collect();
     let producer = ProducerStamp::new(9, 0, 0).unwrap();
-    let data = log.encode_batches(&inputs[..3], producer).unwrap();
+    let data = log.encode_batches(&inputs[..3], producer, false).unwrap();
     assert_eq!(log.append_produce(&data).unwrap(), Produced::Appended(0, 2));
     let end = log.end_offset();
     let bytes = log.read(0, 1 << 20).unwrap().bytes().to_vec();
@@ -207,11 +207,11 @@ fn the_same_stamped_batches_appended_twice_are_a_duplicate_and_leave_the_log_unc
     // What the log would refuse on append is refused when encoding, before any append.
     let big = vec![0u8; 2048];
     let too_large = [RecordInput { key: None, value: Some(&big), headers: &[], timestamp: 7 }];
-    assert!(matches!(log.encode_batches(&too_large, producer), Err(kafkalite::Error::RecordTooLarge { .. })));
+    assert!(matches!(log.encode_batches(&too_large, producer, false), Err(kafkalite::Error::RecordTooLarge { .. })));
     // The rest of the rows, several batches, continue the sequence; skipping rows is refused.
-    let rest = log.encode_batches(&inputs[3..], producer.advanced(3)).unwrap();
+    let rest = log.encode_batches(&inputs[3..], producer.advanced(3), false).unwrap();
     assert!(decoded(&rest).len() > 1);
-    let gap = log.encode_batches(&inputs[4..], producer.advanced(4)).unwrap();
+    let gap = log.encode_batches(&inputs[4..], producer.advanced(4), false).unwrap();
     assert!(matches!(other.append_produce(&gap).unwrap(), Produced::Refused(Refusal::OutOfOrderSequence(_))));
     assert_eq!(other.append_produce(&rest).unwrap(), Produced::Appended(3, 19));
     log.close().unwrap();

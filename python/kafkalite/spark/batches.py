@@ -56,9 +56,11 @@ def encode(
     headers: Sequence[Sequence[tuple[str, bytes | None]]],
     producer: Producer | None = None,
     first_sequence: int = 0,
+    transactional: bool = False,
 ) -> bytes:
     """``values`` (with their keys and headers) as whole v2 batches built with ``log``'s
-    settings, stamped with ``producer`` when given; nothing is appended."""
+    settings, stamped with ``producer`` when given (as its transactional batches with
+    ``transactional``); nothing is appended."""
     plain = not any(k is not None or h for k, h in zip(keys, headers, strict=True))
     if producer is None:
         return log.encode_batches(values, None if plain else keys, None if plain else headers)
@@ -69,4 +71,5 @@ def encode(
         producer_id=producer.id,
         producer_epoch=producer.epoch,
         base_sequence=first_sequence,
+        transactional=transactional,
     )

@@ -7,18 +7,27 @@ What a write guarantees (README, "Spark"):
 * Batch writes (``df.write``): rows become visible only in the driver's commit, after every
   task succeeded; a failed task leaves nothing. The commit first plans and encodes every
   partition's rows, so a row that cannot be written (unknown topic or partition, record too
-  large, null key on a compacted topic) fails the write before anything is appended. The
-  appends themselves go partition by partition, each one append call: an I/O error or a crash
-  in the middle of the commit leaves the partitions appended before it visible (as Kafka's
-  sink leaves what it sent); the error names them. There are no transactions to roll back.
-* Streaming writes (``writeStream``): exactly once per (sink, micro-batch). The sink appends
-  its batches as an idempotent Kafka producer would: a producer id derived from the sink id,
-  and per partition a sequence number per record (``baseSequence`` in each batch header). Before
-  appending it durably records the micro-batch as pending with each partition's end offset and
-  first sequence; after appending, the micro-batch id as committed. A replayed micro-batch that
-  is committed is skipped; one that is pending is finished: the sink reads the batch headers
-  from the recorded offsets, finds its own batches by producer id and sequence (whatever other
-  producers appended in between) and appends only the rows that are not there yet.
+  large, null key on a compacted topic) fails the write before anything is appended. It then
+  appends them as one Kafka transaction over all the partitions (``spark/transactional.py``
+  says under which transactional id): read_committed readers (``kafka.isolation.level`` /
+  ``isolation_level="read_committed"``) see every row of the write at its COMMIT or none of
+  them, whether an append fails (the transaction is aborted) or the driver is killed midway
+  (the next commit, or the transaction's timeout, aborts it). read_uncommitted readers, as
+  Kafka's, also see the records of an aborted commit.
+* Streaming writes (``writeStream``): exactly once per (sink, micro-batch), each micro-batch
+  one transaction under a transactional id derived from the sink id (or
+  ``kafka.transactional.id``), so read_committed readers see a micro-batch whole or not at
+  all. The transaction also commits the micro-batch id, as the offset of the group
+  ``kafkalite-spark-sink-<sink id>`` (``BATCH_ID_PARTITION``), the way a consume-transform-
+  produce job commits its input offsets: the rows and the id are committed together. A commit
+  first ends the sink's previous transaction (InitProducerId: a killed micro-batch is aborted,
+  or completed if it was killed after its commit decision), then skips a micro-batch whose id
+  is committed, and otherwise appends it whole. A second query writing with the same sink id
+  fences the first, as two Kafka producers with one transactional id do.
+  Sinks written by an older kafkalite kept their state in ``.kafkalite-spark-sinks/<sink
+  id>.json``: its committed micro-batch id still counts, and a micro-batch it left pending is
+  finished without the rows it had appended (found by the idempotent producer id and
+  sequence numbers that version stamped).
 """
 
 from __future__ import annotations
@@ -31,18 +40,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kafkalite._files import write_atomically
+from kafkalite import _native
 from kafkalite._native import FIRST_SINK_PRODUCER_ID
 from kafkalite.client_config import compression_type
 from kafkalite.errors import InvalidConfigError
-from kafkalite.spark.batches import SEQUENCE_MODULUS, Producer, encode, next_sequence, scan
+from kafkalite.spark.batches import SEQUENCE_MODULUS, Producer, encode, scan
 from kafkalite.spark.checks import ensure_topics
 from kafkalite.spark.options import SparkOptionError
+from kafkalite.spark.transactional import DEFAULT_TIMEOUT_MS, batch_transaction, open_transaction
 
 if TYPE_CHECKING:
     from kafkalite.log import Log
 
 SINKS_DIR = ".kafkalite-spark-sinks"
+#: A streaming sink's transactional id (without ``kafka.transactional.id``) and the group whose
+#: offset of ``BATCH_ID_PARTITION`` is the next micro-batch id: both end with the sink id.
+SINK_TRANSACTIONAL_ID_PREFIX = "kafkalite-spark-sink-"
+SINK_GROUP_PREFIX = "kafkalite-spark-sink-"
+BATCH_ID_PARTITION = ("__kafkalite_spark_batch_id", 0)
 log_ = logging.getLogger("kafkalite.spark")
 
 
@@ -79,10 +94,11 @@ def _marker(path: str, sink: str) -> str:
 
 
 def load_state(path: str, sink: str) -> dict[str, Any]:
-    """``{"batch_id": last committed micro-batch (-1), "sequences": {"topic:partition": next
-    sequence number}, "pending": the micro-batch being appended, with each partition's end
-    offset ("starts") and first sequence ("sequences") before its append}``. A damaged file is
-    an error, not a fresh start: starting over would append committed micro-batches again."""
+    """The state an older kafkalite kept for a sink (read, never written now): ``{"batch_id":
+    last committed micro-batch (-1), "sequences": {"topic:partition": next sequence number},
+    "pending": the micro-batch being appended, with each partition's end offset ("starts") and
+    first sequence ("sequences") before its append}``. A damaged file is an error, not a fresh
+    start: starting over would append committed micro-batches again."""
     try:
         with open(_marker(path, sink), encoding="utf-8") as f:
             state = json.load(f)
@@ -98,14 +114,6 @@ def load_state(path: str, sink: str) -> dict[str, Any]:
             f"the sink's commit record {_marker(path, sink)} is damaged ({e}); restore it, or delete it "
             "accepting that micro-batches Spark replays are appended again"
         ) from None
-
-
-def save_state(path: str, sink: str, state: dict[str, Any]) -> None:
-    """Durably (temp file, fsync, rename, fsync of the folder), through the Python layer's one
-    atomic-write helper, so a link planted at the marker or its temp file is not followed."""
-    marker = _marker(path, sink)
-    os.makedirs(os.path.dirname(marker), exist_ok=True)
-    write_atomically(marker, json.dumps(state).encode("utf-8"))
 
 
 def _binary(table: Any, name: str) -> Any:
@@ -190,7 +198,7 @@ def _key(g: Group) -> str:
 
 
 def producer_for(sink: str) -> Producer:
-    """The sink's Kafka producer identity, epoch 0: an id from the sink id, at or above
+    """The idempotent producer identity an older kafkalite stamped a sink's batches with, epoch 0: an id from the sink id, at or above
     ``FIRST_SINK_PRODUCER_ID`` (bit 62 set), where ``kafkalite serve``'s InitProducerId never
     reaches, so a network producer never shares a sink's producer state."""
     digest = int.from_bytes(hashlib.sha256(sink.encode()).digest()[:8], "big")
@@ -200,13 +208,13 @@ def producer_for(sink: str) -> Producer:
 def _encode(
     path: str,
     groups: list[Group],
-    producer: Producer | None = None,
-    sequences: Mapping[str, int] | None = None,
+    producer: Producer,
     skips: Mapping[str, int] | None = None,
     compression: str | None = None,
 ) -> list[tuple[Group, bytes]]:
-    """Every group's rows (after its first ``skips`` rows) as v2 batches, encoded by the engine
-    with the partition's settings before any append."""
+    """Every group's rows (after its first ``skips`` rows) as ``producer``'s transactional v2
+    batches (its first in the partition at this epoch: sequence 0), encoded by the engine with
+    the partition's settings before any append."""
     from kafkalite.datadir import DataDir
 
     data_dir = DataDir(path, create=False)
@@ -215,9 +223,10 @@ def _encode(
         skip = (skips or {}).get(_key(g), 0)
         if skip >= len(g.values):
             continue
-        first_sequence = next_sequence((sequences or {}).get(_key(g), 0), skip)
         with _open(data_dir, g, compression) as log:
-            data = encode(log, g.values[skip:], g.keys[skip:], g.headers[skip:], producer, first_sequence)
+            data = encode(
+                log, g.values[skip:], g.keys[skip:], g.headers[skip:], producer, 0, transactional=True
+            )
         out.append((g, data))
     return out
 
@@ -240,33 +249,12 @@ def _open(data_dir: Any, g: Group, compression: str | None = None) -> Log:
     return log
 
 
-def _first_sequences(
-    path: str, groups: list[Group], producer: Producer, committed: Mapping[str, int]
-) -> dict[str, int]:
-    """Each partition's first sequence number for a new micro-batch: the next one the sink
-    recorded, else (a partition it never committed to, or its record was deleted) the next one
-    the partition's producer state expects from it, else 0 (Kafka's first sequence)."""
-    from kafkalite.datadir import DataDir
-
-    data_dir = DataDir(path, create=False)
-    out = {}
-    for g in groups:
-        if _key(g) in committed:
-            out[_key(g)] = committed[_key(g)]
-            continue
-        with _open(data_dir, g) as log:
-            known = log.producer_sequence(producer.id)
-        if known is not None and known[0] == producer.epoch and known[1] >= 0:
-            out[_key(g)] = next_sequence(known[1], 1)
-        else:
-            out[_key(g)] = 0
-    return out
-
-
-def _append_all(path: str, encoded: list[tuple[Group, bytes]]) -> None:
+def _append_all(
+    path: str, encoded: list[tuple[Group, bytes]], txn: _native.Transaction | None = None
+) -> None:
     """One append call per partition, through the engine's idempotent producer checks (the
-    batches of a replay already in the log are a duplicate: nothing is written again); an
-    error names the partitions already appended."""
+    batches of a replay already in the log are a duplicate: nothing is written again), in
+    ``txn``'s open transaction when given; an error names the partitions already appended."""
     from kafkalite.datadir import DataDir
 
     data_dir = DataDir(path, create=False)
@@ -274,6 +262,8 @@ def _append_all(path: str, encoded: list[tuple[Group, bytes]]) -> None:
     for g, data in encoded:
         try:
             with data_dir.open_partition(g.topic, g.partition, shared_writers=True) as log:
+                if txn is not None:
+                    log._native.attach_transaction(txn)
                 produced = log.append_produce(data)
             if produced.duplicate:
                 log_.info(
@@ -285,22 +275,11 @@ def _append_all(path: str, encoded: list[tuple[Group, bytes]]) -> None:
                 )
         except Exception as e:
             e.add_note(
-                f"kafkalite Spark sink: appending to {g.topic}-{g.partition} failed; "
-                + (
-                    f"these partitions were appended before it and stay visible: {', '.join(done)}"
-                    if done
-                    else "nothing was appended"
-                )
+                f"kafkalite Spark sink: appending to {g.topic}-{g.partition} failed"
+                + (f" after {', '.join(done)}" if done else "")
             )
             raise
         done.append(f"{g.topic}-{g.partition}")
-
-
-def _end_offset(path: str, g: Group) -> int:
-    from kafkalite.log import Log
-
-    with Log(os.path.join(path, f"{g.topic}-{g.partition}"), readonly=True) as log:
-        return log.end_offset
 
 
 def _written(path: str, g: Group, producer: Producer, start: int, first_sequence: int) -> int:
@@ -320,11 +299,36 @@ def _written(path: str, g: Group, producer: Producer, start: int, first_sequence
     return min(done, len(g.values))
 
 
-def publish(path: str, tables: list[Any], default_topic: str | None, compression: str | None = None) -> None:
-    """Batch write: plan and encode every partition's rows, then append them partition by
-    partition (what holds on failure: the module docstring)."""
+def _legacy_written(path: str, sink: str, groups: list[Group], legacy: dict[str, Any]) -> dict[str, int]:
+    """How many rows of each group an older kafkalite's killed commit of this micro-batch
+    appended (visible: it wrote outside any transaction), from the offsets it recorded."""
+    producer = producer_for(sink)
+    pending = legacy["pending"]
+    starts, sequences = pending.get("starts") or {}, pending.get("sequences") or {}
+    return {
+        _key(g): _written(
+            path, g, producer, starts[_key(g)], sequences.get(_key(g), legacy["sequences"].get(_key(g), 0))
+        )
+        for g in groups
+        if _key(g) in starts
+    }
+
+
+def publish(
+    path: str,
+    tables: list[Any],
+    default_topic: str | None,
+    compression: str | None = None,
+    transactional_id: str | None = None,
+    timeout_ms: int = DEFAULT_TIMEOUT_MS,
+) -> None:
+    """Batch write: plan and encode every partition's rows, then append them all in one
+    transaction (what holds on failure: the module docstring)."""
     groups = plan_groups(path, tables, default_topic)
-    _append_all(path, _encode(path, groups, compression=compression))
+    if not groups:
+        return
+    with batch_transaction(path, transactional_id, timeout_ms) as txn:
+        _commit(txn, path, _encode(path, groups, _producer(txn), compression=compression))
 
 
 def publish_once(
@@ -334,38 +338,81 @@ def publish_once(
     tables: list[Any],
     default_topic: str | None,
     compression: str | None = None,
+    transactional_id: str | None = None,
+    timeout_ms: int = DEFAULT_TIMEOUT_MS,
 ) -> bool:
     """Streaming write, exactly once per (sink, micro-batch) (the module docstring says how).
     Returns whether anything was appended."""
-    state = load_state(path, sink)
-    if state["batch_id"] >= batch_id:
-        return False
-    groups = plan_groups(path, tables, default_topic)
-    producer = producer_for(sink)
-    committed: dict[str, int] = state["sequences"]
-    pending = state["pending"] if state["pending"] and state["pending"].get("batch_id") == batch_id else None
-    if pending is None:
-        sequences = _first_sequences(path, groups, producer, committed)
-        encoded = _encode(path, groups, producer, sequences, compression=compression)  # bad rows fail here
-        starts = {_key(g): _end_offset(path, g) for g in groups}
-        save_state(
-            path,
-            sink,
-            {**state, "pending": {"batch_id": batch_id, "starts": starts, "sequences": sequences}},
+    group = f"{SINK_GROUP_PREFIX}{sink}"
+    with open_transaction(
+        path, transactional_id or f"{SINK_TRANSACTIONAL_ID_PREFIX}{sink}", timeout_ms
+    ) as txn:
+        legacy = load_state(path, sink)
+        if max(legacy["batch_id"], _committed_batch(path, group)) >= batch_id:
+            return False
+        groups = plan_groups(path, tables, default_topic)
+        pending = legacy["pending"]
+        skips = (
+            _legacy_written(path, sink, groups, legacy)
+            if pending and pending.get("batch_id") == batch_id
+            else {}
         )
-    else:
-        starts = pending["starts"]
-        sequences = {
-            _key(g): pending.get("sequences", {}).get(_key(g), committed.get(_key(g), 0)) for g in groups
-        }
-        skips = {
-            _key(g): _written(path, g, producer, starts[_key(g)], sequences[_key(g)])
-            for g in groups
-            if _key(g) in starts
-        }
-        encoded = _encode(path, groups, producer, sequences, skips, compression)
-    _append_all(path, encoded)
-    after = dict(committed)
-    after.update({_key(g): next_sequence(sequences[_key(g)], len(g.values)) for g in groups})
-    save_state(path, sink, {"batch_id": batch_id, "sequences": after, "pending": None})
-    return bool(encoded)
+        encoded = _encode(path, groups, _producer(txn), skips, compression)
+        _commit(txn, path, encoded, (group, [(*BATCH_ID_PARTITION, batch_id + 1, None)]))
+        return bool(encoded)
+
+
+def _committed_batch(path: str, group: str) -> int:
+    """The last micro-batch id the sink's transactions committed (-1: none)."""
+    from kafkalite.offsets import OffsetStore
+
+    with OffsetStore(path, group) as store:
+        committed = store.load().get(BATCH_ID_PARTITION)
+    return -1 if committed is None else committed[0] - 1
+
+
+def _producer(txn: _native.Transaction) -> Producer:
+    pid, epoch = txn.producer or (-1, -1)
+    return Producer(pid, epoch)
+
+
+def _commit(
+    txn: _native.Transaction,
+    path: str,
+    encoded: list[tuple[Group, bytes]],
+    offsets: tuple[str, list[tuple[str, int, int, str | None]]] | None = None,
+) -> None:
+    """Append ``encoded`` (and commit ``offsets`` for a group) in one transaction of ``txn``."""
+    txn.begin()
+    try:
+        txn.add_partitions([(g.topic, g.partition) for g, _ in encoded])
+        _append_all(path, encoded, txn)
+        if offsets is not None:
+            txn.send_offsets(*offsets)
+    except BaseException as e:
+        _abort(txn, e)
+        raise
+    try:
+        txn.end(True)
+    except BaseException as e:
+        e.add_note(
+            "kafkalite Spark sink: committing the transaction failed; read_committed readers see all of this "
+            f"write or none of it, decided by the next use of transactional id {txn.transactional_id!r}"
+        )
+        raise
+
+
+def _abort(txn: _native.Transaction, e: BaseException) -> None:
+    """After a failed append: abort the transaction, saying on ``e`` what readers see."""
+    try:
+        txn.end(False)
+    except Exception as abort_error:
+        e.add_note(
+            f"kafkalite Spark sink: aborting the transaction failed too ({abort_error}); it stays open until "
+            f"the next commit under transactional id {txn.transactional_id!r} or its timeout aborts it: "
+            "read_committed readers see none of this write"
+        )
+        return
+    e.add_note(
+        "kafkalite Spark sink: the transaction was aborted: read_committed readers see none of this write"
+    )

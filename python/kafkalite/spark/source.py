@@ -348,11 +348,14 @@ class KafkaliteWriter(DataSourceArrowWriter):
     def __init__(self, options: dict[str, str], overwrite: bool) -> None:
         if overwrite:
             raise SparkOptionError("kafkalite is an append-only log: use .mode('append')")
+        from kafkalite.spark import transactional
         from kafkalite.spark.sink import sink_compression
 
         self.path = check_write_target(options, "save")
         self.topic = options.get("topic")
         self.compression = sink_compression(options)
+        self.transactional_id = transactional.transactional_id(options)
+        self.timeout_ms = transactional.timeout_ms(options)
         self.job = str(uuid.uuid4())
 
     def write(self, iterator: Iterator[Any]) -> StagedFiles:
@@ -363,7 +366,14 @@ class KafkaliteWriter(DataSourceArrowWriter):
         from kafkalite.spark.sink import publish
 
         try:
-            publish(self.path, _staged_tables(messages), self.topic, self.compression)
+            publish(
+                self.path,
+                _staged_tables(messages),
+                self.topic,
+                self.compression,
+                self.transactional_id,
+                self.timeout_ms,
+            )
         finally:
             _discard(messages)
 
@@ -375,16 +385,20 @@ class KafkaliteWriter(DataSourceArrowWriter):
 
 
 class KafkaliteStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-type]
-    """Exactly-once per sink (``kafkalite.spark.sink.publish_once``): a replayed micro-batch is
-    skipped, and a commit that crashed midway is finished without appending rows twice."""
+    """Exactly-once per sink (``kafkalite.spark.sink.publish_once``): each micro-batch is one
+    transaction that also commits its id, so a replayed one is skipped and one killed midway is
+    aborted and written again whole."""
 
     def __init__(self, options: dict[str, str]) -> None:
+        from kafkalite.spark import transactional
         from kafkalite.spark.sink import sink_compression, sink_id
 
         self.path = check_write_target(options, "start")
         self.topic = options.get("topic")
         self.compression = sink_compression(options)
         self.sink = sink_id(options)
+        self.transactional_id = transactional.transactional_id(options)
+        self.timeout_ms = transactional.timeout_ms(options)
 
     def write(self, iterator: Iterator[Any]) -> StagedFiles:
         if _ARROW_STREAM_WRITES:
@@ -402,7 +416,14 @@ class KafkaliteStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-type]
 
         try:
             publish_once(
-                self.path, self.sink, batchId, _staged_tables(messages), self.topic, self.compression
+                self.path,
+                self.sink,
+                batchId,
+                _staged_tables(messages),
+                self.topic,
+                self.compression,
+                self.transactional_id,
+                self.timeout_ms,
             )
         finally:
             _discard(messages)

@@ -194,12 +194,18 @@ impl Log {
     /// target, the compacted topic's key rule, `max_message_bytes`) and stamped with `producer`
     /// (`record::encode_batches`), without appending: a caller that appends several partitions
     /// encodes them all first, so a record a partition refuses fails before any append, then
-    /// hands each result to `append_produce`.
-    pub fn encode_batches(&self, records: &[RecordInput<'_>], producer: ProducerStamp) -> Result<Vec<u8>> {
+    /// hands each result to `append_produce` (`transactional`: a transactional producer's).
+    pub fn encode_batches(
+        &self,
+        records: &[RecordInput<'_>],
+        producer: ProducerStamp,
+        transactional: bool,
+    ) -> Result<Vec<u8>> {
         if self.config.compact && records.iter().any(|r| r.key.is_none()) {
             return Err(null_key_error());
         }
-        let data = encode_batches(records, self.config.compression, self.target_batch_bytes(), producer)?;
+        let data =
+            encode_batches(records, self.config.compression, self.target_batch_bytes(), producer, transactional)?;
         let mut pos = 0;
         while pos < data.len() {
             let size = BatchHeader::parse(&data[pos..])?.total_size();

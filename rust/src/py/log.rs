@@ -163,6 +163,27 @@ fn folder_replaced(log: &Log) -> bool {
     }
 }
 
+/// Batches for a log attached to a transaction must be its producer's transactional ones:
+/// anything else would be appended outside the transaction it is meant to be in.
+fn check_transactional_batches(data: &[u8], producer: Option<(i64, i16)>) -> crate::Result<()> {
+    let mut pos = 0;
+    while pos < data.len() {
+        let h = crate::record::header::BatchHeader::parse(&data[pos..])?;
+        if !h.is_transactional() || Some((h.producer_id, h.producer_epoch)) != producer {
+            return Err(crate::Error::config(format!(
+                "append_produce on a log attached to a transaction takes that producer's ({producer:?}) \
+                 transactional batches (encode_batches(..., transactional=True)); a batch has producer \
+                 ({}, {}), transactional={}",
+                h.producer_id,
+                h.producer_epoch,
+                h.is_transactional()
+            )));
+        }
+        pos += h.total_size();
+    }
+    Ok(())
+}
+
 fn parse_flush(flush: &Bound<'_, PyAny>) -> PyResult<FlushPolicy> {
     if let Ok(s) = flush.cast::<PyString>() {
         return Ok(FlushPolicy::parse(s.to_str()?)?);
@@ -274,6 +295,9 @@ fn clean_options(delete_retention_ms: i64, min_compaction_lag_ms: i64, now: Opti
 
 /// A batch header as Python's `batch_headers` returns it.
 type BatchInfoTuple = (i64, i64, i64, i16, i32, i32, bool);
+
+/// A producer as Python's `producers` returns it.
+type ProducerTuple = (i64, i16, i32, i64, i32, i64);
 
 /// Records given as columns: `values` (bytes or None each), `keys` and `headers` (None, or one
 /// entry per value), held so their bytes can be borrowed without the GIL.
@@ -456,9 +480,9 @@ impl PyLog {
     /// producer), batched as this log's appends are; nothing is appended (`Log::encode_batches`).
     // The text signature spelled out: pyo3 shows negative defaults as `...`.
     #[pyo3(signature = (values, keys=None, headers=None, producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                        timestamp=None),
+                        timestamp=None, transactional=false),
            text_signature = "(self, /, values, keys=None, headers=None, producer_id=-1, producer_epoch=-1, \
-                             base_sequence=-1, timestamp=None)")]
+                             base_sequence=-1, timestamp=None, transactional=False)")]
     #[allow(clippy::too_many_arguments)]
     fn encode_batches<'py>(
         &self,
@@ -470,12 +494,13 @@ impl PyLog {
         producer_epoch: i16,
         base_sequence: i32,
         timestamp: Option<i64>,
+        transactional: bool,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let producer = ProducerStamp::new(producer_id, producer_epoch, base_sequence)?;
         let held = held_columns(values, keys, headers, timestamp.unwrap_or_else(now_ms))?;
         let header_slices = held_header_slices(&held)?;
         let inputs = record_inputs(&held, &header_slices);
-        let data = self.detached(py, |log| log.encode_batches(&inputs, producer))?;
+        let data = self.detached(py, |log| log.encode_batches(&inputs, producer, transactional))?;
         Ok(PyBytes::new(py, &data))
     }
 
@@ -509,7 +534,16 @@ impl PyLog {
     /// Returns (first offset, last offset, duplicate): for a retry of batches already in the
     /// log, the offsets of the batch found and True, nothing written. A sequence gap or an old
     /// epoch raises OutOfOrderSequenceNumberError / InvalidProducerEpochError, nothing written.
+    ///
+    /// On a log attached to a transaction (`attach_transaction`) the batches must be that
+    /// producer's transactional ones (`encode_batches(..., transactional=True)`): the partition
+    /// joins the open transaction first, as the other appends do.
     fn append_produce(&self, py: Python<'_>, data: &[u8]) -> PyResult<(i64, i64, bool)> {
+        if let Some((txn, _, _)) = self.producer_txn.get() {
+            self.join_transaction(py)?;
+            let producer = txn.producer();
+            check_transactional_batches(data, producer)?;
+        }
         match self.appended_durably(py, |log| log.append_produce(data))? {
             Produced::Appended(first, last) => Ok((first, last, false)),
             Produced::Duplicate(batch) => Ok((batch.first_offset(), batch.last_offset, true)),
@@ -541,6 +575,39 @@ impl PyLog {
                 (epoch, batches.last().map_or(crate::record::header::NO_SEQUENCE, |b| b.last_seq))
             }))
         })
+    }
+
+    /// Every producer of this partition's producer state, as DescribeProducers reports them:
+    /// (producer id, epoch, last sequence, last timestamp, coordinator epoch of its last
+    /// marker, first offset of its open transaction or -1).
+    fn producers(&self, py: Python<'_>) -> PyResult<Vec<ProducerTuple>> {
+        self.detached(py, |log| {
+            Ok(log
+                .producer_state()?
+                .summaries()
+                .into_iter()
+                .map(|p| {
+                    let open = p.current_txn_first_offset.unwrap_or(-1);
+                    (p.producer_id, p.epoch, p.last_sequence, p.last_timestamp, p.coordinator_epoch, open)
+                })
+                .collect())
+        })
+    }
+
+    /// Kafka's WriteTxnMarkers for one partition (what Admin's `abortTransaction` sends): an
+    /// ABORT (or COMMIT) marker of `producer_id` at `epoch`. Returns its offset, or None when
+    /// the partition holds no open transaction of that producer at that epoch (nothing written).
+    fn write_txn_marker(
+        &self,
+        py: Python<'_>,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        coordinator_epoch: i32,
+    ) -> PyResult<Option<i64>> {
+        let written =
+            self.detached(py, |log| log.append_txn_marker(producer_id, epoch, commit, coordinator_epoch, now_ms()))?;
+        Ok(written.map(|m| m.offset))
     }
 
     /// Make this log a transactional producer's (once): its appends join `txn`'s open

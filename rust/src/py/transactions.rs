@@ -38,6 +38,11 @@ impl TxnShared {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The producer's (id, epoch), once initialized.
+    pub fn producer(&self) -> Option<(i64, i16)> {
+        self.inner().producer
+    }
+
     /// Before a batch is appended to `(topic, partition)`: the producer's (id, epoch), the
     /// partition added to the open transaction first if it is not yet. Outside a transaction
     /// the append is refused (INVALID_TXN_STATE).
@@ -159,6 +164,24 @@ impl PyTransaction {
         }
         inner.open = true;
         inner.added.clear();
+        Ok(())
+    }
+
+    /// AddPartitionsToTxn of several partitions at once (one coordinator record), for a writer
+    /// that knows them all before appending (the Spark sink's commit); the attached logs'
+    /// appends then find them added.
+    fn add_partitions(&self, py: Python<'_>, partitions: Vec<(String, i32)>) -> PyResult<()> {
+        let s = &self.shared;
+        let (pid, epoch) = self.open_producer()?;
+        let new: Vec<_> = {
+            let inner = s.inner();
+            partitions.into_iter().filter(|p| !inner.added.contains(p)).collect()
+        };
+        if new.is_empty() {
+            return Ok(());
+        }
+        py.detach(|| s.coordinator.add_partitions(&s.id, pid, epoch, &new, now_ms()))?;
+        s.inner().added.extend(new);
         Ok(())
     }
 

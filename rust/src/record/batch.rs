@@ -278,15 +278,20 @@ pub fn fill_batches(
 /// for `Log::append_produce`: base offsets relative (the first record is offset 0; the log
 /// re-offsets on append), CreateTime, and every batch stamped with `producer`, its baseSequence
 /// the sequence of its first record (`producer.base_sequence` plus the records before it,
-/// wrapping from i32::MAX to 0 as Kafka's sequences do).
+/// wrapping from i32::MAX to 0 as Kafka's sequences do). `transactional`: every batch carries
+/// attribute bit 4, as a transactional producer's batches do (a producer is then required).
 pub fn encode_batches(
     records: &[RecordInput<'_>],
     compression: Compression,
     target: usize,
     producer: ProducerStamp,
+    transactional: bool,
 ) -> Result<Vec<u8>> {
     if records.is_empty() {
         return Err(Error::config("encode_batches needs at least one record"));
+    }
+    if transactional && producer.producer_id < 0 {
+        return Err(Error::config("a transactional batch needs a producer id, epoch and base sequence"));
     }
     let mut out = Vec::new();
     let mut encoded = 0u64;
@@ -294,6 +299,9 @@ pub fn encode_batches(
     let mut finish = |mut builder: BatchBuilder| -> Result<Vec<u8>> {
         let count = builder.count() as u64;
         builder.set_producer(producer.advanced(encoded));
+        if transactional {
+            builder.set_transactional();
+        }
         let (bytes, _) = builder.finish(encoded as i64)?;
         out.extend_from_slice(&bytes);
         encoded += count;
