@@ -116,7 +116,6 @@ class _Partition:
         "topic",
         "number",
         "acc",
-        "first_add",
         "log",
         "identity",
         "drain_lock",
@@ -128,7 +127,6 @@ class _Partition:
         self.topic = topic
         self.number = number
         self.acc = acc
-        self.first_add = 0.0
         self.log: Log | None = None
         self.identity: tuple[int, int] | None = None
         self.drain_lock = threading.Lock()
@@ -397,12 +395,11 @@ class _Sender:
         )
 
     def wake(self, p: _Partition, due: bool = False) -> None:
-        """Have the sender thread append ``p``'s records: after ``linger_ms`` from
-        ``p.first_add``, or at once when ``due``."""
+        """Have the sender thread append ``p``'s records: ``linger_ms`` after its batch got
+        its first record (the accumulator notes when), or at once when ``due``."""
         with self.wakeup:
             self.dirty.add(p)
             if due:
-                p.first_add = 0.0
                 self.due = True
                 self.wakeup.notify()
             elif self.idle:
@@ -727,14 +724,17 @@ class _Sender:
                     self.idle = True
                     self.wakeup.wait(timeout=max(0.0, wait))
                     self.idle = False
-                dirty, self.dirty, self.due = self.dirty, set(), False
+                dirty, due, self.dirty, self.due = self.dirty, self.due, set(), False
                 closing = self.closed
             if closing:  # the last pass: everything queued before close() refused records, even
                 # a record whose sender has not called wake() yet (preempted after queueing it)
                 dirty = {p for t in list(self.topics.values()) for p in t.partitions}
-            if self.linger and dirty and not closing:
-                oldest = min(p.first_add for p in dirty)
-                delay = oldest + self.linger - time.monotonic()
+            if self.linger and dirty and not closing and not due:
+                # The batch that started first is due first (no batch being built: due now).
+                try:
+                    delay = min(p.acc.linger_left(p.number, self.linger) or 0.0 for p in dirty)
+                except LogPoisonedError:  # a panic: due now, the drain fails the records typed
+                    delay = 0.0
                 if delay > 0:
                     with self.wakeup:  # close(), or batches due now, cut the linger short
                         self.wakeup.wait_for(lambda: self.closed or self.due, timeout=delay)
@@ -1132,8 +1132,7 @@ class Producer(ProducerCore):
                 sender.wake(p, due=True)
                 return future
             sender.drain(p, current=False)
-        if code & SEND_FIRST:
-            p.first_add = time.monotonic()
+        if code & SEND_FIRST:  # the accumulator noted when the batch started: linger from then
             sender.wake(p)
         return future
 
