@@ -730,7 +730,7 @@ class _Sender:
                 # a record whose sender has not called wake() yet (preempted after queueing it)
                 dirty = {p for t in list(self.topics.values()) for p in t.partitions}
             if self.linger and dirty and not closing and not due:
-                # The batch that started first is due first (no batch being built: due now).
+                # The batch that started first is due first (a partition never written: due now).
                 try:
                     delay = min(p.acc.linger_left(p.number, self.linger) or 0.0 for p in dirty)
                 except LogPoisonedError:  # a panic: due now, the drain fails the records typed

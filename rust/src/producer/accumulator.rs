@@ -71,7 +71,6 @@ pub struct TakenStats {
 struct Open<B> {
     builder: BatchBuilder,
     batch: B,
-    since: Instant,
 }
 
 /// One partition's records not yet taken: the batch being filled and the sealed ones, oldest
@@ -79,11 +78,13 @@ struct Open<B> {
 struct Slot<B> {
     open: Option<Open<B>>,
     sealed: VecDeque<(BatchBuilder, B)>,
+    /// When the partition's latest batch got its first record (kept once it is taken).
+    started: Option<Instant>,
 }
 
 impl<B> Slot<B> {
     fn new() -> Self {
-        Slot { open: None, sealed: VecDeque::new() }
+        Slot { open: None, sealed: VecDeque::new(), started: None }
     }
 
     /// Queue the open batch (if any) behind the sealed ones.
@@ -210,7 +211,8 @@ impl<B> Accumulator<B> {
             None => {
                 let batch = new_batch(number)?;
                 let builder = BatchBuilder::new(self.compression, None, BATCH_CAPACITY);
-                slot.open.insert(Open { builder, batch, since: Instant::now() })
+                slot.started = Some(Instant::now());
+                slot.open.insert(Open { builder, batch })
             }
         };
         let index = open.builder.count();
@@ -267,11 +269,13 @@ impl<B> Accumulator<B> {
         }
     }
 
-    /// How long partition `partition`'s open batch may still wait for more records under
-    /// `linger` (zero once due); None when it has no open batch (nothing lingers).
+    /// How long until `linger` has passed since partition `partition`'s latest batch got its
+    /// first record (zero once due), as Kafka's sender waits per partition: the latest batch
+    /// whether or not it was taken since, so a sender woken for it keeps that deadline rather
+    /// than sweeping the partition at once. None when no record ever went to the partition.
     pub fn linger_left(&self, partition: usize, linger: Duration, now: Instant) -> Option<Duration> {
-        let open = self.slots.get(partition)?.open.as_ref()?;
-        Some((open.since + linger).saturating_duration_since(now))
+        let started = self.slots.get(partition)?.started?;
+        Some((started + linger).saturating_duration_since(now))
     }
 
     /// The handle of every batch not taken, open or sealed (to fail them all when the
@@ -446,7 +450,9 @@ mod tests {
         put(&mut a, &rec(None, b"b"), Some(0), &mut next);
         assert_eq!(a.linger_left(0, linger, now + linger), Some(Duration::ZERO), "a later record does not restart it");
         a.take(0, true);
-        assert_eq!(a.linger_left(0, linger, now), None);
+        assert_eq!(a.linger_left(0, linger, now), Some(left), "a taken batch's deadline stands");
+        put(&mut a, &rec(None, b"c"), Some(0), &mut next);
+        assert!(a.linger_left(0, linger, now + linger).unwrap() > Duration::ZERO, "the next batch starts its own");
     }
 
     #[test]

@@ -234,8 +234,9 @@ impl Accumulator {
         self.with_core(py, |acc| Ok(acc.pending(partition)))
     }
 
-    /// Seconds partition `partition`'s batch being built may still wait for more records
-    /// under `linger` seconds (0 once due); None when none is being built.
+    /// Seconds until `linger` seconds passed since partition `partition`'s latest batch got
+    /// its first record (0 once due; `crate::producer::Accumulator::linger_left`); None when
+    /// no record ever went to the partition.
     fn linger_left(&self, py: Python<'_>, partition: usize, linger: f64) -> PyResult<Option<f64>> {
         let linger = Duration::try_from_secs_f64(linger).unwrap_or(Duration::MAX);
         self.with_core(py, |acc| Ok(acc.linger_left(partition, linger, Instant::now()).map(|d| d.as_secs_f64())))
