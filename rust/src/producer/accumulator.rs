@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::partitioner::{self, StickyPartitioner};
 use crate::record::header::HEADER_LEN;
 use crate::record::record::record_size_upper_bound;
@@ -288,6 +288,7 @@ impl<B> Accumulator<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Result;
 
     type Acc = Accumulator<u32>;
 

@@ -36,8 +36,6 @@ pub const DRAIN: i64 = 1;
 /// Flag: the record started partition `a`'s batch: the sender appends it after `linger_ms`.
 pub const FIRST: i64 = 2;
 
-/// The initial capacity of a batch's buffer (it grows up to `batch_size`).
-
 /// A full batch handed to `PyLog.append_buffer` (which takes its records out).
 #[pyclass(frozen, module = "kafkalite._native")]
 pub struct BatchBuffer {
