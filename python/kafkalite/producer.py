@@ -10,14 +10,19 @@ is in the log. Several producer processes may write the same partition at once (
 The sender thread and everything it needs live in ``_Sender``; the ``Producer`` object is the
 public face and the only owner of the sender. So a producer that is garbage collected, or still
 open when the interpreter exits, is flushed by its finalizer (``weakref.finalize``) with a
-bounded wait, as kafka-python delivers queued records at exit."""
+bounded wait, as kafka-python delivers queued records at exit.
+
+This module holds the topic and partition state, the sender thread (``_Sender``) and the public
+class; beside it, by role: ``producer_callbacks`` (where callbacks run, and what they may not
+call), ``producer_threads`` (the flusher thread, closing logs in parallel), ``producer_checks``
+(argument checks) and ``producer_transactions`` (the transactional methods). The batching and
+draining themselves are native: ``rust/src/producer/``, wrapped by ``rust/src/py/``."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
-import queue
 import random
 import threading
 import time
@@ -51,7 +56,6 @@ from kafkalite.compaction import clean_if_dirty
 from kafkalite.datadir import METADATA_FILE, NOTIFY_FILE, DataDir, is_compacted, log_options
 from kafkalite.durable_acks import DurableAcks
 from kafkalite.errors import (
-    CommitFailedError,
     IllegalStateError,
     InvalidConfigError,
     InvalidRecordError,
@@ -64,10 +68,19 @@ from kafkalite.errors import (
     RecordTooLargeError,
     UnknownTopicError,
     UnknownTopicOrPartitionError,
-    bytes_expected,
     with_action,
 )
 from kafkalite.log import Log, Record
+from kafkalite.producer_callbacks import _finish_batch, _in_callbacks, _refuse_in_callback
+from kafkalite.producer_checks import (
+    _NULL_KEY,
+    _as_bytes_list,
+    _check_partition,
+    _check_values,
+    _record_error,
+)
+from kafkalite.producer_threads import _close_logs, _Flusher, _log_background_failure
+from kafkalite.producer_transactions import TransactionalProducer
 from kafkalite.transactions import TransactionManager
 
 logger = logging.getLogger("kafkalite.producer")
@@ -75,8 +88,6 @@ logger = logging.getLogger("kafkalite.producer")
 #: How long closing a deleted or idle partition's log may wait for its append lock (another
 #: process's writer may hold it, even stopped): the sender thread must go on sending.
 _CLOSE_TIMEOUT = 1.0
-#: How many partition logs ``close()`` closes at once (``_close_logs``).
-_CLOSE_PARALLELISM = 8
 #: A file mtime older than this is final: a later change gets a later mtime even where the
 #: file system's clock ticks coarsely (Linux stamps with the jiffy clock, some file systems by
 #: the second).
@@ -93,9 +104,6 @@ _DURABLE_TIMEOUT_MS = 60_000
 
 #: Producer config keys (kafka-python's names) and their defaults (``PRODUCER_CONFIG``).
 DEFAULTS: dict[str, Any] = PRODUCER_CONFIG.defaults()
-
-
-_NULL_KEY = "topic {topic!r} is compacted (cleanup.policy=compact), so every record needs a key; got key=None"
 
 
 class RecordMetadata(NamedTuple):
@@ -116,7 +124,6 @@ class _Partition:
         "topic",
         "number",
         "acc",
-        "first_add",
         "log",
         "identity",
         "drain_lock",
@@ -128,7 +135,6 @@ class _Partition:
         self.topic = topic
         self.number = number
         self.acc = acc
-        self.first_add = 0.0
         self.log: Log | None = None
         self.identity: tuple[int, int] | None = None
         self.drain_lock = threading.Lock()
@@ -213,106 +219,6 @@ class _Topic:
             )
 
 
-def _finish_batch(appended: tuple[Any, int, int | None], error: BaseException | None) -> None:
-    """A batch appended under acks='all' is on disk, or its sync failed: resolve its futures.
-    ``appended``: the native batch with the first offset and log-append time it was given."""
-    batch, first_offset, log_append_time = appended
-    # The callbacks run in the acknowledging thread, which flush() and close() wait for.
-    _in_callbacks.depth = getattr(_in_callbacks, "depth", 0) + 1
-    try:
-        if error is None:
-            batch.complete(first_offset, log_append_time)
-        else:
-            batch.fail(error)
-    finally:
-        _in_callbacks.depth -= 1
-
-
-def _log_background_failure(what: str, e: Exception) -> None:
-    """The one rule for background work that failed and is retried on the next pass: a
-    KafkaliteError (full disk, too many open files) is operational and its message says it all
-    (WARNING); anything else is a bug, logged with its traceback (ERROR)."""
-    if isinstance(e, KafkaliteError):
-        logger.warning("%s failed; retrying on the next pass: %s", what, e)
-    else:
-        logger.error("%s failed; retrying on the next pass", what, exc_info=e)
-
-
-class _Flusher:
-    """One long-lived thread, started on first use, that runs the bounded flushes and closes of
-    a producer: a caller waits at most its timeout even when an append waits for a partition
-    lock held by a stopped process (the engine waits up to 60 s), while the work goes on here.
-    Jobs run one at a time, in order. The thread holds only its queue, never the producer, so an
-    abandoned producer can still be collected."""
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._mutex = threading.Lock()
-
-    def run(self, job: Callable[[], None], timeout: float) -> bool:
-        """Run ``job`` here, waiting at most ``timeout`` s; False if it has not finished by then.
-        An exception of the job is raised to the caller."""
-        if threading.current_thread() is self._thread:  # a job that flushes (close at exit)
-            job()
-            return True
-        finished = threading.Event()
-        failure: list[BaseException] = []
-
-        def wrapped() -> None:
-            try:
-                job()
-            except BaseException as e:  # handed to the caller below
-                failure.append(e)
-            finally:
-                finished.set()
-
-        with self._mutex:
-            if self._thread is None or not self._thread.is_alive():  # first use, or after a fork
-                self._thread = threading.Thread(
-                    target=_run_jobs, args=(self._jobs,), name="kafkalite-producer-flusher", daemon=True
-                )
-                self._thread.start()
-            self._jobs.put(wrapped)
-        if not finished.wait(timeout):
-            return False
-        if failure:
-            raise failure[0]
-        return True
-
-    def stop(self) -> None:
-        """End the thread after the jobs already queued (not waited for: one may be stuck)."""
-        with self._mutex:
-            if self._thread is not None and self._thread.is_alive():
-                self._jobs.put(None)
-            self._thread = None
-
-
-# Futures' callbacks run in whichever thread drains a partition, holding its drain_lock (so a
-# partition's callbacks run in order, as Kafka's do), or (acks='all') in the acknowledging
-# thread. Counts, per thread, the drains and acknowledgements under way.
-_in_callbacks = threading.local()
-
-#: Why each blocking call is refused inside a callback (``_refuse_in_callback``).
-_WAITS_FOR_ITSELF = {
-    "flush": "flush() would wait for the records being written, the callback's own among them",
-    "close": "close() would wait for the records being written, the callback's own among them",
-    "send_batch": "send_batch() appends at once and would wait for the partition the callback's thread "
-    "is writing (its own, or one another callback holds); use send(), which queues",
-}
-
-
-def _refuse_in_callback(what: str) -> None:
-    """flush(), close() or send_batch() from a callback would wait for the drain (or the
-    acknowledgement) that runs the callback: a deadlock. Kafka's Java producer refuses flush()
-    in a callback too; send() stays allowed (``_after_send`` never waits there)."""
-    if getattr(_in_callbacks, "depth", 0):
-        raise IllegalStateError(
-            f"{what}() inside a producer callback is not permitted: the callback runs while records are "
-            f"being written or acknowledged, and {_WAITS_FOR_ITSELF[what]}; call it from another thread"
-        )
-
-
 #: Every producer's sender, for ``_shut_in_forked_child``.
 _senders: weakref.WeakSet[_Sender] = weakref.WeakSet()
 
@@ -326,11 +232,6 @@ def _shut_in_forked_child() -> None:
 
 
 os.register_at_fork(after_in_child=_shut_in_forked_child)
-
-
-def _run_jobs(jobs: queue.SimpleQueue[Callable[[], None] | None]) -> None:
-    while (job := jobs.get()) is not None:
-        job()
 
 
 class _Sender:
@@ -397,12 +298,11 @@ class _Sender:
         )
 
     def wake(self, p: _Partition, due: bool = False) -> None:
-        """Have the sender thread append ``p``'s records: after ``linger_ms`` from
-        ``p.first_add``, or at once when ``due``."""
+        """Have the sender thread append ``p``'s records: ``linger_ms`` after its batch got
+        its first record (the accumulator notes when), or at once when ``due``."""
         with self.wakeup:
             self.dirty.add(p)
             if due:
-                p.first_add = 0.0
                 self.due = True
                 self.wakeup.notify()
             elif self.idle:
@@ -727,14 +627,17 @@ class _Sender:
                     self.idle = True
                     self.wakeup.wait(timeout=max(0.0, wait))
                     self.idle = False
-                dirty, self.dirty, self.due = self.dirty, set(), False
+                dirty, due, self.dirty, self.due = self.dirty, self.due, set(), False
                 closing = self.closed
             if closing:  # the last pass: everything queued before close() refused records, even
                 # a record whose sender has not called wake() yet (preempted after queueing it)
                 dirty = {p for t in list(self.topics.values()) for p in t.partitions}
-            if self.linger and dirty and not closing:
-                oldest = min(p.first_add for p in dirty)
-                delay = oldest + self.linger - time.monotonic()
+            if self.linger and dirty and not closing and not due:
+                # The batch that started first is due first (a partition never written: due now).
+                try:
+                    delay = min(p.acc.linger_left(p.number, self.linger) or 0.0 for p in dirty)
+                except LogPoisonedError:  # a panic: due now, the drain fails the records typed
+                    delay = 0.0
                 if delay > 0:
                     with self.wakeup:  # close(), or batches due now, cut the linger short
                         self.wakeup.wait_for(lambda: self.closed or self.due, timeout=delay)
@@ -925,46 +828,11 @@ class _Sender:
             logger.info("flushed %d records of a producer left open at %s", pending, why)
 
 
-def _close_logs(logs: list[Log], left: Callable[[], float | None]) -> None:
-    """Close a producer's partition logs, up to ``_CLOSE_PARALLELISM`` at once. Closing a
-    partition's last writer syncs its active segment (Kafka's clean shutdown: the marker says
-    the data is on disk), which mostly waits for the disk, and the syncs of several partitions
-    overlap (4 partitions that took 1,000,000 records, the machine busy: 240-250 ms one by one,
-    105-130 ms together). Each close is
-    bounded by ``left()`` (another writer may hold the lock). Every log is closed even when one
-    fails; the first failure is raised."""
-    pending = list(logs)  # list.pop is atomic: the workers share it
-    failures: list[BaseException] = []
-
-    def work() -> None:
-        while pending:
-            try:
-                log = pending.pop()
-            except IndexError:  # another worker took the last one
-                return
-            try:
-                log.close(left())
-            except BaseException as e:  # raised below, once every log is closed
-                failures.append(e)
-
-    helpers = [
-        threading.Thread(target=work, name="kafkalite-producer-close", daemon=True)
-        for _ in range(min(_CLOSE_PARALLELISM, len(logs)) - 1)
-    ]
-    for h in helpers:
-        h.start()
-    work()  # the closing thread closes logs too
-    for h in helpers:
-        h.join()
-    if failures:
-        raise failures[0]
-
-
 def _finalize(sender: _Sender, why: str) -> None:
     sender.close_at_exit(why)
 
 
-class Producer(ProducerCore):
+class Producer(ProducerCore, TransactionalProducer):
     """``Producer(path, **config)`` with kafka-python's names: ``acks`` (0, 1, 'all'),
     ``batch_size``, ``linger_ms``, ``compression_type`` (None, 'none', 'gzip', 'snappy', 'lz4', 'zstd'),
     ``key_serializer``, ``value_serializer``, ``partitioner``, ``max_request_size``,
@@ -1132,8 +1000,7 @@ class Producer(ProducerCore):
                 sender.wake(p, due=True)
                 return future
             sender.drain(p, current=False)
-        if code & SEND_FIRST:
-            p.first_add = time.monotonic()
+        if code & SEND_FIRST:  # the accumulator noted when the batch started: linger from then
             sender.wake(p)
         return future
 
@@ -1235,76 +1102,6 @@ class Producer(ProducerCore):
         sender.notify()
         return out
 
-    # -- transactions (kafka-python's and confluent-kafka's names; see kafkalite.transactions) --
-    def _transactions(self) -> TransactionManager:
-        self._check_open()
-        if self._txn is None:
-            raise IllegalStateError(
-                "transactions need a transactional producer: Producer(path, transactional_id=...)"
-            )
-        return self._txn
-
-    def init_transactions(self, timeout: float | None = None) -> None:
-        """Register the ``transactional_id``: a previous producer with the same id (in any
-        process) is fenced and its open transaction aborted. Call once, before the first
-        ``begin_transaction()``. ``timeout`` is confluent-kafka's, accepted and unused: waits
-        for other holders of the id are bounded (``ConcurrentTransactionsError``)."""
-        validate.timeout("timeout", timeout)
-        self._transactions().init()
-
-    def begin_transaction(self) -> None:
-        """Start a transaction: the records sent until ``commit_transaction()`` are read by
-        read_committed consumers all at once at its commit, never if it aborts."""
-        txn = self._transactions()
-        txn.begin()
-        self._sender.gate.reopen()  # sends take the native path again until the transaction ends
-
-    def send_offsets_to_transaction(
-        self, offsets: dict[Any, Any], consumer_group_metadata: Any, timeout: float | None = None
-    ) -> None:
-        """Commit the consumer's ``offsets`` (``{TopicPartition: OffsetAndMetadata}``, the next
-        offsets to read) for its group as part of the transaction: they are the group's committed
-        offsets iff the transaction commits. ``consumer_group_metadata``: ``Consumer.group_metadata()``
-        or a group id (kafka-python's ``consumer_group_id``). A consumer that is no longer the
-        group's member of that generation (a zombie: it lost its partitions in a rebalance) is
-        refused (``CommitFailedError``: ``IllegalGenerationError``, ``UnknownMemberIdError``,
-        ``FencedInstanceIdError``), after which the transaction can only be aborted."""
-        validate.timeout("timeout", timeout)
-        try:
-            self._transactions().send_offsets(offsets, consumer_group_metadata)
-        except CommitFailedError:
-            self._sender.gate.shut()  # sends raise it again until abort_transaction()
-            raise
-
-    def commit_transaction(self, timeout: float | None = None) -> None:
-        """Flush, then commit the transaction (PrepareCommit, a COMMIT marker in every partition
-        it wrote, CompleteCommit: durable at each step; a crash in between is completed by the next
-        user of the transactional id). Raises if one of its records failed (abort it then)."""
-        self._end_transaction(True, timeout)
-
-    def abort_transaction(self, timeout: float | None = None) -> None:
-        """Flush, then abort the transaction: its records (and offsets) are never visible to
-        read_committed readers."""
-        self._end_transaction(False, timeout)
-
-    def _end_transaction(self, commit: bool, timeout: float | None) -> None:
-        _refuse_in_callback("commit_transaction" if commit else "abort_transaction")
-        txn = self._transactions()
-        if not txn.in_transaction:
-            txn.end(commit)  # raises InvalidTxnStateError (or the fatal error)
-        self._sender.gate.shut()  # later sends raise until the next begin_transaction()
-        try:
-            self._sender.flush(validate.timeout("timeout", timeout))
-        except BaseException:
-            self._sender.gate.reopen()  # still in the transaction
-            raise
-        try:
-            txn.end(commit)
-        except BaseException:
-            if txn.in_transaction:
-                self._sender.gate.reopen()
-            raise
-
     # -- lifecycle -------------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> None:
         """Append every queued record now and wait until they are in the log."""
@@ -1341,53 +1138,3 @@ class Producer(ProducerCore):
 
 
 PRODUCER_CONFIG.document(Producer)
-
-
-def _check_partition(t: _Topic, partition: Any) -> int:
-    number = validate.integer("partition", partition, -(2**63), validate.INT64_MAX)
-    if not 0 <= number < len(t.partitions):
-        raise InvalidConfigError(
-            f"topic {t.name!r} has partitions 0..{len(t.partitions) - 1}; there is no partition {number}"
-        )
-    return number
-
-
-def _record_error(value: Any, key: Any, headers: Any) -> InvalidTypeError:
-    """Name what was wrong with a record the native buffer refused."""
-    for name, item in (("value", value), ("key", key)):
-        if item is not None and not isinstance(item, bytes):
-            return bytes_expected(name, item)
-    return InvalidTypeError(
-        f"headers must be a list of (str, bytes or None) pairs, for example [('trace', b'1')]; got {headers!r:.200}"
-    )
-
-
-def _check_values(values: list, keys: list | None) -> None:
-    """send_batch's records, all checked before any is written."""
-    for i, v in enumerate(values):
-        if not isinstance(v, bytes):
-            if v is None and keys is not None and keys[i] is not None:
-                continue
-            if v is None:
-                raise InvalidConfigError(
-                    f"values[{i}] is None and has no key; a record needs a key or a value"
-                )
-            raise bytes_expected(f"values[{i}]", v)
-    for i, k in enumerate(keys or ()):
-        if k is not None and not isinstance(k, bytes):
-            raise bytes_expected(f"keys[{i}]", k)
-
-
-def _as_bytes_list(items: Any, what: str) -> list:
-    """A list of bytes (or None) from a list or a pyarrow array."""
-    if isinstance(items, list):
-        return items
-    try:
-        import pyarrow as pa
-    except ImportError:  # pragma: no cover
-        pa = None
-    if pa is not None and isinstance(items, (pa.Array, pa.ChunkedArray)):
-        if pa.types.is_string(items.type) or pa.types.is_large_string(items.type):
-            items = items.cast(pa.binary())
-        return items.to_pylist()
-    return list(items)

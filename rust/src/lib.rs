@@ -36,7 +36,8 @@
 //! Kafka's checkpoint files), `topic_config` (every topic and data-directory config key: one
 //! table, one resolution), `options` (a log's settings) and `error` (the one error type). Above
 //! the partition: `datadir` (a data directory's topic metadata), `partitioner` (Kafka's
-//! murmur2), `notify` (futex wake-ups across processes), `offsets_codec` (Kafka's
+//! murmur2), `producer` (the embedded producer's core: batching per partition, linger, draining
+//! through the log's append), `notify` (futex wake-ups across processes), `offsets_codec` (Kafka's
 //! `__consumer_offsets` records, for the server and the clients), `inspect` (a segment judged by
 //! recovery's rules, for `kafkalite dump-log`), `arrow` (records to Arrow), `spark` (the same
 //! records as Spark's Kafka-source rows), `users` (the SASL/SCRAM credentials `kafkalite serve`
@@ -73,6 +74,7 @@ pub mod offsets_codec;
 pub mod options;
 pub mod partitioner;
 pub mod prealloc;
+pub mod producer;
 pub mod producer_ids;
 pub mod producer_state;
 pub mod record;

@@ -1,6 +1,7 @@
 //! The producer's drain of one partition, native: take the partition's queued batches from its
-//! `Accumulator`, append them to the partition's open log, resolve their futures (callbacks run
-//! here, in order) and wake the readers. `ProducerCore.send` calls it when a batch fills, and
+//! `Accumulator`, append them to the partition's open log in order (the core's
+//! `crate::producer::append_in_order`), resolve their futures (callbacks run here, in order)
+//! and wake the readers. `ProducerCore.send` calls it when a batch fills, and
 //! the sender thread's `_Sender.drain` tries it first. A Python frame per batch (the lock, the
 //! take, the append, the completion) cost tens of microseconds, hundreds of nanoseconds per
 //! record at ~130 records a batch.
@@ -17,6 +18,9 @@
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
+
+use crate::producer::{append_in_order, Appended, BatchSink, Drained};
+use crate::record::BatchBuilder;
 
 use super::log::PyLog;
 use super::producer::{Accumulator, BatchBuffer};
@@ -60,6 +64,26 @@ fn open_log<'py>(p: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyLog>>> {
     Ok(Some(log.getattr(intern!(p.py(), "_native"))?.cast_into::<PyLog>()?))
 }
 
+/// The partition's open log as the core's drain sees it: the producer's append (the GIL kept
+/// unless another thread or writer holds the log), refusing a folder that was replaced.
+struct OpenLog<'a, 'py> {
+    log: &'a Bound<'py, PyLog>,
+}
+
+impl BatchSink for OpenLog<'_, '_> {
+    type Error = PyErr;
+
+    fn append(&mut self, builder: BatchBuilder) -> PyResult<Result<Appended, BatchBuilder>> {
+        let appended = self.log.get().append_batch(self.log.py(), builder, true)?;
+        Ok(appended.map(|((first_offset, last_offset), ticket, log_append_time)| Appended {
+            first_offset,
+            last_offset,
+            log_append_time,
+            ticket,
+        }))
+    }
+}
+
 /// `_Sender.drain_locked` for an open log (the caller holds the drain lock). True if it took
 /// any batch.
 fn drain_locked(
@@ -82,46 +106,39 @@ fn drain_locked(
     let depth = callback_depth(py)?;
     set_callback_depth(py, depth + 1)?;
     // Every taken batch is appended and resolved even when a callback raises KeyboardInterrupt
-    // or SystemExit (raised below, once they all were): the batches left over are out of the
-    // accumulator, so stopping at the first would lose their records and never resolve them.
+    // or SystemExit (raised below, once they all were): the core's drain gives every batch its
+    // outcome, and only the first such error is kept.
     let mut interrupted: Option<PyErr> = None;
     let mut first_error = |r: PyResult<()>| {
         if let Err(e) = r {
             interrupted.get_or_insert(e);
         }
     };
-    let mut taken = taken.into_iter();
-    while let Some((builder, state)) = taken.next() {
-        let count = builder.count();
-        match log.get().append_batch(py, builder, true) {
-            Ok(Ok(((first, _), ticket, log_append_time))) => {
-                queued -= count;
-                first_error(p.setattr(inflight, queued));
-                first_error(match ticket {
-                    // acks='all': acknowledged once group commit synced it (`_Sender.append_one`).
-                    Some(ticket) => {
-                        super::durable::hand(sender, p, log, state, (first, log_append_time), ticket, count)
-                    }
-                    None => state.get().complete(py, first, log_append_time),
-                });
-            }
-            Ok(Err(builder)) => {
-                // The folder was replaced: the Python path reopens the partition (or fails the
-                // batches typed) for this batch and every later one, in order.
-                let batches = std::iter::once((builder, state)).chain(taken.by_ref());
-                for (builder, state) in batches {
-                    let buffer = BatchBuffer::holding(builder);
-                    first_error(sender.call_method1(intern!(py, "append_one"), (p, buffer, state)).map(drop));
+    append_in_order(&mut OpenLog { log }, taken, |outcome| match outcome {
+        Drained::Appended { batch, records, at } => {
+            queued -= records;
+            first_error(p.setattr(inflight, queued));
+            first_error(match at.ticket {
+                // acks='all': acknowledged once group commit synced it (`_Sender.append_one`).
+                Some(ticket) => {
+                    super::durable::hand(sender, p, log, batch, (at.first_offset, at.log_append_time), ticket, records)
                 }
-            }
-            Err(e) => {
-                queued -= count;
-                first_error(p.setattr(inflight, queued));
-                let failed = sender.call_method1(intern!(py, "append_failed"), (p, count, state, e.into_value(py)));
-                first_error(failed.map(drop));
-            }
+                None => batch.get().complete(py, at.first_offset, at.log_append_time),
+            });
         }
-    }
+        Drained::Replaced { batch, builder } => {
+            // The folder was replaced: the Python path reopens the partition (or fails the
+            // batches typed) for this batch and every later one, in order.
+            let buffer = BatchBuffer::holding(builder);
+            first_error(sender.call_method1(intern!(py, "append_one"), (p, buffer, batch)).map(drop));
+        }
+        Drained::Failed { batch, records, error } => {
+            queued -= records;
+            first_error(p.setattr(inflight, queued));
+            let failed = sender.call_method1(intern!(py, "append_failed"), (p, records, batch, error.into_value(py)));
+            first_error(failed.map(drop));
+        }
+    });
     let result = interrupted.map_or(Ok(()), Err);
     let restored = p.setattr(inflight, 0).and_then(|()| set_callback_depth(py, callback_depth(py)? - 1));
     result.and(restored).map(|()| true)
@@ -146,8 +163,8 @@ fn set_callback_depth(py: Python<'_>, depth: i64) -> PyResult<()> {
     in_callbacks(py)?.setattr(intern!(py, "depth"), depth)
 }
 
-/// `time.monotonic()`, the clock `_Partition.last_used` and `first_add` are on.
-pub(super) fn monotonic(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+/// `time.monotonic()`, the clock of `_Partition.last_used`.
+fn monotonic(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
     static MONOTONIC: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     MONOTONIC.import(py, "time", "monotonic")?.call0()
 }

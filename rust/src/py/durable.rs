@@ -6,7 +6,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 
 use super::log::PyLog;
-use super::producer::BatchState;
+use super::future::BatchState;
 use crate::group_commit::{wait_all, Ticket};
 
 /// What one appended batch waits for before it may be acknowledged.

@@ -7,6 +7,7 @@ mod consumer;
 mod drain;
 mod durable;
 mod errors;
+mod future;
 mod inspect;
 mod log;
 mod metadata;
@@ -32,8 +33,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<consumer::Notifier>()?;
     m.add_class::<producer::BatchBuffer>()?;
     m.add_class::<producer::StickyPartitioner>()?;
-    m.add_class::<producer::FutureRecordMetadata>()?;
-    m.add_class::<producer::BatchState>()?;
+    m.add_class::<future::FutureRecordMetadata>()?;
+    m.add_class::<future::BatchState>()?;
     m.add_class::<producer::Accumulator>()?;
     m.add_class::<send::ProducerCore>()?;
     m.add_class::<send::SendGate>()?;

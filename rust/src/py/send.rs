@@ -16,9 +16,10 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
-use super::drain::{drain_partition, monotonic};
+use super::drain::drain_partition;
 use super::errors::IllegalStateError;
-use super::producer::{Accumulator, FutureRecordMetadata, DRAIN, FIRST};
+use super::future::FutureRecordMetadata;
+use super::producer::{Accumulator, DRAIN, FIRST};
 
 /// Whether a producer still takes records: shut when it closes or its sender thread dies
 /// (then every send takes the Python path, which raises why). Owned by the sender, which
@@ -161,7 +162,7 @@ impl ProducerCore {
             return Ok(None);
         }
         if flags & FIRST != 0 {
-            p.setattr(intern!(py, "first_add"), monotonic(py)?)?;
+            // The core noted when the batch started: the sender lingers from then.
             sender.call_method1(intern!(py, "wake"), (&p,))?;
         }
         Ok(Some(future.into_any()))
