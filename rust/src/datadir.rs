@@ -7,7 +7,6 @@
 //! directly, Python's `datadir.py` through `kafkalite._native.read_metadata` /
 //! `update_metadata`. A hand-damaged file is an `Error::CorruptMetadata` naming the file, the
 //! topic and the fix, whichever of them reads it.
-
 //!
 //! Here: `DataDir`, the topics' operations (create, delete, add partitions, change config) and a
 //! topic's resolved config. `metadata_file` reads, checks and writes the file; `topic_names`
