@@ -15,7 +15,7 @@ from kafkalite.transaction_admin import TransactionDescription
 
 
 def add_parser(sub: argparse._SubParsersAction, require_dir, subparser) -> None:  # type: ignore[type-arg]
-    """`subparser(parent, name, **kw)` adds a subcommand that also takes --data-dir (cli.py)."""
+    """`subparser(parent, name, **kw)` adds a subcommand that also takes --data-dir (cli_args.py)."""
     txns = subparser(
         sub, "transactions", help="list, describe and abort transactions (kafka-transactions.sh)"
     )

@@ -5,7 +5,13 @@ sleeps on a futex in ``.kafkalite-notify`` that producers bump after each append
 process (``kafkalite.wakeup``: a consumer without a group creates no file in the data
 directory, and polls every 50 ms where it cannot use that file). Consumers that ``subscribe`` with the same ``group_id`` share the partitions as a
 Kafka consumer group (``kafkalite.group``); committed offsets live in ``__consumer_offsets``
-(``kafkalite.offsets``)."""
+(``kafkalite.offsets``).
+
+``Consumer`` is split by role: this module is the public class (configuration, subscription
+and assignment, metrics, pause/resume, close); its state is declared in ``consumer_state.py``,
+and its parts are mixed in from ``consumer_positions.py`` (positions, seeks, offset lookups),
+``consumer_fetch.py`` (fetching and the poll loop) and ``consumer_group.py`` (the group side and
+commits)."""
 
 from __future__ import annotations
 
@@ -13,64 +19,54 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator
-from typing import Any, NamedTuple
+from collections.abc import Iterable
+from typing import Any
 
 from kafkalite import validate as args
-from kafkalite._arrow import require_pyarrow
-from kafkalite._native import ConsumerRecord
 from kafkalite.assignors import TopicPartition
 from kafkalite.client_config import CONSUMER_CONFIG
 from kafkalite.client_metrics import StatsReporter, avg, rate
+from kafkalite.consumer_fetch import FetchMixin
+from kafkalite.consumer_group import GroupMixin, OffsetAndMetadata
+from kafkalite.consumer_positions import (
+    DEFAULT_API_TIMEOUT_S,
+    NoOffsetForPartitionError,
+    OffsetAndTimestamp,
+    PositionsMixin,
+)
 from kafkalite.datadir import DataDir
 from kafkalite.errors import (
     CommitFailedError,
     IllegalStateError,
     InvalidConfigError,
     InvalidTypeError,
-    KafkaliteError,
-    KafkaTimeoutError,
-    OffsetOutOfRangeError,
     ReadOnlyDataDirError,
     UnknownTopicError,
 )
-from kafkalite.group import STRATEGIES, GroupFiles, GroupMember, encode_name, members_refusal
+from kafkalite.group import STRATEGIES, GroupMember, encode_name
 from kafkalite.log import Log
 from kafkalite.offsets import OffsetStore
-from kafkalite.transactions import (
-    ABORT_TIMED_OUT_INTERVAL_MS,
-    ConsumerGroupMetadata,
-    abort_expired_transactions,
-)
 from kafkalite.wakeup import Wakeups
 
-logger = logging.getLogger("kafkalite.consumer")
+logger = logging.getLogger("kafkalite.consumer")  # one logger for the consumer's modules
 
-#: Kafka's default.api.timeout.ms: how long ``position()`` waits for offsets held by a transaction.
-DEFAULT_API_TIMEOUT_S = 60.0
-
-
-class OffsetAndMetadata(NamedTuple):
-    offset: int
-    metadata: str = ""
-
-
-class OffsetAndTimestamp(NamedTuple):
-    offset: int
-    timestamp: int
-
-
-class NoOffsetForPartitionError(OffsetOutOfRangeError):
-    """auto_offset_reset='none' and no committed offset (or it fell out of range)."""
+# The names ``kafkalite`` and tests import from here (before the split it held all of them).
+__all__ = [
+    "DEFAULTS",
+    "DEFAULT_API_TIMEOUT_S",
+    "ISOLATION_LEVELS",
+    "Consumer",
+    "NoOffsetForPartitionError",
+    "OffsetAndMetadata",
+    "OffsetAndTimestamp",
+    "TopicPartition",
+]
 
 
 #: Consumer config keys (kafka-python's names) and their defaults (``CONSUMER_CONFIG``).
 DEFAULTS: dict[str, Any] = CONSUMER_CONFIG.defaults()
 
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
-
-#: Records per native call when iterating (positions are committed per chunk).
-_ITER_CHUNK = 8192
 
 
 def _strategy_names(value: Any) -> list[str]:
@@ -121,7 +117,7 @@ def _require_writable(data_dir: DataDir, group_id: str) -> None:
         )
 
 
-class Consumer:
+class Consumer(GroupMixin, PositionsMixin, FetchMixin):
     """``Consumer(path, *topics, group_id=None, **config)``: the data directory first, where
     kafka-python takes ``bootstrap_servers``. ``group_instance_id`` (with a ``group_id``) makes
     the consumer a static member, as Kafka's ``group.instance.id``: a restart within
@@ -187,10 +183,6 @@ class Consumer:
             self.subscribe(wanted_topics)
 
     # -- assignment ------------------------------------------------------------------------
-    def _check_open(self) -> None:
-        if self._closed:
-            raise IllegalStateError("the consumer is closed")
-
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Read exactly these partitions (no subscription)."""
         self._check_open()
@@ -277,508 +269,6 @@ class Consumer:
             self._assigned = parts
         if added and self._listener is not None:
             self._listener.on_partitions_assigned(added)
-
-    # -- group membership ------------------------------------------------------------------
-    def _maintain_group(self, topics: list[str]) -> None:
-        """Join, follow rebalances, hand partitions over (kafkalite.group). Not re-entered from
-        the rebalance listener (which may call position() and commit())."""
-        if self._rebalancing:
-            return
-        self._rebalancing = True
-        try:
-            self._follow_group(topics)
-        finally:
-            self._rebalancing = False
-
-    def _follow_group(self, topics: list[str]) -> None:
-        member = self._member
-        if member is None:
-            member = GroupMember(
-                self._dir.path,
-                self.group_id,  # type: ignore[arg-type]
-                client_id=self.config["client_id"] or "kafkalite",
-                strategies=self._strategies,
-                session_timeout_ms=self.config["session_timeout_ms"],
-                heartbeat_interval_ms=self.config["heartbeat_interval_ms"],
-                max_poll_interval_ms=self.config["max_poll_interval_ms"],
-                partition_counts=lambda: {t: int(m["partitions"]) for t, m in self._dir.topics().items()},
-                notify=self._notifier.notify,
-                group_instance_id=self.group_instance_id,
-            )
-            member.join(topics)  # refused (raises) when the group is in use over the network
-            self._member = member
-        else:
-            member.set_topics(topics)
-        member.touch_poll()
-        changes = member.changes()
-        if changes is not None and changes.lost:
-            # Evicted (presumed dead or stuck): the partitions are already someone else's. As
-            # Kafka's invokePartitionsLost: the assignment is dropped and the member rejoins even
-            # when the listener raises; its error then reaches the caller (once).
-            lost = list(self._assigned)
-            try:
-                if lost and self._listener is not None:
-                    (
-                        getattr(self._listener, "on_partitions_lost", None)
-                        or self._listener.on_partitions_revoked
-                    )(lost)
-            finally:
-                self._drop_partitions(lost)
-                member.rejoin()
-            changes = member.changes()
-        if changes is None:
-            return
-        if changes.revoke:
-            if self.config["enable_auto_commit"]:
-                self._commit_quietly([tp for tp in changes.revoke if tp in self._consumed])
-            try:
-                if self._listener is not None:
-                    self._listener.on_partitions_revoked(changes.revoke)
-            except BaseException:
-                # Kafka's onJoinPrepare drops the assignment before it re-raises the listener's
-                # error: everything revoked is released (partitions the member keeps are taken
-                # again on the next poll, which then reports them as assigned).
-                self._drop_partitions(changes.revoke)
-                member.release(changes.revoke)
-                member.mark_pending()
-                raise
-            released = [tp for tp in changes.revoke if tp not in changes.target]
-            self._drop_partitions(released)
-            member.release(released)
-        got = member.acquire(changes.target)
-        for tp in got:
-            self._positions.pop(tp, None)
-        kept = [tp for tp in changes.revoke if tp in changes.target] if changes.eager else []
-        self._assigned = sorted(set(self._assigned) | set(got))
-        if (got or kept) and self._listener is not None:
-            self._listener.on_partitions_assigned(sorted(set(got) | set(kept)))
-
-    def _drop_partitions(self, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            self._positions.pop(tp, None)
-            self._consumed.pop(tp, None)
-            self._paused.discard(tp)
-            log = self._logs.pop(tp, None)
-            if log is not None:
-                log.close()
-        gone = set(partitions)
-        self._assigned = [tp for tp in self._assigned if tp not in gone]
-
-    def _leave_group(self) -> None:
-        member = self._member
-        if member is None:
-            return
-        self._rebalancing = True  # the listener must not rejoin
-        try:
-            if self._assigned and self._listener is not None:
-                self._listener.on_partitions_revoked(list(self._assigned))
-        finally:  # leave even when the listener raises: the partitions must not stay held
-            self._rebalancing = False
-            self._member = None
-            self._drop_partitions(list(self._assigned))
-            member.close()
-
-    def _log(self, tp: TopicPartition) -> Log:
-        log = self._logs.get(tp)
-        if log is None:
-            log = Log(self._dir.partition_path(tp.topic, tp.partition), readonly=True)
-            self._logs[tp] = log
-            self._topic_names.setdefault(tp.topic, tp.topic)
-        return log
-
-    # -- positions -------------------------------------------------------------------------
-    def _initial_position(self, tp: TopicPartition) -> int:
-        if self._store is not None:
-            committed = self._store.load().get((tp.topic, tp.partition))
-            if committed is not None:
-                return committed[0]
-        return self._reset(tp)
-
-    def _reset(self, tp: TopicPartition) -> int:
-        policy = self.config["auto_offset_reset"]
-        log = self._log(tp)
-        if policy == "earliest":
-            return log.start_offset
-        if policy == "latest":
-            return self._end_of(log)
-        raise NoOffsetForPartitionError(f"no valid offset for {tp} and auto_offset_reset='none'")
-
-    def _end_of(self, log: Log) -> int:
-        """Where this consumer's reads end: the log end offset, or under read_committed the
-        last stable offset (Kafka's ListOffsets latest for that isolation level)."""
-        return log.last_stable_offset if self._read_committed else log.end_offset
-
-    def position(self, tp: TopicPartition) -> int:
-        """The offset of the next record this consumer will return for ``tp``. A read_committed
-        consumer with no position yet waits while an open transaction holds the group's offsets
-        of ``tp`` (see ``_unstable``), up to Kafka's default.api.timeout.ms, then raises
-        ``KafkaTimeoutError``."""
-        tp = args.topic_partition(tp)
-        self._require_assigned(tp)
-        if tp not in self._positions and self._read_committed and self._store is not None:
-            deadline = time.monotonic() + DEFAULT_API_TIMEOUT_S
-            while self._unstable(tp):
-                if time.monotonic() >= deadline:
-                    raise KafkaTimeoutError(
-                        f"position of {tp}: an open transaction still holds the committed offsets of group "
-                        f"{self.group_id!r} for it after {DEFAULT_API_TIMEOUT_S:.0f} s (Kafka's UNSTABLE_OFFSET_COMMIT)"
-                    )
-                seen = self._notifier.sequence()
-                self._notifier.wait(seen, 200)
-        return self._position_of(tp)
-
-    def _position_of(self, tp: TopicPartition) -> int:
-        if tp not in self._positions:
-            self._positions[tp] = self._initial_position(tp)
-        return self._positions[tp]
-
-    def _require_assigned(self, tp: TopicPartition) -> None:
-        if self.group_id is None:  # a group's assignment changes only in poll, as in Kafka
-            self._refresh_subscription()
-        if tp not in self._assigned:
-            raise IllegalStateError(f"{tp} is not assigned to this consumer")
-
-    def seek(self, tp: TopicPartition, offset: int) -> None:
-        """Make the next poll() of ``tp`` start at ``offset``."""
-        tp = args.topic_partition(tp)
-        args.offset("offset", offset)
-        self._require_assigned(tp)
-        self._positions[tp] = self._consumed[tp] = offset
-
-    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
-        """Move to the first offset of these partitions (every assigned one when none given)."""
-        for tp in self._seekable(partitions):
-            self.seek(tp, self._log(tp).start_offset)
-
-    def seek_to_end(self, *partitions: TopicPartition) -> None:
-        """Move past the last record of these partitions (every assigned one when none given)."""
-        for tp in self._seekable(partitions):
-            self.seek(tp, self._end_of(self._log(tp)))
-
-    def _seekable(self, partitions: tuple[Any, ...]) -> list[TopicPartition]:
-        """All given partitions checked (and assigned) before the first seek."""
-        parts = args.partitions(partitions) if partitions else list(self._assigned)
-        for tp in parts:
-            self._require_assigned(tp)
-        return parts
-
-    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The first offset of each partition (its log start offset)."""
-        parts = [self._existing(tp) for tp in args.partitions(partitions)]
-        return {tp: self._log(tp).start_offset for tp in parts}
-
-    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The offset after the last record of each partition (for read_committed: the last stable offset)."""
-        parts = [self._existing(tp) for tp in args.partitions(partitions)]
-        return {tp: self._end_of(self._log(tp)) for tp in parts}
-
-    def offsets_for_times(
-        self, timestamps: dict[TopicPartition, int]
-    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
-        """Per partition: the earliest offset whose timestamp >= the given one, or None."""
-        wanted = {
-            self._existing(args.topic_partition(tp)): args.integer(f"the timestamp for {tp}", ts, 0)
-            for tp, ts in args.mapping("timestamps", timestamps).items()
-        }
-        out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
-        for tp, ts in wanted.items():
-            found = self._log(tp)._native.offset_for_timestamp(ts)
-            out[tp] = None if found is None else OffsetAndTimestamp(*found)
-        return out
-
-    def _existing(self, tp: TopicPartition) -> TopicPartition:
-        """``tp`` (already shape-checked) if its topic has that partition."""
-        count = self._dir.partitions(tp.topic)  # UnknownTopicError when there is no such topic
-        if tp.partition >= count:
-            raise InvalidConfigError(
-                f"topic {tp.topic!r} has partitions 0..{count - 1}; there is no partition {tp.partition}"
-            )
-        return tp
-
-    # -- fetching --------------------------------------------------------------------------
-    def _unstable(self, tp: TopicPartition) -> bool:
-        """Whether a partition with no position yet waits for an open transaction holding
-        offsets of it for the group (Kafka's read_committed consumers fetch committed offsets
-        with require_stable, KIP-447: a new owner must not start before the input of a
-        transaction that may still commit). Its records are fetched once it ended. There is no
-        coordinator process to abort a transaction its producer abandoned: past its timeout,
-        this consumer aborts it (every ``ABORT_TIMED_OUT_INTERVAL_MS`` at most), as a
-        transactional producer's sender thread does."""
-        assert self._store is not None
-        if not self._store.unstable((tp.topic, tp.partition)):
-            return False
-        now = time.monotonic()
-        if now >= self._next_txn_sweep:
-            self._next_txn_sweep = now + ABORT_TIMED_OUT_INTERVAL_MS / 1000.0
-            try:
-                abort_expired_transactions(self._dir.path)
-            except KafkaliteError as e:  # a read-only or full data directory: wait for others
-                logger.warning(
-                    "consumer of group %r could not abort expired transactions: %s", self.group_id, e
-                )
-        return True
-
-    def _fetchable(self) -> list[TopicPartition]:
-        parts = [tp for tp in self._assigned if tp not in self._paused]
-        if self._member is not None:
-            # A group member fetches only what the group's state says it owns now (one stat
-            # when nothing changed): a member evicted since its last rebalance step returns no
-            # record of a partition that a new owner may be reading, and forgets its positions.
-            owned = self._member.verified_owned()
-            gone = [tp for tp in parts if tp not in owned]
-            for tp in gone:
-                self._positions.pop(tp, None)
-            parts = [tp for tp in parts if tp in owned]
-        if self._read_committed and self._store is not None:
-            parts = [tp for tp in parts if tp in self._positions or not self._unstable(tp)]
-        if parts:  # rotate so that one busy partition does not starve the others
-            k = self._next_index % len(parts)
-            parts = parts[k:] + parts[:k]
-            self._next_index += 1
-        return parts
-
-    def _fetch(self, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
-        return self._collect(max_records, self._fetch_one, len)
-
-    def _collect(self, max_records: int, read_one: Any, count: Any) -> dict[TopicPartition, Any]:
-        """Read from the fetchable partitions in turn until ``max_records`` are gathered."""
-        out = {}
-        budget = max_records
-        for tp in self._fetchable():
-            if budget <= 0:
-                break
-            got = read_one(tp, budget)
-            if got:
-                out[tp] = got
-                budget -= count(got)
-        return out
-
-    def _read_at_position(self, tp: TopicPartition, limit: int, read: Any) -> Any:
-        """``read(log, position, limit) -> (items, next offset)`` from this consumer's position.
-        A position deleted by retention (or past the end) gets Kafka's reset policy first."""
-        log = self._log(tp)
-        position = self._position_of(tp)
-        try:
-            items, nxt = read(log, position, limit)
-        except OffsetOutOfRangeError:
-            if not (position < log.start_offset or position > log.end_offset):
-                raise
-            position = self._positions[tp] = self._reset(tp)
-            items, nxt = read(log, position, limit)
-        self._positions[tp] = nxt
-        return items
-
-    def _fetch_one(self, tp: TopicPartition, limit: int) -> list[ConsumerRecord]:
-        topic = self._topic_names.setdefault(tp.topic, tp.topic)
-
-        def read(log: Log, pos: int, n: int) -> Any:
-            return log._native.read_consumer_records(
-                topic, tp.partition, pos, n, isolation_level=self._isolation_level
-            )
-
-        records = self._read_at_position(tp, limit, read)
-        if records and (self.config["key_deserializer"] or self.config["value_deserializer"]):
-            records = [self._deserialize(r) for r in records]
-        return records
-
-    def _deserialize(self, r: ConsumerRecord) -> ConsumerRecord:
-        kd, vd = self.config["key_deserializer"], self.config["value_deserializer"]
-        key = kd(r.key) if kd is not None and r.key is not None else r.key
-        value = vd(r.value) if vd is not None and r.value is not None else r.value
-        return r._with_key_value(key, value)
-
-    def poll(
-        self, timeout_ms: int = 0, max_records: int | None = None, update_offsets: bool = True
-    ) -> dict[TopicPartition, list[ConsumerRecord]]:
-        """Records from the assigned partitions, ``{TopicPartition: [ConsumerRecord]}``. Waits
-        up to ``timeout_ms`` for data to arrive from any process."""
-        return self._wait_for(
-            self._fetch, timeout_ms, self._max_records(max_records, self.config["max_poll_records"])
-        )
-
-    @staticmethod
-    def _max_records(value: Any, default: int) -> int:
-        return default if value is None else args.integer("max_records", value, 1)
-
-    def poll_arrow(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[TopicPartition, Any]:
-        """The bulk path: ``{TopicPartition: pyarrow.RecordBatch}`` with columns offset,
-        timestamp, key, value, headers, decoded in Rust with no per-record Python objects.
-        Deserializers do not apply. ``max_records`` defaults to 65,536 per call."""
-        return self._wait_for(self._fetch_arrow, timeout_ms, self._max_records(max_records, 65536))
-
-    def _fetch_arrow(self, max_records: int) -> dict[TopicPartition, Any]:
-        pa = require_pyarrow("Consumer.poll_arrow")
-
-        def read_one(tp: TopicPartition, limit: int) -> Any:
-            def read(log: Log, pos: int, n: int) -> Any:
-                return log._native.read_arrow(pos, None, n, isolation_level=self._isolation_level)
-
-            batch = self._read_at_position(tp, limit, read)
-            return pa.record_batch(batch) if len(batch) else None
-
-        return self._collect(max_records, read_one, lambda batch: batch.num_rows)
-
-    def _wait_for(self, fetch: Any, timeout_ms: int, limit: int) -> dict:
-        self._check_open()
-        args.milliseconds("timeout_ms", timeout_ms)
-        deadline = time.monotonic() + timeout_ms / 1000.0
-        while True:
-            self._maybe_auto_commit()
-            self._stats.maybe_report()
-            self._refresh_subscription()
-            seen = self._notifier.sequence()
-            records = fetch(limit)
-            if records:
-                self._fetches += 1
-                for tp, got in records.items():
-                    self._consumed[tp] = self._positions[tp]
-                    self._records_consumed += len(got) if isinstance(got, list) else got.num_rows
-                return records
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return {}
-            # Producers bump the notifier after every append; sleep until one does (or a
-            # stats_cb report is due).
-            stats_due = self._stats.timeout(time.monotonic())
-            wait = min(remaining, 1.0, 1.0 if stats_due is None else stats_due)
-            self._notifier.wait(seen, max(1, int(wait * 1000)))
-
-    def __iter__(self) -> Iterator[ConsumerRecord]:
-        """Iterate records forever (or until ``consumer_timeout_ms`` passes with none)."""
-        idle_limit = self.config["consumer_timeout_ms"]
-        idle_since = time.monotonic()
-        while not self._closed:
-            self._refresh_subscription()  # follows rebalances between chunks
-            got = False
-            for tp in self._fetchable():
-                records = self._fetch_one(tp, _ITER_CHUNK)
-                if records:
-                    got = True
-                    self._fetches += 1
-                    self._records_consumed += len(records)
-                    yield from records
-                    self._consumed[tp] = self._positions[tp]
-            self._maybe_auto_commit()
-            self._stats.maybe_report()
-            if got:
-                idle_since = time.monotonic()
-                continue
-            waited_ms = (time.monotonic() - idle_since) * 1000
-            if waited_ms >= idle_limit:
-                return
-            seen = self._notifier.sequence()
-            self._refresh_subscription()
-            if not any(self._end_of(self._log(tp)) > self._position_of(tp) for tp in self._fetchable()):
-                self._notifier.wait(seen, int(max(1, min(1000, idle_limit - waited_ms))))
-
-    # -- commits ---------------------------------------------------------------------------
-    def group_metadata(self) -> ConsumerGroupMetadata:
-        """What ``Producer.send_offsets_to_transaction`` takes to commit this consumer's offsets
-        in a transaction (Kafka's ``groupMetadata()``): its group id, generation, member id and
-        group instance id (-1, "" and None outside a group's membership, as Kafka's)."""
-        self._check_open()
-        if self.group_id is None:
-            raise IllegalStateError("group_metadata() needs a group_id")
-        member = self._member
-        if member is None or member.member_id is None:
-            return ConsumerGroupMetadata(self.group_id)
-        return ConsumerGroupMetadata(
-            self.group_id, member.generation, member.member_id, member.group_instance_id
-        )
-
-    def commit(self, offsets: dict[TopicPartition, Any] | None = None) -> None:
-        """Store offsets for ``group_id`` (default: the positions of everything consumed)."""
-        self._check_open()
-        if self._store is None:
-            raise IllegalStateError("commit() needs a group_id")
-        if offsets is None:
-            entries = {(tp.topic, tp.partition): (pos, "") for tp, pos in self._consumed.items()}
-        else:
-            entries = self._commit_entries_of(offsets)
-        if entries:
-            self._commit_entries(entries)
-        self._last_commit = time.monotonic()
-
-    def _commit_entries_of(self, offsets: Any) -> dict[tuple[str, int], tuple[int, str]]:
-        """``commit(offsets)``'s argument, every entry checked before anything is written."""
-        entries = {}
-        for key, value in args.mapping("offsets", offsets).items():
-            tp = self._existing(args.topic_partition(key))
-            if isinstance(value, OffsetAndMetadata):
-                offset, metadata = value.offset, value.metadata
-            elif hasattr(value, "offset"):  # kafka-python's OffsetAndMetadata(offset, metadata, leader_epoch)
-                offset, metadata = value.offset, getattr(value, "metadata", "") or ""
-            else:
-                offset, metadata = value, ""
-            args.offset(f"the offset to commit for {tp}", offset)
-            args.metadata(f"the metadata committed for {tp}", metadata)
-            entries[(tp.topic, tp.partition)] = (offset, metadata)
-        return entries
-
-    def _commit_entries(self, entries: dict[tuple[str, int], tuple[int, str]]) -> None:
-        """Members commit only what they own in the current generation; a consumer outside
-        the group (assign()) only while the group has no live members, as Kafka requires."""
-        assert self._store is not None and self.group_id is not None
-        partitions = [TopicPartition(t, p) for t, p in entries]
-        if self._member is not None and self._member.member_id is not None:
-            with self._member.commit_guard(partitions):
-                self._store.commit(entries)
-            self._commits += 1
-            return
-        files = GroupFiles(self._dir.path, self.group_id)
-        with files.locked():
-            refusal = members_refusal(self._dir.path, self.group_id)
-            if refusal is not None:
-                raise CommitFailedError(
-                    f"commit rejected: {refusal}; a consumer outside the group (assign()) may commit only "
-                    "to an empty group"
-                )
-            self._store.commit(entries)
-        self._commits += 1  # as kafka-python's commit-rate: commits that succeeded
-
-    def _commit_quietly(self, partitions: list[TopicPartition]) -> None:
-        """Auto-commit before a rebalance takes partitions away (failures are the rebalance's)."""
-        entries = {
-            (tp.topic, tp.partition): (self._consumed[tp], "") for tp in partitions if tp in self._consumed
-        }
-        try:
-            if entries:
-                self._commit_entries(entries)
-        except CommitFailedError:
-            pass
-
-    def commit_async(self, offsets: dict[TopicPartition, Any] | None = None, callback: Any = None) -> None:
-        """Committing is a local file write, so this commits now and then calls ``callback``."""
-        if callback is not None and not callable(callback):
-            raise InvalidTypeError(
-                f"callback must be callable(offsets, exception), not {type(callback).__name__}"
-            )
-        self.commit(offsets)
-        if callback is not None:
-            callback(offsets, None)
-
-    def committed(self, tp: TopicPartition) -> int | None:
-        """The group's committed offset of ``tp``, or None."""
-        if self._store is None:
-            raise IllegalStateError("committed() needs a group_id")
-        tp = args.topic_partition(tp)
-        entry = self._store.load().get((tp.topic, tp.partition))
-        return None if entry is None else entry[0]
-
-    def _maybe_auto_commit(self) -> None:
-        if (
-            self._store is not None
-            and self.config["enable_auto_commit"]
-            and self._consumed
-            and (time.monotonic() - self._last_commit) * 1000 >= self.config["auto_commit_interval_ms"]
-        ):
-            try:
-                self.commit()
-            except CommitFailedError as e:
-                # As kafka-python's auto-commit: a rejected commit (the group rebalanced, or this
-                # member was evicted) is logged; the poll that follows handles the rebalance.
-                self._last_commit = time.monotonic()
-                logger.warning("auto-commit of group %r failed: %s", self.group_id, e)
 
     # -- metrics ---------------------------------------------------------------------------
     def _lags(self) -> dict[TopicPartition, int]:

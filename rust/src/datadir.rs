@@ -7,24 +7,31 @@
 //! directly, Python's `datadir.py` through `kafkalite._native.read_metadata` /
 //! `update_metadata`. A hand-damaged file is an `Error::CorruptMetadata` naming the file, the
 //! topic and the fix, whichever of them reads it.
+//!
+//! Here: `DataDir`, the topics' operations (create, delete, add partitions, change config) and a
+//! topic's resolved config. `metadata_file` reads, checks and writes the file; `topic_names`
+//! holds Kafka's topic-name rules and the internal topics.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
 
-use crate::checkpoint::write_atomically;
 use crate::error::{Error, IoContext, Result};
-use crate::files::{
-    ADMIN_LOCK_FILE, APPEND_LOCK_FILE, KAFKA_META_PROPERTIES, KAFKA_PARTITION_FILES, TOPICS_FILE, WRITERS_FILE,
-};
-use crate::offsets_codec::OFFSETS_TOPIC;
+use crate::files::{APPEND_LOCK_FILE, KAFKA_META_PROPERTIES, KAFKA_PARTITION_FILES, TOPICS_FILE, WRITERS_FILE};
 use crate::options::LogConfig;
 use crate::record::Compression;
 use crate::topic_config;
+
+mod metadata_file;
+mod topic_names;
+
+pub use metadata_file::{admin_lock, check_metadata, read_metadata, update_metadata};
+pub use topic_names::{
+    is_internal, partition_folder, refuse_internal, validate_topic_name, INTERNAL_TOPICS, TRANSACTION_STATE_TOPIC,
+};
 
 /// The most partitions a topic may have (`topic_config::MAX_PARTITIONS`).
 pub const MAX_PARTITIONS: i32 = topic_config::MAX_PARTITIONS as i32;
@@ -36,60 +43,6 @@ pub struct TopicMeta {
     pub partitions: i32,
     pub config: Map<String, Value>,
     pub discovered: bool,
-}
-
-/// (topic, partition) of a `<topic>-<partition>` folder name (Kafka's partition folders), None
-/// for any other name.
-pub fn partition_folder(name: &str) -> Option<(String, i32)> {
-    let (topic, partition) = name.rsplit_once('-')?;
-    let partition =
-        partition.parse::<i32>().ok().filter(|p| *p >= 0 && partition.bytes().all(|b| b.is_ascii_digit()))?;
-    validate_topic_name(topic).ok()?;
-    Some((topic.to_string(), partition))
-}
-
-/// Kafka's topic-name rules (`Topic.validate`), with the message datadir.py gives.
-pub fn validate_topic_name(name: &str) -> Result<()> {
-    if name == "." || name == ".." {
-        return Err(Error::config(format!("topic name {name:?} is not allowed")));
-    }
-    let ok = !name.is_empty()
-        && name.len() <= 249
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
-    if !ok {
-        return Err(Error::config(format!(
-            "topic name {name:?} is invalid: use 1-249 characters of ASCII letters, digits, '.', '_' and '-'"
-        )));
-    }
-    Ok(())
-}
-
-/// Kafka's transaction log topic (`Topic.TRANSACTION_STATE_TOPIC_NAME`).
-pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
-/// Kafka's internal topics (`Topic.INTERNAL_TOPICS`), the one list: clients may not create or
-/// delete them (they are kafkalite's own: `__consumer_offsets` holds the committed offsets in
-/// 50 partitions; a topic of another shape would break every group), nor change their partitions.
-pub const INTERNAL_TOPICS: [&str; 2] = [OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC];
-
-pub fn is_internal(topic: &str) -> bool {
-    INTERNAL_TOPICS.contains(&topic)
-}
-
-/// Kafka's rule for destructive admin calls on an internal topic, the one copy that DeleteTopics
-/// and DeleteRecords (the server's) and `Admin.delete_topic` / `Admin.delete_records` (embedded)
-/// all apply: `__consumer_offsets` holds every consumer group's committed offsets, so deleting
-/// it, or records from it, would lose them all. Kafka answers INVALID_TOPIC_EXCEPTION whatever
-/// the topic's cleanup.policy (changing that config stays allowed, as in Kafka). `what` names
-/// the refused call in the message.
-pub fn refuse_internal(topic: &str, what: &str) -> Result<()> {
-    if !is_internal(topic) {
-        return Ok(());
-    }
-    Err(Error::InvalidTopic(format!(
-        "{topic} is an internal topic (Kafka's, kept by kafkalite: {OFFSETS_TOPIC} holds every consumer group's \
-         committed offsets), so {what} is not allowed on it; to drop or move a group's offsets, delete the \
-         group or reset its offsets (Admin.delete_group, Admin.reset_offsets)"
-    )))
 }
 
 /// The data directory of one broker: where topics live and how they are described.
@@ -492,134 +445,6 @@ fn deletion_id() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
     format!("{:016x}{:08x}{:08x}", nanos as u64, std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
-}
-
-/// The parsed and checked metadata file at `meta`, None when there is none. Never follows a
-/// link; damage is an `Error::CorruptMetadata` naming the file (`check_metadata`).
-pub fn read_metadata(meta: &Path) -> Result<Option<Value>> {
-    let mut file = match crate::nofollow::open_read(meta, "the topic metadata") {
-        Ok(file) => file,
-        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let mut raw = Vec::new();
-    file.read_to_end(&mut raw).context_at(meta, || format!("cannot read {}", meta.display()))?;
-    let data: Value = serde_json::from_slice(&raw).map_err(|e| {
-        Error::CorruptMetadata(format!(
-            "{} is damaged ({e}); restore it from a backup or re-create the topics",
-            meta.display()
-        ))
-    })?;
-    check_metadata(meta, &data)?;
-    Ok(Some(data))
-}
-
-/// The shape every reader relies on: `{"topics": {name: {"partitions": 1..MAX_PARTITIONS,
-/// "config": {...}}}, "config": {...} or null}`, topic names by Kafka's rules (so no folder
-/// leaves the data directory). A hand-edited entry of the wrong shape is refused here, naming
-/// the file and the topic, not an odd error in whichever client reads it first.
-pub fn check_metadata(meta: &Path, data: &Value) -> Result<()> {
-    let Some(topics) = data.get("topics").and_then(Value::as_object) else {
-        return Err(Error::CorruptMetadata(format!(
-            "{} is damaged (no topics table); restore it from a backup or re-create the topics",
-            meta.display()
-        )));
-    };
-    match data.get("config") {
-        None | Some(Value::Null) | Some(Value::Object(_)) => {}
-        Some(other) => {
-            return Err(Error::CorruptMetadata(format!(
-                "{} is damaged (\"config\": {}, not an object); fix it by hand, restore the file from a backup or \
-                 set the data directory config again",
-                meta.display(),
-                shown(other)
-            )))
-        }
-    }
-    for (name, entry) in topics {
-        let partitions = entry.get("partitions");
-        let problem = if validate_topic_name(name).is_err() {
-            "is not a valid topic name (its folders would leave the data directory)".to_string()
-        } else if !entry.is_object() {
-            format!("is {} {}, not an object", type_name(entry), shown(entry))
-        } else if !partitions.is_some_and(|p| p.is_i64() || p.is_u64()) {
-            format!("has \"partitions\": {}, not an integer", partitions.map_or("None".to_string(), shown))
-        } else if !partitions.and_then(Value::as_i64).is_some_and(|n| (1..=MAX_PARTITIONS as i64).contains(&n)) {
-            format!("has \"partitions\": {}, outside 1..{MAX_PARTITIONS}", shown(partitions.unwrap_or(&Value::Null)))
-        } else if entry.get("config").is_some_and(|c| !c.is_object()) {
-            format!("has \"config\": {}, not an object", shown(&entry["config"]))
-        } else {
-            continue;
-        };
-        return Err(Error::CorruptMetadata(format!(
-            "{} is damaged (topic {name:?} {problem}); fix that entry by hand, restore the file from a backup or \
-             re-create the topic",
-            meta.display()
-        )));
-    }
-    Ok(())
-}
-
-/// A JSON value in an error message, cut at 100 characters (a damaged file may be huge).
-fn shown(v: &Value) -> String {
-    v.to_string().chars().take(100).collect()
-}
-
-/// The Python type a JSON value reads as, as datadir.py named it.
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "NoneType",
-        Value::Bool(_) => "bool",
-        Value::Number(n) if n.is_f64() => "float",
-        Value::Number(_) => "int",
-        Value::String(_) => "str",
-        Value::Array(_) => "list",
-        Value::Object(_) => "dict",
-    }
-}
-
-/// Change the metadata of the data directory `dir` under its admin lock (an exclusive flock on
-/// `.kafkalite-admin.lock`, never through a link): read and check it, hand it to `change`
-/// (None when there is no file yet), check what comes back and replace the file atomically
-/// (temp file, fsync, rename, fsync the directory) in the format datadir.py has always written
-/// (`json.dumps(indent=1, sort_keys=True)`; serde_json's maps are sorted).
-pub fn update_metadata<E: From<Error>>(
-    dir: &Path,
-    change: impl FnOnce(Option<Value>) -> std::result::Result<Value, E>,
-) -> std::result::Result<(), E> {
-    let lock = admin_lock(dir)?;
-    let meta = dir.join(TOPICS_FILE);
-    let data = change(read_metadata(&meta)?)?;
-    check_metadata(&meta, &data)?;
-    let pretty = serde_json::to_string_pretty(&data)
-        .map_err(|e| Error::config(format!("cannot write {}: {e}", meta.display())))?;
-    // serde_json indents by two spaces, json.dumps(indent=1) by one; JSON strings hold no raw
-    // newline, so every line starts with indentation only.
-    let text: Vec<String> = pretty
-        .lines()
-        .map(|line| {
-            let body = line.trim_start_matches(' ');
-            format!("{}{body}", " ".repeat((line.len() - body.len()) / 2))
-        })
-        .collect();
-    write_atomically(dir, TOPICS_FILE, text.join("\n").as_bytes())?;
-    drop(lock); // releases the flock
-    Ok(())
-}
-
-/// The data directory's admin lock, held (exclusive flock on `.kafkalite-admin.lock`, never
-/// through a link) until the returned file is dropped: it serializes every read-modify-write of
-/// the data directory's own files (topics, users).
-pub fn admin_lock(dir: &Path) -> Result<std::fs::File> {
-    let lock_path = dir.join(ADMIN_LOCK_FILE);
-    let lock = crate::nofollow::open(
-        crate::nofollow::options().create(true).append(true).read(true),
-        &lock_path,
-        "the data directory's admin lock",
-    )?;
-    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
-        .map_err(|e| Error::io_at(&lock_path, format!("cannot lock {}", lock_path.display()), e.into()))?;
-    Ok(lock)
 }
 
 /// Config strings from the wire (CreateTopics), checked against `topic_config::TOPIC_CONFIGS`:

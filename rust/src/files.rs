@@ -158,11 +158,11 @@ mod tests {
 /// member file adds ".member".
 pub const ID_NAME_MAX: usize = 200;
 /// A hashed name is this, then the SHA-256 of the id's UTF-8 bytes in lowercase hex (the id
-/// itself is then read back from the group's state.json, `group.py`).
+/// itself is then read back from the group's state.json, `group_files.py`).
 pub const HASHED_ID_PREFIX: &str = "=";
 
 /// The file-name component that stands for a group id (`GROUPS_DIR/<name>`) or a member id
-/// (`<name>.member`), for `group.py` and the server alike: one path component, never "." or
+/// (`<name>.member`), for `group_files.py` and the server alike: one path component, never "." or
 /// "..", never longer than `ID_NAME_MAX`, different for every id. An id of `[A-Za-z0-9._-]`
 /// (not "." or "..") is its own name; any other id is its UTF-8 bytes with every byte but
 /// `[A-Za-z0-9_-]` written `%XX` (the dot too, so no encoded name is "." or "..": a plain name

@@ -1,7 +1,10 @@
 //! `kafkalite._native.Log`: the engine's `Log` behind a mutex, with the GIL released for
-//! every call that touches disk or decodes.
+//! every call that touches disk or decodes. This file is the class and its Python-facing
+//! methods (one `#[pymethods]` block: pyo3 without `multiple-pymethods` takes one per class);
+//! `access` is how a call reaches the engine's log (mutex, GIL, panics, transactions, scans)
+//! and `columns` holds records given as Python columns.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
@@ -10,11 +13,10 @@ use crate::arrow::ArrowSink;
 use crate::cleaner::CleanOptions;
 use crate::log::Produced;
 use crate::log::{now_ms, Log};
-use crate::log_read::RecordSink;
 use crate::options::{FlushPolicy, LogConfig};
-use crate::record::{BatchBuilder, Compression, Header, ProducerStamp, RecordInput, TimestampType};
+use crate::record::{Compression, ProducerStamp, TimestampType};
 use crate::spark::SparkSink;
-use crate::txn::{IsolationLevel, TxnState};
+use crate::txn::TxnState;
 
 use super::arrow::ArrowBatch;
 use super::buffer::{bytes_items, BatchView};
@@ -22,8 +24,14 @@ use super::consumer::ConsumerRecord;
 use super::durable::DurableMark;
 use super::errors::{refused, InvalidTypeError};
 use super::producer::BatchBuffer;
-use super::record::{header_slices, held_headers, to_bytes, HeldHeaders, Record, RecordArena};
+use super::record::{held_headers, Record};
 use super::transactions::{PyTransaction, TxnShared};
+
+mod access;
+mod columns;
+
+use access::folder_replaced;
+use columns::{held_columns, held_header_slices, record_inputs, HeldRecord};
 
 /// (base_offset, valid_bytes, dropped_bytes, reason) as Python sees a recovery report.
 type RecoveryTuple = (i64, u64, u64, Option<String>);
@@ -40,127 +48,6 @@ pub struct PyLog {
     producer_txn: std::sync::OnceLock<(Arc<TxnShared>, String, i32)>,
     /// The (producer id, epoch) last set on the writer for `producer_txn`.
     stamped: Mutex<Option<(i64, i16)>>,
-}
-
-impl PyLog {
-    /// The log, or `Error::LogPoisoned` if a thread panicked holding it (`sync.rs`).
-    /// Only ever called with the GIL released (`py.detach`): the engine may log while it holds
-    /// this mutex, and logging takes the GIL (pyo3-log), so a thread waiting here with the GIL
-    /// held would deadlock against it. (`try_append_attached` only tries it, with the GIL.)
-    fn lock(&self) -> crate::Result<MutexGuard<'_, Log>> {
-        crate::sync::lock_log(&self.inner, || self.describe())
-    }
-
-    /// The log for `close`, `closed` and `path`, even after a panic poisoned the mutex: those
-    /// stay usable so a poisoned log can still be closed (and shown). The log is marked
-    /// poisoned first, so its close releases the partition without marking the shutdown
-    /// clean, and the next open recovers.
-    fn lock_even_poisoned(&self) -> MutexGuard<'_, Log> {
-        self.inner.lock().unwrap_or_else(|poisoned| {
-            let mut log = poisoned.into_inner();
-            log.poison("a thread panicked while it was using the log".into());
-            log
-        })
-    }
-
-    /// How errors name this log: its directory (immutable, so readable even when poisoned).
-    fn describe(&self) -> String {
-        format!("the log of {}", self.path.display())
-    }
-
-    /// Run `f` on the log with the GIL released. A panic (a bug) never crosses into Python as
-    /// `PanicException`: it poisons the log and surfaces as `LogPoisonedError`.
-    fn detached<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Log) -> crate::Result<T> + Send) -> PyResult<T> {
-        py.detach(|| {
-            let mut log = self.lock()?;
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut log))) {
-                // An I/O error that names no file names the partition.
-                Ok(result) => result.map_err(|e| e.or_path(log.dir())),
-                Err(payload) => Err(log.poison_after_panic(&*payload)),
-            }
-        })
-        .map_err(Into::into)
-    }
-}
-
-/// What `PyLog::try_append_attached` did: appended (or found the folder replaced, with the
-/// batch given back), or nothing because another thread or writer holds the log now.
-enum Attached {
-    Done(std::result::Result<AppendedBatch, BatchBuilder>),
-    Busy(BatchBuilder),
-}
-
-/// (first and last offset, the durability ticket under flush="always", the log-append time).
-pub(super) type AppendedBatch = ((i64, i64), Option<crate::group_commit::Ticket>, Option<i64>);
-
-impl PyLog {
-    /// The partition directory (what a `DurableMark` names in its errors).
-    pub(super) fn dir(&self) -> &std::path::Path {
-        &self.path
-    }
-
-    /// A producer's batch, appended without waiting for durability (`append_buffer_deferred`):
-    /// `Err(builder)` gives it back untouched when `if_current` and the folder was replaced.
-    pub(super) fn append_batch(
-        &self,
-        py: Python<'_>,
-        builder: BatchBuilder,
-        if_current: bool,
-    ) -> PyResult<std::result::Result<AppendedBatch, BatchBuilder>> {
-        self.join_transaction(py)?;
-        match self.try_append_attached(builder, if_current)? {
-            Attached::Done(appended) => Ok(appended),
-            Attached::Busy(builder) => self.detached(py, |log| {
-                if if_current && folder_replaced(log) {
-                    return Ok(Err(builder));
-                }
-                let (range, ticket) = log.append_builder_deferred(builder)?;
-                Ok(Ok((range, ticket, log.last_log_append_time())))
-            }),
-        }
-    }
-
-    /// The producer's append without releasing the GIL, when nobody holds the log: neither
-    /// another thread of this process (its mutex) nor another writer process (the append lock).
-    /// Releasing the GIL for each batch let the other Python threads (the producer's sender
-    /// among them) take it, and the sending thread then waited to get it back: a GIL hand-off
-    /// per batch cost more than the append. When the log is held, `Busy` gives the batch back
-    /// for the caller to wait for it with the GIL released, and so do a log that may sync
-    /// during an append (flush="always") and a batch that would roll the segment (a roll
-    /// writes and syncs checkpoints). Holding the GIL while holding the mutex is safe: the
-    /// mutex is only tried here, never waited for, and the engine's logging under it (which
-    /// takes the GIL) finds the GIL held by this very thread.
-    fn try_append_attached(&self, builder: BatchBuilder, if_current: bool) -> PyResult<Attached> {
-        let mut log = match self.inner.try_lock() {
-            // flush="always" may sync (a roll syncs the sealed segment): never with the GIL held.
-            Ok(log) if log.config().flush == FlushPolicy::Os => log,
-            // Held, or poisoned (the detached path raises that, typed).
-            _ => return Ok(Attached::Busy(builder)),
-        };
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            if if_current && folder_replaced(&log) {
-                return Ok(Attached::Done(Err(builder)));
-            }
-            Ok(match log.try_append_builder_deferred(builder)? {
-                Ok((range, ticket)) => Attached::Done(Ok((range, ticket, log.last_log_append_time()))),
-                Err(builder) => Attached::Busy(builder),
-            })
-        }));
-        match run {
-            Ok(result) => result.map_err(|e: crate::Error| e.or_path(log.dir()).into()),
-            Err(payload) => Err(log.poison_after_panic(&*payload).into()),
-        }
-    }
-}
-
-/// Whether the log's partition folder is gone or is another folder of the same name than the
-/// one it opened (`Log::dir_identity`). A folder that cannot be stat-ed for another reason
-/// counts as current: the append's own check under the lock reports that error, typed.
-fn folder_replaced(log: &Log) -> bool {
-    match crate::log::dir_identity(log.dir()) {
-        Ok(identity) => identity != log.dir_identity(),
-        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
-    }
 }
 
 /// Batches for a log attached to a transaction must be its producer's transactional ones:
@@ -191,104 +78,6 @@ fn parse_flush(flush: &Bound<'_, PyAny>) -> PyResult<FlushPolicy> {
     Ok(FlushPolicy::every(flush.extract::<i64>().unwrap_or(0))?)
 }
 
-impl PyLog {
-    /// A transactional producer's log, before an append: the partition joins the open
-    /// transaction if it has not yet (refused outside one), and the writer stamps its
-    /// batches with the producer's id and epoch.
-    fn join_transaction(&self, py: Python<'_>) -> PyResult<()> {
-        let Some((txn, topic, partition)) = self.producer_txn.get() else { return Ok(()) };
-        let producer = txn.ensure_added(py, topic, *partition)?;
-        // The writer is stamped once per producer epoch: later batches keep the producer's
-        // attached path (no GIL release).
-        // (Not held across the detached call: the engine's logging there takes the GIL.)
-        let stamped = |s: &Mutex<Option<(i64, i16)>>| s.lock().unwrap_or_else(|p| p.into_inner()).to_owned();
-        if stamped(&self.stamped) != Some(producer) {
-            self.detached(py, |log| {
-                log.set_transactional_producer(Some(producer));
-                Ok(())
-            })?;
-            *self.stamped.lock().unwrap_or_else(|p| p.into_inner()) = Some(producer);
-        }
-        Ok(())
-    }
-
-    /// Run the append `f` with the GIL released, then, under flush="always", wait for group
-    /// commit outside the log's mutex: threads sharing this log append while one syncs, and one
-    /// sync covers them all. A failed sync fails this call and poisons the writer (`group_commit`).
-    fn appended_durably<T: Send>(
-        &self,
-        py: Python<'_>,
-        f: impl FnOnce(&mut Log) -> crate::Result<T> + Send,
-    ) -> PyResult<T> {
-        let (value, ticket, deadline) = self.detached(py, |log| {
-            let (value, ticket) = log.defer_durability(f)?;
-            Ok((value, ticket, log.durability_deadline()))
-        })?;
-        if let Some(ticket) = ticket {
-            py.detach(|| ticket.wait(deadline)).map_err(|e| e.or_path(&self.path))?;
-        }
-        Ok(value)
-    }
-
-    /// Run `f` on the log and its transaction state with the GIL released.
-    fn detached_txn<T: Send>(
-        &self,
-        py: Python<'_>,
-        f: impl FnOnce(&mut Log, &mut TxnState) -> crate::Result<T> + Send,
-    ) -> PyResult<T> {
-        py.detach(|| {
-            let mut log = self.lock()?;
-            let mut txn = crate::sync::lock_log(&self.txn, || self.describe())?;
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut log, &mut txn))) {
-                Ok(result) => result.map_err(|e| e.or_path(log.dir())),
-                Err(payload) => Err(log.poison_after_panic(&*payload)),
-            }
-        })
-        .map_err(Into::into)
-    }
-
-    /// Decode records into an arena without the GIL, as a reader at `isolation` sees them;
-    /// returns it and the offset to continue from.
-    fn scan_into_arena(
-        &self,
-        py: Python<'_>,
-        isolation: &str,
-        start: i64,
-        end: Option<i64>,
-        max: usize,
-    ) -> PyResult<(RecordArena, i64)> {
-        let isolation = IsolationLevel::parse(isolation)?;
-        self.detached_txn(py, |log, txn| {
-            let mut arena = RecordArena::default();
-            let next = txn.scan(log, isolation, start, end, max, &mut arena)?;
-            Ok((arena, next))
-        })
-    }
-
-    /// Scan `[start, end)` (at most `max_records`) into a sink made for the expected row count.
-    #[allow(clippy::too_many_arguments)]
-    fn scan_to_arrow<S: RecordSink>(
-        &self,
-        py: Python<'_>,
-        isolation: &str,
-        start: i64,
-        end: Option<i64>,
-        max_records: Option<usize>,
-        make: impl FnOnce(usize) -> S + Send,
-        finish: impl FnOnce(S) -> crate::Result<arrow_array::RecordBatch> + Send,
-    ) -> PyResult<(ArrowBatch, i64)> {
-        let isolation = IsolationLevel::parse(isolation)?;
-        let (batch, next) = self.detached_txn(py, |log, txn| {
-            let expected = (end.unwrap_or(log.end_offset()) - start).clamp(0, 1 << 20) as usize;
-            let limit = max_records.unwrap_or(usize::MAX);
-            let mut sink = make(expected.min(limit));
-            let next = txn.scan(log, isolation, start, end, limit, &mut sink)?;
-            Ok((finish(sink)?, next))
-        })?;
-        Ok((ArrowBatch::new(batch), next))
-    }
-}
-
 fn clean_options(delete_retention_ms: i64, min_compaction_lag_ms: i64, now: Option<i64>) -> CleanOptions {
     CleanOptions { now_ms: now.unwrap_or_else(now_ms), delete_retention_ms, min_compaction_lag_ms }
 }
@@ -298,67 +87,6 @@ type BatchInfoTuple = (i64, i64, i64, i16, i32, i32, bool);
 
 /// A producer as Python's `producers` returns it.
 type ProducerTuple = (i64, i16, i32, i64, i32, i64);
-
-/// Records given as columns: `values` (bytes or None each), `keys` and `headers` (None, or one
-/// entry per value), held so their bytes can be borrowed without the GIL.
-fn held_columns<'py>(
-    values: &Bound<'py, PyAny>,
-    keys: Option<&Bound<'py, PyAny>>,
-    headers: Option<&Bound<'py, PyAny>>,
-    timestamp: i64,
-) -> PyResult<Vec<HeldRecord<'py>>> {
-    let values = values.try_iter()?.collect::<PyResult<Vec<_>>>()?;
-    let keys = column(keys, "keys", values.len())?;
-    let headers = column(headers, "headers", values.len())?;
-    let mut held = Vec::with_capacity(values.len());
-    for (i, value) in values.into_iter().enumerate() {
-        held.push(HeldRecord {
-            key: to_bytes(keys.as_ref().map(|k| k[i].clone()), "key")?,
-            value: to_bytes(Some(value), "value")?,
-            headers: held_headers(headers.as_ref().map(|h| &h[i]))?,
-            timestamp,
-        });
-    }
-    Ok(held)
-}
-
-/// An optional column of one entry per value.
-fn column<'py>(c: Option<&Bound<'py, PyAny>>, name: &str, values: usize) -> PyResult<Option<Vec<Bound<'py, PyAny>>>> {
-    let Some(c) = c.filter(|c| !c.is_none()) else { return Ok(None) };
-    let items = c.try_iter()?.collect::<PyResult<Vec<_>>>()?;
-    if items.len() != values {
-        let n = items.len();
-        return Err(
-            crate::Error::config(format!("{name} has {n} entries for {values} values; give one per value")).into()
-        );
-    }
-    Ok(Some(items))
-}
-
-fn held_header_slices<'a>(held: &'a [HeldRecord<'_>]) -> PyResult<Vec<Vec<Header<'a>>>> {
-    held.iter().map(|h| header_slices(&h.headers)).collect()
-}
-
-/// Held records as the engine's inputs (borrowing their bytes).
-fn record_inputs<'a>(held: &'a [HeldRecord<'_>], header_slices: &'a [Vec<Header<'a>>]) -> Vec<RecordInput<'a>> {
-    held.iter()
-        .zip(header_slices)
-        .map(|(h, hs)| RecordInput {
-            key: h.key.as_ref().map(|b| b.as_bytes()),
-            value: h.value.as_ref().map(|b| b.as_bytes()),
-            headers: hs,
-            timestamp: h.timestamp,
-        })
-        .collect()
-}
-
-/// Held references to one record's Python objects, so their bytes can be borrowed without the GIL.
-struct HeldRecord<'py> {
-    key: Option<Bound<'py, PyBytes>>,
-    value: Option<Bound<'py, PyBytes>>,
-    headers: HeldHeaders<'py>,
-    timestamp: i64,
-}
 
 #[pymethods]
 impl PyLog {
