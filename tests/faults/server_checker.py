@@ -37,6 +37,7 @@ from typing import Any
 
 from faults import checker
 from faults import journal as J
+from faults import txn_checker
 from faults.server_attacks import ANSWER_DEADLINE_S
 
 #: Seconds within which each probe must be answered: ApiVersions and Metadata never wait on a
@@ -84,6 +85,7 @@ class ServerStats:
     max_latency: dict[str, float] = field(default_factory=dict)
     peak_rss: int = 0
     figures: list[str] = field(default_factory=list)  # per-attack figures for the note
+    txn: txn_checker.TxnStats | None = None  # the network transactional children's
 
 
 def classify(message: str) -> str:
