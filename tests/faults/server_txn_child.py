@@ -15,9 +15,12 @@ this one left. Anything else escapes as a traceback, which the checker reports."
 
 from __future__ import annotations
 
+import os
 import random
 import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from faults.journal import EXIT_TYPED_ERROR, Journal, Stop, child_args, encode_value
@@ -32,7 +35,11 @@ from confluent_kafka import KafkaException, TopicPartition  # noqa: E402
 TRANSACTION_TIMEOUT_MS = 10_000
 #: Past a server restart (kill -9, up to 2 s down, then recovery): init is retried meanwhile.
 INIT_PATIENCE_S = 60.0
-CALL_TIMEOUT_S = 30.0  # each transactional call; librdkafka retries inside it
+CALL_TIMEOUT_S = 10.0  # each transactional call (librdkafka retries inside it), as the txn timeout
+#: librdkafka's send_offsets_to_transaction() can block past its timeout after its group
+#: coordinator went away (librdkafka issues #5456, #5511: seen here after a server kill -9 and
+#: restart): a call still blocked this long after its timeout ends the child as a typed error.
+HANG_SLACK_S = 5.0
 
 
 def error_fields(e: KafkaException) -> dict[str, Any]:
@@ -52,12 +59,32 @@ def fail(journal: Journal, where: str, e: KafkaException) -> NoReturn:
     sys.exit(EXIT_TYPED_ERROR)
 
 
+def bounded(journal: Journal, where: str, call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args, CALL_TIMEOUT_S)``; if it has not returned HANG_SLACK_S past that timeout,
+    the child journals it and exits (os._exit: the main thread is blocked in librdkafka)."""
+
+    def hung() -> None:
+        journal.write(
+            "error", where=where, err="Hang", errno=None, fault=None,
+            msg=f"blocked {CALL_TIMEOUT_S + HANG_SLACK_S:.0f} s, past its timeout of {CALL_TIMEOUT_S:.0f} s",
+        )  # fmt: skip
+        os._exit(EXIT_TYPED_ERROR)
+
+    timer = threading.Timer(CALL_TIMEOUT_S + HANG_SLACK_S, hung)
+    timer.daemon = True
+    timer.start()
+    try:
+        return call(*args, CALL_TIMEOUT_S)
+    finally:
+        timer.cancel()
+
+
 def init(producer: confluent_kafka.Producer, journal: Journal) -> None:
     deadline = time.monotonic() + INIT_PATIENCE_S
     while True:
         t0 = time.monotonic_ns()
         try:
-            producer.init_transactions(CALL_TIMEOUT_S)
+            bounded(journal, "init_transactions", producer.init_transactions)
         except KafkaException as e:
             if fatal(e) or time.monotonic() > deadline or STOP.requested:
                 fail(journal, "init_transactions", e)
@@ -123,10 +150,12 @@ def main() -> None:
                 key = input_key(group, topic, partition, m.offset())
                 producer.produce(OUTPUT, encode_value(args.name, seq, rng.randrange(100)), key=key)
                 seq += 1
-            producer.send_offsets_to_transaction(
+            bounded(
+                journal,
+                "send_offsets_to_transaction",
+                producer.send_offsets_to_transaction,
                 [TopicPartition(topic, partition, last + 1)],
                 consumer.consumer_group_metadata(),
-                CALL_TIMEOUT_S,
             )
         except KafkaException as e:  # before ``end``: the checker expects none of it visible
             fail(journal, "transaction", e)
@@ -134,10 +163,8 @@ def main() -> None:
         inputs = [[topic, partition, first, last + 1]]
         journal.write("end", txn=number, seqs=[first_seq, seq], input=inputs, commit=commit)
         try:
-            if commit:
-                producer.commit_transaction(CALL_TIMEOUT_S)
-            else:
-                producer.abort_transaction(CALL_TIMEOUT_S)
+            end = producer.commit_transaction if commit else producer.abort_transaction
+            bounded(journal, "commit_transaction" if commit else "abort_transaction", end)
         except KafkaException as e:
             journal.write("end_failed", txn=number, commit=commit, **error_fields(e))
             sys.exit(EXIT_TYPED_ERROR)
