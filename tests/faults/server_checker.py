@@ -35,9 +35,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from faults import checker
+from faults import checker, txn_checker
 from faults import journal as J
-from faults import txn_checker
 from faults.server_attacks import ANSWER_DEADLINE_S
 
 #: Seconds within which each probe must be answered: ApiVersions and Metadata never wait on a
