@@ -72,6 +72,10 @@ kafka_errors! {
     UNSTABLE_OFFSET_COMMIT = 88,
     PRODUCER_FENCED = 90,
     TRANSACTIONAL_ID_NOT_FOUND = 105,
+    FENCED_MEMBER_EPOCH = 110,
+    UNRELEASED_INSTANCE_ID = 111,
+    UNSUPPORTED_ASSIGNOR = 112,
+    STALE_MEMBER_EPOCH = 113,
 }
 
 /// The code a client gets for an engine error on a partition.

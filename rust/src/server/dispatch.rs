@@ -19,13 +19,14 @@ use kafka_protocol::messages::{
     RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
 use kafka_protocol::messages::{CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest};
+use kafka_protocol::messages::{ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::authorizer::Who;
 use super::broker::Broker;
 use super::codes;
 use super::{
-    acl_api, acl_requests, cluster, configs, coordinator, delete_records, describe_producers, fetch, group_api,
+    acl_api, acl_requests, cluster, configs, consumer_group_api, coordinator, delete_records, describe_producers, fetch, group_api,
     groups_admin, init_producer_id, list_offsets, log_dirs, metadata, offset_commit, offset_delete, produce,
     topics_admin, transactions_admin, txn_api, waits,
 };
@@ -42,14 +43,15 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::FindCoordinator, 0, 4),
-    (ApiKey::OffsetCommit, 2, 8),
+    // OffsetCommit v9: a consumer-protocol member commits with its member epoch (KIP-848).
+    (ApiKey::OffsetCommit, 2, 9),
     (ApiKey::OffsetFetch, 1, 7),
     (ApiKey::JoinGroup, 0, 7),
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 4),
     (ApiKey::DescribeGroups, 0, 5),
-    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::ListGroups, 0, 5),
     (ApiKey::InitProducerId, 0, 5),
     // Transactions as Kafka's transaction version 1 (no KIP-890 part 2: EndTxn 5 and
     // TxnOffsetCommit 5 would be its epoch bump per transaction; clients send them only to a
@@ -74,6 +76,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
 ];
@@ -121,6 +125,8 @@ pub enum Body {
     CreateAcls(CreateAclsRequest),
     DescribeAcls(DescribeAclsRequest),
     DeleteAcls(DeleteAclsRequest),
+    ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest),
+    ConsumerGroupDescribe(ConsumerGroupDescribeRequest),
     SaslHandshake(SaslHandshakeRequest),
     SaslAuthenticate(SaslAuthenticateRequest),
     /// ApiVersions at a version we do not know: answered with UNSUPPORTED_VERSION at v0,
@@ -202,6 +208,8 @@ pub fn decode_request(frame: Bytes) -> Result<Request, DecodeError> {
         ApiKey::CreateAcls => Body::CreateAcls(decode(&mut buf, version)?),
         ApiKey::DescribeAcls => Body::DescribeAcls(decode(&mut buf, version)?),
         ApiKey::DeleteAcls => Body::DeleteAcls(decode(&mut buf, version)?),
+        ApiKey::ConsumerGroupHeartbeat => Body::ConsumerGroupHeartbeat(decode(&mut buf, version)?),
+        ApiKey::ConsumerGroupDescribe => Body::ConsumerGroupDescribe(decode(&mut buf, version)?),
         ApiKey::SaslHandshake => Body::SaslHandshake(decode(&mut buf, version)?),
         ApiKey::SaslAuthenticate => Body::SaslAuthenticate(decode(&mut buf, version)?),
         other => return Err(DecodeError(format!("{other:?} is not supported"))),
@@ -387,6 +395,17 @@ pub async fn handle(
         Body::DescribeAcls(r) => frame(key, v, id, &acl_api::describe_acls(broker, r, peer))?,
         Body::DeleteAcls(r) => {
             frame(key, v, id, &blocking(broker, key, move |b| acl_api::delete_acls(b, r, &client)).await?)?
+        }
+        // Claiming a new group touches its folder (`group_owner`).
+        Body::ConsumerGroupHeartbeat(r) => {
+            let client_id = request.header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
+            let answer = blocking(broker, key, move |b| {
+                consumer_group_api::consumer_group_heartbeat(b, r, v, &client_id, &client)
+            });
+            frame(key, v, id, &answer.await?)?
+        }
+        Body::ConsumerGroupDescribe(r) => {
+            frame(key, v, id, &consumer_group_api::consumer_group_describe(broker, r, peer))?
         }
         // The connection's SASL session answers these (`sasl::Session::admit`) before dispatch.
         Body::SaslHandshake(_) | Body::SaslAuthenticate(_) => {

@@ -51,6 +51,7 @@
 
 mod acl_api;
 mod acl_requests;
+mod assignors;
 mod authorizer;
 mod broker;
 mod cluster;
@@ -58,6 +59,8 @@ mod codes;
 mod committed;
 mod configs;
 mod connection;
+mod consumer_group;
+mod consumer_group_api;
 mod coordinator;
 mod delete_records;
 mod describe_producers;
@@ -85,6 +88,7 @@ mod sasl;
 mod scram;
 mod tls;
 mod topic_creation;
+mod topic_ids;
 mod topics_admin;
 mod transactions_admin;
 mod txn_api;
@@ -149,6 +153,10 @@ pub struct ServerConfig {
     pub authorizer: AuthorizerMode,
     /// `super.users`: principals (`User:alice`) the ACLs never restrict.
     pub super_users: Vec<String>,
+    /// `group.consumer.session.timeout.ms` of consumer-protocol groups (Kafka's default: 45 s).
+    pub consumer_session_timeout: Duration,
+    /// `group.consumer.heartbeat.interval.ms` (Kafka's default: 5 s).
+    pub consumer_heartbeat_interval: Duration,
 }
 
 impl ServerConfig {
@@ -170,6 +178,8 @@ impl ServerConfig {
             max_open_partitions: None,
             authorizer: AuthorizerMode::Auto,
             super_users: Vec::new(),
+            consumer_session_timeout: consumer_group::DEFAULT_SESSION_TIMEOUT,
+            consumer_heartbeat_interval: consumer_group::DEFAULT_HEARTBEAT_INTERVAL,
         }
     }
 }
@@ -322,7 +332,10 @@ async fn expire_sessions(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     loop {
         tokio::select! {
             _ = stop.changed() => return,
-            _ = tokio::time::sleep(Duration::from_millis(250)) => broker.groups.expire(),
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {
+                broker.groups.expire();
+                broker.consumer_groups.expire();
+            }
         }
     }
 }
