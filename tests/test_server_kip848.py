@@ -40,7 +40,9 @@ CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 
 
 def start_server(path: str) -> Server:
-    return Server(path, group_consumer_session_timeout_ms=SESSION_MS, group_consumer_heartbeat_interval_ms=HEARTBEAT_MS)
+    return Server(
+        path, group_consumer_session_timeout_ms=SESSION_MS, group_consumer_heartbeat_interval_ms=HEARTBEAT_MS
+    )
 
 
 def produce(path: str, count: int, start: int = 0) -> None:
@@ -120,7 +122,9 @@ class Wire:
 
     def call(self, api: int, version: int, body: bytes) -> Reader:
         self.correlation += 1
-        header = struct.pack(">hhi", api, version, self.correlation) + struct.pack(">h", 4) + b"test" + b"\x00"
+        header = (
+            struct.pack(">hhi", api, version, self.correlation) + struct.pack(">h", 4) + b"test" + b"\x00"
+        )
         frame = header + body
         self.sock.sendall(struct.pack(">i", len(frame)) + frame)
         size = struct.unpack(">i", self._read(4))[0]
@@ -182,7 +186,9 @@ class Wire:
         return out
 
     def join(self, group: str, member: str, topics: list[str], instance: str | None = None) -> dict:
-        return self.heartbeat(group, member, 0, topics=topics, owned={}, instance=instance, rebalance_ms=30_000)
+        return self.heartbeat(
+            group, member, 0, topics=topics, owned={}, instance=instance, rebalance_ms=30_000
+        )
 
 
 _NAMES: dict[bytes, str] = {}
@@ -309,7 +315,9 @@ def test_epochs_fencing_and_revocation_before_reassignment(tmp_path):
                 break
             assert time.monotonic() - started < SESSION_MS / 1000 + 15, "B was not removed after its session"
             time.sleep(0.2)
-        assert time.monotonic() - started >= SESSION_MS / 1000 - 1, "B's partitions moved before its session ended"
+        assert time.monotonic() - started >= SESSION_MS / 1000 - 1, (
+            "B's partitions moved before its session ended"
+        )
 
 
 def join_error(address: str, group: str) -> int:
@@ -448,7 +456,10 @@ def java_member(tmp_path_factory) -> Callable[..., Callable[[str, str], subproce
             argv = ["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath]
             argv += ["Kip848Member", bootstrap, TOPIC, group, assignor]
             return spawn.code(
-                "import os, sys; os.execvp(sys.argv[1], sys.argv[1:])", *argv, stdout=subprocess.PIPE, text=True
+                "import os, sys; os.execvp(sys.argv[1], sys.argv[1:])",
+                *argv,
+                stdout=subprocess.PIPE,
+                text=True,
             )
 
         return start
