@@ -375,7 +375,7 @@ impl Coordinator {
         let gid = hb.group.as_str();
         match hb.epoch {
             LEAVE_EPOCH | STATIC_LEAVE_EPOCH => return Self::leave(group, gid, &hb),
-            JOIN_EPOCH => Self::join(group, gid, &hb, self.session_timeout)?,
+            JOIN_EPOCH => Self::join(group, gid, &hb)?,
             _ => Self::check_member(group, gid, &hb)?,
         }
         let member_id = hb.member_id.clone();
@@ -425,7 +425,7 @@ impl Coordinator {
 
     /// A join (epoch 0): a new member, a member that rejoins (it owns nothing now), or a new
     /// instance of a static member that left with epoch -2, which takes its place.
-    fn join(group: &mut Group, gid: &str, hb: &Heartbeat, session: Duration) -> Result<(), Refusal> {
+    fn join(group: &mut Group, gid: &str, hb: &Heartbeat) -> Result<(), Refusal> {
         let fresh = || Member {
             instance_id: hb.instance_id.clone(),
             rack_id: hb.rack_id.clone(),
@@ -442,7 +442,6 @@ impl Coordinator {
             last_seen: Instant::now(),
             revocation_deadline: None,
         };
-        let _ = session;
         if let Some(instance) = hb.instance_id.as_deref() {
             if let Some(old) = group.static_member(instance) {
                 if old != hb.member_id {
