@@ -386,7 +386,7 @@ def committed(address: str, group: str) -> dict[int, int]:
 
     admin = KafkaAdminClient(bootstrap_servers=address)
     try:
-        offsets = admin.list_consumer_group_offsets(group)
+        offsets = admin.list_group_offsets(group)[group]
     finally:
         admin.close()
     return {tp.partition: meta.offset for tp, meta in offsets.items() if tp.topic == TOPIC}
