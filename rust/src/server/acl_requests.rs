@@ -390,14 +390,21 @@ fn refusal(request: &Request, code: i16) -> Result<Bytes, DecodeError> {
         }
         Body::SyncGroup(_) => frame(key, v, id, &SyncGroupResponse::default().with_error_code(code)),
         Body::Heartbeat(_) => frame(key, v, id, &HeartbeatResponse::default().with_error_code(code)),
-        Body::ConsumerGroupHeartbeat(_) => {
-            frame(key, v, id, &ConsumerGroupHeartbeatResponse::default().with_error_code(code).with_error_message(named(code, true)))
-        }
+        Body::ConsumerGroupHeartbeat(_) => frame(
+            key,
+            v,
+            id,
+            &ConsumerGroupHeartbeatResponse::default().with_error_code(code).with_error_message(named(code, true)),
+        ),
         Body::ConsumerGroupDescribe(r) => {
             let groups = r
                 .group_ids
                 .iter()
-                .map(|g| consumer_group_describe_response::DescribedGroup::default().with_group_id(g.clone()).with_error_code(code))
+                .map(|g| {
+                    consumer_group_describe_response::DescribedGroup::default()
+                        .with_group_id(g.clone())
+                        .with_error_code(code)
+                })
                 .collect();
             frame(key, v, id, &ConsumerGroupDescribeResponse::default().with_groups(groups))
         }

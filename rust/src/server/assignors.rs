@@ -24,7 +24,11 @@ pub struct MemberSpec<'a> {
 
 /// The target assignment of `members` by `assignor` (one of `ASSIGNORS`) over `topics`
 /// (subscribed topics that exist, with their partition counts).
-pub fn assign(assignor: &str, members: &BTreeMap<String, MemberSpec>, topics: &BTreeMap<String, i32>) -> BTreeMap<String, Assignment> {
+pub fn assign(
+    assignor: &str,
+    members: &BTreeMap<String, MemberSpec>,
+    topics: &BTreeMap<String, i32>,
+) -> BTreeMap<String, Assignment> {
     if assignor == RANGE {
         range(members, topics)
     } else {
@@ -35,7 +39,8 @@ pub fn assign(assignor: &str, members: &BTreeMap<String, MemberSpec>, topics: &B
 fn range(members: &BTreeMap<String, MemberSpec>, topics: &BTreeMap<String, i32>) -> BTreeMap<String, Assignment> {
     let mut out: BTreeMap<String, Assignment> = members.keys().map(|m| (m.clone(), Assignment::new())).collect();
     for (topic, &count) in topics {
-        let subscribers: Vec<&String> = members.iter().filter(|(_, s)| s.subscribed.contains(topic)).map(|(m, _)| m).collect();
+        let subscribers: Vec<&String> =
+            members.iter().filter(|(_, s)| s.subscribed.contains(topic)).map(|(m, _)| m).collect();
         if subscribers.is_empty() {
             continue;
         }
@@ -128,10 +133,8 @@ mod tests {
         let sub = set(&["a", "b"]);
         let none = Assignment::new();
         let topics: BTreeMap<String, i32> = [("a".to_string(), 5), ("b".to_string(), 2)].into();
-        let two: BTreeMap<String, MemberSpec> = ["m1", "m2"]
-            .iter()
-            .map(|m| (m.to_string(), MemberSpec { subscribed: &sub, current: &none }))
-            .collect();
+        let two: BTreeMap<String, MemberSpec> =
+            ["m1", "m2"].iter().map(|m| (m.to_string(), MemberSpec { subscribed: &sub, current: &none })).collect();
         let first = assign(UNIFORM, &two, &topics);
         assert_eq!(first.values().map(count).sum::<usize>(), 7);
         assert!(first.values().all(|a| (3..=4).contains(&count(a))));

@@ -141,7 +141,9 @@ impl Group {
                 *votes.entry(a).or_default() += 1;
             }
         }
-        let best = votes.iter().max_by_key(|(name, n)| (**n, std::cmp::Reverse(assignors::ASSIGNORS.iter().position(|a| a == *name))));
+        let best = votes
+            .iter()
+            .max_by_key(|(name, n)| (**n, std::cmp::Reverse(assignors::ASSIGNORS.iter().position(|a| a == *name))));
         best.map(|(a, _)| a.to_string()).unwrap_or_else(|| assignors::ASSIGNORS[0].to_string())
     }
 
@@ -346,7 +348,8 @@ impl Coordinator {
         if self.groups().get(group).is_some_and(|g| g.owner.is_some()) {
             return Ok(());
         }
-        let refused = |what: String| Err((codes::GROUP_ID_NOT_FOUND, format!("Group {group} is not a consumer group: {what}")));
+        let refused =
+            |what: String| Err((codes::GROUP_ID_NOT_FOUND, format!("Group {group} is not a consumer group: {what}")));
         match group_owner::claim(&self.data_dir, group, &self.identity) {
             Ok(Claim::Owned(owner)) => {
                 self.groups().entry(group.to_string()).or_insert_with(Group::new).owner = Some(owner);
@@ -364,13 +367,20 @@ impl Coordinator {
 
     /// ConsumerGroupHeartbeat after the request's checks (`consumer_group_api`).
     /// `partitions_of`: a topic's partition count, None when it does not exist.
-    pub fn heartbeat(&self, hb: Heartbeat, partitions_of: &dyn Fn(&str) -> Option<i32>) -> Result<HeartbeatAnswer, Refusal> {
+    pub fn heartbeat(
+        &self,
+        hb: Heartbeat,
+        partitions_of: &dyn Fn(&str) -> Option<i32>,
+    ) -> Result<HeartbeatAnswer, Refusal> {
         if hb.epoch == JOIN_EPOCH {
             self.claim(&hb.group)?;
         }
         let mut groups = self.groups();
         let Some(group) = groups.get_mut(&hb.group) else {
-            return Err((codes::UNKNOWN_MEMBER_ID, format!("consumer group {:?} has no member {:?}", hb.group, hb.member_id)));
+            return Err((
+                codes::UNKNOWN_MEMBER_ID,
+                format!("consumer group {:?} has no member {:?}", hb.group, hb.member_id),
+            ));
         };
         let gid = hb.group.as_str();
         match hb.epoch {
@@ -401,7 +411,10 @@ impl Coordinator {
         }
         if hb.server_assignor.is_some() && hb.server_assignor != m.server_assignor {
             m.server_assignor = hb.server_assignor.clone();
-            changed.push(format!("member {member_id} asks for the {} assignor", hb.server_assignor.as_deref().unwrap_or("")));
+            changed.push(format!(
+                "member {member_id} asks for the {} assignor",
+                hb.server_assignor.as_deref().unwrap_or("")
+            ));
         }
         let topics = group.subscribed_topics(partitions_of);
         if topics != group.topics {
@@ -414,7 +427,8 @@ impl Coordinator {
         group.update_target(gid);
         group.reconcile(&member_id, hb.owned.as_ref());
         let m = &group.members[&member_id];
-        let full = hb.epoch == JOIN_EPOCH || (hb.rebalance_timeout_ms != -1 && hb.subscribed.is_some() && hb.owned.is_some());
+        let full =
+            hb.epoch == JOIN_EPOCH || (hb.rebalance_timeout_ms != -1 && hb.subscribed.is_some() && hb.owned.is_some());
         Ok(HeartbeatAnswer {
             member_id: member_id.clone(),
             epoch: m.epoch,
@@ -515,7 +529,10 @@ impl Coordinator {
         let fenced = || {
             Err((
                 codes::FENCED_MEMBER_EPOCH,
-                format!("The consumer group member has a member epoch ({}) that is not the current one ({})", hb.epoch, m.epoch),
+                format!(
+                    "The consumer group member has a member epoch ({}) that is not the current one ({})",
+                    hb.epoch, m.epoch
+                ),
             ))
         };
         if hb.epoch > m.epoch {
@@ -538,7 +555,10 @@ impl Coordinator {
         let member_id = match hb.instance_id.as_deref() {
             Some(instance) => {
                 let Some(current) = group.static_member(instance) else {
-                    return Err((codes::UNKNOWN_MEMBER_ID, format!("Instance id {instance} is unknown in group {gid}")));
+                    return Err((
+                        codes::UNKNOWN_MEMBER_ID,
+                        format!("Instance id {instance} is unknown in group {gid}"),
+                    ));
                 };
                 if current != hb.member_id {
                     return Err((
@@ -550,7 +570,10 @@ impl Coordinator {
             }
             None if group.members.contains_key(&hb.member_id) => hb.member_id.clone(),
             None => {
-                return Err((codes::UNKNOWN_MEMBER_ID, format!("Member {} is not a member of group {gid}", hb.member_id)))
+                return Err((
+                    codes::UNKNOWN_MEMBER_ID,
+                    format!("Member {} is not a member of group {gid}", hb.member_id),
+                ))
             }
         };
         if hb.epoch == STATIC_LEAVE_EPOCH {
@@ -573,9 +596,21 @@ impl Coordinator {
                 .iter()
                 .filter_map(|(id, m)| {
                     if now.duration_since(m.last_seen) > self.session_timeout {
-                        Some((id.clone(), format!("no heartbeat within group.consumer.session.timeout.ms ({} ms)", self.session_timeout.as_millis())))
+                        Some((
+                            id.clone(),
+                            format!(
+                                "no heartbeat within group.consumer.session.timeout.ms ({} ms)",
+                                self.session_timeout.as_millis()
+                            ),
+                        ))
                     } else if m.revocation_deadline.is_some_and(|d| now >= d) {
-                        Some((id.clone(), format!("it did not revoke its partitions within its rebalance timeout ({} ms)", m.rebalance_timeout.as_millis())))
+                        Some((
+                            id.clone(),
+                            format!(
+                                "it did not revoke its partitions within its rebalance timeout ({} ms)",
+                                m.rebalance_timeout.as_millis()
+                            ),
+                        ))
                     } else {
                         None
                     }

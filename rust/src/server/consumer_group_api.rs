@@ -33,7 +33,8 @@ fn invalid(r: &ConsumerGroupHeartbeatRequest, version: i16) -> Option<String> {
     if r.member_id.trim().is_empty() && (version >= 1 || r.member_epoch != JOIN_EPOCH) {
         return Some("MemberId can't be empty.".into());
     }
-    if r.subscribed_topic_regex.is_some() {
+    // librdkafka sends an empty regex beside its topic names: it matches nothing, as in Kafka.
+    if r.subscribed_topic_regex.as_ref().is_some_and(|re| !re.is_empty()) {
         return Some("SubscribedTopicRegex is not supported by this server; subscribe to topic names.".into());
     }
     match r.member_epoch {
@@ -65,7 +66,9 @@ fn new_member_id() -> String {
 fn assignment_by_id(a: &Assignment) -> Vec<heartbeat::TopicPartitions> {
     a.iter()
         .map(|(t, p)| {
-            heartbeat::TopicPartitions::default().with_topic_id(topic_ids::of(t)).with_partitions(p.iter().copied().collect())
+            heartbeat::TopicPartitions::default()
+                .with_topic_id(topic_ids::of(t))
+                .with_partitions(p.iter().copied().collect())
         })
         .collect()
 }
@@ -89,7 +92,8 @@ pub fn consumer_group_heartbeat(
         return refuse(peer, &group, (codes::INVALID_REQUEST, message));
     }
     if let Some(assignor) = r.server_assignor.as_deref().filter(|a| !ASSIGNORS.contains(a)) {
-        let message = format!("ServerAssignor {assignor} is not supported. Supported assignors: {}.", ASSIGNORS.join(", "));
+        let message =
+            format!("ServerAssignor {assignor} is not supported. Supported assignors: {}.", ASSIGNORS.join(", "));
         return refuse(peer, &group, (codes::UNSUPPORTED_ASSIGNOR, message));
     }
     // A classic group with members is not converted (Kafka's answer with migration disabled).
@@ -104,7 +108,9 @@ pub fn consumer_group_heartbeat(
     // Owned partitions of topics that no longer exist are nothing the group can reassign.
     let owned = r.topic_partitions.as_ref().map(|tps| {
         tps.iter()
-            .filter_map(|tp| Some((topic_ids::name_of(&topics, &tp.topic_id)?, tp.partitions.iter().copied().collect())))
+            .filter_map(|tp| {
+                Some((topic_ids::name_of(&topics, &tp.topic_id)?, tp.partitions.iter().copied().collect()))
+            })
             .collect::<Assignment>()
     });
     let member_id = if r.member_id.is_empty() { new_member_id() } else { r.member_id.to_string() };
@@ -147,7 +153,11 @@ fn assignment_described(a: &Assignment) -> describe::Assignment {
     describe::Assignment::default().with_topic_partitions(topics)
 }
 
-pub fn consumer_group_describe(broker: &Broker, r: ConsumerGroupDescribeRequest, peer: &str) -> ConsumerGroupDescribeResponse {
+pub fn consumer_group_describe(
+    broker: &Broker,
+    r: ConsumerGroupDescribeRequest,
+    peer: &str,
+) -> ConsumerGroupDescribeResponse {
     let groups = r
         .group_ids
         .iter()
@@ -209,7 +219,9 @@ pub fn as_described_group(
                 m.assignment
                     .iter()
                     .map(|(t, p)| {
-                        AssignedTopic::default().with_topic(TopicName(s(t.clone()))).with_partitions(p.iter().copied().collect())
+                        AssignedTopic::default()
+                            .with_topic(TopicName(s(t.clone())))
+                            .with_partitions(p.iter().copied().collect())
                     })
                     .collect(),
             );

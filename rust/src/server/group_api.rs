@@ -49,7 +49,8 @@ pub async fn join_group(
     if broker.consumer_groups.has_members(&r.group_id.0) {
         let reason = format!("group {:?} is a consumer-protocol (KIP-848) group with members", r.group_id.0.as_str());
         let code = codes::refused(host, "JoinGroup", codes::INCONSISTENT_GROUP_PROTOCOL, &reason);
-        let resp = JoinGroupResponse::default().with_error_code(code).with_generation_id(-1).with_member_id(r.member_id);
+        let resp =
+            JoinGroupResponse::default().with_error_code(code).with_generation_id(-1).with_member_id(r.member_id);
         return if version >= 7 { resp } else { resp.with_protocol_name(Some(StrBytes::default())) };
     }
     let result = broker
@@ -193,7 +194,8 @@ pub fn list_groups(broker: &Broker, r: ListGroupsRequest, version: i16) -> ListG
         super::groups_admin::uncoordinated_groups(broker, &known).into_iter().map(|(id, p, st)| (id, p, st, "classic")),
     );
     // Kafka matches states and types case-insensitively (ListGroups v4's and v5's filters).
-    let wanted = |filter: &[StrBytes], value: &str| filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value));
+    let wanted =
+        |filter: &[StrBytes], value: &str| filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value));
     let groups = listed
         .into_iter()
         .filter(|(_, _, state, kind)| wanted(&r.states_filter, state) && wanted(&r.types_filter, kind))

@@ -136,15 +136,13 @@ pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, version: i16
     } else if let Some(reason) = outside_commit_refused(broker, &group, &request.member_id, generation) {
         Err(codes::refused(peer, "OffsetCommit", codes::UNKNOWN_MEMBER_ID, &reason))
     } else {
-        check_member(broker, &group, &request.member_id, instance.as_deref(), generation, version).map_err(
-            |code| {
-                let reason = format!(
-                    "group {group:?} does not accept a commit from member {:?} of generation {generation}",
-                    request.member_id.as_str()
-                );
-                codes::refused(peer, "OffsetCommit", code, &reason)
-            },
-        )
+        check_member(broker, &group, &request.member_id, instance.as_deref(), generation, version).map_err(|code| {
+            let reason = format!(
+                "group {group:?} does not accept a commit from member {:?} of generation {generation}",
+                request.member_id.as_str()
+            );
+            codes::refused(peer, "OffsetCommit", code, &reason)
+        })
     };
     let plan = CommitPlan::new(broker, requested!(request.topics), verdict);
     let commits: Vec<_> =
@@ -157,16 +155,14 @@ pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, version: i16
         if let Some(reason) = outside_commit_refused(broker, &group, &request.member_id, generation) {
             return Err(codes::refused(peer, "OffsetCommit", codes::UNKNOWN_MEMBER_ID, &reason));
         }
-        check_member(broker, &group, &request.member_id, instance.as_deref(), generation, version).map_err(
-            |code| {
-                let reason = format!(
-                    "group {group:?} moved to another generation while the commit of member {:?} (generation \
+        check_member(broker, &group, &request.member_id, instance.as_deref(), generation, version).map_err(|code| {
+            let reason = format!(
+                "group {group:?} moved to another generation while the commit of member {:?} (generation \
                  {generation}) waited to be written",
-                    request.member_id.as_str()
-                );
-                codes::refused(peer, "OffsetCommit", code, &reason)
-            },
-        )
+                request.member_id.as_str()
+            );
+            codes::refused(peer, "OffsetCommit", code, &reason)
+        })
     };
     let written = match broker.offsets.commit(broker, &group, &commits, admit) {
         Ok(verdict) => verdict,
