@@ -18,6 +18,9 @@
 //! over `offsets` (the `__consumer_offsets` records, shared with the embedded clients), `group_api` (JoinGroup,
 //! SyncGroup, Heartbeat, LeaveGroup, DescribeGroups, ListGroups) over `group` (the coordinator)
 //! and `group_owner` (which of the embedded consumers or this server coordinates a group id),
+//! `consumer_group_api` (ConsumerGroupHeartbeat, ConsumerGroupDescribe: KIP-848) over
+//! `consumer_group` (the consumer protocol's groups: epochs, reconciliation, timeouts) with
+//! `assignors` (the server-side `uniform` and `range`) and `topic_ids` (topic ids from names),
 //! `init_producer_id` (ids for idempotent producers; their sequences are checked by the engine's
 //! `producer_state`, which `produce` calls through `Log::append_produce`), `txn_api` (the
 //! transactional producer's APIs: InitProducerId with a transactional id, AddPartitionsToTxn,
