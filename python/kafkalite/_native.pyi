@@ -276,6 +276,8 @@ class NativeServer:
         tls_key: str | PathLike[str] | None = None,
         tls_client_ca: str | PathLike[str] | None = None,
         allow_plaintext: bool = False,
+        group_consumer_session_timeout_ms: int = 45000,
+        group_consumer_heartbeat_interval_ms: int = 5000,
     ) -> NativeServer: ...
     @property
     def local_addr(self) -> str: ...

@@ -42,6 +42,7 @@ def _serve(args: argparse.Namespace) -> int:
         metrics=args.metrics,
         acks_all=args.acks_all,
         max_open_partitions=args.max_open_partitions,
+        group_consumer_session_timeout_ms=args.group_consumer_session_timeout_ms,
         authorizer=args.authorizer,
         super_users=[u for u in (args.super_users or "").split(";") if u],
         # Unset: the server's default (kafkalite.server.FETCH_MAX_BYTES).
@@ -152,6 +153,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="the most partitions kept open while no request uses them (each holds about 3 file "
         "descriptors; the least recently used is closed and reopened when needed); default: a share "
         "of the open-file limit, which the server raises to its hard limit (ulimit -Hn) at start",
+    )
+    serve.add_argument(
+        "--group-consumer-session-timeout-ms",
+        type=int,
+        default=45_000,
+        metavar="MS",
+        help="Kafka's group.consumer.session.timeout.ms: a consumer-protocol (group.protocol=consumer) "
+        "member without a heartbeat for this long is removed and its partitions reassigned (default: 45000)",
     )
     serve.add_argument(
         "--authorizer",

@@ -33,6 +33,9 @@ response (55 MiB, Kafka's default).
 about 3 file descriptors; the least recently used is closed, and reopened when needed). The
 default is a share of the process's open-file limit, which the server first raises to its hard
 limit (RLIMIT_NOFILE), as Kafka asks of a broker's ``ulimit -n``.
+``group_consumer_session_timeout_ms`` and ``group_consumer_heartbeat_interval_ms`` are Kafka's
+``group.consumer.session.timeout.ms`` (45 s) and ``group.consumer.heartbeat.interval.ms`` (5 s)
+for consumer-protocol groups (KIP-848, ``group.protocol=consumer``).
 
     with kafkalite.Server("data") as server:
         producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap_servers})
@@ -121,6 +124,8 @@ class Server:
         super_users: Sequence[str] = (),
         tls: TLS | Mapping[str, str | os.PathLike[str]] | None = None,
         allow_plaintext: bool = False,
+        group_consumer_session_timeout_ms: int = 45_000,
+        group_consumer_heartbeat_interval_ms: int = 5_000,
     ) -> None:
         try:
             self.path = os.path.abspath(os.fspath(path))
@@ -148,6 +153,12 @@ class Server:
             if not isinstance(given, bool):
                 raise InvalidTypeError(f"{flag} must be a bool, not {type(given).__name__}")
         check_fetch_max_bytes(fetch_max_bytes)
+        for name, ms in (
+            ("group_consumer_session_timeout_ms", group_consumer_session_timeout_ms),
+            ("group_consumer_heartbeat_interval_ms", group_consumer_heartbeat_interval_ms),
+        ):
+            if isinstance(ms, bool) or not isinstance(ms, int) or ms < 1:
+                raise InvalidConfigError(f"{name} must be a positive int (milliseconds), not {ms!r}")
         check_max_open_partitions(max_open_partitions)
         if acks_all not in ACKS_ALL:
             raise InvalidConfigError(f"acks_all must be 'disk' or 'page-cache', not {acks_all!r}")
@@ -169,6 +180,8 @@ class Server:
             tls_key=key,
             tls_client_ca=client_ca,
             allow_plaintext=allow_plaintext,
+            group_consumer_session_timeout_ms=group_consumer_session_timeout_ms,
+            group_consumer_heartbeat_interval_ms=group_consumer_heartbeat_interval_ms,
         )
         self.address: str = self._native.local_addr
         #: What Kafka clients take as ``bootstrap.servers`` (the advertised listener).

@@ -25,6 +25,7 @@ impl NativeServer {
         data_dir, listen, advertised=None, auto_create_topics=true, idle_timeout_ms=600_000, sasl=false,
         fetch_max_bytes=FETCH_MAX_BYTES, acks_all="disk", metrics=None, max_open_partitions=None,
         authorizer=false, super_users=Vec::new(), tls_cert=None, tls_key=None, tls_client_ca=None, allow_plaintext=false,
+        group_consumer_session_timeout_ms=45_000, group_consumer_heartbeat_interval_ms=5_000,
     ))]
     #[allow(clippy::too_many_arguments)] // Python's keyword arguments
     fn new(
@@ -45,6 +46,8 @@ impl NativeServer {
         tls_key: Option<std::path::PathBuf>,
         tls_client_ca: Option<std::path::PathBuf>,
         allow_plaintext: bool,
+        group_consumer_session_timeout_ms: u64,
+        group_consumer_heartbeat_interval_ms: u64,
     ) -> PyResult<Self> {
         let tls = match (tls_cert, tls_key, tls_client_ca) {
             (None, None, None) => None,
@@ -69,6 +72,8 @@ impl NativeServer {
         config.super_users = super_users;
         config.tls = tls;
         config.allow_plaintext = allow_plaintext;
+        config.consumer_session_timeout = Duration::from_millis(group_consumer_session_timeout_ms);
+        config.consumer_heartbeat_interval = Duration::from_millis(group_consumer_heartbeat_interval_ms);
         let server = py.detach(|| Server::start(config))?;
         let local_addr = server.local_addr().to_string();
         let advertised = server.advertised();

@@ -97,6 +97,8 @@ fn needs(body: &Body, version: i16) -> Vec<Need> {
         Body::Heartbeat(r) => vec![group(op::READ, &r.group_id)],
         Body::LeaveGroup(r) => vec![group(op::READ, &r.group_id)],
         Body::DescribeGroups(r) => r.groups.iter().map(|g| group(op::DESCRIBE, g)).collect(),
+        Body::ConsumerGroupHeartbeat(r) => vec![group(op::READ, &r.group_id)],
+        Body::ConsumerGroupDescribe(r) => r.group_ids.iter().map(|g| group(op::DESCRIBE, g)).collect(),
         Body::InitProducerId(r) => match &r.transactional_id {
             Some(id) => vec![txn(op::WRITE, id)],
             None => vec![Need {
@@ -432,6 +434,24 @@ fn refusal(request: &Request, code: i16) -> Result<Bytes, DecodeError> {
         }
         Body::SyncGroup(_) => frame(key, v, id, &SyncGroupResponse::default().with_error_code(code)),
         Body::Heartbeat(_) => frame(key, v, id, &HeartbeatResponse::default().with_error_code(code)),
+        Body::ConsumerGroupHeartbeat(_) => frame(
+            key,
+            v,
+            id,
+            &ConsumerGroupHeartbeatResponse::default().with_error_code(code).with_error_message(named(code, true)),
+        ),
+        Body::ConsumerGroupDescribe(r) => {
+            let groups = r
+                .group_ids
+                .iter()
+                .map(|g| {
+                    consumer_group_describe_response::DescribedGroup::default()
+                        .with_group_id(g.clone())
+                        .with_error_code(code)
+                })
+                .collect();
+            frame(key, v, id, &ConsumerGroupDescribeResponse::default().with_groups(groups))
+        }
         Body::LeaveGroup(_) => frame(key, v, id, &LeaveGroupResponse::default().with_error_code(code)),
         Body::DescribeGroups(r) => {
             let groups = r

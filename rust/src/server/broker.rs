@@ -127,6 +127,8 @@ pub struct Broker {
     pub offsets: OffsetStore,
     /// The classic group coordinator for network members.
     pub groups: Coordinator,
+    /// The consumer group protocol's (KIP-848) coordinator.
+    pub consumer_groups: super::consumer_group::Coordinator,
     /// The data directory's transaction coordinator (shared with embedded producers through
     /// the files and per-id locks), its waits bounded at `LOCK_WAIT`.
     pub transactions: crate::transactions::Coordinator,
@@ -150,6 +152,12 @@ impl Broker {
         // than failing every request later.
         dir.topics()?;
         let groups = Coordinator::new(dir.path(), &format!("{}:{}", advertised.0, advertised.1));
+        let consumer_groups = super::consumer_group::Coordinator::new(
+            dir.path(),
+            &format!("{}:{}", advertised.0, advertised.1),
+            config.consumer_session_timeout,
+            config.consumer_heartbeat_interval,
+        );
         let producer_ids = Mutex::new(ProducerIds::new(dir.path()));
         let transactions = crate::transactions::Coordinator::open(dir.path())?.with_lock_wait(LOCK_WAIT);
         let notifier = Arc::new(Notifier::open(&dir.path().join(NOTIFY_FILE))?);
@@ -174,6 +182,7 @@ impl Broker {
             acks_all: config.acks_all,
             offsets: OffsetStore::default(),
             groups,
+            consumer_groups,
             transactions,
             producer_ids,
             stopping,

@@ -75,6 +75,10 @@ kafka_errors! {
     RESOURCE_NOT_FOUND = 91,
     DUPLICATE_RESOURCE = 92,
     UNACCEPTABLE_CREDENTIAL = 93,
+    FENCED_MEMBER_EPOCH = 110,
+    UNRELEASED_INSTANCE_ID = 111,
+    UNSUPPORTED_ASSIGNOR = 112,
+    STALE_MEMBER_EPOCH = 113,
 }
 
 /// The code a client gets for an engine error on a partition.

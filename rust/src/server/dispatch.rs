@@ -22,6 +22,7 @@ use kafka_protocol::messages::{
     ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest,
     RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
+use kafka_protocol::messages::{ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest};
 use kafka_protocol::messages::{CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -29,9 +30,9 @@ use super::authorizer::Who;
 use super::broker::Broker;
 use super::codes;
 use super::{
-    acl_api, acl_requests, client_quotas, cluster, configs, coordinator, delete_records, describe_producers, fetch,
-    group_api, groups_admin, init_producer_id, list_offsets, log_dirs, metadata, offset_commit, offset_delete, produce,
-    scram_admin, topics_admin, transactions_admin, txn_api, waits,
+    acl_api, acl_requests, client_quotas, cluster, configs, consumer_group_api, coordinator, delete_records,
+    describe_producers, fetch, group_api, groups_admin, init_producer_id, list_offsets, log_dirs, metadata,
+    offset_commit, offset_delete, produce, scram_admin, topics_admin, transactions_admin, txn_api, waits,
 };
 
 /// The APIs and versions implemented here: exactly what ApiVersions advertises. The upper
@@ -46,14 +47,15 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::FindCoordinator, 0, 4),
-    (ApiKey::OffsetCommit, 2, 8),
+    // OffsetCommit v9: a consumer-protocol member commits with its member epoch (KIP-848).
+    (ApiKey::OffsetCommit, 2, 9),
     (ApiKey::OffsetFetch, 1, 7),
     (ApiKey::JoinGroup, 0, 7),
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 4),
     (ApiKey::DescribeGroups, 0, 5),
-    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::ListGroups, 0, 5),
     (ApiKey::InitProducerId, 0, 5),
     // Transactions as Kafka's transaction version 1 (no KIP-890 part 2: EndTxn 5 and
     // TxnOffsetCommit 5 would be its epoch bump per transaction; clients send them only to a
@@ -82,6 +84,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterClientQuotas, 0, 1),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
 ];
@@ -133,6 +137,8 @@ pub enum Body {
     AlterClientQuotas(AlterClientQuotasRequest),
     DescribeUserScramCredentials(DescribeUserScramCredentialsRequest),
     AlterUserScramCredentials(AlterUserScramCredentialsRequest),
+    ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest),
+    ConsumerGroupDescribe(ConsumerGroupDescribeRequest),
     SaslHandshake(SaslHandshakeRequest),
     SaslAuthenticate(SaslAuthenticateRequest),
     /// ApiVersions at a version we do not know: answered with UNSUPPORTED_VERSION at v0,
@@ -218,6 +224,8 @@ pub fn decode_request(frame: Bytes) -> Result<Request, DecodeError> {
         ApiKey::AlterClientQuotas => Body::AlterClientQuotas(decode(&mut buf, version)?),
         ApiKey::DescribeUserScramCredentials => Body::DescribeUserScramCredentials(decode(&mut buf, version)?),
         ApiKey::AlterUserScramCredentials => Body::AlterUserScramCredentials(decode(&mut buf, version)?),
+        ApiKey::ConsumerGroupHeartbeat => Body::ConsumerGroupHeartbeat(decode(&mut buf, version)?),
+        ApiKey::ConsumerGroupDescribe => Body::ConsumerGroupDescribe(decode(&mut buf, version)?),
         ApiKey::SaslHandshake => Body::SaslHandshake(decode(&mut buf, version)?),
         ApiKey::SaslAuthenticate => Body::SaslAuthenticate(decode(&mut buf, version)?),
         other => return Err(DecodeError(format!("{other:?} is not supported"))),
@@ -429,6 +437,17 @@ pub async fn handle(
             id,
             &blocking(broker, key, move |b| scram_admin::alter_user_scram_credentials(b, r, &client)).await?,
         )?,
+        // Claiming a new group touches its folder (`group_owner`).
+        Body::ConsumerGroupHeartbeat(r) => {
+            let client_id = request.header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
+            let answer = blocking(broker, key, move |b| {
+                consumer_group_api::consumer_group_heartbeat(b, r, v, &client_id, &client)
+            });
+            frame(key, v, id, &answer.await?)?
+        }
+        Body::ConsumerGroupDescribe(r) => {
+            frame(key, v, id, &consumer_group_api::consumer_group_describe(broker, r, peer))?
+        }
         // The connection's SASL session answers these (`sasl::Session::admit`) before dispatch.
         Body::SaslHandshake(_) | Body::SaslAuthenticate(_) => {
             return Err(DecodeError(format!("{key:?} reached dispatch without the connection's SASL session")))

@@ -44,6 +44,15 @@ pub async fn join_group(
     host: &str,
 ) -> JoinGroupResponse {
     let rebalance = if version >= 1 { r.rebalance_timeout_ms } else { r.session_timeout_ms };
+    // Kafka would take a classic member into a consumer-protocol group (a mixed group); this
+    // server does not: Kafka's answer to a group of another type.
+    if broker.consumer_groups.has_members(&r.group_id.0) {
+        let reason = format!("group {:?} is a consumer-protocol (KIP-848) group with members", r.group_id.0.as_str());
+        let code = codes::refused(host, "JoinGroup", codes::INCONSISTENT_GROUP_PROTOCOL, &reason);
+        let resp =
+            JoinGroupResponse::default().with_error_code(code).with_generation_id(-1).with_member_id(r.member_id);
+        return if version >= 7 { resp } else { resp.with_protocol_name(Some(StrBytes::default())) };
+    }
     let result = broker
         .groups
         .join(JoinRequest {
@@ -136,6 +145,9 @@ pub fn describe_groups(broker: &Broker, r: DescribeGroupsRequest) -> DescribeGro
         .iter()
         .map(|g| {
             let described = DescribedGroup::default().with_group_id(g.clone());
+            if let Some(d) = broker.consumer_groups.describe(&g.0) {
+                return super::consumer_group_api::as_described_group(described, d);
+            }
             match broker.groups.describe(&g.0) {
                 Some((state, protocol_type, protocol, members)) => {
                     let members = members
@@ -170,19 +182,32 @@ pub fn describe_groups(broker: &Broker, r: DescribeGroupsRequest) -> DescribeGro
 }
 
 pub fn list_groups(broker: &Broker, r: ListGroupsRequest, version: i16) -> ListGroupsResponse {
-    let mut listed = broker.groups.list();
-    let known: Vec<String> = listed.iter().map(|(id, _, _)| id.clone()).collect();
-    listed.extend(super::groups_admin::uncoordinated_groups(broker, &known));
+    // (group, protocol type, state, type): classic groups, consumer-protocol groups, then those
+    // only known by their committed offsets (classic, as Kafka lists them after a restart).
+    let mut listed: Vec<(String, String, String, &str)> =
+        broker.groups.list().into_iter().map(|(id, p, state)| (id, p, state, "classic")).collect();
+    let consumer = broker.consumer_groups.list();
+    listed.retain(|(id, ..)| !consumer.iter().any(|(c, _)| c == id));
+    listed.extend(consumer.into_iter().map(|(id, state)| (id, "consumer".to_string(), state.to_string(), "consumer")));
+    let known: Vec<String> = listed.iter().map(|(id, ..)| id.clone()).collect();
+    listed.extend(
+        super::groups_admin::uncoordinated_groups(broker, &known).into_iter().map(|(id, p, st)| (id, p, st, "classic")),
+    );
+    // Kafka matches states and types case-insensitively (ListGroups v4's and v5's filters).
+    let wanted =
+        |filter: &[StrBytes], value: &str| filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value));
     let groups = listed
         .into_iter()
-        .filter(|(_, _, state)| r.states_filter.is_empty() || r.states_filter.iter().any(|f| f.as_str() == state))
-        .map(|(id, protocol_type, state)| {
-            let g = ListedGroup::default().with_group_id(GroupId(s(id))).with_protocol_type(s(protocol_type));
+        .filter(|(_, _, state, kind)| wanted(&r.states_filter, state) && wanted(&r.types_filter, kind))
+        .map(|(id, protocol_type, state, kind)| {
+            let mut g = ListedGroup::default().with_group_id(GroupId(s(id))).with_protocol_type(s(protocol_type));
             if version >= 4 {
-                g.with_group_state(s(state))
-            } else {
-                g
+                g = g.with_group_state(s(state));
             }
+            if version >= 5 {
+                g = g.with_group_type(s(kind));
+            }
+            g
         })
         .collect();
     ListGroupsResponse::default().with_groups(groups)

@@ -59,11 +59,12 @@ fn delete_group(broker: &Broker, group: &str) -> Result<(), i16> {
     if embedded_members(broker.dir.path(), group) {
         return Err(codes::NON_EMPTY_GROUP);
     }
-    let known = broker.groups.delete(group)?;
+    let known = broker.groups.delete(group)? | broker.consumer_groups.delete(group)?;
     // Members may join while the tombstones wait for the offsets partition's append lock.
     let admit = || {
         let joined = embedded_members(broker.dir.path(), group)
-            || broker.groups.describe(group).is_some_and(|(_, _, _, members)| !members.is_empty());
+            || broker.groups.describe(group).is_some_and(|(_, _, _, members)| !members.is_empty())
+            || broker.consumer_groups.has_members(group);
         if joined {
             Err(codes::NON_EMPTY_GROUP)
         } else {

@@ -47,6 +47,10 @@ fn topic_entry(name: &str, meta: &TopicMeta, version: i16) -> MetadataResponseTo
     if version >= 1 {
         topic = topic.with_is_internal(name == OFFSETS_TOPIC);
     }
+    if version >= 10 {
+        // Consumer-protocol assignments name topics by id (`topic_ids`).
+        topic = topic.with_topic_id(super::topic_ids::of(name));
+    }
     topic
 }
 

@@ -262,6 +262,8 @@ error_codes! {
     };
     DescribeGroupsResponse => |r, f| r.groups.iter().for_each(|g| f(g.error_code));
     ListGroupsResponse => |r, f| f(r.error_code);
+    ConsumerGroupHeartbeatResponse => |r, f| f(r.error_code);
+    ConsumerGroupDescribeResponse => |r, f| r.groups.iter().for_each(|g| f(g.error_code));
     ListOffsetsResponse => |r, f| r.topics.iter().flat_map(|t| &t.partitions).for_each(|p| f(p.error_code));
     InitProducerIdResponse => |r, f| f(r.error_code);
     DeleteGroupsResponse => |r, f| r.results.iter().for_each(|g| f(g.error_code));

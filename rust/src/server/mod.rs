@@ -18,6 +18,9 @@
 //! over `offsets` (the `__consumer_offsets` records, shared with the embedded clients), `group_api` (JoinGroup,
 //! SyncGroup, Heartbeat, LeaveGroup, DescribeGroups, ListGroups) over `group` (the coordinator)
 //! and `group_owner` (which of the embedded consumers or this server coordinates a group id),
+//! `consumer_group_api` (ConsumerGroupHeartbeat, ConsumerGroupDescribe: KIP-848) over
+//! `consumer_group` (the consumer protocol's groups: epochs, reconciliation, timeouts) with
+//! `assignors` (the server-side `uniform` and `range`) and `topic_ids` (topic ids from names),
 //! `init_producer_id` (ids for idempotent producers; their sequences are checked by the engine's
 //! `producer_state`, which `produce` calls through `Log::append_produce`), `txn_api` (the
 //! transactional producer's APIs: InitProducerId with a transactional id, AddPartitionsToTxn,
@@ -53,6 +56,7 @@
 
 mod acl_api;
 mod acl_requests;
+mod assignors;
 mod authorizer;
 mod broker;
 mod client_quotas;
@@ -61,6 +65,8 @@ mod codes;
 mod committed;
 mod configs;
 mod connection;
+mod consumer_group;
+mod consumer_group_api;
 mod coordinator;
 mod delete_records;
 mod describe_producers;
@@ -89,6 +95,7 @@ mod scram;
 mod scram_admin;
 mod tls;
 mod topic_creation;
+mod topic_ids;
 mod topics_admin;
 mod transactions_admin;
 mod txn_api;
@@ -153,6 +160,10 @@ pub struct ServerConfig {
     pub authorizer: AuthorizerMode,
     /// `super.users`: principals (`User:alice`) the ACLs never restrict.
     pub super_users: Vec<String>,
+    /// `group.consumer.session.timeout.ms` of consumer-protocol groups (Kafka's default: 45 s).
+    pub consumer_session_timeout: Duration,
+    /// `group.consumer.heartbeat.interval.ms` (Kafka's default: 5 s).
+    pub consumer_heartbeat_interval: Duration,
 }
 
 impl ServerConfig {
@@ -174,6 +185,8 @@ impl ServerConfig {
             max_open_partitions: None,
             authorizer: AuthorizerMode::Auto,
             super_users: Vec::new(),
+            consumer_session_timeout: consumer_group::DEFAULT_SESSION_TIMEOUT,
+            consumer_heartbeat_interval: consumer_group::DEFAULT_HEARTBEAT_INTERVAL,
         }
     }
 }
@@ -326,7 +339,10 @@ async fn expire_sessions(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     loop {
         tokio::select! {
             _ = stop.changed() => return,
-            _ = tokio::time::sleep(Duration::from_millis(250)) => broker.groups.expire(),
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {
+                broker.groups.expire();
+                broker.consumer_groups.expire();
+            }
         }
     }
 }

@@ -110,7 +110,23 @@ pub fn outside_commit_refused(broker: &Broker, group: &str, member_id: &str, gen
     None
 }
 
-pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, _version: i16, peer: &str) -> OffsetCommitResponse {
+/// The coordinator's check of a member's commit: by member epoch in a consumer-protocol group
+/// (KIP-848: STALE_MEMBER_EPOCH), by generation in a classic one.
+fn check_member(
+    broker: &Broker,
+    group: &str,
+    member_id: &str,
+    instance: Option<&str>,
+    generation: i32,
+    version: i16,
+) -> Result<(), i16> {
+    match broker.consumer_groups.check_commit(group, member_id, generation, version) {
+        Some(verdict) => verdict,
+        None => broker.groups.check_commit_of_instance(group, member_id, instance, generation),
+    }
+}
+
+pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, version: i16, peer: &str) -> OffsetCommitResponse {
     let group = request.group_id.0.to_string();
     let generation = request.generation_id_or_member_epoch;
     let instance = super::group_api::instance_id(&request.group_instance_id);
@@ -120,15 +136,13 @@ pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, _version: i1
     } else if let Some(reason) = outside_commit_refused(broker, &group, &request.member_id, generation) {
         Err(codes::refused(peer, "OffsetCommit", codes::UNKNOWN_MEMBER_ID, &reason))
     } else {
-        broker.groups.check_commit_of_instance(&group, &request.member_id, instance.as_deref(), generation).map_err(
-            |code| {
-                let reason = format!(
-                    "group {group:?} does not accept a commit from member {:?} of generation {generation}",
-                    request.member_id.as_str()
-                );
-                codes::refused(peer, "OffsetCommit", code, &reason)
-            },
-        )
+        check_member(broker, &group, &request.member_id, instance.as_deref(), generation, version).map_err(|code| {
+            let reason = format!(
+                "group {group:?} does not accept a commit from member {:?} of generation {generation}",
+                request.member_id.as_str()
+            );
+            codes::refused(peer, "OffsetCommit", code, &reason)
+        })
     };
     let plan = CommitPlan::new(broker, requested!(request.topics), verdict);
     let commits: Vec<_> =
@@ -141,16 +155,14 @@ pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, _version: i1
         if let Some(reason) = outside_commit_refused(broker, &group, &request.member_id, generation) {
             return Err(codes::refused(peer, "OffsetCommit", codes::UNKNOWN_MEMBER_ID, &reason));
         }
-        broker.groups.check_commit_of_instance(&group, &request.member_id, instance.as_deref(), generation).map_err(
-            |code| {
-                let reason = format!(
-                    "group {group:?} moved to another generation while the commit of member {:?} (generation \
+        check_member(broker, &group, &request.member_id, instance.as_deref(), generation, version).map_err(|code| {
+            let reason = format!(
+                "group {group:?} moved to another generation while the commit of member {:?} (generation \
                  {generation}) waited to be written",
-                    request.member_id.as_str()
-                );
-                codes::refused(peer, "OffsetCommit", code, &reason)
-            },
-        )
+                request.member_id.as_str()
+            );
+            codes::refused(peer, "OffsetCommit", code, &reason)
+        })
     };
     let written = match broker.offsets.commit(broker, &group, &commits, admit) {
         Ok(verdict) => verdict,
