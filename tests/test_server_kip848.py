@@ -6,7 +6,7 @@
   instance id is not taken while it is held (UNRELEASED_INSTANCE_ID), and a member that stops
   heartbeating is removed after ``group.consumer.session.timeout.ms``;
 - (marker ``broker``) the Java client (kafka-clients 4.1, ``group.protocol=consumer``) and
-  librdkafka (confluent-kafka; skipped: see its test) with three members: each partition owned by exactly one, a member
+  librdkafka (confluent-kafka) with three members: each partition owned by exactly one, a member
   killed with SIGKILL whose partitions move to the others after the session timeout, one that
   closes and whose partitions move at once, every record consumed and the offsets committed.
 """
@@ -499,10 +499,6 @@ print("CLOSED", flush=True)
 
 
 @pytest.mark.broker
-@pytest.mark.skip(
-    reason="librdkafka resolves its assignment's topic ids with a Metadata request by topic id, which "
-    "the server's Metadata does not answer yet (it gets no partitions); the Java client asks by name"
-)
 def test_librdkafka_consumers_with_group_protocol_consumer(spawn, tmp_path):
     pytest.importorskip("confluent_kafka")
 

@@ -151,7 +151,11 @@ pub async fn metadata(broker: &Arc<Broker>, request: MetadataRequest, version: i
                 topic_error(Some(name), code)
             };
             for t in wanted {
-                let Some(name) = t.name.as_ref().map(|n| n.0.to_string()) else {
+                // v10+ may name a topic by id alone (librdkafka does, for the topics of a
+                // consumer-protocol assignment, which names them by id).
+                let by_id =
+                    || (!t.topic_id.is_nil()).then(|| super::topic_ids::name_of(&topics, &t.topic_id)).flatten();
+                let Some(name) = t.name.as_ref().map(|n| n.0.to_string()).or_else(by_id) else {
                     out.push(topic_error(None, codes::UNKNOWN_TOPIC_ID));
                     continue;
                 };
