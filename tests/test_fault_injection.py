@@ -18,8 +18,7 @@ from faults import controller
 
 
 @pytest.mark.faults
-def test_acknowledged_records_ownership_transactions_and_processes_survive_faults(capsys):
+def test_acknowledged_records_ownership_transactions_and_processes_survive_faults(ci_log):
     seconds = float(os.environ.get("KAFKALITE_FAULTS_SECONDS", "75"))
-    with capsys.disabled():  # the seed and the summary belong in the CI log
-        result = controller.run(seconds=seconds, out=lambda line: print(line, flush=True))
+    result = controller.run(seconds=seconds, out=ci_log)  # the seed and the summary belong in the CI log
     assert not result.violations, result.report()
