@@ -9,7 +9,7 @@ non_owner_commit, deadline, probe_connection, rss, processes.
 
 Seed: KAFKALITE_FAULTS_SEED (default: random, printed). Length: KAFKALITE_FAULTS_SECONDS
 (default 60 s of faults, about 100-110 s in all on a loaded 2-core machine); the long run is e.g.
-``KAFKALITE_FAULTS_SECONDS=900 pytest -m faults -s tests/test_server_fault_injection.py``.
+``KAFKALITE_FAULTS_SECONDS=900 pytest -n 0 -m faults tests/test_server_fault_injection.py``.
 Attacks: KAFKALITE_SERVER_FAULTS_ATTACKS (comma-separated, default all of
 ``server_controller.ATTACKS``). On failure the journals and logs are kept; the path is printed.
 
