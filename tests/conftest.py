@@ -25,12 +25,18 @@ CHILD_TIMEOUT = 300.0  # seconds a child may live before it counts as hung
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``-n``, ``--dist loadgroup``; pyproject.toml's addopts) a module's tests
     that share a module-scoped fixture (a Kafka broker, a SparkSession, a compiled Java client)
-    go to one worker, so the fixture starts once; the other tests are spread one by one. A test
+    go to one worker, so the fixture starts once, and every ``spark`` or ``broker`` test (a JVM)
+    goes to one ``jvm`` group; the other tests are spread one by one. A test
     marked ``serial`` (a bound it measures would not hold beside a busy neighbour) joins the one
     ``serial`` group: those run one after another on one worker."""
     for item in items:
         if item.get_closest_marker("serial"):
             item.add_marker(pytest.mark.xdist_group("serial"))
+            continue
+        if item.get_closest_marker("spark") or item.get_closest_marker("broker"):
+            # One JVM at a time: with a Spark session, a broker and a Java client each on its own
+            # worker, 2 busy cores left their start-up and timeouts failing (run x1, issue 23).
+            item.add_marker(pytest.mark.xdist_group("jvm"))
             continue
         info = getattr(item, "_fixtureinfo", None)
         defs = info.name2fixturedefs.values() if info is not None else ()
