@@ -14,8 +14,62 @@ import threading
 import pytest
 from helpers import TESTS, child_env
 
+# The `kafkalite_server` fixture, also for a test module run alone that does not name the plugin
+# itself (an installed kafkalite registers it through its pytest11 entry point as well).
+pytest_plugins = ["kafkalite.testing"]
+
 PROCS = os.path.join(TESTS, "procs")  # the child-process scripts
 CHILD_TIMEOUT = 300.0  # seconds a child may live before it counts as hung
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``-n``, ``--dist loadgroup``; pyproject.toml's addopts) a module's tests
+    that share a module-scoped fixture (a Kafka broker, a SparkSession, a compiled Java client)
+    go to one worker, so the fixture starts once, and every ``spark`` or ``broker`` test (a JVM)
+    goes to one ``jvm`` group; the other tests are spread one by one. A test
+    marked ``serial`` (a bound it measures would not hold beside a busy neighbour) joins the one
+    ``serial`` group: those run one after another on one worker."""
+    for item in items:
+        if item.get_closest_marker("serial"):
+            item.add_marker(pytest.mark.xdist_group("serial"))
+            continue
+        if item.get_closest_marker("spark") or item.get_closest_marker("broker"):
+            # One JVM at a time: with a Spark session, a broker and a Java client each on its own
+            # worker, 2 busy cores left their start-up and timeouts failing (run x1, issue 23).
+            item.add_marker(pytest.mark.xdist_group("jvm"))
+            continue
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(d[-1].scope in ("module", "package", "session") for d in defs if d and d[-1].baseid):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+@pytest.fixture
+def ci_log(request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]):
+    """``ci_log(line)``: a line for the CI log (a fault run's seed and summary), shown even when
+    the test passes. In one process it is printed as it comes; a pytest-xdist worker's output
+    never reaches the terminal, so there it travels with the test's report (user_properties)
+    and ``pytest_terminal_summary`` prints it at the end of the run."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+
+    def log(line: str) -> None:
+        if worker:
+            request.node.user_properties.append(("ci_log", line))
+        else:
+            with capsys.disabled():
+                print(line, flush=True)
+
+    return log
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            lines = [v for k, v in getattr(report, "user_properties", ()) if k == "ci_log"]
+            if lines and getattr(report, "when", None) == "call":
+                terminalreporter.write_sep("-", f"CI log of {report.nodeid}")
+                for line in lines:
+                    terminalreporter.write_line(line)
 
 
 @pytest.fixture

@@ -141,3 +141,18 @@ def start_stream_copy(spark: Any, path: str, source: str, target: str, checkpoin
         .option("checkpointLocation", checkpoint)
         .start(path)
     )
+
+
+def read_process_write_data(tmp_path: Any) -> str:
+    """A data directory for a consume-transform-produce loop: topics ``in`` (10 records, b"0".."9",
+    in partition 0) and ``out``, one partition each; the ``data`` fixture of the KIP-447 tests."""
+    from kafkalite import Admin, Producer
+
+    path = str(tmp_path / "data")
+    admin = Admin(path)
+    admin.create_topic("in", 1)
+    admin.create_topic("out", 1)
+    with Producer(path) as plain:
+        for i in range(10):
+            plain.send("in", b"%d" % i, partition=0)
+    return path

@@ -10,6 +10,7 @@ Spark's Kafka source (``test_server_clients.py``, ``benches/bench_peers.py``) co
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -29,9 +30,20 @@ T = TypeVar("T")
 
 def copy_dependencies(pom: Path, folder: Path, **properties: str) -> Path:
     """``folder`` holding ``pom``'s runtime dependencies, fetched with Maven when missing
-    (``properties`` become ``-Dkey=value``). Raises RuntimeError saying what is missing."""
+    (``properties`` become ``-Dkey=value``). Raises RuntimeError saying what is missing.
+    Several pytest-xdist workers may ask at once: one fetches under ``<folder>.lock``, the
+    others wait for it and find the folder there."""
     if folder.is_dir():
         return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.with_name(folder.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+        if folder.is_dir():  # another worker fetched it while this one waited
+            return folder
+        return _fetch(pom, folder, properties)
+
+
+def _fetch(pom: Path, folder: Path, properties: dict[str, str]) -> Path:
     if not shutil.which("java"):
         raise RuntimeError("Java 17+ is needed (java not on PATH)")
     if not shutil.which("mvn"):

@@ -1,6 +1,7 @@
 """Hand-built Kafka requests on their own connections, and stopped lock holders: what
 tests/test_server_isolation.py and benches/bench_server_isolation.py use to measure a server
-while a neighbour holds a lock (issue 21). Requests are built by hand (``struct``) so each runs
+while a neighbour holds a lock (issue 21), tests/test_server_idempotence.py to send an idempotent
+producer's batches as they are, and tests/test_engine_stopped_lock_holder.py to stop a writer. Requests are built by hand (``struct``) so each runs
 on its own connection with its own timing."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable
 
 from kafka.record import default_records
 
-PRODUCE, FETCH, METADATA, JOIN_GROUP, API_VERSIONS = 0, 1, 3, 11, 18
+PRODUCE, FETCH, METADATA, JOIN_GROUP, API_VERSIONS, INIT_PRODUCER_ID = 0, 1, 3, 11, 18, 22
 NONE, REQUEST_TIMED_OUT, COORDINATOR_LOAD_IN_PROGRESS, THROTTLING_QUOTA_EXCEEDED = 0, 7, 14, 89
 
 HOLD_FLOCK = r"""
@@ -155,6 +156,30 @@ class Wire:
         r.take(">i")
         _index, error = r.take(">ih")
         return error
+
+    def init_producer_id(self, transactional_id: str | None = None) -> tuple[int, int, int]:
+        """(error, producer id, epoch), InitProducerId v1."""
+        tid = struct.pack(">h", -1) if transactional_id is None else _string(transactional_id)
+        body = self.call(INIT_PRODUCER_ID, 1, tid + struct.pack(">i", 60_000))
+        _throttle, error, pid, epoch = struct.unpack(">ihqh", body)
+        return error, pid, epoch
+
+    def produce_batch(self, records: bytes, topic: str, partition: int = 0) -> tuple[int, int]:
+        """Produce v3, acks=-1, of ``records`` (v2 batches) as they are: (error, base offset)."""
+        body = (
+            struct.pack(">hhi", -1, -1, 10_000)  # no transactional id, acks=-1, timeout
+            + struct.pack(">i", 1)
+            + _string(topic)
+            + struct.pack(">ii", 1, partition)
+            + struct.pack(">i", len(records))
+            + records
+        )
+        r = Reader(self.call(PRODUCE, 3, body))
+        assert r.take(">i")[0] == 1  # topics
+        r.string()
+        assert r.take(">i")[0] == 1  # partitions
+        _index, error, base_offset, _append_time = r.take(">ihqq")
+        return error, base_offset
 
     def fetch(self, topic: str, partition: int, offset: int) -> int:
         """Fetch v4, no wait: the partition's error code."""

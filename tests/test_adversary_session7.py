@@ -17,7 +17,7 @@ import pytest
 from helpers import child_env
 from kafkalite import Admin, IllegalStateError, KafkaTimeoutError, Producer, _native
 from kafkalite import producer as producer_module
-from test_engine_stopped_lock_holder import release, stop_a_lock_holder
+from server_wire import SHARED_WRITER, release, stop_holder
 
 
 def run_child(code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -286,7 +286,7 @@ def test_producer_close_timeout_raises_the_flush_timeout_not_its_own_log_close(t
     producer = Producer(data)
     for i in range(8):
         producer.send("t", b"first", key=b"%d" % i).get(timeout=30)
-    holder = stop_a_lock_holder(spawn, os.path.join(data, "t-0"))
+    holder = stop_holder(spawn.code, SHARED_WRITER, os.path.join(data, "t-0"))
     try:
         for i in range(8):
             producer.send("t", b"stuck", key=b"%d" % i)

@@ -5,42 +5,18 @@ writers), and so does Producer.close(timeout=...)."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import threading
 import time
 
 import pytest
 from kafkalite import Admin, KafkaliteError, Log, LogLockedError, Producer
-
-HOLDER = r"""
-import fcntl, os, sys, time
-from kafkalite import Log
-log = Log(sys.argv[1], shared_writers=True)   # a live shared writer...
-f = open(os.path.join(sys.argv[1], ".kafkalite.lock"), "r+")
-fcntl.flock(f, fcntl.LOCK_EX)                  # ...caught holding the append lock
-print("holding", flush=True)
-time.sleep(600)
-"""
-
-
-def stop_a_lock_holder(spawn, part_dir: str) -> subprocess.Popen:
-    proc = spawn.code(HOLDER, part_dir, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "holding"
-    proc.send_signal(signal.SIGSTOP)
-    return proc
-
-
-def release(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGCONT)
-    proc.kill()
-    proc.wait(timeout=30)
+from server_wire import SHARED_WRITER, release, stop_holder
 
 
 def test_log_close_with_timeout_returns_while_an_append_waits_for_a_stopped_holder(part_dir, spawn):
     log = Log(part_dir, shared_writers=True)
     log.append_values([b"before"])
-    holder = stop_a_lock_holder(spawn, part_dir)
+    holder = stop_holder(spawn.code, SHARED_WRITER, part_dir)
     try:
 
         def append_and_wait() -> None:
@@ -65,7 +41,7 @@ def test_close_timeout_bounds_the_partition_lock_wait(part_dir, spawn):
     with Log(part_dir, shared_writers=True) as first:
         first.append_values([b"a"])
     log = Log(part_dir, shared_writers=True)
-    holder = stop_a_lock_holder(spawn, part_dir)
+    holder = stop_holder(spawn.code, SHARED_WRITER, part_dir)
     try:
         # The holder is alive, so `log` is not the last one out: close needs no lock...
         started = time.monotonic()
@@ -88,7 +64,7 @@ def test_producer_close_with_timeout_returns(tmp_path, spawn):
     Admin(data).create_topic("t", partitions=1)
     producer = Producer(data)
     producer.send("t", b"first").get(timeout=30)
-    holder = stop_a_lock_holder(spawn, os.path.join(data, "t-0"))
+    holder = stop_holder(spawn.code, SHARED_WRITER, os.path.join(data, "t-0"))
     try:
         producer.send("t", b"stuck")  # the sender thread now waits for the stopped holder
         time.sleep(0.3)

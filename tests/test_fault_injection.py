@@ -6,7 +6,7 @@ fence them; then the invariants of tests/faults/checker.py and tests/faults/txn_
 
 Seed: KAFKALITE_FAULTS_SEED (default: random, printed). Length: KAFKALITE_FAULTS_SECONDS
 (default 75 s of faults, about 90-120 s in all on a 2-core machine); the long run for the
-figures is e.g. ``KAFKALITE_FAULTS_SECONDS=900 pytest -m faults -s tests/test_fault_injection.py``.
+figures is e.g. ``KAFKALITE_FAULTS_SECONDS=900 pytest -n 0 -m faults tests/test_fault_injection.py``.
 On failure the data directory and journals are kept, and their path is in the message."""
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from faults import controller
 
 
 @pytest.mark.faults
-def test_acknowledged_records_ownership_transactions_and_processes_survive_faults(capsys):
+def test_acknowledged_records_ownership_transactions_and_processes_survive_faults(ci_log):
     seconds = float(os.environ.get("KAFKALITE_FAULTS_SECONDS", "75"))
-    with capsys.disabled():  # the seed and the summary belong in the CI log
-        result = controller.run(seconds=seconds, out=lambda line: print(line, flush=True))
+    result = controller.run(seconds=seconds, out=ci_log)  # the seed and the summary belong in the CI log
     assert not result.violations, result.report()

@@ -11,7 +11,7 @@ non_owner_commit, deadline, probe_connection, rss, processes, and ``transactions
 
 Seed: KAFKALITE_FAULTS_SEED (default: random, printed). Length: KAFKALITE_FAULTS_SECONDS
 (default 60 s of faults, about 100-110 s in all on a loaded 2-core machine); the long run is e.g.
-``KAFKALITE_FAULTS_SECONDS=900 pytest -m faults -s tests/test_server_fault_injection.py``.
+``KAFKALITE_FAULTS_SECONDS=900 pytest -n 0 -m faults tests/test_server_fault_injection.py``.
 Attacks: KAFKALITE_SERVER_FAULTS_ATTACKS (comma-separated, default all of
 ``server_controller.ATTACKS``). On failure the journals and logs are kept; the path is printed.
 
@@ -46,20 +46,16 @@ KNOWN_VIOLATIONS: frozenset[str] = frozenset()
 
 
 @pytest.mark.faults
-def test_server_survives_soak_and_faults_with_every_invariant(capsys):
+def test_server_survives_soak_and_faults_with_every_invariant(ci_log):
     seconds = float(os.environ.get("KAFKALITE_FAULTS_SECONDS", "60"))
     chosen = os.environ.get("KAFKALITE_SERVER_FAULTS_ATTACKS")
     attacks = set(filter(None, chosen.split(","))) if chosen else None
     known = frozenset() if os.environ.get("KAFKALITE_SERVER_FAULTS_STRICT") == "1" else KNOWN_VIOLATIONS
-    with capsys.disabled():  # the seed and the figures belong in the CI log
-        result = server_controller.run(
-            seconds=seconds, attacks=attacks, out=lambda line: print(line, flush=True)
-        )
-        tolerated = sorted(set(result.violations) & known)
-        if tolerated:
-            print(
-                f"server fault injection: known violations pending the issue 21 fixes: {', '.join(tolerated)}"
-            )
+    # the seed and the figures belong in the CI log
+    result = server_controller.run(seconds=seconds, attacks=attacks, out=ci_log)
+    tolerated = sorted(set(result.violations) & known)
+    if tolerated:
+        ci_log(f"server fault injection: known violations pending the issue 21 fixes: {', '.join(tolerated)}")
     unexpected = {k: v for k, v in result.violations.items() if k not in known}
     assert not unexpected, result.report()
     shutil.rmtree(result.run_dir, ignore_errors=True)  # kept for known violations only: nothing to look at

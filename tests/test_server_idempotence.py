@@ -15,7 +15,6 @@ import glob
 import logging
 import os
 import signal
-import socket
 import struct
 import time
 
@@ -26,80 +25,13 @@ from kafkalite.server import Server
 from kafkalite.spark.batches import scan
 from kafkalite.spark.sink import producer_for
 from serve_proc import free_port, serve_on
+from server_wire import Wire
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 default_records = pytest.importorskip("kafka.record.default_records")
 
-PRODUCE, INIT_PRODUCER_ID = 0, 22
 NONE, OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH = 0, 45, 47
 TOPIC = "idem"
-
-
-class Wire:
-    """One client connection speaking Kafka's framing (request header v1, response header v0)."""
-
-    def __init__(self, address: str) -> None:
-        host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=10)
-        self.correlation = 0
-
-    def call(self, api_key: int, version: int, body: bytes) -> bytes:
-        self.correlation += 1
-        client = b"idem-test"
-        frame = struct.pack(">hhih", api_key, version, self.correlation, len(client)) + client + body
-        self.sock.sendall(struct.pack(">i", len(frame)) + frame)
-        size = struct.unpack(">i", self._read(4))[0]
-        response = self._read(size)
-        assert struct.unpack(">i", response[:4])[0] == self.correlation
-        return response[4:]
-
-    def _read(self, n: int) -> bytes:
-        out = b""
-        while len(out) < n:
-            chunk = self.sock.recv(n - len(out))
-            assert chunk, "the server closed the connection"
-            out += chunk
-        return out
-
-    def init_producer_id(self, transactional_id: str | None = None) -> tuple[int, int, int]:
-        """(error, producer id, epoch), InitProducerId v1."""
-        tid = struct.pack(">h", -1) if transactional_id is None else _string(transactional_id)
-        body = self.call(INIT_PRODUCER_ID, 1, tid + struct.pack(">i", 60_000))
-        _throttle, error, pid, epoch = struct.unpack(">ihqh", body)
-        return error, pid, epoch
-
-    def produce(self, records: bytes, topic: str = TOPIC) -> tuple[int, int]:
-        """(error, base offset) of one partition's batches, Produce v3, acks=-1."""
-        return parse_produce_response(self.call(PRODUCE, 3, produce_body(records, topic)))
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def _string(s: str) -> bytes:
-    return struct.pack(">h", len(s)) + s.encode()
-
-
-def produce_body(records: bytes, topic: str = TOPIC) -> bytes:
-    return (
-        struct.pack(">hhi", -1, -1, 10_000)  # no transactional id, acks=-1, timeout
-        + struct.pack(">i", 1)
-        + _string(topic)
-        + struct.pack(">ii", 1, 0)  # one partition: 0
-        + struct.pack(">i", len(records))
-        + records
-    )
-
-
-def parse_produce_response(body: bytes) -> tuple[int, int]:
-    (topics,) = struct.unpack_from(">i", body, 0)
-    assert topics == 1
-    (name_len,) = struct.unpack_from(">h", body, 4)
-    pos = 6 + name_len
-    (partitions,) = struct.unpack_from(">i", body, pos)
-    assert partitions == 1
-    _index, error, base_offset, _append_time = struct.unpack_from(">ihqq", body, pos + 4)
-    return error, base_offset
 
 
 def batch(pid: int, epoch: int, sequence: int, values: list[bytes]) -> bytes:
@@ -178,17 +110,17 @@ def test_a_duplicated_request_is_acknowledged_at_its_offset_and_stored_once(kafk
     error, pid, epoch = wire.init_producer_id()
     assert (error, epoch) == (NONE, 0)
     first = batch(pid, epoch, 0, [b"a", b"b", b"c"])
-    assert wire.produce(first) == (NONE, 0)
+    assert wire.produce_batch(first, TOPIC) == (NONE, 0)
     # Another writer appends between the original and the retry (a non-idempotent embedded
     # producer in this process): the retry is still found, at its original offset.
     with kafkalite.Producer(kafkalite_server.path) as embedded:
         embedded.send(TOPIC, b"embedded", partition=0).get(timeout=10)
-    assert wire.produce(first) == (NONE, 0)
+    assert wire.produce_batch(first, TOPIC) == (NONE, 0)
     other = Wire(kafkalite_server.address)  # a retry may come on a new connection
-    assert other.produce(first) == (NONE, 0)
-    assert wire.produce(batch(pid, epoch, 3, [b"d"])) == (NONE, 4)
+    assert other.produce_batch(first, TOPIC) == (NONE, 0)
+    assert wire.produce_batch(batch(pid, epoch, 3, [b"d"]), TOPIC) == (NONE, 4)
     # Each of the last five batches is recognised, not just the newest.
-    assert wire.produce(first) == (NONE, 0)
+    assert wire.produce_batch(first, TOPIC) == (NONE, 0)
     assert stored(kafkalite_server.path) == [b"a", b"b", b"c", b"embedded", b"d"]
     wire.close()
     other.close()
@@ -198,17 +130,17 @@ def test_sequence_gaps_and_old_epochs_are_refused_with_kafkas_codes(kafkalite_se
     kafkalite.Admin(kafkalite_server.path).create_topic(TOPIC, partitions=1)
     wire = Wire(kafkalite_server.address)
     _, pid, _ = wire.init_producer_id()
-    assert wire.produce(batch(pid, 0, 0, [b"0", b"1"])) == (NONE, 0)
-    error, base = wire.produce(batch(pid, 0, 5, [b"gap"]))
+    assert wire.produce_batch(batch(pid, 0, 0, [b"0", b"1"]), TOPIC) == (NONE, 0)
+    error, base = wire.produce_batch(batch(pid, 0, 5, [b"gap"]), TOPIC)
     assert (error, base) == (OUT_OF_ORDER_SEQUENCE_NUMBER, -1)
     # Same first sequence, different range: neither a retry nor in sequence.
-    assert wire.produce(batch(pid, 0, 0, [b"0"]))[0] == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert wire.produce_batch(batch(pid, 0, 0, [b"0"]), TOPIC)[0] == OUT_OF_ORDER_SEQUENCE_NUMBER
     # A newer epoch must start at 0; once it has, the old epoch is fenced.
-    assert wire.produce(batch(pid, 1, 7, [b"x"]))[0] == OUT_OF_ORDER_SEQUENCE_NUMBER
-    assert wire.produce(batch(pid, 1, 0, [b"e1"])) == (NONE, 2)
-    assert wire.produce(batch(pid, 0, 2, [b"old"]))[0] == INVALID_PRODUCER_EPOCH
+    assert wire.produce_batch(batch(pid, 1, 7, [b"x"]), TOPIC)[0] == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert wire.produce_batch(batch(pid, 1, 0, [b"e1"]), TOPIC) == (NONE, 2)
+    assert wire.produce_batch(batch(pid, 0, 2, [b"old"]), TOPIC)[0] == INVALID_PRODUCER_EPOCH
     # A producer id the partition has no state for starts anywhere (Kafka 2.5+, KIP-360).
-    assert wire.produce(batch(pid + 1, 0, 42, [b"new"])) == (NONE, 3)
+    assert wire.produce_batch(batch(pid + 1, 0, 42, [b"new"]), TOPIC) == (NONE, 3)
     assert stored(kafkalite_server.path) == [b"0", b"1", b"e1", b"new"]
     wire.close()
 
@@ -249,7 +181,7 @@ def test_a_retry_after_a_restart_is_still_deduplicated(tmp_path, spawn, stop):
     _, pid, _ = wire.init_producer_id()
     originals = [batch(pid, 0, 3 * i, [b"%d-%d" % (i, j) for j in range(3)]) for i in range(7)]
     for i, original in enumerate(originals):
-        assert wire.produce(original) == (NONE, 3 * i)
+        assert wire.produce_batch(original, TOPIC) == (NONE, 3 * i)
     wire.close()
     proc.send_signal(signal.SIGKILL if stop == "kill-9" else signal.SIGINT)
     proc.wait(10)
@@ -259,14 +191,14 @@ def test_a_retry_after_a_restart_is_still_deduplicated(tmp_path, spawn, stop):
     wire = Wire(f"127.0.0.1:{port}")
     # After a clean stop only the last batch is in the snapshot (Kafka keeps one batch per
     # producer there); after kill -9 the scan of the log recovers all five.
-    assert wire.produce(originals[-1]) == (NONE, 18)
+    assert wire.produce_batch(originals[-1], TOPIC) == (NONE, 18)
     if stop == "kill-9":
-        assert wire.produce(originals[2]) == (NONE, 6)
+        assert wire.produce_batch(originals[2], TOPIC) == (NONE, 6)
     else:
         # The state came from the snapshot, not a scan: Kafka's answer to an older retry then.
-        assert wire.produce(originals[2])[0] == OUT_OF_ORDER_SEQUENCE_NUMBER
-    assert wire.produce(batch(pid, 0, 22, [b"gap"]))[0] == OUT_OF_ORDER_SEQUENCE_NUMBER
-    assert wire.produce(batch(pid, 0, 21, [b"next"])) == (NONE, 21)
+        assert wire.produce_batch(originals[2], TOPIC)[0] == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert wire.produce_batch(batch(pid, 0, 22, [b"gap"]), TOPIC)[0] == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert wire.produce_batch(batch(pid, 0, 21, [b"next"]), TOPIC) == (NONE, 21)
     wire.close()
     proc.send_signal(signal.SIGINT)
     assert proc.wait(10) == 0
@@ -280,7 +212,7 @@ def test_a_damaged_snapshot_is_ignored_and_the_state_rebuilt_from_the_log(tmp_pa
         wire = Wire(server.address)
         _, pid, _ = wire.init_producer_id()
         original = batch(pid, 0, 0, [b"once"])
-        assert wire.produce(original) == (NONE, 0)
+        assert wire.produce_batch(original, TOPIC) == (NONE, 0)
         wire.close()
     (snapshot,) = glob.glob(str(data / f"{TOPIC}-0" / "*.snapshot"))
     with open(snapshot, "r+b") as f:
@@ -290,8 +222,8 @@ def test_a_damaged_snapshot_is_ignored_and_the_state_rebuilt_from_the_log(tmp_pa
         f.write(bytes([byte[0] ^ 0xFF]))
     with caplog.at_level(logging.WARNING, logger="kafkalite"), Server(data) as server:
         wire = Wire(server.address)
-        assert wire.produce(original) == (NONE, 0)
-        assert wire.produce(batch(pid, 0, 1, [b"then"])) == (NONE, 1)
+        assert wire.produce_batch(original, TOPIC) == (NONE, 0)
+        assert wire.produce_batch(batch(pid, 0, 1, [b"then"]), TOPIC) == (NONE, 1)
         wire.close()
     assert any("damaged producer snapshot" in r.getMessage() for r in caplog.records), caplog.text
     assert stored(str(data)) == [b"once", b"then"]
@@ -301,7 +233,7 @@ def test_a_damaged_snapshot_is_ignored_and_the_state_rebuilt_from_the_log(tmp_pa
             f.write(b"\x00\x01")
     with Server(data) as server:
         wire = Wire(server.address)
-        assert wire.produce(batch(pid, 0, 1, [b"then"])) == (NONE, 1)
+        assert wire.produce_batch(batch(pid, 0, 1, [b"then"]), TOPIC) == (NONE, 1)
         wire.close()
 
 
@@ -315,7 +247,7 @@ def test_snapshot_files_have_kafkas_layout(tmp_path):
         wire = Wire(server.address)
         _, pid, _ = wire.init_producer_id()
         for i in range(30):
-            assert wire.produce(batch(pid, 0, 2 * i, [b"x" * 40, b"y" * 40])) == (NONE, 2 * i)
+            assert wire.produce_batch(batch(pid, 0, 2 * i, [b"x" * 40, b"y" * 40]), TOPIC) == (NONE, 2 * i)
         wire.close()
     part = data / f"{TOPIC}-0"
     segments = sorted(int(os.path.basename(p)[:20]) for p in glob.glob(str(part / "*.log")))
@@ -344,7 +276,7 @@ def test_a_snapshot_beyond_the_log_end_is_dropped_at_open(tmp_path):
     with Server(data) as server:
         wire = Wire(server.address)
         _, pid, _ = wire.init_producer_id()
-        assert wire.produce(batch(pid, 0, 0, [b"a"])) == (NONE, 0)
+        assert wire.produce_batch(batch(pid, 0, 0, [b"a"]), TOPIC) == (NONE, 0)
         wire.close()
     part = data / f"{TOPIC}-0"
     # A decoy of a later state, as if the log had been cut back since it was taken.
@@ -354,7 +286,7 @@ def test_a_snapshot_beyond_the_log_end_is_dropped_at_open(tmp_path):
         f.write(valid)
     with Server(data) as server:
         wire = Wire(server.address)
-        assert wire.produce(batch(pid, 0, 1, [b"b"])) == (NONE, 1)
+        assert wire.produce_batch(batch(pid, 0, 1, [b"b"]), TOPIC) == (NONE, 1)
         wire.close()
     assert not (part / "00000000000000000500.snapshot").exists()
 
@@ -398,7 +330,7 @@ def test_a_brokers_snapshot_is_read_and_written_back_byte_for_byte(tmp_path, cap
     copied = os.stat(part / "00000000000000000005.snapshot").st_ino
     with caplog.at_level(logging.WARNING, logger="kafkalite"), Server(data) as server:
         wire = Wire(server.address)
-        assert wire.produce(last_batch) == (NONE, 4)
+        assert wire.produce_batch(last_batch, TOPIC) == (NONE, 4)
         wire.close()
     assert "damaged producer snapshot" not in caplog.text
     assert stored(str(data)) == [b"broker-%d" % i for i in range(5)]
@@ -434,7 +366,7 @@ def test_a_snapshot_write_that_fails_at_close_costs_a_scan_not_the_state(tmp_pat
     _, pid, _ = wire.init_producer_id()
     originals = [batch(pid, 0, 2 * i, [b"a", b"b"]) for i in range(3)]
     for i, original in enumerate(originals):
-        assert wire.produce(original) == (NONE, 2 * i)
+        assert wire.produce_batch(original, TOPIC) == (NONE, 2 * i)
     wire.close()
     proc.send_signal(signal.SIGINT)
     code = proc.wait(10)
@@ -443,8 +375,8 @@ def test_a_snapshot_write_that_fails_at_close_costs_a_scan_not_the_state(tmp_pat
     proc = serve_on(spawn.module, data, port)
     wire = Wire(f"127.0.0.1:{port}")
     for i, original in enumerate(originals):
-        assert wire.produce(original) == (NONE, 2 * i)
-    assert wire.produce(batch(pid, 0, 6, [b"c"])) == (NONE, 6)
+        assert wire.produce_batch(original, TOPIC) == (NONE, 2 * i)
+    assert wire.produce_batch(batch(pid, 0, 6, [b"c"]), TOPIC) == (NONE, 6)
     wire.close()
     proc.send_signal(signal.SIGINT)
     assert proc.wait(10) == 0
@@ -462,12 +394,12 @@ def test_two_servers_on_one_data_directory_share_ids_and_state(tmp_path):
         assert len(set(ids)) == 3, ids
         pid = ids[0]
         first = batch(pid, 0, 0, [b"1", b"2"])
-        assert wa.produce(first) == (NONE, 0)
-        assert wb.produce(batch(ids[1], 0, 0, [b"other"])) == (NONE, 2)
-        assert wb.produce(first) == (NONE, 0)
-        assert wb.produce(batch(pid, 0, 2, [b"3"])) == (NONE, 3)
-        assert wa.produce(batch(pid, 0, 2, [b"3"])) == (NONE, 3)
-        assert wa.produce(batch(pid, 0, 4, [b"gap"]))[0] == OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert wa.produce_batch(first, TOPIC) == (NONE, 0)
+        assert wb.produce_batch(batch(ids[1], 0, 0, [b"other"]), TOPIC) == (NONE, 2)
+        assert wb.produce_batch(first, TOPIC) == (NONE, 0)
+        assert wb.produce_batch(batch(pid, 0, 2, [b"3"]), TOPIC) == (NONE, 3)
+        assert wa.produce_batch(batch(pid, 0, 2, [b"3"]), TOPIC) == (NONE, 3)
+        assert wa.produce_batch(batch(pid, 0, 4, [b"gap"]), TOPIC)[0] == OUT_OF_ORDER_SEQUENCE_NUMBER
         wa.close()
         wb.close()
     assert stored(str(data)) == [b"1", b"2", b"other", b"3"]

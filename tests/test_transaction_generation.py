@@ -8,7 +8,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from kafkalite import Admin, Consumer, Producer, TopicPartition
+from helpers import read_process_write_data
+from kafkalite import Consumer, Producer, TopicPartition
 from kafkalite.errors import (
     CommitFailedError,
     FencedInstanceIdError,
@@ -21,14 +22,7 @@ IN = TopicPartition("in", 0)
 
 @pytest.fixture
 def data(tmp_path):
-    path = str(tmp_path / "data")
-    admin = Admin(path)
-    admin.create_topic("in", 1)
-    admin.create_topic("out", 1)
-    with Producer(path) as plain:
-        for i in range(10):
-            plain.send("in", b"%d" % i, partition=0)
-    return path
+    return read_process_write_data(tmp_path)
 
 
 def member(data: str, **config) -> Consumer:

@@ -10,20 +10,15 @@ import threading
 import time
 
 import pytest
-from kafkalite import Admin, Consumer, Producer, TopicPartition
+from helpers import read_process_write_data
+from kafkalite import Consumer, Producer, TopicPartition
 
 IN = TopicPartition("in", 0)
 
 
 @pytest.fixture
 def data(tmp_path):
-    path = str(tmp_path / "data")
-    admin = Admin(path)
-    admin.create_topic("in", 1)
-    admin.create_topic("out", 1)
-    with Producer(path) as plain:
-        for i in range(10):
-            plain.send("in", b"%d" % i, partition=0)
+    path = read_process_write_data(tmp_path)
     with Consumer(path, group_id="g", enable_auto_commit=False) as c:
         c.assign([IN])
         c.commit({IN: 3})

@@ -18,7 +18,7 @@ and ``faults.txn_checker``'s (as the invariant ``transactions``).
 The server's RSS is sampled every tick, and its VmHWM read before every kill and at its exit.
 
 Seeded as the fault suite is (``random.Random(seed)`` for every choice; printed first and in
-every failure). Long run: ``KAFKALITE_FAULTS_SECONDS=900 pytest -m faults -s
+every failure). Long run: ``KAFKALITE_FAULTS_SECONDS=900 pytest -n 0 -m faults
 tests/test_server_fault_injection.py`` or ``PYTHONPATH=python:tests python -m
 faults.server_controller --seconds 900 [--seed N] [--attacks stop,fetch,...]``."""
 
