@@ -5,8 +5,8 @@
 use pyo3::intern;
 use pyo3::prelude::*;
 
-use super::log::PyLog;
 use super::future::BatchState;
+use super::log::PyLog;
 use crate::group_commit::{wait_all, Ticket};
 
 /// What one appended batch waits for before it may be acknowledged.
