@@ -51,8 +51,8 @@ def add_parser(sub: argparse._SubParsersAction, require_dir, subparser) -> None:
     producers = subparser(
         actions, "describe-producers", help="the producers of a partition (DescribeProducers)"
     )
-    producers.add_argument("--topic", required=True)
-    producers.add_argument("--partition", type=int, required=True)
+    producers.add_argument("--topic", required=True, help="the partition's topic")
+    producers.add_argument("--partition", type=int, required=True, help="the partition's number")
     hanging = subparser(
         actions,
         "find-hanging",

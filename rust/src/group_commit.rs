@@ -319,19 +319,20 @@ pub fn wait_all(tickets: &[Ticket], deadline: Option<Instant>) -> Vec<Result<()>
             None => heads.push(t),
         }
     }
-    let outcomes: Vec<Result<()>> = if heads.len() == 1 {
-        vec![heads[0].wait(deadline)]
-    } else {
-        std::thread::scope(|s| {
+    let outcomes: Vec<Result<()>> = match heads.split_first() {
+        // No ticket (a transaction that appended nothing): nothing to wait for.
+        None => Vec::new(),
+        Some((first, [])) => vec![first.wait(deadline)],
+        Some((first, rest)) => std::thread::scope(|s| {
             // The other partitions wait on threads of their own, the first on this one: a thread
             // fewer to start (and unmap) per group.
-            let handles: Vec<_> = heads[1..].iter().map(|h| s.spawn(move || h.wait(deadline))).collect();
-            let first = heads[0].wait(deadline);
+            let handles: Vec<_> = rest.iter().map(|h| s.spawn(move || h.wait(deadline))).collect();
+            let first = first.wait(deadline);
             let others = handles
                 .into_iter()
                 .map(|h| h.join().unwrap_or_else(|p| Err(Error::Poisoned(crate::log::panic_message(&*p)))));
             std::iter::once(first).chain(others).collect()
-        })
+        }),
     };
     tickets
         .iter()
@@ -414,5 +415,11 @@ mod tests {
         group.appended(40, 64); // the partition rolled to segment 40 since
         old.wait(None).unwrap();
         assert_eq!(group.load(DURABLE), Some((NO_SEGMENT, 0)), "nothing of segment 40 was synced");
+    }
+
+    #[test]
+    fn waiting_for_no_tickets_waits_for_nothing() {
+        // A transaction that appended nothing under acks='all' (an empty commit) has no ticket.
+        assert!(wait_all(&[], None).is_empty());
     }
 }
