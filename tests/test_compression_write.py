@@ -23,14 +23,18 @@ T0 = 1_700_000_000_000
 
 
 def _stored_codecs(partition_dir: str) -> set[int]:
-    """The codec ids (attributes bits 0-2) of every batch in the partition's segments."""
+    """The codec ids (attributes bits 0-2) of every record batch in the partition's segments.
+    Control batches (attributes bit 5: the COMMIT markers of the Spark sink's transactions) are
+    never compressed, as Kafka writes them, so they are left out."""
     codecs = set()
     for path in glob.glob(os.path.join(partition_dir, "*.log")):
         data = open(path, "rb").read()
         pos = 0
         while pos + 12 <= len(data):
             length = int.from_bytes(data[pos + 8 : pos + 12], "big")
-            codecs.add(int.from_bytes(data[pos + 21 : pos + 23], "big") & 7)
+            attributes = int.from_bytes(data[pos + 21 : pos + 23], "big")
+            if not attributes & 0x20:
+                codecs.add(attributes & 7)
             pos += 12 + length
     return codecs
 
