@@ -334,7 +334,14 @@ impl Broker {
             // The open makes the folder (a writer) or found it (a reader) first: a file of it
             // missing later is the topic deleted meanwhile (`Admin.delete_topic` renames the
             // folder away), which is not a storage failure.
-            Err((_, Error::Io { source, .. })) if source.kind() == std::io::ErrorKind::NotFound => {
+            // So is the writer's `create_dir_all` failing with EEXIST while no file stands in the
+            // folder's place: the folder was created and removed again between its mkdir and
+            // its check (a delete racing a re-create).
+            Err((_, Error::Io { source, path, .. }))
+                if source.kind() == std::io::ErrorKind::NotFound
+                    || (source.kind() == std::io::ErrorKind::AlreadyExists
+                        && path.as_deref().is_some_and(|p| !p.is_file())) =>
+            {
                 return Err(Error::UnknownTopicOrPartition(format!(
                     "{topic}-{partition} was deleted while it was being opened ({source})"
                 )))
