@@ -7,6 +7,13 @@ input record (key ``group:topic:partition:offset``, value ``fi|<name>|<seq>|``),
 input offsets with ``send_offsets_to_transaction``, then commits, or at random aborts (and
 seeks back to where the transaction began).
 
+Paced: one pause of PAUSE_S per transaction, after a step chosen at random (records
+produced, offsets sent, or the transaction ended), so a kill -9 of the child or of the server
+still finds transactions open at each of those steps, while the server has a couple of
+transactions a second per child to run, not the ~9 a child ran unpaced (with those the soak's
+fresh-connection ApiVersions probe once took 2.06 s, past its 2 s bound, on 2 cores: seed
+1694283495).
+
 Journal: ``txn_child``'s events, in its format, so ``faults.txn_checker`` checks both; ``init``
 carries no producer id or epoch (librdkafka does not expose them). Every KafkaException is the
 typed error: journaled (``fenced`` when fatal, as PRODUCER_FENCED is), then the child exits
@@ -40,6 +47,11 @@ CALL_TIMEOUT_S = 10.0  # each transactional call (librdkafka retries inside it),
 #: coordinator went away (librdkafka issues #5456, #5511: seen here after a server kill -9 and
 #: restart): a call still blocked this long after its timeout ends the child as a typed error.
 HANG_SLACK_S = 5.0
+#: The pause per transaction (seconds) and the steps it may come after.
+PAUSE_S = (0.2, 0.6)
+PAUSE_STEPS = ("produced", "offsets_sent", "ended")
+#: Input records a transaction takes at most.
+MAX_RECORDS = 40
 
 
 def error_fields(e: KafkaException) -> dict[str, Any]:
@@ -95,6 +107,12 @@ def init(producer: confluent_kafka.Producer, journal: Journal) -> None:
         return
 
 
+def pause(rng: random.Random, here: bool) -> None:
+    """The transaction's one pause (PAUSE_S), if it comes at this step; none once stopping."""
+    if here and not STOP.requested:
+        time.sleep(rng.uniform(*PAUSE_S))
+
+
 def main() -> None:
     parser = child_args(__doc__ or "")
     parser.add_argument("--slot", required=True)
@@ -129,19 +147,24 @@ def main() -> None:
             "auto.offset.reset": "earliest",
             "isolation.level": "read_committed",
             "reconnect.backoff.max.ms": 500,
+            # A paced job reads a few records a second: prefetch that much, not librdkafka's
+            # default 64 MiB of the input (fetched again after every kill, for nothing).
+            "queued.max.messages.kbytes": 1024,
+            "queued.min.messages": 1000,
         }
     )
     consumer.assign([TopicPartition(topic, partition)])
     seq, number = 0, 0
     while not STOP.requested:
         try:
-            messages = consumer.consume(num_messages=rng.randint(1, 60), timeout=0.1)
+            messages = consumer.consume(num_messages=rng.randint(1, MAX_RECORDS), timeout=0.1)
         except KafkaException as e:
             fail(journal, "consume", e)
         records = [m for m in messages if m.error() is None]  # the others: transport, retried
         if not records:
             continue
         number += 1
+        pause_after = rng.choice(PAUSE_STEPS)
         first_seq, first, last = seq, records[0].offset(), records[-1].offset()
         journal.write("begin", txn=number, seq=first_seq)
         try:
@@ -150,6 +173,7 @@ def main() -> None:
                 key = input_key(group, topic, partition, m.offset())
                 producer.produce(OUTPUT, encode_value(args.name, seq, rng.randrange(100)), key=key)
                 seq += 1
+            pause(rng, pause_after == "produced")
             bounded(
                 journal,
                 "send_offsets_to_transaction",
@@ -159,6 +183,7 @@ def main() -> None:
             )
         except KafkaException as e:  # before ``end``: the checker expects none of it visible
             fail(journal, "transaction", e)
+        pause(rng, pause_after == "offsets_sent")
         commit = STOP.requested or rng.random() >= 0.25
         inputs = [[topic, partition, first, last + 1]]
         journal.write("end", txn=number, seqs=[first_seq, seq], input=inputs, commit=commit)
@@ -171,6 +196,7 @@ def main() -> None:
         journal.write("ended", txn=number, commit=commit)
         if not commit:  # the aborted input is read again
             consumer.assign([TopicPartition(topic, partition, first)])  # seek, in any fetch state
+        pause(rng, pause_after == "ended")
     consumer.close()
     producer.flush(CALL_TIMEOUT_S)
     journal.write("closed")
