@@ -1,11 +1,31 @@
-"""Hand-built Kafka requests on their own connections, and stopped lock holders: what
-tests/test_server_isolation.py and benches/bench_server_isolation.py use to measure a server
-while a neighbour holds a lock (issue 21), tests/test_server_idempotence.py to send an idempotent
-producer's batches as they are, and tests/test_engine_stopped_lock_holder.py to stop a writer. Requests are built by hand (``struct``) so each runs
-on its own connection with its own timing."""
+"""The tests' one Kafka wire client (the server soak's probe and attackers included), and
+stopped lock holders.
+
+``Wire`` is one client connection (request header v1, response header v0) whose every read
+has a deadline: ``Late`` when no complete answer comes in time, ``Closed`` when the server
+closes or resets the connection (either way the connection is unusable after it: close it),
+so a server that does not answer is measured, never waited on forever. Two ways to ask:
+
+- ``wire.call(API_KEY, version, body)``: a body built by hand (``struct``), so each request
+  runs on its own connection with its own timing; the response body comes back, within the
+  connection's timeout. The methods ``api_versions()``, ``metadata()``, ``produce()``,
+  ``produce_batch()``, ``fetch()``, ``join_group()`` and ``init_producer_id()`` are such calls.
+  tests/test_server_isolation.py and benches/bench_server_isolation.py measure a server so
+  while a neighbour holds a lock (issue 21), tests/test_server_idempotence.py sends an
+  idempotent producer's batches as they are.
+- ``wire.call(request, timeout)``: a request of kafka-python's protocol classes (an
+  implementation we did not write), built by this module's functions ``api_versions()``,
+  ``metadata()``, ``fetch()``, ``produce()``, ``offset_commit()``, ``offset_fetch()`` and
+  ``describe_groups()``; its decoded response (``errors_of`` lists its error codes). The soak's
+  probe and attackers (tests/faults/server_*.py) ask so; ``send``/``skip`` read a huge answer
+  without keeping it.
+
+``stop_holder`` starts a process that takes a lock (``HOLD_FLOCK``, ``SHARED_WRITER``) and
+stops it there (SIGSTOP); tests/test_engine_stopped_lock_holder.py stops a writer so."""
 
 from __future__ import annotations
 
+import io
 import signal
 import socket
 import struct
@@ -13,11 +33,20 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from typing import Any, overload
 
-from kafka.record import default_records
+from kafka.protocol.admin.groups import DescribeGroupsRequest
+from kafka.protocol.api_header import ResponseClassRegistry
+from kafka.protocol.consumer.fetch import FetchRequest
+from kafka.protocol.consumer.group import OffsetCommitRequest, OffsetFetchRequest
+from kafka.protocol.metadata.api_versions import ApiVersionsRequest
+from kafka.protocol.metadata.metadata import MetadataRequest
+from kafka.protocol.producer.produce import ProduceRequest
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
 PRODUCE, FETCH, METADATA, JOIN_GROUP, API_VERSIONS, INIT_PRODUCER_ID = 0, 1, 3, 11, 18, 22
 NONE, REQUEST_TIMED_OUT, COORDINATOR_LOAD_IN_PROGRESS, THROTTLING_QUOTA_EXCEEDED = 0, 7, 14, 89
+INT31 = 2**31 - 1
 
 HOLD_FLOCK = r"""
 import fcntl, os, sys, time
@@ -53,6 +82,45 @@ def release(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
+# -- the connection -------------------------------------------------------------------------------
+class Closed(ConnectionError):
+    """The server closed the connection (or reset it) before the answer was complete."""
+
+
+class Late(TimeoutError):
+    """No complete answer within the deadline."""
+
+
+def connect(address: str, timeout: float) -> socket.socket:
+    host, port = address.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=timeout)
+
+
+def read_exactly(sock: socket.socket, n: int, deadline: float, partial: bool = False) -> bytes:
+    """``n`` bytes (or, with ``partial``, whatever arrives first) before ``deadline``."""
+    out = bytearray()
+    while len(out) < n:
+        left = deadline - time.monotonic()
+        if left <= 0 and out:
+            raise Late(f"{len(out)} of {n} bytes before the deadline")
+        # Past the deadline, what already arrived (bytes, or the close) still counts: a caller
+        # reading several sockets against one deadline must not call a socket the server closed
+        # in time "late" because an earlier socket used up the wait.
+        sock.settimeout(max(left, 0.01))
+        try:
+            chunk = sock.recv(n - len(out))
+        except TimeoutError as e:
+            raise Late(f"{len(out)} of {n} bytes before the deadline") from e
+        except OSError as e:  # reset, broken pipe
+            raise Closed(str(e)) from e
+        if not chunk:
+            raise Closed(f"closed after {len(out)} of {n} bytes")
+        out += chunk
+        if partial:
+            break
+    return bytes(out)
+
+
 def _string(s: str) -> bytes:
     return struct.pack(">h", len(s)) + s.encode()
 
@@ -76,33 +144,74 @@ class Reader:
 
 
 class Wire:
-    """One client connection (request header v1, response header v0)."""
+    """One client connection; ``timeout`` bounds the connect and every hand-built call."""
 
-    def __init__(self, address: str, timeout: float = 60.0) -> None:
-        host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+    def __init__(self, address: str, timeout: float = 60.0, client_id: str = "kafkalite-tests") -> None:
+        self.sock = connect(address, timeout)
+        self.timeout = timeout
+        self.client_id = client_id
         self.correlation = 0
 
-    def call(self, api_key: int, version: int, body: bytes) -> bytes:
+    def send(self, request: Any) -> int:
+        """Send a kafka-python request; its correlation id."""
         self.correlation += 1
-        frame = struct.pack(">hhih", api_key, version, self.correlation, 9) + b"isolation" + body
-        self.sock.sendall(struct.pack(">i", len(frame)) + frame)
-        (size,) = struct.unpack(">i", self._read(4))
-        response = self._read(size)
-        assert struct.unpack(">i", response[:4])[0] == self.correlation
-        return response[4:]
+        request.with_header(correlation_id=self.correlation, client_id=self.client_id)
+        self._send(request.encode(header=True, framed=True))
+        return self.correlation
+
+    def _send(self, frame: bytes) -> None:
+        self.sock.settimeout(self.timeout)  # not what the last read's deadline left
+        self.sock.sendall(frame)
+
+    def receive(self, deadline: float) -> bytes:
+        """One response frame, without its size."""
+        size = struct.unpack(">i", read_exactly(self.sock, 4, deadline))[0]
+        return read_exactly(self.sock, size, deadline)
+
+    def skip(self, deadline: float) -> int:
+        """Read one response frame and drop it as it comes (a huge Fetch answer); its size."""
+        size = left = struct.unpack(">i", read_exactly(self.sock, 4, deadline))[0]
+        while left > 0:
+            left -= len(read_exactly(self.sock, min(left, 1 << 20), deadline, partial=True))
+        return int(size)
+
+    def _answer(self, correlation: int, deadline: float) -> bytes:
+        """The response to ``correlation``, after its correlation id."""
+        body = self.receive(deadline)
+        got = struct.unpack(">i", body[:4])[0]
+        if got != correlation:
+            raise Closed(f"answer to correlation {got}, expected {correlation}")
+        return body[4:]
+
+    @overload
+    def call(self, api_key: int, version: int, body: bytes, /) -> bytes: ...
+
+    @overload
+    def call(self, request: Any, /, timeout: float) -> Any: ...
+
+    def call(self, request: Any, /, timeout: float, body: bytes | None = None) -> Any:
+        """``call(request, timeout)``: a kafka-python request, its decoded response within
+        ``timeout`` seconds. ``call(api_key, version, body)``: a hand-built request body, the
+        response body within the connection's timeout."""
+        if body is None:
+            deadline = time.monotonic() + timeout
+            answer = self._answer(self.send(request), deadline)
+            return ResponseClassRegistry.get_response_class(request.header).decode(io.BytesIO(answer))
+        api_key, version = request, int(timeout)  # the hand-built form's second argument
+        deadline = time.monotonic() + self.timeout
+        self.correlation += 1
+        frame = struct.pack(">hhi", api_key, version, self.correlation) + _string(self.client_id) + body
+        self._send(struct.pack(">i", len(frame)) + frame)
+        return self._answer(self.correlation, deadline)
 
     def _read(self, n: int) -> bytes:
-        out = b""
-        while len(out) < n:
-            chunk = self.sock.recv(n - len(out))
-            assert chunk, "the server closed the connection"
-            out += chunk
-        return out
+        """``n`` bytes within the connection's timeout."""
+        return read_exactly(self.sock, n, time.monotonic() + self.timeout)
 
     def close(self) -> None:
         self.sock.close()
 
+    # -- hand-built calls ------------------------------------------------------------------------
     def api_versions(self) -> int:
         return struct.unpack(">h", self.call(API_VERSIONS, 0, b"")[:2])[0]
 
@@ -130,44 +239,16 @@ class Wire:
         return errors
 
     def produce(self, topic: str, partition: int, value: bytes) -> int:
-        """Produce v3, acks=-1, timeout 30 s: the partition's error code."""
-        builder = default_records.DefaultRecordBatchBuilder(
-            magic=2,
-            compression_type=0,
-            is_transactional=False,
-            producer_id=-1,
-            producer_epoch=-1,
-            base_sequence=-1,
-            batch_size=1 << 20,
-        )
-        builder.append(0, timestamp=int(time.time() * 1000), key=None, value=value, headers=[])
-        records = bytes(builder.build())
-        body = (
-            struct.pack(">hhi", -1, -1, 30_000)
-            + struct.pack(">i", 1)
-            + _string(topic)
-            + struct.pack(">ii", 1, partition)
-            + struct.pack(">i", len(records))
-            + records
-        )
-        r = Reader(self.call(PRODUCE, 3, body))
-        r.take(">i")
-        r.string()
-        r.take(">i")
-        _index, error = r.take(">ih")
-        return error
-
-    def init_producer_id(self, transactional_id: str | None = None) -> tuple[int, int, int]:
-        """(error, producer id, epoch), InitProducerId v1."""
-        tid = struct.pack(">h", -1) if transactional_id is None else _string(transactional_id)
-        body = self.call(INIT_PRODUCER_ID, 1, tid + struct.pack(">i", 60_000))
-        _throttle, error, pid, epoch = struct.unpack(">ihqh", body)
-        return error, pid, epoch
+        """Produce v3 of one record, acks=-1, timeout 30 s: the partition's error code."""
+        return self._produce(record_batch([value]), topic, partition, 30_000)[0]
 
     def produce_batch(self, records: bytes, topic: str, partition: int = 0) -> tuple[int, int]:
         """Produce v3, acks=-1, of ``records`` (v2 batches) as they are: (error, base offset)."""
+        return self._produce(records, topic, partition, 10_000)
+
+    def _produce(self, records: bytes, topic: str, partition: int, timeout_ms: int) -> tuple[int, int]:
         body = (
-            struct.pack(">hhi", -1, -1, 10_000)  # no transactional id, acks=-1, timeout
+            struct.pack(">hhi", -1, -1, timeout_ms)  # no transactional id, acks=-1, timeout
             + struct.pack(">i", 1)
             + _string(topic)
             + struct.pack(">ii", 1, partition)
@@ -180,6 +261,13 @@ class Wire:
         assert r.take(">i")[0] == 1  # partitions
         _index, error, base_offset, _append_time = r.take(">ihqq")
         return error, base_offset
+
+    def init_producer_id(self, transactional_id: str | None = None) -> tuple[int, int, int]:
+        """(error, producer id, epoch), InitProducerId v1."""
+        tid = struct.pack(">h", -1) if transactional_id is None else _string(transactional_id)
+        body = self.call(INIT_PRODUCER_ID, 1, tid + struct.pack(">i", 60_000))
+        _throttle, error, pid, epoch = struct.unpack(">ihqh", body)
+        return error, pid, epoch
 
     def fetch(self, topic: str, partition: int, offset: int) -> int:
         """Fetch v4, no wait: the partition's error code."""
@@ -223,3 +311,121 @@ def in_background(call, *args) -> tuple[threading.Thread, dict]:
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread, out
+
+
+# -- kafka-python requests, for ``Wire.call(request, timeout)`` --------------------------------------
+def api_versions() -> Any:
+    return ApiVersionsRequest[0]()
+
+
+def metadata(topics: list[str] | None, auto_create: bool = False) -> Any:
+    """Metadata v4: ``topics`` None asks for every topic."""
+    req = MetadataRequest[4]
+    names = None if topics is None else [req.MetadataRequestTopic(name=t) for t in topics]
+    return req(topics=names, allow_auto_topic_creation=auto_create)
+
+
+def fetch(
+    partitions: list[tuple[str, int, int]], max_wait_ms: int, max_bytes: int, partition_max_bytes: int
+) -> Any:
+    """Fetch v4 of (topic, partition, offset)s, in that order (a partition may repeat)."""
+    req = FetchRequest[4]
+    by_topic: dict[str, list[Any]] = {}
+    for topic, partition, offset in partitions:
+        by_topic.setdefault(topic, []).append(
+            req.FetchTopic.FetchPartition(
+                partition=partition, fetch_offset=offset, partition_max_bytes=partition_max_bytes
+            )
+        )
+    return req(
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=1,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        topics=[req.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
+    )
+
+
+def produce(topic: str, partition: int, records: bytes, timeout_ms: int) -> Any:
+    """Produce v3, acks=-1 (all)."""
+    req = ProduceRequest[3]
+    data = req.TopicProduceData.PartitionProduceData(index=partition, records=records)
+    return req(
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=timeout_ms,
+        topic_data=[req.TopicProduceData(name=topic, partition_data=[data])],
+    )
+
+
+def offset_commit(group: str, generation: int, member: str, offsets: list[tuple[str, int, int]]) -> Any:
+    """OffsetCommit v2 of (topic, partition, offset)s."""
+    req = OffsetCommitRequest[2]
+    by_topic: dict[str, list[Any]] = {}
+    for topic, partition, offset in offsets:
+        by_topic.setdefault(topic, []).append(
+            req.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                partition_index=partition, committed_offset=offset, committed_metadata=""
+            )
+        )
+    return req(
+        group_id=group,
+        generation_id_or_member_epoch=generation,
+        member_id=member,
+        retention_time_ms=-1,
+        topics=[req.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
+    )
+
+
+def offset_fetch(group: str, partitions: list[tuple[str, int]]) -> Any:
+    """OffsetFetch v1."""
+    req = OffsetFetchRequest[1]
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    return req(
+        group_id=group,
+        topics=[req.OffsetFetchRequestTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()],
+    )
+
+
+def describe_groups(groups: list[str]) -> Any:
+    """DescribeGroups v0."""
+    return DescribeGroupsRequest[0](groups=groups)
+
+
+def record_batch(values: list[bytes]) -> bytes:
+    """A v2 record batch of ``values`` (kafka-python's builder), for raw Produce requests."""
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
+    now = int(time.time() * 1000)
+    for i, value in enumerate(values):
+        builder.append(i, timestamp=now, key=None, value=value, headers=[])
+    return bytes(builder.build())
+
+
+def errors_of(response: Any) -> list[int]:
+    """Every error code in a response, top-level and per partition (whatever its shape)."""
+    out: list[int] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == "error_code" and isinstance(v, int):
+                    out.append(v)
+                else:
+                    walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(response.to_dict())
+    return out

@@ -15,7 +15,7 @@ import time
 
 import kafkalite
 import pytest
-from faults import server_wire as wire
+import server_wire as wire
 from kafka.record import MemoryRecords
 from kafkalite.server import Server
 

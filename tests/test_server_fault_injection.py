@@ -1,14 +1,17 @@
 """Issue 21's server soak-and-fault suite (tests/faults/server_*.py), beside issue 9's fault suite:
 ``kafkalite serve`` with network producers (confluent-kafka, idempotent, acks=all) and group
-members (kafka-python) beside embedded producers and members on the same data directory, while
+members (kafka-python) and transactional consume-transform-produce jobs (confluent-kafka,
+``faults.server_txn_child``) beside embedded producers and members on the same data directory, while
 the controller SIGSTOPs and kills embedded lock holders, kills -9 and restarts the server, and
 sends hostile frames, fetch amplification, metadata floods, thousands of idle connections and
 commits from outside the groups; a probe measures every answer. The invariants, each by name,
 are ``faults.server_checker``'s: acknowledged_records, ownership, committed_offsets,
-non_owner_commit, deadline, probe_connection, rss, processes.
+non_owner_commit, deadline, probe_connection, rss, processes, and ``transactions``
+(``faults.txn_checker``'s T1-T5 over the network transactional children, read back read_committed).
 
 Seed: KAFKALITE_FAULTS_SEED (default: random, printed). Length: KAFKALITE_FAULTS_SECONDS
-(default 60 s of faults, about 100-110 s in all on a loaded 2-core machine); the long run is e.g.
+(default 60 s of faults, 71-79 s in all at load 15-22 on 2 cores, with about 75-110 paced
+network transactions); the long run is e.g.
 ``KAFKALITE_FAULTS_SECONDS=900 pytest -n 0 -m faults tests/test_server_fault_injection.py``.
 Attacks: KAFKALITE_SERVER_FAULTS_ATTACKS (comma-separated, default all of
 ``server_controller.ATTACKS``). On failure the journals and logs are kept; the path is printed.

@@ -19,7 +19,7 @@ import time
 
 import kafkalite
 import pytest
-from faults import server_wire as wire
+import server_wire as wire
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafkalite.errors import InvalidConfigError, InvalidTypeError
 from kafkalite.server import Server

@@ -14,7 +14,7 @@ import time
 
 import kafkalite
 import pytest
-from faults import server_wire as wire
+import server_wire as wire
 from kafkalite.server import Server
 from serve_proc import free_port, serve_on
 

@@ -29,7 +29,6 @@ import pytest
 from kafkalite.server import Server
 
 pytest.importorskip("kafka")
-from faults.server_wire import Wire
 from kafka.protocol.admin.groups import DescribeGroupsRequest
 from kafka.protocol.consumer.group import (
     HeartbeatRequest,
@@ -37,6 +36,7 @@ from kafka.protocol.consumer.group import (
     OffsetCommitRequest,
     SyncGroupRequest,
 )
+from server_wire import Wire
 
 TOPIC = "events"
 PARTITIONS = 4
@@ -378,7 +378,7 @@ def test_an_embedded_static_members_place_keeps_the_group_from_the_network(tmp_p
     holds its place until its session expires, so the group is not empty for the server either:
     a commit from outside the group is refused (UNKNOWN_MEMBER_ID, as Kafka refuses it for a
     non-empty group), and accepted once the session expired."""
-    from faults.server_wire import offset_commit
+    from server_wire import offset_commit
 
     path = str(tmp_path)
     setup(path)

@@ -26,9 +26,11 @@ The server soak-and-fault suite (issue 21) reuses them around ``kafkalite serve`
 - ``server_probe.py``  ApiVersions/Metadata/Produce/Fetch/OffsetFetch latencies, all run long
 - ``server_attacks.py`` hostile frames, fetch amplification, metadata floods, idle connections,
                    commits from outside the groups (one episode per process)
-- ``server_wire.py``  Kafka framing with deadlines, requests by kafka-python's protocol classes
+- ``server_txn_child.py`` network transactional consume-transform-produce jobs (confluent-kafka;
+                   ``txn_child``'s journal, checked by ``txn_checker.py``)
 - ``server_checker.py`` the invariants by name (the checker's rules plus deadlines, RSS,
                    non-owner commits)
 
 ``python -m faults.server_controller --seconds 900 [--seed N] [--attacks ...]`` runs the long
-version; ``tests/test_server_fault_injection.py`` the short one."""
+version; ``tests/test_server_fault_injection.py`` the short one. Their wire client (framing with
+deadlines, requests by kafka-python's protocol classes) is the tests' own, ``tests/server_wire.py``."""

@@ -52,6 +52,7 @@ class PartitionState:
     log_start: int = 0
     log_end: int = 0
     records: dict[int, tuple[str | None, int | None, str | None]] = field(default_factory=dict)
+    last_stable: int = 0
     reopen_error: str | None = None
     read_errors: list[str] = field(default_factory=list)  # a segment that cannot be read to its end
 
@@ -70,9 +71,11 @@ class Stats:
 
 
 def read_partitions(
-    data_dir: str, topics: dict[str, dict[str, Any]]
+    data_dir: str, topics: dict[str, dict[str, Any]], isolation_level: str = "read_uncommitted"
 ) -> tuple[dict[tuple[str, int], PartitionState], list[str]]:
-    """Open every partition with a fresh writer (recovery runs), then read every record."""
+    """Open every partition with a fresh writer (recovery runs), then read every record, or
+    (``read_committed``: the transactional checker's view) what a read_committed reader sees:
+    no record of an aborted transaction, nothing from the last stable offset on."""
     import warnings
 
     from kafkalite import KafkaliteError, Log
@@ -102,13 +105,16 @@ def read_partitions(
                 continue
             try:
                 st.log_start, st.log_end = log.start_offset, log.end_offset
+                st.last_stable = log.last_stable_offset
+                committed = isolation_level == "read_committed"
                 # Segment by segment, in small chunks, so one unreadable batch costs only the
                 # rest of its segment (Log.records reads 8192 records a chunk and stops).
                 for seg in log.segments:
                     position = max(seg.base_offset, st.log_start)
-                    while position < seg.next_offset:
+                    stop = min(seg.next_offset, st.last_stable) if committed else seg.next_offset
+                    while position < stop:
                         try:
-                            chunk, nxt = log._native.read_records(position, seg.next_offset, 64)
+                            chunk, nxt = log._native.read_records(position, stop, 64, isolation_level)
                         except Exception as e:
                             st.read_errors.append(f"{type(e).__name__} reading from offset {position}: {e}")
                             break

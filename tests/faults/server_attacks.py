@@ -33,7 +33,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from faults import server_wire as W
+import server_wire as W
+
 from faults.journal import Journal, now
 
 FETCH_COPIES = 8

@@ -35,7 +35,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from faults import checker
+from faults import checker, txn_checker
 from faults import journal as J
 from faults.server_attacks import ANSWER_DEADLINE_S
 
@@ -84,6 +84,7 @@ class ServerStats:
     max_latency: dict[str, float] = field(default_factory=dict)
     peak_rss: int = 0
     figures: list[str] = field(default_factory=list)  # per-attack figures for the note
+    txn: txn_checker.TxnStats | None = None  # the network transactional children's
 
 
 def classify(message: str) -> str:

@@ -1,7 +1,9 @@
 """The controller of a server fault run (issue 21): ``kafkalite serve`` as a child on a loopback
 port, network producers (confluent-kafka, idempotent, acks=all) and network group members
 (kafka-python) beside the fault suite's embedded producers and members on the same data
-directory, a probe measuring every answer, and for ``seconds`` the attacks of ATTACKS:
+directory, network transactional consume-transform-produce jobs (``faults.server_txn_child``,
+confluent-kafka; killed -9 and made zombies like the embedded suite's ``txn_child``), a probe
+measuring every answer, and for ``seconds`` the attacks of ATTACKS:
 
 - ``stop``         SIGSTOP/SIGCONT of embedded lock holders (producers and members), up to 12 s
 - ``kill``         kill -9 of clients, embedded and network (restarted)
@@ -11,7 +13,8 @@ directory, a probe measuring every answer, and for ``seconds`` the attacks of AT
 - ``hostile``, ``fetch``, ``metadata``, ``idle``, ``intruder``, ``lock``  episodes of
                    ``faults.server_attacks`` (one process each)
 
-then stops everything (the server by SIGINT), and checks ``faults.server_checker``'s invariants.
+then stops everything (the server by SIGINT), and checks ``faults.server_checker``'s invariants
+and ``faults.txn_checker``'s (as the invariant ``transactions``).
 The server's RSS is sampled every tick, and its VmHWM read before every kill and at its exit.
 
 Seeded as the fault suite is (``random.Random(seed)`` for every choice; printed first and in
@@ -35,8 +38,9 @@ from typing import Any
 from serve_proc import free_port, serve_on
 
 from faults import journal as J
-from faults import server_checker
+from faults import server_checker, txn_checker
 from faults.controller import Child, Controller, child_env, cli, finish
+from faults.txn_checker import OUTPUT as TXN_OUTPUT
 
 ATTACKS = ("stop", "kill", "server_kill", "lock", "hostile", "fetch", "metadata", "idle", "intruder")
 EPISODES = ("lock", "hostile", "fetch", "metadata", "idle", "intruder")  # faults.server_attacks
@@ -70,7 +74,9 @@ class Episode:
 
 class ServerController(Controller):
     STOP_SECONDS = (0.5, 12.0)  # past the Produce probe's bound (timeout 5 s + 5 s)
-    TXN_INPUTS: dict[str, str] = {}  # no transactional children here (the server suite's own)
+    #: The network transactional slots (``faults.server_txn_child``) and the input partition
+    #: each is assigned, of the topic the network producers write.
+    TXN_INPUTS = {"tn0": "wire:0", "tn1": "wire:1"}
 
     def __init__(self, seed: int, seconds: float, run_dir: str, out: Any, attacks: set[str]) -> None:
         super().__init__(seed, seconds, run_dir, out)
@@ -78,6 +84,7 @@ class ServerController(Controller):
         self.ACTION_WEIGHTS = {
             "kill": 6 if "kill" in attacks else 0,
             "stop": 12 if "stop" in attacks else 0,
+            "zombie": 2 if "kill" in attacks else 0,  # a stopped transactional child, replaced
             "disk": 0,
             "none": 82,
         }
@@ -116,10 +123,18 @@ class ServerController(Controller):
                 args + ["--bootstrap", self.bootstrap, "--group", NETWORK_GROUP],
                 0,
             )
+        if slot in self.TXN_INPUTS:
+            args = self.child_args(name, TXN_OUTPUT) + ["--bootstrap", self.bootstrap]
+            return "faults.server_txn_child", args + ["--slot", slot, "--input", self.TXN_INPUTS[slot]], 0
         return super().command(slot, name)
 
+    def choose_failpoints(self, slot: str) -> str | None:
+        """None for a transactional slot: its faults are the server's (its process loads no
+        kafkalite to inject them into)."""
+        return None if slot in self.TXN_INPUTS else super().choose_failpoints(slot)
+
     def stoppable(self, child: Child) -> bool:
-        return not child.slot.startswith(("pn", "mn"))  # the embedded lock holders
+        return not child.slot.startswith(("pn", "mn", "tn"))  # the embedded lock holders
 
     # -- the server ----------------------------------------------------------------------------
     def start_server(self) -> bool:
@@ -286,7 +301,7 @@ class ServerController(Controller):
     def run(self) -> None:
         if not self.start_server():
             raise RuntimeError("kafkalite serve did not start; see " + self.logs)
-        for slot in SLOTS:
+        for slot in (*SLOTS, *self.TXN_INPUTS):
             self.spawn(slot)
         self.start_probe()
         self.plan()
@@ -356,6 +371,7 @@ class ServerResult:
             f"client_kills={b.kills} stops={b.stops} server_kills={s.server_kills}\n"
             f"  episodes={dict(s.attacks)} intruder_commits={s.intruder_commits} accepted_partitions={s.intruder_accepted}\n"
             f"  probes={s.probes} (exempt while the server was down {s.probes_exempt}) max latency: {latency}\n"
+            f"  network transactions: {s.txn.summary() if s.txn else 'none'}\n"
             f"  peak server RSS {s.peak_rss >> 20} MiB (bound {server_checker.RSS_BOUND >> 20} MiB)\n"
             f"  violations by invariant: {by_invariant}"
         )
@@ -400,6 +416,9 @@ def run(
         violations, stats = server_checker.check(
             run_dir, c.data, c.topics, groups, frozenset({NETWORK_GROUP})
         )
+        txn_violations, stats.txn = txn_checker.check(run_dir, c.data, c.TXN_INPUTS)
+        if txn_violations:
+            violations["transactions"] = txn_violations
         out(
             f"server fault injection: {stopping - started:.0f} s of setup and faults, {checking - stopping:.0f} s to stop, "
             f"{time.monotonic() - checking:.0f} s to check"

@@ -25,7 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from faults import server_wire as W
+import server_wire as W
+
 from faults.journal import Journal, Stop, now
 from faults.server_checker import BOUNDS
 
