@@ -18,6 +18,7 @@ from kafka.record import default_records
 
 PRODUCE, FETCH, METADATA, JOIN_GROUP, API_VERSIONS, INIT_PRODUCER_ID = 0, 1, 3, 11, 18, 22
 NONE, REQUEST_TIMED_OUT, COORDINATOR_LOAD_IN_PROGRESS, THROTTLING_QUOTA_EXCEEDED = 0, 7, 14, 89
+KAFKA_STORAGE_ERROR = 56
 
 HOLD_FLOCK = r"""
 import fcntl, os, sys, time
@@ -57,6 +58,39 @@ def _string(s: str) -> bytes:
     return struct.pack(">h", len(s)) + s.encode()
 
 
+def produce_body(topic: str, partition: int, value: bytes, timeout_ms: int = 30_000) -> bytes:
+    """A Produce v3 body, acks=-1: one record of ``value`` for ``topic``-``partition``."""
+    builder = default_records.DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
+    builder.append(0, timestamp=int(time.time() * 1000), key=None, value=value, headers=[])
+    records = bytes(builder.build())
+    return (
+        struct.pack(">hhi", -1, -1, timeout_ms)
+        + struct.pack(">i", 1)
+        + _string(topic)
+        + struct.pack(">ii", 1, partition)
+        + struct.pack(">i", len(records))
+        + records
+    )
+
+
+def produce_error(body: bytes) -> int:
+    """The (first) partition's error code in a Produce v3 response body."""
+    r = Reader(body)
+    r.take(">i")
+    r.string()
+    r.take(">i")
+    _index, error = r.take(">ih")
+    return error
+
+
 class Reader:
     def __init__(self, data: bytes) -> None:
         self.data, self.pos = data, 0
@@ -84,13 +118,24 @@ class Wire:
         self.correlation = 0
 
     def call(self, api_key: int, version: int, body: bytes) -> bytes:
+        sent = self.send(api_key, version, body)
+        correlation, response = self.receive()
+        assert correlation == sent
+        return response
+
+    def send(self, api_key: int, version: int, body: bytes) -> int:
+        """Send a request without waiting for its response (several may be in flight, as a
+        producer's are); its correlation id, which ``receive`` gives back with its response."""
         self.correlation += 1
         frame = struct.pack(">hhih", api_key, version, self.correlation, 9) + b"isolation" + body
         self.sock.sendall(struct.pack(">i", len(frame)) + frame)
+        return self.correlation
+
+    def receive(self) -> tuple[int, bytes]:
+        """The next response: (its correlation id, its body)."""
         (size,) = struct.unpack(">i", self._read(4))
         response = self._read(size)
-        assert struct.unpack(">i", response[:4])[0] == self.correlation
-        return response[4:]
+        return struct.unpack(">i", response[:4])[0], response[4:]
 
     def _read(self, n: int) -> bytes:
         out = b""
@@ -131,31 +176,7 @@ class Wire:
 
     def produce(self, topic: str, partition: int, value: bytes) -> int:
         """Produce v3, acks=-1, timeout 30 s: the partition's error code."""
-        builder = default_records.DefaultRecordBatchBuilder(
-            magic=2,
-            compression_type=0,
-            is_transactional=False,
-            producer_id=-1,
-            producer_epoch=-1,
-            base_sequence=-1,
-            batch_size=1 << 20,
-        )
-        builder.append(0, timestamp=int(time.time() * 1000), key=None, value=value, headers=[])
-        records = bytes(builder.build())
-        body = (
-            struct.pack(">hhi", -1, -1, 30_000)
-            + struct.pack(">i", 1)
-            + _string(topic)
-            + struct.pack(">ii", 1, partition)
-            + struct.pack(">i", len(records))
-            + records
-        )
-        r = Reader(self.call(PRODUCE, 3, body))
-        r.take(">i")
-        r.string()
-        r.take(">i")
-        _index, error = r.take(">ih")
-        return error
+        return produce_error(self.call(PRODUCE, 3, produce_body(topic, partition, value)))
 
     def init_producer_id(self, transactional_id: str | None = None) -> tuple[int, int, int]:
         """(error, producer id, epoch), InitProducerId v1."""
