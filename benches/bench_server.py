@@ -4,6 +4,7 @@ confluent-kafka, with 8-byte keys and 100-byte values, against each server on 12
     python benches/bench_server.py [--records N] [--rounds 1] [--out benches/results] [--replace]
     python benches/bench_server.py --only kafkalite [--records N]   # no broker, no results file
     python benches/bench_server.py --rows cpu_acks1 --rows cpu_acks_all ...   # those rows alone
+    python benches/bench_server.py --baseline ../main/python --rounds 5 --rows cpu_acks_all ...  # A/B
 
 Rows: time from starting the server process to the first acknowledged produce (Kafka's storage
 format runs before the clock starts), produce throughput at acks=1 and acks=all (kafkalite serve's
@@ -23,7 +24,13 @@ peak was made of (anonymous memory, or mapped segment files) and in which row it
 Results: ``server-<date>.json``, ``.md`` and ``.png`` (ratios) in --out, a new name unless
 --replace; ``--only kafkalite`` runs that side alone (printed, not saved): a quick look at its
 figures without the broker's start. A ratio above 1 means kafkalite serve is ahead; the targets (throughput >= the
-broker's, p99 <= the broker's, start <= 0.2 s, RSS <= 100 MB) are marked met or not."""
+broker's, p99 <= the broker's, start <= 0.2 s, RSS <= 100 MB) are marked met or not.
+
+``--baseline DIR`` runs an A/B of two kafkalite builds instead: the other side is ``kafkalite serve``
+imported from DIR (another checkout's ``python/``, e.g. the build before a change), the rounds
+alternate which side goes first, and ``server-ab-<date>.md`` gives each side's median with its
+spread over the rounds (the machine is shared: CPU seconds of the server process are the figure,
+steadier than wall time under load), with the load average before and after."""
 
 from __future__ import annotations
 
@@ -55,6 +62,8 @@ from serve_proc import start_serve  # noqa: E402
 
 KAFKALITE = "kafkalite serve"
 KAFKA = f"Apache Kafka {kafka_broker.KAFKA_VERSION}"
+#: ``--baseline``: kafkalite serve of the other build
+BASELINE = "kafkalite serve (baseline)"
 
 
 class Row(NamedTuple):
@@ -208,11 +217,14 @@ def first_ack(bootstrap: str, began: float) -> float:
 
 
 class Side(pc.KafkaEndpoint):
-    """One server under test: its process, when it started, and the endpoint's client view."""
+    """One server under test: its process, when it started, and the endpoint's client view;
+    ``env``: the environment a kafkalite serve of it was started with (another build's)."""
 
-    def __init__(self, name: str, bootstrap: str, pid: int, start_s: float) -> None:
+    def __init__(
+        self, name: str, bootstrap: str, pid: int, start_s: float, env: Mapping[str, str] | None = None
+    ) -> None:
         super().__init__(bootstrap)
-        self.name, self.pid, self.start_s = name, pid, start_s
+        self.name, self.pid, self.start_s, self.env = name, pid, start_s, env
 
 
 def serve_process(
@@ -231,12 +243,26 @@ def serve_process(
     )
 
 
-def start_kafkalite(work: Path, name: str = "kafkalite", *extra: str) -> tuple[Side, subprocess.Popen]:
+def start_kafkalite(
+    work: Path,
+    name: str = "kafkalite",
+    *extra: str,
+    side: str = KAFKALITE,
+    env: Mapping[str, str] | None = None,
+) -> tuple[Side, subprocess.Popen]:
+    """A kafkalite serve over ``work/name``: this checkout's, or the build ``env`` imports."""
     data = work / name
     data.mkdir()
     began = time.perf_counter()
-    proc, bootstrap = serve_process(data, *extra)
-    return Side(KAFKALITE, bootstrap, proc.pid, first_ack(bootstrap, began)), proc
+    proc, bootstrap = serve_process(data, *extra, env=env)
+    return Side(side, bootstrap, proc.pid, first_ack(bootstrap, began), env), proc
+
+
+def baseline_env(python_dir: str) -> dict[str, str]:
+    """The environment of a kafkalite serve imported from ``python_dir`` (``--baseline``)."""
+    if not (Path(python_dir) / "kafkalite" / "__init__.py").is_file():
+        raise SystemExit(f"--baseline {python_dir}: no kafkalite package there (give a checkout's python/)")
+    return {**os.environ, "PYTHONPATH": str(Path(python_dir).resolve())}
 
 
 def in_process_start(work: Path) -> float:
@@ -270,21 +296,23 @@ class Bench:
         self.keys = [i.to_bytes(8, "big") for i in range(records)]
         self.read_topics: dict[str, str] = {}
         self.cache: dict[tuple[str, str], tuple[float, float]] = {}
-        #: kafkalite serve --acks-all=page-cache, started for its row
-        self.page_cache: tuple[Side, subprocess.Popen] | None = None
+        #: per kafkalite side: its build's kafkalite serve --acks-all=page-cache, started for its row
+        self.page_cache: dict[str, tuple[Side, subprocess.Popen]] = {}
 
     def produce_page_cache(self, side: Side) -> float:
         """acks=all answered at the page cache: a second kafkalite serve with
         ``--acks-all=page-cache``; the broker's acks=all is that already, measured again."""
-        if side.name != KAFKALITE:
+        if side.name == KAFKA:
             return self.produce(side, "all")
-        if self.page_cache is None:
-            self.page_cache = start_kafkalite(self.work, "kafkalite-page-cache", "--acks-all", "page-cache")
-        return self.produce(self.page_cache[0], "all")
+        if side.name not in self.page_cache:
+            folder = f"{side.name}-page-cache".replace(" ", "-").replace("(", "").replace(")", "")
+            self.page_cache[side.name] = start_kafkalite(
+                self.work, folder, "--acks-all", "page-cache", side=side.name, env=side.env
+            )
+        return self.produce(self.page_cache[side.name][0], "all")
 
     def close(self) -> None:
-        if self.page_cache is not None:
-            side, proc = self.page_cache
+        for side, proc in self.page_cache.values():
             side.close()
             stop(proc)
 
@@ -364,6 +392,11 @@ class Bench:
         }
 
 
+def show(value: float, unit: str) -> str:
+    """A figure of a results table."""
+    return f"{value:.3f} s" if unit == "s" else pc.fmt(value, unit)
+
+
 def target_met(row: str, kl: float, ratio: float) -> str:
     spec = ROWS[row]
     if spec.target is None:
@@ -385,7 +418,7 @@ def report(
         unit, larger_better = ROWS[row].unit, ROWS[row].larger_is_better
         kl, peer = statistics.median(sides[KAFKALITE]), statistics.median(sides[KAFKA])
         ratio = kl / peer if larger_better else peer / kl
-        kl_cell, peer_cell = (f"{v:.3f} s" if unit == "s" else pc.fmt(v, unit) for v in (kl, peer))
+        kl_cell, peer_cell = (show(v, unit) for v in (kl, peer))
         table.append(
             f"| {ROWS[row].label} | {kl_cell} | {peer_cell} | {ratio:.2f}× | {target_met(row, kl, ratio)} |"
         )
@@ -449,6 +482,55 @@ def report(
     pc.plot(plot_rows, base.with_suffix(".png"), f"kafkalite serve / Apache Kafka, {args.records:,} records")
 
 
+def report_ab(args, figures: dict, load: tuple[str, str], seconds: float) -> None:
+    """``--baseline``: each row's median per build, its spread over the rounds, and their ratio."""
+    base = pc.output_base(args.out, "server-ab", args.replace)
+    table = []
+    for row, sides in figures.items():
+        unit, larger_better = ROWS[row].unit, ROWS[row].larger_is_better
+        cells = []
+        for name in (KAFKALITE, BASELINE):
+            values = sides[name]
+            median, low, high = statistics.median(values), min(values), max(values)
+            spread = (high - low) / median * 100 if median else 0.0
+            cells.append(f"{show(median, unit)} ({show(low, unit)}–{show(high, unit)}, ±{spread / 2:.0f}%)")
+        new, old = statistics.median(sides[KAFKALITE]), statistics.median(sides[BASELINE])
+        ratio = new / old if larger_better else old / new
+        values = " / ".join(
+            f"{a:.2f} vs {b:.2f}" for a, b in zip(sides[KAFKALITE], sides[BASELINE], strict=True)
+        )
+        table.append(f"| {ROWS[row].label} | {cells[0]} | {cells[1]} | {ratio:.2f}× | {values} |")
+    lines = [
+        f"# kafkalite serve: this build against {args.baseline} (`python benches/bench_server.py "
+        f"{' '.join(sys.argv[1:])}`)",
+        "",
+        f"Medians of {args.rounds} rounds, each round running both builds' servers one after the other "
+        "(which goes first alternates); in brackets the lowest and highest figure and half their "
+        "distance from each other as a share of the median; a ratio above 1 means this build is ahead. "
+        f"{seconds / 60:.1f} minutes. `uptime` at the start: {load[0]}; at the end: {load[1]}.",
+        "",
+        f"| workload | {KAFKALITE} (this build) | {BASELINE} | ratio | per round (this / baseline) |",
+        "|---|---:|---:|---:|---|",
+        *table,
+        "",
+        "Server CPU: Kafka's ProducerPerformance (`--record-size 100 --throughput -1`, `acks` as "
+        f"shown, other settings default) writing {args.pp_records:,} records to a new one-partition "
+        "topic; the server process's utime+stime (/proc/<pid>/stat) after the run minus before, "
+        "scaled to 1 M records; 'a consumer tailing': a confluent-kafka consumer "
+        "(`fetch.wait.max.ms=100`) assigned to the partition before the producer starts, reading "
+        "until it has every record.",
+        "",
+        f"Versions: kafkalite {kafkalite.__version__}; python {platform.python_version()}; machine "
+        f"{platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}.",
+    ]
+    results = {"baseline": args.baseline, "rounds": args.rounds, "uptime": load, "figures": figures}
+    write_report(str(base.parent), base.name, results, lines)
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
 def stop(serve: subprocess.Popen) -> None:
     serve.terminate()
     try:
@@ -473,14 +555,19 @@ def main() -> None:
         choices=["kafkalite"],
         help="run kafkalite serve alone: figures printed, no broker, no results file",
     )
+    ap.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="an A/B against the kafkalite build in DIR (a checkout's python/) instead of the broker",
+    )
     args = ap.parse_args()
     if args.records < 1000 or args.rounds < 1:
         ap.error("--records must be at least 1000, --rounds at least 1")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-up below on kill, too
-    load_start = os.getloadavg()[0]
+    load_start, uptime_start = os.getloadavg()[0], uptime()
     began = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="kafkalite-server-bench-"))
-    serve = broker = None
+    serve = broker = baseline_serve = None
     bench: Bench | None = None
     sides: list[Side] = []
     sampler = None
@@ -488,7 +575,11 @@ def main() -> None:
         kl, serve = start_kafkalite(work)
         sides.append(kl)
         sampler = PeakSampler(kl.pid)
-        if args.only is None:
+        if args.baseline is not None:
+            old, old_serve = start_kafkalite(work, "baseline", side=BASELINE, env=baseline_env(args.baseline))
+            sides.append(old)
+            baseline_serve = old_serve
+        elif args.only is None:
             kafka, broker = start_kafka(work)
             sides.append(kafka)
         bench = Bench(args.records, work, args.pp_records)
@@ -505,6 +596,9 @@ def main() -> None:
         memory: dict[str, Mapping[str, float | str]] = {side.name: status_mb(side.pid) for side in sides}
         memory["kafkalite serve sampled peak"] = sampler.stop()
         print(f"kafkalite serve: {memory[KAFKALITE]}; sampled peak {memory['kafkalite serve sampled peak']}")
+        if args.baseline is not None:
+            report_ab(args, figures, (uptime_start, uptime()), time.perf_counter() - began)
+            return
         if args.only is not None:
             return
         in_process = in_process_start(work)
@@ -518,8 +612,9 @@ def main() -> None:
             side.close()
         if bench is not None:
             bench.close()
-        if serve is not None:
-            stop(serve)
+        for proc in (serve, baseline_serve):
+            if proc is not None:
+                stop(proc)
         pc.finish_run(broker, work)
 
 

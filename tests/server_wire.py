@@ -47,6 +47,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 PRODUCE, FETCH, METADATA, JOIN_GROUP, API_VERSIONS, INIT_PRODUCER_ID = 0, 1, 3, 11, 18, 22
 NONE, REQUEST_TIMED_OUT, COORDINATOR_LOAD_IN_PROGRESS, THROTTLING_QUOTA_EXCEEDED = 0, 7, 14, 89
 INT31 = 2**31 - 1
+KAFKA_STORAGE_ERROR = 56
 
 HOLD_FLOCK = r"""
 import fcntl, os, sys, time
@@ -123,6 +124,33 @@ def read_exactly(sock: socket.socket, n: int, deadline: float, partial: bool = F
 
 def _string(s: str) -> bytes:
     return struct.pack(">h", len(s)) + s.encode()
+
+
+def produce_body(topic: str, partition: int, value: bytes, timeout_ms: int = 30_000) -> bytes:
+    """A Produce v3 body, acks=-1: one record of ``value`` for ``topic``-``partition``."""
+    return produce_records_body(record_batch([value]), topic, partition, timeout_ms)
+
+
+def produce_records_body(records: bytes, topic: str, partition: int, timeout_ms: int) -> bytes:
+    """A Produce v3 body, acks=-1, no transactional id: ``records`` (v2 batches) as they are."""
+    return (
+        struct.pack(">hhi", -1, -1, timeout_ms)
+        + struct.pack(">i", 1)
+        + _string(topic)
+        + struct.pack(">ii", 1, partition)
+        + struct.pack(">i", len(records))
+        + records
+    )
+
+
+def produce_error(body: bytes) -> int:
+    """The (first) partition's error code in a Produce v3 response body."""
+    r = Reader(body)
+    r.take(">i")
+    r.string()
+    r.take(">i")
+    _index, error = r.take(">ih")
+    return error
 
 
 class Reader:
@@ -204,6 +232,19 @@ class Wire:
         self._send(struct.pack(">i", len(frame)) + frame)
         return self._answer(self.correlation, deadline)
 
+    def send_raw(self, api_key: int, version: int, body: bytes) -> int:
+        """Send a hand-built request without waiting for its response (several may be in flight,
+        as a producer's are); its correlation id, which ``receive_raw`` gives back."""
+        self.correlation += 1
+        frame = struct.pack(">hhi", api_key, version, self.correlation) + _string(self.client_id) + body
+        self._send(struct.pack(">i", len(frame)) + frame)
+        return self.correlation
+
+    def receive_raw(self) -> tuple[int, bytes]:
+        """The next response within the connection's timeout: (its correlation id, its body)."""
+        body = self.receive(time.monotonic() + self.timeout)
+        return struct.unpack(">i", body[:4])[0], body[4:]
+
     def _read(self, n: int) -> bytes:
         """``n`` bytes within the connection's timeout."""
         return read_exactly(self.sock, n, time.monotonic() + self.timeout)
@@ -247,15 +288,7 @@ class Wire:
         return self._produce(records, topic, partition, 10_000)
 
     def _produce(self, records: bytes, topic: str, partition: int, timeout_ms: int) -> tuple[int, int]:
-        body = (
-            struct.pack(">hhi", -1, -1, timeout_ms)  # no transactional id, acks=-1, timeout
-            + struct.pack(">i", 1)
-            + _string(topic)
-            + struct.pack(">ii", 1, partition)
-            + struct.pack(">i", len(records))
-            + records
-        )
-        r = Reader(self.call(PRODUCE, 3, body))
+        r = Reader(self.call(PRODUCE, 3, produce_records_body(records, topic, partition, timeout_ms)))
         assert r.take(">i")[0] == 1  # topics
         r.string()
         assert r.take(">i")[0] == 1  # partitions

@@ -24,7 +24,10 @@
 //! in its process (a condition variable), or it becomes the syncer: takes the sync lock, reads
 //! *appended*, msyncs from the durable watermark to there, publishes it and wakes the others.
 //! A ticket whose segment was rolled away is made durable by an msync of its own segment (the
-//! watermark names the newer one). A failed msync poisons the partition's group commit in this
+//! watermark names the newer one). A waiter that must not block (the server's, on an async
+//! runtime) asks `Ticket::poll_turn` instead: durable, or its turn to sync (`SyncTurn`, run on a
+//! thread that may block), or, while a sync of its process runs, woken when that sync ends,
+//! holding no thread meanwhile. A failed msync poisons the partition's group commit in this
 //! process: every waiter and every later append fails (Linux may drop the failed pages, so a
 //! retried msync could succeed without the data).
 
@@ -32,7 +35,8 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, IoContext, Result};
@@ -65,6 +69,8 @@ struct Local {
     syncing: bool,
     /// A sync failed: nothing of this partition is acknowledged by this writer any more.
     failed: Option<String>,
+    /// Async waiters (`Ticket::poll_turn`) to wake, with the threads, when a sync ends.
+    wakers: Vec<Waker>,
 }
 
 /// What one append waits for: its segment durable up to `end`.
@@ -99,6 +105,77 @@ impl Ticket {
     pub fn wait(&self, deadline: Option<Instant>) -> Result<()> {
         self.group.make_durable(self, deadline)
     }
+
+    /// `wait` for a caller that must not block: `Ready(Durable)` once the ticket's bytes are
+    /// durable, `Ready(Sync)` when no sync of this process runs (the caller now runs one:
+    /// `SyncTurn::sync`, on a thread that may block), an error once a sync failed, and
+    /// `Pending` while another sync of this process runs (`cx` is woken when it ends).
+    pub fn poll_turn(&self, cx: &mut Context<'_>) -> Poll<Result<Turn>> {
+        let mut local = match self.group.local() {
+            Ok(local) => local,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
+        if let Some(why) = &local.failed {
+            return Poll::Ready(Err(Error::Poisoned(why.clone())));
+        }
+        if self.group.covered(self) {
+            return Poll::Ready(Ok(Turn::Durable));
+        }
+        if !local.syncing {
+            local.syncing = true;
+            return Poll::Ready(Ok(Turn::Sync(SyncTurn {
+                ticket: self.clone(),
+                claimed: Instant::now(),
+                armed: true,
+            })));
+        }
+        if !local.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            local.wakers.push(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+
+    /// The error of a wait for this ticket that ran out at its deadline (started at `started`).
+    pub fn timed_out(&self, started: Instant) -> Error {
+        self.group.timeout(started)
+    }
+}
+
+/// What `Ticket::poll_turn` found.
+pub enum Turn {
+    /// The ticket's bytes are durable.
+    Durable,
+    /// This waiter syncs for its process now.
+    Sync(SyncTurn),
+}
+
+/// A waiter's claim on its process's sync of a partition: others wait for it (threads and async
+/// waiters alike) until it is run (`sync`) or dropped.
+pub struct SyncTurn {
+    ticket: Ticket,
+    claimed: Instant,
+    /// Not run yet: dropping it hands the turn on.
+    armed: bool,
+}
+
+impl SyncTurn {
+    /// Sync what was appended until now, covering the ticket (blocks: the msync, and the wait
+    /// for another process's sync lock until `deadline`), then wake the others.
+    pub fn sync(mut self, deadline: Option<Instant>) -> Result<()> {
+        self.armed = false;
+        self.ticket.group.run_sync(&self.ticket, deadline, self.claimed)
+    }
+}
+
+impl Drop for SyncTurn {
+    fn drop(&mut self) {
+        if self.armed {
+            if let Ok(mut local) = self.ticket.group.local() {
+                local.syncing = false;
+                self.ticket.group.wake(&mut local);
+            }
+        }
+    }
 }
 
 impl GroupCommit {
@@ -122,7 +199,7 @@ impl GroupCommit {
             dir: dir.to_path_buf(),
             file,
             map,
-            local: Mutex::new(Local { syncing: false, failed: None }),
+            local: Mutex::new(Local { syncing: false, failed: None, wakers: Vec::new() }),
             turn: Condvar::new(),
         };
         Ok(Arc::new(group))
@@ -150,9 +227,13 @@ impl GroupCommit {
         matches!(self.load(DURABLE), Some((base, end)) if base == t.base && end >= t.end as u64)
     }
 
+    fn local(&self) -> Result<MutexGuard<'_, Local>> {
+        self.local.lock().map_err(|_| Error::Poisoned("group commit state poisoned".into()))
+    }
+
     fn make_durable(&self, t: &Ticket, deadline: Option<Instant>) -> Result<()> {
         let started = Instant::now();
-        let mut local = self.local.lock().map_err(|_| Error::Poisoned("group commit state poisoned".into()))?;
+        let mut local = self.local()?;
         loop {
             if let Some(why) = &local.failed {
                 return Err(Error::Poisoned(why.clone()));
@@ -172,17 +253,30 @@ impl GroupCommit {
         }
         local.syncing = true;
         drop(local);
+        self.run_sync(t, deadline, started)
+    }
+
+    /// This thread claimed its process's sync (`syncing`): run it, then let the others look again.
+    fn run_sync(&self, t: &Ticket, deadline: Option<Instant>, started: Instant) -> Result<()> {
         let result = self.sync_round(t, deadline, started);
-        let mut local = self.local.lock().map_err(|_| Error::Poisoned("group commit state poisoned".into()))?;
+        let mut local = self.local()?;
         local.syncing = false;
         if let Err(e) = &result {
             if !matches!(e, Error::LockTimeout { .. }) {
                 local.failed = Some(e.to_string());
             }
         }
-        self.turn.notify_all();
+        self.wake(&mut local);
         // Every waiter of a failed sync sees the same poisoned-writer error (a timeout is not a failure).
         result.map_err(|e| if matches!(e, Error::LockTimeout { .. }) { e } else { Error::Poisoned(e.to_string()) })
+    }
+
+    /// A sync ended: the waiting threads and async waiters look again.
+    fn wake(&self, local: &mut Local) {
+        self.turn.notify_all();
+        for waker in local.wakers.drain(..) {
+            waker.wake();
+        }
     }
 
     /// This thread is the syncer of its process: take the sync lock, and msync what was
@@ -415,6 +509,70 @@ mod tests {
         group.appended(40, 64); // the partition rolled to segment 40 since
         old.wait(None).unwrap();
         assert_eq!(group.load(DURABLE), Some((NO_SEGMENT, 0)), "nothing of segment 40 was synced");
+    }
+
+    /// A waker that counts its wake-ups.
+    struct Counter(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Counter {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn poll(ticket: &Ticket, waker: &Arc<Counter>) -> Poll<Result<Turn>> {
+        let waker = Waker::from(Arc::clone(waker));
+        ticket.poll_turn(&mut Context::from_waker(&waker))
+    }
+
+    #[test]
+    fn an_async_waiter_holds_no_thread_while_another_syncs_and_is_woken_covered() {
+        let dir = tempfile::tempdir().unwrap();
+        let group = GroupCommit::open(dir.path()).unwrap();
+        group.reset(0, 0);
+        let (map, path) = segment(dir.path(), 8192);
+        group.appended(0, 100);
+        let first = Ticket::new(&group, 0, 100, Arc::clone(&map), path.clone());
+        group.appended(0, 300);
+        let second = Ticket::new(&group, 0, 300, map, path);
+        let (a, b) = (Arc::new(Counter(0.into())), Arc::new(Counter(0.into())));
+        let Poll::Ready(Ok(Turn::Sync(turn))) = poll(&first, &a) else {
+            panic!("nobody syncs: the first waiter's turn")
+        };
+        assert!(matches!(poll(&second, &b), Poll::Pending), "a sync of this process runs: wait for it");
+        assert!(matches!(poll(&second, &b), Poll::Pending));
+        // A thread's wait (`Ticket::wait`) queues behind the claimed turn too.
+        let waiting = std::thread::spawn({
+            let second = second.clone();
+            move || second.wait(Some(Instant::now() + Duration::from_secs(30)))
+        });
+        assert_eq!(b.0.load(Ordering::SeqCst), 0);
+        turn.sync(None).unwrap();
+        assert_eq!(b.0.load(Ordering::SeqCst), 1, "woken once when the sync ended, however often it polled");
+        assert!(
+            matches!(poll(&second, &b), Poll::Ready(Ok(Turn::Durable))),
+            "the sync covered what was appended before it"
+        );
+        waiting.join().unwrap().unwrap();
+        assert_eq!(group.load(DURABLE), Some((0, 300)));
+    }
+
+    #[test]
+    fn a_turn_dropped_without_its_sync_hands_the_turn_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let group = GroupCommit::open(dir.path()).unwrap();
+        group.reset(0, 0);
+        let (map, path) = segment(dir.path(), 8192);
+        group.appended(0, 100);
+        let ticket = Ticket::new(&group, 0, 100, map, path);
+        let (a, b) = (Arc::new(Counter(0.into())), Arc::new(Counter(0.into())));
+        let Poll::Ready(Ok(Turn::Sync(turn))) = poll(&ticket, &a) else { panic!("the first waiter's turn") };
+        assert!(matches!(poll(&ticket, &b), Poll::Pending));
+        drop(turn); // its request went away before it synced
+        assert_eq!(b.0.load(Ordering::SeqCst), 1);
+        let Poll::Ready(Ok(Turn::Sync(turn))) = poll(&ticket, &b) else { panic!("the turn was not handed on") };
+        turn.sync(None).unwrap();
+        assert!(matches!(poll(&ticket, &a), Poll::Ready(Ok(Turn::Durable))));
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Accepting clients and serving one connection: on a TLS listener the handshake first
 //! (`tls.rs`), then frames are read, answered and written in order (Kafka's per-connection
 //! ordering), one request at a time, each first admitted by the connection's SASL session
-//! (`sasl.rs`), which also holds who the connection is (`Session::principal`). A bad frame closes only its own connection;
+//! (`sasl.rs`), which also holds who the connection is (`Session::principal`). The one overlap:
+//! Produce requests whose acks=all answers wait for a sync, while the next ones are read and
+//! appended (their answers still written in order: `pipeline.rs`). A bad frame closes only its own connection;
 //! every task's failure stays inside that task. A client that does not read a response within
 //! `RESPONSE_WRITE_DEADLINE` (or connections.max.idle.ms) is closed, freeing the response and
 //! its share of the response budget.
@@ -13,14 +15,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
 use super::broker::Broker;
-use super::dispatch::{decode_request, handle};
+use super::dispatch::{decode_request, handle, Answer, DecodeError};
 use super::frame::{read_frame, FrameError};
+use super::pipeline::Answers;
 use super::principal::Principal;
 use super::sasl::{Outcome, Session, AUTH_FAILURE_DELAY};
 use super::tls;
@@ -114,6 +119,29 @@ pub async fn accept_loop(
     }
 }
 
+/// Write one request's answer (none for a Produce with acks=0); Err: why the connection closes.
+async fn write_answer<W: AsyncWrite + Unpin>(
+    answer: Result<Option<Bytes>, DecodeError>,
+    writer: &mut W,
+    broker: &Broker,
+    deadline: Duration,
+    addr: &str,
+) -> Result<(), String> {
+    match answer {
+        Ok(Some(bytes)) => {
+            broker.metrics.bytes_out(bytes.len());
+            write_response(writer, &bytes, deadline, addr).await
+        }
+        Ok(None) => Ok(()),
+        Err(e) => Err(request_failed(e, addr)),
+    }
+}
+
+fn request_failed(e: DecodeError, addr: &str) -> String {
+    log::warn!(target: TARGET, "closing the connection from {addr}: its request failed: {}", e.0);
+    format!("request failed: {}", e.0)
+}
+
 /// Resolves when the peer closes while a request is being handled, so a long poll or a
 /// group join of a client that went away is dropped. Pipelined bytes stay buffered in the
 /// reader for the next frame; once some arrived, this just waits.
@@ -188,7 +216,23 @@ async fn serve_until_closed<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
 ) -> String {
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
     let write_deadline = idle.min(RESPONSE_WRITE_DEADLINE);
+    // Produce answers waiting for their syncs (`pipeline`).
+    let mut answers = Answers::default();
     loop {
+        // Each answer is written once done, in order; the next request is read as soon as it
+        // comes (a Produce is appended meanwhile and shares the sync), unless too many wait.
+        while !answers.is_empty() {
+            tokio::select! {
+                biased; // a finished answer is written before the next request is read
+                _ = stop.changed() => return "the server stops".into(),
+                answer = answers.next() => {
+                    if let Err(why) = write_answer(answer, &mut writer, broker, write_deadline, addr).await {
+                        return why;
+                    }
+                }
+                _ = reader.fill_buf(), if !answers.is_full() => break,
+            }
+        }
         let max = session.max_frame();
         let frame = tokio::select! {
             _ = stop.changed() => return "the server stops".into(),
@@ -230,6 +274,19 @@ async fn serve_until_closed<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 }
             }
         };
+        // Anything but a Produce (and any reply of the SASL session) comes after every earlier
+        // answer was written: only Produce requests overlap (`pipeline`).
+        if !matches!((&outcome, &request), (Outcome::Serve, Some(r)) if r.key == ApiKey::Produce) {
+            while !answers.is_empty() {
+                let answer = tokio::select! {
+                    _ = stop.changed() => return "the server stops".into(),
+                    answer = answers.next() => answer,
+                };
+                if let Err(why) = write_answer(answer, &mut writer, broker, write_deadline, addr).await {
+                    return why;
+                }
+            }
+        }
         let request = match (outcome, request) {
             (Outcome::Serve, Some(request)) => request,
             (Outcome::Serve, None) => return "a bare SASL token outside an exchange".into(), // never served
@@ -253,21 +310,18 @@ async fn serve_until_closed<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             _ = closed_by_peer(&mut reader) => return "closed by the client while its request was served".into(),
             response = handle(broker, request, peer, &who) => response,
         };
-        match response {
-            Ok(Some(bytes)) => {
-                broker.metrics.bytes_out(bytes.len());
-                if let Err(why) = write_response(&mut writer, &bytes, write_deadline, addr).await {
-                    return why;
-                }
-            }
-            Ok(None) => {}
-            Err(e) => {
-                log::warn!(target: TARGET, "closing the connection from {addr}: its request failed: {}", e.0);
-                return format!("request failed: {}", e.0);
-            }
-        }
         // The frame (and its share of the request budget) lives until its request is answered:
         // decoded bodies such as Produce records point into it.
-        drop(frame);
+        match response {
+            Ok(Answer::Now(answer)) if answers.is_empty() => {
+                if let Err(why) = write_answer(Ok(answer), &mut writer, broker, write_deadline, addr).await {
+                    return why;
+                }
+                drop(frame);
+            }
+            // After answers still waiting (a Produce): in its turn.
+            Ok(answer) => answers.push(answer, frame),
+            Err(e) => return request_failed(e, addr),
+        }
     }
 }

@@ -278,13 +278,16 @@ async fn blocking<T: Send + 'static>(
     })
 }
 
-/// Answer one request of `who`; `None` when Kafka sends no response (Produce with acks=0).
-pub async fn handle(
-    broker: &Arc<Broker>,
-    mut request: Request,
-    peer: &str,
-    who: &Who,
-) -> Result<Option<Bytes>, DecodeError> {
+/// What `handle` gives back: a response now (`None` when Kafka sends none: Produce with
+/// acks=0), or a Produce's, which comes once the sync its acks=all waits for is done (its
+/// batches are appended already: `pipeline`).
+pub enum Answer {
+    Now(Option<Bytes>),
+    Later(super::pipeline::Waiting),
+}
+
+/// Answer one request of `who`.
+pub async fn handle(broker: &Arc<Broker>, mut request: Request, peer: &str, who: &Who) -> Result<Answer, DecodeError> {
     // Shadows this module's `frame`: the same bytes, with the response's error codes noted.
     use super::metrics::frame;
     let v = request.header.request_api_version;
@@ -294,7 +297,7 @@ pub async fn handle(
     let refused = match acl_requests::check(broker, who, &mut request, peer)? {
         acl_requests::Verdict::Refuse(refusal) => {
             broker.metrics.answered(key);
-            return Ok(Some(refusal));
+            return Ok(Answer::Now(Some(refusal)));
         }
         acl_requests::Verdict::Serve(refused) => refused,
     };
@@ -311,13 +314,24 @@ pub async fn handle(
         Body::CreateTopics(r) => {
             frame(key, v, id, &refused.create_topics(metadata::create_topics(broker, r, v, peer).await, v))?
         }
-        Body::Produce(r) => match produce::produce(broker, r, v, peer).await {
-            Some(resp) => frame(key, v, id, &refused.produce(resp))?,
-            None => {
+        Body::Produce(r) => {
+            let produced = produce::produce(broker, r, v, peer).await;
+            let waits = produced.waits();
+            let broker = Arc::clone(broker);
+            let answer = async move {
+                let response = match produced.answer(&broker).await {
+                    Some(resp) => Some(frame(key, v, id, &refused.produce(resp))?),
+                    None => None,
+                };
                 broker.metrics.answered(key);
-                return Ok(None);
-            }
-        },
+                Ok(response)
+            };
+            return Ok(if waits {
+                Answer::Later(super::pipeline::Waiting::spawn(answer))
+            } else {
+                Answer::Now(answer.await?)
+            });
+        }
         Body::Fetch(r) => fetch::answer(broker, r, v, id, peer, refused.fetch()).await?,
         Body::FindCoordinator(r) => frame(key, v, id, &coordinator::find_coordinator(broker, r, v, peer))?,
         Body::OffsetCommit(r) => {
@@ -454,5 +468,5 @@ pub async fn handle(
         }
     };
     broker.metrics.answered(key);
-    Ok(Some(response))
+    Ok(Answer::Now(Some(response)))
 }

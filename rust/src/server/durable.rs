@@ -5,8 +5,11 @@
 //! they are in the page cache, as a Kafka broker does (its durability is replication, which a
 //! single server has not got). acks=1 always answers at the page cache, acks=0 not at all.
 //!
-//! The wait runs on tokio's blocking pool, never on the server's two worker threads, and holds
-//! no partition lock: other requests append meanwhile and share the sync.
+//! The wait holds no partition lock: other requests append meanwhile (the connection's next
+//! Produce requests too: `pipeline`) and share the sync. It holds no thread either while another
+//! request's sync runs (`Ticket::poll_turn`: woken when it ends); only a sync itself, and the
+//! wait for another process's sync lock, run on tokio's blocking pool, never on the server's two
+//! worker threads.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -19,7 +22,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::broker::Broker;
 use super::codes;
 use crate::error::{Error, Result};
-use crate::group_commit::{wait_all, Ticket};
+use crate::group_commit::{Ticket, Turn};
 use crate::log::{DirDurable, Log};
 
 /// `--acks-all`: when a Produce with acks=all (-1) is answered.
@@ -94,14 +97,16 @@ pub async fn settle(
         return;
     }
     let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(0) as u64);
-    let tickets: Vec<Vec<Ticket>> = pending.iter().map(|(_, p)| p.tickets.clone()).collect();
-    let dirs: Vec<Dir> = pending.iter().map(|(_, p)| p.dir.clone()).collect();
-    let waiter = Arc::clone(broker);
-    let outcome = tokio::task::spawn_blocking(move || wait(&waiter, &tickets, &dirs, deadline)).await;
-    let outcome = outcome.unwrap_or_else(|e| {
-        let why = format!("the durability wait failed: {e}");
-        pending.iter().map(|_| Err(Error::Poisoned(why.clone()))).collect()
-    });
+    // The partitions wait together (their syncs overlap: the file system commits concurrent
+    // syncs together), each as a task of its own.
+    let waits: Vec<_> = pending
+        .iter()
+        .map(|(_, p)| tokio::spawn(wait(Arc::clone(broker), p.tickets.clone(), p.dir.clone(), deadline)))
+        .collect();
+    let mut outcome = Vec::with_capacity(waits.len());
+    for wait in waits {
+        outcome.push(wait.await.unwrap_or_else(|e| Err(Error::Poisoned(format!("the durability wait failed: {e}")))));
+    }
     for (((t, i), p), result) in pending.iter().zip(outcome) {
         let Err(e) = result else { continue };
         if codes::needs_reopen(&e) {
@@ -123,28 +128,36 @@ pub async fn settle(
     }
 }
 
-/// The blocking part: every partition's tickets at once, then each directory whose entries are
-/// not known durable yet (a new segment's).
-fn wait(broker: &Broker, tickets: &[Vec<Ticket>], dirs: &[Dir], deadline: Instant) -> Vec<Result<()>> {
-    let flat: Vec<Ticket> = tickets.iter().flatten().cloned().collect();
-    let mut results = wait_all(&flat, Some(deadline)).into_iter();
-    tickets
-        .iter()
-        .zip(dirs)
-        .map(|(ts, dir)| {
-            let mut outcome: Result<()> = Ok(());
-            for r in results.by_ref().take(ts.len()) {
-                if outcome.is_ok() {
-                    outcome = r;
-                }
-            }
-            if outcome.is_ok() && !dir.durable.load(Ordering::Acquire) {
-                sync_entries(broker, dir)?;
-                dir.durable.store(true, Ordering::Release);
-            }
-            outcome
-        })
-        .collect()
+/// One partition's wait: each of its segments' tickets (usually one), then its directory if its
+/// entries are not known durable yet (a new segment's).
+async fn wait(broker: Arc<Broker>, tickets: Vec<Ticket>, dir: Dir, deadline: Instant) -> Result<()> {
+    for ticket in tickets {
+        durable(ticket, deadline).await?;
+    }
+    if !dir.durable.load(Ordering::Acquire) {
+        let synced = tokio::task::spawn_blocking(move || {
+            sync_entries(&broker, &dir)?;
+            dir.durable.store(true, Ordering::Release);
+            Ok(())
+        });
+        synced.await.unwrap_or_else(|e| Err(Error::Poisoned(format!("the directory sync failed: {e}"))))?;
+    }
+    Ok(())
+}
+
+/// Wait until `ticket` is durable: for another request's sync without a thread, or by running
+/// the sync on the blocking pool when it is this request's turn (`Ticket::poll_turn`).
+async fn durable(ticket: Ticket, deadline: Instant) -> Result<()> {
+    let started = Instant::now();
+    let turn = tokio::time::timeout_at(deadline.into(), std::future::poll_fn(|cx| ticket.poll_turn(cx))).await;
+    match turn {
+        Err(_) => Err(ticket.timed_out(started)),
+        Ok(Err(e)) => Err(e),
+        Ok(Ok(Turn::Durable)) => Ok(()),
+        Ok(Ok(Turn::Sync(turn))) => tokio::task::spawn_blocking(move || turn.sync(Some(deadline)))
+            .await
+            .unwrap_or_else(|e| Err(Error::Poisoned(format!("the sync panicked: {e}")))),
+    }
 }
 
 /// Sync a partition's directory, which holds a segment the batches are in. A directory that is

@@ -61,8 +61,9 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     let mut buf = BytesMut::new();
     let mut permits = Vec::new();
     if size <= CHUNK {
-        // A small frame skips the shared budget: a connection reads one frame at a time, so
-        // these hold at most one chunk per connection, and a metadata, ApiVersions or fetch
+        // A small frame skips the shared budget: a connection holds one frame at a time (or
+        // up to `pipeline::MAX_WAITING` Produce frames whose answers wait for a sync), so these
+        // hold at most a few chunks per connection, and a metadata, ApiVersions or fetch
         // request is never queued behind other connections' large frames stalled part way
         // (six 100 MiB frames stopped at 90 MiB held the whole budget: tests/test_adversary_session6.py).
         buf.resize(size, 0);

@@ -5,7 +5,8 @@
 //! Files, one concept each: `listen` (address policy: which security a listener needs), `tls`
 //! (TLS listeners: certificates, the handshake, the principal of a client certificate),
 //! `principal` (who a connection is, Kafka's `User:<name>`), `frame` (length-prefixed frames and
-//! their limits), `connection` (one client: read, dispatch, answer, in order), `dispatch`
+//! their limits), `connection` (one client: read, dispatch, answer, in order) with `pipeline` (a connection's
+//! Produce answers waiting for their syncs while its next requests are appended), `dispatch`
 //! (request header, ApiVersions table, routing), `broker` (shared state: topics, open
 //! partitions, append wake-ups) with `open_logs` (which partitions stay open: at most
 //! `--max-open-partitions` unused ones, by default a share of RLIMIT_NOFILE), `codes` (engine errors as Kafka error codes), `sasl` (a
@@ -88,6 +89,7 @@ mod offset_commit;
 mod offset_delete;
 mod offsets;
 mod open_logs;
+mod pipeline;
 mod principal;
 mod produce;
 mod sasl;

@@ -168,13 +168,33 @@ fn attempt(
     })
 }
 
-/// The response, or None for acks=0.
-pub async fn produce(
-    broker: &Arc<Broker>,
-    request: ProduceRequest,
+/// A Produce request's batches appended: its answer, once what acks=all waits for (if anything)
+/// is done (`answer`).
+pub struct Written {
+    acks: i16,
+    timeout_ms: i32,
     version: i16,
-    peer: &str,
-) -> Option<ProduceResponse> {
+    responses: Vec<TopicProduceResponse>,
+    pending: Vec<((usize, usize), Pending)>,
+}
+
+impl Written {
+    /// Whether the answer waits for a sync (acks=all on disk): the connection may read and
+    /// append its next Produce meanwhile, so one sync covers both (`pipeline`).
+    pub fn waits(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// The response, or None for acks=0.
+    pub async fn answer(mut self, broker: &Arc<Broker>) -> Option<ProduceResponse> {
+        durable::settle(broker, self.pending, &mut self.responses, self.timeout_ms, self.version).await;
+        (self.acks != 0).then(|| ProduceResponse::default().with_responses(self.responses))
+    }
+}
+
+/// Append the request's batches (in request order: the connection's next request is read only
+/// after this returns); its answer comes from `Written::answer`.
+pub async fn produce(broker: &Arc<Broker>, request: ProduceRequest, version: i16, peer: &str) -> Written {
     let valid_acks = matches!(request.acks, -1..=1);
     // One deadline for the whole request: its partitions' waits do not add up.
     let deadline = waits::deadline(request.timeout_ms);
@@ -227,6 +247,5 @@ pub async fn produce(
     if appended_any {
         broker.announce_append();
     }
-    durable::settle(broker, pending, &mut responses, request.timeout_ms, version).await;
-    (request.acks != 0).then(|| ProduceResponse::default().with_responses(responses))
+    Written { acks: request.acks, timeout_ms: request.timeout_ms, version, responses, pending }
 }
