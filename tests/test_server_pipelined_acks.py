@@ -83,7 +83,8 @@ def test_while_a_stopped_process_holds_the_sync_lock_the_next_produces_are_appen
         holder = hold_sync_lock(spawn, data)
         began = time.monotonic()
         sent = [
-            wire.send_raw(PRODUCE, 3, produce_body("t", 0, b"%d" % i, timeout_ms=3000)) for i in range(PIPELINED)
+            wire.send_raw(PRODUCE, 3, produce_body("t", 0, b"%d" % i, timeout_ms=3000))
+            for i in range(PIPELINED)
         ]
         sent.append(wire.send_raw(API_VERSIONS, 0, b""))  # not a Produce: answered after them
         # Before: the second request was read only once the first was answered (3 s later).
