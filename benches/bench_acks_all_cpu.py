@@ -1,0 +1,42 @@
+"""CPU seconds of one process's send() of N records (8-byte keys, 100-byte values) and flush(),
+kafkalite only, for A/B runs of two builds on a shared machine (issue 25 item 1): wall time there
+follows the load; user+sys of the process (getrusage) and its context switches much less.
+
+    PYTHONPATH=<checkout>/python python benches/bench_acks_all_cpu.py [all|1] [records]
+
+The data directory goes under $ABDIR (default /tmp; /dev/shm for tmpfs, where a sync is cheap)."""
+
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+
+from kafkalite import Producer
+
+acks = sys.argv[1] if len(sys.argv) > 1 else "all"
+acks = 1 if acks == "1" else acks
+n = int(sys.argv[2]) if len(sys.argv) > 2 else 1_000_000
+d = tempfile.mkdtemp(prefix="embacks-", dir=os.environ.get("ABDIR", "/tmp"))
+try:
+    p = Producer(d, acks=acks)
+    V = b"v" * 100
+    keys = [i.to_bytes(8, "big") for i in range(n)]
+    p.send("t", V, key=keys[0])
+    p.flush()
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.perf_counter()
+    s = p.send
+    for k in keys:
+        s("t", V, key=k)
+    p.flush()
+    t1 = time.perf_counter()
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    p.close()
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    print(
+        f"acks={acks} {n / (t1 - t0):,.0f} rec/s  wall {t1 - t0:.2f}s cpu {cpu:.2f}s (user {r1.ru_utime - r0.ru_utime:.2f} sys {r1.ru_stime - r0.ru_stime:.2f})  vcsw {r1.ru_nvcsw - r0.ru_nvcsw} ivcsw {r1.ru_nivcsw - r0.ru_nivcsw}"
+    )
+finally:
+    shutil.rmtree(d)
