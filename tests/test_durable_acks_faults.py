@@ -153,3 +153,59 @@ def test_an_msync_failing_while_a_producer_streams_acknowledges_only_what_earlie
     assert all(r[0] != "ok" for r in results[first_failed:]), (
         "a record after the failed sync was acknowledged"
     )
+
+
+THREADED_PRODUCER = textwrap.dedent(
+    """
+    import json, sys, threading
+    from kafkalite import Admin, Producer
+    path = sys.argv[1]
+    Admin(path).create_topic("t", partitions=4)
+    with Producer(path, acks="all") as p:
+        futures = [[] for _ in range(3)]
+        def send(n):
+            futures[n] = [p.send("t", b"v" * 100, partition=i % 4) for i in range(12000)]
+        threads = [threading.Thread(target=send, args=(n,)) for n in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        try:
+            p.flush(60)
+        except Exception:
+            pass
+        out = []
+        for f in (f for fs in futures for f in fs):
+            try:
+                m = f.get(60)
+                out.append(["ok", m.partition, m.offset])
+            except Exception as e:
+                out.append([type(e).__name__, str(e)])
+        print(json.dumps({"results": out}))
+    """
+)
+
+
+@pytest.mark.parametrize("nth", [3, 9])
+def test_an_msync_failing_while_threads_stream_to_partitions_resolves_every_future_and_poisons_one_partition(
+    tmp_path, nth
+):
+    """Three threads hand batches of four partitions to the acknowledging thread's queue
+    (groups span partitions); the nth sync fails with EIO: every future resolves within the
+    bound, the failed ones typed, and what was acknowledged is in the log, one partition's
+    failure leaving the others' acknowledgements standing."""
+    data = str(tmp_path / "data")
+    env = {**os.environ, "KAFKALITE_FAILPOINTS": f"group_commit.sync=eio@{nth}"}
+    done = run_python_ok(THREADED_PRODUCER, data, env=env)
+    results = json.loads(done.stdout.splitlines()[-1])["results"]
+    assert len(results) == 36000
+    ok = [(r[1], r[2]) for r in results if r[0] == "ok"]
+    failed = [r for r in results if r[0] != "ok"]
+    assert ok and failed, f"{len(ok)} acknowledged, {len(failed)} failed: the fault should land midway"
+    assert {r[0] for r in failed} == {"LogPoisonedError"}, {r[0] for r in failed}
+    for partition in range(4):
+        with Log(os.path.join(data, f"t-{partition}"), readonly=True) as log:
+            end = log.end_offset
+        acked = [o for p, o in ok if p == partition]
+        assert all(o < end for o in acked), f"an acknowledged record of t-{partition} is not in its log"
+    assert len({p for p, _ in ok}) >= 2, "a failed sync of one partition stopped the others' acknowledgements"
