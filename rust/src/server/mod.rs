@@ -16,7 +16,8 @@
 //! read_committed Fetch and ListOffsets see: the last stable offset, aborted transactions),
 //! `coordinator` (FindCoordinator, for groups and transactional ids), `offset_commit` (OffsetCommit, OffsetFetch) and `offset_delete` (OffsetDelete)
 //! over `offsets` (the `__consumer_offsets` records, shared with the embedded clients), `group_api` (JoinGroup,
-//! SyncGroup, Heartbeat, LeaveGroup, DescribeGroups, ListGroups) over `group` (the coordinator)
+//! SyncGroup, Heartbeat, LeaveGroup, DescribeGroups, ListGroups) over `group` (the coordinator, with
+//! `group/state`: one group's state machine, `group/join`: a join and its wait, `group/claim`: the claim)
 //! and `group_owner` (which of the embedded consumers or this server coordinates a group id),
 //! `consumer_group_api` (ConsumerGroupHeartbeat, ConsumerGroupDescribe: KIP-848) over
 //! `consumer_group` (the consumer protocol's groups: epochs, reconciliation, timeouts) with
