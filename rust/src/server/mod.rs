@@ -36,9 +36,11 @@
 //! principals, StandardAuthorizer's decision) with `acl_api` (CreateAcls, DescribeAcls,
 //! DeleteAcls), `scram_admin` (AlterUserScramCredentials, DescribeUserScramCredentials over
 //! `crate::users`), `client_quotas` (DescribeClientQuotas, AlterClientQuotas: no quotas) and
-//! `acl_requests` (which operation on which resource each API needs, checked
-//! in `dispatch` before the handler, and the refusals); `topic_creation` (CreateTopics' and Metadata's
-//! creations, off the request workers under Kafka's controller mutation quota); `metrics`
+//! `acl_requests` (which operation on which resource each API needs, checked in `dispatch`
+//! before the handler; with `acl_requests/refusals`: a refused request's answer, one builder per
+//! API, and `acl_requests/listing`: the listings filtered instead); `topic_creation`
+//! (CreateTopics' and Metadata's creations, off the request workers under Kafka's controller
+//! mutation quota); `metrics`
 //! (`--metrics`: the counters and a Prometheus text page on its own listener). Refused requests
 //! are logged at WARNING with the client's address and the reason (`codes::refused`).
 //!
