@@ -15,7 +15,7 @@ import time
 import kafkalite
 import pytest
 from helpers import child_env
-from kafkalite import Admin, IllegalStateError, KafkaTimeoutError, Producer, _native
+from kafkalite import Admin, IllegalStateError, KafkaTimeoutError, Producer, _native, producer_threads
 from kafkalite import producer as producer_module
 from server_wire import SHARED_WRITER, release, stop_holder
 
@@ -44,7 +44,7 @@ def test_a_send_preempted_between_queueing_and_waking_the_sender_is_written_by_c
     for, so close() returned with the record queued and its future never resolved (5-10 of
     ~70 futures hung on the old code). Now close() makes the accumulators refuse records, then
     the last pass takes every partition: each future resolves, and each success is in the log."""
-    real_wake, real_stop = producer_module._Sender.wake, producer_module._Flusher.stop
+    real_wake, real_stop = producer_module._Sender.wake, producer_threads._Flusher.stop
 
     def preempted_wake(self, p, due=False):
         time.sleep(0.02)  # the GIL went to another thread right after the record was queued
@@ -55,7 +55,7 @@ def test_a_send_preempted_between_queueing_and_waking_the_sender_is_written_by_c
         return real_stop(self)
 
     monkeypatch.setattr(producer_module._Sender, "wake", preempted_wake)
-    monkeypatch.setattr(producer_module._Flusher, "stop", slow_stop)
+    monkeypatch.setattr(producer_threads._Flusher, "stop", slow_stop)
     Admin(tmp_path).create_topic("t", 8)
     producer = Producer(tmp_path, linger_ms=linger_ms)
     futures: list[list] = [[] for _ in range(4)]
@@ -200,7 +200,7 @@ def test_a_second_close_waits_until_the_first_has_written_everything(tmp_path, m
     set ``closed``, before the sender's last pass wrote the records sent during the first
     close's flush: its caller saw unresolved futures (and logs still open). Kafka's close()
     joins the I/O thread from every caller; now the second close waits for the first."""
-    real_stop, real_drain = producer_module._Flusher.stop, producer_module._Sender.drain
+    real_stop, real_drain = producer_threads._Flusher.stop, producer_module._Sender.drain
 
     def slow_stop(self):
         time.sleep(0.05)  # the first close between its flush and shutting the producer
@@ -211,7 +211,7 @@ def test_a_second_close_waits_until_the_first_has_written_everything(tmp_path, m
             time.sleep(0.02)  # the sender's last pass, on a busy disk
         return real_drain(self, p, current)
 
-    monkeypatch.setattr(producer_module._Flusher, "stop", slow_stop)
+    monkeypatch.setattr(producer_threads._Flusher, "stop", slow_stop)
     monkeypatch.setattr(producer_module._Sender, "drain", slow_drain)
     Admin(tmp_path).create_topic("t", 4)
     producer = Producer(tmp_path, linger_ms=60_000)

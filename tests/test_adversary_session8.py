@@ -26,6 +26,8 @@ from kafkalite import (
     LogPoisonedError,
     Producer,
     _native,
+    producer_sender,
+    producer_topics,
 )
 from kafkalite import producer as producer_module
 
@@ -55,7 +57,7 @@ def test_a_callback_interrupting_a_drain_leaves_no_taken_batch_unwritten(
     data_dir = str(tmp_path / "data")
     Admin(data_dir).create_topic("t")
     if path == "python":  # the sender's drain takes the Python path (as when the lock is busy)
-        monkeypatch.setattr(producer_module, "drain_partition", lambda *args: False)
+        monkeypatch.setattr(producer_sender, "drain_partition", lambda *args: False)
     later: list = []
     with Producer(data_dir, batch_size=SMALL_BATCH, linger_ms=60_000) as p:
         real_wake = producer_module._Sender.wake
@@ -164,7 +166,7 @@ def test_a_send_while_a_re_created_topic_changes_size_gets_a_typed_answer(
         p.send("t", PAD, key=key)
     Admin(tmp_path).delete_topic("t")
     Admin(tmp_path).create_topic("t", after)
-    real = producer_module.StickyPartitioner
+    real = producer_topics.StickyPartitioner
     rereading = threading.Event()
 
     def preempted(*args):
@@ -172,7 +174,7 @@ def test_a_send_while_a_re_created_topic_changes_size_gets_a_typed_answer(
         time.sleep(0.3)  # the GIL goes to the sending thread in the middle of configure()
         return real(*args)
 
-    monkeypatch.setattr(producer_module, "StickyPartitioner", preempted)
+    monkeypatch.setattr(producer_topics, "StickyPartitioner", preempted)
 
     def flush() -> None:
         with contextlib.suppress(KafkaliteError):  # the deleted partitions' records fail
@@ -260,7 +262,7 @@ def test_an_append_interrupted_by_ctrl_c_fails_its_batch_and_the_drain_goes_on(t
             Admin(data_dir).delete_topic("t")
             Admin(data_dir).create_topic("t")
         else:
-            monkeypatch.setattr(producer_module, "drain_partition", lambda *args: False)
+            monkeypatch.setattr(producer_sender, "drain_partition", lambda *args: False)
         real_append = producer_module._Sender.append
         calls = []
 

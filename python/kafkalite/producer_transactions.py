@@ -12,7 +12,7 @@ from kafkalite.producer_callbacks import _refuse_in_callback
 from kafkalite.transactions import TransactionManager
 
 if TYPE_CHECKING:
-    from kafkalite.producer import _Sender
+    from kafkalite.producer_sender import _Sender
 
 
 class TransactionalProducer:

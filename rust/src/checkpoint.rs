@@ -189,24 +189,14 @@ pub fn lock_data_dir(data_dir: &Path) -> Result<File> {
     let file =
         crate::nofollow::open(crate::nofollow::options().read(true).write(true).create(true), &path, "lock file")?;
     let started = std::time::Instant::now();
-    loop {
-        match file.try_lock() {
-            Ok(()) => return Ok(file),
-            Err(std::fs::TryLockError::WouldBlock) if started.elapsed() < CHECKPOINT_LOCK_PATIENCE => {
-                std::thread::sleep(std::time::Duration::from_millis(1))
-            }
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(crate::error::Error::LockTimeout {
-                    path,
-                    waited_ms: started.elapsed().as_millis() as u64,
-                    holder: "another kafkalite writer of this data directory".into(),
-                })
-            }
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(crate::error::Error::io(format!("cannot lock {}", path.display()), e))
-            }
-        }
+    if !crate::lock::lock_exclusive_until(&file, &path, Some(started + CHECKPOINT_LOCK_PATIENCE))? {
+        return Err(crate::error::Error::LockTimeout {
+            path,
+            waited_ms: started.elapsed().as_millis() as u64,
+            holder: "another kafkalite writer of this data directory".into(),
+        });
     }
+    Ok(file)
 }
 
 #[cfg(test)]

@@ -408,22 +408,22 @@ fn hold_append_lock(partition_dir: &Path) -> Result<Option<std::fs::File>> {
         "the partition's append lock",
     )?;
     let start = Instant::now();
-    loop {
+    let mut holder = String::new();
+    let held = crate::lock::retry_until(Some(start + DELETE_LOCK_PATIENCE), || {
         if rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok() {
-            return Ok(Some(file));
+            return Some(true);
         }
-        let holder = std::fs::read_to_string(partition_dir.join(WRITERS_FILE)).unwrap_or_default();
-        if holder.contains("(exclusive)") {
-            return Ok(None);
-        }
-        if start.elapsed() > DELETE_LOCK_PATIENCE {
-            return Err(Error::LockTimeout {
-                path,
-                waited_ms: start.elapsed().as_millis() as u64,
-                holder: if holder.trim().is_empty() { "another process".into() } else { holder.trim().to_string() },
-            });
-        }
-        std::thread::sleep(Duration::from_millis(5));
+        holder = std::fs::read_to_string(partition_dir.join(WRITERS_FILE)).unwrap_or_default();
+        holder.contains("(exclusive)").then_some(false)
+    });
+    match held {
+        Some(true) => Ok(Some(file)),
+        Some(false) => Ok(None),
+        None => Err(Error::LockTimeout {
+            path,
+            waited_ms: start.elapsed().as_millis() as u64,
+            holder: if holder.trim().is_empty() { "another process".into() } else { holder.trim().to_string() },
+        }),
     }
 }
 

@@ -25,6 +25,62 @@ use crate::files::{APPEND_LOCK_FILE, WRITERS_FILE};
 /// How long a shared writer waits for another one that is recovering the partition at open.
 const SHARED_OPEN_PATIENCE: Duration = Duration::from_secs(60);
 
+/// The pauses of a bounded wait for a lock another process or thread holds, between
+/// non-blocking tries: doubling from 50 µs to 20 ms (an uncontended lock costs one try, one
+/// released soon is noticed soon, a long wait polls 50 times a second), the last one cut at the
+/// deadline. Every such wait is paced by it: a shared writer's append lock (`WriterLock::enter`),
+/// a topic delete's (`datadir`), a transactional id's coordinator lock (`transactions::lock`),
+/// the data directory's checkpoint lock, a log's mutex at close (`py`) and the server's waits
+/// (`server::waits`, asleep off its request workers), so no side starves another.
+pub struct Backoff {
+    pause: Duration,
+    deadline: Option<Instant>,
+}
+
+impl Backoff {
+    /// Pauses until `deadline` (None: no end).
+    pub fn until(deadline: Option<Instant>) -> Backoff {
+        Backoff { pause: Duration::from_micros(50), deadline }
+    }
+}
+
+/// The pauses, one per failed try; none once the deadline has passed.
+impl Iterator for Backoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let pause = match self.deadline {
+            Some(deadline) => self.pause.min(deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())?),
+            None => self.pause,
+        };
+        self.pause = (self.pause * 2).min(Duration::from_millis(20));
+        Some(pause)
+    }
+}
+
+/// Try `attempt` (which must not block) until it gives `Some`, or `deadline` passes (then
+/// `None`), sleeping the `Backoff` pauses between tries.
+pub fn retry_until<T>(deadline: Option<Instant>, mut attempt: impl FnMut() -> Option<T>) -> Option<T> {
+    let mut backoff = Backoff::until(deadline);
+    loop {
+        if let Some(done) = attempt() {
+            return Some(done);
+        }
+        std::thread::sleep(backoff.next()?);
+    }
+}
+
+/// Take `file`'s (at `path`) exclusive flock, retrying until `deadline` (`retry_until`):
+/// `Ok(false)` when another holder kept it that long.
+pub fn lock_exclusive_until(file: &File, path: &Path, deadline: Option<Instant>) -> Result<bool> {
+    let locked = retry_until(deadline, || match file.try_lock() {
+        Ok(()) => Some(Ok(())),
+        Err(TryLockError::WouldBlock) => None,
+        Err(TryLockError::Error(e)) => Some(Err(Error::io_at(path, format!("cannot lock {}", path.display()), e))),
+    });
+    Ok(locked.transpose()?.is_some())
+}
+
 fn open_lock_file(path: &Path) -> Result<File> {
     crate::nofollow::open(crate::nofollow::options().read(true).write(true).create(true), path, "lock file")
 }
@@ -176,33 +232,20 @@ impl WriterLock {
 
     /// Shared writers: wait for the append lock (other shared writers hold it only briefly),
     /// until `deadline` at most: a writer that is stopped (SIGSTOP) or hung while holding it
-    /// must not block this one forever. Polls `try_lock` with a backoff up to 20 ms; an
-    /// uncontended lock costs one call, as before. The lock is held until the returned guard is
-    /// dropped, so every way out of the critical section (`?`, early return, panic) releases it.
+    /// must not block this one forever. Polls `try_enter`, paced by `Backoff`. The lock is held
+    /// until the returned guard is dropped, so every way out of the critical section (`?`, early
+    /// return, panic) releases it.
     /// (An exclusive writer's guard holds nothing: its presence lock already keeps others out.)
     #[must_use = "the append lock is released when the guard is dropped"]
     pub fn enter(&self, deadline: Option<Instant>) -> Result<AppendGuard> {
-        let Some(append) = self.append.as_ref() else { return Ok(AppendGuard { append: None }) };
         let started = Instant::now();
-        let mut pause = Duration::from_micros(50);
-        loop {
-            match append.try_lock() {
-                Ok(()) => return Ok(AppendGuard { append: Some(Arc::clone(append)) }),
-                Err(TryLockError::Error(e)) => return Err(Error::io(format!("cannot lock {}", self.dir.display()), e)),
-                Err(TryLockError::WouldBlock) => {}
-            }
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                return Err(Error::LockTimeout {
-                    path: self.dir.clone(),
-                    waited_ms: started.elapsed().as_millis() as u64,
-                    holder: read_holder(&self.presence),
-                });
-            }
-            let left = deadline.map_or(pause, |d| d - now);
-            std::thread::sleep(pause.min(left));
-            pause = (pause * 2).min(Duration::from_millis(20));
-        }
+        retry_until(deadline, || self.try_enter().transpose()).unwrap_or_else(|| {
+            Err(Error::LockTimeout {
+                path: self.dir.clone(),
+                waited_ms: started.elapsed().as_millis() as u64,
+                holder: read_holder(&self.presence),
+            })
+        })
     }
 
     /// Shared writers: take the append lock only if it is free now (`Ok(None)` when another
@@ -255,5 +298,60 @@ impl Drop for AppendGuard {
             // would release the lock anyway.
             let _ = append.unlock();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_20_ms_and_ends_at_its_deadline() {
+        let pauses: Vec<u64> = Backoff::until(None).take(12).map(|p| p.as_micros() as u64).collect();
+        assert_eq!(pauses, [50, 100, 200, 400, 800, 1600, 3200, 6400, 12800, 20000, 20000, 20000]);
+        let deadline = Instant::now() + Duration::from_millis(2);
+        let mut total = Duration::ZERO;
+        for pause in Backoff::until(Some(deadline)) {
+            std::thread::sleep(pause);
+            total += pause;
+        }
+        // Each pause is cut at what is left, so together they never run past the deadline.
+        assert!(Instant::now() >= deadline && total <= Duration::from_millis(2), "{total:?}");
+    }
+
+    #[test]
+    fn retry_until_stops_at_the_deadline_or_the_first_success() {
+        let started = Instant::now();
+        assert_eq!(retry_until(Some(started + Duration::from_millis(30)), || None::<()>), None);
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(30) && waited < Duration::from_secs(2), "waited {waited:?}");
+        let mut tries = 0;
+        let third = retry_until(None, || {
+            tries += 1;
+            (tries == 3).then_some(tries)
+        });
+        assert_eq!(third, Some(3));
+    }
+
+    /// A holder (another open file description: flocks conflict within one process too) that
+    /// lets go while the other side waits, and one that does not.
+    #[test]
+    fn lock_exclusive_until_waits_for_a_holder_then_gives_up_at_the_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.lock");
+        let holder = open_lock_file(&path).unwrap();
+        holder.lock().unwrap();
+        let waiter = open_lock_file(&path).unwrap();
+        let deadline = Instant::now() + Duration::from_millis(50);
+        assert!(!lock_exclusive_until(&waiter, &path, Some(deadline)).unwrap());
+        assert!(Instant::now() >= deadline);
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            drop(holder);
+        });
+        let started = Instant::now();
+        assert!(lock_exclusive_until(&waiter, &path, Some(started + Duration::from_secs(10))).unwrap());
+        assert!(started.elapsed() < Duration::from_secs(5), "noticed the release late: {:?}", started.elapsed());
+        release.join().unwrap();
     }
 }

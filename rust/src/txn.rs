@@ -128,6 +128,37 @@ pub(crate) fn control_type(batch: &[u8], header: &BatchHeader, pos: usize) -> Re
     Ok(kind)
 }
 
+/// One batch of a transaction walk (`walk_transactions`).
+pub(crate) enum TxnBatch<'a> {
+    /// A COMMIT (`commit`) or ABORT marker of `producer_id` at `offset`.
+    Marker { producer_id: i64, offset: i64, commit: bool },
+    /// A data batch: its header, its bytes and its position (neither decoded nor CRC-checked).
+    Data(&'a BatchHeader, &'a [u8], usize),
+}
+
+/// Walk the batches of `[from, end)` (whole batches, from the one holding `from`) as the
+/// transaction bookkeeping reads them: markers decoded (CRC checked), other control batches
+/// (KRaft's leader-change and snapshot records) skipped, data batches handed over as they are.
+/// The one walk of `TxnState` (aborted transactions, the LSO) and of the server's
+/// `__consumer_offsets` reader (transactional commits held until their producer's marker).
+pub(crate) fn walk_transactions(
+    log: &Log,
+    (from, end): (i64, i64),
+    mut f: impl FnMut(TxnBatch<'_>) -> Result<()>,
+) -> Result<()> {
+    log.walk_batches(from, |h, batch, pos| {
+        if h.base_offset >= end {
+            return Ok(false);
+        }
+        if !h.is_control() {
+            f(TxnBatch::Data(h, batch, pos))?;
+        } else if let Some(kind @ (ABORT | COMMIT)) = control_type(batch, h, pos)? {
+            f(TxnBatch::Marker { producer_id: h.producer_id, offset: h.base_offset, commit: kind == COMMIT })?;
+        }
+        Ok(true)
+    })
+}
+
 /// What is known of one partition's transactions, up to `scanned_to`.
 #[derive(Default)]
 pub struct TxnState {
@@ -201,15 +232,15 @@ impl TxnState {
         self.read_txn_indexes(log)?;
         let from = self.scanned_to.max(log.start_offset());
         if from < end {
-            log.walk_batches(from, |h, batch, pos| {
-                if h.is_control() {
-                    if let Some(kind) = control_type(batch, h, pos)? {
-                        self.close_txn(h.producer_id, h.base_offset, kind);
+            walk_transactions(log, (from, end), |batch| {
+                match batch {
+                    TxnBatch::Marker { producer_id, offset, commit } => self.close_txn(producer_id, offset, commit),
+                    TxnBatch::Data(h, _, _) if h.is_transactional() && h.last_offset() >= from => {
+                        self.transactional_batch(h.producer_id, h.base_offset)
                     }
-                } else if h.is_transactional() && h.last_offset() >= from {
-                    self.transactional_batch(h.producer_id, h.base_offset);
+                    TxnBatch::Data(..) => {}
                 }
-                Ok(true)
+                Ok(())
             })?;
         }
         self.scanned_to = end;
@@ -218,12 +249,9 @@ impl TxnState {
     }
 
     /// A marker: a COMMIT or ABORT at `offset` closes its producer's open transaction.
-    fn close_txn(&mut self, producer_id: i64, offset: i64, kind: i16) {
-        if kind != ABORT && kind != COMMIT {
-            return; // KRaft's leader-change and snapshot records
-        }
+    fn close_txn(&mut self, producer_id: i64, offset: i64, commit: bool) {
         let Some(first) = self.open.remove(&producer_id) else { return };
-        if kind == ABORT {
+        if !commit {
             // Kafka's ProducerStateManager.lastStableOffset(completedTxn).
             let lso = self.open.values().copied().min().unwrap_or(offset + 1);
             self.add_aborted(AbortedTxn {

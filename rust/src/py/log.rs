@@ -618,26 +618,20 @@ impl PyLog {
         }
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs_f64(timeout.min(1e9));
         py.detach(|| {
-            let mut pause = std::time::Duration::from_micros(100);
-            loop {
-                match self.inner.try_lock() {
-                    Ok(mut log) => return log.close_within(Some(deadline)),
-                    Err(std::sync::TryLockError::Poisoned(_)) => {
-                        return self.lock_even_poisoned().close_within(Some(deadline))
-                    }
-                    Err(std::sync::TryLockError::WouldBlock) => {}
+            let closed = crate::lock::retry_until(Some(deadline), || match self.inner.try_lock() {
+                Ok(mut log) => Some(log.close_within(Some(deadline))),
+                Err(std::sync::TryLockError::Poisoned(_)) => {
+                    Some(self.lock_even_poisoned().close_within(Some(deadline)))
                 }
-                let now = std::time::Instant::now();
-                if now >= deadline {
-                    return Err(crate::Error::LockTimeout {
-                        path: std::path::PathBuf::from("this log"),
-                        waited_ms: (timeout * 1000.0) as u64,
-                        holder: "another thread of this process, inside an operation on the log".into(),
-                    });
-                }
-                std::thread::sleep(pause.min(deadline - now));
-                pause = (pause * 2).min(std::time::Duration::from_millis(20));
-            }
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            });
+            closed.unwrap_or_else(|| {
+                Err(crate::Error::LockTimeout {
+                    path: std::path::PathBuf::from("this log"),
+                    waited_ms: (timeout * 1000.0) as u64,
+                    holder: "another thread of this process, inside an operation on the log".into(),
+                })
+            })
         })
         .map_err(Into::into)
     }

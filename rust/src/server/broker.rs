@@ -79,7 +79,7 @@ pub fn append_blocking<T>(log: &Mutex<Log>, mut f: impl FnMut(&mut Log) -> Resul
         Ok(None) => None,
         Err(e) => Some(Err(e)),
     };
-    waits::retry_blocking(started + LOCK_WAIT, attempt).unwrap_or_else(|| {
+    crate::lock::retry_until(Some(started + LOCK_WAIT), attempt).unwrap_or_else(|| {
         let (path, holder) = match log.try_lock() {
             Ok(log) => (log.dir().to_path_buf(), log.append_lock_holder()),
             Err(_) => (Default::default(), "a request of this server (the partition's log stayed busy)".into()),

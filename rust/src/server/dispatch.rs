@@ -312,7 +312,7 @@ pub async fn handle(broker: &Arc<Broker>, mut request: Request, peer: &str, who:
             frame(key, v, id, &listing.metadata_after(cut, metadata::metadata(broker, r, v, peer).await))?
         }
         Body::CreateTopics(r) => {
-            frame(key, v, id, &refused.create_topics(metadata::create_topics(broker, r, v, peer).await, v))?
+            frame(key, v, id, &refused.create_topics(metadata::create_topics(broker, r, v, peer).await))?
         }
         Body::Produce(r) => {
             let produced = produce::produce(broker, r, v, peer).await;
@@ -403,7 +403,7 @@ pub async fn handle(broker: &Arc<Broker>, mut request: Request, peer: &str, who:
         }
         Body::DeleteTopics(r) => {
             let deleted = blocking(broker, key, move |b| topics_admin::delete_topics(b, r, v, &client)).await?;
-            frame(key, v, id, &refused.delete_topics(deleted, v))?
+            frame(key, v, id, &refused.delete_topics(deleted))?
         }
         Body::CreatePartitions(r) => {
             frame(key, v, id, &blocking(broker, key, move |b| topics_admin::create_partitions(b, r, &client)).await?)?

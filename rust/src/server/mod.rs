@@ -17,7 +17,8 @@
 //! read_committed Fetch and ListOffsets see: the last stable offset, aborted transactions),
 //! `coordinator` (FindCoordinator, for groups and transactional ids), `offset_commit` (OffsetCommit, OffsetFetch) and `offset_delete` (OffsetDelete)
 //! over `offsets` (the `__consumer_offsets` records, shared with the embedded clients), `group_api` (JoinGroup,
-//! SyncGroup, Heartbeat, LeaveGroup, DescribeGroups, ListGroups) over `group` (the coordinator)
+//! SyncGroup, Heartbeat, LeaveGroup, DescribeGroups, ListGroups) over `group` (the coordinator, with
+//! `group/state`: one group's state machine, `group/join`: a join and its wait, `group/claim`: the claim)
 //! and `group_owner` (which of the embedded consumers or this server coordinates a group id),
 //! `consumer_group_api` (ConsumerGroupHeartbeat, ConsumerGroupDescribe: KIP-848) over
 //! `consumer_group` (the consumer protocol's groups: epochs, reconciliation, timeouts) with
@@ -36,9 +37,11 @@
 //! principals, StandardAuthorizer's decision) with `acl_api` (CreateAcls, DescribeAcls,
 //! DeleteAcls), `scram_admin` (AlterUserScramCredentials, DescribeUserScramCredentials over
 //! `crate::users`), `client_quotas` (DescribeClientQuotas, AlterClientQuotas: no quotas) and
-//! `acl_requests` (which operation on which resource each API needs, checked
-//! in `dispatch` before the handler, and the refusals); `topic_creation` (CreateTopics' and Metadata's
-//! creations, off the request workers under Kafka's controller mutation quota); `metrics`
+//! `acl_requests` (which operation on which resource each API needs, checked in `dispatch`
+//! before the handler; with `acl_requests/refusals`: a refused request's answer, one builder per
+//! API, and `acl_requests/listing`: the listings filtered instead); `topic_creation`
+//! (CreateTopics' and Metadata's creations, off the request workers under Kafka's controller
+//! mutation quota); `metrics`
 //! (`--metrics`: the counters and a Prometheus text page on its own listener). Refused requests
 //! are logged at WARNING with the client's address and the reason (`codes::refused`).
 //!

@@ -17,7 +17,7 @@ use crate::log::{now_ms, Log};
 use crate::log_read::RecordSink;
 use crate::record::scan::verify_crc;
 use crate::record::{for_each_record, record_area, RecordInput, RecordRef};
-use crate::txn::{self, control_type};
+use crate::txn::{self, TxnBatch};
 
 use crate::offsets_codec::{decode_key, decode_value, encode_key, encode_value};
 pub use crate::offsets_codec::{offsets_partition, OFFSETS_PARTITIONS, OFFSETS_TOPIC};
@@ -83,18 +83,14 @@ impl GroupOffsets {
 
     /// Read the batches of `[from, end)` (whole batches; `from` is where the last read ended).
     fn read(&mut self, log: &crate::log::Log, group: &str, (from, end): (i64, i64)) -> Result<()> {
-        log.walk_batches(from, |h, batch, pos| {
-            if h.base_offset >= end {
-                return Ok(false);
-            }
-            if h.is_control() {
-                match control_type(batch, h, pos)? {
-                    Some(txn::COMMIT) => self.end_transaction(h.producer_id, true),
-                    Some(txn::ABORT) => self.end_transaction(h.producer_id, false),
-                    _ => {}
+        txn::walk_transactions(log, (from, end), |batch| {
+            let (h, batch, pos) = match batch {
+                TxnBatch::Marker { producer_id, commit, .. } => {
+                    self.end_transaction(producer_id, commit);
+                    return Ok(());
                 }
-                return Ok(true);
-            }
+                TxnBatch::Data(h, batch, pos) => (h, batch, pos),
+            };
             verify_crc(batch, h, pos)?;
             let area = record_area(batch, h)?;
             let mut commits = Vec::new();
@@ -113,7 +109,7 @@ impl GroupOffsets {
                     self.apply(at, c);
                 }
             }
-            Ok(true)
+            Ok(())
         })
     }
 }

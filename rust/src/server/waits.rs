@@ -6,11 +6,11 @@
 //! (SIGSTOP) while it holds a lock delays only the requests that need that lock.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use std::sync::Arc;
-
 use super::broker::Broker;
+use crate::lock::Backoff;
 
 /// The longest a request waits for a lock held by another process or by another request: a
 /// partition's append lock or log (Produce: REQUEST_TIMED_OUT), a group's state lock (JoinGroup:
@@ -33,49 +33,19 @@ pub fn deadline(limit_ms: i32) -> Instant {
 }
 
 /// Try `attempt` (which must not block for long) until it gives `Some` or `deadline` passes
-/// (then `None`), sleeping between tries with a backoff from 50 µs to 20 ms, the same as a
+/// (then `None`), asleep between tries for the engine's `lock::Backoff` pauses, the same as a
 /// shared writer's own wait for the append lock (`WriterLock::enter`), so neither side starves.
+/// (A thread that may block, one running off the workers, uses `crate::lock::retry_until`.)
 pub async fn retry_until<T, F: Future<Output = Option<T>>>(
     deadline: Instant,
     mut attempt: impl FnMut() -> F,
 ) -> Option<T> {
-    let mut backoff = Backoff::until(deadline);
+    let mut backoff = Backoff::until(Some(deadline));
     loop {
         if let Some(done) = attempt().await {
             return Some(done);
         }
         tokio::time::sleep(backoff.next()?).await;
-    }
-}
-
-/// `retry_until` for a thread that may block (one running off the workers): sleeps instead.
-pub fn retry_blocking<T>(deadline: Instant, mut attempt: impl FnMut() -> Option<T>) -> Option<T> {
-    let mut backoff = Backoff::until(deadline);
-    loop {
-        if let Some(done) = attempt() {
-            return Some(done);
-        }
-        std::thread::sleep(backoff.next()?);
-    }
-}
-
-/// The pauses between tries: doubling from 50 µs to 20 ms, the last one cut at the deadline.
-struct Backoff {
-    pause: Duration,
-    deadline: Instant,
-}
-
-impl Backoff {
-    fn until(deadline: Instant) -> Backoff {
-        Backoff { pause: Duration::from_micros(50), deadline }
-    }
-
-    /// The next pause; `None` once the deadline has passed.
-    fn next(&mut self) -> Option<Duration> {
-        let left = self.deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())?;
-        let pause = self.pause.min(left);
-        self.pause = (self.pause * 2).min(Duration::from_millis(20));
-        Some(pause)
     }
 }
 

@@ -5,7 +5,7 @@
 //! is stopped (SIGSTOP) or hung makes the others fail with CONCURRENT_TRANSACTIONS (retriable,
 //! as Kafka answers while another operation holds the transaction), never wait forever.
 
-use std::fs::{File, TryLockError};
+use std::fs::File;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -30,23 +30,8 @@ pub fn try_lock(data_dir: &Path, transactional_id: &str, wait: Duration) -> Resu
         &path,
         "transaction lock file",
     )?;
-    let deadline = Instant::now() + wait;
-    let mut pause = Duration::from_micros(200);
-    loop {
-        match file.try_lock() {
-            Ok(()) => return Ok(Some(TxnLock { _file: file })),
-            Err(TryLockError::WouldBlock) => {}
-            Err(TryLockError::Error(e)) => {
-                return Err(Error::io_at(&path, format!("cannot lock {}", path.display()), e))
-            }
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return Ok(None);
-        }
-        std::thread::sleep(pause.min(deadline - now));
-        pause = (pause * 2).min(Duration::from_millis(20));
-    }
+    let locked = crate::lock::lock_exclusive_until(&file, &path, Some(Instant::now() + wait))?;
+    Ok(locked.then_some(TxnLock { _file: file }))
 }
 
 /// `try_lock`, or CONCURRENT_TRANSACTIONS naming the holder when the wait ran out.
