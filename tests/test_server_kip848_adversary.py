@@ -551,3 +551,27 @@ def test_a_hundred_members_joining_at_once(tmp_path):
         assert all(len(c.partitions()) in (1, 2) for c in clients), "the uniform assignor balances"
         for c in clients:
             c.wire.close()
+
+
+def test_metadata_by_topic_id_with_an_empty_name(tmp_path):
+    """The Java client (4.x) asks Metadata v12 for the topics of a regex subscription's assignment
+    by id, with an empty name beside each id (its schema's default). The server took the empty
+    name for the topic's name (INVALID_TOPIC_EXCEPTION), so the client never learnt the names
+    and never consumed; Kafka looks such a topic up by its id."""
+    from server_wire import compact_string
+
+    path = str(tmp_path)
+    setup(path)
+    with start_server(path) as server:
+        tid = TopicIds(server.address).id(TOPIC)
+        wire = Wire(server.address, timeout=10)
+        body = b"\x02" + tid + compact_string("") + b"\x00" + b"\x00\x00\x00"  # one topic; flags; tags
+        r = wire.call_flexible(3, 12, body)
+        wire.close()
+        r.i32()  # throttle
+        for _ in range(r.count()):  # brokers
+            r.i32(), r.string(), r.i32(), r.string(), r.tags()
+        r.string(), r.i32()  # cluster id, controller
+        assert r.count() == 1
+        error, name, got = r.i16(), r.string(), r.raw(16)
+        assert (error, name, got) == (NONE, TOPIC, tid)
