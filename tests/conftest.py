@@ -1,6 +1,6 @@
 """Shared fixtures: a fresh partition directory per test, ``spawn`` (the one way tests start
-child processes), and a reader of .log files with kafka-python's record decoder (an
-implementation we did not write)."""
+child processes), ``java_program`` (the member programs of tests/java-client), and a reader
+of .log files with kafka-python's record decoder (an implementation we did not write)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 from helpers import TESTS, child_env
@@ -156,6 +157,46 @@ def spawn():
         children.close()
     if children.hung:
         pytest.fail("child process timed out and was killed: " + "; ".join(children.hung))
+
+
+class JavaPrograms:
+    """The programs of tests/java-client (one .java file each), compiled on first use against
+    kafka-clients 4.x (``maven_jars``: fetched, or the test skipped; without javac the test
+    skips, or fails in CI) and started as children of a test's ``spawn``."""
+
+    def __init__(self, classes: str) -> None:
+        self.classes = classes
+        self.classpaths: dict[str, str] = {}
+
+    def classpath(self, name: str) -> str:
+        import maven_jars
+
+        if name not in self.classpaths:
+            source = Path(TESTS) / "java-client" / f"{name}.java"
+            classes = Path(self.classes) / name
+            classes.mkdir(parents=True, exist_ok=True)
+            self.classpaths[name] = maven_jars.compiled(maven_jars.java_client_jars, source, classes)
+        return self.classpaths[name]
+
+    def start(self, spawn: Spawn, name: str, *args: object, **kwargs) -> subprocess.Popen:
+        """``java NAME ARGS`` through ``spawn``, exec'd so that signals (SIGKILL, SIGTERM,
+        SIGSTOP) reach the JVM itself; keyword arguments go to ``subprocess.Popen``."""
+        argv = [
+            "java",
+            "-Xmx256m",
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+            "-cp",
+            self.classpath(name),
+        ]
+        return spawn.code(
+            "import os, sys; os.execvp(sys.argv[1], sys.argv[1:])", *argv, name, *args, **kwargs
+        )
+
+
+@pytest.fixture(scope="session")
+def java_program(tmp_path_factory) -> JavaPrograms:
+    """See ``JavaPrograms``: tests/java-client's programs, each compiled once per session."""
+    return JavaPrograms(str(tmp_path_factory.mktemp("java-programs")))
 
 
 def kafka_python_records(partition_dir: str) -> list[tuple[int, int, bytes | None, bytes | None, list]]:

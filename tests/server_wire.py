@@ -249,6 +249,21 @@ class Wire:
         """``n`` bytes within the connection's timeout."""
         return read_exactly(self.sock, n, time.monotonic() + self.timeout)
 
+    def call_flexible(
+        self, api_key: int, version: int, body: bytes, client_id: str = "wire"
+    ) -> CompactReader:
+        """A flexible version's request (header v2: client id, no tagged fields) and its response
+        after the header (v1: correlation id, tagged fields), to read with compact types."""
+        self.correlation += 1
+        header = struct.pack(">hhi", api_key, version, self.correlation) + _string(client_id) + b"\x00"
+        frame = header + body
+        self.sock.sendall(struct.pack(">i", len(frame)) + frame)
+        (size,) = struct.unpack(">i", self._read(4))
+        r = CompactReader(self._read(size))
+        assert r.i32() == self.correlation
+        r.tags()
+        return r
+
     def close(self) -> None:
         self.sock.close()
 
@@ -462,3 +477,71 @@ def errors_of(response: Any) -> list[int]:
 
     walk(response.to_dict())
     return out
+
+
+# -- flexible versions (KIP-482): compact strings and arrays, tagged fields ---------------------
+def uvarint(n: int) -> bytes:
+    out = b""
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        if not n:
+            return out + bytes([byte])
+        out += bytes([byte | 0x80])
+
+
+def compact_string(s: str | None) -> bytes:
+    if s is None:
+        return b"\x00"
+    raw = s.encode()
+    return uvarint(len(raw) + 1) + raw
+
+
+def compact_array(items: list[bytes] | None) -> bytes:
+    return b"\x00" if items is None else uvarint(len(items) + 1) + b"".join(items)
+
+
+class CompactReader:
+    """A flexible version's response body, read field by field."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = data, 0
+
+    def raw(self, n: int) -> bytes:
+        out = self.data[self.at : self.at + n]
+        assert len(out) == n, "the response ended early"
+        self.at += n
+        return out
+
+    def i8(self) -> int:
+        return struct.unpack(">b", self.raw(1))[0]
+
+    def i16(self) -> int:
+        return struct.unpack(">h", self.raw(2))[0]
+
+    def i32(self) -> int:
+        return struct.unpack(">i", self.raw(4))[0]
+
+    def i64(self) -> int:
+        return struct.unpack(">q", self.raw(8))[0]
+
+    def uvarint(self) -> int:
+        shift = value = 0
+        while True:
+            byte = self.raw(1)[0]
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                return value
+
+    def string(self) -> str | None:
+        n = self.uvarint()
+        return None if n == 0 else self.raw(n - 1).decode()
+
+    def count(self) -> int:
+        """A compact array's length (-1 for null)."""
+        return self.uvarint() - 1
+
+    def tags(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.raw(self.uvarint())

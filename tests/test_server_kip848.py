@@ -1,6 +1,6 @@
 """The consumer group protocol (KIP-848, issue 24 item 1) in ``kafkalite serve``:
 
-- wire level (hand-built ConsumerGroupHeartbeat v1 frames): a stale member epoch is answered
+- wire level (hand-built ConsumerGroupHeartbeat v1 frames, tests/consumer_group_wire.py): a stale member epoch is answered
   FENCED_MEMBER_EPOCH, an unknown member UNKNOWN_MEMBER_ID, a partition is not given to a new
   member before its previous owner's heartbeat acknowledged revoking it, a static member's
   instance id is not taken while it is held (UNRELEASED_INSTANCE_ID), and a member that stops
@@ -13,11 +13,7 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
-import socket
-import struct
 import subprocess
 import threading
 import time
@@ -26,17 +22,24 @@ from collections.abc import Callable
 from pathlib import Path
 
 import kafkalite
-import maven_jars
 import pytest
+from consumer_group_wire import (
+    FENCED_MEMBER_EPOCH,
+    INCONSISTENT_GROUP_PROTOCOL,
+    NONE,
+    UNKNOWN_MEMBER_ID,
+    UNRELEASED_INSTANCE_ID,
+    TopicIds,
+    join_group_error,
+    owned_count,
+)
+from consumer_group_wire import Member as WireMember
 from kafkalite.server import Server
 
 TOPIC = "kip848"
 PARTITIONS = 6
 SESSION_MS = 8_000
 HEARTBEAT_MS = 300
-NONE, UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, UNRELEASED_INSTANCE_ID = 0, 25, 110, 111
-INCONSISTENT_GROUP_PROTOCOL, GROUP_ID_NOT_FOUND = 23, 69
-CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 
 
 def start_server(path: str) -> Server:
@@ -54,203 +57,11 @@ def produce(path: str, count: int, start: int = 0) -> None:
 
 
 # -- wire level ---------------------------------------------------------------------------------
-def _uvarint(n: int) -> bytes:
-    out = b""
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        if n:
-            out += bytes([byte | 0x80])
-        else:
-            return out + bytes([byte])
-
-
-def _cstr(s: str | None) -> bytes:
-    if s is None:
-        return b"\x00"
-    raw = s.encode()
-    return _uvarint(len(raw) + 1) + raw
-
-
-def _carray(items: list[bytes] | None) -> bytes:
-    return b"\x00" if items is None else _uvarint(len(items) + 1) + b"".join(items)
-
-
-class Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.at = data, 0
-
-    def take(self, n: int) -> bytes:
-        out = self.data[self.at : self.at + n]
-        self.at += n
-        return out
-
-    def i8(self) -> int:
-        return struct.unpack(">b", self.take(1))[0]
-
-    def i16(self) -> int:
-        return struct.unpack(">h", self.take(2))[0]
-
-    def i32(self) -> int:
-        return struct.unpack(">i", self.take(4))[0]
-
-    def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            byte = self.take(1)[0]
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                return value
-
-    def cstr(self) -> str | None:
-        n = self.uvarint()
-        return None if n == 0 else self.take(n - 1).decode()
-
-    def tags(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.take(self.uvarint())
-
-
-class Wire:
-    """One connection speaking ConsumerGroupHeartbeat v1 (flexible: request header v2)."""
-
-    def __init__(self, address: str) -> None:
-        host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=10)
-        self.correlation = 0
-
-    def call(self, api: int, version: int, body: bytes) -> Reader:
-        self.correlation += 1
-        header = (
-            struct.pack(">hhi", api, version, self.correlation) + struct.pack(">h", 4) + b"test" + b"\x00"
-        )
-        frame = header + body
-        self.sock.sendall(struct.pack(">i", len(frame)) + frame)
-        size = struct.unpack(">i", self._read(4))[0]
-        r = Reader(self._read(size))
-        assert r.i32() == self.correlation
-        r.tags()
-        return r
-
-    def _read(self, n: int) -> bytes:
-        out = b""
-        while len(out) < n:
-            chunk = self.sock.recv(n - len(out))
-            assert chunk, "the server closed the connection"
-            out += chunk
-        return out
-
-    def heartbeat(
-        self,
-        group: str,
-        member: str,
-        epoch: int,
-        *,
-        topics: list[str] | None = None,
-        owned: dict[str, list[int]] | None = None,
-        instance: str | None = None,
-        rebalance_ms: int = -1,
-    ) -> dict:
-        owned_wire = None
-        if owned is not None:
-            owned_wire = [
-                topic_id(t) + _carray([struct.pack(">i", p) for p in ps]) + b"\x00" for t, ps in owned.items()
-            ]
-        body = (
-            _cstr(group)
-            + _cstr(member)
-            + struct.pack(">i", epoch)
-            + _cstr(instance)
-            + _cstr(None)  # rack id
-            + struct.pack(">i", rebalance_ms)
-            + _carray(None if topics is None else [_cstr(t) for t in topics])
-            + _cstr(None)  # regex
-            + _cstr(None)  # server assignor: the default, uniform
-            + _carray(owned_wire)
-            + b"\x00"
-        )
-        r = self.call(CONSUMER_GROUP_HEARTBEAT, 1, body)
-        r.i32()  # throttle
-        out: dict = {"error": r.i16(), "message": r.cstr(), "member": r.cstr(), "epoch": r.i32()}
-        r.i32()  # heartbeat interval
-        if r.i8() < 0:
-            out["assignment"] = None
-            return out
-        assignment: dict[bytes, list[int]] = {}
-        for _ in range(r.uvarint() - 1):
-            tid = r.take(16)
-            assignment[tid] = [r.i32() for _ in range(r.uvarint() - 1)]
-            r.tags()
-        out["assignment"] = {by_id(tid): sorted(ps) for tid, ps in assignment.items()}
-        return out
-
-    def join(self, group: str, member: str, topics: list[str], instance: str | None = None) -> dict:
-        return self.heartbeat(
-            group, member, 0, topics=topics, owned={}, instance=instance, rebalance_ms=30_000
-        )
-
-
-_NAMES: dict[bytes, str] = {}
-
-
-def topic_id(name: str) -> bytes:
-    """The id Metadata v10+ gives the topic (asked once per topic and remembered)."""
-    for tid, n in _NAMES.items():
-        if n == name:
-            return tid
-    raise AssertionError(f"unknown topic {name}")
-
-
-def by_id(tid: bytes) -> str:
-    return _NAMES[tid]
-
-
-def learn_topic_ids(address: str) -> None:
-    """Metadata v12 (flexible) for all topics: remember each name's id."""
-    wire = Wire(address)
-    body = b"\x00" + b"\x00" + b"\x00" + b"\x00"  # topics null, auto-create false, authorized ops false, tags
-    r = wire.call(3, 12, body)
-    r.i32()  # throttle
-    for _ in range(r.uvarint() - 1):  # brokers
-        r.i32()
-        r.cstr()
-        r.i32()
-        r.cstr()
-        r.tags()
-    r.cstr()  # cluster id
-    r.i32()  # controller
-    for _ in range(r.uvarint() - 1):
-        r.i16()
-        name = r.cstr()
-        tid = r.take(16)
-        assert tid != bytes(16), "Metadata v10+ gives every topic an id"
-        _NAMES[tid] = name or ""
-        r.i8()
-        for _ in range(r.uvarint() - 1):  # partitions
-            r.i16()
-            r.i32()
-            r.i32()
-            r.i32()
-            for _ in range(3):  # replicas, isr, offline
-                for _ in range(r.uvarint() - 1):
-                    r.i32()
-            r.tags()
-        r.i32()  # authorized operations
-        r.tags()
-    wire.sock.close()
-
-
-def owned_count(answer: dict) -> int:
-    return sum(len(p) for p in (answer["assignment"] or {}).values())
-
-
 def test_epochs_fencing_and_revocation_before_reassignment(tmp_path):
     path = str(tmp_path)
     kafkalite.Admin(path).create_topic(TOPIC, partitions=PARTITIONS)
     with start_server(path) as server:
-        learn_topic_ids(server.address)
-        wire = Wire(server.address)
+        wire = WireMember(server.address, TopicIds(server.address))
         group, a, b = "wire-group", str(uuid.uuid4()), str(uuid.uuid4())
         first = wire.join(group, a, [TOPIC])
         assert first["error"] == NONE, first
@@ -297,7 +108,7 @@ def test_epochs_fencing_and_revocation_before_reassignment(tmp_path):
         assert other["error"] == UNRELEASED_INSTANCE_ID, other
 
         # A classic JoinGroup to this group gets Kafka's answer for a group of another type.
-        assert join_error(server.address, group) == INCONSISTENT_GROUP_PROTOCOL
+        assert join_group_error(server.address, group) == INCONSISTENT_GROUP_PROTOCOL
 
         # B stops heartbeating: after the session timeout it is removed and A and C, who
         # heartbeat as a client does (reporting what they own), share every partition.
@@ -318,24 +129,6 @@ def test_epochs_fencing_and_revocation_before_reassignment(tmp_path):
         assert time.monotonic() - started >= SESSION_MS / 1000 - 1, (
             "B's partitions moved before its session ended"
         )
-
-
-def join_error(address: str, group: str) -> int:
-    """The error of a classic JoinGroup v5 (kafka-python's encoding) to ``group``."""
-    from kafka.protocol.consumer.group import JoinGroupRequest
-
-    request = JoinGroupRequest[5](group, 10_000, 30_000, "", None, "consumer", [("range", b"")])
-    host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        header = struct.pack(">hhi", 11, 5, 7) + struct.pack(">h", 4) + b"test"
-        frame = header + request.encode()
-        sock.sendall(struct.pack(">i", len(frame)) + frame)
-        size = struct.unpack(">i", sock.recv(4))[0]
-        data = b""
-        while len(data) < size:
-            data += sock.recv(size - len(data))
-    # correlation id, throttle time, error code
-    return struct.unpack(">h", data[8:10])[0]
 
 
 # -- real clients -------------------------------------------------------------------------------
@@ -429,37 +222,14 @@ def scenario(spawn, tmp_path: Path, start: Callable[[str, str], subprocess.Popen
         staying.proc.kill()
 
 
-JAVA_SOURCE = Path(__file__).parent / "java-client" / "Kip848Member.java"
-
-
-@pytest.fixture(scope="module")
-def java_member(tmp_path_factory) -> Callable[..., Callable[[str, str], subprocess.Popen]]:
-    jars = maven_jars.require(maven_jars.java_client_jars)
-    if not shutil.which("javac"):
-        if os.environ.get("CI"):
-            pytest.fail("javac is missing (.ci/run installs openjdk-17-jdk-headless)")
-        pytest.skip("javac is missing (apt-get install openjdk-17-jdk-headless)")
-    classes = tmp_path_factory.mktemp("java-kip848-classes")
-    classpath = f"{classes}{os.pathsep}{jars}/*"
-    done = subprocess.run(
-        ["javac", "-d", str(classes), "-cp", classpath, str(JAVA_SOURCE)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+@pytest.fixture
+def java_member(java_program) -> Callable[..., Callable[[str, str], subprocess.Popen]]:
+    java_program.classpath("Kip848Member")
 
     def bind(spawn, assignor: str) -> Callable[[str, str], subprocess.Popen]:
         def start(bootstrap: str, group: str) -> subprocess.Popen:
-            # exec, so that SIGKILL and SIGTERM reach the JVM itself.
-            argv = ["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath]
-            argv += ["Kip848Member", bootstrap, TOPIC, group, assignor]
-            return spawn.code(
-                "import os, sys; os.execvp(sys.argv[1], sys.argv[1:])",
-                *argv,
-                stdout=subprocess.PIPE,
-                text=True,
+            return java_program.start(
+                spawn, "Kip848Member", bootstrap, TOPIC, group, assignor, stdout=subprocess.PIPE, text=True
             )
 
         return start
@@ -506,3 +276,110 @@ def test_librdkafka_consumers_with_group_protocol_consumer(spawn, tmp_path):
         return spawn.code(RDKAFKA_MEMBER, bootstrap, TOPIC, group, stdout=subprocess.PIPE, text=True)
 
     scenario(spawn, tmp_path, start, "rdkafka-group")
+
+
+class PatternMember:
+    """A Kip848Member subscribed with SubscriptionPattern: "ASSIGN topic:partition,..." lines."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self.assigned: set[tuple[str, int]] = set()
+        self.records: set[tuple[str, int, int]] = set()
+        self.lock = threading.Lock()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            words = line.split()
+            with self.lock:
+                if words[:1] == ["ASSIGN"]:
+                    entries = words[1].split(",") if len(words) > 1 else []
+                    self.assigned = {(e.rsplit(":", 1)[0], int(e.rsplit(":", 1)[1])) for e in entries}
+                elif words[:1] == ["REC"]:
+                    self.records.add((words[1], int(words[2]), int(words[3])))
+
+    def owned(self) -> set[tuple[str, int]]:
+        with self.lock:
+            return set(self.assigned)
+
+
+@pytest.mark.broker
+def test_java_consumers_subscribe_with_a_pattern(spawn, tmp_path, java_program):
+    """The Java client's ``subscribe(SubscriptionPattern)`` (the regex resolved by the server):
+    two members share the matching topics, each partition once, a matching topic created later
+    is picked up, the others are never assigned, and every matching record is consumed."""
+    path = str(tmp_path)
+    admin = kafkalite.Admin(path)
+    for name, partitions in (("orders-eu", 2), ("orders-us", 1), ("payments", 1)):
+        admin.create_topic(name, partitions=partitions)
+    producer = kafkalite.Producer(path)
+    for name in ("orders-eu", "orders-us", "payments"):
+        producer.send(name, value=b"x", partition=0)
+    producer.flush()
+    with start_server(path) as server:
+        members = [
+            PatternMember(
+                java_program.start(
+                    spawn,
+                    "Kip848Member",
+                    server.bootstrap_servers,
+                    "pattern:orders-.*",
+                    "java-pattern",
+                    "uniform",
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+            )
+            for _ in range(2)
+        ]
+
+        def exactly(want: set[tuple[str, int]]) -> Callable[[], bool]:
+            def check() -> bool:
+                owned = [m.owned() for m in members]
+                return set().union(*owned) == want and sum(map(len, owned)) == len(want)
+
+            return check
+
+        want = {("orders-eu", 0), ("orders-eu", 1), ("orders-us", 0)}
+        wait_for("the two members to share the matching topics", exactly(want), 90)
+        admin.create_topic("orders-asia", partitions=1)
+        producer.send("orders-asia", value=b"y", partition=0)
+        producer.flush()
+        wait_for("the topic created later to be assigned", exactly(want | {("orders-asia", 0)}), 60)
+        records = lambda: set().union(*(m.records for m in members))  # noqa: E731
+        wait_for(
+            "every matching record consumed",
+            lambda: (
+                {(t, p) for t, p, _ in records()} >= {("orders-eu", 0), ("orders-us", 0), ("orders-asia", 0)}
+            ),
+            60,
+        )
+        assert not any(t == "payments" for t, _, _ in records())
+        producer.close()
+
+
+@pytest.mark.broker
+def test_java_member_stopped_holding_partitions_while_another_joins(spawn, tmp_path, java_member):
+    """A Java member SIGSTOPped while it owns partitions: a member that joins meanwhile gets none
+    of them until the stopped one's session expired (it could still be consuming them); after
+    SIGCONT the stopped member learns it was removed, rejoins, and the three share the topic,
+    each partition once."""
+    path = str(tmp_path)
+    kafkalite.Admin(path).create_topic(TOPIC, partitions=PARTITIONS)
+    start = java_member(spawn, "uniform")
+    with start_server(path) as server:
+        stopped, other = (Member(start(server.bootstrap_servers, "java-stopped")) for _ in range(2))
+        wait_for("two members owning each partition once", lambda: each_partition_once([stopped, other]), 90)
+        held = stopped.owned()
+        stopped.proc.send_signal(signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        joined = Member(start(server.bootstrap_servers, "java-stopped"))
+        while time.monotonic() - stopped_at < SESSION_MS / 1000 - 1.5:
+            assert not joined.owned() & held, "a stopped member's partitions moved before its session expired"
+            time.sleep(0.1)
+        wait_for("the stopped member's partitions to move", lambda: each_partition_once([other, joined]), 60)
+        stopped.proc.send_signal(signal.SIGCONT)
+        wait_for(
+            "the three members to share the topic", lambda: each_partition_once([stopped, other, joined]), 90
+        )

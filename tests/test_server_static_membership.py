@@ -13,18 +13,14 @@ wire requests (kafka-python's protocol classes) for what a client library hides:
 
 from __future__ import annotations
 
-import os
 import queue
-import shutil
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import kafkalite
-import maven_jars
 import pytest
 from kafkalite.server import Server
 
@@ -327,34 +323,22 @@ def test_static_member_that_never_returns_is_evicted_at_session_timeout(spawn, t
 
 
 # -- the Java client ------------------------------------------------------------------------------
-JAVA_SOURCE = Path(__file__).parent / "java-client" / "StaticMember.java"
-
-
-@pytest.fixture(scope="module")
-def java_static_member(tmp_path_factory) -> Starter:
-    """Starts tests/java-client/StaticMember.java (compiled here against kafka-clients 4.x)."""
-    jars = maven_jars.require(maven_jars.java_client_jars)
-    if not shutil.which("javac"):
-        if os.environ.get("CI"):
-            pytest.fail("javac is missing (.ci/run installs openjdk-17-jdk-headless)")
-        pytest.skip("javac is missing (apt-get install openjdk-17-jdk-headless)")
-    classes = tmp_path_factory.mktemp("java-static-classes")
-    classpath = f"{classes}{os.pathsep}{jars}/*"
-    done = subprocess.run(
-        ["javac", "-d", str(classes), "-cp", classpath, str(JAVA_SOURCE)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+@pytest.fixture
+def java_static_member(java_program) -> Starter:
+    """Starts tests/java-client/StaticMember.java (compiled against kafka-clients 4.x)."""
+    java_program.classpath("StaticMember")
 
     def start(spawn, bootstrap: str, instance: str, session_ms: int) -> subprocess.Popen:
-        # exec, so that the SIGKILL reaches the JVM itself.
-        argv = ["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath]
-        argv += ["StaticMember", bootstrap, TOPIC, GROUP, instance, str(session_ms)]
-        return spawn.code(
-            "import os, sys; os.execvp(sys.argv[1], sys.argv[1:])", *argv, stdout=subprocess.PIPE, text=True
+        return java_program.start(
+            spawn,
+            "StaticMember",
+            bootstrap,
+            TOPIC,
+            GROUP,
+            instance,
+            session_ms,
+            stdout=subprocess.PIPE,
+            text=True,
         )
 
     return start

@@ -2,7 +2,10 @@
 // tests/test_server_kip848.py against `kafkalite serve`: compiled there with javac against the
 // jars tests/java-client/pom.xml fetches. It prints "ASSIGN <partition,...>" whenever its
 // assignment changes, "REC <partition> <offset>" for each record, commits after each poll that
-// returned records, and on SIGTERM closes (leaving the group with member epoch -1).
+// returned records, and on SIGTERM closes (leaving the group with member epoch -1). With a TOPIC
+// of "pattern:REGEX" it subscribes with SubscriptionPattern (the server resolves the regex,
+// KIP-848) and names the topic too: "ASSIGN <topic:partition,...>", "REC <topic> <partition>
+// <offset>".
 //
 //   Kip848Member BOOTSTRAP TOPIC GROUP ASSIGNOR
 
@@ -14,6 +17,7 @@ import java.util.stream.Collectors;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.SubscriptionPattern;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.WakeupException;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
@@ -40,19 +44,28 @@ public final class Kip848Member {
             }
         }));
         String printed = null;
+        boolean byPattern = args[1].startsWith("pattern:");
         try {
-            consumer.subscribe(List.of(args[1]));
+            if (byPattern) {
+                consumer.subscribe(new SubscriptionPattern(args[1].substring("pattern:".length())));
+            } else {
+                consumer.subscribe(List.of(args[1]));
+            }
             while (true) {
                 ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(100));
                 for (ConsumerRecord<byte[], byte[]> r : records) {
-                    System.out.println("REC " + r.partition() + " " + r.offset());
+                    String topic = byPattern ? r.topic() + " " : "";
+                    System.out.println("REC " + topic + r.partition() + " " + r.offset());
                 }
                 if (!records.isEmpty()) {
                     consumer.commitSync();
                 }
                 Set<TopicPartition> assigned = consumer.assignment();
-                String now = assigned.stream().map(TopicPartition::partition).sorted()
-                        .map(String::valueOf).collect(Collectors.joining(","));
+                String now = byPattern
+                        ? assigned.stream().map(tp -> tp.topic() + ":" + tp.partition()).sorted()
+                                .collect(Collectors.joining(","))
+                        : assigned.stream().map(TopicPartition::partition).sorted()
+                                .map(String::valueOf).collect(Collectors.joining(","));
                 if (!now.equals(printed)) {
                     System.out.println("ASSIGN " + now);
                     printed = now;

@@ -87,10 +87,8 @@ fn needs(body: &Body, version: i16) -> Vec<Need> {
             if version < 8 {
                 out.push(group(op::DESCRIBE, &r.group_id));
             }
-            for g in &r.groups {
-                out.push(group(op::DESCRIBE, &g.group_id));
-                out.extend(g.topics.iter().flatten().map(|t| topic(op::DESCRIBE, &t.name)));
-            }
+            // v8+: each group whole; its topics one by one (`split`).
+            out.extend(r.groups.iter().map(|g| group(op::DESCRIBE, &g.group_id)));
             out
         }
         Body::JoinGroup(r) => vec![group(op::READ, &r.group_id)],
@@ -98,7 +96,11 @@ fn needs(body: &Body, version: i16) -> Vec<Need> {
         Body::Heartbeat(r) => vec![group(op::READ, &r.group_id)],
         Body::LeaveGroup(r) => vec![group(op::READ, &r.group_id)],
         Body::DescribeGroups(r) => r.groups.iter().map(|g| group(op::DESCRIBE, g)).collect(),
-        Body::ConsumerGroupHeartbeat(r) => vec![group(op::READ, &r.group_id)],
+        // KafkaApis: READ on the group, then DESCRIBE on every subscribed topic name
+        // (TOPIC_AUTHORIZATION_FAILED); a regex only matches topics the member may describe.
+        Body::ConsumerGroupHeartbeat(r) => std::iter::once(group(op::READ, &r.group_id))
+            .chain(r.subscribed_topic_names.iter().flatten().map(|t| topic(op::DESCRIBE, t)))
+            .collect(),
         Body::ConsumerGroupDescribe(r) => r.group_ids.iter().map(|g| group(op::DESCRIBE, g)).collect(),
         Body::InitProducerId(r) => match &r.transactional_id {
             Some(id) => vec![txn(op::WRITE, id)],
@@ -298,6 +300,23 @@ fn split(body: &mut Body, version: i16, may: impl Fn(i8, i8, &str) -> bool) -> O
             // Served even with no topic left: a whole refusal of OffsetFetch is the group's code.
             let left = topics.len().max(1);
             (Body::OffsetFetch(OffsetFetchRequest::default().with_topics(Some(out))), names, op::DESCRIBE, left)
+        }
+        Body::OffsetFetch(r) => {
+            // v8+: the topics of each group; a group left with none is still answered.
+            let ok = topic_may(op::DESCRIBE);
+            let (mut denied, mut names) = (Vec::new(), Vec::new());
+            for g in &mut r.groups {
+                let Some(topics) = g.topics.as_mut() else { continue };
+                let out = take(topics, |t| !ok(&t.name));
+                names.extend(out.iter().map(|t| t.name.to_string()));
+                if !out.is_empty() {
+                    let group =
+                        offset_fetch_request::OffsetFetchRequestGroup::default().with_group_id(g.group_id.clone());
+                    denied.push(group.with_topics(Some(out)));
+                }
+            }
+            let left = r.groups.len().max(1);
+            (Body::OffsetFetch(OffsetFetchRequest::default().with_groups(denied)), names, op::DESCRIBE, left)
         }
         _ => return None,
     };

@@ -79,6 +79,7 @@ kafka_errors! {
     UNRELEASED_INSTANCE_ID = 111,
     UNSUPPORTED_ASSIGNOR = 112,
     STALE_MEMBER_EPOCH = 113,
+    INVALID_REGULAR_EXPRESSION = 128,
 }
 
 /// The code a client gets for an engine error on a partition.

@@ -17,12 +17,25 @@
 //! revoke within its rebalance timeout. Stale epochs get FENCED_MEMBER_EPOCH and unknown members
 //! UNKNOWN_MEMBER_ID; both rejoin with epoch 0.
 //!
+//! A member subscribes to topic names, a regular expression (SubscribedTopicRegex, matched
+//! against whole topic names as Kafka's RE2J `matches()` does), or both. The regex is resolved on
+//! each of the member's heartbeats against the topics that exist and that the member's principal
+//! may DESCRIBE (Kafka's TopicRegexResolver), so a topic created later joins the subscription at
+//! the member's next heartbeat and moves the group epoch.
+//!
 //! A group id is used by one protocol at a time: a classic group with members refuses
 //! heartbeats (GROUP_ID_NOT_FOUND, Kafka's answer when the migration policy does not convert
 //! the group), and the classic coordinator refuses a JoinGroup to a consumer group with
-//! members (`group_api`). Like classic groups, a consumer group holds the group's claim against
+//! members (`group_api`); a classic JoinGroup to an empty consumer group makes it a classic group
+//! (`forget_if_empty`), as Kafka converts it. Like classic groups, a consumer group holds the group's claim against
 //! embedded consumers (`group_owner`) while it has members. Committed offsets are checked
-//! against member epochs (`check_commit`) and live in `__consumer_offsets` like any group's.
+//! against member epochs (`check_commit`), and so are a member's OffsetFetch v9 requests
+//! (`check_fetch`); the offsets live in `__consumer_offsets` like any group's.
+//!
+//! Unlike Kafka, the groups are not written to `__consumer_offsets`: after a restart a member's
+//! heartbeat finds no group and is answered UNKNOWN_MEMBER_ID (Kafka, whose groups survive,
+//! would say GROUP_ID_NOT_FOUND for a group it does not have), so the member rejoins; the
+//! committed offsets survive.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -54,13 +67,47 @@ enum MemberState {
     UnreleasedPartitions,
 }
 
+/// A member's SubscribedTopicRegex: as sent, and compiled to match whole topic names.
+#[derive(Clone, Debug)]
+pub struct TopicRegex {
+    source: String,
+    whole: regex::Regex,
+}
+
+impl TopicRegex {
+    /// Kafka's check (throwIfRegularExpressionIsInvalid): the error message when it is not a
+    /// valid regular expression (including one too big to compile).
+    pub fn new(source: &str) -> Result<TopicRegex, String> {
+        // RE2J's `matches()` matches the whole name: anchor the expression as a group.
+        match regex::Regex::new(&format!("^(?:{source})$")) {
+            Ok(whole) => Ok(TopicRegex { source: source.to_string(), whole }),
+            Err(e) => Err(format!("SubscribedTopicRegex `{source}` is not a valid regular expression: {e}.")),
+        }
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+}
+
+/// What a heartbeat is checked and resolved against: the topics that exist (partition counts)
+/// and whether the member's principal may DESCRIBE a topic (always, without ACLs).
+pub struct TopicsView<'a> {
+    pub partitions: &'a BTreeMap<String, i32>,
+    pub may_describe: &'a dyn Fn(&str) -> bool,
+}
+
 #[derive(Clone, Debug)]
 struct Member {
     instance_id: Option<String>,
     rack_id: Option<String>,
     client_id: String,
     client_host: String,
+    /// The topic names it subscribes to.
     subscribed: BTreeSet<String>,
+    regex: Option<TopicRegex>,
+    /// The topics `regex` matched at its last heartbeat.
+    matched: BTreeSet<String>,
     server_assignor: Option<String>,
     rebalance_timeout: Duration,
     epoch: i32,
@@ -72,6 +119,13 @@ struct Member {
     last_seen: Instant,
     /// When a member in UnrevokedPartitions is fenced if it has not revoked.
     revocation_deadline: Option<Instant>,
+}
+
+impl Member {
+    /// Every topic it subscribes to: by name and by its regex.
+    fn subscription(&self) -> BTreeSet<String> {
+        self.subscribed.union(&self.matched).cloned().collect()
+    }
 }
 
 #[derive(Debug)]
@@ -148,9 +202,10 @@ impl Group {
     }
 
     /// The partition counts of the subscribed topics that exist.
-    fn subscribed_topics(&self, partitions_of: &dyn Fn(&str) -> Option<i32>) -> BTreeMap<String, i32> {
-        let names: BTreeSet<&String> = self.members.values().flat_map(|m| m.subscribed.iter()).collect();
-        names.into_iter().filter_map(|n| Some((n.clone(), partitions_of(n)?))).collect()
+    fn subscribed_topics(&self, partitions: &BTreeMap<String, i32>) -> BTreeMap<String, i32> {
+        let names: BTreeSet<&String> =
+            self.members.values().flat_map(|m| m.subscribed.iter().chain(m.matched.iter())).collect();
+        names.into_iter().filter_map(|n| Some((n.clone(), *partitions.get(n)?))).collect()
     }
 
     /// A new target assignment at the group epoch, if the epoch moved.
@@ -159,12 +214,14 @@ impl Group {
             return;
         }
         self.assignor = self.preferred_assignor();
+        let subscriptions: BTreeMap<&String, BTreeSet<String>> =
+            self.members.iter().map(|(mid, m)| (mid, m.subscription())).collect();
         let specs: BTreeMap<String, MemberSpec> = self
             .members
             .iter()
             .map(|(mid, m)| {
                 let current = self.target.get(mid).unwrap_or(&m.assigned);
-                (mid.clone(), MemberSpec { subscribed: &m.subscribed, current })
+                (mid.clone(), MemberSpec { subscribed: &subscriptions[mid], current })
             })
             .collect();
         let target = assignors::assign(&self.assignor, &specs, &self.topics);
@@ -265,6 +322,8 @@ pub struct Heartbeat {
     pub rack_id: Option<String>,
     pub rebalance_timeout_ms: i32,
     pub subscribed: Option<Vec<String>>,
+    /// None: unchanged; Some(None): no regex (Kafka's empty SubscribedTopicRegex).
+    pub regex: Option<Option<TopicRegex>>,
     pub server_assignor: Option<String>,
     pub owned: Option<Assignment>,
     pub client_id: String,
@@ -292,6 +351,7 @@ pub struct DescribedMember {
     pub client_id: String,
     pub client_host: String,
     pub subscribed: Vec<String>,
+    pub regex: Option<String>,
     pub assignment: Assignment,
     pub target: Assignment,
 }
@@ -366,12 +426,7 @@ impl Coordinator {
     }
 
     /// ConsumerGroupHeartbeat after the request's checks (`consumer_group_api`).
-    /// `partitions_of`: a topic's partition count, None when it does not exist.
-    pub fn heartbeat(
-        &self,
-        hb: Heartbeat,
-        partitions_of: &dyn Fn(&str) -> Option<i32>,
-    ) -> Result<HeartbeatAnswer, Refusal> {
+    pub fn heartbeat(&self, hb: Heartbeat, topics: &TopicsView) -> Result<HeartbeatAnswer, Refusal> {
         if hb.epoch == JOIN_EPOCH {
             self.claim(&hb.group)?;
         }
@@ -409,6 +464,23 @@ impl Coordinator {
                 changed.push(format!("member {member_id} changed its subscription"));
             }
         }
+        if let Some(regex) = &hb.regex {
+            if regex.as_ref().map(TopicRegex::source) != m.regex.as_ref().map(TopicRegex::source) {
+                m.regex = regex.clone();
+                changed.push(format!("member {member_id} changed its subscribed regex"));
+            }
+        }
+        // The regex again on every heartbeat: topics created (or deleted) since, or ACLs changed.
+        let matched: BTreeSet<String> = match &m.regex {
+            Some(r) => {
+                topics.partitions.keys().filter(|t| r.whole.is_match(t) && (topics.may_describe)(t)).cloned().collect()
+            }
+            None => BTreeSet::new(),
+        };
+        if matched != m.matched {
+            m.matched = matched;
+            changed.push(format!("member {member_id}'s regex matches {} topic(s) now", m.matched.len()));
+        }
         if hb.server_assignor.is_some() && hb.server_assignor != m.server_assignor {
             m.server_assignor = hb.server_assignor.clone();
             changed.push(format!(
@@ -416,9 +488,9 @@ impl Coordinator {
                 hb.server_assignor.as_deref().unwrap_or("")
             ));
         }
-        let topics = group.subscribed_topics(partitions_of);
-        if topics != group.topics {
-            group.topics = topics;
+        let subscribed = group.subscribed_topics(topics.partitions);
+        if subscribed != group.topics {
+            group.topics = subscribed;
             changed.push("the subscribed topics' metadata changed".into());
         }
         if !changed.is_empty() {
@@ -427,8 +499,8 @@ impl Coordinator {
         group.update_target(gid);
         group.reconcile(&member_id, hb.owned.as_ref());
         let m = &group.members[&member_id];
-        let full =
-            hb.epoch == JOIN_EPOCH || (hb.rebalance_timeout_ms != -1 && hb.subscribed.is_some() && hb.owned.is_some());
+        let full = hb.epoch == JOIN_EPOCH
+            || (hb.rebalance_timeout_ms != -1 && (hb.subscribed.is_some() || hb.regex.is_some()) && hb.owned.is_some());
         Ok(HeartbeatAnswer {
             member_id: member_id.clone(),
             epoch: m.epoch,
@@ -446,6 +518,8 @@ impl Coordinator {
             client_id: hb.client_id.clone(),
             client_host: hb.client_host.clone(),
             subscribed: BTreeSet::new(),
+            regex: None,
+            matched: BTreeSet::new(),
             server_assignor: None,
             rebalance_timeout: Duration::from_millis(hb.rebalance_timeout_ms.max(0) as u64),
             epoch: 0,
@@ -515,17 +589,25 @@ impl Coordinator {
 
     /// A heartbeat with an epoch > 0: Kafka's member and epoch checks.
     fn check_member(group: &Group, gid: &str, hb: &Heartbeat) -> Result<(), Refusal> {
+        // A static member is found by its instance id (Kafka's throwIfStaticMemberIsUnknown and
+        // throwIfInstanceIdIsFenced): an old instance replaced by a new one is fenced.
+        if let Some(instance) = hb.instance_id.as_deref() {
+            match group.static_member(instance) {
+                None => {
+                    return Err((codes::UNKNOWN_MEMBER_ID, format!("Instance id {instance} is unknown in group {gid}")))
+                }
+                Some(current) if current != hb.member_id => {
+                    return Err((
+                        codes::FENCED_INSTANCE_ID,
+                        format!("Static member {} with instance id {instance} was fenced by {current}", hb.member_id),
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
         let Some(m) = group.members.get(&hb.member_id) else {
             return Err((codes::UNKNOWN_MEMBER_ID, format!("Member {} is not a member of group {gid}", hb.member_id)));
         };
-        if let Some(instance) = hb.instance_id.as_deref() {
-            if m.instance_id.as_deref() != Some(instance) {
-                return Err((
-                    codes::FENCED_INSTANCE_ID,
-                    format!("Static member {} with instance id {instance} was fenced", hb.member_id),
-                ));
-            }
-        }
         let fenced = || {
             Err((
                 codes::FENCED_MEMBER_EPOCH,
@@ -639,16 +721,36 @@ impl Coordinator {
         Some(if epoch == m.epoch { Ok(()) } else { Err(codes::STALE_MEMBER_EPOCH) })
     }
 
-    /// OffsetFetch v9's member check: None when there is nothing to check (no member id, or not
-    /// a consumer group of this coordinator).
-    pub fn check_fetch(&self, group: &str, member_id: Option<&str>, epoch: i32) -> Option<i16> {
-        let member_id = member_id?;
+    /// OffsetFetch v9's member check (Kafka's ConsumerGroup.validateOffsetFetch): a request with
+    /// no member id and a negative epoch (an admin, a consumer outside the group) is not checked;
+    /// any other must come from a member (UNKNOWN_MEMBER_ID) at its current epoch
+    /// (STALE_MEMBER_EPOCH). None when there is nothing to refuse, or when `group` is not a
+    /// consumer group of this coordinator (a classic group does not check, as in Kafka).
+    pub fn check_fetch(&self, group: &str, member_id: Option<&str>, epoch: i32) -> Option<(i16, String)> {
+        if member_id.is_none() && epoch < 0 {
+            return None;
+        }
         let groups = self.groups();
         let g = groups.get(group)?;
+        let member_id = member_id.unwrap_or_default();
         match g.members.get(member_id) {
-            None => Some(codes::UNKNOWN_MEMBER_ID),
-            Some(m) if m.epoch != epoch => Some(codes::STALE_MEMBER_EPOCH),
+            None => Some((codes::UNKNOWN_MEMBER_ID, format!("Member {member_id:?} is not a member of group {group}"))),
+            Some(m) if m.epoch != epoch => Some((
+                codes::STALE_MEMBER_EPOCH,
+                format!("member {member_id} fetched with epoch {epoch}; its epoch is {}", m.epoch),
+            )),
             Some(_) => None,
+        }
+    }
+
+    /// A classic JoinGroup takes over `group` when it is an empty consumer group: Kafka deletes
+    /// the empty consumer group and creates a classic one, so the group is not described or
+    /// listed as an empty consumer group while classic members use it.
+    pub fn forget_if_empty(&self, group: &str) {
+        let mut groups = self.groups();
+        if groups.get(group).is_some_and(|g| g.members.is_empty()) {
+            groups.remove(group);
+            log::info!(target: TARGET, "consumer group {group:?} was empty; a classic JoinGroup converts it to a classic group");
         }
     }
 
@@ -666,6 +768,7 @@ impl Coordinator {
                 client_id: m.client_id.clone(),
                 client_host: m.client_host.clone(),
                 subscribed: m.subscribed.iter().cloned().collect(),
+                regex: m.regex.as_ref().map(|r| r.source.clone()),
                 assignment: m.assigned.clone(),
                 target: g.target.get(id).cloned().unwrap_or_default(),
             })

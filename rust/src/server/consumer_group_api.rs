@@ -1,7 +1,10 @@
 //! ConsumerGroupHeartbeat and ConsumerGroupDescribe (KIP-848): the wire side of
 //! `consumer_group::Coordinator`, with Kafka's request checks (INVALID_REQUEST and its
-//! message for a malformed heartbeat, UNSUPPORTED_ASSIGNOR for an assignor it does not have)
-//! and topics named by id (`topic_ids`).
+//! message for a malformed heartbeat, UNSUPPORTED_ASSIGNOR for an assignor it does not have,
+//! INVALID_REGULAR_EXPRESSION for a SubscribedTopicRegex that does not compile) and topics named
+//! by id (`topic_ids`). With ACLs, subscribed topic names the principal may not DESCRIBE refuse
+//! the heartbeat (`acl_requests`, TOPIC_AUTHORIZATION_FAILED as KafkaApis does) and a regex
+//! matches only topics it may DESCRIBE (as Kafka's TopicRegexResolver filters them).
 
 use kafka_protocol::messages::consumer_group_describe_response::{self as describe, DescribedGroup};
 use kafka_protocol::messages::consumer_group_heartbeat_response::{self as heartbeat, Assignment as WireAssignment};
@@ -9,9 +12,10 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
 use super::assignors::{Assignment, ASSIGNORS};
+use super::authorizer::{op, resource, Who};
 use super::broker::{Broker, Topics};
 use super::codes;
-use super::consumer_group::{Heartbeat, Refusal, JOIN_EPOCH, STATIC_LEAVE_EPOCH};
+use super::consumer_group::{Heartbeat, Refusal, TopicRegex, TopicsView, JOIN_EPOCH, STATIC_LEAVE_EPOCH};
 use super::topic_ids;
 
 fn s(v: impl Into<String>) -> StrBytes {
@@ -33,10 +37,6 @@ fn invalid(r: &ConsumerGroupHeartbeatRequest, version: i16) -> Option<String> {
     if r.member_id.trim().is_empty() && (version >= 1 || r.member_epoch != JOIN_EPOCH) {
         return Some("MemberId can't be empty.".into());
     }
-    // librdkafka sends an empty regex beside its topic names: it matches nothing, as in Kafka.
-    if r.subscribed_topic_regex.as_ref().is_some_and(|re| !re.is_empty()) {
-        return Some("SubscribedTopicRegex is not supported by this server; subscribe to topic names.".into());
-    }
     match r.member_epoch {
         JOIN_EPOCH if r.rebalance_timeout_ms == -1 => {
             Some("RebalanceTimeoutMs must be provided in first request.".into())
@@ -44,7 +44,7 @@ fn invalid(r: &ConsumerGroupHeartbeatRequest, version: i16) -> Option<String> {
         JOIN_EPOCH if !r.topic_partitions.as_ref().is_some_and(|t| t.is_empty()) => {
             Some("TopicPartitions must be empty when (re-)joining.".into())
         }
-        JOIN_EPOCH if r.subscribed_topic_names.is_none() => {
+        JOIN_EPOCH if r.subscribed_topic_names.is_none() && r.subscribed_topic_regex.is_none() => {
             Some("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.".into())
         }
         STATIC_LEAVE_EPOCH if r.instance_id.is_none() => Some("InstanceId can't be null.".into()),
@@ -86,6 +86,7 @@ pub fn consumer_group_heartbeat(
     version: i16,
     client_id: &str,
     peer: &str,
+    who: &Who,
 ) -> ConsumerGroupHeartbeatResponse {
     let group = r.group_id.0.to_string();
     if let Some(message) = invalid(&r, version) {
@@ -101,17 +102,31 @@ pub fn consumer_group_heartbeat(
         let message = format!("Group {group} is not a consumer group: it is a classic group with members.");
         return refuse(peer, &group, (codes::GROUP_ID_NOT_FOUND, message));
     }
+    // An empty regex is none (librdkafka sends one beside its topic names), as in Kafka.
+    let regex = match r.subscribed_topic_regex.as_deref() {
+        None => None,
+        Some("") => Some(None),
+        Some(source) => match TopicRegex::new(source) {
+            Ok(re) => Some(Some(re)),
+            Err(message) => return refuse(peer, &group, (codes::INVALID_REGULAR_EXPRESSION, message)),
+        },
+    };
     let topics: Topics = match broker.topics() {
         Ok(t) => t,
         Err(e) => return refuse(peer, &group, (codes::for_error(&e), format!("cannot read the topics: {e}"))),
     };
-    // Owned partitions of topics that no longer exist are nothing the group can reassign.
+    let by_id = topic_ids::by_id(&topics);
+    // Owned partitions of topics that no longer exist are nothing the group can reassign. A
+    // topic listed twice is one topic: its partitions together (a hostile list must not hide
+    // a partition the member still owns, which would give it to another member too).
     let owned = r.topic_partitions.as_ref().map(|tps| {
-        tps.iter()
-            .filter_map(|tp| {
-                Some((topic_ids::name_of(&topics, &tp.topic_id)?, tp.partitions.iter().copied().collect()))
-            })
-            .collect::<Assignment>()
+        let mut owned = Assignment::new();
+        for tp in tps {
+            if let Some(name) = by_id.get(&tp.topic_id) {
+                owned.entry(name.clone()).or_default().extend(tp.partitions.iter().copied());
+            }
+        }
+        owned
     });
     let member_id = if r.member_id.is_empty() { new_member_id() } else { r.member_id.to_string() };
     let hb = Heartbeat {
@@ -122,13 +137,17 @@ pub fn consumer_group_heartbeat(
         rack_id: r.rack_id.as_ref().map(|i| i.to_string()),
         rebalance_timeout_ms: r.rebalance_timeout_ms,
         subscribed: r.subscribed_topic_names.as_ref().map(|n| n.iter().map(|t| t.0.to_string()).collect()),
+        regex,
         server_assignor: r.server_assignor.as_ref().map(|a| a.to_string()),
         owned,
         client_id: client_id.to_string(),
         client_host: peer.to_string(),
     };
-    let partitions_of = |t: &str| topics.get(t).map(|m| m.partitions);
-    match broker.consumer_groups.heartbeat(hb, &partitions_of) {
+    let partitions: std::collections::BTreeMap<String, i32> =
+        topics.iter().map(|(name, meta)| (name.clone(), meta.partitions)).collect();
+    let may_describe = |t: &str| broker.acls.allows(who, op::DESCRIBE, resource::TOPIC, t);
+    let view = TopicsView { partitions: &partitions, may_describe: &may_describe };
+    match broker.consumer_groups.heartbeat(hb, &view) {
         Ok(answer) => ConsumerGroupHeartbeatResponse::default()
             .with_member_id(Some(s(answer.member_id)))
             .with_member_epoch(answer.epoch)
@@ -184,6 +203,7 @@ pub fn consumer_group_describe(
                         .with_client_id(s(m.client_id))
                         .with_client_host(s(m.client_host))
                         .with_subscribed_topic_names(m.subscribed.into_iter().map(|t| TopicName(s(t))).collect())
+                        .with_subscribed_topic_regex(m.regex.map(s))
                         .with_assignment(assignment_described(&m.assignment))
                         .with_target_assignment(assignment_described(&m.target))
                         .with_member_type(1) // the consumer protocol (0 would be classic)

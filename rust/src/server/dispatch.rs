@@ -49,7 +49,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::FindCoordinator, 0, 4),
     // OffsetCommit v9: a consumer-protocol member commits with its member epoch (KIP-848).
     (ApiKey::OffsetCommit, 2, 9),
-    (ApiKey::OffsetFetch, 1, 7),
+    (ApiKey::OffsetFetch, 1, 9),
     (ApiKey::JoinGroup, 0, 7),
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::Heartbeat, 0, 4),
@@ -339,7 +339,7 @@ pub async fn handle(broker: &Arc<Broker>, mut request: Request, peer: &str, who:
             frame(key, v, id, &refused.offset_commit(committed))?
         }
         Body::OffsetFetch(r) => {
-            let fetched = blocking(broker, key, move |b| offset_commit::offset_fetch(b, r, v)).await?;
+            let fetched = blocking(broker, key, move |b| offset_commit::offset_fetch(b, r, v, &client)).await?;
             frame(key, v, id, &refused.offset_fetch(fetched))?
         }
         Body::JoinGroup(r) => {
@@ -454,8 +454,9 @@ pub async fn handle(broker: &Arc<Broker>, mut request: Request, peer: &str, who:
         // Claiming a new group touches its folder (`group_owner`).
         Body::ConsumerGroupHeartbeat(r) => {
             let client_id = request.header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
+            let who = who.clone();
             let answer = blocking(broker, key, move |b| {
-                consumer_group_api::consumer_group_heartbeat(b, r, v, &client_id, &client)
+                consumer_group_api::consumer_group_heartbeat(b, r, v, &client_id, &client, &who)
             });
             frame(key, v, id, &answer.await?)?
         }

@@ -53,6 +53,7 @@ pub async fn join_group(
             JoinGroupResponse::default().with_error_code(code).with_generation_id(-1).with_member_id(r.member_id);
         return if version >= 7 { resp } else { resp.with_protocol_name(Some(StrBytes::default())) };
     }
+    broker.consumer_groups.forget_if_empty(&r.group_id.0);
     let result = broker
         .groups
         .join(JoinRequest {

@@ -152,10 +152,12 @@ pub async fn metadata(broker: &Arc<Broker>, request: MetadataRequest, version: i
             };
             for t in wanted {
                 // v10+ may name a topic by id alone (librdkafka does, for the topics of a
-                // consumer-protocol assignment, which names them by id).
+                // consumer-protocol assignment, which names them by id; the Java client sends an
+                // empty name beside the id, and Kafka then looks the topic up by its id).
                 let by_id =
                     || (!t.topic_id.is_nil()).then(|| super::topic_ids::name_of(&topics, &t.topic_id)).flatten();
-                let Some(name) = t.name.as_ref().map(|n| n.0.to_string()).or_else(by_id) else {
+                let named = t.name.as_ref().filter(|n| !n.is_empty() || t.topic_id.is_nil());
+                let Some(name) = named.map(|n| n.0.to_string()).or_else(by_id) else {
                     out.push(topic_error(None, codes::UNKNOWN_TOPIC_ID));
                     continue;
                 };

@@ -6,7 +6,10 @@
 //! commit from outside can never rewind a group that one of them is consuming.
 
 use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
-use kafka_protocol::messages::offset_fetch_response::{OffsetFetchResponsePartition, OffsetFetchResponseTopic};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
+    OffsetFetchResponseTopics,
+};
 use kafka_protocol::messages::{
     OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, TopicName,
 };
@@ -182,61 +185,120 @@ pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, version: i16
     OffsetCommitResponse::default().with_topics(topics)
 }
 
-pub fn offset_fetch(broker: &Broker, request: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
-    let group = request.group_id.0.to_string();
-    let (offsets, unstable) = match broker.offsets.load_with_unstable(broker, &group) {
-        Ok(o) => o,
-        Err(e) => {
-            let code = codes::for_error(&e);
-            return if version >= 2 {
-                OffsetFetchResponse::default().with_error_code(code)
-            } else {
-                OffsetFetchResponse::default()
-            };
-        }
-    };
+/// One group's committed offsets as OffsetFetch answers them, whichever version: per topic, the
+/// partitions' (index, offset, metadata, error code).
+type Fetched = Vec<(TopicName, Vec<(i32, i64, String, i16)>)>;
+
+/// The offsets of `group` for `wanted` (topic, partitions), or every one it has (None): Kafka's
+/// fetchOffsets / fetchAllOffsets. Err: the group's error code.
+fn fetch_group(
+    broker: &Broker,
+    group: &str,
+    wanted: Option<Vec<(TopicName, Vec<i32>)>>,
+    require_stable: bool,
+) -> Result<Fetched, i16> {
+    let (offsets, unstable) = broker.offsets.load_with_unstable(broker, group).map_err(|e| codes::for_error(&e))?;
     // KIP-447: a read_committed consumer (require_stable) is not told an offset a transaction
     // is still committing; UNSTABLE_OFFSET_COMMIT makes it ask again.
-    let require_stable = version >= 7 && request.require_stable;
-    let entry = |topic: &str, partition: i32, found: Option<&(i64, String)>| {
-        let (offset, metadata) = found.cloned().unwrap_or((-1, String::new()));
-        let mut p = OffsetFetchResponsePartition::default()
-            .with_partition_index(partition)
-            .with_committed_offset(offset)
-            .with_metadata(Some(StrBytes::from_string(metadata)));
+    let entry = |topic: &str, partition: i32| {
+        let (offset, metadata) = offsets.get(&(topic.to_string(), partition)).cloned().unwrap_or((-1, String::new()));
         if require_stable && unstable.contains(&(topic.to_string(), partition)) {
-            p = p.with_error_code(codes::UNSTABLE_OFFSET_COMMIT).with_committed_offset(-1);
+            (partition, -1, metadata, codes::UNSTABLE_OFFSET_COMMIT)
+        } else {
+            (partition, offset, metadata, codes::NONE)
         }
-        if version >= 5 {
-            p = p.with_committed_leader_epoch(-1);
-        }
-        p
     };
-    let topics = match &request.topics {
+    Ok(match wanted {
         Some(wanted) => wanted
-            .iter()
-            .map(|t| {
-                let name = t.name.0.to_string();
-                let partitions =
-                    t.partition_indexes.iter().map(|&p| entry(&name, p, offsets.get(&(name.clone(), p)))).collect();
-                OffsetFetchResponseTopic::default().with_name(t.name.clone()).with_partitions(partitions)
+            .into_iter()
+            .map(|(name, partitions)| {
+                let topic: &str = &name;
+                let fetched = partitions.iter().map(|&p| entry(topic, p)).collect();
+                (name, fetched)
             })
             .collect(),
         None => {
             // Every partition the group has offsets for (v2+).
-            let mut by_topic: std::collections::BTreeMap<&str, Vec<OffsetFetchResponsePartition>> = Default::default();
-            for ((topic, partition), value) in &offsets {
-                by_topic.entry(topic).or_default().push(entry(topic, *partition, Some(value)));
+            let mut by_topic: std::collections::BTreeMap<&str, Vec<_>> = Default::default();
+            for (topic, partition) in offsets.keys() {
+                by_topic.entry(topic).or_default().push(entry(topic, *partition));
             }
             by_topic
                 .into_iter()
-                .map(|(topic, partitions)| {
-                    OffsetFetchResponseTopic::default()
-                        .with_name(TopicName(StrBytes::from_string(topic.to_string())))
-                        .with_partitions(partitions)
-                })
+                .map(|(topic, fetched)| (TopicName(StrBytes::from_string(topic.to_string())), fetched))
                 .collect()
         }
+    })
+}
+
+pub fn offset_fetch(broker: &Broker, request: OffsetFetchRequest, version: i16, peer: &str) -> OffsetFetchResponse {
+    if version >= 8 {
+        // Several groups, each with its own error (v9: the member's id and epoch checked).
+        let groups = request
+            .groups
+            .into_iter()
+            .map(|g| {
+                let out = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
+                let group = g.group_id.0.to_string();
+                if let Some((code, reason)) =
+                    broker.consumer_groups.check_fetch(&group, g.member_id.as_deref(), g.member_epoch)
+                {
+                    return out.with_error_code(codes::refused(peer, "OffsetFetch", code, &reason));
+                }
+                let wanted = g.topics.map(|ts| ts.into_iter().map(|t| (t.name, t.partition_indexes)).collect());
+                match fetch_group(broker, &group, wanted, request.require_stable) {
+                    Ok(fetched) => out.with_topics(
+                        fetched
+                            .into_iter()
+                            .map(|(name, partitions)| {
+                                let partitions = partitions
+                                    .into_iter()
+                                    .map(|(p, offset, metadata, error)| {
+                                        OffsetFetchResponsePartitions::default()
+                                            .with_partition_index(p)
+                                            .with_committed_offset(offset)
+                                            .with_committed_leader_epoch(-1)
+                                            .with_metadata(Some(StrBytes::from_string(metadata)))
+                                            .with_error_code(error)
+                                    })
+                                    .collect();
+                                OffsetFetchResponseTopics::default().with_name(name).with_partitions(partitions)
+                            })
+                            .collect(),
+                    ),
+                    Err(code) => out.with_error_code(code),
+                }
+            })
+            .collect();
+        return OffsetFetchResponse::default().with_groups(groups);
+    }
+    let group = request.group_id.0.to_string();
+    let wanted = request.topics.map(|ts| ts.into_iter().map(|t| (t.name, t.partition_indexes)).collect());
+    let fetched = match fetch_group(broker, &group, wanted, version >= 7 && request.require_stable) {
+        Ok(fetched) => fetched,
+        Err(code) if version >= 2 => return OffsetFetchResponse::default().with_error_code(code),
+        Err(_) => return OffsetFetchResponse::default(),
     };
+    let topics = fetched
+        .into_iter()
+        .map(|(name, partitions)| {
+            let partitions = partitions
+                .into_iter()
+                .map(|(p, offset, metadata, error)| {
+                    let out = OffsetFetchResponsePartition::default()
+                        .with_partition_index(p)
+                        .with_committed_offset(offset)
+                        .with_metadata(Some(StrBytes::from_string(metadata)))
+                        .with_error_code(error);
+                    if version >= 5 {
+                        out.with_committed_leader_epoch(-1)
+                    } else {
+                        out
+                    }
+                })
+                .collect();
+            OffsetFetchResponseTopic::default().with_name(name).with_partitions(partitions)
+        })
+        .collect();
     OffsetFetchResponse::default().with_topics(topics)
 }

@@ -4,6 +4,8 @@
 //! from its name (SHA-256): the same in every process and across restarts, never the nil id.
 //! Unlike Kafka, a topic deleted and created again under its name gets the same id.
 
+use std::collections::HashMap;
+
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
@@ -23,6 +25,12 @@ pub fn of(topic: &str) -> Uuid {
 /// The name of the topic whose id is `id`, among `topics`.
 pub fn name_of(topics: &Topics, id: &Uuid) -> Option<String> {
     topics.keys().find(|name| of(name) == *id).cloned()
+}
+
+/// Every topic of `topics` by its id: one hash per topic for a request that names many by id
+/// (a heartbeat's owned partitions), not one per topic it names.
+pub fn by_id(topics: &Topics) -> HashMap<Uuid, String> {
+    topics.keys().map(|name| (of(name), name.clone())).collect()
 }
 
 #[cfg(test)]

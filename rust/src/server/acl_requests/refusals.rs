@@ -140,11 +140,18 @@ impl Refused {
         response
     }
 
-    /// OffsetFetch before v8 (the only versions split): its refused topics with the code on
-    /// each partition, beside the group's answer (a whole refusal of v2+ is the group's code).
+    /// OffsetFetch's refused topics with the code on each partition: before v8 beside the
+    /// group's answer (a whole refusal of v2+ is the group's code), from v8 in their group's
+    /// answer unless the group itself was refused (Kafka).
     pub fn offset_fetch(&self, mut response: OffsetFetchResponse) -> OffsetFetchResponse {
         if let Some((Body::OffsetFetch(r), _)) = &self.0 {
             response.topics.extend(offset_fetch_topics(r, TOPIC_REFUSED));
+            for denied in &r.groups {
+                let Some(g) = response.groups.iter_mut().find(|g| g.group_id == denied.group_id) else { continue };
+                if g.error_code == codes::NONE {
+                    g.topics.extend(offset_fetch_group_topics(denied, TOPIC_REFUSED));
+                }
+            }
         }
         response
     }
@@ -510,6 +517,24 @@ fn offset_fetch_topics(r: &OffsetFetchRequest, code: i16) -> Vec<offset_fetch_re
         },
         |t, parts| {
             offset_fetch_response::OffsetFetchResponseTopic::default().with_name(t.name.clone()).with_partitions(parts)
+        },
+    )
+}
+
+/// OffsetFetch's (v8+) topics of one group answered `code` on every partition they name.
+fn offset_fetch_group_topics(
+    g: &offset_fetch_request::OffsetFetchRequestGroup,
+    code: i16,
+) -> Vec<offset_fetch_response::OffsetFetchResponseTopics> {
+    per_partition(
+        g.topics.as_deref().unwrap_or_default(),
+        |t| &t.partition_indexes,
+        |&p| {
+            let partition = offset_fetch_response::OffsetFetchResponsePartitions::default().with_partition_index(p);
+            partition.with_committed_offset(-1).with_committed_leader_epoch(-1).with_error_code(code)
+        },
+        |t, parts| {
+            offset_fetch_response::OffsetFetchResponseTopics::default().with_name(t.name.clone()).with_partitions(parts)
         },
     )
 }
