@@ -323,13 +323,13 @@ def test_server_killed_between_tv2_end_txn_steps_completes_as_kafkas_recovery(
             for p in records:
                 assert control_epochs(str(data), "crash2", p) == [(pid, epoch + 1, commit)]
         else:
-            # A new producer of the id: the open version-2 transaction is fenced (epoch + 1) and
-            # aborted (+ 2, as Kafka's coordinator), the new producer at + 3; the old is fenced.
+            # A new producer of the id: the open version-2 transaction is aborted at the fenced
+            # epoch (+ 1, as a Kafka 4.1 broker), the new producer at + 2; the old is fenced.
             error, new_pid, new_epoch = client.init_producer_id(tid)
-            assert (error, new_pid, new_epoch) == (NONE, pid, epoch + 3)
+            assert (error, new_pid, new_epoch) == (NONE, pid, epoch + 2)
             assert client.end_txn(tid, (pid, epoch), commit)[0] == PRODUCER_FENCED
             for p in records:
-                assert control_epochs(str(data), "crash2", p) == [(pid, epoch + 2, False)]
+                assert control_epochs(str(data), "crash2", p) == [(pid, epoch + 1, False)]
         visible = everything if decided and commit else []
         bootstrap = address
         assert sorted(values(bootstrap, "crash2", "read_committed", want=len(visible))) == visible

@@ -125,11 +125,6 @@ impl TransactionMetadata {
         }
     }
 
-    /// Ended at transaction version 2: its end bumps the epoch (Kafka's `supportsEpochBump`).
-    pub fn bumps_epoch(&self) -> bool {
-        self.client_transaction_version >= TV_2
-    }
-
     /// An Ongoing transaction past its timeout (Kafka's `txnStartTimestamp + txnTimeoutMs < now`).
     pub fn expired(&self, now_ms: i64) -> bool {
         self.state == TransactionState::Ongoing && self.start_ms.saturating_add(self.timeout_ms as i64) < now_ms

@@ -38,8 +38,9 @@
 //! partition, the producer's older epoch), and the producer continues at it (an exhausted epoch
 //! moves to a new producer id at epoch 0 when Complete* is recorded, `next_producer_id` keeping
 //! the new id meanwhile). The metadata records the version of its last add or end
-//! (`client_transaction_version`), which a timeout's abort follows. A retry of a version-2 end
-//! is recognised by its epoch one below the id's (Kafka's `retryOnEpochBump`).
+//! (`client_transaction_version`); a fence's abort (InitProducerId, a timeout) bumps the epoch
+//! once at either version. A retry of a version-2 end is recognised by its epoch one below the
+//! id's (Kafka's `retryOnEpochBump`).
 //! Coordinator epoch (in every marker) is 0: there is one coordinator.
 //!
 //! The public API (stable; added to, never renamed):
@@ -234,10 +235,9 @@ impl Coordinator {
             TransactionState::Ongoing | TransactionState::PrepareEpochFence
                 if abort_ongoing || m.expired(now_ms) || m.state == TransactionState::PrepareEpochFence =>
             {
-                // Kafka fences (epoch + 1), then ends the transaction as its last add did: at
-                // transaction version 2 that end bumps the epoch once more.
-                let fence = bumped(m.producer_epoch);
-                let epoch = if m.bumps_epoch() { bumped(fence) } else { fence };
+                // One bump, whatever the transaction's version: the abort of a fence is at the
+                // fenced epoch (a Kafka 4.1 broker's markers and epochs, test_server_java_transactions.py).
+                let epoch = bumped(m.producer_epoch);
                 if m.expired(now_ms) {
                     ::log::warn!(
                         target: crate::LOG_TARGET,
