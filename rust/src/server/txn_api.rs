@@ -390,12 +390,12 @@ pub async fn verify_produce(
         }
         return refused;
     };
-    let checked: Vec<((String, i32), (i64, i16))> = wanted.clone();
+    let checked: Vec<Stamped> = wanted.clone();
     let adds = client_version(version, TV2_SINCE_PRODUCE) >= TV_2;
     let verdicts = waits::off_workers(broker, deadline, {
         let id = id.clone();
         move |b| {
-            let each = |((t, p), (pid, epoch)): &((String, i32), (i64, i16))| {
+            let each = |((t, p), (pid, epoch)): &Stamped| {
                 b.transactions
                     .verify_partition(&id, *pid, *epoch, t, *p)
                     .map_err(|e| (codes::for_error(&e), e.to_string()))
@@ -434,15 +434,13 @@ pub async fn verify_produce(
     refused
 }
 
+/// A partition of a transactional Produce and the producer (id, epoch) of its batches.
+type Stamped = ((String, i32), (i64, i16));
+
 /// Transaction version 2's verification: the partitions whose check found them outside the
 /// transaction (INVALID_TXN_STATE: right producer and epoch) are added to it, one coordinator
 /// call per producer of the request; each gets that call's verdict.
-fn add_unverified(
-    broker: &Broker,
-    id: &str,
-    checked: &[((String, i32), (i64, i16))],
-    verdicts: &mut [Result<(), (i16, String)>],
-) {
+fn add_unverified(broker: &Broker, id: &str, checked: &[Stamped], verdicts: &mut [Result<(), (i16, String)>]) {
     let mut missing: Vec<((i64, i16), Vec<usize>)> = Vec::new();
     for (i, (_, producer)) in checked.iter().enumerate() {
         if !matches!(&verdicts[i], Err((codes::INVALID_TXN_STATE, _))) {
