@@ -272,3 +272,52 @@ fn compaction_keeps_the_committed_value_over_an_aborted_one() {
     assert!(values.contains(&b"open".to_vec()), "nothing at or past the LSO is cleaned");
     log.close().unwrap();
 }
+
+/// The producer epochs of the control batches (markers) of a partition directory.
+fn marker_stamps(path: &Path) -> Vec<(i64, i16)> {
+    let mut log = Log::open(path, LogConfig { readonly: true, ..LogConfig::default() }).unwrap();
+    let start = log.start_offset();
+    let headers = log.batch_headers(start, usize::MAX).unwrap();
+    headers.iter().filter(|h| h.is_control()).map(|h| (h.producer_id, h.producer_epoch)).collect()
+}
+
+#[test]
+fn a_version_2_end_bumps_the_epoch_and_an_exhausted_one_moves_to_a_new_producer_id() {
+    use kafkalite::transactions::state_log::{encode_key, encode_value, state_partition, TRANSACTION_STATE_TOPIC};
+    use kafkalite::transactions::TV_2;
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path();
+    setup(dir);
+    let c = Coordinator::open(dir).unwrap();
+    let (pid, e0) = c.init_producer_id(TXN, 60_000, None, 1).unwrap();
+    c.add_partitions_as(TXN, pid, e0, &[("a".into(), 0)], TV_2, 2).unwrap();
+    append(&mut writer(dir, 0), (pid, e0), &["c0"]).unwrap();
+    assert_eq!(c.end_txn_as(TXN, pid, e0, true, TV_2, 3).unwrap(), (pid, e0 + 1));
+    assert_eq!(c.end_txn_as(TXN, pid, e0, true, TV_2, 4).unwrap(), (pid, e0 + 1), "a retry");
+    assert_eq!(marker_stamps(&dir.join("a-0")), vec![(pid, e0 + 1)]);
+    assert_eq!(kind(append(&mut writer(dir, 0), (pid, e0), &["z"]).unwrap_err()), TxnErrorKind::ProducerFenced);
+    assert_eq!(c.describe(TXN).unwrap().unwrap().client_transaction_version, TV_2);
+    c.close().unwrap();
+    // The id at the last epoch a client may hold (as 32,766 ends would leave it), written as a record.
+    let mut m = c.describe(TXN).unwrap().unwrap();
+    m.producer_epoch = i16::MAX - 1;
+    m.state = TransactionState::Empty;
+    let state_dir = dir.join(format!("{TRANSACTION_STATE_TOPIC}-{}", state_partition(TXN)));
+    let mut state = Log::open(&state_dir, LogConfig { shared_writers: true, ..LogConfig::default() }).unwrap();
+    let (key, value) = (encode_key(TXN).unwrap(), encode_value(&m).unwrap());
+    state.append_records(&[RecordInput { key: Some(&key), value: Some(&value), headers: &[], timestamp: 5 }]).unwrap();
+    state.close().unwrap();
+    let c = Coordinator::open(dir).unwrap();
+    let last = i16::MAX - 1;
+    c.add_partitions_as(TXN, pid, last, &[("a".into(), 1)], TV_2, 6).unwrap();
+    append(&mut writer(dir, 1), (pid, last), &["c1"]).unwrap();
+    let (next_pid, next_epoch) = c.end_txn_as(TXN, pid, last, true, TV_2, 7).unwrap();
+    assert_eq!((next_pid == pid, next_epoch), (false, 0));
+    // The markers carry the bumped epoch under the old id; the producer continues under the new.
+    assert_eq!(marker_stamps(&dir.join("a-1")), vec![(pid, last + 1)]);
+    assert_eq!(committed(&dir.join("a-1")).0, vec!["c1".to_string()]);
+    assert_eq!(c.end_txn_as(TXN, pid, last, true, TV_2, 8).unwrap(), (next_pid, 0), "a retry");
+    // Version 0 ends keep the epoch.
+    c.add_partitions(TXN, next_pid, 0, &[("a".into(), 0)], 9).unwrap();
+    assert_eq!(c.end_txn_as(TXN, next_pid, 0, false, 0, 10).unwrap(), (next_pid, 0));
+}

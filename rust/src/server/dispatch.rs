@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
-use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey, SupportedFeatureKey};
 use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeProducersRequest, DescribeTransactionsRequest,
     EndTxnRequest, ListTransactionsRequest, TxnOffsetCommitRequest,
@@ -24,7 +24,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::messages::{ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest};
 use kafka_protocol::messages::{CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest};
-use kafka_protocol::protocol::{Decodable, Encodable};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use super::authorizer::Who;
 use super::broker::Broker;
@@ -34,17 +34,19 @@ use super::{
     describe_producers, fetch, group_api, groups_admin, init_producer_id, list_offsets, log_dirs, metadata,
     offset_commit, offset_delete, produce, scram_admin, topics_admin, transactions_admin, txn_api, waits,
 };
+use crate::transactions::{TRANSACTION_VERSION_FEATURE, TV_0, TV_2};
 
 /// The APIs and versions implemented here: exactly what ApiVersions advertises. The upper
 /// bounds are what current clients negotiate (Java 3.x/4.x, librdkafka 2.x, kafka-python)
-/// and stop before versions that need topic ids (Fetch 13+) or transactions v2 (Produce 12+,
-/// EndTxn 5+, TxnOffsetCommit 5+).
+/// and stop before versions that need topic ids (Fetch 13+, Produce 13+).
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 11),
+    // Produce v12: a transactional one adds its partitions to the transaction (KIP-890 part 2).
+    (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 8),
     (ApiKey::Metadata, 0, 12),
-    (ApiKey::ApiVersions, 0, 3),
+    // ApiVersions v3+ carries the features (`FEATURES`); v4 with those whose lowest level is 0.
+    (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::FindCoordinator, 0, 4),
     // OffsetCommit v9: a consumer-protocol member commits with its member epoch (KIP-848).
@@ -57,13 +59,13 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::InitProducerId, 0, 5),
-    // Transactions as Kafka's transaction version 1 (no KIP-890 part 2: EndTxn 5 and
-    // TxnOffsetCommit 5 would be its epoch bump per transaction; clients send them only to a
-    // broker whose features say transaction.version 2, which this one does not).
+    // Transactions at Kafka's transaction version 2 (KIP-890 part 2, finalized in `FEATURES`):
+    // EndTxn 5 bumps the epoch at every end, TxnOffsetCommit 5 adds the group's partition
+    // itself; older versions keep version 0's rules (`txn_api`).
     (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 4),
-    (ApiKey::EndTxn, 0, 4),
-    (ApiKey::TxnOffsetCommit, 0, 4),
+    (ApiKey::EndTxn, 0, 5),
+    (ApiKey::TxnOffsetCommit, 0, 5),
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
@@ -233,12 +235,50 @@ pub fn decode_request(frame: Bytes) -> Result<Request, DecodeError> {
     Ok(Request { header, key, body })
 }
 
-fn api_versions(error_code: i16) -> ApiVersionsResponse {
+/// The features ApiVersions v3+ names (KIP-584, KIP-1022), as a Kafka 4 broker does: (name,
+/// lowest and highest level supported, level finalized). `transaction.version` 2 is what makes
+/// a Java 4.x producer use KIP-890 part 2 (`TransactionManager.isTransactionV2Enabled`); one
+/// that negotiates older versions keeps version 0's rules.
+const FEATURES: &[(&str, i16, i16, i16)] = &[(TRANSACTION_VERSION_FEATURE, TV_0, TV_2, TV_2)];
+
+/// The epoch of the finalized features: they never change while a server runs. At least 0, or
+/// clients ignore them (a Java client takes them when the epoch is above the one it has, -1).
+const FINALIZED_FEATURES_EPOCH: i64 = 1;
+
+fn api_versions(error_code: i16, version: i16) -> ApiVersionsResponse {
     let keys = SUPPORTED
         .iter()
         .map(|&(k, min, max)| ApiVersion::default().with_api_key(k as i16).with_min_version(min).with_max_version(max))
         .collect();
-    ApiVersionsResponse::default().with_error_code(error_code).with_api_keys(keys)
+    let response = ApiVersionsResponse::default().with_error_code(error_code).with_api_keys(keys);
+    if version < 3 {
+        return response;
+    }
+    // v3 leaves out a supported feature whose lowest level is 0, as Kafka does (KAFKA-17011:
+    // clients before v4 refuse it); its finalized level is there in both.
+    let supported = FEATURES
+        .iter()
+        .filter(|&&(_, min, _, _)| version >= 4 || min > 0)
+        .map(|&(name, min, max, _)| {
+            SupportedFeatureKey::default()
+                .with_name(StrBytes::from_static_str(name))
+                .with_min_version(min)
+                .with_max_version(max)
+        })
+        .collect();
+    let finalized = FEATURES
+        .iter()
+        .map(|&(name, _, _, level)| {
+            FinalizedFeatureKey::default()
+                .with_name(StrBytes::from_static_str(name))
+                .with_min_version_level(level)
+                .with_max_version_level(level)
+        })
+        .collect();
+    response
+        .with_supported_features(supported)
+        .with_finalized_features_epoch(FINALIZED_FEATURES_EPOCH)
+        .with_finalized_features(finalized)
 }
 
 /// Encode `header + body` with its size prefix.
@@ -305,8 +345,8 @@ pub async fn handle(broker: &Arc<Broker>, mut request: Request, peer: &str, who:
     // The client's address for the handlers that run off the workers (they outlive this borrow).
     let client = peer.to_string();
     let response = match request.body {
-        Body::ApiVersions(_) => frame(key, v, id, &api_versions(codes::NONE))?,
-        Body::ApiVersionsUnsupported => frame(key, 0, id, &api_versions(codes::UNSUPPORTED_VERSION))?,
+        Body::ApiVersions(_) => frame(key, v, id, &api_versions(codes::NONE, v))?,
+        Body::ApiVersionsUnsupported => frame(key, 0, id, &api_versions(codes::UNSUPPORTED_VERSION, 0))?,
         Body::Metadata(mut r) => {
             let cut = listing.metadata_before(&mut r, v);
             frame(key, v, id, &listing.metadata_after(cut, metadata::metadata(broker, r, v, peer).await))?

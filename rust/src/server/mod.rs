@@ -27,8 +27,9 @@
 //! `producer_state`, which `produce` calls through `Log::append_produce`), `txn_api` (the
 //! transactional producer's APIs: InitProducerId with a transactional id, AddPartitionsToTxn,
 //! AddOffsetsToTxn, TxnOffsetCommit, EndTxn, and the verification of transactional Produce
-//! batches, over the data directory's `crate::transactions::Coordinator`, shared with embedded
-//! producers), `transactions_admin` (DescribeTransactions, ListTransactions),
+//! batches (from Produce v12 adding their partitions: KIP-890 part 2), over the data
+//! directory's `crate::transactions::Coordinator`, shared with embedded producers),
+//! `transactions_admin` (DescribeTransactions, ListTransactions),
 //! `describe_producers` (DescribeProducers),
 //! and the admin APIs: `topics_admin` (DeleteTopics, CreatePartitions), `configs`
 //! (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs), `delete_records`, `groups_admin`

@@ -202,8 +202,11 @@ pub async fn produce(broker: &Arc<Broker>, request: ProduceRequest, version: i16
     let mut pending = Vec::new();
     let mut responses = Vec::with_capacity(request.topic_data.len().min(1024));
     let mut refusals = codes::Refusals::new("partition");
-    let unverified =
-        if valid_acks { txn_api::verify_produce(broker, &request, deadline).await } else { Default::default() };
+    let unverified = if valid_acks {
+        txn_api::verify_produce(broker, &request, version, deadline).await
+    } else {
+        Default::default()
+    };
     for topic in &request.topic_data {
         let name = topic.name.0.to_string();
         let mut partitions = Vec::with_capacity(topic.partition_data.len().min(1024));

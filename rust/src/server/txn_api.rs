@@ -1,9 +1,16 @@
-//! The transactional producer's APIs (KIP-98, KIP-360, KIP-447): InitProducerId with a
-//! transactional id, AddPartitionsToTxn (the clients' v0-v3, and v4+'s batched form with its
+//! The transactional producer's APIs (KIP-98, KIP-360, KIP-447, KIP-890): InitProducerId with
+//! a transactional id, AddPartitionsToTxn (the clients' v0-v3, and v4+'s batched form with its
 //! verify-only check), AddOffsetsToTxn, TxnOffsetCommit and EndTxn, each one call of the data
 //! directory's transaction coordinator (`crate::transactions::Coordinator`), the same one the
 //! embedded transactional producers use, so a network producer and an embedded one with the
 //! same transactional id fence each other.
+//!
+//! Transaction version 2 (KIP-890 part 2), which ApiVersions finalizes (`dispatch.rs`) and the
+//! request versions say a client uses, as Kafka's broker reads them: Produce v12+ adds its
+//! partitions to the transaction (`verify_produce`), TxnOffsetCommit v5+ its group's offsets
+//! partition, AddPartitionsToTxn v4+ (a broker's form) adds at version 2, and EndTxn v5+ bumps
+//! the epoch and answers the producer id and epoch to continue with. Older versions keep
+//! version 0's rules (kafka-python, librdkafka, Java 3.x).
 //!
 //! Every call takes the transactional id's lock, which an embedded producer (maybe stopped)
 //! can hold, and writes durably: they run off the request workers (`dispatch::blocking`), and a
@@ -35,6 +42,25 @@ use super::waits;
 use crate::error::Error;
 use crate::log::now_ms;
 use crate::record::header::{BatchHeader, HEADER_LEN, MIN_BATCH_LENGTH};
+use crate::transactions::{TV_0, TV_2};
+
+/// The first version of each API a client sends at transaction version 2 (Kafka's
+/// `transactionVersionForEndTxn`, `transactionVersionForAddPartitionsToTxn`, Produce's
+/// `addPartition` verification and TxnOffsetCommit's).
+const TV2_SINCE_END: i16 = 5;
+const TV2_SINCE_ADD: i16 = 4;
+const TV2_SINCE_PRODUCE: i16 = 12;
+const TV2_SINCE_OFFSETS_COMMIT: i16 = 5;
+
+/// The client's transaction version of a request of `version` of an API whose first version-2
+/// version is `since`.
+fn client_version(version: i16, since: i16) -> i16 {
+    if version >= since {
+        TV_2
+    } else {
+        TV_0
+    }
+}
 
 /// The first version of each API whose clients know PRODUCER_FENCED (KIP-588); older ones are
 /// told INVALID_PRODUCER_EPOCH, which they treat as fatal the same way.
@@ -158,7 +184,8 @@ fn add_or_verify(
         refusals.log(peer, "AddPartitionsToTxn");
         return answered;
     }
-    match broker.transactions.add_partitions(transactional_id, producer_id, epoch, &partitions, now_ms()) {
+    let tv = client_version(version, TV2_SINCE_ADD);
+    match broker.transactions.add_partitions_as(transactional_id, producer_id, epoch, &partitions, tv, now_ms()) {
         Ok(()) => results(topics, |_, _| codes::NONE),
         Err(e) => {
             let code = refusal(&e, (version, FENCED_SINCE_ADD), peer, "AddPartitionsToTxn", &what);
@@ -251,9 +278,10 @@ pub fn txn_offset_commit(
         Ok(())
     } else {
         let (pid, epoch) = (request.producer_id.0, request.producer_epoch);
+        let tv = client_version(version, TV2_SINCE_OFFSETS_COMMIT);
         broker
             .transactions
-            .txn_offset_commit(&id, pid, epoch, &group, &plan.commits, now_ms())
+            .txn_offset_commit_as(&id, pid, epoch, &group, &plan.commits, tv, now_ms())
             .map_err(|e| refusal(&e, (version, FENCED_SINCE_OFFSETS_COMMIT), peer, "TxnOffsetCommit", &what))
     };
     let mut refusals = codes::Refusals::new("partition");
@@ -278,20 +306,25 @@ pub fn txn_offset_commit(
 
 /// EndTxn: commit or abort, two-phase (the coordinator records Prepare*, writes the markers,
 /// records Complete*), finished by whoever touches the id next if this server dies half way.
+/// v5+ (transaction version 2) bumps the epoch and answers the producer id and epoch the
+/// producer continues with (-1, -1 with an error).
 pub fn end_txn(broker: &Broker, request: EndTxnRequest, version: i16, peer: &str) -> EndTxnResponse {
     let id = request.transactional_id.0.as_str();
     let (pid, epoch) = (request.producer_id.0, request.producer_epoch);
-    let ended = broker.transactions.end_txn(id, pid, epoch, request.committed, now_ms());
+    let tv = client_version(version, TV2_SINCE_END);
+    let ended = broker.transactions.end_txn_as(id, pid, epoch, request.committed, tv, now_ms());
     // Markers may have been written even if a later step failed: wake read_committed fetches.
     broker.announce_append();
-    let code = match ended {
-        Ok(()) => codes::NONE,
+    match ended {
+        Ok((pid, epoch)) if version >= TV2_SINCE_END => {
+            EndTxnResponse::default().with_producer_id(ProducerId(pid)).with_producer_epoch(epoch)
+        }
+        Ok(_) => EndTxnResponse::default(),
         Err(e) => {
             let what = format!("{} of transactional id {id:?}", if request.committed { "commit" } else { "abort" });
-            refusal(&e, (version, FENCED_SINCE_ADD), peer, "EndTxn", &what)
+            EndTxnResponse::default().with_error_code(refusal(&e, (version, FENCED_SINCE_ADD), peer, "EndTxn", &what))
         }
-    };
-    EndTxnResponse::default().with_error_code(code)
+    }
 }
 
 /// The producer (id, epoch) of the transactional batches in a partition's records, if any:
@@ -322,11 +355,14 @@ fn transactional_producer(records: &[u8]) -> Result<Option<(i64, i16)>, String> 
 /// partition's batches are that id's current producer and epoch in an open transaction the
 /// partition was added to. Otherwise a batch could land after its transaction ended (an
 /// append no marker will ever close, holding the last stable offset back for good) or from a
-/// fenced producer. Per refused partition: the code and why. Reads the coordinator's state off
-/// the request workers.
+/// fenced producer. From v12 (transaction version 2, KIP-890 part 2) a partition not yet in
+/// the transaction is added to it instead (starting one), as a Kafka 4 broker's verification
+/// does; the coordinator still refuses another epoch or producer id. Per refused partition: the
+/// code and why. Reads (and adds) off the request workers.
 pub async fn verify_produce(
     broker: &Arc<Broker>,
     request: &ProduceRequest,
+    version: i16,
     deadline: Instant,
 ) -> HashMap<(String, i32), (i16, String)> {
     let mut refused = HashMap::new();
@@ -354,16 +390,21 @@ pub async fn verify_produce(
         }
         return refused;
     };
-    let checked: Vec<((String, i32), (i64, i16))> = wanted.clone();
+    let checked: Vec<Stamped> = wanted.clone();
+    let adds = client_version(version, TV2_SINCE_PRODUCE) >= TV_2;
     let verdicts = waits::off_workers(broker, deadline, {
         let id = id.clone();
         move |b| {
-            let each = |((t, p), (pid, epoch)): &((String, i32), (i64, i16))| {
+            let each = |((t, p), (pid, epoch)): &Stamped| {
                 b.transactions
                     .verify_partition(&id, *pid, *epoch, t, *p)
                     .map_err(|e| (codes::for_error(&e), e.to_string()))
             };
-            checked.iter().map(each).collect::<Vec<_>>()
+            let mut verdicts = checked.iter().map(each).collect::<Vec<_>>();
+            if adds {
+                add_unverified(b, &id, &checked, &mut verdicts);
+            }
+            verdicts
         }
     })
     .await;
@@ -379,10 +420,45 @@ pub async fn verify_produce(
         };
         if let Err((code, why)) = verdict {
             // Produce answers a fenced producer INVALID_PRODUCER_EPOCH (its clients know no
-            // PRODUCER_FENCED there).
-            let code = if code == codes::PRODUCER_FENCED { codes::INVALID_PRODUCER_EPOCH } else { code };
+            // PRODUCER_FENCED there), and a coordinator busy with the id (its lock held)
+            // NOT_ENOUGH_REPLICAS, which every client retries (Kafka's translation of
+            // CONCURRENT_TRANSACTIONS from the verification).
+            let code = match code {
+                codes::PRODUCER_FENCED => codes::INVALID_PRODUCER_EPOCH,
+                codes::CONCURRENT_TRANSACTIONS => codes::NOT_ENOUGH_REPLICAS,
+                code => code,
+            };
             refused.insert(key, (code, format!("transactional id {id:?}: {why}")));
         }
     }
     refused
+}
+
+/// A partition of a transactional Produce and the producer (id, epoch) of its batches.
+type Stamped = ((String, i32), (i64, i16));
+
+/// Transaction version 2's verification: the partitions whose check found them outside the
+/// transaction (INVALID_TXN_STATE: right producer and epoch) are added to it, one coordinator
+/// call per producer of the request; each gets that call's verdict.
+fn add_unverified(broker: &Broker, id: &str, checked: &[Stamped], verdicts: &mut [Result<(), (i16, String)>]) {
+    let mut missing: Vec<((i64, i16), Vec<usize>)> = Vec::new();
+    for (i, (_, producer)) in checked.iter().enumerate() {
+        if !matches!(&verdicts[i], Err((codes::INVALID_TXN_STATE, _))) {
+            continue;
+        }
+        match missing.iter_mut().find(|(p, _)| p == producer) {
+            Some((_, at)) => at.push(i),
+            None => missing.push((*producer, vec![i])),
+        }
+    }
+    for ((pid, epoch), at) in missing {
+        let partitions: Vec<(String, i32)> = at.iter().map(|&i| checked[i].0.clone()).collect();
+        let added = broker
+            .transactions
+            .add_partitions_as(id, pid, epoch, &partitions, TV_2, now_ms())
+            .map_err(|e| (codes::for_error(&e), e.to_string()));
+        for i in at {
+            verdicts[i] = added.clone();
+        }
+    }
 }

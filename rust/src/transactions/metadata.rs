@@ -4,6 +4,17 @@
 
 use std::collections::BTreeSet;
 
+/// Kafka's feature `transaction.version` (KIP-1022), as ApiVersions names it.
+pub const TRANSACTION_VERSION_FEATURE: &str = "transaction.version";
+/// Transaction version 0 (Kafka's `TV_0`): what a request of a client before KIP-890 part 2
+/// carries (EndTxn < 5, Produce < 12, TxnOffsetCommit < 5) and what the embedded producers use:
+/// partitions join by AddPartitionsToTxn / AddOffsetsToTxn, the epoch stays across transactions.
+pub const TV_0: i16 = 0;
+/// Transaction version 2 (`TV_2`, KIP-890 part 2): partitions join by the Produce (v12+) and
+/// TxnOffsetCommit (v5+) that write to them, and every EndTxn (v5+) bumps the producer epoch
+/// (the markers carry the bumped one), answering the epoch the producer continues with.
+pub const TV_2: i16 = 2;
+
 /// Kafka's `TransactionState`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TransactionState {

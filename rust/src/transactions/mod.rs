@@ -30,13 +30,23 @@
 //! `__transaction_state` codec), `store.rs` (reading and appending it), `lock.rs` (per-id
 //! locks). Markers are written by the partition (`log/transactional.rs`).
 //!
-//! Transaction version: the coordinator follows Kafka's transaction version 1 semantics (the
-//! epoch is bumped by InitProducerId and by fencing, not at every EndTxn); the markers carry
-//! the producer's epoch. Coordinator epoch (in every marker) is 0: there is one coordinator.
+//! Transaction version (Kafka's `transaction.version`), per request as Kafka's coordinator
+//! takes it: at version 0 (`TV_0`: the embedded producers, clients before KIP-890 part 2) the
+//! epoch is bumped by InitProducerId and by fencing, not at every EndTxn; at version 2 (`TV_2`,
+//! KIP-890 part 2: `end_txn_as`, `add_partitions_as`, `txn_offset_commit_as`) every end bumps
+//! it: Prepare* is recorded at epoch + 1, the markers carry that epoch (fencing, in every
+//! partition, the producer's older epoch), and the producer continues at it (an exhausted epoch
+//! moves to a new producer id at epoch 0 when Complete* is recorded, `next_producer_id` keeping
+//! the new id meanwhile). The metadata records the version of its last add or end
+//! (`client_transaction_version`); a fence's abort (InitProducerId, a timeout) bumps the epoch
+//! once at either version. A retry of a version-2 end is recognised by its epoch one below the
+//! id's (Kafka's `retryOnEpochBump`).
+//! Coordinator epoch (in every marker) is 0: there is one coordinator.
 //!
 //! The public API (stable; added to, never renamed):
 //! `Coordinator::open(data_dir)`, `with_lock_wait(Duration)`, `init_producer_id`,
-//! `add_partitions`, `add_offsets`, `txn_offset_commit`, `end_txn`, `describe`, `list`,
+//! `add_partitions`, `add_offsets`, `txn_offset_commit`, `end_txn` (and `add_partitions_as`,
+//! `txn_offset_commit_as`, `end_txn_as` with a client's transaction version), `describe`, `list`,
 //! `abort_expired_and_complete_pending`, `close`, `verify_partition`; errors are `Error::Transaction { kind, .. }` with
 //! `TxnErrorKind::code()` Kafka's code, plus the engine's usual errors.
 
@@ -61,7 +71,7 @@ use crate::producer_ids::ProducerIds;
 use crate::record::RecordInput;
 use crate::sync::lock_log;
 
-pub use metadata::{TransactionMetadata, TransactionState};
+pub use metadata::{TransactionMetadata, TransactionState, TRANSACTION_VERSION_FEATURE, TV_0, TV_2};
 pub use state_log::{state_partition, TRANSACTION_STATE_PARTITIONS, TRANSACTION_STATE_TOPIC};
 
 /// Kafka's transaction.max.timeout.ms default: the longest transaction.timeout.ms accepted.
@@ -225,6 +235,8 @@ impl Coordinator {
             TransactionState::Ongoing | TransactionState::PrepareEpochFence
                 if abort_ongoing || m.expired(now_ms) || m.state == TransactionState::PrepareEpochFence =>
             {
+                // One bump, whatever the transaction's version: the abort of a fence is at the
+                // fenced epoch (a Kafka 4.1 broker's markers and epochs, test_server_java_transactions.py).
                 let epoch = bumped(m.producer_epoch);
                 if m.expired(now_ms) {
                     ::log::warn!(
@@ -253,6 +265,23 @@ impl Coordinator {
         self.complete(m, now_ms)
     }
 
+    /// A transaction version 2 end (KIP-890 part 2): Prepare* at epoch + 1, the markers at
+    /// that epoch, Complete*. From Empty or Complete* (only an abort gets here) it ends an
+    /// empty transaction, which only bumps the epoch. An exhausted epoch gets the next
+    /// producer id now, recorded with Prepare* (Kafka's `nextProducerId`), taken at Complete*.
+    fn end_bumped(&self, mut m: TransactionMetadata, commit: bool, now_ms: i64) -> Result<TransactionMetadata> {
+        if m.producer_epoch >= i16::MAX - 1 {
+            m.next_producer_id = lock_map(&self.producer_ids).allocate()?;
+        }
+        if m.state != TransactionState::Ongoing {
+            m.partitions.clear();
+            m.start_ms = now_ms;
+        }
+        m.client_transaction_version = TV_2;
+        let epoch = bumped(m.producer_epoch);
+        self.end(m, commit, epoch, now_ms)
+    }
+
     /// From a Prepare* state: the markers to every partition, then Complete*.
     fn complete(&self, mut m: TransactionMetadata, now_ms: i64) -> Result<TransactionMetadata> {
         let commit = m.state == TransactionState::PrepareCommit;
@@ -267,6 +296,14 @@ impl Coordinator {
         m.state = if commit { TransactionState::CompleteCommit } else { TransactionState::CompleteAbort };
         m.partitions.clear();
         m.last_update_ms = now_ms;
+        if m.next_producer_id >= 0 {
+            // A version-2 end that exhausted the epoch: the producer continues under the new id
+            // at epoch 0 (Kafka's `prepareComplete`); the old id is kept to recognise a retry.
+            m.previous_producer_id = m.producer_id;
+            m.producer_id = m.next_producer_id;
+            m.producer_epoch = 0;
+            m.next_producer_id = -1;
+        }
         // No sync of its own: the markers are durable already, so whenever this record becomes
         // durable nothing it claims is missing, and if a power loss drops it the id is in
         // Prepare* again and the next user completes it (see the module comment).
@@ -402,6 +439,17 @@ impl Coordinator {
         Ok((m.producer_id, m.producer_epoch))
     }
 
+    /// The id's metadata, settled (see `settle`); INVALID_PRODUCER_ID_MAPPING for an unknown id.
+    fn settled(&self, transactional_id: &str, now_ms: i64) -> Result<TransactionMetadata> {
+        let m = self.load(transactional_id)?.filter(|m| m.state != TransactionState::Dead).ok_or_else(|| {
+            Error::txn(
+                TxnErrorKind::InvalidProducerIdMapping,
+                format!("transactional id {transactional_id:?} is unknown: call init_transactions() first"),
+            )
+        })?;
+        self.settle(m, false, now_ms)
+    }
+
     /// The id's metadata, settled, checked against the caller's producer id and epoch.
     fn current(
         &self,
@@ -410,21 +458,9 @@ impl Coordinator {
         epoch: i16,
         now_ms: i64,
     ) -> Result<TransactionMetadata> {
-        let m = self.load(transactional_id)?.filter(|m| m.state != TransactionState::Dead).ok_or_else(|| {
-            Error::txn(
-                TxnErrorKind::InvalidProducerIdMapping,
-                format!("transactional id {transactional_id:?} is unknown: call init_transactions() first"),
-            )
-        })?;
-        let m = self.settle(m, false, now_ms)?;
+        let m = self.settled(transactional_id, now_ms)?;
         if m.producer_id != producer_id {
-            return Err(Error::txn(
-                TxnErrorKind::InvalidProducerIdMapping,
-                format!(
-                    "producer id {producer_id} is not the current producer id ({}) of transactional id {transactional_id:?}",
-                    m.producer_id
-                ),
-            ));
+            return Err(not_its_producer(&m, producer_id));
         }
         if m.producer_epoch != epoch {
             return Err(fenced(&m, producer_id, epoch));
@@ -441,12 +477,38 @@ impl Coordinator {
         partitions: &[(String, i32)],
         now_ms: i64,
     ) -> Result<()> {
+        self.add_partitions_as(transactional_id, producer_id, epoch, partitions, TV_0, now_ms)
+    }
+
+    /// `add_partitions` for a client at transaction version `client_version` (a Produce v12+
+    /// adds its partitions at `TV_2`, as a Kafka 4 broker's verification does), recorded
+    /// in the metadata: the transaction's end follows it.
+    pub fn add_partitions_as(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        partitions: &[(String, i32)],
+        client_version: i16,
+        now_ms: i64,
+    ) -> Result<()> {
         let _lock = self.lock(transactional_id)?;
-        let mut m = self.current(transactional_id, producer_id, epoch, now_ms)?;
+        let m = self.current(transactional_id, producer_id, epoch, now_ms)?;
+        self.add_locked(m, partitions, client_version, now_ms).map(drop)
+    }
+
+    /// The partitions join `m`'s transaction (starting one), recorded durably; under the id's lock.
+    fn add_locked(
+        &self,
+        mut m: TransactionMetadata,
+        partitions: &[(String, i32)],
+        client_version: i16,
+        now_ms: i64,
+    ) -> Result<TransactionMetadata> {
         let ongoing = m.state == TransactionState::Ongoing;
         let new: Vec<&(String, i32)> = partitions.iter().filter(|p| !ongoing || !m.partitions.contains(*p)).collect();
         if new.is_empty() && ongoing {
-            return Ok(());
+            return Ok(m);
         }
         let topics = self.dir.topics()?;
         for (topic, partition) in &new {
@@ -461,7 +523,9 @@ impl Coordinator {
         m.state = TransactionState::Ongoing;
         m.partitions.extend(new.into_iter().cloned());
         m.last_update_ms = now_ms;
-        self.write(&m, ("txn.add.before_record", "txn.add.after_record"))
+        m.client_transaction_version = client_version;
+        self.write(&m, ("txn.add.before_record", "txn.add.after_record"))?;
+        Ok(m)
     }
 
     /// AddOffsetsToTxn: the group's `__consumer_offsets` partition joins the transaction.
@@ -493,10 +557,35 @@ impl Coordinator {
         offsets: &[(String, i32, i64, Option<String>)],
         now_ms: i64,
     ) -> Result<()> {
+        self.txn_offset_commit_as(transactional_id, producer_id, epoch, group_id, offsets, TV_0, now_ms)
+    }
+
+    /// `txn_offset_commit` for a client at transaction version `client_version`: at `TV_2`
+    /// (TxnOffsetCommit v5, KIP-890 part 2: no AddOffsetsToTxn before it) the group's offsets
+    /// partition joins the transaction first, under the same lock.
+    #[allow(clippy::too_many_arguments)]
+    pub fn txn_offset_commit_as(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        group_id: &str,
+        offsets: &[(String, i32, i64, Option<String>)],
+        client_version: i16,
+        now_ms: i64,
+    ) -> Result<()> {
+        if group_id.is_empty() {
+            return Err(Error::config("group_id must not be empty"));
+        }
         let _lock = self.lock(transactional_id)?;
-        let m = self.current(transactional_id, producer_id, epoch, now_ms)?;
+        let mut m = self.current(transactional_id, producer_id, epoch, now_ms)?;
         let partition = offsets_partition(group_id);
-        if m.state != TransactionState::Ongoing || !m.partitions.contains(&(OFFSETS_TOPIC.to_string(), partition)) {
+        let key = (OFFSETS_TOPIC.to_string(), partition);
+        if client_version >= TV_2 && !(m.state == TransactionState::Ongoing && m.partitions.contains(&key)) {
+            self.ensure_topic(OFFSETS_TOPIC, crate::offsets_codec::OFFSETS_PARTITIONS)?;
+            m = self.add_locked(m, std::slice::from_ref(&key), client_version, now_ms)?;
+        }
+        if m.state != TransactionState::Ongoing || !m.partitions.contains(&key) {
             return Err(Error::txn(
                 TxnErrorKind::InvalidTxnState,
                 format!(
@@ -543,8 +632,26 @@ impl Coordinator {
         commit: bool,
         now_ms: i64,
     ) -> Result<()> {
+        self.end_txn_as(transactional_id, producer_id, epoch, commit, TV_0, now_ms).map(drop)
+    }
+
+    /// EndTxn of a client at transaction version `client_version`; returns the producer id and
+    /// epoch the producer continues with (EndTxn v5 answers them). At `TV_0` the epoch stays
+    /// and a retry is the same request again. At `TV_2` (KIP-890 part 2, Kafka's
+    /// `endTransaction` table): every end bumps the epoch; a retry (the epoch one below the
+    /// id's, the end done) answers the current pair; an abort with no transaction open ends an
+    /// empty one (bumping the epoch); any other epoch is PRODUCER_FENCED.
+    pub fn end_txn_as(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        client_version: i16,
+        now_ms: i64,
+    ) -> Result<(i64, i16)> {
+        use TransactionState::{CompleteAbort, CompleteCommit, Empty, Ongoing, PrepareAbort, PrepareCommit};
         let _lock = self.lock(transactional_id)?;
-        let m = self.current(transactional_id, producer_id, epoch, now_ms)?;
         let invalid = |m: &TransactionMetadata| {
             Error::txn(
                 TxnErrorKind::InvalidTxnState,
@@ -555,11 +662,41 @@ impl Coordinator {
                 ),
             )
         };
-        match (m.state, commit) {
-            (TransactionState::Ongoing, _) => self.end(m, commit, epoch, now_ms).map(drop),
-            (TransactionState::CompleteCommit, true) | (TransactionState::CompleteAbort, false) => Ok(()),
-            _ => Err(invalid(&m)),
+        if client_version < TV_2 {
+            let mut m = self.current(transactional_id, producer_id, epoch, now_ms)?;
+            let m = match (m.state, commit) {
+                (Ongoing, _) => {
+                    m.client_transaction_version = client_version;
+                    self.end(m, commit, epoch, now_ms)?
+                }
+                (CompleteCommit, true) | (CompleteAbort, false) => m,
+                _ => return Err(invalid(&m)),
+            };
+            return Ok((m.producer_id, m.producer_epoch));
         }
+        // A Prepare* state a crash left is completed first: a retry then finds it Complete*.
+        let m = self.settled(transactional_id, now_ms)?;
+        let retry_bump = i32::from(m.producer_epoch) == i32::from(epoch) + 1;
+        let retry_overflow = m.previous_producer_id == producer_id && epoch == i16::MAX - 1 && m.producer_epoch == 0;
+        if m.producer_id != producer_id && !retry_overflow {
+            return Err(not_its_producer(&m, producer_id));
+        }
+        let valid = match m.state {
+            CompleteCommit | CompleteAbort => retry_bump || retry_overflow || epoch == m.producer_epoch,
+            PrepareCommit | PrepareAbort => retry_bump,
+            _ => epoch == m.producer_epoch,
+        };
+        if !valid {
+            return Err(fenced(&m, producer_id, epoch));
+        }
+        let retry = retry_bump || retry_overflow;
+        let m = match (m.state, commit) {
+            (Ongoing, _) => self.end_bumped(m, commit, now_ms)?,
+            (CompleteCommit, true) | (CompleteAbort, false) if retry => m,
+            (Empty | CompleteCommit | CompleteAbort, false) if !retry => self.end_bumped(m, false, now_ms)?,
+            _ => return Err(invalid(&m)),
+        };
+        Ok((m.producer_id, m.producer_epoch))
     }
 
     /// Close every log this coordinator opened (a later call opens them again): a clean close
@@ -656,6 +793,16 @@ impl Coordinator {
         }
         Ok(acted)
     }
+}
+
+fn not_its_producer(m: &TransactionMetadata, producer_id: i64) -> Error {
+    Error::txn(
+        TxnErrorKind::InvalidProducerIdMapping,
+        format!(
+            "producer id {producer_id} is not the current producer id ({}) of transactional id {:?}",
+            m.producer_id, m.transactional_id
+        ),
+    )
 }
 
 fn fenced(m: &TransactionMetadata, producer_id: i64, epoch: i16) -> Error {
