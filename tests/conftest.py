@@ -28,18 +28,20 @@ CHILD_TIMEOUT = 300.0  # seconds a child may live before it counts as hung
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``-n 2``; ``--dist loadgroup`` is in pyproject.toml's addopts) every
-    ``spark`` or ``broker`` test (a JVM) goes to one ``jvm`` group, and a module's tests that
-    share a module-scoped fixture (a compiled Java client, a data directory) to one worker, so
-    the fixture starts once; the other tests are spread one by one. The fault suites (``faults``)
-    count as ``serial``: their 2 s latency probes are guarantees measured under their own load."""
+    """Under pytest-xdist (``-n 2``; ``--dist loadgroup`` is in pyproject.toml's addopts) the
+    ``spark`` tests go to one group and the ``broker`` tests (a Kafka broker or a Java client) to
+    another, so at most one JVM of each kind runs; a module's tests that share a module-scoped
+    fixture (a data directory, a TLS PKI) go to one worker, so the fixture starts once; the other
+    tests are spread one by one. The fault suites (``faults``) count as ``serial``: their 2 s
+    latency probes are guarantees measured under their own load."""
     for item in items:
         if item.get_closest_marker("faults"):
             item.add_marker(pytest.mark.serial)
-        if item.get_closest_marker("spark") or item.get_closest_marker("broker"):
-            # One JVM at a time: with a Spark session, a broker and a Java client each on its own
-            # worker, 2 busy cores left their start-up and timeouts failing (run x1, issue 23).
-            item.add_marker(pytest.mark.xdist_group("jvm"))
+        jvm = next((kind for kind in ("spark", "broker") if item.get_closest_marker(kind)), None)
+        if jvm:
+            # One group for every JVM left its chain the longest part of a 2-worker run (issue
+            # 23); three JVMs at once (3 workers on 2 cores) failed their start-up timeouts.
+            item.add_marker(pytest.mark.xdist_group(f"jvm-{jvm}"))
             continue
         info = getattr(item, "_fixtureinfo", None)
         defs = info.name2fixturedefs.values() if info is not None else ()
