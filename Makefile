@@ -36,10 +36,9 @@ build:
 	    open('python/kafkalite/_native.abi3.so.new', 'wb').write(zipfile.ZipFile(wheel).read('kafkalite/_native.abi3.so')); \
 	    os.replace('python/kafkalite/_native.abi3.so.new', 'python/kafkalite/_native.abi3.so')"
 
-# Two pytest-xdist workers (`-n 2`), grouped by tests/conftest.py (`serial` tests run alone).
 test: build
 	cargo test --locked
-	PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q -p no:cacheprovider -n 2
+	PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q -p no:cacheprovider
 
 test-quick: build
-	PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q -p no:cacheprovider -n 2 -m "$(QUICK)"
+	PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q -p no:cacheprovider -m "$(QUICK)"

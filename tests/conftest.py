@@ -27,8 +27,9 @@ PROCS = os.path.join(TESTS, "procs")  # the child-process scripts
 CHILD_TIMEOUT = 300.0  # seconds a child may live before it counts as hung
 
 
-# tryfirst: pytest-xdist's worker reads the xdist_group marks in its own modifyitems hook, which
-# ran before this one (registered later, called first), so the groups were never seen (issue 23).
+# The marks below are ignored by pytest-xdist 3.8 under pytest 9 (it writes the group into
+# item._nodeid, which pytest 9 no longer reads: item.nodeid comes from item._id), so today every
+# test is scheduled on its own; `serial` (the lock below) does not depend on them.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``-n 2``; ``--dist loadgroup`` is in pyproject.toml's addopts) the
