@@ -108,6 +108,23 @@ def split_by_writer(values: list[bytes]) -> dict[int, list[int]]:
     return out
 
 
+def kafka_python_read_to_end(consumer: Any, timeout: float = 30.0) -> list[Any]:
+    """The records a kafka-python consumer reads from its assigned partitions' positions up to
+    the end offsets it is told first (the last stable offset under read_committed), in poll
+    order. It stops when every position has reached its end, not after seconds of silence
+    (``consumer_timeout_ms``), so nothing extra can hide and no test waits out a quiet timeout;
+    ``timeout`` bounds a partition that never gets there (the caller's assert shows the rest)."""
+    import time
+
+    ends = consumer.end_offsets(list(consumer.assignment()))
+    deadline = time.monotonic() + timeout
+    got: list[Any] = []
+    while any(consumer.position(tp) < end for tp, end in ends.items()) and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=200).values():
+            got.extend(records)
+    return got
+
+
 @contextmanager
 def local_spark(cores: int, conf: dict[str, str] | None = None, log_level: str = "ERROR") -> Iterator[Any]:
     """A local SparkSession (``local[cores]``, UI off) whose Python workers run this interpreter,

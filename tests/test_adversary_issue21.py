@@ -291,6 +291,7 @@ def test_every_acknowledged_acks_all_record_survives_a_kill_at_the_sync_or_a_rol
     assert not missing, f"acknowledged acks=all records lost after a kill at {failpoint}: {missing[:10]}"
 
 
+@pytest.mark.serial  # the 2 s ApiVersions bound is the guarantee
 def test_a_fetch_of_ten_thousand_nonexistent_partitions_is_answered_promptly_and_creates_nothing(
     kafkalite_server,
 ):

@@ -56,6 +56,7 @@ def test_internal_topics_hidden_unless_asked(data):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # its 1.5 s head start (the consumer at the end before the record) needs the cores
 def test_consume_without_from_beginning_waits_for_new_records(data, spawn):
     with Producer(data) as producer:
         producer.send("t", b"old", partition=0).get(5)
@@ -128,6 +129,7 @@ def test_demo_cleans_up_and_never_writes_the_users_data_dir(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # the 2 s for the CLI to read the lines before SIGINT needs the cores
 def test_ctrl_c_in_produce_stops_cleanly_and_counts(data, spawn):
     import signal
 

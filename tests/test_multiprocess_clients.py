@@ -53,6 +53,7 @@ def test_four_producer_processes_two_consumer_processes(tmp_path, spawn):
         assert [r[0] for r in records] == list(range(len(records)))
 
 
+@pytest.mark.serial  # woken within 0.5 s of the send: the guarantee
 def test_a_waiting_consumer_wakes_for_a_new_record(tmp_path, spawn):
     data_dir = str(tmp_path / "data")
     Admin(data_dir).create_topic("t", partitions=1)

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import kafka_python_read_to_end
 from kafka_broker import KafkaBroker, dump_log_segments, require_jars
 from kafkalite import Admin, Consumer, Log, Producer
 
@@ -25,12 +26,12 @@ def _wait_for_dir(path, timeout=30):
 
 
 def _consume_all(bootstrap: str, topic: str) -> list[tuple]:
-    from kafka import KafkaConsumer
+    """Every record the broker serves from the one partition of ``topic``."""
+    from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(
-        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=8_000
-    )
-    got = [(m.offset, m.timestamp, m.key, m.value) for m in consumer]
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    consumer.assign([TopicPartition(topic, 0)])
+    got = [(m.offset, m.timestamp, m.key, m.value) for m in kafka_python_read_to_end(consumer)]
     consumer.close()
     return got
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import kafka_python_read_to_end
 from kafka_broker import KafkaBroker
 from kafkalite import Consumer, Log, TopicPartition
 
@@ -103,11 +104,10 @@ def _kafka_python_read(bootstrap: str, level: str) -> tuple[list[tuple[int, byte
         isolation_level=level,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
-        consumer_timeout_ms=4000,
     )
     tp = KTP(TOPIC, 0)
     consumer.assign([tp])
-    got = [(m.offset, m.key, m.value) for m in consumer]
+    got = [(m.offset, m.key, m.value) for m in kafka_python_read_to_end(consumer)]
     end = consumer.end_offsets([tp])[tp]
     consumer.close()
     return got, end

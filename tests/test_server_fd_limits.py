@@ -20,6 +20,7 @@ import time
 import kafkalite
 import pytest
 import server_wire as wire
+from helpers import kafka_python_read_to_end
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafkalite.errors import InvalidConfigError, InvalidTypeError
 from kafkalite.server import Server
@@ -93,11 +94,11 @@ def produce_and_fetch_fresh(path: str, bootstrap: str) -> None:
         producer.send("fresh", b"after the flood").get(timeout=60)
     finally:
         producer.close()
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=10_000)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
     try:
         consumer.assign([TopicPartition("fresh", 0)])
         consumer.seek_to_beginning()
-        assert [m.value for m in consumer] == [b"after the flood"]
+        assert [m.value for m in kafka_python_read_to_end(consumer)] == [b"after the flood"]
     finally:
         consumer.close()
 
@@ -197,6 +198,7 @@ def test_an_open_that_finds_no_descriptor_is_answered_retriable_and_the_server_r
     assert "out of file descriptors" in err, err[-3000:]
 
 
+@pytest.mark.serial  # its server did not stop within 60 s of SIGTERM beside 2 busy workers (issue 23)
 def test_the_server_raises_its_soft_limit_to_the_hard_one_and_says_both_figures(tmp_path, spawn):
     """The soft RLIMIT_NOFILE is often 1024 where the hard one is far higher: the server raises
     it at start, as the JVM does for a Kafka broker, and its start line says the limit and how
