@@ -626,3 +626,36 @@ def test_acls_written_by_another_server_count_without_a_restart(data):
         assert fetch(alice, "payments").error_code == TOPIC_AUTHORIZATION_FAILED, "and its deletion"
         admin.close()
         alice.close()
+
+
+def test_offsets_of_every_topic_list_only_the_topics_the_user_may_describe(server):
+    """OffsetFetch without topics (every offset the group has, kafka-python's
+    list_group_offsets) lists only the topics the principal may DESCRIBE, as KafkaApis
+    filters them: the group's offsets of other topics are not disclosed."""
+    admin = admin_client(server, "admin")
+    assert not admin.create_acls(
+        [
+            acl("User:alice", ACLOperation.READ, ResourceType.TOPIC, "orders-", prefixed=True),
+            acl("User:alice", ACLOperation.READ, ResourceType.GROUP, "alice-", prefixed=True),
+        ]
+    )["failed"]
+    ct = OffsetCommitRequest.OffsetCommitRequestTopic
+    commit = OffsetCommitRequest(
+        group_id="alice-all", generation_id_or_member_epoch=-1, member_id="",
+        topics=[ct(name=n, partitions=[ct.OffsetCommitRequestPartition(partition_index=0, committed_offset=1)])
+                for n in ("orders-eu", "payments", "secret")],
+    )  # fmt: skip
+    assert by_topic(send(admin, commit).topics) == {"orders-eu": 0, "payments": 0, "secret": 0}
+    seen_by_admin = admin.list_group_offsets("alice-all")["alice-all"]  # OffsetFetch v8+
+    assert {tp.topic for tp in seen_by_admin} == {"orders-eu", "payments", "secret"}, "a super user sees all"
+    admin.close()
+
+    alice = admin_client(server, "alice")
+    listed = alice.list_group_offsets("alice-all")["alice-all"]
+    assert {(tp.topic, meta.offset) for tp, meta in listed.items()} == {("orders-eu", 1)}
+    every = send(  # before v8: one group
+        alice, OffsetFetchRequest(group_id="alice-all", max_version=7, require_stable=False, topics=None)
+    )
+    assert every.error_code == 0
+    assert [t.name for t in every.topics] == ["orders-eu"]
+    alice.close()

@@ -379,7 +379,8 @@ pub async fn handle(broker: &Arc<Broker>, mut request: Request, peer: &str, who:
             frame(key, v, id, &refused.offset_commit(committed))?
         }
         Body::OffsetFetch(r) => {
-            let fetched = blocking(broker, key, move |b| offset_commit::offset_fetch(b, r, v, &client)).await?;
+            let who = who.clone();
+            let fetched = blocking(broker, key, move |b| offset_commit::offset_fetch(b, r, v, &client, &who)).await?;
             frame(key, v, id, &refused.offset_fetch(fetched))?
         }
         Body::JoinGroup(r) => {

@@ -15,6 +15,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
+use super::authorizer::{op, resource, Who};
 use super::broker::Broker;
 use super::codes;
 use super::group_owner::embedded_members;
@@ -190,12 +191,15 @@ pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, version: i16
 type Fetched = Vec<(TopicName, Vec<(i32, i64, String, i16)>)>;
 
 /// The offsets of `group` for `wanted` (topic, partitions), or every one it has (None): Kafka's
-/// fetchOffsets / fetchAllOffsets. Err: the group's error code.
+/// fetchOffsets / fetchAllOffsets. Every one it has means those of topics `who` may DESCRIBE, as
+/// KafkaApis filters them (named topics are authorized one by one before, `acl_requests`).
+/// Err: the group's error code.
 fn fetch_group(
     broker: &Broker,
     group: &str,
     wanted: Option<Vec<(TopicName, Vec<i32>)>>,
     require_stable: bool,
+    who: &Who,
 ) -> Result<Fetched, i16> {
     let (offsets, unstable) = broker.offsets.load_with_unstable(broker, group).map_err(|e| codes::for_error(&e))?;
     // KIP-447: a read_committed consumer (require_stable) is not told an offset a transaction
@@ -221,7 +225,9 @@ fn fetch_group(
             // Every partition the group has offsets for (v2+).
             let mut by_topic: std::collections::BTreeMap<&str, Vec<_>> = Default::default();
             for (topic, partition) in offsets.keys() {
-                by_topic.entry(topic).or_default().push(entry(topic, *partition));
+                if broker.acls.allows(who, op::DESCRIBE, resource::TOPIC, topic) {
+                    by_topic.entry(topic).or_default().push(entry(topic, *partition));
+                }
             }
             by_topic
                 .into_iter()
@@ -231,7 +237,13 @@ fn fetch_group(
     })
 }
 
-pub fn offset_fetch(broker: &Broker, request: OffsetFetchRequest, version: i16, peer: &str) -> OffsetFetchResponse {
+pub fn offset_fetch(
+    broker: &Broker,
+    request: OffsetFetchRequest,
+    version: i16,
+    peer: &str,
+    who: &Who,
+) -> OffsetFetchResponse {
     if version >= 8 {
         // Several groups, each with its own error (v9: the member's id and epoch checked).
         let groups = request
@@ -246,7 +258,7 @@ pub fn offset_fetch(broker: &Broker, request: OffsetFetchRequest, version: i16, 
                     return out.with_error_code(codes::refused(peer, "OffsetFetch", code, &reason));
                 }
                 let wanted = g.topics.map(|ts| ts.into_iter().map(|t| (t.name, t.partition_indexes)).collect());
-                match fetch_group(broker, &group, wanted, request.require_stable) {
+                match fetch_group(broker, &group, wanted, request.require_stable, who) {
                     Ok(fetched) => out.with_topics(
                         fetched
                             .into_iter()
@@ -274,7 +286,7 @@ pub fn offset_fetch(broker: &Broker, request: OffsetFetchRequest, version: i16, 
     }
     let group = request.group_id.0.to_string();
     let wanted = request.topics.map(|ts| ts.into_iter().map(|t| (t.name, t.partition_indexes)).collect());
-    let fetched = match fetch_group(broker, &group, wanted, version >= 7 && request.require_stable) {
+    let fetched = match fetch_group(broker, &group, wanted, version >= 7 && request.require_stable, who) {
         Ok(fetched) => fetched,
         Err(code) if version >= 2 => return OffsetFetchResponse::default().with_error_code(code),
         Err(_) => return OffsetFetchResponse::default(),
