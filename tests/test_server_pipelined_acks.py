@@ -15,9 +15,7 @@ import os
 import select
 import time
 
-import kafkalite
 import pytest
-from serve_proc import start_serve
 from server_wire import (
     API_VERSIONS,
     HOLD_FLOCK,
@@ -31,20 +29,11 @@ from server_wire import (
     release,
     stop_holder,
 )
+from test_server_acks import serve
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
 PIPELINED = 4
-
-
-def serve(spawn, data: str, env: dict[str, str] | None = None) -> tuple[object, str]:
-    kafkalite.Admin(data).create_topic("t", 1)
-    return start_serve(
-        lambda *a, **kw: spawn.module(*a, env={**os.environ, **(env or {})}, **kw),
-        data,
-        "--log-level",
-        "WARNING",
-    )
 
 
 def end_offset(bootstrap: str) -> int:
@@ -76,7 +65,7 @@ def test_while_a_stopped_process_holds_the_sync_lock_the_next_produces_are_appen
     tmp_path, spawn
 ):
     data = str(tmp_path / "data")
-    server, bootstrap = serve(spawn, data)
+    server, bootstrap = serve(spawn, tmp_path)
     wire = Wire(bootstrap)
     try:
         assert wire.produce("t", 0, b"warm-up") == NONE  # the partition joins group commit
@@ -111,7 +100,7 @@ def test_an_msync_failing_fails_every_produce_appended_before_it_on_the_connecti
     stopped process held the sync lock, are each answered KAFKA_STORAGE_ERROR (none is
     acknowledged), in order; the partition reopens and the next request is acknowledged."""
     data = str(tmp_path / "data")
-    server, bootstrap = serve(spawn, data, env={"KAFKALITE_FAILPOINTS": "group_commit.sync=eio@2"})
+    server, bootstrap = serve(spawn, tmp_path, env={"KAFKALITE_FAILPOINTS": "group_commit.sync=eio@2"})
     wire = Wire(bootstrap)
     try:
         assert wire.produce("t", 0, b"warm-up") == NONE  # the first sync
