@@ -56,6 +56,12 @@ def test_a_produce_racing_the_delete_of_its_topic_gets_unknown_topic_not_a_stora
             admin.delete_topic("doomed")
             admin.create_topic("doomed", 1)
             deleted += 1
+            # Let a couple of produces meet the re-created topic before the next delete: back to
+            # back, the topic lived microseconds and one CI run saw no produce succeed at all
+            # (1,678 UNKNOWN_TOPIC_OR_PARTITION), which leaves the race's other side untested.
+            answered, until = len(codes), time.monotonic() + 1
+            while len(codes) < answered + 2 and time.monotonic() < until:
+                time.sleep(0.001)
         stop.set()
         producer.join(60)
         assert not producer.is_alive()
