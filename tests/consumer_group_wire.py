@@ -7,7 +7,6 @@ tests/test_server_kip848_adversary.py."""
 from __future__ import annotations
 
 import io
-import socket
 import struct
 import time
 from typing import Any
@@ -199,17 +198,13 @@ def join_group_error(address: str, group: str) -> int:
     from kafka.protocol.consumer.group import JoinGroupRequest
 
     request = JoinGroupRequest[5](group, 10_000, 30_000, "", None, "consumer", [("range", b"")])
-    host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        header = struct.pack(">hhi", 11, 5, 7) + struct.pack(">h", 4) + b"test"
-        frame = header + request.encode()
-        sock.sendall(struct.pack(">i", len(frame)) + frame)
-        size = struct.unpack(">i", sock.recv(4))[0]
-        data = b""
-        while len(data) < size:
-            data += sock.recv(size - len(data))
-    # correlation id, throttle time, error code
-    return struct.unpack(">h", data[8:10])[0]
+    wire = Wire(address, timeout=10)
+    try:
+        body = wire.call(11, 5, request.encode())  # JoinGroup v5: not flexible, header v1
+    finally:
+        wire.close()
+    # throttle time, error code
+    return struct.unpack(">h", body[4:6])[0]
 
 
 def call_kafka_python(address: str, request: Any, timeout: float = 10.0) -> Any:
