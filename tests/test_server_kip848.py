@@ -133,15 +133,21 @@ def test_epochs_fencing_and_revocation_before_reassignment(tmp_path):
 
 # -- real clients -------------------------------------------------------------------------------
 class Member:
-    """A client process printing "ASSIGN p,p" and "REC p o" lines (see Kip848Member.java)."""
+    """A client process printing "ASSIGN p,p" and "REC p o" lines (see Kip848Member.java); subscribed
+    with a SubscriptionPattern it names the topic too: "ASSIGN topic:p,..." and "REC topic p o"."""
 
     def __init__(self, proc: subprocess.Popen) -> None:
         self.proc = proc
-        self.assigned: set[int] | None = None
-        self.records: set[tuple[int, int]] = set()
+        self.assigned: set | None = None
+        self.records: set[tuple] = set()
         self.closed = False
         self.lock = threading.Lock()
         threading.Thread(target=self._read, daemon=True).start()
+
+    @staticmethod
+    def _partition(entry: str) -> int | tuple[str, int]:
+        topic, _, partition = entry.rpartition(":")
+        return (topic, int(partition)) if topic else int(partition)
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -149,13 +155,16 @@ class Member:
             words = line.split()
             with self.lock:
                 if words[:1] == ["ASSIGN"]:
-                    self.assigned = {int(p) for p in words[1].split(",")} if len(words) > 1 else set()
+                    self.assigned = (
+                        {self._partition(e) for e in words[1].split(",")} if len(words) > 1 else set()
+                    )
                 elif words[:1] == ["REC"]:
-                    self.records.add((int(words[1]), int(words[2])))
+                    *topic, partition, offset = words[1:]
+                    self.records.add((*topic, int(partition), int(offset)))
                 elif words[:1] == ["CLOSED"]:
                     self.closed = True
 
-    def owned(self) -> set[int]:
+    def owned(self) -> set:
         with self.lock:
             return set(self.assigned or ())
 
@@ -278,32 +287,6 @@ def test_librdkafka_consumers_with_group_protocol_consumer(spawn, tmp_path):
     scenario(spawn, tmp_path, start, "rdkafka-group")
 
 
-class PatternMember:
-    """A Kip848Member subscribed with SubscriptionPattern: "ASSIGN topic:partition,..." lines."""
-
-    def __init__(self, proc: subprocess.Popen) -> None:
-        self.proc = proc
-        self.assigned: set[tuple[str, int]] = set()
-        self.records: set[tuple[str, int, int]] = set()
-        self.lock = threading.Lock()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            words = line.split()
-            with self.lock:
-                if words[:1] == ["ASSIGN"]:
-                    entries = words[1].split(",") if len(words) > 1 else []
-                    self.assigned = {(e.rsplit(":", 1)[0], int(e.rsplit(":", 1)[1])) for e in entries}
-                elif words[:1] == ["REC"]:
-                    self.records.add((words[1], int(words[2]), int(words[3])))
-
-    def owned(self) -> set[tuple[str, int]]:
-        with self.lock:
-            return set(self.assigned)
-
-
 @pytest.mark.broker
 def test_java_consumers_subscribe_with_a_pattern(spawn, tmp_path, java_program):
     """The Java client's ``subscribe(SubscriptionPattern)`` (the regex resolved by the server):
@@ -319,7 +302,7 @@ def test_java_consumers_subscribe_with_a_pattern(spawn, tmp_path, java_program):
     producer.flush()
     with start_server(path) as server:
         members = [
-            PatternMember(
+            Member(
                 java_program.start(
                     spawn,
                     "Kip848Member",
