@@ -9,7 +9,9 @@ driver's commit (nothing is visible before every task succeeded); a streaming wr
 exactly-once per sink and micro-batch. What holds on failure: ``kafkalite.spark.sink``.
 What a read or write names is checked on the driver first: ``kafkalite.spark.checks``.
 Filters on topic, partition, offset and timestamp narrow the ranges when Spark pushes them
-(PySpark 4.1+ with ``spark.sql.python.filterPushdown.enabled``): ``kafkalite.spark.pushdown``.
+(PySpark 4.1+ with ``spark.sql.python.filterPushdown.enabled``): ``kafkalite.spark.pushdown``;
+the small ranges they leave then share a task (``RangeGroup``), since each task costs Spark
+more than reading tens of thousands of records.
 """
 
 from __future__ import annotations
@@ -52,8 +54,8 @@ HEADERS = "headers array<struct<key:string,value:binary>>"
 ROWS_PER_BATCH = 65536
 #: Records up to which ranges left by pushed filters share one task (``planning.pack_small``):
 #: about what one core reads into Spark (~2 M records/s) in the time a task costs a Python data
-#: source whatever it reads (40-100 ms, PySpark 4.3-4.0), so a task never waits on a shared
-#: one for longer than a task of its own would have cost.
+#: source whatever it reads (~40 ms on PySpark 4.2+, ~100 ms on 4.0/4.1), so sharing delays a
+#: range by about what a task of its own would have cost.
 PACK_RECORDS = 131_072
 
 try:  # 4.1+: streaming writes receive Arrow batches instead of Rows
