@@ -25,6 +25,7 @@ from kafkalite.spark.source import (  # noqa: E402
     KafkalitePushdownReader,
     KafkaliteReader,
     RangeGroup,
+    read_range,
 )
 from pyspark.sql.datasource import (  # noqa: E402
     EqualTo,
@@ -35,6 +36,15 @@ from pyspark.sql.datasource import (  # noqa: E402
     LessThan,
     LessThanOrEqual,
     StringContains,
+)
+from pyspark.sql.types import (  # noqa: E402
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
 )
 
 T0 = 1_700_000_000_000
@@ -195,3 +205,29 @@ def test_pack_small_keeps_large_ranges_apart_and_fills_tasks_in_order():
     assert groups([10, 9, 1], 10) == [[10], [9, 1]]
     assert groups([], 10) == []
     assert PACK_RECORDS > 0
+
+
+def test_a_shared_task_reads_each_of_its_ranges_whole_and_in_order(data):
+    schema = StructType(
+        [
+            StructField("key", BinaryType()),
+            StructField("value", BinaryType()),
+            StructField("topic", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("offset", LongType()),
+            StructField("timestamp", TimestampType()),
+            StructField("timestampType", IntegerType()),
+        ]
+    )
+    _, [group] = tasks(data, [GreaterThan(("offset",), 44)])
+    assert isinstance(group, RangeGroup) and len(group.ranges) == 3
+
+    def rows(task):
+        return [
+            (r["topic"], r["partition"], r["offset"], r["value"])
+            for batch in read_range(task, schema)
+            for r in batch.to_pylist()
+        ]
+
+    expected = [row for one in group.ranges for row in rows(one)]
+    assert len(expected) == 3 * 5 and rows(group) == expected
