@@ -9,7 +9,13 @@ time and offset indexes), without it (the source scans, Spark filters), and thro
 Kafka source (spark-sql-kafka-0-10, from Maven Central) reading the same files from
 ``kafkalite serve``, all in one run; count() of the matching rows, which must agree.
 
-    python benches/bench_spark.py [scan|pushdown] [--records 10000000] [--runs 2] [--out benches/results]
+``phases``: where those two pushdown queries and the floor under them spend their time, phase
+by phase (``spark_phases.py``: Spark's event log and timestamps inside kafkalite's source).
+
+``--conf KEY=VALUE`` (repeatable) sets a Spark setting for the whole session, so for every side
+alike; the report names it.
+
+    python benches/bench_spark.py [scan|pushdown|phases] [--records 10000000] [--runs 2] [--conf K=V] [--out benches/results]
 """
 
 from __future__ import annotations
@@ -38,15 +44,30 @@ def best_of(n: int, fn) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", nargs="?", choices=["scan", "pushdown"], default="scan")
+    ap.add_argument("what", nargs="?", choices=["scan", "pushdown", "phases"], default="scan")
     ap.add_argument("--records", type=int, default=10_000_000)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args()
+    args.settings = dict(c.split("=", 1) for c in args.conf)
     if args.what == "pushdown":
         pushdown(args)
+    elif args.what == "phases":
+        phases(args)
     else:
         scan(args)
+
+
+def settings_note(settings: dict[str, str]) -> str:
+    if not settings:
+        return "Spark's default settings"
+    return "every side with " + ", ".join(f"`{k}={v}`" for k, v in settings.items())
+
+
+def command(args: argparse.Namespace) -> str:
+    conf = "".join(f" --conf {c}" for c in args.conf)
+    return f"python benches/bench_spark.py {args.what} --records {args.records} --runs {args.runs}{conf}"
 
 
 def scan(args: argparse.Namespace) -> None:
@@ -66,7 +87,7 @@ def scan(args: argparse.Namespace) -> None:
     produce_s = time.perf_counter() - began
     print(f"produced {n:,} records in {produce_s:.1f} s", flush=True)
 
-    spark = local_spark()
+    spark = local_spark(settings=args.settings)
     kl = lambda: spark.read.format("kafkalite").option("subscribe", "events").load(data)  # noqa: E731
     parquet_src, json_src = os.path.join(work, "src.parquet"), os.path.join(work, "src.json")
     kl().write.parquet(parquet_src)  # the same rows, as Spark's own formats
@@ -184,14 +205,8 @@ def pushdown(args: argparse.Namespace) -> None:
     write_events(data, n)
     print(f"wrote {n:,} records in {time.perf_counter() - began:.1f} s", flush=True)
     kafka_version, jars = maven_jars.spark_kafka_jars(pyspark.__version__)
-    per_partition = n // 4
-    queries = {
-        "last 1% by timestamp": f"timestamp >= timestamp_millis({T0 + (CHUNKS - 4) * 1000})",
-        "1% as one partition's offset range": (
-            f"partition = 2 AND offset BETWEEN {per_partition // 2} AND {per_partition // 2 + n // 100 - 1}"
-        ),
-    }
-    spark = local_spark(jars)
+    queries = pushdown_queries(n)
+    spark = local_spark(jars, args.settings)
     register_minimal_source(spark)
     times: dict[str, dict[str, float]] = {}
     with Server(data) as server:
@@ -253,6 +268,7 @@ def pushdown(args: argparse.Namespace) -> None:
         "runs": args.runs,
         "load_before": load_before,
         "load_after": load_after,
+        "settings": args.settings,
         "queries": queries,
         "seconds": times,
         "floor_s": floor,
@@ -260,10 +276,11 @@ def pushdown(args: argparse.Namespace) -> None:
         "spark_range_s": spark_s,
     }
     lines = [
-        f"# Spark filter pushdown (`python benches/bench_spark.py pushdown --records {args.records} --runs {args.runs}`)",
+        f"# Spark filter pushdown (`{command(args)}`)",
         "",
-        f"{n:,} records of 100-byte values in 4 partitions, `local[2]`, `count()` of the 1% that match; best of "
-        f"{args.runs}. Spark's Kafka source reads the same files from `kafkalite serve` on 127.0.0.1. "
+        f"{n:,} records of 100-byte values in 4 partitions, `local[2]`, {settings_note(args.settings)}, "
+        f"`count()` of the 1% that match; best of {args.runs}. Spark's Kafka source reads the same files from "
+        "`kafkalite serve` on 127.0.0.1. "
         f"Machine: {results['machine']}. Load average (1, 5, 15 min) before: {load_before[0]:.2f}, "
         f"{load_before[1]:.2f}, {load_before[2]:.2f}; after: {load_after[0]:.2f}, {load_after[1]:.2f}, {load_after[2]:.2f}.",
         "",
@@ -286,7 +303,93 @@ def pushdown(args: argparse.Namespace) -> None:
         "Filters:",
         *(f"* {name}: `{where}`" for name, where in queries.items()),
     ]
-    write_report(args.out, "spark-pushdown", results, lines)
+    name = "spark-pushdown" + "".join(f"-{k.rsplit('.', 2)[-2]}-{v}" for k, v in args.settings.items())
+    write_report(args.out, name, results, lines)
+
+
+def pushdown_queries(n: int) -> dict[str, str]:
+    """The two selective queries of ``pushdown``, over ``write_events(data, n)``."""
+    per_partition = n // 4
+    return {
+        "last 1% by timestamp": f"timestamp >= timestamp_millis({T0 + (CHUNKS - 4) * 1000})",
+        "1% as one partition's offset range": (
+            f"partition = 2 AND offset BETWEEN {per_partition // 2} AND {per_partition // 2 + n // 100 - 1}"
+        ),
+    }
+
+
+def phases(args: argparse.Namespace) -> None:
+    """The pushdown queries and the floor under them, phase by phase (``spark_phases``)."""
+    import pyspark
+    import spark_phases
+
+    load_before = os.getloadavg()
+    work = tempfile.mkdtemp(prefix="kl-spark-phases-")
+    data, events, trace = (os.path.join(work, d) for d in ("data", "events", "trace.jsonl"))
+    os.makedirs(events)
+    n = args.records - args.records % CHUNKS
+    write_events(data, n)
+    # Spark's Python workers import spark_phases (the traced source) and append to the trace.
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH")) if p)
+    os.environ[spark_phases.TRACE_ENV] = trace
+    event_log = {
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": events,
+        "spark.eventLog.compress": "false",
+        "spark.eventLog.rolling.enabled": "false",
+    }
+    spark = local_spark(settings={**event_log, **args.settings})
+    spark.dataSource.register(spark_phases.TracedSource)
+    register_minimal_source(spark)
+    spark.conf.set(PUSHDOWN, "true")
+    where = pushdown_queries(n)
+    where["floor: 10 records"] = "partition = 0 AND offset < 10"
+
+    def kafkalite(w: str):
+        return lambda: spark.read.format("kafkalite_traced").option("subscribe", "events").load(data).where(w)
+
+    queries = {name: kafkalite(w) for name, w in where.items()}
+    queries["minimal Python source"] = lambda: spark.read.format("minimal").load().where("partition = 0")
+    queries["spark.range (no Python)"] = lambda: spark.range(10).where("id < 5")
+    for df in queries.values():  # untimed: Python workers and JVM classes load on first use
+        df().count()
+    timed = []
+    for _ in range(args.runs):
+        for name, df in queries.items():
+            began = time.time() * 1000
+            frame = df()
+            loaded = time.time() * 1000
+            frame.count()
+            timed.append((name, began, loaded, time.time() * 1000))
+    spark.stop()
+    result = spark_phases.phases(events, trace, timed)
+    shutil.rmtree(work, ignore_errors=True)
+    load_after = os.getloadavg()
+    results = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, pyspark {pyspark.__version__}",
+        "records": n,
+        "runs": args.runs,
+        "settings": args.settings,
+        "load_before": load_before,
+        "load_after": load_after,
+        "queries": where,
+        "ms": result,
+    }
+    lines = [
+        f"# Where a selective Spark query over kafkalite spends its time (`{command(args)}`)",
+        "",
+        f"{n:,} records in 4 partitions, `local[2]`, {settings_note(args.settings)}, filter pushdown on, `count()`; "
+        f"median of {args.runs} runs. Bold: kafkalite's code (the read phase also holds Spark taking the batches). "
+        f"Machine: {results['machine']}. Load average (1, 5, 15 min) before: {load_before[0]:.2f}, "
+        f"{load_before[1]:.2f}, {load_before[2]:.2f}; after: {load_after[0]:.2f}, {load_after[1]:.2f}, {load_after[2]:.2f}.",
+        "",
+        *spark_phases.table(result, list(queries)),
+        "",
+        "Filters:",
+        *(f"* {name}: `{w}`" for name, w in where.items()),
+    ]
+    name = "spark-pushdown-phases" + "".join(f"-{k.rsplit('.', 2)[-2]}-{v}" for k, v in args.settings.items())
+    write_report(args.out, name, results, lines)
 
 
 if __name__ == "__main__":

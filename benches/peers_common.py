@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +63,10 @@ def timed(fn: Callable[[], object]) -> tuple[float, object]:
     return time.perf_counter() - began, out
 
 
-def local_spark(jars: Collection[str] = ()) -> Any:
-    """The benches' one Spark session: ``local[2]``, no UI or progress bar, a 4 GB driver and
-    ``jars`` (Spark's Kafka source, for the rows that compare with it); the Python workers run
-    this interpreter."""
+def local_spark(jars: Collection[str] = (), settings: Mapping[str, str] | None = None) -> Any:
+    """The benches' one Spark session: ``local[2]``, no UI or progress bar, a 4 GB driver,
+    ``jars`` (Spark's Kafka source, for the rows that compare with it) and any other Spark
+    ``settings``; the Python workers run this interpreter."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -79,6 +79,8 @@ def local_spark(jars: Collection[str] = ()) -> Any:
     )
     if jars:
         builder = builder.config("spark.jars", ",".join(jars))
+    for key, value in (settings or {}).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

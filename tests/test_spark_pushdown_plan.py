@@ -18,10 +18,14 @@ if tuple(int(x) for x in pyspark.__version__.split(".")[:2]) < (4, 1):
 from kafkalite import Admin, Producer  # noqa: E402
 from kafkalite.log import Log  # noqa: E402
 from kafkalite.spark.options import SparkOptionError  # noqa: E402
+from kafkalite.spark.planning import pack_small  # noqa: E402
 from kafkalite.spark.source import (  # noqa: E402
+    PACK_RECORDS,
     KafkaliteDataSource,
     KafkalitePushdownReader,
     KafkaliteReader,
+    RangeGroup,
+    read_range,
 )
 from pyspark.sql.datasource import (  # noqa: E402
     EqualTo,
@@ -32,6 +36,15 @@ from pyspark.sql.datasource import (  # noqa: E402
     LessThan,
     LessThanOrEqual,
     StringContains,
+)
+from pyspark.sql.types import (  # noqa: E402
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
 )
 
 T0 = 1_700_000_000_000
@@ -59,13 +72,19 @@ def data(tmp_path):
     return path
 
 
-def plan(data, filters, **options):
-    """(the filters Spark must still apply, {(topic, partition): (start, end)} of the tasks)."""
+def tasks(data, filters, **options):
+    """(the filters Spark must still apply, the tasks planned)."""
     source = KafkaliteDataSource({"path": data, "subscribe": "events,other", **options})
     reader = KafkalitePushdownReader(None, dict(source.options))
     kept = list(reader.pushFilters(filters))
+    return kept, reader.partitions()
+
+
+def plan(data, filters, **options):
+    """(the filters Spark must still apply, {(topic, partition): (start, end)} of the tasks)."""
+    kept, planned = tasks(data, filters, **options)
     ranges: dict = {}
-    for task in reader.partitions():
+    for task in (r for t in planned for r in (t.ranges if isinstance(t, RangeGroup) else [t])):
         lo, hi = ranges.get((task.topic, task.partition), (task.start, task.end))
         ranges[(task.topic, task.partition)] = (min(lo, task.start), max(hi, task.end))
     return kept, ranges
@@ -153,3 +172,62 @@ def test_without_the_pushdown_planner_the_reader_has_no_push_filters(data):
     reader = KafkaliteDataSource({"path": data, "subscribe": "events"}).reader(None)
     assert type(reader) is KafkaliteReader
     assert reader.pushFilters.__func__ is DataSourceReader.pushFilters
+
+
+def test_small_ranges_left_by_the_filters_share_a_task(data):
+    """One task per partition costs Spark tens of milliseconds each however little it reads:
+    the few records a filter leaves in each partition are read by one task, unless the query
+    asks for a split (minPartitions, maxRecordsPerPartition: Kafka's calculator decides)."""
+    f = [GreaterThanOrEqual(("offset",), 40)]
+    _, planned = tasks(data, f)
+    assert len(planned) == 1 and isinstance(planned[0], RangeGroup)
+    assert [(r.topic, r.partition, r.start, r.end) for r in planned[0].ranges] == [
+        ("events", 0, 40, 50),
+        ("events", 1, 40, 50),
+        ("events", 2, 40, 50),
+    ]
+    _, planned = tasks(data, [EqualTo(("partition",), 1), *f])
+    assert [type(t).__name__ for t in planned] == ["RangePartition"]
+    for split in ({"minPartitions": "3"}, {"maxRecordsPerPartition": "100"}):
+        _, planned = tasks(data, f, **split)
+        assert len(planned) == 3 and not any(isinstance(t, RangeGroup) for t in planned), split
+    # Without pushdown, Kafka's one task per partition.
+    reader = KafkaliteReader(None, {"path": data, "subscribe": "events"})
+    assert len(reader.partitions()) == 3
+
+
+def test_pack_small_keeps_large_ranges_apart_and_fills_tasks_in_order():
+    def groups(sizes, budget):
+        return [[s for s in g] for g in pack_small(sizes, budget, lambda s: s)]
+
+    assert groups([5, 5, 5], 10) == [[5, 5], [5]]
+    assert groups([3, 20, 4, 6, 1], 10) == [[20], [3, 4], [6, 1]]
+    assert groups([10, 9, 1], 10) == [[10], [9, 1]]
+    assert groups([], 10) == []
+    assert PACK_RECORDS > 0
+
+
+def test_a_shared_task_reads_each_of_its_ranges_whole_and_in_order(data):
+    schema = StructType(
+        [
+            StructField("key", BinaryType()),
+            StructField("value", BinaryType()),
+            StructField("topic", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("offset", LongType()),
+            StructField("timestamp", TimestampType()),
+            StructField("timestampType", IntegerType()),
+        ]
+    )
+    _, [group] = tasks(data, [GreaterThan(("offset",), 44)])
+    assert isinstance(group, RangeGroup) and len(group.ranges) == 3
+
+    def rows(task):
+        return [
+            (r["topic"], r["partition"], r["offset"], r["value"])
+            for batch in read_range(task, schema)
+            for r in batch.to_pylist()
+        ]
+
+    expected = [row for one in group.ranges for row in rows(one)]
+    assert len(expected) == 3 * 5 and rows(group) == expected
