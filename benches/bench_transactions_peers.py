@@ -35,6 +35,7 @@ import argparse
 import os
 import platform
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -247,7 +248,7 @@ def report(args, figures: dict, pp: dict, uptime: tuple[str, str], seconds: floa
     lines = [
         "# Transactions beside a Kafka broker",
         "",
-        f"`python benches/bench_transactions_peers.py {' '.join(sys.argv[1:])}`; medians of {args.rounds} "
+        f"`python benches/bench_transactions_peers.py {shlex.join(sys.argv[1:])}`; medians of {args.rounds} "
         f"interleaved round(s); {seconds / 60:.1f} minutes.",
         "",
         f"`uptime` at the start: `{uptime[0]}`; at the end: `{uptime[1]}`.",
@@ -313,7 +314,7 @@ def report(args, figures: dict, pp: dict, uptime: tuple[str, str], seconds: floa
         "Versions: " + "; ".join(f"{k} {v}" for k, v in ver.items()),
     ]
     results = {
-        "command": "python benches/bench_transactions_peers.py " + " ".join(sys.argv[1:]),
+        "command": "python benches/bench_transactions_peers.py " + shlex.join(sys.argv[1:]),
         "uptime": {"start": uptime[0], "end": uptime[1]},
         "versions": ver,
         "rows": [{"side": s, "records_per_txn": n, "runs": runs} for (s, n), runs in figures.items()],
