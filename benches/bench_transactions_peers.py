@@ -7,10 +7,13 @@ latency (p50/p99) of transactions of 100, 1,000 and 10,000 records
   127.0.0.1, default settings, started and stopped here as in bench_peers.py);
 
 and Kafka's own ``ProducerPerformance --transactional-id --transaction-duration-ms`` (Java client,
-transactions ended by time, not count) against the broker and against ``kafkalite serve``.
+transactions ended by time, not count) against the broker and against ``kafkalite serve``; with
+``--pp-plain-acks all`` (or ``1``) also ProducerPerformance without transactions at those acks, to
+tell the transactions' own cost from the Produce path's. ``--sizes ''``: ProducerPerformance rows only.
 
     python benches/bench_transactions_peers.py [--records 20000] [--rounds 1] [--sizes 100,1000,10000]
-        [--pp-records 200000] [--pp-duration-ms 100 ...] [--out benches/results] [--replace]
+        [--pp-records 200000] [--pp-duration-ms 100 ...] [--pp-plain-acks all ...] [--out benches/results]
+        [--replace]
 
 One partition per row's topic; 8-byte keys and 100-byte values (ProducerPerformance: 100-byte
 values, no key). Each row sends max(--records, 10 x size) records (at least 10 transactions) and is
@@ -19,6 +22,8 @@ otherwise): the run stops if a committed record is missing or extra, or if the p
 hold exactly one COMMIT marker per transaction (its end offset minus the records). Records/s runs
 from the first begin_transaction to the last commit's return (init_transactions not timed);
 commit = the client's commit_transaction call (the flush of the last batches, then EndTxn).
+ProducerPerformance rows also give the CPU seconds of the server (kafkalite serve or the broker's JVM)
+and of the client's JVM during the row: on a machine of few cores the client's share is the budget.
 Rounds are interleaved (the order of the sides reversed every other round); medians reported.
 Results: ``transactions-peers-<date>.json``, ``.md`` and ``.png`` in --out (a new name unless
 --replace). Ratios are kafkalite ÷ broker: the issue's targets are >= 1.5 for records/s and
@@ -29,6 +34,8 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -103,6 +110,24 @@ def check(counted: tuple[int, int], records: int, txns: int | None, what: str) -
     return markers
 
 
+# -- CPU accounting --------------------------------------------------------------------------------
+#: A ProducerPerformance row: transactions of this many ms, or "acks=all" / "acks=1" without any.
+PPRow = int | str
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a running process (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds() -> float:
+    """User + system CPU seconds of this process's children waited for (the client runs)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 # -- the rows --------------------------------------------------------------------------------------
 class Sides:
     """The three targets of one run and how each row is run against them."""
@@ -122,6 +147,11 @@ class Sides:
 
     def endpoint(self, side: str) -> KafkaEndpoint:
         return self.served if side == SERVED else self.broker
+
+    def server_pid(self, side: str) -> int:
+        process = self.serve if side == SERVED else self.broker.broker.process
+        assert process is not None
+        return process.pid
 
     def close(self) -> None:
         self.served.close()
@@ -149,18 +179,27 @@ class Sides:
             "commit_ms_p99": percentile(commits, 0.99) * 1000,
         }
 
-    def producer_performance(self, side: str, duration_ms: int, records: int) -> dict:
-        """Kafka's ProducerPerformance with transactions ended every ``duration_ms``: its own
-        records/s and per-record latency; transactions counted from the markers."""
+    def producer_performance(self, side: str, row: PPRow, records: int) -> dict:
+        """Kafka's ProducerPerformance with transactions ended every ``row`` ms (or, for
+        "acks=..." rows, without transactions at those acks): its own records/s and per-record
+        latency; transactions counted from the markers; the CPU seconds of server and client."""
         endpoint = self.endpoint(side)
-        topic = endpoint.topic(f"pp-{duration_ms}-{uuid.uuid4().hex[:8]}", 1)
+        topic = endpoint.topic(f"pp-{str(row).replace('=', '-')}-{uuid.uuid4().hex[:8]}", 1)
         cmd = [
             "java", "-Xmx256m", "-cp", f"{self.tools}/*", "org.apache.kafka.tools.ProducerPerformance",
             "--topic", topic, "--num-records", str(records), "--record-size", "100", "--throughput", "-1",
-            "--transactional-id", f"pp-{topic}", "--transaction-duration-ms", str(duration_ms),
-            "--producer-props", f"bootstrap.servers={endpoint.bootstrap}",
         ]  # fmt: skip
+        if isinstance(row, int):
+            cmd += ["--transactional-id", f"pp-{topic}", "--transaction-duration-ms", str(row)]
+        cmd += ["--producer-props", f"bootstrap.servers={endpoint.bootstrap}"]
+        if isinstance(row, str):
+            cmd.append(row)
+        server_before, client_before = cpu_seconds(self.server_pid(side)), children_cpu_seconds()
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        server_cpu, client_cpu = (
+            cpu_seconds(self.server_pid(side)) - server_before,
+            children_cpu_seconds() - client_before,
+        )
         found = PP_LINE.findall(done.stdout)
         if done.returncode != 0 or not found:
             raise Missing(
@@ -168,13 +207,21 @@ class Sides:
             )
         sent, rate, _avg, _max, p50, _p95, p99 = found[-1]
         expect(int(sent), records, f"ProducerPerformance against {side}, sent")
-        txns = check(counted_served(endpoint.bootstrap, topic), records, None, f"ProducerPerformance, {side}")
+        if isinstance(row, int):
+            txns = check(
+                counted_served(endpoint.bootstrap, topic), records, None, f"ProducerPerformance, {side}"
+            )
+        else:
+            txns = 0
+            expect(endpoint.count(topic), records, f"ProducerPerformance {row} against {side}, end offset")
         return {
             "records": records,
             "transactions": txns,
             "records_per_s": float(rate),
             "record_latency_ms_p50": float(p50),
             "record_latency_ms_p99": float(p99),
+            "server_cpu_s": server_cpu,
+            "client_cpu_s": client_cpu,
         }
 
 
@@ -201,10 +248,12 @@ def report(args, figures: dict, pp: dict, uptime: tuple[str, str], seconds: floa
     lines = [
         "# Transactions beside a Kafka broker",
         "",
-        f"`python benches/bench_transactions_peers.py {' '.join(sys.argv[1:])}`; medians of {args.rounds} "
+        f"`python benches/bench_transactions_peers.py {shlex.join(sys.argv[1:])}`; medians of {args.rounds} "
         f"interleaved round(s); {seconds / 60:.1f} minutes.",
         "",
         f"`uptime` at the start: `{uptime[0]}`; at the end: `{uptime[1]}`.",
+    ]
+    confluent = [
         "",
         "One partition, 8-byte keys, 100-byte values; max(--records, 10 x size) records a row. Every row was read",
         "back with read_committed (all records, nothing more) and held exactly one COMMIT marker per transaction.",
@@ -215,6 +264,7 @@ def report(args, figures: dict, pp: dict, uptime: tuple[str, str], seconds: floa
         "| records/txn | side | records/s | commit p50 ms | commit p99 ms | records/s ÷ broker | p50 ÷ broker | p99 ÷ broker |",
         "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    lines += confluent if args.sizes else []
     plot_rows = []
     for size in args.sizes:
         broker = figures[(BROKER, size)]
@@ -233,26 +283,29 @@ def report(args, figures: dict, pp: dict, uptime: tuple[str, str], seconds: floa
     lines += [
         "",
         "Kafka's ProducerPerformance (Java client, `--throughput -1 --record-size 100`, transactions ended by",
-        "time), its own records/s and per-record send latency; transactions counted from the markers:",
+        "time, or none at the acks named), its own records/s and per-record send latency; transactions counted",
+        "from the markers; CPU seconds of the server (kafkalite serve, or the broker's JVM) and of the client's",
+        "JVM during the row:",
         "",
-        "| --transaction-duration-ms | target | records | transactions | records/s | latency p50 ms | latency p99 ms | records/s ÷ broker |",
-        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| --transaction-duration-ms | target | records | transactions | records/s | latency p50 ms | latency p99 ms "
+        "| server CPU s | client CPU s | records/s ÷ broker |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for duration in args.pp_duration_ms:
-        b_rate = median_of(pp[(BROKER, duration)], "records_per_s")
+    for pp_row in args.pp_rows:
+        b_rate = median_of(pp[(BROKER, pp_row)], "records_per_s")
         for side in (SERVED, BROKER):
-            runs = pp[(side, duration)]
+            runs = pp[(side, pp_row)]
             rate = median_of(runs, "records_per_s")
             r = "" if side == BROKER else f"{rate / b_rate:.2f}"
             lines.append(
-                f"| {duration} | {side} | {runs[0]['records']:,} | {median_of(runs, 'transactions'):.0f} | "
+                f"| {pp_row} | {side} | {runs[0]['records']:,} | {median_of(runs, 'transactions'):.0f} | "
                 f"{rate:,.0f} | {median_of(runs, 'record_latency_ms_p50'):.0f} | "
-                f"{median_of(runs, 'record_latency_ms_p99'):.0f} | {r} |"
+                f"{median_of(runs, 'record_latency_ms_p99'):.0f} | {median_of(runs, 'server_cpu_s'):.1f} | "
+                f"{median_of(runs, 'client_cpu_s'):.1f} | {r} |"
             )
             if side == SERVED:
-                plot_rows.append(
-                    (f"ProducerPerformance {duration} ms txns vs broker: records/s", rate / b_rate)
-                )
+                what = f"{pp_row} ms txns" if isinstance(pp_row, int) else f"{pp_row}, no txns"
+                plot_rows.append((f"ProducerPerformance {what} vs broker: records/s", rate / b_rate))
     ver = versions()
     lines += [
         "",
@@ -261,11 +314,14 @@ def report(args, figures: dict, pp: dict, uptime: tuple[str, str], seconds: floa
         "Versions: " + "; ".join(f"{k} {v}" for k, v in ver.items()),
     ]
     results = {
-        "command": "python benches/bench_transactions_peers.py " + " ".join(sys.argv[1:]),
+        "command": "python benches/bench_transactions_peers.py " + shlex.join(sys.argv[1:]),
         "uptime": {"start": uptime[0], "end": uptime[1]},
         "versions": ver,
         "rows": [{"side": s, "records_per_txn": n, "runs": runs} for (s, n), runs in figures.items()],
-        "producer_performance": [{"side": s, "duration_ms": d, "runs": runs} for (s, d), runs in pp.items()],
+        "producer_performance": [
+            {"side": s, **({"duration_ms": d} if isinstance(d, int) else {"plain": d}), "runs": runs}
+            for (s, d), runs in pp.items()
+        ],
     }
     write_report(str(base.parent), base.name, results, lines)
     load = uptime[0].split("load average:")[-1].strip()
@@ -283,19 +339,26 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--pp-records", type=int, default=200_000, help="ProducerPerformance --num-records")
     ap.add_argument("--pp-duration-ms", type=int, action="append", help="default: 100")
-    ap.add_argument("--sizes", default="100,1000,10000", help="records per transaction, comma-separated")
+    ap.add_argument(
+        "--pp-plain-acks", choices=["all", "1"], action="append", default=[],
+        help="also ProducerPerformance without transactions at these acks",
+    )  # fmt: skip
+    ap.add_argument(
+        "--sizes", default="100,1000,10000", help="records per transaction, comma-separated ('': none)"
+    )
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--replace", action="store_true")
     args = ap.parse_args()
     args.pp_duration_ms = args.pp_duration_ms or [100]
-    args.sizes = [int(n) for n in args.sizes.split(",")]
+    args.sizes = [int(n) for n in args.sizes.split(",") if n]
+    args.pp_rows = [*args.pp_duration_ms, *(f"acks={a}" for a in args.pp_plain_acks)]
     kafka_broker.ensure_jars()
     began, up_start = time.monotonic(), uptime()
     print(f"start: {up_start}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="kafkalite-txn-peers-"))
     sides: Sides | None = None
     figures: dict[tuple[str, int], list[dict]] = {}
-    pp: dict[tuple[str, int], list[dict]] = {}
+    pp: dict[tuple[str, PPRow], list[dict]] = {}
     try:
         sides = Sides(work)
         for r in range(args.rounds):
@@ -305,11 +368,11 @@ def main() -> None:
                     row = sides.count_size(side, size, args.records)
                     figures.setdefault((side, size), []).append(row)
                     print(f"round {r + 1} {side} {size}/txn: {row}", flush=True)
-            for duration in args.pp_duration_ms:
+            for pp_row in args.pp_rows:
                 for side in [SERVED, BROKER] if r % 2 == 0 else [BROKER, SERVED]:
-                    row = sides.producer_performance(side, duration, args.pp_records)
-                    pp.setdefault((side, duration), []).append(row)
-                    print(f"round {r + 1} ProducerPerformance {side} {duration} ms: {row}", flush=True)
+                    row = sides.producer_performance(side, pp_row, args.pp_records)
+                    pp.setdefault((side, pp_row), []).append(row)
+                    print(f"round {r + 1} ProducerPerformance {side} {pp_row}: {row}", flush=True)
         report(args, figures, pp, (up_start, uptime()), time.monotonic() - began)
     finally:
         if sides is not None:

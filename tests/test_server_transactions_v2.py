@@ -224,6 +224,55 @@ def test_clients_below_transaction_version_2_keep_its_rules(kafkalite_server):
     client.close()
 
 
+def test_a_batch_after_its_transactions_end_is_verified_again_not_appended_into_it(kafkalite_server):
+    """The server appends a transaction's later batches to a partition without asking the
+    coordinator while the partition holds that producer's open transaction at that epoch (Kafka's
+    `hasOngoingTransaction`). Once a marker ended it there (the coordinator writes markers through
+    its own handle on the partition), a batch at the same epoch (transaction version 0 keeps it
+    across transactions), or at a fence's new epoch, is verified again: refused, not appended
+    into a transaction no marker will ever end (a hanging transaction)."""
+    kafkalite.Admin(kafkalite_server.path).create_topic("late", 1)
+    tid = "late-tx"
+    client = Client(kafkalite_server.address)
+    error, pid, epoch = client.init_producer_id(tid)
+    assert error == NONE
+
+    def add(producer: tuple[int, int]) -> None:
+        request = AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=tid, v3_and_below_producer_id=producer[0],
+            v3_and_below_producer_epoch=producer[1],
+            v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name="late", partitions=[0])],
+        )  # fmt: skip
+        [topic] = client.call(request, 3, AddPartitionsToTxnResponse).results_by_topic_v3_and_below
+        assert [r.partition_error_code for r in topic.results_by_partition] == [NONE]
+
+    add((pid, epoch))
+    for seq in range(3):  # the first is verified, the later ones go into its open transaction
+        assert client.produce(tid, "late", 0, (pid, epoch), seq, [b"c%d" % seq], version=11) == NONE
+    assert client.end_txn(tid, (pid, epoch), True, version=4) == (NONE, -1, -1)
+    assert client.produce(tid, "late", 0, (pid, epoch), 3, [b"late"], version=11) == INVALID_TXN_STATE
+    # A new transaction, fenced by a new producer instance (its abort marker bumps the epoch):
+    # the new epoch's batch without AddPartitionsToTxn is no member of a transaction either.
+    add((pid, epoch))
+    assert client.produce(tid, "late", 0, (pid, epoch), 3, [b"aborted"], version=11) == NONE
+    error, pid2, epoch2 = client.init_producer_id(tid)
+    assert (error, pid2) == (NONE, pid) and epoch2 > epoch
+    assert client.produce(tid, "late", 0, (pid, epoch2), 0, [b"stray"], version=11) == INVALID_TXN_STATE
+    assert client.produce(tid, "late", 0, (pid, epoch), 4, [b"zombie"], version=11) == INVALID_PRODUCER_EPOCH
+    client.close()
+    [committed, (fenced_pid, fenced_epoch, fenced_commit)] = control_epochs(kafkalite_server.path, "late", 0)
+    assert committed == (pid, epoch, True)
+    assert (fenced_pid, fenced_commit) == (pid, False) and epoch < fenced_epoch <= epoch2
+    with kafkalite.Log(os.path.join(kafkalite_server.path, "late-0"), readonly=True) as log:
+        # 3 committed records and their marker, 1 aborted record and its marker: nothing else.
+        assert log.end_offset == 6
+    assert sorted(values(kafkalite_server.bootstrap_servers, "late", "read_committed", want=3)) == [
+        b"c0",
+        b"c1",
+        b"c2",
+    ]
+
+
 @pytest.mark.parametrize("first", ["network", "embedded"])
 def test_an_embedded_producer_and_a_tv2_network_producer_fence_each_other(kafkalite_server, first):
     """One coordinator over one `__transaction_state`: the later producer's init aborts the

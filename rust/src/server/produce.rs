@@ -11,9 +11,13 @@
 //! `timeout_ms` or `waits::LOCK_WAIT`: then that partition is answered REQUEST_TIMED_OUT
 //! (retriable: the producer sends again) and a WARNING names the holder.
 //!
-//! Transactional batches are verified first (`txn_api::verify_produce`): their producer must be
-//! the transactional id's current one, in an open transaction its partition was added to.
+//! Transactional batches are appended without asking the coordinator when their partition holds
+//! an open transaction of their producer at their epoch (checked under the append lock, so no
+//! marker can come between: Kafka's `hasOngoingTransaction`); a transaction's first batch in a
+//! partition is verified first (`txn_api::verify_produce`): its producer must be the
+//! transactional id's current one, in an open transaction its partition was added to.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -42,16 +46,23 @@ struct Appended {
     durable: Option<Pending>,
 }
 
-/// The outcome of one try at the append: `None` while the log or its append lock is busy.
-type Attempt = Option<Result<Appended, (i16, String)>>;
+/// The outcome of one append: `Ok(None)` when its batches are transactional and their partition
+/// holds no open transaction of their producer at their epoch (nothing appended: verify first).
+type Outcome = Result<Option<Appended>, (i16, String)>;
 
+/// The outcome of one try at the append: `None` while the log or its append lock is busy.
+type Attempt = Option<Outcome>;
+
+/// Append one partition's batches. `open_txn`: the (producer id, epoch) of its transactional
+/// batches when they were not verified: appended only into that producer's open transaction.
 async fn append(
     broker: &Arc<Broker>,
     (topic, partition): (&str, i32),
     records: Option<&[u8]>,
     (acks, deadline): (i16, Instant),
+    open_txn: Option<(i64, i16)>,
     peer: &str,
-) -> Result<Appended, (i16, String)> {
+) -> Outcome {
     let log = match broker.partition_within((topic, partition), Access::Write, deadline).await {
         Ok(Some(log)) => log,
         Ok(None) => {
@@ -72,9 +83,10 @@ async fn append(
     }
     let records = records.ok_or((codes::CORRUPT_MESSAGE, "the partition's records are null".to_string()))?;
     let started = Instant::now();
-    if let Some(outcome) =
-        waits::retry_until(deadline, || std::future::ready(attempt(broker, &log, (topic, partition), records, acks)))
-            .await
+    if let Some(outcome) = waits::retry_until(deadline, || {
+        std::future::ready(attempt(broker, &log, (topic, partition), records, (acks, open_txn)))
+    })
+    .await
     {
         return outcome;
     }
@@ -101,7 +113,7 @@ fn attempt(
     log: &std::sync::Mutex<Log>,
     (topic, partition): (&str, i32),
     records: &[u8],
-    acks: i16,
+    (acks, open_txn): (i16, Option<(i64, i16)>),
 ) -> Attempt {
     let mut log = match try_lock_log(log) {
         Ok(Some(log)) => log,
@@ -115,9 +127,20 @@ fn attempt(
     if let Err(e) = crate::failpoint::hit("server.produce") {
         return Some(Err((codes::KAFKA_STORAGE_ERROR, e.to_string())));
     }
-    let produced = match log.try_with_append_lock(|log| log.append_produce(records)) {
+    let produced = match log.try_with_append_lock(|log| {
+        if let Some((producer_id, epoch)) = open_txn {
+            // Under the append lock, caught up with the files: a marker the coordinator wrote
+            // (it appends under the same lock) has ended the transaction here already.
+            let state = log.producer_state()?;
+            if state.open_txn_first_offset(producer_id).is_none() || state.epoch_of(producer_id) != Some(epoch) {
+                return Ok(None);
+            }
+        }
+        log.append_produce(records).map(Some)
+    }) {
         Ok(None) => return None,
-        Ok(Some(produced)) => Ok(produced),
+        Ok(Some(None)) => return Some(Ok(None)),
+        Ok(Some(Some(produced))) => Ok(produced),
         Err(e) => Err(e),
     };
     // acks=all: what the answer waits for, taken while the log is still locked (`durable`).
@@ -138,7 +161,7 @@ fn attempt(
             let log_append_time =
                 if log.config().timestamp_type == TimestampType::LogAppendTime { batch.timestamp } else { -1 };
             let log_start_offset = log.start_offset();
-            Ok(Appended { base_offset: batch.first_offset(), log_append_time, log_start_offset, durable })
+            Ok(Some(Appended { base_offset: batch.first_offset(), log_append_time, log_start_offset, durable }))
         }
         Ok(Produced::Refused(refusal)) => Err(match refusal {
             Refusal::InvalidProducerEpoch(m) => (codes::INVALID_PRODUCER_EPOCH, m),
@@ -156,7 +179,7 @@ fn attempt(
                     }
                 }
             }
-            Ok(Appended { base_offset, log_append_time, log_start_offset: log.start_offset(), durable })
+            Ok(Some(Appended { base_offset, log_append_time, log_start_offset: log.start_offset(), durable }))
         }
         Err(e) => {
             if codes::needs_reopen(&e) {
@@ -192,32 +215,26 @@ impl Written {
     }
 }
 
+/// One partition's appended batches, or why not (its code and message).
+type Done = Result<Appended, (i16, String)>;
+
+/// An append that did not ask for an open transaction always appended or refused.
+fn appended_or_bug(appended: Option<Appended>) -> Done {
+    appended.ok_or_else(|| (codes::UNKNOWN_SERVER_ERROR, "an unverified append was not verified (a bug)".into()))
+}
+
 /// Append the request's batches (in request order: the connection's next request is read only
 /// after this returns); its answer comes from `Written::answer`.
 pub async fn produce(broker: &Arc<Broker>, request: ProduceRequest, version: i16, peer: &str) -> Written {
-    let valid_acks = matches!(request.acks, -1..=1);
-    // One deadline for the whole request: its partitions' waits do not add up.
-    let deadline = waits::deadline(request.timeout_ms);
+    let done = append_all(broker, &request, version, peer).await;
     let mut appended_any = false;
     let mut pending = Vec::new();
     let mut responses = Vec::with_capacity(request.topic_data.len().min(1024));
     let mut refusals = codes::Refusals::new("partition");
-    let unverified = if valid_acks {
-        txn_api::verify_produce(broker, &request, version, deadline).await
-    } else {
-        Default::default()
-    };
-    for topic in &request.topic_data {
-        let name = topic.name.0.to_string();
-        let mut partitions = Vec::with_capacity(topic.partition_data.len().min(1024));
-        for p in &topic.partition_data {
-            let outcome = if let Some((code, why)) = unverified.get(&(name.clone(), p.index)) {
-                Err((*code, why.clone()))
-            } else if valid_acks {
-                append(broker, (&name, p.index), p.records.as_deref(), (request.acks, deadline), peer).await
-            } else {
-                Err((codes::INVALID_REQUIRED_ACKS, format!("acks must be -1, 0 or 1, not {}", request.acks)))
-            };
+    for (topic, done) in request.topic_data.iter().zip(done) {
+        let name = &topic.name.0;
+        let mut partitions = Vec::with_capacity(done.len());
+        for (p, outcome) in topic.partition_data.iter().zip(done) {
             let mut resp = PartitionProduceResponse::default().with_index(p.index);
             match outcome {
                 Ok(a) => {
@@ -251,4 +268,58 @@ pub async fn produce(broker: &Arc<Broker>, request: ProduceRequest, version: i16
         broker.announce_append();
     }
     Written { acks: request.acks, timeout_ms: request.timeout_ms, version, responses, pending }
+}
+
+/// Each partition's outcome, by topic then partition as requested. A transactional partition
+/// whose producer has no open transaction there at its epoch is verified by the coordinator
+/// (all such partitions of the request at once), then appended after the request's others.
+async fn append_all(broker: &Arc<Broker>, request: &ProduceRequest, version: i16, peer: &str) -> Vec<Vec<Done>> {
+    let (acks, valid_acks) = (request.acks, matches!(request.acks, -1..=1));
+    // One deadline for the whole request: its partitions' waits do not add up.
+    let deadline = waits::deadline(request.timeout_ms);
+    let (id, stamped, mut refused) =
+        if valid_acks { txn_api::transactional_partitions(request) } else { Default::default() };
+    let stamps: HashMap<(String, i32), (i64, i16)> = stamped.into_iter().collect();
+    // None: waiting for its verification (`unverified`: where, and what to verify).
+    let mut outcomes: Vec<Vec<Option<Done>>> = Vec::with_capacity(request.topic_data.len().min(1024));
+    let mut unverified = Vec::new();
+    for (t, topic) in request.topic_data.iter().enumerate() {
+        let name = topic.name.0.to_string();
+        let mut partitions = Vec::with_capacity(topic.partition_data.len().min(1024));
+        for (i, p) in topic.partition_data.iter().enumerate() {
+            let key = (name.clone(), p.index);
+            let outcome = if let Some(refusal) = refused.remove(&key) {
+                Some(Err(refusal))
+            } else if !valid_acks {
+                Some(Err((codes::INVALID_REQUIRED_ACKS, format!("acks must be -1, 0 or 1, not {acks}"))))
+            } else {
+                let open_txn = stamps.get(&key).copied();
+                let records = p.records.as_deref();
+                match (append(broker, (&name, p.index), records, (acks, deadline), open_txn, peer).await, open_txn) {
+                    (Ok(None), Some(stamp)) => {
+                        unverified.push(((t, i), (key, stamp)));
+                        None
+                    }
+                    (outcome, _) => Some(outcome.and_then(appended_or_bug)),
+                }
+            };
+            partitions.push(outcome);
+        }
+        outcomes.push(partitions);
+    }
+    if let (Some(id), false) = (&id, unverified.is_empty()) {
+        let wanted = unverified.iter().map(|(_, stamped)| stamped.clone()).collect();
+        let mut refused = txn_api::verify_produce(broker, id, wanted, version, deadline).await;
+        for ((t, i), ((name, index), _)) in unverified {
+            let records = request.topic_data[t].partition_data[i].records.as_deref();
+            outcomes[t][i] = Some(match refused.remove(&(name.clone(), index)) {
+                Some(refusal) => Err(refusal),
+                None => append(broker, (&name, index), records, (acks, deadline), None, peer)
+                    .await
+                    .and_then(appended_or_bug),
+            });
+        }
+    }
+    let never = || Err((codes::UNKNOWN_SERVER_ERROR, "an unverified partition was never verified (a bug)".into()));
+    outcomes.into_iter().map(|partitions| partitions.into_iter().map(|o| o.unwrap_or_else(never)).collect()).collect()
 }

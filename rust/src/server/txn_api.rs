@@ -350,21 +350,11 @@ fn transactional_producer(records: &[u8]) -> Result<Option<(i64, i16)>, String> 
     Ok(producer)
 }
 
-/// What Kafka's broker checks of a transactional Produce before appending (KIP-890 part 1's
-/// verification, with the coordinator at hand): it names a transactional id, and each
-/// partition's batches are that id's current producer and epoch in an open transaction the
-/// partition was added to. Otherwise a batch could land after its transaction ended (an
-/// append no marker will ever close, holding the last stable offset back for good) or from a
-/// fenced producer. From v12 (transaction version 2, KIP-890 part 2) a partition not yet in
-/// the transaction is added to it instead (starting one), as a Kafka 4 broker's verification
-/// does; the coordinator still refuses another epoch or producer id. Per refused partition: the
-/// code and why. Reads (and adds) off the request workers.
-pub async fn verify_produce(
-    broker: &Arc<Broker>,
-    request: &ProduceRequest,
-    version: i16,
-    deadline: Instant,
-) -> HashMap<(String, i32), (i16, String)> {
+/// The transactional partitions of a Produce request: each with the producer (id, epoch) of its
+/// batches, and the refusals of those that cannot be appended at all (batches of several
+/// producers in one partition; transactional batches without a transactional id, which Kafka
+/// refuses before any check). `None` as the id: the request names none.
+pub fn transactional_partitions(request: &ProduceRequest) -> (Option<String>, Vec<Stamped>, Refused) {
     let mut refused = HashMap::new();
     let mut wanted = Vec::new();
     for topic in &request.topic_data {
@@ -379,21 +369,42 @@ pub async fn verify_produce(
             }
         }
     }
-    if wanted.is_empty() {
-        return refused;
-    }
-    let Some(id) = request.transactional_id.as_ref().map(|id| id.0.to_string()) else {
+    let id = request.transactional_id.as_ref().map(|id| id.0.to_string());
+    if id.is_none() {
         // Kafka: transactional records need a transactional id the client may write as.
-        for (key, _) in wanted {
+        for (key, _) in wanted.drain(..) {
             let why = "transactional batches without a transactional id".to_string();
             refused.insert(key, (codes::TRANSACTIONAL_ID_AUTHORIZATION_FAILED, why));
         }
+    }
+    (id, wanted, refused)
+}
+
+/// What Kafka's broker checks of a transactional Produce whose partition holds no open
+/// transaction of its producer at its epoch (KIP-890 part 1's verification, with the coordinator
+/// at hand; `produce` skips it for a partition that does, as Kafka's `hasOngoingTransaction`
+/// does): each partition's batches are `id`'s current producer and epoch in an open transaction
+/// the partition was added to. Otherwise a batch could land after its transaction ended (an
+/// append no marker will ever close, holding the last stable offset back for good) or from a
+/// fenced producer. From v12 (transaction version 2, KIP-890 part 2) a partition not yet in
+/// the transaction is added to it instead (starting one), as a Kafka 4 broker's verification
+/// does; the coordinator still refuses another epoch or producer id. Per refused partition: the
+/// code and why. Reads (and adds) off the request workers.
+pub async fn verify_produce(
+    broker: &Arc<Broker>,
+    id: &str,
+    wanted: Vec<Stamped>,
+    version: i16,
+    deadline: Instant,
+) -> Refused {
+    let mut refused = HashMap::new();
+    if wanted.is_empty() {
         return refused;
-    };
+    }
     let checked: Vec<Stamped> = wanted.clone();
     let adds = client_version(version, TV2_SINCE_PRODUCE) >= TV_2;
     let verdicts = waits::off_workers(broker, deadline, {
-        let id = id.clone();
+        let id = id.to_string();
         move |b| {
             let each = |((t, p), (pid, epoch)): &Stamped| {
                 b.transactions
@@ -434,8 +445,11 @@ pub async fn verify_produce(
     refused
 }
 
+/// Refused partitions of a Produce: (topic, partition) -> (code, why).
+pub type Refused = HashMap<(String, i32), (i16, String)>;
+
 /// A partition of a transactional Produce and the producer (id, epoch) of its batches.
-type Stamped = ((String, i32), (i64, i16));
+pub type Stamped = ((String, i32), (i64, i16));
 
 /// Transaction version 2's verification: the partitions whose check found them outside the
 /// transaction (INVALID_TXN_STATE: right producer and epoch) are added to it, one coordinator
