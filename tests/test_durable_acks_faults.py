@@ -209,3 +209,63 @@ def test_an_msync_failing_while_threads_stream_to_partitions_resolves_every_futu
         acked = [o for p, o in ok if p == partition]
         assert all(o < end for o in acked), f"an acknowledged record of t-{partition} is not in its log"
     assert len({p for p, _ in ok}) >= 2, "a failed sync of one partition stopped the others' acknowledgements"
+
+
+#: acks='all' through segments of 16 KiB: about every 140th record's batch rolls the segment.
+#: The producer appends without releasing the GIL and rolls with it released, in the append
+#: lock hold that found the roll due (`Log::try_append_builder_deferred`, `append_rolling`).
+#: Prints each future's outcome, then whether the append lock is free and the log's end.
+ROLLING_PRODUCER = textwrap.dedent(
+    """
+    import fcntl, json, os, sys
+    from kafkalite import Admin, Log, Producer
+    path = sys.argv[1]
+    Admin(path).create_topic("t", partitions=1, config={"segment.bytes": 16384})
+    with Producer(path, acks="all", batch_size=1024, linger_ms=0) as p:
+        futures = [p.send("t", b"%05d" % i + b"v" * 100, key=b"k") for i in range(3000)]
+        try:
+            p.flush(60)
+        except Exception:
+            pass
+        out = []
+        for f in futures:
+            try:
+                out.append(["ok", f.get(60).offset])
+            except Exception as e:
+                out.append([type(e).__name__, str(e)])
+        # Still open: the append lock must be free (a hold kept after the failed roll would
+        # make every other writer of the partition wait for this process).
+        with open(os.path.join(path, "t-0", ".kafkalite.lock"), "a+") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                free = True
+                fcntl.flock(lock, fcntl.LOCK_UN)
+            except BlockingIOError:
+                free = False
+    with Log(os.path.join(path, "t-0"), readonly=True) as log:
+        values = [r.value[:5].decode() for r in log.records()]
+    print(json.dumps({"results": out, "lock_free": free, "values": values}))
+    """
+)
+
+
+@pytest.mark.parametrize("fault", ["roll.after_seal=eio@3", "roll.after_create=panic@3"])
+def test_a_roll_failing_in_the_producers_append_fails_its_batch_typed_and_releases_the_append_lock(
+    tmp_path, fault
+):
+    """The third roll of an acks='all' producer fails (EIO after the seal: undone; a panic after
+    the new segment exists: the log is poisoned) while the sending thread rolls in the append
+    lock hold it kept with the GIL released: the process goes on, that batch's futures fail
+    typed, none is acknowledged that is not in the log, and the append lock is released."""
+    env = {**os.environ, "KAFKALITE_FAILPOINTS": fault}
+    done = run_python_ok(ROLLING_PRODUCER, str(tmp_path / "data"), env=env)
+    out = json.loads(done.stdout.splitlines()[-1])
+    results = out["results"]
+    ok = {r[1]: i for i, r in enumerate(results) if r[0] == "ok"}
+    failed = [r for r in results if r[0] != "ok"]
+    assert ok and failed, f"{len(ok)} acknowledged, {len(failed)} failed: the fault should land midway"
+    assert all(r[0].endswith("Error") and r[0] != "PanicException" for r in failed), {r[0] for r in failed}
+    assert out["lock_free"], "the producer kept the partition's append lock after the failed roll"
+    values = out["values"]
+    for offset, i in ok.items():
+        assert values[offset] == "%05d" % i, f"acknowledged record {i} is not at offset {offset}"
