@@ -2,7 +2,9 @@
 kafkalite only, for A/B runs of two builds on a shared machine (issue 25 item 1): wall time there
 follows the load; user+sys of the process (getrusage) and its context switches much less.
 
-    PYTHONPATH=<checkout>/python python benches/bench_acks_all_cpu.py [all|1] [records]
+    PYTHONPATH=<checkout>/python python benches/bench_acks_all_cpu.py [all|1] [records] [partitions]
+
+Keyed records go to one partition's topic by default; bench_peers' topics have four.
 
 The data directory goes under $ABDIR (default /tmp; /dev/shm for tmpfs, where a sync is cheap)."""
 
@@ -13,13 +15,15 @@ import sys
 import tempfile
 import time
 
-from kafkalite import Producer
+from kafkalite import Admin, Producer
 
 acks = sys.argv[1] if len(sys.argv) > 1 else "all"
 acks = 1 if acks == "1" else acks
 n = int(sys.argv[2]) if len(sys.argv) > 2 else 1_000_000
+partitions = int(sys.argv[3]) if len(sys.argv) > 3 else 1
 d = tempfile.mkdtemp(prefix="embacks-", dir=os.environ.get("ABDIR", "/tmp"))
 try:
+    Admin(d).create_topic("t", partitions=partitions)
     p = Producer(d, acks=acks)
     V = b"v" * 100
     keys = [i.to_bytes(8, "big") for i in range(n)]
@@ -36,7 +40,7 @@ try:
     p.close()
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     print(
-        f"acks={acks} {n / (t1 - t0):,.0f} rec/s  wall {t1 - t0:.2f}s cpu {cpu:.2f}s (user {r1.ru_utime - r0.ru_utime:.2f} sys {r1.ru_stime - r0.ru_stime:.2f})  vcsw {r1.ru_nvcsw - r0.ru_nvcsw} ivcsw {r1.ru_nivcsw - r0.ru_nivcsw}"
+        f"acks={acks} partitions={partitions} {n / (t1 - t0):,.0f} rec/s  wall {t1 - t0:.2f}s cpu {cpu:.2f}s (user {r1.ru_utime - r0.ru_utime:.2f} sys {r1.ru_stime - r0.ru_stime:.2f})  vcsw {r1.ru_nvcsw - r0.ru_nvcsw} ivcsw {r1.ru_nivcsw - r0.ru_nivcsw}"
     )
 finally:
     shutil.rmtree(d)

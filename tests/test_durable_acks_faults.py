@@ -268,4 +268,4 @@ def test_a_roll_failing_in_the_producers_append_fails_its_batch_typed_and_releas
     assert out["lock_free"], "the producer kept the partition's append lock after the failed roll"
     values = out["values"]
     for offset, i in ok.items():
-        assert values[offset] == "%05d" % i, f"acknowledged record {i} is not at offset {offset}"
+        assert values[offset] == f"{i:05d}", f"acknowledged record {i} is not at offset {offset}"
