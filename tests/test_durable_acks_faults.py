@@ -112,12 +112,19 @@ def test_a_syncer_killed_in_the_middle_of_its_sync_leaves_no_writer_waiting_and_
 
 STREAMING_PRODUCER = textwrap.dedent(
     """
-    import json, sys
+    import json, sys, time
     from kafkalite import Admin, Producer
     path = sys.argv[1]
     Admin(path).create_topic("t", partitions=1)
     with Producer(path, acks="all") as p:
-        futures = [p.send("t", b"v" * 100, key=b"%d" % i) for i in range(30000)]
+        futures = []
+        for i in range(30000):
+            futures.append(p.send("t", b"v" * 100, key=b"%d" % i))
+            if i % 1000 == 999:
+                # A pause between bursts: the sending thread keeps the GIL through its appends,
+                # so the acknowledging thread syncs a group when it gets the GIL (5 ms, or
+                # here): about 30 groups however loaded the machine, so the nth sync exists.
+                time.sleep(0.001)
         try:
             p.flush(60)
         except Exception:
@@ -137,9 +144,9 @@ STREAMING_PRODUCER = textwrap.dedent(
 def test_an_msync_failing_while_a_producer_streams_acknowledges_only_what_earlier_syncs_covered(
     tmp_path, nth
 ):
-    """One thread streams 30,000 records (the native drain, groups of many batches); the nth
-    group's msync fails with EIO: the records acknowledged are a prefix of the log that the
-    syncs before it covered, and every later record fails typed."""
+    """One thread streams 30,000 records in bursts of 1,000 (the native drain, groups of many
+    batches); the nth group's msync fails with EIO: the records acknowledged are a prefix of the
+    log that the syncs before it covered, and every later record fails typed."""
     env = {**os.environ, "KAFKALITE_FAILPOINTS": f"group_commit.sync=eio@{nth}"}
     done = run_python_ok(STREAMING_PRODUCER, str(tmp_path / "data"), env=env)
     out = json.loads(done.stdout.splitlines()[-1])
