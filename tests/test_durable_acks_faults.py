@@ -112,12 +112,19 @@ def test_a_syncer_killed_in_the_middle_of_its_sync_leaves_no_writer_waiting_and_
 
 STREAMING_PRODUCER = textwrap.dedent(
     """
-    import json, sys
+    import json, sys, time
     from kafkalite import Admin, Producer
     path = sys.argv[1]
     Admin(path).create_topic("t", partitions=1)
     with Producer(path, acks="all") as p:
-        futures = [p.send("t", b"v" * 100, key=b"%d" % i) for i in range(30000)]
+        futures = []
+        for i in range(30000):
+            futures.append(p.send("t", b"v" * 100, key=b"%d" % i))
+            if i % 1000 == 999:
+                # A pause between bursts: the sending thread keeps the GIL through its appends,
+                # so the acknowledging thread syncs a group when it gets the GIL (5 ms, or
+                # here): about 30 groups however loaded the machine, so the nth sync exists.
+                time.sleep(0.001)
         try:
             p.flush(60)
         except Exception:
@@ -137,9 +144,9 @@ STREAMING_PRODUCER = textwrap.dedent(
 def test_an_msync_failing_while_a_producer_streams_acknowledges_only_what_earlier_syncs_covered(
     tmp_path, nth
 ):
-    """One thread streams 30,000 records (the native drain, groups of many batches); the nth
-    group's msync fails with EIO: the records acknowledged are a prefix of the log that the
-    syncs before it covered, and every later record fails typed."""
+    """One thread streams 30,000 records in bursts of 1,000 (the native drain, groups of many
+    batches); the nth group's msync fails with EIO: the records acknowledged are a prefix of the
+    log that the syncs before it covered, and every later record fails typed."""
     env = {**os.environ, "KAFKALITE_FAILPOINTS": f"group_commit.sync=eio@{nth}"}
     done = run_python_ok(STREAMING_PRODUCER, str(tmp_path / "data"), env=env)
     out = json.loads(done.stdout.splitlines()[-1])
@@ -209,3 +216,70 @@ def test_an_msync_failing_while_threads_stream_to_partitions_resolves_every_futu
         acked = [o for p, o in ok if p == partition]
         assert all(o < end for o in acked), f"an acknowledged record of t-{partition} is not in its log"
     assert len({p for p, _ in ok}) >= 2, "a failed sync of one partition stopped the others' acknowledgements"
+
+
+#: acks='all' through segments of 16 KiB: about every 140th record's batch rolls the segment.
+#: The producer appends without releasing the GIL and rolls with it released, in the append
+#: lock hold that found the roll due (`Log::try_append_builder_deferred`, `append_rolling`).
+#: The first errback (run by the draining thread right after the failed append, before it
+#: appends the next batch) notes whether the partition's append lock is free then; a hold kept
+#: after the failure would be released only by this writer's next append, or never if it was
+#: the last. Prints each future's outcome, that note, and the log's records.
+ROLLING_PRODUCER = textwrap.dedent(
+    """
+    import fcntl, json, os, sys
+    from kafkalite import Admin, Log, Producer
+    path = sys.argv[1]
+    Admin(path).create_topic("t", partitions=1, config={"segment.bytes": 16384})
+    free = []
+    def lock_free(e):
+        if not free:
+            with open(os.path.join(path, "t-0", ".kafkalite.lock"), "a+") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(lock, fcntl.LOCK_UN)
+                    free.append(True)
+                except BlockingIOError:
+                    free.append(False)
+    with Producer(path, acks="all", batch_size=1024, linger_ms=0) as p:
+        futures = []
+        for i in range(3000):
+            futures.append(p.send("t", b"%05d" % i + b"v" * 100, key=b"k"))
+            futures[-1].add_errback(lock_free)
+        try:
+            p.flush(60)
+        except Exception:
+            pass
+        out = []
+        for f in futures:
+            try:
+                out.append(["ok", f.get(60).offset])
+            except Exception as e:
+                out.append([type(e).__name__, str(e)])
+    with Log(os.path.join(path, "t-0"), readonly=True) as log:
+        values = [r.value[:5].decode() for r in log.records()]
+    print(json.dumps({"results": out, "lock_free": free, "values": values}))
+    """
+)
+
+
+@pytest.mark.parametrize("fault", ["roll.after_seal=eio@3", "roll.after_create=panic@3"])
+def test_a_roll_failing_in_the_producers_append_fails_its_batch_typed_and_releases_the_append_lock(
+    tmp_path, fault
+):
+    """The third roll of an acks='all' producer fails (EIO after the seal: undone; a panic after
+    the new segment exists: the log is poisoned) while the sending thread rolls in the append
+    lock hold it kept with the GIL released: the process goes on, that batch's futures fail
+    typed, none is acknowledged that is not in the log, and the append lock is released."""
+    env = {**os.environ, "KAFKALITE_FAILPOINTS": fault}
+    done = run_python_ok(ROLLING_PRODUCER, str(tmp_path / "data"), env=env)
+    out = json.loads(done.stdout.splitlines()[-1])
+    results = out["results"]
+    ok = {r[1]: i for i, r in enumerate(results) if r[0] == "ok"}
+    failed = [r for r in results if r[0] != "ok"]
+    assert ok and failed, f"{len(ok)} acknowledged, {len(failed)} failed: the fault should land midway"
+    assert all(r[0].endswith("Error") and r[0] != "PanicException" for r in failed), {r[0] for r in failed}
+    assert out["lock_free"] == [True], "the producer kept the partition's append lock after the failed roll"
+    values = out["values"]
+    for offset, i in ok.items():
+        assert values[offset] == f"{i:05d}", f"acknowledged record {i} is not at offset {offset}"

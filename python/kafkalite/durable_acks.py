@@ -14,7 +14,11 @@ so an expensive sync (a disk flush: milliseconds) covers many batches and a chea
 microseconds) a few, with no timer. (A window that also waited half the measured sync cost
 before a streaming group synced made bench_peers' acks='all' row slower, 260 K against 420 K
 records/s at load 25: the records' wait grew and no append got faster.) The appending threads
-wake this thread only when it is idle: a wake-up per batch handed it the GIL and back."""
+wake this thread only when it is idle: a wake-up per batch handed it the GIL and back. For
+the same reason an appending thread keeps the GIL through its appends (a group-commit append
+never syncs: `rust/src/py/log/access.rs`), so this thread resolves a group when the
+interpreter hands it the GIL (``sys.getswitchinterval()``, 5 ms, or sooner when the appender
+waits), and the next group holds what was appended meanwhile."""
 
 from __future__ import annotations
 

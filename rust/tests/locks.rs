@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kafkalite::lock::WriterLock;
+use kafkalite::log::TryAppend;
 use kafkalite::sync::lock_log;
 use kafkalite::{Error, Log, LogConfig, Result};
 
@@ -106,13 +107,13 @@ fn try_append_gives_the_batch_back_while_another_writer_holds_the_append_lock() 
     let other = Arc::new(WriterLock::shared(&path).unwrap());
     let held = other.enter(None).unwrap();
     let started = Instant::now();
-    let Err(back) = log.try_append_builder_deferred(one_record_batch(b"first")).unwrap() else {
+    let TryAppend::Busy(back) = log.try_append_builder_deferred(one_record_batch(b"first")).unwrap() else {
         panic!("appended while another writer held the append lock");
     };
     assert!(started.elapsed() < Duration::from_secs(1), "waited for the lock: {:?}", started.elapsed());
     assert_eq!((back.count(), log.end_offset()), (1, 0));
     drop(held);
-    let Ok(((first, last), _)) = log.try_append_builder_deferred(back).unwrap() else {
+    let TryAppend::Done(((first, last), _)) = log.try_append_builder_deferred(back).unwrap() else {
         panic!("the batch came back though the lock is free");
     };
     assert_eq!((first, last), (0, 0));
@@ -129,21 +130,33 @@ fn try_append_gives_the_batch_back_while_another_writer_holds_the_append_lock() 
 }
 
 #[test]
-fn try_append_gives_back_a_batch_that_would_roll_the_segment() {
-    // A roll writes and syncs checkpoints and the producer snapshot: the producer must do it
-    // with the GIL released (append_builder_deferred), so the GIL-held try declines it.
+fn try_append_gives_back_a_batch_that_would_roll_the_segment_still_holding_the_append_lock() {
+    // A roll writes and syncs checkpoints and the producer snapshot (under flush="always" the
+    // sealed segment too): the producer does it with the GIL released (`append_rolling`), so the
+    // GIL-held try gives the batch back, keeping the append lock for that very append: a hold
+    // that appended nothing would let another writer in between.
     let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig { segment_bytes: 200, ..LogConfig::default() };
-    let mut log = Log::open(dir.path().join("events-0"), config).unwrap();
-    let Ok(_) = log.try_append_builder_deferred(one_record_batch(&[b'x'; 120])).unwrap() else {
+    let path = dir.path().join("events-0");
+    let config = LogConfig {
+        segment_bytes: 200,
+        shared_writers: true,
+        lock_timeout: Some(Duration::from_secs(5)),
+        ..LogConfig::default()
+    };
+    let mut log = Log::open(&path, config).unwrap();
+    let other = WriterLock::shared(&path).unwrap();
+    let TryAppend::Done(_) = log.try_append_builder_deferred(one_record_batch(&[b'x'; 120])).unwrap() else {
         panic!("the first batch of an empty segment never rolls");
     };
-    let Err(back) = log.try_append_builder_deferred(one_record_batch(&[b'y'; 120])).unwrap() else {
+    assert!(other.try_enter().unwrap().is_some(), "an append that did not roll kept the append lock");
+    let TryAppend::Rolls(back, hold) = log.try_append_builder_deferred(one_record_batch(&[b'y'; 120])).unwrap() else {
         panic!("appended a batch that rolled the segment");
     };
     assert_eq!((back.count(), log.end_offset(), log.segments().len()), (1, 1, 1));
-    let ((first, _), _) = log.append_builder_deferred(back).unwrap();
+    assert!(other.try_enter().unwrap().is_none(), "the append lock was released before the rolling append");
+    let ((first, _), _) = log.append_rolling(back, hold).unwrap();
     assert_eq!((first, log.end_offset(), log.segments().len()), (1, 2, 2));
+    assert!(other.try_enter().unwrap().is_some(), "the rolling append kept the append lock");
 }
 
 #[test]

@@ -18,6 +18,22 @@ use super::{now_ms, Log};
 /// the ticket to wait for before acknowledging it.
 pub type DeferredAppend = ((i64, i64), Option<Ticket>);
 
+/// What `Log::try_append_builder_deferred` did with a batch.
+pub enum TryAppend {
+    Done(DeferredAppend),
+    /// Not appended: another writer holds the append lock. Nothing is held.
+    Busy(BatchBuilder),
+    /// Not appended: the batch starts a new segment. The append lock stays held until the
+    /// `RollHold` is given to `Log::append_rolling` (or dropped).
+    Rolls(BatchBuilder, RollHold),
+}
+
+/// The append lock hold of a `TryAppend::Rolls` (None for an exclusive writer, which holds
+/// every lock anyway).
+pub struct RollHold {
+    guard: Option<crate::lock::AppendGuard>,
+}
+
 /// Whether the directory entries of a log's segments, up to its newest when this was made, are
 /// durable: set once a directory sync returned after that segment was created (`durable_tickets`).
 pub type DirDurable = std::sync::Arc<std::sync::atomic::AtomicBool>;
@@ -237,28 +253,56 @@ impl Log {
     }
 
     /// `append_builder_deferred` only if it can be done at once and quickly: no other writer
-    /// holds the partition's append lock now (no wait), and the batch fits the active segment
-    /// (a roll writes and syncs checkpoints and the producer snapshot). `Ok(Err(builder))`
-    /// gives the batch back untouched otherwise. The producer appends this way while holding
-    /// the GIL, and does the rest (waiting for the lock, rolling) with the GIL released:
-    /// releasing and retaking the GIL for every batch handed it to the other Python threads
-    /// and back, which cost more than the append itself.
-    pub fn try_append_builder_deferred(
-        &mut self,
-        builder: BatchBuilder,
-    ) -> Result<std::result::Result<DeferredAppend, BatchBuilder>> {
+    /// holds the partition's append lock now (no wait; `TryAppend::Busy` gives the batch back
+    /// untouched, nothing held), the batch fits the active segment (a roll writes and syncs
+    /// checkpoints, the producer snapshot and under flush="always" the sealed segment), and the
+    /// append itself does not sync (`appends_without_syncing`). The producer appends this way
+    /// while holding the GIL, and does the rest (waiting for the lock, rolling) with the GIL
+    /// released: releasing and retaking the GIL for every batch handed it to the other Python
+    /// threads and back, which cost more than the append itself.
+    ///
+    /// A batch that would roll comes back as `TryAppend::Rolls` with the append lock still
+    /// held (`RollHold`): the caller appends it in that same hold (`append_rolling`) once it
+    /// may block. Releasing the lock there would make a hold that appended nothing: another
+    /// writer could append in between, and a trace of the lock's holds could no longer pair
+    /// each hold of a producer with the batch it wrote (tests/test_power_loss_group_commit.py).
+    pub fn try_append_builder_deferred(&mut self, builder: BatchBuilder) -> Result<TryAppend> {
+        let guard = match self.lock.as_ref().filter(|l| l.is_shared()) {
+            None => None,
+            Some(lock) => match lock.try_enter()? {
+                Some(guard) => Some(guard),
+                None => return Ok(TryAppend::Busy(builder)),
+            },
+        };
         let mut held = Some(builder);
-        // A deadline already past: `WriterLock::enter` tries the lock once.
-        let saved = self.lock_deadline.replace(std::time::Instant::now());
+        let was_held = std::mem::replace(&mut self.append_held, guard.is_some());
         let result = self.append_held_deferred(&mut held, false);
-        self.lock_deadline = saved;
-        match (result, held) {
-            // The batch is still here: the append never started (the lock was busy, or it
-            // would have rolled).
-            (Err(Error::LockTimeout { .. }) | Ok(None), Some(builder)) => Ok(Err(builder)),
-            (Ok(Some(appended)), _) => Ok(Ok(appended)),
-            (Ok(None), None) => Err(Error::config("cannot append an empty batch")),
-            (Err(e), _) => Err(e),
+        self.append_held = was_held;
+        match (result?, held) {
+            (Some(appended), _) => Ok(TryAppend::Done(appended)),
+            (None, Some(builder)) => Ok(TryAppend::Rolls(builder, RollHold { guard })),
+            (None, None) => Err(Error::config("cannot append an empty batch")),
+        }
+    }
+
+    /// Append a batch `try_append_builder_deferred` gave back as `Rolls`, rolling the segment,
+    /// in the append lock hold it kept (released when this returns).
+    pub fn append_rolling(&mut self, builder: BatchBuilder, hold: RollHold) -> Result<DeferredAppend> {
+        let was_held = std::mem::replace(&mut self.append_held, hold.guard.is_some());
+        let result = self.append_builder_deferred(builder);
+        self.append_held = was_held;
+        drop(hold);
+        result
+    }
+
+    /// Whether an append that does not roll returns without syncing: flush="os", or
+    /// flush="always" once the partition's group commit is joined (the appender waits for the
+    /// ticket afterwards, outside its locks). Not flush every N messages: the Nth append syncs.
+    pub fn appends_without_syncing(&self) -> bool {
+        match self.config.flush {
+            FlushPolicy::Os => true,
+            FlushPolicy::Always => self.durability_ticket().is_some(),
+            FlushPolicy::EveryMessages(_) => false,
         }
     }
 

@@ -13,7 +13,7 @@ mod load;
 mod producers;
 mod transactional;
 
-pub use append::DirDurable;
+pub use append::{DirDurable, RollHold, TryAppend};
 pub use producers::Produced;
 pub use transactional::MarkerWritten;
 
@@ -84,7 +84,8 @@ pub struct Log {
     deferred_durable: Option<Option<crate::group_commit::Ticket>>,
     /// Set by `close_within`: the append lock must be had by then.
     lock_deadline: Option<std::time::Instant>,
-    /// True inside `try_with_append_lock`: the append lock is already held for this writer, so
+    /// True inside `try_with_append_lock` and the producer's `try_append_builder_deferred` and
+    /// `append_rolling`: the append lock is already held for this writer, so
     /// `as_writer_locked` does not take it again.
     append_held: bool,
     /// The data directory's preallocation budget (writers only), held so the limit this log

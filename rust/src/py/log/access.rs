@@ -8,9 +8,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use pyo3::prelude::*;
 
-use crate::log::Log;
+use crate::log::{Log, TryAppend};
 use crate::log_read::RecordSink;
-use crate::options::FlushPolicy;
 use crate::record::BatchBuilder;
 use crate::txn::{IsolationLevel, TxnState};
 
@@ -88,7 +87,7 @@ impl PyLog {
         if_current: bool,
     ) -> PyResult<std::result::Result<AppendedBatch, BatchBuilder>> {
         self.join_transaction(py)?;
-        match self.try_append_attached(builder, if_current)? {
+        match self.try_append_attached(py, builder, if_current)? {
             Attached::Done(appended) => Ok(appended),
             Attached::Busy(builder) => self.detached(py, |log| {
                 if if_current && folder_replaced(log) {
@@ -102,29 +101,40 @@ impl PyLog {
 
     /// The producer's append without releasing the GIL, when nobody holds the log: neither
     /// another thread of this process (its mutex) nor another writer process (the append lock).
-    /// Releasing the GIL for each batch let the other Python threads (the producer's sender
-    /// among them) take it, and the sending thread then waited to get it back: a GIL hand-off
-    /// per batch cost more than the append. When the log is held, `Busy` gives the batch back
-    /// for the caller to wait for it with the GIL released, and so do a log that may sync
-    /// during an append (flush="always") and a batch that would roll the segment (a roll
-    /// writes and syncs checkpoints). Holding the GIL while holding the mutex is safe: the
-    /// mutex is only tried here, never waited for, and the engine's logging under it (which
-    /// takes the GIL) finds the GIL held by this very thread.
-    fn try_append_attached(&self, builder: BatchBuilder, if_current: bool) -> PyResult<Attached> {
+    /// Releasing the GIL for each batch let the other Python threads (the producer's sender and,
+    /// under acks='all', its acknowledging thread) take it, and the sending thread then waited
+    /// to get it back: a GIL hand-off per batch cost more than the append. When the log is held,
+    /// `Busy` gives the batch back for the caller to wait for it with the GIL released, and so
+    /// does a log whose appends may sync (`Log::appends_without_syncing`: flush="always"
+    /// appends do not once the group commit is joined; the caller waits for the ticket without
+    /// the GIL). A batch that rolls the segment (a roll writes and syncs checkpoints, the
+    /// producer snapshot, under flush="always" the sealed segment) is appended here too, with
+    /// the GIL released, in the append lock hold that found the roll due.
+    ///
+    /// Holding the GIL while holding the mutex is safe: the mutex is only tried here, never
+    /// waited for with the GIL held, and the engine's logging under it (which takes the GIL)
+    /// finds the GIL held by this very thread. Releasing the GIL for the roll while holding
+    /// the mutex is safe for the same reason: whoever holds the GIL meanwhile only tries it.
+    fn try_append_attached(&self, py: Python<'_>, builder: BatchBuilder, if_current: bool) -> PyResult<Attached> {
         let mut log = match self.inner.try_lock() {
-            // flush="always" may sync (a roll syncs the sealed segment): never with the GIL held.
-            Ok(log) if log.config().flush == FlushPolicy::Os => log,
-            // Held, or poisoned (the detached path raises that, typed).
+            Ok(log) if log.appends_without_syncing() => log,
+            // Held, poisoned (the detached path raises that, typed), or its appends may sync.
             _ => return Ok(Attached::Busy(builder)),
         };
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             if if_current && folder_replaced(&log) {
                 return Ok(Attached::Done(Err(builder)));
             }
-            Ok(match log.try_append_builder_deferred(builder)? {
-                Ok((range, ticket)) => Attached::Done(Ok((range, ticket, log.last_log_append_time()))),
-                Err(builder) => Attached::Busy(builder),
-            })
+            let appended = match log.try_append_builder_deferred(builder)? {
+                TryAppend::Done(appended) => appended,
+                TryAppend::Busy(builder) => return Ok(Attached::Busy(builder)),
+                TryAppend::Rolls(builder, hold) => {
+                    let log: &mut Log = &mut log;
+                    py.detach(move || log.append_rolling(builder, hold))?
+                }
+            };
+            let (range, ticket) = appended;
+            Ok(Attached::Done(Ok((range, ticket, log.last_log_append_time()))))
         }));
         match run {
             Ok(result) => result.map_err(|e: crate::Error| e.or_path(log.dir()).into()),
