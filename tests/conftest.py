@@ -100,6 +100,16 @@ def pytest_configure_node(node) -> None:
     node.workerinput[SERIAL_LOCKS] = stash[_locks_key]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Tests stop children with SIGINT, as a user's Ctrl-C. A run started in the background of a
+    shell without job control (``cmd &``, ``nohup``) has SIGINT ignored, and an ignored signal
+    stays ignored across exec: every child (and pytest-xdist worker) would then shrug off the
+    SIGINT, and ``kafkalite serve`` or ``produce`` never stop (issue 23: 4 failures of a 2-worker
+    run started so). A Python handler is not inherited, so the children start with the default."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _locks_key in config.stash:
         shutil.rmtree(config.stash[_locks_key], ignore_errors=True)
