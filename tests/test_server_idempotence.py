@@ -184,7 +184,7 @@ def test_a_retry_after_a_restart_is_still_deduplicated(tmp_path, spawn, stop):
         assert wire.produce_batch(original, TOPIC) == (NONE, 3 * i)
     wire.close()
     proc.send_signal(signal.SIGKILL if stop == "kill-9" else signal.SIGINT)
-    proc.wait(60)  # even after SIGKILL 10 s were too few at load 12 with the disk busy (issue 23)
+    proc.wait(10)
     snapshots = sorted(os.path.basename(p) for p in glob.glob(str(data / f"{TOPIC}-0" / "*.snapshot")))
     assert snapshots == (["00000000000000000021.snapshot"] if stop == "clean" else [])
     proc = serve_on(spawn.module, data, port)
