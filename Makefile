@@ -36,9 +36,10 @@ build:
 	    open('python/kafkalite/_native.abi3.so.new', 'wb').write(zipfile.ZipFile(wheel).read('kafkalite/_native.abi3.so')); \
 	    os.replace('python/kafkalite/_native.abi3.so.new', 'python/kafkalite/_native.abi3.so')"
 
+# `-n 2`: 2 pytest-xdist workers, as the README's test command and .ci/run (CONTRIBUTING.md "xdist").
 test: build
 	cargo test --locked
-	PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q -p no:cacheprovider
+	PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q -p no:cacheprovider -n 2
 
 test-quick: build
 	PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q -p no:cacheprovider -m "$(QUICK)"

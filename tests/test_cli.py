@@ -11,7 +11,7 @@ import time
 
 import pytest
 from helpers import run_cli as kafkalite
-from kafkalite import Producer, __version__
+from kafkalite import Admin, Producer, __version__
 
 
 @pytest.fixture
@@ -129,7 +129,6 @@ def test_demo_cleans_up_and_never_writes_the_users_data_dir(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # the 2 s for the CLI to read the lines before SIGINT needs the cores
 def test_ctrl_c_in_produce_stops_cleanly_and_counts(data, spawn):
     import signal
 
@@ -145,7 +144,13 @@ def test_ctrl_c_in_produce_stops_cleanly_and_counts(data, spawn):
     )
     producer.stdin.write(b"one\ntwo\nthree\n")
     producer.stdin.flush()
-    time.sleep(2.0)  # the lines are read; stdin stays open, as a user typing would leave it
+    # Ctrl-C once the lines are read and written (linger 5 ms); stdin stays open, as a user
+    # typing would leave it. Waiting for the records, not a fixed time, holds on a busy machine.
+    admin = Admin(data)
+    deadline = time.monotonic() + 60
+    while sum(p.end_offset for p in admin.describe_topic("t").partitions) < 3:
+        assert producer.poll() is None and time.monotonic() < deadline, "the CLI did not write the 3 lines"
+        time.sleep(0.05)
     producer.send_signal(signal.SIGINT)
     out, err = producer.communicate(timeout=30)
     assert producer.returncode == 130, err

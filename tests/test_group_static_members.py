@@ -106,6 +106,10 @@ def test_killed_static_member_restarts_into_its_place_without_a_rebalance(spawn,
     b = Child(spawn, path, "b", 30_000)
     before = wait_until(lambda: shared(path), 30, "a and b sharing the topic")
     generation = describe(path, GROUP)["generation"]
+    # "a" reports its share in its next poll, after the group's state shows it: wait for that
+    # line, so that a late one is not taken for a rebalance below.
+    while a.next_line(30) != f"ASSIGN {before['a']}":
+        pass
     while not a.lines.empty():
         a.lines.get()
     b.kill()

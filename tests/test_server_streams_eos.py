@@ -32,7 +32,7 @@ def classpath(tmp_path_factory) -> str:
 def streams_cmd(classpath: str, bootstrap: str, state: Path) -> list[str]:
     return [
         "java", "-Xmx384m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath,
-        "WordCountEos", bootstrap, "lines", "counts", "10000", str(state),
+        "WordCountEos", bootstrap, "lines", "counts", "240000", str(state),
     ]  # fmt: skip
 
 
@@ -68,8 +68,11 @@ def test_kafka_streams_exactly_once_v2_word_count_gives_exact_counts(
         for i, line in enumerate(lines):
             producer.send("lines", line.encode(), key=b"%d" % i)
     cmd = streams_cmd(classpath, kafkalite_server.bootstrap_servers, tmp_path / "state")
+    # stdin=PIPE: the application runs until its stdin ends (WordCountEos.java).
     if killed:
-        first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        first = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
         try:
             assert first.stdout is not None
             assert first.stdout.readline().strip() == "RUNNING"
@@ -79,14 +82,28 @@ def test_kafka_streams_exactly_once_v2_word_count_gives_exact_counts(
             first.wait(30)
         # The state directory stays: it keeps the process id, hence the transactional id, so the
         # restarted application's InitProducerId fences the killed one and aborts its transaction.
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, check=False)
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert "RUNNING" in done.stdout.splitlines(), done.stdout + done.stderr[-4000:]
-    assert not any(line.startswith("TIMEOUT") for line in done.stdout.splitlines()), done.stdout
     expected = dict(collections.Counter(word for line in lines for word in line.split()))
-    # Read until every transaction the application left is ended (a read_committed reader stops at
-    # the last stable offset), at most a transaction timeout (Streams: 10 s) and a check later.
-    deadline = time.monotonic() + 40
-    while (counts := last_counts(kafkalite_server.path)) != expected and time.monotonic() < deadline:
-        time.sleep(1)
-    assert counts == expected
+    run = subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        # Read until every line is counted: a read_committed reader stops at the last stable
+        # offset, so it sees the counts once their transactions are committed (a restart after
+        # kill -9 first waits out the killed member's 10 s session).
+        deadline = time.monotonic() + 180
+        while (counts := last_counts(kafkalite_server.path)) != expected and time.monotonic() < deadline:
+            assert run.poll() is None, "the word count ended before counting every line"
+            time.sleep(0.5)
+        assert counts == expected
+        out, err = run.communicate(timeout=60)  # its stdin ends: a clean close
+    finally:
+        run.kill()
+        run.wait(30)
+    assert run.returncode == 0, err[-4000:]
+    assert "RUNNING" in out.splitlines() and any(line.startswith("DONE") for line in out.splitlines()), (
+        out + err[-4000:]
+    )
+    assert not any(line.startswith("TIMEOUT") for line in out.splitlines()), out
+    # After the close (its last transaction committed) the counts are still exact: no line was
+    # counted again.
+    assert last_counts(kafkalite_server.path) == expected
