@@ -37,15 +37,7 @@ from pyspark.sql.datasource import (  # noqa: E402
     LessThanOrEqual,
     StringContains,
 )
-from pyspark.sql.types import (  # noqa: E402
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from test_spark_ending_offsets import SCHEMA  # noqa: E402  (the source's schema, built without a JVM)
 
 T0 = 1_700_000_000_000
 #: Out-of-order CreateTime timestamps: record i of partition 0 has STAMPS[i % 10].
@@ -208,24 +200,13 @@ def test_pack_small_keeps_large_ranges_apart_and_fills_tasks_in_order():
 
 
 def test_a_shared_task_reads_each_of_its_ranges_whole_and_in_order(data):
-    schema = StructType(
-        [
-            StructField("key", BinaryType()),
-            StructField("value", BinaryType()),
-            StructField("topic", StringType()),
-            StructField("partition", IntegerType()),
-            StructField("offset", LongType()),
-            StructField("timestamp", TimestampType()),
-            StructField("timestampType", IntegerType()),
-        ]
-    )
     _, [group] = tasks(data, [GreaterThan(("offset",), 44)])
     assert isinstance(group, RangeGroup) and len(group.ranges) == 3
 
     def rows(task):
         return [
             (r["topic"], r["partition"], r["offset"], r["value"])
-            for batch in read_range(task, schema)
+            for batch in read_range(task, SCHEMA)
             for r in batch.to_pylist()
         ]
 
