@@ -206,3 +206,32 @@ def test_a_kafka_client_committing_its_own_kept_position_again_is_not_a_backward
     assert len(backwards(False, kept)) == 1  # kafkalite's own Consumer refetches: a violation
     elsewhere = [(1, "a", "t", 0, 100), (2, "b", "t", 0, 150), (3, "a", "t", 0, 120)]
     assert len(backwards(True, elsewhere)) == 1
+
+
+def test_a_kafka_client_carrying_on_from_a_position_whose_commit_failed_is_not_a_backwards_commit(tmp_path):
+    """Server soak seed 576503542: member a committed 100, polled to 150, its commit of 150
+    failed (the server was killed), b took the partition and committed 300, and a, assigned it
+    again, carried on from its kept position 150 and committed 200. Forgiven for Kafka-client
+    groups only when a's polls chain from its own position; resuming elsewhere stays a violation."""
+    from faults import checker
+
+    def rows(start: int, end: int) -> list:
+        return [(o, None) for o in range(start, end)]
+
+    def backwards(kept_positions: bool, a_resumed_at: int) -> list[str]:
+        evidence = checker.GroupEvidence(
+            polls=[
+                ("a", 1, 1, "t", 0, rows(100, 150)),
+                ("b", 3, 3, "t", 0, rows(150, 300)),
+                ("a", 6, 6, "t", 0, rows(a_resumed_at, 200)),
+            ],
+            commits=[(0, "a", "t", 0, 100), (4, "b", "t", 0, 300), (7, "a", "t", 0, 200)],
+        )
+        parts = {("t", 0): checker.PartitionState(log_end=300)}
+        found = checker.check_group("g", evidence, str(tmp_path), parts, kept_positions=kept_positions)
+        return [v for v in found if "went backwards" in v]
+
+    assert backwards(True, 150) == []
+    assert len(backwards(False, 150)) == 1  # kafkalite's own Consumer refetches: a violation
+    assert len(backwards(True, 120)) == 1  # not where a's own polls ended
+    assert len(backwards(True, 170)) == 1  # a skip past its position
