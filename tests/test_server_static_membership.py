@@ -34,6 +34,12 @@ from kafka.protocol.consumer.group import (
 )
 from server_wire import Wire
 
+# Every test here alone under pytest-xdist: twice a lone kafka-python static member (stable_pair's
+# first, in this test and in the session-timeout one) reported no assignment in 60 s beside a busy
+# worker (a CI at load 3 among them), never in a one-process run; not understood yet (issue 23's
+# note), so the module's 2 minutes run alone rather than fail a run.
+pytestmark = pytest.mark.serial
+
 TOPIC = "events"
 PARTITIONS = 4
 GROUP = "static-group"
@@ -300,7 +306,6 @@ def test_leave_group_by_instance_id_rebalances_at_once(spawn, tmp_path):
         a.kill()
 
 
-@pytest.mark.serial  # a lone kafka-python member got no assignment in 60 s beside 2 busy workers
 def test_static_member_that_never_returns_is_evicted_at_session_timeout(spawn, tmp_path):
     """Its partitions wait for it until ``session.timeout.ms``, then go to the other member."""
     path = str(tmp_path)
