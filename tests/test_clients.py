@@ -414,6 +414,25 @@ def test_retention_covers_topics_no_producer_writes(data_dir):
     assert Admin(data_dir).enforce_retention() == {"busy": 0, "old": 0}
 
 
+def test_a_reader_whose_newest_segment_retention_deleted_lists_again(data_dir):
+    """A reader that knew a partition before retention removed every segment it knew (the
+    newest too: the writer rolled past it) lists the directory again instead of failing with
+    "cannot open segment ... No such file" (a CI run met this in the test above, through the
+    describe_topic it polls)."""
+    from kafkalite.log import Log
+
+    make_topic(data_dir, "old", 1, {"segment.bytes": 1024, "retention.ms": 1000})
+    with Producer(data_dir, batch_size=500) as p:
+        for _ in range(50):
+            p.send("old", b"o" * 100, timestamp_ms=1)  # ancient records
+    with Log(os.path.join(data_dir, "old-0"), readonly=True) as reader:
+        assert reader.start_offset == 0 and reader.end_offset == 50
+        assert Admin(data_dir).enforce_retention()["old"] > 3  # segments deleted, the newest among them
+        assert not os.path.exists(os.path.join(data_dir, "old-0", "00000000000000000000.log"))
+        assert reader.start_offset == 50 and reader.end_offset == 50
+        assert list(reader.records()) == []
+
+
 def test_a_brokers_log_dir_is_readable_but_not_changeable(tmp_path):
     from test_broker_layout import write_broker_partition
 

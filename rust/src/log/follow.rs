@@ -67,15 +67,27 @@ impl Log {
         // the generation tells (`generation.rs`). Rolls are found by name.
         let generation = generation::read(&self.dir);
         if generation.is_some() && generation == self.generation_seen && !self.segments.is_empty() {
-            return self.follow_rolls();
+            match self.follow_rolls() {
+                // Our newest segment is gone: deleted since the generation we saw was read
+                // (retention removed every segment we knew). The listing below drops it.
+                Err(e) if deleted_under_us(&e) => {}
+                done => return done,
+            }
         }
         let discovered = self.segments.last().map(|s| s.base_offset);
         if let Some(last) = self.segments.last_mut() {
-            last.follow()?;
+            let gone = match last.follow() {
+                Ok(_) => false,
+                // Deleted since we listed (a released descriptor is opened again by name):
+                // list now, which drops it, instead of failing the reader.
+                Err(e) if deleted_under_us(&e) => true,
+                Err(e) => return Err(e),
+            };
             // No generation (a directory a broker or an older kafkalite writes, or a damaged
             // file): list when the newest segment was sealed (someone rolled), and to notice
             // deletions, which only move the log start offset, within LISTING_INTERVAL.
-            if generation.is_none()
+            if !gone
+                && generation.is_none()
                 && !as_writer
                 && !last.looks_sealed()
                 && self.last_listing.elapsed() < LISTING_INTERVAL
@@ -214,4 +226,10 @@ impl Log {
             }
         }
     }
+}
+
+/// Whether `e` is a file of the partition that vanished while we held its name: a writer's
+/// retention, DeleteRecords or cleaner deleted a segment (or its index) we knew.
+fn deleted_under_us(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
 }
