@@ -16,7 +16,7 @@ import textwrap
 import time
 
 import pytest
-from helpers import run_python_ok
+from helpers import CHILD_OUTCOMES, run_python_ok
 from kafkalite import Admin, KafkaTimeoutError, Log, Producer
 
 #: Takes the partition's sync lock (the flock on its group-commit file), says so, and holds it.
@@ -110,29 +110,7 @@ def test_a_syncer_killed_in_the_middle_of_its_sync_leaves_no_writer_waiting_and_
         assert not missing, f"{len(missing)} acknowledged records of {name} are not in the log: {missing[:5]}"
 
 
-#: Child-script code: ``outcomes(p, futures)`` flushes producer ``p`` (a failed flush shows in
-#: the futures) and gives each future's outcome: ``["ok", offset, partition]`` or
-#: ``[error class, message]``.
-OUTCOMES = textwrap.dedent(
-    """
-    def outcomes(p, futures):
-        try:
-            p.flush(60)
-        except Exception:
-            pass
-        out = []
-        for f in futures:
-            try:
-                m = f.get(60)
-                out.append(["ok", m.offset, m.partition])
-            except Exception as e:
-                out.append([type(e).__name__, str(e)])
-        return out
-    """
-)
-
-
-STREAMING_PRODUCER = OUTCOMES + textwrap.dedent(
+STREAMING_PRODUCER = CHILD_OUTCOMES + textwrap.dedent(
     """
     import json, sys, time
     from kafkalite import Admin, Producer
@@ -174,7 +152,7 @@ def test_an_msync_failing_while_a_producer_streams_acknowledges_only_what_earlie
     )
 
 
-THREADED_PRODUCER = OUTCOMES + textwrap.dedent(
+THREADED_PRODUCER = CHILD_OUTCOMES + textwrap.dedent(
     """
     import json, sys, threading
     from kafkalite import Admin, Producer
@@ -226,7 +204,7 @@ def test_an_msync_failing_while_threads_stream_to_partitions_resolves_every_futu
 #: appends the next batch) notes whether the partition's append lock is free then; a hold kept
 #: after the failure would be released only by this writer's next append, or never if it was
 #: the last. Prints each future's outcome, that note, and the log's records.
-ROLLING_PRODUCER = OUTCOMES + textwrap.dedent(
+ROLLING_PRODUCER = CHILD_OUTCOMES + textwrap.dedent(
     """
     import fcntl, json, os, sys
     from kafkalite import Admin, Log, Producer
