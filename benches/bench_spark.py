@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import tempfile
 import time
 
 from peers_common import local_spark
-from report import write_report
+from report import machine, write_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -70,8 +69,38 @@ def command(args: argparse.Namespace) -> str:
     return f"python benches/bench_spark.py {args.what} --records {args.records} --runs {args.runs}{conf}"
 
 
-def scan(args: argparse.Namespace) -> None:
+def spark_machine(extra: str = "") -> str:
+    """The machine line of this script's reports: ``report.machine``, pyspark's version, ``extra``."""
     import pyspark
+
+    return f"{machine()}, pyspark {pyspark.__version__}{extra}"
+
+
+def run_facts(
+    args: argparse.Namespace, records: int, load_before: tuple[float, float, float], extra: str = ""
+) -> dict:
+    """What a run's JSON results open with: the machine (``spark_machine(extra)``), its records,
+    runs and Spark settings, and the load average before it and now, at its end."""
+    return {
+        "machine": spark_machine(extra),
+        "records": records,
+        "runs": args.runs,
+        "settings": args.settings,
+        "load_before": load_before,
+        "load_after": os.getloadavg(),
+    }
+
+
+def machine_and_load(results: dict) -> str:
+    """The report's sentence on where it ran: ``run_facts``' machine and load averages."""
+    before, after = results["load_before"], results["load_after"]
+    return (
+        f"Machine: {results['machine']}. Load average (1, 5, 15 min) before: {before[0]:.2f}, {before[1]:.2f}, "
+        f"{before[2]:.2f}; after: {after[0]:.2f}, {after[1]:.2f}, {after[2]:.2f}."
+    )
+
+
+def scan(args: argparse.Namespace) -> None:
     from kafkalite import Admin, Producer
 
     work = tempfile.mkdtemp(prefix="kl-spark-bench-")
@@ -103,7 +132,7 @@ def scan(args: argparse.Namespace) -> None:
         return run
 
     results = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, pyspark {pyspark.__version__}",
+        "machine": spark_machine(),
         "records": n,
         "count_s": {
             "kafkalite": best_of(args.runs, lambda: kl().count()),
@@ -261,14 +290,8 @@ def pushdown(args: argparse.Namespace) -> None:
                 raise SystemExit(f"{name}: the sides counted {sorted(counts)}, expected {n // 100:,}")
     spark.stop()
     shutil.rmtree(work, ignore_errors=True)
-    load_after = os.getloadavg()
     results = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, pyspark {pyspark.__version__}, spark-sql-kafka {kafka_version}",
-        "records": n,
-        "runs": args.runs,
-        "load_before": load_before,
-        "load_after": load_after,
-        "settings": args.settings,
+        **run_facts(args, n, load_before, f", spark-sql-kafka {kafka_version}"),
         "queries": queries,
         "seconds": times,
         "floor_s": floor,
@@ -280,9 +303,7 @@ def pushdown(args: argparse.Namespace) -> None:
         "",
         f"{n:,} records of 100-byte values in 4 partitions, `local[2]`, {settings_note(args.settings)}, "
         f"`count()` of the 1% that match; best of {args.runs}. Spark's Kafka source reads the same files from "
-        "`kafkalite serve` on 127.0.0.1. "
-        f"Machine: {results['machine']}. Load average (1, 5, 15 min) before: {load_before[0]:.2f}, "
-        f"{load_before[1]:.2f}, {load_before[2]:.2f}; after: {load_after[0]:.2f}, {load_after[1]:.2f}, {load_after[2]:.2f}.",
+        "`kafkalite serve` on 127.0.0.1. " + machine_and_load(results),
         "",
         "| query | kafkalite, pushdown | kafkalite, no pushdown | Spark's Kafka source | × no pushdown | × Kafka source |",
         "|---|---:|---:|---:|---:|---:|",
@@ -320,7 +341,6 @@ def pushdown_queries(n: int) -> dict[str, str]:
 
 def phases(args: argparse.Namespace) -> None:
     """The pushdown queries and the floor under them, phase by phase (``spark_phases``)."""
-    import pyspark
     import spark_phases
 
     load_before = os.getloadavg()
@@ -364,14 +384,8 @@ def phases(args: argparse.Namespace) -> None:
     spark.stop()
     result = spark_phases.phases(events, trace, timed)
     shutil.rmtree(work, ignore_errors=True)
-    load_after = os.getloadavg()
     results = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, pyspark {pyspark.__version__}",
-        "records": n,
-        "runs": args.runs,
-        "settings": args.settings,
-        "load_before": load_before,
-        "load_after": load_after,
+        **run_facts(args, n, load_before),
         "queries": where,
         "ms": result,
     }
@@ -380,8 +394,7 @@ def phases(args: argparse.Namespace) -> None:
         "",
         f"{n:,} records in 4 partitions, `local[2]`, {settings_note(args.settings)}, filter pushdown on, `count()`; "
         f"median of {args.runs} runs. Bold: kafkalite's code (the read phase also holds Spark taking the batches). "
-        f"Machine: {results['machine']}. Load average (1, 5, 15 min) before: {load_before[0]:.2f}, "
-        f"{load_before[1]:.2f}, {load_before[2]:.2f}; after: {load_after[0]:.2f}, {load_after[1]:.2f}, {load_after[2]:.2f}.",
+        + machine_and_load(results),
         "",
         *spark_phases.table(result, list(queries)),
         "",

@@ -27,6 +27,26 @@ def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
     return out
 
 
+#: Child-script code, put before a producer child's ``python -c`` source: ``outcomes(p, futures)``
+#: flushes producer ``p`` (a failed flush shows in the futures) and gives each future's outcome,
+#: ``["ok", offset, partition]`` or ``[error class, message]``.
+CHILD_OUTCOMES = """
+def outcomes(p, futures):
+    try:
+        p.flush(60)
+    except Exception:
+        pass
+    out = []
+    for f in futures:
+        try:
+            m = f.get(60)
+            out.append(["ok", m.offset, m.partition])
+        except Exception as e:
+            out.append([type(e).__name__, str(e)])
+    return out
+"""
+
+
 def produce_all(
     producer: Any,
     topic: str,

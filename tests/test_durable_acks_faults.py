@@ -16,7 +16,7 @@ import textwrap
 import time
 
 import pytest
-from helpers import run_python_ok
+from helpers import CHILD_OUTCOMES, run_python_ok
 from kafkalite import Admin, KafkaTimeoutError, Log, Producer
 
 #: Takes the partition's sync lock (the flock on its group-commit file), says so, and holds it.
@@ -110,7 +110,7 @@ def test_a_syncer_killed_in_the_middle_of_its_sync_leaves_no_writer_waiting_and_
         assert not missing, f"{len(missing)} acknowledged records of {name} are not in the log: {missing[:5]}"
 
 
-STREAMING_PRODUCER = textwrap.dedent(
+STREAMING_PRODUCER = CHILD_OUTCOMES + textwrap.dedent(
     """
     import json, sys, time
     from kafkalite import Admin, Producer
@@ -125,17 +125,7 @@ STREAMING_PRODUCER = textwrap.dedent(
                 # so the acknowledging thread syncs a group when it gets the GIL (5 ms, or
                 # here): about 30 groups however loaded the machine, so the nth sync exists.
                 time.sleep(0.001)
-        try:
-            p.flush(60)
-        except Exception:
-            pass
-        out = []
-        for f in futures:
-            try:
-                out.append(["ok", f.get(60).offset])
-            except Exception as e:
-                out.append([type(e).__name__, str(e)])
-        print(json.dumps({"results": out}))
+        print(json.dumps({"results": outcomes(p, futures)}))
     """
 )
 
@@ -162,7 +152,7 @@ def test_an_msync_failing_while_a_producer_streams_acknowledges_only_what_earlie
     )
 
 
-THREADED_PRODUCER = textwrap.dedent(
+THREADED_PRODUCER = CHILD_OUTCOMES + textwrap.dedent(
     """
     import json, sys, threading
     from kafkalite import Admin, Producer
@@ -177,18 +167,7 @@ THREADED_PRODUCER = textwrap.dedent(
             t.start()
         for t in threads:
             t.join()
-        try:
-            p.flush(60)
-        except Exception:
-            pass
-        out = []
-        for f in (f for fs in futures for f in fs):
-            try:
-                m = f.get(60)
-                out.append(["ok", m.partition, m.offset])
-            except Exception as e:
-                out.append([type(e).__name__, str(e)])
-        print(json.dumps({"results": out}))
+        print(json.dumps({"results": outcomes(p, [f for fs in futures for f in fs])}))
     """
 )
 
@@ -206,7 +185,7 @@ def test_an_msync_failing_while_threads_stream_to_partitions_resolves_every_futu
     done = run_python_ok(THREADED_PRODUCER, data, env=env)
     results = json.loads(done.stdout.splitlines()[-1])["results"]
     assert len(results) == 36000
-    ok = [(r[1], r[2]) for r in results if r[0] == "ok"]
+    ok = [(r[2], r[1]) for r in results if r[0] == "ok"]
     failed = [r for r in results if r[0] != "ok"]
     assert ok and failed, f"{len(ok)} acknowledged, {len(failed)} failed: the fault should land midway"
     assert {r[0] for r in failed} == {"LogPoisonedError"}, {r[0] for r in failed}
@@ -225,7 +204,7 @@ def test_an_msync_failing_while_threads_stream_to_partitions_resolves_every_futu
 #: appends the next batch) notes whether the partition's append lock is free then; a hold kept
 #: after the failure would be released only by this writer's next append, or never if it was
 #: the last. Prints each future's outcome, that note, and the log's records.
-ROLLING_PRODUCER = textwrap.dedent(
+ROLLING_PRODUCER = CHILD_OUTCOMES + textwrap.dedent(
     """
     import fcntl, json, os, sys
     from kafkalite import Admin, Log, Producer
@@ -246,16 +225,7 @@ ROLLING_PRODUCER = textwrap.dedent(
         for i in range(3000):
             futures.append(p.send("t", b"%05d" % i + b"v" * 100, key=b"k"))
             futures[-1].add_errback(lock_free)
-        try:
-            p.flush(60)
-        except Exception:
-            pass
-        out = []
-        for f in futures:
-            try:
-                out.append(["ok", f.get(60).offset])
-            except Exception as e:
-                out.append([type(e).__name__, str(e)])
+        out = outcomes(p, futures)
     with Log(os.path.join(path, "t-0"), readonly=True) as log:
         values = [r.value[:5].decode() for r in log.records()]
     print(json.dumps({"results": out, "lock_free": free, "values": values}))

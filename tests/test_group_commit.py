@@ -12,10 +12,10 @@ import os
 import textwrap
 
 import pytest
-from helpers import run_python_ok
+from helpers import CHILD_OUTCOMES, run_python_ok
 from kafkalite import Log, LogPoisonedError
 
-PRODUCER = textwrap.dedent(
+PRODUCER = CHILD_OUTCOMES + textwrap.dedent(
     """
     import json, sys, threading
     from kafkalite import Admin, Producer
@@ -32,14 +32,7 @@ PRODUCER = textwrap.dedent(
         threads = [threading.Thread(target=send, args=(t,)) for t in range(4)]
         for t in threads: t.start()
         for t in threads: t.join()
-        p.flush(60)
-        out = []
-        for f in futures:
-            try:
-                m = f.get(60)
-                out.append(["ok", m.partition, m.offset])
-            except Exception as e:
-                out.append([type(e).__name__, str(e)])
+        out = outcomes(p, futures)
         try:
             p.send("t", b"after", key=b"k").get(60)
             later = "ok"
@@ -71,7 +64,7 @@ def test_a_sync_failing_midway_fails_what_it_covered_and_everything_after(tmp_pa
     # One partition, flushed every 50 records per thread (many syncs): its third group sync fails.
     out = run_producer(tmp_path, "group_commit.sync=eio@3", partitions=1, flush_every=50)
     results = out["results"]
-    ok = sorted(r[2] for r in results if r[0] == "ok")
+    ok = sorted(r[1] for r in results if r[0] == "ok")
     failed = [r for r in results if r[0] != "ok"]
     assert ok and failed, f"{len(ok)} acknowledged, {len(failed)} failed: the fault should land midway"
     assert {r[0] for r in failed} == {"LogPoisonedError"}

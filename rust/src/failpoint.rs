@@ -3,8 +3,10 @@
 //!
 //! `KAFKALITE_FAILPOINTS="name=action[,name=action...]"`, read once per process, where action
 //! is `kill` (SIGKILL this process), `enospc`, `emfile` or `eio` (the step returns that I/O
-//! error) or `panic` (the step panics, as a bug would: what poisoned-lock handling guards
-//! against), optionally suffixed `@N` to fire only on the N-th hit of that point (1-based).
+//! error), `panic` (the step panics, as a bug would: what poisoned-lock handling guards
+//! against) or `stop` (SIGSTOP this process, then go on with the step once continued: a test
+//! waits for the stop, changes the files as another process would at that moment, and sends
+//! SIGCONT), optionally suffixed `@N` to fire only on the N-th hit of that point (1-based).
 //! Unset, a check is one `OnceLock` load of `None`: nothing on the hot path.
 //!
 //! Every point the engine checks is listed in `NAMES`, so a fault suite can enumerate them
@@ -30,6 +32,9 @@ pub const NAMES: &[&str] = &[
     // log::generation::bump: the segment generation moved, before and again after segments are
     // deleted or replaced (retention, DeleteRecords, the cleaner's swap, recovery at open).
     "segments.generation",
+    // Log::follow_files: a reader (or shared writer) about to open a segment its directory
+    // listing showed, one hit per segment (where retention may have deleted it since).
+    "follow.open_segment",
     // Segment::seal: trimming the file to its valid length.
     "segment.seal.trim",
     // Log::close on the last writer: seal, sync, then the clean-shutdown marker.
@@ -89,6 +94,7 @@ enum Action {
     Kill,
     Errno(i32),
     Panic,
+    Stop,
 }
 
 struct Point {
@@ -116,6 +122,7 @@ fn parse(spec: &str) -> Vec<Point> {
                 "emfile" => Action::Errno(rustix::io::Errno::MFILE.raw_os_error()),
                 "eio" => Action::Errno(rustix::io::Errno::IO.raw_os_error()),
                 "panic" => Action::Panic,
+                "stop" => Action::Stop,
                 _ => return None,
             };
             Some(Point { name, action, nth, hits: AtomicU64::new(0) })
@@ -123,7 +130,7 @@ fn parse(spec: &str) -> Vec<Point> {
         match parsed {
             Some(p) => points.push(p),
             None => eprintln!(
-                "kafkalite: ignoring KAFKALITE_FAILPOINTS entry {item:?}: expected name=kill|enospc|emfile|eio|panic[@N] \
+                "kafkalite: ignoring KAFKALITE_FAILPOINTS entry {item:?}: expected name=kill|enospc|emfile|eio|panic|stop[@N] \
                  with a name from {NAMES:?}"
             ),
         }
@@ -138,7 +145,8 @@ fn points() -> Option<&'static [Point]> {
 }
 
 /// Check fail point `name`: Ok unless it is configured to fire now, in which case it kills
-/// the process, panics, or returns the configured I/O error.
+/// the process, panics, returns the configured I/O error, or stops the process (Ok once it is
+/// continued).
 #[inline]
 pub fn hit(name: &'static str) -> std::io::Result<()> {
     debug_assert!(NAMES.contains(&name), "unlisted fail point {name}");
@@ -164,6 +172,10 @@ fn fire(points: &[Point], name: &str) -> std::io::Result<()> {
                 }
             }
             Action::Panic => panic!("injected panic (fail point {})", p.name),
+            Action::Stop => {
+                // SIGSTOP cannot be blocked: the process stops before `kill` returns.
+                let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::STOP);
+            }
             Action::Errno(code) => {
                 let os = std::io::Error::from_raw_os_error(code);
                 return Err(std::io::Error::new(os.kind(), Injected { code, name: p.name }));
@@ -203,9 +215,12 @@ mod tests {
 
     #[test]
     fn parses_actions_and_counts() {
-        let p = parse("roll.after_seal=kill, segment.reserve=enospc@2,nope=eio,roll.before_seal=bad,dir.sync=panic");
-        assert_eq!(p.len(), 3);
+        let p = parse(
+            "roll.after_seal=kill, segment.reserve=enospc@2,nope=eio,roll.before_seal=bad,dir.sync=panic,follow.open_segment=stop@3",
+        );
+        assert_eq!(p.len(), 4);
         assert_eq!(p[2].action, Action::Panic);
+        assert_eq!((p[3].action, p[3].nth), (Action::Stop, Some(3)));
         assert_eq!(p[0].action, Action::Kill);
         assert_eq!(p[1].nth, Some(2));
         assert!(fire(&p, "segment.reserve").is_ok());

@@ -108,23 +108,14 @@ impl Log {
     /// its own deadline), and that must know whether `f` ran: a `LockTimeout` from inside `f`
     /// (a wait for another writer's sync) is not "the lock was busy", so it is returned as an error.
     pub fn try_with_append_lock<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<Option<T>> {
-        let shared = self.lock.as_ref().filter(|l| l.is_shared());
-        let guard = match shared {
-            None => None,
-            Some(lock) => match lock.try_enter()? {
-                Some(guard) => Some(guard),
-                None => return Ok(None),
-            },
-        };
+        let Some(guard) = self.try_enter_append_lock()? else { return Ok(None) };
         // Under flush="always" the sync is waited for after the lock is released, as `as_writer`
         // does (unless a `defer_durability` around this call takes the ticket).
         let deferring = self.deferred_durable.is_none();
         if deferring {
             self.deferred_durable = Some(None);
         }
-        let held = std::mem::replace(&mut self.append_held, guard.is_some());
-        let result = f(self);
-        self.append_held = held;
+        let result = self.with_append_held(guard.is_some(), f);
         drop(guard);
         let ticket = if deferring { self.deferred_durable.take().flatten() } else { None };
         let value = result?;
@@ -132,6 +123,25 @@ impl Log {
             self.wait_durable(&ticket)?;
         }
         Ok(Some(value))
+    }
+
+    /// The append lock without waiting (the `try_` appends): `None` when another writer holds
+    /// it; the guard inside is `None` for an exclusive writer, which holds every lock anyway.
+    fn try_enter_append_lock(&self) -> Result<Option<Option<crate::lock::AppendGuard>>> {
+        match self.lock.as_ref().filter(|l| l.is_shared()) {
+            None => Ok(Some(None)),
+            Some(lock) => Ok(lock.try_enter()?.map(Some)),
+        }
+    }
+
+    /// Run `f` with `append_held` set to `held` (the caller holds the append lock, so the
+    /// appends inside do not take it again: `as_writer_locked`), restored afterwards, also when
+    /// `f` fails.
+    fn with_append_held<T>(&mut self, held: bool, f: impl FnOnce(&mut Self) -> T) -> T {
+        let was_held = std::mem::replace(&mut self.append_held, held);
+        let result = f(self);
+        self.append_held = was_held;
+        result
     }
 
     /// Who holds this partition's append lock (the pid when the kernel tells), for a warning
@@ -267,17 +277,9 @@ impl Log {
     /// writer could append in between, and a trace of the lock's holds could no longer pair
     /// each hold of a producer with the batch it wrote (tests/test_power_loss_group_commit.py).
     pub fn try_append_builder_deferred(&mut self, builder: BatchBuilder) -> Result<TryAppend> {
-        let guard = match self.lock.as_ref().filter(|l| l.is_shared()) {
-            None => None,
-            Some(lock) => match lock.try_enter()? {
-                Some(guard) => Some(guard),
-                None => return Ok(TryAppend::Busy(builder)),
-            },
-        };
+        let Some(guard) = self.try_enter_append_lock()? else { return Ok(TryAppend::Busy(builder)) };
         let mut held = Some(builder);
-        let was_held = std::mem::replace(&mut self.append_held, guard.is_some());
-        let result = self.append_held_deferred(&mut held, false);
-        self.append_held = was_held;
+        let result = self.with_append_held(guard.is_some(), |log| log.append_held_deferred(&mut held, false));
         match (result?, held) {
             (Some(appended), _) => Ok(TryAppend::Done(appended)),
             (None, Some(builder)) => Ok(TryAppend::Rolls(builder, RollHold { guard })),
@@ -288,9 +290,7 @@ impl Log {
     /// Append a batch `try_append_builder_deferred` gave back as `Rolls`, rolling the segment,
     /// in the append lock hold it kept (released when this returns).
     pub fn append_rolling(&mut self, builder: BatchBuilder, hold: RollHold) -> Result<DeferredAppend> {
-        let was_held = std::mem::replace(&mut self.append_held, hold.guard.is_some());
-        let result = self.append_builder_deferred(builder);
-        self.append_held = was_held;
+        let result = self.with_append_held(hold.guard.is_some(), |log| log.append_builder_deferred(builder));
         drop(hold);
         result
     }

@@ -2,7 +2,7 @@
 //! cleanings and log start offset.
 
 use crate::checkpoint::read_offset;
-use crate::error::{Error, Result};
+use crate::error::{Error, IoContext, Result};
 use crate::files::{KAFKA_LOG_START_OFFSET, LOG_START_OFFSET_FILE};
 use crate::segment::Segment;
 
@@ -68,8 +68,9 @@ impl Log {
         let generation = generation::read(&self.dir);
         if generation.is_some() && generation == self.generation_seen && !self.segments.is_empty() {
             match self.follow_rolls() {
-                // Our newest segment is gone: deleted since the generation we saw was read
-                // (retention removed every segment we knew). The listing below drops it.
+                // Our newest segment is gone, and we held no descriptor of it to read it
+                // through (a shared writer whose roll failed after sealing it: `roll_locked`):
+                // deleted since the generation we saw was read. The listing below drops it.
                 Err(e) if deleted_under_us(&e) => {}
                 done => return done,
             }
@@ -78,8 +79,8 @@ impl Log {
         if let Some(last) = self.segments.last_mut() {
             let gone = match last.follow() {
                 Ok(_) => false,
-                // Deleted since we listed (a released descriptor is opened again by name):
-                // list now, which drops it, instead of failing the reader.
+                // Deleted since we listed, and opened again by name (no descriptor held: see
+                // above): list now, which drops it, instead of failing the reader.
                 Err(e) if deleted_under_us(&e) => true,
                 Err(e) => return Err(e),
             };
@@ -109,28 +110,35 @@ impl Log {
             if Some(last.base_offset) != discovered || !newer.is_empty() {
                 last.follow()?;
             }
-            if !newer.is_empty() {
-                last.mark_sealed();
-            }
         }
         let settings = self.settings();
         let count = newer.len();
         let next_bases = newer.clone();
         for (i, base) in newer.into_iter().enumerate() {
-            let mut seg = match Segment::open(&self.dir, base, false, settings, now_ms()) {
+            let opened = crate::failpoint::hit("follow.open_segment")
+                .context(|| format!("cannot open segment {base} of {}", self.dir.display()))
+                .and_then(|()| Segment::open(&self.dir, base, false, settings, now_ms()));
+            let mut seg = match opened {
                 Ok(seg) => seg,
                 // Deleted by a writer's retention between listing and opening.
-                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) if deleted_under_us(&e) => continue,
                 Err(e) => return Err(e),
             };
             if i + 1 < count {
                 // Sealed: trusted, or (damaged) kept whole so that reads fail at the damage.
+                // (Marked sealed once a successor opened, below.)
                 if seg.load_trusted().is_err() {
                     seg.recover_sealed(next_bases[i + 1])?;
                 }
-                seg.mark_sealed();
             } else {
                 seg.follow()?;
+            }
+            // A successor opened: the segment before it is sealed and final, and keeps no
+            // descriptor. Not before: should retention delete every successor the listing showed
+            // before it opens, that segment stays our newest, and its descriptor is what the
+            // next follow reads it through (reopened by name, the file would be gone).
+            if let Some(previous) = self.segments.last_mut() {
+                previous.mark_sealed();
             }
             self.segments.push(seg);
         }
@@ -162,7 +170,7 @@ impl Log {
             }
             let mut next = match Segment::open(&self.dir, last.next_offset(), false, settings, now_ms()) {
                 Ok(seg) => seg,
-                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(e) if deleted_under_us(&e) => return Ok(()),
                 Err(e) => return Err(e),
             };
             next.follow()?;
@@ -188,7 +196,7 @@ impl Log {
             let base = seg.base_offset;
             let mut fresh = match Segment::open(&self.dir, base, false, settings, now_ms()) {
                 Ok(seg) => seg,
-                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) if deleted_under_us(&e) => continue,
                 Err(e) => return Err(e),
             };
             if i + 1 < self.segments.len() {
@@ -228,8 +236,9 @@ impl Log {
     }
 }
 
-/// Whether `e` is a file of the partition that vanished while we held its name: a writer's
-/// retention, DeleteRecords or cleaner deleted a segment (or its index) we knew.
+/// Whether `e` is a file of the partition that vanished while we held its name (listed it, or
+/// derived it from a roll): a writer's retention, DeleteRecords or cleaner deleted a segment
+/// (or its index) we knew before we opened it.
 fn deleted_under_us(e: &Error) -> bool {
     matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
 }

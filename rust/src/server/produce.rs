@@ -18,6 +18,7 @@
 //! transactional id's current one, in an open transaction its partition was added to.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -46,23 +47,43 @@ struct Appended {
     durable: Option<Pending>,
 }
 
-/// The outcome of one append: `Ok(None)` when its batches are transactional and their partition
-/// holds no open transaction of their producer at their epoch (nothing appended: verify first).
-type Outcome = Result<Option<Appended>, (i16, String)>;
+/// The outcome of one append: `Ok(Err(open_txn))`, the `open_txn` it was given back, when its
+/// batches are transactional and their partition holds no open transaction of their producer at
+/// their epoch (nothing appended: verify first). An append given no `open_txn` (`Infallible`)
+/// cannot end so: it appended or was refused.
+type Outcome<T> = Result<Result<Appended, T>, (i16, String)>;
 
 /// The outcome of one try at the append: `None` while the log or its append lock is busy.
-type Attempt = Option<Outcome>;
+type Attempt<T> = Option<Outcome<T>>;
+
+/// What `append`'s `open_txn` names: the (producer id, epoch) whose open transaction the
+/// partition must hold. `Infallible` names none, for batches that need no such check.
+trait OpenTxn: Copy {
+    fn producer(self) -> (i64, i16);
+}
+
+impl OpenTxn for (i64, i16) {
+    fn producer(self) -> (i64, i16) {
+        self
+    }
+}
+
+impl OpenTxn for Infallible {
+    fn producer(self) -> (i64, i16) {
+        match self {}
+    }
+}
 
 /// Append one partition's batches. `open_txn`: the (producer id, epoch) of its transactional
 /// batches when they were not verified: appended only into that producer's open transaction.
-async fn append(
+async fn append<T: OpenTxn>(
     broker: &Arc<Broker>,
     (topic, partition): (&str, i32),
     records: Option<&[u8]>,
     (acks, deadline): (i16, Instant),
-    open_txn: Option<(i64, i16)>,
+    open_txn: Option<T>,
     peer: &str,
-) -> Outcome {
+) -> Outcome<T> {
     let log = match broker.partition_within((topic, partition), Access::Write, deadline).await {
         Ok(Some(log)) => log,
         Ok(None) => {
@@ -108,13 +129,13 @@ async fn append(
 }
 
 /// One try: lock the partition's log and its append lock if both are free now, then append.
-fn attempt(
+fn attempt<T: OpenTxn>(
     broker: &Broker,
     log: &std::sync::Mutex<Log>,
     (topic, partition): (&str, i32),
     records: &[u8],
-    (acks, open_txn): (i16, Option<(i64, i16)>),
-) -> Attempt {
+    (acks, open_txn): (i16, Option<T>),
+) -> Attempt<T> {
     let mut log = match try_lock_log(log) {
         Ok(Some(log)) => log,
         Ok(None) => return None,
@@ -128,19 +149,20 @@ fn attempt(
         return Some(Err((codes::KAFKA_STORAGE_ERROR, e.to_string())));
     }
     let produced = match log.try_with_append_lock(|log| {
-        if let Some((producer_id, epoch)) = open_txn {
+        if let Some(txn) = open_txn {
+            let (producer_id, epoch) = txn.producer();
             // Under the append lock, caught up with the files: a marker the coordinator wrote
             // (it appends under the same lock) has ended the transaction here already.
             let state = log.producer_state()?;
             if state.open_txn_first_offset(producer_id).is_none() || state.epoch_of(producer_id) != Some(epoch) {
-                return Ok(None);
+                return Ok(Err(txn));
             }
         }
-        log.append_produce(records).map(Some)
+        log.append_produce(records).map(Ok)
     }) {
         Ok(None) => return None,
-        Ok(Some(None)) => return Some(Ok(None)),
-        Ok(Some(Some(produced))) => Ok(produced),
+        Ok(Some(Err(txn))) => return Some(Ok(Err(txn))),
+        Ok(Some(Ok(produced))) => Ok(produced),
         Err(e) => Err(e),
     };
     // acks=all: what the answer waits for, taken while the log is still locked (`durable`).
@@ -161,7 +183,7 @@ fn attempt(
             let log_append_time =
                 if log.config().timestamp_type == TimestampType::LogAppendTime { batch.timestamp } else { -1 };
             let log_start_offset = log.start_offset();
-            Ok(Some(Appended { base_offset: batch.first_offset(), log_append_time, log_start_offset, durable }))
+            Ok(Ok(Appended { base_offset: batch.first_offset(), log_append_time, log_start_offset, durable }))
         }
         Ok(Produced::Refused(refusal)) => Err(match refusal {
             Refusal::InvalidProducerEpoch(m) => (codes::INVALID_PRODUCER_EPOCH, m),
@@ -179,7 +201,7 @@ fn attempt(
                     }
                 }
             }
-            Ok(Some(Appended { base_offset, log_append_time, log_start_offset: log.start_offset(), durable }))
+            Ok(Ok(Appended { base_offset, log_append_time, log_start_offset: log.start_offset(), durable }))
         }
         Err(e) => {
             if codes::needs_reopen(&e) {
@@ -218,9 +240,16 @@ impl Written {
 /// One partition's appended batches, or why not (its code and message).
 type Done = Result<Appended, (i16, String)>;
 
-/// An append that did not ask for an open transaction always appended or refused.
-fn appended_or_bug(appended: Option<Appended>) -> Done {
-    appended.ok_or_else(|| (codes::UNKNOWN_SERVER_ERROR, "an unverified append was not verified (a bug)".into()))
+/// The outcome of an append that asked for no open transaction: it appended or was refused.
+fn appended(outcome: Outcome<Infallible>) -> Done {
+    outcome.map(|appended| appended.unwrap_or_else(|never| match never {}))
+}
+
+/// A partition between `append_all`'s two passes: done, or its transactional batches waiting
+/// for the coordinator's verification (their producer held no open transaction there).
+enum Pass {
+    Done(Done),
+    Unverified(txn_api::Stamped),
 }
 
 /// Append the request's batches (in request order: the connection's next request is read only
@@ -279,47 +308,63 @@ async fn append_all(broker: &Arc<Broker>, request: &ProduceRequest, version: i16
     let deadline = waits::deadline(request.timeout_ms);
     let (id, stamped, mut refused) =
         if valid_acks { txn_api::transactional_partitions(request) } else { Default::default() };
-    let stamps: HashMap<(String, i32), (i64, i16)> = stamped.into_iter().collect();
-    // None: waiting for its verification (`unverified`: where, and what to verify).
-    let mut outcomes: Vec<Vec<Option<Done>>> = Vec::with_capacity(request.topic_data.len().min(1024));
-    let mut unverified = Vec::new();
-    for (t, topic) in request.topic_data.iter().enumerate() {
+    // Stamped partitions come with the transactional id that verifies them: without one,
+    // `transactional_partitions` refused them all.
+    let txn = id.map(|id| (id, stamped.into_iter().collect::<HashMap<_, _>>()));
+    let mut passes: Vec<Vec<Pass>> = Vec::with_capacity(request.topic_data.len().min(1024));
+    for topic in &request.topic_data {
         let name = topic.name.0.to_string();
         let mut partitions = Vec::with_capacity(topic.partition_data.len().min(1024));
-        for (i, p) in topic.partition_data.iter().enumerate() {
+        for p in &topic.partition_data {
             let key = (name.clone(), p.index);
-            let outcome = if let Some(refusal) = refused.remove(&key) {
-                Some(Err(refusal))
+            let records = p.records.as_deref();
+            let stamp = txn.as_ref().and_then(|(_, stamps)| stamps.get(&key).copied());
+            let pass = if let Some(refusal) = refused.remove(&key) {
+                Pass::Done(Err(refusal))
             } else if !valid_acks {
-                Some(Err((codes::INVALID_REQUIRED_ACKS, format!("acks must be -1, 0 or 1, not {acks}"))))
-            } else {
-                let open_txn = stamps.get(&key).copied();
-                let records = p.records.as_deref();
-                match (append(broker, (&name, p.index), records, (acks, deadline), open_txn, peer).await, open_txn) {
-                    (Ok(None), Some(stamp)) => {
-                        unverified.push(((t, i), (key, stamp)));
-                        None
-                    }
-                    (outcome, _) => Some(outcome.and_then(appended_or_bug)),
+                Pass::Done(Err((codes::INVALID_REQUIRED_ACKS, format!("acks must be -1, 0 or 1, not {acks}"))))
+            } else if let Some(stamp) = stamp {
+                match append(broker, (&name, p.index), records, (acks, deadline), Some(stamp), peer).await {
+                    Ok(Ok(appended)) => Pass::Done(Ok(appended)),
+                    Ok(Err(stamp)) => Pass::Unverified((key, stamp)),
+                    Err(refusal) => Pass::Done(Err(refusal)),
                 }
+            } else {
+                Pass::Done(appended(append(broker, (&name, p.index), records, (acks, deadline), None, peer).await))
             };
-            partitions.push(outcome);
+            partitions.push(pass);
         }
-        outcomes.push(partitions);
+        passes.push(partitions);
     }
-    if let (Some(id), false) = (&id, unverified.is_empty()) {
-        let wanted = unverified.iter().map(|(_, stamped)| stamped.clone()).collect();
-        let mut refused = txn_api::verify_produce(broker, id, wanted, version, deadline).await;
-        for ((t, i), ((name, index), _)) in unverified {
-            let records = request.topic_data[t].partition_data[i].records.as_deref();
-            outcomes[t][i] = Some(match refused.remove(&(name.clone(), index)) {
-                Some(refusal) => Err(refusal),
-                None => append(broker, (&name, index), records, (acks, deadline), None, peer)
-                    .await
-                    .and_then(appended_or_bug),
+    // The unverified partitions, verified all at once, then appended after the request's others.
+    let wanted: Vec<txn_api::Stamped> = passes
+        .iter()
+        .flatten()
+        .filter_map(|pass| match pass {
+            Pass::Unverified(stamped) => Some(stamped.clone()),
+            Pass::Done(_) => None,
+        })
+        .collect();
+    let mut refused = match &txn {
+        Some((id, _)) => txn_api::verify_produce(broker, id, wanted, version, deadline).await,
+        None => HashMap::new(), // nothing stamped, so nothing unverified
+    };
+    let mut outcomes = Vec::with_capacity(passes.len());
+    for (topic, partitions) in request.topic_data.iter().zip(passes) {
+        let mut done = Vec::with_capacity(partitions.len());
+        for (p, pass) in topic.partition_data.iter().zip(partitions) {
+            done.push(match pass {
+                Pass::Done(outcome) => outcome,
+                Pass::Unverified((key, _)) => match refused.remove(&key) {
+                    Some(refusal) => Err(refusal),
+                    None => {
+                        let records = p.records.as_deref();
+                        appended(append(broker, (&key.0, key.1), records, (acks, deadline), None, peer).await)
+                    }
+                },
             });
         }
+        outcomes.push(done);
     }
-    let never = || Err((codes::UNKNOWN_SERVER_ERROR, "an unverified partition was never verified (a bug)".into()));
-    outcomes.into_iter().map(|partitions| partitions.into_iter().map(|o| o.unwrap_or_else(never)).collect()).collect()
+    outcomes
 }
