@@ -104,22 +104,44 @@ def test_a_delete_that_cannot_be_finished_is_logged_and_reading_goes_on(tmp_path
 
 
 def run_in_callback(
-    producer: kafkalite.Producer, first: kafkalite.FutureRecordMetadata, call: Callable
+    producer: kafkalite.Producer,
+    first: kafkalite.FutureRecordMetadata,
+    call: Callable,
+    drain: Callable[[], object] = lambda: None,
 ) -> object:
-    """Run ``call()`` in ``first``'s callback; its result or exception, or fail when it hung."""
+    """Run ``call()`` in ``first``'s callback; its result or exception, or fail when it hung.
+    ``drain`` starts what completes ``first``, called only once the callback is registered: a
+    future already done runs its callback at once in the caller's thread, which is not the case
+    under test (a callback added after another thread's flush completed it passed by chance)."""
     outcome: list[object] = []
     done = threading.Event()
+    caller = threading.get_ident()
 
     def callback(_metadata: object) -> None:
         try:
+            if threading.get_ident() == caller:
+                raise AssertionError("the callback ran in the caller's thread: the drain came first")
             outcome.append(call())
         except BaseException as e:
             outcome.append(e)
         done.set()
 
     first.add_callback(callback)
+    drain()
     assert done.wait(PATIENCE), "the call inside the callback never returned (deadlock)"
     return outcome[0]
+
+
+# Who drains the first record: the sender thread once its linger ends (long enough for the
+# callback to be registered first), or another thread's flush() (no linger end before it).
+LINGER_MS = {"sender thread": 200, "caller's flush": 60_000}
+
+
+def drainer_of(producer: kafkalite.Producer, drainer: str) -> Callable[[], object]:
+    """What ``run_in_callback`` starts once the callback is registered."""
+    if drainer == "caller's flush":
+        return threading.Thread(target=producer.flush, daemon=True).start
+    return lambda: None
 
 
 @pytest.mark.parametrize("drainer", ["sender thread", "caller's flush"])
@@ -128,11 +150,11 @@ def test_send_batch_inside_a_callback_is_refused_not_a_deadlock(tmp_path, draine
     running the callback already holds: it waited for itself forever (and the sender thread
     with it). It is refused now, as flush() and close() are, naming what to use instead."""
     kafkalite.Admin(tmp_path).create_topic("t")
-    producer = kafkalite.Producer(tmp_path, linger_ms=0 if drainer == "sender thread" else 60_000)
+    producer = kafkalite.Producer(tmp_path, linger_ms=LINGER_MS[drainer])
     first = producer.send("t", b"first")
-    if drainer == "caller's flush":
-        threading.Thread(target=producer.flush, daemon=True).start()
-    error = run_in_callback(producer, first, lambda: producer.send_batch("t", [b"batch"]))
+    error = run_in_callback(
+        producer, first, lambda: producer.send_batch("t", [b"batch"]), drainer_of(producer, drainer)
+    )
     assert isinstance(error, kafkalite.IllegalStateError) and isinstance(error, RuntimeError), error
     assert "callback" in str(error) and "use send()" in str(error)
     producer.send_batch("t", [b"after"])  # from the caller's thread: allowed
@@ -147,14 +169,12 @@ def test_send_filling_a_batch_inside_a_callback_does_not_deadlock(tmp_path, drai
     deadlock. Now the full batches go to the sender thread, and every record is written in
     send order."""
     kafkalite.Admin(tmp_path).create_topic("t")
-    producer = kafkalite.Producer(
-        tmp_path, batch_size=200, linger_ms=0 if drainer == "sender thread" else 60_000
-    )
+    producer = kafkalite.Producer(tmp_path, batch_size=200, linger_ms=LINGER_MS[drainer])
     first = producer.send("t", b"first")
-    if drainer == "caller's flush":
-        threading.Thread(target=producer.flush, daemon=True).start()
     sent = [b"r%02d" % i + b"x" * 60 for i in range(20)]  # several batches of 200 bytes
-    futures = run_in_callback(producer, first, lambda: [producer.send("t", v) for v in sent])
+    futures = run_in_callback(
+        producer, first, lambda: [producer.send("t", v) for v in sent], drainer_of(producer, drainer)
+    )
     assert isinstance(futures, list), futures
     for future in futures:
         future.get(timeout=PATIENCE)
