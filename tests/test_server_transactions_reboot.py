@@ -139,7 +139,8 @@ def test_a_transaction_open_when_the_machine_restarted_is_aborted_not_committed_
         except kafka.errors.KafkaError:
             pass  # fenced (or its transaction found aborted): what a timeout abort gives
         else:
-            pytest.fail("the commit of a transaction whose acknowledged records a reboot lost succeeded")
+            seen = committed_values(bootstrap, want=len(first) + 20)
+            pytest.fail(f"committed a transaction whose acknowledged records a reboot lost: read_committed sees {len(seen)}")
         close_quietly(producer)
         assert committed_values(bootstrap, want=len(first)) == first
         newer = transactional(bootstrap)
