@@ -98,8 +98,11 @@ pub fn init_producer_id(
     peer: &str,
 ) -> InitProducerIdResponse {
     let expected = (request.producer_id.0 >= 0).then_some((request.producer_id.0, request.producer_epoch));
-    let done =
-        broker.transactions.init_producer_id(transactional_id, request.transaction_timeout_ms, expected, now_ms());
+    // This boot recorded before a producer can send (unsynced: `durable`), so a restart of the
+    // server in the same boot keeps its open transaction (`Coordinator::abort_open_after_reboot`).
+    let done = broker.transactions.record_boot().and_then(|()| {
+        broker.transactions.init_producer_id(transactional_id, request.transaction_timeout_ms, expected, now_ms())
+    });
     match done {
         Ok((id, epoch)) => {
             InitProducerIdResponse::default().with_producer_id(ProducerId(id)).with_producer_epoch(epoch)

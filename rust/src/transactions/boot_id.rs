@@ -1,8 +1,10 @@
 //! Whether this machine restarted (an OS crash, a power loss, a reboot) since `kafkalite serve`
 //! last started in a data directory: Linux's boot id (`/proc/sys/kernel/random/boot_id`, a
 //! random id the kernel draws at every boot) against the one the server recorded in the data
-//! directory (`files::BOOT_ID_FILE`, written atomically and durably at every start whose boot
-//! differs).
+//! directory (`files::BOOT_ID_FILE`, written atomically and durably by `Coordinator::record_boot`
+//! before the server's first transactional InitProducerId, and at a start that found another
+//! boot and transactions in the directory). The file only ever holds the id of the boot that
+//! wrote it: it can vouch for the same boot, never for one whose page cache was lost.
 //!
 //! Why the coordinator needs it: a served transactional Produce is answered before its records
 //! are synced (`server::durable`): a transaction's records are made durable when it is decided

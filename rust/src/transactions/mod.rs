@@ -56,7 +56,7 @@
 //! `Coordinator::open(data_dir)`, `with_lock_wait(Duration)`, `init_producer_id`,
 //! `add_partitions`, `add_offsets`, `txn_offset_commit`, `end_txn` (and `add_partitions_as`,
 //! `txn_offset_commit_as`, `end_txn_as` with a client's transaction version), `describe`, `list`,
-//! `abort_expired_and_complete_pending`, `abort_open_after_reboot`, `close`, `verify_partition`; errors are `Error::Transaction { kind, .. }` with
+//! `abort_expired_and_complete_pending`, `abort_open_after_reboot`, `record_boot`, `close`, `verify_partition`; errors are `Error::Transaction { kind, .. }` with
 //! `TxnErrorKind::code()` Kafka's code, plus the engine's usual errors.
 
 pub mod boot_id;
@@ -105,6 +105,8 @@ pub struct Coordinator {
     logs: Mutex<HashMap<(String, i32), SharedLog>>,
     store: store::StateStore,
     producer_ids: Mutex<ProducerIds>,
+    /// Whether this coordinator recorded the current boot id (`record_boot`).
+    boot_recorded: std::sync::atomic::AtomicBool,
 }
 
 fn fail_point(name: &'static str) -> Result<()> {
@@ -130,6 +132,7 @@ impl Coordinator {
             logs: Mutex::new(HashMap::new()),
             store: store::StateStore::default(),
             producer_ids,
+            boot_recorded: Default::default(),
         })
     }
 
@@ -805,21 +808,22 @@ impl Coordinator {
     }
 
     /// At a server's start, before it answers any request: when this machine restarted since
-    /// the server last started here (`boot_id`: another boot id recorded, none, or none to
-    /// compare), abort every transaction still open, bumping its epoch (its producer is fenced,
-    /// as by a timeout), and complete every half-ended one; then record the current boot id.
-    /// The server answers transactional Produce before a sync (`server::durable`), so after an
-    /// OS crash an open transaction's acknowledged records may be gone: committing it would
-    /// commit a transaction with records missing. Waits for each id's lock (`with_lock_wait`):
-    /// an id held that long fails the start (the boot id is not recorded, so the next start
-    /// tries again). Returns how many transactions it aborted.
+    /// the boot id was last recorded here (`boot_id`: another one, none, or none to compare),
+    /// abort every transaction still open, bumping its epoch (its producer is fenced, as by a
+    /// timeout), and complete every half-ended one; then, if the directory has transactions,
+    /// record the current boot id (`record_boot`). The server answers transactional Produce
+    /// before a sync (`server::durable`), so after an OS crash an open transaction's acknowledged
+    /// records may be gone: committing it would commit a transaction with records missing.
+    /// Waits for each id's lock (`with_lock_wait`): an id held that long fails the start (the
+    /// boot id is not recorded, so the next start tries again). Returns how many it aborted.
     pub fn abort_open_after_reboot(&self, now_ms: i64) -> Result<usize> {
-        let boot = boot_id::current();
-        let Some(why) = boot_id::rebooted(boot.as_deref(), &boot_id::recorded(self.dir.path())) else {
+        let Some(why) = boot_id::rebooted(boot_id::current().as_deref(), &boot_id::recorded(self.dir.path())) else {
+            self.boot_recorded.store(true, Ordering::Release);
             return Ok(0);
         };
+        let all = self.list()?;
         let mut aborted = 0;
-        for m in self.list()? {
+        for m in &all {
             let open = matches!(m.state, TransactionState::Ongoing | TransactionState::PrepareEpochFence);
             if !(open || m.state.is_prepare()) {
                 continue;
@@ -838,10 +842,28 @@ impl Coordinator {
             }
             self.settle(current, true, now_ms)?;
         }
-        if let Some(id) = boot {
-            boot_id::record(self.dir.path(), &id)?;
+        if !all.is_empty() {
+            self.record_boot()?;
         }
         Ok(aborted)
+    }
+
+    /// Record the current boot id in the data directory, once per coordinator (the server calls
+    /// it before its first transactional InitProducerId, and its start when transactions
+    /// exist): a later start in the same boot then knows no open transaction lost records. The
+    /// file only ever holds the boot id of the boot that wrote it, so it never vouches for
+    /// records a restart lost; not writing it only costs needless aborts at the next start.
+    pub fn record_boot(&self) -> Result<()> {
+        if self.boot_recorded.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        if let Some(id) = boot_id::current() {
+            if boot_id::recorded(self.dir.path()) != boot_id::Recorded::Id(id.clone()) {
+                boot_id::record(self.dir.path(), &id)?;
+            }
+        }
+        self.boot_recorded.store(true, Ordering::Release);
+        Ok(())
     }
 }
 
