@@ -132,7 +132,7 @@ def test_a_transaction_open_when_the_machine_restarted_is_aborted_not_committed_
     lose_unsynced(data, synced)
     said: list[str] = []
     server = serve(spawn, data, port, "boot-after", said)
-    assert any("aborting the transaction of \"reboot-tx\"" in line for line in said), said
+    assert any('aborting the transaction of "reboot-tx"' in line for line in said), said
     try:
         try:
             producer.commit_transaction()
@@ -140,7 +140,9 @@ def test_a_transaction_open_when_the_machine_restarted_is_aborted_not_committed_
             pass  # fenced (or its transaction found aborted): what a timeout abort gives
         else:
             seen = committed_values(bootstrap, want=len(first) + 20)
-            pytest.fail(f"committed a transaction whose acknowledged records a reboot lost: read_committed sees {len(seen)}")
+            pytest.fail(
+                f"committed a transaction whose acknowledged records a reboot lost: read_committed sees {len(seen)}"
+            )
         close_quietly(producer)
         assert committed_values(bootstrap, want=len(first)) == first
         newer = transactional(bootstrap)
