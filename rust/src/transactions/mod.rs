@@ -26,9 +26,18 @@
 //! epoch: the older producer's next coordinator call fails with PRODUCER_FENCED and its next
 //! append with PRODUCER_FENCED (the markers bumped the partitions' epoch for it).
 //!
+//! A transaction's records are durable only from its end on (as a database's commit):
+//! `kafkalite serve` answers transactional Produce before a sync (`server/durable.rs`), and an
+//! embedded producer may send them with acks=1. A killed process leaves them in the page cache,
+//! but an OS crash can lose them while their producer, on another host, lives on: so a server
+//! starting after a restart of the machine (another boot id, `boot_id.rs`) aborts every
+//! transaction still open before it answers anything (`abort_open_after_reboot`), fencing its
+//! producer as a timeout does; the producer's commit fails and it re-initialises.
+//!
 //! Files: `metadata.rs` (TransactionMetadata, TransactionState), `state_log.rs` (the
 //! `__transaction_state` codec), `store.rs` (reading and appending it), `lock.rs` (per-id
-//! locks). Markers are written by the partition (`log/transactional.rs`).
+//! locks), `boot_id.rs` (whether the machine restarted since the server last started).
+//! Markers are written by the partition (`log/transactional.rs`).
 //!
 //! Transaction version (Kafka's `transaction.version`), per request as Kafka's coordinator
 //! takes it: at version 0 (`TV_0`: the embedded producers, clients before KIP-890 part 2) the
@@ -47,9 +56,10 @@
 //! `Coordinator::open(data_dir)`, `with_lock_wait(Duration)`, `init_producer_id`,
 //! `add_partitions`, `add_offsets`, `txn_offset_commit`, `end_txn` (and `add_partitions_as`,
 //! `txn_offset_commit_as`, `end_txn_as` with a client's transaction version), `describe`, `list`,
-//! `abort_expired_and_complete_pending`, `close`, `verify_partition`; errors are `Error::Transaction { kind, .. }` with
+//! `abort_expired_and_complete_pending`, `abort_open_after_reboot`, `record_boot`, `close`, `verify_partition`; errors are `Error::Transaction { kind, .. }` with
 //! `TxnErrorKind::code()` Kafka's code, plus the engine's usual errors.
 
+pub mod boot_id;
 pub mod lock;
 pub mod metadata;
 pub mod state_log;
@@ -95,6 +105,8 @@ pub struct Coordinator {
     logs: Mutex<HashMap<(String, i32), SharedLog>>,
     store: store::StateStore,
     producer_ids: Mutex<ProducerIds>,
+    /// Whether this coordinator recorded the current boot id (`record_boot`).
+    boot_recorded: std::sync::atomic::AtomicBool,
 }
 
 fn fail_point(name: &'static str) -> Result<()> {
@@ -120,6 +132,7 @@ impl Coordinator {
             logs: Mutex::new(HashMap::new()),
             store: store::StateStore::default(),
             producer_ids,
+            boot_recorded: Default::default(),
         })
     }
 
@@ -792,6 +805,65 @@ impl Coordinator {
             acted += usize::from((settled.state, settled.producer_epoch) != before);
         }
         Ok(acted)
+    }
+
+    /// At a server's start, before it answers any request: when this machine restarted since
+    /// the boot id was last recorded here (`boot_id`: another one, none, or none to compare),
+    /// abort every transaction still open, bumping its epoch (its producer is fenced, as by a
+    /// timeout), and complete every half-ended one; then, if the directory has transactions,
+    /// record the current boot id (`record_boot`). The server answers transactional Produce
+    /// before a sync (`server::durable`), so after an OS crash an open transaction's acknowledged
+    /// records may be gone: committing it would commit a transaction with records missing.
+    /// Waits for each id's lock (`with_lock_wait`): an id held that long fails the start (the
+    /// boot id is not recorded, so the next start tries again). Returns how many it aborted.
+    pub fn abort_open_after_reboot(&self, now_ms: i64) -> Result<usize> {
+        let Some(why) = boot_id::rebooted(boot_id::current().as_deref(), &boot_id::recorded(self.dir.path())) else {
+            self.boot_recorded.store(true, Ordering::Release);
+            return Ok(0);
+        };
+        let all = self.list()?;
+        let mut aborted = 0;
+        for m in &all {
+            let open = matches!(m.state, TransactionState::Ongoing | TransactionState::PrepareEpochFence);
+            if !(open || m.state.is_prepare()) {
+                continue;
+            }
+            let _lock = self.lock(&m.transactional_id)?;
+            let Some(current) = self.load(&m.transactional_id)? else { continue };
+            if current.state == TransactionState::Ongoing {
+                ::log::warn!(
+                    target: crate::LOG_TARGET,
+                    "aborting the transaction of {:?} (producer id {}), open at this start: {why}, and records \
+                     it acknowledged before a sync may be lost; its producer is fenced",
+                    current.transactional_id,
+                    current.producer_id
+                );
+                aborted += 1;
+            }
+            self.settle(current, true, now_ms)?;
+        }
+        if !all.is_empty() {
+            self.record_boot()?;
+        }
+        Ok(aborted)
+    }
+
+    /// Record the current boot id in the data directory, once per coordinator (the server calls
+    /// it before its first transactional InitProducerId, and its start when transactions
+    /// exist): a later start in the same boot then knows no open transaction lost records. The
+    /// file only ever holds the boot id of the boot that wrote it, so it never vouches for
+    /// records a restart lost; not writing it only costs needless aborts at the next start.
+    pub fn record_boot(&self) -> Result<()> {
+        if self.boot_recorded.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        if let Some(id) = boot_id::current() {
+            if boot_id::recorded(self.dir.path()) != boot_id::Recorded::Id(id.clone()) {
+                boot_id::record(self.dir.path(), &id)?;
+            }
+        }
+        self.boot_recorded.store(true, Ordering::Release);
+        Ok(())
     }
 }
 
