@@ -25,8 +25,9 @@ import pytest
 from serve_proc import free_port
 
 kafka = pytest.importorskip("kafka")
-from kafka import KafkaConsumer, KafkaProducer  # noqa: E402
+from kafka import KafkaProducer  # noqa: E402
 from server_wire import HOLD_FLOCK, release, stop_holder  # noqa: E402
+from test_server_transactions import values  # noqa: E402
 
 TOPIC = "reboot"
 SEGMENT = f"{TOPIC}-0/00000000000000000000.log"
@@ -76,22 +77,22 @@ def send_all(producer: KafkaProducer, prefix: bytes, n: int) -> list[bytes]:
 
 
 def committed_values(bootstrap: str, want: int, timeout: float = 20.0) -> list[bytes]:
-    """The values a read_committed consumer reads from the start: until ``want`` were read (and
-    one more quiet poll, to catch extras), or ``timeout``."""
-    consumer = KafkaConsumer(
-        TOPIC, bootstrap_servers=bootstrap, isolation_level="read_committed", auto_offset_reset="earliest"
-    )
-    got: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            batch = consumer.poll(timeout_ms=500)
-            got.extend(r.value for records in batch.values() for r in records)
-            if len(got) >= want and not batch:
-                break
-    finally:
-        consumer.close()
-    return got
+    """The values a read_committed consumer reads from the start (``values``' rules)."""
+    return values(bootstrap, TOPIC, "read_committed", want=want, timeout=timeout)
+
+
+def started_with_a_commit(spawn, data, boot_id: str, said: list[str] | None = None):
+    """A topic of one partition, a server under ``boot_id`` and a transactional producer that
+    committed one transaction of 20 records: (bootstrap, server, producer, its values)."""
+    kafkalite.Admin(str(data)).create_topic(TOPIC, 1)
+    port = free_port()
+    server = serve(spawn, data, port, boot_id, said)
+    bootstrap = f"127.0.0.1:{port}"
+    producer = transactional(bootstrap)
+    producer.begin_transaction()
+    first = send_all(producer, b"first", 20)
+    producer.commit_transaction()  # its records, decision and markers synced
+    return bootstrap, server, producer, first
 
 
 def lose_unsynced(data, synced: bytes) -> None:
@@ -117,14 +118,8 @@ def test_a_transaction_open_when_the_machine_restarted_is_aborted_not_committed_
     tmp_path, spawn
 ):
     data = tmp_path / "data"
-    kafkalite.Admin(str(data)).create_topic(TOPIC, 1)
-    port = free_port()
-    bootstrap = f"127.0.0.1:{port}"
-    server = serve(spawn, data, port, "boot-before")
-    producer = transactional(bootstrap)
-    producer.begin_transaction()
-    first = send_all(producer, b"first", 20)
-    producer.commit_transaction()  # its records, decision and markers synced
+    bootstrap, server, producer, first = started_with_a_commit(spawn, data, "boot-before")
+    port = int(bootstrap.rsplit(":", 1)[1])
     synced = (data / SEGMENT).read_bytes()
     producer.begin_transaction()
     send_all(producer, b"lost", 20)  # acknowledged (acks=all) from the page cache only
@@ -157,14 +152,8 @@ def test_a_transaction_open_when_the_machine_restarted_is_aborted_not_committed_
 
 def test_a_server_killed_and_restarted_under_the_same_boot_keeps_the_open_transaction(tmp_path, spawn):
     data = tmp_path / "data"
-    kafkalite.Admin(str(data)).create_topic(TOPIC, 1)
-    port = free_port()
-    bootstrap = f"127.0.0.1:{port}"
-    server = serve(spawn, data, port, "one-boot")
-    producer = transactional(bootstrap)
-    producer.begin_transaction()
-    first = send_all(producer, b"first", 20)
-    producer.commit_transaction()
+    bootstrap, server, producer, first = started_with_a_commit(spawn, data, "one-boot")
+    port = int(bootstrap.rsplit(":", 1)[1])
     producer.begin_transaction()
     second = send_all(producer, b"second", 20)
     stop(server)  # kill -9: the page cache keeps what it acknowledged
