@@ -144,7 +144,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         default="disk",
         help="when a Produce with acks=all is answered: disk (default) once synced to this host's disk, "
         "as the embedded acks='all'; page-cache once in the page cache, as a Kafka broker (acks=1 is "
-        "always answered at the page cache)",
+        "always answered at the page cache; so are a transaction's records, made durable when it "
+        "commits or aborts: a start after a machine restart aborts the transactions left open)",
     )
     serve.add_argument(
         "--max-open-partitions",

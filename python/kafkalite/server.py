@@ -26,7 +26,10 @@ data directory's owner and is never restricted.
 ``acks_all`` says when a Produce with ``acks=all`` is answered: ``"disk"`` (the default) once a
 sync covering the batch returned, as the embedded ``Producer(acks='all')`` promises; ``"page-cache"``
 once it is in the page cache, as a Kafka broker answers (its durability comes from replicas,
-which a single server has not got). ``acks=1`` is always answered at the page cache.
+which a single server has not got). ``acks=1`` is always answered at the page cache, and so are
+transactional batches: a transaction's records are made durable when it is committed or aborted
+(EndTxn is answered after that), and a start after a restart of the machine (Linux's boot id)
+aborts every transaction left open, fencing its producer, since its records may be lost.
 ``fetch_max_bytes`` is the broker's ``fetch.max.bytes``: the most record bytes in one Fetch
 response (55 MiB, Kafka's default).
 ``max_open_partitions`` bounds the partitions kept open that no request is using (each holds

@@ -121,6 +121,10 @@ pub const GROUP_NETWORK_OWNER_FILE: &str = "network-owner.lock";
 pub const TRANSACTIONS_DIR: &str = ".kafkalite-transactions";
 /// The suffix of a transactional id's lock file in `TRANSACTIONS_DIR`.
 pub const TRANSACTION_LOCK_SUFFIX: &str = ".lock";
+/// The boot id (Linux's `/proc/sys/kernel/random/boot_id`) `kafkalite serve` last started
+/// under: a start under another boot aborts the transactions still open
+/// (`transactions/boot_id.rs`).
+pub const BOOT_ID_FILE: &str = ".kafkalite-boot-id";
 
 /// Kafka's per-log-directory checkpoint files (`CheckpointFile`: version line 0, count line,
 /// then `topic partition offset` lines), shared by every partition of the directory.

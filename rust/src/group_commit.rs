@@ -311,10 +311,10 @@ impl GroupCommit {
         Ok(())
     }
 
+    /// Sync `[from, to)` of the ticket's segment: every byte below `to` was appended (the
+    /// appended watermark, or the ticket's own end, which appends only move past).
     fn msync(&self, t: &Ticket, from: usize, to: usize) -> Result<()> {
-        t.map
-            .flush_range(from, to - from)
-            .map_err(|e| Error::Poisoned(format!("msync of {} failed: {e}", t.path.display())))
+        t.map.sync_appended(from, to).map_err(|e| Error::Poisoned(format!("msync of {} failed: {e}", t.path.display())))
     }
 
     /// The sync lock (`flock` on the file), polled with a short backoff until `deadline`: a

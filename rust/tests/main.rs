@@ -3,6 +3,7 @@
 
 mod cleaner_crash;
 mod cleaner_shared;
+mod durable_sync;
 mod hostile;
 mod locks;
 mod log;

@@ -225,6 +225,37 @@ fn an_expired_transaction_is_aborted_and_its_producer_fenced() {
     assert!(values.is_empty() && stable && controls == 1);
 }
 
+/// A start after a restart of the machine (another boot id recorded) aborts every open
+/// transaction and fences its producer, then records the boot: the next start under the same
+/// boot aborts nothing. A transaction opened under the same boot survives it.
+#[test]
+fn a_start_after_a_reboot_aborts_open_transactions_and_one_after_the_same_boot_does_not() {
+    use kafkalite::transactions::boot_id;
+    let Some(now) = boot_id::current() else { return }; // no boot id here: every start aborts
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path();
+    setup(dir);
+    let c = Coordinator::open(dir).unwrap();
+    let (pid, epoch) = c.init_producer_id(TXN, 60_000, None, 1000).unwrap();
+    c.add_partitions(TXN, pid, epoch, &[("a".into(), 0)], 1000).unwrap();
+    append(&mut writer(dir, 0), (pid, epoch), &["acknowledged, maybe lost"]).unwrap();
+    boot_id::record(dir, "an-earlier-boot").unwrap();
+    assert_eq!(c.abort_open_after_reboot(1100).unwrap(), 1);
+    let m = c.describe(TXN).unwrap().unwrap();
+    assert_eq!((m.state, m.producer_epoch), (TransactionState::CompleteAbort, epoch + 1));
+    assert_eq!(kind(c.end_txn(TXN, pid, epoch, true, 1200).unwrap_err()), TxnErrorKind::ProducerFenced);
+    let (values, controls, stable) = committed(&dir.join("a-0"));
+    assert!(values.is_empty() && stable && controls == 1);
+    assert_eq!(boot_id::recorded(dir), boot_id::Recorded::Id(now));
+
+    let (pid, epoch) = c.init_producer_id(TXN, 60_000, None, 1300).unwrap();
+    c.add_partitions(TXN, pid, epoch, &[("a".into(), 0)], 1300).unwrap();
+    append(&mut writer(dir, 0), (pid, epoch), &["kept"]).unwrap();
+    assert_eq!(c.abort_open_after_reboot(1400).unwrap(), 0, "same boot: nothing to abort");
+    c.end_txn(TXN, pid, epoch, true, 1500).unwrap();
+    assert_eq!(committed(&dir.join("a-0")).0, vec!["kept".to_string()]);
+}
+
 #[test]
 fn a_held_id_lock_gives_concurrent_transactions_within_the_bound() {
     let root = tempfile::tempdir().unwrap();

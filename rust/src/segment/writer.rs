@@ -444,11 +444,12 @@ impl Segment {
         self.map.as_ref().filter(|_| self.writable && self.map_writable).cloned()
     }
 
-    /// Make `[from, size)` durable.
+    /// Make `[from, size)` durable. Every byte below `size` is written and appends only write
+    /// past it (`MappedFile::sync_appended`).
     pub fn flush_range(&self, from: usize) -> Result<()> {
         if let Some(map) = &self.map {
             if self.writable && self.size > from {
-                map.flush_range(from, self.size - from)
+                map.sync_appended(from, self.size)
                     .map_err(|e| Error::Poisoned(format!("msync of {} failed: {e}", self.log_path().display())))?;
             }
         }

@@ -5,6 +5,17 @@
 //! they are in the page cache, as a Kafka broker does (its durability is replication, which a
 //! single server has not got). acks=1 always answers at the page cache, acks=0 not at all.
 //!
+//! Transactional batches are answered at the page cache too, whatever the acks (every
+//! transactional producer sends acks=all): a transaction's records need to be durable only when
+//! it is decided, as a database's commit, and the coordinator makes them so before it records
+//! PrepareCommit / PrepareAbort (`transactions::Coordinator`'s `sync_records`), so EndTxn is
+//! answered only once they, the decision and the markers are on disk. The hole a Produce answer
+//! before its sync opens is an OS crash (a killed server keeps the page cache): an open
+//! transaction's acknowledged records may be gone, and its producer, on another host, could
+//! commit it after the restart. The server's start closes it: after a restart of the machine
+//! (another boot id) every open transaction is aborted before any request is answered, its
+//! producer fenced (`transactions::boot_id`, `Coordinator::abort_open_after_reboot`).
+//!
 //! The wait holds no partition lock: other requests append meanwhile (the connection's next
 //! Produce requests too: `pipeline`) and share the sync. It holds no thread either while another
 //! request's sync runs (`Ticket::poll_turn`: woken when it ends); only a sync itself, and the
@@ -64,16 +75,16 @@ struct Dir {
 
 /// After a successful append of acks=`acks` (the log still locked): what the answer must wait
 /// for, if anything. `since`: the first offset this request appended (or, for a retried
-/// idempotent batch, the original's).
+/// idempotent batch, the original's). `transactional`: the batches are all transactional,
+/// appended into their producer's open transaction: nothing to wait for (the module comment).
 pub fn after_append(
     broker: &Broker,
     log: &mut Log,
-    topic: &str,
-    partition: i32,
-    acks: i16,
+    (topic, partition): (&str, i32),
+    (acks, transactional): (i16, bool),
     since: i64,
 ) -> Result<Option<Pending>> {
-    if acks != -1 || broker.acks_all != AcksAll::Disk {
+    if acks != -1 || broker.acks_all != AcksAll::Disk || transactional {
         return Ok(None);
     }
     let (tickets, durable) = log.durable_tickets(since)?;

@@ -264,6 +264,9 @@ impl Server {
         open_logs::check_descriptor_limit(open_file_limit)?;
         config.max_open_partitions = Some(max_open);
         let broker = Arc::new(Broker::open(&config, advertised)?);
+        // Before any request: a served transactional Produce is answered before its sync
+        // (`durable`), so transactions open when the machine went down are aborted here.
+        broker.transactions.abort_open_after_reboot(crate::log::now_ms())?;
         let (shutdown, stop_rx) = watch::channel(false);
         runtime.spawn(expire_sessions(broker.clone(), stop_rx.clone()));
         runtime.spawn(release_resident_pages(broker.clone(), stop_rx.clone()));

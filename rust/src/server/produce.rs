@@ -3,7 +3,8 @@
 //! with its original base offset and not written again), assigns offsets and stores the
 //! batches as sent (every codec, no recompression: Kafka's `compression.type=producer`). acks=0 gets no response;
 //! acks=1 answers once the batches are in the log, acks=-1 after `durable` (on disk, or in the
-//! page cache under `--acks-all=page-cache`).
+//! page cache under `--acks-all=page-cache`; transactional batches at once: their transaction's
+//! end makes them durable).
 //!
 //! A partition's append lock held by another writer (an embedded producer, maybe stopped) is
 //! waited for without blocking a request worker and without holding the partition's log while
@@ -149,7 +150,10 @@ fn attempt(
         Ok(Produced::Duplicate(batch)) => Some(batch.first_offset()),
         _ => None,
     };
-    let durable = match since.map(|since| durable::after_append(broker, &mut log, topic, partition, acks, since)) {
+    // Transactional batches are made durable by their transaction's end, not here (`durable`).
+    let transactional = since.is_some() && txn_api::all_transactional(records);
+    let waits = |since| durable::after_append(broker, &mut log, (topic, partition), (acks, transactional), since);
+    let durable = match since.map(waits) {
         Some(Err(e)) => return Some(Err((codes::for_error(&e), e.to_string()))),
         Some(Ok(pending)) => pending,
         None => None,

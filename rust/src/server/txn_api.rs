@@ -327,13 +327,27 @@ pub fn end_txn(broker: &Broker, request: EndTxnRequest, version: i16, peer: &str
     }
 }
 
+/// Each v2 batch header of a partition's records, in order, to `f`: `Err` for one that does not
+/// parse (or `f`'s). A length the engine's validation refuses ends the walk there; that refusal
+/// follows at the append.
+fn each_header(records: &[u8], mut f: impl FnMut(&BatchHeader) -> Result<(), String>) -> Result<(), String> {
+    let mut at = 0usize;
+    while records.len() >= at + HEADER_LEN {
+        let header = BatchHeader::parse(&records[at..]).map_err(|e| e.to_string())?;
+        f(&header)?;
+        if header.batch_length < MIN_BATCH_LENGTH {
+            break;
+        }
+        at = at.saturating_add(header.total_size());
+    }
+    Ok(())
+}
+
 /// The producer (id, epoch) of the transactional batches in a partition's records, if any:
 /// `Err` when they are not all one producer's (Kafka takes one batch per partition from v3).
 fn transactional_producer(records: &[u8]) -> Result<Option<(i64, i16)>, String> {
     let mut producer = None;
-    let mut at = 0usize;
-    while records.len() >= at + HEADER_LEN {
-        let header = BatchHeader::parse(&records[at..]).map_err(|e| e.to_string())?;
+    each_header(records, |header| {
         if header.is_transactional() {
             let this = (header.producer_id, header.producer_epoch);
             if producer.is_some_and(|p| p != this) {
@@ -341,13 +355,21 @@ fn transactional_producer(records: &[u8]) -> Result<Option<(i64, i16)>, String> 
             }
             producer = Some(this);
         }
-        // A length the engine's validation refuses ends the walk here; that refusal follows.
-        if header.batch_length < MIN_BATCH_LENGTH {
-            break;
-        }
-        at = at.saturating_add(header.total_size());
-    }
+        Ok(())
+    })?;
     Ok(producer)
+}
+
+/// Whether a partition's records (appended: valid) are all transactional batches, whose
+/// durability their transaction's end sees to (`durable::after_append`).
+pub fn all_transactional(records: &[u8]) -> bool {
+    let (mut any, mut all) = (false, true);
+    let walked = each_header(records, |header| {
+        any = true;
+        all &= header.is_transactional();
+        Ok(())
+    });
+    walked.is_ok() && any && all
 }
 
 /// The transactional partitions of a Produce request: each with the producer (id, epoch) of its

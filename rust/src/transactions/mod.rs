@@ -26,9 +26,18 @@
 //! epoch: the older producer's next coordinator call fails with PRODUCER_FENCED and its next
 //! append with PRODUCER_FENCED (the markers bumped the partitions' epoch for it).
 //!
+//! A transaction's records are durable only from its end on (as a database's commit):
+//! `kafkalite serve` answers transactional Produce before a sync (`server/durable.rs`), and an
+//! embedded producer may send them with acks=1. A killed process leaves them in the page cache,
+//! but an OS crash can lose them while their producer, on another host, lives on: so a server
+//! starting after a restart of the machine (another boot id, `boot_id.rs`) aborts every
+//! transaction still open before it answers anything (`abort_open_after_reboot`), fencing its
+//! producer as a timeout does; the producer's commit fails and it re-initialises.
+//!
 //! Files: `metadata.rs` (TransactionMetadata, TransactionState), `state_log.rs` (the
 //! `__transaction_state` codec), `store.rs` (reading and appending it), `lock.rs` (per-id
-//! locks). Markers are written by the partition (`log/transactional.rs`).
+//! locks), `boot_id.rs` (whether the machine restarted since the server last started).
+//! Markers are written by the partition (`log/transactional.rs`).
 //!
 //! Transaction version (Kafka's `transaction.version`), per request as Kafka's coordinator
 //! takes it: at version 0 (`TV_0`: the embedded producers, clients before KIP-890 part 2) the
@@ -47,9 +56,10 @@
 //! `Coordinator::open(data_dir)`, `with_lock_wait(Duration)`, `init_producer_id`,
 //! `add_partitions`, `add_offsets`, `txn_offset_commit`, `end_txn` (and `add_partitions_as`,
 //! `txn_offset_commit_as`, `end_txn_as` with a client's transaction version), `describe`, `list`,
-//! `abort_expired_and_complete_pending`, `close`, `verify_partition`; errors are `Error::Transaction { kind, .. }` with
+//! `abort_expired_and_complete_pending`, `abort_open_after_reboot`, `close`, `verify_partition`; errors are `Error::Transaction { kind, .. }` with
 //! `TxnErrorKind::code()` Kafka's code, plus the engine's usual errors.
 
+pub mod boot_id;
 pub mod lock;
 pub mod metadata;
 pub mod state_log;
@@ -792,6 +802,46 @@ impl Coordinator {
             acted += usize::from((settled.state, settled.producer_epoch) != before);
         }
         Ok(acted)
+    }
+
+    /// At a server's start, before it answers any request: when this machine restarted since
+    /// the server last started here (`boot_id`: another boot id recorded, none, or none to
+    /// compare), abort every transaction still open, bumping its epoch (its producer is fenced,
+    /// as by a timeout), and complete every half-ended one; then record the current boot id.
+    /// The server answers transactional Produce before a sync (`server::durable`), so after an
+    /// OS crash an open transaction's acknowledged records may be gone: committing it would
+    /// commit a transaction with records missing. Waits for each id's lock (`with_lock_wait`):
+    /// an id held that long fails the start (the boot id is not recorded, so the next start
+    /// tries again). Returns how many transactions it aborted.
+    pub fn abort_open_after_reboot(&self, now_ms: i64) -> Result<usize> {
+        let boot = boot_id::current();
+        let Some(why) = boot_id::rebooted(boot.as_deref(), &boot_id::recorded(self.dir.path())) else {
+            return Ok(0);
+        };
+        let mut aborted = 0;
+        for m in self.list()? {
+            let open = matches!(m.state, TransactionState::Ongoing | TransactionState::PrepareEpochFence);
+            if !(open || m.state.is_prepare()) {
+                continue;
+            }
+            let _lock = self.lock(&m.transactional_id)?;
+            let Some(current) = self.load(&m.transactional_id)? else { continue };
+            if current.state == TransactionState::Ongoing {
+                ::log::warn!(
+                    target: crate::LOG_TARGET,
+                    "aborting the transaction of {:?} (producer id {}), open at this start: {why}, and records \
+                     it acknowledged before a sync may be lost; its producer is fenced",
+                    current.transactional_id,
+                    current.producer_id
+                );
+                aborted += 1;
+            }
+            self.settle(current, true, now_ms)?;
+        }
+        if let Some(id) = boot {
+            boot_id::record(self.dir.path(), &id)?;
+        }
+        Ok(aborted)
     }
 }
 
