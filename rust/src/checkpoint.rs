@@ -47,7 +47,9 @@ fn write_file(dir: &Path, name: &str, contents: &[u8], private: bool) -> Result<
     // Not truncated at open, and O_NONBLOCK: whatever a crash or a hostile user left at the temp
     // name is checked first (`check_temp`), and a FIFO there fails the open (ENXIO, no reader)
     // instead of blocking the writer for good (a server's start, say).
-    opts.write(true).create(true).custom_flags((rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits() as i32);
+    opts.write(true)
+        .create(true)
+        .custom_flags((rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits() as i32);
     if private {
         opts.mode(0o600);
     }
