@@ -12,6 +12,23 @@ use crate::files::{
     TMP_SUFFIX, TOPICS_FILE,
 };
 
+/// The temp file just opened must be a regular file with no other name: a FIFO or device is
+/// never written (a FIFO with a reader would swallow the bytes), and a hard link to a file
+/// elsewhere (say outside the data directory) is never truncated or overwritten through.
+fn check_temp(f: &File, tmp: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = f.metadata().context(|| format!("cannot stat {}", tmp.display()))?;
+    if meta.file_type().is_file() && meta.nlink() <= 1 {
+        return Ok(());
+    }
+    let why = if meta.file_type().is_file() { "a file with other names (a hard link)" } else { "not a regular file" };
+    Err(crate::error::Error::io_at(
+        tmp,
+        format!("cannot write {}: it is {why}; remove it", tmp.display()),
+        std::io::Error::from(std::io::ErrorKind::InvalidInput),
+    ))
+}
+
 /// Replace `dir/name` with `contents` atomically and durably.
 pub fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> Result<()> {
     write_file(dir, name, contents, false)
@@ -27,12 +44,19 @@ fn write_file(dir: &Path, name: &str, contents: &[u8], private: bool) -> Result<
     let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
     let dst = dir.join(name);
     let mut opts = crate::nofollow::options();
-    opts.write(true).create(true).truncate(true);
+    // Not truncated at open, and O_NONBLOCK: whatever a crash or a hostile user left at the temp
+    // name is checked first (`check_temp`), and a FIFO there fails the open (ENXIO, no reader)
+    // instead of blocking the writer for good (a server's start, say).
+    opts.write(true)
+        .create(true)
+        .custom_flags((rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits() as i32);
     if private {
         opts.mode(0o600);
     }
     let mut f = crate::nofollow::open(&opts, &tmp, "checkpoint")?;
+    check_temp(&f, &tmp)?;
     crate::failpoint::hit("checkpoint.write")
+        .and_then(|()| f.set_len(0))
         // `mode` applies only to a new file: a leftover temp file keeps its own, so set it.
         .and_then(|()| if private { f.set_permissions(std::fs::Permissions::from_mode(0o600)) } else { Ok(()) })
         .and_then(|()| f.write_all(contents))
@@ -213,6 +237,35 @@ mod tests {
         assert!(parse_checkpoint("0\n2\na 0 1\n").is_none());
         assert!(parse_checkpoint("0\n1\na x 1\n").is_none());
         assert!(parse_checkpoint("").is_none());
+    }
+
+    #[test]
+    fn a_fifo_or_a_hard_link_at_the_temp_name_is_an_error_never_a_hang_or_a_write_through() {
+        let d = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let tmp = d.path().join(format!("f{TMP_SUFFIX}"));
+        // A FIFO with no reader: the open used to block for good (a server's start hung on
+        // `.kafkalite-boot-id.tmp`).
+        rustix::fs::mknodat(rustix::fs::CWD, &tmp, rustix::fs::FileType::Fifo, rustix::fs::Mode::from(0o644), 0)
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let dir = d.path().to_path_buf();
+        std::thread::spawn(move || tx.send(write_atomically(&dir, "f", b"new").is_err()));
+        let refused = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("blocked on a FIFO at the temp name");
+        assert!(refused, "a FIFO at the temp name must be an error");
+        assert!(!d.path().join("f").exists());
+        std::fs::remove_file(&tmp).unwrap();
+        // A hard link to a file elsewhere: neither truncated nor written through.
+        let victim = outside.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        std::fs::hard_link(&victim, &tmp).unwrap();
+        assert!(write_atomically(d.path(), "f", b"new").is_err());
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        std::fs::remove_file(&tmp).unwrap();
+        // A stale regular temp file (a crash mid-write) is simply replaced.
+        std::fs::write(&tmp, b"stale and longer than the new contents").unwrap();
+        write_atomically(d.path(), "f", b"new").unwrap();
+        assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"new");
     }
 
     #[test]

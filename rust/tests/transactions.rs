@@ -242,8 +242,11 @@ fn a_start_after_a_reboot_aborts_open_transactions_and_one_after_the_same_boot_d
     boot_id::record(dir, "an-earlier-boot").unwrap();
     assert_eq!(c.abort_open_after_reboot(1100).unwrap(), 1);
     let m = c.describe(TXN).unwrap().unwrap();
-    assert_eq!((m.state, m.producer_epoch), (TransactionState::CompleteAbort, epoch + 1));
+    // Only the decision is recorded at the start (no partition lock needed); the id's next use
+    // writes the markers.
+    assert_eq!((m.state, m.producer_epoch), (TransactionState::PrepareAbort, epoch + 1));
     assert_eq!(kind(c.end_txn(TXN, pid, epoch, true, 1200).unwrap_err()), TxnErrorKind::ProducerFenced);
+    assert_eq!(c.describe(TXN).unwrap().unwrap().state, TransactionState::CompleteAbort);
     let (values, controls, stable) = committed(&dir.join("a-0"));
     assert!(values.is_empty() && stable && controls == 1);
     assert_eq!(boot_id::recorded(dir), boot_id::Recorded::Id(now));

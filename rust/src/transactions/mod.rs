@@ -269,13 +269,20 @@ impl Coordinator {
 
     /// Two-phase end: the records durable, Prepare* (at `epoch`) recorded, then the markers,
     /// then Complete*.
-    fn end(&self, mut m: TransactionMetadata, commit: bool, epoch: i16, now_ms: i64) -> Result<TransactionMetadata> {
+    fn end(&self, m: TransactionMetadata, commit: bool, epoch: i16, now_ms: i64) -> Result<TransactionMetadata> {
         self.sync_records(&m)?;
+        let m = self.decide(m, commit, epoch, now_ms)?;
+        self.complete(m, now_ms)
+    }
+
+    /// Record the decision, Prepare* at `epoch`, durably: from here on the transaction ends
+    /// that way whoever completes it (`complete`, now or after a crash).
+    fn decide(&self, mut m: TransactionMetadata, commit: bool, epoch: i16, now_ms: i64) -> Result<TransactionMetadata> {
         m.state = if commit { TransactionState::PrepareCommit } else { TransactionState::PrepareAbort };
         m.producer_epoch = epoch;
         m.last_update_ms = now_ms;
         self.write(&m, ("txn.prepare.before_record", "txn.prepare.after_record"))?;
-        self.complete(m, now_ms)
+        Ok(m)
     }
 
     /// A transaction version 2 end (KIP-890 part 2): Prepare* at epoch + 1, the markers at
@@ -809,13 +816,17 @@ impl Coordinator {
 
     /// At a server's start, before it answers any request: when this machine restarted since
     /// the boot id was last recorded here (`boot_id`: another one, none, or none to compare),
-    /// abort every transaction still open, bumping its epoch (its producer is fenced, as by a
-    /// timeout), and complete every half-ended one; then, if the directory has transactions,
-    /// record the current boot id (`record_boot`). The server answers transactional Produce
-    /// before a sync (`server::durable`), so after an OS crash an open transaction's acknowledged
-    /// records may be gone: committing it would commit a transaction with records missing.
-    /// Waits for each id's lock (`with_lock_wait`): an id held that long fails the start (the
-    /// boot id is not recorded, so the next start tries again). Returns how many it aborted.
+    /// decide to abort every transaction still open, bumping its epoch (its producer is fenced,
+    /// as by a timeout); then, if the directory has transactions, record the current boot id
+    /// (`record_boot`). The server answers transactional Produce before a sync
+    /// (`server::durable`), so after an OS crash an open transaction's acknowledged records may
+    /// be gone: committing it would commit a transaction with records missing. Only the decision
+    /// (PrepareAbort) is recorded here: an abort needs no record synced, and its markers (like a
+    /// half-ended transaction's) are left to the next user of the id or
+    /// `abort_expired_and_complete_pending`, so a partition's append lock held by a stopped
+    /// embedded writer cannot keep the server from starting. Waits for each id's lock
+    /// (`with_lock_wait`): an id held that long fails the start (the boot id is not recorded, so
+    /// the next start tries again). Returns how many transactions it aborted.
     pub fn abort_open_after_reboot(&self, now_ms: i64) -> Result<usize> {
         let Some(why) = boot_id::rebooted(boot_id::current().as_deref(), &boot_id::recorded(self.dir.path())) else {
             self.boot_recorded.store(true, Ordering::Release);
@@ -823,13 +834,15 @@ impl Coordinator {
         };
         let all = self.list()?;
         let mut aborted = 0;
+        let open = |m: &TransactionMetadata| {
+            matches!(m.state, TransactionState::Ongoing | TransactionState::PrepareEpochFence)
+        };
         for m in &all {
-            let open = matches!(m.state, TransactionState::Ongoing | TransactionState::PrepareEpochFence);
-            if !(open || m.state.is_prepare()) {
+            if !open(m) {
                 continue;
             }
             let _lock = self.lock(&m.transactional_id)?;
-            let Some(current) = self.load(&m.transactional_id)? else { continue };
+            let Some(current) = self.load(&m.transactional_id)?.filter(open) else { continue };
             if current.state == TransactionState::Ongoing {
                 ::log::warn!(
                     target: crate::LOG_TARGET,
@@ -840,7 +853,8 @@ impl Coordinator {
                 );
                 aborted += 1;
             }
-            self.settle(current, true, now_ms)?;
+            let epoch = bumped(current.producer_epoch);
+            self.decide(current, false, epoch, now_ms)?;
         }
         if !all.is_empty() {
             self.record_boot()?;
