@@ -107,6 +107,17 @@ def lose_unsynced(data, synced: bytes) -> None:
         f.flush()
 
 
+def a_newer_producer_commits_after(bootstrap: str, first: list[bytes]) -> None:
+    """A new producer with the same transactional id commits 5 records, and read_committed sees
+    ``first`` then them: the fenced transaction was aborted, its markers written."""
+    newer = transactional(bootstrap)
+    newer.begin_transaction()
+    after = send_all(newer, b"after", 5)
+    newer.commit_transaction()
+    newer.close()
+    assert committed_values(bootstrap, want=len(first) + len(after)) == first + after
+
+
 def close_quietly(producer: KafkaProducer) -> None:
     try:
         producer.close(timeout=5)
@@ -140,12 +151,7 @@ def test_a_transaction_open_when_the_machine_restarted_is_aborted_not_committed_
             )
         close_quietly(producer)
         assert committed_values(bootstrap, want=len(first)) == first
-        newer = transactional(bootstrap)
-        newer.begin_transaction()
-        after = send_all(newer, b"after", 5)
-        newer.commit_transaction()
-        newer.close()
-        assert committed_values(bootstrap, want=len(first) + len(after)) == first + after
+        a_newer_producer_commits_after(bootstrap, first)
     finally:
         stop(server)
 

@@ -21,8 +21,8 @@ kafka = pytest.importorskip("kafka")
 from server_wire import HOLD_FLOCK, release, stop_holder  # noqa: E402
 from test_server_transactions_reboot import (  # noqa: E402
     TOPIC,
+    a_newer_producer_commits_after,
     close_quietly,
-    committed_values,
     send_all,
     stop,
     transactional,
@@ -95,11 +95,6 @@ def test_a_stopped_append_lock_holder_does_not_keep_the_server_from_starting_aft
             pytest.fail("a transaction open at a reboot was committed")
         close_quietly(producer)
         # The markers follow once the lock is free: read_committed gets past the aborted records.
-        newer = transactional(bootstrap)
-        newer.begin_transaction()
-        after = send_all(newer, b"after", 3)
-        newer.commit_transaction()
-        newer.close()
-        assert committed_values(bootstrap, want=len(first) + len(after)) == first + after
+        a_newer_producer_commits_after(bootstrap, first)
     finally:
         stop(server)
