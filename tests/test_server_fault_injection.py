@@ -233,5 +233,34 @@ def test_a_kafka_client_carrying_on_from_a_position_whose_commit_failed_is_not_a
 
     assert backwards(True, 150) == []
     assert len(backwards(False, 150)) == 1  # kafkalite's own Consumer refetches: a violation
+
+
+def test_a_kafka_client_poll_begun_before_the_other_members_commit_carries_on_its_position(tmp_path):
+    """Server soak seed 339130509: member a committed 100 (its polls ended there) and was stopped
+    through two rebalances; b was assigned the partition, consumed and committed 300; a, assigned
+    it again (kafka-python 3 keeps the position of a partition in its old and new assignment),
+    returned from a poll that had started just before b's last commit with records from its kept
+    position 100 and committed 150. The poll counts by when it returned."""
+    from faults import checker
+
+    def rows(start: int, end: int) -> list:
+        return [(o, None) for o in range(start, end)]
+
+    def backwards(kept_positions: bool, resumed_at: int) -> list[str]:
+        evidence = checker.GroupEvidence(
+            polls=[
+                ("a", 1, 2, "t", 0, rows(50, 100)),
+                ("b", 3, 4, "t", 0, rows(100, 300)),
+                ("a", 5, 7, "t", 0, rows(resumed_at, resumed_at + 50)),
+            ],
+            commits=[(2, "a", "t", 0, 100), (6, "b", "t", 0, 300), (8, "a", "t", 0, resumed_at + 50)],
+        )
+        parts = {("t", 0): checker.PartitionState(log_end=300)}
+        found = checker.check_group("g", evidence, str(tmp_path), parts, kept_positions=kept_positions)
+        return [v for v in found if "went backwards" in v]
+
+    assert backwards(True, 100) == []
+    assert len(backwards(False, 100)) == 1
+    assert len(backwards(True, 80)) == 1  # not where a's own polls ended
     assert len(backwards(True, 120)) == 1  # not where a's own polls ended
     assert len(backwards(True, 170)) == 1  # a skip past its position
