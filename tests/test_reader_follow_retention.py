@@ -22,7 +22,6 @@ import os
 import signal
 import subprocess
 
-import pytest
 from helpers import wait_until_stopped
 from kafkalite import Log
 

@@ -24,13 +24,13 @@ from helpers import wait_until_stopped
 from serve_proc import free_port, serve_on
 
 pytest.importorskip("kafka")
-from kafka.protocol.producer.transaction import (  # noqa: E402
+from kafka.protocol.producer.transaction import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
 )
-from server_wire import Wire, in_background  # noqa: E402
-from test_server_transactions import values  # noqa: E402
-from test_server_transactions_v2 import Client, control_epochs  # noqa: E402
+from server_wire import Wire, in_background
+from test_server_transactions import values
+from test_server_transactions_v2 import Client, control_epochs
 
 NONE, INVALID_TXN_STATE = 0, 48
 #: Transaction version 0's request versions (the partition is added with AddPartitionsToTxn).
@@ -43,12 +43,16 @@ def add_partition(client: Client, tid: str, producer: tuple[int, int], topic: st
         v3_and_below_producer_epoch=producer[1],
         v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic, partitions=[partition])],
     )  # fmt: skip
-    [result] = client.call(request, ADD_PARTITIONS_TV0, AddPartitionsToTxnResponse).results_by_topic_v3_and_below
+    [result] = client.call(
+        request, ADD_PARTITIONS_TV0, AddPartitionsToTxnResponse
+    ).results_by_topic_v3_and_below
     assert [r.partition_error_code for r in result.results_by_partition] == [NONE]
 
 
 @pytest.mark.parametrize("commit", [True, False], ids=["commit", "abort"])
-def test_a_transaction_ended_between_the_verification_and_the_append_refuses_the_batch(tmp_path, spawn, commit):
+def test_a_transaction_ended_between_the_verification_and_the_append_refuses_the_batch(
+    tmp_path, spawn, commit
+):
     data = tmp_path / "data"
     kafkalite.Admin(str(data)).create_topic("guard", 2)
     tid = "guard-tx"
@@ -78,7 +82,9 @@ def test_a_transaction_ended_between_the_verification_and_the_append_refuses_the
         # Kafka's answer to a failed verification guard (InvalidTxnStateException at the append).
         assert answer["result"] == INVALID_TXN_STATE, "the batch was appended after its transaction's marker"
         with kafkalite.Log(str(data / "guard-0"), readonly=True) as log:
-            assert (log.end_offset, log.last_stable_offset) == (1, 1), "nothing after the marker, no hanging LSO"
+            assert (log.end_offset, log.last_stable_offset) == (1, 1), (
+                "nothing after the marker, no hanging LSO"
+            )
         # A read_committed reader goes past the marker to what comes next.
         wire = Wire(a)
         assert wire.produce("guard", 0, b"after") == NONE
@@ -95,4 +101,6 @@ def test_a_transaction_ended_between_the_verification_and_the_append_refuses_the
     server_b.wait(30)
     # One WARNING line names the client and why.
     [refused] = [line for line in said.splitlines() if "INVALID_TXN_STATE" in line]
-    assert " WARNING " in refused and "refused Produce from /127.0.0.1:" in refused and "guard-0" in refused, said
+    assert (
+        " WARNING " in refused and "refused Produce from /127.0.0.1:" in refused and "guard-0" in refused
+    ), said
