@@ -11,7 +11,9 @@ right after the coordinator verified its Produce; the transaction is ended meanw
 server B on the same data directory (a real EndTxn: the coordinator writes its marker into the
 partition); then A goes on. Transaction version 0 (Produce v11, EndTxn v4: kafka-python,
 librdkafka, Java 3.x), whose marker keeps the producer's epoch, so the epoch check cannot catch
-the late batch."""
+the late batch. A fence meanwhile (a new producer instance's InitProducerId aborts the
+transaction with its marker at a newer epoch) gets INVALID_PRODUCER_EPOCH, as Kafka checks the
+epoch before the guard."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from server_wire import Wire, in_background
 from test_server_transactions import values
 from test_server_transactions_v2 import Client, control_epochs
 
-NONE, INVALID_TXN_STATE = 0, 48
+NONE, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE = 0, 47, 48
 #: Transaction version 0's request versions (the partition is added with AddPartitionsToTxn).
 PRODUCE_TV0, END_TXN_TV0, ADD_PARTITIONS_TV0 = 11, 4, 3
 
@@ -49,10 +51,8 @@ def add_partition(client: Client, tid: str, producer: tuple[int, int], topic: st
     assert [r.partition_error_code for r in result.results_by_partition] == [NONE]
 
 
-@pytest.mark.parametrize("commit", [True, False], ids=["commit", "abort"])
-def test_a_transaction_ended_between_the_verification_and_the_append_refuses_the_batch(
-    tmp_path, spawn, commit
-):
+@pytest.mark.parametrize("end", ["commit", "abort", "fence"])
+def test_a_transaction_ended_between_the_verification_and_the_append_refuses_the_batch(tmp_path, spawn, end):
     data = tmp_path / "data"
     kafkalite.Admin(str(data)).create_topic("guard", 2)
     tid = "guard-tx"
@@ -74,13 +74,22 @@ def test_a_transaction_ended_between_the_verification_and_the_append_refuses_the
         produce = (tid, "guard", 0, (pid, epoch), 0, [b"late"], PRODUCE_TV0)
         thread, answer = in_background(client_a.produce, *produce)
         wait_until_stopped(server_a, "server A")
-        assert client_b.end_txn(tid, (pid, epoch), commit, version=END_TXN_TV0) == (NONE, -1, -1)
-        assert control_epochs(str(data), "guard", 0) == [(pid, epoch, commit)]
+        commit = end == "commit"
+        if end == "fence":
+            error, pid2, epoch2 = client_b.init_producer_id(tid)
+            assert (error, pid2) == (NONE, pid) and epoch2 > epoch
+            [(_, marker_epoch, _)] = control_epochs(str(data), "guard", 0)
+            assert epoch < marker_epoch <= epoch2
+        else:
+            assert client_b.end_txn(tid, (pid, epoch), commit, version=END_TXN_TV0) == (NONE, -1, -1)
+            assert control_epochs(str(data), "guard", 0) == [(pid, epoch, commit)]
         server_a.send_signal(signal.SIGCONT)
         thread.join(60)
         assert "error" not in answer, answer
-        # Kafka's answer to a failed verification guard (InvalidTxnStateException at the append).
-        assert answer["result"] == INVALID_TXN_STATE, "the batch was appended after its transaction's marker"
+        # Kafka's answer to a failed verification guard (InvalidTxnStateException at the append),
+        # and to a fenced epoch (checked first).
+        expected_code = INVALID_PRODUCER_EPOCH if end == "fence" else INVALID_TXN_STATE
+        assert answer["result"] == expected_code, "the batch was appended after its transaction's marker"
         with kafkalite.Log(str(data / "guard-0"), readonly=True) as log:
             assert (log.end_offset, log.last_stable_offset) == (1, 1), (
                 "nothing after the marker, no hanging LSO"
@@ -100,7 +109,8 @@ def test_a_transaction_ended_between_the_verification_and_the_append_refuses_the
     _, said = server_a.communicate(timeout=30)
     server_b.wait(30)
     # One WARNING line names the client and why.
-    [refused] = [line for line in said.splitlines() if "INVALID_TXN_STATE" in line]
+    code_name = "INVALID_PRODUCER_EPOCH" if end == "fence" else "INVALID_TXN_STATE"
+    [refused] = [line for line in said.splitlines() if code_name in line]
     assert (
         " WARNING " in refused and "refused Produce from /127.0.0.1:" in refused and "guard-0" in refused
     ), said

@@ -112,8 +112,11 @@ impl TxnCheck for Guarded {
     ) -> crate::error::Result<Result<(), Stop<Infallible>>> {
         let (producer_id, epoch) = self.producer;
         let state = log.producer_state()?;
+        // A newer epoch came in (a fence's abort marker): the append's epoch check refuses the
+        // batch, INVALID_PRODUCER_EPOCH, as Kafka checks the epoch before the guard.
+        let fenced = state.epoch_of(producer_id).is_some_and(|known| known > epoch);
         // Another batch of its transaction, verified too, may have opened it here meanwhile.
-        if state.has_ongoing_txn(producer_id, epoch) || state.verified(producer_id, self.guard) {
+        if fenced || state.has_ongoing_txn(producer_id, epoch) || state.verified(producer_id, self.guard) {
             return Ok(Ok(()));
         }
         Ok(Err(Stop::Refuse(format!(
