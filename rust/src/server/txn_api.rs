@@ -346,47 +346,46 @@ fn each_header(records: &[u8], mut f: impl FnMut(&BatchHeader) -> Result<(), Str
     Ok(())
 }
 
-/// The producer (id, epoch) of the transactional batches in a partition's records, if any:
-/// `Err` when they are not all one producer's (Kafka takes one batch per partition from v3).
-fn transactional_producer(records: &[u8]) -> Result<Option<(i64, i16)>, String> {
-    let mut producer = None;
+/// A partition's transactional batches: their producer (id, epoch), and whether the partition
+/// holds nothing else (its durability is then their transaction's end's: `durable::after_append`).
+#[derive(Clone, Copy, Debug)]
+pub struct TxnBatches {
+    pub producer: (i64, i16),
+    pub all: bool,
+}
+
+/// The transactional batches in a partition's records, if any: `Err` when they are not all one
+/// producer's (Kafka takes one batch per partition from v3).
+fn transactional_batches(records: &[u8]) -> Result<Option<TxnBatches>, String> {
+    let (mut producer, mut all) = (None, true);
     each_header(records, |header| {
-        if header.is_transactional() {
-            let this = (header.producer_id, header.producer_epoch);
-            if producer.is_some_and(|p| p != this) {
-                return Err("transactional batches of more than one producer in one partition".into());
-            }
-            producer = Some(this);
+        if !header.is_transactional() {
+            all = false;
+            return Ok(());
         }
+        let this = (header.producer_id, header.producer_epoch);
+        if producer.is_some_and(|p| p != this) {
+            return Err("transactional batches of more than one producer in one partition".into());
+        }
+        producer = Some(this);
         Ok(())
     })?;
-    Ok(producer)
+    Ok(producer.map(|producer| TxnBatches { producer, all }))
 }
 
-/// Whether a partition's records (appended: valid) are all transactional batches, whose
-/// durability their transaction's end sees to (`durable::after_append`).
-pub fn all_transactional(records: &[u8]) -> bool {
-    let (mut any, mut all) = (false, true);
-    let walked = each_header(records, |header| {
-        any = true;
-        all &= header.is_transactional();
-        Ok(())
-    });
-    walked.is_ok() && any && all
-}
-
-/// The transactional partitions of a Produce request: each with the producer (id, epoch) of its
-/// batches, and the refusals of those that cannot be appended at all (batches of several
-/// producers in one partition; transactional batches without a transactional id, which Kafka
-/// refuses before any check). `None` as the id: the request names none.
-pub fn transactional_partitions(request: &ProduceRequest) -> (Option<String>, Vec<Stamped>, Refused) {
+/// The transactional partitions of a Produce request: each with its transactional batches'
+/// producer (id, epoch) and whether they are all it holds, and the refusals of those that cannot
+/// be appended at all (batches of several producers in one partition; transactional batches
+/// without a transactional id, which Kafka refuses before any check). `None` as the id: the
+/// request names none.
+pub fn transactional_partitions(request: &ProduceRequest) -> (Option<String>, Vec<TxnPartition>, Refused) {
     let mut refused = HashMap::new();
     let mut wanted = Vec::new();
     for topic in &request.topic_data {
         for p in &topic.partition_data {
             let key = (topic.name.0.to_string(), p.index);
-            match transactional_producer(p.records.as_deref().unwrap_or_default()) {
-                Ok(Some(producer)) => wanted.push((key, producer)),
+            match transactional_batches(p.records.as_deref().unwrap_or_default()) {
+                Ok(Some(batches)) => wanted.push((key, batches)),
                 Ok(None) => {}
                 Err(why) => {
                     refused.insert(key, (codes::INVALID_RECORD, why));
@@ -475,6 +474,9 @@ pub type Refused = HashMap<(String, i32), (i16, String)>;
 
 /// A partition of a transactional Produce and the producer (id, epoch) of its batches.
 pub type Stamped = ((String, i32), (i64, i16));
+
+/// A partition of a Produce holding transactional batches, and what they are.
+pub type TxnPartition = ((String, i32), TxnBatches);
 
 /// Transaction version 2's verification: the partitions whose check found them outside the
 /// transaction (INVALID_TXN_STATE: right producer and epoch) are added to it, one coordinator
