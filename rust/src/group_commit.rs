@@ -23,10 +23,10 @@
 //! waits: covered already (the durable watermark is past it), or it waits for the sync running
 //! in its process (a condition variable), or it becomes the syncer: takes the sync lock, reads
 //! *appended*, msyncs from the durable watermark to there, publishes it and wakes the others.
-//! A ticket whose segment was rolled away is made durable by an msync of its own segment (the
-//! watermark names the newer one). A waiter that must not block (the server's, on an async
-//! runtime) asks `Ticket::poll_turn` instead: durable, or its turn to sync (`SyncTurn`, run on a
-//! thread that may block), or, while a sync of its process runs, woken when that sync ends,
+//! A ticket whose segment was rolled away is made durable by an fdatasync of its own segment
+//! file (the watermark names the newer one; `sync_segment_file`). A waiter that must not
+//! block (the server's, on an async runtime) asks `Ticket::poll_turn` instead: durable, or its
+//! turn to sync (`SyncTurn`, run on a thread that may block), or, while a sync of its process runs, woken when that sync ends,
 //! holding no thread meanwhile. A failed msync poisons the partition's group commit in this
 //! process: every waiter and every later append fails (Linux may drop the failed pages, so a
 //! retried msync could succeed without the data).
@@ -304,8 +304,8 @@ impl GroupCommit {
             }
             _ => {
                 // The segment was rolled away (the watermark names a newer one), or the state
-                // cannot be read: sync the ticket's own bytes; publish nothing.
-                self.msync(t, 0, t.end)?;
+                // cannot be read: sync the ticket's own segment; publish nothing.
+                sync_segment_file(t)?;
             }
         }
         Ok(())
@@ -314,6 +314,9 @@ impl GroupCommit {
     /// Sync `[from, to)` of the ticket's segment: every byte below `to` was appended (the
     /// appended watermark, or the ticket's own end, which appends only move past).
     fn msync(&self, t: &Ticket, from: usize, to: usize) -> Result<()> {
+        if !t.map.is_writable() {
+            return sync_segment_file(t); // an msync through it would write nothing back
+        }
         t.map.sync_appended(from, to).map_err(|e| Error::Poisoned(format!("msync of {} failed: {e}", t.path.display())))
     }
 
@@ -399,6 +402,21 @@ pub fn reset_if_present(dir: &Path, base: i64, end: usize) -> Result<()> {
         GroupCommit::open(dir)?.reset(base, end);
     }
     Ok(())
+}
+
+/// Make a ticket's segment durable through its file, not through the ticket's map: for a
+/// segment rolled away, and for one mapped read-only (a segment the log found sealed, at open or
+/// while following another writer's roll), whose map an msync cannot write back
+/// (`MappedFile::is_writable`: seen leaving another writer's dirty pages dirty). The whole file
+/// is synced. A segment deleted since (retention, DeleteRecords) has nothing left to make
+/// durable.
+fn sync_segment_file(t: &Ticket) -> Result<()> {
+    let file = match crate::nofollow::open_read(&t.path, "segment") {
+        Ok(file) => file,
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::Poisoned(format!("cannot sync {}: {e}", t.path.display()))),
+    };
+    file.sync_data().map_err(|e| Error::Poisoned(format!("fdatasync of {} failed: {e}", t.path.display())))
 }
 
 /// Wait for many tickets at once: one wait per partition segment (for its furthest ticket), the
