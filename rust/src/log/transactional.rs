@@ -18,6 +18,10 @@ use crate::txn::{AbortedTxn, ABORT, COMMIT, TXN_INDEX_ENTRY_SIZE};
 
 use super::{DirDurable, Log};
 
+/// What makes a committed transaction's records durable: sync tickets for every segment from its
+/// first offset, and whether the newest segment's directory entry is (`Log::durable_tickets`).
+pub type RecordsDurable = (Vec<Ticket>, DirDurable);
+
 /// A marker this writer appended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MarkerWritten {
@@ -97,6 +101,34 @@ impl Log {
         coordinator_epoch: i32,
         now_ms: i64,
     ) -> Result<Option<MarkerWritten>> {
+        let marker = self.append_marker(producer_id, epoch, commit, coordinator_epoch, now_ms, false)?;
+        Ok(marker.map(|(marker, _)| marker))
+    }
+
+    /// `append_txn_marker` for a COMMIT, with what its sync must cover: every segment from the
+    /// committed transaction's first offset to the marker, taken under the same append-lock hold
+    /// as the marker (`durable_tickets`). A batch of the transaction appended after the
+    /// coordinator synced its records (a Produce in flight when the end was decided) may sit in
+    /// a segment a flush="os" writer rolled without a sync, older than the marker's.
+    pub fn append_commit_marker(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        coordinator_epoch: i32,
+        now_ms: i64,
+    ) -> Result<Option<(MarkerWritten, Option<RecordsDurable>)>> {
+        self.append_marker(producer_id, epoch, true, coordinator_epoch, now_ms, true)
+    }
+
+    fn append_marker(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        coordinator_epoch: i32,
+        now_ms: i64,
+        with_records: bool,
+    ) -> Result<Option<(MarkerWritten, Option<RecordsDurable>)>> {
         self.check_writable()?;
         let written = self.as_writer(|log| {
             let state = log.producers_caught_up()?;
@@ -124,13 +156,14 @@ impl Log {
                 last_offset: offset,
                 last_stable_offset: others.unwrap_or(offset + 1),
             });
-            Ok(Some((MarkerWritten { offset, aborted }, segment)))
+            let records = if with_records { Some(log.durable_tickets(open_first.unwrap_or(offset))?) } else { None };
+            Ok(Some((MarkerWritten { offset, aborted }, segment, records)))
         })?;
-        let Some((marker, segment)) = written else { return Ok(None) };
+        let Some((marker, segment, records)) = written else { return Ok(None) };
         if let Some(aborted) = marker.aborted {
             self.append_txn_index(segment, &aborted)?;
         }
-        Ok(Some(marker))
+        Ok(Some((marker, records)))
     }
 
     /// One 34-byte entry at the end of `<segment>.txnindex`, synced.

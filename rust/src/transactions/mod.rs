@@ -66,7 +66,7 @@ pub mod state_log;
 mod store;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -75,7 +75,7 @@ use crate::checkpoint::sync_dir;
 use crate::datadir::{log_config, DataDir};
 use crate::error::{Error, Result, TxnErrorKind};
 use crate::group_commit::{wait_all, Ticket};
-use crate::log::Log;
+use crate::log::{DirDurable, Log};
 use crate::offsets_codec::{encode_key as offset_key, encode_value as offset_value, offsets_partition, OFFSETS_TOPIC};
 use crate::producer_ids::ProducerIds;
 use crate::record::RecordInput;
@@ -83,6 +83,30 @@ use crate::sync::lock_log;
 
 pub use metadata::{TransactionMetadata, TransactionState, TRANSACTION_VERSION_FEATURE, TV_0, TV_2};
 pub use state_log::{state_partition, TRANSACTION_STATE_PARTITIONS, TRANSACTION_STATE_TOPIC};
+
+/// What must be durable before a transaction's next step: sync tickets, and the partition
+/// directories whose newest segment's entry may not be (a producer under acks=1, or the
+/// server's flush="os" writer, rolled it without a directory sync).
+#[derive(Default)]
+struct Unsynced {
+    tickets: Vec<Ticket>,
+    dirs: Vec<(PathBuf, DirDurable)>,
+}
+
+impl Unsynced {
+    /// The records of `producer_id`'s open transaction in `log`, from its first offset on.
+    fn add_open_txn(&mut self, log: &mut Log, producer_id: i64) -> Result<()> {
+        if let Some((tickets, dir)) = log.open_txn_durable_tickets(producer_id)? {
+            self.add(tickets, dir, log.dir());
+        }
+        Ok(())
+    }
+
+    fn add(&mut self, tickets: Vec<Ticket>, dir: DirDurable, path: &Path) {
+        self.tickets.extend(tickets);
+        self.dirs.push((path.to_path_buf(), dir));
+    }
+}
 
 /// Kafka's transaction.max.timeout.ms default: the longest transaction.timeout.ms accepted.
 pub const MAX_TRANSACTION_TIMEOUT_MS: i32 = 900_000;
@@ -305,14 +329,15 @@ impl Coordinator {
     /// From a Prepare* state: the markers to every partition, then Complete*.
     fn complete(&self, mut m: TransactionMetadata, now_ms: i64) -> Result<TransactionMetadata> {
         let commit = m.state == TransactionState::PrepareCommit;
-        let mut tickets = Vec::new();
+        let mut durable = Unsynced::default();
         for (topic, partition) in &m.partitions {
             fail_point("txn.marker.before")?;
-            tickets.extend(self.write_marker(topic, *partition, m.producer_id, m.producer_epoch, commit, now_ms)?);
+            self.write_marker(topic, *partition, (m.producer_id, m.producer_epoch), commit, now_ms, &mut durable)?;
             fail_point("txn.marker.after")?;
         }
-        // The COMMIT markers' syncs, all partitions at once.
-        self.wait_durable(&m, &tickets)?;
+        // The COMMIT markers' syncs (and those of any records they commit that are still
+        // unsynced), all partitions at once.
+        self.make_durable(&m, durable)?;
         m.state = if commit { TransactionState::CompleteCommit } else { TransactionState::CompleteAbort };
         m.partitions.clear();
         m.last_update_ms = now_ms;
@@ -336,25 +361,23 @@ impl Coordinator {
     /// parallel (`group_commit::wait_all`), then the directory of any whose newest segment's
     /// entry is not known durable (a producer under acks=1 rolled it without a directory sync).
     fn sync_records(&self, m: &TransactionMetadata) -> Result<()> {
-        let mut tickets = Vec::new();
-        let mut dirs = Vec::new();
+        let mut durable = Unsynced::default();
         for (topic, partition) in &m.partitions {
             let Some(log) = self.partition(topic, *partition)? else { continue };
             let mut log = lock_log(&log, || format!("{topic}-{partition}"))?;
-            match log.open_txn_durable_tickets(m.producer_id) {
-                Ok(Some((t, dir))) => {
-                    tickets.extend(t);
-                    dirs.push((log.dir().to_path_buf(), dir));
-                }
-                Ok(None) => {}
-                Err(e) => return Err(self.forget_after(topic, *partition, e)),
-            }
+            durable.add_open_txn(&mut log, m.producer_id).map_err(|e| self.forget_after(topic, *partition, e))?;
         }
-        self.wait_durable(m, &tickets)?;
-        for (dir, durable) in dirs {
-            if !durable.load(Ordering::Acquire) {
+        self.make_durable(m, durable)
+    }
+
+    /// Wait for `durable`'s syncs (the partitions in parallel), then sync the directories whose
+    /// newest segment's entry is not known durable.
+    fn make_durable(&self, m: &TransactionMetadata, durable: Unsynced) -> Result<()> {
+        self.wait_durable(m, &durable.tickets)?;
+        for (dir, entry) in durable.dirs {
+            if !entry.load(Ordering::Acquire) {
                 sync_dir(&dir)?;
-                durable.store(true, Ordering::Release);
+                entry.store(true, Ordering::Release);
             }
         }
         Ok(())
@@ -390,24 +413,34 @@ impl Coordinator {
         &self,
         topic: &str,
         partition: i32,
-        pid: i64,
-        epoch: i16,
+        (pid, epoch): (i64, i16),
         commit: bool,
         now: i64,
-    ) -> Result<Option<Ticket>> {
+        durable: &mut Unsynced,
+    ) -> Result<()> {
         let Some(log) = self.partition(topic, partition)? else {
             ::log::warn!(
                 target: crate::LOG_TARGET,
                 "no marker for {topic}-{partition}: the partition no longer exists (its topic was deleted)"
             );
-            return Ok(None);
+            return Ok(());
         };
         let mut log = lock_log(&log, || format!("{topic}-{partition}"))?;
         let written = if commit {
-            log.defer_durability(|log| log.append_txn_marker(pid, epoch, commit, COORDINATOR_EPOCH, now))
-                .map(|(_, ticket)| ticket)
+            // The records a COMMIT marker commits are made durable with it: `sync_records`
+            // synced those appended before the end was decided, not a Produce that was in
+            // flight then (its transaction already open in the partition, it needs no
+            // verification) and landed since (`Log::append_commit_marker`).
+            log.defer_durability(|log| log.append_commit_marker(pid, epoch, COORDINATOR_EPOCH, now)).map(
+                |(written, ticket)| {
+                    durable.tickets.extend(ticket);
+                    if let Some((_, Some((tickets, dir)))) = written {
+                        durable.add(tickets, dir, log.dir());
+                    }
+                },
+            )
         } else {
-            log.append_txn_marker(pid, epoch, commit, COORDINATOR_EPOCH, now).map(|_| None)
+            log.append_txn_marker(pid, epoch, commit, COORDINATOR_EPOCH, now).map(drop)
         };
         drop(log);
         written.map_err(|e| self.forget_after(topic, partition, e))
