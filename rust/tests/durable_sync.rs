@@ -234,15 +234,12 @@ fn durable_syncs_beside_concurrent_appends_lose_no_byte() {
     assert_file_matches_map(&mut log, &part);
 }
 
-#[test]
-fn a_commit_marker_syncs_its_transactions_records_in_a_segment_a_flush_os_writer_rolled() {
-    // The server's writer (flush="os") appended a transaction's batch and rolled without a
-    // sync, as when a Produce in flight at the end's decision lands after the coordinator synced
-    // the transaction's records; the COMMIT marker then goes to the newer segment.
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("t-0");
+/// The server's writer (flush="os") appends 200 records of producer 7's open transaction and
+/// rolls without a sync: the writer, the sealed segment's file, and its length. None when
+/// nothing can show a sync (no cachestat(2) here, or writeback cleaned the pages already).
+fn rolled_open_transaction(path: &std::path::Path) -> Option<(Log, File, usize)> {
     let os = LogConfig { flush: FlushPolicy::Os, shared_writers: true, ..LogConfig::default() };
-    let mut writer = Log::open(&path, os).unwrap();
+    let mut writer = Log::open(path, os).unwrap();
     writer.set_transactional_producer(Some((7, 0)));
     let batch: Vec<Vec<u8>> = (0..200).map(value).collect();
     let refs: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
@@ -250,11 +247,20 @@ fn a_commit_marker_syncs_its_transactions_records_in_a_segment_a_flush_os_writer
     let len = writer.read(0, usize::MAX).unwrap().len;
     writer.roll().unwrap();
     let sealed = File::open(path.join("00000000000000000000.log")).unwrap();
-    match dirty_pages(&sealed, 0, len) {
-        None => return,    // no cachestat(2) here: nothing to observe
-        Some(0) => return, // writeback got there first: nothing left to show
-        Some(_) => {}
-    }
+    matches!(dirty_pages(&sealed, 0, len), Some(dirty) if dirty > 0).then_some((writer, sealed, len))
+}
+
+#[test]
+fn a_commit_marker_syncs_its_transactions_records_in_a_segment_a_flush_os_writer_rolled() {
+    // The server's writer (flush="os") appended a transaction's batch and rolled without a
+    // sync, as when a Produce in flight at the end's decision lands after the coordinator synced
+    // the transaction's records; the COMMIT marker then goes to the newer segment.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let (_writer, sealed, len) = match rolled_open_transaction(&path) {
+        Some(rolled) => rolled,
+        None => return,
+    };
     // The coordinator's writer (flush="always", as `transactions::Coordinator` opens them).
     let mut coordinator = Log::open(&path, durable_config(true)).unwrap();
     let (written, marker_ticket) = coordinator.defer_durability(|log| log.append_commit_marker(7, 0, 0, 2)).unwrap();
@@ -273,20 +279,11 @@ fn an_open_transactions_records_in_a_segment_a_flush_os_writer_rolled_are_synced
     // sync, which the coordinator's own writer found sealed and mapped read-only.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t-0");
-    let os = LogConfig { flush: FlushPolicy::Os, shared_writers: true, ..LogConfig::default() };
-    let mut writer = Log::open(&path, os).unwrap();
-    writer.set_transactional_producer(Some((7, 0)));
-    let batch: Vec<Vec<u8>> = (0..200).map(value).collect();
-    let refs: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
-    writer.append_values(&refs, 1).unwrap();
-    let len = writer.read(0, usize::MAX).unwrap().len;
-    writer.roll().unwrap();
-    writer.append_values(&refs[..1], 1).unwrap(); // the transaction goes on in the new segment
-    let sealed = File::open(path.join("00000000000000000000.log")).unwrap();
-    match dirty_pages(&sealed, 0, len) {
-        None | Some(0) => return, // no cachestat(2), or writeback got there first
-        Some(_) => {}
-    }
+    let (mut writer, sealed, len) = match rolled_open_transaction(&path) {
+        Some(rolled) => rolled,
+        None => return,
+    };
+    writer.append_values(&[b"more".as_slice()], 1).unwrap(); // the transaction goes on in the new segment
     let mut coordinator = Log::open(&path, durable_config(true)).unwrap();
     let (tickets, _dir) = coordinator.open_txn_durable_tickets(7).unwrap().expect("the transaction is open");
     assert!(wait_all(&tickets, None).into_iter().all(|r| r.is_ok()));

@@ -101,7 +101,7 @@ impl Log {
         coordinator_epoch: i32,
         now_ms: i64,
     ) -> Result<Option<MarkerWritten>> {
-        let marker = self.append_marker(producer_id, epoch, commit, coordinator_epoch, now_ms, false)?;
+        let marker = self.append_marker((producer_id, epoch), (commit, coordinator_epoch), now_ms, false)?;
         Ok(marker.map(|(marker, _)| marker))
     }
 
@@ -117,15 +117,14 @@ impl Log {
         coordinator_epoch: i32,
         now_ms: i64,
     ) -> Result<Option<(MarkerWritten, Option<RecordsDurable>)>> {
-        self.append_marker(producer_id, epoch, true, coordinator_epoch, now_ms, true)
+        self.append_marker((producer_id, epoch), (true, coordinator_epoch), now_ms, true)
     }
 
+    /// The marker (`append_txn_marker`), and with `with_records` its records' syncs.
     fn append_marker(
         &mut self,
-        producer_id: i64,
-        epoch: i16,
-        commit: bool,
-        coordinator_epoch: i32,
+        (producer_id, epoch): (i64, i16),
+        (commit, coordinator_epoch): (bool, i32),
         now_ms: i64,
         with_records: bool,
     ) -> Result<Option<(MarkerWritten, Option<RecordsDurable>)>> {
