@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -116,6 +117,23 @@ def run_python_ok(
     )
     assert done.returncode == 0, done.stderr[-stderr_tail:]
     return done
+
+
+def wait_until_stopped(proc: subprocess.Popen, what: str, timeout: float = 60.0) -> None:
+    """Until ``proc`` (``what``, for the failure message) stopped itself: SIGSTOP, its fail
+    point's ``stop`` fired."""
+    import pytest
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            _, err = proc.communicate()
+            pytest.fail(f"{what} ended ({proc.returncode}) before its fail point stopped it: {err[-2000:]}")
+        with open(f"/proc/{proc.pid}/status") as status:
+            if any(line.split()[:2] == ["State:", "T"] for line in status):
+                return
+        time.sleep(0.01)
+    pytest.fail(f"{what} did not stop at its fail point within {timeout:.0f} s")
 
 
 def split_by_writer(values: list[bytes]) -> dict[int, list[int]]:

@@ -21,9 +21,8 @@ import glob
 import os
 import signal
 import subprocess
-import time
 
-import pytest
+from helpers import wait_until_stopped
 from kafkalite import Log
 
 #: A fresh reader (its first look lists the directory), then one more look: the log's bounds
@@ -34,22 +33,6 @@ from kafkalite import Log
 reader = Log(sys.argv[1], readonly=True)
 print(reader.start_offset, reader.end_offset, *(r.value.decode() for r in reader.records()), flush=True)
 """
-
-
-def wait_until_stopped(proc: subprocess.Popen, timeout: float = 60.0) -> None:
-    """Until ``proc`` stopped itself (SIGSTOP: its fail point fired)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            _, err = proc.communicate()
-            pytest.fail(
-                f"the reader ended ({proc.returncode}) before its fail point stopped it: {err[-2000:]}"
-            )
-        with open(f"/proc/{proc.pid}/status") as status:
-            if any(line.split()[:2] == ["State:", "T"] for line in status):
-                return
-        time.sleep(0.01)
-    pytest.fail(f"the reader did not stop at its fail point within {timeout:.0f} s")
 
 
 def segment_bases(part: str) -> list[int]:
@@ -66,7 +49,7 @@ def test_a_reader_whose_listed_segments_retention_deleted_before_it_opened_them_
         # Hit 1 opens segment 0; at hit 2, about to open segment 10, the reader stops.
         env = {**os.environ, "KAFKALITE_FAILPOINTS": "follow.open_segment=stop@2"}
         reader = spawn.code(READER, part, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        wait_until_stopped(reader)
+        wait_until_stopped(reader, "the reader")
         # Retention, as a writer runs it while the reader is between its listing and its opens:
         # the writer rolls past both segments and deletes them.
         writer.roll()

@@ -85,6 +85,9 @@ pub const NAMES: &[&str] = &[
     "txn.complete.after_record",
     // The server's shared partition log locked for a Produce request (server/produce.rs).
     "server.produce",
+    // A Produce's transactional batches verified by the coordinator, not yet appended, no lock
+    // held (server/produce.rs): where a marker may land between the two (the verification guard).
+    "server.produce.verified",
     // The server's consumer-group state locked for a Heartbeat (server/group.rs).
     "server.group_heartbeat",
 ];
@@ -173,8 +176,13 @@ fn fire(points: &[Point], name: &str) -> std::io::Result<()> {
             }
             Action::Panic => panic!("injected panic (fail point {})", p.name),
             Action::Stop => {
-                // SIGSTOP cannot be blocked: the process stops before `kill` returns.
-                let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::STOP);
+                // SIGSTOP to this thread (`raise` is tgkill to the caller), not to the process:
+                // one sent to the process is taken by whichever thread the kernel picks, and
+                // this one ran on into its step (an append lock taken) until that thread woke
+                // to stop them all. A thread's own SIGSTOP is taken as the call returns: it
+                // stops here, and with it the process (stop signals act on every thread).
+                // SAFETY: raise has no preconditions; SIGSTOP runs no handler (none can be set).
+                let _ = unsafe { libc::raise(libc::SIGSTOP) };
             }
             Action::Errno(code) => {
                 let os = std::io::Error::from_raw_os_error(code);

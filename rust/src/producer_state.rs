@@ -5,6 +5,11 @@
 //! idempotent produce is checked against it: a retried batch is found and answered with its
 //! original offsets instead of being written again, a sequence gap or an old epoch is refused.
 //!
+//! It also holds KIP-890 part 1's verification guards (Kafka's `VerificationStateEntry`), in
+//! memory only: a transactional batch that opens its producer's transaction in the partition is
+//! verified with the coordinator first, and appended only if no transactional batch or marker of
+//! its producer came between (`verification_guard`, `verified`).
+//!
 //! The state survives restarts in Kafka's `<offset>.snapshot` files in the partition folder
 //! (kafka-format.md §4.8): the state as of `offset`, the log end when it was taken. At open the
 //! latest snapshot at or below the log end is loaded and the batches after it are scanned.
@@ -12,6 +17,7 @@
 //! files; `log/producers.rs` wires them into the partition (when to load, catch up, snapshot).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::record::header::{decrement_sequence, increment_sequence, BatchHeader, NO_EPOCH, NO_SEQUENCE};
 
@@ -152,18 +158,43 @@ pub enum Verdict {
     Refused(Refusal),
 }
 
+/// Kafka's `VerificationGuard`: what a transactional batch carries from the partition, through
+/// the coordinator's verification, back to its append. Unique in the process (no two states, no
+/// two takes after a clear, ever hand out the same one), so a guard matches only the entry it was
+/// taken from: a state loaded again (a reopened partition, a log cut below what it knew) has no
+/// entries, and refuses every guard taken before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VerificationGuard(u64);
+
+impl VerificationGuard {
+    fn next() -> VerificationGuard {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        VerificationGuard(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// Kafka's `VerificationStateEntry`: a producer's guard, and when it was taken (for expiry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Verification {
+    guard: VerificationGuard,
+    taken_ms: i64,
+}
+
 /// The producer state of one partition, as of `map_end` (the log offset up to which batches
 /// were applied).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProducerState {
     producers: HashMap<i64, Entry>,
     map_end: i64,
+    /// Per producer id, the guard of its batches being verified (`verification_guard`); not in
+    /// snapshots (Kafka keeps them in memory too).
+    verifications: HashMap<i64, Verification>,
 }
 
 impl ProducerState {
     /// No producers, as of `map_end`.
     pub fn empty(map_end: i64) -> ProducerState {
-        ProducerState { producers: HashMap::new(), map_end }
+        ProducerState { producers: HashMap::new(), map_end, verifications: HashMap::new() }
     }
 
     pub fn map_end(&self) -> i64 {
@@ -187,6 +218,11 @@ impl ProducerState {
         if h.producer_id < 0 {
             return;
         }
+        if h.is_transactional() || h.is_control() {
+            // A marker ended the producer's transaction here, or a batch opened one: a guard
+            // taken before either is stale (Kafka's `clearVerificationStateEntry`).
+            self.verifications.remove(&h.producer_id);
+        }
         let entry = self.producers.entry(h.producer_id).or_insert_with(Entry::empty);
         if h.is_control() {
             // `appendEndTxnMarker`: the marker ends the producer's open transaction.
@@ -206,6 +242,28 @@ impl ProducerState {
     /// The first offset of `producer_id`'s open transaction in this partition (no marker yet).
     pub fn open_txn_first_offset(&self, producer_id: i64) -> Option<i64> {
         self.producers.get(&producer_id)?.current_txn_first_offset
+    }
+
+    /// Kafka's `hasOngoingTransaction(producerId, epoch)`: the partition holds an open
+    /// transaction of `producer_id` at `epoch`, which the coordinator verified when it began
+    /// here, so its later batches are appended without asking again.
+    pub fn has_ongoing_txn(&self, producer_id: i64, epoch: i16) -> bool {
+        self.producers.get(&producer_id).is_some_and(|e| e.epoch == epoch && e.current_txn_first_offset.is_some())
+    }
+
+    /// Kafka's `maybeCreateVerificationStateEntry`: the guard for a batch of `producer_id` about
+    /// to be verified with the coordinator (the one already taken, if any: concurrent first
+    /// batches share it, and the first appended makes the others' check `has_ongoing_txn`).
+    pub fn verification_guard(&mut self, producer_id: i64, now_ms: i64) -> VerificationGuard {
+        let taken = Verification { guard: VerificationGuard::next(), taken_ms: now_ms };
+        self.verifications.entry(producer_id).or_insert(taken).guard
+    }
+
+    /// Whether `guard` is still `producer_id`'s: no transactional batch or marker of it was
+    /// applied since it was taken, and this state was not loaded again (Kafka's
+    /// `VerificationGuard.verify` at the append).
+    pub fn verified(&self, producer_id: i64, guard: VerificationGuard) -> bool {
+        self.verifications.get(&producer_id).is_some_and(|v| v.guard == guard)
     }
 
     /// The first offset of the earliest open transaction of a producer other than
@@ -333,6 +391,9 @@ impl ProducerState {
         self.producers.retain(|_, e| {
             e.current_txn_first_offset.is_some() || now_ms - e.last_timestamp < PRODUCER_ID_EXPIRATION_MS
         });
+        // A guard whose batch never came back (its verification failed, its client went away);
+        // one dropped under a batch still being verified only makes that batch refused.
+        self.verifications.retain(|_, v| now_ms - v.taken_ms < PRODUCER_ID_EXPIRATION_MS);
     }
 }
 
@@ -474,6 +535,45 @@ mod tests {
         assert_eq!(s.open_txn_first_offset(8), None);
         assert_eq!(s.epoch_of(8), Some(4));
         assert!(matches!(s.next_sequence(8, 3, "t-0"), Err(Refusal::InvalidProducerEpoch(_))));
+    }
+
+    #[test]
+    fn a_verification_guard_holds_until_a_transactional_batch_or_marker_of_its_producer() {
+        let transactional = |pid, epoch, seq, base| {
+            let mut h = batch(pid, epoch, seq, base, 1);
+            h.attributes = crate::record::header::ATTR_TRANSACTIONAL;
+            h
+        };
+        let mut s = ProducerState::empty(0);
+        let g = s.verification_guard(8, 1000);
+        assert_eq!(s.verification_guard(8, 2000), g, "concurrent first batches share one guard");
+        assert!(s.verified(8, g) && !s.has_ongoing_txn(8, 0));
+        // Another producer's batches and this one's plain ones leave it alone.
+        s.apply(&transactional(9, 0, 0, 0));
+        s.apply(&batch(8, 0, 0, 1, 1));
+        assert!(s.verified(8, g));
+        // Its marker (its transaction ended while the batch was being verified) makes it stale.
+        let mut marker = batch(8, 0, -1, 2, 1);
+        marker.attributes = crate::record::header::ATTR_TRANSACTIONAL | crate::record::header::ATTR_CONTROL;
+        s.apply(&marker);
+        assert!(!s.verified(8, g));
+        let g2 = s.verification_guard(8, 3000);
+        assert_ne!(g2, g, "a guard is never handed out twice");
+        assert!(!s.verified(8, g));
+        // A batch of its that opened the transaction here: later ones go by `has_ongoing_txn`.
+        s.apply(&transactional(8, 0, 1, 3));
+        assert!(!s.verified(8, g2) && s.has_ongoing_txn(8, 0) && !s.has_ongoing_txn(8, 1));
+        // A state loaded again (a snapshot, a reopened partition) knows no guard taken before.
+        let g3 = s.verification_guard(5, 3000);
+        assert!(s.verified(5, g3));
+        let back = ProducerState::decode_snapshot(&s.encode_snapshot(), s.map_end()).unwrap();
+        assert!(!back.verified(5, g3));
+        assert!(!ProducerState::empty(0).verified(5, g3));
+        // One never used goes with the producers' expiry.
+        s.expire(3000 + PRODUCER_ID_EXPIRATION_MS - 1);
+        assert!(s.verified(5, g3));
+        s.expire(3000 + PRODUCER_ID_EXPIRATION_MS);
+        assert!(!s.verified(5, g3));
     }
 
     #[test]

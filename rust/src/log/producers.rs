@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::files::SNAPSHOT_SUFFIX;
 use crate::producer_state::{
     delete_snapshots_outside, list_snapshots, load_latest_snapshot, write_snapshot, BatchMetadata, ProducerState,
-    Refusal, Verdict,
+    Refusal, Verdict, VerificationGuard,
 };
 use crate::record::header::BatchHeader;
 
@@ -55,6 +55,14 @@ impl Log {
         self.check_writable()?;
         self.as_writer(|log| log.producers_caught_up().map(|_| ()))?;
         Ok(self.producers.as_ref().expect("loaded just above"))
+    }
+
+    /// The guard of `producer_id`'s transactional batches about to be verified with the
+    /// coordinator (`ProducerState::verification_guard`), taken from the state as of the log
+    /// end. Call as the writer (under the append lock for shared writers).
+    pub fn verification_guard(&mut self, producer_id: i64) -> Result<VerificationGuard> {
+        self.check_writable()?;
+        self.as_writer(|log| Ok(log.producers_caught_up()?.verification_guard(producer_id, now_ms())))
     }
 
     pub(super) fn partition_name(&self) -> String {

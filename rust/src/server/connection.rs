@@ -319,6 +319,16 @@ async fn serve_until_closed<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 }
                 drop(frame);
             }
+            Ok(Answer::Then(answer, after)) => {
+                // Only Produce answers wait, and none is waiting before another API's request.
+                debug_assert!(answers.is_empty());
+                let written = write_answer(Ok(Some(answer)), &mut writer, broker, write_deadline, addr).await;
+                after();
+                if let Err(why) = written {
+                    return why;
+                }
+                drop(frame);
+            }
             // After answers still waiting (a Produce): in its turn.
             Ok(answer) => answers.push(answer, frame),
             Err(e) => return request_failed(e, addr),

@@ -16,7 +16,13 @@
 //! an open transaction of their producer at their epoch (checked under the append lock, so no
 //! marker can come between: Kafka's `hasOngoingTransaction`); a transaction's first batch in a
 //! partition is verified first (`txn_api::verify_produce`): its producer must be the
-//! transactional id's current one, in an open transaction its partition was added to.
+//! transactional id's current one, in an open transaction its partition was added to. Its
+//! transaction may end while the coordinator is asked (an EndTxn sent with the Produce in
+//! flight): KIP-890 part 1's verification guard, taken from the partition's producer state under
+//! the append lock before asking, is checked under it again at the append, and a batch whose
+//! producer had a marker (or another transactional batch) in the partition since is refused
+//! with INVALID_TXN_STATE, as Kafka's broker refuses it, instead of opening a transaction there
+//! that no marker would ever end.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -34,7 +40,7 @@ use super::open_logs::Access;
 use super::txn_api;
 use super::waits;
 use crate::log::{Log, Produced};
-use crate::producer_state::Refusal;
+use crate::producer_state::{Refusal, VerificationGuard};
 use crate::record::TimestampType;
 
 /// Byte offset of maxTimestamp in a v2 batch header (Kafka's DefaultRecordBatch layout).
@@ -48,43 +54,96 @@ struct Appended {
     durable: Option<Pending>,
 }
 
-/// The outcome of one append: `Ok(Err(open_txn))`, the `open_txn` it was given back, when its
-/// batches are transactional and their partition holds no open transaction of their producer at
-/// their epoch (nothing appended: verify first). An append given no `open_txn` (`Infallible`)
-/// cannot end so: it appended or was refused.
+/// The outcome of one append: `Ok(Err(unverified))` when its batches are transactional and
+/// must be verified with the coordinator first (nothing appended: `TxnCheck`). An append whose
+/// check never asks for that (`Infallible`) cannot end so: it appended or was refused.
 type Outcome<T> = Result<Result<Appended, T>, (i16, String)>;
 
 /// The outcome of one try at the append: `None` while the log or its append lock is busy.
 type Attempt<T> = Option<Outcome<T>>;
 
-/// What `append`'s `open_txn` names: the (producer id, epoch) whose open transaction the
-/// partition must hold. `Infallible` names none, for batches that need no such check.
-trait OpenTxn: Copy {
-    fn producer(self) -> (i64, i16);
+/// Why a `TxnCheck` stopped an append: verify with the coordinator first, or refused
+/// (INVALID_TXN_STATE, and why).
+enum Stop<U> {
+    Verify(U),
+    Refuse(String),
 }
 
-impl OpenTxn for (i64, i16) {
-    fn producer(self) -> (i64, i16) {
-        self
+/// What `append` checks of transactional batches under the partition's append lock, before
+/// appending them: `(producer id, epoch)` for a first try (appended into that producer's open
+/// transaction at that epoch, else sent to the coordinator with a guard), `Guarded` after the
+/// coordinator's verification, and `Infallible` for batches that need no check.
+trait TxnCheck: Copy {
+    /// What an append sent to the coordinator gives back (`Infallible`: it never is).
+    type Unverified;
+
+    /// Under the append lock, with the log caught up with the files (markers the coordinator
+    /// wrote through its own handle are applied): Ok(()) to append.
+    fn check(self, log: &mut Log, partition: (&str, i32)) -> crate::error::Result<Result<(), Stop<Self::Unverified>>>;
+}
+
+/// A partition's transactional batches being verified: their producer (id, epoch) and the
+/// guard taken before the coordinator was asked (`ProducerState::verification_guard`).
+#[derive(Clone, Copy)]
+struct Guarded {
+    producer: (i64, i16),
+    guard: VerificationGuard,
+}
+
+impl TxnCheck for (i64, i16) {
+    type Unverified = Guarded;
+
+    fn check(self, log: &mut Log, _: (&str, i32)) -> crate::error::Result<Result<(), Stop<Guarded>>> {
+        let (producer_id, epoch) = self;
+        if log.producer_state()?.has_ongoing_txn(producer_id, epoch) {
+            return Ok(Ok(()));
+        }
+        Ok(Err(Stop::Verify(Guarded { producer: self, guard: log.verification_guard(producer_id)? })))
     }
 }
 
-impl OpenTxn for Infallible {
-    fn producer(self) -> (i64, i16) {
+impl TxnCheck for Guarded {
+    type Unverified = Infallible;
+
+    fn check(
+        self,
+        log: &mut Log,
+        (topic, partition): (&str, i32),
+    ) -> crate::error::Result<Result<(), Stop<Infallible>>> {
+        let (producer_id, epoch) = self.producer;
+        let state = log.producer_state()?;
+        // A newer epoch came in (a fence's abort marker): the append's epoch check refuses the
+        // batch, INVALID_PRODUCER_EPOCH, as Kafka checks the epoch before the guard.
+        let fenced = state.epoch_of(producer_id).is_some_and(|known| known > epoch);
+        // Another batch of its transaction, verified too, may have opened it here meanwhile.
+        if fenced || state.has_ongoing_txn(producer_id, epoch) || state.verified(producer_id, self.guard) {
+            return Ok(Ok(()));
+        }
+        Ok(Err(Stop::Refuse(format!(
+            "the batch of producer {producer_id} (epoch {epoch}) is not part of an ongoing transaction: its \
+             transaction ended in {topic}-{partition} (a marker came in) while the coordinator verified it (EndTxn \
+             sent before this Produce was answered?), or the partition's producer state was reloaded; not appended"
+        ))))
+    }
+}
+
+impl TxnCheck for Infallible {
+    type Unverified = Infallible;
+
+    fn check(self, _: &mut Log, _: (&str, i32)) -> crate::error::Result<Result<(), Stop<Infallible>>> {
         match self {}
     }
 }
 
-/// Append one partition's batches. `open_txn`: the (producer id, epoch) of its transactional
-/// batches when they were not verified: appended only into that producer's open transaction.
-async fn append<T: OpenTxn>(
+/// Append one partition's batches, after `txn_check` (`TxnCheck`) of its transactional ones.
+async fn append<C: TxnCheck>(
     broker: &Arc<Broker>,
     (topic, partition): (&str, i32),
-    records: Option<&[u8]>,
+    (records, transactional): (Option<&[u8]>, bool),
     (acks, deadline): (i16, Instant),
-    open_txn: Option<T>,
+    txn_check: Option<C>,
     peer: &str,
-) -> Outcome<T> {
+) -> Outcome<C::Unverified> {
     let log = match broker.partition_within((topic, partition), Access::Write, deadline).await {
         Ok(Some(log)) => log,
         Ok(None) => {
@@ -106,7 +165,7 @@ async fn append<T: OpenTxn>(
     let records = records.ok_or((codes::CORRUPT_MESSAGE, "the partition's records are null".to_string()))?;
     let started = Instant::now();
     if let Some(outcome) = waits::retry_until(deadline, || {
-        std::future::ready(attempt(broker, &log, (topic, partition), records, (acks, open_txn)))
+        std::future::ready(attempt(broker, &log, (topic, partition), (records, transactional), (acks, txn_check)))
     })
     .await
     {
@@ -130,13 +189,14 @@ async fn append<T: OpenTxn>(
 }
 
 /// One try: lock the partition's log and its append lock if both are free now, then append.
-fn attempt<T: OpenTxn>(
+/// `transactional`: the records are all transactional batches (`txn_api::TxnBatches::all`).
+fn attempt<C: TxnCheck>(
     broker: &Broker,
     log: &std::sync::Mutex<Log>,
     (topic, partition): (&str, i32),
-    records: &[u8],
-    (acks, open_txn): (i16, Option<T>),
-) -> Attempt<T> {
+    (records, transactional): (&[u8], bool),
+    (acks, txn_check): (i16, Option<C>),
+) -> Attempt<C::Unverified> {
     let mut log = match try_lock_log(log) {
         Ok(Some(log)) => log,
         Ok(None) => return None,
@@ -150,19 +210,18 @@ fn attempt<T: OpenTxn>(
         return Some(Err((codes::KAFKA_STORAGE_ERROR, e.to_string())));
     }
     let produced = match log.try_with_append_lock(|log| {
-        if let Some(txn) = open_txn {
-            let (producer_id, epoch) = txn.producer();
-            // Under the append lock, caught up with the files: a marker the coordinator wrote
-            // (it appends under the same lock) has ended the transaction here already.
-            let state = log.producer_state()?;
-            if state.open_txn_first_offset(producer_id).is_none() || state.epoch_of(producer_id) != Some(epoch) {
-                return Ok(Err(txn));
+        if let Some(check) = txn_check {
+            // Under the append lock, so no marker (the coordinator appends under the same lock)
+            // can come between the check and the append.
+            if let Err(stop) = check.check(log, (topic, partition))? {
+                return Ok(Err(stop));
             }
         }
         log.append_produce(records).map(Ok)
     }) {
         Ok(None) => return None,
-        Ok(Some(Err(txn))) => return Some(Ok(Err(txn))),
+        Ok(Some(Err(Stop::Verify(unverified)))) => return Some(Ok(Err(unverified))),
+        Ok(Some(Err(Stop::Refuse(why)))) => return Some(Err((codes::INVALID_TXN_STATE, why))),
         Ok(Some(Ok(produced))) => Ok(produced),
         Err(e) => Err(e),
     };
@@ -173,7 +232,7 @@ fn attempt<T: OpenTxn>(
         _ => None,
     };
     // Transactional batches are made durable by their transaction's end, not here (`durable`).
-    let transactional = since.is_some() && txn_api::all_transactional(records);
+    let transactional = since.is_some() && transactional;
     let waits = |since| durable::after_append(broker, &mut log, (topic, partition), (acks, transactional), since);
     let durable = match since.map(waits) {
         Some(Err(e)) => return Some(Err((codes::for_error(&e), e.to_string()))),
@@ -253,7 +312,8 @@ fn appended(outcome: Outcome<Infallible>) -> Done {
 /// for the coordinator's verification (their producer held no open transaction there).
 enum Pass {
     Done(Done),
-    Unverified(txn_api::Stamped),
+    /// The partition, its guard, and whether it holds only transactional batches.
+    Unverified((String, i32), Guarded, bool),
 }
 
 /// Append the request's batches (in request order: the connection's next request is read only
@@ -327,14 +387,16 @@ async fn append_all(broker: &Arc<Broker>, request: &ProduceRequest, version: i16
                 Pass::Done(Err(refusal))
             } else if !valid_acks {
                 Pass::Done(Err((codes::INVALID_REQUIRED_ACKS, format!("acks must be -1, 0 or 1, not {acks}"))))
-            } else if let Some(stamp) = stamp {
-                match append(broker, (&name, p.index), records, (acks, deadline), Some(stamp), peer).await {
+            } else if let Some(txn_api::TxnBatches { producer, all }) = stamp {
+                let batches = (records, all);
+                match append(broker, (&name, p.index), batches, (acks, deadline), Some(producer), peer).await {
                     Ok(Ok(appended)) => Pass::Done(Ok(appended)),
-                    Ok(Err(stamp)) => Pass::Unverified((key, stamp)),
+                    Ok(Err(guarded)) => Pass::Unverified(key, guarded, all),
                     Err(refusal) => Pass::Done(Err(refusal)),
                 }
             } else {
-                Pass::Done(appended(append(broker, (&name, p.index), records, (acks, deadline), None, peer).await))
+                let (batches, unchecked) = ((records, false), None::<Infallible>);
+                Pass::Done(appended(append(broker, (&name, p.index), batches, (acks, deadline), unchecked, peer).await))
             };
             partitions.push(pass);
         }
@@ -345,25 +407,29 @@ async fn append_all(broker: &Arc<Broker>, request: &ProduceRequest, version: i16
         .iter()
         .flatten()
         .filter_map(|pass| match pass {
-            Pass::Unverified(stamped) => Some(stamped.clone()),
+            Pass::Unverified(key, guarded, _) => Some((key.clone(), guarded.producer)),
             Pass::Done(_) => None,
         })
         .collect();
+    let verifying = !wanted.is_empty();
     let mut refused = match &txn {
         Some((id, _)) => txn_api::verify_produce(broker, id, wanted, version, deadline).await,
         None => HashMap::new(), // nothing stamped, so nothing unverified
     };
+    // Between the verification and the append (no lock held): where a marker may come in.
+    let injected = if verifying { crate::failpoint::hit("server.produce.verified").err() } else { None };
     let mut outcomes = Vec::with_capacity(passes.len());
     for (topic, partitions) in request.topic_data.iter().zip(passes) {
         let mut done = Vec::with_capacity(partitions.len());
         for (p, pass) in topic.partition_data.iter().zip(partitions) {
             done.push(match pass {
                 Pass::Done(outcome) => outcome,
-                Pass::Unverified((key, _)) => match refused.remove(&key) {
-                    Some(refusal) => Err(refusal),
-                    None => {
-                        let records = p.records.as_deref();
-                        appended(append(broker, (&key.0, key.1), records, (acks, deadline), None, peer).await)
+                Pass::Unverified(key, guarded, all) => match (refused.remove(&key), &injected) {
+                    (Some(refusal), _) => Err(refusal),
+                    (None, Some(e)) => Err((codes::KAFKA_STORAGE_ERROR, e.to_string())),
+                    (None, None) => {
+                        let (batches, checked) = ((p.records.as_deref(), all), Some(guarded));
+                        appended(append(broker, (&key.0, key.1), batches, (acks, deadline), checked, peer).await)
                     }
                 },
             });

@@ -1,6 +1,7 @@
 //! The transactional producer's APIs (KIP-98, KIP-360, KIP-447, KIP-890): InitProducerId with
 //! a transactional id, AddPartitionsToTxn (the clients' v0-v3, and v4+'s batched form with its
-//! verify-only check), AddOffsetsToTxn, TxnOffsetCommit and EndTxn, each one call of the data
+//! verify-only check), AddOffsetsToTxn, TxnOffsetCommit and EndTxn (answered at its decision, its
+//! markers written after: `txn_ends`), each one call of the data
 //! directory's transaction coordinator (`crate::transactions::Coordinator`), the same one the
 //! embedded transactional producers use, so a network producer and an embedded one with the
 //! same transactional id fence each other.
@@ -38,6 +39,7 @@ use std::time::Instant;
 use super::broker::Broker;
 use super::codes;
 use super::offset_commit::{requested, CommitPlan};
+use super::txn_ends;
 use super::waits;
 use crate::error::Error;
 use crate::log::now_ms;
@@ -307,25 +309,40 @@ pub fn txn_offset_commit(
     TxnOffsetCommitResponse::default().with_topics(topics)
 }
 
-/// EndTxn: commit or abort, two-phase (the coordinator records Prepare*, writes the markers,
-/// records Complete*), finished by whoever touches the id next if this server dies half way.
-/// v5+ (transaction version 2) bumps the epoch and answers the producer id and epoch the
-/// producer continues with (-1, -1 with an error).
-pub fn end_txn(broker: &Broker, request: EndTxnRequest, version: i16, peer: &str) -> EndTxnResponse {
+/// EndTxn: commit or abort, two-phase (the coordinator records Prepare* after the transaction's
+/// records are durable; the markers and Complete* follow), answered once the end is decided, as
+/// Kafka's coordinator does: the rest is `Pending`, for `txn_ends::complete_later`, and finished
+/// by whoever touches the id next if this server dies before. v5+ (transaction version 2) bumps
+/// the epoch and answers the producer id and epoch the producer continues with (-1, -1 with an
+/// error).
+pub fn end_txn(
+    broker: &Broker,
+    request: EndTxnRequest,
+    version: i16,
+    peer: &str,
+) -> (EndTxnResponse, Option<txn_ends::Pending>) {
     let id = request.transactional_id.0.as_str();
     let (pid, epoch) = (request.producer_id.0, request.producer_epoch);
     let tv = client_version(version, TV2_SINCE_END);
-    let ended = broker.transactions.end_txn_as(id, pid, epoch, request.committed, tv, now_ms());
-    // Markers may have been written even if a later step failed: wake read_committed fetches.
+    let decided = broker.transactions.end_txn_decided_as(id, pid, epoch, request.committed, tv, now_ms());
+    // Markers may have been written (a Prepare* state settled first, a step failed after them):
+    // wake read_committed fetches.
     broker.announce_append();
-    match ended {
-        Ok((pid, epoch)) if version >= TV2_SINCE_END => {
-            EndTxnResponse::default().with_producer_id(ProducerId(pid)).with_producer_epoch(epoch)
+    match decided {
+        Ok(decided) => {
+            let pending = decided.pending.then(|| broker.txn_ends.start(id));
+            let response = match version >= TV2_SINCE_END {
+                true => EndTxnResponse::default()
+                    .with_producer_id(ProducerId(decided.producer_id))
+                    .with_producer_epoch(decided.producer_epoch),
+                false => EndTxnResponse::default(),
+            };
+            (response, pending)
         }
-        Ok(_) => EndTxnResponse::default(),
         Err(e) => {
             let what = format!("{} of transactional id {id:?}", if request.committed { "commit" } else { "abort" });
-            EndTxnResponse::default().with_error_code(refusal(&e, (version, FENCED_SINCE_ADD), peer, "EndTxn", &what))
+            let code = refusal(&e, (version, FENCED_SINCE_ADD), peer, "EndTxn", &what);
+            (EndTxnResponse::default().with_error_code(code), None)
         }
     }
 }
@@ -346,47 +363,46 @@ fn each_header(records: &[u8], mut f: impl FnMut(&BatchHeader) -> Result<(), Str
     Ok(())
 }
 
-/// The producer (id, epoch) of the transactional batches in a partition's records, if any:
-/// `Err` when they are not all one producer's (Kafka takes one batch per partition from v3).
-fn transactional_producer(records: &[u8]) -> Result<Option<(i64, i16)>, String> {
-    let mut producer = None;
+/// A partition's transactional batches: their producer (id, epoch), and whether the partition
+/// holds nothing else (its durability is then their transaction's end's: `durable::after_append`).
+#[derive(Clone, Copy, Debug)]
+pub struct TxnBatches {
+    pub producer: (i64, i16),
+    pub all: bool,
+}
+
+/// The transactional batches in a partition's records, if any: `Err` when they are not all one
+/// producer's (Kafka takes one batch per partition from v3).
+fn transactional_batches(records: &[u8]) -> Result<Option<TxnBatches>, String> {
+    let (mut producer, mut all) = (None, true);
     each_header(records, |header| {
-        if header.is_transactional() {
-            let this = (header.producer_id, header.producer_epoch);
-            if producer.is_some_and(|p| p != this) {
-                return Err("transactional batches of more than one producer in one partition".into());
-            }
-            producer = Some(this);
+        if !header.is_transactional() {
+            all = false;
+            return Ok(());
         }
+        let this = (header.producer_id, header.producer_epoch);
+        if producer.is_some_and(|p| p != this) {
+            return Err("transactional batches of more than one producer in one partition".into());
+        }
+        producer = Some(this);
         Ok(())
     })?;
-    Ok(producer)
+    Ok(producer.map(|producer| TxnBatches { producer, all }))
 }
 
-/// Whether a partition's records (appended: valid) are all transactional batches, whose
-/// durability their transaction's end sees to (`durable::after_append`).
-pub fn all_transactional(records: &[u8]) -> bool {
-    let (mut any, mut all) = (false, true);
-    let walked = each_header(records, |header| {
-        any = true;
-        all &= header.is_transactional();
-        Ok(())
-    });
-    walked.is_ok() && any && all
-}
-
-/// The transactional partitions of a Produce request: each with the producer (id, epoch) of its
-/// batches, and the refusals of those that cannot be appended at all (batches of several
-/// producers in one partition; transactional batches without a transactional id, which Kafka
-/// refuses before any check). `None` as the id: the request names none.
-pub fn transactional_partitions(request: &ProduceRequest) -> (Option<String>, Vec<Stamped>, Refused) {
+/// The transactional partitions of a Produce request: each with its transactional batches'
+/// producer (id, epoch) and whether they are all it holds, and the refusals of those that cannot
+/// be appended at all (batches of several producers in one partition; transactional batches
+/// without a transactional id, which Kafka refuses before any check). `None` as the id: the
+/// request names none.
+pub fn transactional_partitions(request: &ProduceRequest) -> (Option<String>, Vec<TxnPartition>, Refused) {
     let mut refused = HashMap::new();
     let mut wanted = Vec::new();
     for topic in &request.topic_data {
         for p in &topic.partition_data {
             let key = (topic.name.0.to_string(), p.index);
-            match transactional_producer(p.records.as_deref().unwrap_or_default()) {
-                Ok(Some(producer)) => wanted.push((key, producer)),
+            match transactional_batches(p.records.as_deref().unwrap_or_default()) {
+                Ok(Some(batches)) => wanted.push((key, batches)),
                 Ok(None) => {}
                 Err(why) => {
                     refused.insert(key, (codes::INVALID_RECORD, why));
@@ -475,6 +491,9 @@ pub type Refused = HashMap<(String, i32), (i16, String)>;
 
 /// A partition of a transactional Produce and the producer (id, epoch) of its batches.
 pub type Stamped = ((String, i32), (i64, i16));
+
+/// A partition of a Produce holding transactional batches, and what they are.
+pub type TxnPartition = ((String, i32), TxnBatches);
 
 /// Transaction version 2's verification: the partitions whose check found them outside the
 /// transaction (INVALID_TXN_STATE: right producer and epoch) are added to it, one coordinator
