@@ -173,8 +173,14 @@ fn fire(points: &[Point], name: &str) -> std::io::Result<()> {
             }
             Action::Panic => panic!("injected panic (fail point {})", p.name),
             Action::Stop => {
-                // SIGSTOP cannot be blocked: the process stops before `kill` returns.
-                let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::STOP);
+                // SIGSTOP cannot be blocked, and sent to this thread it is taken on the way out
+                // of the call: the process stops before the step goes on. (Sent to the process,
+                // the kernel may hand it to another thread, which stops everyone only once it
+                // runs: meanwhile this one would go on with the step.)
+                // SAFETY: pthread_kill on the calling thread's own handle, which is alive.
+                unsafe {
+                    libc::pthread_kill(libc::pthread_self(), libc::SIGSTOP);
+                }
             }
             Action::Errno(code) => {
                 let os = std::io::Error::from_raw_os_error(code);
