@@ -21,9 +21,9 @@ import pytest
 from serve_proc import free_port, serve_on
 
 pytest.importorskip("kafka")
-from server_wire import HOLD_FLOCK, release, stop_holder  # noqa: E402
-from test_server_transactions import values  # noqa: E402
-from test_server_transactions_v2 import Client, control_epochs  # noqa: E402
+from server_wire import HOLD_FLOCK, release, stop_holder
+from test_server_transactions import values
+from test_server_transactions_v2 import Client, control_epochs
 
 pytest_plugins = ["kafkalite.testing"]
 
