@@ -85,7 +85,7 @@ def test_a_transaction_ended_between_the_verification_and_the_append_refuses_the
             assert control_epochs(str(data), "guard", 0) == [(pid, epoch, commit)]
         server_a.send_signal(signal.SIGCONT)
         thread.join(60)
-        assert "error" not in answer, answer
+        assert not thread.is_alive() and "error" not in answer, answer
         # Kafka's answer to a failed verification guard (InvalidTxnStateException at the append),
         # and to a fenced epoch (checked first).
         expected_code = INVALID_PRODUCER_EPOCH if end == "fence" else INVALID_TXN_STATE

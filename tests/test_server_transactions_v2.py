@@ -406,7 +406,9 @@ def test_server_killed_between_tv2_end_txn_steps_completes_as_kafkas_recovery(
         bootstrap = address
         assert sorted(values(bootstrap, "crash2", "read_committed", want=len(visible))) == visible
         total = 15 + len(after)
-        assert len(values(bootstrap, "crash2", "read_uncommitted", want=total)) == total, "a record lost or doubled"
+        assert len(values(bootstrap, "crash2", "read_uncommitted", want=total)) == total, (
+            "a record lost or doubled"
+        )
         client.close()
     finally:
         server.kill()

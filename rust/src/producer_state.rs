@@ -173,6 +173,10 @@ impl VerificationGuard {
     }
 }
 
+/// The most verification guards a partition keeps at once: far more producers than verify their
+/// first batch in one partition within the same few milliseconds.
+const MAX_VERIFICATIONS: usize = 1024;
+
 /// Kafka's `VerificationStateEntry`: a producer's guard, and when it was taken (for expiry).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Verification {
@@ -255,6 +259,14 @@ impl ProducerState {
     /// to be verified with the coordinator (the one already taken, if any: concurrent first
     /// batches share it, and the first appended makes the others' check `has_ongoing_txn`).
     pub fn verification_guard(&mut self, producer_id: i64, now_ms: i64) -> VerificationGuard {
+        if self.verifications.len() >= MAX_VERIFICATIONS && !self.verifications.contains_key(&producer_id) {
+            // Guards whose batches never came back (their verification failed), or a client
+            // making up producer ids: the oldest goes. Its batch, if still being verified, is
+            // refused, never appended wrongly.
+            if let Some(oldest) = self.verifications.iter().min_by_key(|(_, v)| v.taken_ms).map(|(&id, _)| id) {
+                self.verifications.remove(&oldest);
+            }
+        }
         let taken = Verification { guard: VerificationGuard::next(), taken_ms: now_ms };
         self.verifications.entry(producer_id).or_insert(taken).guard
     }
@@ -569,6 +581,16 @@ mod tests {
         let back = ProducerState::decode_snapshot(&s.encode_snapshot(), s.map_end()).unwrap();
         assert!(!back.verified(5, g3));
         assert!(!ProducerState::empty(0).verified(5, g3));
+        // A flood of made-up producer ids keeps the newest guards, never more than the bound.
+        let mut flood = ProducerState::empty(0);
+        let first = flood.verification_guard(0, 0);
+        for id in 1..=MAX_VERIFICATIONS as i64 * 3 {
+            flood.verification_guard(id, id);
+        }
+        assert_eq!(flood.verifications.len(), MAX_VERIFICATIONS);
+        assert!(!flood.verified(0, first));
+        let last = flood.verification_guard(MAX_VERIFICATIONS as i64 * 3, 0);
+        assert!(flood.verified(MAX_VERIFICATIONS as i64 * 3, last));
         // One never used goes with the producers' expiry.
         s.expire(3000 + PRODUCER_ID_EXPIRATION_MS - 1);
         assert!(s.verified(5, g3));
