@@ -54,6 +54,13 @@ const TV2_SINCE_ADD: i16 = 4;
 const TV2_SINCE_PRODUCE: i16 = 12;
 const TV2_SINCE_OFFSETS_COMMIT: i16 = 5;
 
+/// Whether the client sending Produce `version` is at transaction version 2: its Produce adds
+/// its partitions to the transaction, and each of its transaction's ends bumps the epoch (the
+/// markers carry the epoch after the transaction's own).
+pub fn ends_bump(produce_version: i16) -> bool {
+    client_version(produce_version, TV2_SINCE_PRODUCE) >= TV_2
+}
+
 /// The client's transaction version of a request of `version` of an API whose first version-2
 /// version is `since`.
 fn client_version(version: i16, since: i16) -> i16 {
@@ -443,7 +450,7 @@ pub async fn verify_produce(
         return refused;
     }
     let checked: Vec<Stamped> = wanted.clone();
-    let adds = client_version(version, TV2_SINCE_PRODUCE) >= TV_2;
+    let adds = ends_bump(version);
     let verdicts = waits::off_workers(broker, deadline, {
         let id = id.to_string();
         move |b| {
