@@ -12,7 +12,11 @@ before, not the batch's: the batch must not get INVALID_TXN_STATE, which the Jav
 as an abortable error of a transaction that did nothing wrong. Kafka's coordinator answers the
 verification CONCURRENT_TRANSACTIONS while its markers are pending, which the broker turns into a
 retriable Produce error, and the retried batch is appended: either a retriable error then
-success, or success at once, is right here."""
+success, or success at once, is right here.
+
+Also: an EndTxn whose client went away before its answer still gets its markers at once; and a
+server stopped (SIGTERM) while a decided end's markers are held up exits cleanly, its next start
+completing the end."""
 
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ pytest.importorskip("kafka")
 from server_wire import HOLD_FLOCK, release, stop_holder  # noqa: E402
 from test_server_transactions import values  # noqa: E402
 from test_server_transactions_end_answer import wait_stopped  # noqa: E402
-from test_server_transactions_v2 import Client, control_epochs, describe  # noqa: E402
+from test_server_transactions_v2 import END_TXN_V2, Client, control_epochs, describe, landed  # noqa: E402
 
 pytest_plugins = ["kafkalite.testing"]
 
@@ -121,5 +125,42 @@ def test_a_server_stopped_with_markers_held_exits_and_its_next_start_completes_t
         assert sorted(read) == records, "the committed transaction is not all visible after the restart"
         assert all(control_epochs(str(data), "term", p) == [(pid, epoch + 1, True)] for p in range(2))
     finally:
+        server.kill()
+        server.wait(30)
+
+
+def test_an_end_txn_whose_client_went_away_before_the_answer_still_gets_its_markers(tmp_path, spawn):
+    """The producer sends EndTxn (commit) and goes away (closes its connection) while the server
+    decides the end (stopped by ``txn.prepare.after_record=stop@1`` right after PrepareCommit is
+    recorded): the end is decided, so its markers must follow at once, as a Kafka coordinator
+    writes them whatever became of the client; not only at the id's next request or the periodic
+    check 10 s later, with read_committed readers of the partitions stalled until then."""
+    from kafka.protocol.producer.transaction import EndTxnRequest
+
+    data = tmp_path / "data"
+    kafkalite.Admin(str(data)).create_topic("gone", 2)
+    tid = "gone-tx"
+    port = free_port()
+    env = {**os.environ, "KAFKALITE_FAILPOINTS": "txn.prepare.after_record=stop@1"}
+    server = serve_on(spawn.module, data, port, "--log-level", "WARNING", env=env)
+    client = Client(f"127.0.0.1:{port}")
+    try:
+        error, pid, epoch = client.init_producer_id(tid)
+        assert error == NONE
+        for p in range(2):
+            assert client.produce(tid, "gone", p, (pid, epoch), 0, [b"gone-%d" % p]) == NONE
+        request = EndTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=True)
+        request.with_header(correlation_id=99, client_id="gone")
+        client.sock.sendall(request.encode(version=END_TXN_V2, header=True, framed=True))
+        wait_stopped(server.pid)
+        client.close()  # gone before the answer
+        server.send_signal(signal.SIGCONT)
+        # Well before the periodic check (10 s) would complete it.
+        want = [(pid, epoch + 1, True)]
+        assert [landed(str(data), "gone", p, want, timeout=4.0) for p in range(2)] == [want, want], (
+            "the decided end's markers were not written after its client went away"
+        )
+    finally:
+        server.send_signal(signal.SIGCONT)
         server.kill()
         server.wait(30)

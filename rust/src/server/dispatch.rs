@@ -436,13 +436,18 @@ pub async fn handle(broker: &Arc<Broker>, mut request: Request, peer: &str, who:
         }
         Body::EndTxn(r) => {
             txn_ends::settled(broker, &r.transactional_id, waits::deadline(0)).await;
-            let (answer, pending) = blocking(broker, key, move |b| txn_api::end_txn(b, r, v, &client)).await?;
+            let owner = Arc::clone(broker);
+            let (answer, completion) = blocking(broker, key, move |b| {
+                let (answer, pending) = txn_api::end_txn(b, r, v, &client);
+                // From here the markers follow however this request ends (`txn_ends::Completion`).
+                (answer, pending.map(|pending| txn_ends::Completion::new(owner, pending)))
+            })
+            .await?;
             let answer = frame(key, v, id, &answer)?;
-            if let Some(pending) = pending {
+            if let Some(completion) = completion {
                 // The markers and Complete* are written once the answer is (`txn_ends`).
                 broker.metrics.answered(key);
-                let broker = Arc::clone(broker);
-                return Ok(Answer::Then(answer, Box::new(move || txn_ends::complete_later(&broker, pending))));
+                return Ok(Answer::Then(answer, Box::new(move || drop(completion))));
             }
             answer
         }

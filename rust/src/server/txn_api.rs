@@ -318,7 +318,7 @@ pub fn txn_offset_commit(
 
 /// EndTxn: commit or abort, two-phase (the coordinator records Prepare* after the transaction's
 /// records are durable; the markers and Complete* follow), answered once the end is decided, as
-/// Kafka's coordinator does: the rest is `Pending`, for `txn_ends::complete_later`, and finished
+/// Kafka's coordinator does: the rest is `Pending`, for `txn_ends::Completion`, and finished
 /// by whoever touches the id next if this server dies before. v5+ (transaction version 2) bumps
 /// the epoch and answers the producer id and epoch the producer continues with (-1, -1 with an
 /// error).

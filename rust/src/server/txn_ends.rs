@@ -2,8 +2,9 @@
 //! PrepareCommit / PrepareAbort is replicated: the transaction's records and the Prepare* record
 //! are durable (`Coordinator::end_txn_decided_as`), and the markers and Complete* are written
 //! right after, off the answer's path (`complete_later`: a task that runs
-//! `Coordinator::complete_decided` on the blocking pool). The producer's next transaction starts
-//! meanwhile instead of after them.
+//! `Coordinator::complete_decided` on the blocking pool), started by `Completion` once the answer
+//! is written, or as soon as the request ends without it (its client gone). The producer's next
+//! transaction starts meanwhile instead of after them.
 //!
 //! Until they are written the id is in Prepare*, so a request of the same transactional id
 //! (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn, a transactional
@@ -86,10 +87,39 @@ pub async fn all_settled(broker: &Broker, ids: Vec<String>, deadline: Instant) {
     }
 }
 
+/// A decided end whose completion (`complete_later`) starts when this is dropped: once its
+/// EndTxn's answer is written (`connection`), or wherever the request ends instead (its client
+/// closed the connection while the end was being decided, an error framing the answer). The end
+/// is decided, so its markers follow whatever became of the answer, as a Kafka coordinator's
+/// do, not only at the id's next request or the periodic check, with read_committed readers of
+/// its partitions stalled until then.
+pub struct Completion {
+    broker: Arc<Broker>,
+    runtime: tokio::runtime::Handle,
+    pending: Option<Pending>,
+}
+
+impl Completion {
+    /// Call on the server's runtime (a worker or its blocking pool).
+    pub fn new(broker: Arc<Broker>, pending: Pending) -> Completion {
+        Completion { broker, runtime: tokio::runtime::Handle::current(), pending: Some(pending) }
+    }
+}
+
+impl Drop for Completion {
+    fn drop(&mut self) {
+        if let Some(pending) = self.pending.take() {
+            // Dropped on whichever thread the request ended on: spawn on the server's runtime.
+            let _runtime = self.runtime.enter();
+            complete_later(&self.broker, pending);
+        }
+    }
+}
+
 /// Write the markers and Complete* of `pending`'s end on the blocking pool (one of the
 /// broker's blocking slots), then wake read_committed fetches and the id's waiting requests. A
 /// failure is logged and left to the next user of the id (see the module comment).
-pub fn complete_later(broker: &Arc<Broker>, pending: Pending) {
+fn complete_later(broker: &Arc<Broker>, pending: Pending) {
     let broker = Arc::clone(broker);
     tokio::spawn(async move {
         let id = pending.id.clone();
