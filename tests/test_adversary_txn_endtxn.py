@@ -29,10 +29,11 @@ import pytest
 from serve_proc import free_port, serve_on
 
 pytest.importorskip("kafka")
-from server_wire import HOLD_FLOCK, release, stop_holder  # noqa: E402
-from test_server_transactions import values  # noqa: E402
-from test_server_transactions_end_answer import wait_stopped  # noqa: E402
-from test_server_transactions_v2 import END_TXN_V2, Client, control_epochs, describe, landed  # noqa: E402
+from kafka.protocol.producer.transaction import EndTxnRequest
+from server_wire import HOLD_FLOCK, release, stop_holder
+from test_server_transactions import values
+from test_server_transactions_end_answer import wait_stopped
+from test_server_transactions_v2 import END_TXN_V2, Client, control_epochs, describe, landed
 
 pytest_plugins = ["kafkalite.testing"]
 
@@ -135,8 +136,6 @@ def test_an_end_txn_whose_client_went_away_before_the_answer_still_gets_its_mark
     recorded): the end is decided, so its markers must follow at once, as a Kafka coordinator
     writes them whatever became of the client; not only at the id's next request or the periodic
     check 10 s later, with read_committed readers of the partitions stalled until then."""
-    from kafka.protocol.producer.transaction import EndTxnRequest
-
     data = tmp_path / "data"
     kafkalite.Admin(str(data)).create_topic("gone", 2)
     tid = "gone-tx"
