@@ -14,7 +14,8 @@ verification CONCURRENT_TRANSACTIONS while its markers are pending, which the br
 retriable Produce error, and the retried batch is appended: either a retriable error then
 success, or success at once, is right here.
 
-Also: an EndTxn whose client went away before its answer still gets its markers at once; and a
+Also: a batch whose verification guard was dropped (its partition's log closed and opened again
+meanwhile) is verified again, not refused for good; an EndTxn whose client went away before its answer still gets its markers at once; and a
 server stopped (SIGTERM) while a decided end's markers are held up exits cleanly, its next start
 completing the end."""
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 
 import kafkalite
 import pytest
@@ -30,7 +32,7 @@ from serve_proc import free_port, serve_on
 
 pytest.importorskip("kafka")
 from kafka.protocol.producer.transaction import EndTxnRequest
-from server_wire import HOLD_FLOCK, release, stop_holder
+from server_wire import HOLD_FLOCK, Wire, in_background, release, stop_holder
 from test_server_transactions import values
 from test_server_transactions_end_answer import wait_stopped
 from test_server_transactions_v2 import END_TXN_V2, Client, control_epochs, describe, landed
@@ -161,5 +163,47 @@ def test_an_end_txn_whose_client_went_away_before_the_answer_still_gets_its_mark
         )
     finally:
         server.send_signal(signal.SIGCONT)
+        server.kill()
+        server.wait(30)
+
+
+def test_a_verified_batch_whose_partition_was_closed_meanwhile_is_not_refused_for_good(tmp_path, spawn):
+    """A transaction's first batch in a partition (Produce v12) waits in its verification (a
+    stopped process holds the transactional id's coordinator lock); meanwhile the partition's log
+    is closed by the server (``--max-open-partitions 1``, another partition touched), which drops
+    the in-memory verification guard with its producer state. Nothing of the producer came into
+    the partition: the batch must be appended or get a retriable error, not INVALID_TXN_STATE
+    (an abortable error for a transaction that did no wrong)."""
+    data = tmp_path / "data"
+    kafkalite.Admin(str(data)).create_topic("evict", 2)
+    tid = "evict-tx"
+    port = free_port()
+    server = serve_on(spawn.module, data, port, "--log-level", "WARNING", "--max-open-partitions", "1")
+    address = f"127.0.0.1:{port}"
+    client, wire = Client(address), Wire(address)
+    holder = None
+    try:
+        error, pid, epoch = client.init_producer_id(tid)
+        assert error == NONE
+        lock_file = os.path.join(data, ".kafkalite-transactions", f"{tid}.lock")
+        holder = stop_holder(spawn.code, HOLD_FLOCK, lock_file)
+        thread, answer = in_background(client.produce, tid, "evict", 0, (pid, epoch), 0, [b"mine"])
+        time.sleep(1.0)  # the Produce took its guard and waits for the coordinator's lock
+        assert wire.produce("evict", 1, b"other") == NONE  # evict-0's log is closed
+        release(holder)
+        holder = None
+        thread.join(30)
+        assert "error" not in answer, answer
+        codes = [answer["result"]]
+        while codes[-1] in RETRIABLE and len(codes) < 5:
+            codes.append(client.produce(tid, "evict", 0, (pid, epoch), 0, [b"mine"]))
+        assert codes[-1] == NONE, f"the batch got {codes} (48: INVALID_TXN_STATE)"
+        assert client.end_txn(tid, (pid, epoch), True) == (NONE, pid, epoch + 1)
+        assert sorted(values(address, "evict", "read_committed", want=2)) == [b"mine", b"other"]
+    finally:
+        if holder is not None:
+            release(holder)
+        client.close()
+        wire.close()
         server.kill()
         server.wait(30)

@@ -142,13 +142,24 @@ impl TxnCheck for Guarded {
                 ),
             )));
         }
+        if !state.outrun(producer_id, self.guard) {
+            // The guard was dropped, not outrun: the partition's log was closed and opened again
+            // while the coordinator verified the batch (`open_logs`), or the guards' bound. Nothing
+            // of the producer came in: retried, the batch is verified again under a new guard.
+            return Ok(Err(Stop::Refuse(
+                codes::NOT_ENOUGH_REPLICAS,
+                format!(
+                    "the verification guard of producer {producer_id}'s batch in {topic}-{partition} was dropped \
+                     while the coordinator verified it (the partition's log closed and reopened?); retry"
+                ),
+            )));
+        }
         Ok(Err(Stop::Refuse(
             codes::INVALID_TXN_STATE,
             format!(
                 "the batch of producer {producer_id} (epoch {epoch}) is not part of an ongoing transaction: its \
                  transaction ended in {topic}-{partition} (a marker came in) while the coordinator verified it \
-                 (EndTxn sent before this Produce was answered?), or the partition's producer state was reloaded; \
-                 not appended"
+                 (EndTxn sent before this Produce was answered?); not appended"
             ),
         )))
     }
