@@ -319,9 +319,13 @@ async fn serve_until_closed<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 }
                 drop(frame);
             }
+            // Only Produce answers wait, and every one is written before another API's request
+            // is served, so this is written at once; were one waiting, it would go in its turn.
+            Ok(Answer::Then(answer, after)) if !answers.is_empty() => {
+                answers.push(Answer::Now(Some(answer)), frame);
+                after();
+            }
             Ok(Answer::Then(answer, after)) => {
-                // Only Produce answers wait, and none is waiting before another API's request.
-                debug_assert!(answers.is_empty());
                 let written = write_answer(Ok(Some(answer)), &mut writer, broker, write_deadline, addr).await;
                 after();
                 if let Err(why) = written {

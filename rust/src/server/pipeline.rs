@@ -61,8 +61,7 @@ impl Answers {
         let outcome = match self.0.front_mut() {
             None => std::future::pending().await,
             Some((Answer::Now(bytes), _)) => Ok(bytes.take()),
-            // Never queued (`connection` writes it at once); its work, if it were, would be left
-            // to whoever needs it next (EndTxn's markers: the id's next request).
+            // Never queued: `connection` queues its bytes as `Now` and starts its work.
             Some((Answer::Then(bytes, _), _)) => Ok(Some(bytes.clone())),
             Some((Answer::Later(Waiting(task)), _)) => {
                 task.await.unwrap_or_else(|_| Err(DecodeError("Produce: its answer's task panicked (a bug)".into())))
