@@ -32,7 +32,7 @@ from kafka.protocol.producer.transaction import (
 )
 from server_wire import Wire, in_background
 from test_server_transactions import values
-from test_server_transactions_v2 import Client, control_epochs
+from test_server_transactions_v2 import Client, control_epochs, landed
 
 NONE, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE = 0, 47, 48
 #: Transaction version 0's request versions (the partition is added with AddPartitionsToTxn).
@@ -82,7 +82,8 @@ def test_a_transaction_ended_between_the_verification_and_the_append_refuses_the
             assert epoch < marker_epoch <= epoch2
         else:
             assert client_b.end_txn(tid, (pid, epoch), commit, version=END_TXN_TV0) == (NONE, -1, -1)
-            assert control_epochs(str(data), "guard", 0) == [(pid, epoch, commit)]
+            # The marker lands after the answer (`txn_ends`): A goes on only once it is there.
+            assert landed(str(data), "guard", 0, [(pid, epoch, commit)]) == [(pid, epoch, commit)]
         server_a.send_signal(signal.SIGCONT)
         thread.join(60)
         assert not thread.is_alive() and "error" not in answer, answer

@@ -193,12 +193,16 @@ pub struct ProducerState {
     /// Per producer id, the guard of its batches being verified (`verification_guard`); not in
     /// snapshots (Kafka keeps them in memory too).
     verifications: HashMap<i64, Verification>,
+    /// Per producer id, the last guard one of its transactional batches or markers made stale
+    /// (`apply`): a guard found neither here nor in `verifications` was dropped (the bound, its
+    /// expiry, the partition's log closed and opened again), not outrun (`outrun`).
+    outrun: HashMap<i64, VerificationGuard>,
 }
 
 impl ProducerState {
     /// No producers, as of `map_end`.
     pub fn empty(map_end: i64) -> ProducerState {
-        ProducerState { producers: HashMap::new(), map_end, verifications: HashMap::new() }
+        ProducerState { producers: HashMap::new(), map_end, verifications: HashMap::new(), outrun: HashMap::new() }
     }
 
     pub fn map_end(&self) -> i64 {
@@ -225,7 +229,9 @@ impl ProducerState {
         if h.is_transactional() || h.is_control() {
             // A marker ended the producer's transaction here, or a batch opened one: a guard
             // taken before either is stale (Kafka's `clearVerificationStateEntry`).
-            self.verifications.remove(&h.producer_id);
+            if let Some(v) = self.verifications.remove(&h.producer_id) {
+                self.outrun.insert(h.producer_id, v.guard);
+            }
         }
         let entry = self.producers.entry(h.producer_id).or_insert_with(Entry::empty);
         if h.is_control() {
@@ -276,6 +282,14 @@ impl ProducerState {
     /// `VerificationGuard.verify` at the append).
     pub fn verified(&self, producer_id: i64, guard: VerificationGuard) -> bool {
         self.verifications.get(&producer_id).is_some_and(|v| v.guard == guard)
+    }
+
+    /// Whether `guard`, no longer `verified`, was made stale by a transactional batch or marker
+    /// of `producer_id` applied to this state since it was taken; false when it was dropped
+    /// otherwise (the bound, its expiry, a state loaded again), which proves nothing about the
+    /// producer's transaction: its batch is then verified again, not refused for good.
+    pub fn outrun(&self, producer_id: i64, guard: VerificationGuard) -> bool {
+        self.outrun.get(&producer_id) == Some(&guard)
     }
 
     /// The first offset of the earliest open transaction of a producer other than
@@ -406,6 +420,8 @@ impl ProducerState {
         // A guard whose batch never came back (its verification failed, its client went away);
         // one dropped under a batch still being verified only makes that batch refused.
         self.verifications.retain(|_, v| now_ms - v.taken_ms < PRODUCER_ID_EXPIRATION_MS);
+        let producers = &self.producers;
+        self.outrun.retain(|id, _| producers.contains_key(id));
     }
 }
 
@@ -568,7 +584,7 @@ mod tests {
         let mut marker = batch(8, 0, -1, 2, 1);
         marker.attributes = crate::record::header::ATTR_TRANSACTIONAL | crate::record::header::ATTR_CONTROL;
         s.apply(&marker);
-        assert!(!s.verified(8, g));
+        assert!(!s.verified(8, g) && s.outrun(8, g));
         let g2 = s.verification_guard(8, 3000);
         assert_ne!(g2, g, "a guard is never handed out twice");
         assert!(!s.verified(8, g));
@@ -579,7 +595,7 @@ mod tests {
         let g3 = s.verification_guard(5, 3000);
         assert!(s.verified(5, g3));
         let back = ProducerState::decode_snapshot(&s.encode_snapshot(), s.map_end()).unwrap();
-        assert!(!back.verified(5, g3));
+        assert!(!back.verified(5, g3) && !back.outrun(5, g3));
         assert!(!ProducerState::empty(0).verified(5, g3));
         // A flood of made-up producer ids keeps the newest guards, never more than the bound.
         let mut flood = ProducerState::empty(0);
@@ -588,7 +604,7 @@ mod tests {
             flood.verification_guard(id, id);
         }
         assert_eq!(flood.verifications.len(), MAX_VERIFICATIONS);
-        assert!(!flood.verified(0, first));
+        assert!(!flood.verified(0, first) && !flood.outrun(0, first), "dropped, not outrun");
         let last = flood.verification_guard(MAX_VERIFICATIONS as i64 * 3, 0);
         assert!(flood.verified(MAX_VERIFICATIONS as i64 * 3, last));
         // One never used goes with the producers' expiry.

@@ -132,6 +132,8 @@ pub struct Broker {
     /// The data directory's transaction coordinator (shared with embedded producers through
     /// the files and per-id locks), its waits bounded at `LOCK_WAIT`.
     pub transactions: crate::transactions::Coordinator,
+    /// Ended transactions whose markers are still being written after their EndTxn's answer.
+    pub txn_ends: super::txn_ends::PendingEnds,
     /// InitProducerId's ids, reserved in blocks in the data directory. Consistent at any panic:
     /// `allocate` moves its counters in one assignment after the file write (a panic before it
     /// at worst leaves a reserved block unused, as a kill does).
@@ -184,6 +186,7 @@ impl Broker {
             groups,
             consumer_groups,
             transactions,
+            txn_ends: Default::default(),
             producer_ids,
             stopping,
             metrics: Default::default(),

@@ -319,6 +319,20 @@ async fn serve_until_closed<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 }
                 drop(frame);
             }
+            // Only Produce answers wait, and every one is written before another API's request
+            // is served, so this is written at once; were one waiting, it would go in its turn.
+            Ok(Answer::Then(answer, after)) if !answers.is_empty() => {
+                answers.push(Answer::Now(Some(answer)), frame);
+                after();
+            }
+            Ok(Answer::Then(answer, after)) => {
+                let written = write_answer(Ok(Some(answer)), &mut writer, broker, write_deadline, addr).await;
+                after();
+                if let Err(why) = written {
+                    return why;
+                }
+                drop(frame);
+            }
             // After answers still waiting (a Produce): in its turn.
             Ok(answer) => answers.push(answer, frame),
             Err(e) => return request_failed(e, addr),

@@ -32,7 +32,7 @@ use super::codes;
 use super::{
     acl_api, acl_requests, client_quotas, cluster, configs, consumer_group_api, coordinator, delete_records,
     describe_producers, fetch, group_api, groups_admin, init_producer_id, list_offsets, log_dirs, metadata,
-    offset_commit, offset_delete, produce, scram_admin, topics_admin, transactions_admin, txn_api, waits,
+    offset_commit, offset_delete, produce, scram_admin, topics_admin, transactions_admin, txn_api, txn_ends, waits,
 };
 use crate::transactions::{TRANSACTION_VERSION_FEATURE, TV_0, TV_2};
 
@@ -320,11 +320,16 @@ async fn blocking<T: Send + 'static>(
 
 /// What `handle` gives back: a response now (`None` when Kafka sends none: Produce with
 /// acks=0), or a Produce's, which comes once the sync its acks=all waits for is done (its
-/// batches are appended already: `pipeline`).
+/// batches are appended already: `pipeline`), or a response now and work to start once it is
+/// written (or its write failed): EndTxn's markers (`txn_ends`).
 pub enum Answer {
     Now(Option<Bytes>),
     Later(super::pipeline::Waiting),
+    Then(Bytes, AfterAnswer),
 }
+
+/// What starts once an `Answer::Then` is written.
+pub type AfterAnswer = Box<dyn FnOnce() + Send>;
 
 /// Answer one request of `who`.
 pub async fn handle(broker: &Arc<Broker>, mut request: Request, peer: &str, who: &Who) -> Result<Answer, DecodeError> {
@@ -355,6 +360,9 @@ pub async fn handle(broker: &Arc<Broker>, mut request: Request, peer: &str, who:
             frame(key, v, id, &refused.create_topics(metadata::create_topics(broker, r, v, peer).await))?
         }
         Body::Produce(r) => {
+            if let Some(txn) = &r.transactional_id {
+                txn_ends::settled(broker, txn, waits::deadline(r.timeout_ms)).await;
+            }
             let produced = produce::produce(broker, r, v, peer).await;
             let waits = produced.waits();
             let broker = Arc::clone(broker);
@@ -402,24 +410,49 @@ pub async fn handle(broker: &Arc<Broker>, mut request: Request, peer: &str, who:
             let listed = blocking(broker, key, move |b| list_offsets::list_offsets(b, r, v, &client)).await?;
             frame(key, v, id, &refused.list_offsets(listed))?
         }
-        Body::InitProducerId(r) => frame(
-            key,
-            v,
-            id,
-            &blocking(broker, key, move |b| init_producer_id::init_producer_id(b, r, v, &client)).await?,
-        )?,
+        // A request of a transactional id whose decided end is still being completed waits for
+        // it first (`txn_ends`).
+        Body::InitProducerId(r) => {
+            let txn = r.transactional_id.iter().map(|t| t.to_string()).collect();
+            txn_ends::all_settled(broker, txn, waits::deadline(0)).await;
+            frame(
+                key,
+                v,
+                id,
+                &blocking(broker, key, move |b| init_producer_id::init_producer_id(b, r, v, &client)).await?,
+            )?
+        }
         // The transaction coordinator's calls may wait for a transactional id's lock (held by an
         // embedded producer, maybe stopped) and write durably.
         Body::AddPartitionsToTxn(r) => {
+            let txns = r.transactions.iter().map(|t| t.transactional_id.to_string());
+            let txns = txns.chain((v <= 3).then(|| r.v3_and_below_transactional_id.to_string())).collect();
+            txn_ends::all_settled(broker, txns, waits::deadline(0)).await;
             frame(key, v, id, &blocking(broker, key, move |b| txn_api::add_partitions_to_txn(b, r, v, &client)).await?)?
         }
         Body::AddOffsetsToTxn(r) => {
+            txn_ends::settled(broker, &r.transactional_id, waits::deadline(0)).await;
             frame(key, v, id, &blocking(broker, key, move |b| txn_api::add_offsets_to_txn(b, r, v, &client)).await?)?
         }
         Body::EndTxn(r) => {
-            frame(key, v, id, &blocking(broker, key, move |b| txn_api::end_txn(b, r, v, &client)).await?)?
+            txn_ends::settled(broker, &r.transactional_id, waits::deadline(0)).await;
+            let owner = Arc::clone(broker);
+            let (answer, completion) = blocking(broker, key, move |b| {
+                let (answer, pending) = txn_api::end_txn(b, r, v, &client);
+                // From here the markers follow however this request ends (`txn_ends::Completion`).
+                (answer, pending.map(|pending| txn_ends::Completion::new(owner, pending)))
+            })
+            .await?;
+            let answer = frame(key, v, id, &answer)?;
+            if let Some(completion) = completion {
+                // The markers and Complete* are written once the answer is (`txn_ends`).
+                broker.metrics.answered(key);
+                return Ok(Answer::Then(answer, Box::new(move || drop(completion))));
+            }
+            answer
         }
         Body::TxnOffsetCommit(r) => {
+            txn_ends::settled(broker, &r.transactional_id, waits::deadline(0)).await;
             frame(key, v, id, &blocking(broker, key, move |b| txn_api::txn_offset_commit(b, r, v, &client)).await?)?
         }
         Body::DescribeProducers(r) => frame(

@@ -9,7 +9,7 @@
 //! transactional producer sends acks=all): a transaction's records need to be durable only when
 //! it is decided, as a database's commit, and the coordinator makes them so before it records
 //! PrepareCommit / PrepareAbort (`transactions::Coordinator`'s `sync_records`), so EndTxn is
-//! answered only once they, the decision and the markers are on disk. The hole a Produce answer
+//! answered only once they and the decision are on disk (the markers follow: `txn_ends`). The hole a Produce answer
 //! before its sync opens is an OS crash (a killed server keeps the page cache): an open
 //! transaction's acknowledged records may be gone, and its producer, on another host, could
 //! commit it after the restart. The server's start closes it: after a restart of the machine

@@ -28,7 +28,8 @@
 //! transactional producer's APIs: InitProducerId with a transactional id, AddPartitionsToTxn,
 //! AddOffsetsToTxn, TxnOffsetCommit, EndTxn, and the verification of transactional Produce
 //! batches (from Produce v12 adding their partitions: KIP-890 part 2), over the data
-//! directory's `crate::transactions::Coordinator`, shared with embedded producers),
+//! directory's `crate::transactions::Coordinator`, shared with embedded producers), `txn_ends`
+//! (EndTxn answered at its decision, its markers written after; the id's next requests wait),
 //! `transactions_admin` (DescribeTransactions, ListTransactions),
 //! `describe_producers` (DescribeProducers),
 //! and the admin APIs: `topics_admin` (DeleteTopics, CreatePartitions), `configs`
@@ -105,6 +106,7 @@ mod topic_ids;
 mod topics_admin;
 mod transactions_admin;
 mod txn_api;
+mod txn_ends;
 mod waits;
 
 use std::net::SocketAddr;

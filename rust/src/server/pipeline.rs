@@ -61,6 +61,8 @@ impl Answers {
         let outcome = match self.0.front_mut() {
             None => std::future::pending().await,
             Some((Answer::Now(bytes), _)) => Ok(bytes.take()),
+            // Never queued: `connection` queues its bytes as `Now` and starts its work.
+            Some((Answer::Then(bytes, _), _)) => Ok(Some(bytes.clone())),
             Some((Answer::Later(Waiting(task)), _)) => {
                 task.await.unwrap_or_else(|_| Err(DecodeError("Produce: its answer's task panicked (a bug)".into())))
             }

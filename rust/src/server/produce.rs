@@ -22,7 +22,8 @@
 //! the append lock before asking, is checked under it again at the append, and a batch whose
 //! producer had a marker (or another transactional batch) in the partition since is refused
 //! with INVALID_TXN_STATE, as Kafka's broker refuses it, instead of opening a transaction there
-//! that no marker would ever end.
+//! that no marker would ever end (unless that marker was the previous transaction's, a
+//! transaction version 2 end its verification completed: NOT_ENOUGH_REPLICAS, retried).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -62,15 +63,15 @@ type Outcome<T> = Result<Result<Appended, T>, (i16, String)>;
 /// The outcome of one try at the append: `None` while the log or its append lock is busy.
 type Attempt<T> = Option<Outcome<T>>;
 
-/// Why a `TxnCheck` stopped an append: verify with the coordinator first, or refused
-/// (INVALID_TXN_STATE, and why).
+/// Why a `TxnCheck` stopped an append: verify with the coordinator first, or refused (the
+/// error code, and why).
 enum Stop<U> {
     Verify(U),
-    Refuse(String),
+    Refuse(i16, String),
 }
 
 /// What `append` checks of transactional batches under the partition's append lock, before
-/// appending them: `(producer id, epoch)` for a first try (appended into that producer's open
+/// appending them: `((producer id, epoch), ends_bump)` for a first try (appended into that producer's open
 /// transaction at that epoch, else sent to the coordinator with a guard), `Guarded` after the
 /// coordinator's verification, and `Infallible` for batches that need no check.
 trait TxnCheck: Copy {
@@ -82,23 +83,28 @@ trait TxnCheck: Copy {
     fn check(self, log: &mut Log, partition: (&str, i32)) -> crate::error::Result<Result<(), Stop<Self::Unverified>>>;
 }
 
-/// A partition's transactional batches being verified: their producer (id, epoch) and the
-/// guard taken before the coordinator was asked (`ProducerState::verification_guard`).
+/// A partition's transactional batches being verified: their producer (id, epoch), whether
+/// their client's transaction ends bump the epoch (transaction version 2: `txn_api::ends_bump`),
+/// and the guard taken before the coordinator was asked (`ProducerState::verification_guard`).
 #[derive(Clone, Copy)]
 struct Guarded {
     producer: (i64, i16),
+    ends_bump: bool,
     guard: VerificationGuard,
 }
 
-impl TxnCheck for (i64, i16) {
+/// A first try: the (producer id, epoch) of the batches and whether their client's transaction
+/// ends bump the epoch.
+impl TxnCheck for ((i64, i16), bool) {
     type Unverified = Guarded;
 
     fn check(self, log: &mut Log, _: (&str, i32)) -> crate::error::Result<Result<(), Stop<Guarded>>> {
-        let (producer_id, epoch) = self;
+        let ((producer_id, epoch), ends_bump) = self;
         if log.producer_state()?.has_ongoing_txn(producer_id, epoch) {
             return Ok(Ok(()));
         }
-        Ok(Err(Stop::Verify(Guarded { producer: self, guard: log.verification_guard(producer_id)? })))
+        let guard = log.verification_guard(producer_id)?;
+        Ok(Err(Stop::Verify(Guarded { producer: (producer_id, epoch), ends_bump, guard })))
     }
 }
 
@@ -114,16 +120,48 @@ impl TxnCheck for Guarded {
         let state = log.producer_state()?;
         // A newer epoch came in (a fence's abort marker): the append's epoch check refuses the
         // batch, INVALID_PRODUCER_EPOCH, as Kafka checks the epoch before the guard.
-        let fenced = state.epoch_of(producer_id).is_some_and(|known| known > epoch);
+        let known = state.epoch_of(producer_id);
+        let fenced = known.is_some_and(|known| known > epoch);
         // Another batch of its transaction, verified too, may have opened it here meanwhile.
         if fenced || state.has_ongoing_txn(producer_id, epoch) || state.verified(producer_id, self.guard) {
             return Ok(Ok(()));
         }
-        Ok(Err(Stop::Refuse(format!(
-            "the batch of producer {producer_id} (epoch {epoch}) is not part of an ongoing transaction: its \
-             transaction ended in {topic}-{partition} (a marker came in) while the coordinator verified it (EndTxn \
-             sent before this Produce was answered?), or the partition's producer state was reloaded; not appended"
-        ))))
+        if self.ends_bump && known == Some(epoch) {
+            // Transaction version 2 ends a transaction with markers at the epoch after its own,
+            // so a marker at the batch's epoch ended the transaction before: a decided end whose
+            // markers were left pending (`txn_ends`), completed by this batch's verification.
+            // The batch's own transaction is open: NOT_ENOUGH_REPLICAS, which the client retries
+            // under a fresh guard (Kafka's coordinator answers the verification
+            // CONCURRENT_TRANSACTIONS while the markers are pending, which its broker turns into
+            // that), never INVALID_TXN_STATE, which would abort a transaction that did no wrong.
+            return Ok(Err(Stop::Refuse(
+                codes::NOT_ENOUGH_REPLICAS,
+                format!(
+                    "the batch of producer {producer_id} (epoch {epoch}) came in with the marker of its previous \
+                     transaction in {topic}-{partition} (that end completed by this batch's verification); retry"
+                ),
+            )));
+        }
+        if !state.outrun(producer_id, self.guard) {
+            // The guard was dropped, not outrun: the partition's log was closed and opened again
+            // while the coordinator verified the batch (`open_logs`), or the guards' bound. Nothing
+            // of the producer came in: retried, the batch is verified again under a new guard.
+            return Ok(Err(Stop::Refuse(
+                codes::NOT_ENOUGH_REPLICAS,
+                format!(
+                    "the verification guard of producer {producer_id}'s batch in {topic}-{partition} was dropped \
+                     while the coordinator verified it (the partition's log closed and reopened?); retry"
+                ),
+            )));
+        }
+        Ok(Err(Stop::Refuse(
+            codes::INVALID_TXN_STATE,
+            format!(
+                "the batch of producer {producer_id} (epoch {epoch}) is not part of an ongoing transaction: its \
+                 transaction ended in {topic}-{partition} (a marker came in) while the coordinator verified it \
+                 (EndTxn sent before this Produce was answered?); not appended"
+            ),
+        )))
     }
 }
 
@@ -221,7 +259,7 @@ fn attempt<C: TxnCheck>(
     }) {
         Ok(None) => return None,
         Ok(Some(Err(Stop::Verify(unverified)))) => return Some(Ok(Err(unverified))),
-        Ok(Some(Err(Stop::Refuse(why)))) => return Some(Err((codes::INVALID_TXN_STATE, why))),
+        Ok(Some(Err(Stop::Refuse(code, why)))) => return Some(Err((code, why))),
         Ok(Some(Ok(produced))) => Ok(produced),
         Err(e) => Err(e),
     };
@@ -388,8 +426,8 @@ async fn append_all(broker: &Arc<Broker>, request: &ProduceRequest, version: i16
             } else if !valid_acks {
                 Pass::Done(Err((codes::INVALID_REQUIRED_ACKS, format!("acks must be -1, 0 or 1, not {acks}"))))
             } else if let Some(txn_api::TxnBatches { producer, all }) = stamp {
-                let batches = (records, all);
-                match append(broker, (&name, p.index), batches, (acks, deadline), Some(producer), peer).await {
+                let (batches, check) = ((records, all), Some((producer, txn_api::ends_bump(version))));
+                match append(broker, (&name, p.index), batches, (acks, deadline), check, peer).await {
                     Ok(Ok(appended)) => Pass::Done(Ok(appended)),
                     Ok(Err(guarded)) => Pass::Unverified(key, guarded, all),
                     Err(refusal) => Pass::Done(Err(refusal)),

@@ -1,6 +1,7 @@
 //! The transactional producer's APIs (KIP-98, KIP-360, KIP-447, KIP-890): InitProducerId with
 //! a transactional id, AddPartitionsToTxn (the clients' v0-v3, and v4+'s batched form with its
-//! verify-only check), AddOffsetsToTxn, TxnOffsetCommit and EndTxn, each one call of the data
+//! verify-only check), AddOffsetsToTxn, TxnOffsetCommit and EndTxn (answered at its decision, its
+//! markers written after: `txn_ends`), each one call of the data
 //! directory's transaction coordinator (`crate::transactions::Coordinator`), the same one the
 //! embedded transactional producers use, so a network producer and an embedded one with the
 //! same transactional id fence each other.
@@ -38,6 +39,7 @@ use std::time::Instant;
 use super::broker::Broker;
 use super::codes;
 use super::offset_commit::{requested, CommitPlan};
+use super::txn_ends;
 use super::waits;
 use crate::error::Error;
 use crate::log::now_ms;
@@ -51,6 +53,13 @@ const TV2_SINCE_END: i16 = 5;
 const TV2_SINCE_ADD: i16 = 4;
 const TV2_SINCE_PRODUCE: i16 = 12;
 const TV2_SINCE_OFFSETS_COMMIT: i16 = 5;
+
+/// Whether the client sending Produce `version` is at transaction version 2: its Produce adds
+/// its partitions to the transaction, and each of its transaction's ends bumps the epoch (the
+/// markers carry the epoch after the transaction's own).
+pub fn ends_bump(produce_version: i16) -> bool {
+    client_version(produce_version, TV2_SINCE_PRODUCE) >= TV_2
+}
 
 /// The client's transaction version of a request of `version` of an API whose first version-2
 /// version is `since`.
@@ -307,25 +316,40 @@ pub fn txn_offset_commit(
     TxnOffsetCommitResponse::default().with_topics(topics)
 }
 
-/// EndTxn: commit or abort, two-phase (the coordinator records Prepare*, writes the markers,
-/// records Complete*), finished by whoever touches the id next if this server dies half way.
-/// v5+ (transaction version 2) bumps the epoch and answers the producer id and epoch the
-/// producer continues with (-1, -1 with an error).
-pub fn end_txn(broker: &Broker, request: EndTxnRequest, version: i16, peer: &str) -> EndTxnResponse {
+/// EndTxn: commit or abort, two-phase (the coordinator records Prepare* after the transaction's
+/// records are durable; the markers and Complete* follow), answered once the end is decided, as
+/// Kafka's coordinator does: the rest is `Pending`, for `txn_ends::Completion`, and finished
+/// by whoever touches the id next if this server dies before. v5+ (transaction version 2) bumps
+/// the epoch and answers the producer id and epoch the producer continues with (-1, -1 with an
+/// error).
+pub fn end_txn(
+    broker: &Broker,
+    request: EndTxnRequest,
+    version: i16,
+    peer: &str,
+) -> (EndTxnResponse, Option<txn_ends::Pending>) {
     let id = request.transactional_id.0.as_str();
     let (pid, epoch) = (request.producer_id.0, request.producer_epoch);
     let tv = client_version(version, TV2_SINCE_END);
-    let ended = broker.transactions.end_txn_as(id, pid, epoch, request.committed, tv, now_ms());
-    // Markers may have been written even if a later step failed: wake read_committed fetches.
+    let decided = broker.transactions.end_txn_decided_as(id, pid, epoch, request.committed, tv, now_ms());
+    // Markers may have been written (a Prepare* state settled first, a step failed after them):
+    // wake read_committed fetches.
     broker.announce_append();
-    match ended {
-        Ok((pid, epoch)) if version >= TV2_SINCE_END => {
-            EndTxnResponse::default().with_producer_id(ProducerId(pid)).with_producer_epoch(epoch)
+    match decided {
+        Ok(decided) => {
+            let pending = decided.pending.then(|| broker.txn_ends.start(id));
+            let response = match version >= TV2_SINCE_END {
+                true => EndTxnResponse::default()
+                    .with_producer_id(ProducerId(decided.producer_id))
+                    .with_producer_epoch(decided.producer_epoch),
+                false => EndTxnResponse::default(),
+            };
+            (response, pending)
         }
-        Ok(_) => EndTxnResponse::default(),
         Err(e) => {
             let what = format!("{} of transactional id {id:?}", if request.committed { "commit" } else { "abort" });
-            EndTxnResponse::default().with_error_code(refusal(&e, (version, FENCED_SINCE_ADD), peer, "EndTxn", &what))
+            let code = refusal(&e, (version, FENCED_SINCE_ADD), peer, "EndTxn", &what);
+            (EndTxnResponse::default().with_error_code(code), None)
         }
     }
 }
@@ -426,7 +450,7 @@ pub async fn verify_produce(
         return refused;
     }
     let checked: Vec<Stamped> = wanted.clone();
-    let adds = client_version(version, TV2_SINCE_PRODUCE) >= TV_2;
+    let adds = ends_bump(version);
     let verdicts = waits::off_workers(broker, deadline, {
         let id = id.to_string();
         move |b| {

@@ -18,7 +18,10 @@
 //! must be there), the Prepare* record before the markers, the markers before the Complete*
 //! record. The Complete* record is made durable by the next sync of its `__transaction_state`
 //! partition (the id's next record); lost before that, the id is found in Prepare* and
-//! completed again (its markers, already there, are skipped). A process killed at any step
+//! completed again (its markers, already there, are skipped). `end_txn_decided_as` stops after
+//! the decision (Kafka's coordinator answers EndTxn then; `kafkalite serve` writes the markers
+//! right after its answer: `server/txn_ends.rs`) and `complete_decided` does the rest; the
+//! embedded producers' `end_txn` does both before it returns. A process killed at any step
 //! leaves a state that whoever next touches the id completes: every operation first finishes a Prepare* state it finds and
 //! aborts an Ongoing transaction past its timeout (bumping the epoch, which fences the
 //! producer that let it expire); `abort_expired_and_complete_pending` does the same for every
@@ -55,7 +58,8 @@
 //! The public API (stable; added to, never renamed):
 //! `Coordinator::open(data_dir)`, `with_lock_wait(Duration)`, `init_producer_id`,
 //! `add_partitions`, `add_offsets`, `txn_offset_commit`, `end_txn` (and `add_partitions_as`,
-//! `txn_offset_commit_as`, `end_txn_as` with a client's transaction version), `describe`, `list`,
+//! `txn_offset_commit_as`, `end_txn_as` with a client's transaction version, `end_txn_decided_as`
+//! and `complete_decided`: the end in two calls), `describe`, `list`,
 //! `abort_expired_and_complete_pending`, `abort_open_after_reboot`, `record_boot`, `close`, `verify_partition`; errors are `Error::Transaction { kind, .. }` with
 //! `TxnErrorKind::code()` Kafka's code, plus the engine's usual errors.
 
@@ -268,7 +272,19 @@ impl Coordinator {
     /// aborted with the epoch bumped. Call under the id's lock.
     fn settle(&self, m: TransactionMetadata, abort_ongoing: bool, now_ms: i64) -> Result<TransactionMetadata> {
         match m.state {
-            TransactionState::PrepareCommit | TransactionState::PrepareAbort => self.complete(m, now_ms),
+            TransactionState::PrepareCommit | TransactionState::PrepareAbort => {
+                let id = m.transactional_id.clone();
+                self.complete(m, now_ms).map_err(|e| match e {
+                    // A partition's append lock held (a stopped writer) keeps the decided end's
+                    // markers out: the id is busy, as a Kafka coordinator's is while its markers
+                    // are pending (CONCURRENT_TRANSACTIONS, retriable).
+                    Error::LockTimeout { .. } => Error::txn(
+                        TxnErrorKind::ConcurrentTransactions,
+                        format!("the decided end of transactional id {id:?} cannot write its markers yet: {e}"),
+                    ),
+                    e => e,
+                })
+            }
             TransactionState::Ongoing | TransactionState::PrepareEpochFence
                 if abort_ongoing || m.expired(now_ms) || m.state == TransactionState::PrepareEpochFence =>
             {
@@ -285,18 +301,29 @@ impl Coordinator {
                         m.timeout_ms
                     );
                 }
-                self.end(m, false, epoch, now_ms)
+                self.end(m, false, epoch, now_ms, true)
             }
             _ => Ok(m),
         }
     }
 
-    /// Two-phase end: the records durable, Prepare* (at `epoch`) recorded, then the markers,
-    /// then Complete*.
-    fn end(&self, m: TransactionMetadata, commit: bool, epoch: i16, now_ms: i64) -> Result<TransactionMetadata> {
+    /// Two-phase end: the records durable, Prepare* (at `epoch`) recorded, then (`finish`) the
+    /// markers and Complete*; without `finish` the id is left in Prepare* for `complete_decided`.
+    fn end(
+        &self,
+        m: TransactionMetadata,
+        commit: bool,
+        epoch: i16,
+        now_ms: i64,
+        finish: bool,
+    ) -> Result<TransactionMetadata> {
         self.sync_records(&m)?;
         let m = self.decide(m, commit, epoch, now_ms)?;
-        self.complete(m, now_ms)
+        if finish {
+            self.complete(m, now_ms)
+        } else {
+            Ok(m)
+        }
     }
 
     /// Record the decision, Prepare* at `epoch`, durably: from here on the transaction ends
@@ -313,7 +340,13 @@ impl Coordinator {
     /// that epoch, Complete*. From Empty or Complete* (only an abort gets here) it ends an
     /// empty transaction, which only bumps the epoch. An exhausted epoch gets the next
     /// producer id now, recorded with Prepare* (Kafka's `nextProducerId`), taken at Complete*.
-    fn end_bumped(&self, mut m: TransactionMetadata, commit: bool, now_ms: i64) -> Result<TransactionMetadata> {
+    fn end_bumped(
+        &self,
+        mut m: TransactionMetadata,
+        commit: bool,
+        now_ms: i64,
+        finish: bool,
+    ) -> Result<TransactionMetadata> {
         if m.producer_epoch >= i16::MAX - 1 {
             m.next_producer_id = lock_map(&self.producer_ids).allocate()?;
         }
@@ -323,7 +356,7 @@ impl Coordinator {
         }
         m.client_transaction_version = TV_2;
         let epoch = bumped(m.producer_epoch);
-        self.end(m, commit, epoch, now_ms)
+        self.end(m, commit, epoch, now_ms, finish)
     }
 
     /// From a Prepare* state: the markers to every partition, then Complete*.
@@ -703,6 +736,54 @@ impl Coordinator {
         client_version: i16,
         now_ms: i64,
     ) -> Result<(i64, i16)> {
+        let m = self.end_txn_with(transactional_id, (producer_id, epoch), commit, client_version, now_ms, true)?;
+        Ok((m.producer_id, m.producer_epoch))
+    }
+
+    /// `end_txn_as` up to the decision (Kafka's EndTxn answer: once PrepareCommit / PrepareAbort
+    /// is durable, its records before it): the markers and Complete* are left to
+    /// `complete_decided`, or, if this process dies first, to the next user of the id (any
+    /// operation on it completes a Prepare* state first). `pending`: the id is in Prepare* and
+    /// needs `complete_decided` (false when the request was a retry of a completed end).
+    pub fn end_txn_decided_as(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        client_version: i16,
+        now_ms: i64,
+    ) -> Result<Decided> {
+        let m = self.end_txn_with(transactional_id, (producer_id, epoch), commit, client_version, now_ms, false)?;
+        // An exhausted epoch's producer continues under the next producer id at epoch 0, taken
+        // when Complete* is recorded (`complete`).
+        let (producer_id, producer_epoch) = match m.next_producer_id {
+            next if m.state.is_prepare() && next >= 0 => (next, 0),
+            _ => (m.producer_id, m.producer_epoch),
+        };
+        Ok(Decided { producer_id, producer_epoch, pending: m.state.is_prepare() })
+    }
+
+    /// The markers and Complete* of the id's decided end (`end_txn_decided_as`), under the id's
+    /// lock; nothing when it is no longer in Prepare* (another operation on the id completed it).
+    pub fn complete_decided(&self, transactional_id: &str, now_ms: i64) -> Result<()> {
+        let _lock = self.lock(transactional_id)?;
+        match self.load(transactional_id)? {
+            Some(m) if m.state.is_prepare() => self.complete(m, now_ms).map(drop),
+            _ => Ok(()),
+        }
+    }
+
+    /// EndTxn's checks and its end, completed (`finish`) or left decided; the id's metadata after.
+    fn end_txn_with(
+        &self,
+        transactional_id: &str,
+        (producer_id, epoch): (i64, i16),
+        commit: bool,
+        client_version: i16,
+        now_ms: i64,
+        finish: bool,
+    ) -> Result<TransactionMetadata> {
         use TransactionState::{CompleteAbort, CompleteCommit, Empty, Ongoing, PrepareAbort, PrepareCommit};
         let _lock = self.lock(transactional_id)?;
         let invalid = |m: &TransactionMetadata| {
@@ -717,15 +798,14 @@ impl Coordinator {
         };
         if client_version < TV_2 {
             let mut m = self.current(transactional_id, producer_id, epoch, now_ms)?;
-            let m = match (m.state, commit) {
+            return match (m.state, commit) {
                 (Ongoing, _) => {
                     m.client_transaction_version = client_version;
-                    self.end(m, commit, epoch, now_ms)?
+                    self.end(m, commit, epoch, now_ms, finish)
                 }
-                (CompleteCommit, true) | (CompleteAbort, false) => m,
-                _ => return Err(invalid(&m)),
+                (CompleteCommit, true) | (CompleteAbort, false) => Ok(m),
+                _ => Err(invalid(&m)),
             };
-            return Ok((m.producer_id, m.producer_epoch));
         }
         // A Prepare* state a crash left is completed first: a retry then finds it Complete*.
         let m = self.settled(transactional_id, now_ms)?;
@@ -743,13 +823,12 @@ impl Coordinator {
             return Err(fenced(&m, producer_id, epoch));
         }
         let retry = retry_bump || retry_overflow;
-        let m = match (m.state, commit) {
-            (Ongoing, _) => self.end_bumped(m, commit, now_ms)?,
-            (CompleteCommit, true) | (CompleteAbort, false) if retry => m,
-            (Empty | CompleteCommit | CompleteAbort, false) if !retry => self.end_bumped(m, false, now_ms)?,
-            _ => return Err(invalid(&m)),
-        };
-        Ok((m.producer_id, m.producer_epoch))
+        match (m.state, commit) {
+            (Ongoing, _) => self.end_bumped(m, commit, now_ms, finish),
+            (CompleteCommit, true) | (CompleteAbort, false) if retry => Ok(m),
+            (Empty | CompleteCommit | CompleteAbort, false) if !retry => self.end_bumped(m, false, now_ms, finish),
+            _ => Err(invalid(&m)),
+        }
     }
 
     /// Close every log this coordinator opened (a later call opens them again): a clean close
@@ -912,6 +991,15 @@ impl Coordinator {
         self.boot_recorded.store(true, Ordering::Release);
         Ok(())
     }
+}
+
+/// What `Coordinator::end_txn_decided_as` answers: the producer id and epoch the producer
+/// continues with, and whether the end's markers are still to be written (`complete_decided`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decided {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub pending: bool,
 }
 
 fn not_its_producer(m: &TransactionMetadata, producer_id: i64) -> Error {
