@@ -337,13 +337,21 @@ fn transaction_admin_and_verification_requests_get_kafkas_answers() {
         .with_committed(false);
     assert_eq!(call::<_, EndTxnResponse>(&mut s, ApiKey::EndTxn, 4, &end).error_code, 0);
     // The ABORT marker in t-0 is the producer's: known to the partition, no transaction open.
+    // EndTxn is answered at its decision and the marker is written right after (`txn_ends`), so
+    // the partition is asked until it lands.
     let producers = DescribeProducersRequest::default()
         .with_topics(vec![TopicRequest::default().with_name(TopicName("t".into())).with_partition_indexes(vec![0, 7])]);
-    let resp: DescribeProducersResponse = call(&mut s, ApiKey::DescribeProducers, 0, &producers);
-    let (p0, p7) = (&resp.topics[0].partitions[0], &resp.topics[0].partitions[1]);
-    assert_eq!(p0.error_code, 0);
-    let active: Vec<(i64, i64)> =
-        p0.active_producers.iter().map(|p| (p.producer_id.0, p.current_txn_start_offset)).collect();
-    assert_eq!(active, [(producer_id.0, -1)]);
-    assert_eq!(p7.error_code, 3);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let resp: DescribeProducersResponse = call(&mut s, ApiKey::DescribeProducers, 0, &producers);
+        let (p0, p7) = (&resp.topics[0].partitions[0], &resp.topics[0].partitions[1]);
+        assert_eq!((p0.error_code, p7.error_code), (0, 3));
+        let active: Vec<(i64, i64)> =
+            p0.active_producers.iter().map(|p| (p.producer_id.0, p.current_txn_start_offset)).collect();
+        if active == [(producer_id.0, -1)] || std::time::Instant::now() > deadline {
+            assert_eq!(active, [(producer_id.0, -1)], "the ABORT marker never landed");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
