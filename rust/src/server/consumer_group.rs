@@ -704,21 +704,33 @@ impl Coordinator {
         }
     }
 
-    /// Whether `group` is a consumer group this coordinator holds (so its commits are checked
-    /// here, by member epoch): None when it is not.
-    pub fn check_commit(&self, group: &str, member_id: &str, epoch: i32, version: i16) -> Option<Result<(), i16>> {
+    /// The check of a commit (OffsetCommit, TxnOffsetCommit: `transactional`) to `group` when it
+    /// is a consumer group with members (Kafka's ConsumerGroup.validateOffsetCommit): None when
+    /// it is not one (an empty one takes any commit with a negative epoch, as a classic group
+    /// does). A member commits at its current epoch; OffsetCommit of a consumer-protocol member
+    /// needs v9+, TxnOffsetCommit any version. A stale epoch is STALE_MEMBER_EPOCH, or, for
+    /// TxnOffsetCommit, whose clients know no such code, ILLEGAL_GENERATION (Kafka's
+    /// OffsetMetadataManager.validateTransactionalOffsetCommit).
+    pub fn check_commit(
+        &self,
+        group: &str,
+        member_id: &str,
+        epoch: i32,
+        version: i16,
+        transactional: bool,
+    ) -> Option<Result<(), i16>> {
         let groups = self.groups();
         let g = groups.get(group).filter(|g| !g.members.is_empty())?;
-        if epoch < 0 && member_id.is_empty() {
-            // An admin or a consumer outside the group: only while the group is empty.
-            return Some(Err(codes::UNKNOWN_MEMBER_ID));
-        }
+        // No member id (an admin, a consumer outside the group) is a member the group does not have.
         let Some(m) = g.members.get(member_id) else { return Some(Err(codes::UNKNOWN_MEMBER_ID)) };
-        if version < 9 {
-            // Kafka: members of the consumer protocol commit with OffsetCommit v9+.
+        if !transactional && version < 9 {
             return Some(Err(codes::UNSUPPORTED_VERSION));
         }
-        Some(if epoch == m.epoch { Ok(()) } else { Err(codes::STALE_MEMBER_EPOCH) })
+        Some(match (epoch == m.epoch, transactional) {
+            (true, _) => Ok(()),
+            (false, false) => Err(codes::STALE_MEMBER_EPOCH),
+            (false, true) => Err(codes::ILLEGAL_GENERATION),
+        })
     }
 
     /// OffsetFetch v9's member check (Kafka's ConsumerGroup.validateOffsetFetch): a request with

@@ -237,19 +237,17 @@ impl Coordinator {
         code
     }
 
-    /// Whether a commit with this generation/member may be written (Kafka's validateOffsetCommit).
-    pub fn check_commit(&self, group_id: &str, member_id: &str, generation: i32) -> Result<(), i16> {
-        self.check_commit_of_instance(group_id, member_id, None, generation)
-    }
-
-    /// `check_commit` of a request that names its `group_instance_id` (OffsetCommit v7+,
-    /// TxnOffsetCommit v3+): FENCED_INSTANCE_ID when the instance id now maps to another member.
+    /// Whether a commit (OffsetCommit, TxnOffsetCommit: `transactional`) by this member, of this
+    /// generation, may be written (Kafka's ClassicGroup.validateOffsetCommit). A request that
+    /// names its `group_instance_id` (OffsetCommit v7+, TxnOffsetCommit v3+) is FENCED_INSTANCE_ID
+    /// when the instance id now maps to another member.
     pub fn check_commit_of_instance(
         &self,
         group_id: &str,
         member_id: &str,
         instance_id: Option<&str>,
         generation: i32,
+        transactional: bool,
     ) -> Result<(), i16> {
         let groups = self.groups();
         let group = groups.get(group_id);
@@ -262,8 +260,9 @@ impl Coordinator {
         }
         Self::check_member(group, member_id, instance_id, generation)?;
         // As Kafka: members may still commit while the group prepares a rebalance (their
-        // revocation callbacks do), not while the new generation awaits its assignment.
-        if group.is_some_and(|g| g.state == State::CompletingRebalance) {
+        // revocation callbacks do), not while the new generation awaits its assignment; the
+        // group's state does not matter to a transactional commit.
+        if !transactional && group.is_some_and(|g| g.state == State::CompletingRebalance) {
             return Err(codes::REBALANCE_IN_PROGRESS);
         }
         Ok(())

@@ -100,7 +100,8 @@ impl CommitPlan {
 
 /// Why a commit from outside the group (generation < 0, no member id) is refused, when it is:
 /// the group has live members. Kafka's ClassicGroup.validateOffsetCommit answers
-/// UNKNOWN_MEMBER_ID unless the group is empty; the embedded members count as members.
+/// UNKNOWN_MEMBER_ID unless the group is empty; the embedded members count as members, for a
+/// transactional commit too (they cannot be named, so nothing from outside may rewind them).
 pub fn outside_commit_refused(broker: &Broker, group: &str, member_id: &str, generation: i32) -> Option<String> {
     if generation >= 0 || !member_id.is_empty() {
         return None;
@@ -114,39 +115,77 @@ pub fn outside_commit_refused(broker: &Broker, group: &str, member_id: &str, gen
     None
 }
 
-/// The coordinator's check of a member's commit: by member epoch in a consumer-protocol group
-/// (KIP-848: STALE_MEMBER_EPOCH), by generation in a classic one.
-fn check_member(
-    broker: &Broker,
-    group: &str,
-    member_id: &str,
-    instance: Option<&str>,
-    generation: i32,
-    version: i16,
-) -> Result<(), i16> {
-    match broker.consumer_groups.check_commit(group, member_id, generation, version) {
-        Some(verdict) => verdict,
-        None => broker.groups.check_commit_of_instance(group, member_id, instance, generation),
+/// Who commits to a group, as OffsetCommit and TxnOffsetCommit (`transactional`) name it.
+pub struct Committer<'a> {
+    pub group: &'a str,
+    pub member_id: &'a str,
+    pub instance: Option<&'a str>,
+    /// A classic group's generation, or a consumer-protocol member's epoch (KIP-848: OffsetCommit
+    /// v9's generation_id_or_member_epoch, TxnOffsetCommit's generation_id).
+    pub generation: i32,
+    /// The request's API version.
+    pub version: i16,
+    pub transactional: bool,
+}
+
+impl Committer<'_> {
+    /// The group coordinator's check of the commit (Kafka's GroupCoordinator validateOffsetCommit
+    /// of the group's type): the embedded members' claim, then the consumer group's member epoch
+    /// (`consumer_group`) or the classic group's generation (`group`). Err: the code, logged as a
+    /// refusal of `api` to `peer`.
+    pub fn check(&self, broker: &Broker, api: &str, peer: &str) -> Result<(), i16> {
+        let Committer { group, member_id, generation, .. } = *self;
+        if let Some(reason) = outside_commit_refused(broker, group, member_id, generation) {
+            return Err(codes::refused(peer, api, codes::UNKNOWN_MEMBER_ID, &reason));
+        }
+        if self.transactional && generation < 0 && member_id.is_empty() && self.instance.is_none() {
+            // TxnOffsetCommit before v3 names no member: Kafka lets a commit naming none
+            // through to any group, one with members too (the producer's
+            // sendOffsetsToTransaction(offsets, groupId)).
+            return Ok(());
+        }
+        let verdict = match broker.consumer_groups.check_commit(
+            group,
+            member_id,
+            generation,
+            self.version,
+            self.transactional,
+        ) {
+            Some(verdict) => verdict,
+            None => broker.groups.check_commit_of_instance(
+                group,
+                member_id,
+                self.instance,
+                generation,
+                self.transactional,
+            ),
+        };
+        verdict.map_err(|code| {
+            let reason = format!(
+                "group {group:?} does not accept a commit from member {member_id:?} of generation (member \
+                 epoch) {generation}"
+            );
+            codes::refused(peer, api, code, &reason)
+        })
     }
 }
 
 pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, version: i16, peer: &str) -> OffsetCommitResponse {
     let group = request.group_id.0.to_string();
-    let generation = request.generation_id_or_member_epoch;
     let instance = super::group_api::instance_id(&request.group_instance_id);
+    let committer = Committer {
+        group: &group,
+        member_id: &request.member_id,
+        instance: instance.as_deref(),
+        generation: request.generation_id_or_member_epoch,
+        version,
+        transactional: false,
+    };
     // The group-level verdict, once: an empty id, or the coordinator's and the embedded side's.
     let verdict: Result<(), i16> = if group.is_empty() {
         Err(codes::refused(peer, "OffsetCommit", codes::INVALID_GROUP_ID, "the group id is empty"))
-    } else if let Some(reason) = outside_commit_refused(broker, &group, &request.member_id, generation) {
-        Err(codes::refused(peer, "OffsetCommit", codes::UNKNOWN_MEMBER_ID, &reason))
     } else {
-        check_member(broker, &group, &request.member_id, instance.as_deref(), generation, version).map_err(|code| {
-            let reason = format!(
-                "group {group:?} does not accept a commit from member {:?} of generation {generation}",
-                request.member_id.as_str()
-            );
-            codes::refused(peer, "OffsetCommit", code, &reason)
-        })
+        committer.check(broker, "OffsetCommit", peer)
     };
     let plan = CommitPlan::new(broker, requested!(request.topics), verdict);
     let commits: Vec<_> =
@@ -155,19 +194,7 @@ pub fn offset_commit(broker: &Broker, request: OffsetCommitRequest, version: i16
     // moved on while the commit waited for the offsets partition's append lock, over the network
     // or by an embedded `kafkalite.Consumer` joining (which reads its committed offsets after it
     // registered, so a commit admitted here before it registered is one it reads).
-    let admit = || {
-        if let Some(reason) = outside_commit_refused(broker, &group, &request.member_id, generation) {
-            return Err(codes::refused(peer, "OffsetCommit", codes::UNKNOWN_MEMBER_ID, &reason));
-        }
-        check_member(broker, &group, &request.member_id, instance.as_deref(), generation, version).map_err(|code| {
-            let reason = format!(
-                "group {group:?} moved to another generation while the commit of member {:?} (generation \
-                 {generation}) waited to be written",
-                request.member_id.as_str()
-            );
-            codes::refused(peer, "OffsetCommit", code, &reason)
-        })
-    };
+    let admit = || committer.check(broker, "OffsetCommit (checked again where it is written)", peer);
     let written = match broker.offsets.commit(broker, &group, &commits, admit) {
         Ok(verdict) => verdict,
         Err(e) => Err(codes::for_error(&e)),

@@ -38,7 +38,7 @@ use std::time::Instant;
 
 use super::broker::Broker;
 use super::codes;
-use super::offset_commit::{requested, CommitPlan};
+use super::offset_commit::{requested, CommitPlan, Committer};
 use super::txn_ends;
 use super::waits;
 use crate::error::Error;
@@ -257,9 +257,10 @@ pub fn add_offsets_to_txn(
 }
 
 /// TxnOffsetCommit: the group's offsets written into the transaction (visible to OffsetFetch
-/// once it commits, never if it aborts). A commit naming a member or a generation is checked
-/// against the group as OffsetCommit is (KIP-447: a zombie of an older generation is refused);
-/// one with neither (generation -1, no member id: the pre-KIP-447 form) is not.
+/// once it commits, never if it aborts), checked against the group by the check OffsetCommit
+/// uses (`Committer`; KIP-447: a zombie of an older generation or member epoch is refused). One
+/// naming neither member nor generation (the pre-KIP-447 form) passes, as in Kafka, unless
+/// embedded consumers are consuming the group.
 pub fn txn_offset_commit(
     broker: &Broker,
     request: TxnOffsetCommitRequest,
@@ -267,23 +268,19 @@ pub fn txn_offset_commit(
     peer: &str,
 ) -> TxnOffsetCommitResponse {
     let (id, group) = (request.transactional_id.0.to_string(), request.group_id.0.to_string());
-    let (member, generation) = (request.member_id.as_str(), request.generation_id);
     let what = format!("transactional id {id:?}, group {group:?}");
+    let committer = Committer {
+        group: &group,
+        member_id: &request.member_id,
+        instance: request.group_instance_id.as_ref().map(|i| i.as_str()),
+        generation: request.generation_id,
+        version,
+        transactional: true,
+    };
     let verdict: Result<(), i16> = if group.is_empty() {
         Err(codes::refused(peer, "TxnOffsetCommit", codes::INVALID_GROUP_ID, "the group id is empty"))
-    } else if generation < 0 && member.is_empty() {
-        Ok(())
     } else {
-        // Members may commit while the group prepares a rebalance; Kafka refuses only
-        // non-transactional commits in CompletingRebalance.
-        let instance = request.group_instance_id.as_ref().map(|i| i.as_str());
-        match broker.groups.check_commit_of_instance(&group, member, instance, generation) {
-            Ok(()) | Err(codes::REBALANCE_IN_PROGRESS) => Ok(()),
-            Err(code) => {
-                let why = format!("{what}: member {member:?} of generation {generation} is not the group's");
-                Err(codes::refused(peer, "TxnOffsetCommit", code, &why))
-            }
-        }
+        committer.check(broker, &format!("TxnOffsetCommit ({what})"), peer)
     };
     let plan = CommitPlan::new(broker, requested!(request.topics), verdict);
     let written = if plan.commits.is_empty() {
