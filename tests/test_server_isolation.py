@@ -2,8 +2,8 @@
 while it holds a partition's append lock, or an embedded group member stopped while it holds its
 group's state lock, delays only the requests that need that lock, and those get Kafka's
 retriable error after the server's deadline (5 s) instead of waiting for the holder; a flood of
-new topic names in Metadata is created off the request workers under a controller mutation
-quota, refused with THROTTLING_QUOTA_EXCEEDED past it. Meanwhile ApiVersions, Metadata and
+new topic names in Metadata is created off the request workers, one request's batch at a time,
+and, under a set controller mutation quota, refused with THROTTLING_QUOTA_EXCEEDED past it. Meanwhile ApiVersions, Metadata and
 requests for other partitions and groups are answered at once."""
 
 from __future__ import annotations
@@ -108,28 +108,36 @@ def test_a_stopped_group_member_holding_its_state_lock_delays_only_that_group(
     assert Wire(address).join_group("held-group") == NONE
 
 
-def test_a_flood_of_new_topic_names_is_throttled_and_delays_no_one(kafkalite_server):
-    address = kafkalite_server.address
-    floods = [
-        in_background(Wire(address, timeout=120).metadata, [f"flood-{c}-{i}" for i in range(1000)])
-        for c in range(3)
-    ]
-    probe = Wire(address, timeout=10)
-    slowest = 0.0
-    while any(thread.is_alive() for thread, _ in floods):
-        error, seconds = timed(probe.api_versions)
-        assert error == NONE
-        slowest = max(slowest, seconds)
-        time.sleep(0.05)
-    assert slowest < PROMPT, f"an ApiVersions took {slowest:.1f} s during the flood"
-    codes: dict[int, int] = {}
-    for thread, out in floods:
-        thread.join()
-        assert "error" not in out, out
-        for code in out["result"].values():
-            codes[code] = codes.get(code, 0) + 1
-    assert set(codes) <= {NONE, THROTTLING_QUOTA_EXCEEDED}, codes
-    assert codes.get(NONE, 0) > 0, "the quota's burst is created"
-    assert codes.get(THROTTLING_QUOTA_EXCEEDED, 0) > 0, "past the quota names are refused"
-    created = set(kafkalite.Admin(kafkalite_server.path).list_topics())
-    assert len(created) == codes[NONE]
+@pytest.mark.parametrize("rate, names", [(None, 100), (50, 1000)])
+def test_a_flood_of_new_topic_names_delays_no_one(tmp_path, rate, names):
+    """Without a quota (Kafka's default) every name is created, one request's batch at a time
+    off the request workers; with ``controller_mutation_rate`` set, past its burst names are
+    refused THROTTLING_QUOTA_EXCEEDED."""
+    with kafkalite.Server(tmp_path, controller_mutation_rate=rate) as server:
+        address = server.address
+        floods = [
+            in_background(Wire(address, timeout=120).metadata, [f"flood-{c}-{i}" for i in range(names)])
+            for c in range(3)
+        ]
+        probe = Wire(address, timeout=10)
+        slowest = 0.0
+        while any(thread.is_alive() for thread, _ in floods):
+            error, seconds = timed(probe.api_versions)
+            assert error == NONE
+            slowest = max(slowest, seconds)
+            time.sleep(0.05)
+        assert slowest < PROMPT, f"an ApiVersions took {slowest:.1f} s during the flood"
+        codes: dict[int, int] = {}
+        for thread, out in floods:
+            thread.join()
+            assert "error" not in out, out
+            for code in out["result"].values():
+                codes[code] = codes.get(code, 0) + 1
+        if rate is None:
+            assert codes == {NONE: 3 * names}, codes
+        else:
+            assert set(codes) <= {NONE, THROTTLING_QUOTA_EXCEEDED}, codes
+            assert codes.get(NONE, 0) > 0, "the quota's burst is created"
+            assert codes.get(THROTTLING_QUOTA_EXCEEDED, 0) > 0, "past the quota names are refused"
+        created = set(kafkalite.Admin(server.path).list_topics())
+        assert len(created) == codes[NONE]

@@ -278,6 +278,7 @@ class NativeServer:
         allow_plaintext: bool = False,
         group_consumer_session_timeout_ms: int = 45000,
         group_consumer_heartbeat_interval_ms: int = 5000,
+        controller_mutation_rate: float | None = None,
     ) -> NativeServer: ...
     @property
     def local_addr(self) -> str: ...

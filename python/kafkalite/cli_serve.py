@@ -43,6 +43,7 @@ def _serve(args: argparse.Namespace) -> int:
         acks_all=args.acks_all,
         max_open_partitions=args.max_open_partitions,
         group_consumer_session_timeout_ms=args.group_consumer_session_timeout_ms,
+        controller_mutation_rate=_mutation_rate(args.controller_mutation_rate),
         authorizer=args.authorizer,
         super_users=[u for u in (args.super_users or "").split(";") if u],
         # Unset: the server's default (kafkalite.server.FETCH_MAX_BYTES).
@@ -68,6 +69,21 @@ def _serve(args: argparse.Namespace) -> int:
             pass
     print("kafkalite: server stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def _mutation_rate(given: str | None) -> float | None:
+    """``--controller-mutation-rate`` as ``Server(controller_mutation_rate=...)``: a number
+    (``kafkalite.server`` checks it is positive), or a typed error naming the flag."""
+    from kafkalite.errors import InvalidConfigError
+
+    if given is None:
+        return None
+    try:
+        return float(given)
+    except ValueError:
+        raise InvalidConfigError(
+            f"--controller-mutation-rate takes a number of partitions per second, not {given!r}"
+        ) from None
 
 
 def _serve_tls(args: argparse.Namespace) -> TLS | None:
@@ -162,6 +178,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         metavar="MS",
         help="Kafka's group.consumer.session.timeout.ms: a consumer-protocol (group.protocol=consumer) "
         "member without a heartbeat for this long is removed and its partitions reassigned (default: 45000)",
+    )
+    serve.add_argument(
+        "--controller-mutation-rate",
+        metavar="N",
+        help="Kafka's controller_mutation_rate quota: partitions CreateTopics and auto-creation may "
+        "create per second, for all clients together (a burst of 11 s of it), past it refused "
+        "THROTTLING_QUOTA_EXCEEDED with a throttle time; default: unlimited, as Kafka's",
     )
     serve.add_argument(
         "--authorizer",

@@ -39,6 +39,11 @@ limit (RLIMIT_NOFILE), as Kafka asks of a broker's ``ulimit -n``.
 ``group_consumer_session_timeout_ms`` and ``group_consumer_heartbeat_interval_ms`` are Kafka's
 ``group.consumer.session.timeout.ms`` (45 s) and ``group.consumer.heartbeat.interval.ms`` (5 s)
 for consumer-protocol groups (KIP-848, ``group.protocol=consumer``).
+``controller_mutation_rate`` is Kafka's ``controller_mutation_rate`` quota (KIP-599): the
+partitions CreateTopics and Metadata's auto-creation may create per second, for all clients
+together, with a burst of 11 s of it; past it a topic is refused ``THROTTLING_QUOTA_EXCEEDED``
+with ``throttle_time_ms``. None (the default, as Kafka's) is unlimited: creations still run one
+request's batch at a time, off the request threads, within each request's timeout.
 
     with kafkalite.Server("data") as server:
         producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap_servers})
@@ -46,6 +51,7 @@ for consumer-protocol groups (KIP-848, ``group.protocol=consumer``).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -129,6 +135,7 @@ class Server:
         allow_plaintext: bool = False,
         group_consumer_session_timeout_ms: int = 45_000,
         group_consumer_heartbeat_interval_ms: int = 5_000,
+        controller_mutation_rate: float | None = None,
     ) -> None:
         try:
             self.path = os.path.abspath(os.fspath(path))
@@ -163,6 +170,7 @@ class Server:
             if isinstance(ms, bool) or not isinstance(ms, int) or ms < 1:
                 raise InvalidConfigError(f"{name} must be a positive int (milliseconds), not {ms!r}")
         check_max_open_partitions(max_open_partitions)
+        check_controller_mutation_rate(controller_mutation_rate)
         if acks_all not in ACKS_ALL:
             raise InvalidConfigError(f"acks_all must be 'disk' or 'page-cache', not {acks_all!r}")
         tls_files = TLS.of(tls)
@@ -185,6 +193,9 @@ class Server:
             allow_plaintext=allow_plaintext,
             group_consumer_session_timeout_ms=group_consumer_session_timeout_ms,
             group_consumer_heartbeat_interval_ms=group_consumer_heartbeat_interval_ms,
+            controller_mutation_rate=(
+                None if controller_mutation_rate is None else float(controller_mutation_rate)
+            ),
         )
         self.address: str = self._native.local_addr
         #: What Kafka clients take as ``bootstrap.servers`` (the advertised listener).
@@ -243,3 +254,19 @@ def check_max_open_partitions(value: object) -> None:
         raise InvalidTypeError(f"max_open_partitions must be an int or None, not {type(value).__name__}")
     if value < 1:
         raise InvalidConfigError(f"max_open_partitions must be at least 1, not {value}")
+
+
+def check_controller_mutation_rate(value: object) -> None:
+    """``controller_mutation_rate`` is None (unlimited) or a finite number of partitions per
+    second above 0."""
+    if value is None:
+        return
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise InvalidTypeError(
+            f"controller_mutation_rate must be a number (partitions per second) or None, "
+            f"not {type(value).__name__}"
+        )
+    if not (math.isfinite(value) and value > 0):
+        raise InvalidConfigError(
+            f"controller_mutation_rate must be a positive number of partitions per second, not {value!r}"
+        )

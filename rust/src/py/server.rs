@@ -26,6 +26,7 @@ impl NativeServer {
         fetch_max_bytes=FETCH_MAX_BYTES, acks_all="disk", metrics=None, max_open_partitions=None,
         authorizer=false, super_users=Vec::new(), tls_cert=None, tls_key=None, tls_client_ca=None, allow_plaintext=false,
         group_consumer_session_timeout_ms=45_000, group_consumer_heartbeat_interval_ms=5_000,
+        controller_mutation_rate=None,
     ))]
     #[allow(clippy::too_many_arguments)] // Python's keyword arguments
     fn new(
@@ -48,6 +49,7 @@ impl NativeServer {
         allow_plaintext: bool,
         group_consumer_session_timeout_ms: u64,
         group_consumer_heartbeat_interval_ms: u64,
+        controller_mutation_rate: Option<f64>,
     ) -> PyResult<Self> {
         let tls = match (tls_cert, tls_key, tls_client_ca) {
             (None, None, None) => None,
@@ -74,6 +76,7 @@ impl NativeServer {
         config.allow_plaintext = allow_plaintext;
         config.consumer_session_timeout = Duration::from_millis(group_consumer_session_timeout_ms);
         config.consumer_heartbeat_interval = Duration::from_millis(group_consumer_heartbeat_interval_ms);
+        config.controller_mutation_rate = controller_mutation_rate;
         let server = py.detach(|| Server::start(config))?;
         let local_addr = server.local_addr().to_string();
         let advertised = server.advertised();

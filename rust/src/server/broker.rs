@@ -176,7 +176,7 @@ impl Broker {
             writer_opens: OpenTurns::default(),
             notifier,
             appended,
-            topic_creation: TopicCreation::default(),
+            topic_creation: TopicCreation::new(config.controller_mutation_rate),
             blocking: Arc::new(Semaphore::new(BLOCKING_SLOTS)),
             request_budget: Arc::new(Semaphore::new(QUEUED_MAX_REQUEST_BYTES)),
             fetch_limits: super::fetch::Limits::new(config.fetch_max_bytes),

@@ -1,7 +1,7 @@
 //! Metadata (one broker, node 0, leader of every partition) with auto topic creation, and
 //! CreateTopics. Topics are created through `DataDir`, exactly as the Python `Admin` does, off
-//! the request workers and under the controller mutation quota (`topic_creation`): past it a
-//! topic is answered THROTTLING_QUOTA_EXCEEDED.
+//! the request workers, one request's batch at a time, and under the controller mutation quota
+//! when one is set (`topic_creation`): past it a topic is answered THROTTLING_QUOTA_EXCEEDED.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -87,8 +87,8 @@ async fn auto_create(broker: &Arc<Broker>, names: BTreeSet<String>, peer: &str) 
         log::warn!(
             target: super::LOG_TARGET,
             "refused to auto-create {throttled} topic(s) for a Metadata request from {peer}: over the controller \
-             mutation quota ({} partitions/s); answered THROTTLING_QUOTA_EXCEEDED, retry after {throttle_ms} ms",
-            super::topic_creation::MUTATION_RATE
+             mutation quota ({}); answered THROTTLING_QUOTA_EXCEEDED, retry after {throttle_ms} ms",
+            broker.topic_creation.quota()
         );
     }
     (refused, throttle_ms)
@@ -255,8 +255,8 @@ pub async fn create_topics(
         log::warn!(
             target: super::LOG_TARGET,
             "refused to create {throttled} topic(s) for a CreateTopics request from {peer}: over the controller \
-             mutation quota ({} partitions/s); answered THROTTLING_QUOTA_EXCEEDED, retry after {throttle_ms} ms",
-            super::topic_creation::MUTATION_RATE
+             mutation quota ({}); answered THROTTLING_QUOTA_EXCEEDED, retry after {throttle_ms} ms",
+            broker.topic_creation.quota()
         );
     }
     let mut results = Vec::with_capacity(checked_topics.len());
@@ -267,8 +267,8 @@ pub async fn create_topics(
             Some(Created::Throttled { throttle_ms }) => Err((
                 codes::THROTTLING_QUOTA_EXCEEDED,
                 format!(
-                    "over the controller mutation quota ({} partitions/s): retry after {throttle_ms} ms",
-                    super::topic_creation::MUTATION_RATE
+                    "over the controller mutation quota ({}): retry after {throttle_ms} ms",
+                    broker.topic_creation.quota()
                 ),
             )),
             Some(Created::Late) => {

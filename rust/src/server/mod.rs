@@ -172,6 +172,9 @@ pub struct ServerConfig {
     pub consumer_session_timeout: Duration,
     /// `group.consumer.heartbeat.interval.ms` (Kafka's default: 5 s).
     pub consumer_heartbeat_interval: Duration,
+    /// Kafka's `controller_mutation_rate` quota: partitions created per second over the network,
+    /// for all clients together (`--controller-mutation-rate`); None: unlimited, Kafka's default.
+    pub controller_mutation_rate: Option<f64>,
 }
 
 impl ServerConfig {
@@ -195,6 +198,7 @@ impl ServerConfig {
             super_users: Vec::new(),
             consumer_session_timeout: consumer_group::DEFAULT_SESSION_TIMEOUT,
             consumer_heartbeat_interval: consumer_group::DEFAULT_HEARTBEAT_INTERVAL,
+            controller_mutation_rate: None,
         }
     }
 }
@@ -222,6 +226,9 @@ impl Server {
                 "fetch.max.bytes must be at least {FETCH_MAX_BYTES_MIN}, not {}",
                 config.fetch_max_bytes
             )));
+        }
+        if let Some(rate) = config.controller_mutation_rate {
+            topic_creation::check_rate(rate)?;
         }
         let (addr, loopback) = listen::resolve(&config.listen)?;
         let mut config = config;

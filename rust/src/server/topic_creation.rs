@@ -1,11 +1,12 @@
 //! Topic creation for the network (CreateTopics, Metadata's auto-creation), bounded so that a
 //! flood of new names cannot take the server from its other clients: each creation rewrites the
 //! data directory's metadata file and makes folders (tens of milliseconds), so it runs off the
-//! request workers, one request's batch at a time, under Kafka's controller mutation quota
-//! (KIP-599, `controller.mutation.rate`): partitions created per second, as a token bucket. A
-//! topic is created while the bucket is not empty (the topic that empties it is still created,
-//! as Kafka's strict quota does); later ones are refused with THROTTLING_QUOTA_EXCEEDED and the
-//! response's `throttle_time_ms` says when the bucket has room again.
+//! request workers, one request's batch at a time (the creation lane), within the request's
+//! deadline. Kafka's controller mutation quota (KIP-599, `controller_mutation_rate`: partitions
+//! created per second) is unlimited unless `kafkalite serve --controller-mutation-rate` sets one
+//! (for all clients together): a token bucket, a topic created while it is not empty (the topic
+//! that empties it is still created, as Kafka's strict quota does), later ones refused with
+//! THROTTLING_QUOTA_EXCEEDED and the response's `throttle_time_ms` saying when it has room again.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -15,23 +16,29 @@ use super::broker::{lock, Broker};
 use super::waits;
 use crate::error::{Error, Result};
 
-/// `controller.mutation.rate`: partitions created per second, over all clients (Kafka's default
-/// is unlimited; a broker that creates topics in milliseconds on its controller can afford that,
-/// one that rewrites a metadata file per topic cannot).
-pub const MUTATION_RATE: f64 = 50.0;
+/// How many seconds of the rate the bucket holds after a quiet spell: Kafka measures a quota
+/// over `quota.window.num` (11) x `quota.window.size.seconds` (1), so its token bucket's burst
+/// is 11 s of the rate.
+const BURST_SECONDS: f64 = 11.0;
 
-/// How many partitions can be created at once after a quiet spell (Kafka measures the rate over
-/// `quota.window.num` x `quota.window.size.seconds`, 11 s, so it allows such a burst too).
-pub const MUTATION_BURST: f64 = 200.0;
-
+/// A set `controller_mutation_rate` and what remains of its burst.
 struct Bucket {
+    /// Partitions per second.
+    rate: f64,
     tokens: f64,
     at: Instant,
 }
 
+impl Bucket {
+    fn burst(&self) -> f64 {
+        self.rate * BURST_SECONDS
+    }
+}
+
 pub struct TopicCreation {
-    /// Consistent at any panic: two fields set together by arithmetic that cannot panic.
-    bucket: Mutex<Bucket>,
+    /// None: no quota (Kafka's default). Consistent at any panic: fields set together by
+    /// arithmetic that cannot panic.
+    bucket: Option<Mutex<Bucket>>,
     /// One request's creations at a time (each holds the metadata file's lock anyway): a flood
     /// over many connections queues here, not on the blocking pool's slots.
     lane: tokio::sync::Mutex<()>,
@@ -54,41 +61,60 @@ pub enum Created {
     Late,
 }
 
-impl Default for TopicCreation {
-    fn default() -> Self {
-        TopicCreation {
-            bucket: Mutex::new(Bucket { tokens: MUTATION_BURST, at: Instant::now() }),
-            lane: tokio::sync::Mutex::new(()),
-        }
+/// `rate` as `--controller-mutation-rate` takes it: partitions per second, finite and positive.
+pub fn check_rate(rate: f64) -> Result<f64> {
+    if rate.is_finite() && rate > 0.0 {
+        Ok(rate)
+    } else {
+        Err(Error::config(format!(
+            "the controller mutation rate must be a positive number of partitions per second, not {rate}"
+        )))
     }
 }
 
 impl TopicCreation {
+    /// Creation under `controller_mutation_rate` partitions/s (None: unlimited; a rate
+    /// `check_rate` accepts).
+    pub fn new(rate: Option<f64>) -> TopicCreation {
+        let bucket = rate.map(|rate| Mutex::new(Bucket { rate, tokens: rate * BURST_SECONDS, at: Instant::now() }));
+        TopicCreation { bucket, lane: tokio::sync::Mutex::new(()) }
+    }
+
+    /// The quota, for messages: "N partitions/s".
+    pub fn quota(&self) -> String {
+        match &self.bucket {
+            Some(bucket) => format!("{} partitions/s", lock(bucket).rate),
+            None => "unlimited".to_string(),
+        }
+    }
+
     /// Take `partitions` from the bucket if it is not empty (or, not `strict`, in any case:
     /// Kafka's permissive quota for old CreateTopics versions, which only throttles); else how
     /// long until it is not empty.
     fn admit(&self, partitions: i32, strict: bool) -> std::result::Result<(), i32> {
-        let mut bucket = lock(&self.bucket);
+        let Some(bucket) = &self.bucket else { return Ok(()) };
+        let mut bucket = lock(bucket);
         let now = Instant::now();
-        let refill = now.duration_since(bucket.at).as_secs_f64() * MUTATION_RATE;
-        bucket.tokens = (bucket.tokens + refill).min(MUTATION_BURST);
+        let refill = now.duration_since(bucket.at).as_secs_f64() * bucket.rate;
+        bucket.tokens = (bucket.tokens + refill).min(bucket.burst());
         bucket.at = now;
         if bucket.tokens > 0.0 || !strict {
             bucket.tokens -= f64::from(partitions.max(1));
             Ok(())
         } else {
-            Err(millis((-bucket.tokens + 1.0) / MUTATION_RATE))
+            Err(millis((-bucket.tokens + 1.0) / bucket.rate))
         }
     }
 
     /// Kafka's `throttle_time_ms` for a response: how long until the bucket is not empty.
     fn throttle_ms(&self) -> i32 {
-        let bucket = lock(&self.bucket);
-        let debt = -bucket.tokens - bucket.at.elapsed().as_secs_f64() * MUTATION_RATE;
+        let Some(bucket) = &self.bucket else { return 0 };
+        let bucket = lock(bucket);
+        let debt = -bucket.tokens - bucket.at.elapsed().as_secs_f64() * bucket.rate;
         if debt < 0.0 {
             0
         } else {
-            millis((debt + 1.0) / MUTATION_RATE)
+            millis((debt + 1.0) / bucket.rate)
         }
     }
 
