@@ -134,31 +134,19 @@ impl Committer<'_> {
     /// (`consumer_group`) or the classic group's generation (`group`). Err: the code, logged as a
     /// refusal of `api` to `peer`.
     pub fn check(&self, broker: &Broker, api: &str, peer: &str) -> Result<(), i16> {
-        let Committer { group, member_id, generation, .. } = *self;
+        let Committer { group, member_id, instance, generation, version, transactional } = *self;
         if let Some(reason) = outside_commit_refused(broker, group, member_id, generation) {
             return Err(codes::refused(peer, api, codes::UNKNOWN_MEMBER_ID, &reason));
         }
-        if self.transactional && generation < 0 && member_id.is_empty() && self.instance.is_none() {
+        if transactional && generation < 0 && member_id.is_empty() && instance.is_none() {
             // TxnOffsetCommit before v3 names no member: Kafka lets a commit naming none
             // through to any group, one with members too (the producer's
             // sendOffsetsToTransaction(offsets, groupId)).
             return Ok(());
         }
-        let verdict = match broker.consumer_groups.check_commit(
-            group,
-            member_id,
-            generation,
-            self.version,
-            self.transactional,
-        ) {
+        let verdict = match broker.consumer_groups.check_commit(group, member_id, generation, version, transactional) {
             Some(verdict) => verdict,
-            None => broker.groups.check_commit_of_instance(
-                group,
-                member_id,
-                self.instance,
-                generation,
-                self.transactional,
-            ),
+            None => broker.groups.check_commit_of_instance(group, member_id, instance, generation, transactional),
         };
         verdict.map_err(|code| {
             let reason = format!(
