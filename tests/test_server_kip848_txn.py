@@ -7,7 +7,8 @@ Kafka's group coordinator checks a TxnOffsetCommit to a consumer group by the me
 member epoch the request carries in generation_id (ConsumerGroup.validateOffsetCommit): a member
 the group does not have is UNKNOWN_MEMBER_ID, an epoch that is not the member's is
 ILLEGAL_GENERATION (the STALE_MEMBER_EPOCH of OffsetCommit v9, which TxnOffsetCommit's clients
-do not know: OffsetMetadataManager.validateTransactionalOffsetCommit); a transactional commit
+do not know: OffsetMetadataManager.validateTransactionalOffsetCommit), so a zombie of a member
+whose epoch a rebalance moved on, or of one that left, cannot commit; a transactional commit
 naming no member (the producer's sendOffsetsToTransaction(offsets, groupId)) passes, and an
 empty group takes an admin's OffsetCommit (no member id, epoch -1). The same checks against a
 Kafka 4.1 broker (marker ``broker``) give the same codes and offsets. A group that embedded ``kafkalite.Consumer``s are
@@ -177,6 +178,18 @@ def committed(client: Client, group: str, want: int) -> int:
         time.sleep(0.1)
 
 
+def next_epoch(wire: WireMember, group: str, member: str, epoch: int) -> int:
+    """``member``'s epoch once its heartbeats (owning TOPIC-0) move it past ``epoch``."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        answer = wire.heartbeat(group, member, epoch, owned={TOPIC: [0]})
+        assert answer["error"] == NONE, answer
+        if answer["epoch"] > epoch:
+            return answer["epoch"]
+        time.sleep(0.2)
+    raise AssertionError(f"member {member}'s epoch stayed {epoch}")
+
+
 def test_a_kip848_member_commits_offsets_in_a_transaction(target):
     group, member, tid = "kip848-txn-group", str(uuid.uuid4()), "kip848-txn"
     wire = WireMember(target.address, TopicIds(target.address))
@@ -215,7 +228,22 @@ def test_a_kip848_member_commits_offsets_in_a_transaction(target):
     assert offset_commit(txn, group, member, epoch, 6) == NONE
     assert committed(txn, group, 6) == 6
 
-    # Once the member left, the group is empty: an admin's commits (no member, epoch -1) pass,
+    # A rebalance: B joins, A's epoch moves on; a zombie of A at its old epoch is refused, and so
+    # is B once it left (a member the group no longer has).
+    other = str(uuid.uuid4())
+    assert wire.join(group, other, [TOPIC])["error"] == NONE
+    newer = next_epoch(wire, group, member, epoch)
+    producer = txn.begin(tid)
+    assert txn.add_offsets(tid, producer, group) == NONE
+    assert txn.txn_offset_commit(tid, producer, group, member, epoch, 8) == ILLEGAL_GENERATION
+    assert offset_commit(txn, group, member, epoch, 8) == STALE_MEMBER_EPOCH
+    assert wire.heartbeat(group, other, -1)["error"] == NONE
+    assert txn.txn_offset_commit(tid, producer, group, other, 0, 8) == UNKNOWN_MEMBER_ID
+    assert txn.txn_offset_commit(tid, producer, group, member, newer, 8) == NONE
+    txn.commit(tid, producer)
+    assert committed(txn, group, 8) == 8
+
+    # Once the members left, the group is empty: an admin's commits (no member, epoch -1) pass,
     # transactional or not.
     assert wire.heartbeat(group, member, -1)["error"] == NONE
     producer = txn.begin(tid)
