@@ -6,13 +6,15 @@ tests/java-client/ConsumeTransformProduce.java) and franz-go's ``GroupTransactSe
 (tests/go-client, KIP-848 through ``kgo.ServerSideBalancer``). Each commits the group's offsets
 in its transactions with TxnOffsetCommit naming the member and its member epoch (or
 generation); every input record must come out exactly once for a read_committed reader, and
-the group's committed offsets must be the input's ends, the same on both servers. Marker
+the group's committed offsets must be the input's ends, the same on both servers, also when
+the Go loop is killed with SIGKILL a third of the way and a new process takes over. Marker
 ``broker`` (Java, Maven, Go)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -33,6 +35,8 @@ TESTS = Path(__file__).parent
 JAVA_SOURCE = TESTS / "java-client" / "ConsumeTransformProduce.java"
 GO_MODULE = TESTS / "go-client"
 COUNT, PARTITIONS = 300, 3
+#: The consumer-protocol session timeout of both servers (the classic one is the client's: 6 s).
+SESSION_MS = 6_000
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +69,12 @@ def go(tmp_path_factory) -> list[str]:
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     work = tmp_path_factory.mktemp("eos-broker")
-    with KafkaBroker(work / "logs", work / "work") as broker:
+    # A dead consumer-protocol member's partitions move after its session (45 s by default).
+    config = {
+        "group.consumer.session.timeout.ms": str(SESSION_MS),
+        "group.consumer.min.session.timeout.ms": "1000",
+    }
+    with KafkaBroker(work / "logs", work / "work", **config) as broker:
         yield broker
 
 
@@ -78,28 +87,45 @@ def create_topics(bootstrap: str, names: list[str]) -> None:
         created.result(60)
 
 
-def run_loop(program: list[str], bootstrap: str, name: str, protocol: str) -> dict[int, int]:
-    """The program's loop over ``name``-in into ``name``-out as group ``name``: the group's
-    committed offset per partition of the input, after checking the output."""
+def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    """``group``'s committed offset of each partition of ``topic`` (-1001: none)."""
     import confluent_kafka.admin
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-    source, sink = f"{name}-in", f"{name}-out"
-    create_topics(bootstrap, [source, sink])
+    wanted = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(PARTITIONS)])
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
+    listed = admin.list_consumer_group_offsets([wanted])[group].result(30)
+    return {tp.partition: tp.offset for tp in listed.topic_partitions}
+
+
+def exactly_once(bootstrap: str, name: str) -> dict[int, int]:
+    """Every input record of ``name``-in came out of ``name``-out once for a read_committed
+    reader and the group committed the input's ends: the committed offsets."""
+    out = Counter(values(bootstrap, f"{name}-out", "read_committed", want=COUNT, timeout=30))
+    assert out == Counter(b"out-%d" % i for i in range(COUNT)), "each input exactly once"
+    committed = committed_offsets(bootstrap, name, f"{name}-in")
+    assert sum(committed.values()) == COUNT, committed
+    return committed
+
+
+def loop_args(client: str, bootstrap: str, name: str, protocol: str, produce: int, expect: int) -> list[str]:
+    """The loop's arguments: the Java program writes and expects COUNT records, the Go one
+    writes ``produce`` and stops after ``expect``."""
+    args = [bootstrap, f"{name}-in", f"{name}-out", name, protocol]
+    return [*args, str(COUNT)] if client == "java" else [*args, str(produce), str(expect)]
+
+
+def run_loop(program: list[str], client: str, bootstrap: str, name: str, protocol: str) -> dict[int, int]:
+    """The program's loop over ``name``-in into ``name``-out as group ``name``, checked by
+    ``exactly_once``."""
+    create_topics(bootstrap, [f"{name}-in", f"{name}-out"])
     done = subprocess.run(
-        [*program, bootstrap, source, sink, name, protocol, str(COUNT)],
+        [*program, *loop_args(client, bootstrap, name, protocol, COUNT, COUNT)],
         capture_output=True, text=True, timeout=150, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    assert done.stdout.split()[:2] == ["DONE", str(COUNT)], done.stdout
-    out = Counter(values(bootstrap, sink, "read_committed", want=COUNT, timeout=30))
-    assert out == Counter(b"out-%d" % i for i in range(COUNT)), "each input exactly once"
-    wanted = ConsumerGroupTopicPartitions(name, [TopicPartition(source, p) for p in range(PARTITIONS)])
-    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
-    listed = admin.list_consumer_group_offsets([wanted])[name].result(30)
-    committed = {tp.partition: tp.offset for tp in listed.topic_partitions}
-    assert sum(committed.values()) == COUNT, committed
-    return committed
+    assert done.stdout.splitlines()[-1].split()[:2] == ["DONE", str(COUNT)], done.stdout[-2000:]
+    return exactly_once(bootstrap, name)
 
 
 @pytest.mark.parametrize("protocol", ["consumer", "classic"])
@@ -107,7 +133,46 @@ def run_loop(program: list[str], bootstrap: str, name: str, protocol: str) -> di
 def test_consume_transform_produce_commits_as_on_a_broker(request, tmp_path, broker, client, protocol):
     program = request.getfixturevalue(client)
     name = f"eos-{client}-{protocol}"
-    on_broker = run_loop(program, broker.bootstrap_servers, name, protocol)
-    with kafkalite.Server(tmp_path) as server:
-        on_kafkalite = run_loop(program, server.bootstrap_servers, name, protocol)
+    on_broker = run_loop(program, client, broker.bootstrap_servers, name, protocol)
+    with kafkalite.Server(tmp_path, group_consumer_session_timeout_ms=SESSION_MS) as server:
+        on_kafkalite = run_loop(program, client, server.bootstrap_servers, name, protocol)
+    assert on_kafkalite == on_broker
+
+
+def crashed_loop(go: list[str], bootstrap: str, name: str, protocol: str) -> None:
+    """franz-go's loop killed with SIGKILL a third of the way (most likely inside a
+    transaction: its records written, its offsets sent), then a new process with the same
+    transactional id and group takes over: it fences the dead one's transaction, gets the
+    partitions once the dead member's session ended, and goes on from the committed offsets."""
+    create_topics(bootstrap, [f"{name}-in", f"{name}-out"])
+    args = loop_args("go", bootstrap, name, protocol, COUNT, COUNT)
+    first = subprocess.Popen([*go, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout is not None
+        for line in first.stdout:
+            if line.startswith("COMMITTED ") and int(line.split()[1]) >= COUNT // 3:
+                break
+        else:
+            pytest.fail(f"the first loop ended early: {first.stderr.read() if first.stderr else ''}")
+        first.send_signal(signal.SIGKILL)
+    finally:
+        first.kill()
+        first.communicate(timeout=30)
+    left = COUNT - sum(max(o, 0) for o in committed_offsets(bootstrap, name, f"{name}-in").values())
+    assert 0 < left < COUNT
+    done = subprocess.run(
+        [*go, *loop_args("go", bootstrap, name, protocol, 0, left)],
+        capture_output=True, text=True, timeout=150, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+
+
+@pytest.mark.parametrize("protocol", ["consumer", "classic"])
+def test_a_killed_loop_replaced_still_gives_each_input_exactly_once(tmp_path, go, broker, protocol):
+    name = f"eos-crash-{protocol}"
+    crashed_loop(go, broker.bootstrap_servers, name, protocol)
+    on_broker = exactly_once(broker.bootstrap_servers, name)
+    with kafkalite.Server(tmp_path, group_consumer_session_timeout_ms=SESSION_MS) as server:
+        crashed_loop(go, server.bootstrap_servers, name, protocol)
+        on_kafkalite = exactly_once(server.bootstrap_servers, name)
     assert on_kafkalite == on_broker

@@ -1,12 +1,12 @@
 // eos: franz-go's GroupTransactSession doing consume-transform-produce, for
-// tests/test_server_go_transactions.py. It writes COUNT records to IN, then, as a
-// member of GROUP (on the consumer protocol, KIP-848, or the classic one), reads them
-// read_committed and, in transactions, writes "out-<value>" to OUT for each and
-// commits the group's offsets with them (TxnOffsetCommit naming the member and its
-// epoch or generation). It prints "DONE <records> <aborted ends>" once every input
-// record went through a committed transaction.
+// tests/test_server_eos_clients.py. It writes PRODUCE records to IN (none when 0), then, as a
+// member of GROUP (on the consumer protocol, KIP-848, or the classic one), reads IN
+// read_committed and, in transactions of at most 20 records, writes "out-<value>" to OUT for
+// each and commits the group's offsets with them (TxnOffsetCommit naming the member and its
+// epoch or generation). It prints "COMMITTED <records>" after each committed transaction and
+// "DONE <records> <aborted ends>" once EXPECT records went through committed transactions.
 //
-// Usage: eos BOOTSTRAP IN OUT GROUP consumer|classic COUNT
+// Usage: eos BOOTSTRAP IN OUT GROUP consumer|classic PRODUCE EXPECT
 package main
 
 import (
@@ -20,13 +20,17 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 7 {
-		fail("usage: eos BOOTSTRAP IN OUT GROUP consumer|classic COUNT")
+	if len(os.Args) != 8 {
+		fail("usage: eos BOOTSTRAP IN OUT GROUP consumer|classic PRODUCE EXPECT")
 	}
 	bootstrap, in, out, group, protocol := os.Args[1], os.Args[2], os.Args[3], os.Args[4], os.Args[5]
-	count, err := strconv.Atoi(os.Args[6])
+	produce, err := strconv.Atoi(os.Args[6])
 	if err != nil {
-		fail("COUNT: %v", err)
+		fail("PRODUCE: %v", err)
+	}
+	count, err := strconv.Atoi(os.Args[7])
+	if err != nil {
+		fail("EXPECT: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -35,7 +39,7 @@ func main() {
 	if err != nil {
 		fail("client: %v", err)
 	}
-	records := make([]*kgo.Record, count)
+	records := make([]*kgo.Record, produce)
 	for i := range records {
 		records[i] = &kgo.Record{Topic: in, Key: []byte(strconv.Itoa(i)), Value: []byte(strconv.Itoa(i))}
 	}
@@ -58,6 +62,8 @@ func main() {
 		// KIP-848: the coordinator assigns; franz-go needs the range or sticky balancer for it.
 		opts = append(opts, kgo.ServerSideBalancer(), kgo.Balancers(kgo.RangeBalancer()))
 	case "classic":
+		// A replacement after a crash gets the partitions once the dead member's session ends.
+		opts = append(opts, kgo.SessionTimeout(6*time.Second))
 	default:
 		fail("protocol must be consumer or classic, not %q", protocol)
 	}
@@ -69,13 +75,16 @@ func main() {
 
 	done, aborted := 0, 0
 	for done < count {
-		fetches := session.PollFetches(ctx)
+		fetches := session.PollRecords(ctx, 20)
 		if ctx.Err() != nil {
 			fail("timed out with %d of %d records committed (%d ends aborted)", done, count, aborted)
 		}
 		fetches.EachError(func(topic string, partition int32, err error) {
 			fmt.Fprintf(os.Stderr, "fetch error %s-%d: %v\n", topic, partition, err)
 		})
+		if fetches.NumRecords() == 0 {
+			continue
+		}
 		if err := session.Begin(); err != nil {
 			fail("begin: %v", err)
 		}
@@ -84,12 +93,15 @@ func main() {
 			n++
 			session.Produce(ctx, &kgo.Record{Topic: out, Key: r.Key, Value: append([]byte("out-"), r.Value...)}, nil)
 		})
+		// A crash test's kill lands inside a transaction more often than not.
+		time.Sleep(20 * time.Millisecond)
 		committed, err := session.End(ctx, kgo.TryCommit)
 		if err != nil {
 			fail("end: %v", err)
 		}
 		if committed {
 			done += n
+			fmt.Printf("COMMITTED %d\n", done)
 		} else {
 			aborted++
 		}
