@@ -659,3 +659,43 @@ def test_offsets_of_every_topic_list_only_the_topics_the_user_may_describe(serve
     assert every.error_code == 0
     assert [t.name for t in every.topics] == ["orders-eu"]
     alice.close()
+
+
+def test_find_coordinator_v4_refuses_each_key_and_a_consumer_raises(server):
+    """FindCoordinator v4+ (batched keys, what kafka-python 3 and the Java clients send) is
+    answered per key: a group the user may not DESCRIBE gets GROUP_AUTHORIZATION_FAILED and node
+    -1, a group it may gets the coordinator (KafkaApis' getCoordinator). The refusal used to set
+    the top-level node that v4 does not have: the encoding failed, the connection was closed and
+    the consumer reconnected forever instead of raising."""
+    admin = admin_client(server, "admin")
+    assert not admin.create_acls(
+        [
+            acl("User:alice", ACLOperation.READ, ResourceType.TOPIC, "payments"),
+            acl("User:alice", ACLOperation.READ, ResourceType.GROUP, "alice-", prefixed=True),
+        ]
+    )["failed"]
+    admin.close()
+    alice = KafkaAdminClient(**config(server, "alice"), request_timeout_ms=5000)
+    request = FindCoordinatorRequest(
+        max_version=4, key_type=0, key="", coordinator_keys=["alice-g", "bob-g"]
+    )
+    found = {c.key: c for c in send(alice, request).coordinators}
+    assert found["alice-g"].error_code == 0 and found["alice-g"].node_id == 0
+    assert found["bob-g"].error_code == GROUP_AUTHORIZATION_FAILED
+    assert (found["bob-g"].node_id, found["bob-g"].port) == (-1, -1)
+    request = FindCoordinatorRequest(max_version=4, key_type=1, key="", coordinator_keys=["tx"])
+    [tx] = send(alice, request).coordinators
+    assert tx.error_code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED and tx.node_id == -1
+    alice.close()
+    consumer = kafka.KafkaConsumer(
+        "payments", group_id="bob-g", auto_offset_reset="earliest", request_timeout_ms=5000,
+        **config(server, "alice"),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        with pytest.raises(kafka.errors.GroupAuthorizationFailedError):
+            while time.monotonic() < deadline:
+                consumer.poll(timeout_ms=1000)
+    finally:
+        consumer.close()
+
