@@ -699,3 +699,33 @@ def test_find_coordinator_v4_refuses_each_key_and_a_consumer_raises(server):
     finally:
         consumer.close()
 
+
+def test_describe_transactions_leaves_out_topics_the_user_may_not_describe(server):
+    """DESCRIBE on a transactional id alone does not disclose the names of the topics its
+    transaction writes: KafkaApis' handleDescribeTransactionsRequest drops the topics the
+    caller may not DESCRIBE."""
+    from kafka.protocol.admin.transactions import DescribeTransactionsRequest
+
+    producer = kafka.KafkaProducer(**config(server, "admin"), transactional_id="tx", max_block_ms=10000)
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("payments", b"p", partition=0).get(timeout=10)
+    producer.send("secret", b"s", partition=0).get(timeout=10)
+    admin = admin_client(server, "admin")
+    assert not admin.create_acls(
+        [
+            acl("User:alice", ACLOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, "tx"),
+            acl("User:alice", ACLOperation.DESCRIBE, ResourceType.TOPIC, "payments"),
+        ]
+    )["failed"]
+    [by_admin] = send(admin, DescribeTransactionsRequest(transactional_ids=["tx"])).transaction_states
+    assert {t.topic for t in by_admin.topics} == {"payments", "secret"}, "a super user sees all"
+    admin.close()
+    alice = admin_client(server, "alice")
+    [seen] = send(alice, DescribeTransactionsRequest(transactional_ids=["tx"])).transaction_states
+    assert seen.error_code == 0 and seen.transaction_state == "Ongoing"
+    assert [(t.topic, list(t.partitions)) for t in seen.topics] == [("payments", [0])]
+    alice.close()
+    producer.abort_transaction()
+    producer.close()
+

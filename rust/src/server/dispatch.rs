@@ -465,7 +465,9 @@ pub async fn handle(broker: &Arc<Broker>, mut request: Request, peer: &str, who:
             key,
             v,
             id,
-            &blocking(broker, key, move |b| transactions_admin::describe_transactions(b, r, &client)).await?,
+            &listing.describe_transactions(
+                blocking(broker, key, move |b| transactions_admin::describe_transactions(b, r, &client)).await?,
+            ),
         )?,
         Body::ListTransactions(r) => {
             let listed =

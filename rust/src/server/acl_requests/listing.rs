@@ -2,9 +2,9 @@
 //! Metadata leaves out topics the principal may not DESCRIBE and answers a named one
 //! TOPIC_AUTHORIZATION_FAILED (also a missing one it may not CREATE, rather than creating it);
 //! ListGroups lists only the groups it may DESCRIBE (all with DESCRIBE on the cluster);
-//! ListTransactions only the transactional ids it may DESCRIBE. Kafka also answers
-//! FindCoordinator v4+ per key rather than whole: it refuses each key it may not DESCRIBE on
-//! its own.
+//! ListTransactions only the transactional ids it may DESCRIBE. Kafka also answers these
+//! per item rather than whole: FindCoordinator v4+ refuses each key it may not DESCRIBE on its
+//! own, and DescribeTransactions leaves out the topics it may not DESCRIBE.
 
 use std::collections::BTreeSet;
 
@@ -109,6 +109,17 @@ impl<'a> Listing<'a> {
         }
         let reason = format!("{} from {} may not DESCRIBE {noun} {key}", self.who.principal, self.who.host);
         Some(codes::refused(self.peer, "FindCoordinator", code, &reason))
+    }
+
+    /// DescribeTransactions (KafkaApis' `handleDescribeTransactionsRequest`): a described
+    /// transaction lists only the topics the principal may DESCRIBE.
+    pub fn describe_transactions(&self, mut response: DescribeTransactionsResponse) -> DescribeTransactionsResponse {
+        if self.broker.acls.enforced() {
+            for state in &mut response.transaction_states {
+                state.topics.retain(|t| self.may(op::DESCRIBE, resource::TOPIC, &t.topic));
+            }
+        }
+        response
     }
 
     /// ListTransactions: the transactional ids it may DESCRIBE.
