@@ -729,3 +729,30 @@ def test_describe_transactions_leaves_out_topics_the_user_may_not_describe(serve
     producer.abort_transaction()
     producer.close()
 
+
+def test_super_users_are_trimmed_and_a_malformed_one_stops_the_start(data, spawn):
+    """`--super-users 'User:ops; User:admin'` names two super users (each entry trimmed, as
+    Kafka's StandardAuthorizer reads super.users); it used to make " User:admin" the super user
+    and admin an ordinary one. A malformed principal stops the start with a clear error."""
+    port = free_port()
+    proc = spawn.module(
+        "kafkalite", "serve", "--data-dir", data, "--listen", f"127.0.0.1:{port}", "--sasl", "--authorizer",
+        "--super-users", "User:ops; User:admin ;", stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        line = proc.stderr.readline()
+        assert "serving" in line, line
+        admin = client_at(port)
+        assert fetch(admin, "secret").error_code == 0, "User:admin is a super user"
+        admin.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    for bad in ("User:ops;admin", "User :admin", "User:"):
+        proc = spawn.module(
+            "kafkalite", "serve", "--data-dir", data, "--listen", "127.0.0.1:0", "--super-users", bad,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode != 0, (bad, err)
+        assert "is not a principal such as User:alice" in err, (bad, err)

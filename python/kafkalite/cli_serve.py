@@ -44,7 +44,8 @@ def _serve(args: argparse.Namespace) -> int:
         max_open_partitions=args.max_open_partitions,
         group_consumer_session_timeout_ms=args.group_consumer_session_timeout_ms,
         authorizer=args.authorizer,
-        super_users=[u for u in (args.super_users or "").split(";") if u],
+        # Entries are trimmed and checked by the server (a malformed one stops the start).
+        super_users=(args.super_users or "").split(";"),
         # Unset: the server's default (kafkalite.server.FETCH_MAX_BYTES).
         **({} if args.fetch_max_bytes is None else {"fetch_max_bytes": args.fetch_max_bytes}),
     ) as server:
@@ -173,8 +174,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     serve.add_argument(
         "--super-users",
         metavar="PRINCIPALS",
-        help="Kafka's super.users: principals the ACLs never restrict, separated by ';' "
-        "(e.g. 'User:admin;User:ops')",
+        help="Kafka's super.users: principals the ACLs never restrict, separated by ';', each "
+        "trimmed (e.g. 'User:admin; User:ops'); a malformed one stops the start",
     )
     serve.add_argument(
         "--log-level",

@@ -318,14 +318,28 @@ pub struct Authorizer {
     super_users: BTreeSet<String>,
 }
 
+/// `super.users` as Kafka's `StandardAuthorizer.getConfiguredSuperUsers` reads them: each entry
+/// trimmed (`User:ops; User:admin` names two), empty ones skipped, and each a principal
+/// (`SecurityUtils.parseKafkaPrincipal`: TYPE:NAME, both non-empty), else the start fails.
+fn super_principals(given: &[String]) -> Result<BTreeSet<String>> {
+    let mut out = BTreeSet::new();
+    for p in given.iter().map(|p| p.trim()).filter(|p| !p.is_empty()) {
+        match p.split_once(':') {
+            Some((kind, name))
+                if !kind.is_empty() && !kind.contains(char::is_whitespace) && !name.trim().is_empty() =>
+            {
+                out.insert(p.to_string());
+            }
+            _ => return Err(Error::config(format!("super user {p:?} is not a principal such as User:alice"))),
+        }
+    }
+    Ok(out)
+}
+
 impl Authorizer {
     /// Read the data directory's ACLs; `loopback`: the listener's address is loopback.
     pub fn open(dir: &Path, mode: Mode, loopback: bool, super_users: &[String]) -> Result<Authorizer> {
-        for p in super_users {
-            if !matches!(p.split_once(':'), Some((k, n)) if !k.is_empty() && !n.is_empty()) {
-                return Err(Error::config(format!("super user {p:?} is not a principal such as User:alice")));
-            }
-        }
+        let super_users = super_principals(super_users)?;
         // The stamp before the content: a change in between is seen (and read) again next time.
         let stamp = stamp(dir);
         Ok(Authorizer {
@@ -334,7 +348,7 @@ impl Authorizer {
             stamp: Mutex::new(stamp),
             always: mode == Mode::On,
             when_any: mode == Mode::Auto && !loopback,
-            super_users: super_users.iter().cloned().collect(),
+            super_users,
         })
     }
 
