@@ -31,7 +31,6 @@
 
 use std::collections::BTreeSet;
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, RwLock};
 
@@ -471,11 +470,10 @@ impl Authorizer {
 
 /// What tells one version of the ACL file from another: it is replaced by rename (a new inode)
 /// and edited in place only by hand (a new size or mtime).
-type Stamp = (u64, u64, u64, i64, i64);
+type Stamp = crate::checkpoint::FileStamp;
 
 fn stamp(dir: &Path) -> Option<Stamp> {
-    let m = std::fs::symlink_metadata(dir.join(ACLS_FILE)).ok()?;
-    Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+    crate::checkpoint::file_stamp(&dir.join(ACLS_FILE))
 }
 
 fn damaged(path: &Path, what: impl std::fmt::Display) -> Error {

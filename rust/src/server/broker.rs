@@ -143,6 +143,8 @@ pub struct Broker {
     pub metrics: super::metrics::Metrics,
     /// The ACLs and who they apply to (`authorizer`).
     pub acls: super::authorizer::Authorizer,
+    /// The SCRAM users SASL checks clients against (`credentials`).
+    pub credentials: super::credentials::Credentials,
     bridge: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -196,6 +198,7 @@ impl Broker {
                 super::listen::resolve(&config.listen)?.1,
                 &config.super_users,
             )?,
+            credentials: super::credentials::Credentials::open(&config.data_dir, config.sasl)?,
             bridge: Mutex::new(Some(bridge)),
         })
     }

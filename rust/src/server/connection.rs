@@ -263,11 +263,11 @@ async fn serve_until_closed<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             },
         };
         let (outcome, request) = if session.expects_raw_token() {
-            (session.raw_token(&frame.bytes, broker.dir.path()), None)
+            (session.raw_token(&frame.bytes, &broker.credentials), None)
         } else {
             // Kafka closes a connection whose request it cannot parse (InvalidRequestException).
             match decode_request(frame.bytes.clone()) {
-                Ok(request) => (session.admit(&request, broker.dir.path()), Some(request)),
+                Ok(request) => (session.admit(&request, &broker.credentials), Some(request)),
                 Err(e) => {
                     log::warn!(target: TARGET, "closing the connection from {addr}: cannot decode its request: {}", e.0);
                     return format!("undecodable request: {}", e.0);

@@ -11,7 +11,7 @@
 //! partitions, append wake-ups) with `open_logs` (which partitions stay open: at most
 //! `--max-open-partitions` unused ones, by default a share of RLIMIT_NOFILE), `codes` (engine errors as Kafka error codes), `sasl` (a
 //! connection's SASL state: SaslHandshake, SaslAuthenticate, what is allowed before
-//! authentication) over `scram` (one SCRAM exchange, checked against `crate::users`), and one file
+//! authentication) over `scram` (one SCRAM exchange, checked against `credentials`: `crate::users` kept in memory), and one file
 //! per API family: `metadata` (Metadata, CreateTopics), `produce` (with `durable`: what acks=all
 //! waits for), `fetch` (with its limits and response budget), `list_offsets`, `committed` (what
 //! read_committed Fetch and ListOffsets see: the last stable offset, aborted transactions),
@@ -74,6 +74,7 @@ mod connection;
 mod consumer_group;
 mod consumer_group_api;
 mod coordinator;
+mod credentials;
 mod delete_records;
 mod describe_producers;
 mod dispatch;
