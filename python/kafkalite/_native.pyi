@@ -269,6 +269,7 @@ class NativeServer:
         fetch_max_bytes: int = ...,  # FETCH_MAX_BYTES (Kafka's fetch.max.bytes, 55 MiB)
         acks_all: str = "disk",
         metrics: str | None = None,
+        metrics_allow_remote: bool = False,
         max_open_partitions: int | None = None,
         authorizer: bool = False,
         super_users: list[str] = ...,

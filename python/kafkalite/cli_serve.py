@@ -40,6 +40,7 @@ def _serve(args: argparse.Namespace) -> int:
         tls=_serve_tls(args),
         allow_plaintext=args.allow_plaintext,
         metrics=args.metrics,
+        metrics_allow_remote=args.metrics_allow_remote,
         acks_all=args.acks_all,
         max_open_partitions=args.max_open_partitions,
         group_consumer_session_timeout_ms=args.group_consumer_session_timeout_ms,
@@ -130,7 +131,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "--metrics",
         metavar="HOST:PORT",
         help="serve Prometheus metrics (requests by API and error code, bytes in and out, partitions, "
-        "groups, consumer lag) over HTTP at HOST:PORT",
+        "groups, consumer lag) over HTTP at HOST:PORT; loopback only unless --metrics-allow-remote",
+    )
+    serve.add_argument(
+        "--metrics-allow-remote",
+        action="store_true",
+        help="serve --metrics beyond loopback: the page has neither TLS nor authentication and names "
+        "every topic and group, with each group's lag, to anyone who can reach it (default: refused)",
     )
     serve.add_argument(
         "--fetch-max-bytes",

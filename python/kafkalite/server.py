@@ -14,6 +14,8 @@ clients (SASL_SSL, or SSL with client certificates); without TLS it starts only 
 ``allow_plaintext=True`` (SASL_PLAINTEXT, records in clear), logging a WARNING.
 ``metrics="HOST:PORT"`` also serves Prometheus's text format over HTTP there (``metrics_address``):
 requests by API and error code, bytes in and out, topics, partitions, groups and consumer lag.
+The page has neither TLS nor authentication and names every topic and group, so like the
+listener it is loopback only unless ``metrics_allow_remote=True`` (then a WARNING).
 
 Authorization follows Kafka's ACL model (``kafka-acls``, Admin's ``create_acls``): a client is the
 principal it authenticated as (``User:<name>`` with SASL, ``User:<subject DN>`` with a client
@@ -122,6 +124,7 @@ class Server:
         fetch_max_bytes: int = FETCH_MAX_BYTES,
         acks_all: str = "disk",
         metrics: str | None = None,
+        metrics_allow_remote: bool = False,
         max_open_partitions: int | None = None,
         authorizer: bool = False,
         super_users: Sequence[str] = (),
@@ -152,6 +155,7 @@ class Server:
             ("sasl", sasl),
             ("authorizer", authorizer),
             ("allow_plaintext", allow_plaintext),
+            ("metrics_allow_remote", metrics_allow_remote),
         ):
             if not isinstance(given, bool):
                 raise InvalidTypeError(f"{flag} must be a bool, not {type(given).__name__}")
@@ -176,6 +180,7 @@ class Server:
             fetch_max_bytes=fetch_max_bytes,
             acks_all=acks_all,
             metrics=metrics,
+            metrics_allow_remote=metrics_allow_remote,
             max_open_partitions=max_open_partitions,
             authorizer=authorizer,
             super_users=list(super_users),

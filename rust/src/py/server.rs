@@ -23,7 +23,7 @@ impl NativeServer {
     #[new]
     #[pyo3(signature = (
         data_dir, listen, advertised=None, auto_create_topics=true, idle_timeout_ms=600_000, sasl=false,
-        fetch_max_bytes=FETCH_MAX_BYTES, acks_all="disk", metrics=None, max_open_partitions=None,
+        fetch_max_bytes=FETCH_MAX_BYTES, acks_all="disk", metrics=None, metrics_allow_remote=false, max_open_partitions=None,
         authorizer=false, super_users=Vec::new(), tls_cert=None, tls_key=None, tls_client_ca=None, allow_plaintext=false,
         group_consumer_session_timeout_ms=45_000, group_consumer_heartbeat_interval_ms=5_000,
     ))]
@@ -39,6 +39,7 @@ impl NativeServer {
         fetch_max_bytes: i32,
         acks_all: &str,
         metrics: Option<String>,
+        metrics_allow_remote: bool,
         max_open_partitions: Option<usize>,
         authorizer: bool,
         super_users: Vec<String>,
@@ -67,6 +68,7 @@ impl NativeServer {
         config.idle_timeout = Duration::from_millis(idle_timeout_ms);
         config.sasl = sasl;
         config.metrics = metrics;
+        config.metrics_allow_remote = metrics_allow_remote;
         config.max_open_partitions = max_open_partitions;
         config.authorizer = if authorizer { AuthorizerMode::On } else { AuthorizerMode::Auto };
         config.super_users = super_users;

@@ -161,6 +161,8 @@ pub struct ServerConfig {
     pub acks_all: AcksAll,
     /// HOST:PORT of the Prometheus text endpoint (`kafkalite serve --metrics`); None: no endpoint.
     pub metrics: Option<String>,
+    /// Serve the metrics endpoint beyond loopback (`--metrics-allow-remote`), with a WARNING.
+    pub metrics_allow_remote: bool,
     /// The most partition logs kept open that no request is using (`--max-open-partitions`);
     /// None: a share of RLIMIT_NOFILE (`open_logs::default_max_open`), after `start` raised it.
     pub max_open_partitions: Option<usize>,
@@ -191,6 +193,7 @@ impl ServerConfig {
             fetch_max_bytes: FETCH_MAX_BYTES,
             acks_all: AcksAll::Disk,
             metrics: None,
+            metrics_allow_remote: false,
             max_open_partitions: None,
             authorizer: AuthorizerMode::Auto,
             super_users: Vec::new(),
@@ -247,10 +250,7 @@ impl Server {
         let local_addr = listener.local_addr().map_err(|e| Error::io("cannot read the bound address", e))?;
         let metrics_listener = match &config.metrics {
             Some(at) => {
-                let (addr, _) = listen::resolve(at).map_err(|e| match e {
-                    Error::InvalidConfig(why) => Error::config(format!("metrics endpoint: {why}")),
-                    other => other,
-                })?;
+                let addr = listen::metrics(at, config.metrics_allow_remote)?;
                 let l = runtime
                     .block_on(TcpListener::bind(addr))
                     .map_err(|e| Error::io(format!("cannot listen for metrics on {addr}"), e))?;
