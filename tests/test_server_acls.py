@@ -676,9 +676,7 @@ def test_find_coordinator_v4_refuses_each_key_and_a_consumer_raises(server):
     )["failed"]
     admin.close()
     alice = KafkaAdminClient(**config(server, "alice"), request_timeout_ms=5000)
-    request = FindCoordinatorRequest(
-        max_version=4, key_type=0, key="", coordinator_keys=["alice-g", "bob-g"]
-    )
+    request = FindCoordinatorRequest(max_version=4, key_type=0, key="", coordinator_keys=["alice-g", "bob-g"])
     found = {c.key: c for c in send(alice, request).coordinators}
     assert found["alice-g"].error_code == 0 and found["alice-g"].node_id == 0
     assert found["bob-g"].error_code == GROUP_AUTHORIZATION_FAILED

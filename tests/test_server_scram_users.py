@@ -99,7 +99,9 @@ def login(address: str, user: str, password: str) -> bool:
         return code == 0
 
 
-@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace to count the opens of the users file")
+@pytest.mark.skipif(
+    shutil.which("strace") is None, reason="needs strace to count the opens of the users file"
+)
 def test_client_first_messages_do_not_parse_the_users_file_each(tmp_path, spawn):
     """10,000 users; 200 clients each send a client-first message and hang up (what cost 45 ms of
     CPU per message, 1.7 cores for 200 connections): the server opens the users file at most
