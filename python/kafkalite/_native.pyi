@@ -279,6 +279,10 @@ class NativeServer:
         allow_plaintext: bool = False,
         group_consumer_session_timeout_ms: int = 45000,
         group_consumer_heartbeat_interval_ms: int = 5000,
+        max_connections: int = 10000,
+        max_connections_per_ip: int | None = None,
+        max_connections_per_ip_overrides: str | None = None,
+        authentication_timeout_ms: int = 10000,
     ) -> NativeServer: ...
     @property
     def local_addr(self) -> str: ...

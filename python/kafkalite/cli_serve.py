@@ -44,6 +44,10 @@ def _serve(args: argparse.Namespace) -> int:
         acks_all=args.acks_all,
         max_open_partitions=args.max_open_partitions,
         group_consumer_session_timeout_ms=args.group_consumer_session_timeout_ms,
+        max_connections=args.max_connections,
+        max_connections_per_ip=args.max_connections_per_ip,
+        max_connections_per_ip_overrides=args.max_connections_per_ip_overrides,
+        authentication_timeout_ms=args.authentication_timeout_ms,
         authorizer=args.authorizer,
         # Entries are trimmed and checked by the server (a malformed one stops the start).
         super_users=(args.super_users or "").split(";"),
@@ -170,6 +174,33 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         metavar="MS",
         help="Kafka's group.consumer.session.timeout.ms: a consumer-protocol (group.protocol=consumer) "
         "member without a heartbeat for this long is removed and its partitions reassigned (default: 45000)",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="Kafka's max.connections: the most connections open at once; when all are taken, the "
+        "oldest one that has not authenticated is closed to make room (default: 10000)",
+    )
+    serve.add_argument(
+        "--max-connections-per-ip",
+        type=int,
+        metavar="N",
+        help="Kafka's max.connections.per.ip: the most connections from one address (default: unlimited)",
+    )
+    serve.add_argument(
+        "--max-connections-per-ip-overrides",
+        metavar="HOST:N,...",
+        help="Kafka's max.connections.per.ip.overrides: per-address limits, e.g. '10.0.0.5:50,myhost:10'",
+    )
+    serve.add_argument(
+        "--authentication-timeout-ms",
+        type=int,
+        default=10_000,
+        metavar="MS",
+        help="with SASL: close a connection not authenticated this long after it was accepted, "
+        "whatever it sent meanwhile (default: 10000)",
     )
     serve.add_argument(
         "--authorizer",

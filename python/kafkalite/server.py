@@ -41,6 +41,13 @@ limit (RLIMIT_NOFILE), as Kafka asks of a broker's ``ulimit -n``.
 ``group_consumer_session_timeout_ms`` and ``group_consumer_heartbeat_interval_ms`` are Kafka's
 ``group.consumer.session.timeout.ms`` (45 s) and ``group.consumer.heartbeat.interval.ms`` (5 s)
 for consumer-protocol groups (KIP-848, ``group.protocol=consumer``).
+``max_connections`` (Kafka's ``max.connections``, 10,000 here), ``max_connections_per_ip``
+(``max.connections.per.ip``, unlimited by default) and ``max_connections_per_ip_overrides``
+(``{"10.0.0.5": 50}``, or Kafka's ``"10.0.0.5:50,host:10"``) bound the connections; when all are
+taken, the oldest connection that has not authenticated yet is closed to make room, so clients
+that authenticated are never locked out by sockets that did not. With SASL, a connection not
+authenticated ``authentication_timeout_ms`` (10 s) after it was accepted is closed, whatever it
+sent meanwhile.
 
     with kafkalite.Server("data") as server:
         producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap_servers})
@@ -132,6 +139,10 @@ class Server:
         allow_plaintext: bool = False,
         group_consumer_session_timeout_ms: int = 45_000,
         group_consumer_heartbeat_interval_ms: int = 5_000,
+        max_connections: int = 10_000,
+        max_connections_per_ip: int | None = None,
+        max_connections_per_ip_overrides: Mapping[str, int] | str | None = None,
+        authentication_timeout_ms: int = 10_000,
     ) -> None:
         try:
             self.path = os.path.abspath(os.fspath(path))
@@ -163,9 +174,21 @@ class Server:
         for name, ms in (
             ("group_consumer_session_timeout_ms", group_consumer_session_timeout_ms),
             ("group_consumer_heartbeat_interval_ms", group_consumer_heartbeat_interval_ms),
+            ("authentication_timeout_ms", authentication_timeout_ms),
+            ("max_connections", max_connections),
         ):
             if isinstance(ms, bool) or not isinstance(ms, int) or ms < 1:
-                raise InvalidConfigError(f"{name} must be a positive int (milliseconds), not {ms!r}")
+                raise InvalidConfigError(f"{name} must be a positive int, not {ms!r}")
+        per_ip = max_connections_per_ip
+        if per_ip is not None and (isinstance(per_ip, bool) or not isinstance(per_ip, int) or per_ip < 0):
+            raise InvalidConfigError(f"max_connections_per_ip must be an int >= 0 or None, not {per_ip!r}")
+        overrides = max_connections_per_ip_overrides
+        if isinstance(overrides, Mapping):
+            overrides = ",".join(f"{host}:{count}" for host, count in overrides.items())
+        elif overrides is not None and not isinstance(overrides, str):
+            raise InvalidTypeError(
+                "max_connections_per_ip_overrides must be a {host: count} dict or 'host:count,...'"
+            )
         check_max_open_partitions(max_open_partitions)
         if acks_all not in ACKS_ALL:
             raise InvalidConfigError(f"acks_all must be 'disk' or 'page-cache', not {acks_all!r}")
@@ -190,6 +213,10 @@ class Server:
             allow_plaintext=allow_plaintext,
             group_consumer_session_timeout_ms=group_consumer_session_timeout_ms,
             group_consumer_heartbeat_interval_ms=group_consumer_heartbeat_interval_ms,
+            max_connections=max_connections,
+            max_connections_per_ip=per_ip,
+            max_connections_per_ip_overrides=overrides,
+            authentication_timeout_ms=authentication_timeout_ms,
         )
         self.address: str = self._native.local_addr
         #: What Kafka clients take as ``bootstrap.servers`` (the advertised listener).

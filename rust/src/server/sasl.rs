@@ -78,7 +78,8 @@ impl Session {
         &self.principal
     }
 
-    fn authenticated(&self) -> bool {
+    /// Authenticated, or on a listener that does not ask for it.
+    pub fn authenticated(&self) -> bool {
         !self.required || matches!(self.state, State::Authenticated)
     }
 
