@@ -7,6 +7,7 @@ make room, so a client that authenticates is never locked out by silent sockets.
 from __future__ import annotations
 
 import socket
+import struct
 import time
 
 import kafkalite.users
@@ -141,3 +142,42 @@ def test_serve_flags(data, spawn):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_unauthenticated_large_frames_do_not_take_the_authenticated_budget(data):
+    """1,100 sockets that never authenticate each declare a frame of sasl.server.max.receive.size
+    (512 KiB, what is allowed before authentication) and send most of it: they used to hold the
+    server's whole request budget (512 MiB), so an authenticated client's 200 KiB Produce waited
+    for permits until their deadline. They now draw on a small budget of their own."""
+    import kafkalite
+    from server_wire import produce_body, produce_error
+    from test_server_sasl import request
+
+    kafkalite.Admin(str(data)).create_topic("t", partitions=1)
+    with Server(data, sasl=True, authentication_timeout_ms=60_000) as server:
+        legit = connect(server.address)
+        assert login_on(legit)
+        body = b"\0" * (500 * 1024 - 8)
+        stalled = []
+        try:
+            for _ in range(1_100):
+                s = connect(server.address)
+                s.setblocking(False)
+                stalled.append([s, struct.pack(">i", 512 * 1024 - 1) + body])
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and any(rest for _, rest in stalled):
+                for entry in stalled:
+                    if entry[1]:
+                        try:
+                            entry[1] = entry[1][entry[0].send(entry[1]) :]
+                        except BlockingIOError:
+                            pass
+                time.sleep(0.01)
+            legit.settimeout(15)
+            legit.sendall(request(0, 3, produce_body("t", 0, b"v" * 200 * 1024)))
+            answer = read_response(legit)
+            assert answer is not None and produce_error(answer) == 0
+        finally:
+            for s, _ in stalled:
+                s.close()
+            legit.close()

@@ -287,6 +287,7 @@ async fn serve_until_closed<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             ticket.authenticated();
         }
         let max = session.max_frame();
+        let budget = if authenticated { &broker.request_budget } else { &broker.unauthenticated_budget };
         let (wait, for_authentication) = limits.next_read(authenticated);
         let frame = tokio::select! {
             _ = stop.changed() => return "the server stops".into(),
@@ -294,7 +295,7 @@ async fn serve_until_closed<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 log::warn!(target: TARGET, "closing the connection from {addr}: {EVICTED}");
                 return EVICTED.into();
             }
-            read = tokio::time::timeout(wait, read_frame(&mut reader, &broker.request_budget, max)) => match read {
+            read = tokio::time::timeout(wait, read_frame(&mut reader, budget, max)) => match read {
                 Ok(Ok(frame)) => {
                     broker.metrics.bytes_in(4 + frame.bytes.len());
                     frame
