@@ -171,3 +171,19 @@ def test_consumer_stats_cb_during_a_long_poll(tmp_path):
         c.assign([TopicPartition("t", 0)])
         c.poll(timeout_ms=1000)  # nothing arrives: the poll waits, and reports meanwhile
     assert len(seen) >= 5
+
+
+def test_metrics_beyond_loopback_need_an_explicit_opt_in(tmp_path, caplog):
+    """The metrics page has neither TLS nor authentication and names every topic and group with
+    its lag: like the Kafka listener, it is refused beyond loopback unless accepted
+    (`metrics_allow_remote`, `--metrics-allow-remote`), and then a WARNING. 192.0.2.1 (TEST-NET-1,
+    never this machine's) is not loopback: the guard answers before any bind, and with the opt-in
+    the bind itself fails, so nothing listens beyond loopback here."""
+    with pytest.raises(kafkalite.InvalidConfigError, match="--metrics-allow-remote"):
+        Server(tmp_path, metrics="192.0.2.1:9404")
+    caplog.set_level(logging.WARNING, logger="kafkalite.server")
+    with pytest.raises(kafkalite.KafkaliteError, match="cannot listen for metrics on 192.0.2.1:9404"):
+        Server(tmp_path, metrics="192.0.2.1:9404", metrics_allow_remote=True)
+    assert any("metrics" in r.getMessage() and "WARNING" in r.getMessage() for r in caplog.records)
+    with Server(tmp_path, metrics="127.0.0.1:0") as server:  # loopback: as before
+        assert server.metrics_address is not None

@@ -659,3 +659,98 @@ def test_offsets_of_every_topic_list_only_the_topics_the_user_may_describe(serve
     assert every.error_code == 0
     assert [t.name for t in every.topics] == ["orders-eu"]
     alice.close()
+
+
+def test_find_coordinator_v4_refuses_each_key_and_a_consumer_raises(server):
+    """FindCoordinator v4+ (batched keys, what kafka-python 3 and the Java clients send) is
+    answered per key: a group the user may not DESCRIBE gets GROUP_AUTHORIZATION_FAILED and node
+    -1, a group it may gets the coordinator (KafkaApis' getCoordinator). The refusal used to set
+    the top-level node that v4 does not have: the encoding failed, the connection was closed and
+    the consumer reconnected forever instead of raising."""
+    admin = admin_client(server, "admin")
+    assert not admin.create_acls(
+        [
+            acl("User:alice", ACLOperation.READ, ResourceType.TOPIC, "payments"),
+            acl("User:alice", ACLOperation.READ, ResourceType.GROUP, "alice-", prefixed=True),
+        ]
+    )["failed"]
+    admin.close()
+    alice = KafkaAdminClient(**config(server, "alice"), request_timeout_ms=5000)
+    request = FindCoordinatorRequest(max_version=4, key_type=0, key="", coordinator_keys=["alice-g", "bob-g"])
+    found = {c.key: c for c in send(alice, request).coordinators}
+    assert found["alice-g"].error_code == 0 and found["alice-g"].node_id == 0
+    assert found["bob-g"].error_code == GROUP_AUTHORIZATION_FAILED
+    assert (found["bob-g"].node_id, found["bob-g"].port) == (-1, -1)
+    request = FindCoordinatorRequest(max_version=4, key_type=1, key="", coordinator_keys=["tx"])
+    [tx] = send(alice, request).coordinators
+    assert tx.error_code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED and tx.node_id == -1
+    alice.close()
+    consumer = kafka.KafkaConsumer(
+        "payments", group_id="bob-g", auto_offset_reset="earliest", request_timeout_ms=5000,
+        **config(server, "alice"),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        with pytest.raises(kafka.errors.GroupAuthorizationFailedError):
+            while time.monotonic() < deadline:
+                consumer.poll(timeout_ms=1000)
+    finally:
+        consumer.close()
+
+
+def test_describe_transactions_leaves_out_topics_the_user_may_not_describe(server):
+    """DESCRIBE on a transactional id alone does not disclose the names of the topics its
+    transaction writes: KafkaApis' handleDescribeTransactionsRequest drops the topics the
+    caller may not DESCRIBE."""
+    from kafka.protocol.admin.transactions import DescribeTransactionsRequest
+
+    producer = kafka.KafkaProducer(**config(server, "admin"), transactional_id="tx", max_block_ms=10000)
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("payments", b"p", partition=0).get(timeout=10)
+    producer.send("secret", b"s", partition=0).get(timeout=10)
+    admin = admin_client(server, "admin")
+    assert not admin.create_acls(
+        [
+            acl("User:alice", ACLOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, "tx"),
+            acl("User:alice", ACLOperation.DESCRIBE, ResourceType.TOPIC, "payments"),
+        ]
+    )["failed"]
+    [by_admin] = send(admin, DescribeTransactionsRequest(transactional_ids=["tx"])).transaction_states
+    assert {t.topic for t in by_admin.topics} == {"payments", "secret"}, "a super user sees all"
+    admin.close()
+    alice = admin_client(server, "alice")
+    [seen] = send(alice, DescribeTransactionsRequest(transactional_ids=["tx"])).transaction_states
+    assert seen.error_code == 0 and seen.transaction_state == "Ongoing"
+    assert [(t.topic, list(t.partitions)) for t in seen.topics] == [("payments", [0])]
+    alice.close()
+    producer.abort_transaction()
+    producer.close()
+
+
+def test_super_users_are_trimmed_and_a_malformed_one_stops_the_start(data, spawn):
+    """`--super-users 'User:ops; User:admin'` names two super users (each entry trimmed, as
+    Kafka's StandardAuthorizer reads super.users); it used to make " User:admin" the super user
+    and admin an ordinary one. A malformed principal stops the start with a clear error."""
+    port = free_port()
+    proc = spawn.module(
+        "kafkalite", "serve", "--data-dir", data, "--listen", f"127.0.0.1:{port}", "--sasl", "--authorizer",
+        "--super-users", "User:ops; User:admin ;", stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        line = proc.stderr.readline()
+        assert "serving" in line, line
+        admin = client_at(port)
+        assert fetch(admin, "secret").error_code == 0, "User:admin is a super user"
+        admin.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    for bad in ("User:ops;admin", "User :admin", "User:"):
+        proc = spawn.module(
+            "kafkalite", "serve", "--data-dir", data, "--listen", "127.0.0.1:0", "--super-users", bad,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode != 0, (bad, err)
+        assert "is not a principal such as User:alice" in err, (bad, err)

@@ -269,6 +269,7 @@ class NativeServer:
         fetch_max_bytes: int = ...,  # FETCH_MAX_BYTES (Kafka's fetch.max.bytes, 55 MiB)
         acks_all: str = "disk",
         metrics: str | None = None,
+        metrics_allow_remote: bool = False,
         max_open_partitions: int | None = None,
         authorizer: bool = False,
         super_users: list[str] = ...,
@@ -279,6 +280,10 @@ class NativeServer:
         group_consumer_session_timeout_ms: int = 45000,
         group_consumer_heartbeat_interval_ms: int = 5000,
         controller_mutation_rate: float | None = None,
+        max_connections: int = 10000,
+        max_connections_per_ip: int | None = None,
+        max_connections_per_ip_overrides: str | None = None,
+        authentication_timeout_ms: int = 10000,
     ) -> NativeServer: ...
     @property
     def local_addr(self) -> str: ...

@@ -40,12 +40,18 @@ def _serve(args: argparse.Namespace) -> int:
         tls=_serve_tls(args),
         allow_plaintext=args.allow_plaintext,
         metrics=args.metrics,
+        metrics_allow_remote=args.metrics_allow_remote,
         acks_all=args.acks_all,
         max_open_partitions=args.max_open_partitions,
         group_consumer_session_timeout_ms=args.group_consumer_session_timeout_ms,
         controller_mutation_rate=_mutation_rate(args.controller_mutation_rate),
+        max_connections=args.max_connections,
+        max_connections_per_ip=args.max_connections_per_ip,
+        max_connections_per_ip_overrides=args.max_connections_per_ip_overrides,
+        authentication_timeout_ms=args.authentication_timeout_ms,
         authorizer=args.authorizer,
-        super_users=[u for u in (args.super_users or "").split(";") if u],
+        # Entries are trimmed and checked by the server (a malformed one stops the start).
+        super_users=(args.super_users or "").split(";"),
         # Unset: the server's default (kafkalite.server.FETCH_MAX_BYTES).
         **({} if args.fetch_max_bytes is None else {"fetch_max_bytes": args.fetch_max_bytes}),
     ) as server:
@@ -145,7 +151,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "--metrics",
         metavar="HOST:PORT",
         help="serve Prometheus metrics (requests by API and error code, bytes in and out, partitions, "
-        "groups, consumer lag) over HTTP at HOST:PORT",
+        "groups, consumer lag) over HTTP at HOST:PORT; loopback only unless --metrics-allow-remote",
+    )
+    serve.add_argument(
+        "--metrics-allow-remote",
+        action="store_true",
+        help="serve --metrics beyond loopback: the page has neither TLS nor authentication and names "
+        "every topic and group, with each group's lag, to anyone who can reach it (default: refused)",
     )
     serve.add_argument(
         "--fetch-max-bytes",
@@ -187,6 +199,33 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "THROTTLING_QUOTA_EXCEEDED with a throttle time; default: unlimited, as Kafka's",
     )
     serve.add_argument(
+        "--max-connections",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="Kafka's max.connections: the most connections open at once; when all are taken, the "
+        "oldest one that has not authenticated is closed to make room (default: 10000)",
+    )
+    serve.add_argument(
+        "--max-connections-per-ip",
+        type=int,
+        metavar="N",
+        help="Kafka's max.connections.per.ip: the most connections from one address (default: unlimited)",
+    )
+    serve.add_argument(
+        "--max-connections-per-ip-overrides",
+        metavar="HOST:N,...",
+        help="Kafka's max.connections.per.ip.overrides: per-address limits, e.g. '10.0.0.5:50,myhost:10'",
+    )
+    serve.add_argument(
+        "--authentication-timeout-ms",
+        type=int,
+        default=10_000,
+        metavar="MS",
+        help="with SASL: close a connection not authenticated this long after it was accepted, "
+        "whatever it sent meanwhile (default: 10000)",
+    )
+    serve.add_argument(
         "--authorizer",
         action="store_true",
         help="enforce the ACLs (kafka-acls) on every request, even with none (then only --super-users "
@@ -196,8 +235,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     serve.add_argument(
         "--super-users",
         metavar="PRINCIPALS",
-        help="Kafka's super.users: principals the ACLs never restrict, separated by ';' "
-        "(e.g. 'User:admin;User:ops')",
+        help="Kafka's super.users: principals the ACLs never restrict, separated by ';', each "
+        "trimmed (e.g. 'User:admin; User:ops'); a malformed one stops the start",
     )
     serve.add_argument(
         "--log-level",

@@ -14,6 +14,8 @@ clients (SASL_SSL, or SSL with client certificates); without TLS it starts only 
 ``allow_plaintext=True`` (SASL_PLAINTEXT, records in clear), logging a WARNING.
 ``metrics="HOST:PORT"`` also serves Prometheus's text format over HTTP there (``metrics_address``):
 requests by API and error code, bytes in and out, topics, partitions, groups and consumer lag.
+The page has neither TLS nor authentication and names every topic and group, so like the
+listener it is loopback only unless ``metrics_allow_remote=True`` (then a WARNING).
 
 Authorization follows Kafka's ACL model (``kafka-acls``, Admin's ``create_acls``): a client is the
 principal it authenticated as (``User:<name>`` with SASL, ``User:<subject DN>`` with a client
@@ -44,6 +46,13 @@ partitions CreateTopics and Metadata's auto-creation may create per second, for 
 together, with a burst of 11 s of it; past it a topic is refused ``THROTTLING_QUOTA_EXCEEDED``
 with ``throttle_time_ms``. None (the default, as Kafka's) is unlimited: creations still run one
 request's batch at a time, off the request threads, within each request's timeout.
+``max_connections`` (Kafka's ``max.connections``, 10,000 here), ``max_connections_per_ip``
+(``max.connections.per.ip``, unlimited by default) and ``max_connections_per_ip_overrides``
+(``{"10.0.0.5": 50}``, or Kafka's ``"10.0.0.5:50,host:10"``) bound the connections; when all are
+taken, the oldest connection that has not authenticated yet is closed to make room, so clients
+that authenticated are never locked out by sockets that did not. With SASL, a connection not
+authenticated ``authentication_timeout_ms`` (10 s) after it was accepted is closed, whatever it
+sent meanwhile.
 
     with kafkalite.Server("data") as server:
         producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap_servers})
@@ -128,6 +137,7 @@ class Server:
         fetch_max_bytes: int = FETCH_MAX_BYTES,
         acks_all: str = "disk",
         metrics: str | None = None,
+        metrics_allow_remote: bool = False,
         max_open_partitions: int | None = None,
         authorizer: bool = False,
         super_users: Sequence[str] = (),
@@ -136,6 +146,10 @@ class Server:
         group_consumer_session_timeout_ms: int = 45_000,
         group_consumer_heartbeat_interval_ms: int = 5_000,
         controller_mutation_rate: float | None = None,
+        max_connections: int = 10_000,
+        max_connections_per_ip: int | None = None,
+        max_connections_per_ip_overrides: Mapping[str, int] | str | None = None,
+        authentication_timeout_ms: int = 10_000,
     ) -> None:
         try:
             self.path = os.path.abspath(os.fspath(path))
@@ -159,6 +173,7 @@ class Server:
             ("sasl", sasl),
             ("authorizer", authorizer),
             ("allow_plaintext", allow_plaintext),
+            ("metrics_allow_remote", metrics_allow_remote),
         ):
             if not isinstance(given, bool):
                 raise InvalidTypeError(f"{flag} must be a bool, not {type(given).__name__}")
@@ -166,9 +181,21 @@ class Server:
         for name, ms in (
             ("group_consumer_session_timeout_ms", group_consumer_session_timeout_ms),
             ("group_consumer_heartbeat_interval_ms", group_consumer_heartbeat_interval_ms),
+            ("authentication_timeout_ms", authentication_timeout_ms),
+            ("max_connections", max_connections),
         ):
             if isinstance(ms, bool) or not isinstance(ms, int) or ms < 1:
-                raise InvalidConfigError(f"{name} must be a positive int (milliseconds), not {ms!r}")
+                raise InvalidConfigError(f"{name} must be a positive int, not {ms!r}")
+        per_ip = max_connections_per_ip
+        if per_ip is not None and (isinstance(per_ip, bool) or not isinstance(per_ip, int) or per_ip < 0):
+            raise InvalidConfigError(f"max_connections_per_ip must be an int >= 0 or None, not {per_ip!r}")
+        overrides = max_connections_per_ip_overrides
+        if isinstance(overrides, Mapping):
+            overrides = ",".join(f"{host}:{count}" for host, count in overrides.items())
+        elif overrides is not None and not isinstance(overrides, str):
+            raise InvalidTypeError(
+                "max_connections_per_ip_overrides must be a {host: count} dict or 'host:count,...'"
+            )
         check_max_open_partitions(max_open_partitions)
         check_controller_mutation_rate(controller_mutation_rate)
         if acks_all not in ACKS_ALL:
@@ -184,6 +211,7 @@ class Server:
             fetch_max_bytes=fetch_max_bytes,
             acks_all=acks_all,
             metrics=metrics,
+            metrics_allow_remote=metrics_allow_remote,
             max_open_partitions=max_open_partitions,
             authorizer=authorizer,
             super_users=list(super_users),
@@ -196,6 +224,10 @@ class Server:
             controller_mutation_rate=(
                 None if controller_mutation_rate is None else float(controller_mutation_rate)
             ),
+            max_connections=max_connections,
+            max_connections_per_ip=per_ip,
+            max_connections_per_ip_overrides=overrides,
+            authentication_timeout_ms=authentication_timeout_ms,
         )
         self.address: str = self._native.local_addr
         #: What Kafka clients take as ``bootstrap.servers`` (the advertised listener).

@@ -29,6 +29,17 @@ fn check_temp(f: &File, tmp: &Path) -> Result<()> {
     ))
 }
 
+/// What tells one version of a file replaced by `write_atomically` from another (device, inode,
+/// size, mtime s and ns): a rename gives it a new inode, an edit in place a new size or mtime.
+/// None: there is no such file.
+pub type FileStamp = (u64, u64, u64, i64, i64);
+
+pub fn file_stamp(path: &Path) -> Option<FileStamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(path).ok()?;
+    Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+}
+
 /// Replace `dir/name` with `contents` atomically and durably.
 pub fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> Result<()> {
     write_file(dir, name, contents, false)

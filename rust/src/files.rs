@@ -103,6 +103,10 @@ pub const CHECKPOINT_LOCK_FILE: &str = ".kafkalite-checkpoints.lock";
 pub const PRODUCER_IDS_FILE: &str = ".kafkalite-producer-ids";
 /// SASL/SCRAM users: salted, hashed credentials, never passwords; mode 0600 (`users.rs`).
 pub const USERS_FILE: &str = ".kafkalite-users.json";
+/// The secret the server derives an unknown SCRAM user's made-up salt from, so the salt is the
+/// same for the same name across restarts and servers of the directory; mode 0600
+/// (`server/credentials.rs`).
+pub const SCRAM_DECOY_KEY_FILE: &str = ".kafkalite-scram-decoy.key";
 /// The server's ACLs (Kafka's ACL model); mode 0600 (`server/authorizer.rs`).
 pub const ACLS_FILE: &str = ".kafkalite-acls.json";
 /// Consumer-group state, one folder per group.

@@ -11,9 +11,10 @@
 //!                                                     "stored_key": "<base64>", "server_key": "<base64>"}}}}
 //! ```
 //!
-//! The server reads it at every authentication, so a user added or deleted while it runs counts
-//! from the next connection on (as Kafka applies credential changes without a restart), whether
-//! by `kafkalite users` or by AlterUserScramCredentials (`alter`) on any server of the directory.
+//! The server reads it again whenever it changed (`server::credentials`), so a user added or
+//! deleted while it runs counts from the next authentication on (as Kafka applies credential
+//! changes without a restart), whether by `kafkalite users` or by AlterUserScramCredentials
+//! (`alter`) on any server of the directory.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -35,7 +36,7 @@ pub const MAX_ITERATIONS: u32 = 16384;
 /// What `kafkalite users add` uses unless told (Kafka's default, 4096).
 pub const DEFAULT_ITERATIONS: u32 = 4096;
 /// Bytes of random salt per credential.
-const SALT_BYTES: usize = 32;
+pub const SALT_BYTES: usize = 32;
 /// The longest user name accepted (Kafka has none; this keeps SCRAM messages small).
 pub const MAX_USER_NAME: usize = 255;
 
@@ -307,7 +308,8 @@ pub fn alter(dir: &Path, changes: &[Alteration]) -> Result<Vec<bool>> {
     Ok(applied)
 }
 
-type Users = BTreeMap<String, BTreeMap<Mechanism, Credential>>;
+/// Every user's credentials, by mechanism.
+pub type Users = BTreeMap<String, BTreeMap<Mechanism, Credential>>;
 
 fn damaged(path: &Path, what: impl std::fmt::Display) -> Error {
     Error::CorruptMetadata(format!(
@@ -316,8 +318,9 @@ fn damaged(path: &Path, what: impl std::fmt::Display) -> Error {
     ))
 }
 
-/// The users file, parsed and checked; empty when there is none.
-fn read(dir: &Path) -> Result<Users> {
+/// The users file, parsed and checked; empty when there is none. A server keeps it parsed
+/// (`server::credentials`) and calls this again only when the file changed.
+pub fn read(dir: &Path) -> Result<Users> {
     let path = dir.join(USERS_FILE);
     let mut text = String::new();
     match crate::nofollow::open_read(&path, "the users file") {

@@ -23,10 +23,12 @@ impl NativeServer {
     #[new]
     #[pyo3(signature = (
         data_dir, listen, advertised=None, auto_create_topics=true, idle_timeout_ms=600_000, sasl=false,
-        fetch_max_bytes=FETCH_MAX_BYTES, acks_all="disk", metrics=None, max_open_partitions=None,
+        fetch_max_bytes=FETCH_MAX_BYTES, acks_all="disk", metrics=None, metrics_allow_remote=false, max_open_partitions=None,
         authorizer=false, super_users=Vec::new(), tls_cert=None, tls_key=None, tls_client_ca=None, allow_plaintext=false,
         group_consumer_session_timeout_ms=45_000, group_consumer_heartbeat_interval_ms=5_000,
         controller_mutation_rate=None,
+        max_connections=10_000, max_connections_per_ip=None, max_connections_per_ip_overrides=None,
+        authentication_timeout_ms=10_000,
     ))]
     #[allow(clippy::too_many_arguments)] // Python's keyword arguments
     fn new(
@@ -40,6 +42,7 @@ impl NativeServer {
         fetch_max_bytes: i32,
         acks_all: &str,
         metrics: Option<String>,
+        metrics_allow_remote: bool,
         max_open_partitions: Option<usize>,
         authorizer: bool,
         super_users: Vec<String>,
@@ -50,6 +53,10 @@ impl NativeServer {
         group_consumer_session_timeout_ms: u64,
         group_consumer_heartbeat_interval_ms: u64,
         controller_mutation_rate: Option<f64>,
+        max_connections: usize,
+        max_connections_per_ip: Option<usize>,
+        max_connections_per_ip_overrides: Option<String>,
+        authentication_timeout_ms: u64,
     ) -> PyResult<Self> {
         let tls = match (tls_cert, tls_key, tls_client_ca) {
             (None, None, None) => None,
@@ -69,6 +76,7 @@ impl NativeServer {
         config.idle_timeout = Duration::from_millis(idle_timeout_ms);
         config.sasl = sasl;
         config.metrics = metrics;
+        config.metrics_allow_remote = metrics_allow_remote;
         config.max_open_partitions = max_open_partitions;
         config.authorizer = if authorizer { AuthorizerMode::On } else { AuthorizerMode::Auto };
         config.super_users = super_users;
@@ -77,6 +85,12 @@ impl NativeServer {
         config.consumer_session_timeout = Duration::from_millis(group_consumer_session_timeout_ms);
         config.consumer_heartbeat_interval = Duration::from_millis(group_consumer_heartbeat_interval_ms);
         config.controller_mutation_rate = controller_mutation_rate;
+        config.max_connections = max_connections;
+        config.max_connections_per_ip = max_connections_per_ip.unwrap_or(usize::MAX);
+        if let Some(spec) = max_connections_per_ip_overrides {
+            config.max_connections_per_ip_overrides = crate::server::parse_connection_overrides(&spec)?;
+        }
+        config.authentication_timeout = Duration::from_millis(authentication_timeout_ms);
         let server = py.detach(|| Server::start(config))?;
         let local_addr = server.local_addr().to_string();
         let advertised = server.advertised();

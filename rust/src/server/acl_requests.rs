@@ -19,7 +19,6 @@ mod refusals;
 
 use bytes::Bytes;
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
 
 use super::authorizer::{op, operation_name, resource, resource_name, Who, CLUSTER_NAME};
 use super::broker::Broker;
@@ -76,11 +75,10 @@ fn needs(body: &Body, version: i16) -> Vec<Need> {
         // Their topics are checked one by one (`split`).
         Body::Produce(r) => r.transactional_id.iter().map(|t| txn(op::WRITE, t)).collect(),
         Body::Fetch(_) | Body::ListOffsets(_) | Body::CreateTopics(_) => Vec::new(),
-        Body::FindCoordinator(r) => {
-            let keys: Vec<&StrBytes> = if version >= 4 { r.coordinator_keys.iter().collect() } else { vec![&r.key] };
-            let by_key = |k: &&StrBytes| if r.key_type == 1 { txn(op::DESCRIBE, k) } else { group(op::DESCRIBE, k) };
-            keys.iter().map(by_key).collect()
-        }
+        // v4+ batches keys, each refused on its own (`Listing::coordinator_refusal`).
+        Body::FindCoordinator(_) if version >= 4 => Vec::new(),
+        Body::FindCoordinator(r) if r.key_type == 1 => vec![txn(op::DESCRIBE, &r.key)],
+        Body::FindCoordinator(r) => vec![group(op::DESCRIBE, &r.key)],
         Body::OffsetCommit(r) => vec![group(op::READ, &r.group_id)],
         Body::OffsetFetch(r) => {
             let mut out = Vec::new();

@@ -31,7 +31,6 @@
 
 use std::collections::BTreeSet;
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, RwLock};
 
@@ -318,14 +317,28 @@ pub struct Authorizer {
     super_users: BTreeSet<String>,
 }
 
+/// `super.users` as Kafka's `StandardAuthorizer.getConfiguredSuperUsers` reads them: each entry
+/// trimmed (`User:ops; User:admin` names two), empty ones skipped, and each a principal
+/// (`SecurityUtils.parseKafkaPrincipal`: TYPE:NAME, both non-empty), else the start fails.
+fn super_principals(given: &[String]) -> Result<BTreeSet<String>> {
+    let mut out = BTreeSet::new();
+    for p in given.iter().map(|p| p.trim()).filter(|p| !p.is_empty()) {
+        match p.split_once(':') {
+            Some((kind, name))
+                if !kind.is_empty() && !kind.contains(char::is_whitespace) && !name.trim().is_empty() =>
+            {
+                out.insert(p.to_string());
+            }
+            _ => return Err(Error::config(format!("super user {p:?} is not a principal such as User:alice"))),
+        }
+    }
+    Ok(out)
+}
+
 impl Authorizer {
     /// Read the data directory's ACLs; `loopback`: the listener's address is loopback.
     pub fn open(dir: &Path, mode: Mode, loopback: bool, super_users: &[String]) -> Result<Authorizer> {
-        for p in super_users {
-            if !matches!(p.split_once(':'), Some((k, n)) if !k.is_empty() && !n.is_empty()) {
-                return Err(Error::config(format!("super user {p:?} is not a principal such as User:alice")));
-            }
-        }
+        let super_users = super_principals(super_users)?;
         // The stamp before the content: a change in between is seen (and read) again next time.
         let stamp = stamp(dir);
         Ok(Authorizer {
@@ -334,7 +347,7 @@ impl Authorizer {
             stamp: Mutex::new(stamp),
             always: mode == Mode::On,
             when_any: mode == Mode::Auto && !loopback,
-            super_users: super_users.iter().cloned().collect(),
+            super_users,
         })
     }
 
@@ -457,11 +470,10 @@ impl Authorizer {
 
 /// What tells one version of the ACL file from another: it is replaced by rename (a new inode)
 /// and edited in place only by hand (a new size or mtime).
-type Stamp = (u64, u64, u64, i64, i64);
+type Stamp = crate::checkpoint::FileStamp;
 
 fn stamp(dir: &Path) -> Option<Stamp> {
-    let m = std::fs::symlink_metadata(dir.join(ACLS_FILE)).ok()?;
-    Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+    crate::checkpoint::file_stamp(&dir.join(ACLS_FILE))
 }
 
 fn damaged(path: &Path, what: impl std::fmt::Display) -> Error {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{Notify, Semaphore};
 
-use super::frame::QUEUED_MAX_REQUEST_BYTES;
+use super::frame::{QUEUED_MAX_REQUEST_BYTES, QUEUED_MAX_UNAUTHENTICATED_BYTES};
 use super::group::Coordinator;
 use super::offsets::{OffsetStore, OFFSETS_TOPIC};
 use super::open_logs::{Access, OpenLogs, OpenTurns, SharedLog};
@@ -117,6 +117,8 @@ pub struct Broker {
     pub blocking: Arc<Semaphore>,
     /// Request bytes buffered by all connections together.
     pub request_budget: Arc<Semaphore>,
+    /// Request bytes buffered by the connections not authenticated yet (`frame`).
+    pub unauthenticated_budget: Arc<Semaphore>,
     /// `fetch.max.bytes` and the response budget of fetches.
     pub fetch_limits: super::fetch::Limits,
     /// The transactions of the partitions read_committed clients read (`committed`).
@@ -143,6 +145,8 @@ pub struct Broker {
     pub metrics: super::metrics::Metrics,
     /// The ACLs and who they apply to (`authorizer`).
     pub acls: super::authorizer::Authorizer,
+    /// The SCRAM users SASL checks clients against (`credentials`).
+    pub credentials: super::credentials::Credentials,
     bridge: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -179,6 +183,7 @@ impl Broker {
             topic_creation: TopicCreation::new(config.controller_mutation_rate),
             blocking: Arc::new(Semaphore::new(BLOCKING_SLOTS)),
             request_budget: Arc::new(Semaphore::new(QUEUED_MAX_REQUEST_BYTES)),
+            unauthenticated_budget: Arc::new(Semaphore::new(QUEUED_MAX_UNAUTHENTICATED_BYTES)),
             fetch_limits: super::fetch::Limits::new(config.fetch_max_bytes),
             read_committed: Default::default(),
             acks_all: config.acks_all,
@@ -196,6 +201,7 @@ impl Broker {
                 super::listen::resolve(&config.listen)?.1,
                 &config.super_users,
             )?,
+            credentials: super::credentials::Credentials::open(&config.data_dir, config.sasl)?,
             bridge: Mutex::new(Some(bridge)),
         })
     }

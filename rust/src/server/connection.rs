@@ -11,9 +11,8 @@
 //! Logged on `kafkalite.server.connection` (Kafka's `SocketServer` levels): connections opened
 //! and closed at DEBUG, frames and requests that close a connection at WARNING with the peer.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
@@ -22,6 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
+use super::admission::{Admission, Limits, Refused, Ticket};
 use super::broker::Broker;
 use super::dispatch::{decode_request, handle, Answer, DecodeError};
 use super::frame::{read_frame, FrameError};
@@ -33,6 +33,10 @@ use super::ServerConfig;
 
 /// The `log` target (Python: `logging.getLogger("kafkalite.server.connection")`).
 const TARGET: &str = "kafkalite::server::connection";
+
+/// Why a connection closes when it was evicted (`admission`).
+const EVICTED: &str = "closed to make room: the listener is full (max.connections) and this connection \
+                       had not authenticated";
 
 /// The longest a response may take to be written (or `connections.max.idle.ms` if shorter): a
 /// client that sends a Fetch and never reads its answer would otherwise keep the response, and
@@ -78,7 +82,11 @@ pub async fn accept_loop(
     tls: Option<TlsAcceptor>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let open = Arc::new(AtomicUsize::new(0));
+    let admission = Admission::new(Limits {
+        max_connections: config.max_connections,
+        max_per_ip: config.max_connections_per_ip,
+        overrides: config.max_connections_per_ip_overrides.clone(),
+    });
     let mut failing = false; // accept errors are said once per run of them, not every 50 ms
     loop {
         let accepted = tokio::select! {
@@ -100,22 +108,56 @@ pub async fn accept_loop(
                 continue;
             }
         };
-        if open.load(Ordering::SeqCst) >= config.max_connections {
-            log::warn!(
-                target: TARGET,
-                "closed a connection from {peer} at once: {} connections are open (max.connections)",
-                config.max_connections
-            );
-            drop(stream); // over max.connections: closed at once
-            continue;
-        }
-        open.fetch_add(1, Ordering::SeqCst);
-        let (broker, open, stop, idle, sasl, tls) =
-            (broker.clone(), open.clone(), stop.clone(), config.idle_timeout, config.sasl, tls.clone());
+        let ticket = match admission.admit(peer.ip()) {
+            Ok(ticket) => ticket,
+            Err(refused) => {
+                let why = match refused {
+                    Refused::PerIp(n) => {
+                        format!("{n} connections from {} are open (max.connections.per.ip)", peer.ip())
+                    }
+                    Refused::Full(n) => format!("{n} authenticated connections are open (max.connections)"),
+                };
+                log::warn!(target: TARGET, "closed a connection from {peer} at once: {why}");
+                drop(stream);
+                continue;
+            }
+        };
+        let (broker, stop, tls) = (broker.clone(), stop.clone(), tls.clone());
+        let limits = Deadlines {
+            idle: config.idle_timeout,
+            authentication: config.sasl.then(|| Instant::now() + config.authentication_timeout),
+        };
+        let sasl = config.sasl;
         tokio::spawn(async move {
-            serve(stream, &broker, idle, sasl, tls, stop).await;
-            open.fetch_sub(1, Ordering::SeqCst);
+            serve(stream, &broker, limits, sasl, tls, stop, &ticket).await;
+            drop(ticket);
         });
+    }
+}
+
+/// How long a connection may wait: for its next request (`connections.max.idle.ms`), and, on a
+/// SASL listener, to be authenticated (`--authentication-timeout-ms`, from its accept).
+#[derive(Clone, Copy)]
+struct Deadlines {
+    idle: Duration,
+    authentication: Option<Instant>,
+}
+
+impl Deadlines {
+    /// How long the next read may take, and whether running out means the authentication
+    /// deadline (true) or idleness.
+    fn next_read(&self, authenticated: bool) -> (Duration, bool) {
+        match self.authentication {
+            Some(at) if !authenticated => {
+                let left = at.saturating_duration_since(Instant::now());
+                if left < self.idle {
+                    (left, true)
+                } else {
+                    (self.idle, false)
+                }
+            }
+            _ => (self.idle, false),
+        }
     }
 }
 
@@ -154,15 +196,18 @@ async fn closed_by_peer<R: AsyncRead + Unpin>(reader: &mut BufReader<R>) {
 
 /// Serve one client until it closes, fails its TLS handshake (`tls`: the listener is SSL or
 /// SASL_SSL), sends something we cannot answer, fails to authenticate (`sasl`: the listener is
-/// SASL_PLAINTEXT or SASL_SSL), idles past `connections.max.idle.ms`, or the server stops.
+/// SASL_PLAINTEXT or SASL_SSL) or to within its deadline, idles past `connections.max.idle.ms`,
+/// is evicted to make room for another (`ticket`, while not authenticated), or the server stops.
 async fn serve(
     stream: TcpStream,
     broker: &Arc<Broker>,
-    idle: Duration,
+    limits: Deadlines,
     sasl: bool,
     tls: Option<TlsAcceptor>,
     stop: watch::Receiver<bool>,
+    ticket: &Ticket,
 ) {
+    let idle = limits.idle;
     let _ = stream.set_nodelay(true);
     let addr = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "an unknown peer".into());
     // Kafka's DescribeGroups shows members' hosts as "/<ip>".
@@ -172,12 +217,13 @@ async fn serve(
         None => {
             let session = Session::new(sasl, &peer, Principal::anonymous());
             let (reader, writer) = stream.into_split();
-            serve_until_closed(reader, writer, session, broker, idle, &addr, &peer, stop).await
+            serve_until_closed(reader, writer, session, broker, limits, &addr, &peer, stop, ticket).await
         }
         Some(acceptor) => {
             let mut until_stop = stop.clone();
             let shaken = tokio::select! {
                 _ = until_stop.changed() => Err(Some("the server stops".to_string())),
+                _ = ticket.evicted() => Err(Some(EVICTED.to_string())),
                 shaken = tls::handshake(&acceptor, stream, idle.min(tls::HANDSHAKE_TIMEOUT)) => shaken,
             };
             match shaken {
@@ -188,7 +234,7 @@ async fn serve(
                     }
                     let session = Session::new(sasl, &peer, principal);
                     let (reader, writer) = tokio::io::split(stream);
-                    serve_until_closed(reader, writer, session, broker, idle, &addr, &peer, stop).await
+                    serve_until_closed(reader, writer, session, broker, limits, &addr, &peer, stop, ticket).await
                 }
                 Err(None) => "closed by the client before a TLS handshake".into(),
                 Err(Some(why)) => {
@@ -209,11 +255,14 @@ async fn serve_until_closed<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     mut writer: W,
     mut session: Session,
     broker: &Arc<Broker>,
-    idle: Duration,
+    limits: Deadlines,
     addr: &str,
     peer: &str,
     mut stop: watch::Receiver<bool>,
+    ticket: &Ticket,
 ) -> String {
+    let idle = limits.idle;
+    let mut authenticated = false;
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
     let write_deadline = idle.min(RESPONSE_WRITE_DEADLINE);
     // Produce answers waiting for their syncs (`pipeline`).
@@ -233,10 +282,20 @@ async fn serve_until_closed<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 _ = reader.fill_buf(), if !answers.is_full() => break,
             }
         }
+        if !authenticated && session.authenticated() {
+            authenticated = true;
+            ticket.authenticated();
+        }
         let max = session.max_frame();
+        let budget = if authenticated { &broker.request_budget } else { &broker.unauthenticated_budget };
+        let (wait, for_authentication) = limits.next_read(authenticated);
         let frame = tokio::select! {
             _ = stop.changed() => return "the server stops".into(),
-            read = tokio::time::timeout(idle, read_frame(&mut reader, &broker.request_budget, max)) => match read {
+            _ = ticket.evicted(), if !authenticated => {
+                log::warn!(target: TARGET, "closing the connection from {addr}: {EVICTED}");
+                return EVICTED.into();
+            }
+            read = tokio::time::timeout(wait, read_frame(&mut reader, budget, max)) => match read {
                 Ok(Ok(frame)) => {
                     broker.metrics.bytes_in(4 + frame.bytes.len());
                     frame
@@ -259,15 +318,19 @@ async fn serve_until_closed<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                     log::warn!(target: TARGET, "closing the connection from {addr}: reading a request failed: {e}");
                     return format!("read failed: {e}");
                 }
+                Err(_) if for_authentication => {
+                    log::info!(target: TARGET, "closing the connection from {addr}: not authenticated in time");
+                    return "not authenticated within --authentication-timeout-ms".into();
+                }
                 Err(_) => return format!("idle for more than connections.max.idle.ms ({} ms)", idle.as_millis()),
             },
         };
         let (outcome, request) = if session.expects_raw_token() {
-            (session.raw_token(&frame.bytes, broker.dir.path()), None)
+            (session.raw_token(&frame.bytes, &broker.credentials), None)
         } else {
             // Kafka closes a connection whose request it cannot parse (InvalidRequestException).
             match decode_request(frame.bytes.clone()) {
-                Ok(request) => (session.admit(&request, broker.dir.path()), Some(request)),
+                Ok(request) => (session.admit(&request, &broker.credentials), Some(request)),
                 Err(e) => {
                     log::warn!(target: TARGET, "closing the connection from {addr}: cannot decode its request: {}", e.0);
                     return format!("undecodable request: {}", e.0);

@@ -7,6 +7,7 @@ use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
 use kafka_protocol::protocol::StrBytes;
 
+use super::acl_requests::Listing;
 use super::broker::Broker;
 use super::codes;
 use super::metadata::NODE_ID;
@@ -28,11 +29,18 @@ fn answer(key_type: i8, key: &StrBytes) -> (i16, Option<&'static str>) {
     }
 }
 
+/// A key answered with `code` and Kafka's `Node.noNode` (id -1, port -1).
+fn no_node(c: Coordinator, code: i16) -> Coordinator {
+    c.with_error_code(code).with_node_id(BrokerId(-1)).with_port(-1)
+}
+
+/// Coordinator keys (v4+) the principal may not DESCRIBE are refused one by one (`listing`).
 pub fn find_coordinator(
     broker: &Broker,
     request: FindCoordinatorRequest,
     version: i16,
     peer: &str,
+    listing: &Listing,
 ) -> FindCoordinatorResponse {
     let (host, port) = broker.advertised();
     let key_type = request.key_type;
@@ -46,14 +54,14 @@ pub fn find_coordinator(
             .iter()
             .map(|key| {
                 let c = Coordinator::default().with_key(key.clone());
+                if let Some(code) = listing.coordinator_refusal(key_type, key) {
+                    return no_node(c, code);
+                }
                 match answer(key_type, key) {
                     (codes::NONE, _) => {
                         c.with_node_id(BrokerId(NODE_ID)).with_host(StrBytes::from_string(host.clone())).with_port(port)
                     }
-                    (code, message) => c
-                        .with_error_code(refuse(code, key, message.unwrap_or("")))
-                        .with_node_id(BrokerId(-1))
-                        .with_port(-1)
+                    (code, message) => no_node(c, refuse(code, key, message.unwrap_or("")))
                         .with_error_message(message.map(StrBytes::from_static_str)),
                 }
             })

@@ -381,7 +381,7 @@ pub async fn handle(broker: &Arc<Broker>, mut request: Request, peer: &str, who:
             });
         }
         Body::Fetch(r) => fetch::answer(broker, r, v, id, peer, refused.fetch()).await?,
-        Body::FindCoordinator(r) => frame(key, v, id, &coordinator::find_coordinator(broker, r, v, peer))?,
+        Body::FindCoordinator(r) => frame(key, v, id, &coordinator::find_coordinator(broker, r, v, peer, &listing))?,
         Body::OffsetCommit(r) => {
             let committed = blocking(broker, key, move |b| offset_commit::offset_commit(b, r, v, &client)).await?;
             frame(key, v, id, &refused.offset_commit(committed))?
@@ -465,7 +465,9 @@ pub async fn handle(broker: &Arc<Broker>, mut request: Request, peer: &str, who:
             key,
             v,
             id,
-            &blocking(broker, key, move |b| transactions_admin::describe_transactions(b, r, &client)).await?,
+            &listing.describe_transactions(
+                blocking(broker, key, move |b| transactions_admin::describe_transactions(b, r, &client)).await?,
+            ),
         )?,
         Body::ListTransactions(r) => {
             let listed =

@@ -2,8 +2,9 @@
 //! The size is checked against `socket.request.max.bytes` before anything is buffered, and
 //! the body is read as it arrives (never allocated up front from the claimed size), with the
 //! bytes of large frames held by all connections together bounded by a shared budget
-//! (`queued.max.request.bytes`), so hostile sizes cannot exhaust memory. Frames of one chunk
-//! or less skip the budget, so small requests are never locked out by stalled large ones.
+//! (`queued.max.request.bytes`), so hostile sizes cannot exhaust memory; connections that have
+//! not authenticated draw on a small budget of their own. Frames of one chunk or less skip the
+//! budget, so small requests are never locked out by stalled large ones.
 
 use std::sync::Arc;
 
@@ -15,6 +16,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 pub const MAX_REQUEST_BYTES: i32 = 100 * 1024 * 1024;
 /// The most request bytes buffered across all connections at once.
 pub const QUEUED_MAX_REQUEST_BYTES: usize = 512 * 1024 * 1024;
+/// The most bytes of large frames (over one chunk) buffered across connections that have not
+/// authenticated: a budget of their own, so sockets that never authenticate, each stalled in a
+/// frame of `sasl.server.max.receive.size`, cannot take the authenticated clients' budget
+/// (1,024 of them held all 512 MiB). A real client's frames before authentication (ApiVersions,
+/// SaslHandshake, a SCRAM message) are far below one chunk and never wait on it.
+pub const QUEUED_MAX_UNAUTHENTICATED_BYTES: usize = 16 * 1024 * 1024;
 /// The most record bytes of fetch responses read and not yet written, across all connections
 /// (`fetch::Limits`): the response side of `queued.max.request.bytes`. Each byte may be resident
 /// twice while its response is encoded (the mapped page and the frame's copy), so this bounds

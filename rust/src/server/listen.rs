@@ -92,26 +92,90 @@ pub fn security(
                 .to_string()
         });
     }
-    if !loopback && !asked.tls && !asked.allow_plaintext {
-        missing.push(
-            "records and logins would cross the network in clear: give a TLS certificate and key \
-             (--tls-cert PEM --tls-key PEM; tls=... in kafkalite.Server), or --allow-plaintext to accept that"
-                .to_string(),
-        );
-    }
-    if !missing.is_empty() {
-        let beyond = if loopback { "" } else { ", which is not a loopback address" };
-        return Err(Error::config(format!("cannot listen on {listen}{beyond}: {}", missing.join("; "))));
-    }
-    if !loopback && !asked.tls {
-        ::log::warn!(
-            target: crate::server::LOG_TARGET,
+    let clear = Exposure {
+        accepted: asked.allow_plaintext,
+        refusal: "records and logins would cross the network in clear: give a TLS certificate and key \
+                  (--tls-cert PEM --tls-key PEM; tls=... in kafkalite.Server), or --allow-plaintext to accept that",
+        warning: format!(
             "WARNING: listening on {listen} WITHOUT TLS (--allow-plaintext): every record, and every \
              client's SCRAM exchange, crosses the network in clear, readable and alterable by anyone on \
              the path; give --tls-cert and --tls-key to encrypt"
-        );
+        ),
+    };
+    let warning = match exposed(loopback, (!asked.tls).then_some(clear)) {
+        Ok(warning) => warning,
+        Err(refusal) => {
+            missing.push(refusal.to_string());
+            None
+        }
+    };
+    if !missing.is_empty() {
+        return Err(Error::config(format!("cannot listen on {listen}{}: {}", beyond(loopback), missing.join("; "))));
+    }
+    if let Some(warning) = warning {
+        ::log::warn!(target: crate::server::LOG_TARGET, "{warning}");
     }
     Ok(Security { tls: asked.tls, sasl })
+}
+
+/// What a socket beyond loopback would expose (it lacks TLS, or authentication), and whether
+/// that was accepted with its flag (`--allow-plaintext`, `--metrics-allow-remote`).
+pub struct Exposure {
+    pub accepted: bool,
+    /// What is wrong and how to fix or accept it, for the refusal.
+    pub refusal: &'static str,
+    /// The WARNING logged at each start when it was accepted.
+    pub warning: String,
+}
+
+/// The one rule of every socket the server listens on: on loopback it may lack TLS and
+/// authentication; beyond it, what it lacks (`exposure`; None: it lacks nothing) is refused
+/// (Err: the refusal's reason) unless accepted, and then the WARNING to log (Some).
+pub fn exposed(loopback: bool, exposure: Option<Exposure>) -> std::result::Result<Option<String>, &'static str> {
+    match exposure {
+        Some(e) if !loopback && !e.accepted => Err(e.refusal),
+        Some(e) if !loopback => Ok(Some(e.warning)),
+        _ => Ok(None),
+    }
+}
+
+/// What a refusal says of an address that is not loopback.
+fn beyond(loopback: bool) -> &'static str {
+    if loopback {
+        ""
+    } else {
+        ", which is not a loopback address"
+    }
+}
+
+/// The metrics endpoint (`--metrics`): plain HTTP without authentication whose page names every
+/// topic and group with its lag, so under the listener's rule (`exposed`) it is loopback only
+/// unless `allow_remote` (`--metrics-allow-remote`). Returns the address to bind.
+pub fn metrics(at: &str, allow_remote: bool) -> Result<SocketAddr> {
+    let (addr, loopback) = resolve(at).map_err(|e| match e {
+        Error::InvalidConfig(why) => Error::config(format!("metrics endpoint: {why}")),
+        other => other,
+    })?;
+    let open = Exposure {
+        accepted: allow_remote,
+        refusal: "the metrics page has neither TLS nor authentication and names every topic and group, with \
+                  each group's lag, to anyone who can reach it: serve it on 127.0.0.1 (and scrape it through \
+                  a proxy that authenticates), or give --metrics-allow-remote (metrics_allow_remote=True) to \
+                  accept that",
+        warning: format!(
+            "WARNING: serving metrics on {at} beyond loopback (--metrics-allow-remote): every topic and group \
+             name, with each group's lag, is readable by anyone who can reach it, without TLS or authentication"
+        ),
+    };
+    match exposed(loopback, Some(open)) {
+        Err(why) => Err(Error::config(format!("metrics endpoint: cannot listen on {at}{}: {why}", beyond(loopback)))),
+        Ok(warning) => {
+            if let Some(warning) = warning {
+                ::log::warn!(target: crate::server::LOG_TARGET, "{warning}");
+            }
+            Ok(addr)
+        }
+    }
 }
 
 /// Kafka refuses to advertise the wildcard address (0.0.0.0, ::): clients elsewhere cannot connect
@@ -156,6 +220,10 @@ mod tests {
         assert_eq!(security("127.0.0.1:9092", true, tls, || panic!("no SASL")).unwrap().protocol(), "SSL");
         let sasl = Asked { sasl: true, ..asked };
         assert!(security("127.0.0.1:9092", true, sasl, || Ok(false)).is_err());
+        let err = metrics("0.0.0.0:9404", false).unwrap_err().to_string();
+        assert!(err.contains("--metrics-allow-remote") && err.contains("not a loopback address"), "{err}");
+        assert!(metrics("0.0.0.0:9404", true).is_ok());
+        assert!(metrics("127.0.0.1:0", false).is_ok());
         let any = resolve("0.0.0.0:9092").unwrap().0;
         assert!(check_advertised("0.0.0.0:9092", any, None).unwrap_err().to_string().contains("advertised"));
         assert!(check_advertised("0.0.0.0:9092", any, Some("host:9092")).is_ok());

@@ -11,7 +11,7 @@
 //! partitions, append wake-ups) with `open_logs` (which partitions stay open: at most
 //! `--max-open-partitions` unused ones, by default a share of RLIMIT_NOFILE), `codes` (engine errors as Kafka error codes), `sasl` (a
 //! connection's SASL state: SaslHandshake, SaslAuthenticate, what is allowed before
-//! authentication) over `scram` (one SCRAM exchange, checked against `crate::users`), and one file
+//! authentication) over `scram` (one SCRAM exchange, checked against `credentials`: `crate::users` kept in memory), and one file
 //! per API family: `metadata` (Metadata, CreateTopics), `produce` (with `durable`: what acks=all
 //! waits for), `fetch` (with its limits and response budget), `list_offsets`, `committed` (what
 //! read_committed Fetch and ListOffsets see: the last stable offset, aborted transactions),
@@ -62,6 +62,7 @@
 
 mod acl_api;
 mod acl_requests;
+mod admission;
 mod assignors;
 mod authorizer;
 mod broker;
@@ -74,6 +75,7 @@ mod connection;
 mod consumer_group;
 mod consumer_group_api;
 mod coordinator;
+mod credentials;
 mod delete_records;
 mod describe_producers;
 mod dispatch;
@@ -122,12 +124,17 @@ use tokio::sync::watch;
 pub const LOG_TARGET: &str = "kafkalite::server";
 
 use crate::error::{Error, Result};
+pub use admission::parse_overrides as parse_connection_overrides;
 pub use authorizer::Mode as AuthorizerMode;
 pub use broker::Broker;
 pub use dispatch::{decode_request, SUPPORTED as SUPPORTED_APIS};
 pub use durable::AcksAll;
 pub use fetch::{FETCH_MAX_BYTES, FETCH_MAX_BYTES_MIN};
 pub use tls::TlsFiles;
+
+/// `--authentication-timeout-ms`'s default: a client authenticates in milliseconds (a SCRAM
+/// exchange at 16,384 iterations included), so ten seconds only waits for a slow network.
+pub const DEFAULT_AUTHENTICATION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How a server is started (Kafka's broker setting names in the comments).
 #[derive(Clone, Debug)]
@@ -150,8 +157,15 @@ pub struct ServerConfig {
     pub default_partitions: i32,
     /// `connections.max.idle.ms` (Kafka's default: 10 minutes).
     pub idle_timeout: Duration,
-    /// `max.connections`: more are accepted and closed at once.
+    /// `max.connections`: when this many are open, the oldest that has not authenticated is
+    /// closed to make room, or (all authenticated) the new one is closed at once (`admission`).
     pub max_connections: usize,
+    /// `max.connections.per.ip` (Kafka's default: unlimited), and its per-address overrides.
+    pub max_connections_per_ip: usize,
+    pub max_connections_per_ip_overrides: std::collections::HashMap<std::net::IpAddr, usize>,
+    /// With SASL: a connection not authenticated this long after it was accepted is closed,
+    /// whatever it sent meanwhile (ApiVersions does not extend it).
+    pub authentication_timeout: Duration,
     /// `fetch.max.bytes`: the most record bytes of one Fetch response (Kafka's default: 55 MiB;
     /// at least 1024).
     pub fetch_max_bytes: i32,
@@ -160,6 +174,8 @@ pub struct ServerConfig {
     pub acks_all: AcksAll,
     /// HOST:PORT of the Prometheus text endpoint (`kafkalite serve --metrics`); None: no endpoint.
     pub metrics: Option<String>,
+    /// Serve the metrics endpoint beyond loopback (`--metrics-allow-remote`), with a WARNING.
+    pub metrics_allow_remote: bool,
     /// The most partition logs kept open that no request is using (`--max-open-partitions`);
     /// None: a share of RLIMIT_NOFILE (`open_logs::default_max_open`), after `start` raised it.
     pub max_open_partitions: Option<usize>,
@@ -190,9 +206,13 @@ impl ServerConfig {
             default_partitions: 1,
             idle_timeout: Duration::from_secs(600),
             max_connections: 10_000,
+            max_connections_per_ip: usize::MAX,
+            max_connections_per_ip_overrides: Default::default(),
+            authentication_timeout: DEFAULT_AUTHENTICATION_TIMEOUT,
             fetch_max_bytes: FETCH_MAX_BYTES,
             acks_all: AcksAll::Disk,
             metrics: None,
+            metrics_allow_remote: false,
             max_open_partitions: None,
             authorizer: AuthorizerMode::Auto,
             super_users: Vec::new(),
@@ -220,6 +240,9 @@ impl Server {
     pub fn start(config: ServerConfig) -> Result<Server> {
         if config.max_open_partitions == Some(0) {
             return Err(Error::config("max_open_partitions must be at least 1"));
+        }
+        if config.max_connections == 0 || config.authentication_timeout.is_zero() {
+            return Err(Error::config("max.connections and the authentication timeout must be at least 1"));
         }
         if config.fetch_max_bytes < FETCH_MAX_BYTES_MIN {
             return Err(Error::config(format!(
@@ -253,10 +276,7 @@ impl Server {
         let local_addr = listener.local_addr().map_err(|e| Error::io("cannot read the bound address", e))?;
         let metrics_listener = match &config.metrics {
             Some(at) => {
-                let (addr, _) = listen::resolve(at).map_err(|e| match e {
-                    Error::InvalidConfig(why) => Error::config(format!("metrics endpoint: {why}")),
-                    other => other,
-                })?;
+                let addr = listen::metrics(at, config.metrics_allow_remote)?;
                 let l = runtime
                     .block_on(TcpListener::bind(addr))
                     .map_err(|e| Error::io(format!("cannot listen for metrics on {addr}"), e))?;

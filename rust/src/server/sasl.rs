@@ -9,7 +9,6 @@
 //! On a listener without SASL (loopback PLAINTEXT) and after authentication, SaslHandshake and
 //! SaslAuthenticate get ILLEGAL_SASL_STATE, as Kafka's `KafkaApis` answers them.
 
-use std::path::Path;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -17,12 +16,13 @@ use kafka_protocol::messages::{ApiKey, SaslAuthenticateResponse, SaslHandshakeRe
 use kafka_protocol::protocol::StrBytes;
 
 use super::codes;
+use super::credentials::Credentials;
 use super::dispatch::{frame, Body, Request};
 use super::frame::MAX_REQUEST_BYTES;
 use super::principal::Principal;
 use super::scram::{ScramServer, Step};
 use super::LOG_TARGET;
-use crate::users::{self, Mechanism};
+use crate::users::Mechanism;
 
 /// Kafka's `sasl.server.max.receive.size`: the largest frame read before authentication.
 pub const MAX_UNAUTHENTICATED_FRAME: i32 = 512 * 1024;
@@ -78,7 +78,8 @@ impl Session {
         &self.principal
     }
 
-    fn authenticated(&self) -> bool {
+    /// Authenticated, or on a listener that does not ask for it.
+    pub fn authenticated(&self) -> bool {
         !self.required || matches!(self.state, State::Authenticated)
     }
 
@@ -98,9 +99,9 @@ impl Session {
 
     /// A bare token after SaslHandshake v0: answered with a bare size-prefixed token; a failure
     /// closes the connection (the v0 framing has no way to carry an error).
-    pub fn raw_token(&mut self, token: &[u8], dir: &Path) -> Outcome {
+    pub fn raw_token(&mut self, token: &[u8], users: &Credentials) -> Outcome {
         let State::RawTokens(scram) = &mut self.state else { return Outcome::Close };
-        match step(scram, token, dir, &self.peer) {
+        match step(scram, token, users, &self.peer) {
             Ok((reply, done)) => {
                 if let Some(user) = done {
                     self.authenticated_as(user);
@@ -122,7 +123,7 @@ impl Session {
     }
 
     /// Decide what happens to a decoded request.
-    pub fn admit(&mut self, request: &Request, dir: &Path) -> Outcome {
+    pub fn admit(&mut self, request: &Request, users: &Credentials) -> Outcome {
         let v = request.header.request_api_version;
         let id = request.header.correlation_id;
         match &request.body {
@@ -132,7 +133,7 @@ impl Session {
                 encode(ApiKey::SaslHandshake, v, id, &body, outcome)
             }
             Body::SaslAuthenticate(r) => {
-                let (outcome, code, message, bytes) = self.authenticate(&r.auth_bytes, dir);
+                let (outcome, code, message, bytes) = self.authenticate(&r.auth_bytes, users);
                 let body = SaslAuthenticateResponse::default()
                     .with_error_code(code)
                     .with_error_message(message.map(StrBytes::from_string))
@@ -172,7 +173,7 @@ impl Session {
     }
 
     /// SaslAuthenticate: the outcome, error code, error message and the server's SCRAM message.
-    fn authenticate(&mut self, token: &[u8], dir: &Path) -> (Kind, i16, Option<String>, Bytes) {
+    fn authenticate(&mut self, token: &[u8], users: &Credentials) -> (Kind, i16, Option<String>, Bytes) {
         let scram = match &mut self.state {
             State::Authenticate(scram) if self.required => scram,
             State::Handshake if self.required => {
@@ -184,7 +185,7 @@ impl Session {
                 return (Kind::Reply, codes::ILLEGAL_SASL_STATE, Some(why.into()), Bytes::new());
             }
         };
-        match step(scram, token, dir, &self.peer) {
+        match step(scram, token, users, &self.peer) {
             Ok((reply, done)) => {
                 if let Some(user) = done {
                     self.authenticated_as(user);
@@ -212,10 +213,15 @@ fn encode<T: kafka_protocol::protocol::Encodable>(key: ApiKey, v: i16, id: i32, 
 
 /// One SCRAM step with the data directory's users: the server's message and, once the client
 /// is authenticated, its user name; or the message for the client.
-fn step(scram: &mut ScramServer, token: &[u8], dir: &Path, peer: &str) -> Result<(Vec<u8>, Option<String>), String> {
+fn step(
+    scram: &mut ScramServer,
+    token: &[u8],
+    users: &Credentials,
+    peer: &str,
+) -> Result<(Vec<u8>, Option<String>), String> {
     let mechanism = scram.mechanism();
     let lookup = |user: &str| {
-        users::credential(dir, user, mechanism).map_err(|e| {
+        users.lookup(user, mechanism).map_err(|e| {
             ::log::error!(target: LOG_TARGET, "cannot check SASL credentials: {e}");
             "the server cannot read its users file".to_string()
         })

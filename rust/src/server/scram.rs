@@ -3,16 +3,15 @@
 //! client-final (channel binding, nonce, proof) → server-final (server signature).
 //!
 //! Every client message is hostile until checked: any bytes produce an error, never a panic.
-//! An unknown user gets a made-up salt and fails at the proof like a wrong password, so the
-//! exchange does not tell which user names exist. Proofs are compared in constant time.
-
-use std::sync::OnceLock;
+//! An unknown user gets a made-up credential (`credentials`) and fails at the proof like a
+//! wrong password, so the exchange does not tell which user names exist. Proofs are compared in
+//! constant time.
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use subtle::ConstantTimeEq;
 
-use crate::users::{random_bytes, Credential, Mechanism, DEFAULT_ITERATIONS};
+use crate::users::{random_bytes, Credential, Mechanism};
 
 /// The longest client message accepted (a real one is well under 1 KiB).
 pub const MAX_MESSAGE: usize = 4096;
@@ -78,12 +77,13 @@ impl ScramServer {
     }
 
     /// Take the client's next message. `lookup` finds a user's credential for this mechanism
-    /// (None: no such user; Err: the users file cannot be read, which fails the exchange).
+    /// and whether the user exists (false: a made-up credential no proof matches; Err: the users
+    /// file cannot be read, which fails the exchange).
     /// After an error the exchange is over: every later message fails too.
     pub fn step(
         &mut self,
         message: &[u8],
-        lookup: impl FnOnce(&str) -> Result<Option<Credential>, String>,
+        lookup: impl FnOnce(&str) -> Result<(Credential, bool), String>,
     ) -> Result<Step, ScramError> {
         let state = std::mem::replace(&mut self.state, State::Finished);
         if message.len() > MAX_MESSAGE {
@@ -105,7 +105,7 @@ impl ScramServer {
     fn client_first(
         &self,
         text: &str,
-        lookup: impl FnOnce(&str) -> Result<Option<Credential>, String>,
+        lookup: impl FnOnce(&str) -> Result<(Credential, bool), String>,
     ) -> Result<Pending, ScramError> {
         let bad = || fail("Authentication failed: invalid SCRAM client first message");
         // gs2-header = gs2-cbind-flag "," [ authzid ] ","
@@ -138,10 +138,7 @@ impl ScramServer {
                 ));
             }
         }
-        let (credential, known) = match lookup(&user).map_err(|e| fail(format!("Authentication failed: {e}")))? {
-            Some(c) => (c, true),
-            None => (self.decoy(&user), false),
-        };
+        let (credential, known) = lookup(&user).map_err(|e| fail(format!("Authentication failed: {e}")))?;
         let server_nonce = random_bytes(NONCE_BYTES).map_err(|e| fail(format!("Authentication failed: {e}")))?;
         let nonce = format!("{client_nonce}{}", BASE64.encode(server_nonce));
         let server_first = format!("r={nonce},s={},i={}", BASE64.encode(&credential.salt), credential.iterations);
@@ -183,22 +180,6 @@ impl ScramServer {
         }
         let server_signature = m.hmac(&p.credential.server_key, auth_message.as_bytes());
         Ok(Step::Done { user: p.user.clone(), response: format!("v={}", BASE64.encode(server_signature)).into_bytes() })
-    }
-
-    /// A credential for a user that does not exist: its salt is the same for the same name
-    /// within this process (a client asking twice sees no difference), its keys random.
-    fn decoy(&self, user: &str) -> Credential {
-        static KEY: OnceLock<Vec<u8>> = OnceLock::new();
-        let key = KEY.get_or_init(|| random_bytes(32).unwrap_or_else(|_| b"kafkalite-decoy".to_vec()));
-        let salt = self.mechanism.hmac(key, format!("{}\0{user}", self.mechanism.name()).as_bytes());
-        let keys = random_bytes(2 * self.mechanism.hash_len()).unwrap_or_default();
-        let (stored_key, server_key) = keys.split_at(keys.len() / 2);
-        Credential {
-            salt: salt[..salt.len().min(32)].to_vec(),
-            iterations: DEFAULT_ITERATIONS,
-            stored_key: stored_key.to_vec(),
-            server_key: server_key.to_vec(),
-        }
     }
 }
 
@@ -242,8 +223,8 @@ mod tests {
         format!("{without_proof},p={}", BASE64.encode(proof))
     }
 
-    fn users(m: Mechanism) -> impl Fn(&str) -> Result<Option<Credential>, String> {
-        move |user| Ok((user == "alice").then(|| Credential::derive(m, b"pw", b"salty", 16)))
+    fn users(m: Mechanism) -> impl Fn(&str) -> Result<(Credential, bool), String> {
+        move |user| Ok((Credential::derive(m, b"pw", b"salty", 16), user == "alice"))
     }
 
     fn exchange(m: Mechanism, user: &str, password: &[u8]) -> Result<Step, ScramError> {

@@ -2,7 +2,9 @@
 //! Metadata leaves out topics the principal may not DESCRIBE and answers a named one
 //! TOPIC_AUTHORIZATION_FAILED (also a missing one it may not CREATE, rather than creating it);
 //! ListGroups lists only the groups it may DESCRIBE (all with DESCRIBE on the cluster);
-//! ListTransactions only the transactional ids it may DESCRIBE.
+//! ListTransactions only the transactional ids it may DESCRIBE. Kafka also answers these
+//! per item rather than whole: FindCoordinator v4+ refuses each key it may not DESCRIBE on its
+//! own, and DescribeTransactions leaves out the topics it may not DESCRIBE.
 
 use std::collections::BTreeSet;
 
@@ -90,6 +92,32 @@ impl<'a> Listing<'a> {
     pub fn list_groups(&self, mut response: ListGroupsResponse) -> ListGroupsResponse {
         if self.broker.acls.enforced() && !self.may(op::DESCRIBE, resource::CLUSTER, CLUSTER_NAME) {
             response.groups.retain(|g| self.may(op::DESCRIBE, resource::GROUP, &g.group_id));
+        }
+        response
+    }
+
+    /// FindCoordinator v4+ (KafkaApis' `getCoordinator`, per key): the code of a key the
+    /// principal may not DESCRIBE (as a group, or a transactional id), logged; None: served.
+    pub fn coordinator_refusal(&self, key_type: i8, key: &str) -> Option<i16> {
+        let (resource_type, code, noun) = match key_type {
+            0 => (resource::GROUP, codes::GROUP_AUTHORIZATION_FAILED, "GROUP"),
+            1 => (resource::TRANSACTIONAL_ID, codes::TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "TRANSACTIONAL_ID"),
+            _ => return None, // refused as a type it does not serve
+        };
+        if !self.broker.acls.enforced() || self.may(op::DESCRIBE, resource_type, key) {
+            return None;
+        }
+        let reason = format!("{} from {} may not DESCRIBE {noun} {key}", self.who.principal, self.who.host);
+        Some(codes::refused(self.peer, "FindCoordinator", code, &reason))
+    }
+
+    /// DescribeTransactions (KafkaApis' `handleDescribeTransactionsRequest`): a described
+    /// transaction lists only the topics the principal may DESCRIBE.
+    pub fn describe_transactions(&self, mut response: DescribeTransactionsResponse) -> DescribeTransactionsResponse {
+        if self.broker.acls.enforced() {
+            for state in &mut response.transaction_states {
+                state.topics.retain(|t| self.may(op::DESCRIBE, resource::TOPIC, &t.topic));
+            }
         }
         response
     }

@@ -269,12 +269,15 @@ error_response! {
                 .with_error_code(code)
                 .with_error_message(named(code, true))
         });
+        if v >= 4 {
+            // v4+ has no top-level node: setting one would fail the encoding (no answer at all).
+            return FindCoordinatorResponse::default().with_coordinators(coordinators.collect());
+        }
         FindCoordinatorResponse::default()
-            .with_error_code(if v >= 4 { codes::NONE } else { code })
-            .with_error_message(named(code, (1..4).contains(&v)))
+            .with_error_code(code)
+            .with_error_message(named(code, v >= 1))
             .with_node_id(BrokerId(-1))
             .with_port(-1)
-            .with_coordinators(coordinators.collect())
     };
     OffsetCommitRequest => OffsetCommitResponse = |r, code, _| {
         let topics = per_partition(
