@@ -89,7 +89,9 @@ print(json.dumps({"list": (t2 - t1) * 1000, "producer": (t3 - t2) * 1000, "consu
 def open_times(path: str) -> dict[str, float]:
     runs = []
     for _ in range(3):
-        out = subprocess.run([sys.executable, "-c", OPEN_CHILD, path], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", OPEN_CHILD, path], capture_output=True, text=True, check=True
+        )
         runs.append(json.loads(out.stdout))
     return {k: statistics.median(r[k] for r in runs) for k in ("list", "producer", "consumer")}
 
@@ -183,7 +185,14 @@ def main() -> None:
         sep += "---:|"
     lines = [f"{args.label} ({os.path.dirname(kafkalite.__file__)})", "", head, sep]
     for r in rows:
-        cells = [f"{r['n']:,}", f"{r['median']:.2f}", f"{r['mean']:.2f}", f"{r['list']:.1f}", f"{r['producer']:.1f}", f"{r['consumer']:.1f}"]
+        cells = [
+            f"{r['n']:,}",
+            f"{r['median']:.2f}",
+            f"{r['mean']:.2f}",
+            f"{r['list']:.1f}",
+            f"{r['producer']:.1f}",
+            f"{r['consumer']:.1f}",
+        ]
         if args.served:
             cells.append(f"{r['served']:.2f}")
         if args.kafka:

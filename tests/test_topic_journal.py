@@ -15,7 +15,6 @@ import statistics
 import tarfile
 
 import pytest
-
 from kafkalite import Admin, Consumer, Producer, TopicAlreadyExistsError
 from kafkalite.datadir import JOURNAL_FILE, METADATA_FILE
 
@@ -137,7 +136,9 @@ def test_processes_creating_topics_at_once_all_get_theirs(tmp_path, spawn):
         won += int(out)
     assert won == count, "each shared name was created exactly once"
     expected = sorted(
-        ["base"] + [f"p{w}-{i}" for w in range(writers) for i in range(count)] + [f"shared-{i}" for i in range(count)]
+        ["base"]
+        + [f"p{w}-{i}" for w in range(writers) for i in range(count)]
+        + [f"shared-{i}" for i in range(count)]
     )
     assert Admin(data).list_topics() == expected
     assert _listed_by_a_new_process(spawn, data) == expected

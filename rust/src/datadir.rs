@@ -100,9 +100,8 @@ impl DataDir {
 
     /// One topic (None when there is none), without copying the others.
     pub fn topic(&self, name: &str) -> Result<Option<TopicMeta>> {
-        let listed = with_metadata(&self.path, |data| {
-            data.map(|d| d.get("topics").and_then(|t| t.get(name)).map(topic_meta))
-        })?;
+        let listed =
+            with_metadata(&self.path, |data| data.map(|d| d.get("topics").and_then(|t| t.get(name)).map(topic_meta)))?;
         match listed {
             Some(found) => Ok(found),
             None => Ok(self.discovered()?.remove(name)),

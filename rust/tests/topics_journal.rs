@@ -145,9 +145,16 @@ fn enospc_at_every_step_is_an_error_or_a_completed_change_never_damage() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{step}: {stdout} {}", String::from_utf8_lossy(&out.stderr));
         let failed = stdout.contains("child: failed");
-        assert_eq!(failed, matches!(step, "topics.journal.append" | "topics.journal.mid_entry" | "topics.journal.sync"), "{step}: {stdout}");
+        assert_eq!(
+            failed,
+            matches!(step, "topics.journal.append" | "topics.journal.mid_entry" | "topics.journal.sync"),
+            "{step}: {stdout}"
+        );
         if failed {
-            assert!(stdout.contains("No space left") || stdout.contains("ENOSPC") || stdout.contains("space"), "{step}: {stdout}");
+            assert!(
+                stdout.contains("No space left") || stdout.contains("ENOSPC") || stdout.contains("space"),
+                "{step}: {stdout}"
+            );
         }
         if !written {
             let now = std::fs::metadata(dir.join(TOPICS_JOURNAL_FILE)).unwrap().len();

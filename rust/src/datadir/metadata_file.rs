@@ -176,7 +176,8 @@ impl Position {
     pub fn from_words(w: &[i64]) -> Option<Position> {
         let [has_snapshot, dev, ino, mtime_ns, size, wanted, has_journal, jdev, jino, generation, applies, end] =
             w.try_into().ok()?;
-        let snapshot = (has_snapshot == 1).then_some(Stamp { dev: dev as u64, ino: ino as u64, mtime_ns, size: size as u64 });
+        let snapshot =
+            (has_snapshot == 1).then_some(Stamp { dev: dev as u64, ino: ino as u64, mtime_ns, size: size as u64 });
         let journal = (has_journal == 1).then_some(JournalAt {
             dev: jdev as u64,
             ino: jino as u64,
@@ -436,12 +437,14 @@ impl Cached {
         };
         match delta {
             Delta::Unchanged => {}
-            Delta::Entries(entries) => {
-                let data = self.data.as_mut().expect("a position with a snapshot has its data");
-                for entry in entries {
-                    apply(data, entry);
+            Delta::Entries(entries) => match self.data.as_mut() {
+                Some(data) => entries.into_iter().for_each(|entry| apply(data, entry)),
+                // A position past a journal comes with its snapshot's data; read it all if not.
+                None => {
+                    *self = Cached::default();
+                    return self.refresh(dir);
                 }
-            }
+            },
             Delta::Whole(data) => self.data = data,
         }
         self.pos = Some(pos);
@@ -503,7 +506,8 @@ pub fn change_metadata<T, E: From<Error>>(
         Write::Nothing => Ok(()),
         Write::Entry(entry) => append_entry(dir, &mut cached, entry),
         Write::Snapshot(data) => {
-            let written = check_metadata(&dir.join(TOPICS_FILE), &data).and_then(|()| write_snapshot(dir, &cached, &data));
+            let written = check_metadata(&dir.join(TOPICS_FILE), &data)
+                .and_then(|()| write_snapshot(dir, cached.pos.as_ref(), &data));
             *cached = Cached::default();
             written
         }
@@ -533,9 +537,14 @@ pub fn update_metadata<E: From<Error>>(
 
 /// The write that turns `old` into `new`.
 fn difference(old: &Value, new: &Value) -> Write {
-    let (Some(old_map), Some(new_map)) = (old.as_object(), new.as_object()) else { return Write::Snapshot(new.clone()) };
+    let (Some(old_map), Some(new_map)) = (old.as_object(), new.as_object()) else {
+        return Write::Snapshot(new.clone());
+    };
     let others = |m: &Map<String, Value>| -> Map<String, Value> {
-        m.iter().filter(|(k, _)| !matches!(k.as_str(), "topics" | "config")).map(|(k, v)| (k.clone(), v.clone())).collect()
+        m.iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "topics" | "config"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     };
     if others(old_map) != others(new_map) {
         return Write::Snapshot(new.clone());
@@ -543,8 +552,11 @@ fn difference(old: &Value, new: &Value) -> Write {
     let empty = Map::new();
     let old_topics = old["topics"].as_object().unwrap_or(&empty);
     let new_topics = new["topics"].as_object().unwrap_or(&empty);
-    let mut topics: Map<String, Value> =
-        old_topics.keys().filter(|name| !new_topics.contains_key(*name)).map(|name| (name.clone(), Value::Null)).collect();
+    let mut topics: Map<String, Value> = old_topics
+        .keys()
+        .filter(|name| !new_topics.contains_key(*name))
+        .map(|name| (name.clone(), Value::Null))
+        .collect();
     for (name, meta) in new_topics {
         if old_topics.get(name) != Some(meta) {
             topics.insert(name.clone(), meta.clone());
@@ -596,11 +608,15 @@ fn append_entry(dir: &Path, cached: &mut Cached, entry: Value) -> Result<()> {
     let end = j.end + bytes.len() as u64;
     // The journal's own stamp is not kept: only its size moved (appends touch nothing else that
     // `appended_since` compares).
-    cached.pos = Some(Position { journal: Some(JournalAt { end, ..j }), ..pos });
-    apply(cached.data.as_mut().expect("a snapshot was read"), entry);
-    let snapshot_len = pos.snapshot.map_or(0, |s| s.size);
-    if end > COMPACT_MIN_BYTES.max(snapshot_len) {
-        if let Err(e) = write_snapshot(dir, cached, cached.data.as_ref().expect("a snapshot was read")) {
+    let pos = Position { journal: Some(JournalAt { end, ..j }), ..pos };
+    let Some(data) = cached.data.as_mut() else {
+        *cached = Cached::default(); // cannot be (a snapshot was read): read it all next time
+        return Ok(());
+    };
+    apply(data, entry);
+    cached.pos = Some(pos);
+    if end > COMPACT_MIN_BYTES.max(pos.snapshot.map_or(0, |s| s.size)) {
+        if let Err(e) = write_snapshot(dir, Some(&pos), data) {
             ::log::warn!(target: "kafkalite::admin", "cannot compact the topic journal {}: {e}", jpath.display());
         }
         *cached = Cached::default();
@@ -610,8 +626,8 @@ fn append_entry(dir: &Path, cached: &mut Cached, entry: Value) -> Result<()> {
 
 /// Write `data` as the snapshot naming the next journal generation, then start that journal
 /// (the module comment says why in this order). Under the admin lock.
-fn write_snapshot(dir: &Path, cached: &Cached, data: &Value) -> Result<()> {
-    let current = cached.pos.map_or(0, |p| p.wanted.max(p.journal.map_or(0, |j| j.generation)));
+fn write_snapshot(dir: &Path, pos: Option<&Position>, data: &Value) -> Result<()> {
+    let current = pos.map_or(0, |p| p.wanted.max(p.journal.map_or(0, |j| j.generation)));
     let generation = current + 1;
     let mut data = data.clone();
     if let Some(d) = data.as_object_mut() {

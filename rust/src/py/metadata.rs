@@ -44,7 +44,13 @@ pub fn metadata_changes(
 /// `DataDir::create_checked_topic`: create a topic whose config Python checked already
 /// (`validate_topic_config`, checked again here); False when it exists.
 #[pyfunction]
-pub fn create_topic(py: Python<'_>, dir: PathBuf, name: String, partitions: i32, config: Bound<'_, PyDict>) -> PyResult<bool> {
+pub fn create_topic(
+    py: Python<'_>,
+    dir: PathBuf,
+    name: String,
+    partitions: i32,
+    config: Bound<'_, PyDict>,
+) -> PyResult<bool> {
     let Value::Object(config) = to_json(config.as_any())? else { unreachable!("a dict is a JSON object") };
     let checked = crate::topic_config::validate_topic_config(&config)?;
     Ok(py.detach(|| datadir::DataDir::new(&dir)?.create_checked_topic(&name, partitions, checked))?)
