@@ -1,7 +1,7 @@
 """Topic creation and data-directory open as the topic count grows (issue 34 item 4).
 
-    python benches/bench_topic_creation.py [--sizes 100,1000,10000] [--creates 50] [--served] [--kafka]
-                                           [--label NAME] [--out FILE]
+    python benches/bench_topic_creation.py before=/work/main/python after=python [--sizes 100,1000,10000]
+        [--creates 50] [--rounds 2] [--served] [--kafka] [--out FILE]
 
 For each size N a data directory is filled with N topics of one partition in one metadata write
 (so the fill costs the same for any build), then:
@@ -17,8 +17,10 @@ For each size N a data directory is filled with N topics of one partition in one
 - ``--kafka``: the same CreateTopics requests to a one-node Kafka broker (KRaft, on 127.0.0.1,
   tests/kafka_broker.py) holding N topics too.
 
-Run it under the build to measure (``PYTHONPATH=python`` for this worktree's); the children
-inherit it. Prints a markdown table; ``--out`` appends it there under ``--label``."""
+Each ``label=path`` is a build (its ``python`` folder); every measurement of a size runs in a
+child process with that ``PYTHONPATH``, the builds alternating, ``--rounds`` times each (medians
+reported). The Kafka broker's row is measured once per size. Prints a markdown table with the
+ratio of each build to the first; ``--out`` writes it there too."""
 
 from __future__ import annotations
 
@@ -142,62 +144,87 @@ def kafka(n: int, work: str) -> list[float]:
         broker.stop()
 
 
+def measure(n: int, creates: int, with_served: bool) -> dict[str, float]:
+    """Everything for one size, in this process (with the build on its ``PYTHONPATH``)."""
+    work = tempfile.mkdtemp(prefix="bench-topics-")
+    try:
+        path = os.path.join(work, "d")
+        fill(path, n)
+        times = embedded(path, creates)
+        row = {"median": statistics.median(times), "mean": statistics.mean(times), **open_times(path)}
+        if with_served:
+            row["served"] = statistics.median(served(path))
+        return row
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+COLUMNS = [
+    ("median", "create_topic median ms"),
+    ("mean", "create_topic mean ms"),
+    ("list", "Admin+list_topics, fresh process, ms"),
+    ("producer", "Producer start+first send ms"),
+    ("consumer", "Consumer start+first record ms"),
+    ("served", "served CreateTopics ms/topic"),
+]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("builds", nargs="*", help="label=path of a build's python folder")
     ap.add_argument("--sizes", default="100,1000,10000")
     ap.add_argument("--creates", type=int, default=50)
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--served", action="store_true")
     ap.add_argument("--kafka", action="store_true")
-    ap.add_argument("--label", default="")
     ap.add_argument("--out")
+    ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child: measure this size
     args = ap.parse_args()
-    import kafkalite
-
-    rows = []
-    for n in map(int, args.sizes.split(",")):
-        work = tempfile.mkdtemp(prefix="bench-topics-")
-        try:
-            path = os.path.join(work, "d")
-            fill(path, n)
-            times = embedded(path, args.creates)
-            opened = open_times(path)
-            row = {
-                "n": n,
-                "median": statistics.median(times),
-                "mean": statistics.mean(times),
-                **opened,
-            }
-            if args.served:
-                row["served"] = statistics.median(served(path))
-            if args.kafka:
-                row["kafka"] = statistics.median(kafka(n, work))
-            rows.append(row)
-            print(json.dumps(row), file=sys.stderr, flush=True)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    head = "| topics | create_topic median ms | mean ms | list_topics (fresh process) ms | Producer start+send ms | Consumer start+first record ms |"
-    sep = "|---:|---:|---:|---:|---:|---:|"
-    if args.served:
-        head += " served CreateTopics ms/topic |"
-        sep += "---:|"
-    if args.kafka:
-        head += " Kafka CreateTopics ms/topic |"
-        sep += "---:|"
-    lines = [f"{args.label} ({os.path.dirname(kafkalite.__file__)})", "", head, sep]
-    for r in rows:
-        cells = [
-            f"{r['n']:,}",
-            f"{r['median']:.2f}",
-            f"{r['mean']:.2f}",
-            f"{r['list']:.1f}",
-            f"{r['producer']:.1f}",
-            f"{r['consumer']:.1f}",
-        ]
-        if args.served:
-            cells.append(f"{r['served']:.2f}")
+    if args.one is not None:
+        print(json.dumps(measure(args.one, args.creates, args.served)))
+        return
+    builds = [b.split("=", 1) for b in args.builds] or [["this", os.environ.get("PYTHONPATH", "python")]]
+    sizes = list(map(int, args.sizes.split(",")))
+    load_before = os.getloadavg()[0]
+    runs: dict[tuple[str, int], list[dict[str, float]]] = {}
+    kafka_rows: dict[int, float] = {}
+    for n in sizes:
+        for _ in range(args.rounds):
+            for label, path in builds:
+                child = [sys.executable, __file__, "--one", str(n), "--creates", str(args.creates)]
+                child += ["--served"] if args.served else []
+                env = {**os.environ, "PYTHONPATH": os.path.abspath(path)}
+                out = subprocess.run(child, capture_output=True, text=True, env=env, check=True)
+                runs.setdefault((label, n), []).append(json.loads(out.stdout.splitlines()[-1]))
+                print(label, n, runs[(label, n)][-1], file=sys.stderr, flush=True)
         if args.kafka:
-            cells.append(f"{r['kafka']:.2f}")
-        lines.append("| " + " | ".join(cells) + " |")
+            work = tempfile.mkdtemp(prefix="bench-topics-kafka-")
+            try:
+                kafka_rows[n] = statistics.median(kafka(n, work))
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            print("kafka", n, kafka_rows[n], file=sys.stderr, flush=True)
+    columns = [(k, h) for k, h in COLUMNS if k != "served" or args.served]
+    lines = [
+        f"builds: {', '.join(f'{label}={path}' for label, path in builds)}; {args.creates} creates per size, "
+        f"medians of {args.rounds} rounds; load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after",
+        "",
+        "| topics | build | "
+        + " | ".join(h for _, h in columns)
+        + (" | Kafka CreateTopics ms/topic |" if args.kafka else " |"),
+        "|---:|---|" + "---:|" * (len(columns) + (1 if args.kafka else 0)),
+    ]
+    first = builds[0][0]
+    for n in sizes:
+        for label, _ in builds:
+            med = {k: statistics.median(r[k] for r in runs[(label, n)]) for k, _ in columns}
+            base = {k: statistics.median(r[k] for r in runs[(first, n)]) for k, _ in columns}
+            cells = [
+                f"{med[k]:.2f}" + ("" if label == first else f" ({med[k] / base[k]:.2f}x)")
+                for k, _ in columns
+            ]
+            kafka_cell = [f"{kafka_rows[n]:.2f}"] if args.kafka else []
+            lines.append(f"| {n:,} | {label} | " + " | ".join(cells + kafka_cell) + " |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

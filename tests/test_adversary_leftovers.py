@@ -6,6 +6,7 @@ destructive admin calls on ``__consumer_offsets``. Each test failed on the code 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -38,8 +39,8 @@ OPENERS: dict[str, Callable[[Path], object]] = {
 def listed_on_disk(data: Path) -> dict:
     """The topics the metadata files list, read afresh (snapshot and journal, no cache)."""
     _, kind, metadata = kafkalite._native.metadata_changes(str(data), None)
-    assert kind == "whole"
-    return metadata["topics"]
+    assert kind == "whole" and metadata is not None
+    return json.loads(metadata)["topics"]
 
 
 def kill_a_delete(data: Path, topic: str) -> None:

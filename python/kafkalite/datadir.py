@@ -13,6 +13,7 @@ write uses (``target_compression``).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -231,9 +232,9 @@ class DataDir:
         with self._mutex:
             position, kind, payload = _native.metadata_changes(self.path, self._cache and self._cache[0])
             if kind == "whole":
-                data = payload
+                data = None if payload is None else json.loads(payload)
             elif kind == "entries" and self._cache and self._cache[1] is not None:
-                data = _applied(self._cache[1], payload)
+                data = _applied(self._cache[1], json.loads(payload or "[]"))
             else:
                 data = self._cache[1] if self._cache else None
             self._cache = (position, data)

@@ -20,24 +20,28 @@ pub fn read_metadata(py: Python<'_>, path: PathBuf) -> PyResult<Option<Bound<'_,
 }
 
 /// What changed in the metadata of data directory `dir` since `position` (what the last call
-/// returned; None: read everything): `(position, "same", None)`, `(position, "entries", [entry,
-/// ...])` (journal entries to apply in order: `{"topics": {name: entry or None}}` and/or
-/// `{"config": {...}}`), or `(position, "whole", metadata or None)`.
+/// returned; None: read everything): `(position, "same", None)`, `(position, "entries", JSON of
+/// [entry, ...])` (journal entries to apply in order: `{"topics": {name: entry or null}}` and/or
+/// `{"config": {...}}`), or `(position, "whole", JSON of the metadata, or None)`. Checked JSON
+/// text, for `json.loads`: building thousands of topics' dicts in C is several times faster than
+/// through the binding.
 #[pyfunction]
 #[pyo3(signature = (dir, position=None))]
 pub fn metadata_changes(
     py: Python<'_>,
     dir: PathBuf,
     position: Option<Vec<i64>>,
-) -> PyResult<(Vec<i64>, &'static str, Bound<'_, PyAny>)> {
+) -> PyResult<(Vec<i64>, &'static str, Option<String>)> {
     let since = position.as_deref().and_then(datadir::Position::from_words);
-    let (pos, delta) = py.detach(|| datadir::changes_since(&dir, since.as_ref()))?;
-    let (kind, payload) = match delta {
-        datadir::Delta::Unchanged => ("same", py.None().into_bound(py)),
-        datadir::Delta::Entries(entries) => ("entries", to_py(py, &Value::Array(entries))?),
-        datadir::Delta::Whole(None) => ("whole", py.None().into_bound(py)),
-        datadir::Delta::Whole(Some(data)) => ("whole", to_py(py, &data)?),
-    };
+    let (pos, kind, payload) = py.detach(|| -> crate::error::Result<_> {
+        let (pos, delta) = datadir::changes_since(&dir, since.as_ref())?;
+        let (kind, payload) = match delta {
+            datadir::Delta::Unchanged => ("same", None),
+            datadir::Delta::Entries(entries) => ("entries", Some(Value::Array(entries).to_string())),
+            datadir::Delta::Whole(data) => ("whole", data.map(|d| d.to_string())),
+        };
+        Ok((pos, kind, payload))
+    })?;
     Ok((pos.to_words(), kind, payload))
 }
 
