@@ -111,7 +111,8 @@ except KafkaliteError as e:
 
 
 @pytest.mark.parametrize(
-    "fault", ["topics.journal.append=kill", "topics.journal.mid_entry=kill", "topics.journal.mid_entry=enospc"]
+    "fault",
+    ["topics.journal.append=kill", "topics.journal.mid_entry=kill", "topics.journal.mid_entry=enospc"],
 )
 def test_a_metadata_write_that_dies_midway_leaves_the_old_metadata(tmp_path, fault):
     # A change is one journal entry: a writer killed (or out of space) before or halfway through

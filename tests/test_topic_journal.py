@@ -197,3 +197,27 @@ def test_bytes_written_per_create_do_not_grow_with_the_topic_count(tmp_path):
     # One entry of a few dozen bytes each time; the old whole-file rewrite wrote ~60 KB here.
     assert at_large <= at_small + 16, (at_small, at_large)
     assert at_large < 1024, at_large
+
+
+def test_a_reader_reads_only_the_entries_appended_since_it_looked(tmp_path, monkeypatch):
+    """Python's DataDir keeps its copy and asks the engine for what changed since its position:
+    another process's create arrives as its one entry, and no change costs no read at all."""
+    from kafkalite import datadir
+
+    data = str(tmp_path / "d")
+    Admin(data).create_topic("a", 1)
+    reader = datadir.DataDir(data)
+    assert list(reader.topics()) == ["a"]
+    kinds: list[str] = []
+    real = datadir._native.metadata_changes
+
+    def spy(*args):
+        answer = real(*args)
+        kinds.append(answer[1])
+        return answer
+
+    monkeypatch.setattr(datadir._native, "metadata_changes", spy)
+    Admin(data).create_topic("b", 3)
+    assert reader.topics()["b"]["partitions"] == 3
+    assert sorted(reader.topics()) == ["a", "b"]
+    assert kinds == ["entries", "same"]
