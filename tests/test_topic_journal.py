@@ -12,6 +12,7 @@ import errno
 import os
 import signal
 import statistics
+import subprocess
 import tarfile
 
 import pytest
@@ -221,3 +222,55 @@ def test_a_reader_reads_only_the_entries_appended_since_it_looked(tmp_path, monk
     assert reader.topics()["b"]["partitions"] == 3
     assert sorted(reader.topics()) == ["a", "b"]
     assert kinds == ["entries", "same"]
+
+
+FULL_DISK = r"""
+import errno, os, sys
+from kafkalite import Admin
+data, filler = sys.argv[1], sys.argv[2]
+admin = Admin(data)
+admin.create_topic("first", 1)
+fd = os.open(filler, os.O_WRONLY | os.O_CREAT)  # fill the file system to its last page
+try:
+    while True:
+        os.write(fd, b"\0" * 4096)
+except OSError as e:
+    assert e.errno == errno.ENOSPC, e
+os.close(fd)
+created = []
+for i in range(2000):
+    try:
+        admin.create_topic(f"t-{i:04}", 1)
+    except OSError as e:
+        assert e.errno == errno.ENOSPC, repr(e)
+        break
+    created.append(f"t-{i:04}")
+else:
+    raise SystemExit("the file system never filled")
+print(" ".join(created))
+"""
+
+
+def test_a_real_full_file_system_fails_a_create_and_damages_nothing(tmp_path, spawn):
+    """A real ENOSPC: a 1 MiB tmpfs filled to its last page, then topics created until one fails
+    (needs root and mount; skipped otherwise). Every create that returned is listed, the failed
+    one is not, and once space is freed the next create works."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], check=False, capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (the fail-point tests cover ENOSPC)")
+    try:
+        data, filler = str(mnt / "d"), str(mnt / "filler")
+        out = spawn.run(FULL_DISK, data, filler, env=_env(None))
+        assert out.returncode == 0, out.stderr[-3000:]
+        created = out.stdout.split()
+        assert created, "the first create after the fill already failed"
+        assert _listed_by_a_new_process(spawn, data) == sorted(["first", *created])
+        os.remove(filler)
+        Admin(data).create_topic("after", 1)
+        assert _listed_by_a_new_process(spawn, data) == sorted(["first", "after", *created])
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
