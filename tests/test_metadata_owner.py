@@ -111,11 +111,14 @@ except KafkaliteError as e:
 
 
 @pytest.mark.parametrize(
-    "fault", ["checkpoint.write=kill", "checkpoint.rename=kill", "checkpoint.write=enospc"]
+    "fault",
+    ["topics.journal.append=kill", "topics.journal.mid_entry=kill", "topics.journal.mid_entry=enospc"],
 )
-def test_a_metadata_write_that_dies_midway_leaves_the_old_file(tmp_path, fault):
-    # The engine replaces the file atomically: a writer killed (or out of space) before the
-    # rename leaves the previous metadata whole, and the next writer succeeds over its temp file.
+def test_a_metadata_write_that_dies_midway_leaves_the_old_metadata(tmp_path, fault):
+    # A change is one journal entry: a writer killed (or out of space) before or halfway through
+    # it leaves the previous metadata whole, and the next writer cuts the half entry off and
+    # succeeds. (The snapshot's atomic rewrites are killed at each step in
+    # rust/tests/topics_journal.rs.)
     data = str(tmp_path / "data")
     admin = Admin(data)
     admin.create_topic("a", 1)

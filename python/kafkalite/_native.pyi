@@ -29,6 +29,7 @@ __all__ = [
     "APPEND_LOCK_FILE",
     "WRITERS_FILE",
     "TOPICS_FILE",
+    "TOPICS_JOURNAL_FILE",
     "GROUPS_DIR",
     "GROUP_STATE_LOCK_FILE",
     "GROUP_NETWORK_OWNER_FILE",
@@ -45,6 +46,8 @@ __all__ = [
     "MAX_MESSAGE_BYTES_DEFAULT",
     "FIRST_SINK_PRODUCER_ID",
     "read_metadata",
+    "metadata_changes",
+    "create_topic",
     "open_data_dir",
     "partition_folder",
     "broker_owned",
@@ -108,6 +111,7 @@ SEND_CLOSED: int
 APPEND_LOCK_FILE: str
 WRITERS_FILE: str
 TOPICS_FILE: str
+TOPICS_JOURNAL_FILE: str
 FIRST_SINK_PRODUCER_ID: int
 GROUPS_DIR: str
 GROUP_STATE_LOCK_FILE: str
@@ -207,6 +211,10 @@ def dir_config_defs() -> list[dict[str, Any]]: ...
 def validate_topic_config(config: dict[str, Any]) -> dict[str, Any]: ...
 def warn_unapplied(what: str, before: dict[str, Any], after: dict[str, Any]) -> None: ...
 def read_metadata(path: str | PathLike[str]) -> dict[str, Any] | None: ...
+def metadata_changes(
+    dir: str | PathLike[str], position: list[int] | None = None
+) -> tuple[list[int], str, str | None]: ...
+def create_topic(dir: str | PathLike[str], name: str, partitions: int, config: dict[str, Any]) -> bool: ...
 def update_metadata(
     dir: str | PathLike[str], change: Callable[[dict[str, Any] | None], dict[str, Any]]
 ) -> None: ...

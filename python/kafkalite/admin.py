@@ -136,10 +136,7 @@ class Admin:
         ``__consumer_offsets`` (``InvalidTopicError``), as Kafka does."""
         self._dir.topic(name)  # a typed error naming the fix for a missing topic
         self._dir.check_writable()
-        try:
-            _native.delete_topic(self.path, name)
-        finally:
-            self._dir.forget_cache()
+        _native.delete_topic(self.path, name)
 
     def create_partitions(self, name: str, total: int) -> None:
         """Grow the topic to ``total`` partitions (Kafka never shrinks a topic). The engine does
@@ -148,10 +145,7 @@ class Admin:
         validate.integer("total", total, 1, MAX_PARTITIONS)
         self._dir.topic(name)
         self._dir.check_writable()
-        try:
-            _native.create_partitions(self.path, name, total)
-        finally:
-            self._dir.forget_cache()
+        _native.create_partitions(self.path, name, total)
 
     def delete_records(self, offsets: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
         """Kafka's ``AdminClient.delete_records``: make each ``(topic, partition)``'s given offset
@@ -199,10 +193,7 @@ class Admin:
 
         self._dir.topic(name)  # a typed error naming the fix for a missing topic
         self._dir.check_writable()
-        try:
-            _native.alter_topic_config(self.path, name, checked, removals)
-        finally:
-            self._dir.forget_cache()
+        _native.alter_topic_config(self.path, name, checked, removals)
 
     def enforce_retention(self, topics: list[str] | None = None, now_ms: int | None = None) -> dict[str, int]:
         """Apply each topic's ``retention.ms`` / ``retention.bytes`` now (Kafka's broker does

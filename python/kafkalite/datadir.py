@@ -1,7 +1,9 @@
 """A data directory laid out like a Kafka ``log.dirs`` folder: one ``<topic>-<partition>``
-folder per partition, plus kafkalite's metadata in ``.kafkalite-topics.json`` (read,
-checked and written atomically by the engine, ``rust/src/datadir.rs``, which the wire-protocol
-server uses too): the topics with their own config, and the directory's
+folder per partition, plus kafkalite's metadata in ``.kafkalite-topics.json`` and
+``.kafkalite-topics.journal`` (a snapshot and the changes appended since: read, checked and
+written by the engine, ``rust/src/datadir/metadata_file.rs``, which the wire-protocol server
+uses too; this keeps its own copy and applies only the entries appended since it last looked):
+the topics with their own config, and the directory's
 config under a broker's names (``auto.create.topics.enable``, ``num.partitions``, ``log.*``
 topic defaults). A broker's folder without our metadata is read-only and its topics are
 discovered from the folder names. A topic's effective config is resolved here only
@@ -11,7 +13,7 @@ write uses (``target_compression``).
 
 from __future__ import annotations
 
-import errno
+import json
 import logging
 import os
 import re
@@ -30,12 +32,12 @@ from kafkalite.errors import (
     TopicAlreadyExistsError,
     UnknownTopicError,
     broker_address_error,
-    io_error,
     with_action,
 )
 from kafkalite.log import Log
 
 METADATA_FILE: str = _native.TOPICS_FILE
+JOURNAL_FILE: str = _native.TOPICS_JOURNAL_FILE
 NOTIFY_FILE: str = _native.NOTIFY_FILE
 LOCK_FILE: str = _native.ADMIN_LOCK_FILE
 #: What a Kafka broker writes at the top of each of its log directories.
@@ -192,7 +194,8 @@ class DataDir:
             # folder renames and its metadata write is finished before this client reads the topics.
             _native.open_data_dir(self.path)
         self._mutex = threading.Lock()
-        self._cache: tuple[float, dict[str, Any]] | None = None
+        # The engine's position in the metadata files, and the metadata as of it.
+        self._cache: tuple[list[int], dict[str, Any] | None] | None = None
 
     def require(self) -> None:
         """Raise NotADataDirError unless the path is a directory."""
@@ -222,19 +225,39 @@ class DataDir:
         return _native.broker_owned(self.path)
 
     def _metadata(self) -> dict[str, Any] | None:
-        """The whole metadata file (re-read when it changes), None when there is none."""
-        meta = os.path.join(self.path, METADATA_FILE)
-        try:
-            mtime = os.stat(meta).st_mtime_ns
-        except (FileNotFoundError, NotADirectoryError):
-            self.require()
-            return None
+        """The whole metadata, None when there is none: what this read last, with the journal
+        entries appended since applied (two ``lstat`` calls when nothing changed), or all of it
+        again after a compaction. Damage is a CorruptMetadataError naming the file, the topic
+        and the fix; I/O errors (a link planted there included) are KafkaliteIOErrors."""
         with self._mutex:
-            if self._cache and self._cache[0] == mtime:
-                return self._cache[1]
-            data = _read_metadata(meta)
-            self._cache = (mtime, data)
-            return data
+            position, kind, payload = _native.metadata_changes(self.path, self._cache and self._cache[0])
+            if kind == "whole":
+                data = None if payload is None else json.loads(payload)
+            elif kind == "entries" and self._cache and self._cache[1] is not None:
+                data = _applied(self._cache[1], json.loads(payload or "[]"))
+            else:
+                data = self._cache[1] if self._cache else None
+            self._cache = (position, data)
+        if data is None:
+            self.require()
+        return data
+
+    def change_stamp(self) -> tuple[tuple[int, ...], int] | None:
+        """Something that differs after every change of the topics (the metadata files' inodes,
+        sizes and times), and the newest of their mtimes; None without metadata."""
+        stamp: list[int] = []
+        newest = 0
+        for name in (METADATA_FILE, JOURNAL_FILE):
+            try:
+                st = os.stat(os.path.join(self.path, name))
+            except FileNotFoundError:
+                if name == METADATA_FILE:
+                    return None
+                stamp.append(0)
+                continue
+            stamp.extend((st.st_ino, st.st_mtime_ns, st.st_size))
+            newest = max(newest, st.st_mtime_ns)
+        return tuple(stamp), newest
 
     def topics(self) -> dict[str, dict[str, Any]]:
         """``{name: {"partitions": n, "config": {...}}}``, re-read when the file changes."""
@@ -313,10 +336,7 @@ class DataDir:
             change(data)
             return data
 
-        try:
-            _native.update_metadata(self.path, apply)
-        finally:
-            self.forget_cache()
+        _native.update_metadata(self.path, apply)
 
     def check_writable(self) -> None:
         """Raise ReadOnlyDataDirError for a Kafka broker's log directory (not adopted)."""
@@ -327,11 +347,6 @@ class DataDir:
                 f"it. To write it with kafkalite on purpose (no broker may run on it then), adopt it: "
                 f"`kafkalite init --adopt {self.path}` (or Admin.adopt_broker_dir())"
             )
-
-    def forget_cache(self) -> None:
-        """Re-read the metadata next time (after the engine changed it directly)."""
-        with self._mutex:
-            self._cache = None
 
     def init(self, *, adopt: bool = False, config: Mapping[str, Any] | None = None) -> bool:
         """Make this a kafkalite data directory (``kafkalite init``): create it and its metadata.
@@ -383,6 +398,10 @@ class DataDir:
                 f"partitions must be between 1 and {MAX_PARTITIONS} (MAX_PARTITIONS), got {partitions}"
             )
         checked = validate_config(config)
+        if self.managed:  # one entry appended by the engine, which checks the rest under the lock
+            if not _native.create_topic(self.path, name, partitions, checked):
+                raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            return
 
         def change(topics: dict) -> None:
             if name in topics:
@@ -408,15 +427,19 @@ class DataDir:
                 topic=name,
             )
         created: list[int] = []
+        count = int(settings["num.partitions"])
 
         def change(topics: dict) -> None:
             if name in topics:  # another producer created it meanwhile
                 return
-            count = int(settings["num.partitions"])
             _add_topic(self, topics, name, count, {})
             created.append(count)
 
-        self.update(change, create=True)
+        if self.managed:
+            if _native.create_topic(self.path, name, count, {}):  # False: created by another meanwhile
+                created.append(count)
+        else:
+            self.update(change, create=True)
         if created:
             logger.info(
                 "auto-created topic %r with %d partition(s) in %s (auto.create.topics.enable=true)",
@@ -458,7 +481,9 @@ class DataDir:
 
 
 def _add_topic(data_dir: DataDir, topics: dict, name: str, partitions: int, config: dict[str, Any]) -> None:
-    """Record a new topic and make its partition folders (under the metadata lock)."""
+    """Record a new topic and make its partition folders (under the metadata lock), in a data
+    directory's first metadata write (``DataDir::create_checked_topic`` in the engine does it
+    once there is metadata)."""
     clash = [t for t in topics if t.replace(".", "_") == name.replace(".", "_")]
     if clash:
         raise InvalidTopicError(
@@ -469,13 +494,19 @@ def _add_topic(data_dir: DataDir, topics: dict, name: str, partitions: int, conf
     topics[name] = {"partitions": partitions, "config": config}
 
 
-def _read_metadata(meta: str) -> dict[str, Any]:
-    """The parsed metadata file, read and checked by the engine (``datadir.rs``, the one owner of
-    the file's rules): damage is a CorruptMetadataError naming the file, the topic and the fix;
-    I/O errors (a link planted there included) are KafkaliteIOErrors."""
-    data = _native.read_metadata(meta)
-    if data is None:
-        raise io_error(errno.ENOENT, f"cannot read {meta}: the file is gone", meta)
+def _applied(data: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """``data`` with the journal's ``entries`` applied (``metadata_file.rs`` has their format):
+    new dicts, since a caller may still be iterating the old ones."""
+    data = dict(data)
+    topics = data["topics"] = dict(data["topics"])
+    for entry in entries:
+        for name, meta in (entry.get("topics") or {}).items():
+            if meta is None:
+                topics.pop(name, None)
+            else:
+                topics[name] = meta
+        if "config" in entry:
+            data["config"] = entry["config"]
     return data
 
 

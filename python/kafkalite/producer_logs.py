@@ -13,7 +13,7 @@ from typing import Any
 
 from kafkalite._native import BatchBuffer, DurableMark
 from kafkalite.compaction import clean_if_dirty
-from kafkalite.datadir import METADATA_FILE, DataDir
+from kafkalite.datadir import DataDir
 from kafkalite.errors import UnknownTopicError, UnknownTopicOrPartitionError
 from kafkalite.log import Log
 from kafkalite.producer_threads import _log_background_failure
@@ -42,7 +42,7 @@ class _PartitionLogs:
     durable: bool
     topics: dict[str, _Topic]
     txn: TransactionManager | None
-    swept_metadata: tuple[int, int, int] | None
+    swept_metadata: tuple[int, ...] | None
 
     def identity(self, p: _Partition) -> tuple[int, int] | None:
         """The (device, inode) of the partition's directory now; None when it is gone."""
@@ -125,15 +125,15 @@ class _PartitionLogs:
 
     def forget_deleted(self) -> None:
         """``forget_unused``, when a topic may have been deleted since the last sweep: deleting
-        (or re-creating) a topic rewrites the data directory's metadata file (atomically: a new
-        inode). This keeps a producer opening many partitions from stat-ing every open one each
-        time. (The directory's own mtime would not do: opening a log rewrites checkpoints there.)"""
-        try:
-            st = os.stat(os.path.join(self.dir.path, METADATA_FILE))
-            signature: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
-            settled = st.st_mtime_ns < time.time_ns() - _MTIME_SETTLED_NS
-        except FileNotFoundError:  # no metadata file: nothing to compare, sweep every time
-            signature, settled = None, False
+        (or re-creating) a topic changes the data directory's metadata files (an entry appended
+        to the journal, or a new snapshot: ``DataDir.change_stamp``). This keeps a producer
+        opening many partitions from stat-ing every open one each time. (The directory's own
+        mtime would not do: opening a log rewrites checkpoints there.)"""
+        found = self.dir.change_stamp()
+        signature, settled = None, False  # no metadata: nothing to compare, sweep every time
+        if found is not None:
+            signature, newest = found
+            settled = newest < time.time_ns() - _MTIME_SETTLED_NS
         if signature is not None and signature == self.swept_metadata:
             return
         self.forget_unused()

@@ -106,8 +106,8 @@ class _Sender(_PartitionLogs):
         self.close_lock = threading.RLock()
         #: acks='all': batches appended and waiting for group commit before they are acknowledged.
         self.acks = DurableAcks(_finish_batch, _DURABLE_TIMEOUT_MS)
-        #: The metadata file's identity when forget_deleted last swept (None: sweep next time).
-        self.swept_metadata: tuple[int, int, int] | None = None
+        #: The metadata files' stamp when forget_deleted last swept (None: sweep next time).
+        self.swept_metadata: tuple[int, ...] | None = None
         #: Records whose batch failed to append, by topic (``metrics()``'s record-error-*).
         self.errors: dict[str, int] = {}
         self.stats = StatsReporter(config, "producer", self.statistics)

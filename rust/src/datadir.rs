@@ -1,16 +1,16 @@
-//! A data directory's topic metadata, `.kafkalite-topics.json`, read and written exactly as
-//! `python/kafkalite/datadir.py` does: `{"version": 1, "topics": {name: {"partitions": n,
-//! "config": {...}}}}`, changed under an exclusive flock on `.kafkalite-admin.lock` and
-//! replaced atomically (temp file, fsync, rename, fsync the directory).
+//! A data directory's topic metadata: `{"version": 1, "topics": {name: {"partitions": n,
+//! "config": {...}}}, "config": {...}}`, kept as a snapshot (`.kafkalite-topics.json`) and a
+//! journal of the changes since (`.kafkalite-topics.journal`), changed under an exclusive flock
+//! on `.kafkalite-admin.lock`, one appended entry per change (`metadata_file` says how).
 //!
-//! This is the one reader, checker and writer of that file: the wire-protocol server uses it
-//! directly, Python's `datadir.py` through `kafkalite._native.read_metadata` /
-//! `update_metadata`. A hand-damaged file is an `Error::CorruptMetadata` naming the file, the
-//! topic and the fix, whichever of them reads it.
+//! This is the one reader, checker and writer of those files: the wire-protocol server uses it
+//! directly, Python's `datadir.py` through `kafkalite._native` (`metadata_changes`,
+//! `update_metadata` and the topic operations). A hand-damaged file is an
+//! `Error::CorruptMetadata` naming the file, the topic and the fix, whichever of them reads it.
 //!
 //! Here: `DataDir`, the topics' operations (create, delete, add partitions, change config) and a
-//! topic's resolved config. `metadata_file` reads, checks and writes the file; `topic_names`
-//! holds Kafka's topic-name rules and the internal topics.
+//! topic's resolved config. `metadata_file` reads, checks and writes the metadata, `journal` the
+//! journal's bytes; `topic_names` holds Kafka's topic-name rules and the internal topics.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,10 +25,14 @@ use crate::options::LogConfig;
 use crate::record::Compression;
 use crate::topic_config;
 
+mod journal;
 mod metadata_file;
 mod topic_names;
 
-pub use metadata_file::{admin_lock, check_metadata, read_metadata, update_metadata};
+pub use metadata_file::{
+    admin_lock, change_metadata, changes_since, check_metadata, metadata_stamp, read_metadata, update_metadata,
+    with_metadata, Delta, MetadataStamp, Position, Write, COMPACT_MIN_BYTES,
+};
 pub use topic_names::{
     is_internal, partition_folder, refuse_internal, validate_topic_name, INTERNAL_TOPICS, TRANSACTION_STATE_TOPIC,
 };
@@ -85,25 +89,31 @@ impl DataDir {
         self.path.join(format!("{topic}-{partition}"))
     }
 
-    /// Every topic: from the metadata file, or discovered from folder names without one.
+    /// Every topic: from the metadata, or discovered from folder names without any.
     pub fn topics(&self) -> Result<BTreeMap<String, TopicMeta>> {
-        let Some(data) = read_metadata(&self.metadata_path())? else { return self.discovered() };
-        let topics = data["topics"].as_object().map(|t| t.iter()).into_iter().flatten();
-        // `read_metadata` has checked every entry's shape.
-        Ok(topics
-            .map(|(name, meta)| {
-                let partitions = meta["partitions"].as_i64().unwrap_or(0) as i32;
-                let config = meta.get("config").and_then(Value::as_object).cloned().unwrap_or_default();
-                (name.clone(), TopicMeta { partitions, config, discovered: false })
-            })
-            .collect())
+        let listed = with_metadata(&self.path, |data| {
+            let topics = data?.get("topics")?.as_object()?;
+            Some(topics.iter().map(|(name, meta)| (name.clone(), topic_meta(meta))).collect())
+        })?;
+        listed.map_or_else(|| self.discovered(), Ok)
+    }
+
+    /// One topic (None when there is none), without copying the others.
+    pub fn topic(&self, name: &str) -> Result<Option<TopicMeta>> {
+        let listed =
+            with_metadata(&self.path, |data| data.map(|d| d.get("topics").and_then(|t| t.get(name)).map(topic_meta)))?;
+        match listed {
+            Some(found) => Ok(found),
+            None => Ok(self.discovered()?.remove(name)),
+        }
     }
 
     /// The data directory's own config (broker names, as `kafkalite config` sets them; no
     /// defaults filled in): empty without metadata.
     pub fn dir_config(&self) -> Result<Map<String, Value>> {
-        let data = read_metadata(&self.metadata_path())?;
-        Ok(data.and_then(|d| d.get("config").and_then(Value::as_object).cloned()).unwrap_or_default())
+        with_metadata(&self.path, |data| {
+            data.and_then(|d| d.get("config").and_then(Value::as_object).cloned()).unwrap_or_default()
+        })
     }
 
     /// The topics of a directory without metadata, from its `<topic>-<partition>` folders:
@@ -157,24 +167,31 @@ impl DataDir {
                 "partitions must be between 1 and {MAX_PARTITIONS} (MAX_PARTITIONS), got {partitions}"
             )));
         }
-        let checked = validate_config(config)?;
+        self.create_checked_topic(name, partitions, validate_config(config)?)
+    }
+
+    /// `create_topic` with config already checked (`topic_config::validate_topic_config`):
+    /// Python's `Admin.create_topic`, which checks its own values first.
+    pub fn create_checked_topic(&self, name: &str, partitions: i32, checked: Map<String, Value>) -> Result<bool> {
+        validate_topic_name(name)?;
+        if !(1..=MAX_PARTITIONS).contains(&partitions) {
+            return Err(Error::config(format!(
+                "partitions must be between 1 and {MAX_PARTITIONS} (MAX_PARTITIONS), got {partitions}"
+            )));
+        }
         let mut created = false;
-        self.update(|topics| {
+        self.update(|topics, changed| {
             if topics.contains_key(name) {
                 return Ok(());
             }
-            let dotless = name.replace('.', "_");
-            if let Some(clash) = topics.keys().find(|t| t.replace('.', "_") == dotless) {
-                return Err(Error::config(format!(
+            if let Some(clash) = topics.keys().find(|t| collides(t, name)) {
+                return Err(Error::InvalidTopic(format!(
                     "topic {name:?} collides with {clash:?} ('.' and '_' are the same to Kafka's metrics)"
                 )));
             }
-            for p in 0..partitions {
-                let dir = self.partition_path(name, p);
-                std::fs::create_dir_all(&dir).context(|| format!("cannot create {}", dir.display()))?;
-            }
+            self.create_partition_folders(name, 0..partitions)?;
             topic_config::warn_unapplied(&format!("topic {name:?}"), &Map::new(), &checked);
-            topics.insert(name.to_string(), json!({"partitions": partitions, "config": checked}));
+            changed.insert(name.to_string(), json!({"partitions": partitions, "config": checked}));
             created = true;
             Ok(())
         })?;
@@ -193,19 +210,25 @@ impl DataDir {
         validate_topic_name(name)?;
         refuse_internal(name, "deleting the topic")?;
         let mut doomed = Vec::new();
-        self.update(|topics| {
+        self.update(|topics, changed| {
             if !topics.contains_key(name) {
                 return Err(self.unknown_topic(name));
             }
-            self.unlist_topic(topics, name, &mut doomed)
+            self.unlist_topic(topics, changed, name, &mut doomed)
         })?;
         remove_doomed(&doomed);
         Ok(())
     }
 
     /// `delete_topic`'s step under the metadata lock: rename the topic's partition folders away
-    /// (pushed on `doomed`) holding their append locks, then drop it from `topics`.
-    fn unlist_topic(&self, topics: &mut Map<String, Value>, name: &str, doomed: &mut Vec<PathBuf>) -> Result<()> {
+    /// (pushed on `doomed`) holding their append locks, then mark it deleted in `changed`.
+    fn unlist_topic(
+        &self,
+        topics: &Map<String, Value>,
+        changed: &mut Map<String, Value>,
+        name: &str,
+        doomed: &mut Vec<PathBuf>,
+    ) -> Result<()> {
         let partitions = topics.get(name).and_then(|e| e["partitions"].as_i64()).unwrap_or(0) as i32;
         let mut held = Vec::new();
         let mut sources = Vec::new();
@@ -222,7 +245,7 @@ impl DataDir {
             doomed.push(dst);
         }
         drop(held); // releases the append locks
-        topics.remove(name);
+        changed.insert(name.to_string(), Value::Null);
         Ok(())
     }
 
@@ -247,12 +270,12 @@ impl DataDir {
         };
         // Every client's open runs this: the directory listing first, the metadata parsed only
         // when there is something to finish.
-        if leftovers(&self.path)?.is_empty() || read_metadata(&self.metadata_path())?.is_none() {
+        if leftovers(&self.path)?.is_empty() || !with_metadata(&self.path, |data| data.is_some())? {
             return Ok(Vec::new());
         }
         let mut finished = Vec::new();
         let mut doomed = Vec::new();
-        self.update(|topics| {
+        self.update(|topics, changed| {
             for (_, topic, partition) in leftovers(&self.path)? {
                 // Only a partition the listed topic has: a leftover of an older topic of the
                 // same name (re-created with fewer partitions while another process was still
@@ -260,7 +283,7 @@ impl DataDir {
                 let listed = topics.get(&topic).and_then(|e| e["partitions"].as_i64()).unwrap_or(0);
                 let interrupted = i64::from(partition) < listed && !self.partition_path(&topic, partition).exists();
                 if interrupted && !finished.contains(&topic) {
-                    self.unlist_topic(topics, &topic, &mut doomed)?;
+                    self.unlist_topic(topics, changed, &topic, &mut doomed)?;
                     finished.push(topic);
                 }
             }
@@ -299,17 +322,17 @@ impl DataDir {
             Ok(current)
         };
         if validate_only {
-            let data = read_metadata(&self.metadata_path())?.unwrap_or_else(|| json!({"topics": {}}));
-            let topics = data["topics"].as_object().cloned().unwrap_or_default();
-            return check(&topics).map(|_| ());
+            let empty = Map::new();
+            return with_metadata(&self.path, |data| {
+                check(data.and_then(|d| d["topics"].as_object()).unwrap_or(&empty)).map(|_| ())
+            })?;
         }
-        self.update(|topics| {
+        self.update(|topics, changed| {
             let current = check(topics)?;
-            for p in current..total {
-                let dir = self.partition_path(name, p);
-                std::fs::create_dir_all(&dir).context(|| format!("cannot create {}", dir.display()))?;
-            }
-            topics[name]["partitions"] = json!(total);
+            self.create_partition_folders(name, current..total)?;
+            let mut entry = topics[name].clone();
+            entry["partitions"] = json!(total);
+            changed.insert(name.to_string(), entry);
             Ok(())
         })
     }
@@ -330,12 +353,13 @@ impl DataDir {
             let topic = self.topics()?.remove(name).ok_or_else(unknown)?;
             return topic_config::validate_topic_config(&change(&topic.config)?).map(|_| ());
         }
-        self.update(|topics| {
-            let entry = topics.get_mut(name).ok_or_else(unknown)?;
+        self.update(|topics, changed| {
+            let mut entry = topics.get(name).ok_or_else(unknown)?.clone();
             let current = entry.get("config").and_then(Value::as_object).cloned().unwrap_or_default();
             let checked = topic_config::validate_topic_config(&change(&current)?)?;
             topic_config::warn_unapplied(&format!("topic {name:?}"), &current, &checked);
             entry["config"] = Value::Object(checked);
+            changed.insert(name.to_string(), entry);
             Ok(())
         })
     }
@@ -350,13 +374,15 @@ impl DataDir {
         if validate_only {
             return topic_config::validate_dir_config(&change(&self.dir_config()?)?).map(|_| ());
         }
-        update_metadata(&self.path, |data| {
-            let mut data = data.unwrap_or_else(|| json!({"version": 1, "topics": {}}));
-            let current = data.get("config").and_then(Value::as_object).cloned().unwrap_or_default();
+        change_metadata(&self.path, |data| {
+            let current = data.and_then(|d| d.get("config")).and_then(Value::as_object).cloned().unwrap_or_default();
             let checked = topic_config::validate_dir_config(&change(&current)?)?;
             topic_config::warn_unapplied("the data directory", &current, &checked);
-            data["config"] = Value::Object(checked);
-            Ok::<_, Error>(data)
+            let write = match data {
+                Some(_) => Write::Entry(json!({"config": checked})),
+                None => Write::Snapshot(json!({"version": 1, "topics": {}, "config": checked})),
+            };
+            Ok::<_, Error>((write, ()))
         })
     }
 
@@ -364,34 +390,64 @@ impl DataDir {
         Error::UnknownTopicOrPartition(format!("unknown topic {name:?} in {}", self.path.display()))
     }
 
-    /// Apply `change` to the topics under the data-directory lock and write them atomically.
-    fn update(&self, change: impl FnOnce(&mut Map<String, Value>) -> Result<()>) -> Result<()> {
-        update_metadata(&self.path, |data| {
-            let mut data = match data {
-                Some(data) => data,
-                None if self.broker_owned()? => {
+    /// Make a topic's partition folders `partitions` and sync the data directory, so that no
+    /// topic the metadata lists loses its folders to a crash (under the metadata lock).
+    fn create_partition_folders(&self, name: &str, partitions: std::ops::Range<i32>) -> Result<()> {
+        for p in partitions {
+            let dir = self.partition_path(name, p);
+            std::fs::create_dir_all(&dir).context(|| format!("cannot create {}", dir.display()))?;
+        }
+        crate::checkpoint::sync_dir(&self.path)
+    }
+
+    /// Change topics under the data-directory lock: `change` reads the current topics and puts
+    /// each topic it changes into `changed` (its whole new entry, or null when it is deleted),
+    /// which is written as one journal entry. A directory without metadata gets its first
+    /// snapshot: the partition folders made by kafkalite's `Log` become topics.
+    fn update(&self, change: impl FnOnce(&Map<String, Value>, &mut Map<String, Value>) -> Result<()>) -> Result<()> {
+        change_metadata(&self.path, |data| {
+            let mut changed = Map::new();
+            let Some(data) = data else {
+                if self.broker_owned()? {
                     return Err(Error::config(format!(
                         "{} is a Kafka broker's log directory (no kafkalite metadata); it can be read but not changed",
                         self.path.display()
-                    )))
+                    )));
                 }
-                // Partition folders made by kafkalite's `Log` become topics.
-                None => {
-                    let topics: Map<String, Value> = self
-                        .discovered()?
-                        .into_iter()
-                        .map(|(name, meta)| (name, json!({"partitions": meta.partitions, "config": {}})))
-                        .collect();
-                    json!({"version": 1, "topics": topics})
+                let mut topics: Map<String, Value> = self
+                    .discovered()?
+                    .into_iter()
+                    .map(|(name, meta)| (name, json!({"partitions": meta.partitions, "config": {}})))
+                    .collect();
+                change(&topics, &mut changed)?;
+                for (name, meta) in changed {
+                    match meta {
+                        Value::Null => topics.remove(&name),
+                        meta => topics.insert(name, meta),
+                    };
                 }
+                return Ok((Write::Snapshot(json!({"version": 1, "topics": topics})), ()));
             };
             // `read_metadata` has checked that "topics" is an object.
-            if let Some(topics) = data.get_mut("topics").and_then(Value::as_object_mut) {
-                change(topics)?;
-            }
-            Ok(data)
+            let empty = Map::new();
+            change(data.get("topics").and_then(Value::as_object).unwrap_or(&empty), &mut changed)?;
+            Ok((if changed.is_empty() { Write::Nothing } else { Write::Entry(json!({"topics": changed})) }, ()))
         })
     }
+}
+
+/// A topic's entry in the metadata as a `TopicMeta` (the entry's shape is checked when read).
+fn topic_meta(meta: &Value) -> TopicMeta {
+    let partitions = meta["partitions"].as_i64().unwrap_or(0) as i32;
+    let config = meta.get("config").and_then(Value::as_object).cloned().unwrap_or_default();
+    TopicMeta { partitions, config, discovered: false }
+}
+
+/// Two topic names Kafka's metrics cannot tell apart ('.' and '_' are the same to them), without
+/// building either's dotless form (every create compares its name with every topic's).
+fn collides(a: &str, b: &str) -> bool {
+    let same = |x: u8, y: u8| x == y || (matches!(x, b'.' | b'_') && matches!(y, b'.' | b'_'));
+    a.len() == b.len() && a != b && a.bytes().zip(b.bytes()).all(|(x, y)| same(x, y))
 }
 
 /// How long a delete waits for a shared writer's append (normally microseconds) to finish.

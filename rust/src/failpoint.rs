@@ -46,6 +46,14 @@ pub const NAMES: &[&str] = &[
     // the rename, the directory sync.
     "checkpoint.write",
     "checkpoint.rename",
+    // The topic metadata (datadir/journal.rs, metadata_file.rs): a journal entry about to be
+    // appended, half of it written, written whole before its sync; a compaction's new snapshot
+    // about to be written, and written (renamed in) before the journal is replaced.
+    "topics.journal.append",
+    "topics.journal.mid_entry",
+    "topics.journal.sync",
+    "topics.snapshot.write",
+    "topics.snapshot.written",
     // KafkaCheckpoints::update: a data directory's shared Kafka checkpoint file rewritten.
     "kafka_checkpoint.update",
     // checkpoint::sync_dir: every directory fsync (new segments under flush="always", renames).

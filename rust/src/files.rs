@@ -91,9 +91,12 @@ pub const DURABLE_FILE: &str = ".kafkalite-durable";
 
 // -- a data directory's own files ------------------------------------------------------------
 
-/// Topic metadata (`datadir.rs`).
+/// Topic metadata: the snapshot (`datadir/metadata_file.rs`); its presence makes a kafkalite
+/// data directory.
 pub const TOPICS_FILE: &str = ".kafkalite-topics.json";
-/// Serializes changes to `TOPICS_FILE` (`datadir.rs`).
+/// Topic metadata: the changes since the snapshot, appended (`datadir/journal.rs`).
+pub const TOPICS_JOURNAL_FILE: &str = ".kafkalite-topics.journal";
+/// Serializes changes to `TOPICS_FILE` and `TOPICS_JOURNAL_FILE` (`datadir.rs`).
 pub const ADMIN_LOCK_FILE: &str = ".kafkalite-admin.lock";
 /// The counter producers bump after appending (`notify.rs`).
 pub const NOTIFY_FILE: &str = ".kafkalite-notify";

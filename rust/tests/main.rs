@@ -9,6 +9,7 @@ mod locks;
 mod log;
 mod producers;
 mod server;
+mod topics_journal;
 mod transactions;
 mod txn;
 mod vectors;

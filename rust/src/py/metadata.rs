@@ -1,6 +1,6 @@
-//! `kafkalite._native.read_metadata` / `update_metadata`: the data directory's topic metadata
-//! file through the engine (`datadir.rs` reads, checks and writes it); this only converts
-//! between JSON values and Python objects.
+//! `kafkalite._native.metadata_changes` / `read_metadata` / `update_metadata` and the topic
+//! operations: the data directory's topic metadata through the engine (`datadir.rs` reads,
+//! checks and writes it); this only converts between JSON values and Python objects.
 
 use std::path::PathBuf;
 
@@ -17,6 +17,47 @@ use crate::py::topic_config::to_py;
 pub fn read_metadata(py: Python<'_>, path: PathBuf) -> PyResult<Option<Bound<'_, PyAny>>> {
     let data = py.detach(|| datadir::read_metadata(&path))?;
     data.map(|d| to_py(py, &d)).transpose()
+}
+
+/// What changed in the metadata of data directory `dir` since `position` (what the last call
+/// returned; None: read everything): `(position, "same", None)`, `(position, "entries", JSON of
+/// [entry, ...])` (journal entries to apply in order: `{"topics": {name: entry or null}}` and/or
+/// `{"config": {...}}`), or `(position, "whole", JSON of the metadata, or None)`. Checked JSON
+/// text, for `json.loads`: building thousands of topics' dicts in C is several times faster than
+/// through the binding.
+#[pyfunction]
+#[pyo3(signature = (dir, position=None))]
+pub fn metadata_changes(
+    py: Python<'_>,
+    dir: PathBuf,
+    position: Option<Vec<i64>>,
+) -> PyResult<(Vec<i64>, &'static str, Option<String>)> {
+    let since = position.as_deref().and_then(datadir::Position::from_words);
+    let (pos, kind, payload) = py.detach(|| -> crate::error::Result<_> {
+        let (pos, delta) = datadir::changes_since(&dir, since.as_ref())?;
+        let (kind, payload) = match delta {
+            datadir::Delta::Unchanged => ("same", None),
+            datadir::Delta::Entries(entries) => ("entries", Some(Value::Array(entries).to_string())),
+            datadir::Delta::Whole(data) => ("whole", data.map(|d| d.to_string())),
+        };
+        Ok((pos, kind, payload))
+    })?;
+    Ok((pos.to_words(), kind, payload))
+}
+
+/// `DataDir::create_checked_topic`: create a topic whose config Python checked already
+/// (`validate_topic_config`, checked again here); False when it exists.
+#[pyfunction]
+pub fn create_topic(
+    py: Python<'_>,
+    dir: PathBuf,
+    name: String,
+    partitions: i32,
+    config: Bound<'_, PyDict>,
+) -> PyResult<bool> {
+    let Value::Object(config) = to_json(config.as_any())? else { unreachable!("a dict is a JSON object") };
+    let checked = crate::topic_config::validate_topic_config(&config)?;
+    Ok(py.detach(|| datadir::DataDir::new(&dir)?.create_checked_topic(&name, partitions, checked))?)
 }
 
 /// Under the admin lock of the data directory `dir`: read the metadata, call `change(dict or

@@ -49,6 +49,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("APPEND_LOCK_FILE", crate::files::APPEND_LOCK_FILE)?;
     m.add("WRITERS_FILE", crate::files::WRITERS_FILE)?;
     m.add("TOPICS_FILE", crate::files::TOPICS_FILE)?;
+    m.add("TOPICS_JOURNAL_FILE", crate::files::TOPICS_JOURNAL_FILE)?;
     m.add("GROUPS_DIR", crate::files::GROUPS_DIR)?;
     m.add("GROUP_STATE_LOCK_FILE", crate::files::GROUP_STATE_LOCK_FILE)?;
     m.add("GROUP_NETWORK_OWNER_FILE", crate::files::GROUP_NETWORK_OWNER_FILE)?;
@@ -87,6 +88,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(topic_config::effective_topic_config, m)?)?;
     m.add_function(wrap_pyfunction!(topic_config::topic_log_options, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::read_metadata, m)?)?;
+    m.add_function(wrap_pyfunction!(metadata::metadata_changes, m)?)?;
+    m.add_function(wrap_pyfunction!(metadata::create_topic, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::update_metadata, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::open_data_dir, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::refuse_internal, m)?)?;

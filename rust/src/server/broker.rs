@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, Semaphore};
 
@@ -102,7 +102,7 @@ pub struct Broker {
     default_partitions: i32,
     advertised: (String, i32),
     /// Consistent at any panic: only ever replaced whole.
-    topics: Mutex<Option<(Option<SystemTime>, Topics)>>,
+    topics: Mutex<Option<(Option<crate::datadir::MetadataStamp>, Topics)>>,
     /// The partitions open now, at most `max_open` unused ones.
     partitions: OpenLogs,
     /// Whose turn it is to open a partition to write (`partition_within`).
@@ -225,12 +225,12 @@ impl Broker {
         self.advertised.clone()
     }
 
-    /// The topics, re-read when `.kafkalite-topics.json` changed.
+    /// The topics, re-read when the metadata changed (`datadir::metadata_stamp`).
     pub fn topics(&self) -> Result<Topics> {
-        let stamp = std::fs::metadata(self.dir.metadata_path()).and_then(|m| m.modified()).ok();
+        let stamp = crate::datadir::metadata_stamp(self.dir.path()).ok();
         let mut cache = lock(&self.topics);
         if let Some((seen, topics)) = cache.as_ref() {
-            if *seen == stamp && stamp.is_some() {
+            if *seen == stamp && stamp.is_some_and(|s| s.exists()) {
                 return Ok(topics.clone());
             }
         }

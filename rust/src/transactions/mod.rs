@@ -183,12 +183,11 @@ impl Coordinator {
         if let Some(log) = lock_map(&self.logs).get(&key) {
             return Ok(Some(Arc::clone(log)));
         }
-        let topics = self.dir.topics()?;
-        let Some(meta) = topics.get(topic) else { return Ok(None) };
+        let Some(meta) = self.dir.topic(topic)? else { return Ok(None) };
         if partition < 0 || partition >= meta.partitions {
             return Ok(None);
         }
-        let mut config = log_config(&self.dir.dir_config()?, meta)?;
+        let mut config = log_config(&self.dir.dir_config()?, &meta)?;
         config.readonly = false;
         config.shared_writers = true;
         config.flush = crate::options::FlushPolicy::Always;
@@ -204,7 +203,7 @@ impl Coordinator {
     }
 
     fn ensure_topic(&self, topic: &str, partitions: i32) -> Result<()> {
-        if self.dir.topics()?.contains_key(topic) {
+        if self.dir.topic(topic)?.is_some() {
             return Ok(());
         }
         let config = BTreeMap::from([
@@ -596,9 +595,8 @@ impl Coordinator {
         if new.is_empty() && ongoing {
             return Ok(m);
         }
-        let topics = self.dir.topics()?;
         for (topic, partition) in &new {
-            if !topics.get(topic.as_str()).is_some_and(|t| (0..t.partitions).contains(partition)) {
+            if !self.dir.topic(topic)?.is_some_and(|t| (0..t.partitions).contains(partition)) {
                 return Err(Error::UnknownTopicOrPartition(format!("{topic}-{partition}")));
             }
         }
@@ -895,7 +893,7 @@ impl Coordinator {
 
     /// Every transactional id's metadata (ids whose last record is a tombstone are gone).
     pub fn list(&self) -> Result<Vec<TransactionMetadata>> {
-        if !self.dir.topics()?.contains_key(TRANSACTION_STATE_TOPIC) {
+        if self.dir.topic(TRANSACTION_STATE_TOPIC)?.is_none() {
             return Ok(Vec::new());
         }
         let mut all = Vec::new();
