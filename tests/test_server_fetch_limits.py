@@ -159,7 +159,9 @@ def test_connections_that_never_read_their_answers_do_not_starve_another_clients
                 began = time.monotonic()
                 _, parts = fetch(server.address, [("big", 0, 0, NO_LIMIT)], max_wait_ms=500)
                 assert parts[0].error_code == 0
-                assert parts[0].records > 0, "the stalled connections' answers leave other clients empty fetches"
+                assert parts[0].records > 0, (
+                    "the stalled connections' answers leave other clients empty fetches"
+                )
                 assert time.monotonic() - began < 5
         finally:
             for s in stalled:

@@ -143,6 +143,8 @@ pub struct Broker {
     pub metrics: super::metrics::Metrics,
     /// The ACLs and who they apply to (`authorizer`).
     pub acls: super::authorizer::Authorizer,
+    /// The client quotas and the rates they are enforced on (`quotas`).
+    pub quotas: super::quotas::QuotaManager,
     bridge: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -196,6 +198,7 @@ impl Broker {
                 super::listen::resolve(&config.listen)?.1,
                 &config.super_users,
             )?,
+            quotas: super::quotas::QuotaManager::open(&config.data_dir)?,
             bridge: Mutex::new(Some(bridge)),
         })
     }

@@ -42,6 +42,7 @@ use super::dispatch::DecodeError;
 use super::frame::QUEUED_MAX_RESPONSE_BYTES;
 use super::metrics::frame; // notes the response's error codes for `Metrics::answered`
 use super::open_logs::Access;
+use super::quotas::Kind;
 use super::waits;
 use crate::log::Log;
 use crate::log_read::BatchSlice;
@@ -260,17 +261,29 @@ async fn read_once(
     Read { response: FetchResponse::default().with_responses(topics), bytes: total, any_error }
 }
 
-/// Answer a Fetch: the encoded response frame, holding its share of the response budget until
-/// the connection has written it.
+/// Answer a Fetch of `(user, client id)` (`quota`): the encoded response frame, holding its share
+/// of the response budget until the connection has written it. Past the consumer byte rate quota
+/// the answer has no records and says how long to back off (Kafka's throttled fetch response:
+/// what it read is not counted).
 pub async fn answer(
     broker: &Arc<Broker>,
     request: FetchRequest,
-    version: i16,
-    correlation_id: i32,
-    peer: &str,
+    (version, correlation_id): (i16, i32),
+    (peer, (user, client_id)): (&str, (&str, &str)),
     refused: Vec<FetchableTopicResponse>,
 ) -> Result<Bytes, DecodeError> {
-    let (mut response, permit) = fetch(broker, &request, version, peer).await;
+    broker.quotas.wait_turn(Kind::Fetch, user, client_id).await;
+    let cap = broker.quotas.max_bytes(Kind::Fetch, user, client_id).unwrap_or(usize::MAX);
+    let (mut response, mut permit) = fetch(broker, &request, (version, cap), peer).await;
+    let bytes: usize =
+        response.responses.iter().flat_map(|t| &t.partitions).map(|p| p.records.as_ref().map_or(0, |r| r.len())).sum();
+    let throttle = broker.quotas.record(Kind::Fetch, user, client_id, bytes);
+    if throttle > 0 {
+        broker.quotas.unrecord(Kind::Fetch, user, client_id, bytes);
+        response = FetchResponse::default();
+        permit = None;
+    }
+    response.throttle_time_ms = throttle;
     // The topics the ACLs took out of the request (`acl_requests::Refused`), already logged.
     response.responses.extend(refused);
     log_refusals(&response, peer);
@@ -296,10 +309,11 @@ fn log_refusals(response: &FetchResponse, peer: &str) {
     refusals.log(peer, "Fetch");
 }
 
+/// `cap`: the most record bytes the client's quota allows in one answer.
 async fn fetch(
     broker: &Arc<Broker>,
     request: &FetchRequest,
-    version: i16,
+    (version, cap): (i16, usize),
     peer: &str,
 ) -> (FetchResponse, Option<OwnedSemaphorePermit>) {
     if version >= 7 && request.session_id != 0 {
@@ -311,7 +325,7 @@ async fn fetch(
     let limits = &broker.fetch_limits;
     let wanted = wanted(request);
     let wanted = &wanted;
-    let max_bytes = (request.max_bytes.max(0) as usize).min(limits.max_bytes);
+    let max_bytes = (request.max_bytes.max(0) as usize).min(limits.max_bytes).min(cap);
     let deadline = Instant::now() + Duration::from_millis(request.max_wait_ms.max(0) as u64);
     let min_bytes = request.min_bytes.max(0) as usize;
     let mut first = true;
