@@ -29,6 +29,8 @@ const WINDOWS: usize = 11;
 const WINDOW_MS: u64 = 1000;
 /// How often the file is checked for another process's changes.
 const RECHECK_MS: u64 = 1000;
+/// Sensors kept before those with no bytes in the window are dropped.
+const MAX_SENSORS: usize = 10_000;
 
 /// Which quota a request is recorded against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -235,6 +237,15 @@ impl QuotaManager {
         let Some((quota, key)) = self.resolve(kind, user, client_id) else { return 0 };
         let now = self.now_ms();
         let mut sensors = self.sensors.lock().unwrap_or_else(|e| e.into_inner());
+        if sensors.len() >= MAX_SENSORS && !sensors.contains_key(&key) {
+            // Clients that came and went (a new client id per connection under a default
+            // quota): Kafka expires their sensors after an hour idle; here once past the bound.
+            let at = Instant::now();
+            sensors.retain(|_, s| {
+                s.purge(now);
+                !s.samples.is_empty() || s.throttled_until.is_some_and(|until| until > at)
+            });
+        }
         let sensor = sensors.entry(key).or_default();
         sensor.record(now, bytes as f64);
         let throttle = sensor.throttle_ms(now, quota).min(i32::MAX as u64);
@@ -271,5 +282,31 @@ mod tests {
         // 20,000 bytes over the 10 s minimum window: 2,000 B/s against a 1,000 B/s quota.
         assert_eq!(s.throttle_ms(0, 1000.0), 10_000);
         assert_eq!(s.throttle_ms(0, 2000.0), 0);
+    }
+
+    fn named(user: Option<Option<&str>>, client_id: Option<Option<&str>>) -> Entity {
+        let own = |p: Option<Option<&str>>| p.map(|n| n.map(str::to_string));
+        Entity { user: own(user), client_id: own(client_id) }
+    }
+
+    /// Kafka's precedence: the most specific entity with the key wins, and a default's sensor is
+    /// each name's own.
+    #[test]
+    fn the_most_specific_quota_applies() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = QuotaManager::open(dir.path()).unwrap();
+        assert_eq!(q.resolve(Kind::Produce, "alice", "app"), None);
+        let mut stored = Stored::new();
+        let rate = |v: f64| [(PRODUCER_BYTE_RATE.to_string(), v)].into_iter().collect();
+        stored.insert(named(None, Some(None)), rate(8.0));
+        stored.insert(named(Some(None), None), rate(6.0));
+        stored.insert(named(Some(Some("alice")), None), rate(3.0));
+        stored.insert(named(Some(Some("alice")), Some(Some("app"))), rate(1.0));
+        q.adopt(stored);
+        let key = |u: Option<&str>, c: Option<&str>| (Kind::Produce, u.map(str::to_string), c.map(str::to_string));
+        assert_eq!(q.resolve(Kind::Produce, "alice", "app"), Some((1.0, key(Some("alice"), Some("app")))));
+        assert_eq!(q.resolve(Kind::Produce, "alice", "other"), Some((3.0, key(Some("alice"), None))));
+        assert_eq!(q.resolve(Kind::Produce, "bob", "app"), Some((6.0, key(Some("bob"), None))));
+        assert_eq!(q.resolve(Kind::Fetch, "alice", "app"), None, "no consumer_byte_rate anywhere");
     }
 }
