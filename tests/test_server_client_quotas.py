@@ -3,7 +3,8 @@ DescribeClientQuotas over the data directory's quota file with Kafka's validatio
 semantics, kept across a restart and seen by another server on the same directory; a producer
 over its producer_byte_rate is answered with throttle_time_ms > 0 and held near the rate, a
 consumer over its consumer_byte_rate gets throttled empty answers; with no quota set every
-throttle_time_ms is 0."""
+throttle_time_ms is 0; the file is old or new after a kill while it is written, a damaged one
+stops the start; `kafkalite quotas` and Kafka's `kafka-configs --entity-type clients` edit it."""
 
 from __future__ import annotations
 
@@ -278,3 +279,31 @@ def test_a_damaged_quota_file_stops_the_start_with_what_to_do(tmp_path):
         Server(data)
     with pytest.raises(kafkalite.KafkaliteError, match="damaged"):
         kafkalite.quotas.describe_quotas(data)
+
+
+@pytest.mark.broker
+def test_kafka_configs_sets_and_describes_a_default_client_id_quota(tmp_path):
+    """Kafka 4.1.1's ConfigCommand (`kafka-configs --entity-type clients --entity-default`)."""
+    import subprocess
+
+    import maven_jars
+
+    classpath = str(maven_jars.require(maven_jars.kafka_tools_jars) / "*")
+    with Server(tmp_path / "data") as server:
+
+        def configs(*args: str) -> str:
+            cmd = [
+                "java", "-Xmx256m", "-cp", classpath, "kafka.admin.ConfigCommand",
+                "--bootstrap-server", server.bootstrap_servers, "--entity-type", "clients", *args,
+            ]  # fmt: skip
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
+            assert done.returncode == 0, done.stdout + done.stderr
+            return done.stdout
+
+        configs("--entity-default", "--alter", "--add-config", "consumer_byte_rate=65536")
+        wire = Wire(server.address)
+        assert describe(wire, []) == {(("client-id", None),): {"consumer_byte_rate": 65536.0}}
+        wire.close()
+        assert "consumer_byte_rate=65536" in configs("--entity-default", "--describe")
+        configs("--entity-default", "--alter", "--delete-config", "consumer_byte_rate")
+        assert kafkalite.quotas.describe_quotas(tmp_path / "data") == []
