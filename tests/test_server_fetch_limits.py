@@ -131,3 +131,38 @@ def test_responses_not_yet_written_never_exceed_the_budget(tmp_path):
         time.sleep(0.5)  # their writes fail: the budget comes back
         _, parts = fetch(server.address, [("big", 0, 0, NO_LIMIT)], max_wait_ms=500)
         assert parts[0].records > FETCH_MAX_BYTES - 2 * BATCH
+
+
+STALLED_CONNECTIONS = 12
+
+
+def test_connections_that_never_read_their_answers_do_not_starve_another_clients_fetches(tmp_path):
+    """Issue 35 (finding 6): twelve connections send Fetches with no limit over a 20 MB partition
+    and never read their answers. Before, their responses held the whole server-wide response
+    budget until written (up to 30 s), and every other client's fetch came back with 0 bytes
+    although the partition had data, again and again. Now the budget is only a memory safety
+    net: a fetch that finds no room still gets its first batch, at once."""
+    data = str(tmp_path / "data")
+    fill(data, "big", 1, 20)
+    with Server(data) as server:
+        host, port = server.address.rsplit(":", 1)
+        stalled = []
+        try:
+            for i in range(STALLED_CONNECTIONS):
+                sock = socket.socket()
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                sock.connect((host, int(port)))
+                sock.sendall(fetch_request([("big", 0, 0, NO_LIMIT)], correlation_id=i))
+                stalled.append(sock)  # ...and never read
+            time.sleep(1)  # the server has read their responses and is stuck writing them
+            for _ in range(5):
+                began = time.monotonic()
+                _, parts = fetch(server.address, [("big", 0, 0, NO_LIMIT)], max_wait_ms=500)
+                assert parts[0].error_code == 0
+                assert parts[0].records > 0, (
+                    "the stalled connections' answers leave other clients empty fetches"
+                )
+                assert time.monotonic() - began < 5
+        finally:
+            for s in stalled:
+                s.close()

@@ -2,9 +2,8 @@
 DescribeUserScramCredentials on `kafkalite serve` over the users file `kafkalite users` edits,
 with Kafka's error codes; a credential added over the wire authenticates a new connection of the
 running server; only principals with ALTER/DESCRIBE on the cluster may call them; the users file
-stays whole and private when the server is killed while writing it; DescribeClientQuotas answers
-no quotas and AlterClientQuotas is refused; Kafka's `kafka-configs` adds, describes and deletes a
-user's credential."""
+stays whole and private when the server is killed while writing it; the quota APIs are the cluster
+admin's; Kafka's `kafka-configs` adds, describes and deletes a user's credential and quotas."""
 
 from __future__ import annotations
 
@@ -45,6 +44,7 @@ from kafka.protocol.admin.users import (  # noqa: E402
 USERS_FILE = ".kafkalite-users.json"
 PASSWORDS = {"admin": "admin-pw", "alice": "alice-pw"}
 INVALID_REQUEST, CLUSTER_AUTHORIZATION_FAILED, UNSUPPORTED_SASL_MECHANISM = 42, 31, 33
+UNSUPPORTED_VERSION = 35
 RESOURCE_NOT_FOUND, DUPLICATE_RESOURCE, UNACCEPTABLE_CREDENTIAL = 91, 92, 93
 
 
@@ -216,7 +216,7 @@ def test_only_cluster_alter_and_describe_may_call_them(server, data, caplog):
     alice.close()
 
 
-def test_client_quotas_none_described_and_alters_refused(server):
+def test_client_quotas_described_and_altered_by_the_cluster_admin(server):
     admin = client(server.bootstrap_servers, "admin", PASSWORDS["admin"])
     for version in (0, 1):
         described = send(
@@ -225,7 +225,7 @@ def test_client_quotas_none_described_and_alters_refused(server):
         )
         assert (described.error_code, described.entries) == (0, [])
     bad = send(admin, DescribeClientQuotasRequest(components=[("colour", 0, "red")], strict=False))
-    assert bad.error_code == INVALID_REQUEST
+    assert bad.error_code == UNSUPPORTED_VERSION  # Kafka: "Unsupported entity type colour"
     altered = send(
         admin,
         AlterClientQuotasRequest(
@@ -233,7 +233,11 @@ def test_client_quotas_none_described_and_alters_refused(server):
         ),
     )
     [entry] = altered.entries
-    assert entry.error_code == INVALID_REQUEST and "no client quotas" in entry.error_message
+    assert entry.error_code == 0, entry
+    described = send(admin, DescribeClientQuotasRequest(components=[("user", 0, "alice")], strict=False))
+    assert [(list(map(tuple, e)), dict(v)) for e, v in described.entries] == [
+        ([("user", "alice")], {"producer_byte_rate": 1024.0})
+    ]
     admin.close()
 
 
@@ -305,5 +309,11 @@ def test_kafka_configs_adds_describes_and_deletes_a_credential(server, tmp_path)
     assert not authenticates(server.bootstrap_servers, "alice", "alice-secret")
     described = configs("--describe").stdout
     assert "SCRAM-SHA-256" not in described and "SCRAM-SHA-512=iterations=4096" in described, described
-    refused = configs("--alter", "--add-config", "producer_byte_rate=1024", ok=False)
-    assert "no client quotas" in refused.stdout + refused.stderr
+    configs("--alter", "--add-config", "producer_byte_rate=1024,consumer_byte_rate=2048")
+    described = configs("--describe").stdout
+    assert "producer_byte_rate=1024" in described and "consumer_byte_rate=2048" in described, described
+    configs("--alter", "--delete-config", "producer_byte_rate")
+    described = configs("--describe").stdout
+    assert "producer_byte_rate" not in described and "consumer_byte_rate=2048" in described, described
+    refused = configs("--alter", "--add-config", "request_percentage=50", ok=False)
+    assert "not enforced" in refused.stdout + refused.stderr

@@ -94,6 +94,9 @@ __all__ = [
     "users_add",
     "users_list",
     "users_delete",
+    "quotas_list",
+    "quotas_alter",
+    "QUOTAS_FILE",
     "USERS_FILE",
     "SCRAM_MECHANISMS",
     "SCRAM_DEFAULT_ITERATIONS",
@@ -206,6 +209,17 @@ def users_add(
 ) -> None: ...
 def users_list(data_dir: str | PathLike[str]) -> list[tuple[str, list[tuple[str, int]]]]: ...
 def users_delete(data_dir: str | PathLike[str], name: str) -> bool: ...
+
+QUOTAS_FILE: str
+
+def quotas_list(
+    data_dir: str | PathLike[str],
+) -> list[tuple[list[tuple[str, str | None]], list[tuple[str, float]]]]: ...
+def quotas_alter(
+    data_dir: str | PathLike[str],
+    entity: list[tuple[str, str | None]],
+    changes: list[tuple[str, float | None]],
+) -> None: ...
 def topic_config_defs() -> list[dict[str, Any]]: ...
 def dir_config_defs() -> list[dict[str, Any]]: ...
 def validate_topic_config(config: dict[str, Any]) -> dict[str, Any]: ...

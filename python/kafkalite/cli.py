@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         cli_demo,
         cli_dump,
         cli_groups,
+        cli_quotas,
         cli_serve,
         cli_topics,
         cli_transactions,
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_groups.add_parser(sub, require_dir, subparser)
     cli_transactions.add_parser(sub, require_dir, subparser)
     cli_users.add_parser(sub, require_dir, subparser)
+    cli_quotas.add_parser(sub, require_dir, subparser)
     cli_serve.add_parser(sub)
     cli_demo.add_parser(sub)
     cli_dump.add_parser(sub)

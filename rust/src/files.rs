@@ -112,6 +112,8 @@ pub const USERS_FILE: &str = ".kafkalite-users.json";
 pub const SCRAM_DECOY_KEY_FILE: &str = ".kafkalite-scram-decoy.key";
 /// The server's ACLs (Kafka's ACL model); mode 0600 (`server/authorizer.rs`).
 pub const ACLS_FILE: &str = ".kafkalite-acls.json";
+/// The client quotas (`quotas.rs`: Kafka's `/config/users` and `/config/clients` quota configs).
+pub const QUOTAS_FILE: &str = ".kafkalite-quotas.json";
 /// Consumer-group state, one folder per group.
 pub const GROUPS_DIR: &str = ".kafkalite-groups";
 /// In a group's folder: the flock serializing every change of the group's membership, taken by

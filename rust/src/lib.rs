@@ -77,6 +77,7 @@ pub mod prealloc;
 pub mod producer;
 pub mod producer_ids;
 pub mod producer_state;
+pub mod quotas;
 pub mod record;
 pub mod retention;
 pub mod segment;

@@ -13,6 +13,7 @@ mod log;
 mod metadata;
 mod offsets;
 mod producer;
+mod quotas;
 mod record;
 mod send;
 mod server;
@@ -77,6 +78,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("HASHED_ID_PREFIX", crate::files::HASHED_ID_PREFIX)?;
     offsets::register(m)?;
     users::register(m)?;
+    quotas::register(m)?;
     transactions::register(m)?;
     m.add_function(wrap_pyfunction!(inspect::inspect_segment, m)?)?;
     m.add_function(wrap_pyfunction!(topic_config::topic_config_defs, m)?)?;

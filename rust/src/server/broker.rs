@@ -147,6 +147,8 @@ pub struct Broker {
     pub acls: super::authorizer::Authorizer,
     /// The SCRAM users SASL checks clients against (`credentials`).
     pub credentials: super::credentials::Credentials,
+    /// The client quotas and the rates they are enforced on (`quotas`).
+    pub quotas: super::quotas::QuotaManager,
     bridge: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -202,6 +204,7 @@ impl Broker {
                 &config.super_users,
             )?,
             credentials: super::credentials::Credentials::open(&config.data_dir, config.sasl)?,
+            quotas: super::quotas::QuotaManager::open(&config.data_dir)?,
             bridge: Mutex::new(Some(bridge)),
         })
     }

@@ -41,7 +41,7 @@ const EVICTED: &str = "closed to make room: the listener is full (max.connection
 /// The longest a response may take to be written (or `connections.max.idle.ms` if shorter): a
 /// client that sends a Fetch and never reads its answer would otherwise keep the response, and
 /// its share of the server-wide response budget (`frame::QUEUED_MAX_RESPONSE_BYTES`), for as
-/// long as the socket lives, and two such clients leave every other consumer empty fetches.
+/// long as the socket lives.
 /// Kafka's clients give up on a response after `request.timeout.ms` (30 s by default), so one
 /// still unread by then is wanted by nobody.
 const RESPONSE_WRITE_DEADLINE: Duration = Duration::from_secs(30);

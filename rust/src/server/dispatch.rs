@@ -32,7 +32,8 @@ use super::codes;
 use super::{
     acl_api, acl_requests, client_quotas, cluster, configs, consumer_group_api, coordinator, delete_records,
     describe_producers, fetch, group_api, groups_admin, init_producer_id, list_offsets, log_dirs, metadata,
-    offset_commit, offset_delete, produce, scram_admin, topics_admin, transactions_admin, txn_api, txn_ends, waits,
+    offset_commit, offset_delete, produce, quotas, scram_admin, topics_admin, transactions_admin, txn_api, txn_ends,
+    waits,
 };
 use crate::transactions::{TRANSACTION_VERSION_FEATURE, TV_0, TV_2};
 
@@ -363,12 +364,18 @@ pub async fn handle(broker: &Arc<Broker>, mut request: Request, peer: &str, who:
             if let Some(txn) = &r.transactional_id {
                 txn_ends::settled(broker, txn, waits::deadline(r.timeout_ms)).await;
             }
+            let client_id = request.header.client_id.as_deref().unwrap_or_default();
+            let user = quotas::user_of(&who.principal);
+            broker.quotas.wait_turn(quotas::Kind::Produce, user, client_id).await;
+            let bytes =
+                r.topic_data.iter().flat_map(|t| &t.partition_data).map(|p| p.records.as_ref().map_or(0, |b| b.len()));
+            let throttle = broker.quotas.record(quotas::Kind::Produce, user, client_id, bytes.sum());
             let produced = produce::produce(broker, r, v, peer).await;
             let waits = produced.waits();
             let broker = Arc::clone(broker);
             let answer = async move {
                 let response = match produced.answer(&broker).await {
-                    Some(resp) => Some(frame(key, v, id, &refused.produce(resp))?),
+                    Some(resp) => Some(frame(key, v, id, &refused.produce(resp).with_throttle_time_ms(throttle))?),
                     None => None,
                 };
                 broker.metrics.answered(key);
@@ -380,7 +387,10 @@ pub async fn handle(broker: &Arc<Broker>, mut request: Request, peer: &str, who:
                 Answer::Now(answer.await?)
             });
         }
-        Body::Fetch(r) => fetch::answer(broker, r, v, id, peer, refused.fetch()).await?,
+        Body::Fetch(r) => {
+            let quota = (quotas::user_of(&who.principal), request.header.client_id.as_deref().unwrap_or_default());
+            fetch::answer(broker, r, (v, id), (peer, quota), refused.fetch()).await?
+        }
         Body::FindCoordinator(r) => frame(key, v, id, &coordinator::find_coordinator(broker, r, v, peer, &listing))?,
         Body::OffsetCommit(r) => {
             let committed = blocking(broker, key, move |b| offset_commit::offset_commit(b, r, v, &client)).await?;
@@ -512,8 +522,14 @@ pub async fn handle(broker: &Arc<Broker>, mut request: Request, peer: &str, who:
         Body::DeleteAcls(r) => {
             frame(key, v, id, &blocking(broker, key, move |b| acl_api::delete_acls(b, r, &client)).await?)?
         }
-        Body::DescribeClientQuotas(r) => frame(key, v, id, &client_quotas::describe_client_quotas(r, peer))?,
-        Body::AlterClientQuotas(r) => frame(key, v, id, &client_quotas::alter_client_quotas(r, peer))?,
+        Body::DescribeClientQuotas(r) => frame(key, v, id, &client_quotas::describe_client_quotas(broker, r, peer))?,
+        // Rewrites the quota file under the data directory's admin lock.
+        Body::AlterClientQuotas(r) => frame(
+            key,
+            v,
+            id,
+            &blocking(broker, key, move |b| client_quotas::alter_client_quotas(b, r, &client)).await?,
+        )?,
         // These read (and rewrite) the users file under the data directory's admin lock.
         Body::DescribeUserScramCredentials(r) => frame(
             key,

@@ -8,12 +8,15 @@
 //! waits until an append wakes it (this server's or any embedded producer's) or `max_wait_ms`
 //! passes.
 //!
-//! The record bytes of responses not yet written, over all connections, are bounded by a
-//! shared budget (`QUEUED_MAX_RESPONSE_BYTES`, the response side of Kafka's
-//! `queued.max.request.bytes`): a response takes its bytes from it until it is written, and a
-//! fetch that cannot get them by its `max_wait_ms` answers with what fits the budget's room
-//! then (possibly nothing; the client fetches again). So hostile fetches on many connections
-//! cannot hold more than the budget, however large the partitions and `max_bytes` they name.
+//! A connection reads no further request while its answer is unwritten (Kafka mutes a channel
+//! with an unsent response), so each connection holds one response at most. Over all
+//! connections, the record bytes of responses not yet written are bounded by a shared budget
+//! (`QUEUED_MAX_RESPONSE_BYTES`) as a memory safety net only: a response takes its bytes from it
+//! until it is written, a fetch that finds too little room answers at once with what fits, and
+//! with no room at all still with its first batch (KIP-74), outside the budget. So clients that
+//! never read their answers hold at most the budget plus one batch each, and never make another
+//! connection's fetch return empty (or wait) while its partition has data; Kafka has no such
+//! budget at all (it sends from the page cache) and bounds users by client quotas (`quotas`).
 //!
 //! Fetch sessions are declined: every response carries session id 0, so clients send full
 //! fetch requests. A read_committed fetch (`isolation_level` 1) gets only the batches below the
@@ -39,6 +42,7 @@ use super::dispatch::DecodeError;
 use super::frame::QUEUED_MAX_RESPONSE_BYTES;
 use super::metrics::frame; // notes the response's error codes for `Metrics::answered`
 use super::open_logs::Access;
+use super::quotas::Kind;
 use super::waits;
 use crate::log::Log;
 use crate::log_read::BatchSlice;
@@ -155,21 +159,19 @@ struct Read {
     any_error: bool,
 }
 
-/// Read each partition once, within `max_bytes` in all; with `hard`, no batch past the limits
-/// either (the budget's room is a hard limit), else KIP-74's first batch. `first`: the request's
-/// first pass (`log_for_pass`).
+/// Read each partition once, within `max_bytes` in all but KIP-74's first batch. `first`: the
+/// request's first pass (`log_for_pass`).
 async fn read_once(
     broker: &Arc<Broker>,
     (wanted, first): (&Wanted<'_>, bool),
     max_bytes: usize,
-    hard: bool,
     (version, isolation): (i16, i8),
 ) -> Read {
     // One deadline for the pass's opens: its partitions' waits do not add up.
     let deadline = waits::deadline(0);
     let mut left = max_bytes;
     // Kafka's `minOneMessage`: true until a partition returned data.
-    let mut min_one = !hard;
+    let mut min_one = true;
     let mut total = 0usize;
     let mut any_error = false;
     let mut topics = Vec::with_capacity(wanted.len());
@@ -259,17 +261,29 @@ async fn read_once(
     Read { response: FetchResponse::default().with_responses(topics), bytes: total, any_error }
 }
 
-/// Answer a Fetch: the encoded response frame, holding its share of the response budget until
-/// the connection has written it.
+/// Answer a Fetch of `(user, client id)` (`quota`): the encoded response frame, holding its share
+/// of the response budget until the connection has written it. Past the consumer byte rate quota
+/// the answer has no records and says how long to back off (Kafka's throttled fetch response:
+/// what it read is not counted).
 pub async fn answer(
     broker: &Arc<Broker>,
     request: FetchRequest,
-    version: i16,
-    correlation_id: i32,
-    peer: &str,
+    (version, correlation_id): (i16, i32),
+    (peer, (user, client_id)): (&str, (&str, &str)),
     refused: Vec<FetchableTopicResponse>,
 ) -> Result<Bytes, DecodeError> {
-    let (mut response, permit) = fetch(broker, &request, version, peer).await;
+    broker.quotas.wait_turn(Kind::Fetch, user, client_id).await;
+    let cap = broker.quotas.max_bytes(Kind::Fetch, user, client_id).unwrap_or(usize::MAX);
+    let (mut response, mut permit) = fetch(broker, &request, (version, cap), peer).await;
+    let bytes: usize =
+        response.responses.iter().flat_map(|t| &t.partitions).map(|p| p.records.as_ref().map_or(0, |r| r.len())).sum();
+    let throttle = broker.quotas.record(Kind::Fetch, user, client_id, bytes);
+    if throttle > 0 {
+        broker.quotas.unrecord(Kind::Fetch, user, client_id, bytes);
+        response = FetchResponse::default();
+        permit = None;
+    }
+    response.throttle_time_ms = throttle;
     // The topics the ACLs took out of the request (`acl_requests::Refused`), already logged.
     response.responses.extend(refused);
     log_refusals(&response, peer);
@@ -295,10 +309,11 @@ fn log_refusals(response: &FetchResponse, peer: &str) {
     refusals.log(peer, "Fetch");
 }
 
+/// `cap`: the most record bytes the client's quota allows in one answer.
 async fn fetch(
     broker: &Arc<Broker>,
     request: &FetchRequest,
-    version: i16,
+    (version, cap): (i16, usize),
     peer: &str,
 ) -> (FetchResponse, Option<OwnedSemaphorePermit>) {
     if version >= 7 && request.session_id != 0 {
@@ -310,7 +325,7 @@ async fn fetch(
     let limits = &broker.fetch_limits;
     let wanted = wanted(request);
     let wanted = &wanted;
-    let max_bytes = (request.max_bytes.max(0) as usize).min(limits.max_bytes);
+    let max_bytes = (request.max_bytes.max(0) as usize).min(limits.max_bytes).min(cap);
     let deadline = Instant::now() + Duration::from_millis(request.max_wait_ms.max(0) as u64);
     let min_bytes = request.min_bytes.max(0) as usize;
     let mut first = true;
@@ -319,52 +334,53 @@ async fn fetch(
         let appended = broker.appended.notified();
         tokio::pin!(appended);
         appended.as_mut().enable();
-        let read = read_once(broker, (wanted, first), max_bytes, false, (version, request.isolation_level)).await;
+        let read = read_once(broker, (wanted, first), max_bytes, (version, request.isolation_level)).await;
         first = false;
         let now = Instant::now();
         if read.bytes >= min_bytes || read.any_error || now >= deadline || wanted.is_empty() {
-            return limits.admit(broker, wanted, read, max_bytes, deadline, (version, request.isolation_level)).await;
+            return limits.admit(broker, wanted, read, max_bytes, (version, request.isolation_level)).await;
         }
         let _ = tokio::time::timeout(deadline - now, appended).await;
         if Instant::now() >= deadline {
-            let read = read_once(broker, (wanted, false), max_bytes, false, (version, request.isolation_level)).await;
-            return limits.admit(broker, wanted, read, max_bytes, deadline, (version, request.isolation_level)).await;
+            let read = read_once(broker, (wanted, false), max_bytes, (version, request.isolation_level)).await;
+            return limits.admit(broker, wanted, read, max_bytes, (version, request.isolation_level)).await;
         }
     }
 }
 
 impl Limits {
-    /// Take the budget for `read`'s record bytes, waiting until `deadline` for other responses
-    /// to be written; past it, read again within the budget's room then (a hard limit).
+    /// Take the budget for `read`'s record bytes if it has room for them now; else read again
+    /// within the room there is, and past it still the first batch (KIP-74's minimum): that
+    /// batch is not taken from the budget (it is the fetch's own, bounded by one batch per
+    /// connection, as a connection holds one unwritten response at a time). Nothing waits for
+    /// other connections' responses to be written, so clients that never read theirs can use up
+    /// the budget but never make another connection's fetch come back empty or late while its
+    /// partition has data.
     async fn admit(
         &self,
         broker: &Arc<Broker>,
         wanted: &Wanted<'_>,
         read: Read,
         max_bytes: usize,
-        deadline: Instant,
         version: (i16, i8),
     ) -> (FetchResponse, Option<OwnedSemaphorePermit>) {
         if read.bytes == 0 {
             return (read.response, None);
         }
-        if read.bytes <= QUEUED_MAX_RESPONSE_BYTES {
-            let acquire = self.budget.clone().acquire_many_owned(read.bytes as u32);
-            // Polled once even when the deadline has passed: budget free now is taken.
-            if let Ok(Ok(permit)) = tokio::time::timeout_at(deadline.into(), acquire).await {
-                return (read.response, Some(permit));
-            }
+        if let Ok(permit) = self.budget.clone().try_acquire_many_owned(read.bytes.min(u32::MAX as usize) as u32) {
+            return (read.response, Some(permit));
         }
         // Nothing of the first read was touched (no page of it is resident): read again.
         drop(read);
         let room = self.budget.available_permits().min(max_bytes);
-        let Ok(mut permit) = self.budget.clone().try_acquire_many_owned(room as u32) else {
-            let read = read_once(broker, (wanted, false), 0, true, version).await;
-            return (read.response, None);
-        };
-        let read = read_once(broker, (wanted, false), room, true, version).await;
-        // What the read left unused goes back at once.
-        drop(permit.split(room - read.bytes));
-        (read.response, Some(permit))
+        let mut permit = self.budget.clone().try_acquire_many_owned(room as u32).ok();
+        let room = permit.as_ref().map_or(0, |p| p.num_permits());
+        // Soft: with no room, the first batch all the same.
+        let read = read_once(broker, (wanted, false), room, version).await;
+        // What the read left unused goes back at once; a batch past the room is the overdraft.
+        if let Some(p) = permit.as_mut() {
+            drop(p.split(room - read.bytes.min(room)));
+        }
+        (read.response, permit)
     }
 }

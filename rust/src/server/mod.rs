@@ -99,6 +99,7 @@ mod open_logs;
 mod pipeline;
 mod principal;
 mod produce;
+mod quotas;
 mod sasl;
 mod scram;
 mod scram_admin;
