@@ -115,8 +115,8 @@ def test_a_delete_killed_before_the_metadata_write_is_finished_at_the_next_start
     with kafkalite.Producer(data) as producer:
         for i in range(30):
             producer.send("t", b"v%d" % i, partition=i % 3)
-    # The first atomic file write of a process that only deletes is the metadata's.
-    env = {**os.environ, "KAFKALITE_FAILPOINTS": "checkpoint.write=kill"}
+    # A delete's metadata write is one journal entry (`datadir/journal.rs`).
+    env = {**os.environ, "KAFKALITE_FAILPOINTS": "topics.journal.append=kill"}
     killed = subprocess.run(
         [sys.executable, "-c", f"import kafkalite; kafkalite.Admin({str(data)!r}).delete_topic('t')"],
         env=env,

@@ -41,7 +41,7 @@
 //! `__consumer_offsets` records, for the server and the clients), `inspect` (a segment judged by
 //! recovery's rules, for `kafkalite dump-log`), `arrow` (records to Arrow), `spark` (the same
 //! records as Spark's Kafka-source rows), `users` (the SASL/SCRAM credentials `kafkalite serve`
-//! checks) and `server` (`kafkalite serve`, Kafka's wire protocol). `py` is the PyO3 binding, built only with the `python` feature. Beside them:
+//! checks), `quotas` (the client quotas it enforces, stored in the data directory) and `server` (`kafkalite serve`, Kafka's wire protocol). `py` is the PyO3 binding, built only with the `python` feature. Beside them:
 //! `nofollow` (every data-directory file is opened without following symlinks), `sigbus` (a file
 //! truncated under a map costs data, not the process), `failpoint` (named fault-injection
 //! points, `KAFKALITE_FAILPOINTS`), `lock` (writers' flocks, bounded waits),
