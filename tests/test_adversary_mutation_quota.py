@@ -1,6 +1,6 @@
 """Hostile values of the controller mutation quota (``--controller-mutation-rate``,
 ``Server(controller_mutation_rate=...)``, ``server/topic_creation.rs``): a rate the start accepts
-never makes a request panic."""
+never makes a request panic, and one it cannot hold is a typed error that names the setting."""
 
 from __future__ import annotations
 
@@ -28,3 +28,9 @@ def test_a_tiny_rate_throttles_for_the_longest_time_the_field_holds(tmp_path):
         again = create_topics(server.address, ["tiny-2"])
         assert [t.error_code for t in again.topics] == [THROTTLING_QUOTA_EXCEEDED]
         assert kafkalite.Admin(server.path).list_topics() == ["tiny-0"]
+
+
+@pytest.mark.parametrize("rate", [10**400, 2**1024], ids=["10**400", "2**1024"])
+def test_an_int_past_a_floats_range_is_a_config_error(tmp_path, rate):
+    with pytest.raises(kafkalite.InvalidConfigError, match="controller_mutation_rate"):
+        kafkalite.Server(tmp_path, controller_mutation_rate=rate)
