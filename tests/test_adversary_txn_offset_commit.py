@@ -8,7 +8,10 @@ owner. A commit here waits between its check and its write (for the transactiona
 coordinator lock, up to 5 s; a transaction version 2 commit also records the offsets partition
 in ``__transaction_state`` first): a member fenced meanwhile must be refused where the offsets
 are written, as OffsetCommit is, or the new owner reads the old offset, finds nothing pending,
-and the zombie's transaction commits over it."""
+and the zombie's transaction commits over it.
+
+Also: a commit of generation -1 naming a member id passes to a group without members, as on a
+Kafka 4.1 broker (marker ``broker``)."""
 
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from server_wire import HOLD_FLOCK, in_background, release, stop_holder
 
 pytest.importorskip("kafka")
 from kafka.protocol.consumer.group import OffsetFetchRequest, OffsetFetchResponse
-from test_server_kip848_txn import TOPIC, Transactions, committed
+from test_server_kip848_txn import TOPIC, Transactions, committed, offset_commit, retried, target  # noqa: F401
 
 pytest_plugins = ["kafkalite.testing"]
 
@@ -82,3 +85,33 @@ def test_a_txn_offset_commit_whose_member_left_while_it_waited_is_refused_where_
             wire.close()
             txn.close()
             other.close()
+
+
+def test_a_commit_of_generation_minus_one_naming_a_member_passes_to_an_empty_group(target):  # noqa: F811
+    """Kafka lets a commit of generation -1 into a group without members whatever member id it
+    names (ClassicGroup / ConsumerGroup validateOffsetCommit): one the member that left still
+    names, one to a group never seen; a Java producer's sendOffsetsToTransaction with the
+    metadata of a consumer that left the group sends such a commit."""
+    group, fresh, member, tid = "left-group", "never-seen-group", str(uuid.uuid4()), "left-tx"
+    wire = WireMember(target.address, TopicIds(target.address))
+    txn = Transactions(target.address)
+    txn.find_coordinator(group, 0)
+    txn.find_coordinator(fresh, 0)
+    txn.find_coordinator(tid, 1)
+    answers: list[dict] = []
+    assert retried(lambda: answers.append(wire.join(group, member, [TOPIC])) or answers[-1]["error"]) == NONE
+    assert wire.heartbeat(group, member, -1)["error"] == NONE
+    producer = txn.begin(tid)
+    assert txn.add_offsets(tid, producer, group) == NONE
+    assert txn.add_offsets(tid, producer, fresh) == NONE
+    codes = {
+        "the member that left": txn.txn_offset_commit(tid, producer, group, member, -1, 4),
+        "a group never seen": txn.txn_offset_commit(tid, producer, fresh, "someone", -1, 4),
+    }
+    assert codes == {"the member that left": NONE, "a group never seen": NONE}
+    txn.commit(tid, producer)
+    assert committed(txn, group, 4) == 4
+    assert offset_commit(txn, group, member, -1, 6) == NONE
+    assert committed(txn, group, 6) == 6
+    wire.close()
+    txn.close()
