@@ -271,6 +271,9 @@ def test_a_transactional_commit_from_outside_a_group_embedded_consumers_consume_
             producer = txn.begin(tid)
             assert txn.add_offsets(tid, producer, group) == NONE
             assert txn.txn_offset_commit(tid, producer, group, "", -1, 3) == UNKNOWN_MEMBER_ID
+            # Generation -1 naming a member id is from outside the group too.
+            assert txn.txn_offset_commit(tid, producer, group, "someone", -1, 3) == UNKNOWN_MEMBER_ID
+            assert offset_commit(txn, group, "someone", -1, 3) == UNKNOWN_MEMBER_ID
             txn.commit(tid, producer)
             assert committed(txn, group, -1) == -1
             txn.close()

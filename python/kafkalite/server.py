@@ -298,7 +298,14 @@ def check_controller_mutation_rate(value: object) -> None:
             f"controller_mutation_rate must be a number (partitions per second) or None, "
             f"not {type(value).__name__}"
         )
-    if not (math.isfinite(value) and value > 0):
+    try:
+        positive = math.isfinite(value) and value > 0
+    except OverflowError:  # an int past a float's range
+        raise InvalidConfigError(
+            "controller_mutation_rate must be a positive number of partitions per second that a float "
+            "holds, not an int too large for one"
+        ) from None
+    if not positive:
         raise InvalidConfigError(
             f"controller_mutation_rate must be a positive number of partitions per second, not {value!r}"
         )

@@ -251,12 +251,14 @@ impl Coordinator {
     ) -> Result<(), i16> {
         let groups = self.groups();
         let group = groups.get(group_id);
+        if generation < 0 && group.is_none_or(|g| g.members.is_empty()) {
+            // Generation -1 (the admin client, a consumer without group management) commits to
+            // an empty group whatever member id it names, as Kafka's check lets it.
+            return Ok(());
+        }
         if generation < 0 && member_id.is_empty() && instance_id.is_none() {
-            // A "simple" consumer (assign, no membership): only while the group has no members.
-            return match group {
-                Some(g) if !g.members.is_empty() => Err(codes::UNKNOWN_MEMBER_ID),
-                _ => Ok(()),
-            };
+            // A "simple" consumer (assign, no membership) to a group with members.
+            return Err(codes::UNKNOWN_MEMBER_ID);
         }
         Self::check_member(group, member_id, instance_id, generation)?;
         // As Kafka: members may still commit while the group prepares a rebalance (their

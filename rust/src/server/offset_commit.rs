@@ -1,7 +1,7 @@
 //! OffsetCommit and OffsetFetch for network consumers, through `offsets::OffsetStore`.
 //! Commits are checked as Kafka's group coordinator checks them: members of the current
-//! generation, or "simple" consumers (generation -1, no member id: `assign()`, an admin's
-//! offset reset) of a group without members. A group's members are this server's network
+//! generation, or "simple" consumers (generation -1, whatever member id: `assign()`, an
+//! admin's offset reset) of a group without members. A group's members are this server's network
 //! members and the embedded `kafkalite.Consumer`s of the same group id (`group_owner`), so a
 //! commit from outside can never rewind a group that one of them is consuming.
 
@@ -98,18 +98,18 @@ impl CommitPlan {
     }
 }
 
-/// Why a commit from outside the group (generation < 0, no member id) is refused, when it is:
-/// the group has live members. Kafka's ClassicGroup.validateOffsetCommit answers
-/// UNKNOWN_MEMBER_ID unless the group is empty; the embedded members count as members, for a
-/// transactional commit too (they cannot be named, so nothing from outside may rewind them).
+/// Why a commit from outside the group (generation < 0, with or without a member id) is
+/// refused, when it is: the group has live members. Kafka's ClassicGroup.validateOffsetCommit
+/// answers UNKNOWN_MEMBER_ID unless the group is empty; the embedded members count as members,
+/// for a transactional commit too (they cannot be named, so nothing from outside may rewind them).
 pub fn outside_commit_refused(broker: &Broker, group: &str, member_id: &str, generation: i32) -> Option<String> {
-    if generation >= 0 || !member_id.is_empty() {
+    if generation >= 0 {
         return None;
     }
     if embedded_members(broker.dir.path(), group) {
         return Some(format!(
             "group {group:?} has live embedded kafkalite.Consumer members; a consumer outside the group \
-             (generation -1, no member id) may commit only to an empty group"
+             (generation -1, member id {member_id:?}) may commit only to an empty group"
         ));
     }
     None

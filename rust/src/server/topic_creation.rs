@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::broker::{lock, Broker};
 use super::waits;
@@ -153,8 +153,11 @@ impl TopicCreation {
     }
 }
 
+/// `seconds` as `throttle_time_ms`, at most i32::MAX: a rate so small that the wait overflows
+/// (up to infinity) gets the longest throttle the field holds. A float's `as` saturates (NaN is
+/// 0), where `Duration::from_secs_f64` would panic past u64::MAX seconds.
 fn millis(seconds: f64) -> i32 {
-    Duration::from_secs_f64(seconds.max(0.0)).as_millis().min(i32::MAX as u128) as i32
+    (seconds * 1000.0).clamp(0.0, f64::from(i32::MAX)) as i32
 }
 
 fn create_all(broker: &Broker, topics: &[(String, i32, BTreeMap<String, String>)]) -> Vec<(String, Created)> {

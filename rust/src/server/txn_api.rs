@@ -288,10 +288,13 @@ pub fn txn_offset_commit(
     } else {
         let (pid, epoch) = (request.producer_id.0, request.producer_epoch);
         let tv = client_version(version, TV2_SINCE_OFFSETS_COMMIT);
-        broker
-            .transactions
-            .txn_offset_commit_as(&id, pid, epoch, &group, &plan.commits, tv, now_ms())
-            .map_err(|e| refusal(&e, (version, FENCED_SINCE_OFFSETS_COMMIT), peer, "TxnOffsetCommit", &what))
+        // Checked again where the offsets are written: the member may have been fenced while
+        // the commit waited for the transactional id's lock.
+        let admit = || committer.check(broker, &format!("TxnOffsetCommit ({what}, checked again where written)"), peer);
+        match broker.transactions.txn_offset_commit_as(&id, pid, epoch, &group, &plan.commits, tv, now_ms(), admit) {
+            Ok(admitted) => admitted,
+            Err(e) => Err(refusal(&e, (version, FENCED_SINCE_OFFSETS_COMMIT), peer, "TxnOffsetCommit", &what)),
+        }
     };
     let mut refusals = codes::Refusals::new("partition");
     let topics = plan

@@ -641,14 +641,20 @@ impl Coordinator {
         offsets: &[(String, i32, i64, Option<String>)],
         now_ms: i64,
     ) -> Result<()> {
-        self.txn_offset_commit_as(transactional_id, producer_id, epoch, group_id, offsets, TV_0, now_ms)
+        let admit = || Ok::<(), std::convert::Infallible>(());
+        self.txn_offset_commit_as(transactional_id, producer_id, epoch, group_id, offsets, TV_0, now_ms, admit)
+            .map(drop)
     }
 
     /// `txn_offset_commit` for a client at transaction version `client_version`: at `TV_2`
     /// (TxnOffsetCommit v5, KIP-890 part 2: no AddOffsetsToTxn before it) the group's offsets
-    /// partition joins the transaction first, under the same lock.
+    /// partition joins the transaction first, under the same lock. `admit` is the group's check
+    /// of the commit, asked again right before the offsets are appended (the id's lock and the
+    /// partition's log held), as Kafka's coordinator checks and writes in one step: a member
+    /// fenced while the commit waited for the lock is turned away (`Ok(Err(_))`, nothing
+    /// written) instead of leaving offsets its partitions' new owner did not see pending.
     #[allow(clippy::too_many_arguments)]
-    pub fn txn_offset_commit_as(
+    pub fn txn_offset_commit_as<E>(
         &self,
         transactional_id: &str,
         producer_id: i64,
@@ -657,7 +663,8 @@ impl Coordinator {
         offsets: &[(String, i32, i64, Option<String>)],
         client_version: i16,
         now_ms: i64,
-    ) -> Result<()> {
+        admit: impl FnOnce() -> std::result::Result<(), E>,
+    ) -> Result<std::result::Result<(), E>> {
         if group_id.is_empty() {
             return Err(Error::config("group_id must not be empty"));
         }
@@ -680,7 +687,7 @@ impl Coordinator {
             ));
         }
         if offsets.is_empty() {
-            return Ok(());
+            return Ok(Ok(()));
         }
         let encoded: Vec<(Vec<u8>, Vec<u8>)> = offsets
             .iter()
@@ -698,12 +705,15 @@ impl Coordinator {
         fail_point("txn.offsets.before_append")?;
         {
             let mut log = lock_log(&log, || format!("{OFFSETS_TOPIC}-{partition}"))?;
+            if let Err(refused) = admit() {
+                return Ok(Err(refused));
+            }
             log.set_transactional_producer(Some((producer_id, epoch)));
             let appended = log.append_records(&inputs);
             log.set_transactional_producer(None);
             appended?;
         }
-        fail_point("txn.offsets.after_append")
+        fail_point("txn.offsets.after_append").map(Ok)
     }
 
     /// EndTxn: commit or abort the producer's transaction (two-phase; see the module comment).
