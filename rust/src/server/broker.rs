@@ -310,6 +310,7 @@ impl Broker {
         {
             Ok(opened) => opened,
             Err(waits::NotDone::Busy) => Err(timed_out("none: every slot for blocking work stayed busy")),
+            Err(waits::NotDone::Stopped) => Err(timed_out("none: the server is stopping")),
             Err(waits::NotDone::Panicked) => {
                 Err(Error::Poisoned(format!("opening {topic}-{partition} panicked (a bug); retry")))
             }

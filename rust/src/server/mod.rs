@@ -432,6 +432,8 @@ async fn settle_transactions(broker: Arc<Broker>, mut stop: watch::Receiver<bool
             Err(waits::NotDone::Panicked) => {
                 ::log::error!(target: LOG_TARGET, "transactions: expiring and completing panicked (a bug); retried in 10 s")
             }
+            // A stop that came while the round waited for its turn: the next start settles them.
+            Err(waits::NotDone::Stopped) => return,
         }
         tokio::select! {
             _ = stop.changed() => return,

@@ -473,6 +473,7 @@ pub async fn verify_produce(
             Err(waits::NotDone::Busy) => {
                 Err((codes::REQUEST_TIMED_OUT, "no slot for blocking work came free in time (server busy)".into()))
             }
+            Err(waits::NotDone::Stopped) => Err((codes::REQUEST_TIMED_OUT, "the server is stopping".into())),
             Err(waits::NotDone::Panicked) => {
                 Err((codes::UNKNOWN_SERVER_ERROR, "the verification panicked (a bug)".into()))
             }
