@@ -274,3 +274,17 @@ def test_a_real_full_file_system_fails_a_create_and_damages_nothing(tmp_path, sp
         assert _listed_by_a_new_process(spawn, data) == sorted(["first", "after", *created])
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_zero_filled_tail_is_a_torn_tail_not_damage(tmp_path, spawn):
+    """A crash can leave the journal longer than what reached the disk, the rest reading as
+    zeros. Zeros frame an empty payload whose CRC-32C is 0, so they pass the CRC: they must read
+    as the tail a killed append left (readers stop before it, the next create cuts it off), not
+    as a damaged entry that makes every reader and writer of the directory fail."""
+    data = str(tmp_path / "d")
+    _seed(data)
+    with open(os.path.join(data, JOURNAL_FILE), "ab") as f:
+        f.write(b"\0" * 4096)
+    assert _listed_by_a_new_process(spawn, data) == ["base", "other"]
+    Admin(data).create_topic("after", 1)
+    assert _listed_by_a_new_process(spawn, data) == ["after", "base", "other"]

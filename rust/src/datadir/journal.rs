@@ -70,17 +70,29 @@ pub fn encode_entry(patch: &Value) -> Vec<u8> {
     out
 }
 
+/// How many bytes the entry `bytes` starts with takes, framing included (`ENTRY_OVERHEAD` while
+/// its frame is incomplete); None when its length marks a tail: zero (a crash can leave the
+/// journal longer than what reached the disk, reading as zeros, and the empty payload's CRC-32C
+/// is 0, so zeros would pass the CRC) or more than any change.
+fn entry_len(bytes: &[u8]) -> Option<usize> {
+    let Some(frame) = bytes.get(..4) else { return Some(ENTRY_OVERHEAD) };
+    let len = u32::from_be_bytes(frame.try_into().expect("4 bytes")) as usize;
+    (1..=MAX_PAYLOAD).contains(&len).then_some(ENTRY_OVERHEAD + len)
+}
+
 /// The entries of `bytes` (read from journal position `start`), up to the first one that is
-/// incomplete or fails its CRC, and the position where the complete ones end. A CRC-valid
-/// entry that is not a JSON object is damage, named by position.
+/// incomplete, fails its CRC or has an impossible length, and the position where the complete
+/// ones end. A CRC-valid entry that is not a JSON object is damage, named by position.
 pub fn decode_entries(bytes: &[u8], start: u64, path: &Path) -> Result<(Vec<Value>, u64)> {
     let mut entries = Vec::new();
     let mut at = 0usize;
-    while bytes.len() - at >= ENTRY_OVERHEAD {
-        let len = u32::from_be_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
+    while let Some(whole) = entry_len(&bytes[at..]) {
+        if bytes.len() - at < whole {
+            break;
+        }
         let crc = u32::from_be_bytes(bytes[at + 4..at + 8].try_into().expect("4 bytes"));
-        let body = at + ENTRY_OVERHEAD;
-        if len > MAX_PAYLOAD || bytes.len() - body < len || crc32c(&bytes[body..body + len]) != crc {
+        let (body, len) = (at + ENTRY_OVERHEAD, whole - ENTRY_OVERHEAD);
+        if crc32c(&bytes[body..body + len]) != crc {
             break;
         }
         let patch: Value = serde_json::from_slice(&bytes[body..body + len]).map_err(|e| damaged(path, start, at, e))?;
@@ -190,6 +202,13 @@ mod tests {
         let mut huge = bytes[..first_end as usize].to_vec();
         huge.extend_from_slice(&[0xff; 8]);
         assert_eq!(decode_entries(&huge, 16, p).unwrap().0.len(), 1);
+        // So are zeros (a file longer than what reached the disk): their CRC-32C would match.
+        let mut zeros = bytes[..first_end as usize].to_vec();
+        zeros.extend_from_slice(&[0; 4096]);
+        assert_eq!(
+            decode_entries(&zeros, 16, p).unwrap(),
+            (vec![json!({"topics": {"a": {"partitions": 1}}})], 16 + first_end)
+        );
     }
 
     #[test]
