@@ -288,3 +288,26 @@ def test_a_zero_filled_tail_is_a_torn_tail_not_damage(tmp_path, spawn):
     assert _listed_by_a_new_process(spawn, data) == ["base", "other"]
     Admin(data).create_topic("after", 1)
     assert _listed_by_a_new_process(spawn, data) == ["after", "base", "other"]
+
+
+PROBE = r"""
+import sys
+from kafkalite import Admin
+from kafkalite.errors import KafkaliteError
+try:
+    print(*Admin(sys.argv[1]).list_topics())
+except KafkaliteError as e:
+    print("error", type(e).__name__, e)
+"""
+
+
+def test_a_journal_claiming_terabytes_is_read_only_as_far_as_its_entries(tmp_path, spawn):
+    """A journal's length says nothing about its bytes: a sparse (or hostile) file of 1 TiB is
+    read no further than its entries go, without allocating its length (which aborted the
+    process) or reading its zeros (which took minutes)."""
+    data = str(tmp_path / "d")
+    _seed(data)
+    os.truncate(os.path.join(data, JOURNAL_FILE), 1 << 40)
+    out = spawn.run(PROBE, data, timeout=30)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["base", "other"]

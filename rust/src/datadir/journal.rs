@@ -83,7 +83,7 @@ fn entry_len(bytes: &[u8]) -> Option<usize> {
 /// The entries of `bytes` (read from journal position `start`), up to the first one that is
 /// incomplete, fails its CRC or has an impossible length, and the position where the complete
 /// ones end. A CRC-valid entry that is not a JSON object is damage, named by position.
-pub fn decode_entries(bytes: &[u8], start: u64, path: &Path) -> Result<(Vec<Value>, u64)> {
+fn decode_entries(bytes: &[u8], start: u64, path: &Path) -> Result<(Vec<Value>, u64)> {
     let mut entries = Vec::new();
     let mut at = 0usize;
     while let Some(whole) = entry_len(&bytes[at..]) {
@@ -114,13 +114,37 @@ fn damaged(path: &Path, start: u64, at: usize, why: impl std::fmt::Display) -> E
     ))
 }
 
-/// The journal's bytes from `from` to its end (its length as `fstat` says now).
-pub fn read_from(file: &File, from: u64, path: &Path) -> Result<Vec<u8>> {
+/// Read at a time while the entries go on (a few syscalls for a journal about to be compacted).
+const CHUNK: usize = 1 << 20;
+
+/// The entries of the journal `file` from position `start` to its end (its length as `fstat`
+/// says now), as `decode_entries`, and where they end. Read a chunk at a time and no further
+/// than the entries go: the length of a sparse or hostile file says nothing about its bytes (a
+/// journal claiming a terabyte must not be allocated, nor its zeros read).
+pub fn read_entries(file: &File, start: u64, path: &Path) -> Result<(Vec<Value>, u64)> {
     let len = file.metadata().context_at(path, || format!("cannot stat {}", path.display()))?.len();
-    let mut buf = vec![0u8; len.saturating_sub(from) as usize];
-    let n = read_at_most(file, &mut buf, from, path)?;
-    buf.truncate(n);
-    Ok(buf)
+    let (mut entries, mut end, mut pending) = (Vec::new(), start, Vec::new());
+    loop {
+        let (mut found, valid) = decode_entries(&pending, end, path)?;
+        entries.append(&mut found);
+        pending.drain(..(valid - end) as usize);
+        end = valid;
+        // Stopped for want of bytes (not at a tail that more bytes would not mend): read on.
+        let Some(whole) = entry_len(&pending).filter(|&whole| pending.len() < whole) else { break };
+        let from = end + pending.len() as u64;
+        let want = (whole - pending.len()).max(CHUNK).min(len.saturating_sub(from) as usize);
+        if want == 0 {
+            break;
+        }
+        let had = pending.len();
+        pending.resize(had + want, 0);
+        let n = read_at_most(file, &mut pending[had..], from, path)?;
+        pending.truncate(had + n);
+        if n == 0 {
+            break;
+        }
+    }
+    Ok((entries, end))
 }
 
 fn read_at_most(file: &File, buf: &mut [u8], from: u64, path: &Path) -> Result<usize> {
@@ -209,6 +233,26 @@ mod tests {
             decode_entries(&zeros, 16, p).unwrap(),
             (vec![json!({"topics": {"a": {"partitions": 1}}})], 16 + first_end)
         );
+    }
+
+    #[test]
+    fn entries_are_read_across_chunks_and_no_further_than_they_go() {
+        let path = std::env::temp_dir().join(format!("kafkalite-journal-chunks-{}", std::process::id()));
+        let mut bytes = header(1);
+        let patches: Vec<Value> = (0..3000)
+            .map(|i| json!({"topics": {format!("t{i}"): {"partitions": 1, "config": {"x": "y".repeat(i % 1500)}}}}))
+            .chain([json!({"config": {"big": "z".repeat(3 * CHUNK)}})])
+            .collect();
+        patches.iter().for_each(|p| write_entry(&mut bytes, p).unwrap());
+        let valid = bytes.len() as u64;
+        bytes.extend_from_slice(&encode_entry(&patches[0])[..20]); // a torn tail
+        std::fs::write(&path, &bytes).unwrap();
+        let file = File::open(&path).unwrap();
+        assert_eq!(read_entries(&file, HEADER_LEN, &path).unwrap(), (patches.clone(), valid));
+        // A length far past the file's bytes (sparse): read as far as the entries go.
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(1 << 40).unwrap();
+        assert_eq!(read_entries(&file, HEADER_LEN, &path).unwrap().1, valid);
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

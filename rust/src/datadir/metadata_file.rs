@@ -236,8 +236,7 @@ fn appended_since(dir: &Path, pos: &Position) -> Result<Option<(Position, Delta)
     if now.dev != j.dev || now.ino != j.ino {
         return Ok(None);
     }
-    let bytes = journal::read_from(&file, j.end, &jpath)?;
-    let (entries, end) = journal::decode_entries(&bytes, j.end, &jpath)?;
+    let (entries, end) = journal::read_entries(&file, j.end, &jpath)?;
     for entry in &entries {
         check_entry(&jpath, entry)?;
     }
@@ -280,8 +279,7 @@ fn read_whole(dir: &Path) -> Result<(Position, Delta)> {
         }
         let mut end = stamp.size;
         if generation == wanted {
-            let bytes = journal::read_from(&file, journal::HEADER_LEN, &jpath)?;
-            let (entries, valid) = journal::decode_entries(&bytes, journal::HEADER_LEN, &jpath)?;
+            let (entries, valid) = journal::read_entries(&file, journal::HEADER_LEN, &jpath)?;
             for entry in entries {
                 check_entry(&jpath, &entry)?;
                 apply(&mut data, entry);
