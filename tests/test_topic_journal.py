@@ -311,3 +311,17 @@ def test_a_journal_claiming_terabytes_is_read_only_as_far_as_its_entries(tmp_pat
     out = spawn.run(PROBE, data, timeout=30)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["base", "other"]
+
+
+def test_a_journal_that_is_a_fifo_fails_clearly_instead_of_hanging(tmp_path, spawn):
+    """Opening a FIFO for reading waits for a writer that never comes: a journal (or snapshot)
+    that is not a regular file is refused, naming it, by readers and writers alike."""
+    data = str(tmp_path / "d")
+    _seed(data)
+    journal = os.path.join(data, JOURNAL_FILE)
+    os.remove(journal)
+    os.mkfifo(journal)
+    out = spawn.run(PROBE, data, timeout=30)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("error KafkaliteIOError") and journal in out.stdout, out.stdout
+    assert "not a regular file" in out.stdout, out.stdout

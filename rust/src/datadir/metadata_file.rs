@@ -245,9 +245,20 @@ fn appended_since(dir: &Path, pos: &Position) -> Result<Option<(Position, Delta)
     Ok(Some((pos, Delta::Entries(entries))))
 }
 
+/// `path` opened for reading, None when there is none. Only a regular file is read: a FIFO
+/// planted there is opened without waiting (O_NONBLOCK) and refused, not read forever.
 fn open_if_exists(path: &Path, what: &str) -> Result<Option<std::fs::File>> {
-    match crate::nofollow::open_read(path, what) {
-        Ok(file) => Ok(Some(file)),
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
+    match crate::nofollow::open(crate::nofollow::options().read(true).custom_flags(flags.bits() as i32), path, what) {
+        Ok(file) if file.metadata().context_at(path, || format!("cannot stat {}", path.display()))?.is_file() => {
+            Ok(Some(file))
+        }
+        Ok(_) => Err(Error::io_at(
+            path,
+            format!("cannot read {what} {}: it is not a regular file; replace it with the real file", path.display()),
+            std::io::Error::from(std::io::ErrorKind::InvalidInput),
+        )),
         Err(Error::Io { source, .. })
             if matches!(source.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) =>
         {
