@@ -325,3 +325,18 @@ def test_a_journal_that_is_a_fifo_fails_clearly_instead_of_hanging(tmp_path, spa
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.startswith("error KafkaliteIOError") and journal in out.stdout, out.stdout
     assert "not a regular file" in out.stdout, out.stdout
+
+
+def test_a_journal_newer_than_its_snapshot_is_named_in_one_readable_sentence(tmp_path, spawn):
+    """A journal of a later generation than the snapshot names (restored on its own) is refused,
+    saying so in plain words (the message once held a run of source indentation)."""
+    data = str(tmp_path / "d")
+    _seed(data)
+    journal = os.path.join(data, JOURNAL_FILE)
+    with open(journal, "r+b") as f:
+        f.seek(8)
+        f.write((10**12).to_bytes(8, "big"))
+    out = spawn.run(PROBE, data, timeout=30)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("error CorruptMetadataError") and journal in out.stdout, out.stdout
+    assert "(a file restored or copied on its own?); restore both files" in out.stdout, out.stdout

@@ -283,7 +283,8 @@ fn read_whole(dir: &Path) -> Result<(Position, Delta)> {
         let generation = journal::read_generation(&file, &jpath)?;
         if generation > wanted {
             return Err(Error::CorruptMetadata(format!(
-                "{} is of generation {generation}, newer than the {wanted} {} names (a file restored or copied                  on its own?); restore both files from the same backup or re-create the topics",
+                "{} is of generation {generation}, newer than the {wanted} {} names (a file restored or copied \
+                 on its own?); restore both files from the same backup or re-create the topics",
                 jpath.display(),
                 meta.display()
             )));
