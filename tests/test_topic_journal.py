@@ -274,3 +274,69 @@ def test_a_real_full_file_system_fails_a_create_and_damages_nothing(tmp_path, sp
         assert _listed_by_a_new_process(spawn, data) == sorted(["first", "after", *created])
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_zero_filled_tail_is_a_torn_tail_not_damage(tmp_path, spawn):
+    """A crash can leave the journal longer than what reached the disk, the rest reading as
+    zeros. Zeros frame an empty payload whose CRC-32C is 0, so they pass the CRC: they must read
+    as the tail a killed append left (readers stop before it, the next create cuts it off), not
+    as a damaged entry that makes every reader and writer of the directory fail."""
+    data = str(tmp_path / "d")
+    _seed(data)
+    with open(os.path.join(data, JOURNAL_FILE), "ab") as f:
+        f.write(b"\0" * 4096)
+    assert _listed_by_a_new_process(spawn, data) == ["base", "other"]
+    Admin(data).create_topic("after", 1)
+    assert _listed_by_a_new_process(spawn, data) == ["after", "base", "other"]
+
+
+PROBE = r"""
+import sys
+from kafkalite import Admin
+from kafkalite.errors import KafkaliteError
+try:
+    print(*Admin(sys.argv[1]).list_topics())
+except KafkaliteError as e:
+    print("error", type(e).__name__, e)
+"""
+
+
+def test_a_journal_claiming_terabytes_is_read_only_as_far_as_its_entries(tmp_path, spawn):
+    """A journal's length says nothing about its bytes: a sparse (or hostile) file of 1 TiB is
+    read no further than its entries go, without allocating its length (which aborted the
+    process) or reading its zeros (which took minutes)."""
+    data = str(tmp_path / "d")
+    _seed(data)
+    os.truncate(os.path.join(data, JOURNAL_FILE), 1 << 40)
+    out = spawn.run(PROBE, data, timeout=30)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["base", "other"]
+
+
+def test_a_journal_that_is_a_fifo_fails_clearly_instead_of_hanging(tmp_path, spawn):
+    """Opening a FIFO for reading waits for a writer that never comes: a journal (or snapshot)
+    that is not a regular file is refused, naming it, by readers and writers alike."""
+    data = str(tmp_path / "d")
+    _seed(data)
+    journal = os.path.join(data, JOURNAL_FILE)
+    os.remove(journal)
+    os.mkfifo(journal)
+    out = spawn.run(PROBE, data, timeout=30)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("error KafkaliteIOError") and journal in out.stdout, out.stdout
+    assert "not a regular file" in out.stdout, out.stdout
+
+
+def test_a_journal_newer_than_its_snapshot_is_named_in_one_readable_sentence(tmp_path, spawn):
+    """A journal of a later generation than the snapshot names (restored on its own) is refused,
+    saying so in plain words (the message once held a run of source indentation)."""
+    data = str(tmp_path / "d")
+    _seed(data)
+    journal = os.path.join(data, JOURNAL_FILE)
+    with open(journal, "r+b") as f:
+        f.seek(8)
+        f.write((10**12).to_bytes(8, "big"))
+    out = spawn.run(PROBE, data, timeout=30)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("error CorruptMetadataError") and journal in out.stdout, out.stdout
+    assert "(a file restored or copied on its own?); restore both files" in out.stdout, out.stdout

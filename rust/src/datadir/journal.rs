@@ -70,17 +70,29 @@ pub fn encode_entry(patch: &Value) -> Vec<u8> {
     out
 }
 
+/// How many bytes the entry `bytes` starts with takes, framing included (`ENTRY_OVERHEAD` while
+/// its frame is incomplete); None when its length marks a tail: zero (a crash can leave the
+/// journal longer than what reached the disk, reading as zeros, and the empty payload's CRC-32C
+/// is 0, so zeros would pass the CRC) or more than any change.
+fn entry_len(bytes: &[u8]) -> Option<usize> {
+    let Some(frame) = bytes.get(..4) else { return Some(ENTRY_OVERHEAD) };
+    let len = u32::from_be_bytes(frame.try_into().expect("4 bytes")) as usize;
+    (1..=MAX_PAYLOAD).contains(&len).then_some(ENTRY_OVERHEAD + len)
+}
+
 /// The entries of `bytes` (read from journal position `start`), up to the first one that is
-/// incomplete or fails its CRC, and the position where the complete ones end. A CRC-valid
-/// entry that is not a JSON object is damage, named by position.
-pub fn decode_entries(bytes: &[u8], start: u64, path: &Path) -> Result<(Vec<Value>, u64)> {
+/// incomplete, fails its CRC or has an impossible length, and the position where the complete
+/// ones end. A CRC-valid entry that is not a JSON object is damage, named by position.
+fn decode_entries(bytes: &[u8], start: u64, path: &Path) -> Result<(Vec<Value>, u64)> {
     let mut entries = Vec::new();
     let mut at = 0usize;
-    while bytes.len() - at >= ENTRY_OVERHEAD {
-        let len = u32::from_be_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
+    while let Some(whole) = entry_len(&bytes[at..]) {
+        if bytes.len() - at < whole {
+            break;
+        }
         let crc = u32::from_be_bytes(bytes[at + 4..at + 8].try_into().expect("4 bytes"));
-        let body = at + ENTRY_OVERHEAD;
-        if len > MAX_PAYLOAD || bytes.len() - body < len || crc32c(&bytes[body..body + len]) != crc {
+        let (body, len) = (at + ENTRY_OVERHEAD, whole - ENTRY_OVERHEAD);
+        if crc32c(&bytes[body..body + len]) != crc {
             break;
         }
         let patch: Value = serde_json::from_slice(&bytes[body..body + len]).map_err(|e| damaged(path, start, at, e))?;
@@ -102,13 +114,37 @@ fn damaged(path: &Path, start: u64, at: usize, why: impl std::fmt::Display) -> E
     ))
 }
 
-/// The journal's bytes from `from` to its end (its length as `fstat` says now).
-pub fn read_from(file: &File, from: u64, path: &Path) -> Result<Vec<u8>> {
+/// Read at a time while the entries go on (a few syscalls for a journal about to be compacted).
+const CHUNK: usize = 1 << 20;
+
+/// The entries of the journal `file` from position `start` to its end (its length as `fstat`
+/// says now), as `decode_entries`, and where they end. Read a chunk at a time and no further
+/// than the entries go: the length of a sparse or hostile file says nothing about its bytes (a
+/// journal claiming a terabyte must not be allocated, nor its zeros read).
+pub fn read_entries(file: &File, start: u64, path: &Path) -> Result<(Vec<Value>, u64)> {
     let len = file.metadata().context_at(path, || format!("cannot stat {}", path.display()))?.len();
-    let mut buf = vec![0u8; len.saturating_sub(from) as usize];
-    let n = read_at_most(file, &mut buf, from, path)?;
-    buf.truncate(n);
-    Ok(buf)
+    let (mut entries, mut end, mut pending) = (Vec::new(), start, Vec::new());
+    loop {
+        let (mut found, valid) = decode_entries(&pending, end, path)?;
+        entries.append(&mut found);
+        pending.drain(..(valid - end) as usize);
+        end = valid;
+        // Stopped for want of bytes (not at a tail that more bytes would not mend): read on.
+        let Some(whole) = entry_len(&pending).filter(|&whole| pending.len() < whole) else { break };
+        let from = end + pending.len() as u64;
+        let want = (whole - pending.len()).max(CHUNK).min(len.saturating_sub(from) as usize);
+        if want == 0 {
+            break;
+        }
+        let had = pending.len();
+        pending.resize(had + want, 0);
+        let n = read_at_most(file, &mut pending[had..], from, path)?;
+        pending.truncate(had + n);
+        if n == 0 {
+            break;
+        }
+    }
+    Ok((entries, end))
 }
 
 fn read_at_most(file: &File, buf: &mut [u8], from: u64, path: &Path) -> Result<usize> {
@@ -190,6 +226,33 @@ mod tests {
         let mut huge = bytes[..first_end as usize].to_vec();
         huge.extend_from_slice(&[0xff; 8]);
         assert_eq!(decode_entries(&huge, 16, p).unwrap().0.len(), 1);
+        // So are zeros (a file longer than what reached the disk): their CRC-32C would match.
+        let mut zeros = bytes[..first_end as usize].to_vec();
+        zeros.extend_from_slice(&[0; 4096]);
+        assert_eq!(
+            decode_entries(&zeros, 16, p).unwrap(),
+            (vec![json!({"topics": {"a": {"partitions": 1}}})], 16 + first_end)
+        );
+    }
+
+    #[test]
+    fn entries_are_read_across_chunks_and_no_further_than_they_go() {
+        let path = std::env::temp_dir().join(format!("kafkalite-journal-chunks-{}", std::process::id()));
+        let mut bytes = header(1);
+        let patches: Vec<Value> = (0..3000)
+            .map(|i| json!({"topics": {format!("t{i}"): {"partitions": 1, "config": {"x": "y".repeat(i % 1500)}}}}))
+            .chain([json!({"config": {"big": "z".repeat(3 * CHUNK)}})])
+            .collect();
+        patches.iter().for_each(|p| write_entry(&mut bytes, p).unwrap());
+        let valid = bytes.len() as u64;
+        bytes.extend_from_slice(&encode_entry(&patches[0])[..20]); // a torn tail
+        std::fs::write(&path, &bytes).unwrap();
+        let file = File::open(&path).unwrap();
+        assert_eq!(read_entries(&file, HEADER_LEN, &path).unwrap(), (patches.clone(), valid));
+        // A length far past the file's bytes (sparse): read as far as the entries go.
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(1 << 40).unwrap();
+        assert_eq!(read_entries(&file, HEADER_LEN, &path).unwrap().1, valid);
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

@@ -236,8 +236,7 @@ fn appended_since(dir: &Path, pos: &Position) -> Result<Option<(Position, Delta)
     if now.dev != j.dev || now.ino != j.ino {
         return Ok(None);
     }
-    let bytes = journal::read_from(&file, j.end, &jpath)?;
-    let (entries, end) = journal::decode_entries(&bytes, j.end, &jpath)?;
+    let (entries, end) = journal::read_entries(&file, j.end, &jpath)?;
     for entry in &entries {
         check_entry(&jpath, entry)?;
     }
@@ -246,9 +245,20 @@ fn appended_since(dir: &Path, pos: &Position) -> Result<Option<(Position, Delta)
     Ok(Some((pos, Delta::Entries(entries))))
 }
 
+/// `path` opened for reading, None when there is none. Only a regular file is read: a FIFO
+/// planted there is opened without waiting (O_NONBLOCK) and refused, not read forever.
 fn open_if_exists(path: &Path, what: &str) -> Result<Option<std::fs::File>> {
-    match crate::nofollow::open_read(path, what) {
-        Ok(file) => Ok(Some(file)),
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
+    match crate::nofollow::open(crate::nofollow::options().read(true).custom_flags(flags.bits() as i32), path, what) {
+        Ok(file) if file.metadata().context_at(path, || format!("cannot stat {}", path.display()))?.is_file() => {
+            Ok(Some(file))
+        }
+        Ok(_) => Err(Error::io_at(
+            path,
+            format!("cannot read {what} {}: it is not a regular file; replace it with the real file", path.display()),
+            std::io::Error::from(std::io::ErrorKind::InvalidInput),
+        )),
         Err(Error::Io { source, .. })
             if matches!(source.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) =>
         {
@@ -273,15 +283,15 @@ fn read_whole(dir: &Path) -> Result<(Position, Delta)> {
         let generation = journal::read_generation(&file, &jpath)?;
         if generation > wanted {
             return Err(Error::CorruptMetadata(format!(
-                "{} is of generation {generation}, newer than the {wanted} {} names (a file restored or copied                  on its own?); restore both files from the same backup or re-create the topics",
+                "{} is of generation {generation}, newer than the {wanted} {} names (a file restored or copied \
+                 on its own?); restore both files from the same backup or re-create the topics",
                 jpath.display(),
                 meta.display()
             )));
         }
         let mut end = stamp.size;
         if generation == wanted {
-            let bytes = journal::read_from(&file, journal::HEADER_LEN, &jpath)?;
-            let (entries, valid) = journal::decode_entries(&bytes, journal::HEADER_LEN, &jpath)?;
+            let (entries, valid) = journal::read_entries(&file, journal::HEADER_LEN, &jpath)?;
             for entry in entries {
                 check_entry(&jpath, &entry)?;
                 apply(&mut data, entry);
