@@ -79,6 +79,7 @@ mod describe_producers;
 mod dispatch;
 mod durable;
 mod fetch;
+mod fetch_overdraft;
 pub mod frame;
 mod group;
 mod group_api;
