@@ -307,6 +307,7 @@ impl Broker {
             Err(waits::NotDone::Panicked) => {
                 Err(Error::Poisoned(format!("opening {topic}-{partition} panicked (a bug); retry")))
             }
+            Err(waits::NotDone::Stopped) => Err(timed_out("none: the server is stopping")),
         }
     }
 

@@ -316,6 +316,7 @@ async fn blocking<T: Send + 'static>(
             DecodeError(format!("{key:?}: no slot for blocking work came free in time (server busy)"))
         }
         waits::NotDone::Panicked => DecodeError(format!("{key:?}: the request panicked (a bug)")),
+        waits::NotDone::Stopped => DecodeError(format!("{key:?}: the server is stopping")),
     })
 }
 

@@ -406,6 +406,8 @@ async fn settle_transactions(broker: Arc<Broker>, mut stop: watch::Receiver<bool
             Err(waits::NotDone::Panicked) => {
                 ::log::error!(target: LOG_TARGET, "transactions: expiring and completing panicked (a bug); retried in 10 s")
             }
+            // A start followed at once by a stop: the round had not begun.
+            Err(waits::NotDone::Stopped) => return,
         }
         tokio::select! {
             _ = stop.changed() => return,

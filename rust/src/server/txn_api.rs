@@ -476,6 +476,7 @@ pub async fn verify_produce(
             Err(waits::NotDone::Panicked) => {
                 Err((codes::UNKNOWN_SERVER_ERROR, "the verification panicked (a bug)".into()))
             }
+            Err(waits::NotDone::Stopped) => Err((codes::REQUEST_TIMED_OUT, "the server is stopping".into())),
         };
         if let Err((code, why)) = verdict {
             // Produce answers a fenced producer INVALID_PRODUCER_EPOCH (its clients know no

@@ -131,6 +131,7 @@ fn complete_later(broker: &Arc<Broker>, pending: Pending) {
             Ok(Err(e)) => Some(e.to_string()),
             Err(NotDone::Busy) => Some("no slot for blocking work came free in time (server busy)".to_string()),
             Err(NotDone::Panicked) => Some("the completion panicked (a bug)".to_string()),
+            Err(NotDone::Stopped) => Some("the server is stopping".to_string()),
         };
         if let Some(why) = why {
             ::log::warn!(

@@ -56,6 +56,8 @@ pub enum NotDone {
     Busy,
     /// The work panicked (a bug); the blocking pool caught it.
     Panicked,
+    /// The server is stopping: its runtime's shutdown cancelled the work before it began.
+    Stopped,
 }
 
 /// Run blocking `work` on tokio's blocking pool once one of the broker's `BLOCKING_SLOTS` is
@@ -75,7 +77,7 @@ pub async fn off_workers<T: Send + 'static>(
         work(&broker)
     })
     .await
-    .map_err(|_| NotDone::Panicked)
+    .map_err(|e| if e.is_cancelled() { NotDone::Stopped } else { NotDone::Panicked })
 }
 
 /// `future`'s output, or `None` if it is not ready by `deadline`.
