@@ -299,6 +299,10 @@ def test_a_damaged_quota_file_stops_the_start_with_what_to_do(tmp_path):
         Server(data)
     with pytest.raises(kafkalite.KafkaliteError, match="damaged"):
         kafkalite.quotas.describe_quotas(data)
+    # Not UTF-8 at all: damaged too, with what to do (it was "stream did not contain valid UTF-8").
+    (data / QUOTAS_FILE).write_bytes(b"\xff\xfe" * 10)
+    with pytest.raises(kafkalite.KafkaliteError, match="client quota file .* is damaged.*delete it"):
+        Server(data)
 
 
 @pytest.mark.broker

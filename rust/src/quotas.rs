@@ -159,15 +159,16 @@ fn name_from_json(v: Option<&Value>) -> Option<Option<Option<String>>> {
 /// The quota file, parsed and checked; empty when there is none.
 pub fn read(dir: &Path) -> Result<Quotas> {
     let path = dir.join(QUOTAS_FILE);
-    let mut text = String::new();
+    // Bytes, not a String: a file that is not UTF-8 is damaged, said as such below.
+    let mut text = Vec::new();
     match crate::nofollow::open_read(&path, "the client quota file") {
         Ok(mut f) => {
-            f.read_to_string(&mut text).context(|| format!("cannot read {}", path.display()))?;
+            f.read_to_end(&mut text).context(|| format!("cannot read {}", path.display()))?;
         }
         Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return Ok(Quotas::new()),
         Err(e) => return Err(e),
     }
-    let v: Value = serde_json::from_str(&text).map_err(|e| damaged(&path, e))?;
+    let v: Value = serde_json::from_slice(&text).map_err(|e| damaged(&path, e))?;
     if v.get("version") != Some(&json!(1)) {
         return Err(damaged(&path, "no version 1"));
     }
