@@ -443,8 +443,9 @@ def describe_groups(groups: list[str]) -> Any:
     return DescribeGroupsRequest[0](groups=groups)
 
 
-def record_batch(values: list[bytes]) -> bytes:
-    """A v2 record batch of ``values`` (kafka-python's builder), for raw Produce requests."""
+def record_batch(values: list[bytes], batch_size: int = 1 << 20) -> bytes:
+    """A v2 record batch of ``values`` (kafka-python's builder), for raw Produce requests;
+    ``batch_size``: room for more than 1 MiB of values in one batch."""
     builder = DefaultRecordBatchBuilder(
         magic=2,
         compression_type=0,
@@ -452,7 +453,7 @@ def record_batch(values: list[bytes]) -> bytes:
         producer_id=-1,
         producer_epoch=-1,
         base_sequence=-1,
-        batch_size=1 << 20,
+        batch_size=batch_size,
     )
     now = int(time.time() * 1000)
     for i, value in enumerate(values):

@@ -271,6 +271,26 @@ def test_the_quota_file_is_old_or_new_after_a_kill_during_alter(tmp_path, spawn,
         wire.close()
 
 
+def test_a_rate_that_rounds_to_zero_is_refused_and_the_file_stays_readable(tmp_path):
+    """A rate within 1e-6 of 0 (1e-300) passed the fractional check and was written as 0: the
+    file was then damaged for every later alter and the server's next start, a data directory
+    bricked by one AlterClientQuotas. Now it is refused as Kafka refuses 0; one within 1e-6 of
+    a long is stored as that long."""
+    data = tmp_path / "data"
+    with Server(data) as server:
+        wire = Wire(server.address)
+        for tiny in (1e-300, 4e-7):
+            [(code, message)] = alter(wire, [([("user", "a")], [("producer_byte_rate", tiny, False)])])
+            assert code == INVALID_REQUEST and "must be greater than 0" in message
+        assert alter(wire, [([("user", "a")], [("producer_byte_rate", 99.9999999, False)])]) == [(0, None)]
+        assert alter(wire, [([("user", "b")], [("producer_byte_rate", 7.0, False)])]) == [(0, None)]
+        assert describe(wire, [("user", EXACT, "a")]) == {(("user", "a"),): {"producer_byte_rate": 100.0}}
+    with pytest.raises(kafkalite.KafkaliteError, match="must be greater than 0"):
+        kafkalite.quotas.alter_quotas(data, {"user": "c"}, {"consumer_byte_rate": 1e-300})
+    with Server(data) as server:
+        assert len(describe(Wire(server.address), [])) == 2
+
+
 def test_a_damaged_quota_file_stops_the_start_with_what_to_do(tmp_path):
     data = tmp_path / "data"
     kafkalite.Admin(str(data)).create_topic("t", 1)
@@ -279,6 +299,10 @@ def test_a_damaged_quota_file_stops_the_start_with_what_to_do(tmp_path):
         Server(data)
     with pytest.raises(kafkalite.KafkaliteError, match="damaged"):
         kafkalite.quotas.describe_quotas(data)
+    # Not UTF-8 at all: damaged too, with what to do (it was "stream did not contain valid UTF-8").
+    (data / QUOTAS_FILE).write_bytes(b"\xff\xfe" * 10)
+    with pytest.raises(kafkalite.KafkaliteError, match="client quota file .* is damaged.*delete it"):
+        Server(data)
 
 
 @pytest.mark.broker

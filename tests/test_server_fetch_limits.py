@@ -18,8 +18,9 @@ import pytest
 from kafkalite.errors import InvalidConfigError
 from kafkalite.server import Server
 from serve_proc import start_serve
+from server_wire import record_batch
 from test_server_memory import peak_rss
-from wire_fetch import BATCH, NO_LIMIT, fetch, fetch_request, fill, hostile
+from wire_fetch import BATCH, NO_LIMIT, fetch, fetch_request, fill, hostile, read_response
 
 FETCH_MAX_BYTES = 55 * 1024 * 1024
 
@@ -166,3 +167,55 @@ def test_connections_that_never_read_their_answers_do_not_starve_another_clients
         finally:
             for s in stalled:
                 s.close()
+
+
+BIG_BATCH = 8 << 20
+OVERDRAWN_CONNECTIONS = 60
+
+
+def big_batch_log(data: str) -> None:
+    """Topic ``huge`` (max.message.bytes 64 MiB) holding one batch of 8 MiB."""
+    kafkalite.Admin(data).create_topic("huge", 1, {"max.message.bytes": 64 << 20})
+    log = kafkalite.Log(f"{data}/huge-0", max_message_bytes=64 << 20)
+    try:
+        log.append_batches(record_batch([b"x" * (1 << 20)] * (BIG_BATCH >> 20), batch_size=64 << 20))
+    finally:
+        log.close()
+
+
+def test_first_batches_past_the_budget_are_bounded_per_client(tmp_path, spawn):
+    """Sixty connections of one client fetch an 8 MiB batch and never read their answers. Each
+    fetch past the response budget got its first batch outside the budget, so the server held
+    one 8 MiB copy per connection: 60 took it past 500 MB resident (500 of them 3.8 GB, and
+    10,000, max.connections, far more). Now a client's first batches past the budget are bounded
+    (one batch always): the rest of its fetches get what the budget's room holds, and a client
+    on another address still gets its batch at once."""
+    data = str(tmp_path / "data")
+    big_batch_log(data)
+    server, bootstrap = start_serve(spawn.module, data, "--log-level", "WARNING")
+    host, port = bootstrap.rsplit(":", 1)
+    stalled = []
+    try:
+        for i in range(OVERDRAWN_CONNECTIONS):
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect((host, int(port)))
+            sock.sendall(fetch_request([("huge", 0, 0, NO_LIMIT)], correlation_id=i))
+            stalled.append(sock)  # ...and never read
+        time.sleep(2)  # the server has read their batches and is stuck writing them
+        hwm, _ = peak_rss(server.pid)
+        print(f"server peak RSS {hwm / 1e6:.0f} MB with {OVERDRAWN_CONNECTIONS} unread 8 MiB answers")
+        assert hwm < 350_000_000, f"peak RSS {hwm / 1e6:.0f} MB: one batch past the budget per connection"
+        other = socket.socket()
+        other.bind(("127.0.0.2", 0))  # another client: its own overdraft
+        other.settimeout(30)
+        other.connect((host, int(port)))
+        with other:
+            other.sendall(fetch_request([("huge", 0, 0, NO_LIMIT)], max_wait_ms=500))
+            _, parts = read_response(other)
+        assert parts[0].records > BIG_BATCH, "another client gets its first batch"
+    finally:
+        for s in stalled:
+            s.close()
+        server.kill()
+        server.wait()

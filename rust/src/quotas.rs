@@ -96,10 +96,22 @@ pub fn invalid_value(key: &str, value: f64) -> Option<String> {
     if value > i64::MAX as f64 {
         return Some(format!("Proposed value for {key} is too large for a LONG."));
     }
-    if (value % 1.0).abs() > 1e-6 {
+    // Kafka's tolerance: within 1e-6 of a long (99.9999999 is 100; 100.5 is refused).
+    if (value - stored_value(value) as f64).abs() > 1e-6 {
         return Some(format!("{key} cannot be a fractional value."));
     }
+    // 1e-300 is within the tolerance of 0, and would be stored as 0, a quota no server
+    // starts with.
+    if stored_value(value) < 1 {
+        return Some(format!("Quota {key} must be greater than 0"));
+    }
     None
+}
+
+/// The long a valid byte rate is stored and enforced as (Kafka's are longs; `invalid_value`
+/// lets a value within 1e-6 of one through).
+pub fn stored_value(value: f64) -> i64 {
+    value.round() as i64
 }
 
 /// Every entity's quotas.
@@ -147,15 +159,16 @@ fn name_from_json(v: Option<&Value>) -> Option<Option<Option<String>>> {
 /// The quota file, parsed and checked; empty when there is none.
 pub fn read(dir: &Path) -> Result<Quotas> {
     let path = dir.join(QUOTAS_FILE);
-    let mut text = String::new();
+    // Bytes, not a String: a file that is not UTF-8 is damaged, said as such below.
+    let mut text = Vec::new();
     match crate::nofollow::open_read(&path, "the client quota file") {
         Ok(mut f) => {
-            f.read_to_string(&mut text).context(|| format!("cannot read {}", path.display()))?;
+            f.read_to_end(&mut text).context(|| format!("cannot read {}", path.display()))?;
         }
         Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return Ok(Quotas::new()),
         Err(e) => return Err(e),
     }
-    let v: Value = serde_json::from_str(&text).map_err(|e| damaged(&path, e))?;
+    let v: Value = serde_json::from_slice(&text).map_err(|e| damaged(&path, e))?;
     if v.get("version") != Some(&json!(1)) {
         return Err(damaged(&path, "no version 1"));
     }
@@ -193,7 +206,7 @@ fn to_json(quotas: &Quotas) -> Value {
         .map(|(entity, values)| {
             let e: Map<String, Value> =
                 entity.parts().into_iter().map(|(k, n)| (k.to_string(), n.map_or(Value::Null, |n| json!(n)))).collect();
-            let v: Map<String, Value> = values.iter().map(|(k, v)| (k.clone(), json!(*v as i64))).collect();
+            let v: Map<String, Value> = values.iter().map(|(k, v)| (k.clone(), json!(stored_value(*v)))).collect();
             json!({"entity": e, "values": v})
         })
         .collect();
@@ -212,7 +225,7 @@ pub fn alter(dir: &Path, changes: &[Change]) -> Result<Quotas> {
     for (entity, key, value) in changes {
         match value {
             Some(v) => {
-                quotas.entry(entity.clone()).or_default().insert(key.clone(), *v);
+                quotas.entry(entity.clone()).or_default().insert(key.clone(), stored_value(*v) as f64);
             }
             None => {
                 if let Some(values) = quotas.get_mut(entity) {

@@ -13,9 +13,10 @@
 //! connections, the record bytes of responses not yet written are bounded by a shared budget
 //! (`QUEUED_MAX_RESPONSE_BYTES`) as a memory safety net only: a response takes its bytes from it
 //! until it is written, a fetch that finds too little room answers at once with what fits, and
-//! with no room at all still with its first batch (KIP-74), outside the budget. So clients that
-//! never read their answers hold at most the budget plus one batch each, and never make another
-//! connection's fetch return empty (or wait) while its partition has data; Kafka has no such
+//! with no room at all still with its first batch (KIP-74), outside the budget, bounded per
+//! client (`fetch_overdraft`). So clients that never read their answers hold at most the budget
+//! plus their overdrafts, and never make another client's fetch return empty (or wait) while its
+//! partition has data; Kafka has no such
 //! budget at all (it sends from the page cache) and bounds users by client quotas (`quotas`).
 //!
 //! Fetch sessions are declined: every response carries session id 0, so clients send full
@@ -39,6 +40,7 @@ use super::broker::{lock_log, Broker};
 use super::codes;
 use super::committed::{below_stable, READ_COMMITTED};
 use super::dispatch::DecodeError;
+use super::fetch_overdraft::{client_key, Overdraft, Overdrafts};
 use super::frame::QUEUED_MAX_RESPONSE_BYTES;
 use super::metrics::frame; // notes the response's error codes for `Metrics::answered`
 use super::open_logs::Access;
@@ -58,13 +60,19 @@ pub struct Limits {
     max_bytes: usize,
     /// Record bytes of responses read and not yet written, all connections together.
     budget: Arc<Semaphore>,
+    /// First batches sent past the budget, bounded per client.
+    overdrafts: Overdrafts,
 }
+
+/// What an unwritten answer holds: its share of the budget, and its first batch past it.
+type Held = (Option<OwnedSemaphorePermit>, Option<Overdraft>);
 
 impl Limits {
     pub fn new(fetch_max_bytes: i32) -> Limits {
         Limits {
             max_bytes: fetch_max_bytes.max(0) as usize,
             budget: Arc::new(Semaphore::new(QUEUED_MAX_RESPONSE_BYTES)),
+            overdrafts: Overdrafts::default(),
         }
     }
 }
@@ -93,7 +101,7 @@ impl Drop for Mapped {
 /// has written (or dropped) it.
 struct Budgeted {
     bytes: Bytes,
-    _permit: OwnedSemaphorePermit,
+    _held: Held,
 }
 
 impl AsRef<[u8]> for Budgeted {
@@ -159,19 +167,20 @@ struct Read {
     any_error: bool,
 }
 
-/// Read each partition once, within `max_bytes` in all but KIP-74's first batch. `first`: the
-/// request's first pass (`log_for_pass`).
+/// Read each partition once, within `max_bytes` in all; with `hard`, no batch past the limits
+/// either, else KIP-74's first batch. `first`: the request's first pass (`log_for_pass`).
 async fn read_once(
     broker: &Arc<Broker>,
     (wanted, first): (&Wanted<'_>, bool),
     max_bytes: usize,
+    hard: bool,
     (version, isolation): (i16, i8),
 ) -> Read {
     // One deadline for the pass's opens: its partitions' waits do not add up.
     let deadline = waits::deadline(0);
     let mut left = max_bytes;
     // Kafka's `minOneMessage`: true until a partition returned data.
-    let mut min_one = true;
+    let mut min_one = !hard;
     let mut total = 0usize;
     let mut any_error = false;
     let mut topics = Vec::with_capacity(wanted.len());
@@ -274,14 +283,15 @@ pub async fn answer(
 ) -> Result<Bytes, DecodeError> {
     broker.quotas.wait_turn(Kind::Fetch, user, client_id).await;
     let cap = broker.quotas.max_bytes(Kind::Fetch, user, client_id).unwrap_or(usize::MAX);
-    let (mut response, mut permit) = fetch(broker, &request, (version, cap), peer).await;
+    let client = client_key(user, peer);
+    let (mut response, mut held) = fetch(broker, &request, (version, cap), (peer, &client)).await;
     let bytes: usize =
         response.responses.iter().flat_map(|t| &t.partitions).map(|p| p.records.as_ref().map_or(0, |r| r.len())).sum();
     let throttle = broker.quotas.record(Kind::Fetch, user, client_id, bytes);
     if throttle > 0 {
         broker.quotas.unrecord(Kind::Fetch, user, client_id, bytes);
         response = FetchResponse::default();
-        permit = None;
+        held = (None, None);
     }
     response.throttle_time_ms = throttle;
     // The topics the ACLs took out of the request (`acl_requests::Refused`), already logged.
@@ -291,9 +301,9 @@ pub async fn answer(
     // The frame holds a copy of the records: their mapped pages leave the resident set now
     // (`Mapped::drop`), and the budget stays with the copy.
     drop(response);
-    Ok(match permit {
-        Some(permit) => Bytes::from_owner(Budgeted { bytes, _permit: permit }),
-        None => bytes,
+    Ok(match held {
+        (None, None) => bytes,
+        held => Bytes::from_owner(Budgeted { bytes, _held: held }),
     })
 }
 
@@ -309,18 +319,19 @@ fn log_refusals(response: &FetchResponse, peer: &str) {
     refusals.log(peer, "Fetch");
 }
 
-/// `cap`: the most record bytes the client's quota allows in one answer.
+/// `cap`: the most record bytes the client's quota allows in one answer; `client`: whom its
+/// first batch past the budget counts against (`fetch_overdraft`).
 async fn fetch(
     broker: &Arc<Broker>,
     request: &FetchRequest,
     (version, cap): (i16, usize),
-    peer: &str,
-) -> (FetchResponse, Option<OwnedSemaphorePermit>) {
+    (peer, client): (&str, &str),
+) -> (FetchResponse, Held) {
     if version >= 7 && request.session_id != 0 {
         // We never hand out session ids, so an incremental fetch names an unknown session.
         let reason = format!("incremental fetch session {}: this server declines fetch sessions", request.session_id);
         let code = codes::refused(peer, "Fetch", codes::FETCH_SESSION_ID_NOT_FOUND, &reason);
-        return (FetchResponse::default().with_error_code(code), None);
+        return (FetchResponse::default().with_error_code(code), (None, None));
     }
     let limits = &broker.fetch_limits;
     let wanted = wanted(request);
@@ -334,16 +345,16 @@ async fn fetch(
         let appended = broker.appended.notified();
         tokio::pin!(appended);
         appended.as_mut().enable();
-        let read = read_once(broker, (wanted, first), max_bytes, (version, request.isolation_level)).await;
+        let read = read_once(broker, (wanted, first), max_bytes, false, (version, request.isolation_level)).await;
         first = false;
         let now = Instant::now();
         if read.bytes >= min_bytes || read.any_error || now >= deadline || wanted.is_empty() {
-            return limits.admit(broker, wanted, read, max_bytes, (version, request.isolation_level)).await;
+            return limits.admit(broker, (wanted, client), read, max_bytes, (version, request.isolation_level)).await;
         }
         let _ = tokio::time::timeout(deadline - now, appended).await;
         if Instant::now() >= deadline {
-            let read = read_once(broker, (wanted, false), max_bytes, (version, request.isolation_level)).await;
-            return limits.admit(broker, wanted, read, max_bytes, (version, request.isolation_level)).await;
+            let read = read_once(broker, (wanted, false), max_bytes, false, (version, request.isolation_level)).await;
+            return limits.admit(broker, (wanted, client), read, max_bytes, (version, request.isolation_level)).await;
         }
     }
 }
@@ -351,24 +362,24 @@ async fn fetch(
 impl Limits {
     /// Take the budget for `read`'s record bytes if it has room for them now; else read again
     /// within the room there is, and past it still the first batch (KIP-74's minimum): that
-    /// batch is not taken from the budget (it is the fetch's own, bounded by one batch per
-    /// connection, as a connection holds one unwritten response at a time). Nothing waits for
-    /// other connections' responses to be written, so clients that never read theirs can use up
-    /// the budget but never make another connection's fetch come back empty or late while its
-    /// partition has data.
+    /// batch is not taken from the budget but from the client's own overdraft
+    /// (`fetch_overdraft`), and without room there only what the budget's room holds. Nothing
+    /// waits for other connections' responses to be written, so clients that never read theirs
+    /// can use up the budget and their own overdraft but never make another client's fetch come
+    /// back empty or late while its partition has data.
     async fn admit(
         &self,
         broker: &Arc<Broker>,
-        wanted: &Wanted<'_>,
+        (wanted, client): (&Wanted<'_>, &str),
         read: Read,
         max_bytes: usize,
         version: (i16, i8),
-    ) -> (FetchResponse, Option<OwnedSemaphorePermit>) {
+    ) -> (FetchResponse, Held) {
         if read.bytes == 0 {
-            return (read.response, None);
+            return (read.response, (None, None));
         }
         if let Ok(permit) = self.budget.clone().try_acquire_many_owned(read.bytes.min(u32::MAX as usize) as u32) {
-            return (read.response, Some(permit));
+            return (read.response, (Some(permit), None));
         }
         // Nothing of the first read was touched (no page of it is resident): read again.
         drop(read);
@@ -376,11 +387,21 @@ impl Limits {
         let mut permit = self.budget.clone().try_acquire_many_owned(room as u32).ok();
         let room = permit.as_ref().map_or(0, |p| p.num_permits());
         // Soft: with no room, the first batch all the same.
-        let read = read_once(broker, (wanted, false), room, version).await;
-        // What the read left unused goes back at once; a batch past the room is the overdraft.
+        let mut read = read_once(broker, (wanted, false), room, false, version).await;
+        let mut overdraft = None;
+        if read.bytes > room {
+            overdraft = self.overdrafts.take(client, read.bytes - room);
+            if overdraft.is_none() {
+                // This client's unwritten answers already hold their share past the budget:
+                // only what the room holds (possibly nothing; the client fetches again).
+                drop(read);
+                read = read_once(broker, (wanted, false), room, true, version).await;
+            }
+        }
+        // What the read left unused goes back at once.
         if let Some(p) = permit.as_mut() {
             drop(p.split(room - read.bytes.min(room)));
         }
-        (read.response, permit)
+        (read.response, (permit, overdraft))
     }
 }

@@ -81,6 +81,7 @@ mod describe_producers;
 mod dispatch;
 mod durable;
 mod fetch;
+mod fetch_overdraft;
 pub mod frame;
 mod group;
 mod group_api;
@@ -432,7 +433,7 @@ async fn settle_transactions(broker: Arc<Broker>, mut stop: watch::Receiver<bool
             Err(waits::NotDone::Panicked) => {
                 ::log::error!(target: LOG_TARGET, "transactions: expiring and completing panicked (a bug); retried in 10 s")
             }
-            // A stop that came while the round waited for its turn: the next start settles them.
+            // A start followed at once by a stop: the round had not begun.
             Err(waits::NotDone::Stopped) => return,
         }
         tokio::select! {

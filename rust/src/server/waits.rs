@@ -56,7 +56,7 @@ pub enum NotDone {
     Busy,
     /// The work panicked (a bug); the blocking pool caught it.
     Panicked,
-    /// The server is stopping: its runtime cancelled the work before it ran.
+    /// The server is stopping: its runtime's shutdown cancelled the work before it began.
     Stopped,
 }
 
