@@ -126,6 +126,25 @@ def test_connections_per_address_are_capped_with_overrides(data):
         Server(data, max_connections_per_ip_overrides="127.0.0.1")
 
 
+def test_silent_sockets_from_one_address_do_not_lock_out_its_clients(data):
+    """Every local client shares 127.0.0.1's max.connections.per.ip: sockets from it that never
+    authenticate held all of its slots, so each new client of 127.0.0.1 was closed at once until
+    their deadline. The oldest silent one of that address now makes room; authenticated ones are
+    never closed, and once all are authenticated the address is full."""
+    with Server(data, sasl=True, max_connections_per_ip=5, authentication_timeout_ms=60_000) as server:
+        first = connect(server.address)
+        assert login_on(first)
+        silent = [connect(server.address) for _ in range(4)]
+        time.sleep(0.3)
+        assert login(server.address, USER, PASSWORD), "a client of 127.0.0.1 is not locked out"
+        assert closed_by_server(silent[0], 5), "the oldest silent socket of 127.0.0.1 made room"
+        assert not closed_by_server(silent[1], 0.3), "only as many as needed"
+        first.sendall(METADATA_ALL)
+        assert read_response(first) is not None, "the authenticated connection was kept"
+        for s in silent:
+            s.close()
+
+
 def test_serve_flags(data, spawn):
     proc, address = start_serve(
         spawn.module, data, "--max-connections-per-ip", "2", "--max-connections", "100",
