@@ -145,6 +145,17 @@ def test_silent_sockets_from_one_address_do_not_lock_out_its_clients(data):
             s.close()
 
 
+def test_zero_per_address_needs_overrides(data):
+    """As Kafka's KafkaConfig: max.connections.per.ip=0 without overrides refuses every client."""
+    with pytest.raises(kafkalite.InvalidConfigError, match="overrides"):
+        Server(data, max_connections_per_ip=0)
+    with Server(data, max_connections_per_ip=0, max_connections_per_ip_overrides={"127.0.0.1": 2}) as server:
+        sock = connect(server.address)
+        sock.sendall(API_VERSIONS)
+        assert read_response(sock) is not None
+        sock.close()
+
+
 def test_serve_flags(data, spawn):
     proc, address = start_serve(
         spawn.module, data, "--max-connections-per-ip", "2", "--max-connections", "100",

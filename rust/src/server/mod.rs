@@ -240,6 +240,12 @@ impl Server {
         if config.max_connections == 0 || config.authentication_timeout.is_zero() {
             return Err(Error::config("max.connections and the authentication timeout must be at least 1"));
         }
+        if config.max_connections_per_ip == 0 && config.max_connections_per_ip_overrides.is_empty() {
+            // As Kafka's KafkaConfig: 0 with no overrides would refuse every client.
+            return Err(Error::config(
+                "max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides is set",
+            ));
+        }
         if config.fetch_max_bytes < FETCH_MAX_BYTES_MIN {
             return Err(Error::config(format!(
                 "fetch.max.bytes must be at least {FETCH_MAX_BYTES_MIN}, not {}",
