@@ -211,3 +211,18 @@ def test_unauthenticated_large_frames_do_not_take_the_authenticated_budget(data)
             for s, _ in stalled:
                 s.close()
             legit.close()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_connections": 2**64},
+        {"max_connections_per_ip": 2**64},
+        {"authentication_timeout_ms": 2**64},
+        {"group_consumer_session_timeout_ms": 2**64},
+    ],
+)
+def test_huge_limits_are_a_typed_error(data, kwargs):
+    """They reached the native call and failed there with a bare OverflowError."""
+    with pytest.raises(kafkalite.InvalidConfigError, match=next(iter(kwargs))):
+        Server(data, **kwargs)
