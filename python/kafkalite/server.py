@@ -44,8 +44,9 @@ for consumer-protocol groups (KIP-848, ``group.protocol=consumer``).
 ``max_connections`` (Kafka's ``max.connections``, 10,000 here), ``max_connections_per_ip``
 (``max.connections.per.ip``, unlimited by default) and ``max_connections_per_ip_overrides``
 (``{"10.0.0.5": 50}``, or Kafka's ``"10.0.0.5:50,host:10"``) bound the connections; when all are
-taken, the oldest connection that has not authenticated yet is closed to make room, so clients
-that authenticated are never locked out by sockets that did not. With SASL, a connection not
+taken (in all, or from one address), the oldest connection that has not authenticated yet (from
+that address) is closed to make room, so clients that authenticated are never locked out by
+sockets that did not. With SASL, a connection not
 authenticated ``authentication_timeout_ms`` (10 s) after it was accepted is closed, whatever it
 sent meanwhile.
 
