@@ -13,7 +13,7 @@ import time
 import kafkalite.users
 import pytest
 from kafkalite.server import Server
-from serve_proc import start_serve
+from serve_proc import free_port, serve_on, start_serve
 from test_server_sasl import (
     API_VERSIONS,
     METADATA_ALL,
@@ -226,3 +226,37 @@ def test_huge_limits_are_a_typed_error(data, kwargs):
     """They reached the native call and failed there with a bare OverflowError."""
     with pytest.raises(kafkalite.InvalidConfigError, match=next(iter(kwargs))):
         Server(data, **kwargs)
+
+
+def test_a_flood_under_a_low_open_file_limit_does_not_lock_out_clients(data, spawn):
+    """Under `ulimit -n 1024` (a common hard limit) max.connections (10,000) is never reached:
+    1,030 silent sockets took every descriptor, accept failed (EMFILE) and, the listener never
+    full, no silent socket was closed to make room: a client that would authenticate hung until
+    their deadline. max.connections is now held to what the limit leaves."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2_200:
+        pytest.skip("the test needs 2,200 descriptors for its own sockets")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+
+    port = free_port()
+    proc = serve_on(
+        spawn.module, data, port, "--sasl", "--authentication-timeout-ms", "60000",
+        "--log-level", "ERROR",  # each eviction is a WARNING: an unread stderr pipe would fill
+        preexec_fn=low_limit,
+    )  # fmt: skip
+    silent = []
+    try:
+        silent = [connect(f"127.0.0.1:{port}") for _ in range(1_030)]
+        time.sleep(0.5)
+        assert login(f"127.0.0.1:{port}", USER, PASSWORD), "a client is not locked out"
+    finally:
+        for s in silent:
+            s.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -291,6 +291,16 @@ impl Server {
         let (open_file_limit, max_open) = descriptors(config.max_open_partitions);
         open_logs::check_descriptor_limit(open_file_limit)?;
         config.max_open_partitions = Some(max_open);
+        let fit = open_logs::connections_fit(open_file_limit, max_open);
+        if config.max_connections > fit {
+            ::log::info!(
+                target: LOG_TARGET,
+                "at most {fit} connections (max.connections {} is more than the open-file limit leaves beside \
+                 {max_open} open partitions; raise `ulimit -n` for more)",
+                config.max_connections
+            );
+            config.max_connections = fit;
+        }
         let broker = Arc::new(Broker::open(&config, advertised)?);
         // Before any request: a served transactional Produce is answered before its sync
         // (`durable`), so transactions open when the machine went down are aborted here.
