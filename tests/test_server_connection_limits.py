@@ -13,7 +13,7 @@ import time
 import kafkalite.users
 import pytest
 from kafkalite.server import Server
-from serve_proc import start_serve
+from serve_proc import free_port, serve_on, start_serve
 from test_server_sasl import (
     API_VERSIONS,
     METADATA_ALL,
@@ -126,6 +126,36 @@ def test_connections_per_address_are_capped_with_overrides(data):
         Server(data, max_connections_per_ip_overrides="127.0.0.1")
 
 
+def test_silent_sockets_from_one_address_do_not_lock_out_its_clients(data):
+    """Every local client shares 127.0.0.1's max.connections.per.ip: sockets from it that never
+    authenticate held all of its slots, so each new client of 127.0.0.1 was closed at once until
+    their deadline. The oldest silent one of that address now makes room; authenticated ones are
+    never closed, and once all are authenticated the address is full."""
+    with Server(data, sasl=True, max_connections_per_ip=5, authentication_timeout_ms=60_000) as server:
+        first = connect(server.address)
+        assert login_on(first)
+        silent = [connect(server.address) for _ in range(4)]
+        time.sleep(0.3)
+        assert login(server.address, USER, PASSWORD), "a client of 127.0.0.1 is not locked out"
+        assert closed_by_server(silent[0], 5), "the oldest silent socket of 127.0.0.1 made room"
+        assert not closed_by_server(silent[1], 0.3), "only as many as needed"
+        first.sendall(METADATA_ALL)
+        assert read_response(first) is not None, "the authenticated connection was kept"
+        for s in silent:
+            s.close()
+
+
+def test_zero_per_address_needs_overrides(data):
+    """As Kafka's KafkaConfig: max.connections.per.ip=0 without overrides refuses every client."""
+    with pytest.raises(kafkalite.InvalidConfigError, match="overrides"):
+        Server(data, max_connections_per_ip=0)
+    with Server(data, max_connections_per_ip=0, max_connections_per_ip_overrides={"127.0.0.1": 2}) as server:
+        sock = connect(server.address)
+        sock.sendall(API_VERSIONS)
+        assert read_response(sock) is not None
+        sock.close()
+
+
 def test_serve_flags(data, spawn):
     proc, address = start_serve(
         spawn.module, data, "--max-connections-per-ip", "2", "--max-connections", "100",
@@ -181,3 +211,52 @@ def test_unauthenticated_large_frames_do_not_take_the_authenticated_budget(data)
             for s, _ in stalled:
                 s.close()
             legit.close()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_connections": 2**64},
+        {"max_connections_per_ip": 2**64},
+        {"authentication_timeout_ms": 2**64},
+        {"group_consumer_session_timeout_ms": 2**64},
+    ],
+)
+def test_huge_limits_are_a_typed_error(data, kwargs):
+    """They reached the native call and failed there with a bare OverflowError."""
+    with pytest.raises(kafkalite.InvalidConfigError, match=next(iter(kwargs))):
+        Server(data, **kwargs)
+
+
+def test_a_flood_under_a_low_open_file_limit_does_not_lock_out_clients(data, spawn):
+    """Under `ulimit -n 1024` (a common hard limit) max.connections (10,000) is never reached:
+    1,030 silent sockets took every descriptor, accept failed (EMFILE) and, the listener never
+    full, no silent socket was closed to make room: a client that would authenticate hung until
+    their deadline. max.connections is now held to what the limit leaves."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2_200:
+        pytest.skip("the test needs 2,200 descriptors for its own sockets")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+
+    port = free_port()
+    proc = serve_on(
+        spawn.module, data, port, "--sasl", "--authentication-timeout-ms", "60000",
+        "--log-level", "ERROR",  # each eviction is a WARNING: an unread stderr pipe would fill
+        preexec_fn=low_limit,
+    )  # fmt: skip
+    silent = []
+    try:
+        silent = [connect(f"127.0.0.1:{port}") for _ in range(1_030)]
+        time.sleep(0.5)
+        assert login(f"127.0.0.1:{port}", USER, PASSWORD), "a client is not locked out"
+    finally:
+        for s in silent:
+            s.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        proc.terminate()
+        proc.wait(timeout=30)

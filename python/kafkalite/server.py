@@ -49,8 +49,9 @@ request's batch at a time, off the request threads, within each request's timeou
 ``max_connections`` (Kafka's ``max.connections``, 10,000 here), ``max_connections_per_ip``
 (``max.connections.per.ip``, unlimited by default) and ``max_connections_per_ip_overrides``
 (``{"10.0.0.5": 50}``, or Kafka's ``"10.0.0.5:50,host:10"``) bound the connections; when all are
-taken, the oldest connection that has not authenticated yet is closed to make room, so clients
-that authenticated are never locked out by sockets that did not. With SASL, a connection not
+taken (in all, or from one address), the oldest connection that has not authenticated yet (from
+that address) is closed to make room, so clients that authenticated are never locked out by
+sockets that did not. With SASL, a connection not
 authenticated ``authentication_timeout_ms`` (10 s) after it was accepted is closed, whatever it
 sent meanwhile.
 
@@ -69,6 +70,7 @@ from typing import Self
 
 from kafkalite._native import NativeServer
 from kafkalite.errors import InvalidConfigError, InvalidTypeError
+from kafkalite.validate import INT32_MAX, INT64_MAX
 
 #: How long ``stop()`` waits for in-flight requests before closing connections.
 STOP_TIMEOUT_MS = 5000
@@ -178,17 +180,23 @@ class Server:
             if not isinstance(given, bool):
                 raise InvalidTypeError(f"{flag} must be a bool, not {type(given).__name__}")
         check_fetch_max_bytes(fetch_max_bytes)
-        for name, ms in (
-            ("group_consumer_session_timeout_ms", group_consumer_session_timeout_ms),
-            ("group_consumer_heartbeat_interval_ms", group_consumer_heartbeat_interval_ms),
-            ("authentication_timeout_ms", authentication_timeout_ms),
-            ("max_connections", max_connections),
+        # The upper bounds are Kafka's types (max.connections is an int, timeouts are longs):
+        # above them the native call raised a bare OverflowError.
+        for name, ms, most in (
+            ("group_consumer_session_timeout_ms", group_consumer_session_timeout_ms, INT64_MAX),
+            ("group_consumer_heartbeat_interval_ms", group_consumer_heartbeat_interval_ms, INT64_MAX),
+            ("authentication_timeout_ms", authentication_timeout_ms, INT64_MAX),
+            ("max_connections", max_connections, INT32_MAX),
         ):
-            if isinstance(ms, bool) or not isinstance(ms, int) or ms < 1:
-                raise InvalidConfigError(f"{name} must be a positive int, not {ms!r}")
+            if isinstance(ms, bool) or not isinstance(ms, int) or not 1 <= ms <= most:
+                raise InvalidConfigError(f"{name} must be an int between 1 and {most}, not {ms!r}")
         per_ip = max_connections_per_ip
-        if per_ip is not None and (isinstance(per_ip, bool) or not isinstance(per_ip, int) or per_ip < 0):
-            raise InvalidConfigError(f"max_connections_per_ip must be an int >= 0 or None, not {per_ip!r}")
+        if per_ip is not None and (
+            isinstance(per_ip, bool) or not isinstance(per_ip, int) or not 0 <= per_ip <= INT32_MAX
+        ):
+            raise InvalidConfigError(
+                f"max_connections_per_ip must be an int between 0 and {INT32_MAX} or None, not {per_ip!r}"
+            )
         overrides = max_connections_per_ip_overrides
         if isinstance(overrides, Mapping):
             overrides = ",".join(f"{host}:{count}" for host, count in overrides.items())

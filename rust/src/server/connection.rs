@@ -24,7 +24,7 @@ use tokio_rustls::TlsAcceptor;
 use super::admission::{Admission, Limits, Refused, Ticket};
 use super::broker::Broker;
 use super::dispatch::{decode_request, handle, Answer, DecodeError};
-use super::frame::{read_frame, FrameError};
+use super::frame::{read_frame, FrameError, CHUNK, UNAUTHENTICATED_UNBUDGETED};
 use super::pipeline::Answers;
 use super::principal::Principal;
 use super::sasl::{Outcome, Session, AUTH_FAILURE_DELAY};
@@ -287,7 +287,11 @@ async fn serve_until_closed<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             ticket.authenticated();
         }
         let max = session.max_frame();
-        let budget = if authenticated { &broker.request_budget } else { &broker.unauthenticated_budget };
+        let (budget, unbudgeted) = if authenticated {
+            (&broker.request_budget, CHUNK)
+        } else {
+            (&broker.unauthenticated_budget, UNAUTHENTICATED_UNBUDGETED)
+        };
         let (wait, for_authentication) = limits.next_read(authenticated);
         let frame = tokio::select! {
             _ = stop.changed() => return "the server stops".into(),
@@ -295,7 +299,7 @@ async fn serve_until_closed<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 log::warn!(target: TARGET, "closing the connection from {addr}: {EVICTED}");
                 return EVICTED.into();
             }
-            read = tokio::time::timeout(wait, read_frame(&mut reader, budget, max)) => match read {
+            read = tokio::time::timeout(wait, read_frame(&mut reader, budget, max, unbudgeted)) => match read {
                 Ok(Ok(frame)) => {
                     broker.metrics.bytes_in(4 + frame.bytes.len());
                     frame

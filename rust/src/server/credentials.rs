@@ -8,9 +8,10 @@
 //! A user that does not exist gets a made-up credential (`decoy`) that the exchange cannot tell
 //! from a real one: its salt is derived from the name with a secret kept in the data directory
 //! (`files::SCRAM_DECOY_KEY_FILE`, 0600, created once), so it is the same at every attempt,
-//! restart and server of the directory, and has a real salt's length; its iteration count is
-//! drawn, stably per name, from the counts the real users of that mechanism have (4096, Kafka's
-//! default, when there are none). The proof then fails like a wrong password.
+//! restart and server of the directory; its iteration count and its salt's length and
+//! alphabet are those of a real credential of that mechanism drawn stably per name (`Shape`;
+//! 4096, Kafka's default, and 32 random bytes when there is none). The proof then fails like a
+//! wrong password.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -24,24 +25,51 @@ use crate::users::{self, random_bytes, Credential, Mechanism, Users, DEFAULT_ITE
 /// Bytes of the decoy secret.
 const KEY_BYTES: usize = 32;
 
-/// The users file as last read, and what the decoys draw their iteration counts from.
+/// The users file as last read, and what the decoys draw their shapes from.
 #[derive(Default)]
 struct Parsed {
     users: Users,
-    /// Per mechanism: (iterations, how many users have them), ascending.
-    iterations: BTreeMap<Mechanism, Vec<(u32, u64)>>,
+    /// Per mechanism: the shapes of the real credentials, with how many users have each.
+    shapes: BTreeMap<Mechanism, Vec<(Shape, u64)>>,
+}
+
+/// What a client sees of a credential before its proof: the iteration count, and the salt's
+/// length and alphabet. Salts set by Kafka's own tools (AlterUserScramCredentials from its Admin
+/// client, `kafka-configs`) are a 130-bit number in base 36 (`ScramFormatter.secureRandomBytes`,
+/// 25 or 26 characters, never a leading 0, and a 26-character one always begins with 1),
+/// `kafkalite users` ones 32 random bytes: a decoy of one shape among real users of the other
+/// would tell them apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Shape {
+    iterations: u32,
+    salt_len: usize,
+    /// A base-36 salt's first character (Some), which is not uniform.
+    base36: Option<u8>,
+}
+
+/// The alphabet of Java's `BigInteger.toString(Character.MAX_RADIX)`.
+const BASE36: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+
+impl Shape {
+    /// Kafka's default iteration count and `kafkalite users`' salts: when no real user has one.
+    const DEFAULT: Shape = Shape { iterations: DEFAULT_ITERATIONS, salt_len: SALT_BYTES, base36: None };
+
+    fn of(c: &Credential) -> Shape {
+        let base36 = c.salt.iter().all(|b| BASE36.contains(b)).then(|| c.salt.first().copied()).flatten();
+        Shape { iterations: c.iterations, salt_len: c.salt.len(), base36 }
+    }
 }
 
 impl Parsed {
     fn of(users: Users) -> Parsed {
-        let mut counts: BTreeMap<Mechanism, BTreeMap<u32, u64>> = BTreeMap::new();
+        let mut counts: BTreeMap<Mechanism, BTreeMap<Shape, u64>> = BTreeMap::new();
         for creds in users.values() {
             for (m, c) in creds {
-                *counts.entry(*m).or_default().entry(c.iterations).or_default() += 1;
+                *counts.entry(*m).or_default().entry(Shape::of(c)).or_default() += 1;
             }
         }
-        let iterations = counts.into_iter().map(|(m, c)| (m, c.into_iter().collect())).collect();
-        Parsed { users, iterations }
+        let shapes = counts.into_iter().map(|(m, c)| (m, c.into_iter().collect())).collect();
+        Parsed { users, shapes }
     }
 }
 
@@ -55,6 +83,8 @@ pub struct Credentials {
     seen: Mutex<Option<(Option<FileStamp>, Arc<Parsed>)>>,
     #[cfg(test)]
     parses: std::sync::atomic::AtomicU64,
+    #[cfg(test)]
+    decoys: std::sync::atomic::AtomicU64,
 }
 
 impl Credentials {
@@ -67,6 +97,8 @@ impl Credentials {
             seen: Mutex::new(None),
             #[cfg(test)]
             parses: Default::default(),
+            #[cfg(test)]
+            decoys: Default::default(),
         })
     }
 
@@ -90,26 +122,29 @@ impl Credentials {
     /// `user`'s credential for `mechanism` and true; for a user without one, a decoy and false.
     pub fn lookup(&self, user: &str, mechanism: Mechanism) -> Result<(Credential, bool)> {
         let parsed = self.current()?;
+        // Made for a real user too: the server-first of a real one came about a microsecond
+        // sooner (no HMACs, no random keys), which a few thousand tries measure over loopback.
+        let decoy = std::hint::black_box(self.decoy(&parsed, user, mechanism));
         match parsed.users.get(user).and_then(|creds| creds.get(&mechanism)) {
             Some(c) => Ok((c.clone(), true)),
-            None => Ok((self.decoy(&parsed, user, mechanism), false)),
+            None => Ok((decoy, false)),
         }
     }
 
     /// The made-up credential of a user that does not exist (see the module's header); its keys
     /// are random, so no password matches.
     fn decoy(&self, parsed: &Parsed, user: &str, m: Mechanism) -> Credential {
+        #[cfg(test)]
+        self.decoys.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let derive = |what: &str| m.hmac(&self.key, format!("{what}\0{}\0{user}", m.name()).as_bytes());
-        let mut salt = derive("salt");
-        salt.resize(SALT_BYTES, 0); // HMAC-SHA-256 gives 32 bytes, HMAC-SHA-512 64
-        let iterations = match parsed.iterations.get(&m) {
+        let shape = match parsed.shapes.get(&m) {
             Some(counts) => {
                 let total: u64 = counts.iter().map(|(_, n)| n).sum();
                 let draw = derive("iterations");
                 let mut at = u64::from_be_bytes(draw[..8].try_into().unwrap_or_default()) % total.max(1);
-                let mut chosen = DEFAULT_ITERATIONS;
-                for (iterations, n) in counts {
-                    chosen = *iterations;
+                let mut chosen = Shape::DEFAULT;
+                for (shape, n) in counts {
+                    chosen = *shape;
                     if at < *n {
                         break;
                     }
@@ -117,8 +152,24 @@ impl Credentials {
                 }
                 chosen
             }
-            None => DEFAULT_ITERATIONS,
+            None => Shape::DEFAULT,
         };
+        // As many derived bytes as the salt is long (one HMAC gives 32 or 64).
+        let mut salt = derive("salt");
+        for block in 1.. {
+            if salt.len() >= shape.salt_len {
+                break;
+            }
+            salt.extend(derive(&format!("salt{block}")));
+        }
+        salt.truncate(shape.salt_len);
+        if let Some(lead) = shape.base36 {
+            for b in &mut salt {
+                *b = BASE36[usize::from(*b) % BASE36.len()];
+            }
+            salt[0] = lead;
+        }
+        let iterations = shape.iterations;
         let keys = random_bytes(2 * m.hash_len()).unwrap_or_else(|_| vec![0; 2 * m.hash_len()]);
         let (stored_key, server_key) = keys.split_at(m.hash_len());
         Credential { salt, iterations, stored_key: stored_key.to_vec(), server_key: server_key.to_vec() }
@@ -184,6 +235,45 @@ mod tests {
         let (decoy, known) = c.lookup(user, m).unwrap();
         assert!(!known);
         decoy.iterations
+    }
+
+    #[test]
+    fn a_real_user_costs_the_same_work_as_an_unknown_one() {
+        // The decoy is what an unknown name costs more; a real user's lookup makes one too.
+        let dir = tempfile::tempdir().unwrap();
+        let m = Mechanism::ScramSha256;
+        users::add(dir.path(), "alice", b"pw", &[m], 4096).unwrap();
+        let c = Credentials::open(dir.path(), true).unwrap();
+        assert!(c.lookup("alice", m).unwrap().1);
+        assert_eq!(c.decoys.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert!(!c.lookup("mallory", m).unwrap().1);
+        assert_eq!(c.decoys.load(std::sync::atomic::Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn decoys_take_the_salts_of_kafkas_tools_among_their_users() {
+        // Users set by Kafka's Admin client have 25-26 base-36 characters of salt; a decoy with
+        // 32 random bytes among them told every unknown name from a real one.
+        let m = Mechanism::ScramSha256;
+        let kafka_salt = b"3k7xq0c9m2v8t1a6p4w5z0r7yb";
+        let mut users = Users::new();
+        for name in ["alice", "bob"] {
+            users.entry(name.to_string()).or_default().insert(m, Credential::derive(m, b"pw", kafka_salt, 8192));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let c = Credentials::open(dir.path(), true).unwrap();
+        let parsed = Parsed::of(users);
+        for name in ["mallory", "trudy", "eve"] {
+            let decoy = c.decoy(&parsed, name, m);
+            assert_eq!((decoy.salt.len(), decoy.iterations), (kafka_salt.len(), 8192), "{name}");
+            assert!(decoy.salt.iter().all(|b| BASE36.contains(b)), "{:?}", decoy.salt);
+            assert_eq!(decoy.salt[0], b'3', "the real salts' first character");
+            assert_eq!(c.decoy(&parsed, name, m).salt, decoy.salt, "stable");
+        }
+        let long = Credential::derive(Mechanism::ScramSha512, b"pw", &[7; 100], 4096);
+        let mut users = Users::new();
+        users.entry("carol".to_string()).or_default().insert(Mechanism::ScramSha512, long);
+        assert_eq!(c.decoy(&Parsed::of(users), "x", Mechanism::ScramSha512).salt.len(), 100, "longer than one HMAC");
     }
 
     #[test]

@@ -28,8 +28,13 @@ pub const QUEUED_MAX_UNAUTHENTICATED_BYTES: usize = 16 * 1024 * 1024;
 /// response is encoded (the mapped page and the frame's copy); above `fetch.max.bytes`' default
 /// (55 MiB), so one full-size response always fits.
 pub const QUEUED_MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
-/// Bytes read (and budgeted) per step while a large frame arrives.
-const CHUNK: usize = 64 * 1024;
+/// Bytes read (and budgeted) per step while a large frame arrives; frames up to this size
+/// skip the budget once the client authenticated (`read_frame`).
+pub const CHUNK: usize = 64 * 1024;
+/// Frames up to this size skip the budget before authentication: a real client's (ApiVersions,
+/// SaslHandshake, a SCRAM message) are a few hundred bytes. At `CHUNK`, each unauthenticated
+/// socket that only sent a frame's size held a chunk outside any budget (10,000 of them, 640 MiB).
+pub const UNAUTHENTICATED_UNBUDGETED: usize = 4 * 1024;
 
 #[derive(Debug)]
 pub enum FrameError {
@@ -48,11 +53,14 @@ pub struct Frame {
 }
 
 /// Read the next frame of at most `max` bytes (`MAX_REQUEST_BYTES`, or less before a SASL
-/// client has authenticated). Never allocates more than has arrived plus one chunk.
+/// client has authenticated); frames over `unbudgeted` bytes (`CHUNK`, or
+/// `UNAUTHENTICATED_UNBUDGETED`) draw on `budget`. Never allocates more than has arrived plus
+/// one chunk.
 pub async fn read_frame<R: AsyncRead + Unpin>(
     reader: &mut R,
     budget: &Arc<Semaphore>,
     max: i32,
+    unbudgeted: usize,
 ) -> Result<Frame, FrameError> {
     let mut size = [0u8; 4];
     match reader.read_exact(&mut size).await {
@@ -67,7 +75,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     let size = size as usize;
     let mut buf = BytesMut::new();
     let mut permits = Vec::new();
-    if size <= CHUNK {
+    if size <= unbudgeted.min(CHUNK) {
         // A small frame skips the shared budget: a connection holds one frame at a time (or
         // up to `pipeline::MAX_WAITING` Produce frames whose answers wait for a sync), so these
         // hold at most a few chunks per connection, and a metadata, ApiVersions or fetch
@@ -87,4 +95,40 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
         reader.read_exact(&mut buf[start..]).await.map_err(FrameError::Io)?;
     }
     Ok(Frame { bytes: buf.freeze(), _permits: permits })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame_of(size: usize) -> Vec<u8> {
+        let mut bytes = (size as i32).to_be_bytes().to_vec();
+        bytes.resize(4 + size, 7);
+        bytes
+    }
+
+    #[test]
+    fn before_authentication_only_tiny_frames_skip_the_budget() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let empty = Arc::new(Semaphore::new(0));
+        let read = |size: usize, unbudgeted: usize| {
+            let bytes = frame_of(size);
+            rt.block_on(async {
+                let wait = std::time::Duration::from_millis(100);
+                tokio::time::timeout(wait, read_frame(&mut &bytes[..], &empty, MAX_REQUEST_BYTES, unbudgeted))
+                    .await
+                    .is_ok()
+            })
+        };
+        // A socket that sent only the size of a 64 KiB frame held 64 KiB outside any budget.
+        assert!(!read(UNAUTHENTICATED_UNBUDGETED + 1, UNAUTHENTICATED_UNBUDGETED), "waits for the budget");
+        assert!(read(UNAUTHENTICATED_UNBUDGETED, UNAUTHENTICATED_UNBUDGETED));
+        assert!(read(CHUNK, CHUNK), "an authenticated client's small frame skips it");
+        let budget = Arc::new(Semaphore::new(QUEUED_MAX_UNAUTHENTICATED_BYTES));
+        let bytes = frame_of(5000);
+        let frame = rt.block_on(read_frame(&mut &bytes[..], &budget, MAX_REQUEST_BYTES, UNAUTHENTICATED_UNBUDGETED));
+        assert_eq!(budget.available_permits(), QUEUED_MAX_UNAUTHENTICATED_BYTES - 5000);
+        drop(frame);
+        assert_eq!(budget.available_permits(), QUEUED_MAX_UNAUTHENTICATED_BYTES);
+    }
 }

@@ -246,6 +246,12 @@ impl Server {
         if config.max_connections == 0 || config.authentication_timeout.is_zero() {
             return Err(Error::config("max.connections and the authentication timeout must be at least 1"));
         }
+        if config.max_connections_per_ip == 0 && config.max_connections_per_ip_overrides.is_empty() {
+            // As Kafka's KafkaConfig: 0 with no overrides would refuse every client.
+            return Err(Error::config(
+                "max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides is set",
+            ));
+        }
         if config.fetch_max_bytes < FETCH_MAX_BYTES_MIN {
             return Err(Error::config(format!(
                 "fetch.max.bytes must be at least {FETCH_MAX_BYTES_MIN}, not {}",
@@ -294,6 +300,16 @@ impl Server {
         let (open_file_limit, max_open) = descriptors(config.max_open_partitions);
         open_logs::check_descriptor_limit(open_file_limit)?;
         config.max_open_partitions = Some(max_open);
+        let fit = open_logs::connections_fit(open_file_limit, max_open);
+        if config.max_connections > fit {
+            ::log::info!(
+                target: LOG_TARGET,
+                "at most {fit} connections (max.connections {} is more than the open-file limit leaves beside \
+                 {max_open} open partitions; raise `ulimit -n` for more)",
+                config.max_connections
+            );
+            config.max_connections = fit;
+        }
         let broker = Arc::new(Broker::open(&config, advertised)?);
         // Before any request: a served transactional Produce is answered before its sync
         // (`durable`), so transactions open when the machine went down are aborted here.

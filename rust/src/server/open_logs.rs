@@ -75,6 +75,17 @@ pub fn default_max_open(limit: u64) -> usize {
     ((limit / SHARE_OF_LIMIT / FDS_PER_PARTITION) as usize).max(1)
 }
 
+/// The most connections a process whose RLIMIT_NOFILE is `limit` (None: unlimited) can hold
+/// beside `max_open` partition logs and `MIN_DESCRIPTOR_LIMIT` descriptors of its own (at least
+/// one). `max.connections` is held to it: above it, accept fails (EMFILE) before the listener
+/// is full, so no unauthenticated connection is ever closed to make room and a flood of them
+/// locks every client out.
+pub fn connections_fit(limit: Option<u64>, max_open: usize) -> usize {
+    let Some(limit) = limit else { return usize::MAX };
+    let logs = (max_open as u64).saturating_mul(FDS_PER_PARTITION);
+    usize::try_from(limit.saturating_sub(logs).saturating_sub(MIN_DESCRIPTOR_LIMIT).max(1)).unwrap_or(usize::MAX)
+}
+
 /// Refuse to start under an RLIMIT_NOFILE (soft, after the raise) below `MIN_DESCRIPTOR_LIMIT`.
 pub fn check_descriptor_limit(limit: Option<u64>) -> crate::error::Result<()> {
     match limit {
@@ -308,6 +319,14 @@ impl Drop for Turn<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connections_are_held_to_what_the_descriptor_limit_leaves() {
+        // 1,024 descriptors: 128 partitions take 512, the server 64, connections the rest.
+        assert_eq!(connections_fit(Some(1024), default_max_open(1024)), 448);
+        assert_eq!(connections_fit(Some(1024), 10_000), 1, "at least one");
+        assert_eq!(connections_fit(None, 10_000), usize::MAX);
+    }
     use crate::options::LogConfig;
 
     fn open(dir: &std::path::Path, name: &str) -> (Log, Access) {
