@@ -29,6 +29,20 @@ pub fn open_read(path: &Path, what: &str) -> Result<File> {
     open(options().read(true), path, what)
 }
 
+/// The whole of the small file at `path` (a config file of the data directory), None when there
+/// is none; never through a link. The caller parses it and calls a damaged one so.
+pub fn read_if_exists(path: &Path, what: &str) -> Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let mut file = match open_read(path, what) {
+        Ok(file) => file,
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(|e| Error::io_at(path, format!("cannot read {}", path.display()), e))?;
+    Ok(Some(bytes))
+}
+
 /// The error for a failed open, naming a refused link as such.
 pub fn describe(e: std::io::Error, path: &Path, what: &str) -> Error {
     if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {

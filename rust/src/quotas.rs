@@ -11,12 +11,11 @@
 //! them here.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::Path;
 
 use serde_json::{json, Map, Value};
 
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result};
 use crate::files::QUOTAS_FILE;
 
 /// Kafka's quota entity types (`ClientQuotaEntity`).
@@ -160,14 +159,7 @@ fn name_from_json(v: Option<&Value>) -> Option<Option<Option<String>>> {
 pub fn read(dir: &Path) -> Result<Quotas> {
     let path = dir.join(QUOTAS_FILE);
     // Bytes, not a String: a file that is not UTF-8 is damaged, said as such below.
-    let mut text = Vec::new();
-    match crate::nofollow::open_read(&path, "the client quota file") {
-        Ok(mut f) => {
-            f.read_to_end(&mut text).context(|| format!("cannot read {}", path.display()))?;
-        }
-        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return Ok(Quotas::new()),
-        Err(e) => return Err(e),
-    }
+    let Some(text) = crate::nofollow::read_if_exists(&path, "the client quota file")? else { return Ok(Quotas::new()) };
     let v: Value = serde_json::from_slice(&text).map_err(|e| damaged(&path, e))?;
     if v.get("version") != Some(&json!(1)) {
         return Err(damaged(&path, "no version 1"));

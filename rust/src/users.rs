@@ -17,7 +17,6 @@
 //! (`alter`) on any server of the directory.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::Path;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -322,15 +321,8 @@ fn damaged(path: &Path, what: impl std::fmt::Display) -> Error {
 /// (`server::credentials`) and calls this again only when the file changed.
 pub fn read(dir: &Path) -> Result<Users> {
     let path = dir.join(USERS_FILE);
-    let mut text = String::new();
-    match crate::nofollow::open_read(&path, "the users file") {
-        Ok(mut f) => {
-            f.read_to_string(&mut text).context(|| format!("cannot read {}", path.display()))?;
-        }
-        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return Ok(Users::new()),
-        Err(e) => return Err(e),
-    }
-    let data: Value = serde_json::from_str(&text).map_err(|e| damaged(&path, e))?;
+    let Some(text) = crate::nofollow::read_if_exists(&path, "the users file")? else { return Ok(Users::new()) };
+    let data: Value = serde_json::from_slice(&text).map_err(|e| damaged(&path, e))?;
     if data.get("version") != Some(&json!(1)) {
         return Err(damaged(&path, "its version is not 1"));
     }

@@ -30,13 +30,12 @@
 //! (with an ERROR line), so a bad edit cannot open or close everything at once.
 
 use std::collections::BTreeSet;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, RwLock};
 
 use serde_json::{json, Value};
 
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result};
 use crate::files::ACLS_FILE;
 
 /// Kafka's `ResourceType` codes.
@@ -486,15 +485,8 @@ fn damaged(path: &Path, what: impl std::fmt::Display) -> Error {
 /// The ACL file, parsed and checked; empty when there is none.
 fn read(dir: &Path) -> Result<Vec<Acl>> {
     let path = dir.join(ACLS_FILE);
-    let mut text = String::new();
-    match crate::nofollow::open_read(&path, "the ACL file") {
-        Ok(mut f) => {
-            f.read_to_string(&mut text).context(|| format!("cannot read {}", path.display()))?;
-        }
-        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    }
-    let data: Value = serde_json::from_str(&text).map_err(|e| damaged(&path, e))?;
+    let Some(text) = crate::nofollow::read_if_exists(&path, "the ACL file")? else { return Ok(Vec::new()) };
+    let data: Value = serde_json::from_slice(&text).map_err(|e| damaged(&path, e))?;
     if data.get("version") != Some(&json!(1)) {
         return Err(damaged(&path, "its version is not 1"));
     }
