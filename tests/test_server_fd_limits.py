@@ -167,7 +167,18 @@ def test_an_open_that_finds_no_descriptor_is_answered_retriable_and_the_server_r
     path = str(tmp_path)
     kafkalite.Admin(path).create_topic("late", 1)
     port = free_port()
-    server = serve_on(spawn.module, path, port, "--log-level", "WARNING", preexec_fn=low_limit(LIMIT))
+    # A max.connections of the operator's choosing, above what the limit leaves (the default
+    # is held to it, so that connections are evicted before the descriptors run out).
+    server = serve_on(
+        spawn.module,
+        path,
+        port,
+        "--log-level",
+        "WARNING",
+        "--max-connections",
+        "1000",
+        preexec_fn=low_limit(LIMIT),
+    )
     bootstrap = f"127.0.0.1:{port}"
     producer = wire.Wire(bootstrap, timeout=30)
     batch = wire.record_batch([b"v"])

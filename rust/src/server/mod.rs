@@ -139,6 +139,9 @@ pub use tls::TlsFiles;
 pub const DEFAULT_AUTHENTICATION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How a server is started (Kafka's broker setting names in the comments).
+/// Kafka's `max.connections` here (Kafka's own default is unlimited).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     pub data_dir: PathBuf,
@@ -161,6 +164,7 @@ pub struct ServerConfig {
     pub idle_timeout: Duration,
     /// `max.connections`: when this many are open, the oldest that has not authenticated is
     /// closed to make room, or (all authenticated) the new one is closed at once (`admission`).
+    /// The default is held to what the open-file limit leaves (`Server::start`).
     pub max_connections: usize,
     /// `max.connections.per.ip` (Kafka's default: unlimited), and its per-address overrides.
     pub max_connections_per_ip: usize,
@@ -207,7 +211,7 @@ impl ServerConfig {
             auto_create_topics: true,
             default_partitions: 1,
             idle_timeout: Duration::from_secs(600),
-            max_connections: 10_000,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_ip: usize::MAX,
             max_connections_per_ip_overrides: Default::default(),
             authentication_timeout: DEFAULT_AUTHENTICATION_TIMEOUT,
@@ -301,16 +305,22 @@ impl Server {
         open_logs::check_descriptor_limit(open_file_limit)?;
         config.max_open_partitions = Some(max_open);
         let fit = open_logs::connections_fit(open_file_limit, max_open);
-        if config.max_connections > fit {
-            // DEBUG: with the defaults (10,000 connections, 2,500 partitions) every start under
-            // a 20,000 open-file limit takes this branch; the start's first line stays "serving".
+        // The default is held to what the descriptors leave, so eviction comes before EMFILE; a
+        // figure the operator chose is theirs, said at INFO.
+        if config.max_connections == DEFAULT_MAX_CONNECTIONS && config.max_connections > fit {
             ::log::debug!(
                 target: LOG_TARGET,
-                "at most {fit} connections (max.connections {} is more than the open-file limit leaves beside \
-                 {max_open} open partitions; raise `ulimit -n` for more)",
-                config.max_connections
+                "at most {fit} connections (the default max.connections {DEFAULT_MAX_CONNECTIONS} is more than the \
+                 open-file limit leaves beside {max_open} open partitions; raise `ulimit -n` for more)"
             );
             config.max_connections = fit;
+        } else if config.max_connections > fit {
+            ::log::info!(
+                target: LOG_TARGET,
+                "max.connections {} is more than the open-file limit leaves ({fit} beside {max_open} open \
+                 partitions): past that, opens may find no descriptor; raise `ulimit -n`",
+                config.max_connections
+            );
         }
         let broker = Arc::new(Broker::open(&config, advertised)?);
         // Before any request: a served transactional Produce is answered before its sync
