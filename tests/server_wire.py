@@ -9,7 +9,9 @@ so a server that does not answer is measured, never waited on forever. Two ways 
 - ``wire.call(API_KEY, version, body)``: a body built by hand (``struct``), so each request
   runs on its own connection with its own timing; the response body comes back, within the
   connection's timeout. The methods ``api_versions()``, ``metadata()``, ``produce()``,
-  ``produce_batch()``, ``fetch()``, ``join_group()`` and ``init_producer_id()`` are such calls.
+  ``produce_batch()``, ``fetch()``, ``join_group()``, ``init_producer_id()``,
+  ``find_coordinator()`` and ``login()`` (SASL/SCRAM, RFC 5802's client computation in
+  ``scram_client_final``) are such calls.
   tests/test_server_isolation.py and benches/bench_server_isolation.py measure a server so
   while a neighbour holds a lock (issue 21), tests/test_server_idempotence.py sends an
   idempotent producer's batches as they are.
@@ -25,6 +27,9 @@ stops it there (SIGSTOP); tests/test_engine_stopped_lock_holder.py stops a write
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import io
 import signal
 import socket
@@ -45,6 +50,7 @@ from kafka.protocol.producer.produce import ProduceRequest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 PRODUCE, FETCH, METADATA, JOIN_GROUP, API_VERSIONS, INIT_PRODUCER_ID = 0, 1, 3, 11, 18, 22
+FIND_COORDINATOR, SASL_HANDSHAKE, SASL_AUTHENTICATE = 10, 17, 36
 NONE, REQUEST_TIMED_OUT, COORDINATOR_LOAD_IN_PROGRESS, THROTTLING_QUOTA_EXCEEDED = 0, 7, 14, 89
 INT31 = 2**31 - 1
 KAFKA_STORAGE_ERROR = 56
@@ -334,11 +340,71 @@ class Wire:
         _index, error = r.take(">ih")
         return error
 
+    def login(self, user: str, password: str, mechanism: str = "SCRAM-SHA-256") -> int:
+        """SaslHandshake v1 and SaslAuthenticate v1 through a SCRAM exchange: the error code
+        (0: authenticated)."""
+        error = struct.unpack(">h", self.call(SASL_HANDSHAKE, 1, _string(mechanism))[:2])[0]
+        if error:
+            return int(error)
+        bare = f"n={user},r={base64.b64encode(struct.pack('>d', time.time())).decode()}"
+        error, first = self.sasl_authenticate(b"n,," + bare.encode())
+        if error:
+            return error
+        final, _ = scram_client_final(password.encode(), bare, first.decode(), hash=mechanism[6:])
+        return self.sasl_authenticate(final)[0]
+
+    def sasl_authenticate(self, token: bytes) -> tuple[int, bytes]:
+        """SaslAuthenticate v1 of one token: (error code, the server's token)."""
+        r = Reader(self.call(SASL_AUTHENTICATE, 1, struct.pack(">i", len(token)) + token))
+        (error,) = r.take(">h")
+        r.string()  # the error message
+        (size,) = r.take(">i")
+        return int(error), r.take(f">{max(size, 0)}s")[0]
+
+    def find_coordinator(self, key: str, key_type: int = 0) -> list[int]:
+        """FindCoordinator v4 (KIP-699's batched keys) of one group (key_type 0) or
+        transactional id (1): each key's error code."""
+        body = struct.pack(">b", key_type) + compact_array([compact_string(key)]) + b"\x00"
+        r = self.call_flexible(FIND_COORDINATOR, 4, body, client_id=self.client_id)
+        r.i32()  # throttle_time_ms
+        errors = []
+        for _ in range(r.count()):
+            r.string()  # the key
+            r.i32()  # node id
+            r.string()  # host
+            r.i32()  # port
+            errors.append(r.i16())
+            r.string()  # the error message
+            r.tags()
+        return errors
+
     def join_group(self, group: str) -> int:
         """JoinGroup v0 as a new member: the error code."""
         protocols = struct.pack(">i", 1) + _string("range") + struct.pack(">i", 0)
         body = _string(group) + struct.pack(">i", 10_000) + _string("") + _string("consumer") + protocols
         return struct.unpack(">h", self.call(JOIN_GROUP, 0, body)[:2])[0]
+
+
+def scram_client_final(
+    password: bytes,
+    client_first_bare: str,
+    server_first: str,
+    nonce: str | None = None,
+    hash: str = "SHA-256",
+) -> tuple[bytes, bytes]:
+    """RFC 5802's client computation, with hashlib and hmac (independent of the server's crates):
+    the client-final message and the server-final one to expect."""
+    name = hash.lower().replace("-", "")
+    fields = dict(f.split("=", 1) for f in server_first.split(","))
+    salted = hashlib.pbkdf2_hmac(name, password, base64.b64decode(fields["s"]), int(fields["i"]))
+    client_key = hmac.new(salted, b"Client Key", name).digest()
+    without_proof = f"c=biws,r={nonce or fields['r']}"
+    auth = f"{client_first_bare},{server_first},{without_proof}".encode()
+    signature = hmac.new(hashlib.new(name, client_key).digest(), auth, name).digest()
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    server_key = hmac.new(salted, b"Server Key", name).digest()
+    expected = base64.b64encode(hmac.new(server_key, auth, name).digest()).decode()
+    return f"{without_proof},p={base64.b64encode(proof).decode()}".encode(), f"v={expected}".encode()
 
 
 def timed(call, *args):

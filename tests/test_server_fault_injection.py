@@ -26,7 +26,11 @@ bounds the suite holds the server to are ``server_checker.BOUNDS`` (ApiVersions 
 and ``server_checker.RSS_BOUND`` (256 MiB, the interpreter of ``python -m kafkalite serve``
 included).
 
-The tests after it check the checker's server invariants on made-up journals (no server)."""
+The second test runs the controller's authenticated configuration (SASL/SCRAM, the authorizer,
+~2,000 users, the probe logged in, embedded clients only) under issue 35's attacks, with the
+invariants ``refusals`` and the authentication deadline's part of ``deadline`` besides; the same
+seconds and seed variables apply. The tests after them check the checker's server invariants on
+made-up journals (no server)."""
 
 from __future__ import annotations
 
@@ -60,6 +64,20 @@ def test_server_survives_soak_and_faults_with_every_invariant(ci_log):
     unexpected = {k: v for k, v in result.violations.items() if k not in known}
     assert not unexpected, result.report()
     shutil.rmtree(result.run_dir, ignore_errors=True)  # kept for known violations only: nothing to look at
+
+
+@pytest.mark.faults
+def test_authenticated_server_survives_unauthenticated_and_hostile_clients(ci_log):
+    """Issue 35's attacks on a SASL/SCRAM server with the authorizer on (server_controller's
+    authenticated configuration): SCRAM client-first floods against ~2,000 users, stalled 512 KiB
+    frames before authentication, silent sockets kept alive with ApiVersions, more sockets than
+    max.connections.per.ip, an authenticated user's unread fetches, FindCoordinator v4 of groups it
+    may not read, beside kill -9s of the server and the embedded clients; the probe logs in as
+    admin. Every invariant holds, no known violations."""
+    seconds = float(os.environ.get("KAFKALITE_FAULTS_SECONDS", "60"))
+    result = server_controller.run(seconds=seconds, out=ci_log, authenticated=True)
+    assert not result.violations, result.report()
+    shutil.rmtree(result.run_dir, ignore_errors=True)
 
 
 # -- the checker's server invariants on made-up journals (fast: no server, no children) ----------
@@ -264,3 +282,33 @@ def test_a_kafka_client_poll_begun_before_the_other_members_commit_carries_on_it
     assert len(backwards(True, 80)) == 1  # not where a's own polls ended
     assert len(backwards(True, 120)) == 1  # not where a's own polls ended
     assert len(backwards(True, 170)) == 1  # a skip past its position
+
+
+def test_unauthenticated_sockets_past_the_deadline_and_unanswered_refusals_are_violations():
+    from faults.server_checker import check_attacks
+
+    def held(attack: str, oldest: float, t: float = 30) -> dict:
+        return {"ev": "attack", "attack": attack, "t": int(t * S), "still_open": 3, "oldest_open_s": oldest}
+
+    def denied(answers: dict, failures: list, t: float = 30) -> dict:
+        return {
+            "ev": "attack",
+            "attack": "coordinator_denied",
+            "t": int(t * S),
+            "answers": answers,
+            "failures": failures,
+        }
+
+    start = {"ev": "start", "t": 10 * S}
+    episodes = [
+        [start, held("silent", 16.2)],  # open 16 s after its connect: a violation
+        [start, held("preauth_stall", 9.0)],  # within the 10 s deadline (+5 s): fine
+        [start, denied({"30": 40}, [])],  # refused on its connection: fine
+        [start, denied({"30": 40, "15": 1}, [])],  # answered something else: a violation
+        [start, denied({"30": 40}, [[20 * S, "Closed"]])],  # closed while the server was up
+        [start, denied({"30": 40}, [[60 * S, "Closed"]])],  # closed by the kill at 60 s: fine
+    ]
+    violations, _ = check_attacks(episodes, [(60 * S, 62 * S)], {}, _stats())
+    assert len(violations["deadline"]) == 1 and "silent: 3 unauthenticated" in violations["deadline"][0]
+    assert len(violations["refusals"]) == 2
+    assert "'15': 1" in violations["refusals"][0] and "{'Closed': 1}" in violations["refusals"][1]

@@ -21,6 +21,7 @@ import kafkalite
 import kafkalite.users
 import pytest
 from kafkalite.server import Server
+from server_wire import scram_client_final
 
 pytest_plugins = ["kafkalite.testing"]
 
@@ -299,23 +300,6 @@ def test_handshake_errors(sasl_server, kafkalite_server):
         assert body is not None and struct.unpack_from(">h", body)[0] == 34
         sock.sendall(API_VERSIONS)
         assert read_response(sock) is not None
-
-
-def scram_client_final(password: bytes, client_first_bare: str, server_first: str, nonce: str | None = None):
-    """RFC 5802's client computation, with hashlib and hmac (independent of the server's crates)."""
-    import hashlib
-    import hmac
-
-    fields = dict(f.split("=", 1) for f in server_first.split(","))
-    salted = hashlib.pbkdf2_hmac("sha256", password, base64.b64decode(fields["s"]), int(fields["i"]))
-    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
-    without_proof = f"c=biws,r={nonce or fields['r']}"
-    auth = f"{client_first_bare},{server_first},{without_proof}".encode()
-    signature = hmac.new(hashlib.sha256(client_key).digest(), auth, "sha256").digest()
-    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
-    server_key = hmac.new(salted, b"Server Key", "sha256").digest()
-    expected = base64.b64encode(hmac.new(server_key, auth, "sha256").digest()).decode()
-    return f"{without_proof},p={base64.b64encode(proof).decode()}".encode(), f"v={expected}".encode()
 
 
 def start_exchange(server: Server, version: int = 1) -> tuple[socket.socket, str, str]:

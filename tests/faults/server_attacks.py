@@ -16,6 +16,23 @@ answered (``attack`` events), so the checker and the summary have the figures:
                      DescribeGroups: accepted while the group had live members is a violation
                      (checker)
 
+The attacks of a SASL/SCRAM server (issue 35; the controller's authenticated configuration, and
+benches/bench_server_attacks.py, which runs these same episodes beside its measured client), each
+a load kept up for ``--seconds``:
+
+- ``scram_flood``    threads connecting, sending a SCRAM client-first (a real user of the ~2,000
+                     in the users file, or an unknown one), reading the server-first, hanging up
+- ``connect_flood``  the same connections asking ApiVersions instead (scram_flood's control for the
+                     bench; no soak episode)
+- ``preauth_stall``  connections each stalling a 512 KiB frame half sent, never authenticating
+- ``silent``         connections never authenticating, half of them sending ApiVersions to keep
+                     alive: each must be closed by the authentication deadline (checker)
+- ``per_ip``         more connections from 127.0.0.1 than its max.connections.per.ip
+- ``unread_fetch``   an authenticated user's connections sending Fetches of the big partition and
+                     never reading the answers (holding the response budget)
+- ``coordinator_denied``  an authenticated user asking FindCoordinator v4 for groups it may not
+                     read: each must be answered GROUP_AUTHORIZATION_FAILED, not closed (checker)
+
 The SIGSTOP of ``lock`` holders, of the embedded clients, and the server's kill -9 are the
 controller's."""
 
@@ -43,6 +60,15 @@ FETCH_DEADLINE_S = 60.0
 FLOOD_TOPICS = 1000
 IDLE_CONNECTIONS = 2000
 ANSWER_DEADLINE_S = 5.0
+AUTHENTICATION_DEADLINE_S = 10.0  # the server's default --authentication-timeout-ms
+DEADLINE_SLACK_S = 5.0  # past the deadline before a silent connection still open is a violation
+SILENT_HOLD_S = AUTHENTICATION_DEADLINE_S + DEADLINE_SLACK_S + 1
+SCRAM_FLOOD_THREADS = 8
+STALL_CONNECTIONS, STALL_FRAME = 300, 512 << 10
+SILENT_CONNECTIONS = 300
+PER_IP_EXTRA = 100  # connections past --per-ip
+UNREAD_FETCH_CONNECTIONS, UNREAD_FETCHES = 12, 4
+GROUP_AUTHORIZATION_FAILED = 30
 
 
 def hostile_frames(rng: random.Random) -> list[tuple[str, bytes, bool]]:
@@ -148,12 +174,16 @@ def metadata(args: argparse.Namespace, rng: random.Random, journal: Journal) -> 
     journal.write("attack", attack="metadata", topics=len(names), **exchange(args, "flooder", flood))
 
 
-def idle(args: argparse.Namespace, rng: random.Random, journal: Journal) -> None:
+def raise_nofile(connections: int) -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = IDLE_CONNECTIONS + 64
+    want = connections + 64
     resource.setrlimit(
         resource.RLIMIT_NOFILE, (want if hard == resource.RLIM_INFINITY else min(want, hard), hard)
     )
+
+
+def idle(args: argparse.Namespace, rng: random.Random, journal: Journal) -> None:
+    raise_nofile(IDLE_CONNECTIONS)
     socks, failures = [], Counter[str]()
     started = time.monotonic()
     for _ in range(IDLE_CONNECTIONS):
@@ -282,6 +312,226 @@ def lock(args: argparse.Namespace, rng: random.Random, journal: Journal) -> None
         log.close()
 
 
+# -- the attacks of a SASL/SCRAM server -------------------------------------------------------
+def seconds_of(args: argparse.Namespace, rng: random.Random) -> float:
+    return args.seconds or rng.uniform(8, 20)
+
+
+def scram_flood(args: argparse.Namespace, rng: random.Random, journal: Journal) -> None:
+    connection_flood(args, rng, journal, "scram_flood", sasl=True)
+
+
+def connect_flood(args: argparse.Namespace, rng: random.Random, journal: Journal) -> None:
+    """scram_flood's control: the same connections each asking ApiVersions instead, so a bench
+    tells what SCRAM costs from what the connections themselves do."""
+    connection_flood(args, rng, journal, "connect_flood", sasl=False)
+
+
+def connection_flood(
+    args: argparse.Namespace, rng: random.Random, journal: Journal, attack: str, sasl: bool
+) -> None:
+    seconds = seconds_of(args, rng)
+    stop_at = time.monotonic() + seconds
+    outcomes: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def loop(r: random.Random) -> None:
+        while time.monotonic() < stop_at:
+            known = r.random() < 0.5
+            user = f"user-{r.randrange(max(args.users, 1)):05}" if known else f"nobody-{r.randrange(10**9)}"
+            try:
+                wire = W.Wire(args.bootstrap, ANSWER_DEADLINE_S, client_id="flooder")
+                try:
+                    if sasl:
+                        wire.call(W.SASL_HANDSHAKE, 1, W._string("SCRAM-SHA-256"))
+                        error, _ = wire.sasl_authenticate(f"n,,n={user},r=flood{r.randrange(10**9)}".encode())
+                        outcome = f"error {error}" if error else "server-first"
+                    else:
+                        outcome = f"error {error}" if (error := wire.api_versions()) else "api-versions"
+                finally:
+                    wire.close()  # hung up mid-exchange
+            except (W.Late, W.Closed, OSError) as e:
+                outcome = type(e).__name__
+            with lock:
+                outcomes[outcome] += 1
+
+    threads = [
+        threading.Thread(target=loop, args=(random.Random(rng.random()),)) for _ in range(SCRAM_FLOOD_THREADS)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    total = sum(outcomes.values())
+    journal.write(
+        "attack",
+        attack=attack,
+        seconds=round(seconds, 1),
+        per_s=round(total / seconds),
+        outcomes=dict(outcomes),
+    )
+
+
+def hold_connections(
+    args: argparse.Namespace, count: int, first: bytes, seconds: float, keepalive: float = 0.0
+) -> dict[str, Any]:
+    """``count`` connections, each sending ``first`` (as much as the socket takes), then held
+    ``seconds`` and closed; a ``keepalive`` share of them sends ApiVersions every 0.5 s. Each
+    one's fate: closed by the server (and how long after its connect), or still open."""
+    raise_nofile(count)
+    api_versions = struct.pack(">hhi", W.API_VERSIONS, 0, 1) + W._string("silent")
+    api_versions = struct.pack(">i", len(api_versions)) + api_versions
+    socks: list[tuple[socket.socket, float, bool]] = []
+    failures: Counter[str] = Counter()
+    for i in range(count):
+        try:
+            s = W.connect(args.bootstrap, ANSWER_DEADLINE_S)
+        except OSError as e:
+            failures[type(e).__name__] += 1
+            if sum(failures.values()) > 50:
+                break
+            continue
+        s.setblocking(False)
+        try:
+            s.send(first)
+        except OSError:
+            pass
+        socks.append((s, time.monotonic(), i < count * keepalive))
+    closed_after: list[float] = []
+    open_socks = list(socks)
+    stop_at = time.monotonic() + seconds
+    while open_socks and time.monotonic() < stop_at:
+        time.sleep(0.5)
+        still = []
+        for s, opened, alive in open_socks:
+            try:
+                if alive:
+                    s.send(api_versions)
+                while s.recv(1 << 16):  # answers to the keepalives, dropped
+                    pass
+                ended = True  # recv returned b"": closed by the server
+            except BlockingIOError:
+                ended = False
+            except OSError:
+                ended = True
+            if ended:
+                closed_after.append(time.monotonic() - opened)
+                s.close()
+            else:
+                still.append((s, opened, alive))
+        open_socks = still
+    now_ = time.monotonic()
+    oldest_open = max((now_ - opened for _, opened, _ in open_socks), default=0.0)
+    for s, _, _ in open_socks:
+        s.close()
+    return {
+        "opened": len(socks),
+        "failures": dict(failures),
+        "closed_by_server": len(closed_after),
+        "closed_after_s": [round(min(closed_after, default=0), 1), round(max(closed_after, default=0), 1)],
+        "still_open": len(open_socks),
+        "oldest_open_s": round(oldest_open, 1),
+    }
+
+
+def preauth_stall(args: argparse.Namespace, rng: random.Random, journal: Journal) -> None:
+    frame = struct.pack(">i", STALL_FRAME) + rng.randbytes(STALL_FRAME // 2)
+    seconds = seconds_of(args, rng)
+    journal.write(
+        "attack",
+        attack="preauth_stall",
+        frame=STALL_FRAME,
+        seconds=round(seconds, 1),
+        **hold_connections(args, STALL_CONNECTIONS, frame, seconds),
+    )
+
+
+def silent(args: argparse.Namespace, rng: random.Random, journal: Journal) -> None:
+    """Held past the authentication deadline and its slack unless ``--seconds`` says otherwise,
+    so the checker sees each one closed."""
+    seconds = args.seconds or max(seconds_of(args, rng), SILENT_HOLD_S)
+    journal.write(
+        "attack",
+        attack="silent",
+        seconds=round(seconds, 1),
+        deadline_s=AUTHENTICATION_DEADLINE_S,
+        **hold_connections(args, SILENT_CONNECTIONS, b"", seconds, keepalive=0.5),
+    )
+
+
+def per_ip(args: argparse.Namespace, rng: random.Random, journal: Journal) -> None:
+    seconds = seconds_of(args, rng)
+    journal.write(
+        "attack",
+        attack="per_ip",
+        cap=args.per_ip,
+        seconds=round(seconds, 1),
+        **hold_connections(args, args.per_ip + PER_IP_EXTRA, b"", seconds),
+    )
+
+
+def login(args: argparse.Namespace, client_id: str) -> W.Wire:
+    wire = W.Wire(args.bootstrap, ANSWER_DEADLINE_S, client_id=client_id)
+    error = wire.login(args.user, args.password)
+    if error:
+        wire.close()
+        raise W.Closed(f"{args.user} not authenticated: error {error}")
+    return wire
+
+
+def unread_fetch(args: argparse.Namespace, rng: random.Random, journal: Journal) -> None:
+    topic, part = args.big.rsplit(":", 1)
+    seconds = seconds_of(args, rng)
+    wires, failures = [], Counter[str]()
+    for _ in range(UNREAD_FETCH_CONNECTIONS):
+        try:
+            wire = login(args, "hog")
+            for _ in range(UNREAD_FETCHES):  # never read
+                wire.send(W.fetch([(topic, int(part), 0)], 0, W.INT31, W.INT31))
+            wires.append(wire)
+        except (W.Late, W.Closed, OSError) as e:
+            failures[type(e).__name__] += 1
+    time.sleep(seconds)
+    for wire in wires:
+        wire.close()
+    journal.write(
+        "attack",
+        attack="unread_fetch",
+        seconds=round(seconds, 1),
+        connections=len(wires),
+        unread=len(wires) * UNREAD_FETCHES,
+        failures=dict(failures),
+    )
+
+
+def coordinator_denied(args: argparse.Namespace, rng: random.Random, journal: Journal) -> None:
+    seconds = seconds_of(args, rng)
+    stop_at = time.monotonic() + seconds
+    answers: Counter[int] = Counter()
+    failures: list[tuple[int, str]] = []  # (when, what): the checker exempts the server's downtime
+    groups = args.groups.split(",")
+    while time.monotonic() < stop_at:
+        try:
+            wire = login(args, "denied")
+            try:
+                while time.monotonic() < stop_at:
+                    for code in wire.find_coordinator(rng.choice(groups)):
+                        answers[code] += 1
+                    time.sleep(0.02)
+            finally:
+                wire.close()
+        except (W.Late, W.Closed, OSError, AssertionError) as e:
+            failures.append((now(), type(e).__name__))
+            time.sleep(0.2)
+    journal.write(
+        "attack",
+        attack="coordinator_denied",
+        seconds=round(seconds, 1),
+        answers={str(k): v for k, v in answers.items()},
+        failures=failures,
+    )
+
+
 ATTACKS = {
     "hostile": hostile,
     "fetch": fetch,
@@ -289,6 +539,13 @@ ATTACKS = {
     "idle": idle,
     "intruder": intruder,
     "lock": lock,
+    "scram_flood": scram_flood,
+    "connect_flood": connect_flood,
+    "preauth_stall": preauth_stall,
+    "silent": silent,
+    "per_ip": per_ip,
+    "unread_fetch": unread_fetch,
+    "coordinator_denied": coordinator_denied,
 }
 
 
@@ -306,6 +563,15 @@ def main() -> None:
     parser.add_argument("--data", default="", help="the data directory (lock)")
     parser.add_argument("--hot", default="", help="the partition directory name the probe writes (lock)")
     parser.add_argument("--hold", type=float, default=10.0, help="seconds the locks are held (lock)")
+    parser.add_argument(
+        "--seconds", type=float, default=0.0, help="the load's length (default: 8-20 s, seeded)"
+    )
+    parser.add_argument(
+        "--user", default="mallory", help="the authenticated attacker (unread_fetch, coordinator_denied)"
+    )
+    parser.add_argument("--password", default="mallory-pw")
+    parser.add_argument("--users", type=int, default=0, help="user-00000.. in the users file (scram_flood)")
+    parser.add_argument("--per-ip", type=int, default=0, help="the server's max.connections.per.ip (per_ip)")
     args = parser.parse_args()
     journal = Journal(args.journal)
     journal.write("start", attack=args.attack, pid=os.getpid())

@@ -17,8 +17,12 @@ says which guarantee broke and the test can carry a list of known ones:
 - ``deadline``              every probe answered within its bound (BOUNDS: ApiVersions and
                             Metadata 2 s, Produce/Fetch/OffsetFetch their timeout + slack, an
                             error code being an answer), and every complete undecodable hostile
-                            frame answered or its connection closed within 5 s, except while
-                            the server was down
+                            frame answered or its connection closed within 5 s, and every
+                            connection of a SASL server's ``silent``, ``preauth_stall`` and
+                            ``per_ip`` attacks closed by the authentication deadline (+5 s),
+                            except while the server was down
+- ``refusals``              a SASL server's FindCoordinator v4 of a group the user may not read
+                            answered GROUP_AUTHORIZATION_FAILED, never a closed connection
 - ``probe_connection``      a probe connection closed or refused while the server was up and
                             no idle-connection attack was on (no rule closes a well-behaved
                             client's connection)
@@ -37,7 +41,14 @@ from typing import Any
 
 from faults import checker, txn_checker
 from faults import journal as J
-from faults.server_attacks import ANSWER_DEADLINE_S
+from faults.server_attacks import (
+    ANSWER_DEADLINE_S,
+    AUTHENTICATION_DEADLINE_S,
+    DEADLINE_SLACK_S,
+    GROUP_AUTHORIZATION_FAILED,
+)
+
+UNAUTHENTICATED_HOLDS = ("silent", "preauth_stall", "per_ip")  # closed by the authentication deadline
 
 #: Seconds within which each probe must be answered: ApiVersions and Metadata never wait on a
 #: partition or a group; Produce (timeout_ms 5000), Fetch (max_wait_ms 500) and OffsetFetch may
@@ -58,6 +69,7 @@ INVARIANTS = (
     "non_owner_commit",
     "deadline",
     "probe_connection",
+    "refusals",
     "rss",
     "processes",
 )
@@ -208,6 +220,27 @@ def check_attacks(
                 for what, must_end, t0, outcome in ev.get("results", []) if ev["attack"] == "hostile" else []:
                     if must_end and outcome == "still open" and not overlaps(windows, t0, ev["t"]):
                         unended[what] += 1
+                down = started is not None and overlaps(windows, started, ev["t"])
+                if ev["attack"] in UNAUTHENTICATED_HOLDS and not down:
+                    if ev["oldest_open_s"] > AUTHENTICATION_DEADLINE_S + DEADLINE_SLACK_S:
+                        violations["deadline"].append(
+                            f"{ev['attack']}: {ev['still_open']} unauthenticated connections still open at the end, the "
+                            f"oldest {ev['oldest_open_s']} s after its connect (deadline {AUTHENTICATION_DEADLINE_S:.0f} s)"
+                        )
+                if ev["attack"] == "coordinator_denied":
+                    wrong = {k: v for k, v in ev["answers"].items() if int(k) != GROUP_AUTHORIZATION_FAILED}
+                    # a connection lost within a second of the server's downtime is the kill's
+                    lost = [
+                        what
+                        for t, what in ev["failures"]
+                        if not overlaps(windows, t - int(1e9), t + int(1e9))
+                    ]
+                    if wrong or lost or (not ev["answers"] and not down):
+                        violations["refusals"].append(
+                            f"FindCoordinator v4 of groups mallory may not read: answers {ev['answers']}, "
+                            f"connections lost while the server was up {dict(Counter(lost))} (want only "
+                            f"{GROUP_AUTHORIZATION_FAILED}, on its connection)"
+                        )
             elif ev["ev"] == "intruder_commit":
                 stats.intruder_commits += 1
                 stats.intruder_accepted += len(ev["accepted"])

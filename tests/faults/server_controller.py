@@ -13,6 +13,12 @@ measuring every answer, and for ``seconds`` the attacks of ATTACKS:
 - ``hostile``, ``fetch``, ``metadata``, ``idle``, ``intruder``, ``lock``  episodes of
                    ``faults.server_attacks`` (one process each)
 
+or, ``authenticated``, a SASL/SCRAM server with the authorizer on (super user ``admin``, the
+probe's login; ``mallory`` may read the big topic only; SCRAM_USERS more users in the users
+file; max.connections.per.ip PER_IP), the embedded clients beside it (network clients would all
+need logins: the plain configuration has them), and AUTH_EPISODES: ``scram_flood``,
+``preauth_stall``, ``silent``, ``per_ip``, ``unread_fetch``, ``coordinator_denied``;
+
 then stops everything (the server by SIGINT), and checks ``faults.server_checker``'s invariants
 and ``faults.txn_checker``'s (as the invariant ``transactions``).
 The server's RSS is sampled every tick, and its VmHWM read before every kill and at its exit.
@@ -40,11 +46,25 @@ from serve_proc import free_port, serve_on
 from faults import journal as J
 from faults import server_checker, txn_checker
 from faults.controller import Child, Controller, child_env, cli, finish
+from faults.server_attacks import SILENT_HOLD_S
 from faults.txn_checker import OUTPUT as TXN_OUTPUT
 
 ATTACKS = ("stop", "kill", "server_kill", "lock", "hostile", "fetch", "metadata", "idle", "intruder")
 EPISODES = ("lock", "hostile", "fetch", "metadata", "idle", "intruder")  # faults.server_attacks
 EPISODE_WEIGHTS = {"lock": 3, "hostile": 3, "fetch": 2, "metadata": 1, "idle": 1, "intruder": 3}
+AUTH_EPISODES = ("scram_flood", "preauth_stall", "silent", "per_ip", "unread_fetch", "coordinator_denied")
+AUTH_ATTACKS = ("stop", "kill", "server_kill", *AUTH_EPISODES)
+AUTH_EPISODE_WEIGHTS = dict.fromkeys(AUTH_EPISODES, 1)
+PASSWORDS = {"admin": "admin-pw", "mallory": "mallory-pw"}
+SCRAM_USERS, PER_IP = 2000, 400
+AUTH_SERVE_FLAGS = (
+    "--sasl",
+    "--authorizer",
+    "--super-users",
+    "User:admin",
+    "--max-connections-per-ip",
+    str(PER_IP),
+)
 LOCK_HOLD_S = (4.0, 15.0)  # a stopped lock holder: past the Produce probe's bound, sometimes
 EMBEDDED_GROUP, NETWORK_GROUP = "faults", "net"
 SLOTS = ("p0", "p1", "m0", "m1", "pn0", "pn1", "mn0", "mn1")  # embedded, then network (n)
@@ -52,6 +72,7 @@ BIG_TOPIC, BIG_BYTES, BIG_VALUE = "big", 48 << 20, 512 << 10  # what fetch ampli
 SERVER_STOP_S = 30.0
 ATTACK_TIMEOUT_S = 120.0  # every read of an attacker has a deadline: past this it is hung
 RSS_JOURNAL_EVERY_S = 1.0
+USERS_FILE = ".kafkalite-users.json"
 
 
 def topic_layout() -> dict[str, dict[str, Any]]:
@@ -78,9 +99,23 @@ class ServerController(Controller):
     #: each is assigned, of the topic the network producers write.
     TXN_INPUTS = {"tn0": "wire:0", "tn1": "wire:1"}
 
-    def __init__(self, seed: int, seconds: float, run_dir: str, out: Any, attacks: set[str]) -> None:
+    def __init__(
+        self,
+        seed: int,
+        seconds: float,
+        run_dir: str,
+        out: Any,
+        attacks: set[str],
+        authenticated: bool = False,
+    ) -> None:
         super().__init__(seed, seconds, run_dir, out)
         self.attacks = attacks
+        self.authenticated = authenticated
+        self.slots = tuple(s for s in SLOTS if "n" not in s) if authenticated else SLOTS
+        if authenticated:
+            self.TXN_INPUTS = {}
+        self.episode_names = AUTH_EPISODES if authenticated else EPISODES
+        self.episode_weights = AUTH_EPISODE_WEIGHTS if authenticated else EPISODE_WEIGHTS
         self.ACTION_WEIGHTS = {
             "kill": 6 if "kill" in attacks else 0,
             "stop": 12 if "stop" in attacks else 0,
@@ -98,6 +133,7 @@ class ServerController(Controller):
         self.episodes: list[Episode] = []
         self.episode_count = 0
         self.planned: list[tuple[float, str]] = []
+        self.deadline = 0.0  # of the faults: set by run()
         self.rss_journaled_at = 0.0
         self.peak_rss = 0
 
@@ -111,6 +147,8 @@ class ServerController(Controller):
             value = b"b" * BIG_VALUE
             for _ in range(BIG_BYTES // BIG_VALUE):
                 producer.send(BIG_TOPIC, value, partition=0)
+        if self.authenticated:
+            add_users(self.data)
 
     def command(self, slot: str, name: str) -> tuple[str, list[str], int]:
         if slot.startswith("pn"):
@@ -148,7 +186,7 @@ class ServerController(Controller):
 
         for attempt in range(10):  # the port may still be held for a moment after a kill
             try:
-                proc = serve_on(start, self.data, self.port, "--log-level", "WARNING")
+                proc = serve_on(start, self.data, self.port, "--log-level", "WARNING", *self.auth_flags())
                 break
             except RuntimeError as e:
                 self.journal.write("server_start_failed", name=name, attempt=attempt, error=str(e)[:300])
@@ -160,6 +198,11 @@ class ServerController(Controller):
         self.server = Child("server", self.server_incarnation, proc, stderr, None)
         self.journal.write("server_ready", name=name, pid=proc.pid)
         return True
+
+    def auth_flags(self) -> list[str]:
+        if not self.authenticated:
+            return []
+        return list(AUTH_SERVE_FLAGS)
 
     def sample_rss(self, force: bool = False) -> None:
         server = self.server
@@ -211,11 +254,15 @@ class ServerController(Controller):
             "--hot", f"{first}:0",
             "--groups", f"{EMBEDDED_GROUP},{NETWORK_GROUP}",
         ]  # fmt: skip
+        if self.authenticated:
+            argv += ["--user", "admin", "--password", PASSWORDS["admin"]]
         proc, stderr = self.popen("probe", argv, child_env())
         self.probe = Child("probe", 0, proc, stderr, None)
         self.journal.write("start", name="probe", pid=proc.pid)
 
     def start_episode(self, attack: str) -> None:
+        """An episode of ``faults.server_attacks``; an authenticated one's load ends before the
+        run does (a silent one is held past the authentication deadline when there is time)."""
         n = self.episode_count = self.episode_count + 1
         name = f"x-{attack}.{n}"
         topics = ",".join(f"{t}:{m['partitions']}" for t, m in self.topics.items())
@@ -231,7 +278,14 @@ class ServerController(Controller):
             "--data", self.data,
             "--hot", f"{first}-0",
             "--hold", f"{self.rng.uniform(*LOCK_HOLD_S):.1f}",
+            "--user", "mallory", "--password", PASSWORDS["mallory"],
+            "--users", str(SCRAM_USERS),
+            "--per-ip", str(PER_IP),
         ]  # fmt: skip
+        if attack in AUTH_EPISODES:
+            left = self.deadline - time.monotonic() - 2
+            hold = SILENT_HOLD_S if attack == "silent" and left > SILENT_HOLD_S else self.rng.uniform(6, 15)
+            argv += ["--seconds", f"{max(3.0, min(hold, left)):.1f}"]
         proc, stderr = self.popen(name, argv, child_env())
         self.episodes.append(
             Episode(
@@ -246,7 +300,7 @@ class ServerController(Controller):
     def plan(self) -> None:
         """Every enabled episode and a server kill at least once, spread over the run (so a
         short run sees each); more come at random."""
-        planned = [a for a in (*EPISODES, "server_kill") if a in self.attacks]
+        planned = [a for a in (*self.episode_names, "server_kill") if a in self.attacks]
         self.rng.shuffle(planned)
         start = time.monotonic()
         span = self.seconds * 0.85  # the last ones end before the stop
@@ -291,9 +345,9 @@ class ServerController(Controller):
                 kill = True
             else:
                 self.start_episode(attack)
-        enabled = [a for a in EPISODES if a in self.attacks and a not in running]
+        enabled = [a for a in self.episode_names if a in self.attacks and a not in running]
         if enabled and len(self.episodes) < 2 and rng.random() < 0.04:
-            self.start_episode(rng.choices(enabled, weights=[EPISODE_WEIGHTS[a] for a in enabled])[0])
+            self.start_episode(rng.choices(enabled, weights=[self.episode_weights[a] for a in enabled])[0])
         if kill:
             self.kill_server()
             self.server_restart_at = now + rng.uniform(0.3, 2.0)
@@ -301,11 +355,13 @@ class ServerController(Controller):
     def run(self) -> None:
         if not self.start_server():
             raise RuntimeError("kafkalite serve did not start; see " + self.logs)
-        for slot in (*SLOTS, *self.TXN_INPUTS):
+        if self.authenticated:
+            grant_mallory(self.bootstrap)
+        for slot in (*self.slots, *self.TXN_INPUTS):
             self.spawn(slot)
         self.start_probe()
         self.plan()
-        deadline = time.monotonic() + self.seconds
+        self.deadline = deadline = time.monotonic() + self.seconds
         while time.monotonic() < deadline:
             self.tick()
             self.server_tick()
@@ -340,6 +396,54 @@ class ServerController(Controller):
             if child is not None and child.proc.poll() is None:
                 child.proc.kill()
                 child.proc.wait()
+
+
+def grant_mallory(bootstrap: str) -> None:
+    """mallory may READ the big topic (its unread fetches), nothing else: the ACL is made
+    through the server, as kafka-acls does."""
+    from kafka.admin import (
+        ACL,
+        ACLOperation,
+        ACLPermissionType,
+        KafkaAdminClient,
+        ResourcePattern,
+        ResourceType,
+    )
+
+    admin = KafkaAdminClient(
+        bootstrap_servers=bootstrap,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-256",
+        sasl_plain_username="admin",
+        sasl_plain_password=PASSWORDS["admin"],
+    )
+    try:
+        pattern = ResourcePattern(ResourceType.TOPIC, BIG_TOPIC)
+        result = admin.create_acls(
+            [ACL("User:mallory", "*", ACLOperation.READ, ACLPermissionType.ALLOW, pattern)]
+        )
+        if result["failed"]:
+            raise RuntimeError(f"the ACL of mallory was refused: {result['failed']}")
+    finally:
+        admin.close()
+
+
+def add_users(data: str) -> None:
+    """admin and mallory, then SCRAM_USERS more (user-00000...): copies of mallory's credential
+    written into the users file directly (deriving each would take minutes)."""
+    import json
+
+    import kafkalite.users
+
+    for user, password in PASSWORDS.items():
+        kafkalite.users.add_user(data, user, password)
+    path = os.path.join(data, USERS_FILE)
+    with open(path) as f:
+        users = json.load(f)
+    users["users"].update({f"user-{i:05}": users["users"]["mallory"] for i in range(SCRAM_USERS)})
+    with open(path, "w") as f:
+        json.dump(users, f)
+    os.chmod(path, 0o600)
 
 
 def _drain(proc: subprocess.Popen, path: str) -> None:
@@ -392,33 +496,38 @@ def run(
     attacks: set[str] | None = None,
     out: Any = print,
     keep: bool = False,
+    authenticated: bool = False,
 ) -> ServerResult:
     if seed is None:
         env = os.environ.get("KAFKALITE_FAULTS_SEED")
         seed = int(env) if env else random.randrange(2**31)
-    attacks = set(ATTACKS) if attacks is None else attacks
-    unknown = attacks - set(ATTACKS)
+    known = AUTH_ATTACKS if authenticated else ATTACKS
+    attacks = set(known) if attacks is None else attacks
+    unknown = attacks - set(known)
     if unknown:
-        raise ValueError(f"unknown attacks {sorted(unknown)}; known: {', '.join(ATTACKS)}")
+        raise ValueError(f"unknown attacks {sorted(unknown)}; known: {', '.join(known)}")
     run_dir = tempfile.mkdtemp(prefix=f"kafkalite-server-faults-{seed}-")
     out(
         f"server fault injection: seed={seed} seconds={seconds:.0f} attacks={','.join(sorted(attacks))} "
         f"run_dir={run_dir} (rerun with KAFKALITE_FAULTS_SEED={seed})"
     )
-    c = ServerController(seed, seconds, run_dir, out, attacks)
+    c = ServerController(seed, seconds, run_dir, out, attacks, authenticated)
     started = time.monotonic()
     try:
         c.create_topics()
-        c.describe(attacks=sorted(attacks))
+        c.describe(attacks=sorted(attacks), authenticated=authenticated)
         stopping = c.run_to_end()
         checking = time.monotonic()
-        groups = {EMBEDDED_GROUP: "m[0-9]*.jsonl", NETWORK_GROUP: "mn*.jsonl"}
+        groups = {EMBEDDED_GROUP: "m[0-9]*.jsonl"}
+        if not authenticated:
+            groups[NETWORK_GROUP] = "mn*.jsonl"
         violations, stats = server_checker.check(
-            run_dir, c.data, c.topics, groups, frozenset({NETWORK_GROUP})
+            run_dir, c.data, c.topics, groups, frozenset({NETWORK_GROUP} & set(groups))
         )
-        txn_violations, stats.txn = txn_checker.check(run_dir, c.data, c.TXN_INPUTS)
-        if txn_violations:
-            violations["transactions"] = txn_violations
+        if c.TXN_INPUTS:
+            txn_violations, stats.txn = txn_checker.check(run_dir, c.data, c.TXN_INPUTS)
+            if txn_violations:
+                violations["transactions"] = txn_violations
         out(
             f"server fault injection: {stopping - started:.0f} s of setup and faults, {checking - stopping:.0f} s to stop, "
             f"{time.monotonic() - checking:.0f} s to check"
@@ -432,10 +541,14 @@ def run(
 def main() -> None:
     parser = cli(__doc__, 60)
     parser.add_argument(
-        "--attacks", default=",".join(ATTACKS), help=f"comma-separated, of {', '.join(ATTACKS)}"
+        "--attacks",
+        default="",
+        help=f"comma-separated, of {', '.join(ATTACKS)} (default all); authenticated: {', '.join(AUTH_ATTACKS)}",
     )
+    parser.add_argument("--authenticated", action="store_true", help="the SASL/SCRAM server and its attacks")
     args = parser.parse_args()
-    result = run(args.seed, args.seconds, set(filter(None, args.attacks.split(","))), keep=args.keep)
+    chosen = set(filter(None, args.attacks.split(","))) or None
+    result = run(args.seed, args.seconds, chosen, keep=args.keep, authenticated=args.authenticated)
     sys.exit(1 if result.violations else 0)
 
 

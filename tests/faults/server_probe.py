@@ -11,6 +11,9 @@ latency (``probe``: kind, t0, latency_s, outcome, errors):
 - ``fetch``               Fetch of such a partition (max_wait_ms 500)
 - ``offset_fetch``        OffsetFetch of the embedded and the network groups (group locks)
 
+With ``--user`` every connection logs in (SASL/SCRAM-SHA-256) before its first request, the
+login counted in that request's latency.
+
 Outcomes: ``ok`` (an answer, maybe with an error code: a retriable error is an answer),
 ``late`` (none within the kind's bound + LATE_GRACE_S; the connection is dropped),
 ``closed`` (the server closed or reset the connection), ``refused`` (connect failed). The
@@ -43,6 +46,7 @@ def probe_loop(
     request: Callable[[], Any],
     fresh: bool,
     pause: tuple[float, float],
+    login: tuple[str, str] | None = None,
 ) -> None:
     bound = BOUNDS[kind]
     wire: W.Wire | None = None
@@ -53,6 +57,8 @@ def probe_loop(
         try:
             if wire is None:
                 wire = W.Wire(address, timeout=bound + LATE_GRACE_S, client_id=f"probe-{kind}")
+                if login is not None and wire.login(*login):
+                    raise W.Closed(f"{login[0]} not authenticated")
             errors = W.errors_of(wire.call(request(), bound + LATE_GRACE_S))
         except W.Late:
             outcome = "late"
@@ -86,6 +92,8 @@ def main() -> None:
     parser.add_argument("--topics", required=True, help="comma-separated topic:partitions")
     parser.add_argument("--hot", required=True, help="topic:partition the embedded producers write")
     parser.add_argument("--groups", required=True, help="comma-separated")
+    parser.add_argument("--user", help="a SASL/SCRAM server's user each connection logs in as")
+    parser.add_argument("--password", default="")
     args = parser.parse_args()
     journal = Journal(args.journal, fsync=False)
     rng = random.Random(args.seed)
@@ -105,10 +113,11 @@ def main() -> None:
             (0.2, 0.4),
         ),
     }
+    login = None if args.user is None else (args.user, args.password)
     threads = [
         threading.Thread(
             target=probe_loop,
-            args=(kind, args.bootstrap, journal, random.Random(rng.random()), req, fresh, pause),
+            args=(kind, args.bootstrap, journal, random.Random(rng.random()), req, fresh, pause, login),
             name=kind,
             daemon=True,
         )
