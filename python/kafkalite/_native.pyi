@@ -50,6 +50,7 @@ __all__ = [
     "create_topic",
     "open_data_dir",
     "partition_folder",
+    "validate_topic_name",
     "broker_owned",
     "refuse_internal",
     "delete_topic",
@@ -70,6 +71,7 @@ __all__ = [
     "INTERNAL_TOPICS",
     "warn_unapplied",
     "OFFSETS_PARTITIONS",
+    "OFFSETS_TOPIC_CONFIG",
     "OFFSET_COMMIT_KEY_TYPES",
     "MAX_OFFSET_COMMIT_VALUE_VERSION",
     "java_string_hash",
@@ -83,8 +85,11 @@ __all__ = [
     "transaction_log_decode",
     "TRANSACTION_STATE_TOPIC",
     "MAX_TRANSACTION_TIMEOUT_MS",
+    "TRANSACTION_STATES",
     "inspect_segment",
     "MAX_PARTITIONS",
+    "FETCH_MAX_BYTES",
+    "FETCH_MAX_BYTES_MIN",
     "topic_config_defs",
     "dir_config_defs",
     "validate_topic_config",
@@ -149,6 +154,7 @@ class DurableMark:
 OFFSETS_TOPIC: str
 INTERNAL_TOPICS: list[str]
 OFFSETS_PARTITIONS: int
+OFFSETS_TOPIC_CONFIG: dict[str, Any]
 OFFSET_COMMIT_KEY_TYPES: list[int]
 MAX_OFFSET_COMMIT_VALUE_VERSION: int
 
@@ -162,6 +168,7 @@ def offsets_decode_value(value: bytes) -> tuple[int, str]: ...
 # Transactions (rust/src/transactions/, rust/src/py/transactions.rs).
 TRANSACTION_STATE_TOPIC: str
 MAX_TRANSACTION_TIMEOUT_MS: int
+TRANSACTION_STATES: list[str]
 
 @final
 class Transaction:
@@ -196,6 +203,9 @@ def transaction_log_decode(key: bytes, value: bytes | None) -> tuple[str, dict[s
 def inspect_segment(log_path: str | PathLike[str], is_last: bool) -> dict[str, Any]: ...
 
 MAX_PARTITIONS: int
+# `kafkalite serve`'s fetch.max.bytes default and least value (rust/src/server/fetch.rs).
+FETCH_MAX_BYTES: int
+FETCH_MAX_BYTES_MIN: int
 
 # SASL/SCRAM users of a data directory (rust/src/users.rs).
 USERS_FILE: str
@@ -236,6 +246,7 @@ def open_data_dir(dir: str | PathLike[str]) -> None: ...
 def refuse_internal(topic: str, what: str) -> None: ...
 def broker_owned(dir: str | PathLike[str]) -> bool: ...
 def partition_folder(name: str) -> tuple[str, int] | None: ...
+def validate_topic_name(name: object) -> str: ...
 def delete_topic(dir: str | PathLike[str], name: str) -> None: ...
 def create_partitions(dir: str | PathLike[str], name: str, total: int) -> None: ...
 def alter_topic_config(

@@ -25,7 +25,6 @@ from kafkalite import _native
 from kafkalite.errors import (
     InvalidConfigError,
     InvalidTopicError,
-    InvalidTopicTypeError,
     InvalidTypeError,
     NotADataDirError,
     ReadOnlyDataDirError,
@@ -47,8 +46,6 @@ logger = logging.getLogger("kafkalite.admin")
 
 #: The most partitions a topic may have (the engine's ``topic_config::MAX_PARTITIONS``).
 MAX_PARTITIONS: int = _native.MAX_PARTITIONS
-
-_TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 #: The topic config table, defined once in the engine (``rust/src/topic_config.rs``, as
 #: Kafka's ``LogConfig.define``): dicts of name, broker_name, type, default, min, max, choices, doc.
@@ -103,17 +100,10 @@ def _check_types(config: Mapping[str, Any], defs: dict[str, dict[str, Any]], wha
             raise InvalidTypeError(f"{key} must be a str, int, float or bool, not {type(value).__name__}")
 
 
-def validate_topic_name(name: object) -> str:
-    """Kafka's rules (``Topic.validate``); raise InvalidTopicError saying which one failed."""
-    if not isinstance(name, str):
-        raise InvalidTopicTypeError(f"topic names are str, not {type(name).__name__} ({name!r:.100})")
-    if name in (".", ".."):
-        raise InvalidTopicError(f"topic name {name!r} is not allowed")
-    if not _TOPIC_RE.match(name):
-        raise InvalidTopicError(
-            f"topic name {name!r} is invalid: use 1-249 characters of ASCII letters, digits, '.', '_' and '-'"
-        )
-    return name
+#: Kafka's topic-name rules (``Topic.validate``), the engine's ``datadir::topic_name_problem``:
+#: returns the name, or raises InvalidTopicTypeError (not a str) or InvalidTopicError saying
+#: which rule failed. The server applies the same rules, so the two cannot disagree.
+validate_topic_name: Callable[[object], str] = _native.validate_topic_name
 
 
 def validate_config(config: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from kafkalite import _native
 from kafkalite.compaction import clean_if_dirty
@@ -30,8 +31,8 @@ OFFSETS_TOPIC: str = _native.OFFSETS_TOPIC
 OFFSETS_PARTITIONS: int = _native.OFFSETS_PARTITIONS
 OFFSET_COMMIT_KEY_TYPES: tuple[int, ...] = tuple(_native.OFFSET_COMMIT_KEY_TYPES)
 MAX_OFFSET_COMMIT_VALUE_VERSION: int = _native.MAX_OFFSET_COMMIT_VALUE_VERSION
-#: Kafka's offsets.topic.segment.bytes, on a compacted topic.
-OFFSETS_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 100 * 1024 * 1024}
+#: The offsets topic's config as created (compacted, Kafka's offsets.topic.segment.bytes): the engine's.
+OFFSETS_CONFIG: dict[str, Any] = _native.OFFSETS_TOPIC_CONFIG
 #: How often a committing store checks whether its partition needs compaction.
 CLEAN_CHECK_SECONDS = 15.0
 

@@ -68,15 +68,16 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
+from kafkalite import _native
 from kafkalite._native import NativeServer
 from kafkalite.errors import InvalidConfigError, InvalidTypeError
 from kafkalite.validate import INT32_MAX, INT64_MAX
 
 #: How long ``stop()`` waits for in-flight requests before closing connections.
 STOP_TIMEOUT_MS = 5000
-#: Kafka's ``fetch.max.bytes`` broker default (55 MiB) and its bounds.
-FETCH_MAX_BYTES = 55 * 1024 * 1024
-FETCH_MAX_BYTES_RANGE = (1024, 2**31 - 1)
+#: Kafka's ``fetch.max.bytes`` broker default (55 MiB) and its bounds: the server's own.
+FETCH_MAX_BYTES: int = _native.FETCH_MAX_BYTES
+FETCH_MAX_BYTES_RANGE = (_native.FETCH_MAX_BYTES_MIN, INT32_MAX)
 #: The values of ``acks_all`` (``--acks-all``).
 ACKS_ALL = ("disk", "page-cache")
 

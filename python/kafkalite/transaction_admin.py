@@ -21,16 +21,7 @@ from kafkalite.errors import (
 )
 
 #: Kafka's transaction state names (``TransactionState.stateName()``), as ListTransactions filters on them.
-STATES = (
-    "Empty",
-    "Ongoing",
-    "PrepareCommit",
-    "PrepareAbort",
-    "CompleteCommit",
-    "CompleteAbort",
-    "Dead",
-    "PrepareEpochFence",
-)
+STATES: tuple[str, ...] = tuple(_native.TRANSACTION_STATES)
 
 
 @dataclass(frozen=True)

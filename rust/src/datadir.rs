@@ -34,7 +34,8 @@ pub use metadata_file::{
     with_metadata, Delta, MetadataStamp, Position, Write, COMPACT_MIN_BYTES,
 };
 pub use topic_names::{
-    is_internal, partition_folder, refuse_internal, validate_topic_name, INTERNAL_TOPICS, TRANSACTION_STATE_TOPIC,
+    is_internal, partition_folder, refuse_internal, topic_name_problem, validate_topic_name, INTERNAL_TOPICS,
+    TRANSACTION_STATE_TOPIC,
 };
 
 /// The most partitions a topic may have (`topic_config::MAX_PARTITIONS`).

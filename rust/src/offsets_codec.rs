@@ -16,6 +16,9 @@ use crate::error::{Error, Result};
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// Kafka's offsets.topic.num.partitions.
 pub const OFFSETS_PARTITIONS: i32 = 50;
+/// The offsets topic's config as it is created, by the server or the embedded groups: compacted,
+/// with Kafka's offsets.topic.segment.bytes.
+pub const OFFSETS_TOPIC_CONFIG: [(&str, &str); 2] = [("cleanup.policy", "compact"), ("segment.bytes", "104857600")];
 /// Key record types that are offset commits (OffsetCommitKey v0 and v1).
 pub const OFFSET_COMMIT_KEY_TYPES: [i16; 2] = [0, 1];
 /// The newest OffsetCommitValue version Kafka has written (4, Kafka 4.x).

@@ -14,20 +14,24 @@ pub fn partition_folder(name: &str) -> Option<(String, i32)> {
     Some((topic.to_string(), partition))
 }
 
-/// Kafka's topic-name rules (`Topic.validate`), with the message datadir.py gives.
-pub fn validate_topic_name(name: &str) -> Result<()> {
+/// Kafka's topic-name rules (`Topic.validate`): what is wrong with `name`, in words that say
+/// what to fix, or None for a valid name. The one copy: the server's CreateTopics and Metadata,
+/// the data directory, and Python's `datadir.validate_topic_name` (through the binding) ask it.
+pub fn topic_name_problem(name: &str) -> Option<String> {
     if name == "." || name == ".." {
-        return Err(Error::config(format!("topic name {name:?} is not allowed")));
+        return Some(format!("topic name {name:?} is not allowed"));
     }
     let ok = !name.is_empty()
         && name.len() <= 249
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
-    if !ok {
-        return Err(Error::config(format!(
-            "topic name {name:?} is invalid: use 1-249 characters of ASCII letters, digits, '.', '_' and '-'"
-        )));
-    }
-    Ok(())
+    (!ok).then(|| {
+        format!("topic name {name:?} is invalid: use 1-249 characters of ASCII letters, digits, '.', '_' and '-'")
+    })
+}
+
+/// `topic_name_problem` as the engine's error.
+pub fn validate_topic_name(name: &str) -> Result<()> {
+    topic_name_problem(name).map_or(Ok(()), |why| Err(Error::config(why)))
 }
 
 /// Kafka's transaction log topic (`Topic.TRANSACTION_STATE_TOPIC_NAME`).

@@ -35,6 +35,7 @@ pyo3::import_exception!(kafkalite.errors, ConcurrentTransactionsError);
 pyo3::import_exception!(kafkalite.errors, TransactionalIdNotFoundError);
 // Raised by the binding itself (a Python value of a type no config takes), not mapped from `Error`.
 pyo3::import_exception!(kafkalite.errors, InvalidTypeError);
+pyo3::import_exception!(kafkalite.errors, InvalidTopicTypeError);
 pyo3::import_exception!(kafkalite.errors, IllegalStateError);
 
 /// The one mapping from engine error to Python exception.

@@ -9,7 +9,7 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Value};
 
 use crate::datadir;
-use crate::py::errors::InvalidTypeError;
+use crate::py::errors::{InvalidTopicError, InvalidTopicTypeError, InvalidTypeError};
 use crate::py::topic_config::to_py;
 
 /// The parsed, checked metadata file at `path`, None when there is none.
@@ -133,6 +133,24 @@ pub fn broker_owned(py: Python<'_>, dir: PathBuf) -> PyResult<bool> {
 #[pyfunction]
 pub fn partition_folder(name: &str) -> Option<(String, i32)> {
     datadir::partition_folder(name)
+}
+
+/// `datadir::topic_name_problem` for Python's `datadir.validate_topic_name`: the name back, or
+/// InvalidTopicTypeError for a value that is not a str, InvalidTopicError for a broken rule.
+#[pyfunction]
+pub fn validate_topic_name<'py>(name: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
+    let Ok(text) = name.cast::<PyString>() else {
+        let shown: String = name.repr()?.to_str()?.chars().take(100).collect();
+        return Err(InvalidTopicTypeError::new_err(format!(
+            "topic names are str, not {} ({shown})",
+            name.get_type().name()?
+        )));
+    };
+    // A str UTF-8 cannot hold (a lone surrogate) is not ASCII either: lossy keeps it refused.
+    match datadir::topic_name_problem(&text.to_string_lossy()) {
+        None => Ok(text.clone()),
+        Some(why) => Err(InvalidTopicError::new_err(why)),
+    }
 }
 
 /// `datadir::refuse_internal`: InvalidTopicError for a destructive call (`what`) on an internal

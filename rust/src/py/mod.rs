@@ -97,10 +97,13 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(metadata::refuse_internal, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::broker_owned, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::partition_folder, m)?)?;
+    m.add_function(wrap_pyfunction!(metadata::validate_topic_name, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::delete_topic, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::create_partitions, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::alter_topic_config, m)?)?;
     m.add("MAX_PARTITIONS", crate::topic_config::MAX_PARTITIONS)?;
+    m.add("FETCH_MAX_BYTES", crate::server::FETCH_MAX_BYTES)?;
+    m.add("FETCH_MAX_BYTES_MIN", crate::server::FETCH_MAX_BYTES_MIN)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -6,6 +6,9 @@ use pyo3::types::PyBytes;
 
 use crate::error::Error;
 use crate::offsets_codec as codec;
+use crate::py::topic_config::to_py;
+use crate::topic_config;
+use serde_json::Value;
 
 /// Java's `String.hashCode` of `s` (UTF-16 code units, 32-bit wrap), signed.
 #[pyfunction]
@@ -64,6 +67,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(offsets_decode_value, m)?)?;
     m.add("OFFSETS_TOPIC", codec::OFFSETS_TOPIC)?;
     m.add("OFFSETS_PARTITIONS", codec::OFFSETS_PARTITIONS)?;
+    let config = codec::OFFSETS_TOPIC_CONFIG.iter().map(|(k, v)| (k.to_string(), Value::from(*v))).collect();
+    m.add("OFFSETS_TOPIC_CONFIG", to_py(m.py(), &Value::Object(topic_config::validate_topic_config(&config)?))?)?;
     m.add("OFFSET_COMMIT_KEY_TYPES", codec::OFFSET_COMMIT_KEY_TYPES.to_vec())?;
     m.add("MAX_OFFSET_COMMIT_VALUE_VERSION", codec::MAX_OFFSET_COMMIT_VALUE_VERSION)?;
     Ok(())

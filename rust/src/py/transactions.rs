@@ -14,7 +14,7 @@ use pyo3::types::PyDict;
 
 use crate::error::{Error, TxnErrorKind};
 use crate::log::now_ms;
-use crate::transactions::{Coordinator, TransactionMetadata};
+use crate::transactions::{Coordinator, TransactionMetadata, TransactionState};
 
 /// What a transaction holds between calls.
 #[derive(Default)]
@@ -283,5 +283,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(list_transactions, m)?)?;
     m.add("TRANSACTION_STATE_TOPIC", crate::transactions::TRANSACTION_STATE_TOPIC)?;
     m.add("MAX_TRANSACTION_TIMEOUT_MS", crate::transactions::MAX_TRANSACTION_TIMEOUT_MS)?;
+    let states: Vec<&str> = (0i8..).map_while(TransactionState::from_id).map(TransactionState::name).collect();
+    m.add("TRANSACTION_STATES", states)?;
     Ok(())
 }

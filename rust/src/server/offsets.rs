@@ -20,10 +20,8 @@ use crate::record::{for_each_record, record_area, RecordInput, RecordRef};
 use crate::txn::{self, TxnBatch};
 
 use crate::offsets_codec::{decode_key, decode_value, encode_key, encode_value};
-pub use crate::offsets_codec::{offsets_partition, OFFSETS_PARTITIONS, OFFSETS_TOPIC};
+pub use crate::offsets_codec::{offsets_partition, OFFSETS_PARTITIONS, OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG};
 
-/// Kafka's offsets.topic.segment.bytes; compacted, like offsets.py's OFFSETS_CONFIG.
-const OFFSETS_SEGMENT_BYTES: &str = "104857600";
 /// Kafka's offset.metadata.max.bytes.
 pub const MAX_METADATA_BYTES: usize = 4096;
 
@@ -188,10 +186,7 @@ impl OffsetStore {
         if broker.topics()?.contains_key(OFFSETS_TOPIC) {
             return Ok(());
         }
-        let config = BTreeMap::from([
-            ("cleanup.policy".to_string(), "compact".to_string()),
-            ("segment.bytes".to_string(), OFFSETS_SEGMENT_BYTES.to_string()),
-        ]);
+        let config = OFFSETS_TOPIC_CONFIG.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         broker.dir.create_topic(OFFSETS_TOPIC, OFFSETS_PARTITIONS, &config)?;
         broker.topics_changed();
         Ok(())
