@@ -2,8 +2,9 @@
 DescribeClientQuotas over the data directory's quota file with Kafka's validation and filter
 semantics, kept across a restart and seen by another server on the same directory; a producer
 over its producer_byte_rate is answered with throttle_time_ms > 0 and held near the rate, a
-consumer over its consumer_byte_rate gets throttled empty answers; with no quota set every
-throttle_time_ms is 0; the file is old or new after a kill while it is written, a damaged one
+consumer over its consumer_byte_rate gets throttled empty answers; a client over its
+request_percentage (server time) is answered with throttle_time_ms > 0 and held back while another
+is not; with no quota set every throttle_time_ms is 0; the file is old or new after a kill while it is written, a damaged one
 stops the start; `kafkalite quotas` and Kafka's `kafka-configs --entity-type clients` edit it."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 from helpers import run_cli
 from kafkalite.server import Server
 from serve_proc import free_port, serve_on
-from server_wire import PRODUCE, Wire, produce_records_body, record_batch
+from server_wire import METADATA, PRODUCE, Wire, produce_records_body, record_batch
 from wire_fetch import fetch_request, read_response, recv_exactly
 
 pytest_plugins = ["kafkalite.testing"]
@@ -86,7 +87,7 @@ def test_alter_and_describe_with_kafkas_filters_validation_and_restart(tmp_path)
             wire,
             [
                 ([("user", "bob")], [("no_such_key", 1.0, False)]),
-                ([("user", "bob")], [("request_percentage", 50.0, False)]),
+                ([("user", "bob")], [("controller_mutation_rate", 50.0, False)]),
                 ([("ip", "1.2.3.4")], [("connection_creation_rate", 5.0, False)]),
                 ([("colour", "red")], [("producer_byte_rate", 5.0, False)]),
                 ([("user", "bob")], [("producer_byte_rate", -1.0, False)]),
@@ -331,3 +332,83 @@ def test_kafka_configs_sets_and_describes_a_default_client_id_quota(tmp_path):
         assert "consumer_byte_rate=65536" in configs("--entity-default", "--describe")
         configs("--entity-default", "--alter", "--delete-config", "consumer_byte_rate")
         assert kafkalite.quotas.describe_quotas(tmp_path / "data") == []
+        configs("--entity-name", "app", "--alter", "--add-config", "request_percentage=0.5")
+        assert "request_percentage=0.5" in configs("--entity-name", "app", "--describe")
+        assert kafkalite.quotas.describe_quotas(tmp_path / "data") == [
+            ({"client-id": "app"}, {"request_percentage": 0.5})
+        ]
+
+
+def metadata_throttle(wire: Wire, topics: list[str]) -> tuple[int, float]:
+    """Metadata v4 of ``topics`` (no auto-creation): the answer's throttle_time_ms (the body's
+    first field) and the seconds until it came."""
+    names = b"".join(struct.pack(">h", len(t)) + t.encode() for t in topics)
+    began = time.monotonic()
+    body = wire.call(METADATA, 4, struct.pack(">i", len(topics)) + names + b"\x00")
+    return struct.unpack(">i", body[:4])[0], time.monotonic() - began
+
+
+HOG = [("user", "ANONYMOUS"), ("client-id", "hog")]
+
+
+def test_a_client_over_its_request_percentage_is_throttled_and_held_back_and_another_is_not(tmp_path):
+    """Kafka's request quota: a client hammering Metadata of 100 topics with request_percentage
+    0.01 (1 ms of server time per 10 s window) gets throttle_time_ms > 0 (at most Kafka's one
+    window, 1 s), on its Produce too, and its next request waits that out; another client id of
+    the same user has no quota and is never throttled; with no quota, and once it is removed,
+    every throttle_time_ms is 0."""
+    data = tmp_path / "data"
+    admin = kafkalite.Admin(str(data))
+    topics = [f"t{i}" for i in range(100)]
+    for topic in topics:
+        admin.create_topic(topic, 1)
+    with Server(data) as server:
+        hog = Wire(server.address, client_id="hog")
+        other = Wire(server.address, client_id="other")
+        assert [metadata_throttle(hog, topics)[0] for _ in range(50)] == [0] * 50, "no quota: never throttled"
+        assert alter(other, [(HOG, [("request_percentage", 0.01, False)])]) == [(0, None)]
+        throttle = 0
+        for _ in range(500):
+            throttle, _ = metadata_throttle(hog, topics)
+            if throttle:
+                break
+        assert 0 < throttle <= 1000, throttle
+        _, waited = metadata_throttle(hog, topics)
+        assert waited >= throttle / 1000 * 0.5, f"announced {throttle} ms, served after {waited:.3f} s"
+        assert produce_throttle(hog, "t0", b"x") > 0, "a Produce carries the request throttle too"
+        assert [metadata_throttle(other, topics)[0] for _ in range(20)] == [0] * 20, "no quota for 'other'"
+        assert alter(other, [(HOG, [("request_percentage", 0.0, True)])]) == [(0, None)]
+        assert [metadata_throttle(hog, topics)[0] for _ in range(20)] == [0] * 20, "quota removed"
+        hog.close()
+        other.close()
+
+
+def test_request_percentage_is_a_positive_double_as_in_kafka(tmp_path):
+    """Kafka's request_percentage is a DOUBLE: fractions are kept, 0 and negatives refused
+    (INVALID_REQUEST over the wire, InvalidConfigError in Python, an error from the CLI), and a
+    value that is not a number is refused by Python and the CLI before it reaches the file."""
+    data = tmp_path / "data"
+    with Server(data) as server:
+        wire = Wire(server.address)
+        for bad in (-1.0, 0.0):
+            [(code, message)] = alter(wire, [([("user", "a")], [("request_percentage", bad, False)])])
+            assert code == INVALID_REQUEST and "must be greater than 0" in message, message
+        assert alter(wire, [([("user", "a")], [("request_percentage", 12.5, False)])]) == [(0, None)]
+        assert describe(wire, [("user", EXACT, "a")]) == {(("user", "a"),): {"request_percentage": 12.5}}
+        wire.close()
+    with pytest.raises(kafkalite.InvalidConfigError, match="must be greater than 0"):
+        kafkalite.quotas.alter_quotas(data, {"user": "b"}, {"request_percentage": -3})
+    with pytest.raises(kafkalite.InvalidTypeError):
+        kafkalite.quotas.alter_quotas(data, {"user": "b"}, {"request_percentage": "abc"})  # type: ignore[dict-item]
+    bad = run_cli(
+        "quotas", "alter", "--data-dir", str(data), "--user", "b", "--add-config", "request_percentage=abc",
+        text=True,
+    )  # fmt: skip
+    assert bad.returncode != 0 and "a number" in bad.stderr, bad.stderr
+    done = run_cli(
+        "quotas", "alter", "--data-dir", str(data), "--user", "b", "--add-config", "request_percentage=0.25",
+        text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    listed = run_cli("quotas", "describe", "--data-dir", str(data), "--user", "b", text=True)
+    assert listed.stdout.splitlines() == ["user 'b'\trequest_percentage=0.25"], listed.stdout

@@ -315,5 +315,7 @@ def test_kafka_configs_adds_describes_and_deletes_a_credential(server, tmp_path)
     configs("--alter", "--delete-config", "producer_byte_rate")
     described = configs("--describe").stdout
     assert "producer_byte_rate" not in described and "consumer_byte_rate=2048" in described, described
-    refused = configs("--alter", "--add-config", "request_percentage=50", ok=False)
+    configs("--alter", "--add-config", "request_percentage=50")
+    assert "request_percentage=50" in configs("--describe").stdout
+    refused = configs("--alter", "--add-config", "controller_mutation_rate=50", ok=False)
     assert "not enforced" in refused.stdout + refused.stderr

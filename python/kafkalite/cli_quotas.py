@@ -32,7 +32,8 @@ def add_parser(sub: argparse._SubParsersAction, require_dir, subparser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE[,KEY=VALUE]",
-        help=f"quotas to set, bytes per second ({', '.join(quotas.KEYS)})",
+        help=f"quotas to set ({', '.join(quotas.KEYS)}): byte rates in bytes per second, "
+        "request_percentage in percent of one request worker's time",
     )
     alter.add_argument(
         "--delete-config", action="append", default=[], metavar="KEY[,KEY]", help="quotas to remove"
@@ -53,6 +54,11 @@ def _show(entity: dict[str, str | None]) -> str:
     return ", ".join(f"{kind} {'<default>' if name is None else repr(name)}" for kind, name in entity.items())
 
 
+def _number(value: float) -> str:
+    """A byte rate as the long it is, a percentage as given (12.5)."""
+    return f"{value:.0f}" if value.is_integer() else repr(value)
+
+
 def run(args: argparse.Namespace, data_dir: str) -> int:
     from kafkalite.datadir import DataDir
 
@@ -62,7 +68,7 @@ def run(args: argparse.Namespace, data_dir: str) -> int:
         for listed, values in quotas.describe_quotas(data_dir):
             if entity and listed != entity:
                 continue
-            shown = ",".join(f"{k}={v:.0f}" for k, v in sorted(values.items()))
+            shown = ",".join(f"{k}={_number(v)}" for k, v in sorted(values.items()))
             print(f"{_show(listed)}\t{shown}")
         return 0
     if not entity:

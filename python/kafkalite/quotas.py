@@ -1,11 +1,13 @@
-"""Client quotas of a data directory (Kafka's ``producer_byte_rate`` and ``consumer_byte_rate``
-per user, client id, or user and client id, each name or the default): what ``kafkalite serve``
+"""Client quotas of a data directory (Kafka's ``producer_byte_rate`` and ``consumer_byte_rate``,
+bytes per second, and ``request_percentage``, the percentage of one request worker's time, per
+user, client id, or user and client id, each name or the default): what ``kafkalite serve``
 enforces by ``throttle_time_ms``, what ``kafka-configs --entity-type users|clients`` and
 Describe/AlterClientQuotas see. The engine (``rust/src/quotas.rs``) owns the file and Kafka's
 validation; a running server sees changes within a second.
 
     kafkalite.quotas.alter_quotas("data", {"user": "alice"}, {"producer_byte_rate": 1048576})
     kafkalite.quotas.alter_quotas("data", {"client-id": None}, {"consumer_byte_rate": 2 << 20})
+    kafkalite.quotas.alter_quotas("data", {"user": "bob"}, {"request_percentage": 12.5})
     kafkalite.quotas.describe_quotas("data")
     # [({"user": "alice"}, {"producer_byte_rate": 1048576.0}), ({"client-id": None}, {...})]
 
@@ -21,8 +23,9 @@ from kafkalite import _native
 from kafkalite.errors import InvalidTypeError
 from kafkalite.users import _dir
 
-#: The quota keys kafkalite enforces (bytes per second).
-KEYS: tuple[str, ...] = ("producer_byte_rate", "consumer_byte_rate")
+#: The quota keys kafkalite enforces: bytes per second (whole numbers), and the percentage of one
+#: request worker's time (any positive number).
+KEYS: tuple[str, ...] = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
 
 Entity = Mapping[str, "str | None"]
 

@@ -23,11 +23,13 @@ pub const USER: &str = "user";
 pub const CLIENT_ID: &str = "client-id";
 pub const IP: &str = "ip";
 
-/// Kafka's quota keys (`QuotaConfigs`) kafkalite enforces: bytes per second.
+/// Kafka's quota keys (`QuotaConfigs`) kafkalite enforces: bytes per second (longs)...
 pub const PRODUCER_BYTE_RATE: &str = "producer_byte_rate";
 pub const CONSUMER_BYTE_RATE: &str = "consumer_byte_rate";
+/// ...and the percentage of one request handler's time (a double: 0.5 is half a percent).
+pub const REQUEST_PERCENTAGE: &str = "request_percentage";
 /// Kafka's keys kafkalite refuses rather than storing a quota it would not enforce.
-const NOT_ENFORCED: [&str; 2] = ["request_percentage", "controller_mutation_rate"];
+const NOT_ENFORCED: [&str; 1] = ["controller_mutation_rate"];
 
 /// One quota entity: a user and/or a client id, each `Some(name)` or `None` (the default).
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -82,26 +84,31 @@ impl Entity {
 pub fn invalid_value(key: &str, value: f64) -> Option<String> {
     if NOT_ENFORCED.contains(&key) {
         return Some(format!(
-            "{key} is not enforced by kafkalite serve; only {PRODUCER_BYTE_RATE} and {CONSUMER_BYTE_RATE} are"
+            "{key} is not enforced by kafkalite serve; only {PRODUCER_BYTE_RATE}, {CONSUMER_BYTE_RATE} and \
+             {REQUEST_PERCENTAGE} are"
         ));
     }
-    if key != PRODUCER_BYTE_RATE && key != CONSUMER_BYTE_RATE {
+    if key != PRODUCER_BYTE_RATE && key != CONSUMER_BYTE_RATE && key != REQUEST_PERCENTAGE {
         return Some(format!("Invalid configuration key {key}"));
     }
     if value <= 0.0 || value.is_nan() {
         return Some(format!("Quota {key} must be greater than 0"));
+    }
+    if key == REQUEST_PERCENTAGE {
+        // Kafka's DOUBLE quota: any positive number; the file (JSON) holds no infinity.
+        return (!value.is_finite()).then(|| format!("Quota {key} must be a finite number"));
     }
     // Kafka's byte rates are longs.
     if value > i64::MAX as f64 {
         return Some(format!("Proposed value for {key} is too large for a LONG."));
     }
     // Kafka's tolerance: within 1e-6 of a long (99.9999999 is 100; 100.5 is refused).
-    if (value - stored_value(value) as f64).abs() > 1e-6 {
+    if (value - long_value(value) as f64).abs() > 1e-6 {
         return Some(format!("{key} cannot be a fractional value."));
     }
     // 1e-300 is within the tolerance of 0, and would be stored as 0, a quota no server
     // starts with.
-    if stored_value(value) < 1 {
+    if long_value(value) < 1 {
         return Some(format!("Quota {key} must be greater than 0"));
     }
     None
@@ -109,8 +116,18 @@ pub fn invalid_value(key: &str, value: f64) -> Option<String> {
 
 /// The long a valid byte rate is stored and enforced as (Kafka's are longs; `invalid_value`
 /// lets a value within 1e-6 of one through).
-pub fn stored_value(value: f64) -> i64 {
+fn long_value(value: f64) -> i64 {
     value.round() as i64
+}
+
+/// The value a valid quota of `key` is stored and enforced as: byte rates as longs, the
+/// request percentage as given.
+pub fn stored_value(key: &str, value: f64) -> f64 {
+    if key == REQUEST_PERCENTAGE {
+        value
+    } else {
+        long_value(value) as f64
+    }
 }
 
 /// Every entity's quotas.
@@ -192,13 +209,22 @@ pub fn read(dir: &Path) -> Result<Quotas> {
     Ok(out)
 }
 
+/// A stored value as the file writes it: a byte rate as an integer, the percentage as a double.
+fn number(key: &str, value: f64) -> Value {
+    if key == REQUEST_PERCENTAGE {
+        json!(value)
+    } else {
+        json!(long_value(value))
+    }
+}
+
 fn to_json(quotas: &Quotas) -> Value {
     let list: Vec<Value> = quotas
         .iter()
         .map(|(entity, values)| {
             let e: Map<String, Value> =
                 entity.parts().into_iter().map(|(k, n)| (k.to_string(), n.map_or(Value::Null, |n| json!(n)))).collect();
-            let v: Map<String, Value> = values.iter().map(|(k, v)| (k.clone(), json!(stored_value(*v)))).collect();
+            let v: Map<String, Value> = values.iter().map(|(k, v)| (k.clone(), number(k, *v))).collect();
             json!({"entity": e, "values": v})
         })
         .collect();
@@ -217,7 +243,7 @@ pub fn alter(dir: &Path, changes: &[Change]) -> Result<Quotas> {
     for (entity, key, value) in changes {
         match value {
             Some(v) => {
-                quotas.entry(entity.clone()).or_default().insert(key.clone(), stored_value(*v) as f64);
+                quotas.entry(entity.clone()).or_default().insert(key.clone(), stored_value(key, *v));
             }
             None => {
                 if let Some(values) = quotas.get_mut(entity) {

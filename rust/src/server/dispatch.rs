@@ -32,8 +32,8 @@ use super::codes;
 use super::{
     acl_api, acl_requests, client_quotas, cluster, configs, consumer_group_api, coordinator, delete_records,
     describe_producers, fetch, group_api, groups_admin, init_producer_id, list_offsets, log_dirs, metadata,
-    offset_commit, offset_delete, produce, quotas, scram_admin, topics_admin, transactions_admin, txn_api, txn_ends,
-    waits,
+    offset_commit, offset_delete, produce, quotas, request_time, scram_admin, topics_admin, transactions_admin,
+    txn_api, txn_ends, waits,
 };
 use crate::transactions::{TRANSACTION_VERSION_FEATURE, TV_0, TV_2};
 
@@ -333,8 +333,29 @@ pub enum Answer {
 /// What starts once an `Answer::Then` is written.
 pub type AfterAnswer = Box<dyn FnOnce() + Send>;
 
-/// Answer one request of `who`.
-pub async fn handle(broker: &Arc<Broker>, mut request: Request, peer: &str, who: &Who) -> Result<Answer, DecodeError> {
+/// Answer one request of `who`, under the request quota of its user and client id if one
+/// applies (`request_time`).
+pub async fn handle(broker: &Arc<Broker>, request: Request, peer: &str, who: &Who) -> Result<Answer, DecodeError> {
+    let (key, v) = (request.key, request.header.request_api_version);
+    let user = quotas::user_of(&who.principal);
+    let client_id = request.header.client_id.as_deref().unwrap_or_default();
+    if request_time::exempt(key) || !broker.quotas.request_quota_applies(user, client_id) {
+        return serve(broker, request, peer, who).await;
+    }
+    let client_id = client_id.to_string();
+    let (answer, throttle) =
+        request_time::measured(broker, (user, &client_id), serve(broker, request, peer, who)).await;
+    if throttle == 0 {
+        return answer;
+    }
+    Ok(match answer? {
+        Answer::Now(Some(bytes)) => Answer::Now(Some(request_time::with_throttle(bytes, key, v, throttle))),
+        Answer::Then(bytes, after) => Answer::Then(request_time::with_throttle(bytes, key, v, throttle), after),
+        other => other,
+    })
+}
+
+async fn serve(broker: &Arc<Broker>, mut request: Request, peer: &str, who: &Who) -> Result<Answer, DecodeError> {
     // Shadows this module's `frame`: the same bytes, with the response's error codes noted.
     use super::metrics::frame;
     let v = request.header.request_api_version;
@@ -372,6 +393,8 @@ pub async fn handle(broker: &Arc<Broker>, mut request: Request, peer: &str, who:
                 r.topic_data.iter().flat_map(|t| &t.partition_data).map(|p| p.records.as_ref().map_or(0, |b| b.len()));
             let throttle = broker.quotas.record(quotas::Kind::Produce, user, client_id, bytes.sum());
             let produced = produce::produce(broker, r, v, peer).await;
+            // The larger of the byte-rate and request-time throttles, as Kafka's answer.
+            let throttle = throttle.max(request_time::record_now(&broker.quotas));
             let waits = produced.waits();
             let broker = Arc::clone(broker);
             let answer = async move {

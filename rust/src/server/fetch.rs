@@ -287,7 +287,9 @@ pub async fn answer(
     let (mut response, mut held) = fetch(broker, &request, (version, cap), (peer, &client)).await;
     let bytes: usize =
         response.responses.iter().flat_map(|t| &t.partitions).map(|p| p.records.as_ref().map_or(0, |r| r.len())).sum();
-    let throttle = broker.quotas.record(Kind::Fetch, user, client_id, bytes);
+    // Past either the byte rate or the request quota, no records (Kafka's throttled fetch).
+    let throttle =
+        broker.quotas.record(Kind::Fetch, user, client_id, bytes).max(super::request_time::record_now(&broker.quotas));
     if throttle > 0 {
         broker.quotas.unrecord(Kind::Fetch, user, client_id, bytes);
         response = FetchResponse::default();

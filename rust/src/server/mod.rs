@@ -38,7 +38,8 @@
 //! `cluster` (DescribeCluster, the cluster id); `authorizer` (Kafka's ACL model: the ACL file,
 //! principals, StandardAuthorizer's decision) with `acl_api` (CreateAcls, DescribeAcls,
 //! DeleteAcls), `scram_admin` (AlterUserScramCredentials, DescribeUserScramCredentials over
-//! `crate::users`), `client_quotas` (DescribeClientQuotas, AlterClientQuotas: no quotas) and
+//! `crate::users`), `client_quotas` (DescribeClientQuotas, AlterClientQuotas), `quotas` and `request_time`
+//! (enforcing them: byte rates, request time) and
 //! `acl_requests` (which operation on which resource each API needs, checked in `dispatch`
 //! before the handler; with `acl_requests/refusals`: a refused request's answer, one builder per
 //! API, and `acl_requests/listing`: the listings filtered instead); `topic_creation`
@@ -101,6 +102,7 @@ mod pipeline;
 mod principal;
 mod produce;
 mod quotas;
+mod request_time;
 mod sasl;
 mod scram;
 mod scram_admin;

@@ -1,12 +1,13 @@
-//! Enforcing client quotas (Kafka's `ClientQuotaManager`): each Produce's record bytes and each
-//! Fetch's response record bytes are recorded against the quota that applies to the request's
-//! user and client id, found in Kafka's precedence order (`/config/users/<user>/clients/<client-id>`,
+//! Enforcing client quotas (Kafka's `ClientQuotaManager`): each Produce's record bytes, each
+//! Fetch's response record bytes, and each request's time on the server (`request_time`, as a
+//! percentage of one worker: Kafka's `ClientRequestQuotaManager`) are recorded against the quota
+//! that applies to the request's user and client id, found in Kafka's precedence order (`/config/users/<user>/clients/<client-id>`,
 //! `.../clients/<default>`, `/config/users/<user>`, then `/config/users/<default>/...` likewise,
 //! then `/config/clients/<client-id>`, `/config/clients/<default>`). The rate is Kafka's sampled
 //! `Rate`: `quota.window.num` (11) windows of `quota.window.size.seconds` (1 s), measured over
 //! at least all but one of them. Past the quota, the answer says by `throttle_time_ms` how long
-//! to bring the rate back to it (`QuotaUtils.throttleTime`: (rate - quota) / quota x window),
-//! and that entity's next request waits out that time before it is served, as Kafka mutes the
+//! to bring the rate back to it (`QuotaUtils.throttleTime`: (rate - quota) / quota x window; at
+//! most one window for the request quota, as Kafka bounds it), and that entity's next request waits out that time before it is served, as Kafka mutes the
 //! channel (clients back off themselves; this holds to it those that do not).
 //!
 //! The quotas are read from the data directory (`crate::quotas`) at start, adopted at once when
@@ -22,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::files::QUOTAS_FILE;
-use crate::quotas::{read, Entity, Quotas as Stored, CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE};
+use crate::quotas::{read, Entity, Quotas as Stored, CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE};
 
 /// Kafka's `quota.window.num` and `quota.window.size.seconds` defaults.
 const WINDOWS: usize = 11;
@@ -37,6 +38,8 @@ const MAX_SENSORS: usize = 10_000;
 pub enum Kind {
     Produce,
     Fetch,
+    /// Request time, recorded in percent-seconds (Kafka's `nanosToPercentage`).
+    Request,
 }
 
 impl Kind {
@@ -44,6 +47,15 @@ impl Kind {
         match self {
             Kind::Produce => PRODUCER_BYTE_RATE,
             Kind::Fetch => CONSUMER_BYTE_RATE,
+            Kind::Request => REQUEST_PERCENTAGE,
+        }
+    }
+
+    /// Kafka's `ClientRequestQuotaManager.maxThrottleTimeMs`: one window; byte rates unbounded.
+    fn max_throttle_ms(self) -> u64 {
+        match self {
+            Kind::Request => WINDOW_MS,
+            Kind::Produce | Kind::Fetch => u64::MAX,
         }
     }
 }
@@ -107,6 +119,8 @@ pub struct QuotaManager {
     stored: RwLock<Stored>,
     /// Any quota at all: without one, nothing is looked up or recorded.
     any: AtomicBool,
+    /// Any request_percentage: without one, no request's time is measured.
+    any_request: AtomicBool,
     /// The file's identity when `stored` was read, and when it was last checked.
     stamp: Mutex<Option<Stamp>>,
     checked_ms: AtomicU64,
@@ -128,6 +142,7 @@ impl QuotaManager {
         Ok(QuotaManager {
             dir: dir.to_path_buf(),
             any: AtomicBool::new(!stored.is_empty()),
+            any_request: AtomicBool::new(has_request_quota(&stored)),
             stored: RwLock::new(stored),
             stamp: Mutex::new(stamp),
             checked_ms: AtomicU64::new(0),
@@ -143,7 +158,12 @@ impl QuotaManager {
     /// Adopt `quotas` (this server just wrote them, under the admin lock).
     pub fn adopt(&self, quotas: Stored) {
         *self.stamp.lock().unwrap_or_else(|e| e.into_inner()) = stamp(&self.dir);
+        self.set(quotas);
+    }
+
+    fn set(&self, quotas: Stored) {
         self.any.store(!quotas.is_empty(), Ordering::SeqCst);
+        self.any_request.store(has_request_quota(&quotas), Ordering::SeqCst);
         *self.stored.write().unwrap_or_else(|e| e.into_inner()) = quotas;
     }
 
@@ -167,10 +187,7 @@ impl QuotaManager {
             return;
         }
         match read(&self.dir) {
-            Ok(quotas) => {
-                self.any.store(!quotas.is_empty(), Ordering::SeqCst);
-                *self.stored.write().unwrap_or_else(|e| e.into_inner()) = quotas;
-            }
+            Ok(quotas) => self.set(quotas),
             Err(e) => ::log::error!(target: super::LOG_TARGET, "keeping the client quotas read before: {e}"),
         }
         *seen = current;
@@ -218,6 +235,14 @@ impl QuotaManager {
         self.any.load(Ordering::SeqCst)
     }
 
+    /// Whether a request_percentage quota applies to `user`/`client_id`: only then is the
+    /// request's time measured (`request_time`).
+    pub fn request_quota_applies(&self, user: &str, client_id: &str) -> bool {
+        self.enabled()
+            && self.any_request.load(Ordering::SeqCst)
+            && self.resolve(Kind::Request, user, client_id).is_some()
+    }
+
     /// The most bytes one answer may carry under the quota (Kafka's `getMaxValueInQuotaWindow`:
     /// the quota over all windows but one), so that a client with a quota below its fetch size
     /// still makes progress; None: no quota applies.
@@ -231,6 +256,16 @@ impl QuotaManager {
 
     /// Record `bytes` for `kind` of `user`/`client_id`; the throttle time in ms (0: within quota).
     pub fn record(&self, kind: Kind, user: &str, client_id: &str, bytes: usize) -> i32 {
+        self.record_value(kind, user, client_id, bytes as f64)
+    }
+
+    /// Record `spent` serving a request of `user`/`client_id` against its request_percentage
+    /// (Kafka's `nanosToPercentage`: 1 s of one worker is 100); the throttle time in ms.
+    pub fn record_time(&self, user: &str, client_id: &str, spent: Duration) -> i32 {
+        self.record_value(Kind::Request, user, client_id, spent.as_secs_f64() * 100.0)
+    }
+
+    fn record_value(&self, kind: Kind, user: &str, client_id: &str, value: f64) -> i32 {
         if !self.enabled() {
             return 0;
         }
@@ -247,8 +282,8 @@ impl QuotaManager {
             });
         }
         let sensor = sensors.entry(key).or_default();
-        sensor.record(now, bytes as f64);
-        let throttle = sensor.throttle_ms(now, quota).min(i32::MAX as u64);
+        sensor.record(now, value);
+        let throttle = sensor.throttle_ms(now, quota).min(kind.max_throttle_ms()).min(i32::MAX as u64);
         if throttle > 0 {
             sensor.throttled_until = Some(Instant::now() + Duration::from_millis(throttle));
         }
@@ -264,6 +299,10 @@ impl QuotaManager {
             s.record(now, -(bytes as f64));
         }
     }
+}
+
+fn has_request_quota(quotas: &Stored) -> bool {
+    quotas.values().any(|values| values.contains_key(REQUEST_PERCENTAGE))
 }
 
 /// The quota user of a principal (`User:alice` -> `alice`; Kafka's `KafkaPrincipal.getName`).
@@ -282,6 +321,25 @@ mod tests {
         // 20,000 bytes over the 10 s minimum window: 2,000 B/s against a 1,000 B/s quota.
         assert_eq!(s.throttle_ms(0, 1000.0), 10_000);
         assert_eq!(s.throttle_ms(0, 2000.0), 0);
+    }
+
+    /// Request time is in percent-seconds against a percentage, and its throttle is bounded by
+    /// one window (Kafka's `maxThrottleTimeMs`); byte rates' are not.
+    #[test]
+    fn request_time_throttles_at_most_one_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = QuotaManager::open(dir.path()).unwrap();
+        let mut stored = Stored::new();
+        let user = Entity { user: Some(Some("alice".into())), client_id: None };
+        stored.insert(user, [(REQUEST_PERCENTAGE.to_string(), 1.0)].into_iter().collect());
+        q.adopt(stored);
+        assert!(q.request_quota_applies("alice", "app"));
+        assert!(!q.request_quota_applies("bob", "app"));
+        // 50 ms of a worker over the 10 s minimum window: 0.5 %, within 1 %.
+        assert_eq!(q.record_time("alice", "app", Duration::from_millis(50)), 0);
+        // 2.05 s: 20.5 % against 1 %, far over; bounded to one window.
+        assert_eq!(q.record_time("alice", "app", Duration::from_secs(2)), 1000);
+        assert_eq!(q.record_time("bob", "app", Duration::from_secs(2)), 0, "no quota applies to bob");
     }
 
     fn named(user: Option<Option<&str>>, client_id: Option<Option<&str>>) -> Entity {

@@ -72,12 +72,16 @@ pub async fn off_workers<T: Send + 'static>(
     let slot = within(deadline, broker.blocking.clone().acquire_owned()).await;
     let Some(Ok(slot)) = slot else { return Err(NotDone::Busy) };
     let broker = Arc::clone(broker);
-    tokio::task::spawn_blocking(move || {
+    let (out, spent) = tokio::task::spawn_blocking(move || {
         let _slot = slot;
-        work(&broker)
+        let start = Instant::now();
+        (work(&broker), start.elapsed())
     })
     .await
-    .map_err(|e| if e.is_cancelled() { NotDone::Stopped } else { NotDone::Panicked })
+    .map_err(|e| if e.is_cancelled() { NotDone::Stopped } else { NotDone::Panicked })?;
+    // The request's server time, under its request quota (`request_time`).
+    super::request_time::add(spent);
+    Ok(out)
 }
 
 /// `future`'s output, or `None` if it is not ready by `deadline`.
