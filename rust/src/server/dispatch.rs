@@ -26,15 +26,16 @@ use kafka_protocol::messages::{ConsumerGroupDescribeRequest, ConsumerGroupHeartb
 use kafka_protocol::messages::{CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
-use super::authorizer::Who;
-use super::broker::Broker;
 use super::codes;
-use super::{
-    acl_api, acl_requests, client_quotas, cluster, configs, consumer_group_api, coordinator, delete_records,
-    describe_producers, fetch, group_api, groups_admin, init_producer_id, list_offsets, log_dirs, metadata,
-    offset_commit, offset_delete, produce, quotas, scram_admin, topics_admin, transactions_admin, txn_api, txn_ends,
-    waits,
+use super::handlers::{
+    acl_api, client_quotas, cluster, configs, consumer_group_api, delete_records, describe_producers, fetch,
+    find_coordinator, group_api, groups_admin, init_producer_id, list_offsets, log_dirs, metadata, offset_commit,
+    offset_delete, produce, scram_admin, topics_admin, transactions_admin, txn_api,
 };
+use super::security::acl_requests;
+use super::state::{quotas, txn_ends, waits};
+use crate::server::security::authorizer::Who;
+use crate::server::state::broker::Broker;
 use crate::transactions::{TRANSACTION_VERSION_FEATURE, TV_0, TV_2};
 
 /// The APIs and versions implemented here: exactly what ApiVersions advertises. The upper
@@ -326,7 +327,7 @@ async fn blocking<T: Send + 'static>(
 /// written (or its write failed): EndTxn's markers (`txn_ends`).
 pub enum Answer {
     Now(Option<Bytes>),
-    Later(super::pipeline::Waiting),
+    Later(crate::server::network::pipeline::Waiting),
     Then(Bytes, AfterAnswer),
 }
 
@@ -336,7 +337,7 @@ pub type AfterAnswer = Box<dyn FnOnce() + Send>;
 /// Answer one request of `who`.
 pub async fn handle(broker: &Arc<Broker>, mut request: Request, peer: &str, who: &Who) -> Result<Answer, DecodeError> {
     // Shadows this module's `frame`: the same bytes, with the response's error codes noted.
-    use super::metrics::frame;
+    use crate::server::state::metrics::frame;
     let v = request.header.request_api_version;
     let id = request.header.correlation_id;
     let key = request.key;
@@ -383,7 +384,7 @@ pub async fn handle(broker: &Arc<Broker>, mut request: Request, peer: &str, who:
                 Ok(response)
             };
             return Ok(if waits {
-                Answer::Later(super::pipeline::Waiting::spawn(answer))
+                Answer::Later(crate::server::network::pipeline::Waiting::spawn(answer))
             } else {
                 Answer::Now(answer.await?)
             });
@@ -392,7 +393,9 @@ pub async fn handle(broker: &Arc<Broker>, mut request: Request, peer: &str, who:
             let quota = (quotas::user_of(&who.principal), request.header.client_id.as_deref().unwrap_or_default());
             fetch::answer(broker, r, (v, id), (peer, quota), refused.fetch()).await?
         }
-        Body::FindCoordinator(r) => frame(key, v, id, &coordinator::find_coordinator(broker, r, v, peer, &listing))?,
+        Body::FindCoordinator(r) => {
+            frame(key, v, id, &find_coordinator::find_coordinator(broker, r, v, peer, &listing))?
+        }
         Body::OffsetCommit(r) => {
             let committed = blocking(broker, key, move |b| offset_commit::offset_commit(b, r, v, &client)).await?;
             frame(key, v, id, &refused.offset_commit(committed))?

@@ -60,58 +60,18 @@
 //! binding forwards to `logging.getLogger("kafkalite.server...")`: the start at INFO here,
 //! connections in `connection`, group joins, rebalances and evictions in `group`.
 
-mod acl_api;
-mod acl_requests;
-mod admission;
-mod assignors;
-mod authorizer;
-mod broker;
-mod client_quotas;
-mod cluster;
 mod codes;
-mod committed;
-mod configs;
-mod connection;
-mod consumer_group;
-mod consumer_group_api;
-mod coordinator;
-mod credentials;
-mod delete_records;
-mod describe_producers;
 mod dispatch;
-mod durable;
-mod fetch;
-mod fetch_overdraft;
-pub mod frame;
-mod group;
-mod group_api;
-mod group_owner;
-mod groups_admin;
-mod init_producer_id;
-mod list_offsets;
-pub mod listen;
-mod log_dirs;
-mod metadata;
-mod metrics;
-mod offset_commit;
-mod offset_delete;
-mod offsets;
-mod open_logs;
-mod pipeline;
-mod principal;
-mod produce;
-mod quotas;
-mod sasl;
-mod scram;
-mod scram_admin;
-mod tls;
-mod topic_creation;
-mod topic_ids;
-mod topics_admin;
-mod transactions_admin;
-mod txn_api;
-mod txn_ends;
-mod waits;
+mod handlers;
+mod network;
+mod security;
+mod state;
+
+use handlers::fetch;
+pub use network::frame;
+use network::{admission, connection, listen, tls};
+use security::authorizer;
+use state::{broker, durable, metrics, open_logs, topic_creation, waits};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -222,8 +182,8 @@ impl ServerConfig {
             max_open_partitions: None,
             authorizer: AuthorizerMode::Auto,
             super_users: Vec::new(),
-            consumer_session_timeout: consumer_group::DEFAULT_SESSION_TIMEOUT,
-            consumer_heartbeat_interval: consumer_group::DEFAULT_HEARTBEAT_INTERVAL,
+            consumer_session_timeout: state::kip848_coordinator::DEFAULT_SESSION_TIMEOUT,
+            consumer_heartbeat_interval: state::kip848_coordinator::DEFAULT_HEARTBEAT_INTERVAL,
             controller_mutation_rate: None,
         }
     }

@@ -1,0 +1,5 @@
+pub mod acl_requests;
+pub mod authorizer;
+pub mod credentials;
+pub mod principal;
+pub mod scram;

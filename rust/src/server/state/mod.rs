@@ -1,0 +1,16 @@
+pub mod assignors;
+pub mod broker;
+pub mod committed;
+pub mod durable;
+pub mod fetch_overdraft;
+pub mod group;
+pub mod group_owner;
+pub mod kip848_coordinator;
+pub mod metrics;
+pub mod offsets;
+pub mod open_logs;
+pub mod quotas;
+pub mod topic_creation;
+pub mod topic_ids;
+pub mod txn_ends;
+pub mod waits;
