@@ -64,6 +64,7 @@ mod codes;
 mod dispatch;
 mod handlers;
 mod network;
+mod request;
 mod security;
 mod state;
 
@@ -89,9 +90,9 @@ use crate::error::{Error, Result};
 pub use admission::parse_overrides as parse_connection_overrides;
 pub use authorizer::Mode as AuthorizerMode;
 pub use broker::Broker;
-pub use dispatch::{decode_request, SUPPORTED as SUPPORTED_APIS};
 pub use durable::AcksAll;
 pub use fetch::{FETCH_MAX_BYTES, FETCH_MAX_BYTES_MIN};
+pub use request::{decode_request, SUPPORTED as SUPPORTED_APIS};
 pub use tls::TlsFiles;
 
 /// `--authentication-timeout-ms`'s default: a client authenticates in milliseconds (a SCRAM

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use tokio::task::JoinHandle;
 
 use super::frame::Frame;
-use crate::server::dispatch::{Answer, DecodeError};
+use crate::server::request::{Answer, DecodeError};
 
 /// The most answers one connection keeps waiting; it reads no further request until the
 /// oldest is written. Above the 5 in flight of Kafka's clients, and small: each keeps its

@@ -17,7 +17,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::frame::MAX_REQUEST_BYTES;
 use crate::server::codes;
-use crate::server::dispatch::{frame, Body, Request};
+use crate::server::request::{frame, Body, Request};
 use crate::server::security::credentials::Credentials;
 use crate::server::security::principal::Principal;
 use crate::server::security::scram::{ScramServer, Step};

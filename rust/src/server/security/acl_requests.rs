@@ -22,7 +22,7 @@ use kafka_protocol::messages::*;
 
 use super::authorizer::{op, operation_name, resource, resource_name, Who, CLUSTER_NAME};
 use crate::server::codes;
-use crate::server::dispatch::{Body, DecodeError, Request};
+use crate::server::request::{Body, DecodeError, Request};
 use crate::server::state::broker::Broker;
 use refusals::{refusal, Refused};
 

@@ -31,7 +31,7 @@ use tokio::sync::watch;
 use super::broker::{lock, lock_log, Broker};
 use super::waits;
 use crate::server::codes;
-use crate::server::dispatch::DecodeError;
+use crate::server::request::DecodeError;
 use crate::server::LOG_TARGET;
 
 /// Enough slots for every API key Kafka defines (they are below 100).
@@ -65,7 +65,7 @@ thread_local! {
 
 /// `dispatch::frame`, noting the response's non-zero error codes for `Metrics::answered`.
 pub fn frame<T: Encodable + ErrorCodes>(key: ApiKey, v: i16, id: i32, body: &T) -> Result<Bytes, DecodeError> {
-    let bytes = crate::server::dispatch::frame(key, v, id, body)?;
+    let bytes = crate::server::request::frame(key, v, id, body)?;
     ANSWERED.with(|codes| {
         let mut codes = codes.borrow_mut();
         body.error_codes(&mut |c| {

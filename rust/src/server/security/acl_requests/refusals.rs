@@ -11,8 +11,8 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Encodable, StrBytes};
 
 use crate::server::codes;
-use crate::server::dispatch::{Body, DecodeError, Request};
 use crate::server::handlers::{client_quotas, scram_admin};
+use crate::server::request::{Body, DecodeError, Request};
 use crate::server::state::metrics::{frame, ErrorCodes};
 
 /// A request answered `code` on every item it names, at version `v` (some versions carry an
