@@ -61,134 +61,36 @@
 //! connections in `connection`, group joins, rebalances and evictions in `group`.
 
 mod codes;
+mod config;
 mod dispatch;
 mod handlers;
+mod log_target;
 mod network;
 mod request;
 mod security;
 mod state;
 
-use handlers::fetch;
 pub use network::frame;
 use network::{admission, connection, listen, tls};
 use security::authorizer;
-use state::{broker, durable, metrics, open_logs, topic_creation, waits};
+use state::{broker, open_logs, topic_creation, waits};
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-/// The `log` target of the server's events (failed authentications, refused connections); the
-/// binding forwards it to Python's `logging.getLogger("kafkalite.server")`.
-pub const LOG_TARGET: &str = "kafkalite::server";
-
 use crate::error::{Error, Result};
 pub use admission::parse_overrides as parse_connection_overrides;
 pub use authorizer::Mode as AuthorizerMode;
 pub use broker::Broker;
-pub use durable::AcksAll;
-pub use fetch::{FETCH_MAX_BYTES, FETCH_MAX_BYTES_MIN};
+pub use config::{AcksAll, ServerConfig, DEFAULT_AUTHENTICATION_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
+pub use log_target::LOG_TARGET;
 pub use request::{decode_request, SUPPORTED as SUPPORTED_APIS};
+pub use state::fetch_limits::{FETCH_MAX_BYTES, FETCH_MAX_BYTES_MIN};
 pub use tls::TlsFiles;
-
-/// `--authentication-timeout-ms`'s default: a client authenticates in milliseconds (a SCRAM
-/// exchange at 16,384 iterations included), so ten seconds only waits for a slow network.
-pub const DEFAULT_AUTHENTICATION_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How a server is started (Kafka's broker setting names in the comments).
-/// Kafka's `max.connections` here (Kafka's own default is unlimited).
-pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
-
-#[derive(Clone, Debug)]
-pub struct ServerConfig {
-    pub data_dir: PathBuf,
-    /// `listeners`: HOST:PORT; anything but loopback needs TLS and authentication (`listen.rs`).
-    pub listen: String,
-    /// SASL/SCRAM on a loopback listener too; always on for other addresses unless client
-    /// certificates are required.
-    pub sasl: bool,
-    /// TLS (`ssl.keystore.*`, `ssl.client.auth=required` with a client CA); None: no TLS.
-    pub tls: Option<TlsFiles>,
-    /// Listen beyond loopback without TLS (SASL_PLAINTEXT), with a WARNING.
-    pub allow_plaintext: bool,
-    /// `advertised.listeners`: HOST:PORT clients are told to connect to (default: the bound address).
-    pub advertised: Option<String>,
-    /// `auto.create.topics.enable` (Kafka's default: true).
-    pub auto_create_topics: bool,
-    /// `num.partitions` for auto-created topics (Kafka's default: 1).
-    pub default_partitions: i32,
-    /// `connections.max.idle.ms` (Kafka's default: 10 minutes).
-    pub idle_timeout: Duration,
-    /// `max.connections`: when this many are open, the oldest that has not authenticated is
-    /// closed to make room, or (all authenticated) the new one is closed at once (`admission`).
-    /// The default is held to what the open-file limit leaves (`Server::start`).
-    pub max_connections: usize,
-    /// `max.connections.per.ip` (Kafka's default: unlimited), and its per-address overrides.
-    pub max_connections_per_ip: usize,
-    pub max_connections_per_ip_overrides: std::collections::HashMap<std::net::IpAddr, usize>,
-    /// With SASL: a connection not authenticated this long after it was accepted is closed,
-    /// whatever it sent meanwhile (ApiVersions does not extend it).
-    pub authentication_timeout: Duration,
-    /// `fetch.max.bytes`: the most record bytes of one Fetch response (Kafka's default: 55 MiB;
-    /// at least 1024).
-    pub fetch_max_bytes: i32,
-    /// When Produce's acks=all is answered: on disk (default, as the embedded `acks='all'`) or in
-    /// the page cache (Kafka's broker).
-    pub acks_all: AcksAll,
-    /// HOST:PORT of the Prometheus text endpoint (`kafkalite serve --metrics`); None: no endpoint.
-    pub metrics: Option<String>,
-    /// Serve the metrics endpoint beyond loopback (`--metrics-allow-remote`), with a WARNING.
-    pub metrics_allow_remote: bool,
-    /// The most partition logs kept open that no request is using (`--max-open-partitions`);
-    /// None: a share of RLIMIT_NOFILE (`open_logs::default_max_open`), after `start` raised it.
-    pub max_open_partitions: Option<usize>,
-    /// When the ACLs are enforced (`--authorizer`: always; by default off on loopback, and on
-    /// elsewhere once any ACL exists).
-    pub authorizer: AuthorizerMode,
-    /// `super.users`: principals (`User:alice`) the ACLs never restrict.
-    pub super_users: Vec<String>,
-    /// `group.consumer.session.timeout.ms` of consumer-protocol groups (Kafka's default: 45 s).
-    pub consumer_session_timeout: Duration,
-    /// `group.consumer.heartbeat.interval.ms` (Kafka's default: 5 s).
-    pub consumer_heartbeat_interval: Duration,
-    /// Kafka's `controller_mutation_rate` quota: partitions created per second over the network,
-    /// for all clients together (`--controller-mutation-rate`); None: unlimited, Kafka's default.
-    pub controller_mutation_rate: Option<f64>,
-}
-
-impl ServerConfig {
-    pub fn new(data_dir: impl Into<PathBuf>, listen: impl Into<String>) -> ServerConfig {
-        ServerConfig {
-            data_dir: data_dir.into(),
-            listen: listen.into(),
-            sasl: false,
-            tls: None,
-            allow_plaintext: false,
-            advertised: None,
-            auto_create_topics: true,
-            default_partitions: 1,
-            idle_timeout: Duration::from_secs(600),
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            max_connections_per_ip: usize::MAX,
-            max_connections_per_ip_overrides: Default::default(),
-            authentication_timeout: DEFAULT_AUTHENTICATION_TIMEOUT,
-            fetch_max_bytes: FETCH_MAX_BYTES,
-            acks_all: AcksAll::Disk,
-            metrics: None,
-            metrics_allow_remote: false,
-            max_open_partitions: None,
-            authorizer: AuthorizerMode::Auto,
-            super_users: Vec::new(),
-            consumer_session_timeout: state::kip848_coordinator::DEFAULT_SESSION_TIMEOUT,
-            consumer_heartbeat_interval: state::kip848_coordinator::DEFAULT_HEARTBEAT_INTERVAL,
-            controller_mutation_rate: None,
-        }
-    }
-}
 
 /// A running server: its own tokio runtime on background threads.
 pub struct Server {
@@ -292,7 +194,7 @@ impl Server {
         runtime.spawn(release_resident_pages(broker.clone(), stop_rx.clone()));
         runtime.spawn(settle_transactions(broker.clone(), stop_rx.clone()));
         if let Some(l) = metrics_listener {
-            runtime.spawn(metrics::serve(l, broker.clone(), stop_rx.clone()));
+            runtime.spawn(network::metrics_page::serve(l, broker.clone(), stop_rx.clone()));
         }
         runtime.spawn(connection::accept_loop(listener, broker.clone(), config.clone(), tls, stop_rx));
         // Where it listens is said once, by the caller (`kafkalite serve` prints it whatever the

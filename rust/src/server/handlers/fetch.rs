@@ -34,48 +34,19 @@ use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::FetchPartition;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::log::Log;
 use crate::log_read::BatchSlice;
 use crate::server::codes;
-use crate::server::network::frame::QUEUED_MAX_RESPONSE_BYTES;
 use crate::server::request::DecodeError;
 use crate::server::state::broker::{lock_log, Broker};
 use crate::server::state::committed::{below_stable, READ_COMMITTED};
-use crate::server::state::fetch_overdraft::{client_key, Overdraft, Overdrafts};
+use crate::server::state::fetch_limits::{Held, Limits};
+use crate::server::state::fetch_overdraft::client_key;
 use crate::server::state::metrics::frame; // notes the response's error codes for `Metrics::answered`
 use crate::server::state::open_logs::Access;
 use crate::server::state::quotas::Kind;
 use crate::server::state::waits;
-
-/// Kafka's `fetch.max.bytes` broker default: 55 MiB.
-pub const FETCH_MAX_BYTES: i32 = 55 * 1024 * 1024;
-/// Kafka's lower bound for `fetch.max.bytes`.
-pub const FETCH_MAX_BYTES_MIN: i32 = 1024;
-
-/// What bounds fetch responses, shared by every connection.
-pub struct Limits {
-    /// `fetch.max.bytes`: the most record bytes in one response.
-    max_bytes: usize,
-    /// Record bytes of responses read and not yet written, all connections together.
-    budget: Arc<Semaphore>,
-    /// First batches sent past the budget, bounded per client.
-    overdrafts: Overdrafts,
-}
-
-/// What an unwritten answer holds: its share of the budget, and its first batch past it.
-type Held = (Option<OwnedSemaphorePermit>, Option<Overdraft>);
-
-impl Limits {
-    pub fn new(fetch_max_bytes: i32) -> Limits {
-        Limits {
-            max_bytes: fetch_max_bytes.max(0) as usize,
-            budget: Arc::new(Semaphore::new(QUEUED_MAX_RESPONSE_BYTES)),
-            overdrafts: Overdrafts::default(),
-        }
-    }
-}
 
 /// Lets `Bytes` borrow a segment's map: the map stays alive while the response is encoded.
 struct Mapped(BatchSlice);

@@ -85,7 +85,7 @@ async fn auto_create(broker: &Arc<Broker>, names: BTreeSet<String>, peer: &str) 
     let throttled = refused.values().filter(|&&c| c == codes::THROTTLING_QUOTA_EXCEEDED).count();
     if throttled > 0 {
         log::warn!(
-            target: crate::server::LOG_TARGET,
+            target: crate::server::log_target::LOG_TARGET,
             "refused to auto-create {throttled} topic(s) for a Metadata request from {peer}: over the controller \
              mutation quota ({}); answered THROTTLING_QUOTA_EXCEEDED, retry after {throttle_ms} ms",
             broker.topic_creation.quota()
@@ -256,7 +256,7 @@ pub async fn create_topics(
     let throttled = created.values().filter(|c| matches!(c, Created::Throttled { .. })).count();
     if throttled > 0 {
         log::warn!(
-            target: crate::server::LOG_TARGET,
+            target: crate::server::log_target::LOG_TARGET,
             "refused to create {throttled} topic(s) for a CreateTopics request from {peer}: over the controller \
              mutation quota ({}); answered THROTTLING_QUOTA_EXCEEDED, retry after {throttle_ms} ms",
             broker.topic_creation.quota()

@@ -189,7 +189,7 @@ async fn append<C: TxnCheck>(
         }
         Err(e) => {
             if matches!(e, crate::error::Error::LockTimeout { .. }) {
-                log::warn!(target: crate::server::LOG_TARGET, "produce to {topic}-{partition} from {peer}: opening it: {e}");
+                log::warn!(target: crate::server::log_target::LOG_TARGET, "produce to {topic}-{partition} from {peer}: opening it: {e}");
             }
             return Err((codes::for_error(&e), e.to_string()));
         }
@@ -216,7 +216,7 @@ async fn append<C: TxnCheck>(
     };
     let waited = started.elapsed().as_millis();
     log::warn!(
-        target: crate::server::LOG_TARGET,
+        target: crate::server::log_target::LOG_TARGET,
         "produce to {topic}-{partition} from {peer}: gave up after {waited} ms waiting for the partition's append \
          lock, held by {holder} (stopped or hung?); answered REQUEST_TIMED_OUT"
     );

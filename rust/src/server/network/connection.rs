@@ -26,11 +26,11 @@ use super::frame::{read_frame, FrameError, CHUNK, UNAUTHENTICATED_UNBUDGETED};
 use super::pipeline::Answers;
 use super::sasl::{Outcome, Session, AUTH_FAILURE_DELAY};
 use super::tls;
+use crate::server::config::ServerConfig;
 use crate::server::dispatch::handle;
 use crate::server::request::{decode_request, Answer, DecodeError};
 use crate::server::security::principal::Principal;
 use crate::server::state::broker::Broker;
-use crate::server::ServerConfig;
 
 /// The `log` target (Python: `logging.getLogger("kafkalite.server.connection")`).
 const TARGET: &str = "kafkalite::server::connection";
@@ -372,7 +372,7 @@ async fn serve_until_closed<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             }
             (Outcome::Close, _) => return "closed by its SASL session (a request before authentication)".into(),
         };
-        let who = crate::server::security::authorizer::who(&session, peer);
+        let who = crate::server::security::authorizer::who(&session.principal().to_string(), peer);
         let response = tokio::select! {
             _ = stop.changed() => return "the server stops".into(),
             _ = closed_by_peer(&mut reader) => return "closed by the client while its request was served".into(),

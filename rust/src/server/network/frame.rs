@@ -23,7 +23,7 @@ pub const QUEUED_MAX_REQUEST_BYTES: usize = 512 * 1024 * 1024;
 /// SaslHandshake, a SCRAM message) are far below one chunk and never wait on it.
 pub const QUEUED_MAX_UNAUTHENTICATED_BYTES: usize = 16 * 1024 * 1024;
 /// The most record bytes of fetch responses read and not yet written, across all connections
-/// (`fetch::Limits`), past which a fetch gets only its first batch: a memory safety net, the
+/// (`fetch_limits::Limits`), past which a fetch gets only its first batch: a memory safety net, the
 /// response side of `queued.max.request.bytes`. Each byte may be resident twice while its
 /// response is encoded (the mapped page and the frame's copy); above `fetch.max.bytes`' default
 /// (55 MiB), so one full-size response always fits.

@@ -113,7 +113,7 @@ pub fn security(
         return Err(Error::config(format!("cannot listen on {listen}{}: {}", beyond(loopback), missing.join("; "))));
     }
     if let Some(warning) = warning {
-        ::log::warn!(target: crate::server::LOG_TARGET, "{warning}");
+        ::log::warn!(target: crate::server::log_target::LOG_TARGET, "{warning}");
     }
     Ok(Security { tls: asked.tls, sasl })
 }
@@ -171,7 +171,7 @@ pub fn metrics(at: &str, allow_remote: bool) -> Result<SocketAddr> {
         Err(why) => Err(Error::config(format!("metrics endpoint: cannot listen on {at}{}: {why}", beyond(loopback)))),
         Ok(warning) => {
             if let Some(warning) = warning {
-                ::log::warn!(target: crate::server::LOG_TARGET, "{warning}");
+                ::log::warn!(target: crate::server::log_target::LOG_TARGET, "{warning}");
             }
             Ok(addr)
         }

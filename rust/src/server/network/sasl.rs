@@ -17,11 +17,11 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::frame::MAX_REQUEST_BYTES;
 use crate::server::codes;
+use crate::server::log_target::LOG_TARGET;
 use crate::server::request::{frame, Body, Request};
 use crate::server::security::credentials::Credentials;
 use crate::server::security::principal::Principal;
 use crate::server::security::scram::{ScramServer, Step};
-use crate::server::LOG_TARGET;
 use crate::users::Mechanism;
 
 /// Kafka's `sasl.server.max.receive.size`: the largest frame read before authentication.

@@ -287,11 +287,11 @@ pub struct Who {
     pub host: String,
 }
 
-/// Who a connection is for the ACLs: its principal (`principal.rs`: `User:<scram user>`,
-/// `User:<certificate subject>` or `User:ANONYMOUS`) and host; `peer` is the connection's "/<ip>".
-/// The one place authorization reads a connection's identity.
-pub fn who(session: &crate::server::network::sasl::Session, peer: &str) -> Who {
-    Who { principal: session.principal().to_string(), host: peer.trim_start_matches('/').to_string() }
+/// Who a connection is for the ACLs: its principal (its SASL session's, `principal.rs`:
+/// `User:<scram user>`, `User:<certificate subject>` or `User:ANONYMOUS`) and host; `peer` is
+/// the connection's "/<ip>". The one place authorization reads a connection's identity.
+pub fn who(principal: &str, peer: &str) -> Who {
+    Who { principal: principal.to_string(), host: peer.trim_start_matches('/').to_string() }
 }
 
 /// When the ACLs are enforced (`kafkalite serve --authorizer`).
@@ -365,7 +365,7 @@ impl Authorizer {
         }
         match read(&self.dir) {
             Ok(acls) => *self.acls.write().unwrap_or_else(|e| e.into_inner()) = acls,
-            Err(e) => ::log::error!(target: crate::server::LOG_TARGET, "keeping the ACLs read before: {e}"),
+            Err(e) => ::log::error!(target: crate::server::log_target::LOG_TARGET, "keeping the ACLs read before: {e}"),
         }
         *seen = now;
     }

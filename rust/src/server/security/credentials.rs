@@ -112,7 +112,7 @@ impl Credentials {
                 let parsed = Arc::new(Parsed::of(users::read(&self.dir)?));
                 #[cfg(test)]
                 self.parses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                ::log::debug!(target: crate::server::LOG_TARGET, "read the users file: {} users", parsed.users.len());
+                ::log::debug!(target: crate::server::log_target::LOG_TARGET, "read the users file: {} users", parsed.users.len());
                 *seen = Some((now, Arc::clone(&parsed)));
                 Ok(parsed)
             }

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, Semaphore};
@@ -23,76 +23,12 @@ use crate::log::Log;
 use crate::notify::Notifier;
 use crate::options::LogConfig;
 use crate::producer_ids::ProducerIds;
+use crate::server::config::ServerConfig;
 use crate::server::network::frame::{QUEUED_MAX_REQUEST_BYTES, QUEUED_MAX_UNAUTHENTICATED_BYTES};
-use crate::server::ServerConfig;
 
 pub type Topics = Arc<BTreeMap<String, TopicMeta>>;
 
-/// Lock a mutex whose state no panic can leave half-updated, recovering it if a holder
-/// panicked, so one failed request never wedges the others. Each use says why its state is
-/// consistent at every point a holder could panic (see the fields); a partition's log is not,
-/// and is locked with `lock_log`.
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Lock an open partition's log. A request that panicked holding it (a bug) may have left the
-/// log's state in memory half-updated, so instead of that state: the log is marked poisoned (its
-/// close never marks the shutdown clean), the panic is logged at ERROR, and this request and
-/// every later one on it get `Error::LogPoisoned` (KAFKA_STORAGE_ERROR), after which the caller
-/// forgets the partition (`codes::needs_reopen`): the next request reopens it, which recovers.
-pub fn lock_log(log: &Mutex<Log>) -> Result<MutexGuard<'_, Log>> {
-    log.lock().map_err(poisoned)
-}
-
-/// `lock_log`'s answer to a log a panicking request left behind (the guard of which it drops).
-fn poisoned(poisoned: std::sync::PoisonError<MutexGuard<'_, Log>>) -> Error {
-    let mut log = poisoned.into_inner();
-    let dir = log.dir().display().to_string();
-    log.poison("a request panicked while it was using the log".into());
-    ::log::error!(
-        target: "kafkalite::server",
-        "a request panicked while it held the log of {dir}: that partition answers KAFKA_STORAGE_ERROR until it is reopened"
-    );
-    Error::LogPoisoned(format!("the log of {dir}"))
-}
-
-/// Try to lock an open partition's log without waiting: `Ok(None)` while another request holds
-/// it (a caller retries with `waits::retry_until`); a poisoned log as `lock_log` says.
-pub fn try_lock_log(log: &Mutex<Log>) -> Result<Option<MutexGuard<'_, Log>>> {
-    match log.try_lock() {
-        Ok(guard) => Ok(Some(guard)),
-        Err(std::sync::TryLockError::WouldBlock) => Ok(None),
-        // The poisoned guard is this lock already: locking again here would wait for itself.
-        Err(std::sync::TryLockError::Poisoned(e)) => Err(poisoned(e)),
-    }
-}
-
-/// Append with `f` under a partition's append lock, from a thread that may block (off the request
-/// workers): the log and its append lock are tried without waiting and retried with backoff
-/// until `LOCK_WAIT`, so the log is never held while another process's lock is waited for
-/// (other requests read it meanwhile). Gives up with `Error::LockTimeout` naming the holder.
-pub fn append_blocking<T>(log: &Mutex<Log>, mut f: impl FnMut(&mut Log) -> Result<T>) -> Result<T> {
-    let started = Instant::now();
-    let attempt = || match try_lock_log(log) {
-        Ok(Some(mut log)) => log.try_with_append_lock(&mut f).transpose(),
-        Ok(None) => None,
-        Err(e) => Some(Err(e)),
-    };
-    crate::lock::retry_until(Some(started + LOCK_WAIT), attempt).unwrap_or_else(|| {
-        let (path, holder) = match log.try_lock() {
-            Ok(log) => (log.dir().to_path_buf(), log.append_lock_holder()),
-            Err(_) => (Default::default(), "a request of this server (the partition's log stayed busy)".into()),
-        };
-        let waited_ms = started.elapsed().as_millis() as u64;
-        ::log::warn!(
-            target: "kafkalite::server",
-            "gave up after {waited_ms} ms waiting for the append lock of {}, held by {holder} (stopped or hung?)",
-            path.display()
-        );
-        Err(Error::LockTimeout { path, waited_ms, holder })
-    })
-}
+pub use super::locks::{append_blocking, lock, lock_log, try_lock_log};
 
 pub struct Broker {
     pub dir: DataDir,
@@ -120,11 +56,11 @@ pub struct Broker {
     /// Request bytes buffered by the connections not authenticated yet (`frame`).
     pub unauthenticated_budget: Arc<Semaphore>,
     /// `fetch.max.bytes` and the response budget of fetches.
-    pub fetch_limits: crate::server::handlers::fetch::Limits,
+    pub fetch_limits: crate::server::state::fetch_limits::Limits,
     /// The transactions of the partitions read_committed clients read (`committed`).
     pub read_committed: super::committed::ReadCommitted,
     /// When Produce's acks=all is answered (`--acks-all`).
-    pub acks_all: super::durable::AcksAll,
+    pub acks_all: crate::server::config::AcksAll,
     /// Committed offsets of network consumer groups.
     pub offsets: OffsetStore,
     /// The classic group coordinator for network members.
@@ -186,7 +122,7 @@ impl Broker {
             blocking: Arc::new(Semaphore::new(BLOCKING_SLOTS)),
             request_budget: Arc::new(Semaphore::new(QUEUED_MAX_REQUEST_BYTES)),
             unauthenticated_budget: Arc::new(Semaphore::new(QUEUED_MAX_UNAUTHENTICATED_BYTES)),
-            fetch_limits: crate::server::handlers::fetch::Limits::new(config.fetch_max_bytes),
+            fetch_limits: crate::server::state::fetch_limits::Limits::new(config.fetch_max_bytes),
             read_committed: Default::default(),
             acks_all: config.acks_all,
             offsets: OffsetStore::default(),
@@ -537,5 +473,11 @@ fn close_all(logs: Vec<Mutex<Log>>) {
         if let Err(e) = log.close_within(Some(Instant::now())) {
             ::log::debug!(target: "kafkalite::server", "closing {} left it unfinished: {e}", log.dir().display());
         }
+    }
+}
+
+impl waits::Slots for Broker {
+    fn slots(&self) -> &Arc<Semaphore> {
+        &self.blocking
     }
 }

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use kafka_protocol::messages::fetch_response::AbortedTransaction;
 use kafka_protocol::messages::ProducerId;
 
-use super::broker::lock;
+use super::locks::lock;
 use crate::error::Result;
 use crate::log::Log;
 use crate::log_read::BatchSlice;

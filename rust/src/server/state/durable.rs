@@ -35,26 +35,7 @@ use crate::error::{Error, Result};
 use crate::group_commit::{Ticket, Turn};
 use crate::log::{DirDurable, Log};
 use crate::server::codes;
-
-/// `--acks-all`: when a Produce with acks=all (-1) is answered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AcksAll {
-    /// Once the batches are in the page cache (Kafka's broker, `flush.messages` unset).
-    PageCache,
-    /// Once a sync covering the batches returned (the embedded `acks='all'`).
-    Disk,
-}
-
-impl AcksAll {
-    /// The CLI's and `kafkalite.Server`'s spelling: `page-cache` or `disk`.
-    pub fn parse(s: &str) -> Result<AcksAll> {
-        match s {
-            "page-cache" => Ok(AcksAll::PageCache),
-            "disk" => Ok(AcksAll::Disk),
-            other => Err(Error::config(format!("acks_all must be 'disk' or 'page-cache', not {other:?}"))),
-        }
-    }
-}
+use crate::server::config::AcksAll;
 
 /// One partition's appended batches not yet known durable.
 pub struct Pending {
@@ -124,7 +105,7 @@ pub async fn settle(
             broker.forget_partition(&p.topic, p.partition);
         }
         ::log::warn!(
-            target: crate::server::LOG_TARGET,
+            target: crate::server::log_target::LOG_TARGET,
             "acks=all batches for {}-{} were appended but not made durable: {e}",
             p.topic,
             p.partition

@@ -1,4 +1,4 @@
-//! The first batches fetches send past the response budget (`fetch::Limits`), counted per
+//! The first batches fetches send past the response budget (`fetch_limits::Limits`), counted per
 //! client (principal and peer address): a fetch that finds no room in the budget still gets its
 //! first batch (KIP-74), but each client's such batches not yet written are bounded
 //! (`OVERDRAFT_PER_CLIENT`, and one batch always), so many connections of one client that

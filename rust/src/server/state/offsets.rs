@@ -11,7 +11,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 
-use super::broker::{append_blocking, lock, lock_log, Broker};
+use super::broker::Broker;
+use super::locks::{append_blocking, lock, lock_log};
 use crate::error::{Error, Result};
 use crate::log::{now_ms, Log};
 use crate::log_read::RecordSink;

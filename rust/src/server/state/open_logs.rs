@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{Resource, Rlimit};
 
-use super::broker::lock;
+use super::locks::lock;
 use crate::log::Log;
 
 /// An open partition log, shared by the requests that use it.
@@ -238,7 +238,7 @@ impl OpenLogs {
         if !evicted.is_empty() && inner.warned.is_none_or(|at| at.elapsed() >= CHURN_WARNING_EVERY) {
             inner.warned = Some(Instant::now());
             ::log::warn!(
-                target: crate::server::LOG_TARGET,
+                target: crate::server::log_target::LOG_TARGET,
                 "more partitions are in use than --max-open-partitions ({}): the least recently used are closed and \
                  reopened when needed, which costs each a sync; raise `ulimit -n` (the default is a share of it) or \
                  --max-open-partitions (said at most once a minute)",

@@ -171,7 +171,9 @@ impl QuotaManager {
                 self.any.store(!quotas.is_empty(), Ordering::SeqCst);
                 *self.stored.write().unwrap_or_else(|e| e.into_inner()) = quotas;
             }
-            Err(e) => ::log::error!(target: crate::server::LOG_TARGET, "keeping the client quotas read before: {e}"),
+            Err(e) => {
+                ::log::error!(target: crate::server::log_target::LOG_TARGET, "keeping the client quotas read before: {e}")
+            }
         }
         *seen = current;
     }

@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::broker::{lock, Broker};
+use super::broker::Broker;
+use super::locks::lock;
 use super::waits;
 use crate::error::{Error, Result};
 

@@ -29,10 +29,11 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 
-use super::broker::{lock, Broker};
+use super::broker::Broker;
+use super::locks::lock;
 use super::waits::{self, NotDone};
 use crate::log::now_ms;
-use crate::server::LOG_TARGET;
+use crate::server::log_target::LOG_TARGET;
 
 /// The transactional ids whose decided end is being completed: each with the number of its
 /// `Pending` and a receiver that sees `true` (or its sender gone) once the completion is over.

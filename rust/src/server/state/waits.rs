@@ -9,7 +9,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::broker::Broker;
+use tokio::sync::Semaphore;
+
 use crate::lock::Backoff;
 
 /// The longest a request waits for a lock held by another process or by another request: a
@@ -64,12 +65,12 @@ pub enum NotDone {
 /// free (waiting for one, asynchronously, until `deadline`), so the request workers go on
 /// serving everyone else meanwhile. The slot is held by the work itself: a request whose client
 /// went away does not free it before the work is done.
-pub async fn off_workers<T: Send + 'static>(
-    broker: &Arc<Broker>,
+pub async fn off_workers<B: Slots, T: Send + 'static>(
+    broker: &Arc<B>,
     deadline: Instant,
-    work: impl FnOnce(&Broker) -> T + Send + 'static,
+    work: impl FnOnce(&B) -> T + Send + 'static,
 ) -> Result<T, NotDone> {
-    let slot = within(deadline, broker.blocking.clone().acquire_owned()).await;
+    let slot = within(deadline, broker.slots().clone().acquire_owned()).await;
     let Some(Ok(slot)) = slot else { return Err(NotDone::Busy) };
     let broker = Arc::clone(broker);
     tokio::task::spawn_blocking(move || {
@@ -78,6 +79,12 @@ pub async fn off_workers<T: Send + 'static>(
     })
     .await
     .map_err(|e| if e.is_cancelled() { NotDone::Stopped } else { NotDone::Panicked })
+}
+
+/// Who holds the `BLOCKING_SLOTS` (the broker): a trait, so that waiting needs no import of
+/// the broker, whose state uses these waits.
+pub trait Slots: Send + Sync + 'static {
+    fn slots(&self) -> &Arc<Semaphore>;
 }
 
 /// `future`'s output, or `None` if it is not ready by `deadline`.
