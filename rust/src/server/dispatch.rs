@@ -10,12 +10,12 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::codes;
 use super::handlers::{
-    acl_api, client_quotas, cluster, configs, consumer_group_api, delete_records, describe_producers, fetch,
-    find_coordinator, group_api, groups_admin, init_producer_id, list_offsets, log_dirs, metadata, offset_commit,
-    offset_delete, produce, scram_admin, topics_admin, transactions_admin, txn_api,
+    acl_api, acl_requests, client_quotas, cluster, configs, consumer_group_api, delete_records, describe_producers,
+    fetch, find_coordinator, group_api, groups_admin, init_producer_id, list_offsets, log_dirs, metadata,
+    offset_commit, offset_delete, produce, scram_admin, topics_admin, transactions_admin, txn_api,
 };
 use super::request::{Answer, Body, DecodeError, Request, SUPPORTED};
-use super::security::acl_requests;
+
 use super::state::{quotas, txn_ends, waits};
 use crate::server::security::authorizer::Who;
 use crate::server::state::broker::Broker;

@@ -7,9 +7,9 @@ use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
 use kafka_protocol::protocol::StrBytes;
 
+use super::acl_requests::Listing;
 use super::metadata::NODE_ID;
 use crate::server::codes;
-use crate::server::security::acl_requests::Listing;
 use crate::server::state::broker::Broker;
 
 /// `CoordinatorType.GROUP`.

@@ -1,4 +1,5 @@
 pub mod acl_api;
+pub mod acl_requests;
 pub mod client_quotas;
 pub mod cluster;
 pub mod configs;

@@ -1,4 +1,3 @@
-pub mod acl_requests;
 pub mod authorizer;
 pub mod credentials;
 pub mod principal;

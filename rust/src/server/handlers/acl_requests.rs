@@ -20,9 +20,9 @@ mod refusals;
 use bytes::Bytes;
 use kafka_protocol::messages::*;
 
-use super::authorizer::{op, operation_name, resource, resource_name, Who, CLUSTER_NAME};
 use crate::server::codes;
 use crate::server::request::{Body, DecodeError, Request};
+use crate::server::security::authorizer::{op, operation_name, resource, resource_name, Who, CLUSTER_NAME};
 use crate::server::state::broker::Broker;
 use refusals::{refusal, Refused};
 
