@@ -1,6 +1,7 @@
-//! Request headers, the table of APIs this server implements (what ApiVersions
-//! advertises), and routing each decoded request to its API family (SaslHandshake and
-//! SaslAuthenticate go to the connection's `sasl::Session` instead: they change its state).
+//! Routing each decoded request (`request`) to its API family's handler, after the ACL check
+//! (`handlers::acl_requests`), and answering ApiVersions (SaslHandshake and SaslAuthenticate go
+//! to the connection's `sasl::Session` instead: they change its state). The one place the
+//! network reaches the handlers.
 
 use std::sync::Arc;
 

@@ -2,50 +2,15 @@
 //! client (librdkafka, kafka-python, Java, ...) can produce to and fetch from a data
 //! directory while the embedded Python API uses the same files.
 //!
-//! Files, one concept each: `listen` (address policy: which security a listener needs), `tls`
-//! (TLS listeners: certificates, the handshake, the principal of a client certificate),
-//! `principal` (who a connection is, Kafka's `User:<name>`), `frame` (length-prefixed frames and
-//! their limits), `connection` (one client: read, dispatch, answer, in order) with `pipeline` (a connection's
-//! Produce answers waiting for their syncs while its next requests are appended), `dispatch`
-//! (request header, ApiVersions table, routing), `broker` (shared state: topics, open
-//! partitions, append wake-ups) with `open_logs` (which partitions stay open: at most
-//! `--max-open-partitions` unused ones, by default a share of RLIMIT_NOFILE), `codes` (engine errors as Kafka error codes), `sasl` (a
-//! connection's SASL state: SaslHandshake, SaslAuthenticate, what is allowed before
-//! authentication) over `scram` (one SCRAM exchange, checked against `credentials`: `crate::users` kept in memory), and one file
-//! per API family: `metadata` (Metadata, CreateTopics), `produce` (with `durable`: what acks=all
-//! waits for), `fetch` (with its limits and response budget), `list_offsets`, `committed` (what
-//! read_committed Fetch and ListOffsets see: the last stable offset, aborted transactions),
-//! `coordinator` (FindCoordinator, for groups and transactional ids), `offset_commit` (OffsetCommit, OffsetFetch) and `offset_delete` (OffsetDelete)
-//! over `offsets` (the `__consumer_offsets` records, shared with the embedded clients), `group_api` (JoinGroup,
-//! SyncGroup, Heartbeat, LeaveGroup, DescribeGroups, ListGroups) over `group` (the coordinator, with
-//! `group/state`: one group's state machine, `group/join`: a join and its wait, `group/claim`: the claim)
-//! and `group_owner` (which of the embedded consumers or this server coordinates a group id),
-//! `consumer_group_api` (ConsumerGroupHeartbeat, ConsumerGroupDescribe: KIP-848) over
-//! `consumer_group` (the consumer protocol's groups: epochs, reconciliation, timeouts) with
-//! `assignors` (the server-side `uniform` and `range`) and `topic_ids` (topic ids from names),
-//! `init_producer_id` (ids for idempotent producers; their sequences are checked by the engine's
-//! `producer_state`, which `produce` calls through `Log::append_produce`), `txn_api` (the
-//! transactional producer's APIs: InitProducerId with a transactional id, AddPartitionsToTxn,
-//! AddOffsetsToTxn, TxnOffsetCommit, EndTxn, and the verification of transactional Produce
-//! batches (from Produce v12 adding their partitions: KIP-890 part 2), over the data
-//! directory's `crate::transactions::Coordinator`, shared with embedded producers), `txn_ends`
-//! (EndTxn answered at its decision, its markers written after; the id's next requests wait),
-//! `transactions_admin` (DescribeTransactions, ListTransactions),
-//! `describe_producers` (DescribeProducers),
-//! and the admin APIs: `topics_admin` (DeleteTopics, CreatePartitions), `configs`
-//! (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs), `delete_records`, `groups_admin`
-//! (DeleteGroups; the groups that only have committed offsets), `log_dirs` (DescribeLogDirs) and
-//! `cluster` (DescribeCluster, the cluster id); `authorizer` (Kafka's ACL model: the ACL file,
-//! principals, StandardAuthorizer's decision) with `acl_api` (CreateAcls, DescribeAcls,
-//! DeleteAcls), `scram_admin` (AlterUserScramCredentials, DescribeUserScramCredentials over
-//! `crate::users`), `client_quotas` (DescribeClientQuotas, AlterClientQuotas: no quotas) and
-//! `acl_requests` (which operation on which resource each API needs, checked in `dispatch`
-//! before the handler; with `acl_requests/refusals`: a refused request's answer, one builder per
-//! API, and `acl_requests/listing`: the listings filtered instead); `topic_creation`
-//! (CreateTopics' and Metadata's creations, off the request workers under Kafka's controller
-//! mutation quota); `metrics`
-//! (`--metrics`: the counters and a Prometheus text page on its own listener). Refused requests
-//! are logged at WARNING with the client's address and the reason (`codes::refused`).
+//! Folders by role, each importing only those below it (tests/test_layer_picture.py checks):
+//! `network` (listeners, TLS, SASL, connections, frames) reaches the handlers through `dispatch`
+//! (routing a decoded request to its handler, the authorization check first) over `request` (a
+//! request's header and body, a framed answer, the API table); `handlers` (one file per Kafka API
+//! or family) over `state` (what handlers share: the broker, the coordinators, waits, quotas,
+//! pending transaction ends) over `security` (principals, SCRAM credentials, the ACL model).
+//! Beside them: `config` (the settings), `codes` (engine errors as Kafka error codes, and a
+//! refused request logged at WARNING with the client's address and the reason: `codes::refused`),
+//! `log_target`. This file starts a server.
 //!
 //! The runtime has two request workers, so no request may hold one while it waits for a lock
 //! another process or request holds (`waits`): a partition's append lock and log, a group's state
@@ -58,7 +23,7 @@
 //!
 //! Logging goes through the `log` crate under targets `kafkalite::server...`, which the Python
 //! binding forwards to `logging.getLogger("kafkalite.server...")`: the start at INFO here,
-//! connections in `connection`, group joins, rebalances and evictions in `group`.
+//! connections in `network::connection`, group joins, rebalances and evictions in `state::group`.
 
 mod codes;
 mod config;
