@@ -105,7 +105,9 @@ def server_imports(server: Path = SERVER) -> dict[tuple[str, ...], set[tuple[str
                 full = base + parts
             else:
                 continue
-            target = next((tuple(full[:n]) for n in range(len(full), 0, -1) if tuple(full[:n]) in modules), None)
+            target = next(
+                (tuple(full[:n]) for n in range(len(full), 0, -1) if tuple(full[:n]) in modules), None
+            )
             if target and target != here:
                 graph[here].add(target)
     return graph
@@ -150,10 +152,14 @@ def largest_cycle(graph: dict[tuple[str, ...], set[tuple[str, ...]]]) -> list[tu
 
 def test_the_servers_largest_import_cycle_is_a_few_files():
     graph = server_imports()
-    assert ("server", "state", "broker") in graph[("server", "handlers", "produce")]  # the parser reads imports
+    assert ("server", "state", "broker") in graph[
+        ("server", "handlers", "produce")
+    ]  # the parser reads imports
     cycle = largest_cycle(graph)
     names = sorted("::".join(m[1:]) for m in cycle)
-    assert len(cycle) <= LARGEST_SERVER_CYCLE, f"{len(cycle)} server modules import each other in a cycle: {names}"
+    assert len(cycle) <= LARGEST_SERVER_CYCLE, (
+        f"{len(cycle)} server modules import each other in a cycle: {names}"
+    )
 
 
 def upward_imports(server: Path = SERVER) -> list[str]:
