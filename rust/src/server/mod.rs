@@ -2,51 +2,15 @@
 //! client (librdkafka, kafka-python, Java, ...) can produce to and fetch from a data
 //! directory while the embedded Python API uses the same files.
 //!
-//! Files, one concept each: `listen` (address policy: which security a listener needs), `tls`
-//! (TLS listeners: certificates, the handshake, the principal of a client certificate),
-//! `principal` (who a connection is, Kafka's `User:<name>`), `frame` (length-prefixed frames and
-//! their limits), `connection` (one client: read, dispatch, answer, in order) with `pipeline` (a connection's
-//! Produce answers waiting for their syncs while its next requests are appended), `dispatch`
-//! (request header, ApiVersions table, routing), `broker` (shared state: topics, open
-//! partitions, append wake-ups) with `open_logs` (which partitions stay open: at most
-//! `--max-open-partitions` unused ones, by default a share of RLIMIT_NOFILE), `codes` (engine errors as Kafka error codes), `sasl` (a
-//! connection's SASL state: SaslHandshake, SaslAuthenticate, what is allowed before
-//! authentication) over `scram` (one SCRAM exchange, checked against `credentials`: `crate::users` kept in memory), and one file
-//! per API family: `metadata` (Metadata, CreateTopics), `produce` (with `durable`: what acks=all
-//! waits for), `fetch` (with its limits and response budget), `list_offsets`, `committed` (what
-//! read_committed Fetch and ListOffsets see: the last stable offset, aborted transactions),
-//! `coordinator` (FindCoordinator, for groups and transactional ids), `offset_commit` (OffsetCommit, OffsetFetch) and `offset_delete` (OffsetDelete)
-//! over `offsets` (the `__consumer_offsets` records, shared with the embedded clients), `group_api` (JoinGroup,
-//! SyncGroup, Heartbeat, LeaveGroup, DescribeGroups, ListGroups) over `group` (the coordinator, with
-//! `group/state`: one group's state machine, `group/join`: a join and its wait, `group/claim`: the claim)
-//! and `group_owner` (which of the embedded consumers or this server coordinates a group id),
-//! `consumer_group_api` (ConsumerGroupHeartbeat, ConsumerGroupDescribe: KIP-848) over
-//! `consumer_group` (the consumer protocol's groups: epochs, reconciliation, timeouts) with
-//! `assignors` (the server-side `uniform` and `range`) and `topic_ids` (topic ids from names),
-//! `init_producer_id` (ids for idempotent producers; their sequences are checked by the engine's
-//! `producer_state`, which `produce` calls through `Log::append_produce`), `txn_api` (the
-//! transactional producer's APIs: InitProducerId with a transactional id, AddPartitionsToTxn,
-//! AddOffsetsToTxn, TxnOffsetCommit, EndTxn, and the verification of transactional Produce
-//! batches (from Produce v12 adding their partitions: KIP-890 part 2), over the data
-//! directory's `crate::transactions::Coordinator`, shared with embedded producers), `txn_ends`
-//! (EndTxn answered at its decision, its markers written after; the id's next requests wait),
-//! `transactions_admin` (DescribeTransactions, ListTransactions),
-//! `describe_producers` (DescribeProducers),
-//! and the admin APIs: `topics_admin` (DeleteTopics, CreatePartitions), `configs`
-//! (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs), `delete_records`, `groups_admin`
-//! (DeleteGroups; the groups that only have committed offsets), `log_dirs` (DescribeLogDirs) and
-//! `cluster` (DescribeCluster, the cluster id); `authorizer` (Kafka's ACL model: the ACL file,
-//! principals, StandardAuthorizer's decision) with `acl_api` (CreateAcls, DescribeAcls,
-//! DeleteAcls), `scram_admin` (AlterUserScramCredentials, DescribeUserScramCredentials over
-//! `crate::users`), `client_quotas` (DescribeClientQuotas, AlterClientQuotas), `quotas` and `request_time`
-//! (enforcing them: byte rates, request time) and
-//! `acl_requests` (which operation on which resource each API needs, checked in `dispatch`
-//! before the handler; with `acl_requests/refusals`: a refused request's answer, one builder per
-//! API, and `acl_requests/listing`: the listings filtered instead); `topic_creation`
-//! (CreateTopics' and Metadata's creations, off the request workers under Kafka's controller
-//! mutation quota); `metrics`
-//! (`--metrics`: the counters and a Prometheus text page on its own listener). Refused requests
-//! are logged at WARNING with the client's address and the reason (`codes::refused`).
+//! Folders by role, each importing only those below it (tests/test_layer_picture.py checks):
+//! `network` (listeners, TLS, SASL, connections, frames) reaches the handlers through `dispatch`
+//! (routing a decoded request to its handler, the authorization check first) over `request` (a
+//! request's header and body, a framed answer, the API table); `handlers` (one file per Kafka API
+//! or family) over `state` (what handlers share: the broker, the coordinators, waits, quotas,
+//! pending transaction ends) over `security` (principals, SCRAM credentials, the ACL model).
+//! Beside them: `config` (the settings), `codes` (engine errors as Kafka error codes, and a
+//! refused request logged at WARNING with the client's address and the reason: `codes::refused`),
+//! `log_target`. This file starts a server.
 //!
 //! The runtime has two request workers, so no request may hold one while it waits for a lock
 //! another process or request holds (`waits`): a partition's append lock and log, a group's state
@@ -59,177 +23,39 @@
 //!
 //! Logging goes through the `log` crate under targets `kafkalite::server...`, which the Python
 //! binding forwards to `logging.getLogger("kafkalite.server...")`: the start at INFO here,
-//! connections in `connection`, group joins, rebalances and evictions in `group`.
+//! connections in `network::connection`, group joins, rebalances and evictions in `state::group`.
 
-mod acl_api;
-mod acl_requests;
-mod admission;
-mod assignors;
-mod authorizer;
-mod broker;
-mod client_quotas;
-mod cluster;
 mod codes;
-mod committed;
-mod configs;
-mod connection;
-mod consumer_group;
-mod consumer_group_api;
-mod coordinator;
-mod credentials;
-mod delete_records;
-mod describe_producers;
+mod config;
 mod dispatch;
-mod durable;
-mod fetch;
-mod fetch_overdraft;
-pub mod frame;
-mod group;
-mod group_api;
-mod group_owner;
-mod groups_admin;
-mod init_producer_id;
-mod list_offsets;
-pub mod listen;
-mod log_dirs;
-mod metadata;
-mod metrics;
-mod offset_commit;
-mod offset_delete;
-mod offsets;
-mod open_logs;
-mod pipeline;
-mod principal;
-mod produce;
-mod quotas;
-mod request_time;
-mod sasl;
-mod scram;
-mod scram_admin;
-mod tls;
-mod topic_creation;
-mod topic_ids;
-mod topics_admin;
-mod transactions_admin;
-mod txn_api;
-mod txn_ends;
-mod waits;
+mod handlers;
+mod log_target;
+mod network;
+mod request;
+mod security;
+mod state;
+
+pub use network::frame;
+use network::{admission, connection, listen, tls};
+use security::authorizer;
+use state::{broker, open_logs, topic_creation, waits};
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-/// The `log` target of the server's events (failed authentications, refused connections); the
-/// binding forwards it to Python's `logging.getLogger("kafkalite.server")`.
-pub const LOG_TARGET: &str = "kafkalite::server";
-
 use crate::error::{Error, Result};
 pub use admission::parse_overrides as parse_connection_overrides;
 pub use authorizer::Mode as AuthorizerMode;
 pub use broker::Broker;
-pub use dispatch::{decode_request, SUPPORTED as SUPPORTED_APIS};
-pub use durable::AcksAll;
-pub use fetch::{FETCH_MAX_BYTES, FETCH_MAX_BYTES_MIN};
+pub use config::{AcksAll, ServerConfig, DEFAULT_AUTHENTICATION_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
+pub use log_target::LOG_TARGET;
+pub use request::{decode_request, SUPPORTED as SUPPORTED_APIS};
+pub use state::fetch_limits::{FETCH_MAX_BYTES, FETCH_MAX_BYTES_MIN};
 pub use tls::TlsFiles;
-
-/// `--authentication-timeout-ms`'s default: a client authenticates in milliseconds (a SCRAM
-/// exchange at 16,384 iterations included), so ten seconds only waits for a slow network.
-pub const DEFAULT_AUTHENTICATION_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How a server is started (Kafka's broker setting names in the comments).
-/// Kafka's `max.connections` here (Kafka's own default is unlimited).
-pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
-
-#[derive(Clone, Debug)]
-pub struct ServerConfig {
-    pub data_dir: PathBuf,
-    /// `listeners`: HOST:PORT; anything but loopback needs TLS and authentication (`listen.rs`).
-    pub listen: String,
-    /// SASL/SCRAM on a loopback listener too; always on for other addresses unless client
-    /// certificates are required.
-    pub sasl: bool,
-    /// TLS (`ssl.keystore.*`, `ssl.client.auth=required` with a client CA); None: no TLS.
-    pub tls: Option<TlsFiles>,
-    /// Listen beyond loopback without TLS (SASL_PLAINTEXT), with a WARNING.
-    pub allow_plaintext: bool,
-    /// `advertised.listeners`: HOST:PORT clients are told to connect to (default: the bound address).
-    pub advertised: Option<String>,
-    /// `auto.create.topics.enable` (Kafka's default: true).
-    pub auto_create_topics: bool,
-    /// `num.partitions` for auto-created topics (Kafka's default: 1).
-    pub default_partitions: i32,
-    /// `connections.max.idle.ms` (Kafka's default: 10 minutes).
-    pub idle_timeout: Duration,
-    /// `max.connections`: when this many are open, the oldest that has not authenticated is
-    /// closed to make room, or (all authenticated) the new one is closed at once (`admission`).
-    /// The default is held to what the open-file limit leaves (`Server::start`).
-    pub max_connections: usize,
-    /// `max.connections.per.ip` (Kafka's default: unlimited), and its per-address overrides.
-    pub max_connections_per_ip: usize,
-    pub max_connections_per_ip_overrides: std::collections::HashMap<std::net::IpAddr, usize>,
-    /// With SASL: a connection not authenticated this long after it was accepted is closed,
-    /// whatever it sent meanwhile (ApiVersions does not extend it).
-    pub authentication_timeout: Duration,
-    /// `fetch.max.bytes`: the most record bytes of one Fetch response (Kafka's default: 55 MiB;
-    /// at least 1024).
-    pub fetch_max_bytes: i32,
-    /// When Produce's acks=all is answered: on disk (default, as the embedded `acks='all'`) or in
-    /// the page cache (Kafka's broker).
-    pub acks_all: AcksAll,
-    /// HOST:PORT of the Prometheus text endpoint (`kafkalite serve --metrics`); None: no endpoint.
-    pub metrics: Option<String>,
-    /// Serve the metrics endpoint beyond loopback (`--metrics-allow-remote`), with a WARNING.
-    pub metrics_allow_remote: bool,
-    /// The most partition logs kept open that no request is using (`--max-open-partitions`);
-    /// None: a share of RLIMIT_NOFILE (`open_logs::default_max_open`), after `start` raised it.
-    pub max_open_partitions: Option<usize>,
-    /// When the ACLs are enforced (`--authorizer`: always; by default off on loopback, and on
-    /// elsewhere once any ACL exists).
-    pub authorizer: AuthorizerMode,
-    /// `super.users`: principals (`User:alice`) the ACLs never restrict.
-    pub super_users: Vec<String>,
-    /// `group.consumer.session.timeout.ms` of consumer-protocol groups (Kafka's default: 45 s).
-    pub consumer_session_timeout: Duration,
-    /// `group.consumer.heartbeat.interval.ms` (Kafka's default: 5 s).
-    pub consumer_heartbeat_interval: Duration,
-    /// Kafka's `controller_mutation_rate` quota: partitions created per second over the network,
-    /// for all clients together (`--controller-mutation-rate`); None: unlimited, Kafka's default.
-    pub controller_mutation_rate: Option<f64>,
-}
-
-impl ServerConfig {
-    pub fn new(data_dir: impl Into<PathBuf>, listen: impl Into<String>) -> ServerConfig {
-        ServerConfig {
-            data_dir: data_dir.into(),
-            listen: listen.into(),
-            sasl: false,
-            tls: None,
-            allow_plaintext: false,
-            advertised: None,
-            auto_create_topics: true,
-            default_partitions: 1,
-            idle_timeout: Duration::from_secs(600),
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            max_connections_per_ip: usize::MAX,
-            max_connections_per_ip_overrides: Default::default(),
-            authentication_timeout: DEFAULT_AUTHENTICATION_TIMEOUT,
-            fetch_max_bytes: FETCH_MAX_BYTES,
-            acks_all: AcksAll::Disk,
-            metrics: None,
-            metrics_allow_remote: false,
-            max_open_partitions: None,
-            authorizer: AuthorizerMode::Auto,
-            super_users: Vec::new(),
-            consumer_session_timeout: consumer_group::DEFAULT_SESSION_TIMEOUT,
-            consumer_heartbeat_interval: consumer_group::DEFAULT_HEARTBEAT_INTERVAL,
-            controller_mutation_rate: None,
-        }
-    }
-}
 
 /// A running server: its own tokio runtime on background threads.
 pub struct Server {
@@ -333,7 +159,7 @@ impl Server {
         runtime.spawn(release_resident_pages(broker.clone(), stop_rx.clone()));
         runtime.spawn(settle_transactions(broker.clone(), stop_rx.clone()));
         if let Some(l) = metrics_listener {
-            runtime.spawn(metrics::serve(l, broker.clone(), stop_rx.clone()));
+            runtime.spawn(network::metrics_page::serve(l, broker.clone(), stop_rx.clone()));
         }
         runtime.spawn(connection::accept_loop(listener, broker.clone(), config.clone(), tls, stop_rx));
         // Where it listens is said once, by the caller (`kafkalite serve` prints it whatever the
