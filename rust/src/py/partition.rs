@@ -27,11 +27,13 @@ const SIGNAL_CHECK: Duration = Duration::from_millis(50);
 pub struct DrainLock {
     held: Mutex<bool>,
     freed: Condvar,
+    /// Threads in `acquire_waiting`: an unlock with none skips the wake-up (a system call).
+    waiting: AtomicUsize,
 }
 
 impl DrainLock {
     fn new() -> Self {
-        DrainLock { held: Mutex::new(false), freed: Condvar::new() }
+        DrainLock { held: Mutex::new(false), freed: Condvar::new(), waiting: AtomicUsize::new(0) }
     }
 
     /// Take the lock if it is free.
@@ -41,12 +43,23 @@ impl DrainLock {
 
     pub(super) fn unlock(&self) -> bool {
         let was = std::mem::replace(&mut *lock(&self.held), false);
-        self.freed.notify_one();
+        // A waiter counted itself before it looked at `held` under the mutex: it saw `false`, or
+        // is counted here (and the wait is sliced anyway).
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.freed.notify_one();
+        }
         was
     }
 
     /// Wait for the lock without the GIL, at most `timeout`; a signal's exception ends the wait.
     fn acquire_waiting(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<bool> {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let got = self.wait_sliced(py, timeout);
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        got
+    }
+
+    fn wait_sliced(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<bool> {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             let slice =

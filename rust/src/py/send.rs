@@ -185,8 +185,9 @@ impl ProducerCore {
         }
         // An unknown topic (created by the Python path) or an unhashable one: the Python path.
         let entry = setup.accumulators.bind(py).get_item(topic).ok()??;
-        let (acc, partitions) = entry.extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>().ok()?;
-        Some((acc.cast_into::<Accumulator>().ok()?, partitions))
+        let entry = entry.cast_into::<PyTuple>().ok()?;
+        let acc = entry.get_item(0).ok()?.cast_into::<Accumulator>().ok()?;
+        Some((acc, entry.get_item(1).ok()?))
     }
 }
 
