@@ -261,8 +261,11 @@ def test_an_append_interrupted_by_ctrl_c_fails_its_batch_and_the_drain_goes_on(t
         if path == "native":  # the native drain hands the batches of a new folder to append_one
             Admin(data_dir).delete_topic("t")
             Admin(data_dir).create_topic("t")
-        else:
+        else:  # the drain that waited for the lock, of a partition whose log is not open
             monkeypatch.setattr(producer_sender, "drain_partition", lambda *args: False)
+            part = p._sender.topics["t"].partitions[0]
+            with part.drain_lock:
+                p._sender.close_log(part)
         real_append = producer_module._Sender.append
         calls = []
 

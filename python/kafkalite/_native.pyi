@@ -57,6 +57,11 @@ __all__ = [
     "DurableMark",
     "wait_durable",
     "drain_partition",
+    "drain_locked",
+    "DrainHooks",
+    "PartitionState",
+    "DrainLock",
+    "CallbackDepth",
     "create_partitions",
     "alter_topic_config",
     "update_metadata",
@@ -143,7 +148,60 @@ def partition_for_key(key: bytes, partitions: int) -> int: ...
 def crc32c(data: bytes) -> int: ...
 def failpoint_names() -> list[str]: ...
 def id_file_name(value: str, what: str) -> str: ...
-def drain_partition(sender: Any, p: Any, current: bool) -> bool: ...
+def drain_partition(hooks: DrainHooks, p: PartitionState, current: bool) -> bool: ...
+def drain_locked(hooks: DrainHooks, p: PartitionState, current: bool) -> bool: ...
+
+@final
+class DrainHooks:
+    """What the native drain calls back in the producer's sender (rust/src/py/drain.rs)."""
+
+    def __new__(
+        cls,
+        notify: Callable[[], None],
+        wake: Callable[[PartitionState], None],
+        append_one: Callable[[PartitionState, BatchBuffer, BatchState], None],
+        append_failed: Callable[[PartitionState, int, BatchState, Exception], None],
+        hand: Callable[[tuple[BatchState, int, int | None], DurableMark, int, str], None],
+    ) -> DrainHooks: ...
+
+@final
+class DrainLock:
+    """``threading.Lock``'s interface; a blocked acquire waits without the GIL."""
+
+    def acquire(self, blocking: bool = True, timeout: float = -1.0) -> bool: ...
+    def release(self) -> None: ...
+    def locked(self) -> bool: ...
+    def __enter__(self) -> bool: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+@final
+class PartitionState:
+    """A producer's per-partition state (rust/src/py/partition.rs)."""
+
+    def __new__(cls, topic: str, number: int, acc: Accumulator) -> PartitionState: ...
+    @property
+    def topic(self) -> str: ...
+    @property
+    def number(self) -> int: ...
+    @property
+    def acc(self) -> Accumulator: ...
+    @property
+    def drain_lock(self) -> DrainLock: ...
+    @property
+    def log(self) -> Any: ...  # the open kafkalite.log.Log, or None
+    @property
+    def identity(self) -> tuple[int, int] | None: ...
+    def set_log(self, log: Any, native: Log, identity: tuple[int, int] | None) -> None: ...
+    def clear_log(self) -> Any: ...
+    inflight: int
+    last_used: float
+
+@final
+class CallbackDepth:
+    """Per thread, the producer's drains and acknowledgements under way."""
+
+    depth: int
+
 def wait_durable(marks: list[DurableMark], timeout_ms: int = 60000) -> list[BaseException | None]: ...
 
 @final
@@ -396,7 +454,11 @@ class SendGate:
 class ProducerCore:
     def __new__(cls, *_args: Any, **_kwargs: Any) -> Self: ...
     def _setup_send(
-        self, accumulators: dict[str, Accumulator], gate: SendGate, direct: bool, sender: Any
+        self,
+        accumulators: dict[str, tuple[Accumulator, list[PartitionState]]],
+        gate: SendGate,
+        direct: bool,
+        hooks: DrainHooks,
     ) -> None: ...
     def send(
         self,

@@ -151,7 +151,7 @@ class Producer(ProducerCore, TransactionalProducer):
         # send() is ProducerCore.send (native): the common record queues without a Python
         # frame; the others come to _send_slow, and answers beyond the future to _sent.
         direct = not self._serializing and self._custom_partitioner is None
-        self._setup_send(self._sender.accumulators, self._sender.gate, direct, self._sender)
+        self._setup_send(self._sender.accumulators, self._sender.gate, direct, self._sender.hooks)
         self._sender.thread.start()
         # Flushes at garbage collection and (weakref.finalize's atexit) at interpreter exit.
         self._finalizer = weakref.finalize(self, _finalize, self._sender, "exit or garbage collection")

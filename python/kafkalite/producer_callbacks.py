@@ -1,18 +1,18 @@
 """The producer's callback rules: futures' callbacks run in whichever thread drains a
 partition (holding its drain lock, so one partition's callbacks run in order, as Kafka's do)
 or, under acks='all', in the acknowledging thread; ``_in_callbacks`` counts, per thread, the
-drains and acknowledgements under way (the native drain, ``rust/src/py/drain.rs``, keeps it
-too), and the calls that would wait for the very drain running the callback are refused."""
+drains and acknowledgements under way (native, ``CallbackDepth``: the drain, ``rust/src/py/drain.rs``,
+keeps it too), and the calls that would wait for the very drain running the callback are refused."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
+from kafkalite._native import CallbackDepth
 from kafkalite.errors import IllegalStateError
 
-#: Per thread, the drains and acknowledgements under way (``depth``; unset: 0).
-_in_callbacks = threading.local()
+#: Per thread, the drains and acknowledgements under way (``depth``, 0 in a new thread).
+_in_callbacks = CallbackDepth()
 
 #: Why each blocking call is refused inside a callback (``_refuse_in_callback``).
 _WAITS_FOR_ITSELF = {

@@ -55,7 +55,7 @@ class _PartitionLogs:
     def close_log(self, p: _Partition) -> None:
         """Close the partition's log (the caller holds ``p.drain_lock``). Its queued records stay
         queued: the next append reopens the log, or fails them typed if the topic is gone."""
-        stale, p.log, p.identity = p.log, None, None
+        stale = p.clear_log()
         if stale is None:
             return
         try:
@@ -106,7 +106,7 @@ class _PartitionLogs:
             ) from None
         if self.txn is not None:
             self.txn.attach(log)
-        p.log, p.identity = log, current
+        p.set_log(log, log._native, current)
         return log
 
     def append(

@@ -21,8 +21,10 @@ from kafkalite._native import (
     Accumulator,
     BatchBuffer,
     BatchState,
+    DrainHooks,
     Notifier,
     SendGate,
+    drain_locked,
     drain_partition,
 )
 from kafkalite.client_metrics import StatsReporter, avg, rate
@@ -80,8 +82,9 @@ class _Sender(_PartitionLogs):
         if os.path.isdir(data_dir.path):
             self._notifier = Notifier(os.path.join(data_dir.path, NOTIFY_FILE))
         self.topics: dict[str, _Topic] = {}
-        #: Each topic's accumulator, by name: what ``ProducerCore.send`` looks a topic up in.
-        self.accumulators: dict[str, Accumulator] = {}
+        #: Each topic's accumulator and partitions, by name: what ``ProducerCore.send`` looks a
+        #: topic up in.
+        self.accumulators: dict[str, tuple[Accumulator, list[_Partition]]] = {}
         #: Shut when the producer closes or this thread dies: ``send`` then takes the Python path.
         self.gate = SendGate()
         self.lock = threading.Lock()
@@ -106,6 +109,8 @@ class _Sender(_PartitionLogs):
         self.close_lock = threading.RLock()
         #: acks='all': batches appended and waiting for group commit before they are acknowledged.
         self.acks = DurableAcks(_finish_batch, _DURABLE_TIMEOUT_MS)
+        #: What the native drain and ``ProducerCore.send`` call back here (``drain.rs``).
+        self.hooks = DrainHooks(self.notify, self.wake, self.append_one, self.append_failed, self.acks.hand)
         #: The metadata files' stamp when forget_deleted last swept (None: sweep next time).
         self.swept_metadata: tuple[int, ...] | None = None
         #: Records whose batch failed to append, by topic (``metrics()``'s record-error-*).
@@ -159,7 +164,7 @@ class _Sender(_PartitionLogs):
             )
             with self.lock:
                 topic = self.topics.setdefault(name, topic)
-                self.accumulators.setdefault(name, topic.acc)
+                self.accumulators.setdefault(name, (topic.acc, topic.partitions))
                 if self.closed or self.failure is not None:  # see refuse_records
                     topic.acc.close()
         return topic
@@ -180,42 +185,23 @@ class _Sender(_PartitionLogs):
 
     # -- appending ------------------------------------------------------------------------
     def drain(self, p: _Partition, current: bool = True) -> None:
-        # The common case natively (drain.rs: an open log, the lock free, acks 0 or 1, not in a
-        # callback); else here, waiting for the lock.
-        if drain_partition(self, p, current):
+        """Append the partition's full batches in order, and the one being built if
+        ``current``; resolve each batch's futures (callbacks run here). Natively (``drain.rs``)
+        when its drain lock is free; else once it is (waiting without the GIL)."""
+        if drain_partition(self.hooks, p, current):
             return
         with p.drain_lock:
             self.drain_locked(p, current)
         self.notify()
 
     def drain_locked(self, p: _Partition, current: bool = True) -> None:
-        """Append the partition's full batches in order, and the one being built if
-        ``current``; resolve each batch's futures (callbacks run here)."""
-        taken = p.acc.take(p.number, current)
-        if not taken:
-            return
-        p.inflight = sum(len(buffer) for buffer, _ in taken)
-        _in_callbacks.depth = getattr(_in_callbacks, "depth", 0) + 1
-        # A KeyboardInterrupt or SystemExit (a callback's, or a signal's) is raised once every
-        # taken batch was appended and resolved: the batches are out of the accumulator, and
-        # stopping at the first would lose the others' records and never resolve their futures.
-        interrupted: BaseException | None = None
-        try:
-            for buffer, batch in taken:
-                try:
-                    self.append_one(p, buffer, batch)
-                except BaseException as e:  # raised below, after the other batches
-                    interrupted = interrupted or e
-        finally:
-            p.inflight = 0
-            _in_callbacks.depth -= 1
-        if interrupted is not None:
-            raise interrupted
+        """``drain`` for a caller holding ``p.drain_lock`` (it notifies the readers after)."""
+        drain_locked(self.hooks, p, current)
 
     def append_one(self, p: _Partition, buffer: BatchBuffer, batch: BatchState) -> None:
         """Append one taken batch and resolve (acks='all': hand over) its futures; the caller
         holds ``p.drain_lock``, counted the batch in ``p.inflight`` and raised the callback
-        depth (``drain_locked``, or the native drain for a partition whose folder changed)."""
+        depth (the native drain, for a partition with no open log or whose folder changed)."""
         count = len(buffer)
         try:
             # acks='all': appended now, acknowledged by self.acks once group commit synced it.
@@ -453,9 +439,9 @@ class _Sender(_PartitionLogs):
             logs = []
             for t in self.topics.values():
                 for p in t.partitions:
-                    if p.log is not None:
-                        logs.append(p.log)
-                        p.log = None
+                    log = p.clear_log()
+                    if log is not None:
+                        logs.append(log)
             try:
                 _close_logs(logs, left)
                 if self.txn is not None:

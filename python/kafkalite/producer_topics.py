@@ -1,45 +1,23 @@
 """A producer's topic and partition state: ``_Topic`` (the topic's accumulator, its limits,
 codec and partition count, reconfigured when the topic is re-created) and ``_Partition`` (one
-partition's log, drain lock and bookkeeping). Shared by ``Producer.send`` (which looks partitions
-up here, natively too) and the sender (``producer_sender``)."""
+partition's log, drain lock and bookkeeping: the native ``PartitionState`` the drain keeps).
+Shared by ``Producer.send`` (which looks partitions up here, natively too) and the sender
+(``producer_sender``)."""
 
 from __future__ import annotations
 
 import random
-import threading
 from typing import Any
 
-from kafkalite._native import Accumulator, StickyPartitioner
+from kafkalite._native import Accumulator, PartitionState, StickyPartitioner
 from kafkalite.datadir import is_compacted, log_options
 from kafkalite.errors import UnknownTopicOrPartitionError
-from kafkalite.log import Log
 
-
-class _Partition:
-    """Per-partition state: the topic's accumulator that holds this partition's queued
-    records, the log, and the identity (device, inode) of the directory the log was opened on,
-    to notice a deleted (and perhaps re-created) topic."""
-
-    __slots__ = (
-        "topic",
-        "number",
-        "acc",
-        "log",
-        "identity",
-        "drain_lock",
-        "inflight",
-        "last_used",
-    )
-
-    def __init__(self, topic: str, number: int, acc: Accumulator) -> None:
-        self.topic = topic
-        self.number = number
-        self.acc = acc
-        self.log: Log | None = None
-        self.identity: tuple[int, int] | None = None
-        self.drain_lock = threading.Lock()
-        self.inflight = 0  # records of the batch being appended now (for the exit warning)
-        self.last_used = 0.0  # monotonic time of the last append (metadata_max_idle_ms)
+#: Per-partition state: the topic's accumulator that holds this partition's queued records,
+#: the open log with the identity (device, inode) of the directory it was opened on (to notice
+#: a deleted, perhaps re-created, topic), the drain lock, the records in flight and the time of
+#: the last append. Native, because the drain (``rust/src/py/drain.rs``) keeps it.
+_Partition = PartitionState
 
 
 class _Topic:
@@ -68,6 +46,7 @@ class _Topic:
         batch_size: int,
     ) -> None:
         self.name = name
+        #: Grown and shrunk in place: ``ProducerCore.send`` holds this list (``_Sender.topic``).
         self.partitions: list[_Partition] = []
         self.batch_size = batch_size
         self.acc = Accumulator(name, batch_size)  # send()'s records, per partition, in Rust
@@ -101,14 +80,14 @@ class _Topic:
             # from `all`. So `partitions` grows before the accumulator and shrinks after it, and
             # `all` the other way round: neither names a partition the other lacks.
             if count > len(self.partitions):
-                self.partitions = partitions
+                self.partitions[:] = partitions
             else:
                 self.all = list(range(count))
             # Keyless records: Kafka's sticky partitioner (a new partition per batch_size bytes).
             self.sticky = StickyPartitioner(count, self.batch_size, random.getrandbits(64))
         failed = self.acc.configure(count, self.sticky, self.codec, self.compacted, self.max_bytes)
         if resized:
-            self.partitions = partitions
+            self.partitions[:] = partitions
             self.all = list(range(count))
         for batch in failed:
             batch.fail(

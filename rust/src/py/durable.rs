@@ -2,11 +2,12 @@
 //! `DurableMark` with each batch, and the producer's acknowledging thread waits for the marks
 //! of many batches, over many partitions, with one call (`wait_durable`).
 
-use pyo3::intern;
 use pyo3::prelude::*;
 
+use super::drain::DrainHooks;
 use super::future::BatchState;
 use super::log::PyLog;
+use super::partition::PartitionState;
 use crate::group_commit::{wait_all, Ticket};
 
 /// What one appended batch waits for before it may be acknowledged.
@@ -32,24 +33,20 @@ pub fn wait_durable(py: Python<'_>, marks: Vec<Py<DurableMark>>, timeout_ms: u64
         .collect()
 }
 
-/// The native drain's `_Sender.append_one` tail for acks='all': hand the appended batch (its
+/// The drain's tail for acks='all' (as `_Sender.append_one`'s): hand the appended batch (its
 /// first offset and log-append time) to the producer's acknowledging thread
 /// (`DurableAcks.hand`), which resolves it once its mark is durable.
 pub(super) fn hand(
-    sender: &Bound<'_, PyAny>,
-    p: &Bound<'_, PyAny>,
+    hooks: &Bound<'_, DrainHooks>,
+    p: &PartitionState,
     log: &Bound<'_, PyLog>,
     state: Py<BatchState>,
     (first, log_append_time): (i64, Option<i64>),
     ticket: Ticket,
     records: usize,
 ) -> PyResult<()> {
-    let py = sender.py();
+    let py = hooks.py();
     let mark = Py::new(py, DurableMark { ticket, dir: log.get().dir().to_path_buf() })?;
-    let topic = p.getattr(intern!(py, "topic"))?;
-    let number = p.getattr(intern!(py, "number"))?;
-    let place = format!("{topic}-{number}");
-    let acks = sender.getattr(intern!(py, "acks"))?;
-    acks.call_method1(intern!(py, "hand"), ((state, first, log_append_time), mark, records, place))?;
-    Ok(())
+    let place = format!("{}-{}", p.topic_name(), p.partition());
+    super::drain::hand(hooks, (state, first, log_append_time), mark, records, place)
 }

@@ -16,9 +16,10 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
-use super::drain::drain_partition;
+use super::drain::{drain_partition, wake, DrainHooks};
 use super::errors::IllegalStateError;
 use super::future::FutureRecordMetadata;
+use super::partition::PartitionState;
 use super::producer::{Accumulator, DRAIN, FIRST};
 
 /// Whether a producer still takes records: shut when it closes or its sender thread dies
@@ -56,13 +57,14 @@ impl SendGate {
 
 /// What `ProducerCore.send` needs, given once by `Producer.__init__`.
 struct Setup {
-    /// Topic name -> its `Accumulator` (the sender adds a topic when it first uses it).
+    /// Topic name -> `(its Accumulator, its partitions' PartitionState list)` (the sender adds
+    /// a topic when it first uses it; the list grows and shrinks in place with the topic).
     accumulators: Py<PyDict>,
     gate: Py<SendGate>,
     /// False when a serializer or a custom partitioner must see every record (Python path).
     direct: bool,
-    /// The producer's `_Sender`: its topics' partitions, for the native drain (`drain.rs`).
-    sender: Py<PyAny>,
+    /// The sender's side of the native drain (`drain.rs`) and its wake-up.
+    hooks: Py<DrainHooks>,
 }
 
 /// The native base of `kafkalite.Producer`: its `send`.
@@ -81,17 +83,17 @@ impl ProducerCore {
         ProducerCore { setup: OnceLock::new() }
     }
 
-    /// Give `send` the topics' accumulators (a dict the sender fills), the gate, and whether
-    /// records may skip the Python path. Once per producer.
+    /// Give `send` the topics' accumulators and partitions (a dict the sender fills), the gate,
+    /// whether records may skip the Python path, and the sender's drain hooks. Once per producer.
     fn _setup_send(
         &self,
         accumulators: Py<PyDict>,
         gate: Py<SendGate>,
         direct: bool,
-        sender: Py<PyAny>,
+        hooks: Py<DrainHooks>,
     ) -> PyResult<()> {
         self.setup
-            .set(Setup { accumulators, gate, direct, sender })
+            .set(Setup { accumulators, gate, direct, hooks })
             .map_err(|_| PyRuntimeError::new_err("the producer's send path is set up already"))
     }
 
@@ -117,11 +119,13 @@ impl ProducerCore {
             }
             slf.call_method1(intern!(py, "_send_slow"), (topic, value, key, headers, partition, timestamp_ms))
         };
-        let Some(acc) = slf.get().direct_accumulator(py, topic, partition, timestamp_ms) else { return slow() };
+        let Some((acc, partitions)) = slf.get().direct_accumulator(py, topic, partition, timestamp_ms) else {
+            return slow();
+        };
         let (Some(value), Some(key)) = (as_bytes(value), as_bytes(key)) else { return slow() };
         match acc.get().send(py, value, key, headers, None, None) {
             Ok(sent) if sent.is_instance_of::<FutureRecordMetadata>() => Ok(sent),
-            Ok(sent) => match slf.get().after_send(topic, &sent)? {
+            Ok(sent) => match slf.get().after_send(&partitions, &sent)? {
                 Some(future) => Ok(future),
                 None => slf.call_method1(intern!(py, "_sent"), (topic, sent)),
             },
@@ -144,10 +148,10 @@ impl ProducerCore {
     /// Python path must answer (a refused record, or a drain the native path does not take).
     fn after_send<'py>(
         &self,
-        topic: &Bound<'py, PyAny>,
+        partitions: &Bound<'py, PyAny>,
         sent: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let py = topic.py();
+        let py = partitions.py();
         let Some(setup) = self.setup.get() else { return Ok(None) };
         let Ok((flags, number, future)) = sent.extract::<(i64, usize, Bound<'py, FutureRecordMetadata>)>() else {
             return Ok(None); // a refusal code: no future
@@ -155,34 +159,35 @@ impl ProducerCore {
         if flags <= 0 {
             return Ok(None);
         }
-        let sender = setup.sender.bind(py);
-        let topics = sender.getattr(intern!(py, "topics"))?;
-        let p = topics.get_item(topic)?.getattr(intern!(py, "partitions"))?.get_item(number)?;
-        if flags & DRAIN != 0 && !drain_partition(sender, &p, false)? {
+        let hooks = setup.hooks.bind(py);
+        let p = partitions.get_item(number)?.cast_into::<PartitionState>()?;
+        if flags & DRAIN != 0 && !drain_partition(hooks, &p, false)? {
             return Ok(None);
         }
         if flags & FIRST != 0 {
             // The core noted when the batch started: the sender lingers from then.
-            sender.call_method1(intern!(py, "wake"), (&p,))?;
+            wake(hooks, &p)?;
         }
         Ok(Some(future.into_any()))
     }
 
-    /// The topic's accumulator when this call may skip the Python path.
+    /// The topic's accumulator and partition list when this call may skip the Python path.
     fn direct_accumulator<'py>(
         &self,
         py: Python<'py>,
         topic: &Bound<'py, PyAny>,
         partition: Option<&Bound<'py, PyAny>>,
         timestamp_ms: Option<&Bound<'py, PyAny>>,
-    ) -> Option<Bound<'py, Accumulator>> {
+    ) -> Option<(Bound<'py, Accumulator>, Bound<'py, PyAny>)> {
         let setup = self.setup.get()?;
         if !setup.direct || partition.is_some() || timestamp_ms.is_some() || !setup.gate.get().open() {
             return None;
         }
         // An unknown topic (created by the Python path) or an unhashable one: the Python path.
-        let acc = setup.accumulators.bind(py).get_item(topic).ok()??;
-        acc.cast_into::<Accumulator>().ok()
+        let entry = setup.accumulators.bind(py).get_item(topic).ok()??;
+        let entry = entry.cast_into::<PyTuple>().ok()?;
+        let acc = entry.get_item(0).ok()?.cast_into::<Accumulator>().ok()?;
+        Some((acc, entry.get_item(1).ok()?))
     }
 }
 
