@@ -85,6 +85,7 @@ __all__ = [
     "offsets_encode_value",
     "offsets_decode_key",
     "offsets_decode_value",
+    "CommittedOffsets",
     "Transaction",
     "list_transactions",
     "transaction_log_decode",
@@ -222,6 +223,12 @@ def offsets_encode_key(group_id: str, topic: str, partition: int) -> bytes: ...
 def offsets_encode_value(offset: int, metadata: str, timestamp_ms: int) -> bytes: ...
 def offsets_decode_key(key: bytes) -> tuple[str, str, int] | None: ...
 def offsets_decode_value(value: bytes) -> tuple[int, str]: ...
+
+class CommittedOffsets:
+    """One group's committed offsets, read incrementally (rust/src/committed_offsets.rs)."""
+
+    def __init__(self, group_id: str) -> None: ...
+    def read(self, log: Log) -> tuple[dict[tuple[str, int], tuple[int, str]], set[tuple[str, int]]]: ...
 
 # Transactions (rust/src/transactions/, rust/src/py/transactions.rs).
 TRANSACTION_STATE_TOPIC: str

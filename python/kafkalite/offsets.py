@@ -6,8 +6,9 @@ offset, leader epoch, metadata, commit timestamp), encoded and decoded by the en
 writes tombstones, which compaction removes after ``delete.retention.ms``. Offsets follow
 Kafka's meaning: the next offset to read.
 
-Each store keeps the group's offsets in memory and reads only what was appended since its last
-look, so ``load`` is cheap; commits are appended with ``flush="always"`` (durable when the call
+Each store reads the group's commits through the engine's reader (``rust/src/committed_offsets.rs``,
+the server's too: Kafka's rules for transactional commits), which keeps them in memory and reads
+only what was appended since its last look, so ``load`` is cheap; commits are appended with ``flush="always"`` (durable when the call
 returns) by a shared writer, so any number of processes can commit at once.
 """
 
@@ -89,20 +90,9 @@ class OffsetStore:
         self._dir = data_dir if isinstance(data_dir, DataDir) else DataDir(data_dir)
         self.group_id = group_id
         self.partition = offsets_partition(group_id)
-        # A key's record type (int16), then the group as an int16-length string: the prefix of
-        # every offset commit key of this group, cut from an encoded key (empty topic: 2 bytes,
-        # partition: 4).
-        group_part = encode_key(group_id, "", 0)[2:-6]
-        self._prefixes = tuple(
-            t.to_bytes(2, "big", signed=True) + group_part for t in OFFSET_COMMIT_KEY_TYPES
-        )
-        self._offsets: Offsets = {}
-        #: Plain and decided commits past the last stable offset (see ``_catch_up``); None: a tombstone.
-        self._pending_plain: dict[tuple[str, int], tuple[int, str] | None] = {}
-        #: Partitions with offsets of a transaction still open (Kafka's pending transactional
-        #: offset commits: OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT).
-        self._unstable: set[tuple[str, int]] = set()
-        self._read_to = 0
+        #: The engine's reader of this group's commits (``rust/src/committed_offsets.rs``, the
+        #: server's too): Kafka's transactional rules, reading only what was appended since.
+        self._committed = _native.CommittedOffsets(group_id)
         self._writer: Log | None = None
         self._reader: Log | None = None
         self._mutex = threading.Lock()
@@ -114,104 +104,23 @@ class OffsetStore:
     def load(self) -> Offsets:
         """``{(topic, partition): (offset, metadata)}``, including commits from other processes."""
         with self._mutex:
-            self._catch_up()
-            if not self._pending_plain:
-                return dict(self._offsets)
-            merged = dict(self._offsets)
-            for tp, value in self._pending_plain.items():
-                if value is None:
-                    merged.pop(tp, None)
-                else:
-                    merged[tp] = value
-            return merged
+            return self._catch_up()[0]
 
     def unstable(self, tp: tuple[str, int]) -> bool:
         """Whether an open transaction holds offsets of ``tp`` for this group (KIP-447): a
         read_committed consumer starts reading the partition only once it ended, so that it
         starts where that transaction leaves the group, not before its input."""
         with self._mutex:
-            self._catch_up()
-            return tp in self._unstable
+            return tp in self._catch_up()[1]
 
-    def _apply(
-        self, into: dict[tuple[str, int], tuple[int, str] | None], key: bytes | None, value: bytes | None
-    ) -> None:
-        if key is not None and key.startswith(self._prefixes):
-            decoded = decode_key(key)
-            if decoded is not None and decoded[0] == self.group_id:
-                into[(decoded[1], decoded[2])] = None if value is None else decode_value(value)
-
-    def _catch_up(self) -> None:
-        """Kafka's group coordinator's view: below the last stable offset, the records a
-        read_committed reader sees, in log order (a transaction's offsets count iff it committed,
-        and a later record of a key wins); past it (a transaction still open holds it back), the
-        plain commits and those of transactions that committed already, newer than anything
-        below; the open transactions' offsets make their partitions ``unstable``. Transactional commits are
-        the only batches with a producer id in this topic (clients cannot produce to it)."""
+    def _catch_up(self) -> tuple[Offsets, set[tuple[str, int]]]:
+        """The offsets and the partitions an open transaction commits offsets of, as Kafka's
+        group coordinator sees them (a transaction's offsets count at its COMMIT marker)."""
         if self._reader is None:
             if not os.path.isdir(self._path()):
-                return
+                return {}, set()
             self._reader = Log(self._path(), readonly=True)
-        log = self._reader
-        start = max(self._read_to, log.start_offset)
-        stable = log.last_stable_offset
-        if start < stable:
-            decided: dict[tuple[str, int], tuple[int, str] | None] = {}
-            for r in log.committed_records(start, stable):
-                self._apply(decided, r.key, r.value)
-            for tp, value in decided.items():
-                if value is None:
-                    self._offsets.pop(tp, None)
-                else:
-                    self._offsets[tp] = value
-            self._read_to = stable
-        self._pending_plain = {}
-        self._unstable = set()
-        end = log.end_offset
-        if stable < end:
-            plain: list[tuple[int, int]] = []
-            transactional: list[tuple[int, int, int]] = []
-            marked: dict[int, int] = {}  # producer id -> offset of its last marker here
-            position = stable
-            while position < end:
-                headers = log.batch_headers(position)
-                if not headers:
-                    break
-                for b in headers:
-                    if b.control:
-                        marked[b.producer_id] = b.base_offset
-                    elif b.producer_id < 0:
-                        plain.append((b.base_offset, b.last_offset))
-                    else:
-                        transactional.append((b.base_offset, b.last_offset, b.producer_id))
-                position = headers[-1].last_offset + 1
-            # Transactional batches with no marker of their producer after them: still open.
-            open_txn = [(first, last) for first, last, pid in transactional if marked.get(pid, -1) < first]
-            # Ended ones count at once if they committed, as Kafka's coordinator applies a
-            # transaction's offsets at its COMMIT marker (not once every earlier transaction of
-            # this partition, another group's included, ended): in log order with the plain ones.
-            ended = [(first, last, pid) for first, last, pid in transactional if marked.get(pid, -1) > first]
-            if ended:
-                aborted = [
-                    (t.producer_id, t.first_offset, t.last_offset)
-                    for t in log.aborted_transactions()
-                    if t.last_offset >= stable
-                ]
-                plain += [
-                    (first, last)
-                    for first, last, pid in ended
-                    if not any(p == pid and f <= first <= lst for p, f, lst in aborted)
-                ]
-            pending_txn: dict[tuple[str, int], tuple[int, str] | None] = {}
-            for r in log.records(stable, end):
-                at = r.offset
-                if at is None:
-                    continue
-                if any(first <= at <= last for first, last in plain):
-                    self._apply(self._pending_plain, r.key, r.value)
-                elif any(first <= at <= last for first, last in open_txn):
-                    self._apply(pending_txn, r.key, r.value)
-            self._unstable = set(pending_txn)
+        return self._committed.read(self._reader._native)
 
     def _log(self) -> Log:
         if self._writer is None:

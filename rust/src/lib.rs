@@ -38,7 +38,8 @@
 //! the partition: `datadir` (a data directory's topic metadata), `partitioner` (Kafka's
 //! murmur2), `producer` (the embedded producer's core: batching per partition, linger, draining
 //! through the log's append), `notify` (futex wake-ups across processes), `offsets_codec` (Kafka's
-//! `__consumer_offsets` records, for the server and the clients), `inspect` (a segment judged by
+//! `__consumer_offsets` records, for the server and the clients), `committed_offsets` (a group's
+//! committed offsets read from them with Kafka's transactional rules, for the same two), `inspect` (a segment judged by
 //! recovery's rules, for `kafkalite dump-log`), `arrow` (records to Arrow), `spark` (the same
 //! records as Spark's Kafka-source rows), `users` (the SASL/SCRAM credentials `kafkalite serve`
 //! checks), `quotas` (the client quotas it enforces, stored in the data directory) and `server` (`kafkalite serve`, Kafka's wire protocol). `py` is the PyO3 binding, built only with the `python` feature. Beside them:
@@ -57,6 +58,7 @@ pub const LOG_TARGET: &str = "kafkalite::engine";
 pub mod arrow;
 pub mod checkpoint;
 pub mod cleaner;
+pub mod committed_offsets;
 pub mod datadir;
 pub mod error;
 pub mod failpoint;

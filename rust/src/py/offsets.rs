@@ -1,8 +1,13 @@
-//! `__consumer_offsets` records for `kafkalite.offsets`: thin wrappers over the engine's
-//! `offsets_codec`, the codec the wire-protocol server uses too.
+//! `__consumer_offsets` for `kafkalite.offsets`: thin wrappers over the engine's
+//! `offsets_codec` and `committed_offsets`, the codec and reader the wire-protocol server uses too.
+
+use std::sync::Mutex;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
+
+use crate::committed_offsets::{CommittedOffsets, Offsets};
+use crate::py::log::PyLog;
 
 use crate::error::Error;
 use crate::offsets_codec as codec;
@@ -58,7 +63,43 @@ pub fn offsets_decode_value(value: &[u8]) -> PyResult<(i64, String)> {
     Ok(codec::decode_value(value)?)
 }
 
+/// One group's committed offsets, read incrementally from its offsets partition (the engine's
+/// `committed_offsets::CommittedOffsets`).
+#[pyclass(frozen, name = "CommittedOffsets", module = "kafkalite._native")]
+pub struct PyCommittedOffsets {
+    group: String,
+    inner: Mutex<CommittedOffsets>,
+}
+
+/// The offsets as `{(topic, partition): (offset, metadata)}` and the unstable partitions.
+type Read = (Offsets, std::collections::BTreeSet<(String, i32)>);
+
+#[pymethods]
+impl PyCommittedOffsets {
+    #[new]
+    fn new(group_id: &str) -> Self {
+        PyCommittedOffsets { group: group_id.to_string(), inner: Mutex::new(CommittedOffsets::new(group_id)) }
+    }
+
+    /// Catch up on `log` (the group's offsets partition, a `_native.Log`): (offsets, the
+    /// partitions an open transaction holds commits of).
+    fn read(&self, py: Python<'_>, log: &PyLog) -> PyResult<Read> {
+        log.detached(py, |log| {
+            // A panic while this was held (a bug, surfaced by `detached`) may have cut a read
+            // short: such a reader starts again from the log's start.
+            let mut state = self.inner.lock().unwrap_or_else(|poisoned| {
+                let mut state = poisoned.into_inner();
+                *state = CommittedOffsets::new(&self.group);
+                state
+            });
+            state.catch_up(log)?;
+            Ok((state.offsets().clone(), state.unstable()))
+        })
+    }
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyCommittedOffsets>()?;
     m.add_function(wrap_pyfunction!(java_string_hash, m)?)?;
     m.add_function(wrap_pyfunction!(offsets_partition, m)?)?;
     m.add_function(wrap_pyfunction!(offsets_encode_key, m)?)?;

@@ -45,7 +45,7 @@ impl PyLog {
 
     /// Run `f` on the log with the GIL released. A panic (a bug) never crosses into Python as
     /// `PanicException`: it poisons the log and surfaces as `LogPoisonedError`.
-    pub(super) fn detached<T: Send>(
+    pub(in crate::py) fn detached<T: Send>(
         &self,
         py: Python<'_>,
         f: impl FnOnce(&mut Log) -> crate::Result<T> + Send,

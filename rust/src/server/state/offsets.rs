@@ -5,127 +5,28 @@
 //! epoch, metadata, commit timestamp), appended by a shared writer with flush always, so
 //! `kafkalite groups describe` and `kafkalite.Consumer(group_id=...)` see them.
 //!
-//! The records' bytes are `offsets_codec`'s, the embedded clients' codec too. Compaction of
+//! The records' bytes are `offsets_codec`'s, and a group's offsets are read by
+//! `committed_offsets` (Kafka's transactional rules): the embedded clients' codec and reader
+//! too. Compaction of
 //! `__consumer_offsets` is left to the embedded committers' cleaner.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use super::broker::Broker;
 use super::locks::{append_blocking, lock, lock_log};
+use crate::committed_offsets::CommittedOffsets;
+pub use crate::committed_offsets::Offsets;
 use crate::error::{Error, Result};
 use crate::log::{now_ms, Log};
 use crate::log_read::RecordSink;
-use crate::record::scan::verify_crc;
-use crate::record::{for_each_record, record_area, RecordInput, RecordRef};
-use crate::txn::{self, TxnBatch};
+use crate::record::{RecordInput, RecordRef};
 
-use crate::offsets_codec::{decode_key, decode_value, encode_key, encode_value};
+use crate::offsets_codec::{decode_key, encode_key, encode_value};
 pub use crate::offsets_codec::{offsets_partition, OFFSETS_PARTITIONS, OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG};
 
 /// Kafka's offset.metadata.max.bytes.
 pub const MAX_METADATA_BYTES: usize = 4096;
-
-/// A group's committed offsets: (topic, partition) -> (offset, metadata).
-pub type Offsets = BTreeMap<(String, i32), (i64, String)>;
-
-/// A commit as read: the partition's (offset, metadata), or None for a tombstone (deleted).
-type Commit = ((String, i32), Option<(i64, String)>);
-
-/// One group's committed offsets, kept up to date by reading what was appended since.
-///
-/// Transactional commits (TxnOffsetCommit, an embedded producer's `send_offsets_to_transaction`)
-/// are held per producer id until that producer's marker, as Kafka's group coordinator holds
-/// them (`pendingTransactionalOffsetCommits`): applied on COMMIT, unless a commit written after
-/// them replaced the partition's offset already, dropped on ABORT.
-#[derive(Default)]
-struct GroupOffsets {
-    offsets: Offsets,
-    /// The log offset of the record each entry of `offsets` came from.
-    written_at: HashMap<(String, i32), i64>,
-    /// Transactional commits awaiting their producer's marker: producer id -> (record offset, commit).
-    pending: HashMap<i64, Vec<(i64, Commit)>>,
-    read_to: i64,
-}
-
-impl GroupOffsets {
-    fn apply(&mut self, at: i64, (key, value): Commit) {
-        if self.written_at.get(&key).is_some_and(|&seen| seen > at) {
-            return; // a later commit replaced it while this transaction was open
-        }
-        match value {
-            Some(value) => {
-                self.written_at.insert(key.clone(), at);
-                self.offsets.insert(key, value);
-            }
-            None => {
-                self.written_at.remove(&key);
-                self.offsets.remove(&key);
-            }
-        }
-    }
-
-    /// A producer's marker: its held commits applied (COMMIT) or dropped (ABORT).
-    fn end_transaction(&mut self, producer_id: i64, commit: bool) {
-        let held = self.pending.remove(&producer_id).unwrap_or_default();
-        if commit {
-            for (at, c) in held {
-                self.apply(at, c);
-            }
-        }
-    }
-
-    /// The partitions with a transactional commit not yet committed or aborted.
-    fn unstable(&self) -> BTreeSet<(String, i32)> {
-        self.pending.values().flatten().map(|(_, (key, _))| key.clone()).collect()
-    }
-
-    /// Read the batches of `[from, end)` (whole batches; `from` is where the last read ended).
-    fn read(&mut self, log: &crate::log::Log, group: &str, (from, end): (i64, i64)) -> Result<()> {
-        txn::walk_transactions(log, (from, end), |batch| {
-            let (h, batch, pos) = match batch {
-                TxnBatch::Marker { producer_id, commit, .. } => {
-                    self.end_transaction(producer_id, commit);
-                    return Ok(());
-                }
-                TxnBatch::Data(h, batch, pos) => (h, batch, pos),
-            };
-            verify_crc(batch, h, pos)?;
-            let area = record_area(batch, h)?;
-            let mut commits = Vec::new();
-            for_each_record(&area, h, |r| {
-                if r.offset >= from {
-                    if let Some(c) = commit_of(group, r) {
-                        commits.push((r.offset, c));
-                    }
-                }
-                Ok(())
-            })?;
-            if h.is_transactional() {
-                self.pending.entry(h.producer_id).or_default().extend(commits);
-            } else {
-                for (at, c) in commits {
-                    self.apply(at, c);
-                }
-            }
-            Ok(())
-        })
-    }
-}
-
-/// `group`'s commit in a record of the offsets topic, if it is one. Other record types, and
-/// keys that do not decode, are skipped (offsets.py raises); so is a newer or damaged value.
-fn commit_of(group: &str, record: &RecordRef<'_>) -> Option<Commit> {
-    let (g, topic, partition) = record.key.and_then(|k| decode_key(k).ok().flatten())?;
-    if g != group {
-        return None;
-    }
-    match record.value.map(decode_value) {
-        None => Some(((topic, partition), None)),
-        Some(Ok(value)) => Some(((topic, partition), Some(value))),
-        Some(Err(_)) => None,
-    }
-}
 
 /// The committed (group, topic, partition) keys of one partition of the offsets topic.
 #[derive(Default)]
@@ -157,7 +58,7 @@ pub struct OffsetStore {
     /// A cache of the offsets topic, consistent at any panic (so `lock` recovers it): `load`
     /// moves `read_to` only after the scan, so a scan a panic cut short is read again from
     /// there, and a commit read twice sets the same entry to the same value.
-    groups: Mutex<HashMap<String, GroupOffsets>>,
+    groups: Mutex<HashMap<String, CommittedOffsets>>,
     /// Which groups have committed offsets, per partition of the offsets topic (`groups`);
     /// consistent at any panic as `groups` is.
     index: Mutex<HashMap<i32, PartitionKeys>>,
@@ -207,24 +108,11 @@ impl OffsetStore {
             false => None,
         };
         let mut groups = lock(&self.groups);
-        let state = groups.entry(group.to_string()).or_default();
-        let Some(log) = log else {
-            return Ok((state.offsets.clone(), state.unstable()));
-        };
-        let mut log = lock_log(&log)?;
-        log.follow()?;
-        let next = state.read_to.max(log.start_offset());
-        let end = log.end_offset();
-        if next < end {
-            if let Err(e) = state.read(&log, group, (next, end)) {
-                // Read again from the start next time: commits of a batch read half way would
-                // be held twice.
-                *state = GroupOffsets::default();
-                return Err(e);
-            }
-            state.read_to = end;
+        let state = groups.entry(group.to_string()).or_insert_with(|| CommittedOffsets::new(group));
+        if let Some(log) = log {
+            state.catch_up(&mut *lock_log(&log)?)?;
         }
-        Ok((state.offsets.clone(), state.unstable()))
+        Ok((state.offsets().clone(), state.unstable()))
     }
 
     /// Delete the group's committed offsets (DeleteGroups, as offsets.py's `OffsetStore.delete`),
