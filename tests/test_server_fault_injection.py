@@ -312,3 +312,32 @@ def test_unauthenticated_sockets_past_the_deadline_and_unanswered_refusals_are_v
     assert len(violations["deadline"]) == 1 and "silent: 3 unauthenticated" in violations["deadline"][0]
     assert len(violations["refusals"]) == 2
     assert "'15': 1" in violations["refusals"][0] and "{'Closed': 1}" in violations["refusals"][1]
+
+
+def test_connections_past_the_per_ip_cap_not_evicted_at_once_are_a_violation():
+    """Without max.connections.per.ip the excess would stay open until the authentication
+    deadline closed them, which the deadline check alone takes for a holding server."""
+    from faults.server_checker import check_attacks
+
+    def per_ip(closed_early: int, t: float = 30) -> dict:
+        return {
+            "ev": "attack",
+            "attack": "per_ip",
+            "t": int(t * S),
+            "cap": 400,
+            "opened": 500,
+            "closed_early": closed_early,
+            "still_open": 0,
+            "oldest_open_s": 9.0,
+        }
+
+    start = {"ev": "start", "t": 10 * S}
+    episodes = [
+        [start, per_ip(100)],  # the oldest 100 evicted: fine
+        [start, per_ip(450)],  # more, by other episodes' connections: fine
+        [start, per_ip(0)],  # none: the cap is not enforced, a violation
+        [{"ev": "start", "t": 59 * S}, per_ip(0, t=70)],  # the server was killed meanwhile: fine
+    ]
+    violations, _ = check_attacks(episodes, [(60 * S, 62 * S)], {}, _stats())
+    assert len(violations["deadline"]) == 1
+    assert "only 0 closed within 5 s" in violations["deadline"][0], violations["deadline"]

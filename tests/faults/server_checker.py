@@ -20,6 +20,8 @@ says which guarantee broke and the test can carry a list of known ones:
                             frame answered or its connection closed within 5 s, and every
                             connection of a SASL server's ``silent``, ``preauth_stall`` and
                             ``per_ip`` attacks closed by the authentication deadline (+5 s),
+                            and a ``per_ip`` attack's connections past max.connections.per.ip
+                            evicted within 5 s,
                             except while the server was down
 - ``refusals``              a SASL server's FindCoordinator v4 of a group the user may not read
                             answered GROUP_AUTHORIZATION_FAILED, never a closed connection
@@ -45,6 +47,7 @@ from faults.server_attacks import (
     ANSWER_DEADLINE_S,
     AUTHENTICATION_DEADLINE_S,
     DEADLINE_SLACK_S,
+    EVICTED_WITHIN_S,
     GROUP_AUTHORIZATION_FAILED,
 )
 
@@ -227,6 +230,13 @@ def check_attacks(
                             f"{ev['attack']}: {ev['still_open']} unauthenticated connections still open at the end, the "
                             f"oldest {ev['oldest_open_s']} s after its connect (deadline {AUTHENTICATION_DEADLINE_S:.0f} s)"
                         )
+                excess = ev["opened"] - ev["cap"] if ev["attack"] == "per_ip" else 0
+                if excess > 0 and not down and ev["closed_early"] < excess:
+                    violations["deadline"].append(
+                        f"per_ip: {ev['opened']} unauthenticated connections from one address with "
+                        f"max.connections.per.ip {ev['cap']}, only {ev['closed_early']} closed within "
+                        f"{EVICTED_WITHIN_S:.0f} s of their connect (want the oldest {excess} evicted at once)"
+                    )
                 if ev["attack"] == "coordinator_denied":
                     wrong = {k: v for k, v in ev["answers"].items() if int(k) != GROUP_AUTHORIZATION_FAILED}
                     # a connection lost within a second of the server's downtime is the kill's

@@ -17,7 +17,9 @@ or, ``authenticated``, a SASL/SCRAM server with the authorizer on (super user ``
 probe's login; ``mallory`` may read the big topic only; SCRAM_USERS more users in the users
 file; max.connections.per.ip PER_IP), the embedded clients beside it (network clients would all
 need logins: the plain configuration has them), and AUTH_EPISODES: ``scram_flood``,
-``preauth_stall``, ``silent``, ``per_ip``, ``unread_fetch``, ``coordinator_denied``;
+``preauth_stall``, ``silent``, ``per_ip``, ``unread_fetch``, ``coordinator_denied`` (a short
+per_ip first, then silent held past the authentication deadline with no server kill or per_ip
+meanwhile, so that the checker sees both limits even in a short run);
 
 then stops everything (the server by SIGINT), and checks ``faults.server_checker``'s invariants
 and ``faults.txn_checker``'s (as the invariant ``transactions``).
@@ -57,6 +59,7 @@ AUTH_ATTACKS = ("stop", "kill", "server_kill", *AUTH_EPISODES)
 AUTH_EPISODE_WEIGHTS = dict.fromkeys(AUTH_EPISODES, 1)
 PASSWORDS = {"admin": "admin-pw", "mallory": "mallory-pw"}
 SCRAM_USERS, PER_IP = 2000, 400
+PER_IP_HOLD_S = 3.0
 AUTH_SERVE_FLAGS = (
     "--sasl",
     "--authorizer",
@@ -284,7 +287,12 @@ class ServerController(Controller):
         ]  # fmt: skip
         if attack in AUTH_EPISODES:
             left = self.deadline - time.monotonic() - 2
-            hold = SILENT_HOLD_S if attack == "silent" and left > SILENT_HOLD_S else self.rng.uniform(6, 15)
+            # held past the authentication deadline and its slack, or the checker cannot tell
+            # whether the server closed them by it
+            long = attack in server_checker.UNAUTHENTICATED_HOLDS and left > SILENT_HOLD_S
+            hold = SILENT_HOLD_S if long else self.rng.uniform(6, 15)
+            if attack == "per_ip":  # its check is the eviction at once; short, see plan()
+                hold = PER_IP_HOLD_S
             argv += ["--seconds", f"{max(3.0, min(hold, left)):.1f}"]
         proc, stderr = self.popen(name, argv, child_env())
         self.episodes.append(
@@ -302,11 +310,18 @@ class ServerController(Controller):
         short run sees each); more come at random."""
         planned = [a for a in (*self.episode_names, "server_kill") if a in self.attacks]
         self.rng.shuffle(planned)
+        if self.authenticated:
+            # per_ip (short) then silent first, so that even a short run holds silent past the
+            # authentication deadline, and no per_ip fills the address's slots meanwhile (the
+            # oldest unauthenticated connections, silent's, would be evicted before it).
+            first = [a for a in ("per_ip", "silent") if a in planned]
+            planned = first + [a for a in planned if a not in first]
         start = time.monotonic()
         span = self.seconds * 0.85  # the last ones end before the stop
-        self.planned = sorted(
-            (start + (i + self.rng.random()) * span / max(1, len(planned)), a) for i, a in enumerate(planned)
-        )
+        times = [start + (i + self.rng.random()) * span / max(1, len(planned)) for i in range(len(planned))]
+        if self.authenticated and planned[:2] == ["per_ip", "silent"]:
+            times[1] = max(times[1], times[0] + PER_IP_HOLD_S + 3)
+        self.planned = sorted(zip(times, planned, strict=True))
 
     def server_tick(self) -> None:
         rng, now = self.rng, time.monotonic()
@@ -338,14 +353,23 @@ class ServerController(Controller):
             self.server_restart_at = now + 1.0
             return
         running = {ep.attack for ep in self.episodes}
-        kill = "server_kill" in self.attacks and rng.random() < 0.015
+        # No kill during a silent episode: it would close the connections the checker must see
+        # closed by the authentication deadline (a planned one comes after it).
+        killable = "silent" not in running
+        kill = "server_kill" in self.attacks and killable and rng.random() < 0.015
+        deferred: list[tuple[float, str]] = []
         while self.planned and self.planned[0][0] <= now:
             attack = self.planned.pop(0)[1]
-            if attack == "server_kill":
+            if attack == "server_kill" and not killable:
+                deferred.append((now + 1.0, attack))
+            elif attack == "server_kill":
                 kill = True
             else:
                 self.start_episode(attack)
+        self.planned = sorted(self.planned + deferred)
         enabled = [a for a in self.episode_names if a in self.attacks and a not in running]
+        if not killable:  # nor a per_ip: it would evict silent's connections (see plan())
+            enabled = [a for a in enabled if a != "per_ip"]
         if enabled and len(self.episodes) < 2 and rng.random() < 0.04:
             self.start_episode(rng.choices(enabled, weights=[self.episode_weights[a] for a in enabled])[0])
         if kill:

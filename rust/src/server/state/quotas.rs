@@ -30,7 +30,7 @@ const WINDOWS: usize = 11;
 const WINDOW_MS: u64 = 1000;
 /// How often the file is checked for another process's changes.
 const RECHECK_MS: u64 = 1000;
-/// Sensors kept before those with no bytes in the window are dropped.
+/// Sensors kept before those with no bytes in the window are first dropped.
 const MAX_SENSORS: usize = 10_000;
 
 /// Which quota a request is recorded against.
@@ -124,8 +124,26 @@ pub struct QuotaManager {
     /// The file's identity when `stored` was read, and when it was last checked.
     stamp: Mutex<Option<Stamp>>,
     checked_ms: AtomicU64,
-    sensors: Mutex<HashMap<SensorKey, Sensor>>,
+    sensors: Mutex<Sensors>,
     epoch: Instant,
+}
+
+/// Every entity's sensor, and when the next sweep of the idle ones is due.
+struct Sensors {
+    map: HashMap<SensorKey, Sensor>,
+    /// The count at which idle sensors are next dropped: twice what a sweep left, at least
+    /// MAX_SENSORS, so that a new sensor costs amortized O(1) however many are busy (a new
+    /// client id per request under a default quota would otherwise scan them all each time,
+    /// under the lock every quota'd request takes).
+    sweep_at: usize,
+    /// Sweeps done (the tests' measure of the amortization).
+    sweeps: usize,
+}
+
+impl Default for Sensors {
+    fn default() -> Sensors {
+        Sensors { map: HashMap::new(), sweep_at: MAX_SENSORS, sweeps: 0 }
+    }
 }
 
 type Stamp = (u64, u64, u64, i64, i64);
@@ -146,7 +164,7 @@ impl QuotaManager {
             stored: RwLock::new(stored),
             stamp: Mutex::new(stamp),
             checked_ms: AtomicU64::new(0),
-            sensors: Mutex::new(HashMap::new()),
+            sensors: Mutex::new(Sensors::default()),
             epoch: Instant::now(),
         })
     }
@@ -225,7 +243,8 @@ impl QuotaManager {
             return;
         }
         let Some((_, key)) = self.resolve(kind, user, client_id) else { return };
-        let until = self.sensors.lock().unwrap_or_else(|e| e.into_inner()).get(&key).and_then(|s| s.throttled_until);
+        let until =
+            self.sensors.lock().unwrap_or_else(|e| e.into_inner()).map.get(&key).and_then(|s| s.throttled_until);
         if let Some(until) = until {
             tokio::time::sleep_until(until.into()).await;
         }
@@ -274,16 +293,18 @@ impl QuotaManager {
         let Some((quota, key)) = self.resolve(kind, user, client_id) else { return 0 };
         let now = self.now_ms();
         let mut sensors = self.sensors.lock().unwrap_or_else(|e| e.into_inner());
-        if sensors.len() >= MAX_SENSORS && !sensors.contains_key(&key) {
+        if sensors.map.len() >= sensors.sweep_at && !sensors.map.contains_key(&key) {
             // Clients that came and went (a new client id per connection under a default
             // quota): Kafka expires their sensors after an hour idle; here once past the bound.
             let at = Instant::now();
-            sensors.retain(|_, s| {
+            sensors.map.retain(|_, s| {
                 s.purge(now);
                 !s.samples.is_empty() || s.throttled_until.is_some_and(|until| until > at)
             });
+            sensors.sweeps += 1;
+            sensors.sweep_at = MAX_SENSORS.max(2 * sensors.map.len());
         }
-        let sensor = sensors.entry(key).or_default();
+        let sensor = sensors.map.entry(key).or_default();
         sensor.record(now, value);
         let throttle = sensor.throttle_ms(now, quota).min(kind.max_throttle_ms()).min(i32::MAX as u64);
         if throttle > 0 {
@@ -297,7 +318,7 @@ impl QuotaManager {
     pub fn unrecord(&self, kind: Kind, user: &str, client_id: &str, bytes: usize) {
         let Some((_, key)) = self.resolve(kind, user, client_id) else { return };
         let now = self.now_ms();
-        if let Some(s) = self.sensors.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&key) {
+        if let Some(s) = self.sensors.lock().unwrap_or_else(|e| e.into_inner()).map.get_mut(&key) {
             s.record(now, -(bytes as f64));
         }
     }
@@ -342,6 +363,26 @@ mod tests {
         // 2.05 s: 20.5 % against 1 %, far over; bounded to one window.
         assert_eq!(q.record_time("alice", "app", Duration::from_secs(2)), 1000);
         assert_eq!(q.record_time("bob", "app", Duration::from_secs(2)), 0, "no quota applies to bob");
+    }
+
+    /// A new client id per request under a default request quota: past MAX_SENSORS busy
+    /// sensors, each new one must not sweep them all again (O(n) under the lock every quota'd
+    /// request takes: a few cheap requests a second would stall every other client).
+    #[test]
+    fn new_sensors_past_the_bound_do_not_each_sweep_the_busy_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = QuotaManager::open(dir.path()).unwrap();
+        let mut stored = Stored::new();
+        let any_client = Entity { user: None, client_id: Some(None) };
+        stored.insert(any_client, [(REQUEST_PERCENTAGE.to_string(), 1e9)].into_iter().collect());
+        q.adopt(stored);
+        let clients = 3 * MAX_SENSORS;
+        for i in 0..clients {
+            q.record_time("", &format!("c{i}"), Duration::from_micros(10));
+        }
+        let sensors = q.sensors.lock().unwrap();
+        assert_eq!(sensors.map.len(), clients, "every one busy in the window: none dropped");
+        assert!(sensors.sweeps <= 4, "{} sweeps for {clients} new sensors", sensors.sweeps);
     }
 
     fn named(user: Option<Option<&str>>, client_id: Option<Option<&str>>) -> Entity {
