@@ -1,5 +1,5 @@
 """``kafkalite quotas describe|alter``: the client quotas ``kafkalite serve`` enforces, on a data
-directory (what ``kafka-configs --entity-type users|clients --describe|--alter`` does for a Kafka
+directory (what ``kafka-configs --entity-type users|clients|ips --describe|--alter`` does for a Kafka
 cluster; that tool works on a running ``kafkalite serve`` too)."""
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ def _entity_options(parser: argparse.ArgumentParser) -> None:
     client = parser.add_mutually_exclusive_group()
     client.add_argument("--client-id", help="a client id")
     client.add_argument("--client-id-default", action="store_true", help="the default client id")
+    ip = parser.add_mutually_exclusive_group()
+    ip.add_argument("--ip", help="an address (its quota: connection_creation_rate, connections per second)")
+    ip.add_argument("--ip-default", action="store_true", help="the default address")
 
 
 def add_parser(sub: argparse._SubParsersAction, require_dir, subparser) -> None:  # type: ignore[type-arg]
@@ -32,7 +35,8 @@ def add_parser(sub: argparse._SubParsersAction, require_dir, subparser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE[,KEY=VALUE]",
-        help=f"quotas to set, bytes per second ({', '.join(quotas.KEYS)})",
+        help=f"quotas to set, bytes per second ({', '.join(quotas.KEYS)}); of an ip, "
+        f"connections per second ({', '.join(quotas.IP_KEYS)})",
     )
     alter.add_argument(
         "--delete-config", action="append", default=[], metavar="KEY[,KEY]", help="quotas to remove"
@@ -46,6 +50,8 @@ def _entity(args: argparse.Namespace) -> dict[str, str | None]:
         entity["user"] = args.user
     if args.client_id is not None or args.client_id_default:
         entity["client-id"] = args.client_id
+    if args.ip is not None or args.ip_default:
+        entity["ip"] = args.ip
     return entity
 
 
@@ -67,7 +73,8 @@ def run(args: argparse.Namespace, data_dir: str) -> int:
         return 0
     if not entity:
         raise SystemExit(
-            "kafkalite: name the entity: --user NAME|--user-default and/or --client-id NAME|--client-id-default"
+            "kafkalite: name the entity: --user NAME|--user-default and/or --client-id NAME|--client-id-default, "
+            "or --ip ADDRESS|--ip-default"
         )
     changes: dict[str, float | None] = {}
     for pairs in args.add_config:

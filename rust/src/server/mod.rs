@@ -72,6 +72,7 @@ mod codes;
 mod committed;
 mod configs;
 mod connection;
+mod connection_rate;
 mod consumer_group;
 mod consumer_group_api;
 mod coordinator;
@@ -169,6 +170,10 @@ pub struct ServerConfig {
     /// `max.connections.per.ip` (Kafka's default: unlimited), and its per-address overrides.
     pub max_connections_per_ip: usize,
     pub max_connections_per_ip_overrides: std::collections::HashMap<std::net::IpAddr, usize>,
+    /// `max.connection.creation.rate`: connections accepted per second, over which the acceptor
+    /// waits (`connection_rate`); None: unlimited (Kafka's default). The per-address rate is
+    /// the ip entities' `connection_creation_rate` quota.
+    pub max_connection_creation_rate: Option<u32>,
     /// With SASL: a connection not authenticated this long after it was accepted is closed,
     /// whatever it sent meanwhile (ApiVersions does not extend it).
     pub authentication_timeout: Duration,
@@ -214,6 +219,7 @@ impl ServerConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_ip: usize::MAX,
             max_connections_per_ip_overrides: Default::default(),
+            max_connection_creation_rate: None,
             authentication_timeout: DEFAULT_AUTHENTICATION_TIMEOUT,
             fetch_max_bytes: FETCH_MAX_BYTES,
             acks_all: AcksAll::Disk,
@@ -254,6 +260,12 @@ impl Server {
             // As Kafka's KafkaConfig: 0 with no overrides would refuse every client.
             return Err(Error::config(
                 "max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides is set",
+            ));
+        }
+        if config.max_connection_creation_rate == Some(0) {
+            // As Kafka's validation of the listener's rate.
+            return Err(Error::config(
+                "Invalid max.connection.creation.rate 0: it must be at least 1 (unset: unlimited)",
             ));
         }
         if config.fetch_max_bytes < FETCH_MAX_BYTES_MIN {
