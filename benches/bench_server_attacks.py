@@ -14,7 +14,12 @@ drift of the run). Each phase also reports the CPU the server and the attacker's
 (cores: CPU seconds per second of the phase), since on 2 shared cores an attacker's own CPU
 delays the server as much as the work it causes there.
 
+With `--ip-connection-rate N` the attackers' address (127.0.0.1, the measured client's too, which
+connects before the attacks) has Kafka's `connection_creation_rate` quota N (KIP-612): connections
+over it are closed unserved; `--attacks` runs only the phases named.
+
   python benches/bench_server_attacks.py [--seconds 12] [--name server-attacks-DATE]
+      [--attacks scram_flood,connect_flood] [--ip-connection-rate 100]
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ TESTS = HERE.parent / "tests"
 sys.path.insert(0, str(TESTS))  # serve_proc.py, server_wire.py, faults/: what the soak suite uses
 
 import kafkalite  # noqa: E402
+import kafkalite.quotas  # noqa: E402
 from bench_server_isolation import summary  # noqa: E402
 from faults import server_controller as C  # noqa: E402
 from faults.server_attacks import AUTHENTICATION_DEADLINE_S, DEADLINE_SLACK_S  # noqa: E402
@@ -53,10 +59,26 @@ def start_module(*args: str, **kwargs) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", *args], **kwargs)
 
 
-def measured(address: str, stop: threading.Event, kind: str, samples: list[float], errors: dict) -> None:
+def logged_in(address: str, kind: str) -> Wire:
+    """The measured client's connection for `kind`, logged in as admin before the attack starts
+    (an established client; under a connection_creation_rate quota of 127.0.0.1 a new one from
+    the attackers' address is throttled with them, and for up to the rate's 11 s window after
+    a flood: it retries, as a Kafka client reconnects)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            wire = Wire(address, timeout=60, client_id=f"measured-{kind}")
+            assert wire.login("admin", C.PASSWORDS["admin"]) == 0, "admin not authenticated"
+            return wire
+        except (OSError, ConnectionError) as e:
+            if time.monotonic() > deadline:
+                raise
+            print(f"measured {kind}: {e}; reconnecting", file=sys.stderr, flush=True)
+            time.sleep(0.5)
+
+
+def measured(wire: Wire, stop: threading.Event, kind: str, samples: list[float], errors: dict) -> None:
     """One logged-in connection asking `kind` until `stop`; each answer's latency in ms."""
-    wire = Wire(address, timeout=60, client_id=f"measured-{kind}")
-    assert wire.login("admin", C.PASSWORDS["admin"]) == 0, "admin not authenticated"
     while not stop.is_set():
         started = time.monotonic()
         error = wire.produce(TOPIC, 0, b"x" * 100) if kind == "produce" else wire.fetch(FETCHED, 0, 0)
@@ -90,13 +112,14 @@ def phase(address: str, attack: str | None, seconds: float, server_pid: int, jou
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), *filter(None, [os.environ.get("PYTHONPATH")])])
     )
+    samples: dict[str, list[float]] = {"produce": [], "fetch": []}
+    errors: dict[str, dict] = {"produce": {}, "fetch": {}}
+    wires = {kind: logged_in(address, kind) for kind in samples}
     proc = start_module(*argv, env=env) if attack else None
     time.sleep(WARMUP_S)
     stop = threading.Event()
-    samples: dict[str, list[float]] = {"produce": [], "fetch": []}
-    errors: dict[str, dict] = {"produce": {}, "fetch": {}}
     threads = [
-        threading.Thread(target=measured, args=(address, stop, kind, samples[kind], errors[kind]))
+        threading.Thread(target=measured, args=(wires[kind], stop, kind, samples[kind], errors[kind]))
         for kind in samples
     ]
     server_cpu, started = cpu_seconds(server_pid), time.monotonic()
@@ -130,7 +153,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=12.0)
     parser.add_argument("--name", default=f"server-attacks-{datetime.date.today()}")
+    parser.add_argument("--attacks", default=",".join(ATTACKS), help="the attack phases, comma-separated")
+    parser.add_argument("--ip-connection-rate", type=int, help="127.0.0.1's connection_creation_rate quota")
     args = parser.parse_args()
+    attacks = [a for a in args.attacks.split(",") if a]
+    unknown = set(attacks) - set(ATTACKS)
+    if unknown:
+        parser.error(f"unknown attacks {sorted(unknown)}; known: {', '.join(ATTACKS)}")
     results: dict = {"load_before": os.getloadavg(), "seconds": args.seconds}
     with tempfile.TemporaryDirectory() as data, tempfile.TemporaryDirectory() as journals:
         admin = kafkalite.Admin(data)
@@ -144,12 +173,16 @@ def main() -> None:
             for _ in range(100):
                 producer.send(FETCHED, b"f" * 100, partition=0)
         C.add_users(data)
+        if args.ip_connection_rate:
+            kafkalite.quotas.alter_quotas(
+                data, {"ip": "127.0.0.1"}, {"connection_creation_rate": args.ip_connection_rate}
+            )
         flags = (*C.AUTH_SERVE_FLAGS, "--acks-all", "page-cache", "--log-level", "ERROR")
         proc, address = start_serve(start_module, data, *flags)
         try:
             C.grant_mallory(address)
             results["quiet"] = phase(address, None, args.seconds, proc.pid, journals)
-            for attack in ATTACKS:
+            for attack in attacks:
                 seconds = args.seconds
                 if attack == "silent":  # held past the authentication deadline, as in the soak
                     seconds = max(seconds, AUTHENTICATION_DEADLINE_S + DEADLINE_SLACK_S + 1)
@@ -164,17 +197,22 @@ def main() -> None:
     lines = [
         "# An authenticated client's latency under issue 35's attacks",
         "",
-        f"`python benches/bench_server_attacks.py --seconds {args.seconds:g}`; load average "
+        f"`python benches/bench_server_attacks.py {' '.join(sys.argv[1:])}`; load average "
         f"{results['load_before'][0]:.2f} before, {results['load_after'][0]:.2f} after (2 cores shared with "
         "other work). `kafkalite serve --sasl --authorizer` with ~2,000 SCRAM users, `--max-connections-per-ip "
         f"{C.PER_IP}`, `--acks-all page-cache`; the client logs in as admin and sends Produce acks=-1 of one "
         "100-byte record and Fetch (no wait) on two connections, each every 20 ms. Each attack is the soak "
-        "suite's episode (tests/faults/server_attacks.py) in its own process. Ratio: p99 / quiet p99 (target <= 2).",
+        "suite's episode (tests/faults/server_attacks.py) in its own process. Ratio: p99 / quiet p99 (target <= 2). "
+        + (
+            f"127.0.0.1's connection_creation_rate quota: {args.ip_connection_rate}/s."
+            if args.ip_connection_rate
+            else "No connection_creation_rate quota."
+        ),
         "",
         "| phase | produce n | p50 ms | p99 ms | ratio | fetch n | p50 ms | p99 ms | ratio | server cores | attacker cores | attack |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name in ("quiet", *ATTACKS, "quiet_after"):
+    for name in ("quiet", *attacks, "quiet_after"):
         r = results[name]
         p, f = r["produce"], r["fetch"]
         pr, fr = p["p99_ms"] / quiet["produce"]["p99_ms"], f["p99_ms"] / quiet["fetch"]["p99_ms"]

@@ -5,7 +5,8 @@ over its producer_byte_rate is answered with throttle_time_ms > 0 and held near 
 consumer over its consumer_byte_rate gets throttled empty answers; a client over its
 request_percentage (server time) is answered with throttle_time_ms > 0 and held back while another
 is not; with no quota set every throttle_time_ms is 0; the file is old or new after a kill while it is written, a damaged one
-stops the start; `kafkalite quotas` and Kafka's `kafka-configs --entity-type clients` edit it."""
+stops the start; `kafkalite quotas` and Kafka's `kafka-configs --entity-type clients|ips` edit it
+(ip entities' connection_creation_rate: test_server_connection_rate.py)."""
 
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ def test_alter_and_describe_with_kafkas_filters_validation_and_restart(tmp_path)
             [
                 ([("user", "bob")], [("no_such_key", 1.0, False)]),
                 ([("user", "bob")], [("controller_mutation_rate", 50.0, False)]),
-                ([("ip", "1.2.3.4")], [("connection_creation_rate", 5.0, False)]),
+                ([("ip", "1.2.3.4")], [("producer_byte_rate", 5.0, False)]),
                 ([("colour", "red")], [("producer_byte_rate", 5.0, False)]),
                 ([("user", "bob")], [("producer_byte_rate", -1.0, False)]),
                 ([("user", "bob")], [("producer_byte_rate", 100.0, False)]),
@@ -306,31 +307,48 @@ def test_a_damaged_quota_file_stops_the_start_with_what_to_do(tmp_path):
         Server(data)
 
 
-@pytest.mark.broker
-def test_kafka_configs_sets_and_describes_a_default_client_id_quota(tmp_path):
-    """Kafka 4.1.1's ConfigCommand (`kafka-configs --entity-type clients --entity-default`)."""
+def config_command(server: Server, entity_type: str, *args: str) -> str:
+    """Kafka 4.1.1's ConfigCommand (`kafka-configs --entity-type ENTITY_TYPE ARGS`) on `server`;
+    its stdout."""
     import subprocess
 
     import maven_jars
 
     classpath = str(maven_jars.require(maven_jars.kafka_tools_jars) / "*")
+    cmd = [
+        "java", "-Xmx256m", "-cp", classpath, "kafka.admin.ConfigCommand",
+        "--bootstrap-server", server.bootstrap_servers, "--entity-type", entity_type, *args,
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.mark.broker
+def test_kafka_configs_sets_and_describes_a_default_client_id_quota(tmp_path):
+    """`kafka-configs --entity-type clients --entity-default`."""
     with Server(tmp_path / "data") as server:
-
-        def configs(*args: str) -> str:
-            cmd = [
-                "java", "-Xmx256m", "-cp", classpath, "kafka.admin.ConfigCommand",
-                "--bootstrap-server", server.bootstrap_servers, "--entity-type", "clients", *args,
-            ]  # fmt: skip
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
-            assert done.returncode == 0, done.stdout + done.stderr
-            return done.stdout
-
-        configs("--entity-default", "--alter", "--add-config", "consumer_byte_rate=65536")
+        default = (server, "clients", "--entity-default")
+        config_command(*default, "--alter", "--add-config", "consumer_byte_rate=65536")
         wire = Wire(server.address)
         assert describe(wire, []) == {(("client-id", None),): {"consumer_byte_rate": 65536.0}}
         wire.close()
-        assert "consumer_byte_rate=65536" in configs("--entity-default", "--describe")
-        configs("--entity-default", "--alter", "--delete-config", "consumer_byte_rate")
+        assert "consumer_byte_rate=65536" in config_command(*default, "--describe")
+        config_command(*default, "--alter", "--delete-config", "consumer_byte_rate")
+        assert kafkalite.quotas.describe_quotas(tmp_path / "data") == []
+
+
+@pytest.mark.broker
+def test_kafka_configs_sets_describes_and_deletes_an_ip_connection_creation_rate(tmp_path):
+    """`kafka-configs --entity-type ips --entity-name 127.0.0.1` (KIP-612's per-address quota)."""
+    with Server(tmp_path / "data") as server:
+        ip = (server, "ips", "--entity-name", "127.0.0.1")
+        config_command(*ip, "--alter", "--add-config", "connection_creation_rate=100")
+        assert kafkalite.quotas.describe_quotas(tmp_path / "data") == [
+            ({"ip": "127.0.0.1"}, {"connection_creation_rate": 100.0})
+        ]
+        assert "connection_creation_rate=100" in config_command(*ip, "--describe")
+        config_command(*ip, "--alter", "--delete-config", "connection_creation_rate")
         assert kafkalite.quotas.describe_quotas(tmp_path / "data") == []
         configs("--entity-name", "app", "--alter", "--add-config", "request_percentage=0.5")
         assert "request_percentage=0.5" in configs("--entity-name", "app", "--describe")

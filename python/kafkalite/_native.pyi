@@ -381,6 +381,7 @@ class NativeServer:
         max_connections: int = 10000,
         max_connections_per_ip: int | None = None,
         max_connections_per_ip_overrides: str | None = None,
+        max_connection_creation_rate: int | None = None,
         authentication_timeout_ms: int = 10000,
     ) -> NativeServer: ...
     @property

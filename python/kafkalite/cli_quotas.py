@@ -1,5 +1,5 @@
 """``kafkalite quotas describe|alter``: the client quotas ``kafkalite serve`` enforces, on a data
-directory (what ``kafka-configs --entity-type users|clients --describe|--alter`` does for a Kafka
+directory (what ``kafka-configs --entity-type users|clients|ips --describe|--alter`` does for a Kafka
 cluster; that tool works on a running ``kafkalite serve`` too)."""
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ def _entity_options(parser: argparse.ArgumentParser) -> None:
     client = parser.add_mutually_exclusive_group()
     client.add_argument("--client-id", help="a client id")
     client.add_argument("--client-id-default", action="store_true", help="the default client id")
+    ip = parser.add_mutually_exclusive_group()
+    ip.add_argument("--ip", help="an address (its quota: connection_creation_rate, connections per second)")
+    ip.add_argument("--ip-default", action="store_true", help="the default address")
 
 
 def add_parser(sub: argparse._SubParsersAction, require_dir, subparser) -> None:  # type: ignore[type-arg]
@@ -33,7 +36,8 @@ def add_parser(sub: argparse._SubParsersAction, require_dir, subparser) -> None:
         default=[],
         metavar="KEY=VALUE[,KEY=VALUE]",
         help=f"quotas to set ({', '.join(quotas.KEYS)}): byte rates in bytes per second, "
-        "request_percentage in percent of one request worker's time",
+        "request_percentage in percent of one request worker's time; of an ip, "
+        f"connections per second ({', '.join(quotas.IP_KEYS)})",
     )
     alter.add_argument(
         "--delete-config", action="append", default=[], metavar="KEY[,KEY]", help="quotas to remove"
@@ -47,6 +51,8 @@ def _entity(args: argparse.Namespace) -> dict[str, str | None]:
         entity["user"] = args.user
     if args.client_id is not None or args.client_id_default:
         entity["client-id"] = args.client_id
+    if args.ip is not None or args.ip_default:
+        entity["ip"] = args.ip
     return entity
 
 
@@ -73,7 +79,8 @@ def run(args: argparse.Namespace, data_dir: str) -> int:
         return 0
     if not entity:
         raise SystemExit(
-            "kafkalite: name the entity: --user NAME|--user-default and/or --client-id NAME|--client-id-default"
+            "kafkalite: name the entity: --user NAME|--user-default and/or --client-id NAME|--client-id-default, "
+            "or --ip ADDRESS|--ip-default"
         )
     changes: dict[str, float | None] = {}
     for pairs in args.add_config:

@@ -48,6 +48,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_connections=args.max_connections,
         max_connections_per_ip=args.max_connections_per_ip,
         max_connections_per_ip_overrides=args.max_connections_per_ip_overrides,
+        max_connection_creation_rate=args.max_connection_creation_rate,
         authentication_timeout_ms=args.authentication_timeout_ms,
         authorizer=args.authorizer,
         # Entries are trimmed and checked by the server (a malformed one stops the start).
@@ -216,6 +217,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "--max-connections-per-ip-overrides",
         metavar="HOST:N,...",
         help="Kafka's max.connections.per.ip.overrides: per-address limits, e.g. '10.0.0.5:50,myhost:10'",
+    )
+    serve.add_argument(
+        "--max-connection-creation-rate",
+        type=int,
+        metavar="N",
+        help="Kafka's max.connection.creation.rate: connections accepted per second; over it the "
+        "server waits before accepting the next (default: unlimited; per address: the ip "
+        "entities' connection_creation_rate quota, `kafkalite quotas alter --ip`)",
     )
     serve.add_argument(
         "--authentication-timeout-ms",

@@ -11,7 +11,12 @@ validation; a running server sees changes within a second.
     kafkalite.quotas.describe_quotas("data")
     # [({"user": "alice"}, {"producer_byte_rate": 1048576.0}), ({"client-id": None}, {...})]
 
-An entity maps ``"user"`` and/or ``"client-id"`` to a name, or to None for the default.
+An entity maps ``"user"`` and/or ``"client-id"`` to a name, or to None for the default; or
+``"ip"`` alone to an address (or None, the default address), whose one quota is Kafka's
+``connection_creation_rate``: connections per second ``kafkalite serve`` accepts from it
+(KIP-612; over it a connection is closed unserved):
+
+    kafkalite.quotas.alter_quotas("data", {"ip": "10.0.0.5"}, {"connection_creation_rate": 50})
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from kafkalite.users import _dir
 #: The quota keys kafkalite enforces: bytes per second (whole numbers), and the percentage of one
 #: request worker's time (any positive number).
 KEYS: tuple[str, ...] = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
+#: The quota of an ip entity (connections per second).
+IP_KEYS: tuple[str, ...] = ("connection_creation_rate",)
 
 Entity = Mapping[str, "str | None"]
 
@@ -33,7 +40,7 @@ Entity = Mapping[str, "str | None"]
 def _parts(entity: Entity) -> list[tuple[str, str | None]]:
     if not isinstance(entity, Mapping):
         raise InvalidTypeError(
-            f"the entity must map 'user'/'client-id' to a name or None, not {type(entity).__name__}"
+            f"the entity must map 'user'/'client-id' (or 'ip') to a name or None, not {type(entity).__name__}"
         )
     for kind, name in entity.items():
         if not isinstance(kind, str) or not (name is None or isinstance(name, str)):

@@ -51,7 +51,10 @@ request's batch at a time, off the request threads, within each request's timeou
 (``{"10.0.0.5": 50}``, or Kafka's ``"10.0.0.5:50,host:10"``) bound the connections; when all are
 taken (in all, or from one address), the oldest connection that has not authenticated yet (from
 that address) is closed to make room, so clients that authenticated are never locked out by
-sockets that did not. With SASL, a connection not
+sockets that did not. ``max_connection_creation_rate`` (Kafka's ``max.connection.creation.rate``,
+unlimited by default) bounds the connections accepted per second: over it the server waits
+before it accepts the next; the per-address rate is the ``connection_creation_rate`` quota of
+an ip entity (``kafkalite.quotas``). With SASL, a connection not
 authenticated ``authentication_timeout_ms`` (10 s) after it was accepted is closed, whatever it
 sent meanwhile.
 
@@ -153,6 +156,7 @@ class Server:
         max_connections_per_ip: int | None = None,
         max_connections_per_ip_overrides: Mapping[str, int] | str | None = None,
         authentication_timeout_ms: int = 10_000,
+        max_connection_creation_rate: int | None = None,
     ) -> None:
         try:
             self.path = os.path.abspath(os.fspath(path))
@@ -191,6 +195,14 @@ class Server:
         ):
             if isinstance(ms, bool) or not isinstance(ms, int) or not 1 <= ms <= most:
                 raise InvalidConfigError(f"{name} must be an int between 1 and {most}, not {ms!r}")
+        rate = max_connection_creation_rate
+        if rate is not None and (
+            isinstance(rate, bool) or not isinstance(rate, int) or not 1 <= rate <= INT32_MAX
+        ):
+            raise InvalidConfigError(
+                f"max_connection_creation_rate must be an int between 1 and {INT32_MAX} "
+                f"(connections per second) or None for unlimited, not {rate!r}"
+            )
         per_ip = max_connections_per_ip
         if per_ip is not None and (
             isinstance(per_ip, bool) or not isinstance(per_ip, int) or not 0 <= per_ip <= INT32_MAX
@@ -236,6 +248,7 @@ class Server:
             max_connections=max_connections,
             max_connections_per_ip=per_ip,
             max_connections_per_ip_overrides=overrides,
+            max_connection_creation_rate=rate,
             authentication_timeout_ms=authentication_timeout_ms,
         )
         self.address: str = self._native.local_addr

@@ -1,6 +1,6 @@
 //! Client quotas of a data directory (Kafka's quota configs of `/config/users/<user>`,
 //! `/config/users/<user>/clients/<client-id>`, `/config/clients/<client-id>` and their
-//! `<default>`s): what they are, how Kafka validates and filters them, and the file that keeps
+//! `<default>`s, and `/config/ips/<ip>` and its `<default>`): what they are, how Kafka validates and filters them, and the file that keeps
 //! them (`files::QUOTAS_FILE`), rewritten atomically under the admin lock:
 //!
 //! {"version": 1, "quotas": [{"entity": {"user": "alice", "client-id": null},
@@ -28,14 +28,18 @@ pub const PRODUCER_BYTE_RATE: &str = "producer_byte_rate";
 pub const CONSUMER_BYTE_RATE: &str = "consumer_byte_rate";
 /// ...and the percentage of one request handler's time (a double: 0.5 is half a percent).
 pub const REQUEST_PERCENTAGE: &str = "request_percentage";
+/// Kafka's one quota of an ip entity (KIP-612): connections accepted per second from the address.
+pub const CONNECTION_CREATION_RATE: &str = "connection_creation_rate";
 /// Kafka's keys kafkalite refuses rather than storing a quota it would not enforce.
 const NOT_ENFORCED: [&str; 1] = ["controller_mutation_rate"];
 
-/// One quota entity: a user and/or a client id, each `Some(name)` or `None` (the default).
+/// One quota entity: a user and/or a client id, or an ip (alone, as Kafka), each `Some(name)`
+/// or `None` (the default).
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Entity {
     pub user: Option<Option<String>>,
     pub client_id: Option<Option<String>>,
+    pub ip: Option<Option<String>>,
 }
 
 impl Entity {
@@ -47,6 +51,9 @@ impl Entity {
         }
         if let Some(c) = &self.client_id {
             out.push((CLIENT_ID, c.as_deref()));
+        }
+        if let Some(ip) = &self.ip {
+            out.push((IP, ip.as_deref()));
         }
         out
     }
@@ -62,7 +69,7 @@ impl Entity {
             let slot = match kind {
                 USER => &mut e.user,
                 CLIENT_ID => &mut e.client_id,
-                IP => return Err("kafkalite serve does not enforce IP quotas (connection_creation_rate)".into()),
+                IP => &mut e.ip,
                 other => return Err(format!("Unhandled client quota entity type: {other}")),
             };
             if slot.is_some() {
@@ -76,8 +83,51 @@ impl Entity {
         if !any {
             return Err("Invalid empty client quota entity".into());
         }
+        if e.ip.is_some() && (e.user.is_some() || e.client_id.is_some()) {
+            return Err(
+                "Invalid quota entity combination, IP entity should not be combined with User or ClientId".into()
+            );
+        }
+        if let Some(Some(host)) = &e.ip {
+            if resolve_ip(host).is_none() {
+                return Err(format!("{host} is not a valid IP or resolvable host."));
+            }
+        }
         Ok(e)
     }
+
+    /// Why Kafka would refuse `value` for `key` on this entity, if it would: an ip entity takes
+    /// only `connection_creation_rate` (an INT), the others only the byte rates (`invalid_value`).
+    pub fn invalid_value(&self, key: &str, value: f64) -> Option<String> {
+        if self.ip.is_none() {
+            return invalid_value(key, value);
+        }
+        if key != CONNECTION_CREATION_RATE {
+            return Some(format!("Invalid configuration key {key}"));
+        }
+        if value <= 0.0 || value.is_nan() {
+            return Some(format!("Quota {key} must be greater than 0"));
+        }
+        if value > i32::MAX as f64 {
+            return Some(format!("Proposed value for {key} is too large for an INT."));
+        }
+        match long_value(value) {
+            // 1e-300 is within Kafka's tolerance of 0, and would be stored as 0.
+            0 => Some(format!("Quota {key} must be greater than 0")),
+            n if (value - n as f64).abs() > 1e-6 => Some(format!("{key} cannot be a fractional value.")),
+            _ => None,
+        }
+    }
+}
+
+/// The address an ip entity's name stands for (Kafka's `InetAddress.getByName`: a literal, or a
+/// host name resolved).
+pub fn resolve_ip(name: &str) -> Option<std::net::IpAddr> {
+    use std::net::ToSocketAddrs;
+    if let Ok(ip) = name.parse() {
+        return Some(ip);
+    }
+    (name, 0).to_socket_addrs().ok()?.next().map(|a| a.ip())
 }
 
 /// Why Kafka would refuse `value` for `key`, if it would.
@@ -190,8 +240,9 @@ pub fn read(dir: &Path) -> Result<Quotas> {
         let entity = Entity {
             user: name_from_json(e.get(USER)).ok_or_else(bad)?,
             client_id: name_from_json(e.get(CLIENT_ID)).ok_or_else(bad)?,
+            ip: name_from_json(e.get(IP)).ok_or_else(bad)?,
         };
-        if entity == Entity::default() || e.keys().any(|k| k != USER && k != CLIENT_ID) {
+        if entity == Entity::default() || e.keys().any(|k| k != USER && k != CLIENT_ID && k != IP) {
             return Err(bad());
         }
         let values =
@@ -199,7 +250,7 @@ pub fn read(dir: &Path) -> Result<Quotas> {
         let mut parsed = BTreeMap::new();
         for (k, v) in values {
             let v = v.as_f64().ok_or_else(|| damaged(&path, format!("a value of {k} that is not a number")))?;
-            if let Some(why) = invalid_value(k, v) {
+            if let Some(why) = entity.invalid_value(k, v) {
                 return Err(damaged(&path, why));
             }
             parsed.insert(k.clone(), v);

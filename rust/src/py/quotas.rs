@@ -34,7 +34,7 @@ fn quotas_alter(data_dir: PathBuf, entity: Parts, changes: Vec<(String, Option<f
     let entity = self::entity(&entity)?;
     let mut checked = Vec::with_capacity(changes.len());
     for (key, value) in changes {
-        if let Some(why) = quotas::invalid_value(&key, value.unwrap_or(1.0)) {
+        if let Some(why) = entity.invalid_value(&key, value.unwrap_or(1.0)) {
             return Err(Error::config(why).into());
         }
         checked.push((entity.clone(), key, value));

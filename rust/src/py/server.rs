@@ -28,6 +28,7 @@ impl NativeServer {
         group_consumer_session_timeout_ms=45_000, group_consumer_heartbeat_interval_ms=5_000,
         controller_mutation_rate=None,
         max_connections=10_000, max_connections_per_ip=None, max_connections_per_ip_overrides=None,
+        max_connection_creation_rate=None,
         authentication_timeout_ms=10_000,
     ))]
     #[allow(clippy::too_many_arguments)] // Python's keyword arguments
@@ -56,6 +57,7 @@ impl NativeServer {
         max_connections: usize,
         max_connections_per_ip: Option<usize>,
         max_connections_per_ip_overrides: Option<String>,
+        max_connection_creation_rate: Option<u32>,
         authentication_timeout_ms: u64,
     ) -> PyResult<Self> {
         let tls = match (tls_cert, tls_key, tls_client_ca) {
@@ -90,6 +92,7 @@ impl NativeServer {
         if let Some(spec) = max_connections_per_ip_overrides {
             config.max_connections_per_ip_overrides = crate::server::parse_connection_overrides(&spec)?;
         }
+        config.max_connection_creation_rate = max_connection_creation_rate;
         config.authentication_timeout = Duration::from_millis(authentication_timeout_ms);
         let server = py.detach(|| Server::start(config))?;
         let local_addr = server.local_addr().to_string();

@@ -47,6 +47,10 @@ pub struct ServerConfig {
     /// `max.connections.per.ip` (Kafka's default: unlimited), and its per-address overrides.
     pub max_connections_per_ip: usize,
     pub max_connections_per_ip_overrides: std::collections::HashMap<std::net::IpAddr, usize>,
+    /// `max.connection.creation.rate`: connections accepted per second, over which the acceptor
+    /// waits (`network::connection_rate`); None: unlimited (Kafka's default). The per-address rate
+    /// is the ip entities' `connection_creation_rate` quota.
+    pub max_connection_creation_rate: Option<u32>,
     /// With SASL: a connection not authenticated this long after it was accepted is closed,
     /// whatever it sent meanwhile (ApiVersions does not extend it).
     pub authentication_timeout: Duration,
@@ -92,6 +96,7 @@ impl ServerConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_ip: usize::MAX,
             max_connections_per_ip_overrides: Default::default(),
+            max_connection_creation_rate: None,
             authentication_timeout: DEFAULT_AUTHENTICATION_TIMEOUT,
             fetch_max_bytes: FETCH_MAX_BYTES,
             acks_all: AcksAll::Disk,

@@ -84,6 +84,12 @@ impl Server {
                 "max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides is set",
             ));
         }
+        if config.max_connection_creation_rate == Some(0) {
+            // As Kafka's validation of the listener's rate.
+            return Err(Error::config(
+                "Invalid max.connection.creation.rate 0: it must be at least 1 (unset: unlimited)",
+            ));
+        }
         if config.fetch_max_bytes < FETCH_MAX_BYTES_MIN {
             return Err(Error::config(format!(
                 "fetch.max.bytes must be at least {FETCH_MAX_BYTES_MIN}, not {}",

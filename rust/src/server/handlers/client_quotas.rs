@@ -12,7 +12,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::quotas::{invalid_value, matches, Change, Entity, Match};
+use crate::quotas::{matches, Change, Entity, Match};
 use crate::server::codes;
 use crate::server::state::broker::Broker;
 
@@ -125,12 +125,12 @@ fn changes(e: &kafka_protocol::messages::alter_client_quotas_request::EntryData)
         }
         if op.remove {
             // Kafka checks the key even of a removal.
-            if let Some(why) = invalid_value(&key, 1.0) {
+            if let Some(why) = entity.invalid_value(&key, 1.0) {
                 return Err(why);
             }
             out.push((entity.clone(), key, None));
         } else {
-            if let Some(why) = invalid_value(&key, op.value) {
+            if let Some(why) = entity.invalid_value(&key, op.value) {
                 return Err(why);
             }
             out.push((entity.clone(), key, Some(op.value)));

@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
 use super::admission::{Admission, Limits, Refused, Ticket};
+use super::connection_rate::{ConnectionRate, DelayedClose};
 use super::frame::{read_frame, FrameError, CHUNK, UNAUTHENTICATED_UNBUDGETED};
 use super::pipeline::Answers;
 use super::sasl::{Outcome, Session, AUTH_FAILURE_DELAY};
@@ -88,6 +89,9 @@ pub async fn accept_loop(
         max_per_ip: config.max_connections_per_ip,
         overrides: config.max_connections_per_ip_overrides.clone(),
     });
+    let rate = ConnectionRate::new(config.max_connection_creation_rate);
+    let throttled = DelayedClose::start();
+    let mut debug_level = DebugLevel { on: false, checked: None };
     let mut failing = false; // accept errors are said once per run of them, not every 50 ms
     loop {
         let accepted = tokio::select! {
@@ -109,6 +113,19 @@ pub async fn accept_loop(
                 continue;
             }
         };
+        // Over max.connection.creation.rate: accept nothing else meanwhile (Kafka's acceptor).
+        let wait = rate.accepted();
+        if !wait.is_zero() {
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+        // Not logged: under a flood a line per connection would cost more than the connection.
+        if let Some(throttle) = rate.ip_throttle(peer.ip(), broker.quotas.connection_rate(peer.ip())) {
+            throttled.close_after(stream, throttle);
+            continue;
+        }
         let ticket = match admission.admit(peer.ip()) {
             Ok(ticket) => ticket,
             Err(refused) => {
@@ -129,8 +146,9 @@ pub async fn accept_loop(
             authentication: config.sasl.then(|| Instant::now() + config.authentication_timeout),
         };
         let sasl = config.sasl;
+        let debug = debug_level.on();
         tokio::spawn(async move {
-            serve(stream, &broker, limits, sasl, tls, stop, &ticket).await;
+            serve(stream, &broker, limits, sasl, tls, stop, &ticket, debug).await;
             drop(ticket);
         });
     }
@@ -199,6 +217,8 @@ async fn closed_by_peer<R: AsyncRead + Unpin>(reader: &mut BufReader<R>) {
 /// SASL_SSL), sends something we cannot answer, fails to authenticate (`sasl`: the listener is
 /// SASL_PLAINTEXT or SASL_SSL) or to within its deadline, idles past `connections.max.idle.ms`,
 /// is evicted to make room for another (`ticket`, while not authenticated), or the server stops.
+/// `debug`: its open and close are logged (`DebugLevel`).
+#[allow(clippy::too_many_arguments)] // one connection's parts, passed once
 async fn serve(
     stream: TcpStream,
     broker: &Arc<Broker>,
@@ -207,13 +227,16 @@ async fn serve(
     tls: Option<TlsAcceptor>,
     stop: watch::Receiver<bool>,
     ticket: &Ticket,
+    debug: bool,
 ) {
     let idle = limits.idle;
     let _ = stream.set_nodelay(true);
     let addr = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "an unknown peer".into());
     // Kafka's DescribeGroups shows members' hosts as "/<ip>".
     let peer = stream.peer_addr().map(|a| format!("/{}", a.ip())).unwrap_or_default();
-    log::debug!(target: TARGET, "connection from {addr} opened");
+    if debug {
+        log::debug!(target: TARGET, "connection from {addr} opened");
+    }
     let why = match tls {
         None => {
             let session = Session::new(sasl, &peer, Principal::anonymous());
@@ -245,7 +268,28 @@ async fn serve(
             }
         }
     };
-    log::debug!(target: TARGET, "connection from {addr} closed ({why})");
+    if debug {
+        log::debug!(target: TARGET, "connection from {addr} closed ({why})");
+    }
+}
+
+/// Whether DEBUG is on for `TARGET`, asked of the logger at most once a second by each accept
+/// loop. Each connection logs its open and close at DEBUG, and under Python the logger (pyo3-log,
+/// levels not cached) takes the GIL to ask Python's logging for every line, enabled or not: twice
+/// per connection, serialised across the runtime's threads, under a connection flood.
+struct DebugLevel {
+    on: bool,
+    checked: Option<Instant>,
+}
+
+impl DebugLevel {
+    fn on(&mut self) -> bool {
+        if self.checked.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+            self.checked = Some(Instant::now());
+            self.on = log::log_enabled!(target: TARGET, log::Level::Debug);
+        }
+        self.on
+    }
 }
 
 /// Serve one connection; returns why it ended (logged by `serve`). `addr`: the client's

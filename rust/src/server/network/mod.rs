@@ -8,6 +8,7 @@
 
 pub mod admission;
 pub mod connection;
+pub mod connection_rate;
 pub mod frame;
 pub mod listen;
 pub mod metrics_page;

@@ -13,8 +13,11 @@
 //! The quotas are read from the data directory (`crate::quotas`) at start, adopted at once when
 //! this server alters them, and re-read when the file changed, checked at most once a second
 //! (one `stat`): no request parses the file. With no quota set a request costs one atomic load.
+//! The ip entities' `connection_creation_rate` is looked up here too (`connection_rate`) and
+//! enforced at accept (`connection_rate.rs`), on the same `Sensor`.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,7 +26,10 @@ use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::files::QUOTAS_FILE;
-use crate::quotas::{read, Entity, Quotas as Stored, CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE};
+use crate::quotas::{
+    read, resolve_ip, Entity, Quotas as Stored, CONNECTION_CREATION_RATE, CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
+};
 
 /// Kafka's `quota.window.num` and `quota.window.size.seconds` defaults.
 const WINDOWS: usize = 11;
@@ -62,18 +68,18 @@ impl Kind {
 
 /// Kafka's `SampledStat` of a `Rate`: (window start ms, bytes) per window, oldest first.
 #[derive(Default)]
-struct Sensor {
-    samples: Vec<(u64, f64)>,
+pub(crate) struct Sensor {
+    pub(crate) samples: Vec<(u64, f64)>,
     /// Until when this entity's requests wait (its last answer's throttle time).
     throttled_until: Option<Instant>,
 }
 
 impl Sensor {
-    fn purge(&mut self, now: u64) {
+    pub(crate) fn purge(&mut self, now: u64) {
         self.samples.retain(|(start, _)| now.saturating_sub(*start) < WINDOWS as u64 * WINDOW_MS);
     }
 
-    fn record(&mut self, now: u64, value: f64) {
+    pub(crate) fn record(&mut self, now: u64, value: f64) {
         self.purge(now);
         match self.samples.last_mut() {
             Some((start, total)) if now.saturating_sub(*start) < WINDOW_MS => *total += value,
@@ -99,7 +105,7 @@ impl Sensor {
     }
 
     /// `QuotaUtils.throttleTime`, 0 within the quota.
-    fn throttle_ms(&self, now: u64, quota: f64) -> u64 {
+    pub(crate) fn throttle_ms(&self, now: u64, quota: f64) -> u64 {
         let window = self.window_ms(now);
         let rate = self.samples.iter().map(|(_, v)| v).sum::<f64>() / (window / 1000.0);
         if rate <= quota {
@@ -126,6 +132,32 @@ pub struct QuotaManager {
     checked_ms: AtomicU64,
     sensors: Mutex<Sensors>,
     epoch: Instant,
+    /// The ip entities' connection_creation_rate, addresses resolved (`ip_rates`).
+    ips: RwLock<IpRates>,
+}
+
+/// `connection_creation_rate` by address, and the `<default>` ip's.
+#[derive(Default)]
+struct IpRates {
+    by_ip: HashMap<IpAddr, f64>,
+    default: Option<f64>,
+}
+
+/// The ip quotas of `stored`, each name resolved once here (as Kafka when the quota is set).
+fn ip_rates(stored: &Stored) -> IpRates {
+    let mut out = IpRates::default();
+    for (entity, values) in stored {
+        let (Some(name), Some(rate)) = (&entity.ip, values.get(CONNECTION_CREATION_RATE)) else { continue };
+        match name {
+            None => out.default = Some(*rate),
+            Some(name) => {
+                if let Some(ip) = resolve_ip(name) {
+                    out.by_ip.insert(ip, *rate);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Every entity's sensor, and when the next sweep of the idle ones is due.
@@ -157,6 +189,7 @@ impl QuotaManager {
     pub fn open(dir: &Path) -> Result<QuotaManager> {
         let stamp = stamp(dir);
         let stored = read(dir)?;
+        let ips = ip_rates(&stored);
         Ok(QuotaManager {
             dir: dir.to_path_buf(),
             any: AtomicBool::new(!stored.is_empty()),
@@ -166,6 +199,7 @@ impl QuotaManager {
             checked_ms: AtomicU64::new(0),
             sensors: Mutex::new(Sensors::default()),
             epoch: Instant::now(),
+            ips: RwLock::new(ips),
         })
     }
 
@@ -182,6 +216,7 @@ impl QuotaManager {
     fn set(&self, quotas: Stored) {
         self.any.store(!quotas.is_empty(), Ordering::SeqCst);
         self.any_request.store(has_request_quota(&quotas), Ordering::SeqCst);
+        *self.ips.write().unwrap_or_else(|e| e.into_inner()) = ip_rates(&quotas);
         *self.stored.write().unwrap_or_else(|e| e.into_inner()) = quotas;
     }
 
@@ -218,7 +253,7 @@ impl QuotaManager {
     fn resolve(&self, kind: Kind, user: &str, client_id: &str) -> Option<(f64, SensorKey)> {
         let stored = self.stored.read().unwrap_or_else(|e| e.into_inner());
         let (u, c) = (Some(user.to_string()), Some(client_id.to_string()));
-        let entity = |user, client_id| Entity { user, client_id };
+        let entity = |user, client_id| Entity { user, client_id, ip: None };
         let order = [
             entity(Some(u.clone()), Some(c.clone())),
             entity(Some(u.clone()), Some(None)),
@@ -248,6 +283,16 @@ impl QuotaManager {
         if let Some(until) = until {
             tokio::time::sleep_until(until.into()).await;
         }
+    }
+
+    /// The `connection_creation_rate` of `ip` (its own, else the `<default>` ip's); None:
+    /// unlimited (with no quota at all, one atomic load).
+    pub fn connection_rate(&self, ip: IpAddr) -> Option<f64> {
+        if !self.enabled() {
+            return None;
+        }
+        let ips = self.ips.read().unwrap_or_else(|e| e.into_inner());
+        ips.by_ip.get(&ip).copied().or(ips.default)
     }
 
     /// Any quota is set (after the once-a-second check of the file).
@@ -353,7 +398,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let q = QuotaManager::open(dir.path()).unwrap();
         let mut stored = Stored::new();
-        let user = Entity { user: Some(Some("alice".into())), client_id: None };
+        let user = Entity { user: Some(Some("alice".into())), client_id: None, ip: None };
         stored.insert(user, [(REQUEST_PERCENTAGE.to_string(), 1.0)].into_iter().collect());
         q.adopt(stored);
         assert!(q.request_quota_applies("alice", "app"));
@@ -373,7 +418,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let q = QuotaManager::open(dir.path()).unwrap();
         let mut stored = Stored::new();
-        let any_client = Entity { user: None, client_id: Some(None) };
+        let any_client = Entity { user: None, client_id: Some(None), ip: None };
         stored.insert(any_client, [(REQUEST_PERCENTAGE.to_string(), 1e9)].into_iter().collect());
         q.adopt(stored);
         let clients = 3 * MAX_SENSORS;
@@ -387,7 +432,7 @@ mod tests {
 
     fn named(user: Option<Option<&str>>, client_id: Option<Option<&str>>) -> Entity {
         let own = |p: Option<Option<&str>>| p.map(|n| n.map(str::to_string));
-        Entity { user: own(user), client_id: own(client_id) }
+        Entity { user: own(user), client_id: own(client_id), ip: None }
     }
 
     /// Kafka's precedence: the most specific entity with the key wins, and a default's sensor is
