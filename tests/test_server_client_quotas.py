@@ -336,6 +336,12 @@ def test_kafka_configs_sets_and_describes_a_default_client_id_quota(tmp_path):
         assert "consumer_byte_rate=65536" in config_command(*default, "--describe")
         config_command(*default, "--alter", "--delete-config", "consumer_byte_rate")
         assert kafkalite.quotas.describe_quotas(tmp_path / "data") == []
+        app = (server, "clients", "--entity-name", "app")
+        config_command(*app, "--alter", "--add-config", "request_percentage=0.5")
+        assert "request_percentage=0.5" in config_command(*app, "--describe")
+        assert kafkalite.quotas.describe_quotas(tmp_path / "data") == [
+            ({"client-id": "app"}, {"request_percentage": 0.5})
+        ]
 
 
 @pytest.mark.broker
@@ -350,11 +356,6 @@ def test_kafka_configs_sets_describes_and_deletes_an_ip_connection_creation_rate
         assert "connection_creation_rate=100" in config_command(*ip, "--describe")
         config_command(*ip, "--alter", "--delete-config", "connection_creation_rate")
         assert kafkalite.quotas.describe_quotas(tmp_path / "data") == []
-        configs("--entity-name", "app", "--alter", "--add-config", "request_percentage=0.5")
-        assert "request_percentage=0.5" in configs("--entity-name", "app", "--describe")
-        assert kafkalite.quotas.describe_quotas(tmp_path / "data") == [
-            ({"client-id": "app"}, {"request_percentage": 0.5})
-        ]
 
 
 def metadata_throttle(wire: Wire, topics: list[str]) -> tuple[int, float]:
