@@ -178,3 +178,23 @@ def test_a_torn_tail_reads_as_the_commits_before_it(offsets):
     with OffsetStore(data, GROUP) as store, pytest.warns(RecoveryWarning, match="incomplete batch"):
         store.commit({TP: (7, "")})  # the writer's open drops the torn tail
         assert store.load()[TP] == (7, "")
+
+
+def test_a_batch_claiming_past_a_sealed_segments_end_fails_the_read(offsets):
+    """A sealed segment whose batch header claims ~2 GiB (past the file's end) is damage, not a
+    torn tail: a later segment exists. Skipping it would hand back an older offset, silently
+    (records() refuses the same bytes)."""
+    data, log = offsets
+    with OffsetStore(data, GROUP) as store:
+        store.commit({TP: (4, "")})
+        log.roll()
+        store.commit({("in", 1): (5, "")})
+    log.close()
+    folder = data.partition_path(OFFSETS_TOPIC, offsets_partition(GROUP))
+    first, _ = sorted(glob.glob(os.path.join(folder, "*.log")))
+    pos, _ = _batches(first)[-1]  # the commit of offset 4, the sealed segment's last batch
+    with open(first, "r+b") as f:
+        f.seek(pos + 8)
+        f.write(struct.pack(">i", 0x7FFFFFF0))
+    with pytest.raises(CorruptRecordError, match="not a record batch"):
+        seen(data)

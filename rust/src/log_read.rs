@@ -182,12 +182,19 @@ impl Log {
     ) -> Result<()> {
         let Some((mut seg_idx, mut pos, _)) = self.locate(from)? else { return Ok(()) };
         while seg_idx < self.segments.len() {
-            let batches = self.segments[seg_idx].batches_from(pos);
-            for batch in batches.clone() {
+            let seg = &self.segments[seg_idx];
+            let batches = seg.batches_from(pos);
+            let mut walk = batches.clone();
+            for batch in walk.by_ref() {
                 let (pos, h) = batch?;
                 if !f(&h, batches.batch_bytes(pos, &h), pos)? {
                     return Ok(());
                 }
+            }
+            if walk.position() < seg.size() {
+                // As `scan_records`: stepping over damage to the next segment would skip its batches
+                // silently (a committed offset read as an older one, a marker missed).
+                return Err(seg.not_a_batch(walk.position()));
             }
             seg_idx += 1;
             pos = 0;
