@@ -15,8 +15,9 @@ import statistics
 import tempfile
 import time
 
-from kafkalite import Admin, offsets
+from kafkalite import Admin
 from kafkalite.datadir import DataDir
+from kafkalite.groups import offsets
 from kafkalite.log import Record
 
 GROUP = "bench"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import kafkalite
 import pytest
-from kafkalite.offsets import OFFSETS_TOPIC
+from kafkalite.groups.offsets import OFFSETS_TOPIC
 
 #: How long a call that must not deadlock gets before the test calls it hung.
 PATIENCE = 10.0

@@ -15,8 +15,9 @@ import time
 import kafkalite
 import pytest
 from helpers import child_env
-from kafkalite import Admin, IllegalStateError, KafkaTimeoutError, Producer, _native, producer_threads
+from kafkalite import Admin, IllegalStateError, KafkaTimeoutError, Producer, _native
 from kafkalite import producer as producer_module
+from kafkalite.producer import threads as producer_threads
 from server_wire import SHARED_WRITER, release, stop_holder
 
 

@@ -26,10 +26,10 @@ from kafkalite import (
     LogPoisonedError,
     Producer,
     _native,
-    producer_sender,
-    producer_topics,
 )
 from kafkalite import producer as producer_module
+from kafkalite.producer import sender as producer_sender
+from kafkalite.producer import topics as producer_topics
 
 PAD = b"x" * 100
 #: Two of these records fill a batch.

@@ -18,7 +18,7 @@ import kafkalite
 import pytest
 from kafkalite import Admin, TopicPartition
 from kafkalite.aio import AIOConsumer, AIOKafkaConsumer, AIOKafkaProducer, AIOProducer
-from kafkalite.group import GroupFiles
+from kafkalite.groups.member import GroupFiles
 
 GROUP = {"session_timeout_ms": 1000, "heartbeat_interval_ms": 100, "auto_offset_reset": "earliest"}
 
@@ -159,7 +159,7 @@ def test_two_members_rebalance_when_one_stops_every_record_consumed(tmp_path):
 
 MEMBER = """
 import asyncio, sys, time
-from kafkalite.group import GroupFiles
+from kafkalite.groups.member import GroupFiles
 from kafkalite.aio import AIOConsumer
 
 async def main():

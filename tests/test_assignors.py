@@ -7,12 +7,17 @@ from __future__ import annotations
 import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
-from kafkalite.assignors import cooperative_sticky_assign, range_assign, roundrobin_assign, sticky_assign
+from kafkalite.groups.assignors import (
+    cooperative_sticky_assign,
+    range_assign,
+    roundrobin_assign,
+    sticky_assign,
+)
 
 
 def tps(*names: str):
     """'t0p1' -> TopicPartition('t0', 1)."""
-    from kafkalite.assignors import TopicPartition
+    from kafkalite.groups.assignors import TopicPartition
 
     out = []
     for n in names:

@@ -11,7 +11,7 @@ import kafkalite
 import pyarrow as pa
 import pytest
 from kafkalite import Admin, Consumer, Producer, TopicPartition
-from kafkalite.partitioner import partition_for_key
+from kafkalite.producer.partitioner import partition_for_key
 
 
 @pytest.fixture

@@ -14,8 +14,7 @@ import pytest
 from kafkalite import Admin, _native
 from kafkalite.datadir import DataDir
 from kafkalite.errors import CorruptRecordError, UnsupportedFormatError
-from kafkalite.log import RecoveryWarning
-from kafkalite.offsets import (
+from kafkalite.groups.offsets import (
     OFFSETS_TOPIC,
     OffsetStore,
     encode_key,
@@ -23,6 +22,7 @@ from kafkalite.offsets import (
     ensure_offsets_topic,
     offsets_partition,
 )
+from kafkalite.log import RecoveryWarning
 
 GROUP = "g"
 TP = ("in", 0)

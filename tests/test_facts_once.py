@@ -8,8 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
-from kafkalite import Admin, _native, datadir, offsets, server, transaction_admin
+from kafkalite import Admin, _native, datadir, server
 from kafkalite.errors import InvalidTopicError, InvalidTopicTypeError, InvalidTypeError
+from kafkalite.groups import offsets
+from kafkalite.transactions import admin as transaction_admin
 
 
 def test_python_topic_name_rule_is_the_engines() -> None:

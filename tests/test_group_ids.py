@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from kafkalite import Admin, Consumer, Producer, TopicPartition
 from kafkalite.cli import main
 from kafkalite.errors import GroupIdNotFoundError, InvalidConfigError, InvalidTopicError, InvalidTypeError
-from kafkalite.group import GROUPS_DIR, MAX_NAME, decode_name, encode_name
+from kafkalite.groups.member import GROUPS_DIR, MAX_NAME, decode_name, encode_name
 
 HOSTILE_IDS = [
     "..",

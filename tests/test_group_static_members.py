@@ -18,7 +18,7 @@ import time
 import pytest
 from kafkalite import Admin, Consumer, TopicPartition
 from kafkalite.errors import CommitFailedError, FencedInstanceIdError, InvalidConfigError, InvalidTypeError
-from kafkalite.group import describe, group_dir
+from kafkalite.groups.member import describe, group_dir
 
 TOPIC = "t"
 PARTITIONS = 4

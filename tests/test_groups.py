@@ -14,7 +14,7 @@ from datetime import datetime
 import pytest
 from kafkalite import Admin, Consumer, Producer, TopicPartition
 from kafkalite.errors import CommitFailedError, InvalidConfigError
-from kafkalite.offsets import (
+from kafkalite.groups.offsets import (
     OFFSETS_TOPIC,
     OffsetStore,
     decode_key,

@@ -22,7 +22,15 @@ def words(text: str) -> set[str]:
 
 # The folders whose files the picture lists by file name; the engine's sub-folders (log/,
 # segment/, record/, server/...) are listed as `folder/{a,b}.rs` or by their modules' names.
-LISTED_BY_FILE = ["python/kafkalite", "python/kafkalite/spark", "rust/src", "rust/src/py"]
+LISTED_BY_FILE = [
+    "python/kafkalite",
+    *(
+        f"python/kafkalite/{sub}"
+        for sub in ("producer", "consumer", "groups", "transactions", "cli", "spark")
+    ),
+    "rust/src",
+    "rust/src/py",
+]
 
 
 def test_the_readme_layer_picture_names_every_module():

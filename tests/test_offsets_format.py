@@ -12,7 +12,7 @@ import struct
 
 import pytest
 from kafkalite.errors import CorruptRecordError, InvalidConfigError, UnsupportedFormatError
-from kafkalite.offsets import decode_key, decode_value, encode_key, encode_value, offsets_partition
+from kafkalite.groups.offsets import decode_key, decode_value, encode_key, encode_value, offsets_partition
 
 BROKER = json.load(
     open(os.path.join(os.path.dirname(__file__), "vectors", "consumer_offsets.json"), encoding="utf-8")

@@ -14,7 +14,7 @@ import time
 
 import pytest
 from kafkalite import Admin, Log, Producer
-from kafkalite.producer_callbacks import _in_callbacks
+from kafkalite.producer.callbacks import _in_callbacks
 
 PAD = b"x" * 100
 #: Two or three of these records fill a batch: nearly every send() appends one.

@@ -11,7 +11,7 @@ import struct
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from kafkalite import Admin, Consumer, Producer, TopicPartition
-from kafkalite.partitioner import partition_for_key
+from kafkalite.producer.partitioner import partition_for_key
 
 
 def record_bytes(value: bytes) -> int:

@@ -354,7 +354,7 @@ def test_offsets_committed_over_the_network_are_the_embedded_ones(kafkalite_serv
     """OffsetCommit lands in __consumer_offsets as offsets.py writes it (same partition for
     the group, same key/value format): the embedded API and `kafkalite groups describe` see
     it, and an embedded commit is what OffsetFetch returns."""
-    from kafkalite.offsets import OffsetStore, offsets_partition
+    from kafkalite.groups.offsets import OffsetStore, offsets_partition
 
     kafkalite.Admin(kafkalite_server.path).create_topic("orders", partitions=2)
     produce_all(

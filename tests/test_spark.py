@@ -227,7 +227,7 @@ def test_batch_write_reads_back_exactly_once(spark, data, tmp_path):
         bytes(r.value) for r in src.collect()
     )
     # Keys pick partitions with Kafka's murmur2, as a Kafka sink does.
-    from kafkalite.partitioner import partition_for_key
+    from kafkalite.producer.partitioner import partition_for_key
 
     for r in load(spark, out, subscribe="copy").collect():
         assert r.partition == partition_for_key(bytes(r.key), 3)

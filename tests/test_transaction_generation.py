@@ -120,7 +120,7 @@ def test_a_static_member_replaced_by_its_instance_id_is_fenced(data):
 
 
 def test_a_generation_of_a_group_that_does_not_exist_is_refused_a_bare_group_id_is_not(data):
-    from kafkalite.transactions import ConsumerGroupMetadata
+    from kafkalite.transactions.manager import ConsumerGroupMetadata
 
     refused_then_aborted(data, ConsumerGroupMetadata("g", 3, "m-1"), IllegalGenerationError)
     commits_with(data, "g")

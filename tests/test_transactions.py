@@ -299,7 +299,7 @@ os.kill(os.getpid(), 9)
 def test_another_transactional_producer_aborts_an_abandoned_transaction_after_its_timeout(
     data, spawn, monkeypatch
 ):
-    from kafkalite import transactions
+    from kafkalite.transactions import manager as transactions
 
     child = spawn.code(ABANDONED, data)
     assert child.wait() == -signal.SIGKILL
@@ -330,7 +330,7 @@ def test_an_open_transaction_does_not_hide_other_groups_plain_commits(data):
     """Kafka's coordinator applies plain commits at once, whatever transaction is open in the
     same __consumer_offsets partition: two groups sharing a partition, one in an open
     transaction, the other committing plainly."""
-    from kafkalite.offsets import offsets_partition
+    from kafkalite.groups.offsets import offsets_partition
 
     other = next(
         g

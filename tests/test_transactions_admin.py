@@ -155,7 +155,7 @@ def test_abort_does_not_fence_a_producer_that_started_after_the_describe(data, m
     """The race an abort must lose: the id's producer restarts (a new epoch, no transaction
     open) between the abort's describe and its fence. The abort is refused, the new producer
     keeps working."""
-    from kafkalite import transaction_admin
+    from kafkalite.transactions import admin as transaction_admin
 
     old = transaction(data, "job", None)
     described = transaction_admin.describe_transaction

@@ -8,8 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafkalite import _native, group_admin, transaction_admin, validate
-from kafkalite.assignors import TopicPartition
+from kafkalite import _native, validate
 from kafkalite.client_config import topic_docstring
 from kafkalite.compaction import CompactionResult, clean_if_dirty, clean_partition
 from kafkalite.datadir import (
@@ -22,7 +21,10 @@ from kafkalite.datadir import (
     validate_topic_name,
 )
 from kafkalite.errors import InvalidConfigError, InvalidTypeError
+from kafkalite.groups import admin as group_admin
+from kafkalite.groups.assignors import TopicPartition
 from kafkalite.log import Log
+from kafkalite.transactions import admin as transaction_admin
 
 
 @dataclass(frozen=True)

@@ -502,7 +502,7 @@ def _applied(data: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, A
 
 def _adopted(found: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """A broker's topics as kafkalite metadata; ``__consumer_offsets`` keeps its compaction."""
-    from kafkalite.offsets import OFFSETS_CONFIG, OFFSETS_TOPIC
+    from kafkalite.groups.offsets import OFFSETS_CONFIG, OFFSETS_TOPIC
 
     return {
         name: {

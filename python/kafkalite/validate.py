@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from kafkalite.errors import InvalidConfigError, InvalidTypeError
 
 if TYPE_CHECKING:
-    from kafkalite.assignors import TopicPartition
+    from kafkalite.groups.assignors import TopicPartition
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -177,8 +177,8 @@ def listener(value: Any) -> Any:
 
 def topic_partition(value: Any) -> TopicPartition:
     """A ``TopicPartition`` or a ``(topic, partition)`` pair, checked for shape and types."""
-    from kafkalite.assignors import TopicPartition
     from kafkalite.datadir import validate_topic_name
+    from kafkalite.groups.assignors import TopicPartition
 
     if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)) or len(value) != 2:
         raise InvalidTypeError(f"expected a TopicPartition(topic, partition), not {_name(value)} {value!r}")

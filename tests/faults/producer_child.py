@@ -23,7 +23,7 @@ STOP = Stop()  # SIGTERM handled from here on, before the slow import of kafkali
 
 from kafkalite import KafkaliteError, Producer  # noqa: E402 (after STOP, see above)
 from kafkalite.errors import KafkaTimeoutError  # noqa: E402
-from kafkalite.partitioner import partition_for_key  # noqa: E402
+from kafkalite.producer.partitioner import partition_for_key  # noqa: E402
 
 KEYS = 40  # small key space, so compaction has work
 FUTURE_TIMEOUT_S = 20

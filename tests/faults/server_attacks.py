@@ -294,7 +294,7 @@ def lock(args: argparse.Namespace, rng: random.Random, journal: Journal) -> None
     import fcntl
 
     from kafkalite import Log
-    from kafkalite.offsets import offsets_partition
+    from kafkalite.groups.offsets import offsets_partition
 
     candidates = [args.hot] + [f"__consumer_offsets-{offsets_partition(g)}" for g in args.groups.split(",")]
     chosen = rng.sample(candidates, k=rng.randint(1, len(candidates)))

@@ -364,7 +364,7 @@ def publish_once(
 
 def _committed_batch(path: str, group: str) -> int:
     """The last micro-batch id the sink's transactions committed (-1: none)."""
-    from kafkalite.offsets import OffsetStore
+    from kafkalite.groups.offsets import OffsetStore
 
     with OffsetStore(path, group) as store:
         committed = store.load().get(BATCH_ID_PARTITION)

@@ -12,7 +12,7 @@ from kafkalite import users
 
 
 def add_parser(sub: argparse._SubParsersAction, require_dir, subparser) -> None:  # type: ignore[type-arg]
-    """`subparser(parent, name, **kw)` adds a subcommand that also takes --data-dir (cli_args.py)."""
+    """`subparser(parent, name, **kw)` adds a subcommand that also takes --data-dir (cli/args.py)."""
     parser = subparser(sub, "users", help="add, list, delete the SASL/SCRAM users `kafkalite serve` accepts")
     actions = parser.add_subparsers(dest="action", required=True)
     add = subparser(actions, "add", help="add a user, or change its password")

@@ -36,9 +36,9 @@ from kafkalite.errors import (
     ProducerFencedError,
     UnknownMemberIdError,
 )
-from kafkalite.group import GroupFiles, static_member
+from kafkalite.groups.member import GroupFiles, static_member
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("kafkalite.transactions")  # the name users configure, from before the move
 
 if TYPE_CHECKING:
     from kafkalite.log import Log

@@ -1,7 +1,7 @@
 """A group member's heartbeat thread and failure detection: it stamps the member's file, leaves
 the group for a member that stopped polling (``max_poll_interval_ms``), and evicts the members
 that are gone: dead (their liveness flock is free) or silent past their session timeout (a
-static member only when silent). Part of ``kafkalite.group.GroupMember``."""
+static member only when silent). Part of ``kafkalite.groups.member.GroupMember``."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kafkalite.errors import typed_io_errors
-from kafkalite.group_assignment import rebalance
-from kafkalite.group_files import STAMPS, GroupFiles, logger, now_ms, static_member_waited_for
+from kafkalite.groups.assignment import rebalance
+from kafkalite.groups.files import STAMPS, GroupFiles, logger, now_ms, static_member_waited_for
 
 #: How often a member probes the others' liveness locks: the bound on detecting a death.
 LIVENESS_PROBE_S = 0.05
 
 
 class HeartbeatMixin:
-    """What ``GroupMember`` (``group.py``) sets up and this part uses."""
+    """What ``GroupMember`` (``groups/member.py``) sets up and this part uses."""
 
     files: GroupFiles
     group_id: str
@@ -38,7 +38,7 @@ class HeartbeatMixin:
 
     if TYPE_CHECKING:
 
-        def _update_locked(  # group.py
+        def _update_locked(  # groups/member.py
             self, change: Callable[[dict[str, Any]], None], why: str, require_member: bool = True
         ) -> None:
             raise NotImplementedError

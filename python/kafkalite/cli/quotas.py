@@ -23,7 +23,7 @@ def _entity_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_parser(sub: argparse._SubParsersAction, require_dir, subparser) -> None:  # type: ignore[type-arg]
-    """`subparser(parent, name, **kw)` adds a subcommand that also takes --data-dir (cli_args.py)."""
+    """`subparser(parent, name, **kw)` adds a subcommand that also takes --data-dir (cli/args.py)."""
     parser = subparser(sub, "quotas", help="describe, alter the client quotas `kafkalite serve` enforces")
     actions = parser.add_subparsers(dest="action", required=True)
     describe = subparser(actions, "describe", help="entities and their quotas (optionally of one entity)")

@@ -12,13 +12,13 @@ public face and the only owner of the sender. So a producer that is garbage coll
 open when the interpreter exits, is flushed by its finalizer (``weakref.finalize``) with a
 bounded wait, as kafka-python delivers queued records at exit.
 
-This module holds the public class; beside it, by role: ``producer_sender`` (the sender thread
+This module holds the public class; beside it in this package, by role: ``sender`` (the sender thread
 and what it touches: draining, acknowledging, its schedules, metrics, flush and close),
-``producer_logs`` (the partition logs the sender holds: open, reopen, append, retention and
+``logs`` (the partition logs the sender holds: open, reopen, append, retention and
 compaction, close),
-``producer_topics`` (the topic and partition state), ``producer_callbacks`` (where callbacks
-run, and what they may not call), ``producer_threads`` (the flusher thread, closing logs in
-parallel), ``producer_checks`` (argument checks) and ``producer_transactions`` (the
+``topics`` (the topic and partition state), ``callbacks`` (where callbacks
+run, and what they may not call), ``threads`` (the flusher thread, closing logs in
+parallel), ``checks`` (argument checks) and ``transactional`` (the
 transactional methods). The batching and draining themselves are native:
 ``rust/src/producer/``, wrapped by ``rust/src/py/``."""
 
@@ -54,18 +54,18 @@ from kafkalite.errors import (
     with_action,
 )
 from kafkalite.log import Record
-from kafkalite.producer_callbacks import _in_callbacks, _refuse_in_callback
-from kafkalite.producer_checks import (
+from kafkalite.producer.callbacks import _in_callbacks, _refuse_in_callback
+from kafkalite.producer.checks import (
     _NULL_KEY,
     _as_bytes_list,
     _check_partition,
     _check_values,
     _record_error,
 )
-from kafkalite.producer_sender import _Sender
-from kafkalite.producer_topics import _Topic
-from kafkalite.producer_transactions import TransactionalProducer
-from kafkalite.transactions import TransactionManager
+from kafkalite.producer.sender import _Sender
+from kafkalite.producer.topics import _Topic
+from kafkalite.producer.transactional import TransactionalProducer
+from kafkalite.transactions.manager import TransactionManager
 
 #: How long a producer still open at interpreter exit, or garbage collected while open, waits
 #: for its queued records to be written (seconds; ``Producer.close()`` takes its own timeout).

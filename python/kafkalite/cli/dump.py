@@ -10,7 +10,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from kafkalite import _native
-from kafkalite.cli_progress import progress
+from kafkalite.cli.progress import progress
 
 if TYPE_CHECKING:
     pass

@@ -1,6 +1,6 @@
 """A consumer's positions: where each assigned partition's next read starts (committed offset,
 else ``auto_offset_reset``), ``seek`` and the offset lookups (beginning, end, by time).
-Part of ``kafkalite.Consumer`` (``consumer.py``)."""
+Part of ``kafkalite.Consumer`` (``consumer/__init__.py``)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from kafkalite import validate as args
-from kafkalite.assignors import TopicPartition
-from kafkalite.consumer_state import ConsumerState
+from kafkalite.consumer.state import ConsumerState
 from kafkalite.errors import (
     IllegalStateError,
     InvalidConfigError,
     KafkaTimeoutError,
     OffsetOutOfRangeError,
 )
+from kafkalite.groups.assignors import TopicPartition
 from kafkalite.log import Log
 
 

@@ -4,13 +4,13 @@ Partitions are opened read-only, so consumers never block producers. A caught-up
 sleeps on a futex in ``.kafkalite-notify`` that producers bump after each append, in any
 process (``kafkalite.wakeup``: a consumer without a group creates no file in the data
 directory, and polls every 50 ms where it cannot use that file). Consumers that ``subscribe`` with the same ``group_id`` share the partitions as a
-Kafka consumer group (``kafkalite.group``); committed offsets live in ``__consumer_offsets``
-(``kafkalite.offsets``).
+Kafka consumer group (``kafkalite.groups.member``); committed offsets live in ``__consumer_offsets``
+(``kafkalite.groups.offsets``).
 
 ``Consumer`` is split by role: this module is the public class (configuration, subscription
-and assignment, metrics, pause/resume, close); its state is declared in ``consumer_state.py``,
-and its parts are mixed in from ``consumer_positions.py`` (positions, seeks, offset lookups),
-``consumer_fetch.py`` (fetching and the poll loop) and ``consumer_group.py`` (the group side and
+and assignment, metrics, pause/resume, close); its state is declared in ``consumer/state.py``,
+and its parts are mixed in from ``consumer/positions.py`` (positions, seeks, offset lookups),
+``consumer/fetch.py`` (fetching and the poll loop) and ``consumer/group_membership.py`` (the group side and
 commits)."""
 
 from __future__ import annotations
@@ -23,12 +23,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from kafkalite import validate as args
-from kafkalite.assignors import TopicPartition
 from kafkalite.client_config import CONSUMER_CONFIG
 from kafkalite.client_metrics import StatsReporter, avg, rate
-from kafkalite.consumer_fetch import FetchMixin
-from kafkalite.consumer_group import GroupMixin, OffsetAndMetadata
-from kafkalite.consumer_positions import (
+from kafkalite.consumer.fetch import FetchMixin
+from kafkalite.consumer.group_membership import GroupMixin, OffsetAndMetadata
+from kafkalite.consumer.positions import (
     DEFAULT_API_TIMEOUT_S,
     NoOffsetForPartitionError,
     OffsetAndTimestamp,
@@ -43,9 +42,10 @@ from kafkalite.errors import (
     ReadOnlyDataDirError,
     UnknownTopicError,
 )
-from kafkalite.group import STRATEGIES, GroupMember, encode_name
+from kafkalite.groups.assignors import TopicPartition
+from kafkalite.groups.member import STRATEGIES, GroupMember, encode_name
+from kafkalite.groups.offsets import OffsetStore
 from kafkalite.log import Log
-from kafkalite.offsets import OffsetStore
 from kafkalite.wakeup import Wakeups
 
 logger = logging.getLogger("kafkalite.consumer")  # one logger for the consumer's modules
@@ -122,7 +122,7 @@ class Consumer(GroupMixin, PositionsMixin, FetchMixin):
     kafka-python takes ``bootstrap_servers``. ``group_instance_id`` (with a ``group_id``) makes
     the consumer a static member, as Kafka's ``group.instance.id``: a restart within
     ``session_timeout_ms`` takes its old partitions back without a rebalance, and ``close()`` does
-    not leave the group (see ``kafkalite.group``).
+    not leave the group (see ``kafkalite.groups.member``).
 
     Thread safety: as kafka-python's ``KafkaConsumer``, a consumer is not thread-safe; use it
     from one thread at a time (one consumer per thread; several consumers in one group share the
@@ -151,7 +151,7 @@ class Consumer(GroupMixin, PositionsMixin, FetchMixin):
             encode_name(group_id)  # any non-empty str, as Kafka's group.id; a typed error otherwise
             _require_writable(self._dir, group_id)
         if group_instance_id is not None:
-            # A static member (Kafka's group.instance.id, see kafkalite.group).
+            # A static member (Kafka's group.instance.id, see kafkalite.groups.member).
             if group_id is None:
                 raise InvalidConfigError("group_instance_id requires group_id")
             encode_name(group_instance_id, "group_instance_id")

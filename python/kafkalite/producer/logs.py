@@ -16,9 +16,9 @@ from kafkalite.compaction import clean_if_dirty
 from kafkalite.datadir import DataDir
 from kafkalite.errors import UnknownTopicError, UnknownTopicOrPartitionError
 from kafkalite.log import Log
-from kafkalite.producer_threads import _log_background_failure
-from kafkalite.producer_topics import _Partition, _Topic
-from kafkalite.transactions import TransactionManager
+from kafkalite.producer.threads import _log_background_failure
+from kafkalite.producer.topics import _Partition, _Topic
+from kafkalite.transactions.manager import TransactionManager
 
 logger = logging.getLogger("kafkalite.producer")
 

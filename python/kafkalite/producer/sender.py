@@ -3,7 +3,7 @@ lingering batches (``drain``; full ones are appended by the sending thread), res
 futures, schedules retention and compaction, reports metrics, and flushes and closes the
 producer. It holds no reference to the ``Producer``, so an abandoned producer can be collected
 and its finalizer flushes this. The partition logs it holds, and retention and compaction
-through them, are ``producer_logs``'s; the topic and partition state ``producer_topics``'."""
+through them, are ``logs``'s; the topic and partition state ``topics``'."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from kafkalite import transactions
 from kafkalite._native import (
     Accumulator,
     BatchBuffer,
@@ -29,7 +28,6 @@ from kafkalite._native import (
 )
 from kafkalite.client_metrics import StatsReporter, avg, rate
 from kafkalite.datadir import NOTIFY_FILE, DataDir
-from kafkalite.durable_acks import DurableAcks
 from kafkalite.errors import (
     IllegalStateError,
     KafkaliteError,
@@ -38,11 +36,13 @@ from kafkalite.errors import (
     NotADataDirError,
     UnknownTopicError,
 )
-from kafkalite.producer_callbacks import _finish_batch, _in_callbacks
-from kafkalite.producer_logs import _PartitionLogs
-from kafkalite.producer_threads import _close_logs, _Flusher, _log_background_failure
-from kafkalite.producer_topics import _Partition, _Topic
-from kafkalite.transactions import TransactionManager
+from kafkalite.producer.callbacks import _finish_batch, _in_callbacks
+from kafkalite.producer.durable_acks import DurableAcks
+from kafkalite.producer.logs import _PartitionLogs
+from kafkalite.producer.threads import _close_logs, _Flusher, _log_background_failure
+from kafkalite.producer.topics import _Partition, _Topic
+from kafkalite.transactions import manager as transactions
+from kafkalite.transactions.manager import TransactionManager
 
 logger = logging.getLogger("kafkalite.producer")
 

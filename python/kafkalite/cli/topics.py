@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from kafkalite.cli_args import parse_config, require_dir, subparser
-from kafkalite.cli_progress import progress
+from kafkalite.cli.args import parse_config, require_dir, subparser
+from kafkalite.cli.progress import progress
 
 if TYPE_CHECKING:
     pass

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from kafkalite.cli_args import require_dir, subparser
+from kafkalite.cli.args import require_dir, subparser
 
 if TYPE_CHECKING:
     from kafkalite.server import TLS

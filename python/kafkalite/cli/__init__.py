@@ -11,7 +11,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from kafkalite.cli_args import data_dir_option, require_dir, subparser
+from kafkalite.cli.args import data_dir_option, require_dir, subparser
 
 if TYPE_CHECKING:
     pass
@@ -41,33 +41,33 @@ def _cli_action(action: str, args: dict[str, str]) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """Every command and option (each with its help text). Each command family is a module of
-    its own (``cli_<family>.py``), registered here in the order ``kafkalite --help`` lists them."""
-    from kafkalite import (
-        __version__,
-        cli_console,
-        cli_demo,
-        cli_dump,
-        cli_groups,
-        cli_quotas,
-        cli_serve,
-        cli_topics,
-        cli_transactions,
-        cli_users,
+    its own (``cli/<family>.py``), registered here in the order ``kafkalite --help`` lists them."""
+    from kafkalite import __version__
+    from kafkalite.cli import (
+        console,
+        demo,
+        dump,
+        groups,
+        quotas,
+        serve,
+        topics,
+        transactions,
+        users,
     )
 
     parser = argparse.ArgumentParser(prog="kafkalite", description="Kafka's commit log, embedded.")
     parser.add_argument("--version", action="version", version=f"kafkalite {__version__}")
     data_dir_option(parser, os.environ.get("KAFKALITE_DATA_DIR"))
     sub = parser.add_subparsers(dest="command", required=True)
-    cli_topics.add_parser(sub)
-    cli_console.add_parser(sub)
-    cli_groups.add_parser(sub, require_dir, subparser)
-    cli_transactions.add_parser(sub, require_dir, subparser)
-    cli_users.add_parser(sub, require_dir, subparser)
-    cli_quotas.add_parser(sub, require_dir, subparser)
-    cli_serve.add_parser(sub)
-    cli_demo.add_parser(sub)
-    cli_dump.add_parser(sub)
+    topics.add_parser(sub)
+    console.add_parser(sub)
+    groups.add_parser(sub, require_dir, subparser)
+    transactions.add_parser(sub, require_dir, subparser)
+    users.add_parser(sub, require_dir, subparser)
+    quotas.add_parser(sub, require_dir, subparser)
+    serve.add_parser(sub)
+    demo.add_parser(sub)
+    dump.add_parser(sub)
     return parser
 
 

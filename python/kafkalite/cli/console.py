@@ -10,8 +10,8 @@ import time
 from typing import TYPE_CHECKING
 
 from kafkalite import _native
-from kafkalite.cli_args import require_dir, subparser
-from kafkalite.cli_progress import progress, quiet
+from kafkalite.cli.args import require_dir, subparser
+from kafkalite.cli.progress import progress, quiet
 from kafkalite.errors import InvalidRecordError, RecordTooLargeError
 
 if TYPE_CHECKING:

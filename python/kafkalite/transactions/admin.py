@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafkalite import _native
-from kafkalite.assignors import TopicPartition
 from kafkalite.errors import (
     ConcurrentTransactionsError,
     InvalidConfigError,
@@ -19,6 +18,7 @@ from kafkalite.errors import (
     ProducerFencedError,
     TransactionalIdNotFoundError,
 )
+from kafkalite.groups.assignors import TopicPartition
 
 #: Kafka's transaction state names (``TransactionState.stateName()``), as ListTransactions filters on them.
 STATES: tuple[str, ...] = tuple(_native.TRANSACTION_STATES)

@@ -18,8 +18,8 @@ client ids are any string, as in Kafka, and never name a path outside their own 
   file also holds two timestamps (last heartbeat, last poll) for members alive but stuck:
   ``session_timeout_ms`` and ``max_poll_interval_ms``.
 
-Membership itself (joining, heartbeats, eviction, the hand-over) is ``kafkalite.group``; the
-assignment a rebalance computes is ``kafkalite.group_assignment``. Here: the ids as file names,
+Membership itself (joining, heartbeats, eviction, the hand-over) is ``kafkalite.groups.member``; the
+assignment a rebalance computes is ``kafkalite.groups.assignment``. Here: the ids as file names,
 the state's schema and its locked read/write, liveness probes, and the read-only questions the
 admin and ``kafkalite groups`` ask (``describe``, ``live_members``, ``members_refusal``,
 ``list_group_ids``).
@@ -39,8 +39,8 @@ from typing import Any
 
 from kafkalite import _native
 from kafkalite._files import open_nofollow, write_atomically
-from kafkalite.assignors import TopicPartition
 from kafkalite.errors import InvalidConfigError, InvalidTypeError, typed_io_errors
+from kafkalite.groups.assignors import TopicPartition
 
 GROUPS_DIR = _native.GROUPS_DIR
 STRATEGIES = ("range", "roundrobin", "sticky", "cooperative-sticky")

@@ -8,14 +8,14 @@ import argparse
 import sys
 import time
 
-from kafkalite import transaction_admin
 from kafkalite.admin import Admin
 from kafkalite.datadir import DataDir
-from kafkalite.transaction_admin import TransactionDescription
+from kafkalite.transactions import admin as transaction_admin
+from kafkalite.transactions.admin import TransactionDescription
 
 
 def add_parser(sub: argparse._SubParsersAction, require_dir, subparser) -> None:  # type: ignore[type-arg]
-    """`subparser(parent, name, **kw)` adds a subcommand that also takes --data-dir (cli_args.py)."""
+    """`subparser(parent, name, **kw)` adds a subcommand that also takes --data-dir (cli/args.py)."""
     txns = subparser(
         sub, "transactions", help="list, describe and abort transactions (kafka-transactions.sh)"
     )

@@ -9,7 +9,7 @@ from kafkalite import validate
 from kafkalite.errors import InvalidConfigError, InvalidTypeError, bytes_expected
 
 if TYPE_CHECKING:
-    from kafkalite.producer_topics import _Topic
+    from kafkalite.producer.topics import _Topic
 
 _NULL_KEY = "topic {topic!r} is compacted (cleanup.policy=compact), so every record needs a key; got key=None"
 

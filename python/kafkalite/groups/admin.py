@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kafkalite.assignors import TopicPartition
 from kafkalite.datadir import DataDir
 from kafkalite.errors import (
     GroupIdNotFoundError,
@@ -19,9 +18,10 @@ from kafkalite.errors import (
     InvalidTypeError,
     with_action,
 )
-from kafkalite.group import GroupFiles, describe, list_group_ids, members_refusal, partition_key
+from kafkalite.groups.assignors import TopicPartition
+from kafkalite.groups.member import GroupFiles, describe, list_group_ids, members_refusal, partition_key
+from kafkalite.groups.offsets import OFFSETS_TOPIC, OffsetStore, decode_key
 from kafkalite.log import Log
-from kafkalite.offsets import OFFSETS_TOPIC, OffsetStore, decode_key
 
 
 @dataclass(frozen=True)

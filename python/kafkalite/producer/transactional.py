@@ -1,5 +1,5 @@
 """The transactional part of ``kafkalite.Producer`` (kafka-python's and confluent-kafka's
-names; the protocol itself is ``kafkalite.transactions``): a mixin over the producer's sender
+names; the protocol itself is ``kafkalite.transactions.manager``): a mixin over the producer's sender
 (``self._sender``) and transaction manager (``self._txn``)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from kafkalite import validate
 from kafkalite.errors import CommitFailedError, IllegalStateError
-from kafkalite.producer_callbacks import _refuse_in_callback
-from kafkalite.transactions import TransactionManager
+from kafkalite.producer.callbacks import _refuse_in_callback
+from kafkalite.transactions.manager import TransactionManager
 
 if TYPE_CHECKING:
-    from kafkalite.producer_sender import _Sender
+    from kafkalite.producer.sender import _Sender
 
 
 class TransactionalProducer:

@@ -1,6 +1,6 @@
 """A consumer's fetching: which partitions it may read now, reading from its positions, and
 the poll loop (``poll``, ``poll_arrow``, iteration) that waits on the data directory's
-notifier. Part of ``kafkalite.Consumer`` (``consumer.py``)."""
+notifier. Part of ``kafkalite.Consumer`` (``consumer/__init__.py``)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from typing import Any
 from kafkalite import validate as args
 from kafkalite._arrow import require_pyarrow
 from kafkalite._native import ConsumerRecord
-from kafkalite.assignors import TopicPartition
-from kafkalite.consumer_state import ConsumerState
+from kafkalite.consumer.state import ConsumerState
 from kafkalite.errors import (
     KafkaliteError,
     OffsetOutOfRangeError,
 )
+from kafkalite.groups.assignors import TopicPartition
 from kafkalite.log import Log
-from kafkalite.transactions import (
+from kafkalite.transactions.manager import (
     ABORT_TIMED_OUT_INTERVAL_MS,
     abort_expired_transactions,
 )

@@ -1,18 +1,18 @@
 """A consumer group's rebalance: the protocol the members share and the assignment it computes.
 
 Rebalancing is done by whoever notices the change (a join, a leave, a death, new partitions),
-under the group's state lock (``kafkalite.group_files``): ``rebalance`` recomputes the
-assignment with the group's strategy (``kafkalite.assignors``) and bumps the generation.
-Moving ownership to match it is the members' hand-over (``kafkalite.group``).
+under the group's state lock (``kafkalite.groups.files``): ``rebalance`` recomputes the
+assignment with the group's strategy (``kafkalite.groups.assignors``) and bumps the generation.
+Moving ownership to match it is the members' hand-over (``kafkalite.groups.member``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kafkalite.assignors import ASSIGNORS, sticky_assign
 from kafkalite.errors import InvalidConfigError
-from kafkalite.group_files import logger, partition_key, partition_of_key
+from kafkalite.groups.assignors import ASSIGNORS, sticky_assign
+from kafkalite.groups.files import logger, partition_key, partition_of_key
 
 EAGER = ("range", "roundrobin")
 

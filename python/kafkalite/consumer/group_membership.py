@@ -1,6 +1,6 @@
 """A consumer's group side: joining, following rebalances (hand-over with the listener),
 leaving, and committing offsets (members only what they own in the current generation).
-Part of ``kafkalite.Consumer`` (``consumer.py``); the group itself is ``kafkalite.group``."""
+Part of ``kafkalite.Consumer`` (``consumer/__init__.py``); the group itself is ``kafkalite.groups.member``."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ import time
 from typing import Any, NamedTuple
 
 from kafkalite import validate as args
-from kafkalite.assignors import TopicPartition
-from kafkalite.consumer_state import ConsumerState
+from kafkalite.consumer.state import ConsumerState
 from kafkalite.errors import (
     CommitFailedError,
     IllegalStateError,
     InvalidTypeError,
 )
-from kafkalite.group import GroupFiles, GroupMember, members_refusal
-from kafkalite.transactions import (
+from kafkalite.groups.assignors import TopicPartition
+from kafkalite.groups.member import GroupFiles, GroupMember, members_refusal
+from kafkalite.transactions.manager import (
     ConsumerGroupMetadata,
 )
 
@@ -35,7 +35,7 @@ class GroupMixin(ConsumerState):
     # DECLS
 
     def _maintain_group(self, topics: list[str]) -> None:
-        """Join, follow rebalances, hand partitions over (kafkalite.group). Not re-entered from
+        """Join, follow rebalances, hand partitions over (kafkalite.groups.member). Not re-entered from
         the rebalance listener (which may call position() and commit())."""
         if self._rebalancing:
             return

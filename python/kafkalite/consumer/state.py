@@ -1,21 +1,21 @@
 """What every part of a ``kafkalite.Consumer`` shares: its state, set by ``Consumer.__init__``
-(``consumer.py``), the bookkeeping of its open partitions, and the methods one part calls in
+(``consumer/__init__.py``), the bookkeeping of its open partitions, and the methods one part calls in
 another. ``Consumer`` is this state with its parts mixed in: positions and seeks
-(``consumer_positions.py``), fetching and the poll loop (``consumer_fetch.py``), the group side
-and commits (``consumer_group.py``)."""
+(``consumer/positions.py``), fetching and the poll loop (``consumer/fetch.py``), the group side
+and commits (``consumer/group_membership.py``)."""
 
 from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING, Any
 
-from kafkalite.assignors import TopicPartition
 from kafkalite.client_metrics import StatsReporter
 from kafkalite.datadir import DataDir
 from kafkalite.errors import IllegalStateError
-from kafkalite.group import GroupMember
+from kafkalite.groups.assignors import TopicPartition
+from kafkalite.groups.member import GroupMember
+from kafkalite.groups.offsets import OffsetStore
 from kafkalite.log import Log
-from kafkalite.offsets import OffsetStore
 from kafkalite.wakeup import Wakeups
 
 
@@ -80,23 +80,23 @@ class ConsumerState:
     if TYPE_CHECKING:
         # Defined by one part, called by another (each is in the module named).
 
-        def _refresh_subscription(self) -> None:  # consumer.py
+        def _refresh_subscription(self) -> None:  # consumer/__init__.py
             raise NotImplementedError
 
-        def _existing(self, tp: TopicPartition) -> TopicPartition:  # consumer_positions.py
+        def _existing(self, tp: TopicPartition) -> TopicPartition:  # consumer/positions.py
             raise NotImplementedError
 
-        def _reset(self, tp: TopicPartition) -> int:  # consumer_positions.py
+        def _reset(self, tp: TopicPartition) -> int:  # consumer/positions.py
             raise NotImplementedError
 
-        def _end_of(self, log: Log) -> int:  # consumer_positions.py
+        def _end_of(self, log: Log) -> int:  # consumer/positions.py
             raise NotImplementedError
 
-        def _position_of(self, tp: TopicPartition) -> int:  # consumer_positions.py
+        def _position_of(self, tp: TopicPartition) -> int:  # consumer/positions.py
             raise NotImplementedError
 
-        def _unstable(self, tp: TopicPartition) -> bool:  # consumer_fetch.py
+        def _unstable(self, tp: TopicPartition) -> bool:  # consumer/fetch.py
             raise NotImplementedError
 
-        def _maybe_auto_commit(self) -> None:  # consumer_group.py
+        def _maybe_auto_commit(self) -> None:  # consumer/group_membership.py
             raise NotImplementedError

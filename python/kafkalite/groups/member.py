@@ -1,13 +1,13 @@
 """Consumer-group membership across processes on one host, with no coordinator process.
 
-The group's files (``kafkalite.group_files`` describes them): ``state.json``, changed under a
+The group's files (``kafkalite.groups.files`` describes them): ``state.json``, changed under a
 flock and replaced by rename; ``network-owner.lock``, held by a ``kafkalite serve`` that
 coordinates network members of the group (``join`` refuses the group then); and one
 ``.member`` file per member, flocked for life, so that others see a death by probing the lock
 every ``LIVENESS_PROBE_S``, and holding its last heartbeat and poll times for members alive but
 stuck (``session_timeout_ms``, ``max_poll_interval_ms``). This module is a member's side:
 joining and leaving, following rebalances and the hand-over; its heartbeat thread, which
-evicts dead or silent members, is ``kafkalite.group_heartbeat``.
+evicts dead or silent members, is ``kafkalite.groups.heartbeat``.
 
 Static members (``group_instance_id``, Kafka's KIP-345, as ``kafkalite serve`` applies it to network
 members): a member with an instance id is not presumed dead when its process dies, only when it is
@@ -20,7 +20,7 @@ LeaveGroup.
 
 Rebalancing is done by whoever notices the change (a join, a leave, a death, new partitions):
 it recomputes the assignment with the group's strategy and bumps the generation
-(``kafkalite.group_assignment``). Ownership
+(``kafkalite.groups.assignment``). Ownership
 moves only by hand-over: a member gives up a partition after its ``on_partitions_revoked``
 ran (so it can commit), and the new owner takes it only once it is free, or once its previous
 owner is dead or evicted. So no two live members ever consume a partition at once, and a member
@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafkalite._files import open_nofollow
-from kafkalite.assignors import TopicPartition
 from kafkalite.errors import (
     CommitFailedError,
     FencedInstanceIdError,
@@ -48,8 +47,9 @@ from kafkalite.errors import (
     InvalidConfigError,
     typed_io_errors,
 )
-from kafkalite.group_assignment import EAGER, choose_protocol, rebalance, static_member
-from kafkalite.group_files import (
+from kafkalite.groups.assignment import EAGER, choose_protocol, rebalance, static_member
+from kafkalite.groups.assignors import TopicPartition
+from kafkalite.groups.files import (
     GROUPS_DIR,
     MAX_NAME,
     STRATEGIES,
@@ -69,9 +69,9 @@ from kafkalite.group_files import (
     partition_of_key,
     static_member_waited_for,
 )
-from kafkalite.group_heartbeat import LIVENESS_PROBE_S, HeartbeatMixin
+from kafkalite.groups.heartbeat import LIVENESS_PROBE_S, HeartbeatMixin
 
-# The names other modules and tests import from ``kafkalite.group`` (before the split it held all).
+# The names other modules and tests import from ``kafkalite.groups.member`` (before the split it held all).
 __all__ = [
     "EAGER",
     "GROUPS_DIR",

@@ -2,7 +2,7 @@
 codec and partition count, reconfigured when the topic is re-created) and ``_Partition`` (one
 partition's log, drain lock and bookkeeping: the native ``PartitionState`` the drain keeps).
 Shared by ``Producer.send`` (which looks partitions up here, natively too) and the sender
-(``producer_sender``)."""
+(``sender``)."""
 
 from __future__ import annotations
 

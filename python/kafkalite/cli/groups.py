@@ -9,7 +9,7 @@ from kafkalite.admin import Admin
 
 
 def add_parser(sub: argparse._SubParsersAction, require_dir, subparser) -> None:  # type: ignore[type-arg]
-    """`subparser(parent, name, **kw)` adds a subcommand that also takes --data-dir (cli_args.py)."""
+    """`subparser(parent, name, **kw)` adds a subcommand that also takes --data-dir (cli/args.py)."""
     groups = subparser(sub, "groups", help="list, describe, delete consumer groups and reset their offsets")
     actions = groups.add_subparsers(dest="action", required=True)
     subparser(actions, "list", help="group ids")

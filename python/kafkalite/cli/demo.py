@@ -10,8 +10,8 @@ import tempfile
 import time
 from typing import TYPE_CHECKING, Any
 
-from kafkalite.cli_args import positive
-from kafkalite.cli_progress import progress
+from kafkalite.cli.args import positive
+from kafkalite.cli.progress import progress
 
 if TYPE_CHECKING:
     pass
