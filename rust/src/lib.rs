@@ -55,47 +55,16 @@
 /// never per record.
 pub const LOG_TARGET: &str = "kafkalite::engine";
 
-pub mod arrow;
-pub mod checkpoint;
-pub mod cleaner;
-pub mod committed_offsets;
-pub mod datadir;
-pub mod error;
-pub mod failpoint;
-pub mod files;
-pub mod group_commit;
-pub mod index;
-pub mod inspect;
-pub mod lock;
-pub mod log;
-pub mod log_read;
-pub mod mmap;
-pub mod nofollow;
-pub mod notify;
-pub mod offsets_codec;
-pub mod options;
-pub mod partitioner;
-pub mod prealloc;
+pub mod coordination;
 pub mod producer;
-pub mod producer_ids;
-pub mod producer_state;
-pub mod quotas;
-pub mod record;
-pub mod retention;
-pub mod segment;
 pub mod server;
-pub mod sigbus;
 pub mod spark;
-pub mod sync;
-pub mod topic_config;
-pub mod transactions;
-pub mod txn;
-pub mod users;
+pub mod storage;
 
 #[cfg(feature = "python")]
 mod py;
 
-pub use error::{Error, Result};
-pub use log::{Log, SegmentInfo};
-pub use log_read::{BatchSlice, RecordSink};
-pub use options::{FlushPolicy, LogConfig};
+pub use storage::error::{Error, Result};
+pub use storage::log::{Log, SegmentInfo};
+pub use storage::log_read::{BatchSlice, RecordSink};
+pub use storage::options::{FlushPolicy, LogConfig};

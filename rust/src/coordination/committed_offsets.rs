@@ -20,12 +20,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::error::Result;
-use crate::log::Log;
-use crate::offsets_codec::{decode_key, decode_value};
-use crate::record::scan::verify_crc;
-use crate::record::{for_each_record, record_area, RecordRef};
-use crate::txn::{self, TxnBatch};
+use crate::coordination::offsets_codec::{decode_key, decode_value};
+use crate::storage::error::Result;
+use crate::storage::log::Log;
+use crate::storage::read_committed::{self, TxnBatch};
+use crate::storage::record::scan::verify_crc;
+use crate::storage::record::{for_each_record, record_area, RecordRef};
 
 /// A group's committed offsets: (topic, partition) -> (offset, metadata).
 pub type Offsets = BTreeMap<(String, i32), (i64, String)>;
@@ -91,7 +91,7 @@ impl CommittedOffsets {
 
     /// Read the batches of `[from, end)` (whole batches; `from` is where the last read ended).
     fn read(&mut self, log: &Log, (from, end): (i64, i64)) -> Result<()> {
-        txn::walk_transactions(log, (from, end), |batch| {
+        read_committed::walk_transactions(log, (from, end), |batch| {
             let (h, batch, pos) = match batch {
                 TxnBatch::Marker { producer_id, commit, .. } => {
                     self.end_transaction(producer_id, commit);

@@ -11,7 +11,7 @@
 //! Kafka 4.x writes). kafkalite writes key v1 and value v3 (offset, leader epoch -1, metadata,
 //! commit timestamp), as Kafka 3.x brokers do.
 
-use crate::error::{Error, Result};
+use crate::storage::error::{Error, Result};
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// Kafka's offsets.topic.num.partitions.

@@ -12,9 +12,9 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::checkpoint::{lock_data_dir, write_atomically};
-use crate::error::{Error, Result};
-use crate::files::PRODUCER_IDS_FILE;
+use crate::storage::checkpoint::{lock_data_dir, write_atomically};
+use crate::storage::error::{Error, Result};
+use crate::storage::files::PRODUCER_IDS_FILE;
 
 /// Kafka's `ProducerIdsBlock` size: ids reserved per write of `PRODUCER_IDS_FILE`.
 pub const BLOCK_SIZE: i64 = 1000;
@@ -67,7 +67,7 @@ impl ProducerIds {
 fn read_next(data_dir: &Path) -> Result<i64> {
     let path = data_dir.join(PRODUCER_IDS_FILE);
     let mut text = String::new();
-    match crate::nofollow::open_read(&path, "producer id file") {
+    match crate::storage::nofollow::open_read(&path, "producer id file") {
         Ok(mut f) => f
             .read_to_string(&mut text)
             .map_err(|e| Error::io_at(&path, format!("cannot read {}", path.display()), e))?,

@@ -15,8 +15,8 @@ use std::path::Path;
 
 use serde_json::{json, Map, Value};
 
-use crate::error::{Error, Result};
-use crate::files::QUOTAS_FILE;
+use crate::storage::error::{Error, Result};
+use crate::storage::files::QUOTAS_FILE;
 
 /// Kafka's quota entity types (`ClientQuotaEntity`).
 pub const USER: &str = "user";
@@ -226,7 +226,9 @@ fn name_from_json(v: Option<&Value>) -> Option<Option<Option<String>>> {
 pub fn read(dir: &Path) -> Result<Quotas> {
     let path = dir.join(QUOTAS_FILE);
     // Bytes, not a String: a file that is not UTF-8 is damaged, said as such below.
-    let Some(text) = crate::nofollow::read_if_exists(&path, "the client quota file")? else { return Ok(Quotas::new()) };
+    let Some(text) = crate::storage::nofollow::read_if_exists(&path, "the client quota file")? else {
+        return Ok(Quotas::new());
+    };
     let v: Value = serde_json::from_slice(&text).map_err(|e| damaged(&path, e))?;
     if v.get("version") != Some(&json!(1)) {
         return Err(damaged(&path, "no version 1"));
@@ -288,7 +290,7 @@ pub type Change = (Entity, String, Option<f64>);
 /// Re-read the file under the admin lock, apply `changes` (each already validated), and write
 /// it when anything changed; returns the quotas now in force.
 pub fn alter(dir: &Path, changes: &[Change]) -> Result<Quotas> {
-    let lock = crate::datadir::admin_lock(dir)?;
+    let lock = crate::storage::datadir::admin_lock(dir)?;
     let mut quotas = read(dir)?;
     let before = quotas.clone();
     for (entity, key, value) in changes {
@@ -309,7 +311,7 @@ pub fn alter(dir: &Path, changes: &[Change]) -> Result<Quotas> {
     if quotas != before {
         let text = serde_json::to_string_pretty(&to_json(&quotas))
             .map_err(|e| Error::config(format!("cannot encode the client quota file: {e}")))?;
-        crate::checkpoint::write_atomically(dir, QUOTAS_FILE, text.as_bytes())?;
+        crate::storage::checkpoint::write_atomically(dir, QUOTAS_FILE, text.as_bytes())?;
     }
     drop(lock);
     Ok(quotas)

@@ -25,8 +25,8 @@ use hmac::{Hmac, KeyInit, Mac};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256, Sha512};
 
-use crate::error::{Error, IoContext, Result};
-use crate::files::USERS_FILE;
+use crate::storage::error::{Error, IoContext, Result};
+use crate::storage::files::USERS_FILE;
 
 /// Kafka's `ScramMechanism` minimum iteration count (RFC 7677 asks for at least 4096).
 pub const MIN_ITERATIONS: u32 = 4096;
@@ -321,7 +321,9 @@ fn damaged(path: &Path, what: impl std::fmt::Display) -> Error {
 /// (`server::credentials`) and calls this again only when the file changed.
 pub fn read(dir: &Path) -> Result<Users> {
     let path = dir.join(USERS_FILE);
-    let Some(text) = crate::nofollow::read_if_exists(&path, "the users file")? else { return Ok(Users::new()) };
+    let Some(text) = crate::storage::nofollow::read_if_exists(&path, "the users file")? else {
+        return Ok(Users::new());
+    };
     let data: Value = serde_json::from_slice(&text).map_err(|e| damaged(&path, e))?;
     if data.get("version") != Some(&json!(1)) {
         return Err(damaged(&path, "its version is not 1"));
@@ -345,7 +347,7 @@ pub fn read(dir: &Path) -> Result<Users> {
 
 /// Apply `change` under the admin lock; write the file (0600, atomically) when it returns true.
 fn update(dir: &Path, change: impl FnOnce(&mut Users) -> bool) -> Result<()> {
-    let lock = crate::datadir::admin_lock(dir)?;
+    let lock = crate::storage::datadir::admin_lock(dir)?;
     let mut users = read(dir)?;
     if change(&mut users) {
         let users: Map<String, Value> = users
@@ -358,7 +360,7 @@ fn update(dir: &Path, change: impl FnOnce(&mut Users) -> bool) -> Result<()> {
             .collect();
         let text = serde_json::to_string_pretty(&json!({"version": 1, "users": users}))
             .map_err(|e| Error::config(format!("cannot encode the users file: {e}")))?;
-        crate::checkpoint::write_private_atomically(dir, USERS_FILE, text.as_bytes())?;
+        crate::storage::checkpoint::write_private_atomically(dir, USERS_FILE, text.as_bytes())?;
     }
     drop(lock);
     Ok(())

@@ -13,9 +13,9 @@ use arrow_array::{ArrayRef, BinaryArray, Int64Array, ListArray, RecordBatch, Str
 use arrow_buffer::{Buffer, NullBuffer, OffsetBuffer};
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 
-use crate::error::{Error, Result};
-use crate::log_read::RecordSink;
-use crate::record::RecordRef;
+use crate::storage::error::{Error, Result};
+use crate::storage::log_read::RecordSink;
+use crate::storage::record::RecordRef;
 
 fn header_fields() -> Fields {
     header_fields_with(false)

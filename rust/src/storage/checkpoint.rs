@@ -6,8 +6,8 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-use crate::error::{IoContext, Result};
-use crate::files::{
+use crate::storage::error::{IoContext, Result};
+use crate::storage::files::{
     CHECKPOINT_LOCK_FILE, KAFKA_CLEANER_OFFSET, KAFKA_LOG_START_OFFSET, KAFKA_META_PROPERTIES, KAFKA_RECOVERY_POINT,
     TMP_SUFFIX, TOPICS_FILE,
 };
@@ -22,7 +22,7 @@ fn check_temp(f: &File, tmp: &Path) -> Result<()> {
         return Ok(());
     }
     let why = if meta.file_type().is_file() { "a file with other names (a hard link)" } else { "not a regular file" };
-    Err(crate::error::Error::io_at(
+    Err(crate::storage::error::Error::io_at(
         tmp,
         format!("cannot write {}: it is {why}; remove it", tmp.display()),
         std::io::Error::from(std::io::ErrorKind::InvalidInput),
@@ -54,7 +54,7 @@ pub fn write_private_atomically(dir: &Path, name: &str, contents: &[u8]) -> Resu
 fn write_file(dir: &Path, name: &str, contents: &[u8], private: bool) -> Result<()> {
     let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
     let dst = dir.join(name);
-    let mut opts = crate::nofollow::options();
+    let mut opts = crate::storage::nofollow::options();
     // Not truncated at open, and O_NONBLOCK: whatever a crash or a hostile user left at the temp
     // name is checked first (`check_temp`), and a FIFO there fails the open (ENXIO, no reader)
     // instead of blocking the writer for good (a server's start, say).
@@ -64,16 +64,16 @@ fn write_file(dir: &Path, name: &str, contents: &[u8], private: bool) -> Result<
     if private {
         opts.mode(0o600);
     }
-    let mut f = crate::nofollow::open(&opts, &tmp, "checkpoint")?;
+    let mut f = crate::storage::nofollow::open(&opts, &tmp, "checkpoint")?;
     check_temp(&f, &tmp)?;
-    crate::failpoint::hit("checkpoint.write")
+    crate::storage::failpoint::hit("checkpoint.write")
         .and_then(|()| f.set_len(0))
         // `mode` applies only to a new file: a leftover temp file keeps its own, so set it.
         .and_then(|()| if private { f.set_permissions(std::fs::Permissions::from_mode(0o600)) } else { Ok(()) })
         .and_then(|()| f.write_all(contents))
         .and_then(|_| f.sync_all())
         .context(|| format!("cannot write {}", tmp.display()))?;
-    crate::failpoint::hit("checkpoint.rename")
+    crate::storage::failpoint::hit("checkpoint.rename")
         .and_then(|()| std::fs::rename(&tmp, &dst))
         .context(|| format!("cannot rename {} to {}", tmp.display(), dst.display()))?;
     sync_dir(dir)
@@ -81,7 +81,7 @@ fn write_file(dir: &Path, name: &str, contents: &[u8], private: bool) -> Result<
 
 /// fsync a directory so that renames and creations in it are durable.
 pub fn sync_dir(dir: &Path) -> Result<()> {
-    crate::failpoint::hit("dir.sync")
+    crate::storage::failpoint::hit("dir.sync")
         .and_then(|()| File::open(dir))
         .and_then(|d| d.sync_all())
         .context(|| format!("cannot sync directory {}", dir.display()))
@@ -92,7 +92,7 @@ pub fn remove_if_exists(path: &Path) -> Result<()> {
     match std::fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(crate::error::Error::io(format!("cannot delete {}", path.display()), e)),
+        Err(e) => Err(crate::storage::error::Error::io(format!("cannot delete {}", path.display()), e)),
     }
 }
 
@@ -100,7 +100,7 @@ pub fn remove_if_exists(path: &Path) -> Result<()> {
 /// checkpoint as empty).
 pub fn read_offset(dir: &Path, name: &str) -> Option<i64> {
     let mut text = String::new();
-    crate::nofollow::open_read(&dir.join(name), "checkpoint").ok()?.read_to_string(&mut text).ok()?;
+    crate::storage::nofollow::open_read(&dir.join(name), "checkpoint").ok()?.read_to_string(&mut text).ok()?;
     text.trim().parse().ok()
 }
 
@@ -171,7 +171,7 @@ impl KafkaCheckpoints {
 
     fn entries(&self, file: &str) -> Vec<(String, i32, i64)> {
         let mut text = String::new();
-        match crate::nofollow::open_read(&self.data_dir.join(file), "checkpoint") {
+        match crate::storage::nofollow::open_read(&self.data_dir.join(file), "checkpoint") {
             Ok(f) if (&f).read_to_string(&mut text).is_ok() => parse_checkpoint(&text).unwrap_or_default(),
             _ => Vec::new(),
         }
@@ -206,7 +206,7 @@ impl KafkaCheckpoints {
         if !exists && offset.is_none() {
             return Ok(());
         }
-        crate::failpoint::hit("kafka_checkpoint.update")
+        crate::storage::failpoint::hit("kafka_checkpoint.update")
             .context(|| format!("cannot update {}", self.data_dir.join(file).display()))?;
         write_atomically(&self.data_dir, file, format_checkpoint(&entries).as_bytes())
     }
@@ -221,11 +221,14 @@ impl KafkaCheckpoints {
 /// data directory's writers share.
 pub fn lock_data_dir(data_dir: &Path) -> Result<File> {
     let path = data_dir.join(CHECKPOINT_LOCK_FILE);
-    let file =
-        crate::nofollow::open(crate::nofollow::options().read(true).write(true).create(true), &path, "lock file")?;
+    let file = crate::storage::nofollow::open(
+        crate::storage::nofollow::options().read(true).write(true).create(true),
+        &path,
+        "lock file",
+    )?;
     let started = std::time::Instant::now();
-    if !crate::lock::lock_exclusive_until(&file, &path, Some(started + CHECKPOINT_LOCK_PATIENCE))? {
-        return Err(crate::error::Error::LockTimeout {
+    if !crate::storage::lock::lock_exclusive_until(&file, &path, Some(started + CHECKPOINT_LOCK_PATIENCE))? {
+        return Err(crate::storage::error::Error::LockTimeout {
             path,
             waited_ms: started.elapsed().as_millis() as u64,
             holder: "another kafkalite writer of this data directory".into(),

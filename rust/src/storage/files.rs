@@ -183,12 +183,12 @@ pub const HASHED_ID_PREFIX: &str = "=";
 /// than `ID_NAME_MAX` is `HASHED_ID_PREFIX` + the id's SHA-256. Existing group folders were
 /// named by exactly these rules (they were Python's first): they must never change.
 /// `what` names the id in the error for an empty one.
-pub fn id_file_name(value: &str, what: &str) -> crate::error::Result<String> {
+pub fn id_file_name(value: &str, what: &str) -> crate::storage::error::Result<String> {
     use sha2::{Digest, Sha256};
     use std::fmt::Write as _;
 
     if value.is_empty() {
-        return Err(crate::error::Error::InvalidConfig(format!("{what} must not be empty")));
+        return Err(crate::storage::error::Error::InvalidConfig(format!("{what} must not be empty")));
     }
     let plain = value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
         && value != "."

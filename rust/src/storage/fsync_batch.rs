@@ -39,9 +39,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, IoContext, Result};
-use crate::files::DURABLE_FILE;
-use crate::mmap::MappedFile;
+use crate::storage::error::{Error, IoContext, Result};
+use crate::storage::files::DURABLE_FILE;
+use crate::storage::mmap::MappedFile;
 
 const FILE_LEN: usize = 4096;
 /// Word offsets (bytes) of the two seqlocked pairs: (sequence, segment base, end position).
@@ -182,8 +182,8 @@ impl GroupCommit {
     /// Open (creating) the partition's group-commit file.
     pub fn open(dir: &Path) -> Result<Arc<GroupCommit>> {
         let path = dir.join(DURABLE_FILE);
-        let file = crate::nofollow::open(
-            crate::nofollow::options().read(true).write(true).create(true),
+        let file = crate::storage::nofollow::open(
+            crate::storage::nofollow::options().read(true).write(true).create(true),
             &path,
             "group-commit file",
         )?;
@@ -289,7 +289,7 @@ impl GroupCommit {
         let appended = self.load(APPENDED);
         let durable = self.load(DURABLE);
         let what = || format!("cannot make {} durable", t.path.display());
-        crate::failpoint::hit("group_commit.sync").context(what)?;
+        crate::storage::failpoint::hit("group_commit.sync").context(what)?;
         match appended {
             Some((base, end)) if base == t.base && end >= t.end as u64 => {
                 // Our segment is the one being appended to: sync from the watermark (or the
@@ -299,7 +299,7 @@ impl GroupCommit {
                     _ => 0,
                 };
                 self.msync(t, from, end as usize)?;
-                crate::failpoint::hit("group_commit.publish").context(what)?;
+                crate::storage::failpoint::hit("group_commit.publish").context(what)?;
                 self.store(DURABLE, base, end);
             }
             _ => {
@@ -411,7 +411,7 @@ pub fn reset_if_present(dir: &Path, base: i64, end: usize) -> Result<()> {
 /// is synced. A segment deleted since (retention, DeleteRecords) has nothing left to make
 /// durable.
 fn sync_segment_file(t: &Ticket) -> Result<()> {
-    let file = match crate::nofollow::open_read(&t.path, "segment") {
+    let file = match crate::storage::nofollow::open_read(&t.path, "segment") {
         Ok(file) => file,
         Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(Error::Poisoned(format!("cannot sync {}: {e}", t.path.display()))),
@@ -442,7 +442,7 @@ pub fn wait_all(tickets: &[Ticket], deadline: Option<Instant>) -> Vec<Result<()>
             let first = first.wait(deadline);
             let others = handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|p| Err(Error::Poisoned(crate::log::panic_message(&*p)))));
+                .map(|h| h.join().unwrap_or_else(|p| Err(Error::Poisoned(crate::storage::log::panic_message(&*p)))));
             std::iter::once(first).chain(others).collect()
         }),
     };

@@ -13,10 +13,10 @@
 
 use std::path::Path;
 
-use crate::error::{IoContext, Result};
-use crate::index::{Entry, OffsetPosition, TimestampOffset};
-use crate::record::header::BatchHeader;
-use crate::record::scan::{next_batch, Next};
+use crate::storage::error::{IoContext, Result};
+use crate::storage::index::{Entry, OffsetPosition, TimestampOffset};
+use crate::storage::record::header::BatchHeader;
+use crate::storage::record::scan::{next_batch, Next};
 
 /// One batch found by `scan_log`.
 #[derive(Debug, Clone)]
@@ -248,7 +248,7 @@ fn recovery_verdict(scan: &LogScan, base_offset: i64, is_last: bool, trusted: bo
     } else if trusted {
         format!(
             "{what}: a clean shutdown is recorded and the batches' lengths and offsets hold, so a writer trusts segment {base_offset} without recovery and {kept}; remove {} to make recovery cut them",
-            crate::files::CLEAN_SHUTDOWN_FILE
+            crate::storage::files::CLEAN_SHUTDOWN_FILE
         )
     } else {
         format!("{what}: recovery truncates the segment to {} bytes, dropping them", scan.valid_bytes)
@@ -257,7 +257,7 @@ fn recovery_verdict(scan: &LogScan, base_offset: i64, is_last: bool, trusted: bo
 
 fn read_optional(path: &Path, what: &str) -> Result<Option<Vec<u8>>> {
     use std::io::Read;
-    match crate::nofollow::open_read(path, what) {
+    match crate::storage::nofollow::open_read(path, what) {
         Ok(mut f) => {
             let mut out = Vec::new();
             f.read_to_end(&mut out).context(|| format!("cannot read {}", path.display()))?;
@@ -300,7 +300,7 @@ pub fn inspect_segment(log_path: &Path, is_last: bool) -> Result<SegmentInspecti
     let index = read_index("index")?;
     let timeindex = read_index("timeindex")?;
     let indexes = index_problems(&log, &scan, base_offset, &index, &timeindex);
-    let clean = log_path.with_file_name(crate::files::CLEAN_SHUTDOWN_FILE).exists();
+    let clean = log_path.with_file_name(crate::storage::files::CLEAN_SHUTDOWN_FILE).exists();
     let trusted = clean && missing.is_empty() && indexes.problems.is_empty() && whole_without_crc(&log, base_offset);
     let recovery = recovery_verdict(&scan, base_offset, is_last, trusted);
     Ok(SegmentInspection { base_offset, log: scan, indexes, missing, recovery })
@@ -309,7 +309,7 @@ pub fn inspect_segment(log_path: &Path, is_last: bool) -> Result<SegmentInspecti
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{BatchBuilder, Compression, RecordInput};
+    use crate::storage::record::{BatchBuilder, Compression, RecordInput};
 
     fn batch(base: i64, n: usize) -> Vec<u8> {
         let mut b = BatchBuilder::new(Compression::None, None, 0);

@@ -18,9 +18,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, IoContext, Result};
+use crate::storage::error::{Error, IoContext, Result};
 
-use crate::files::{APPEND_LOCK_FILE, WRITERS_FILE};
+use crate::storage::files::{APPEND_LOCK_FILE, WRITERS_FILE};
 
 /// How long a shared writer waits for another one that is recovering the partition at open.
 const SHARED_OPEN_PATIENCE: Duration = Duration::from_secs(60);
@@ -82,7 +82,11 @@ pub fn lock_exclusive_until(file: &File, path: &Path, deadline: Option<Instant>)
 }
 
 fn open_lock_file(path: &Path) -> Result<File> {
-    crate::nofollow::open(crate::nofollow::options().read(true).write(true).create(true), path, "lock file")
+    crate::storage::nofollow::open(
+        crate::storage::nofollow::options().read(true).write(true).create(true),
+        path,
+        "lock file",
+    )
 }
 
 fn read_holder(file: &File) -> String {

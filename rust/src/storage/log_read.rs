@@ -2,12 +2,12 @@
 
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
-use crate::log::Log;
-use crate::mmap::MappedFile;
-use crate::record::header::BatchHeader;
-use crate::record::scan::verify_crc;
-use crate::record::{for_each_record, for_each_record_until, record_area, OwnedRecord, RecordRef};
+use crate::storage::error::{Error, Result};
+use crate::storage::log::Log;
+use crate::storage::mmap::MappedFile;
+use crate::storage::record::header::BatchHeader;
+use crate::storage::record::scan::verify_crc;
+use crate::storage::record::{for_each_record, for_each_record_until, record_area, OwnedRecord, RecordRef};
 
 /// Whole batches inside one segment's map: `[start, start + len)`. Holding it keeps the map
 /// (and so the bytes) alive even after the segment is rolled, closed or deleted.
@@ -251,7 +251,12 @@ impl Log {
 /// A batch of `seg` at `pos` must lie inside the segment's offsets and after the batch before
 /// it. The CRC does not cover baseOffset, so a damaged one is caught here: without this check a
 /// read that meets it skips or misnumbers records silently.
-fn check_batch_offsets(seg: &crate::segment::Segment, pos: usize, h: &BatchHeader, follows_from: i64) -> Result<()> {
+fn check_batch_offsets(
+    seg: &crate::storage::segment::Segment,
+    pos: usize,
+    h: &BatchHeader,
+    follows_from: i64,
+) -> Result<()> {
     if h.base_offset < follows_from || h.last_offset() >= seg.next_offset() {
         return Err(Error::corrupt(format!(
             "batch at position {pos} of segment {} claims offsets {}..={}, outside [{follows_from}, {}) (the file is damaged)",

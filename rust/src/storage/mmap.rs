@@ -24,12 +24,12 @@ use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
 
-use crate::error::{IoContext, Result};
+use crate::storage::error::{IoContext, Result};
 
 /// A shared mapping of one file, readable by any number of holders.
 pub struct MappedFile {
     /// Declared first: unregistered before the map is unmapped.
-    guard: crate::sigbus::Guard,
+    guard: crate::storage::sigbus::Guard,
     map: MmapRaw,
     /// Mapped from a file opened for writing. A read-only one cannot be synced through the map:
     /// Linux clears VM_SHARED on a shared map of a read-only file, so msync writes nothing back.
@@ -40,13 +40,21 @@ impl MappedFile {
     /// Map `len` bytes of `file` for reading and writing (`MAP_SHARED`).
     pub fn writable(file: &File, len: usize, what: &str) -> Result<Arc<MappedFile>> {
         let map = MmapOptions::new().len(len).map_raw(file).context(|| format!("cannot map {what}"))?;
-        Ok(Arc::new(MappedFile { guard: crate::sigbus::register(map.as_ptr(), map.len()), map, writable: true }))
+        Ok(Arc::new(MappedFile {
+            guard: crate::storage::sigbus::register(map.as_ptr(), map.len()),
+            map,
+            writable: true,
+        }))
     }
 
     /// Map `len` bytes of `file` read-only (`MAP_SHARED`), seeing a writer's later stores.
     pub fn readonly(file: &File, len: usize, what: &str) -> Result<Arc<MappedFile>> {
         let map = MmapOptions::new().len(len).map_raw_read_only(file).context(|| format!("cannot map {what}"))?;
-        Ok(Arc::new(MappedFile { guard: crate::sigbus::register(map.as_ptr(), map.len()), map, writable: false }))
+        Ok(Arc::new(MappedFile {
+            guard: crate::storage::sigbus::register(map.as_ptr(), map.len()),
+            map,
+            writable: false,
+        }))
     }
 
     /// Whether an msync through this map can write its pages back (`readonly` maps cannot).

@@ -10,7 +10,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use crate::storage::error::{Error, Result};
 
 /// `OpenOptions` that refuse a symbolic link as the last path component.
 pub fn options() -> OpenOptions {

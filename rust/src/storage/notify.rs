@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use rustix::thread::futex;
 
-use crate::error::{IoContext, Result};
-use crate::mmap::MappedFile;
+use crate::storage::error::{IoContext, Result};
+use crate::storage::mmap::MappedFile;
 
 /// The notify file's size; a reader (Python's `wakeup.py`, through `_native.NOTIFY_FILE_LEN`)
 /// only maps a file of exactly this size, since opening a shorter one would extend it.
@@ -25,8 +25,8 @@ pub struct Notifier {
 impl Notifier {
     /// Open (creating) the notifier file at `path`.
     pub fn open(path: &Path) -> Result<Notifier> {
-        let file = crate::nofollow::open(
-            crate::nofollow::options().read(true).write(true).create(true),
+        let file = crate::storage::nofollow::open(
+            crate::storage::nofollow::options().read(true).write(true).create(true),
             path,
             "wake-up file",
         )?;

@@ -1,7 +1,7 @@
 //! Settings of one partition log, with Kafka's names and defaults where Kafka has them.
 
-use crate::error::{Error, Result};
-use crate::record::{Compression, TimestampType};
+use crate::storage::error::{Error, Result};
+use crate::storage::record::{Compression, TimestampType};
 
 /// When appended data is forced to disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,7 +79,7 @@ pub struct LogConfig {
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
-            segment_bytes: crate::topic_config::SEGMENT_BYTES as u64,
+            segment_bytes: crate::storage::topic_config::SEGMENT_BYTES as u64,
             index_interval_bytes: 4096,
             segment_ms: None,
             retention_bytes: None,
@@ -87,7 +87,7 @@ impl Default for LogConfig {
             compression: Compression::None,
             flush: FlushPolicy::Os,
             timestamp_type: TimestampType::CreateTime,
-            max_message_bytes: crate::topic_config::MAX_MESSAGE_BYTES as usize,
+            max_message_bytes: crate::storage::topic_config::MAX_MESSAGE_BYTES as usize,
             max_index_bytes: 10 * 1024 * 1024,
             lock_timeout: Some(std::time::Duration::from_secs(60)),
             readonly: false,

@@ -22,12 +22,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use crate::error::{Error, Result};
-use crate::log::Log;
-use crate::log_read::RecordSink;
-use crate::record::header::BatchHeader;
-use crate::record::scan::verify_crc;
-use crate::record::{for_each_record, record_area, RecordRef};
+use crate::storage::error::{Error, Result};
+use crate::storage::log::Log;
+use crate::storage::log_read::RecordSink;
+use crate::storage::record::header::BatchHeader;
+use crate::storage::record::scan::verify_crc;
+use crate::storage::record::{for_each_record, record_area, RecordRef};
 
 /// Bytes per `.txnindex` entry (Kafka's `AbortedTxn.TOTAL_SIZE`).
 pub const TXN_INDEX_ENTRY_SIZE: usize = 34;
@@ -270,7 +270,9 @@ impl TxnState {
         let sealed = segments.len().saturating_sub(1);
         for seg in &segments[..sealed] {
             if self.indexed.insert(seg.base_offset) {
-                let path = log.dir().join(crate::files::file_name(seg.base_offset, crate::files::TXN_INDEX_SUFFIX));
+                let path = log
+                    .dir()
+                    .join(crate::storage::files::file_name(seg.base_offset, crate::storage::files::TXN_INDEX_SUFFIX));
                 for txn in read_txn_index(&path)? {
                     self.add_aborted(txn);
                 }

@@ -2,8 +2,8 @@
 //! are removed oldest first (never part of a segment). Files are unlinked, so readers that
 //! still map a deleted segment keep reading it safely.
 
-use crate::error::{Error, Result};
-use crate::log::{now_ms, Log};
+use crate::storage::error::{Error, Result};
+use crate::storage::log::{now_ms, Log};
 
 impl Log {
     /// Kafka's DeleteRecords: make `offset` the new log start offset. Segments entirely
@@ -67,13 +67,14 @@ impl Log {
                 break;
             }
             let upper = if n > 1 { self.segments[1].base_offset } else { self.end_offset() };
-            let mtime =
-                std::fs::metadata(self.dir.join(crate::files::file_name(seg.base_offset, crate::files::LOG_SUFFIX)))
-                    .ok()
-                    .and_then(|m| m.modified().ok())
-                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                    .map(|d| d.as_millis() as i64)
-                    .unwrap_or(0);
+            let mtime = std::fs::metadata(
+                self.dir.join(crate::storage::files::file_name(seg.base_offset, crate::storage::files::LOG_SUFFIX)),
+            )
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
             let breach = upper <= self.start_offset;
             if !(breach || extra(seg.size() as u64, seg.max_timestamp(), mtime)) {
                 break;
@@ -89,7 +90,7 @@ impl Log {
             ::log::info!(
                 target: crate::LOG_TARGET,
                 "deleted segment {} of {} (offsets [{}, {upper})): {}",
-                crate::files::file_name(seg.base_offset, crate::files::LOG_SUFFIX),
+                crate::storage::files::file_name(seg.base_offset, crate::storage::files::LOG_SUFFIX),
                 self.dir.display(),
                 seg.base_offset,
                 if breach { "below the log start offset" } else { "retention limit reached" }

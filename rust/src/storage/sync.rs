@@ -5,7 +5,7 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use crate::error::{Error, Result};
+use crate::storage::error::{Error, Result};
 
 /// Lock `mutex`, or fail with `Error::LogPoisoned` (naming `what`) if a holder panicked.
 pub fn lock_log<'a, T>(mutex: &'a Mutex<T>, what: impl FnOnce() -> String) -> Result<MutexGuard<'a, T>> {

@@ -29,9 +29,9 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use crate::checkpoint::write_atomically;
-use crate::error::Result;
-use crate::files::BOOT_ID_FILE;
+use crate::storage::checkpoint::write_atomically;
+use crate::storage::error::Result;
+use crate::storage::files::BOOT_ID_FILE;
 
 /// Where Linux publishes the current boot's id.
 const KERNEL_BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
@@ -71,7 +71,7 @@ pub fn current() -> Option<String> {
 /// reading more than `MAX_ID_LEN` + 1 bytes.
 pub fn recorded(data_dir: &Path) -> Recorded {
     let path = data_dir.join(BOOT_ID_FILE);
-    let mut opts = crate::nofollow::options();
+    let mut opts = crate::storage::nofollow::options();
     opts.read(true).custom_flags((rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits() as i32);
     let file = match opts.open(&path) {
         Ok(f) => f,

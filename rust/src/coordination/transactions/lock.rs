@@ -9,8 +9,8 @@ use std::fs::File;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result, TxnErrorKind};
-use crate::files::{id_file_name, TRANSACTIONS_DIR, TRANSACTION_LOCK_SUFFIX};
+use crate::storage::error::{Error, Result, TxnErrorKind};
+use crate::storage::files::{id_file_name, TRANSACTIONS_DIR, TRANSACTION_LOCK_SUFFIX};
 
 /// A held per-id lock; dropping it releases the flock.
 #[derive(Debug)]
@@ -25,12 +25,12 @@ pub fn try_lock(data_dir: &Path, transactional_id: &str, wait: Duration) -> Resu
     std::fs::create_dir_all(&dir).map_err(|e| Error::io_at(&dir, format!("cannot create {}", dir.display()), e))?;
     let name = format!("{}{TRANSACTION_LOCK_SUFFIX}", id_file_name(transactional_id, "transactional_id")?);
     let path = dir.join(name);
-    let file = crate::nofollow::open(
-        crate::nofollow::options().read(true).write(true).create(true),
+    let file = crate::storage::nofollow::open(
+        crate::storage::nofollow::options().read(true).write(true).create(true),
         &path,
         "transaction lock file",
     )?;
-    let locked = crate::lock::lock_exclusive_until(&file, &path, Some(Instant::now() + wait))?;
+    let locked = crate::storage::lock::lock_exclusive_until(&file, &path, Some(Instant::now() + wait))?;
     Ok(locked.then_some(TxnLock { _file: file }))
 }
 
@@ -45,7 +45,7 @@ pub fn lock(data_dir: &Path, transactional_id: &str, wait: Duration) -> Result<T
         .and_then(|n| File::open(path.join(format!("{n}{TRANSACTION_LOCK_SUFFIX}"))).ok())
         .map_or_else(
             || "another process".to_string(),
-            |f| crate::lock::describe_holder(&f, || "another process".into()),
+            |f| crate::storage::lock::describe_holder(&f, || "another process".into()),
         );
     Err(Error::txn(
         TxnErrorKind::ConcurrentTransactions,

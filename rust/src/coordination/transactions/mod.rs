@@ -75,15 +75,17 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::checkpoint::sync_dir;
-use crate::datadir::{log_config, DataDir};
-use crate::error::{Error, Result, TxnErrorKind};
-use crate::group_commit::{wait_all, Ticket};
-use crate::log::{DirDurable, Log};
-use crate::offsets_codec::{encode_key as offset_key, encode_value as offset_value, offsets_partition, OFFSETS_TOPIC};
-use crate::producer_ids::ProducerIds;
-use crate::record::RecordInput;
-use crate::sync::lock_log;
+use crate::coordination::offsets_codec::{
+    encode_key as offset_key, encode_value as offset_value, offsets_partition, OFFSETS_TOPIC,
+};
+use crate::coordination::producer_ids::ProducerIds;
+use crate::storage::checkpoint::sync_dir;
+use crate::storage::datadir::{log_config, DataDir};
+use crate::storage::error::{Error, Result, TxnErrorKind};
+use crate::storage::fsync_batch::{wait_all, Ticket};
+use crate::storage::log::{DirDurable, Log};
+use crate::storage::record::RecordInput;
+use crate::storage::sync::lock_log;
 
 pub use metadata::{TransactionMetadata, TransactionState, TRANSACTION_VERSION_FEATURE, TV_0, TV_2};
 pub use state_log::{state_partition, TRANSACTION_STATE_PARTITIONS, TRANSACTION_STATE_TOPIC};
@@ -138,7 +140,7 @@ pub struct Coordinator {
 }
 
 fn fail_point(name: &'static str) -> Result<()> {
-    crate::failpoint::hit(name).map_err(|e| Error::io(format!("transaction coordinator step {name}"), e))
+    crate::storage::failpoint::hit(name).map_err(|e| Error::io(format!("transaction coordinator step {name}"), e))
 }
 
 /// `epoch + 1`, or `epoch` when exhausted (Kafka fences at the same epoch then).
@@ -190,7 +192,7 @@ impl Coordinator {
         let mut config = log_config(&self.dir.dir_config()?, &meta)?;
         config.readonly = false;
         config.shared_writers = true;
-        config.flush = crate::options::FlushPolicy::Always;
+        config.flush = crate::storage::options::FlushPolicy::Always;
         config.lock_timeout = Some(self.lock_wait);
         let log = Log::open(self.dir.partition_path(topic, partition), config)?;
         let log = Arc::clone(lock_map(&self.logs).entry(key).or_insert_with(|| Arc::new(Mutex::new(log))));
@@ -624,7 +626,7 @@ impl Coordinator {
         if group_id.is_empty() {
             return Err(Error::config("group_id must not be empty"));
         }
-        self.ensure_topic(OFFSETS_TOPIC, crate::offsets_codec::OFFSETS_PARTITIONS)?;
+        self.ensure_topic(OFFSETS_TOPIC, crate::coordination::offsets_codec::OFFSETS_PARTITIONS)?;
         let partition = (OFFSETS_TOPIC.to_string(), offsets_partition(group_id));
         self.add_partitions(transactional_id, producer_id, epoch, &[partition], now_ms)
     }
@@ -673,7 +675,7 @@ impl Coordinator {
         let partition = offsets_partition(group_id);
         let key = (OFFSETS_TOPIC.to_string(), partition);
         if client_version >= TV_2 && !(m.state == TransactionState::Ongoing && m.partitions.contains(&key)) {
-            self.ensure_topic(OFFSETS_TOPIC, crate::offsets_codec::OFFSETS_PARTITIONS)?;
+            self.ensure_topic(OFFSETS_TOPIC, crate::coordination::offsets_codec::OFFSETS_PARTITIONS)?;
             m = self.add_locked(m, std::slice::from_ref(&key), client_version, now_ms)?;
         }
         if m.state != TransactionState::Ongoing || !m.partitions.contains(&key) {

@@ -9,8 +9,8 @@
 
 use std::collections::BTreeSet;
 
-use crate::error::{Error, Result};
-use crate::offsets_codec::{put_string, Reader};
+use crate::coordination::offsets_codec::{put_string, Reader};
+use crate::storage::error::{Error, Result};
 
 use super::metadata::{TransactionMetadata, TransactionState};
 
@@ -22,7 +22,7 @@ pub const MAX_VALUE_VERSION: i16 = 1;
 
 /// Kafka's `TransactionStateManager.partitionFor`: `Utils.abs(transactionalId.hashCode) % 50`.
 pub fn state_partition(transactional_id: &str) -> i32 {
-    let h = crate::offsets_codec::java_string_hash(transactional_id);
+    let h = crate::coordination::offsets_codec::java_string_hash(transactional_id);
     if h == i32::MIN {
         0
     } else {

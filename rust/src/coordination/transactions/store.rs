@@ -7,11 +7,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::error::{Error, Result};
-use crate::log::Log;
-use crate::log_read::RecordSink;
-use crate::record::{RecordInput, RecordRef};
-use crate::sync::lock_log;
+use crate::storage::error::{Error, Result};
+use crate::storage::log::Log;
+use crate::storage::log_read::RecordSink;
+use crate::storage::record::{RecordInput, RecordRef};
+use crate::storage::sync::lock_log;
 
 use super::metadata::TransactionMetadata;
 use super::state_log::{decode_key, decode_value, encode_key, encode_value, TRANSACTION_STATE_TOPIC};

@@ -9,14 +9,14 @@ use std::sync::{Arc, Mutex};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::arrow::ArrowSink;
-use crate::cleaner::CleanOptions;
-use crate::log::Produced;
-use crate::log::{now_ms, Log};
-use crate::options::{FlushPolicy, LogConfig};
-use crate::record::{Compression, ProducerStamp, TimestampType};
 use crate::spark::SparkSink;
-use crate::txn::TxnState;
+use crate::storage::arrow::ArrowSink;
+use crate::storage::cleaner::CleanOptions;
+use crate::storage::log::Produced;
+use crate::storage::log::{now_ms, Log};
+use crate::storage::options::{FlushPolicy, LogConfig};
+use crate::storage::read_committed::TxnState;
+use crate::storage::record::{Compression, ProducerStamp, TimestampType};
 
 use super::arrow::ArrowBatch;
 use super::buffer::{bytes_items, BatchView};
@@ -55,7 +55,7 @@ pub struct PyLog {
 fn check_transactional_batches(data: &[u8], producer: Option<(i64, i16)>) -> crate::Result<()> {
     let mut pos = 0;
     while pos < data.len() {
-        let h = crate::record::header::BatchHeader::parse(&data[pos..])?;
+        let h = crate::storage::record::header::BatchHeader::parse(&data[pos..])?;
         if !h.is_transactional() || Some((h.producer_id, h.producer_epoch)) != producer {
             return Err(crate::Error::config(format!(
                 "append_produce on a log attached to a transaction takes that producer's ({producer:?}) \
@@ -163,7 +163,7 @@ impl PyLog {
         };
         let log = py.detach(|| {
             std::panic::catch_unwind(|| Log::open(&path, config))
-                .unwrap_or_else(|payload| Err(crate::Error::Poisoned(crate::log::panic_message(&*payload))))
+                .unwrap_or_else(|payload| Err(crate::Error::Poisoned(crate::storage::log::panic_message(&*payload))))
                 .map_err(|e| e.or_path(&path))
         })?;
         Ok(PyLog {
@@ -300,7 +300,7 @@ impl PyLog {
         self.detached(py, |log| {
             let state = log.producer_state()?;
             Ok(state.producer(producer_id).map(|(epoch, batches)| {
-                (epoch, batches.last().map_or(crate::record::header::NO_SEQUENCE, |b| b.last_seq))
+                (epoch, batches.last().map_or(crate::storage::record::header::NO_SEQUENCE, |b| b.last_seq))
             }))
         })
     }
@@ -342,7 +342,7 @@ impl PyLog {
     /// transaction and carry its producer id and epoch.
     fn attach_transaction(&self, txn: &PyTransaction) -> PyResult<()> {
         let name = self.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let (topic, partition) = crate::datadir::partition_folder(&name).ok_or_else(|| {
+        let (topic, partition) = crate::storage::datadir::partition_folder(&name).ok_or_else(|| {
             crate::Error::config(format!("{} is not a <topic>-<partition> folder", self.path.display()))
         })?;
         self.producer_txn
@@ -618,7 +618,7 @@ impl PyLog {
         }
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs_f64(timeout.min(1e9));
         py.detach(|| {
-            let closed = crate::lock::retry_until(Some(deadline), || match self.inner.try_lock() {
+            let closed = crate::storage::lock::retry_until(Some(deadline), || match self.inner.try_lock() {
                 Ok(mut log) => Some(log.close_within(Some(deadline))),
                 Err(std::sync::TryLockError::Poisoned(_)) => {
                     Some(self.lock_even_poisoned().close_within(Some(deadline)))

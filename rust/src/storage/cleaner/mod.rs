@@ -23,22 +23,22 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::checkpoint::{read_offset, write_atomically};
-use crate::error::{Error, Result};
-use crate::files::{CLEANER_OFFSET_FILE, KAFKA_CLEANER_OFFSET};
-use crate::index::Entry;
-use crate::log::Log;
-use crate::record::filter::{filter_batch, FilterCounts, Filtered};
-use crate::record::scan::verify_crc;
-use crate::record::{for_each_record, record_area};
-use crate::segment::Segment;
-use crate::txn::TxnState;
+use crate::storage::checkpoint::{read_offset, write_atomically};
+use crate::storage::error::{Error, Result};
+use crate::storage::files::{CLEANER_OFFSET_FILE, KAFKA_CLEANER_OFFSET};
+use crate::storage::index::Entry;
+use crate::storage::log::Log;
+use crate::storage::read_committed::TxnState;
+use crate::storage::record::filter::{filter_batch, FilterCounts, Filtered};
+use crate::storage::record::scan::verify_crc;
+use crate::storage::record::{for_each_record, record_area};
+use crate::storage::segment::Segment;
 
 mod swap;
 
 pub(crate) use swap::finish_interrupted_swaps;
 /// A data batch of an aborted transaction.
-fn aborted(txn: &TxnState, header: &crate::record::BatchHeader) -> bool {
+fn aborted(txn: &TxnState, header: &crate::storage::record::BatchHeader) -> bool {
     header.is_transactional() && !header.is_control() && txn.is_aborted(header.producer_id, header.base_offset)
 }
 
@@ -297,7 +297,7 @@ impl Log {
         let total = group_bytes + next.bytes.len();
         let interval = self.config.index_interval_bytes as usize;
         let index_entries = total / (interval + 1) + 2;
-        let max_time_entries = self.config.max_index_bytes / crate::index::TimestampOffset::SIZE;
+        let max_time_entries = self.config.max_index_bytes / crate::storage::index::TimestampOffset::SIZE;
         total <= self.config.segment_bytes as usize
             && index_entries <= max_time_entries
             && (next.bytes.is_empty() || next.upper - self.segments[first].base_offset <= i32::MAX as i64)
@@ -317,7 +317,7 @@ struct Cleaned {
 /// Call `f(batch bytes, header, position)` for every batch of a sealed segment, CRC checked.
 fn for_each_batch(
     seg: &Segment,
-    mut f: impl FnMut(&[u8], &crate::record::BatchHeader, usize) -> Result<()>,
+    mut f: impl FnMut(&[u8], &crate::storage::record::BatchHeader, usize) -> Result<()>,
 ) -> Result<()> {
     let batches = seg.batches_from(0);
     for batch in batches.clone() {

@@ -6,14 +6,14 @@
 use std::io::{Read, Write};
 use std::path::Path;
 
-use crate::checkpoint::{remove_if_exists, sync_dir, write_atomically};
-use crate::error::{Error, IoContext, Result};
-use crate::files::{
+use crate::storage::checkpoint::{remove_if_exists, sync_dir, write_atomically};
+use crate::storage::error::{Error, IoContext, Result};
+use crate::storage::files::{
     file_name, marked_path, segment_path, CLEANED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SEGMENT_SUFFIXES, SWAP_SUFFIX,
     TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
 };
-use crate::log::Log;
-use crate::segment::Segment;
+use crate::storage::log::Log;
+use crate::storage::segment::Segment;
 
 use super::{CleanStats, Cleaned};
 
@@ -42,13 +42,13 @@ impl Log {
         let cleaned_path = marked_path(&dir, base, LOG_SUFFIX, CLEANED_SUFFIX);
         let swap_path = marked_path(&dir, base, LOG_SUFFIX, SWAP_SUFFIX);
         let cannot = |what: &str, p: &Path| format!("cannot {what} {}", p.display());
-        let mut file = crate::nofollow::open(
-            crate::nofollow::options().write(true).create(true).truncate(true),
+        let mut file = crate::storage::nofollow::open(
+            crate::storage::nofollow::options().write(true).create(true).truncate(true),
             &cleaned_path,
             "cleaned segment",
         )?;
         let mut written = 0u64;
-        crate::failpoint::hit("cleaner.write_cleaned")
+        crate::storage::failpoint::hit("cleaner.write_cleaned")
             .and_then(|()| {
                 for c in &group {
                     file.write_all(&c.bytes)?;
@@ -63,7 +63,7 @@ impl Log {
         if let Some(txn) = &txn {
             write_atomically(&dir, &format!("{}{CLEANED_SUFFIX}", file_name(base, TXN_INDEX_SUFFIX)), txn)?;
         }
-        crate::failpoint::hit("cleaner.rename_swap")
+        crate::storage::failpoint::hit("cleaner.rename_swap")
             .and_then(|()| std::fs::rename(&cleaned_path, &swap_path))
             .context(|| cannot("commit", &swap_path))?;
         sync_dir(&dir)?;
@@ -80,11 +80,11 @@ impl Log {
         let swap_path = marked_path(&dir, base, LOG_SUFFIX, SWAP_SUFFIX);
         let log_path = segment_path(&dir, base, LOG_SUFFIX);
         let cannot = |what: &str, p: &Path| format!("cannot {what} {}", p.display());
-        crate::failpoint::hit("cleaner.remove_indexes").context(|| cannot("finish cleaning", &dir))?;
+        crate::storage::failpoint::hit("cleaner.remove_indexes").context(|| cannot("finish cleaning", &dir))?;
         for ext in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
             remove_if_exists(&segment_path(&dir, base, ext))?;
         }
-        crate::failpoint::hit("cleaner.replace_log")
+        crate::storage::failpoint::hit("cleaner.replace_log")
             .and_then(|()| std::fs::hard_link(&swap_path, &cleaned_path))
             .and_then(|()| std::fs::rename(&cleaned_path, &log_path))
             .context(|| cannot("replace", &log_path))?;
@@ -94,14 +94,15 @@ impl Log {
         }
         sync_dir(&dir)?;
         for &member in &members[1..] {
-            crate::failpoint::hit("cleaner.delete_old").context(|| cannot("delete an old segment of", &dir))?;
+            crate::storage::failpoint::hit("cleaner.delete_old")
+                .context(|| cannot("delete an old segment of", &dir))?;
             delete_segment_files(&dir, member)?;
         }
-        crate::failpoint::hit("cleaner.remove_swap")
+        crate::storage::failpoint::hit("cleaner.remove_swap")
             .and_then(|()| std::fs::remove_file(&swap_path))
             .context(|| cannot("remove", &swap_path))?;
         sync_dir(&dir)?;
-        let mut cleaned = Segment::open(&dir, base, true, self.settings(), crate::log::now_ms())?;
+        let mut cleaned = Segment::open(&dir, base, true, self.settings(), crate::storage::log::now_ms())?;
         cleaned.recover()?;
         cleaned.seal()?;
         cleaned.sync_all()?;
@@ -117,7 +118,7 @@ impl Log {
         let mut any = false;
         for &m in members {
             let path = segment_path(&self.dir, m, TXN_INDEX_SUFFIX);
-            match crate::nofollow::open_read(&path, "transaction index") {
+            match crate::storage::nofollow::open_read(&path, "transaction index") {
                 Ok(mut f) => {
                     any = true;
                     f.read_to_end(&mut merged).context(|| format!("cannot read {}", path.display()))?;
@@ -196,7 +197,7 @@ fn same_file(a: &Path, b: &Path) -> bool {
 /// Kafka's `readNextOffset`, from the batch headers alone.
 fn next_offset_of(path: &Path, base: i64) -> Result<i64> {
     use std::os::unix::fs::FileExt;
-    let file = crate::nofollow::open_read(path, "segment")?;
+    let file = crate::storage::nofollow::open_read(path, "segment")?;
     let len = file.metadata().context(|| format!("cannot stat {}", path.display()))?.len();
     let (mut pos, mut next) = (0u64, base);
     let mut head = [0u8; 27];

@@ -25,8 +25,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::error::{Error, IoContext, Result};
-use crate::record::header::crc32c;
+use crate::storage::error::{Error, IoContext, Result};
+use crate::storage::record::header::crc32c;
 
 const MAGIC: &[u8; 4] = b"KLTJ";
 const VERSION: u32 = 1;
@@ -169,13 +169,13 @@ fn read_at_most(file: &File, buf: &mut [u8], from: u64, path: &Path) -> Result<u
 pub fn append(file: &File, end: u64, entry: &[u8], path: &Path) -> Result<()> {
     let failed = |e: std::io::Error| Error::io_at(path, format!("cannot append to {}", path.display()), e);
     let write = || -> std::io::Result<()> {
-        crate::failpoint::hit("topics.journal.append")?;
+        crate::storage::failpoint::hit("topics.journal.append")?;
         if file.metadata()?.len() != end {
             file.set_len(end)?; // a tail a killed append left
         }
         let half = entry.len() / 2;
         file.write_all_at(&entry[..half], end)?;
-        crate::failpoint::hit("topics.journal.mid_entry")?;
+        crate::storage::failpoint::hit("topics.journal.mid_entry")?;
         file.write_all_at(&entry[half..], end + half as u64)
     };
     write().map_err(|e| {
@@ -184,13 +184,13 @@ pub fn append(file: &File, end: u64, entry: &[u8], path: &Path) -> Result<()> {
         }
         failed(e)
     })?;
-    crate::failpoint::hit("topics.journal.sync").and_then(|()| file.sync_data()).map_err(failed)
+    crate::storage::failpoint::hit("topics.journal.sync").and_then(|()| file.sync_data()).map_err(failed)
 }
 
 /// Replace the journal at `dir/name` by an empty one of `generation`: written to a temp file,
 /// synced and renamed over it, so a reader sees the old journal or the new one, never neither.
 pub fn replace(dir: &Path, name: &str, generation: u64) -> Result<()> {
-    crate::checkpoint::write_atomically(dir, name, &header(generation))
+    crate::storage::checkpoint::write_atomically(dir, name, &header(generation))
 }
 
 /// Tests build journals by hand with this.

@@ -36,9 +36,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{Map, Value};
 
-use crate::checkpoint::write_atomically;
-use crate::error::{Error, IoContext, Result};
-use crate::files::{ADMIN_LOCK_FILE, TOPICS_FILE, TOPICS_JOURNAL_FILE};
+use crate::storage::checkpoint::write_atomically;
+use crate::storage::error::{Error, IoContext, Result};
+use crate::storage::files::{ADMIN_LOCK_FILE, TOPICS_FILE, TOPICS_JOURNAL_FILE};
 
 use super::journal;
 use super::{validate_topic_name, MAX_PARTITIONS};
@@ -250,7 +250,11 @@ fn appended_since(dir: &Path, pos: &Position) -> Result<Option<(Position, Delta)
 fn open_if_exists(path: &Path, what: &str) -> Result<Option<std::fs::File>> {
     use std::os::unix::fs::OpenOptionsExt;
     let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
-    match crate::nofollow::open(crate::nofollow::options().read(true).custom_flags(flags.bits() as i32), path, what) {
+    match crate::storage::nofollow::open(
+        crate::storage::nofollow::options().read(true).custom_flags(flags.bits() as i32),
+        path,
+        what,
+    ) {
         Ok(file) if file.metadata().context_at(path, || format!("cannot stat {}", path.display()))?.is_file() => {
             Ok(Some(file))
         }
@@ -604,7 +608,11 @@ fn append_entry(dir: &Path, cached: &mut Cached, entry: Value) -> Result<()> {
     let (Some(pos), Some(j)) = (cached.pos, cached.pos.and_then(|p| p.journal)) else {
         return Err(Error::config(format!("{} vanished while it was being started", jpath.display())));
     };
-    let file = crate::nofollow::open(crate::nofollow::options().read(true).write(true), &jpath, "the topic journal")?;
+    let file = crate::storage::nofollow::open(
+        crate::storage::nofollow::options().read(true).write(true),
+        &jpath,
+        "the topic journal",
+    )?;
     let now = Stamp::of(&file.metadata().context_at(&jpath, || format!("cannot stat {}", jpath.display()))?);
     if now.dev != j.dev || now.ino != j.ino {
         *cached = Cached::default();
@@ -644,9 +652,10 @@ fn write_snapshot(dir: &Path, pos: Option<&Position>, data: &Value) -> Result<()
         d.insert(JOURNAL_KEY.into(), Value::from(generation));
     }
     let meta = dir.join(TOPICS_FILE);
-    crate::failpoint::hit("topics.snapshot.write").context_at(&meta, || format!("cannot write {}", meta.display()))?;
+    crate::storage::failpoint::hit("topics.snapshot.write")
+        .context_at(&meta, || format!("cannot write {}", meta.display()))?;
     write_atomically(dir, TOPICS_FILE, snapshot_text(&meta, &data)?.as_bytes())?;
-    crate::failpoint::hit("topics.snapshot.written")
+    crate::storage::failpoint::hit("topics.snapshot.written")
         .context_at(&meta, || format!("cannot replace {}", journal_path(dir).display()))?;
     journal::replace(dir, TOPICS_JOURNAL_FILE, generation)
 }
@@ -673,8 +682,8 @@ fn snapshot_text(meta: &Path, data: &Value) -> Result<String> {
 /// the data directory's own files (topics, users).
 pub fn admin_lock(dir: &Path) -> Result<std::fs::File> {
     let lock_path = dir.join(ADMIN_LOCK_FILE);
-    let lock = crate::nofollow::open(
-        crate::nofollow::options().create(true).append(true).read(true),
+    let lock = crate::storage::nofollow::open(
+        crate::storage::nofollow::options().create(true).append(true).read(true),
         &lock_path,
         "the data directory's admin lock",
     )?;

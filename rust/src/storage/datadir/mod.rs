@@ -19,11 +19,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
 
-use crate::error::{Error, IoContext, Result};
-use crate::files::{APPEND_LOCK_FILE, KAFKA_META_PROPERTIES, KAFKA_PARTITION_FILES, TOPICS_FILE, WRITERS_FILE};
-use crate::options::LogConfig;
-use crate::record::Compression;
-use crate::topic_config;
+use crate::storage::error::{Error, IoContext, Result};
+use crate::storage::files::{
+    APPEND_LOCK_FILE, KAFKA_META_PROPERTIES, KAFKA_PARTITION_FILES, TOPICS_FILE, WRITERS_FILE,
+};
+use crate::storage::options::LogConfig;
+use crate::storage::record::Compression;
+use crate::storage::topic_config;
 
 mod journal;
 mod metadata_file;
@@ -398,7 +400,7 @@ impl DataDir {
             let dir = self.partition_path(name, p);
             std::fs::create_dir_all(&dir).context(|| format!("cannot create {}", dir.display()))?;
         }
-        crate::checkpoint::sync_dir(&self.path)
+        crate::storage::checkpoint::sync_dir(&self.path)
     }
 
     /// Change topics under the data-directory lock: `change` reads the current topics and puts
@@ -459,14 +461,14 @@ const DELETE_LOCK_PATIENCE: Duration = Duration::from_secs(10);
 /// it for its lifetime (see `DataDir::delete_topic`).
 fn hold_append_lock(partition_dir: &Path) -> Result<Option<std::fs::File>> {
     let path = partition_dir.join(APPEND_LOCK_FILE);
-    let file = crate::nofollow::open(
-        crate::nofollow::options().create(true).append(true).read(true),
+    let file = crate::storage::nofollow::open(
+        crate::storage::nofollow::options().create(true).append(true).read(true),
         &path,
         "the partition's append lock",
     )?;
     let start = Instant::now();
     let mut holder = String::new();
-    let held = crate::lock::retry_until(Some(start + DELETE_LOCK_PATIENCE), || {
+    let held = crate::storage::lock::retry_until(Some(start + DELETE_LOCK_PATIENCE), || {
         if rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok() {
             return Some(true);
         }

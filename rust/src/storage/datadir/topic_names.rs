@@ -1,8 +1,8 @@
 //! Topic names: Kafka's naming rules, a partition folder's name read back, and the internal
 //! topics clients may not create, delete or repartition.
 
-use crate::error::{Error, Result};
-use crate::offsets_codec::OFFSETS_TOPIC;
+use crate::coordination::offsets_codec::OFFSETS_TOPIC;
+use crate::storage::error::{Error, Result};
 
 /// (topic, partition) of a `<topic>-<partition>` folder name (Kafka's partition folders), None
 /// for any other name.

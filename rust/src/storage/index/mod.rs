@@ -17,7 +17,7 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::error::{IoContext, Result};
+use crate::storage::error::{IoContext, Result};
 
 pub use offset::{OffsetIndex, OffsetPosition};
 pub use time::{TimeIndex, TimestampOffset};
@@ -72,8 +72,8 @@ impl<E: Entry> IndexFile<E> {
     /// The append handle, opened (and created) on first use.
     fn writer(&mut self) -> Result<&File> {
         if self.file.is_none() {
-            let opts = crate::nofollow::options().read(true).append(true).create(true).clone();
-            self.file = Some(crate::nofollow::open(&opts, &self.path, "index")?);
+            let opts = crate::storage::nofollow::options().read(true).append(true).create(true).clone();
+            self.file = Some(crate::storage::nofollow::open(&opts, &self.path, "index")?);
         }
         Ok(self.file.as_ref().unwrap())
     }
@@ -102,10 +102,10 @@ impl<E: Entry> IndexFile<E> {
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
                     _ => {}
                 }
-                match crate::nofollow::options().read(true).open(&self.path) {
+                match crate::storage::nofollow::options().read(true).open(&self.path) {
                     Ok(f) => temporary = f,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-                    Err(e) => return Err(crate::nofollow::describe(e, &self.path, "index")),
+                    Err(e) => return Err(crate::storage::nofollow::describe(e, &self.path, "index")),
                 }
                 &temporary
             }
@@ -178,11 +178,14 @@ impl<E: Entry> IndexFile<E> {
         if self.writable {
             self.writer()?;
             let f = self.file.as_ref().expect("opened by writer()");
-            if let Err(err) = crate::failpoint::hit("index.append").and_then(|()| (&*f).write_all(&bytes)) {
+            if let Err(err) = crate::storage::failpoint::hit("index.append").and_then(|()| (&*f).write_all(&bytes)) {
                 // A partial entry (ENOSPC mid-write) would misalign every later one: cut the
                 // file back to whole entries, best effort (a writer's open rebuilds it anyway).
                 let _ = f.set_len(self.read_len);
-                return Err(crate::error::Error::io(format!("cannot append to index {}", self.path.display()), err));
+                return Err(crate::storage::error::Error::io(
+                    format!("cannot append to index {}", self.path.display()),
+                    err,
+                ));
             }
         }
         self.entries.push(e);
@@ -224,7 +227,7 @@ impl<E: Entry> IndexFile<E> {
         let f = match &self.file {
             Some(f) => f,
             None => {
-                temporary = crate::nofollow::open_read(&self.path, "index")?;
+                temporary = crate::storage::nofollow::open_read(&self.path, "index")?;
                 &temporary
             }
         };

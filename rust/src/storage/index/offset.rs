@@ -1,8 +1,8 @@
 //! The `.index` file: 8-byte entries `(i32 relativeOffset, i32 position)`. An entry (O, P)
 //! says the batch that starts at byte P of the `.log` ends with offset `base + O`.
 
-use crate::error::Result;
-use crate::index::{Entry, IndexFile};
+use crate::storage::error::Result;
+use crate::storage::index::{Entry, IndexFile};
 use std::path::Path;
 
 /// One offset-index entry as stored: the offset relative to the segment's base offset (`lookup`

@@ -1,8 +1,8 @@
 //! The `.timeindex` file: 12-byte entries `(i64 timestamp, i32 relativeOffset)`. An entry
 //! (T, O) says the largest timestamp in the segment up to offset `base + O` is T.
 
-use crate::error::Result;
-use crate::index::{Entry, IndexFile};
+use crate::storage::error::Result;
+use crate::storage::index::{Entry, IndexFile};
 use std::path::Path;
 
 /// One time-index entry as the file stores it: the offset is relative to the segment's base

@@ -1,16 +1,16 @@
 //! Appending to a partition and rolling its active segment.
 
-use crate::checkpoint::sync_dir;
-use crate::error::{Error, IoContext, Result};
-use crate::group_commit::Ticket;
-use crate::options::FlushPolicy;
-use crate::record::header::{compute_crc, BatchHeader, ATTR_TIMESTAMP_LOG_APPEND};
-use crate::record::scan::{next_batch, Next};
-use crate::record::{
+use crate::storage::checkpoint::sync_dir;
+use crate::storage::error::{Error, IoContext, Result};
+use crate::storage::fsync_batch::Ticket;
+use crate::storage::options::FlushPolicy;
+use crate::storage::record::header::{compute_crc, BatchHeader, ATTR_TIMESTAMP_LOG_APPEND};
+use crate::storage::record::scan::{next_batch, Next};
+use crate::storage::record::{
     encode_batches, fill_batches, for_each_record, record_area, BatchBuilder, EncodeRecord, ProducerStamp, RecordInput,
     TimestampType, ValueInput,
 };
-use crate::segment::Segment;
+use crate::storage::segment::Segment;
 
 use super::{now_ms, Log};
 
@@ -31,7 +31,7 @@ pub enum TryAppend {
 /// The append lock hold of a `TryAppend::Rolls` (None for an exclusive writer, which holds
 /// every lock anyway).
 pub struct RollHold {
-    guard: Option<crate::lock::AppendGuard>,
+    guard: Option<crate::storage::lock::AppendGuard>,
 }
 
 /// Whether the directory entries of a log's segments, up to its newest when this was made, are
@@ -127,7 +127,7 @@ impl Log {
 
     /// The append lock without waiting (the `try_` appends): `None` when another writer holds
     /// it; the guard inside is `None` for an exclusive writer, which holds every lock anyway.
-    fn try_enter_append_lock(&self) -> Result<Option<Option<crate::lock::AppendGuard>>> {
+    fn try_enter_append_lock(&self) -> Result<Option<Option<crate::storage::lock::AppendGuard>>> {
         match self.lock.as_ref().filter(|l| l.is_shared()) {
             None => Ok(Some(None)),
             Some(lock) => Ok(lock.try_enter()?.map(Some)),
@@ -350,7 +350,7 @@ impl Log {
 
     fn new_builder(&mut self, capacity: usize) -> BatchBuilder {
         let mut buf = std::mem::take(&mut self.scratch);
-        buf.reserve(capacity + crate::record::header::HEADER_LEN);
+        buf.reserve(capacity + crate::storage::record::header::HEADER_LEN);
         BatchBuilder::with_buffer(buf, self.config.compression, self.log_append_time())
     }
 
@@ -509,7 +509,7 @@ impl Log {
         let settings = self.settings();
         let flush = self.config.flush;
         let active = self.segments.last_mut().unwrap();
-        crate::failpoint::hit("roll.before_seal").context(|| format!("cannot roll {}", dir.display()))?;
+        crate::storage::failpoint::hit("roll.before_seal").context(|| format!("cannot roll {}", dir.display()))?;
         if let Err(e) = active.seal() {
             active.unseal();
             return Err(e);
@@ -517,7 +517,7 @@ impl Log {
         if flush != FlushPolicy::Os {
             active.sync_all().inspect_err(|e| self.poisoned = Some(e.to_string()))?;
         }
-        let created = crate::failpoint::hit("roll.after_seal")
+        let created = crate::storage::failpoint::hit("roll.after_seal")
             .context(|| format!("cannot roll {}", dir.display()))
             .and_then(|()| Segment::create(&dir, base, settings, now_ms()));
         let seg = match created {
@@ -534,7 +534,7 @@ impl Log {
         };
         self.segments.push(seg);
         self.flushed_position = 0;
-        crate::failpoint::hit("roll.after_create").context(|| format!("cannot roll {}", dir.display()))?;
+        crate::storage::failpoint::hit("roll.after_create").context(|| format!("cannot roll {}", dir.display()))?;
         self.sync_dir_if_always()?;
         // Kafka takes a producer snapshot at every roll, named by the new segment's base.
         self.snapshot_producers(true);
@@ -583,7 +583,7 @@ impl Log {
     /// range whichever shared mapping dirtied it).
     pub fn durable_tickets(&mut self, since: i64) -> Result<(Vec<Ticket>, DirDurable)> {
         if self.group.is_none() {
-            self.group = Some(crate::group_commit::GroupCommit::open(&self.dir)?);
+            self.group = Some(crate::storage::fsync_batch::GroupCommit::open(&self.dir)?);
         }
         let group = self.group.as_ref().expect("joined just above");
         let first = self.segments.partition_point(|s| s.base_offset <= since).saturating_sub(1);

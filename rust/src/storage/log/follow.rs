@@ -1,10 +1,10 @@
 //! Learning what other processes wrote to a partition: their rolls, appends, deletions,
 //! cleanings and log start offset.
 
-use crate::checkpoint::read_offset;
-use crate::error::{Error, IoContext, Result};
-use crate::files::{KAFKA_LOG_START_OFFSET, LOG_START_OFFSET_FILE};
-use crate::segment::Segment;
+use crate::storage::checkpoint::read_offset;
+use crate::storage::error::{Error, IoContext, Result};
+use crate::storage::files::{KAFKA_LOG_START_OFFSET, LOG_START_OFFSET_FILE};
+use crate::storage::segment::Segment;
 
 use super::{generation, now_ms, Log};
 
@@ -115,7 +115,7 @@ impl Log {
         let count = newer.len();
         let next_bases = newer.clone();
         for (i, base) in newer.into_iter().enumerate() {
-            let opened = crate::failpoint::hit("follow.open_segment")
+            let opened = crate::storage::failpoint::hit("follow.open_segment")
                 .context(|| format!("cannot open segment {base} of {}", self.dir.display()))
                 .and_then(|()| Segment::open(&self.dir, base, false, settings, now_ms()));
             let mut seg = match opened {

@@ -24,8 +24,8 @@ use std::hash::{BuildHasher, Hasher};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use crate::error::{IoContext, Result};
-use crate::files::SEGMENTS_GENERATION_FILE;
+use crate::storage::error::{IoContext, Result};
+use crate::storage::files::SEGMENTS_GENERATION_FILE;
 
 const MAGIC: &[u8; 8] = b"KLSEGGEN";
 const LEN: usize = 32;
@@ -76,7 +76,7 @@ impl Generation {
 /// The generation `dir` holds now; None when its file is missing, unreadable or damaged (then
 /// the caller lists the directory). One open, one `pread`, one close: no stat of any segment.
 pub(crate) fn read(dir: &Path) -> Option<Generation> {
-    let file = crate::nofollow::open_read(&dir.join(SEGMENTS_GENERATION_FILE), "segment generation").ok()?;
+    let file = crate::storage::nofollow::open_read(&dir.join(SEGMENTS_GENERATION_FILE), "segment generation").ok()?;
     let mut buf = [0u8; LEN + 1];
     let mut n = 0;
     // A longer file is damaged: read one byte more to tell.
@@ -96,13 +96,13 @@ pub(crate) fn read(dir: &Path) -> Option<Generation> {
 pub(crate) fn bump(dir: &Path) -> Result<Generation> {
     let path = dir.join(SEGMENTS_GENERATION_FILE);
     let cannot = || format!("cannot update {}", path.display());
-    crate::failpoint::hit("segments.generation").context(cannot)?;
+    crate::storage::failpoint::hit("segments.generation").context(cannot)?;
     let next = match read(dir) {
         Some(g) => Generation { nonce: g.nonce, counter: g.counter.wrapping_add(1) },
         None => Generation { nonce: fresh_nonce(), counter: 0 },
     };
-    let file = crate::nofollow::open(
-        crate::nofollow::options().read(true).write(true).create(true),
+    let file = crate::storage::nofollow::open(
+        crate::storage::nofollow::options().read(true).write(true).create(true),
         &path,
         "segment generation",
     )?;

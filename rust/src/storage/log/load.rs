@@ -3,15 +3,15 @@
 
 use std::path::Path;
 
-use crate::checkpoint::{sync_dir, KafkaCheckpoints};
-use crate::error::{Error, IoContext, Result};
-use crate::files::{
+use crate::storage::checkpoint::{sync_dir, KafkaCheckpoints};
+use crate::storage::error::{Error, IoContext, Result};
+use crate::storage::files::{
     parse_base_offset, segment_path, CLEANED_SUFFIX, CLEAN_SHUTDOWN_FILE, DELETED_SUFFIX, INDEX_SUFFIX, INDEX_SUFFIXES,
     KAFKA_LOG_START_OFFSET, LOG_SUFFIX, TIME_INDEX_SUFFIX, TMP_SUFFIX,
 };
-use crate::lock::WriterLock;
-use crate::options::LogConfig;
-use crate::segment::Segment;
+use crate::storage::lock::WriterLock;
+use crate::storage::options::LogConfig;
+use crate::storage::segment::Segment;
 
 use super::{dir_identity, now_ms, Log};
 
@@ -26,7 +26,7 @@ impl Log {
     pub fn open_within(dir: impl AsRef<Path>, config: LogConfig, deadline: Option<std::time::Instant>) -> Result<Log> {
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
-        crate::nofollow::check_dir(&dir)?;
+        crate::storage::nofollow::check_dir(&dir)?;
         if config.readonly {
             // A missing directory or a file in its place is an I/O error (FileNotFoundError,
             // NotADirectoryError in Python) naming the path, as opening any missing file is.
@@ -82,7 +82,7 @@ impl Log {
         };
         if log.lock.is_some() {
             log._prealloc_budget =
-                Some(crate::prealloc::Budget::of_partition(&log.dir, log.config.preallocate_budget_bytes));
+                Some(crate::storage::prealloc::Budget::of_partition(&log.dir, log.config.preallocate_budget_bytes));
         }
         match &log.lock {
             None => log.follow()?,
@@ -111,14 +111,14 @@ impl Log {
     /// the crash published describes files recovery may have cut).
     fn start_group_commit(&mut self, alone: bool) -> Result<()> {
         let (base, end) = self.segments.last().map_or((self.start_offset, 0), |s| (s.base_offset, s.size()));
-        if self.config.flush == crate::options::FlushPolicy::Always {
-            let group = crate::group_commit::GroupCommit::open(&self.dir)?;
+        if self.config.flush == crate::storage::options::FlushPolicy::Always {
+            let group = crate::storage::fsync_batch::GroupCommit::open(&self.dir)?;
             if alone {
                 group.reset(base, end);
             }
             self.group = Some(group);
         } else if alone {
-            crate::group_commit::reset_if_present(&self.dir, base, end)?;
+            crate::storage::fsync_batch::reset_if_present(&self.dir, base, end)?;
         }
         Ok(())
     }
@@ -194,7 +194,7 @@ impl Log {
     }
 
     fn load_segments(&mut self) -> Result<()> {
-        crate::cleaner::finish_interrupted_swaps(&self.dir)?;
+        crate::storage::cleaner::finish_interrupted_swaps(&self.dir)?;
         self.remove_leftovers()?;
         let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
         // As Kafka does: drop the marker first, so a crash while loading counts as unclean.
@@ -222,7 +222,7 @@ impl Log {
             if needs_recovery {
                 // The active segment must end at a batch boundary to be appended to.
                 let report = if is_last { seg.recover()? } else { seg.recover_sealed(bases[i + 1])? };
-                let segment = self.dir.join(crate::files::file_name(base, crate::files::LOG_SUFFIX));
+                let segment = self.dir.join(crate::storage::files::file_name(base, crate::storage::files::LOG_SUFFIX));
                 if report.dropped_bytes > 0 || report.reason.is_some() {
                     ::log::warn!(
                         target: crate::LOG_TARGET,
@@ -280,7 +280,7 @@ impl Log {
         }
         // Snapshots beyond the log end describe batches recovery cut (Kafka's truncateAndReload):
         // a writer that appends past them again must not take them for its own state.
-        crate::producer_state::delete_snapshots_outside(&self.dir, i64::MIN, self.end_offset())?;
+        crate::storage::producer_state::delete_snapshots_outside(&self.dir, i64::MIN, self.end_offset())?;
         let active = self.segments.last_mut().unwrap();
         active.reopen_for_append()?;
         self.flushed_position = active.size();

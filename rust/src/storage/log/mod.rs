@@ -20,12 +20,12 @@ pub use transactional::MarkerWritten;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::checkpoint::{read_offset, sync_dir, write_atomically, KafkaCheckpoints};
-use crate::error::{Error, IoContext, Result};
-use crate::files::{CLEAN_SHUTDOWN_FILE, KAFKA_LOG_START_OFFSET, KAFKA_RECOVERY_POINT, LOG_START_OFFSET_FILE};
-use crate::lock::WriterLock;
-use crate::options::LogConfig;
-use crate::segment::{RecoveryReport, Segment, SegmentSettings};
+use crate::storage::checkpoint::{read_offset, sync_dir, write_atomically, KafkaCheckpoints};
+use crate::storage::error::{Error, IoContext, Result};
+use crate::storage::files::{CLEAN_SHUTDOWN_FILE, KAFKA_LOG_START_OFFSET, KAFKA_RECOVERY_POINT, LOG_START_OFFSET_FILE};
+use crate::storage::lock::WriterLock;
+use crate::storage::options::LogConfig;
+use crate::storage::segment::{RecoveryReport, Segment, SegmentSettings};
 
 pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
@@ -74,14 +74,14 @@ pub struct Log {
     /// `open` finished: the segments were loaded (and recovered) completely.
     loaded: bool,
     /// Group commit of flush="always" writers (`group_commit.rs`); None for others.
-    group: Option<std::sync::Arc<crate::group_commit::GroupCommit>>,
+    group: Option<std::sync::Arc<crate::storage::fsync_batch::GroupCommit>>,
     /// `durable_tickets`: the newest segment whose directory entry a caller syncs, and whether
     /// a sync of the directory since its creation returned (`DirDurable`).
-    durable_dir: Option<(i64, crate::log::DirDurable)>,
+    durable_dir: Option<(i64, crate::storage::log::DirDurable)>,
     /// What the current append waits for under flush="always", taken by `as_writer`.
-    pending_durable: Option<crate::group_commit::Ticket>,
+    pending_durable: Option<crate::storage::fsync_batch::Ticket>,
     /// Inside `defer_durability`: where `as_writer` leaves the ticket instead of waiting.
-    deferred_durable: Option<Option<crate::group_commit::Ticket>>,
+    deferred_durable: Option<Option<crate::storage::fsync_batch::Ticket>>,
     /// Set by `close_within`: the append lock must be had by then.
     lock_deadline: Option<std::time::Instant>,
     /// True inside `try_with_append_lock` and the producer's `try_append_builder_deferred` and
@@ -90,11 +90,11 @@ pub struct Log {
     append_held: bool,
     /// The data directory's preallocation budget (writers only), held so the limit this log
     /// was opened with stays set while it is open (`prealloc.rs`).
-    _prealloc_budget: Option<std::sync::Arc<crate::prealloc::Budget>>,
+    _prealloc_budget: Option<std::sync::Arc<crate::storage::prealloc::Budget>>,
     /// Snapshots below this offset were removed by this writer's last roll (`producers.rs`).
     snapshots_swept_to: i64,
     /// Kafka's producer state, once something needed it (`producers.rs`).
-    producers: Option<crate::producer_state::ProducerState>,
+    producers: Option<crate::storage::producer_state::ProducerState>,
     /// The transactional producer (id, epoch) this writer appends for, if any: every batch it
     /// builds is stamped with it and its next sequence and marked transactional
     /// (`transactional.rs`).
@@ -298,9 +298,11 @@ impl Log {
         }
         // Kafka snapshots producer state at clean shutdown, so the next open scans nothing.
         self.snapshot_producers(false);
-        crate::failpoint::hit("shutdown.before_marker").context(|| format!("cannot close {}", self.dir.display()))?;
+        crate::storage::failpoint::hit("shutdown.before_marker")
+            .context(|| format!("cannot close {}", self.dir.display()))?;
         write_atomically(&self.dir, CLEAN_SHUTDOWN_FILE, b"")?;
-        crate::failpoint::hit("shutdown.after_marker").context(|| format!("cannot close {}", self.dir.display()))
+        crate::storage::failpoint::hit("shutdown.after_marker")
+            .context(|| format!("cannot close {}", self.dir.display()))
     }
 
     /// The log start offset the checkpoints hold: the larger of kafkalite's own file and the

@@ -5,14 +5,14 @@
 //! written as `<log end>.snapshot` at roll and at clean close once loaded. A log nobody
 //! produces idempotently to never loads it, so embedded writers pay nothing for it.
 
-use crate::checkpoint::remove_if_exists;
-use crate::error::Result;
-use crate::files::SNAPSHOT_SUFFIX;
-use crate::producer_state::{
+use crate::storage::checkpoint::remove_if_exists;
+use crate::storage::error::Result;
+use crate::storage::files::SNAPSHOT_SUFFIX;
+use crate::storage::producer_state::{
     delete_snapshots_outside, list_snapshots, load_latest_snapshot, write_snapshot, BatchMetadata, ProducerState,
     Refusal, Verdict, VerificationGuard,
 };
-use crate::record::header::BatchHeader;
+use crate::storage::record::header::BatchHeader;
 
 use super::{now_ms, Log};
 
@@ -174,7 +174,7 @@ impl Log {
             if seg.base_offset < self.snapshots_swept_to {
                 break;
             }
-            remove_if_exists(&crate::files::segment_path(&self.dir, seg.base_offset, SNAPSHOT_SUFFIX))?;
+            remove_if_exists(&crate::storage::files::segment_path(&self.dir, seg.base_offset, SNAPSHOT_SUFFIX))?;
         }
         self.snapshots_swept_to = keep_from;
         Ok(())

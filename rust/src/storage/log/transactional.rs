@@ -8,13 +8,13 @@
 
 use std::io::Write;
 
-use crate::error::{Error, IoContext, Result, TxnErrorKind};
-use crate::files::{segment_path, TXN_INDEX_SUFFIX};
-use crate::group_commit::Ticket;
-use crate::producer_state::Refusal;
-use crate::record::header::NO_SEQUENCE;
-use crate::record::{BatchBuilder, Compression, ProducerStamp, RecordInput};
-use crate::txn::{AbortedTxn, ABORT, COMMIT, TXN_INDEX_ENTRY_SIZE};
+use crate::storage::error::{Error, IoContext, Result, TxnErrorKind};
+use crate::storage::files::{segment_path, TXN_INDEX_SUFFIX};
+use crate::storage::fsync_batch::Ticket;
+use crate::storage::producer_state::Refusal;
+use crate::storage::read_committed::{AbortedTxn, ABORT, COMMIT, TXN_INDEX_ENTRY_SIZE};
+use crate::storage::record::header::NO_SEQUENCE;
+use crate::storage::record::{BatchBuilder, Compression, ProducerStamp, RecordInput};
 
 use super::{DirDurable, Log};
 
@@ -173,8 +173,11 @@ impl Log {
         for v in [txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset] {
             entry.extend_from_slice(&v.to_be_bytes());
         }
-        let mut file =
-            crate::nofollow::open(crate::nofollow::options().append(true).create(true), &path, "transaction index")?;
+        let mut file = crate::storage::nofollow::open(
+            crate::storage::nofollow::options().append(true).create(true),
+            &path,
+            "transaction index",
+        )?;
         file.write_all(&entry)
             .and_then(|()| file.sync_data())
             .context_at(&path, || format!("cannot append to {}", path.display()))

@@ -19,7 +19,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::record::header::{decrement_sequence, increment_sequence, BatchHeader, NO_EPOCH, NO_SEQUENCE};
+use crate::storage::record::header::{decrement_sequence, increment_sequence, BatchHeader, NO_EPOCH, NO_SEQUENCE};
 
 /// `ProducerStateEntry.NUM_BATCHES_TO_RETAIN`: the batches a retry is looked up in (a
 /// producer has at most 5 requests in flight with idempotence on).
@@ -540,11 +540,11 @@ mod tests {
     fn an_open_transaction_is_tracked_snapshotted_and_never_expired() {
         let mut s = ProducerState::empty(0);
         let mut t = batch(8, 3, 0, 10, 2);
-        t.attributes = crate::record::header::ATTR_TRANSACTIONAL;
+        t.attributes = crate::storage::record::header::ATTR_TRANSACTIONAL;
         s.apply(&t);
         s.apply(&batch(9, 0, 0, 12, 1));
         let mut t2 = batch(8, 3, 2, 13, 1);
-        t2.attributes = crate::record::header::ATTR_TRANSACTIONAL;
+        t2.attributes = crate::storage::record::header::ATTR_TRANSACTIONAL;
         s.apply(&t2);
         assert_eq!(s.open_txn_first_offset(8), Some(10), "the first transactional batch opens it");
         assert_eq!(s.first_open_txn_except(9), Some(10));
@@ -558,7 +558,8 @@ mod tests {
         assert_eq!(s.open_txn_first_offset(8), Some(10), "a producer with an open transaction is kept");
         // Its marker (a control batch at a newer epoch) closes it and bumps the epoch.
         let mut marker = batch(8, 4, -1, 14, 1);
-        marker.attributes = crate::record::header::ATTR_TRANSACTIONAL | crate::record::header::ATTR_CONTROL;
+        marker.attributes =
+            crate::storage::record::header::ATTR_TRANSACTIONAL | crate::storage::record::header::ATTR_CONTROL;
         s.apply(&marker);
         assert_eq!(s.open_txn_first_offset(8), None);
         assert_eq!(s.epoch_of(8), Some(4));
@@ -569,7 +570,7 @@ mod tests {
     fn a_verification_guard_holds_until_a_transactional_batch_or_marker_of_its_producer() {
         let transactional = |pid, epoch, seq, base| {
             let mut h = batch(pid, epoch, seq, base, 1);
-            h.attributes = crate::record::header::ATTR_TRANSACTIONAL;
+            h.attributes = crate::storage::record::header::ATTR_TRANSACTIONAL;
             h
         };
         let mut s = ProducerState::empty(0);
@@ -582,7 +583,8 @@ mod tests {
         assert!(s.verified(8, g));
         // Its marker (its transaction ended while the batch was being verified) makes it stale.
         let mut marker = batch(8, 0, -1, 2, 1);
-        marker.attributes = crate::record::header::ATTR_TRANSACTIONAL | crate::record::header::ATTR_CONTROL;
+        marker.attributes =
+            crate::storage::record::header::ATTR_TRANSACTIONAL | crate::storage::record::header::ATTR_CONTROL;
         s.apply(&marker);
         assert!(!s.verified(8, g) && s.outrun(8, g));
         let g2 = s.verification_guard(8, 3000);

@@ -5,10 +5,10 @@
 
 use std::path::Path;
 
-use crate::checkpoint::{remove_if_exists, write_atomically};
-use crate::error::{IoContext, Result};
-use crate::files::{file_name, parse_base_offset, SNAPSHOT_SUFFIX};
-use crate::record::header::{crc32c, NO_SEQUENCE};
+use crate::storage::checkpoint::{remove_if_exists, write_atomically};
+use crate::storage::error::{IoContext, Result};
+use crate::storage::files::{file_name, parse_base_offset, SNAPSHOT_SUFFIX};
+use crate::storage::record::header::{crc32c, NO_SEQUENCE};
 
 use super::{BatchMetadata, Entry, ProducerState};
 
@@ -106,7 +106,7 @@ pub fn list_snapshots(dir: &Path) -> Result<Vec<i64>> {
 
 /// Write `state` as `<map_end>.snapshot`, atomically (`takeSnapshot`).
 pub fn write_snapshot(dir: &Path, state: &ProducerState) -> Result<()> {
-    crate::failpoint::hit("producer_snapshot.write")
+    crate::storage::failpoint::hit("producer_snapshot.write")
         .context(|| format!("cannot write a producer snapshot in {}", dir.display()))?;
     write_atomically(dir, &file_name(state.map_end, SNAPSHOT_SUFFIX), &state.encode_snapshot())
 }
@@ -131,7 +131,7 @@ pub fn load_latest_snapshot(dir: &Path, log_end: i64) -> Result<(Option<Producer
     let any = !offsets.is_empty();
     for &offset in offsets.iter().rev().filter(|&&o| o <= log_end) {
         let path = dir.join(file_name(offset, SNAPSHOT_SUFFIX));
-        let bytes = match crate::nofollow::open_read(&path, "producer snapshot") {
+        let bytes = match crate::storage::nofollow::open_read(&path, "producer snapshot") {
             Ok(mut f) => {
                 let mut bytes = Vec::new();
                 std::io::Read::read_to_end(&mut f, &mut bytes).map(|_| bytes).map_err(|e| e.to_string())

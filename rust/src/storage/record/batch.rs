@@ -2,13 +2,13 @@
 
 use std::borrow::Cow;
 
-use crate::error::{Error, Result};
-use crate::record::compression::{compress, decompress, Compression};
-use crate::record::header::{
+use crate::storage::error::{Error, Result};
+use crate::storage::record::compression::{compress, decompress, Compression};
+use crate::storage::record::header::{
     compute_crc, BatchHeader, ProducerStamp, TimestampType, ATTR_TIMESTAMP_LOG_APPEND, HEADER_LEN, LOG_OVERHEAD,
     MAGIC_V2,
 };
-use crate::record::record::{decode_record, EncodeRecord, RecordInput, RecordRef};
+use crate::storage::record::record::{decode_record, EncodeRecord, RecordInput, RecordRef};
 
 /// The record area of a batch (bytes 61..), decompressed when the batch is compressed.
 pub fn record_area<'a>(batch: &'a [u8], header: &BatchHeader) -> Result<Cow<'a, [u8]>> {
@@ -149,12 +149,12 @@ impl BatchBuilder {
 
     /// Mark the batch as a transactional producer's (attribute bit 4).
     pub fn set_transactional(&mut self) {
-        self.flags |= crate::record::header::ATTR_TRANSACTIONAL;
+        self.flags |= crate::storage::record::header::ATTR_TRANSACTIONAL;
     }
 
     /// Mark the batch as a control batch (a transaction marker: bits 4 and 5).
     pub fn set_control(&mut self) {
-        self.flags |= crate::record::header::ATTR_TRANSACTIONAL | crate::record::header::ATTR_CONTROL;
+        self.flags |= crate::storage::record::header::ATTR_TRANSACTIONAL | crate::storage::record::header::ATTR_CONTROL;
     }
 
     /// Number of records so far.

@@ -13,7 +13,7 @@
 
 use std::io::Read;
 
-use crate::error::{Error, Result};
+use crate::storage::error::{Error, Result};
 
 /// Output limit for one batch's decompressed records. Kafka's default `max.message.bytes`
 /// is 1 MiB; compressed batches of real data stay far below this.

@@ -4,11 +4,11 @@
 //! partition leader epoch. A batch that keeps every record and needs no delete horizon is
 //! copied byte for byte.
 
-use crate::error::Result;
-use crate::record::compression::compress;
-use crate::record::header::{compute_crc, BatchHeader, ATTR_DELETE_HORIZON, HEADER_LEN, LOG_OVERHEAD};
-use crate::record::record::encode_record;
-use crate::record::{for_each_record, record_area, RecordInput, RecordRef, TimestampType};
+use crate::storage::error::Result;
+use crate::storage::record::compression::compress;
+use crate::storage::record::header::{compute_crc, BatchHeader, ATTR_DELETE_HORIZON, HEADER_LEN, LOG_OVERHEAD};
+use crate::storage::record::record::encode_record;
+use crate::storage::record::{for_each_record, record_area, RecordInput, RecordRef, TimestampType};
 
 /// What became of a batch.
 #[derive(Debug, PartialEq, Eq)]
@@ -110,8 +110,8 @@ fn rebuild(original: &BatchHeader, kept: &[RecordRef<'_>], horizon: Option<i64>)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::scan::{next_batch, Next};
-    use crate::record::{BatchBuilder, Compression};
+    use crate::storage::record::scan::{next_batch, Next};
+    use crate::storage::record::{BatchBuilder, Compression};
 
     fn batch(codec: Compression, values: &[Option<&[u8]>]) -> Vec<u8> {
         let mut b = BatchBuilder::new(codec, None, 1024);

@@ -9,8 +9,8 @@
 //! The CRC does not cover baseOffset, batchLength, epoch or magic, so re-offsetting a batch
 //! never needs a new CRC.
 
-use crate::error::{Error, Result};
-use crate::record::compression::Compression;
+use crate::storage::error::{Error, Result};
+use crate::storage::record::compression::Compression;
 
 /// Size of the fixed header (`RECORD_BATCH_OVERHEAD`).
 pub const HEADER_LEN: usize = 61;
@@ -37,11 +37,11 @@ pub enum TimestampType {
 impl TimestampType {
     /// `message.timestamp.type` by Kafka's name (`CreateTime`, `LogAppendTime`) or `Log`'s
     /// (`create`, `log_append`).
-    pub fn parse(name: &str) -> crate::error::Result<Self> {
+    pub fn parse(name: &str) -> crate::storage::error::Result<Self> {
         match name {
             "create" | "CreateTime" => Ok(TimestampType::CreateTime),
             "log_append" | "LogAppendTime" => Ok(TimestampType::LogAppendTime),
-            other => Err(crate::error::Error::config(format!(
+            other => Err(crate::storage::error::Error::config(format!(
                 "timestamp_type must be \"create\" or \"log_append\" (Kafka's CreateTime / LogAppendTime), not {other:?}"
             ))),
         }

@@ -6,8 +6,8 @@
 //! headerCount varint | { keyLength varint | key utf-8 | valueLength varint (-1 = null) | value }*
 //! ```
 
-use crate::error::{Error, Result};
-use crate::record::varint::{get_varint, get_varlong, put_varint, put_varlong, varint_len, varlong_len};
+use crate::storage::error::{Error, Result};
+use crate::storage::record::varint::{get_varint, get_varlong, put_varint, put_varlong, varint_len, varlong_len};
 
 /// A header: a UTF-8 key and a nullable value.
 pub type Header<'a> = (&'a str, Option<&'a [u8]>);

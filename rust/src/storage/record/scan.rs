@@ -1,8 +1,8 @@
 //! Finding batch boundaries in a run of bytes, with the rules of Kafka's
 //! `FileLogInputStream.nextBatch` and `DefaultRecordBatch.ensureValid`.
 
-use crate::error::{Error, Result};
-use crate::record::header::{compute_crc, BatchHeader, HEADER_LEN, LOG_OVERHEAD, MAGIC_V2, MIN_BATCH_LENGTH};
+use crate::storage::error::{Error, Result};
+use crate::storage::record::header::{compute_crc, BatchHeader, HEADER_LEN, LOG_OVERHEAD, MAGIC_V2, MIN_BATCH_LENGTH};
 
 /// What lies at a position of a log file.
 #[derive(Debug)]

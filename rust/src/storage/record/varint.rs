@@ -1,7 +1,7 @@
 //! Protobuf-style zig-zag varints, as Kafka's `ByteUtils` writes them inside v2 records.
 //! A varint carries an i32 in at most 5 bytes; a varlong an i64 in at most 10.
 
-use crate::error::{Error, Result};
+use crate::storage::error::{Error, Result};
 
 /// Append `v` as a zig-zag varint.
 #[inline]

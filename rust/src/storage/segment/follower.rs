@@ -1,10 +1,10 @@
 //! A reader's side of a segment another process writes: learning the batches it published
 //! since we last looked, and that it sealed the segment.
 
-use crate::error::{Error, IoContext, Result};
-use crate::mmap::MappedFile;
-use crate::record::header::{BatchHeader, HEADER_LEN};
-use crate::record::scan::{next_batch, Next};
+use crate::storage::error::{Error, IoContext, Result};
+use crate::storage::mmap::MappedFile;
+use crate::storage::record::header::{BatchHeader, HEADER_LEN};
+use crate::storage::record::scan::{next_batch, Next};
 
 use super::{read_at_most, Segment};
 

@@ -20,14 +20,14 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::checkpoint::remove_if_exists;
-use crate::error::{Error, IoContext, Result};
-use crate::files::{segment_path, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
-use crate::index::{OffsetIndex, TimeIndex};
-use crate::mmap::MappedFile;
-use crate::nofollow;
-use crate::record::header::BatchHeader;
-use crate::record::scan::Batches;
+use crate::storage::checkpoint::remove_if_exists;
+use crate::storage::error::{Error, IoContext, Result};
+use crate::storage::files::{segment_path, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use crate::storage::index::{OffsetIndex, TimeIndex};
+use crate::storage::mmap::MappedFile;
+use crate::storage::nofollow;
+use crate::storage::record::header::BatchHeader;
+use crate::storage::record::scan::Batches;
 
 /// What recovery found in a segment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -73,13 +73,13 @@ pub struct Segment {
     released: usize,
     /// The share of the process's budget of pages faulted in ahead of writers that the window
     /// `[size, prefaulted)` holds (`prealloc::Reservation::faulted_ahead`).
-    faulted_ahead: crate::prealloc::Reservation,
+    faulted_ahead: crate::storage::prealloc::Reservation,
     /// The last append was large enough to go through the file (`write_through_file`), so
     /// the next reserved range is not faulted in ahead of it.
     writes_through_file: bool,
     /// The share of the data directory's preallocation budget that `allocated_len` holds
     /// beyond the written bytes (`prealloc.rs`).
-    reservation: crate::prealloc::Reservation,
+    reservation: crate::storage::prealloc::Reservation,
     /// Valid, published bytes: the end of the last complete batch.
     size: usize,
     /// One past the last offset stored here; `base_offset` when empty.
@@ -125,7 +125,7 @@ impl Segment {
     fn create_files(dir: &Path, base_offset: i64, settings: SegmentSettings, now_ms: i64) -> Result<Segment> {
         let (log_path, index_path, time_path) = Self::paths(dir, base_offset);
         let cannot = |p: &Path| format!("cannot create segment {}", p.display());
-        crate::failpoint::hit("segment.create.log").context(|| cannot(&log_path))?;
+        crate::storage::failpoint::hit("segment.create.log").context(|| cannot(&log_path))?;
         let file = nofollow::open(nofollow::options().read(true).write(true).create(true), &log_path, "segment")?;
         let existing = file.metadata().context(|| cannot(&log_path))?.len();
         if existing > 0 {
@@ -134,9 +134,9 @@ impl Segment {
                 log_path.display()
             )));
         }
-        crate::failpoint::hit("segment.create.index").context(|| cannot(&index_path))?;
+        crate::storage::failpoint::hit("segment.create.index").context(|| cannot(&index_path))?;
         nofollow::open(nofollow::options().write(true).create(true).truncate(true), &index_path, "index")?;
-        crate::failpoint::hit("segment.create.timeindex").context(|| cannot(&time_path))?;
+        crate::storage::failpoint::hit("segment.create.timeindex").context(|| cannot(&time_path))?;
         nofollow::open(nofollow::options().write(true).create(true).truncate(true), &time_path, "index")?;
         let mut seg = Self::open_files(dir, base_offset, file, true, settings, now_ms)?;
         seg.ensure_capacity(0)?;
@@ -189,7 +189,7 @@ impl Segment {
             prefault: None,
             prefaulted: 0,
             released: 0,
-            faulted_ahead: crate::prealloc::Reservation::faulted_ahead(),
+            faulted_ahead: crate::storage::prealloc::Reservation::faulted_ahead(),
             writes_through_file: false,
             reservation: Default::default(),
             size: 0,

@@ -1,9 +1,9 @@
 //! Opening a segment: the scan-and-cut of a segment that cannot be trusted (Kafka's
 //! `LogSegment.recover`), and the index check of one that can.
 
-use crate::error::{Error, IoContext, Result};
-use crate::mmap::MappedFile;
-use crate::record::scan::{next_batch, verify_crc, Batches, Next};
+use crate::storage::error::{Error, IoContext, Result};
+use crate::storage::mmap::MappedFile;
+use crate::storage::record::scan::{next_batch, verify_crc, Batches, Next};
 
 use super::{RecoveryReport, Segment};
 

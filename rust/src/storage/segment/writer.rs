@@ -6,10 +6,10 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
-use crate::error::{Error, IoContext, Result};
-use crate::mmap::MappedFile;
-use crate::nofollow;
-use crate::record::header::{BatchHeader, HEADER_LEN, LOG_OVERHEAD};
+use crate::storage::error::{Error, IoContext, Result};
+use crate::storage::mmap::MappedFile;
+use crate::storage::nofollow;
+use crate::storage::record::header::{BatchHeader, HEADER_LEN, LOG_OVERHEAD};
 
 use super::{read_at_most, Segment};
 
@@ -101,7 +101,7 @@ impl Segment {
         let from = self.allocated_len;
         self.ensure_file()?;
         if target > from {
-            crate::failpoint::hit("segment.reserve")
+            crate::storage::failpoint::hit("segment.reserve")
                 .and_then(|()| reserve_blocks(self.f(), from, target))
                 .context_at(&self.log_path(), || {
                     format!("cannot reserve {target} bytes for {} (is the disk full?)", self.log_path().display())
@@ -413,7 +413,7 @@ impl Segment {
         self.finish_prefault();
         // Trimming never cuts below `size`, so maps handed to readers stay valid (mmap invariant 1).
         let cannot = || format!("cannot trim {}", self.log_path().display());
-        crate::failpoint::hit("segment.seal.trim").context(cannot)?;
+        crate::storage::failpoint::hit("segment.seal.trim").context(cannot)?;
         self.ensure_file()?;
         self.f().set_len(self.size as u64).context(|| format!("cannot trim {}", self.log_path().display()))?;
         // Blocks past `size` are gone: a later append (after a failed roll) must reserve again.

@@ -12,7 +12,7 @@ pub const SEGMENT_BYTES: i64 = 1 << 30;
 /// open files; this bound keeps a typo (partitions=10**9) from filling the disk with folders.
 pub const MAX_PARTITIONS: i64 = 100_000;
 /// Codecs kafkalite reads (a Kafka broker's files) but does not write (the codec's own list).
-use crate::record::compression::TOPIC_CODEC_CHOICES;
+use crate::storage::record::compression::TOPIC_CODEC_CHOICES;
 
 const I32_MAX: i64 = i32::MAX as i64;
 
@@ -404,7 +404,7 @@ pub static DIR_CONFIGS: &[ConfigDef] = &[
         name: "log.preallocate.budget.bytes",
         broker_name: None,
         kind: Kind::Int { min: 0, max: i64::MAX },
-        default: DefaultValue::Int(crate::prealloc::DEFAULT_BUDGET_BYTES as i64),
+        default: DefaultValue::Int(crate::storage::prealloc::DEFAULT_BUDGET_BYTES as i64),
         doc: "kafkalite's own (a Kafka broker has only the switch log.preallocate): the most bytes one process \
               keeps reserved on disk ahead of its writers, over all partitions of the data directory. When it is \
               spent, a segment grows by what each append needs.",

@@ -13,9 +13,9 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::error::{Error, Result};
-use crate::options::LogConfig;
-use crate::record::{Compression, TimestampType};
+use crate::storage::error::{Error, Result};
+use crate::storage::options::LogConfig;
+use crate::storage::record::{Compression, TimestampType};
 
 mod defs;
 
