@@ -13,7 +13,7 @@
 
 use crate::storage::error::{Error, Result};
 
-pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+pub use crate::storage::datadir::OFFSETS_TOPIC;
 /// Kafka's offsets.topic.num.partitions.
 pub const OFFSETS_PARTITIONS: i32 = 50;
 /// The offsets topic's config as it is created, by the server or the embedded groups: compacted,

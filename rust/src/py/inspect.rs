@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 /// A segment's `.log` read with recovery's rules and its indexes checked with the engine's
-/// and Kafka's; see `rust/src/inspect.rs` for the keys' meaning.
+/// and Kafka's; see `rust/src/storage/inspect.rs` for the keys' meaning.
 #[pyfunction]
 pub fn inspect_segment<'py>(py: Python<'py>, log_path: PathBuf, is_last: bool) -> PyResult<Bound<'py, PyDict>> {
     let s = py.detach(|| crate::storage::inspect::inspect_segment(&log_path, is_last))?;

@@ -14,7 +14,7 @@ use crate::storage::error::{Error, Result};
 
 use super::metadata::{TransactionMetadata, TransactionState};
 
-pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+pub use crate::storage::datadir::TRANSACTION_STATE_TOPIC;
 /// Kafka's transaction.state.log.num.partitions.
 pub const TRANSACTION_STATE_PARTITIONS: i32 = 50;
 /// The newest TransactionLogValue version Kafka writes.

@@ -37,7 +37,7 @@ pub use metadata_file::{
 };
 pub use topic_names::{
     is_internal, partition_folder, refuse_internal, topic_name_problem, validate_topic_name, INTERNAL_TOPICS,
-    TRANSACTION_STATE_TOPIC,
+    OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC,
 };
 
 /// The most partitions a topic may have (`topic_config::MAX_PARTITIONS`).

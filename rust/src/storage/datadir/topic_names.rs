@@ -1,7 +1,6 @@
 //! Topic names: Kafka's naming rules, a partition folder's name read back, and the internal
 //! topics clients may not create, delete or repartition.
 
-use crate::coordination::offsets_codec::OFFSETS_TOPIC;
 use crate::storage::error::{Error, Result};
 
 /// (topic, partition) of a `<topic>-<partition>` folder name (Kafka's partition folders), None
@@ -34,6 +33,9 @@ pub fn validate_topic_name(name: &str) -> Result<()> {
     topic_name_problem(name).map_or(Ok(()), |why| Err(Error::config(why)))
 }
 
+/// Kafka's committed offsets topic (`Topic.GROUP_METADATA_TOPIC_NAME`), named here with the
+/// other internal topic so the storage layer needs no coordination module to know it.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// Kafka's transaction log topic (`Topic.TRANSACTION_STATE_TOPIC_NAME`).
 pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
 /// Kafka's internal topics (`Topic.INTERNAL_TOPICS`), the one list: clients may not create or
