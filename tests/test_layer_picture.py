@@ -213,6 +213,8 @@ def layer_imports(src: Path = SRC) -> set[tuple[str, str]]:
 def test_the_crates_layers_never_import_a_layer_above_them():
     edges = layer_imports()
     assert ("py", "storage") in edges and ("server", "coordination") in edges  # the parser reads the layers
-    assert set(NEVER_IMPORTS) | {"py"} == {p.name for p in SRC.iterdir() if p.is_dir()}  # every layer has its rule
+    assert set(NEVER_IMPORTS) | {"py"} == {
+        p.name for p in SRC.iterdir() if p.is_dir()
+    }  # every layer has its rule
     wrong = sorted(f"{a} -> {b}" for a, b in edges if b in NEVER_IMPORTS.get(a, set()))
     assert not wrong, f"the crate's layers are imported upwards: {wrong}"
