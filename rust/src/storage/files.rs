@@ -86,7 +86,7 @@ pub const CLEANER_OFFSET_FILE: &str = ".kafkalite-cleaner-offset";
 pub const SEGMENTS_GENERATION_FILE: &str = ".kafkalite-segments";
 
 /// Group commit's shared watermarks (appended, durable) and, by its `flock`, the sync lock of
-/// `flush="always"` writers (`group_commit.rs`).
+/// `flush="always"` writers (`fsync_batch.rs`).
 pub const DURABLE_FILE: &str = ".kafkalite-durable";
 
 // -- a data directory's own files ------------------------------------------------------------

@@ -1,6 +1,6 @@
-//! Group commit for `flush="always"` (`acks='all'`), across the threads of a process and the
-//! processes writing one partition: one msync covers every batch appended before it started,
-//! whoever appended it, instead of one msync per batch under the append lock.
+//! Fsync batching (group commit) for `flush="always"` (`acks='all'`), across the threads of a
+//! process and the processes writing one partition: one msync covers every batch appended before
+//! it started, whoever appended it, instead of one msync per batch under the append lock.
 //!
 //! State lives in `.kafkalite-durable` in the partition directory, a small file every writer
 //! maps (`MAP_SHARED`), so all processes see one copy:

@@ -173,7 +173,7 @@ impl Log {
 
     /// Walk the batches from the one that holds `from` to the log end, in order, handing `f`
     /// each header with its whole batch bytes and position (records are not decoded, nor the
-    /// CRC checked); `f` returns false to stop. The transaction bookkeeping of `txn.rs` reads
+    /// CRC checked); `f` returns false to stop. The transaction bookkeeping of `read_committed.rs` reads
     /// the log this way.
     pub(crate) fn walk_batches(
         &self,

@@ -392,7 +392,7 @@ impl Coordinator {
 
     /// Make the records of `m`'s open transaction durable in every partition it added, before
     /// its end is decided: one sync per partition holding unsynced records, the partitions in
-    /// parallel (`group_commit::wait_all`), then the directory of any whose newest segment's
+    /// parallel (`fsync_batch::wait_all`), then the directory of any whose newest segment's
     /// entry is not known durable (a producer under acks=1 rolled it without a directory sync).
     fn sync_records(&self, m: &TransactionMetadata) -> Result<()> {
         let mut durable = Unsynced::default();

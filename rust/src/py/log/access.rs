@@ -176,7 +176,7 @@ impl PyLog {
 
     /// Run the append `f` with the GIL released, then, under flush="always", wait for group
     /// commit outside the log's mutex: threads sharing this log append while one syncs, and one
-    /// sync covers them all. A failed sync fails this call and poisons the writer (`group_commit`).
+    /// sync covers them all. A failed sync fails this call and poisons the writer (`fsync_batch`).
     pub(super) fn appended_durably<T: Send>(
         &self,
         py: Python<'_>,

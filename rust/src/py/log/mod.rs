@@ -41,7 +41,7 @@ pub struct PyLog {
     /// The partition directory (`Log::dir`), kept outside the mutex: it never changes.
     path: std::path::PathBuf,
     inner: Mutex<Log>,
-    /// read_committed bookkeeping, learnt incrementally (txn.rs). Locked after `inner`.
+    /// read_committed bookkeeping, learnt incrementally (read_committed.rs). Locked after `inner`.
     txn: Mutex<TxnState>,
     /// The transactional producer this log appends for (`attach_transaction`), with the
     /// partition it is: each append first makes sure the partition is in the open transaction.

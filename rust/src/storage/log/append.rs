@@ -253,7 +253,7 @@ impl Log {
     }
 
     /// `append_builder` without waiting for durability: under flush="always" it also returns
-    /// the ticket to wait for (`Ticket::wait`, `group_commit::wait_all`) before acknowledging,
+    /// the ticket to wait for (`Ticket::wait`, `fsync_batch::wait_all`) before acknowledging,
     /// so a producer can hand the batches of several partitions to one wait and append more
     /// meanwhile.
     pub fn append_builder_deferred(&mut self, builder: BatchBuilder) -> Result<DeferredAppend> {
@@ -573,7 +573,7 @@ impl Log {
 
     /// What makes every byte appended from offset `since` on durable, whatever this log's flush
     /// policy (a server answering acks=all once on disk): one ticket per segment holding such
-    /// bytes, to wait for with `group_commit::wait_all` outside any lock, and the directory's
+    /// bytes, to wait for with `fsync_batch::wait_all` outside any lock, and the directory's
     /// state: its entries are durable once the flag is set; until then the waiter syncs the
     /// directory and sets it (flush="always" syncs it at every roll, other policies do not, so
     /// a new flag comes with each newer segment). Joins the partition's group commit on first

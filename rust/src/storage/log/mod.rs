@@ -73,7 +73,7 @@ pub struct Log {
     dir_identity: (u64, u64),
     /// `open` finished: the segments were loaded (and recovered) completely.
     loaded: bool,
-    /// Group commit of flush="always" writers (`group_commit.rs`); None for others.
+    /// Group commit of flush="always" writers (`fsync_batch.rs`); None for others.
     group: Option<std::sync::Arc<crate::storage::fsync_batch::GroupCommit>>,
     /// `durable_tickets`: the newest segment whose directory entry a caller syncs, and whether
     /// a sync of the directory since its creation returned (`DirDurable`).
