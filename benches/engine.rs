@@ -3,9 +3,9 @@
 
 use std::time::Instant;
 
-use kafkalite::arrow::ArrowSink;
-use kafkalite::record::header::compute_crc;
-use kafkalite::record::{BatchBuilder, Compression, ValueInput};
+use kafkalite::storage::arrow::ArrowSink;
+use kafkalite::storage::record::header::compute_crc;
+use kafkalite::storage::record::{BatchBuilder, Compression, ValueInput};
 use kafkalite::{Log, LogConfig};
 
 /// Let the kernel finish writing back earlier phases so they do not steal this one's cores.
@@ -75,7 +75,7 @@ fn main() {
     // over fallocated blocks, prefaulted one step ahead on a helper thread, as segments do.
     settle();
     {
-        use kafkalite::mmap::MappedFile;
+        use kafkalite::storage::mmap::MappedFile;
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)

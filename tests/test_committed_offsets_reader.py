@@ -1,4 +1,4 @@
-"""The one reader of committed offsets (rust/src/committed_offsets.rs, used by the embedded
+"""The one reader of committed offsets (rust/src/coordination/committed_offsets.rs, used by the embedded
 groups and the server) under the faults it guards against: a transaction's offsets held until
 its marker (also for a reader opened mid-transaction), dropped on ABORT and when its producer is
 fenced, a later plain commit or tombstone winning over them (Kafka's OffsetMetadataManager), and

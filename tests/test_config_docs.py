@@ -64,7 +64,7 @@ def test_the_tables_are_what_the_clients_use():
 
 def test_log_defaults_are_the_topic_defaults_of_the_engine():
     """Log's size limits and clean()'s compaction settings default to the engine's topic table,
-    written once in rust/src/topic_config.rs (Log used to write 1048588 and 1 << 30 itself)."""
+    written once in rust/src/storage/topic_config/mod.rs (Log used to write 1048588 and 1 << 30 itself)."""
     topic = {d["name"]: d["default"] for d in TOPIC_CONFIG_DEFS}
     log = inspect.signature(kafkalite.Log.__init__).parameters
     assert log["segment_bytes"].default == topic["segment.bytes"]

@@ -1,4 +1,4 @@
-"""``kafkalite dump-log`` judges a partition with the engine's own rules (rust/src/inspect.rs),
+"""``kafkalite dump-log`` judges a partition with the engine's own rules (rust/src/storage/inspect.rs),
 so what it reports is what a writer opening the partition does. Each test damages a copy of
 a partition the way a crash or a disk does, runs the dump, then opens the partition for
 writing and checks that recovery did exactly what the dump said. The damages are the ones

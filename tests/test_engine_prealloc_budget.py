@@ -1,4 +1,4 @@
-"""The data directory's preallocation budget (issue 9 point 10, rust/src/prealloc.rs): the bytes
+"""The data directory's preallocation budget (issue 9 point 10, rust/src/storage/prealloc.rs): the bytes
 one process keeps reserved (fallocated) ahead of its writers, summed over the partitions of a
 data directory, stay under ``log.preallocate.budget.bytes``; an append never fails for lack of
 budget, it only gets no reserve ahead of it; a full disk still fails the append loudly.

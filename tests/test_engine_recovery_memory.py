@@ -1,7 +1,7 @@
 """Recovery after a kill -9 scans the whole active segment; it must not hold the segment
 resident while it does (issue 21: a restarted server recovers many partitions at once, on up to
 16 threads, and the server soak saw a 318 MB peak). The scan drops what it has read every
-8 MiB (`SCAN_RELEASE_STEP` in rust/src/segment/recovery.rs): the pages stay in the page cache.
+8 MiB (`SCAN_RELEASE_STEP` in rust/src/storage/segment/recovery.rs): the pages stay in the page cache.
 """
 
 from __future__ import annotations

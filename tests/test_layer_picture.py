@@ -53,6 +53,9 @@ def test_the_crate_layer_sentence_names_every_module():
     lib = (ROOT / "rust" / "src" / "lib.rs").read_text(encoding="utf-8")
     doc = "\n".join(line[3:] for line in lib.splitlines() if line.startswith("//!"))
     declared = re.findall(r"^(?:pub )?mod (\w+);", lib, re.MULTILINE)
+    for layer in ("storage", "coordination"):  # and the modules each layer folder declares
+        text = (ROOT / "rust" / "src" / layer / "mod.rs").read_text(encoding="utf-8")
+        declared += re.findall(r"^(?:pub )?mod (\w+);", text, re.MULTILINE)
     assert "segment" in declared and "py" in declared  # the pattern reads the declarations
     named = set(re.findall(r"`(\w+)`", doc))
     missing = [m for m in declared if m not in named]
@@ -187,3 +190,42 @@ def test_the_servers_state_and_security_never_import_a_handler_nor_the_network_a
     wrong = upward_imports()
     assert ("server", "state") in {m[:2] for m in server_imports()}  # the folders are read
     assert not wrong, f"the server's layers are imported upwards: {wrong}"
+
+
+# The crate's layers (rust/src's folders) and the layers each must never import: storage knows
+# nothing above it, coordination (Kafka's coordinators' state) builds on storage alone, the
+# embedded producer and the Spark rows on storage alone, the server on all but the binding.
+SRC = ROOT / "rust" / "src"
+NEVER_IMPORTS = {
+    "storage": {"coordination", "producer", "server", "spark", "py"},
+    "coordination": {"producer", "server", "spark", "py"},
+    "producer": {"coordination", "server", "spark", "py"},
+    "spark": {"coordination", "producer", "server", "py"},
+    "server": {"producer", "spark", "py"},
+}
+
+
+def layer_imports(src: Path = SRC) -> set[tuple[str, str]]:
+    """(layer, layer it imports) for every `crate::<layer>::...` path (use trees too) in a
+    folder's files, test modules left out."""
+    layers = {p.name for p in src.iterdir() if p.is_dir()}
+    edges = set()
+    for path in src.rglob("*.rs"):
+        here = path.relative_to(src).parts[0]
+        if here not in layers:
+            continue
+        for ref in _paths(path.read_text(encoding="utf-8")):
+            parts = [p for p in ref.split("::") if p]
+            if parts[0] == "crate" and len(parts) > 1 and parts[1] in layers and parts[1] != here:
+                edges.add((here, parts[1]))
+    return edges
+
+
+def test_the_crates_layers_never_import_a_layer_above_them():
+    edges = layer_imports()
+    assert ("py", "storage") in edges and ("server", "coordination") in edges  # the parser reads the layers
+    assert set(NEVER_IMPORTS) | {"py"} == {
+        p.name for p in SRC.iterdir() if p.is_dir()
+    }  # every layer has its rule
+    wrong = sorted(f"{a} -> {b}" for a, b in edges if b in NEVER_IMPORTS.get(a, set()))
+    assert not wrong, f"the crate's layers are imported upwards: {wrong}"

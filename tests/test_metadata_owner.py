@@ -1,4 +1,4 @@
-"""`.kafkalite-topics.json` has one owner, the engine (`rust/src/datadir.rs`): the wire-protocol
+"""`.kafkalite-topics.json` has one owner, the engine (`rust/src/storage/datadir/mod.rs`): the wire-protocol
 server and the Python clients read, check and write it through the same code (issue 12 point 1),
 so a hand-damaged file is refused by both with the same CorruptMetadataError, and what Python
 writes is checked by the engine's rules before it replaces the file."""

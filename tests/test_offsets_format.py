@@ -1,7 +1,7 @@
 """``__consumer_offsets`` records in every version Kafka has written (OffsetCommitValue v0-v4,
 v4 being Kafka 4.x's flexible version), other record types skipped, and clear errors for a
 future version or damaged bytes; real records of a Kafka 4.1 broker (tests/vectors/
-consumer_offsets.json) both ways. The codec is the engine's (rust/src/offsets_codec.rs), the
+consumer_offsets.json) both ways. The codec is the engine's (rust/src/coordination/offsets_codec.rs), the
 one the wire-protocol server uses."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Adversarial tests of the data directory's preallocation budget (issue 9 point 10,
-rust/src/prealloc.rs): hostile config values, budget leaks, and writers/readers in several
+rust/src/storage/prealloc.rs): hostile config values, budget leaks, and writers/readers in several
 processes while the budget is spent. Each test names what it attacks."""
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ COMMITTER = textwrap.dedent(
 
 
 def transaction_steps(offsets: bool) -> list[str]:
-    """Every fail point of a transaction's steps, in order (rust/src/failpoint.rs), those of
+    """Every fail point of a transaction's steps, in order (rust/src/storage/failpoint.rs), those of
     send_offsets_to_transaction only with ``offsets``; the markers are written partition by
     partition, so ``txn.marker.after@2`` (both written) is added to the first one's."""
     names = [n for n in failpoint_names() if n.startswith("txn.") and (offsets or ".offsets." not in n)]

@@ -1,4 +1,4 @@
-"""Topic config is defined once, in the engine (rust/src/topic_config.rs): the wire-protocol
+"""Topic config is defined once, in the engine (rust/src/storage/topic_config/mod.rs): the wire-protocol
 server and the Python clients validate it and resolve a topic's effective config the same way
 (issue 12 point 1)."""
 

@@ -1,4 +1,4 @@
-"""The topic metadata's journal (``rust/src/datadir/metadata_file.rs``): one change appends one
+"""The topic metadata's journal (``rust/src/storage/datadir/metadata_file.rs``): one change appends one
 entry, so creating a topic writes the same few bytes at 50 topics as at 1,000; a process killed
 or out of space at each step of a create loses nothing acknowledged and leaves nothing a reader
 trips on; processes creating topics at once all get theirs; and a data directory written before

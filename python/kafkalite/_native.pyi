@@ -209,7 +209,7 @@ def wait_durable(marks: list[DurableMark], timeout_ms: int = 60000) -> list[Base
 class DurableMark:
     """What one appended batch waits for before ``acks='all'`` acknowledges it (group commit)."""
 
-# `__consumer_offsets` records (rust/src/offsets_codec.rs).
+# `__consumer_offsets` records (rust/src/coordination/offsets_codec.rs).
 OFFSETS_TOPIC: str
 INTERNAL_TOPICS: list[str]
 OFFSETS_PARTITIONS: int
@@ -225,12 +225,12 @@ def offsets_decode_key(key: bytes) -> tuple[str, str, int] | None: ...
 def offsets_decode_value(value: bytes) -> tuple[int, str]: ...
 
 class CommittedOffsets:
-    """One group's committed offsets, read incrementally (rust/src/committed_offsets.rs)."""
+    """One group's committed offsets, read incrementally (rust/src/coordination/committed_offsets.rs)."""
 
     def __init__(self, group_id: str) -> None: ...
     def read(self, log: Log) -> tuple[dict[tuple[str, int], tuple[int, str]], set[tuple[str, int]]]: ...
 
-# Transactions (rust/src/transactions/, rust/src/py/transactions.rs).
+# Transactions (rust/src/coordination/transactions/, rust/src/py/transactions.rs).
 TRANSACTION_STATE_TOPIC: str
 MAX_TRANSACTION_TIMEOUT_MS: int
 TRANSACTION_STATES: list[str]
@@ -264,7 +264,7 @@ class Transaction:
 def list_transactions(data_dir: str | PathLike[str]) -> list[dict[str, Any]]: ...
 def transaction_log_decode(key: bytes, value: bytes | None) -> tuple[str, dict[str, Any] | None]: ...
 
-# A segment judged by recovery's rules (rust/src/inspect.rs), for `kafkalite dump-log`.
+# A segment judged by recovery's rules (rust/src/storage/inspect.rs), for `kafkalite dump-log`.
 def inspect_segment(log_path: str | PathLike[str], is_last: bool) -> dict[str, Any]: ...
 
 MAX_PARTITIONS: int
@@ -272,7 +272,7 @@ MAX_PARTITIONS: int
 FETCH_MAX_BYTES: int
 FETCH_MAX_BYTES_MIN: int
 
-# SASL/SCRAM users of a data directory (rust/src/users.rs).
+# SASL/SCRAM users of a data directory (rust/src/coordination/users.rs).
 USERS_FILE: str
 SCRAM_MECHANISMS: list[str]
 SCRAM_DEFAULT_ITERATIONS: int

@@ -1,7 +1,7 @@
 """Log compaction for topics with ``cleanup.policy=compact``: when and how the engine's
 cleaner runs on a partition, with the topic's Kafka-named settings.
 
-The cleaner itself is in Rust (``rust/src/cleaner.rs``). It runs by itself from producers (every
+The cleaner itself is in Rust (``rust/src/storage/cleaner/mod.rs``). It runs by itself from producers (every
 ``cleaner_check_interval_ms``, on partitions whose dirty ratio reached
 ``min.cleanable.dirty.ratio``, as Kafka's cleaner threads do) and on demand from
 ``Admin.compact_topic``.

@@ -1,7 +1,7 @@
 """A data directory laid out like a Kafka ``log.dirs`` folder: one ``<topic>-<partition>``
 folder per partition, plus kafkalite's metadata in ``.kafkalite-topics.json`` and
 ``.kafkalite-topics.journal`` (a snapshot and the changes appended since: read, checked and
-written by the engine, ``rust/src/datadir/metadata_file.rs``, which the wire-protocol server
+written by the engine, ``rust/src/storage/datadir/metadata_file.rs``, which the wire-protocol server
 uses too; this keeps its own copy and applies only the entries appended since it last looked):
 the topics with their own config, and the directory's
 config under a broker's names (``auto.create.topics.enable``, ``num.partitions``, ``log.*``
@@ -47,7 +47,7 @@ logger = logging.getLogger("kafkalite.admin")
 #: The most partitions a topic may have (the engine's ``topic_config::MAX_PARTITIONS``).
 MAX_PARTITIONS: int = _native.MAX_PARTITIONS
 
-#: The topic config table, defined once in the engine (``rust/src/topic_config.rs``, as
+#: The topic config table, defined once in the engine (``rust/src/storage/topic_config/mod.rs``, as
 #: Kafka's ``LogConfig.define``): dicts of name, broker_name, type, default, min, max, choices, doc.
 TOPIC_CONFIG_DEFS: list[dict[str, Any]] = _native.topic_config_defs()
 #: The data directory's own config table (its topic defaults use each topic key's broker_name).

@@ -2,7 +2,7 @@
 from the files: every batch (offsets, position, count, timestamps, codec, size, CRC check) and
 a check of each segment's `.index` and `.timeindex`.
 
-The files are judged by the engine (``rust/src/inspect.rs``) with recovery's own rules, so the
+The files are judged by the engine (``rust/src/storage/inspect.rs``) with recovery's own rules, so the
 dump says what a writer opening the partition would do: where recovery stops and why, whether
 it cuts the damaged bytes (the last segment) or keeps them sealed (a segment with a successor),
 and whether it trusts the indexes or rebuilds them. Kafka's index sanity rules

@@ -20,7 +20,7 @@ from kafkalite.errors import InvalidConfigError, InvalidTypeError, NotAPartition
 _I32 = validate.INT32_MAX
 
 #: The bounds of the topic configs behind Log's options, from the engine's table
-#: (rust/src/topic_config.rs), so a Log opened for a topic accepts every value the topic did.
+#: (rust/src/storage/topic_config/mod.rs), so a Log opened for a topic accepts every value the topic did.
 _TOPIC_BOUNDS: dict[str, tuple[int, int]] = {
     d["name"]: (d["min"], d["max"]) for d in _native.topic_config_defs() if d["type"] == "int"
 }

@@ -2,7 +2,7 @@
 bytes per second, and ``request_percentage``, the percentage of one request worker's time, per
 user, client id, or user and client id, each name or the default): what ``kafkalite serve``
 enforces by ``throttle_time_ms``, what ``kafka-configs --entity-type users|clients`` and
-Describe/AlterClientQuotas see. The engine (``rust/src/quotas.rs``) owns the file and Kafka's
+Describe/AlterClientQuotas see. The engine (``rust/src/coordination/quotas.rs``) owns the file and Kafka's
 validation; a running server sees changes within a second.
 
     kafkalite.quotas.alter_quotas("data", {"user": "alice"}, {"producer_byte_rate": 1048576})

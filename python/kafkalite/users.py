@@ -1,7 +1,7 @@
 """SASL/SCRAM users of a data directory: who may connect to ``kafkalite serve`` on a
 SASL listener (SASL_SSL on a non-loopback address, or ``Server(..., sasl=True)``).
 
-The engine (``rust/src/users.rs``) owns the file: per user and mechanism a random salt, the
+The engine (``rust/src/coordination/users.rs``) owns the file: per user and mechanism a random salt, the
 PBKDF2 iteration count, StoredKey and ServerKey, as Kafka keeps SCRAM credentials; never the
 password. The file is readable by its owner only. A running server sees changes from the next
 connection on.

@@ -26,7 +26,7 @@ from kafkalite.errors import KafkaliteError
 POLL_INTERVAL_MS = 50
 #: How often a polling consumer checks whether the notify file appeared.
 RECHECK_S = 1.0
-#: The size the engine gives the notify file (rust/src/notify.rs FILE_LEN): a shorter file
+#: The size the engine gives the notify file (rust/src/storage/notify.rs FILE_LEN): a shorter file
 #: would be extended by opening it, which a reader must not do.
 NOTIFY_FILE_LEN: int = _native.NOTIFY_FILE_LEN
 

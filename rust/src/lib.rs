@@ -20,34 +20,33 @@
 //!
 //! In a data directory (the parent holds `.kafkalite-topics.json` or a broker's files), the
 //! same facts are also kept where a broker keeps them, in the shared `log-start-offset-checkpoint`,
-//! `cleaner-offset-checkpoint` and `recovery-point-offset-checkpoint` (`checkpoint.rs`), and a
-//! broker's entries there are read.
+//! `cleaner-offset-checkpoint` and `recovery-point-offset-checkpoint` (`storage::checkpoint`),
+//! and a broker's entries there are read.
 //!
-//! Layers, bottom up: `record` (the v2 codec: batches, records, varints, codecs, `scan`,
-//! `filter`), `index` (`.index` / `.timeindex`) and `segment` (one `.log` with its indexes,
-//! appended through `mmap`; split by role into `writer`, `follower` and `recovery`; `prealloc`
-//! bounds the disk reserved ahead of writers), `log` and `log_read` (a partition: `log::load`
-//! opens and recovers, `log::follow` learns what other processes wrote, `log::append` appends
-//! and rolls; `log_read` reads), `retention`, `txn` (aborted
-//! transactions, last stable offset), `group_commit` (flush="always": one sync covers every
-//! batch appended meanwhile, across threads and processes), `producer_state` (Kafka's per-producer sequences and
-//! `.snapshot` files, for idempotent produce), `producer_ids` (InitProducerId's ids), `transactions` (Kafka's transaction coordinator over a data
-//! directory: `__transaction_state`, per-id locks, two-phase commit with markers), `cleaner` (compaction), `checkpoint` (small atomic files,
-//! Kafka's checkpoint files), `topic_config` (every topic and data-directory config key: one
-//! table, one resolution), `options` (a log's settings) and `error` (the one error type). Above
-//! the partition: `datadir` (a data directory's topic metadata), `partitioner` (Kafka's
-//! murmur2), `producer` (the embedded producer's core: batching per partition, linger, draining
-//! through the log's append), `notify` (futex wake-ups across processes), `offsets_codec` (Kafka's
-//! `__consumer_offsets` records, for the server and the clients), `committed_offsets` (a group's
-//! committed offsets read from them with Kafka's transactional rules, for the same two), `inspect` (a segment judged by
-//! recovery's rules, for `kafkalite dump-log`), `arrow` (records to Arrow), `spark` (the same
-//! records as Spark's Kafka-source rows), `users` (the SASL/SCRAM credentials `kafkalite serve`
-//! checks), `quotas` (the client quotas it enforces, stored in the data directory) and `server` (`kafkalite serve`, Kafka's wire protocol). `py` is the PyO3 binding, built only with the `python` feature. Beside them:
-//! `nofollow` (every data-directory file is opened without following symlinks), `sigbus` (a file
-//! truncated under a map costs data, not the process), `failpoint` (named fault-injection
-//! points, `KAFKALITE_FAILPOINTS`), `lock` (writers' flocks, bounded waits),
-//! `sync` (the in-process mutex around a log, poisoned by a panic), `files` (every file name and
-//! suffix the engine writes, as Kafka's `LogFileUtils`).
+//! Layers, bottom up, one folder each; a layer imports only those below it
+//! (tests/test_layer_picture.py checks):
+//!
+//! - `storage`: one partition's log and a data directory's files, importing no layer above it.
+//!   `record` (the v2 codec: batches, records, varints, codecs, `scan`, `filter`), `index`
+//!   (`.index` / `.timeindex`) and `segment` (one `.log` with its indexes, appended through
+//!   `mmap`; `prealloc` bounds the disk reserved ahead of writers), `log` and `log_read` (a
+//!   partition: open and recovery, what other processes wrote, append and roll; reads),
+//!   `producer_state` (Kafka's per-producer sequences and `.snapshot` files, which the log
+//!   keeps, as Kafka's `ProducerStateManager`), `read_committed` (aborted transactions, the
+//!   last stable offset: Kafka's transaction index), `fsync_batch` (flush="always": one sync
+//!   covers every batch appended meanwhile, across threads and processes), `retention`,
+//!   `cleaner` (compaction), `checkpoint`, `topic_config` (every config key: one table, one
+//!   resolution), `options`, `error` (the one error type), `datadir` (a data directory's topic
+//!   metadata), `inspect` (dump-log's judgement), `arrow` (records to Arrow), and beside them
+//!   `notify`, `nofollow`, `sigbus`, `failpoint`, `lock`, `sync` and `files`.
+//! - `coordination`: the state Kafka's coordinators keep, over storage: `offsets_codec` and
+//!   `committed_offsets` (`__consumer_offsets`), `producer_ids`, `transactions` (the
+//!   transaction coordinator), `users` (SCRAM credentials) and `quotas` (client quotas).
+//! - `producer`: the embedded producer's core (batching per partition, linger, draining through
+//!   the log's append, Kafka's partitioner), over storage.
+//! - `spark`: the records as Spark's Kafka-source rows, over storage's `arrow`.
+//! - `server`: `kafkalite serve`, Kafka's wire protocol, over storage and coordination.
+//! - `py`: the PyO3 binding over all of them, built only with the `python` feature.
 
 /// The `log` target of every engine event; the binding forwards it to Python's
 /// `logging.getLogger("kafkalite.engine")`. The engine logs only notable events (recovery
@@ -55,47 +54,16 @@
 /// never per record.
 pub const LOG_TARGET: &str = "kafkalite::engine";
 
-pub mod arrow;
-pub mod checkpoint;
-pub mod cleaner;
-pub mod committed_offsets;
-pub mod datadir;
-pub mod error;
-pub mod failpoint;
-pub mod files;
-pub mod group_commit;
-pub mod index;
-pub mod inspect;
-pub mod lock;
-pub mod log;
-pub mod log_read;
-pub mod mmap;
-pub mod nofollow;
-pub mod notify;
-pub mod offsets_codec;
-pub mod options;
-pub mod partitioner;
-pub mod prealloc;
+pub mod coordination;
 pub mod producer;
-pub mod producer_ids;
-pub mod producer_state;
-pub mod quotas;
-pub mod record;
-pub mod retention;
-pub mod segment;
 pub mod server;
-pub mod sigbus;
 pub mod spark;
-pub mod sync;
-pub mod topic_config;
-pub mod transactions;
-pub mod txn;
-pub mod users;
+pub mod storage;
 
 #[cfg(feature = "python")]
 mod py;
 
-pub use error::{Error, Result};
-pub use log::{Log, SegmentInfo};
-pub use log_read::{BatchSlice, RecordSink};
-pub use options::{FlushPolicy, LogConfig};
+pub use storage::error::{Error, Result};
+pub use storage::log::{Log, SegmentInfo};
+pub use storage::log_read::{BatchSlice, RecordSink};
+pub use storage::options::{FlushPolicy, LogConfig};

@@ -7,9 +7,9 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use kafkalite::cleaner::CleanOptions;
-use kafkalite::files::{file_name, CLEANED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX, TIME_INDEX_SUFFIX};
-use kafkalite::record::{OwnedRecord, RecordInput};
+use kafkalite::storage::cleaner::CleanOptions;
+use kafkalite::storage::files::{file_name, CLEANED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX, TIME_INDEX_SUFFIX};
+use kafkalite::storage::record::{OwnedRecord, RecordInput};
 use kafkalite::{Log, LogConfig};
 
 fn config() -> LogConfig {

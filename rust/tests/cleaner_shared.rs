@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
-use kafkalite::cleaner::CleanOptions;
-use kafkalite::record::{OwnedRecord, RecordInput};
+use kafkalite::storage::cleaner::CleanOptions;
+use kafkalite::storage::record::{OwnedRecord, RecordInput};
 use kafkalite::{Log, LogConfig};
 
 fn config() -> LogConfig {

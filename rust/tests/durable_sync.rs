@@ -10,8 +10,8 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::sync::{mpsc, Arc, Mutex};
 
-use kafkalite::group_commit::wait_all;
-use kafkalite::mmap::MappedFile;
+use kafkalite::storage::fsync_batch::wait_all;
+use kafkalite::storage::mmap::MappedFile;
 use kafkalite::{FlushPolicy, Log, LogConfig};
 
 fn page() -> usize {

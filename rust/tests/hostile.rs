@@ -1,8 +1,8 @@
 //! Hostile bytes: whatever the input, scanning and decoding return a value or an error,
 //! never a panic, and never allocate beyond what the input can justify.
 
-use kafkalite::record::scan::{next_batch, Next};
-use kafkalite::record::{decode_batch_owned, BatchBuilder, Compression, RecordInput};
+use kafkalite::storage::record::scan::{next_batch, Next};
+use kafkalite::storage::record::{decode_batch_owned, BatchBuilder, Compression, RecordInput};
 use proptest::prelude::*;
 
 fn valid_batch(n: usize, compression: Compression) -> Vec<u8> {

@@ -4,9 +4,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kafkalite::lock::WriterLock;
-use kafkalite::log::TryAppend;
-use kafkalite::sync::lock_log;
+use kafkalite::storage::lock::WriterLock;
+use kafkalite::storage::log::TryAppend;
+use kafkalite::storage::sync::lock_log;
 use kafkalite::{Error, Log, LogConfig, Result};
 
 /// Two shared writers of one partition, as two processes would hold them (flock locks belong
@@ -89,8 +89,8 @@ fn a_poisoned_log_mutex_is_an_error() {
 }
 
 /// A one-record batch, as a producer's accumulator hands it over.
-fn one_record_batch(value: &[u8]) -> kafkalite::record::BatchBuilder {
-    use kafkalite::record::{BatchBuilder, Compression, RecordInput};
+fn one_record_batch(value: &[u8]) -> kafkalite::storage::record::BatchBuilder {
+    use kafkalite::storage::record::{BatchBuilder, Compression, RecordInput};
     let mut batch = BatchBuilder::new(Compression::None, None, 256);
     batch.push(&RecordInput { key: None, value: Some(value), headers: &[], timestamp: 1 });
     batch

@@ -3,7 +3,7 @@
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 
-use kafkalite::record::{OwnedRecord, RecordInput};
+use kafkalite::storage::record::{OwnedRecord, RecordInput};
 use kafkalite::{Error, Log, LogConfig};
 
 fn config(segment_bytes: u64) -> LogConfig {
@@ -221,7 +221,7 @@ fn offset_for_timestamp_finds_earliest_at_or_after() {
 #[test]
 fn records_with_keys_headers_and_zstd() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = LogConfig { compression: kafkalite::record::Compression::Zstd, ..config(1 << 20) };
+    let cfg = LogConfig { compression: kafkalite::storage::record::Compression::Zstd, ..config(1 << 20) };
     let mut log = Log::open(dir.path().join("t-0"), cfg).unwrap();
     let headers = [("h1", Some(&b"x"[..])), ("ключ", None)];
     let recs = [

@@ -2,15 +2,17 @@
 //! across writers and reopenings, and the producer snapshots' lifecycle (roll, close,
 //! retention, damage).
 
-use kafkalite::log::Produced;
-use kafkalite::producer_state::Refusal;
-use kafkalite::record::scan::{next_batch, Next};
-use kafkalite::record::{decode_batch_owned, BatchBuilder, BatchHeader, Compression, ProducerStamp, RecordInput};
+use kafkalite::storage::log::Produced;
+use kafkalite::storage::producer_state::Refusal;
+use kafkalite::storage::record::scan::{next_batch, Next};
+use kafkalite::storage::record::{
+    decode_batch_owned, BatchBuilder, BatchHeader, Compression, ProducerStamp, RecordInput,
+};
 use kafkalite::{Log, LogConfig};
 
 /// A v2 batch of `n` records as an idempotent producer sends it.
 fn batch(pid: i64, epoch: i16, seq: i32, n: usize) -> Vec<u8> {
-    batch_at(pid, epoch, seq, n, kafkalite::log::now_ms())
+    batch_at(pid, epoch, seq, n, kafkalite::storage::log::now_ms())
 }
 
 fn batch_at(pid: i64, epoch: i16, seq: i32, n: usize, timestamp: i64) -> Vec<u8> {
@@ -28,7 +30,7 @@ fn shared(segment_bytes: u64) -> LogConfig {
 }
 
 fn snapshots(dir: &std::path::Path) -> Vec<i64> {
-    kafkalite::producer_state::list_snapshots(dir).unwrap()
+    kafkalite::storage::producer_state::list_snapshots(dir).unwrap()
 }
 
 fn first_offset(p: Produced) -> i64 {
@@ -125,7 +127,8 @@ fn a_producer_silent_past_the_expiration_is_unknown_after_reopening() {
     // (Kafka 4.x has no UNKNOWN_PRODUCER_ID), so a retry that old is not recognised.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t-0");
-    let two_days_ago = kafkalite::log::now_ms() - 2 * kafkalite::producer_state::PRODUCER_ID_EXPIRATION_MS;
+    let two_days_ago =
+        kafkalite::storage::log::now_ms() - 2 * kafkalite::storage::producer_state::PRODUCER_ID_EXPIRATION_MS;
     let mut log = Log::open(&path, LogConfig::default()).unwrap();
     assert_eq!(log.append_produce(&batch_at(5, 0, 0, 1, two_days_ago)).unwrap(), Produced::Appended(0, 0));
     assert_eq!(log.append_produce(&batch(6, 0, 0, 1)).unwrap(), Produced::Appended(1, 1));

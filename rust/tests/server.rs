@@ -218,7 +218,7 @@ fn admin_requests_for_what_does_not_exist_get_kafkas_codes() {
     };
 
     let dir = tempfile::tempdir().unwrap();
-    kafkalite::datadir::DataDir::new(dir.path()).unwrap().create_topic("t", 1, &Default::default()).unwrap();
+    kafkalite::storage::datadir::DataDir::new(dir.path()).unwrap().create_topic("t", 1, &Default::default()).unwrap();
     let server = start(dir.path());
     let mut s = connect(&server);
     let name = |n: &str| TopicName(StrBytes::from_string(n.to_string()));
@@ -272,7 +272,7 @@ fn transaction_admin_and_verification_requests_get_kafkas_answers() {
     };
 
     let dir = tempfile::tempdir().unwrap();
-    kafkalite::datadir::DataDir::new(dir.path()).unwrap().create_topic("t", 2, &Default::default()).unwrap();
+    kafkalite::storage::datadir::DataDir::new(dir.path()).unwrap().create_topic("t", 2, &Default::default()).unwrap();
     let server = start(dir.path());
     let mut s = connect(&server);
     let tid = |n: &str| TransactionalId(StrBytes::from_string(n.to_string()));

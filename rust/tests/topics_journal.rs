@@ -8,8 +8,8 @@ use std::io::Write as _;
 use std::path::Path;
 use std::process::Command;
 
-use kafkalite::datadir::{changes_since, update_metadata, DataDir, Delta, COMPACT_MIN_BYTES};
-use kafkalite::files::{TOPICS_FILE, TOPICS_JOURNAL_FILE};
+use kafkalite::storage::datadir::{changes_since, update_metadata, DataDir, Delta, COMPACT_MIN_BYTES};
+use kafkalite::storage::files::{TOPICS_FILE, TOPICS_JOURNAL_FILE};
 use kafkalite::Error;
 use serde_json::{json, Value};
 
@@ -175,7 +175,7 @@ fn append_raw(dir: &Path, bytes: &[u8]) {
 fn entry(payload: &Value) -> Vec<u8> {
     let body = serde_json::to_vec(payload).unwrap();
     let mut out = (body.len() as u32).to_be_bytes().to_vec();
-    out.extend_from_slice(&kafkalite::record::header::crc32c(&body).to_be_bytes());
+    out.extend_from_slice(&kafkalite::storage::record::header::crc32c(&body).to_be_bytes());
     out.extend_from_slice(&body);
     out
 }

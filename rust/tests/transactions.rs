@@ -1,4 +1,4 @@
-//! The transaction coordinator (`kafkalite::transactions`): a process killed at every step of
+//! The transaction coordinator (`kafkalite::coordination::transactions`): a process killed at every step of
 //! EndTxn (fail points, a child process of this test binary) leaves a state the next user of
 //! the transactional id completes: committed data all visible to read_committed, aborted or
 //! never-completed data never, one marker per partition; older epochs fenced at the
@@ -10,12 +10,12 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kafkalite::datadir::DataDir;
-use kafkalite::error::TxnErrorKind;
-use kafkalite::offsets_codec::{decode_key, decode_value, offsets_partition, OFFSETS_TOPIC};
-use kafkalite::record::{OwnedRecord, RecordInput};
-use kafkalite::transactions::{Coordinator, TransactionState};
-use kafkalite::txn::{read_txn_index, TxnState};
+use kafkalite::coordination::offsets_codec::{decode_key, decode_value, offsets_partition, OFFSETS_TOPIC};
+use kafkalite::coordination::transactions::{Coordinator, TransactionState};
+use kafkalite::storage::datadir::DataDir;
+use kafkalite::storage::error::TxnErrorKind;
+use kafkalite::storage::read_committed::{read_txn_index, TxnState};
+use kafkalite::storage::record::{OwnedRecord, RecordInput};
 use kafkalite::{Error, Log, LogConfig};
 
 const TXN: &str = "txn-app";
@@ -230,7 +230,7 @@ fn an_expired_transaction_is_aborted_and_its_producer_fenced() {
 /// boot aborts nothing. A transaction opened under the same boot survives it.
 #[test]
 fn a_start_after_a_reboot_aborts_open_transactions_and_one_after_the_same_boot_does_not() {
-    use kafkalite::transactions::boot_id;
+    use kafkalite::coordination::transactions::boot_id;
     let Some(now) = boot_id::current() else { return }; // no boot id here: every start aborts
     let root = tempfile::tempdir().unwrap();
     let dir = root.path();
@@ -264,7 +264,7 @@ fn a_start_after_a_reboot_aborts_open_transactions_and_one_after_the_same_boot_d
 /// (so the next start aborts it), rather than serving with the transaction still committable.
 #[test]
 fn a_start_after_a_reboot_fails_within_the_bound_while_an_open_transaction_s_lock_is_held() {
-    use kafkalite::transactions::boot_id;
+    use kafkalite::coordination::transactions::boot_id;
     let root = tempfile::tempdir().unwrap();
     let dir = root.path();
     setup(dir);
@@ -272,7 +272,7 @@ fn a_start_after_a_reboot_fails_within_the_bound_while_an_open_transaction_s_loc
     let (pid, epoch) = c.init_producer_id(TXN, 60_000, None, 1000).unwrap();
     c.add_partitions(TXN, pid, epoch, &[("a".into(), 0)], 1000).unwrap();
     boot_id::record(dir, "an-earlier-boot").unwrap();
-    let held = kafkalite::transactions::lock::try_lock(dir, TXN, Duration::ZERO).unwrap().unwrap();
+    let held = kafkalite::coordination::transactions::lock::try_lock(dir, TXN, Duration::ZERO).unwrap().unwrap();
     let started = Instant::now();
     let err = c.abort_open_after_reboot(1100).unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
@@ -290,7 +290,7 @@ fn a_held_id_lock_gives_concurrent_transactions_within_the_bound() {
     setup(dir);
     let c = Coordinator::open(dir).unwrap().with_lock_wait(Duration::from_millis(300));
     c.init_producer_id(TXN, 60_000, None, 1).unwrap();
-    let held = kafkalite::transactions::lock::try_lock(dir, TXN, Duration::ZERO).unwrap().unwrap();
+    let held = kafkalite::coordination::transactions::lock::try_lock(dir, TXN, Duration::ZERO).unwrap().unwrap();
     let started = Instant::now();
     let err = c.init_producer_id(TXN, 60_000, None, 2).unwrap_err();
     assert_eq!(kind(err), TxnErrorKind::ConcurrentTransactions);
@@ -301,7 +301,7 @@ fn a_held_id_lock_gives_concurrent_transactions_within_the_bound() {
 
 #[test]
 fn compaction_keeps_the_committed_value_over_an_aborted_one() {
-    use kafkalite::cleaner::CleanOptions;
+    use kafkalite::storage::cleaner::CleanOptions;
     let root = tempfile::tempdir().unwrap();
     let path = root.path().join("c-0");
     let mut log =
@@ -341,8 +341,10 @@ fn marker_stamps(path: &Path) -> Vec<(i64, i16)> {
 
 #[test]
 fn a_version_2_end_bumps_the_epoch_and_an_exhausted_one_moves_to_a_new_producer_id() {
-    use kafkalite::transactions::state_log::{encode_key, encode_value, state_partition, TRANSACTION_STATE_TOPIC};
-    use kafkalite::transactions::TV_2;
+    use kafkalite::coordination::transactions::state_log::{
+        encode_key, encode_value, state_partition, TRANSACTION_STATE_TOPIC,
+    };
+    use kafkalite::coordination::transactions::TV_2;
     let root = tempfile::tempdir().unwrap();
     let dir = root.path();
     setup(dir);

@@ -5,9 +5,9 @@ use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::Path;
 
-use kafkalite::record::header::{compute_crc, ATTR_CONTROL, ATTR_TRANSACTIONAL};
-use kafkalite::record::{BatchBuilder, Compression, OwnedRecord, RecordInput};
-use kafkalite::txn::{read_txn_index, AbortedTxn, TxnState};
+use kafkalite::storage::read_committed::{read_txn_index, AbortedTxn, TxnState};
+use kafkalite::storage::record::header::{compute_crc, ATTR_CONTROL, ATTR_TRANSACTIONAL};
+use kafkalite::storage::record::{BatchBuilder, Compression, OwnedRecord, RecordInput};
 use kafkalite::{Error, Log, LogConfig};
 
 const A: i64 = 1000;

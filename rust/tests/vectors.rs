@@ -2,11 +2,11 @@
 //! entry names the public test suite it came from): varints, CRC-32C, murmur2, and record
 //! batches of every codec written by real brokers and other clients.
 
-use kafkalite::partitioner::{murmur2, partition_for_key};
-use kafkalite::record::header::{compute_crc, crc32c, BatchHeader};
-use kafkalite::record::scan::{next_batch, Next};
-use kafkalite::record::varint::*;
-use kafkalite::record::{decode_batch_owned, BatchBuilder, Compression, RecordInput};
+use kafkalite::producer::partitioner::{murmur2, partition_for_key};
+use kafkalite::storage::record::header::{compute_crc, crc32c, BatchHeader};
+use kafkalite::storage::record::scan::{next_batch, Next};
+use kafkalite::storage::record::varint::*;
+use kafkalite::storage::record::{decode_batch_owned, BatchBuilder, Compression, RecordInput};
 use serde_json::Value;
 
 fn vectors() -> Value {
@@ -166,7 +166,7 @@ fn uncompressed_batches_reencode_byte_for_byte() {
         {
             continue;
         }
-        let headers: Vec<Vec<kafkalite::record::Header<'_>>> =
+        let headers: Vec<Vec<kafkalite::storage::record::Header<'_>>> =
             records.iter().map(|r| r.headers.iter().map(|(k, v)| (k.as_str(), v.as_deref())).collect()).collect();
         let mut b = BatchBuilder::new(Compression::None, None, 0);
         for (r, hs) in records.iter().zip(&headers) {
@@ -199,7 +199,7 @@ fn uncompressed_batches_reencode_byte_for_byte() {
 /// writes for the same commit is the broker's byte for byte (both write OffsetCommitKey v1).
 #[test]
 fn consumer_offsets_records_of_a_kafka_broker() {
-    use kafkalite::offsets_codec::{decode_key, decode_value, encode_key, offsets_partition};
+    use kafkalite::coordination::offsets_codec::{decode_key, decode_value, encode_key, offsets_partition};
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vectors/consumer_offsets.json");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let mut commits = Vec::new();

@@ -2,11 +2,11 @@
 (50 partitions; a group lives in partition ``abs(javaHash(group_id)) % 50``), with Kafka's own
 binary key (OffsetCommitKey v1: group, topic, partition) and value (OffsetCommitValue v3:
 offset, leader epoch, metadata, commit timestamp), encoded and decoded by the engine's codec
-(``rust/src/offsets_codec.rs``), the one the wire-protocol server uses. Deleting a group
+(``rust/src/coordination/offsets_codec.rs``), the one the wire-protocol server uses. Deleting a group
 writes tombstones, which compaction removes after ``delete.retention.ms``. Offsets follow
 Kafka's meaning: the next offset to read.
 
-Each store reads the group's commits through the engine's reader (``rust/src/committed_offsets.rs``,
+Each store reads the group's commits through the engine's reader (``rust/src/coordination/committed_offsets.rs``,
 the server's too: Kafka's rules for transactional commits), which keeps them in memory and reads
 only what was appended since its last look, so ``load`` is cheap; commits are appended with ``flush="always"`` (durable when the call
 returns) by a shared writer, so any number of processes can commit at once.
@@ -27,7 +27,7 @@ from kafkalite.errors import InvalidConfigError, TopicAlreadyExistsError
 from kafkalite.log import Log, Record
 
 #: The topic, its partition count and the record types and versions are the engine's
-#: (``rust/src/offsets_codec.rs``), which the wire-protocol server encodes with too.
+#: (``rust/src/coordination/offsets_codec.rs``), which the wire-protocol server encodes with too.
 OFFSETS_TOPIC: str = _native.OFFSETS_TOPIC
 OFFSETS_PARTITIONS: int = _native.OFFSETS_PARTITIONS
 OFFSET_COMMIT_KEY_TYPES: tuple[int, ...] = tuple(_native.OFFSET_COMMIT_KEY_TYPES)
@@ -90,7 +90,7 @@ class OffsetStore:
         self._dir = data_dir if isinstance(data_dir, DataDir) else DataDir(data_dir)
         self.group_id = group_id
         self.partition = offsets_partition(group_id)
-        #: The engine's reader of this group's commits (``rust/src/committed_offsets.rs``, the
+        #: The engine's reader of this group's commits (``rust/src/coordination/committed_offsets.rs``, the
         #: server's too): Kafka's transactional rules, reading only what was appended since.
         self._committed = _native.CommittedOffsets(group_id)
         self._writer: Log | None = None

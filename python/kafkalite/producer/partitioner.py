@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 
 # Kafka's ``BuiltInPartitioner.partitionForKey``: toPositive(murmur2(key)) % partitions (Rust,
-# rust/src/partitioner.rs, which also holds the sticky partitioner the producer uses).
+# rust/src/producer/partitioner.rs, which also holds the sticky partitioner the producer uses).
 from kafkalite._native import partition_for_key
 
 __all__ = ["DefaultPartitioner", "partition_for_key"]

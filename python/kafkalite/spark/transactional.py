@@ -2,7 +2,7 @@
 sink's id: ``spark/sink.py``).
 
 A batch write's commit is one Kafka transaction over every partition it writes (the engine's
-coordinator, ``rust/src/transactions/``): read_committed readers see all of the write or none
+coordinator, ``rust/src/coordination/transactions/``): read_committed readers see all of the write or none
 of it, whatever kills the driver in the middle. What stays behind after a kill is an open
 transaction, which holds back the last stable offset of its partitions until someone ends it;
 the next commit under the same transactional id does (InitProducerId aborts it, or completes

@@ -1,7 +1,7 @@
 """The transactions of a data directory as Kafka's Admin reports them (``listTransactions()``,
 ``describeTransactions()``) and as ``kafka-transactions.sh abort`` ends one, for ``Admin`` and
 ``kafkalite transactions``. What they read is the engine coordinator's ``__transaction_state``
-(``rust/src/transactions/``); nothing here keeps state of its own."""
+(``rust/src/coordination/transactions/``); nothing here keeps state of its own."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ kafka-python's and confluent-kafka's names: ``Producer(path, transactional_id=..
 ``init_transactions()``, ``begin_transaction()``, ``send()``..., ``send_offsets_to_transaction()``,
 ``commit_transaction()`` or ``abort_transaction()``.
 
-The coordinator is the engine's (``rust/src/transactions/``): there is no coordinator process,
+The coordinator is the engine's (``rust/src/coordination/transactions/``): there is no coordinator process,
 each call on a transactional id holds that id's lock in the data directory for its length, and
 the state lives in ``__transaction_state`` in Kafka's format. The producer's partition logs are
 attached to the native ``Transaction`` (``_native.Transaction``): the first batch appended to a

@@ -11,11 +11,11 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::error::Error;
-use crate::partitioner::{self, StickyPartitioner};
-use crate::record::header::HEADER_LEN;
-use crate::record::record::record_size_upper_bound;
-use crate::record::{BatchBuilder, Compression, RecordInput};
+use crate::producer::partitioner::{self, StickyPartitioner};
+use crate::storage::error::Error;
+use crate::storage::record::header::HEADER_LEN;
+use crate::storage::record::record::record_size_upper_bound;
+use crate::storage::record::{BatchBuilder, Compression, RecordInput};
 
 /// The initial capacity of a batch's buffer (it grows up to `batch_size`).
 const BATCH_CAPACITY: usize = 16 * 1024;
@@ -188,7 +188,9 @@ impl<B> Accumulator<B> {
         }
         let count = self.slots.len();
         let mut sticky = match (partition, record.key, &self.sticky) {
-            (None, None, Some(s)) => Some(crate::sync::lock_log(s, || "a producer's sticky partitioner".into())?),
+            (None, None, Some(s)) => {
+                Some(crate::storage::sync::lock_log(s, || "a producer's sticky partitioner".into())?)
+            }
             _ => None,
         };
         let number = match (partition, record.key, &sticky) {
@@ -219,7 +221,7 @@ impl<B> Accumulator<B> {
         open.builder.push(record);
         // Here the batch holds a record no handle was returned for yet: a panic now is the
         // worst case. Only the `panic` (and `kill`) actions mean anything: this step does no I/O.
-        let _ = crate::failpoint::hit("producer.accumulate");
+        let _ = crate::storage::failpoint::hit("producer.accumulate");
         if let Some(s) = sticky.as_mut() {
             s.appended(record_bytes);
         }
@@ -288,7 +290,7 @@ impl<B> Accumulator<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Result;
+    use crate::storage::error::Result;
 
     type Acc = Accumulator<u32>;
 

@@ -9,10 +9,10 @@
 //! no later batch is appended to this log: they all go back to the caller, in order, to reopen
 //! the partition or fail them.
 
-use crate::error::Result;
-use crate::group_commit::Ticket;
-use crate::log::Log;
-use crate::record::BatchBuilder;
+use crate::storage::error::Result;
+use crate::storage::fsync_batch::Ticket;
+use crate::storage::log::Log;
+use crate::storage::record::BatchBuilder;
 
 /// Where one batch went.
 pub struct Appended {
@@ -93,9 +93,9 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
-    use crate::partitioner::StickyPartitioner;
     use crate::producer::accumulator::{Accumulator, Placed};
-    use crate::record::{Compression, RecordInput};
+    use crate::producer::partitioner::StickyPartitioner;
+    use crate::storage::record::{Compression, RecordInput};
     use crate::LogConfig;
 
     /// A sink that appends to a log until `replaced_after` batches, then finds its folder replaced;

@@ -1,7 +1,7 @@
 //! The embedded producer's core, plain Rust (the Python binding wraps it: `py/producer.rs`):
 //!
 //! - `accumulator`: Kafka's `RecordAccumulator`, records batched per partition (murmur2 of the
-//!   key, or the sticky partitioner of `crate::partitioner`), sealed at `batch_size` or the
+//!   key, or the sticky partitioner of `crate::producer::partitioner`), sealed at `batch_size` or the
 //!   topic's cap, with the time each open batch started, for `linger_ms`;
 //! - `drain`: a partition's taken batches appended in order through the engine's append
 //!   (`Log::append_builder_deferred`), with an outcome per batch for the caller to complete.
@@ -11,6 +11,7 @@
 
 pub mod accumulator;
 pub mod drain;
+pub mod partitioner;
 
 pub use accumulator::{Accumulator, Placed, Queued, Refusal, TakenStats};
 pub use drain::{append_in_order, Appended, BatchSink, Drained};

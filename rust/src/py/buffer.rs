@@ -9,7 +9,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::log_read::BatchSlice;
+use crate::storage::log_read::BatchSlice;
 
 #[pyclass(frozen, module = "kafkalite._native")]
 pub struct BatchView {

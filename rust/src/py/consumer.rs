@@ -6,7 +6,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString, PyTuple};
 
-use crate::notify::Notifier as EngineNotifier;
+use crate::storage::notify::Notifier as EngineNotifier;
 
 /// A consumed record, with kafka-python's attribute names.
 #[pyclass(frozen, module = "kafkalite", name = "ConsumerRecord")]

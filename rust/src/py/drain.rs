@@ -21,7 +21,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::{PyTraverseError, PyVisit};
 
 use crate::producer::{append_in_order, Appended, BatchSink, Drained};
-use crate::record::BatchBuilder;
+use crate::storage::record::BatchBuilder;
 
 use super::future::BatchState;
 use super::log::PyLog;

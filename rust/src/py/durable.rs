@@ -8,7 +8,7 @@ use super::drain::DrainHooks;
 use super::future::BatchState;
 use super::log::PyLog;
 use super::partition::PartitionState;
-use crate::group_commit::{wait_all, Ticket};
+use crate::storage::fsync_batch::{wait_all, Ticket};
 
 /// What one appended batch waits for before it may be acknowledged.
 #[pyclass(frozen, name = "DurableMark", module = "kafkalite._native")]

@@ -10,8 +10,8 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 
-use crate::error::{Error, TxnErrorKind};
-use crate::producer_state::Refusal;
+use crate::storage::error::{Error, TxnErrorKind};
+use crate::storage::producer_state::Refusal;
 
 pyo3::import_exception!(kafkalite.errors, CorruptRecordError);
 pyo3::import_exception!(kafkalite.errors, OffsetOutOfRangeError);
@@ -80,7 +80,7 @@ pub fn refused(refusal: Refusal) -> PyErr {
 /// also the builtin for the errno, with `errno`, `strerror` and `filename` set.
 fn io_error(py: Python<'_>, context: &str, path: Option<std::path::PathBuf>, source: &std::io::Error) -> PyErr {
     static IO_ERROR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    let errno = crate::failpoint::errno(source);
+    let errno = crate::storage::failpoint::errno(source);
     // Rust prints an OS error as "<strerror> (os error N)"; Python shows the errno itself.
     let described = source.to_string();
     let described = match errno {

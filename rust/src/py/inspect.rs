@@ -7,10 +7,10 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 /// A segment's `.log` read with recovery's rules and its indexes checked with the engine's
-/// and Kafka's; see `rust/src/inspect.rs` for the keys' meaning.
+/// and Kafka's; see `rust/src/storage/inspect.rs` for the keys' meaning.
 #[pyfunction]
 pub fn inspect_segment<'py>(py: Python<'py>, log_path: PathBuf, is_last: bool) -> PyResult<Bound<'py, PyDict>> {
-    let s = py.detach(|| crate::inspect::inspect_segment(&log_path, is_last))?;
+    let s = py.detach(|| crate::storage::inspect::inspect_segment(&log_path, is_last))?;
     let batches = s
         .log
         .batches
@@ -26,7 +26,7 @@ pub fn inspect_segment<'py>(py: Python<'py>, log_path: PathBuf, is_last: bool) -
             d.set_item("partition_leader_epoch", h.partition_leader_epoch)?;
             d.set_item("crc", h.crc)?;
             d.set_item("compression", b.codec_name())?;
-            d.set_item("log_append_time", h.timestamp_type() == crate::record::TimestampType::LogAppendTime)?;
+            d.set_item("log_append_time", h.timestamp_type() == crate::storage::record::TimestampType::LogAppendTime)?;
             d.set_item("is_control", h.is_control())?;
             d.set_item("max_timestamp", h.max_timestamp)?;
             d.set_item("producer_id", h.producer_id)?;

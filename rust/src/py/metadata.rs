@@ -8,9 +8,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Value};
 
-use crate::datadir;
 use crate::py::errors::{InvalidTopicError, InvalidTopicTypeError, InvalidTypeError};
 use crate::py::topic_config::to_py;
+use crate::storage::datadir;
 
 /// The parsed, checked metadata file at `path`, None when there is none.
 #[pyfunction]
@@ -33,7 +33,7 @@ pub fn metadata_changes(
     position: Option<Vec<i64>>,
 ) -> PyResult<(Vec<i64>, &'static str, Option<String>)> {
     let since = position.as_deref().and_then(datadir::Position::from_words);
-    let (pos, kind, payload) = py.detach(|| -> crate::error::Result<_> {
+    let (pos, kind, payload) = py.detach(|| -> crate::storage::error::Result<_> {
         let (pos, delta) = datadir::changes_since(&dir, since.as_ref())?;
         let (kind, payload) = match delta {
             datadir::Delta::Unchanged => ("same", None),
@@ -56,7 +56,7 @@ pub fn create_topic(
     config: Bound<'_, PyDict>,
 ) -> PyResult<bool> {
     let Value::Object(config) = to_json(config.as_any())? else { unreachable!("a dict is a JSON object") };
-    let checked = crate::topic_config::validate_topic_config(&config)?;
+    let checked = crate::storage::topic_config::validate_topic_config(&config)?;
     Ok(py.detach(|| datadir::DataDir::new(&dir)?.create_checked_topic(&name, partitions, checked))?)
 }
 

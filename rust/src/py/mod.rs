@@ -53,24 +53,24 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(record::partitions_for_keys, m)?)?;
     m.add_function(wrap_pyfunction!(record::partition_for_key, m)?)?;
     m.add_function(wrap_pyfunction!(record::crc32c, m)?)?;
-    m.add("APPEND_LOCK_FILE", crate::files::APPEND_LOCK_FILE)?;
-    m.add("WRITERS_FILE", crate::files::WRITERS_FILE)?;
-    m.add("TOPICS_FILE", crate::files::TOPICS_FILE)?;
-    m.add("TOPICS_JOURNAL_FILE", crate::files::TOPICS_JOURNAL_FILE)?;
-    m.add("GROUPS_DIR", crate::files::GROUPS_DIR)?;
-    m.add("GROUP_STATE_LOCK_FILE", crate::files::GROUP_STATE_LOCK_FILE)?;
-    m.add("GROUP_NETWORK_OWNER_FILE", crate::files::GROUP_NETWORK_OWNER_FILE)?;
-    m.add("ADMIN_LOCK_FILE", crate::files::ADMIN_LOCK_FILE)?;
-    m.add("NOTIFY_FILE", crate::files::NOTIFY_FILE)?;
-    m.add("NOTIFY_FILE_LEN", crate::notify::FILE_LEN)?;
-    m.add("KAFKA_META_PROPERTIES", crate::files::KAFKA_META_PROPERTIES)?;
+    m.add("APPEND_LOCK_FILE", crate::storage::files::APPEND_LOCK_FILE)?;
+    m.add("WRITERS_FILE", crate::storage::files::WRITERS_FILE)?;
+    m.add("TOPICS_FILE", crate::storage::files::TOPICS_FILE)?;
+    m.add("TOPICS_JOURNAL_FILE", crate::storage::files::TOPICS_JOURNAL_FILE)?;
+    m.add("GROUPS_DIR", crate::storage::files::GROUPS_DIR)?;
+    m.add("GROUP_STATE_LOCK_FILE", crate::storage::files::GROUP_STATE_LOCK_FILE)?;
+    m.add("GROUP_NETWORK_OWNER_FILE", crate::storage::files::GROUP_NETWORK_OWNER_FILE)?;
+    m.add("ADMIN_LOCK_FILE", crate::storage::files::ADMIN_LOCK_FILE)?;
+    m.add("NOTIFY_FILE", crate::storage::files::NOTIFY_FILE)?;
+    m.add("NOTIFY_FILE_LEN", crate::storage::notify::FILE_LEN)?;
+    m.add("KAFKA_META_PROPERTIES", crate::storage::files::KAFKA_META_PROPERTIES)?;
     // A Log's size defaults, for the signature Python shows (log.py) and the config docs.
     let log_defaults = crate::LogConfig::default();
     m.add("SEGMENT_BYTES_DEFAULT", log_defaults.segment_bytes)?;
     m.add("INDEX_INTERVAL_BYTES_DEFAULT", log_defaults.index_interval_bytes)?;
     m.add("MAX_MESSAGE_BYTES_DEFAULT", log_defaults.max_message_bytes)?;
-    m.add("FIRST_SINK_PRODUCER_ID", crate::producer_ids::FIRST_SINK_PRODUCER_ID)?;
-    m.add("PREALLOCATE_BUDGET_BYTES_DEFAULT", crate::prealloc::DEFAULT_BUDGET_BYTES)?;
+    m.add("FIRST_SINK_PRODUCER_ID", crate::coordination::producer_ids::FIRST_SINK_PRODUCER_ID)?;
+    m.add("PREALLOCATE_BUDGET_BYTES_DEFAULT", crate::storage::prealloc::DEFAULT_BUDGET_BYTES)?;
     m.add("SEND_DRAIN", producer::DRAIN)?;
     m.add("SEND_FIRST", producer::FIRST)?;
     m.add("SEND_NO_KEY_OR_VALUE", producer::NO_KEY_OR_VALUE)?;
@@ -79,9 +79,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RECORD_TOO_LARGE", producer::TOO_LARGE)?;
     m.add_function(wrap_pyfunction!(failpoint_names, m)?)?;
     m.add_function(wrap_pyfunction!(id_file_name, m)?)?;
-    m.add("ID_NAME_MAX", crate::files::ID_NAME_MAX)?;
-    m.add("COMPRESSION_TYPES", crate::record::compression::CODEC_NAMES.to_vec())?;
-    m.add("HASHED_ID_PREFIX", crate::files::HASHED_ID_PREFIX)?;
+    m.add("ID_NAME_MAX", crate::storage::files::ID_NAME_MAX)?;
+    m.add("COMPRESSION_TYPES", crate::storage::record::compression::CODEC_NAMES.to_vec())?;
+    m.add("HASHED_ID_PREFIX", crate::storage::files::HASHED_ID_PREFIX)?;
     offsets::register(m)?;
     users::register(m)?;
     quotas::register(m)?;
@@ -92,7 +92,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(topic_config::validate_topic_config, m)?)?;
     m.add_function(wrap_pyfunction!(topic_config::validate_dir_config, m)?)?;
     m.add_function(wrap_pyfunction!(topic_config::warn_unapplied, m)?)?;
-    m.add("INTERNAL_TOPICS", crate::datadir::INTERNAL_TOPICS.to_vec())?;
+    m.add("INTERNAL_TOPICS", crate::storage::datadir::INTERNAL_TOPICS.to_vec())?;
     m.add_function(wrap_pyfunction!(topic_config::effective_topic_config, m)?)?;
     m.add_function(wrap_pyfunction!(topic_config::topic_log_options, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::read_metadata, m)?)?;
@@ -107,7 +107,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(metadata::delete_topic, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::create_partitions, m)?)?;
     m.add_function(wrap_pyfunction!(metadata::alter_topic_config, m)?)?;
-    m.add("MAX_PARTITIONS", crate::topic_config::MAX_PARTITIONS)?;
+    m.add("MAX_PARTITIONS", crate::storage::topic_config::MAX_PARTITIONS)?;
     m.add("FETCH_MAX_BYTES", crate::server::FETCH_MAX_BYTES)?;
     m.add("FETCH_MAX_BYTES_MIN", crate::server::FETCH_MAX_BYTES_MIN)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -143,12 +143,12 @@ pub(crate) fn gc_untrack<T>(object: &Bound<'_, T>) {
 /// group.py and the server share; `what` names the id in the error for an empty one.
 #[pyfunction]
 fn id_file_name(value: &str, what: &str) -> PyResult<String> {
-    Ok(crate::files::id_file_name(value, what)?)
+    Ok(crate::storage::files::id_file_name(value, what)?)
 }
 
 /// The engine's fail points (see `failpoint.rs`), for fault-injection suites that set
 /// `KAFKALITE_FAILPOINTS` in the processes they start.
 #[pyfunction]
 fn failpoint_names() -> Vec<&'static str> {
-    crate::failpoint::NAMES.to_vec()
+    crate::storage::failpoint::NAMES.to_vec()
 }

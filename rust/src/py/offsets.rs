@@ -6,13 +6,13 @@ use std::sync::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::committed_offsets::{CommittedOffsets, Offsets};
+use crate::coordination::committed_offsets::{CommittedOffsets, Offsets};
 use crate::py::log::PyLog;
 
-use crate::error::Error;
-use crate::offsets_codec as codec;
+use crate::coordination::offsets_codec as codec;
 use crate::py::topic_config::to_py;
-use crate::topic_config;
+use crate::storage::error::Error;
+use crate::storage::topic_config;
 use serde_json::Value;
 
 /// Java's `String.hashCode` of `s` (UTF-16 code units, 32-bit wrap), signed.

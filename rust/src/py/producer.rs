@@ -13,10 +13,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 use pyo3::IntoPyObjectExt;
 
-use crate::partitioner;
+use crate::producer::partitioner;
 use crate::producer::{self as core, Placed, Refusal};
-use crate::record::record::record_size_upper_bound;
-use crate::record::{BatchBuilder, Compression, RecordInput};
+use crate::storage::record::record::record_size_upper_bound;
+use crate::storage::record::{BatchBuilder, Compression, RecordInput};
 
 use super::future::{lock, BatchState, FutureRecordMetadata};
 use super::record::{header_slices, held_headers};
@@ -72,7 +72,7 @@ impl BatchBuffer {
     }
 }
 
-/// A topic's keyless-record partitioner (`crate::partitioner::StickyPartitioner`), shared by
+/// A topic's keyless-record partitioner (`crate::producer::partitioner::StickyPartitioner`), shared by
 /// `send` and `send_batch` of one producer.
 #[pyclass(frozen, module = "kafkalite._native")]
 pub struct StickyPartitioner {
@@ -115,7 +115,7 @@ impl StickyPartitioner {
 
 impl StickyPartitioner {
     fn locked(&self) -> PyResult<MutexGuard<'_, partitioner::StickyPartitioner>> {
-        Ok(crate::sync::lock_log(&self.inner, || "a producer's sticky partitioner".into())?)
+        Ok(crate::storage::sync::lock_log(&self.inner, || "a producer's sticky partitioner".into())?)
     }
 }
 
@@ -179,7 +179,7 @@ impl Accumulator {
         // A record with neither key nor value is refused whatever its headers: not read then.
         let held = if key.is_none() && value.is_none() { Vec::new() } else { held_headers(headers)? };
         let hs = header_slices(&held)?;
-        let timestamp = timestamp.unwrap_or_else(crate::log::now_ms);
+        let timestamp = timestamp.unwrap_or_else(crate::storage::log::now_ms);
         let record = RecordInput { key, value, headers: &hs, timestamp };
         let sent = self.with_core(py, |acc| {
             let placed = acc.append(&record, partition, |n| Py::new(py, BatchState::new(&self.topic, n as i32, py)))?;
@@ -297,7 +297,7 @@ impl Accumulator {
                 ::log::error!(
                     target: "kafkalite.producer",
                     "{}: the producer of topic {} refuses records from now on",
-                    crate::log::panic_message(&*payload),
+                    crate::storage::log::panic_message(&*payload),
                     self.topic.bind(py)
                 );
                 Err(self.poisoned(py))

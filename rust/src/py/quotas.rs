@@ -1,12 +1,12 @@
-//! `kafkalite._native.quotas_*`: the client quotas of a data directory (`crate::quotas` owns the
+//! `kafkalite._native.quotas_*`: the client quotas of a data directory (`crate::coordination::quotas` owns the
 //! file, its format and Kafka's validation; `kafkalite.quotas` and `kafkalite quotas` call these).
 
 use std::path::PathBuf;
 
 use pyo3::prelude::*;
 
-use crate::error::Error;
-use crate::quotas::{self, Entity};
+use crate::coordination::quotas::{self, Entity};
+use crate::storage::error::Error;
 
 /// An entity as (type, name or None for the default) pairs.
 type Parts = Vec<(String, Option<String>)>;
@@ -46,6 +46,6 @@ fn quotas_alter(data_dir: PathBuf, entity: Parts, changes: Vec<(String, Option<f
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(quotas_list, m)?)?;
     m.add_function(wrap_pyfunction!(quotas_alter, m)?)?;
-    m.add("QUOTAS_FILE", crate::files::QUOTAS_FILE)?;
+    m.add("QUOTAS_FILE", crate::storage::files::QUOTAS_FILE)?;
     Ok(())
 }

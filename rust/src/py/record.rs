@@ -4,9 +4,9 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyList, PyMemoryView, PyString, PyTuple};
 
-use crate::error::Result as EngineResult;
-use crate::log_read::RecordSink;
-use crate::record::{Header, RecordRef};
+use crate::storage::error::Result as EngineResult;
+use crate::storage::log_read::RecordSink;
+use crate::storage::record::{Header, RecordRef};
 
 /// One Kafka record: `Record(value=None, key=None, headers=None, timestamp=None, offset=None)`.
 /// `offset` and `timestamp` are filled in for records read from a log.
@@ -158,13 +158,13 @@ impl Record {
 /// Kafka's murmur2 of `data` (a signed 32-bit int, as the Java client returns it).
 #[pyfunction]
 pub fn murmur2(data: &[u8]) -> i32 {
-    crate::partitioner::murmur2(data)
+    crate::producer::partitioner::murmur2(data)
 }
 
 /// CRC-32C (Castagnoli), as stored in v2 batches over bytes 21..end.
 #[pyfunction]
 pub fn crc32c(data: &[u8]) -> u32 {
-    crate::record::header::crc32c(data)
+    crate::storage::record::header::crc32c(data)
 }
 
 /// Kafka's default partition of a non-null key, `(murmur2(key) & 0x7fffffff) % partitions`
@@ -174,7 +174,7 @@ pub fn partition_for_key(key: &[u8], partitions: u32) -> PyResult<u32> {
     if partitions == 0 {
         return Err(crate::Error::config("a topic has at least one partition").into());
     }
-    Ok(crate::partitioner::partition_for_key(key, partitions))
+    Ok(crate::producer::partitioner::partition_for_key(key, partitions))
 }
 
 /// Kafka's default partition of each key, `(murmur2(key) & 0x7fffffff) % partitions`, for a
@@ -184,7 +184,7 @@ pub fn partitions_for_keys(keys: Vec<Vec<u8>>, partitions: u32) -> PyResult<Vec<
     if partitions == 0 {
         return Err(crate::Error::config("a topic has at least one partition").into());
     }
-    Ok(keys.iter().map(|k| crate::partitioner::partition_for_key(k, partitions)).collect())
+    Ok(keys.iter().map(|k| crate::producer::partitioner::partition_for_key(k, partitions)).collect())
 }
 
 /// Records decoded without the GIL into one contiguous arena, turned into Python objects

@@ -64,7 +64,7 @@ impl NativeServer {
             (None, None, None) => None,
             (Some(cert), Some(key), client_ca) => Some(TlsFiles { cert, key, client_ca }),
             _ => {
-                return Err(crate::error::Error::config(
+                return Err(crate::storage::error::Error::config(
                     "TLS needs both a certificate and its key (tls_cert and tls_key; --tls-cert and --tls-key)",
                 )
                 .into())

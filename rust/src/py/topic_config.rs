@@ -1,14 +1,14 @@
 //! `_native.topic_config_defs()` and friends: the engine's topic and data-directory config
-//! tables (`crate::topic_config`) and their validation and resolution, for Python's `datadir.py`
+//! tables (`crate::storage::topic_config`) and their validation and resolution, for Python's `datadir.py`
 //! and docs generator. Conversions only; the rules live in the engine.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Value};
 
-use crate::options::LogConfig;
-use crate::record::{Compression, TimestampType};
-use crate::topic_config::{self, ConfigDef, Kind};
+use crate::storage::options::LogConfig;
+use crate::storage::record::{Compression, TimestampType};
+use crate::storage::topic_config::{self, ConfigDef, Kind};
 
 /// A Python config value as the engine's JSON value. Python's `datadir.py` has already refused
 /// other types with a typed error naming the key; this is the backstop.

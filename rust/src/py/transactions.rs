@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::error::{Error, TxnErrorKind};
-use crate::log::now_ms;
-use crate::transactions::{Coordinator, TransactionMetadata, TransactionState};
+use crate::coordination::transactions::{Coordinator, TransactionMetadata, TransactionState};
+use crate::storage::error::{Error, TxnErrorKind};
+use crate::storage::log::now_ms;
 
 /// What a transaction holds between calls.
 #[derive(Default)]
@@ -200,8 +200,8 @@ impl PyTransaction {
             s.coordinator.add_offsets(&s.id, pid, epoch, group_id, now)?;
             s.coordinator.txn_offset_commit(&s.id, pid, epoch, group_id, &offsets, now)
         })?;
-        let partition = crate::offsets_codec::offsets_partition(group_id);
-        s.inner().added.insert((crate::offsets_codec::OFFSETS_TOPIC.to_string(), partition));
+        let partition = crate::coordination::offsets_codec::offsets_partition(group_id);
+        s.inner().added.insert((crate::coordination::offsets_codec::OFFSETS_TOPIC.to_string(), partition));
         Ok(())
     }
 
@@ -269,10 +269,10 @@ pub fn transaction_log_decode<'py>(
     key: &[u8],
     value: Option<&[u8]>,
 ) -> PyResult<(String, Option<Bound<'py, PyDict>>)> {
-    let id = crate::transactions::state_log::decode_key(key)?;
+    let id = crate::coordination::transactions::state_log::decode_key(key)?;
     let metadata = match value {
         None => None,
-        Some(v) => Some(metadata_dict(py, &crate::transactions::state_log::decode_value(&id, v)?)?),
+        Some(v) => Some(metadata_dict(py, &crate::coordination::transactions::state_log::decode_value(&id, v)?)?),
     };
     Ok((id, metadata))
 }
@@ -281,8 +281,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyTransaction>()?;
     m.add_function(wrap_pyfunction!(transaction_log_decode, m)?)?;
     m.add_function(wrap_pyfunction!(list_transactions, m)?)?;
-    m.add("TRANSACTION_STATE_TOPIC", crate::transactions::TRANSACTION_STATE_TOPIC)?;
-    m.add("MAX_TRANSACTION_TIMEOUT_MS", crate::transactions::MAX_TRANSACTION_TIMEOUT_MS)?;
+    m.add("TRANSACTION_STATE_TOPIC", crate::coordination::transactions::TRANSACTION_STATE_TOPIC)?;
+    m.add("MAX_TRANSACTION_TIMEOUT_MS", crate::coordination::transactions::MAX_TRANSACTION_TIMEOUT_MS)?;
     let states: Vec<&str> = (0i8..).map_while(TransactionState::from_id).map(TransactionState::name).collect();
     m.add("TRANSACTION_STATES", states)?;
     Ok(())

@@ -1,12 +1,12 @@
-//! `kafkalite._native.users_*`: the SASL/SCRAM users of a data directory (`crate::users` owns the
+//! `kafkalite._native.users_*`: the SASL/SCRAM users of a data directory (`crate::coordination::users` owns the
 //! file and its format; `kafkalite.users` and `kafkalite users` call these).
 
 use std::path::PathBuf;
 
 use pyo3::prelude::*;
 
-use crate::error::Error;
-use crate::users::{self, Mechanism};
+use crate::coordination::users::{self, Mechanism};
+use crate::storage::error::Error;
 
 fn mechanisms(names: &[String]) -> Result<Vec<Mechanism>, Error> {
     names
@@ -56,7 +56,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(users_add, m)?)?;
     m.add_function(wrap_pyfunction!(users_list, m)?)?;
     m.add_function(wrap_pyfunction!(users_delete, m)?)?;
-    m.add("USERS_FILE", crate::files::USERS_FILE)?;
+    m.add("USERS_FILE", crate::storage::files::USERS_FILE)?;
     m.add("SCRAM_MECHANISMS", Mechanism::ALL.map(Mechanism::name).to_vec())?;
     m.add("SCRAM_DEFAULT_ITERATIONS", users::DEFAULT_ITERATIONS)?;
     m.add("SCRAM_MIN_ITERATIONS", users::MIN_ITERATIONS)?;

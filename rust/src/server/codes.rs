@@ -1,7 +1,7 @@
 //! Kafka's error codes (org.apache.kafka.common.protocol.Errors) for the engine's errors.
 
-use crate::error::Error;
 use crate::server::log_target::LOG_TARGET;
+use crate::storage::error::Error;
 
 /// Each code once, with its name for log lines.
 macro_rules! kafka_errors {

@@ -6,11 +6,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
 use crate::server::network::tls::TlsFiles;
 use crate::server::security::authorizer::Mode as AuthorizerMode;
 use crate::server::state::fetch_limits::FETCH_MAX_BYTES;
 use crate::server::state::kip848_coordinator;
+use crate::storage::error::{Error, Result};
 
 /// `--authentication-timeout-ms`'s default: a client authenticates in milliseconds (a SCRAM
 /// exchange at 16,384 iterations included), so ten seconds only waits for a slow network.

@@ -18,9 +18,9 @@ use super::handlers::{
 use super::request::{Answer, Body, DecodeError, Request, SUPPORTED};
 
 use super::state::{quotas, request_time, txn_ends, waits};
+use crate::coordination::transactions::{TRANSACTION_VERSION_FEATURE, TV_0, TV_2};
 use crate::server::security::authorizer::Who;
 use crate::server::state::broker::Broker;
-use crate::transactions::{TRANSACTION_VERSION_FEATURE, TV_0, TV_2};
 
 /// The features ApiVersions v3+ names (KIP-584, KIP-1022), as a Kafka 4 broker does: (name,
 /// lowest and highest level supported, level finalized). `transaction.version` 2 is what makes

@@ -47,7 +47,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::error::{Error, Result};
+use crate::storage::error::{Error, Result};
 pub use admission::parse_overrides as parse_connection_overrides;
 pub use authorizer::Mode as AuthorizerMode;
 pub use broker::Broker;
@@ -107,7 +107,8 @@ impl Server {
             client_certs: config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
             allow_plaintext: config.allow_plaintext,
         };
-        let security = listen::security(&config.listen, loopback, asked, || crate::users::any(&config.data_dir))?;
+        let security =
+            listen::security(&config.listen, loopback, asked, || crate::coordination::users::any(&config.data_dir))?;
         config.sasl = security.sasl;
         let tls = config.tls.as_ref().map(tls::acceptor).transpose()?;
         listen::check_advertised(&config.listen, addr, config.advertised.as_deref())?;
@@ -159,7 +160,7 @@ impl Server {
         let broker = Arc::new(Broker::open(&config, advertised)?);
         // Before any request: a served transactional Produce is answered before its sync
         // (`durable`), so transactions open when the machine went down are aborted here.
-        broker.transactions.abort_open_after_reboot(crate::log::now_ms())?;
+        broker.transactions.abort_open_after_reboot(crate::storage::log::now_ms())?;
         let (shutdown, stop_rx) = watch::channel(false);
         runtime.spawn(expire_sessions(broker.clone(), stop_rx.clone()));
         runtime.spawn(release_resident_pages(broker.clone(), stop_rx.clone()));
@@ -278,7 +279,7 @@ const SETTLE_TRANSACTIONS_EVERY: Duration = Duration::from_secs(10);
 async fn settle_transactions(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     loop {
         let round = waits::off_workers(&broker, waits::deadline(0), |b| {
-            b.transactions.abort_expired_and_complete_pending(crate::log::now_ms())
+            b.transactions.abort_expired_and_complete_pending(crate::storage::log::now_ms())
         });
         match round.await {
             Ok(Ok(0)) => {}

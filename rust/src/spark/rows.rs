@@ -10,10 +10,10 @@ use arrow_array::builder::{ArrayBuilder, BinaryBuilder, Int32Builder, Int64Build
 use arrow_array::{ArrayRef, Int32Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
-use crate::arrow::{count_payload, header_fields_with, HeaderColumns};
-use crate::error::{Error, Result};
-use crate::log_read::RecordSink;
-use crate::record::RecordRef;
+use crate::storage::arrow::{count_payload, header_fields_with, HeaderColumns};
+use crate::storage::error::{Error, Result};
+use crate::storage::log_read::RecordSink;
+use crate::storage::record::RecordRef;
 
 /// Kafka's `timestampType` ids.
 const CREATE_TIME: i32 = 0;
@@ -112,7 +112,7 @@ mod tests {
         let spark = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"];
         assert_eq!(names(&spark_schema(false)), spark);
         assert_eq!(names(&spark_schema(true)).last().map(String::as_str), Some("headers"));
-        let core = names(&crate::arrow::record_schema());
+        let core = names(&crate::storage::arrow::record_schema());
         assert!(core.iter().all(|c| !["topic", "partition", "timestampType"].contains(&c.as_str())));
 
         let mut sink = SparkSink::new("t", 2, true, 1, 1);

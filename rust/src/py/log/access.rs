@@ -8,10 +8,10 @@ use std::sync::{Mutex, MutexGuard};
 
 use pyo3::prelude::*;
 
-use crate::log::{Log, TryAppend};
-use crate::log_read::RecordSink;
-use crate::record::BatchBuilder;
-use crate::txn::{IsolationLevel, TxnState};
+use crate::storage::log::{Log, TryAppend};
+use crate::storage::log_read::RecordSink;
+use crate::storage::read_committed::{IsolationLevel, TxnState};
+use crate::storage::record::BatchBuilder;
 
 use super::super::arrow::ArrowBatch;
 use super::super::record::RecordArena;
@@ -23,7 +23,7 @@ impl PyLog {
     /// this mutex, and logging takes the GIL (pyo3-log), so a thread waiting here with the GIL
     /// held would deadlock against it. (`try_append_attached` only tries it, with the GIL.)
     pub(super) fn lock(&self) -> crate::Result<MutexGuard<'_, Log>> {
-        crate::sync::lock_log(&self.inner, || self.describe())
+        crate::storage::sync::lock_log(&self.inner, || self.describe())
     }
 
     /// The log for `close`, `closed` and `path`, even after a panic poisoned the mutex: those
@@ -70,7 +70,7 @@ enum Attached {
 }
 
 /// (first and last offset, the durability ticket under flush="always", the log-append time).
-pub(in crate::py) type AppendedBatch = ((i64, i64), Option<crate::group_commit::Ticket>, Option<i64>);
+pub(in crate::py) type AppendedBatch = ((i64, i64), Option<crate::storage::fsync_batch::Ticket>, Option<i64>);
 
 impl PyLog {
     /// The partition directory (what a `DurableMark` names in its errors).
@@ -147,7 +147,7 @@ impl PyLog {
 /// one it opened (`Log::dir_identity`). A folder that cannot be stat-ed for another reason
 /// counts as current: the append's own check under the lock reports that error, typed.
 pub(super) fn folder_replaced(log: &Log) -> bool {
-    match crate::log::dir_identity(log.dir()) {
+    match crate::storage::log::dir_identity(log.dir()) {
         Ok(identity) => identity != log.dir_identity(),
         Err(e) => e.kind() == std::io::ErrorKind::NotFound,
     }
@@ -176,7 +176,7 @@ impl PyLog {
 
     /// Run the append `f` with the GIL released, then, under flush="always", wait for group
     /// commit outside the log's mutex: threads sharing this log append while one syncs, and one
-    /// sync covers them all. A failed sync fails this call and poisons the writer (`group_commit`).
+    /// sync covers them all. A failed sync fails this call and poisons the writer (`fsync_batch`).
     pub(super) fn appended_durably<T: Send>(
         &self,
         py: Python<'_>,
@@ -200,7 +200,7 @@ impl PyLog {
     ) -> PyResult<T> {
         py.detach(|| {
             let mut log = self.lock()?;
-            let mut txn = crate::sync::lock_log(&self.txn, || self.describe())?;
+            let mut txn = crate::storage::sync::lock_log(&self.txn, || self.describe())?;
             match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut log, &mut txn))) {
                 Ok(result) => result.map_err(|e| e.or_path(log.dir())),
                 Err(payload) => Err(log.poison_after_panic(&*payload)),

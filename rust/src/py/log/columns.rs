@@ -5,7 +5,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyAny, PyBytes};
 
-use crate::record::{Header, RecordInput};
+use crate::storage::record::{Header, RecordInput};
 
 use super::super::record::{header_slices, held_headers, to_bytes, HeldHeaders};
 

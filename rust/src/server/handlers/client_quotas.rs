@@ -1,5 +1,5 @@
 //! DescribeClientQuotas and AlterClientQuotas over the data directory's client quotas
-//! (`crate::quotas`), which the server enforces (`quotas`). Describe answers from the quotas in
+//! (`crate::coordination::quotas`), which the server enforces (`quotas`). Describe answers from the quotas in
 //! memory with Kafka's filter semantics (exact name, default, any specified; `strict`: no other
 //! entity type); Alter validates each entry as Kafka does (its entity, then each key and value),
 //! answers each entry's error on its own, and with `validate_only` changes nothing. Who may call
@@ -12,12 +12,13 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::quotas::{matches, Change, Entity, Match};
+use crate::coordination::quotas::{matches, Change, Entity, Match};
 use crate::server::codes;
 use crate::server::state::broker::Broker;
 
 /// Kafka's quota entity types (`ClientQuotaEntity`).
-const ENTITY_TYPES: [&str; 3] = [crate::quotas::USER, crate::quotas::CLIENT_ID, crate::quotas::IP];
+const ENTITY_TYPES: [&str; 3] =
+    [crate::coordination::quotas::USER, crate::coordination::quotas::CLIENT_ID, crate::coordination::quotas::IP];
 /// Kafka's `ClientQuotaFilterComponent` match types: exact name, the default, any specified.
 const MATCH_EXACT: i8 = 0;
 const MATCH_DEFAULT: i8 = 1;
@@ -58,7 +59,9 @@ fn invalid_filter(r: &DescribeClientQuotasRequest) -> Option<(i16, String)> {
         }
     }
     let has = |kind: &str| r.components.iter().any(|c| c.entity_type.as_str() == kind);
-    if has(crate::quotas::IP) && (has(crate::quotas::USER) || has(crate::quotas::CLIENT_ID)) {
+    if has(crate::coordination::quotas::IP)
+        && (has(crate::coordination::quotas::USER) || has(crate::coordination::quotas::CLIENT_ID))
+    {
         return invalid(
             "Invalid entity filter component combination. IP filter component should not be used with user or \
              clientId filter component."
@@ -145,7 +148,7 @@ pub fn alter_client_quotas(broker: &Broker, r: AlterClientQuotasRequest, peer: &
     let stored = if r.validate_only || valid.is_empty() {
         Ok(())
     } else {
-        crate::quotas::alter(broker.dir.path(), &valid).map(|quotas| broker.quotas.adopt(quotas))
+        crate::coordination::quotas::alter(broker.dir.path(), &valid).map(|quotas| broker.quotas.adopt(quotas))
     };
     let entries = r
         .entries

@@ -8,9 +8,9 @@ use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeCluster
 use kafka_protocol::protocol::StrBytes;
 
 use super::metadata::NODE_ID;
-use crate::files::KAFKA_META_PROPERTIES;
 use crate::server::codes;
 use crate::server::state::broker::Broker;
+use crate::storage::files::KAFKA_META_PROPERTIES;
 
 /// The cluster id of a data directory that has no Kafka `meta.properties`.
 pub const DEFAULT_CLUSTER_ID: &str = "kafkalite";

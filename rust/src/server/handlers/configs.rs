@@ -14,10 +14,10 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use serde_json::{Map, Value};
 
-use crate::error::Error;
 use crate::server::codes;
 use crate::server::state::broker::Broker;
-use crate::topic_config::{self, ConfigDef, Kind, DIR_CONFIGS, TOPIC_CONFIGS};
+use crate::storage::error::Error;
+use crate::storage::topic_config::{self, ConfigDef, Kind, DIR_CONFIGS, TOPIC_CONFIGS};
 
 /// Kafka's ConfigResource.Type codes.
 const TOPIC: i8 = 2;

@@ -58,7 +58,7 @@ fn invalid(r: &ConsumerGroupHeartbeatRequest, version: i16) -> Option<String> {
 /// A member id for a v0 join without one (v1+ clients make their own), as Kafka's Uuid prints.
 fn new_member_id() -> String {
     use base64::Engine;
-    let bytes = crate::users::random_bytes(16).unwrap_or_else(|_| {
+    let bytes = crate::coordination::users::random_bytes(16).unwrap_or_else(|_| {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         nanos.as_nanos().to_le_bytes().to_vec()
     });

@@ -5,10 +5,10 @@
 use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
-use crate::datadir::{refuse_internal, TopicMeta};
 use crate::server::codes;
 use crate::server::state::broker::{lock_log, Broker};
-use crate::topic_config::effective_config;
+use crate::storage::datadir::{refuse_internal, TopicMeta};
+use crate::storage::topic_config::effective_config;
 
 /// Kafka's DeleteRecordsRequest.HIGH_WATERMARK.
 const HIGH_WATERMARK: i64 = -1;

@@ -1,6 +1,6 @@
 //! DescribeProducers (KIP-664, `kafka-transactions.sh describe-producers`, Admin's
 //! `describeProducers`): each partition's active producers from its producer state
-//! (`crate::producer_state`, what the idempotence and transaction checks use): producer id,
+//! (`crate::storage::producer_state`, what the idempotence and transaction checks use): producer id,
 //! epoch, last sequence, last timestamp, the coordinator epoch of its last marker and the first
 //! offset of its open transaction (-1: none), which is what holds the last stable offset back.
 //! The state is read as the partition's writer (under its append lock, which an embedded
@@ -10,9 +10,9 @@ use kafka_protocol::messages::describe_producers_response::{PartitionResponse, P
 use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
 use kafka_protocol::protocol::StrBytes;
 
-use crate::error::Result;
 use crate::server::codes;
 use crate::server::state::broker::{append_blocking, Broker};
+use crate::storage::error::Result;
 
 /// One partition's producers.
 fn producers(broker: &Broker, topic: &str, partition: i32) -> Result<Option<Vec<ProducerState>>> {

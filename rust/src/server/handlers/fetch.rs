@@ -35,8 +35,6 @@ use kafka_protocol::messages::fetch_request::FetchPartition;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
 
-use crate::log::Log;
-use crate::log_read::BatchSlice;
 use crate::server::codes;
 use crate::server::request::DecodeError;
 use crate::server::state::broker::{lock_log, Broker};
@@ -47,6 +45,8 @@ use crate::server::state::metrics::frame; // notes the response's error codes fo
 use crate::server::state::open_logs::Access;
 use crate::server::state::quotas::Kind;
 use crate::server::state::waits;
+use crate::storage::log::Log;
+use crate::storage::log_read::BatchSlice;
 
 /// Lets `Bytes` borrow a segment's map: the map stays alive while the response is encoded.
 struct Mapped(BatchSlice);

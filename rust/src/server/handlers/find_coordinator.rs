@@ -1,6 +1,6 @@
 //! FindCoordinator: this one broker (node 0) coordinates every consumer group and every
 //! transactional id (key types 0 and 1), in every version, batched keys (v4+) included. The
-//! transaction coordinator's state is the data directory's (`crate::transactions`), shared with
+//! transaction coordinator's state is the data directory's (`crate::coordination::transactions`), shared with
 //! the embedded producers, so whichever process serves a request sees the same transactions.
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;

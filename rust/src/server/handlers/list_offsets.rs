@@ -6,13 +6,13 @@
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
-use crate::error::Result;
-use crate::log::Log;
-use crate::log_read::RecordSink;
-use crate::record::RecordRef;
 use crate::server::codes;
 use crate::server::state::broker::{lock_log, Broker};
 use crate::server::state::committed::READ_COMMITTED;
+use crate::storage::error::Result;
+use crate::storage::log::Log;
+use crate::storage::log_read::RecordSink;
+use crate::storage::record::RecordRef;
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;

@@ -13,14 +13,14 @@ use kafka_protocol::protocol::StrBytes;
 
 use std::sync::Mutex;
 
-use crate::log::Log;
 use crate::server::codes;
 use crate::server::state::broker::{lock_log, Broker};
+use crate::storage::log::Log;
 
 /// The bytes of a partition's segments, as Kafka's `log.size` counts them (their data, not the
 /// length a preallocated file has on disk); 0 when it cannot be opened.
 fn partition_size(broker: &Broker, topic: &str, partition: i32) -> i64 {
-    let size = |log: &Mutex<Log>| -> crate::error::Result<u64> {
+    let size = |log: &Mutex<Log>| -> crate::storage::error::Result<u64> {
         let mut log = lock_log(log)?;
         log.follow()?;
         Ok(log.size_bytes())

@@ -16,13 +16,13 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::cluster::cluster_id;
-use crate::datadir::{validate_topic_name, TopicMeta};
-use crate::error::Error;
 use crate::server::codes;
 use crate::server::state::broker::Broker;
 use crate::server::state::offsets::OFFSETS_TOPIC;
 use crate::server::state::topic_creation::Created;
 use crate::server::state::waits;
+use crate::storage::datadir::{validate_topic_name, TopicMeta};
+use crate::storage::error::Error;
 
 pub const NODE_ID: i32 = 0;
 
@@ -205,7 +205,7 @@ pub async fn create_topics(
         let partitions = if topic.num_partitions == -1 { broker.default_partitions() } else { topic.num_partitions };
         let configs: BTreeMap<String, String> =
             topic.configs.iter().filter_map(|c| Some((c.name.to_string(), c.value.as_ref()?.to_string()))).collect();
-        let checked = crate::datadir::validate_config(&configs);
+        let checked = crate::storage::datadir::validate_config(&configs);
         let exists = broker.topics().map(|t| t.contains_key(&name)).unwrap_or(false);
         let outcome: Result<(), (i16, String)> = if validate_topic_name(&name).is_err() {
             Err((codes::INVALID_TOPIC_EXCEPTION, validate_topic_name(&name).unwrap_err().to_string()))
@@ -220,12 +220,12 @@ pub async fn create_topics(
             ))
         } else if !topic.assignments.is_empty() {
             Err((codes::INVALID_REPLICA_ASSIGNMENT, "kafkalite has one broker; send no replica assignment".into()))
-        } else if !(1..=crate::datadir::MAX_PARTITIONS).contains(&partitions) {
+        } else if !(1..=crate::storage::datadir::MAX_PARTITIONS).contains(&partitions) {
             Err((
                 codes::INVALID_PARTITIONS,
                 format!(
                     "number of partitions must be between 1 and {}, got {partitions}",
-                    crate::datadir::MAX_PARTITIONS
+                    crate::storage::datadir::MAX_PARTITIONS
                 ),
             ))
         } else if let Err(e) = checked.as_ref() {

@@ -12,10 +12,10 @@ use kafka_protocol::messages::offset_delete_response::{OffsetDeleteResponseParti
 use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse};
 use serde_json::Value;
 
-use crate::files::{id_file_name, GROUPS_DIR};
 use crate::server::codes;
 use crate::server::state::broker::Broker;
 use crate::server::state::group_owner::embedded_members;
+use crate::storage::files::{id_file_name, GROUPS_DIR};
 
 const API: &str = "OffsetDelete";
 

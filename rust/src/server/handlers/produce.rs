@@ -35,14 +35,14 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::txn_api;
-use crate::log::{Log, Produced};
-use crate::producer_state::{Refusal, VerificationGuard};
-use crate::record::TimestampType;
 use crate::server::codes;
 use crate::server::state::broker::{try_lock_log, Broker};
 use crate::server::state::durable::{self, Pending};
 use crate::server::state::open_logs::Access;
 use crate::server::state::waits;
+use crate::storage::log::{Log, Produced};
+use crate::storage::producer_state::{Refusal, VerificationGuard};
+use crate::storage::record::TimestampType;
 
 /// Byte offset of maxTimestamp in a v2 batch header (Kafka's DefaultRecordBatch layout).
 const MAX_TIMESTAMP_OFFSET: usize = 35;
@@ -80,7 +80,11 @@ trait TxnCheck: Copy {
 
     /// Under the append lock, with the log caught up with the files (markers the coordinator
     /// wrote through its own handle are applied): Ok(()) to append.
-    fn check(self, log: &mut Log, partition: (&str, i32)) -> crate::error::Result<Result<(), Stop<Self::Unverified>>>;
+    fn check(
+        self,
+        log: &mut Log,
+        partition: (&str, i32),
+    ) -> crate::storage::error::Result<Result<(), Stop<Self::Unverified>>>;
 }
 
 /// A partition's transactional batches being verified: their producer (id, epoch), whether
@@ -98,7 +102,7 @@ struct Guarded {
 impl TxnCheck for ((i64, i16), bool) {
     type Unverified = Guarded;
 
-    fn check(self, log: &mut Log, _: (&str, i32)) -> crate::error::Result<Result<(), Stop<Guarded>>> {
+    fn check(self, log: &mut Log, _: (&str, i32)) -> crate::storage::error::Result<Result<(), Stop<Guarded>>> {
         let ((producer_id, epoch), ends_bump) = self;
         if log.producer_state()?.has_ongoing_txn(producer_id, epoch) {
             return Ok(Ok(()));
@@ -115,7 +119,7 @@ impl TxnCheck for Guarded {
         self,
         log: &mut Log,
         (topic, partition): (&str, i32),
-    ) -> crate::error::Result<Result<(), Stop<Infallible>>> {
+    ) -> crate::storage::error::Result<Result<(), Stop<Infallible>>> {
         let (producer_id, epoch) = self.producer;
         let state = log.producer_state()?;
         // A newer epoch came in (a fence's abort marker): the append's epoch check refuses the
@@ -168,7 +172,7 @@ impl TxnCheck for Guarded {
 impl TxnCheck for Infallible {
     type Unverified = Infallible;
 
-    fn check(self, _: &mut Log, _: (&str, i32)) -> crate::error::Result<Result<(), Stop<Infallible>>> {
+    fn check(self, _: &mut Log, _: (&str, i32)) -> crate::storage::error::Result<Result<(), Stop<Infallible>>> {
         match self {}
     }
 }
@@ -188,7 +192,7 @@ async fn append<C: TxnCheck>(
             return Err((codes::UNKNOWN_TOPIC_OR_PARTITION, format!("this server does not host {topic}-{partition}")))
         }
         Err(e) => {
-            if matches!(e, crate::error::Error::LockTimeout { .. }) {
+            if matches!(e, crate::storage::error::Error::LockTimeout { .. }) {
                 log::warn!(target: crate::server::log_target::LOG_TARGET, "produce to {topic}-{partition} from {peer}: opening it: {e}");
             }
             return Err((codes::for_error(&e), e.to_string()));
@@ -244,7 +248,7 @@ fn attempt<C: TxnCheck>(
         }
     };
     // A panic here (a bug) leaves the log locked half way through a request.
-    if let Err(e) = crate::failpoint::hit("server.produce") {
+    if let Err(e) = crate::storage::failpoint::hit("server.produce") {
         return Some(Err((codes::KAFKA_STORAGE_ERROR, e.to_string())));
     }
     let produced = match log.try_with_append_lock(|log| {
@@ -455,7 +459,7 @@ async fn append_all(broker: &Arc<Broker>, request: &ProduceRequest, version: i16
         None => HashMap::new(), // nothing stamped, so nothing unverified
     };
     // Between the verification and the append (no lock held): where a marker may come in.
-    let injected = if verifying { crate::failpoint::hit("server.produce.verified").err() } else { None };
+    let injected = if verifying { crate::storage::failpoint::hit("server.produce.verified").err() } else { None };
     let mut outcomes = Vec::with_capacity(passes.len());
     for (topic, partitions) in request.topic_data.iter().zip(passes) {
         let mut done = Vec::with_capacity(partitions.len());

@@ -1,6 +1,6 @@
 //! AlterUserScramCredentials and DescribeUserScramCredentials (`kafka-configs --entity-type
 //! users`, Admin's alterUserScramCredentials/describeUserScramCredentials) over the data
-//! directory's users file (`crate::users`, the file `kafkalite users` edits). The checks and
+//! directory's users file (`crate::coordination::users`, the file `kafkalite users` edits). The checks and
 //! error codes are Kafka's `ScramControlManager`'s: a user named twice in one request is
 //! DUPLICATE_RESOURCE (none of its changes apply), an unknown mechanism
 //! UNSUPPORTED_SASL_MECHANISM, iterations outside 4096..=16384 UNACCEPTABLE_CREDENTIAL, the
@@ -21,9 +21,9 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
+use crate::coordination::users::{self, Alteration, Credential, Mechanism};
 use crate::server::codes;
 use crate::server::state::broker::Broker;
-use crate::users::{self, Alteration, Credential, Mechanism};
 
 /// Kafka's `ScramMechanism` wire codes (0 is UNKNOWN).
 fn mechanism(code: i8) -> Option<Mechanism> {

@@ -8,9 +8,9 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::error::Error;
 use crate::server::codes;
 use crate::server::state::broker::Broker;
+use crate::storage::error::Error;
 
 /// A topic-level failure: Kafka's code and the message that says what to fix.
 pub type Failure = (i16, String);
@@ -27,7 +27,7 @@ fn failure(e: Error, invalid: i16) -> Failure {
 
 /// Kafka's topic-name rules: INVALID_TOPIC_EXCEPTION, before any name becomes a path.
 pub fn topic_name(name: &str) -> Result<(), Failure> {
-    crate::datadir::validate_topic_name(name).map_err(|e| (codes::INVALID_TOPIC_EXCEPTION, e.to_string()))
+    crate::storage::datadir::validate_topic_name(name).map_err(|e| (codes::INVALID_TOPIC_EXCEPTION, e.to_string()))
 }
 
 /// A topic of a Kafka broker's log directory (no kafkalite metadata): read-only here.
@@ -43,7 +43,7 @@ pub fn read_only(name: &str) -> Failure {
 /// commit; one created by hand with another count would send each group's offsets to a
 /// partition that does not exist.
 pub fn creatable(name: &str) -> Result<(), Failure> {
-    if crate::datadir::is_internal(name) {
+    if crate::storage::datadir::is_internal(name) {
         return Err((codes::INVALID_REQUEST, format!("Creation of internal topic {name} is prohibited.")));
     }
     Ok(())
@@ -53,7 +53,8 @@ fn delete_one(broker: &Broker, name: &str) -> Result<(), Failure> {
     topic_name(name)?;
     // `DataDir::delete_topic` refuses it too; checked first so that the server's open logs of
     // `__consumer_offsets` (its committed-offset store) are not dropped for a refused call.
-    crate::datadir::refuse_internal(name, "DeleteTopics").map_err(|e| failure(e, codes::INVALID_TOPIC_EXCEPTION))?;
+    crate::storage::datadir::refuse_internal(name, "DeleteTopics")
+        .map_err(|e| failure(e, codes::INVALID_TOPIC_EXCEPTION))?;
     let meta = broker.topics().ok().and_then(|t| t.get(name).cloned());
     if meta.as_ref().is_some_and(|m| m.discovered) {
         return Err(read_only(name));

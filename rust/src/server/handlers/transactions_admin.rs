@@ -14,10 +14,10 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::log::now_ms;
+use crate::coordination::transactions::{TransactionMetadata, TransactionState};
 use crate::server::codes;
 use crate::server::state::broker::Broker;
-use crate::transactions::{TransactionMetadata, TransactionState};
+use crate::storage::log::now_ms;
 
 /// Every state a filter may name (Kafka's `TransactionState` names).
 const STATES: &[TransactionState] = &[

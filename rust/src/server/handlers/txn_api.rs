@@ -2,7 +2,7 @@
 //! a transactional id, AddPartitionsToTxn (the clients' v0-v3, and v4+'s batched form with its
 //! verify-only check), AddOffsetsToTxn, TxnOffsetCommit and EndTxn (answered at its decision, its
 //! markers written after: `txn_ends`), each one call of the data
-//! directory's transaction coordinator (`crate::transactions::Coordinator`), the same one the
+//! directory's transaction coordinator (`crate::coordination::transactions::Coordinator`), the same one the
 //! embedded transactional producers use, so a network producer and an embedded one with the
 //! same transactional id fence each other.
 //!
@@ -37,14 +37,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::offset_commit::{requested, CommitPlan, Committer};
-use crate::error::Error;
-use crate::log::now_ms;
-use crate::record::header::{BatchHeader, HEADER_LEN, MIN_BATCH_LENGTH};
+use crate::coordination::transactions::{TV_0, TV_2};
 use crate::server::codes;
 use crate::server::state::broker::Broker;
 use crate::server::state::txn_ends;
 use crate::server::state::waits;
-use crate::transactions::{TV_0, TV_2};
+use crate::storage::error::Error;
+use crate::storage::log::now_ms;
+use crate::storage::record::header::{BatchHeader, HEADER_LEN, MIN_BATCH_LENGTH};
 
 /// The first version of each API a client sends at transaction version 2 (Kafka's
 /// `transactionVersionForEndTxn`, `transactionVersionForAddPartitionsToTxn`, Produce's

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
-use crate::error::{Error, Result};
+use crate::storage::error::{Error, Result};
 
 /// The limits (`kafkalite serve --max-connections`, `--max-connections-per-ip`,
 /// `--max-connections-per-ip-overrides`).

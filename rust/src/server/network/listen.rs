@@ -8,7 +8,7 @@
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
-use crate::error::{Error, Result};
+use crate::storage::error::{Error, Result};
 
 /// HOST:PORT (HOST may be a bracketed IPv6 address) into its parts.
 pub fn parse_host_port(s: &str) -> Result<(String, i32)> {

@@ -16,13 +16,13 @@ use kafka_protocol::messages::{ApiKey, SaslAuthenticateResponse, SaslHandshakeRe
 use kafka_protocol::protocol::StrBytes;
 
 use super::frame::MAX_REQUEST_BYTES;
+use crate::coordination::users::Mechanism;
 use crate::server::codes;
 use crate::server::log_target::LOG_TARGET;
 use crate::server::request::{frame, Body, Request};
 use crate::server::security::credentials::Credentials;
 use crate::server::security::principal::Principal;
 use crate::server::security::scram::{ScramServer, Step};
-use crate::users::Mechanism;
 
 /// Kafka's `sasl.server.max.receive.size`: the largest frame read before authentication.
 pub const MAX_UNAUTHENTICATED_FRAME: i32 = 512 * 1024;

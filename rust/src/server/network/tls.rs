@@ -22,9 +22,9 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use x509_cert::der::{Decode, Encode, Tag, Tagged};
 
-use crate::error::{Error, Result};
 use crate::server::log_target::LOG_TARGET;
 use crate::server::security::principal::Principal;
+use crate::storage::error::{Error, Result};
 
 /// The longest a TLS handshake may take (or `connections.max.idle.ms` if shorter). Kafka's
 /// clients finish theirs in milliseconds; this only ends connections that will never finish.

@@ -35,8 +35,8 @@ use std::sync::{Mutex, RwLock};
 
 use serde_json::{json, Value};
 
-use crate::error::{Error, Result};
-use crate::files::ACLS_FILE;
+use crate::storage::error::{Error, Result};
+use crate::storage::files::ACLS_FILE;
 
 /// Kafka's `ResourceType` codes.
 pub mod resource {
@@ -449,7 +449,7 @@ impl Authorizer {
 
     /// Re-read the file under the admin lock, change it, write it when it changed, then adopt it.
     fn update<T>(&self, change: impl FnOnce(&mut Vec<Acl>) -> T) -> Result<T> {
-        let lock = crate::datadir::admin_lock(&self.dir)?;
+        let lock = crate::storage::datadir::admin_lock(&self.dir)?;
         let mut acls = read(&self.dir)?;
         let before = acls.clone();
         let out = change(&mut acls);
@@ -457,7 +457,7 @@ impl Authorizer {
             let list: Vec<Value> = acls.iter().map(Acl::to_json).collect();
             let text = serde_json::to_string_pretty(&json!({"version": 1, "acls": list}))
                 .map_err(|e| Error::config(format!("cannot encode the ACL file: {e}")))?;
-            crate::checkpoint::write_private_atomically(&self.dir, ACLS_FILE, text.as_bytes())?;
+            crate::storage::checkpoint::write_private_atomically(&self.dir, ACLS_FILE, text.as_bytes())?;
         }
         // Under the admin lock: nobody else wrote the file since, so this stamp is of `acls`.
         *self.stamp.lock().unwrap_or_else(|e| e.into_inner()) = stamp(&self.dir);
@@ -469,10 +469,10 @@ impl Authorizer {
 
 /// What tells one version of the ACL file from another: it is replaced by rename (a new inode)
 /// and edited in place only by hand (a new size or mtime).
-type Stamp = crate::checkpoint::FileStamp;
+type Stamp = crate::storage::checkpoint::FileStamp;
 
 fn stamp(dir: &Path) -> Option<Stamp> {
-    crate::checkpoint::file_stamp(&dir.join(ACLS_FILE))
+    crate::storage::checkpoint::file_stamp(&dir.join(ACLS_FILE))
 }
 
 fn damaged(path: &Path, what: impl std::fmt::Display) -> Error {
@@ -485,7 +485,7 @@ fn damaged(path: &Path, what: impl std::fmt::Display) -> Error {
 /// The ACL file, parsed and checked; empty when there is none.
 fn read(dir: &Path) -> Result<Vec<Acl>> {
     let path = dir.join(ACLS_FILE);
-    let Some(text) = crate::nofollow::read_if_exists(&path, "the ACL file")? else { return Ok(Vec::new()) };
+    let Some(text) = crate::storage::nofollow::read_if_exists(&path, "the ACL file")? else { return Ok(Vec::new()) };
     let data: Value = serde_json::from_slice(&text).map_err(|e| damaged(&path, e))?;
     if data.get("version") != Some(&json!(1)) {
         return Err(damaged(&path, "its version is not 1"));

@@ -1,5 +1,5 @@
 //! The SCRAM credentials a server checks clients against: the data directory's users file
-//! (`crate::users`) kept parsed in memory, read again only when the file changed (another
+//! (`crate::coordination::users`) kept parsed in memory, read again only when the file changed (another
 //! process's `kafkalite users`, AlterUserScramCredentials on any server of the directory), as
 //! Kafka keeps its credential cache updated on change. A client-first message costs one `stat`
 //! and a map lookup, not a parse of every user, however many there are and however many
@@ -17,10 +17,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::checkpoint::{file_stamp, FileStamp};
-use crate::error::{Error, IoContext, Result};
-use crate::files::{SCRAM_DECOY_KEY_FILE, TMP_SUFFIX, USERS_FILE};
-use crate::users::{self, random_bytes, Credential, Mechanism, Users, DEFAULT_ITERATIONS, SALT_BYTES};
+use crate::coordination::users::{self, random_bytes, Credential, Mechanism, Users, DEFAULT_ITERATIONS, SALT_BYTES};
+use crate::storage::checkpoint::{file_stamp, FileStamp};
+use crate::storage::error::{Error, IoContext, Result};
+use crate::storage::files::{SCRAM_DECOY_KEY_FILE, TMP_SUFFIX, USERS_FILE};
 
 /// Bytes of the decoy secret.
 const KEY_BYTES: usize = 32;
@@ -191,9 +191,9 @@ fn decoy_key(dir: &Path) -> Result<Vec<u8>> {
     let tmp = dir.join(format!("{SCRAM_DECOY_KEY_FILE}.{}{TMP_SUFFIX}", std::process::id()));
     let _ = std::fs::remove_file(&tmp); // left by a crash of a process with this pid
     let written = (|| {
-        let mut opts = crate::nofollow::options();
+        let mut opts = crate::storage::nofollow::options();
         opts.write(true).create_new(true).mode(0o600);
-        let mut f = crate::nofollow::open(&opts, &tmp, "the SCRAM decoy key")?;
+        let mut f = crate::storage::nofollow::open(&opts, &tmp, "the SCRAM decoy key")?;
         f.write_all(&random_bytes(KEY_BYTES)?)
             .and_then(|()| f.sync_all())
             .context(|| format!("cannot write {}", tmp.display()))?;
@@ -214,7 +214,7 @@ fn decoy_key(dir: &Path) -> Result<Vec<u8>> {
 fn read_key(path: &Path) -> Result<Option<Vec<u8>>> {
     use std::io::Read;
     let mut key = Vec::new();
-    let read = crate::nofollow::open_read(path, "the SCRAM decoy key")
+    let read = crate::storage::nofollow::open_read(path, "the SCRAM decoy key")
         .and_then(|mut f| f.read_to_end(&mut key).context(|| format!("cannot read {}", path.display())));
     match read {
         Ok(_) if key.len() == KEY_BYTES => Ok(Some(key)),

@@ -11,7 +11,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use subtle::ConstantTimeEq;
 
-use crate::users::{random_bytes, Credential, Mechanism};
+use crate::coordination::users::{random_bytes, Credential, Mechanism};
 
 /// The longest client message accepted (a real one is well under 1 KiB).
 pub const MAX_MESSAGE: usize = 4096;

@@ -16,15 +16,15 @@ use super::offsets::{OffsetStore, OFFSETS_TOPIC};
 use super::open_logs::{Access, OpenLogs, OpenTurns, SharedLog};
 use super::topic_creation::TopicCreation;
 use super::waits::{self, BLOCKING_SLOTS, LOCK_WAIT};
-use crate::datadir::{log_config, DataDir, TopicMeta};
-use crate::error::{Error, Result};
-use crate::files::NOTIFY_FILE;
-use crate::log::Log;
-use crate::notify::Notifier;
-use crate::options::LogConfig;
-use crate::producer_ids::ProducerIds;
+use crate::coordination::producer_ids::ProducerIds;
 use crate::server::config::ServerConfig;
 use crate::server::network::frame::{QUEUED_MAX_REQUEST_BYTES, QUEUED_MAX_UNAUTHENTICATED_BYTES};
+use crate::storage::datadir::{log_config, DataDir, TopicMeta};
+use crate::storage::error::{Error, Result};
+use crate::storage::files::NOTIFY_FILE;
+use crate::storage::log::Log;
+use crate::storage::notify::Notifier;
+use crate::storage::options::LogConfig;
 
 pub type Topics = Arc<BTreeMap<String, TopicMeta>>;
 
@@ -38,7 +38,7 @@ pub struct Broker {
     default_partitions: i32,
     advertised: (String, i32),
     /// Consistent at any panic: only ever replaced whole.
-    topics: Mutex<Option<(Option<crate::datadir::MetadataStamp>, Topics)>>,
+    topics: Mutex<Option<(Option<crate::storage::datadir::MetadataStamp>, Topics)>>,
     /// The partitions open now, at most `max_open` unused ones.
     partitions: OpenLogs,
     /// Whose turn it is to open a partition to write (`partition_within`).
@@ -69,7 +69,7 @@ pub struct Broker {
     pub consumer_groups: crate::server::state::kip848_coordinator::Coordinator,
     /// The data directory's transaction coordinator (shared with embedded producers through
     /// the files and per-id locks), its waits bounded at `LOCK_WAIT`.
-    pub transactions: crate::transactions::Coordinator,
+    pub transactions: crate::coordination::transactions::Coordinator,
     /// Ended transactions whose markers are still being written after their EndTxn's answer.
     pub txn_ends: super::txn_ends::PendingEnds,
     /// InitProducerId's ids, reserved in blocks in the data directory. Consistent at any panic:
@@ -103,7 +103,7 @@ impl Broker {
             config.consumer_heartbeat_interval,
         );
         let producer_ids = Mutex::new(ProducerIds::new(dir.path()));
-        let transactions = crate::transactions::Coordinator::open(dir.path())?.with_lock_wait(LOCK_WAIT);
+        let transactions = crate::coordination::transactions::Coordinator::open(dir.path())?.with_lock_wait(LOCK_WAIT);
         let notifier = Arc::new(Notifier::open(&dir.path().join(NOTIFY_FILE))?);
         let appended = Arc::new(Notify::new());
         let stopping = Arc::new(AtomicBool::new(false));
@@ -166,7 +166,7 @@ impl Broker {
 
     /// The topics, re-read when the metadata changed (`datadir::metadata_stamp`).
     pub fn topics(&self) -> Result<Topics> {
-        let stamp = crate::datadir::metadata_stamp(self.dir.path()).ok();
+        let stamp = crate::storage::datadir::metadata_stamp(self.dir.path()).ok();
         let mut cache = lock(&self.topics);
         if let Some((seen, topics)) = cache.as_ref() {
             if *seen == stamp && stamp.is_some_and(|s| s.exists()) {
@@ -190,7 +190,7 @@ impl Broker {
         // Another process (`Admin.delete_topic`, another server) may have deleted the topic
         // and created it again: a reader's open segments would keep serving the deleted
         // records (reads follow other writers only at the log end), so reopen.
-        match crate::log::dir_identity(&self.dir.partition_path(topic, partition)) {
+        match crate::storage::log::dir_identity(&self.dir.partition_path(topic, partition)) {
             Ok(now) if now == opened => (access == Access::Read || kept_for == Access::Write).then_some(log),
             _ => {
                 self.forget_partition(topic, partition);
@@ -336,7 +336,7 @@ impl Broker {
         config.lock_timeout = Some(LOCK_WAIT);
         if topic == OFFSETS_TOPIC {
             // Commits are durable when acknowledged, as offsets.py writes them.
-            config.flush = crate::options::FlushPolicy::Always;
+            config.flush = crate::storage::options::FlushPolicy::Always;
         }
         let path = self.dir.partition_path(topic, partition);
         if access == Access::Read {
@@ -380,7 +380,7 @@ impl Broker {
     pub fn deleted_meanwhile(&self, (topic, partition): (&str, i32), e: Error) -> Error {
         let missing = matches!(&e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound);
         let kept = self.partitions.get(topic, partition).map(|(_, identity, _)| identity);
-        let now = crate::log::dir_identity(&self.dir.partition_path(topic, partition)).ok();
+        let now = crate::storage::log::dir_identity(&self.dir.partition_path(topic, partition)).ok();
         if missing && (now.is_none() || now != kept) {
             return Error::UnknownTopicOrPartition(format!("{topic}-{partition} was deleted while it was read ({e})"));
         }
@@ -454,7 +454,7 @@ fn spawn_bridge(
 fn out_of_descriptors(e: &Error) -> bool {
     let code = match e {
         // A fail point's injected errno counts as the real one (`failpoint::errno`).
-        Error::Io { source, .. } => crate::failpoint::errno(source),
+        Error::Io { source, .. } => crate::storage::failpoint::errno(source),
         _ => None,
     };
     code == Some(rustix::io::Errno::MFILE.raw_os_error()) || code == Some(rustix::io::Errno::NFILE.raw_os_error())

@@ -1,7 +1,7 @@
 //! What a read_committed client (Fetch and ListOffsets with `isolation_level` 1) sees of a
 //! partition, as Kafka's broker serves it: records only below the last stable offset (LSO), and
 //! with each Fetch the aborted transactions overlapping what it returns, which the client uses to
-//! drop those producers' batches. Both come from the engine's `crate::txn::TxnState`, which
+//! drop those producers' batches. Both come from the engine's `crate::storage::read_committed::TxnState`, which
 //! learns transactions from the COMMIT/ABORT markers in the log (whoever wrote them: this
 //! server's coordinator, an embedded producer's, a broker) and from `.txnindex` files.
 //!
@@ -18,11 +18,11 @@ use kafka_protocol::messages::fetch_response::AbortedTransaction;
 use kafka_protocol::messages::ProducerId;
 
 use super::locks::lock;
-use crate::error::Result;
-use crate::log::Log;
-use crate::log_read::BatchSlice;
-use crate::record::header::LOG_OVERHEAD;
-use crate::txn::{AbortedTxn, TxnState};
+use crate::storage::error::Result;
+use crate::storage::log::Log;
+use crate::storage::log_read::BatchSlice;
+use crate::storage::read_committed::{AbortedTxn, TxnState};
+use crate::storage::record::header::LOG_OVERHEAD;
 
 /// Kafka's `IsolationLevel.READ_COMMITTED` id in Fetch and ListOffsets.
 pub const READ_COMMITTED: i8 = 1;
@@ -117,7 +117,7 @@ pub fn below_stable(slice: BatchSlice, from: i64, lso: i64) -> (BatchSlice, i64)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::options::LogConfig;
+    use crate::storage::options::LogConfig;
 
     fn open(dir: &std::path::Path) -> Log {
         Log::open(dir, LogConfig { shared_writers: true, ..LogConfig::default() }).unwrap()

@@ -1,6 +1,6 @@
 //! What Produce's acks=all waits for after the append (`--acks-all`): `disk` (the default)
 //! answers once the batches are on this host's disk, as the embedded producer's `acks='all'`
-//! does (the same group commit, `crate::group_commit`: one msync per partition covers every
+//! does (the same group commit, `crate::storage::fsync_batch`: one msync per partition covers every
 //! batch appended before it, by this server or any embedded producer); `page-cache` answers once
 //! they are in the page cache, as a Kafka broker does (its durability is replication, which a
 //! single server has not got). acks=1 always answers at the page cache, acks=0 not at all.
@@ -31,11 +31,11 @@ use kafka_protocol::messages::produce_response::TopicProduceResponse;
 use kafka_protocol::protocol::StrBytes;
 
 use super::broker::Broker;
-use crate::error::{Error, Result};
-use crate::group_commit::{Ticket, Turn};
-use crate::log::{DirDurable, Log};
 use crate::server::codes;
 use crate::server::config::AcksAll;
+use crate::storage::error::{Error, Result};
+use crate::storage::fsync_batch::{Ticket, Turn};
+use crate::storage::log::{DirDurable, Log};
 
 /// One partition's appended batches not yet known durable.
 pub struct Pending {
@@ -164,11 +164,11 @@ fn sync_entries(broker: &Broker, dir: &Dir) -> Result<()> {
             dir.path.display()
         ))
     };
-    let synced = broker.with_descriptors(|| crate::checkpoint::sync_dir(&dir.path)).map_err(|(closed, e)| {
+    let synced = broker.with_descriptors(|| crate::storage::checkpoint::sync_dir(&dir.path)).map_err(|(closed, e)| {
         let what = format!("sync the directory of {}", dir.path.display());
         broker.out_of_descriptors(&what, closed, e)
     });
-    match crate::log::dir_identity(&dir.path) {
+    match crate::storage::log::dir_identity(&dir.path) {
         Ok(now) if now == dir.identity => synced,
         Ok(_) => Err(deleted()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(deleted()),

@@ -187,7 +187,7 @@ impl Coordinator {
     pub fn heartbeat(&self, group_id: &str, member_id: &str, instance_id: Option<&str>, generation: i32) -> i16 {
         let mut groups = self.groups();
         // A panic here (a bug) leaves the groups' state locked half way through a request.
-        if crate::failpoint::hit("server.group_heartbeat").is_err() {
+        if crate::storage::failpoint::hit("server.group_heartbeat").is_err() {
             return codes::COORDINATOR_NOT_AVAILABLE;
         }
         let group = groups.get_mut(group_id);

@@ -19,9 +19,9 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{flock, FlockOperation};
 
-use crate::error::{Error, Result};
-use crate::files::{id_file_name, GROUPS_DIR, GROUP_NETWORK_OWNER_FILE, GROUP_STATE_LOCK_FILE};
-use crate::nofollow;
+use crate::storage::error::{Error, Result};
+use crate::storage::files::{id_file_name, GROUPS_DIR, GROUP_NETWORK_OWNER_FILE, GROUP_STATE_LOCK_FILE};
+use crate::storage::nofollow;
 
 /// This server's claim on a group; dropping it (closing the file) releases the group.
 #[derive(Debug)]
@@ -64,7 +64,7 @@ pub fn claim(data_dir: &Path, group: &str, who: &str) -> Result<Claim> {
     match flock(&state_lock, FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => {}
         Err(rustix::io::Errno::WOULDBLOCK) => {
-            return Ok(Claim::Busy(crate::lock::describe_holder(&state_lock, || "an embedded member".into())))
+            return Ok(Claim::Busy(crate::storage::lock::describe_holder(&state_lock, || "an embedded member".into())))
         }
         Err(e) => return Err(Error::io(format!("cannot lock the state of group {group:?}"), e.into())),
     }

@@ -7,8 +7,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::waits::LOCK_WAIT;
-use crate::error::{Error, Result};
-use crate::log::Log;
+use crate::storage::error::{Error, Result};
+use crate::storage::log::Log;
 
 /// Lock a mutex whose state no panic can leave half-updated, recovering it if a holder
 /// panicked, so one failed request never wedges the others. Each use says why its state is
@@ -61,7 +61,7 @@ pub fn append_blocking<T>(log: &Mutex<Log>, mut f: impl FnMut(&mut Log) -> Resul
         Ok(None) => None,
         Err(e) => Some(Err(e)),
     };
-    crate::lock::retry_until(Some(started + LOCK_WAIT), attempt).unwrap_or_else(|| {
+    crate::storage::lock::retry_until(Some(started + LOCK_WAIT), attempt).unwrap_or_else(|| {
         let (path, holder) = match log.try_lock() {
             Ok(log) => (log.dir().to_path_buf(), log.append_lock_holder()),
             Err(_) => (Default::default(), "a request of this server (the partition's log stayed busy)".into()),

@@ -15,15 +15,17 @@ use std::sync::Mutex;
 
 use super::broker::Broker;
 use super::locks::{append_blocking, lock, lock_log};
-use crate::committed_offsets::CommittedOffsets;
-pub use crate::committed_offsets::Offsets;
-use crate::error::{Error, Result};
-use crate::log::{now_ms, Log};
-use crate::log_read::RecordSink;
-use crate::record::{RecordInput, RecordRef};
+use crate::coordination::committed_offsets::CommittedOffsets;
+pub use crate::coordination::committed_offsets::Offsets;
+use crate::storage::error::{Error, Result};
+use crate::storage::log::{now_ms, Log};
+use crate::storage::log_read::RecordSink;
+use crate::storage::record::{RecordInput, RecordRef};
 
-use crate::offsets_codec::{decode_key, encode_key, encode_value};
-pub use crate::offsets_codec::{offsets_partition, OFFSETS_PARTITIONS, OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG};
+use crate::coordination::offsets_codec::{decode_key, encode_key, encode_value};
+pub use crate::coordination::offsets_codec::{
+    offsets_partition, OFFSETS_PARTITIONS, OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG,
+};
 
 /// Kafka's offset.metadata.max.bytes.
 pub const MAX_METADATA_BYTES: usize = 4096;

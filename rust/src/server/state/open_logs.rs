@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use rustix::process::{Resource, Rlimit};
 
 use super::locks::lock;
-use crate::log::Log;
+use crate::storage::log::Log;
 
 /// An open partition log, shared by the requests that use it.
 pub type SharedLog = Arc<Mutex<Log>>;
@@ -87,9 +87,9 @@ pub fn connections_fit(limit: Option<u64>, max_open: usize) -> usize {
 }
 
 /// Refuse to start under an RLIMIT_NOFILE (soft, after the raise) below `MIN_DESCRIPTOR_LIMIT`.
-pub fn check_descriptor_limit(limit: Option<u64>) -> crate::error::Result<()> {
+pub fn check_descriptor_limit(limit: Option<u64>) -> crate::storage::error::Result<()> {
     match limit {
-        Some(limit) if limit < MIN_DESCRIPTOR_LIMIT => Err(crate::error::Error::config(format!(
+        Some(limit) if limit < MIN_DESCRIPTOR_LIMIT => Err(crate::storage::error::Error::config(format!(
             "the open-file limit (RLIMIT_NOFILE) is {limit}, too few to serve: kafkalite serve needs at least \
              {MIN_DESCRIPTOR_LIMIT} (about 16 for itself, {FDS_PER_PARTITION} per open partition, one per \
              connection); raise `ulimit -n`"
@@ -327,7 +327,7 @@ mod tests {
         assert_eq!(connections_fit(Some(1024), 10_000), 1, "at least one");
         assert_eq!(connections_fit(None, 10_000), usize::MAX);
     }
-    use crate::options::LogConfig;
+    use crate::storage::options::LogConfig;
 
     fn open(dir: &std::path::Path, name: &str) -> (Log, Access) {
         // Shared writers, as the server opens partitions: a second open of one is allowed.

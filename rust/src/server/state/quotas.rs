@@ -10,7 +10,7 @@
 //! most one window for the request quota, as Kafka bounds it), and that entity's next request waits out that time before it is served, as Kafka mutes the
 //! channel (clients back off themselves; this holds to it those that do not).
 //!
-//! The quotas are read from the data directory (`crate::quotas`) at start, adopted at once when
+//! The quotas are read from the data directory (`crate::coordination::quotas`) at start, adopted at once when
 //! this server alters them, and re-read when the file changed, checked at most once a second
 //! (one `stat`): no request parses the file. With no quota set a request costs one atomic load.
 //! The ip entities' `connection_creation_rate` is looked up here too (`connection_rate`) and
@@ -24,12 +24,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::error::Result;
-use crate::files::QUOTAS_FILE;
-use crate::quotas::{
+use crate::coordination::quotas::{
     read, resolve_ip, Entity, Quotas as Stored, CONNECTION_CREATION_RATE, CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
 };
+use crate::storage::error::Result;
+use crate::storage::files::QUOTAS_FILE;
 
 /// Kafka's `quota.window.num` and `quota.window.size.seconds` defaults.
 const WINDOWS: usize = 11;

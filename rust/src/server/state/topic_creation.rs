@@ -15,7 +15,7 @@ use std::time::Instant;
 use super::broker::Broker;
 use super::locks::lock;
 use super::waits;
-use crate::error::{Error, Result};
+use crate::storage::error::{Error, Result};
 
 /// How many seconds of the rate the bucket holds after a quiet spell: Kafka measures a quota
 /// over `quota.window.num` (11) x `quota.window.size.seconds` (1), so its token bucket's burst

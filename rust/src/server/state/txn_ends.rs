@@ -32,8 +32,8 @@ use tokio::sync::watch;
 use super::broker::Broker;
 use super::locks::lock;
 use super::waits::{self, NotDone};
-use crate::log::now_ms;
 use crate::server::log_target::LOG_TARGET;
+use crate::storage::log::now_ms;
 
 /// The transactional ids whose decided end is being completed: each with the number of its
 /// `Pending` and a receiver that sees `true` (or its sender gone) once the completion is over.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
-use crate::lock::Backoff;
+use crate::storage::lock::Backoff;
 
 /// The longest a request waits for a lock held by another process or by another request: a
 /// partition's append lock or log (Produce: REQUEST_TIMED_OUT), a group's state lock (JoinGroup:
@@ -36,7 +36,7 @@ pub fn deadline(limit_ms: i32) -> Instant {
 /// Try `attempt` (which must not block for long) until it gives `Some` or `deadline` passes
 /// (then `None`), asleep between tries for the engine's `lock::Backoff` pauses, the same as a
 /// shared writer's own wait for the append lock (`WriterLock::enter`), so neither side starves.
-/// (A thread that may block, one running off the workers, uses `crate::lock::retry_until`.)
+/// (A thread that may block, one running off the workers, uses `crate::storage::lock::retry_until`.)
 pub async fn retry_until<T, F: Future<Output = Option<T>>>(
     deadline: Instant,
     mut attempt: impl FnMut() -> F,

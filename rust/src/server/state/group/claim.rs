@@ -20,7 +20,7 @@ impl Coordinator {
     async fn try_claim(
         &self,
         group: &str,
-    ) -> Option<Result<Result<Claim, crate::error::Error>, tokio::task::JoinError>> {
+    ) -> Option<Result<Result<Claim, crate::storage::error::Error>, tokio::task::JoinError>> {
         let _one_at_a_time = self.claiming.lock().await;
         if self.claimed(group) {
             return None;
