@@ -1,7 +1,7 @@
 """isolation_level=read_committed (Kafka's): records of aborted transactions are hidden, control
 batches never show, and reads stop at the last stable offset (the first offset of a transaction
 still open). Partitions are built as a broker stores transactional producers' batches
-(tests/txn_partition.py), with an independent model of what each isolation level returns."""
+(tests/support/txn_partition.py), with an independent model of what each isolation level returns."""
 
 from __future__ import annotations
 
@@ -210,7 +210,7 @@ def test_every_native_reader_takes_one_isolation_level(tmp_path):
 
 def test_spark_option_and_planning(tmp_path):
     """kafka.isolation.level parsed as Spark's Kafka source does; "latest" is the LSO under
-    read_committed. (Spark reads themselves: tests/test_read_committed_spark.py.)"""
+    read_committed. (Spark reads themselves: tests/spark/test_read_committed_spark.py.)"""
     from kafkalite.spark.options import SparkOptionError, parse
     from kafkalite.spark.planning import PartitionView
 

@@ -1,4 +1,4 @@
-"""The three holes session 5's adversary left open (tests/test_adversary_session5.py), attacked
+"""The three holes session 5's adversary left open (tests/server/test_adversary_session5.py), attacked
 through the embedded APIs only: a killed topic delete seen by an embedded client, a send
 callback that writes (send_batch, or send filling a batch) or flushes under acks='all', and
 destructive admin calls on ``__consumer_offsets``. Each test failed on the code before its fix

@@ -2,7 +2,7 @@
 
 An idle partition holds one descriptor (its writer's presence lock); a sealed segment holds
 none (it is read through its map and in-memory index entries); preallocation starts at 64 KiB
-(tests/test_engine_preallocation.py). Each test runs its process under a lowered descriptor
+(tests/engine/test_engine_preallocation.py). Each test runs its process under a lowered descriptor
 limit (resource.setrlimit in a subprocess), the fault it guards against, and reports peak RSS
 from /proc/self/status (VmHWM).
 

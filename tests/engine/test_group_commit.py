@@ -3,7 +3,7 @@ engine's fail point ``group_commit.sync``, fails every batch waiting for it and 
 (the writer is poisoned: Linux may drop the failed pages, so a retried sync could succeed
 without the data); nothing it did not sync is acknowledged. Each case runs in a child process,
 since fail points are read once per process. (The kill -9 case, with a second process, is in
-tests/test_power_loss_group_commit.py.)"""
+tests/engine/test_power_loss_group_commit.py.)"""
 
 from __future__ import annotations
 

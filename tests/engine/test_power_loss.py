@@ -39,7 +39,9 @@ from kafkalite import Log
 PAGE = 4096
 BATCHES = 40
 SEGMENT_BYTES = 8192
-WRITER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "faults", "power_loss_writer.py")
+WRITER = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "faults", "power_loss_writer.py"
+)
 
 
 class Workload:

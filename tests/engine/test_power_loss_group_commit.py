@@ -22,7 +22,7 @@ names the records). From them:
    Log (recovery runs): every record acknowledged by k must be there with its value. Segments
    created after k are left out of the image (they did not exist yet).
 
-Directory entries are not modelled here (every name is kept): tests/test_power_loss.py models
+Directory entries are not modelled here (every name is kept): tests/engine/test_power_loss.py models
 them for flush="always". Needs strace (skipped without it, or where ptrace is not permitted)."""
 
 from __future__ import annotations
@@ -47,7 +47,9 @@ APPENDS = 60
 SEGMENT_BYTES = 16384
 KILL_AT = 30
 IMAGES = 60
-WRITER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "faults", "group_commit_writer.py")
+WRITER = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "faults", "group_commit_writer.py"
+)
 
 _LINE = re.compile(r"^(\d+)\s+(.*)$")
 _OPENAT = re.compile(r'openat\(AT_FDCWD, "([^"]+)", [^)]*\)\s+= (-?\d+)')

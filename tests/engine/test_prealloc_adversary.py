@@ -130,7 +130,7 @@ def test_deleting_a_topic_gives_its_budget_back_to_the_producer(tmp_path):
     """Two topics take the whole 128 KiB budget (64 KiB first steps); both are deleted while
     the producer stays open. Found: a new topic then gets one page ahead (4 KiB), not 64 KiB,
     and the producer held 6 descriptors of deleted files. Now opening t3 first closes the deleted
-    topics' logs (metadata refresh, tests/test_producer_metadata_refresh.py)."""
+    topics' logs (metadata refresh, tests/producer/test_producer_metadata_refresh.py)."""
     data_dir = str(tmp_path / "d")
     admin = Admin(data_dir)
     admin.init()

@@ -2,7 +2,7 @@
 (issue 21, item 5): rolls are found by name, deletions and swaps by the segment generation
 (`.kafkalite-segments`), and a follower lists only when the generation moved or cannot be read.
 
-Every test drives writer processes (tests/procs/segment_follower.py) with `segment.bytes` at 14,
+Every test drives writer processes (tests/support/procs/segment_follower.py) with `segment.bytes` at 14,
 so every append rolls, and checks that each append lands at the next offset and that a writer's
 view of the segments is the directory's, after a peer rolled, deleted segments (retention), was
 killed -9 between its change and the generation's bump, or after the generation file was

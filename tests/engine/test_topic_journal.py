@@ -2,7 +2,7 @@
 entry, so creating a topic writes the same few bytes at 50 topics as at 1,000; a process killed
 or out of space at each step of a create loses nothing acknowledged and leaves nothing a reader
 trips on; processes creating topics at once all get theirs; and a data directory written before
-the journal existed (``tests/fixtures/datadir-before-journal.tar.gz``, made by the release before
+the journal existed (``tests/support/fixtures/datadir-before-journal.tar.gz``, made by the release before
 it with Admin.create_topic / alter_data_dir_config and one Producer.send) opens unchanged and
 starts its journal at its first write."""
 
@@ -19,7 +19,9 @@ import pytest
 from kafkalite import Admin, Consumer, Producer, TopicAlreadyExistsError
 from kafkalite.datadir import JOURNAL_FILE, METADATA_FILE
 
-FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "datadir-before-journal.tar.gz")
+FIXTURE = os.path.join(
+    os.path.dirname(__file__), os.pardir, "support", "fixtures", "datadir-before-journal.tar.gz"
+)
 
 CREATE = r"""
 import errno, sys

@@ -6,7 +6,7 @@ fence them; then the invariants of tests/faults/checker.py and tests/faults/txn_
 
 Seed: KAFKALITE_FAULTS_SEED (default: random, printed). Length: KAFKALITE_FAULTS_SECONDS
 (default 75 s of faults, about 90-120 s in all on a 2-core machine); the long run for the
-figures is e.g. ``KAFKALITE_FAULTS_SECONDS=900 pytest -n 0 -m faults tests/test_fault_injection.py``.
+figures is e.g. ``KAFKALITE_FAULTS_SECONDS=900 pytest -n 0 -m faults tests/faults/test_fault_injection.py``.
 On failure the data directory and journals are kept, and their path is in the message."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 import pytest
+
 from faults import controller
 
 

@@ -12,7 +12,7 @@ non_owner_commit, deadline, probe_connection, rss, processes, and ``transactions
 Seed: KAFKALITE_FAULTS_SEED (default: random, printed). Length: KAFKALITE_FAULTS_SECONDS
 (default 60 s of faults, 71-79 s in all at load 15-22 on 2 cores, with about 75-110 paced
 network transactions); the long run is e.g.
-``KAFKALITE_FAULTS_SECONDS=900 pytest -n 0 -m faults tests/test_server_fault_injection.py``.
+``KAFKALITE_FAULTS_SECONDS=900 pytest -n 0 -m faults tests/faults/test_server_fault_injection.py``.
 Attacks: KAFKALITE_SERVER_FAULTS_ATTACKS (comma-separated, default all of
 ``server_controller.ATTACKS``). On failure the journals and logs are kept; the path is printed.
 
@@ -38,6 +38,7 @@ import os
 import shutil
 
 import pytest
+
 from faults import server_controller
 
 #: Seen on main (b57d838) before the issue 21 fixes: ApiVersions, Metadata and every other probe

@@ -1,17 +1,18 @@
 """The fault suite's transactional checker (tests/faults/txn_checker.py) is not vacuous: given a
 data directory and journals where a transaction's outcome and the log disagree, each of its
 rules reports it (and a consistent run reports nothing). The suite itself runs in
-tests/test_fault_injection.py."""
+tests/faults/test_fault_injection.py."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+from kafkalite import Admin, Consumer, Producer, TopicPartition
+
 from faults import journal as J
 from faults import txn_checker
 from faults.txn_checker import OUTPUT, group_of, input_key
-from kafkalite import Admin, Consumer, Producer, TopicPartition
 
 SLOTS = {"t0": "plain:0"}
 GROUP = group_of("t0", "plain:0")

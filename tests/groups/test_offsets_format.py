@@ -1,6 +1,6 @@
 """``__consumer_offsets`` records in every version Kafka has written (OffsetCommitValue v0-v4,
 v4 being Kafka 4.x's flexible version), other record types skipped, and clear errors for a
-future version or damaged bytes; real records of a Kafka 4.1 broker (tests/vectors/
+future version or damaged bytes; real records of a Kafka 4.1 broker (tests/support/vectors/
 consumer_offsets.json) both ways. The codec is the engine's (rust/src/offsets_codec.rs), the
 one the wire-protocol server uses."""
 
@@ -15,7 +15,10 @@ from kafkalite.errors import CorruptRecordError, InvalidConfigError, Unsupported
 from kafkalite.offsets import decode_key, decode_value, encode_key, encode_value, offsets_partition
 
 BROKER = json.load(
-    open(os.path.join(os.path.dirname(__file__), "vectors", "consumer_offsets.json"), encoding="utf-8")
+    open(
+        os.path.join(os.path.dirname(__file__), os.pardir, "support", "vectors", "consumer_offsets.json"),
+        encoding="utf-8",
+    )
 )
 
 

@@ -30,7 +30,7 @@ from test_server_transactions import values
 pytestmark = pytest.mark.broker
 pytest_plugins = ["kafkalite.testing"]
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).parents[1]
 JAVA_SOURCE = TESTS / "java-client" / "ConsumeTransformProduce.java"
 GO_MODULE = TESTS / "go-client"
 COUNT, PARTITIONS = 300, 3

@@ -26,7 +26,7 @@ from test_server import CODECS
 pytestmark = pytest.mark.broker
 pytest_plugins = ["kafkalite.testing"]
 
-SOURCE = Path(__file__).parent / "java-client" / "KafkaliteJavaClient.java"
+SOURCE = Path(__file__).parents[1] / "java-client" / "KafkaliteJavaClient.java"
 N = 200
 
 

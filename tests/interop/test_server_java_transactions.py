@@ -23,7 +23,7 @@ from test_broker_transactions_files import _batches
 pytestmark = pytest.mark.broker
 pytest_plugins = ["kafkalite.testing"]
 
-SOURCE = Path(__file__).parent / "java-client" / "KafkaliteTransactions.java"
+SOURCE = Path(__file__).parents[1] / "java-client" / "KafkaliteTransactions.java"
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import pytest
 pytestmark = pytest.mark.broker
 pytest_plugins = ["kafkalite.testing"]
 
-SOURCE = Path(__file__).parent / "kafka-streams" / "WordCountEos.java"
+SOURCE = Path(__file__).parents[1] / "kafka-streams" / "WordCountEos.java"
 LINES = [f"the quick fox {i % 7} jumps over the lazy dog {i % 3}" for i in range(300)]
 
 

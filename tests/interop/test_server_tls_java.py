@@ -17,7 +17,7 @@ from tls_certs import Pki, make_pki
 
 pytestmark = pytest.mark.broker
 
-SOURCE = Path(__file__).parent / "java-client" / "TlsRoundTrip.java"
+SOURCE = Path(__file__).parents[1] / "java-client" / "TlsRoundTrip.java"
 USER, PASSWORD = "alice", "alice-secret"
 
 

@@ -196,7 +196,7 @@ def test_murmur2_partitioning_matches_the_java_client(data_dir):
 
 def test_null_keys_are_sticky_per_batch(data_dir):
     # Kafka's sticky partitioner switches after batch_size bytes, not when a batch is sent: a
-    # flush alone keeps the partition (tests/test_producer_sticky.py has the properties).
+    # flush alone keeps the partition (tests/producer/test_producer_sticky.py has the properties).
     make_topic(data_dir, "t", 4)
     with Producer(data_dir, batch_size=1 << 30, linger_ms=60_000) as p:
         futures = [p.send("t", b"x") for _ in range(100)]

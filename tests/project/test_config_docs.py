@@ -13,7 +13,7 @@ from kafkalite import _docs
 from kafkalite.client_config import CONSUMER_CONFIG, LOG_CONFIG, PRODUCER_CONFIG
 from kafkalite.datadir import DIR_CONFIG_DEFS, TOPIC_CONFIG_DEFS
 
-PAGE = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
 def test_the_reference_page_is_up_to_date():

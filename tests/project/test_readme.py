@@ -32,7 +32,7 @@ import maven_jars
 import pytest
 from serve_proc import free_port
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 #: A comment stating output: everything after the arrow.
 CLAIM = re.compile(r"#.*?-> (.+)$")

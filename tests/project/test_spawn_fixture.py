@@ -50,5 +50,5 @@ def test_close_kills_and_reaps_every_child_even_a_stopped_one():
 
 
 def test_an_unknown_script_names_the_folder():
-    with pytest.raises(FileNotFoundError, match="tests/procs"):
+    with pytest.raises(FileNotFoundError, match="tests/support/procs"):
         Spawn()("no_such_child.py")

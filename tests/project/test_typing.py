@@ -34,7 +34,7 @@ def test_package_type_checks():
     # -p checks the imported package as a package (a path inside site-packages would make
     # mypy treat site-packages itself as source); pyproject.toml's [tool.mypy] is the one
     # configuration `make lint` uses too (pyarrow has no stubs: ignored there, not here).
-    config = os.path.join(HERE, os.pardir, "pyproject.toml")
+    config = os.path.join(HERE, os.pardir, os.pardir, "pyproject.toml")
     result = run("mypy", "--config-file", config, "--no-incremental", "-p", "kafkalite")
     assert result.returncode == 0, result.stdout + result.stderr
     assert os.path.exists(os.path.join(installed, "py.typed"))

@@ -22,7 +22,7 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 
 
 def read_journal(path: Path) -> list[tuple[str, int, tuple]]:
-    """tests/procs/server_group_member.py's journal: (kind, time ns, fields); a line torn by the
+    """tests/support/procs/server_group_member.py's journal: (kind, time ns, fields); a line torn by the
     SIGKILL (no newline yet) is left out."""
     out = []
     text = path.read_text() if path.exists() else ""

@@ -1,6 +1,6 @@
 """The consumer group protocol (KIP-848, issue 24 item 1) in ``kafkalite serve``:
 
-- wire level (hand-built ConsumerGroupHeartbeat v1 frames, tests/consumer_group_wire.py): a stale member epoch is answered
+- wire level (hand-built ConsumerGroupHeartbeat v1 frames, tests/support/consumer_group_wire.py): a stale member epoch is answered
   FENCED_MEMBER_EPOCH, an unknown member UNKNOWN_MEMBER_ID, a partition is not given to a new
   member before its previous owner's heartbeat acknowledged revoking it, a static member's
   instance id is not taken while it is held (UNRELEASED_INSTANCE_ID), and a member that stops

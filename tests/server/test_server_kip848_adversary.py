@@ -1,5 +1,5 @@
 """An adversary's pass over the consumer group protocol (KIP-848) of ``kafkalite serve``, through
-the wire (hand-built frames, tests/consumer_group_wire.py, and kafka-python's OffsetFetch v9):
+the wire (hand-built frames, tests/support/consumer_group_wire.py, and kafka-python's OffsetFetch v9):
 
 - hostile heartbeats (epochs out of range, unknown members, empty and huge subscriptions,
   duplicate topics, a bad assignor or regex, rebalance timeouts of 0 and below) get Kafka's error

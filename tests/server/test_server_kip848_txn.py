@@ -1,7 +1,7 @@
 """Transactional offset commits of consumer-protocol (KIP-848) group members (issue 34 item 1),
 on the wire, at the versions a Java 4.x producer sends (InitProducerId v5, AddOffsetsToTxn v4,
 TxnOffsetCommit v5, EndTxn v5), built with kafka-python's protocol classes; the member itself
-speaks ConsumerGroupHeartbeat v1 (tests/consumer_group_wire.py).
+speaks ConsumerGroupHeartbeat v1 (tests/support/consumer_group_wire.py).
 
 Kafka's group coordinator checks a TxnOffsetCommit to a consumer group by the member id and the
 member epoch the request carries in generation_id (ConsumerGroup.validateOffsetCommit): a member

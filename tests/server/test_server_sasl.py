@@ -225,14 +225,14 @@ def test_kafka_python_scram(sasl_server, mechanism, caplog):
     assert "invalid credentials" in caplog.text, caplog.text
 
 
-@pytest.mark.broker  # Java and the Kafka jars (tests/kafka_broker.py)
+@pytest.mark.broker  # Java and the Kafka jars (tests/support/kafka_broker.py)
 def test_java_client_scram(sasl_server):
     """The Java client (kafka-clients 4.x: SaslAuthenticate v2, flexible) authenticates with
     both mechanisms, and a wrong password is its SaslAuthenticationException."""
     from kafka_broker import require_jars
 
     classpath = str(require_jars() / "*")
-    program = str(Path(__file__).parent / "broker" / "ScramClient.java")
+    program = str(Path(__file__).parents[1] / "broker" / "ScramClient.java")
 
     def java(mechanism: str, password: str) -> str:
         done = subprocess.run(

@@ -8,7 +8,7 @@ versions a Java 4.x producer sends. Also: the embedded producer and a version-2 
 producer with one transactional id fence each other over the shared `__transaction_state`, and
 kill -9 of the server between EndTxn's record steps (the coordinator's fail points) leaves the
 transaction completed or aborted as Kafka's recovery does. The Java client itself (broker
-marked): tests/test_server_java_transactions.py and test_java_tv2_matches_the_broker below."""
+marked): tests/interop/test_server_java_transactions.py and test_java_tv2_matches_the_broker below."""
 
 from __future__ import annotations
 

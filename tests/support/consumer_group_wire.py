@@ -1,8 +1,8 @@
 """The consumer group protocol (KIP-848) on the wire, built by hand over ``server_wire.Wire``'s
 flexible framing, for what a client library hides: ConsumerGroupHeartbeat v1 with any field a
 hostile or buggy client may send, topic ids learnt from Metadata v12, ConsumerGroupDescribe;
-and kafka-python's encoding of a flexible version's request (OffsetFetch v9), framed here. Used by tests/test_server_kip848.py and
-tests/test_server_kip848_adversary.py."""
+and kafka-python's encoding of a flexible version's request (OffsetFetch v9), framed here. Used by tests/server/test_server_kip848.py and
+tests/server/test_server_kip848_adversary.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Plain helpers the tests share (``from helpers import ...``: pytest puts tests/ on sys.path).
-Fixtures live in conftest.py; the Kafka broker's in kafka_broker.py; child-process scripts in
-procs/. Nothing here imports pyspark until a Spark helper is called."""
+"""Plain helpers the tests share (``from helpers import ...``: pyproject.toml's pytest
+``pythonpath`` puts tests/support/ on sys.path). Fixtures live in tests/conftest.py; the Kafka
+broker's in kafka_broker.py; child-process scripts in procs/. Nothing here imports pyspark until
+a Spark helper is called."""
 
 from __future__ import annotations
 
@@ -12,19 +13,20 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
+SUPPORT = os.path.dirname(os.path.abspath(__file__))  # tests/support/: helpers, procs/, fixtures/, vectors/
+TESTS = os.path.dirname(SUPPORT)  # tests/: faults/, java-client/ and the other programs
 
 
 def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """The environment for a child: the caller's (or ``env``), with PYTHONPATH putting first the
-    kafkalite this test imported (so the child tests the same copy) and tests/ (so a child can
-    import ``procs.*``, ``faults.*`` and the test helpers)."""
+    kafkalite this test imported (so the child tests the same copy), tests/ (so a child can import
+    ``faults.*``) and tests/support/ (``procs.*`` and the test helpers)."""
     import kafkalite
 
     out = dict(os.environ if env is None else env)
     package_parent = os.path.dirname(os.path.dirname(os.path.abspath(kafkalite.__file__)))
     rest = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p]
-    out["PYTHONPATH"] = os.pathsep.join([package_parent, TESTS, *rest])
+    out["PYTHONPATH"] = os.pathsep.join([package_parent, TESTS, SUPPORT, *rest])
     return out
 
 

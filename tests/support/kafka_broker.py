@@ -20,7 +20,7 @@ from pathlib import Path
 import maven_jars
 
 KAFKA_VERSION = "4.1.1"
-POM = Path(__file__).parent / "broker" / "pom.xml"
+POM = Path(__file__).parents[1] / "broker" / "pom.xml"
 JVM_HEAP = "-Xmx512m"
 
 

@@ -20,7 +20,7 @@ from typing import TypeVar
 
 import pytest
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/, beside support/
 CACHE = Path.home() / ".cache" / "kafkalite"
 #: kafka-clients for the Java client tests, the same release as the broker (kafka_broker.py).
 JAVA_CLIENT_VERSION = "4.1.1"

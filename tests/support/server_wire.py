@@ -12,8 +12,8 @@ so a server that does not answer is measured, never waited on forever. Two ways 
   ``produce_batch()``, ``fetch()``, ``join_group()``, ``init_producer_id()``,
   ``find_coordinator()`` and ``login()`` (SASL/SCRAM, RFC 5802's client computation in
   ``scram_client_final``) are such calls.
-  tests/test_server_isolation.py and benches/bench_server_isolation.py measure a server so
-  while a neighbour holds a lock (issue 21), tests/test_server_idempotence.py sends an
+  tests/server/test_server_isolation.py and benches/bench_server_isolation.py measure a server so
+  while a neighbour holds a lock (issue 21), tests/server/test_server_idempotence.py sends an
   idempotent producer's batches as they are.
 - ``wire.call(request, timeout)``: a request of kafka-python's protocol classes (an
   implementation we did not write), built by this module's functions ``api_versions()``,
@@ -23,7 +23,7 @@ so a server that does not answer is measured, never waited on forever. Two ways 
   without keeping it.
 
 ``stop_holder`` starts a process that takes a lock (``HOLD_FLOCK``, ``SHARED_WRITER``) and
-stops it there (SIGSTOP); tests/test_engine_stopped_lock_holder.py stops a writer so."""
+stops it there (SIGSTOP); tests/engine/test_engine_stopped_lock_holder.py stops a writer so."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ under ``strace -f``, so the model knows every msync (with the file range it cove
 process's mmap calls) and fsync the engine really made. A crash image keeps, of every segment,
 the bytes those syncs covered, and of the rest a chosen subset of the 4 KiB pages (the first
 image none of them): what a power loss at the kill may leave. Other files are kept whole and
-directory entries are not modelled (tests/test_power_loss.py models them).
+directory entries are not modelled (tests/engine/test_power_loss.py models them).
 
 Each image is recovered as a user would: the next producer with the transactional id completes
 what the image's ``__transaction_state`` says was decided. Since PrepareCommit of the last
@@ -39,7 +39,9 @@ TXNS = 4
 RECORDS = 40
 SEGMENT_BYTES = 16384
 IMAGES = 12
-WRITER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "faults", "txn_power_loss_writer.py")
+WRITER = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "faults", "txn_power_loss_writer.py"
+)
 
 
 def synced_ranges(trace: str) -> dict[str, list[tuple[int, int]]]:

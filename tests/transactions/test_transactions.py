@@ -257,7 +257,7 @@ def test_a_stopped_lock_holder_gives_concurrent_transactions_within_a_bound(data
     assert _native.TRANSACTION_STATE_TOPIC in Admin(data).list_topics()
 
 
-#: examples/consume_transform_produce.py, as spawn() names scripts (relative to tests/procs/).
+#: examples/consume_transform_produce.py, as spawn() names scripts (relative to tests/support/procs/).
 EXAMPLE = os.path.join("..", "..", "examples", "consume_transform_produce.py")
 
 

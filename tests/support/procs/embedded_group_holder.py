@@ -1,4 +1,4 @@
-"""An embedded group member for tests/test_group_mix.py: subscribes to TOPIC in GROUP and
+"""An embedded group member for tests/groups/test_group_mix.py: subscribes to TOPIC in GROUP and
 prints one line once it knows its fate, ``joined t:p,...`` (its assignment) or ``refused
 MESSAGE`` (InconsistentGroupProtocolError), then keeps polling until killed.
 

@@ -1,5 +1,5 @@
 """A shared writer driven line by line on stdin, for tests of how writers follow each other's
-rolls and deletions (tests/test_segment_follow_counter.py).
+rolls and deletions (tests/engine/test_segment_follow_counter.py).
 
     segment_follower.py PART_DIR SEGMENT_BYTES [RETENTION_BYTES]
 

@@ -1,4 +1,4 @@
-"""One consume-transform-produce transaction, for the kill tests of tests/test_transactions.py:
+"""One consume-transform-produce transaction, for the kill tests of tests/transactions/test_transactions.py:
 read partition in-0 of DATA from group "g"'s committed offset, write each value with a
 "out-" prefix to topic "out" (keyed, so both of its partitions are written), send the input
 offsets to the transaction, then commit (or abort with MODE "abort"). With

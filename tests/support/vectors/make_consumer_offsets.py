@@ -1,7 +1,7 @@
 """Regenerates ``consumer_offsets.json``: real ``__consumer_offsets`` records written by an Apache
-Kafka broker's group coordinator (``tests/kafka_broker.py``'s version), for the codec tests in
-``tests/test_offsets_format.py``. Run from the repository root with the broker jars present:
-``PYTHONPATH=python:tests python tests/vectors/make_consumer_offsets.py``. The records are read
+Kafka broker's group coordinator (``tests/support/kafka_broker.py``'s version), for the codec tests in
+``tests/groups/test_offsets_format.py``. Run from the repository root with the broker jars present:
+``PYTHONPATH=python:tests/support python tests/support/vectors/make_consumer_offsets.py``. The records are read
 back with kafkalite's ``Log`` (only batches and records: the keys and values are kept as hex)."""
 
 from __future__ import annotations
