@@ -50,9 +50,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(
-    0, str(HERE.parent / "tests" / "support")
-)  # kafka_broker.py, serve_proc.py: what the tests start
+# tests/support/: kafka_broker.py, serve_proc.py: what the tests start
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))
 
 import confluent_kafka as ck  # noqa: E402
 import kafka_broker  # noqa: E402

@@ -37,10 +37,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent / "tests"
-sys.path[:0] = [
-    str(TESTS),
-    str(TESTS / "support"),
-]  # faults/; serve_proc.py, server_wire.py: what the soak suite uses
+# tests/ for faults/, tests/support/ for serve_proc.py, server_wire.py: what the soak suite uses
+sys.path[:0] = [str(TESTS), str(TESTS / "support")]
 
 import kafkalite  # noqa: E402
 import kafkalite.quotas  # noqa: E402
