@@ -258,7 +258,7 @@ def test_a_stopped_lock_holder_gives_concurrent_transactions_within_a_bound(data
 
 
 #: examples/consume_transform_produce.py, as spawn() names scripts (relative to tests/support/procs/).
-EXAMPLE = os.path.join("..", "..", "examples", "consume_transform_produce.py")
+EXAMPLE = os.path.join("..", "..", "..", "examples", "consume_transform_produce.py")
 
 
 def test_the_consume_transform_produce_example_killed_and_restarted_writes_each_input_once(data, spawn):
