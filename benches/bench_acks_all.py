@@ -29,7 +29,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests"))  # helpers.py: the produce loop the tests use too
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))  # helpers.py: the produce loop the tests use too
 
 from helpers import produce_all  # noqa: E402
 

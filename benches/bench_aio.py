@@ -30,7 +30,8 @@ from kafkalite.aio import AIOConsumer, AIOProducer
 from report import machine, write_report
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))  # serve_proc.py: how the tests start `kafkalite serve`
+# tests/support/: serve_proc.py: how the tests start `kafkalite serve`
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))
 from serve_proc import start_serve  # noqa: E402
 
 VALUE = b"v" * 100

@@ -15,8 +15,10 @@ import time
 import confluent_kafka
 import kafkalite
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-from helpers import produce_all  # tests/helpers.py: the produce loop the tests use too
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "support")
+)
+from helpers import produce_all  # tests/support/helpers.py: the produce loop the tests use too
 
 
 def produce_rate(

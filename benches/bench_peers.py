@@ -1,5 +1,5 @@
 """kafkalite against its peers in one run (issue 14): a real Apache Kafka broker (KRaft, one
-node on 127.0.0.1, started and stopped here; tests/kafka_broker.py) driven by confluent-kafka and
+node on 127.0.0.1, started and stopped here; tests/support/kafka_broker.py) driven by confluent-kafka and
 kafka-python, and Spark's own Kafka source (spark-sql-kafka-0-10 from Maven Central, through
 tests/spark_kafka/pom.xml) against kafkalite's Spark source on the same records. Beside the Spark
 rows, a reference that is not kafkalite: Spark's own Parquet reader on a Parquet copy of the same
@@ -33,8 +33,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(
-    0, str(HERE.parent / "tests")
-)  # tests/: kafka_broker.py (the broker), maven_jars.py (Spark's Kafka source)
+    0, str(HERE.parent / "tests" / "support")
+)  # tests/support/: kafka_broker.py (the broker), maven_jars.py (Spark's Kafka source)
 
 import confluent_kafka as ck  # noqa: E402
 import confluent_kafka.admin  # noqa: E402 (makes ck.admin available)

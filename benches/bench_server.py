@@ -17,7 +17,7 @@ at acks=all, each without and with a consumer tailing the topic (utime+stime of 
 process, ``python -m kafkalite serve`` / the broker's JVM, from /proc/<pid>/stat before and
 after the run, the tail included), and the server process's peak resident memory (VmHWM) after
 the rest. Kafka is one KRaft node
-with default settings (tests/kafka_broker.py, jars from Maven Central; needs Java 17+ and mvn).
+with default settings (tests/support/kafka_broker.py, jars from Maven Central; needs Java 17+ and mvn).
 Every figure counts its records back (end offsets, records read) and stops the run if any are
 missing. kafkalite serve's memory is also sampled every 20 ms, so the report says what its
 peak was made of (anonymous memory, or mapped segment files) and in which row it came.
@@ -50,7 +50,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))  # kafka_broker.py, serve_proc.py: what the tests start
+# tests/support/: kafka_broker.py, serve_proc.py: what the tests start
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))
 
 import confluent_kafka as ck  # noqa: E402
 import kafka_broker  # noqa: E402

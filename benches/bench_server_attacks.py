@@ -37,7 +37,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent / "tests"
-sys.path.insert(0, str(TESTS))  # serve_proc.py, server_wire.py, faults/: what the soak suite uses
+# tests/ for faults/, tests/support/ for serve_proc.py, server_wire.py: what the soak suite uses
+sys.path[:0] = [str(TESTS), str(TESTS / "support")]
 
 import kafkalite  # noqa: E402
 import kafkalite.quotas  # noqa: E402
@@ -110,7 +111,10 @@ def phase(address: str, attack: str | None, seconds: float, server_pid: int, jou
         "--per-ip", str(C.PER_IP),
     ]  # fmt: skip
     env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), *filter(None, [os.environ.get("PYTHONPATH")])])
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [str(TESTS), str(TESTS / "support"), *filter(None, [os.environ.get("PYTHONPATH")])]
+        ),
     )
     samples: dict[str, list[float]] = {"produce": [], "fetch": []}
     errors: dict[str, dict] = {"produce": {}, "fetch": {}}

@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))  # serve_proc.py, server_wire.py: what the tests use
+# tests/support/: serve_proc.py, server_wire.py: what the tests use
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))
 
 import kafkalite  # noqa: E402
 from kafkalite import _native  # noqa: E402

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))  # wire_fetch.py: what the tests use
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))  # wire_fetch.py: what the tests use
 
 from bench_server import serve_process, status_mb  # noqa: E402 (the server start bench_server.py makes)
 from report import write_report  # noqa: E402

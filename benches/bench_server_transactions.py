@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))  # serve_proc.py: how the tests start the server
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))  # serve_proc.py: how the tests start the server
 sys.path.insert(0, str(HERE))
 
 import confluent_kafka as ck  # noqa: E402

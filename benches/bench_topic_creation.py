@@ -15,7 +15,7 @@ For each size N a data directory is filled with N topics of one partition in one
   controller mutation quota (50 partitions/s, bursts of 200) never throttles: ms per topic,
   median over 3 requests;
 - ``--kafka``: the same CreateTopics requests to a one-node Kafka broker (KRaft, on 127.0.0.1,
-  tests/kafka_broker.py) holding N topics too.
+  tests/support/kafka_broker.py) holding N topics too.
 
 Each ``label=path`` is a build (its ``python`` folder); every measurement of a size runs in a
 child process with that ``PYTHONPATH``, the builds alternating, ``--rounds`` times each (medians
@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))
 
 
 def fill(path: str, n: int) -> None:

@@ -46,7 +46,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests"))  # kafka_broker.py, maven_jars.py, serve_proc.py
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))  # kafka_broker.py, maven_jars.py, serve_proc.py
 
 import confluent_kafka as ck  # noqa: E402
 import kafka_broker  # noqa: E402

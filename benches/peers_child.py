@@ -106,8 +106,10 @@ def rss(kind: str, target: str, topic: str, n: int) -> dict:
     else:
         import confluent_kafka as ck
 
-        # tests/helpers.py (imported here, not at the top: the kafkalite side's peak stays its own)
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+        # tests/support/helpers.py (imported here, not at the top: the kafkalite side's peak stays its own)
+        sys.path.insert(
+            0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "support")
+        )
         from helpers import produce_all
 
         failed = []

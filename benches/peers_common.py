@@ -23,9 +23,9 @@ from typing import Any
 import confluent_kafka as ck
 import confluent_kafka.admin
 
-# tests/helpers.py holds the one produce loop the tests and the benches share: every script that
+# tests/support/helpers.py holds the one produce loop the tests and the benches share: every script that
 # imports this module gets tests/ on its path here, not by remembering to add it itself.
-_TESTS = str(Path(__file__).resolve().parent.parent / "tests")
+_TESTS = str(Path(__file__).resolve().parent.parent / "tests" / "support")
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 from helpers import produce_all  # noqa: E402

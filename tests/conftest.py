@@ -19,13 +19,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from helpers import TESTS, child_env
+from helpers import SUPPORT, TESTS, child_env
 
 # The `kafkalite_server` fixture, also for a test module run alone that does not name the plugin
 # itself (an installed kafkalite registers it through its pytest11 entry point as well).
 pytest_plugins = ["kafkalite.testing"]
 
-PROCS = os.path.join(TESTS, "procs")  # the child-process scripts
+PROCS = os.path.join(SUPPORT, "procs")  # the child-process scripts
 CHILD_TIMEOUT = 300.0  # seconds a child may live before it counts as hung
 
 
@@ -172,7 +172,7 @@ def part_dir(tmp_path):
 class Spawn:
     """Starts Python child processes for one test and cleans up after it.
 
-    ``spawn("crash_writer.py", part_dir, 3, stdout=subprocess.PIPE)`` runs tests/procs/crash_writer.py;
+    ``spawn("crash_writer.py", part_dir, 3, stdout=subprocess.PIPE)`` runs tests/support/procs/crash_writer.py;
     ``spawn.code(SOURCE, part_dir)`` runs ``python -c SOURCE``, ``spawn.run(SOURCE, part_dir)`` the same
     to its end (a ``CompletedProcess``, output as text) and ``spawn.module("kafkalite", "serve")``
     ``python -m kafkalite serve``. Arguments are passed through
@@ -189,7 +189,7 @@ class Spawn:
     def __call__(self, script: str, *args: object, **kwargs) -> subprocess.Popen:
         path = os.path.join(PROCS, script)
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"no child script {path}: child scripts live in tests/procs/")
+            raise FileNotFoundError(f"no child script {path}: child scripts live in tests/support/procs/")
         return self._start([sys.executable, path, *map(str, args)], **kwargs)
 
     def code(self, source: str, *args: object, **kwargs) -> subprocess.Popen:

@@ -1,6 +1,6 @@
 """Write the configuration reference, ``docs/configuration.md``, from the config tables: the
 client tables (``kafkalite.client_config``) and the engine's topic and data-directory tables
-(``rust/src/storage/topic_config/mod.rs`` via ``_native``). ``tests/test_config_docs.py`` fails when the
+(``rust/src/storage/topic_config/mod.rs`` via ``_native``). ``tests/project/test_config_docs.py`` fails when the
 committed page is stale.
 
     python -m kafkalite._docs [--out docs/configuration.md] [--check]

@@ -2,7 +2,7 @@
 //! it lives: for each step a crash can interrupt, the files that step leaves on disk are made
 //! by hand, and the next open must recover the right segments. Before the commit point (the
 //! rename to `X.log.swap`) the log is the one before cleaning; from it on, the cleaned one.
-//! (The same crashes with real kills run in tests/test_fault_injection.py.)
+//! (The same crashes with real kills run in tests/faults/test_fault_injection.py.)
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -1,4 +1,4 @@
-//! Every vector in tests/vectors/kafka_vectors.json (copied from the shared spec folder; each
+//! Every vector in tests/support/vectors/kafka_vectors.json (copied from the shared spec folder; each
 //! entry names the public test suite it came from): varints, CRC-32C, murmur2, and record
 //! batches of every codec written by real brokers and other clients.
 
@@ -10,7 +10,7 @@ use kafkalite::storage::record::{decode_batch_owned, BatchBuilder, Compression, 
 use serde_json::Value;
 
 fn vectors() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vectors/kafka_vectors.json");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/vectors/kafka_vectors.json");
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
@@ -194,13 +194,13 @@ fn uncompressed_batches_reencode_byte_for_byte() {
     assert!(checked >= 5, "only {checked} vectors re-encoded");
 }
 
-/// Real `__consumer_offsets` records of a Kafka 4.1 broker (tests/vectors/consumer_offsets.json):
+/// Real `__consumer_offsets` records of a Kafka 4.1 broker (tests/support/vectors/consumer_offsets.json):
 /// group metadata (type 2) holds no offsets, OffsetCommitValue v4 decodes, and the key kafkalite
 /// writes for the same commit is the broker's byte for byte (both write OffsetCommitKey v1).
 #[test]
 fn consumer_offsets_records_of_a_kafka_broker() {
     use kafkalite::coordination::offsets_codec::{decode_key, decode_value, encode_key, offsets_partition};
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vectors/consumer_offsets.json");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/vectors/consumer_offsets.json");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let mut commits = Vec::new();
     for r in v["records"].as_array().unwrap() {

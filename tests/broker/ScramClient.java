@@ -1,5 +1,5 @@
 // The Java client (org.apache.kafka:kafka-clients) authenticating to `kafkalite serve` with
-// SASL/SCRAM (tests/test_server_sasl.py runs it as a single-file program with the broker's
+// SASL/SCRAM (tests/server/test_server_sasl.py runs it as a single-file program with the broker's
 // classpath). Args: bootstrap mechanism user password topic. Produces one record and reads it
 // back in a group; prints "delivered OFFSET", "consumed VALUE", or "failed: EXCEPTION".
 import java.time.Duration;

@@ -14,8 +14,8 @@ invariants the README promises, computed from what every client journaled.
                    invariants (T1-T5: committed all there, aborted/unfinished never visible,
                    input offsets committed iff their records are, zombies fenced)
 
-``python -m faults.controller --seconds 600 [--seed N]`` (with ``tests`` on PYTHONPATH) runs
-the long version; ``tests/test_fault_injection.py`` the short one.
+``python -m faults.controller --seconds 600 [--seed N]`` (with ``tests`` and ``tests/support`` on PYTHONPATH) runs
+the long version; ``tests/faults/test_fault_injection.py`` the short one.
 
 The server soak-and-fault suite (issue 21) reuses them around ``kafkalite serve``:
 
@@ -32,5 +32,5 @@ The server soak-and-fault suite (issue 21) reuses them around ``kafkalite serve`
                    non-owner commits)
 
 ``python -m faults.server_controller --seconds 900 [--seed N] [--attacks ...]`` runs the long
-version; ``tests/test_server_fault_injection.py`` the short one. Their wire client (framing with
-deadlines, requests by kafka-python's protocol classes) is the tests' own, ``tests/server_wire.py``."""
+version; ``tests/faults/test_server_fault_injection.py`` the short one. Their wire client (framing with
+deadlines, requests by kafka-python's protocol classes) is the tests' own, ``tests/support/server_wire.py``."""

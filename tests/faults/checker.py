@@ -552,7 +552,7 @@ def check_processes(run_dir: str, stats: Stats) -> list[str]:
 
 
 def main() -> None:
-    """Check a kept run again: ``python -m faults.checker RUN_DIR`` (tests on PYTHONPATH)."""
+    """Check a kept run again: ``python -m faults.checker RUN_DIR`` (tests and tests/support on PYTHONPATH)."""
     import json
     import sys
 

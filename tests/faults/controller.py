@@ -11,8 +11,8 @@ Seeded: every choice the controller makes comes from ``random.Random(seed)``; th
 printed first and in every failure. (The interleaving of the processes is the scheduler's, so
 a seed reproduces the fault schedule, not the exact run.)
 
-Long run: ``KAFKALITE_FAULTS_SECONDS=600 pytest -m faults tests/test_fault_injection.py`` or
-``PYTHONPATH=python:tests python -m faults.controller --seconds 600 [--seed N]``."""
+Long run: ``KAFKALITE_FAULTS_SECONDS=600 pytest -m faults tests/faults/test_fault_injection.py`` or
+``PYTHONPATH=python:tests:tests/support python -m faults.controller --seconds 600 [--seed N]``."""
 
 from __future__ import annotations
 
@@ -112,10 +112,12 @@ class Result:
 
 
 def child_env() -> dict[str, str]:
-    """A child's environment: tests/ on PYTHONPATH (``python -m faults.X``), stacks on a fatal
-    signal or a hang dump (faulthandler prints every thread's)."""
+    """A child's environment: tests/ and tests/support/ on PYTHONPATH (``python -m faults.X``, the
+    helpers), stacks on a fatal signal or a hang dump (faulthandler prints every thread's)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([TESTS_DIR, *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [TESTS_DIR, os.path.join(TESTS_DIR, "support"), *filter(None, [env.get("PYTHONPATH")])]
+    )
     env["PYTHONFAULTHANDLER"] = "1"
     return env
 

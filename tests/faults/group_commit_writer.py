@@ -1,4 +1,4 @@
-"""The workload of tests/test_power_loss_group_commit.py: several threads, each its own
+"""The workload of tests/engine/test_power_loss_group_commit.py: several threads, each its own
 ``Log(shared_writers=True, flush="always")`` of one partition, appending small batches, in
 two processes at once (``--pair``); the first process is killed by the engine's fail point
 ``group_commit.sync=kill@N`` (SIGKILL at its N-th group sync, holding the sync lock, before

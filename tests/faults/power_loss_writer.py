@@ -1,4 +1,4 @@
-"""The workload of tests/test_power_loss.py: a ``Log(flush="always")`` with small segments,
+"""The workload of tests/engine/test_power_loss.py: a ``Log(flush="always")`` with small segments,
 appended batch by batch. After each acknowledged append it copies the partition's files to
 ``SNAPSHOTS/<k>/`` (what flush="always" promises is durable at that point), records the end
 offset in ``SNAPSHOTS/<k>.end``, and opens ``MARKERS/<k>`` (which does not exist): that failing

@@ -27,7 +27,7 @@ The server's RSS is sampled every tick, and its VmHWM read before every kill and
 
 Seeded as the fault suite is (``random.Random(seed)`` for every choice; printed first and in
 every failure). Long run: ``KAFKALITE_FAULTS_SECONDS=900 pytest -n 0 -m faults
-tests/test_server_fault_injection.py`` or ``PYTHONPATH=python:tests python -m
+tests/faults/test_server_fault_injection.py`` or ``PYTHONPATH=python:tests:tests/support python -m
 faults.server_controller --seconds 900 [--seed N] [--attacks stop,fetch,...]``."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The workload of tests/test_power_loss_transactions.py: a transactional ``Producer`` (the
+"""The workload of tests/transactions/test_power_loss_transactions.py: a transactional ``Producer`` (the
 default acks=1, so its records are only in the page cache when sent) commits TXNS transactions
 of RECORDS records to each of the 2 partitions of ``events`` (small segments, so a transaction's
 records span a roll). The parent sets ``KAFKALITE_FAILPOINTS`` so the engine kills this process

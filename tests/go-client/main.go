@@ -1,5 +1,5 @@
 // eos: franz-go's GroupTransactSession doing consume-transform-produce, for
-// tests/test_server_eos_clients.py. It writes PRODUCE records to IN (none when 0), then, as a
+// tests/interop/test_server_eos_clients.py. It writes PRODUCE records to IN (none when 0), then, as a
 // member of GROUP (on the consumer protocol, KIP-848, or the classic one), reads IN
 // read_committed and, in transactions of at most 20 records, writes "out-<value>" to OUT for
 // each and commits the group's offsets with them (TxnOffsetCommit naming the member and its

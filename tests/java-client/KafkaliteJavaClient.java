@@ -1,4 +1,4 @@
-// The Java client (org.apache.kafka:kafka-clients) driven by tests/test_server_clients.py against
+// The Java client (org.apache.kafka:kafka-clients) driven by tests/server/test_server_clients.py against
 // `kafkalite serve`: compiled there with javac against the jars tests/java-client/pom.xml fetches.
 // It only talks to the server and prints what it saw, one line per fact; the Python test decides
 // what is right. Records are printed as "R topic partition offset key value headers" with keys,

@@ -1,4 +1,4 @@
-// The Java client's transactional producer against `kafkalite serve` (tests/test_server_java_transactions.py):
+// The Java client's transactional producer against `kafkalite serve` (tests/interop/test_server_java_transactions.py):
 // commits, aborts, sendOffsetsToTransaction, zombie fencing, and the Admin client's
 // describeTransactions / listTransactions / describeProducers. Prints one line per fact checked
 // by the test.

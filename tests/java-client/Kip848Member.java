@@ -1,5 +1,5 @@
 // A member of a consumer-protocol group (KIP-848, group.protocol=consumer), driven by
-// tests/test_server_kip848.py against `kafkalite serve`: compiled there with javac against the
+// tests/server/test_server_kip848.py against `kafkalite serve`: compiled there with javac against the
 // jars tests/java-client/pom.xml fetches. It prints "ASSIGN <partition,...>" whenever its
 // assignment changes, "REC <partition> <offset>" for each record, commits after each poll that
 // returned records, and on SIGTERM closes (leaving the group with member epoch -1). With a TOPIC

@@ -1,5 +1,5 @@
 // A static member (group.instance.id, KIP-345) of a classic consumer group, driven by
-// tests/test_server_static_membership.py against `kafkalite serve`: compiled there with javac
+// tests/server/test_server_static_membership.py against `kafkalite serve`: compiled there with javac
 // against the jars tests/java-client/pom.xml fetches. It prints one line per assignment,
 // "ASSIGN <generation> <member id> <partition,...>", and polls until it is killed.
 //

@@ -1,5 +1,5 @@
 // The Java client (org.apache.kafka:kafka-clients) over TLS against `kafkalite serve`, driven by
-// tests/test_server_tls_java.py: the client configuration (security.protocol, PEM trust and key
+// tests/interop/test_server_tls_java.py: the client configuration (security.protocol, PEM trust and key
 // stores, SASL) comes from a properties file, so the test decides every setting.
 //
 //   TlsRoundTrip PROPERTIES TOPIC N   produce N records (acks=all), then read them back from

@@ -1,5 +1,5 @@
 // Kafka Streams word count with processing.guarantee=exactly_once_v2 against `kafkalite serve`
-// (tests/test_server_streams_eos.py): reads lines from `args[1]`, writes (word, count) to
+// (tests/interop/test_server_streams_eos.py): reads lines from `args[1]`, writes (word, count) to
 // `args[2]`, and stops (a clean close: the last transaction committed) when its stdin ends, which
 // the test closes once it reads the exact counts, or after `args[3]` ms (prints TIMEOUT); prints
 // RUNNING when the application reached RUNNING and DONE at the end.

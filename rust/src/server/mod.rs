@@ -2,7 +2,7 @@
 //! client (librdkafka, kafka-python, Java, ...) can produce to and fetch from a data
 //! directory while the embedded Python API uses the same files.
 //!
-//! Folders by role, each importing only those below it (tests/test_layer_picture.py checks):
+//! Folders by role, each importing only those below it (tests/project/test_layer_picture.py checks):
 //! `network` (listeners, TLS, SASL, connections, frames) reaches the handlers through `dispatch`
 //! (routing a decoded request to its handler, the authorization check first) over `request` (a
 //! request's header and body, a framed answer, the API table); `handlers` (one file per Kafka API

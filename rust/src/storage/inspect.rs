@@ -8,7 +8,7 @@
 //! trusted-load index checks of `Segment::check_indexes`, and Kafka's own index sanity check
 //! (`OffsetIndex`/`TimeIndex.sanityCheck`, DumpLogSegments `--index-sanity-check`).
 //! `Segment::rescan` and `check_indexes` are meant to call `scan_log` and `index_problems`
-//! (both in `segment/recovery.rs`); until then `tests/test_dump.py` checks that this module
+//! (both in `segment/recovery.rs`); until then `tests/cli/test_dump.py` checks that this module
 //! and a real recovery agree on every kind of damage it injects.
 
 use std::path::Path;

@@ -8,7 +8,7 @@
 //! `acl_requests` (which operation on which resource each API needs, checked by `dispatch`
 //! before the handler, with `acl_requests/refusals`: a refused request's answer, and
 //! `acl_requests/listing`: listings filtered instead). Handlers import state; state never
-//! imports a handler (tests/test_layer_picture.py checks).
+//! imports a handler (tests/project/test_layer_picture.py checks).
 
 pub mod acl_api;
 pub mod acl_requests;

@@ -80,7 +80,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
         // up to `pipeline::MAX_WAITING` Produce frames whose answers wait for a sync), so these
         // hold at most a few chunks per connection, and a metadata, ApiVersions or fetch
         // request is never queued behind other connections' large frames stalled part way
-        // (six 100 MiB frames stopped at 90 MiB held the whole budget: tests/test_adversary_session6.py).
+        // (six 100 MiB frames stopped at 90 MiB held the whole budget: tests/engine/test_adversary_session6.py).
         buf.resize(size, 0);
         reader.read_exact(&mut buf[..]).await.map_err(FrameError::Io)?;
         return Ok(Frame { bytes: buf.freeze(), _permits: permits });

@@ -275,7 +275,7 @@ impl Log {
     /// held (`RollHold`): the caller appends it in that same hold (`append_rolling`) once it
     /// may block. Releasing the lock there would make a hold that appended nothing: another
     /// writer could append in between, and a trace of the lock's holds could no longer pair
-    /// each hold of a producer with the batch it wrote (tests/test_power_loss_group_commit.py).
+    /// each hold of a producer with the batch it wrote (tests/engine/test_power_loss_group_commit.py).
     pub fn try_append_builder_deferred(&mut self, builder: BatchBuilder) -> Result<TryAppend> {
         let Some(guard) = self.try_enter_append_lock()? else { return Ok(TryAppend::Busy(builder)) };
         let mut held = Some(builder);
